@@ -1,0 +1,1 @@
+"""gpulab's controller: inventory, provisioning, sweeps, results, reports, validation."""
