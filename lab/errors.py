@@ -1,0 +1,44 @@
+"""The one exception family of the controller.
+
+Every error a user can cause or meet is one of these, carries a one-line
+message that names the file, host or value at fault, and maps to an exit code:
+2 for bad input (nothing was touched), 1 for a failed run or check.
+tasks.py turns them into ``invoke.Exit``; nothing else prints tracebacks.
+"""
+
+
+class GpulabError(Exception):
+    """Base class. ``exit_code`` is what the invoke task exits with."""
+
+    exit_code = 1
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(str(message).split()))  # always one line
+
+    @property
+    def message(self) -> str:
+        return self.args[0]
+
+
+class ConfigError(GpulabError):
+    """Bad input: inventory, stack file, reference data, CLI value, log file."""
+
+    exit_code = 2
+
+
+class HostError(GpulabError):
+    """A host cannot be reached or refused us (host key, auth) before any change."""
+
+    exit_code = 2
+
+
+class RunError(GpulabError):
+    """A run, a playbook or a sweep failed after it started."""
+
+    exit_code = 1
+
+
+class CheckFailed(GpulabError):
+    """A check (audit drift, validation verdict) did not pass."""
+
+    exit_code = 1

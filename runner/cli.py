@@ -1,0 +1,85 @@
+"""Command line of the runner: ``python -m runner COMMAND ...``.
+
+Each command lives in its own module, which exposes ``add_arguments(parser)``
+and ``main(args) -> int``. Only the chosen command's module is imported, so
+``--version``, ``list`` and ``probe`` never import a deep-learning framework.
+Bad input: one line on stderr, exit code 2 (``UsageError``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import sys
+from pathlib import Path
+
+from runner import __version__
+
+# command -> (module, one-line help)
+COMMANDS = {
+    "run": ("runner.supervisor", "run a workload and leave a complete run directory"),
+    "list": ("runner.workloads", "list the registered workloads"),
+    "probe": ("runner.probe", "print one JSON document describing this host's GPUs and stack"),
+    "burnin": ("runner.burnin", "measure GPU health and performance for hardware validation"),
+    "prepare": ("runner.datasets.prepare", "prepare a dataset into the form the workloads read"),
+}
+
+
+class UsageError(Exception):
+    """Bad input to the runner: reported as one line, exit code 2."""
+
+
+def source_digest() -> str:
+    """12 hex digits over the runner's own source files (names and bytes).
+
+    Part of ``--version`` so that the controller notices a host whose runner
+    differs from its checkout even when the version number is the same.
+    """
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.suffix not in (".py", ".yml", ".md") or "__pycache__" in path.parts:
+            continue
+        h.update(path.relative_to(root).as_posix().encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+def version_string() -> str:
+    return f"gpulab-runner {__version__} src={source_digest()}"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _Parser(prog="runner", description="gpulab on-host runner")
+    parser.add_argument("--version", action="store_true", help="print the runner version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    module = None
+    for name, (modname, helptext) in COMMANDS.items():
+        p = sub.add_parser(name, help=helptext, description=helptext)
+        if name == chosen:
+            try:
+                module = importlib.import_module(modname)
+            except ImportError as exc:
+                print(f"runner {name}: not available here ({exc})", file=sys.stderr)
+                return 2
+            module.add_arguments(p)
+    try:
+        args = parser.parse_args(argv)
+        if args.version:
+            print(version_string())
+            return 0
+        if module is None:
+            parser.print_help()
+            return 2
+        return int(module.main(args) or 0)
+    except UsageError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
