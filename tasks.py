@@ -1,0 +1,207 @@
+"""gpulab's command line: `invoke --list` shows the tasks, `invoke --help TASK` their options.
+
+Each task reads its arguments, falls back to the `gpulab` section of the Invoke
+configuration (invoke.yaml and the usual override layers), calls one function
+of the `lab` package and turns its errors into an exit code: 2 for bad input
+(nothing was touched), 1 for a failed run or check.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+from invoke import Exit, task
+
+from lab.errors import GpulabError
+
+SELECT_HELP = {
+    "host": "host name(s), comma separated",
+    "device": "device group of the inventory (t4, v100, ...)",
+    "limit": "an Ansible host pattern",
+    "inventory": "Ansible inventory to use (default: gpulab.inventory)",
+}
+
+
+def _cfg(c, key, value=None):
+    """The task argument if given, else gpulab.<key> from the Invoke config."""
+    if value not in (None, ""):
+        return value
+    node = c.config.get("gpulab", {})
+    for part in key.split("."):
+        node = node.get(part) if hasattr(node, "get") else None
+    return node
+
+
+def _errors(fn):
+    """Report a GpulabError as one line and exit with its code; no traceback for user mistakes."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except GpulabError as exc:
+            raise Exit(f"gpulab: {exc.message}", code=exc.exit_code) from None
+        except KeyboardInterrupt:
+            raise Exit("gpulab: interrupted; state saved", code=130) from None
+
+    return wrapper
+
+
+def _select(c, inventory, host=None, device=None, limit=None):
+    from lab import inventory as inv
+
+    return inv.load(_cfg(c, "inventory", inventory)).select(host, device, limit)
+
+
+@task(help={**SELECT_HELP, "stack": "stack profile to apply instead of each host's gpulab_stack",
+            "check": "dry run: report what would change, change nothing",
+            "diff": "show file and package differences",
+            "datasets": "also fetch and prepare these datasets (comma list)"})
+@_errors
+def provision(c, host=None, device=None, limit=None, stack=None, check=False, diff=False,
+              datasets=None, inventory=None):
+    """Bring hosts to their stack profile with Ansible and read back what is installed."""
+    from lab import provision as prov
+
+    hosts = _select(c, inventory, host, device, limit)
+    summary = prov.provision(hosts, inventory=_cfg(c, "inventory", inventory), stack=stack, check=check,
+                             diff=diff, datasets=datasets, artifacts=_cfg(c, "artifacts"))
+    if not summary.ok:
+        raise Exit(code=1)
+
+
+@task(help={**SELECT_HELP, "json": "print the drift as JSON"})
+@_errors
+def audit(c, host=None, device=None, limit=None, json=False, inventory=None):
+    """Compare hosts with their stack profiles and print the drift; exit 1 on drift."""
+    from lab import provision as prov
+
+    hosts = _select(c, inventory, host, device, limit)
+    report = prov.audit(hosts, inventory=_cfg(c, "inventory", inventory), as_json=json,
+                        artifacts=_cfg(c, "artifacts"))
+    if not report.ok:
+        raise Exit(code=1)
+
+
+def _sweep(c, hosts, workloads, gpus, seeds, mode, scale, name, dry_run, timeout, cfg_prefix=""):
+    from lab import sweep as sw
+    from lab.errors import ConfigError
+
+    pick = lambda key, value: _cfg(c, f"{cfg_prefix}{key}", value) or _cfg(c, key, value)  # noqa: E731
+    try:
+        seeds = int(pick("seeds", seeds))
+        timeout_s = float(_cfg(c, "run_timeout_minutes", timeout)) * 60
+    except (TypeError, ValueError):
+        raise ConfigError("--seeds and --timeout must be numbers") from None
+    runs = sw.plan(hosts, sw.parse_list(pick("workloads", workloads), "workloads"), gpus, seeds,
+                   pick("mode", mode), pick("scale", scale))
+    name = name or sw.default_name()
+    if dry_run:
+        for r in runs:
+            print(f"{r.host:<16} {r.run_id}")
+        print(f"{len(runs)} runs planned for sweep {name}; nothing started (--dry-run)")
+        return None
+    print(f"sweep {name}: {len(runs)} runs on {len(hosts)} host(s)")
+
+    def event(kind, run, where):
+        if kind == "start":
+            print(f"  [{run.host}] {where} {run.run_id} started", flush=True)
+        else:
+            detail = f"{run.state}" + (f" ({run.outcome})" if run.outcome else "") + (f": {run.reason}" if run.reason else "")
+            print(f"  [{run.host}] {run.run_id} {detail}", flush=True)
+
+    result = sw.run_sweep(hosts, runs, Path(_cfg(c, "results")), name, timeout_s=timeout_s, on_event=event,
+                          options={"mode": pick("mode", mode), "scale": pick("scale", scale), "seeds": seeds})
+    done = sum(1 for r in result.sweep.runs if r.state == "complete" and r.outcome == "success")
+    print(f"sweep {name}: {done}/{len(runs)} runs succeeded; results in {result.sweep.root}")
+    for r in result.failed:
+        print(f"  FAILED {r.host} {r.run_id}: {r.outcome or r.state}: {r.reason}")
+    return result
+
+
+SWEEP_HELP = {**SELECT_HELP, "workloads": "workloads, comma separated (see `python -m runner list`)",
+              "gpus": "GPU counts, comma separated, or 'all'", "seeds": "number of seeds per configuration",
+              "mode": "ttt (train to target) or throughput", "scale": "tiny, small or full",
+              "name": "sweep name (default: sweep-<UTC time>); the same name resumes it",
+              "dry_run": "print the plan and touch nothing", "timeout": "minutes before a run is stopped"}
+
+
+@task(help=SWEEP_HELP)
+@_errors
+def sweep(c, device=None, host=None, limit=None, workloads=None, gpus=None, seeds=None, mode=None, scale=None,
+          name=None, dry_run=False, timeout=None, inventory=None):
+    """Run workloads x GPU counts x seeds on the selected hosts and collect the run directories."""
+    hosts = _select(c, inventory, host, device, limit)
+    result = _sweep(c, hosts, workloads, gpus, seeds, mode, scale, name, dry_run, timeout)
+    if result is not None and not result.ok:
+        raise Exit(code=1)
+
+
+@task(help={"path": "a sweep directory (results/<sweep>)", "inventory": SELECT_HELP["inventory"]})
+@_errors
+def collect(c, path, inventory=None):
+    """Fetch again every run of a sweep that is missing or failed verification."""
+    from lab import sweep as sw
+
+    result = sw.collect(Path(path), _cfg(c, "inventory", inventory))
+    print(f"{path}: {result.fetched} run(s) fetched, {result.verified} verified, {len(result.problems)} problem(s)")
+    for p in result.problems:
+        print(f"  {p}")
+    if result.problems:
+        raise Exit(code=1)
+
+
+@task(help={"path": "a sweep directory, run directories or MLPerf log files (comma separated)",
+            "format": "output formats, comma separated: html, md, json, csv",
+            "compare": "another sweep to set side by side", "out": "output folder (default: PATH/report)"})
+@_errors
+def report(c, path, format=None, compare=None, out=None):
+    """Turn run logs into MLPerf scores, device comparisons, scaling, seed effects and plots."""
+    from lab import report as rep
+
+    paths = [Path(p) for p in path.split(",") if p]
+    out_dir = Path(out) if out else (paths[0] if paths[0].is_dir() else paths[0].parent) / "report"
+    formats = tuple(f.strip() for f in _cfg(c, "report_formats", format).split(",") if f.strip())
+    result = rep.build_report(paths, out_dir, formats=formats, compare=Path(compare) if compare else None)
+    for source, reason in result.skipped:
+        print(f"  skipped {source}: {reason}")
+    for f in result.files:
+        print(f"wrote {f}")
+
+
+@task(help={**SELECT_HELP, "level": "quick, standard or burn-in", "baseline": "build references from these hosts",
+            "json": "print verdicts as JSON", "out": "folder for verdicts and the HTML page"})
+@_errors
+def validate(c, device=None, host=None, limit=None, level="quick", baseline=False, json=False, out=None,
+             inventory=None):
+    """Check each host's GPUs for health and performance against references; exit 1 if any host fails."""
+    from lab import validate as val
+
+    hosts = _select(c, inventory, host, device, limit)
+    result = val.validate_fleet(hosts, level=level, baseline=baseline, as_json=json,
+                                out_dir=Path(out) if out else Path(_cfg(c, "results")) / "validate")
+    if not result.ok:
+        raise Exit(code=1)
+
+
+@task(help={"workloads": "workloads to run (default: gpulab.demo.workloads)",
+            "seeds": "seeds per workload (default: gpulab.demo.seeds)",
+            "name": "sweep name (default: demo-<UTC time>)"})
+@_errors
+def demo(c, workloads=None, seeds=None, name=None):
+    """Run a small sweep on this machine (inventory/local.yml), report it and print the report's path."""
+    from lab import inventory as inv
+    from lab import report as rep
+    from lab import sweep as sw
+
+    hosts = inv.load(_cfg(c, "demo.inventory")).select()
+    name = name or "demo-" + sw.default_name()[len("sweep-"):]
+    result = _sweep(c, hosts, workloads, None, seeds, None, None, name, False, None, cfg_prefix="demo.")
+    rep_result = rep.build_report([result.sweep.root], result.sweep.root / "report", formats=("html", "md", "json"))
+    html = next((f for f in rep_result.files if str(f).endswith(".html")), rep_result.files[0])
+    print(f"report: {Path(html).resolve()}")
+    if not result.ok:
+        raise Exit(code=1)
+    sys.stdout.flush()
