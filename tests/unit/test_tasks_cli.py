@@ -1,0 +1,64 @@
+"""The invoke command line: tasks, their help, config layering and exit codes."""
+
+import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TASKS = {"provision", "sweep", "collect", "report", "validate", "audit", "demo"}
+
+
+def invoke(*args, env=None):
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
+                          env=full_env, timeout=120)
+
+
+def test_list_shows_every_task_with_one_line_help():
+    out = invoke("--list").stdout
+    listed = {line.split()[0] for line in out.splitlines()[1:] if line.strip() and line.startswith("  ")
+              and not line.startswith("    ")}
+    assert TASKS <= listed
+
+
+def test_every_task_argument_has_help():
+    sys.path.insert(0, str(ROOT))
+    import tasks
+
+    for name in TASKS:
+        t = getattr(tasks, name)
+        params = [p for p in inspect.signature(t.body).parameters if p != "c"]
+        missing = [p for p in params if p not in t.help]
+        assert not missing, f"task {name}: no help for {missing}"
+        assert t.__doc__ and len(t.__doc__.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["sweep", "--device", "a100", "--dry-run"], "unknown device group 'a100'"),
+    (["sweep", "--host", "r740-09", "--dry-run"], "unknown host 'r740-09'"),
+    (["sweep", "--device", "t4", "--gpus", "5", "--dry-run"], "--gpus: 5 GPUs asked but r740-01 has 4"),
+    (["sweep", "--limit", "nothing*", "--dry-run"], "pattern 'nothing*' matches no host"),
+    (["sweep", "--inventory", "inventory/missing.yml", "--dry-run"], "inventory/missing.yml: inventory not found"),
+    (["sweep", "--workloads", "ncf;reboot", "--dry-run"], "is not a workload name"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    r = invoke(*args)
+    assert r.returncode == 2, r.stderr
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and message in lines[0] and lines[0].startswith("gpulab: ")
+    assert "Traceback" not in r.stderr
+
+
+def test_defaults_come_from_invoke_config_and_env_overrides():
+    plan = invoke("sweep", "--device", "v100", "--dry-run").stdout
+    assert "ncf-ttt-tiny-3gpu-s1" in plan  # invoke.yaml: workloads ncf, seeds 1, mode ttt, scale tiny, all GPUs
+    plan = invoke("sweep", "--device", "v100", "--dry-run",
+                  env={"INVOKE_GPULAB_SEEDS": "2", "INVOKE_GPULAB_MODE": "throughput"}).stdout
+    assert "ncf-throughput-tiny-3gpu-s2" in plan
+    plan = invoke("sweep", "--device", "v100", "--dry-run", "--seeds", "3",
+                  env={"INVOKE_GPULAB_SEEDS": "2"}).stdout
+    assert "-s3" in plan  # the command line beats the environment
