@@ -365,3 +365,58 @@ def run_sweep(hosts: list[Host], runs: list[PlannedRun], results_dir: Path, name
         raise
     sweep.save()
     return SweepResult(sweep)
+
+
+@dataclass
+class CollectResult:
+    fetched: int = 0
+    verified: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def collect(sweep_root: Path, inventory_path: str | Path) -> CollectResult:
+    """Fetch again every run of a saved sweep whose local copy is missing or fails verification."""
+    from lab import inventory as inv
+
+    state_file = Path(sweep_root) / "sweep.json"
+    if not state_file.is_file():
+        raise ConfigError(f"{sweep_root}: not a sweep directory (no sweep.json)")
+    try:
+        doc = json.loads(state_file.read_text())
+        runs = [PlannedRun(**{k: v for k, v in r.items() if k != "run_id"}) for r in doc["runs"]]
+        name = doc["name"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{state_file}: unreadable sweep state ({exc})") from None
+    sweep = Sweep(root=Path(sweep_root), name=name, runs=runs, hosts=doc.get("hosts", {}),
+                  created=doc.get("created", utcnow()), options=doc.get("options", {}))
+    result = CollectResult()
+    todo = [r for r in runs if r.state != "planned" and checksums.verify(sweep.run_dir(r))]
+    result.verified = len(runs) - len(todo) - sum(1 for r in runs if r.state == "planned")
+    if not todo:
+        return result
+    hosts = {h.name: h for h in inv.load(inventory_path).select(sorted({r.host for r in todo}))}
+
+    def fetch_host(host: Host) -> None:
+        with rmt.connect(host) as remote:
+            layout = HostLayout(remote.expand(host.workdir.rstrip("/")) + f"/sweeps/{name}")
+            for run in (r for r in todo if r.host == host.name):
+                src = layout.run_dir(run)
+                if checksums.SUMS not in remote.listdir(src):
+                    result.problems.append(f"{host.name} {run.run_id}: no complete run directory on the host")
+                    continue
+                problems = fetch_run(remote, src, sweep.run_dir(run))
+                result.fetched += 1
+                if problems:
+                    result.problems.append(f"{host.name} {run.run_id}: {'; '.join(problems)}")
+                    run.state, run.reason = "failed", "; ".join(problems)
+                    continue
+                status = _read_json(sweep.run_dir(run) / "status.json")
+                run.state, run.outcome, run.reason = "complete", status.get("outcome"), status.get("reason", "")
+                result.verified += 1
+
+    for host_name, outcome in rmt.on_hosts(hosts.values(), fetch_host).items():
+        if isinstance(outcome, Exception):
+            msg = outcome.message if isinstance(outcome, GpulabError) else f"{type(outcome).__name__}: {outcome}"
+            result.problems.append(f"{host_name}: {msg}")
+    sweep.save()
+    return result
