@@ -1,0 +1,280 @@
+"""What every workload shares: the run context and the two drivers.
+
+Imported only in workload processes (it imports torch). A workload module
+exposes ``build(ctx) -> Trainer``; the trainer provides
+
+- ``hyperparameters() -> dict``: MLLOG keys logged during init (a value, or
+  ``(value, metadata)``);
+- ``train_samples``, ``eval_samples``: sizes of the data sets (ttt mode);
+- ``train_epoch(epoch)``: one pass over this rank's share of the data;
+- ``evaluate(epoch) -> float | dict``: the quality metric, the same on every rank;
+- ``throughput_batch() -> int`` and ``throughput_step()``: one training step on
+  synthetic on-device data, returning nothing; the batch is per process.
+
+``run(ctx, module)`` drives ttt or throughput mode and logs the MLPerf events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from mlperf_logging.mllog import constants as C
+
+from runner.abort import Aborted
+
+
+class WorkloadError(Exception):
+    """The workload cannot run as asked (missing data, unsupported setting)."""
+
+
+class Context:
+    def __init__(self, *, spec: dict, entry: dict, log, device: torch.device,
+                 rank: int, world_size: int, local_rank: int, precision: str):
+        self.spec = spec
+        self.entry = entry
+        self.name = spec["workload"]
+        self.scale = spec["scale"]
+        self.mode = spec["mode"]
+        self.seed = int(spec["seed"])
+        self.data = spec.get("data")
+        self.cfg = dict(entry["scales"][self.scale])
+        self.log = log
+        self.device = device
+        self.rank = rank
+        self.world_size = world_size
+        self.local_rank = local_rank
+        self.precision = precision
+        self.is_main = rank == 0
+        self.distributed = world_size > 1
+        self.cuda = device.type == "cuda"
+        self.t_launch = float(spec.get("t_launch", time.time()))
+        self.first_step_time = None
+        # options of the speed path; a workload may ignore what does not apply
+        self.compile = bool(spec.get("compile", self.cuda))
+        self.channels_last = self.cuda
+
+    # --- numerics ---------------------------------------------------------------
+    @property
+    def amp_dtype(self):
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
+
+    def autocast(self):
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
+
+    def grad_scaler(self):
+        enabled = self.precision == "fp16"
+        return torch.amp.GradScaler(self.device.type, enabled=enabled)
+
+    def generator(self, offset: int = 0) -> torch.Generator:
+        """A CPU generator seeded from the run seed (and ``offset``)."""
+        g = torch.Generator()
+        g.manual_seed((self.seed * 1000003 + offset) % (2**63))
+        return g
+
+    def fused(self) -> dict:
+        """Keyword for torch.optim constructors: the fused kernel on CUDA."""
+        return {"fused": True} if self.cuda else {}
+
+    # --- distributed helpers ---------------------------------------------------
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        if not self.distributed:
+            return model
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        if self.cuda:
+            return DDP(model, device_ids=[self.device.index], gradient_as_bucket_view=True)
+        return DDP(model)
+
+    def all_sum(self, values) -> list[float]:
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64,
+                         device=self.device if self.cuda else "cpu")
+        if self.distributed:
+            dist.all_reduce(t)
+        return [float(v) for v in t.tolist()]
+
+    def gather(self, obj) -> list | None:
+        """All ranks' ``obj`` on rank 0 (None elsewhere)."""
+        if not self.distributed:
+            return [obj]
+        out = [None] * self.world_size if self.is_main else None
+        dist.gather_object(obj, out, dst=0)
+        return out
+
+    def broadcast(self, obj):
+        if not self.distributed:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def barrier(self):
+        if self.distributed:
+            dist.barrier()
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def shard(self, n: int) -> slice:
+        """This rank's contiguous share of ``n`` items."""
+        per = n // self.world_size
+        return slice(self.rank * per, (self.rank + 1) * per)
+
+    def mark_step(self):
+        if self.first_step_time is None:
+            self.sync()
+            self.first_step_time = time.time()
+
+
+def reached(quality, target, higher_is_better: bool = True) -> bool:
+    if isinstance(target, dict):
+        return all(reached(quality[k], v, higher_is_better) for k, v in target.items())
+    if quality is None or (isinstance(quality, float) and math.isnan(quality)):
+        return False
+    return quality >= target if higher_is_better else quality <= target
+
+
+def _fmt(q) -> str:
+    if isinstance(q, dict):
+        return ", ".join(f"{k} {v:.4f}" for k, v in q.items())
+    return f"{q:.4f}"
+
+
+def run(ctx: Context, module) -> dict:
+    """Drive the workload; returns ``{"outcome", "reason", "result"}``."""
+    log = ctx.log
+    trainer = module.build(ctx)
+    log.event(C.SEED, ctx.seed)
+    log.hyperparameters(trainer.hyperparameters())
+    if ctx.mode == "throughput":
+        return _throughput(ctx, trainer)
+    return _ttt(ctx, trainer)
+
+
+def _ttt(ctx: Context, trainer) -> dict:
+    log, cfg, entry = ctx.log, ctx.cfg, ctx.entry
+    target = cfg["target"]
+    hib = entry.get("higher_is_better", True)
+    max_epochs = int(ctx.spec.get("max_epochs") or cfg["max_epochs"])
+    every = cfg.get("eval_every", 1)
+    log.event(C.TRAIN_SAMPLES, trainer.train_samples)
+    log.event(C.EVAL_SAMPLES, trainer.eval_samples)
+    ctx.barrier()
+    log.end(C.INIT_STOP)
+    ctx.barrier()
+    log.start(C.RUN_START)
+    t0 = time.time()
+    quality, epoch, history = None, 0, []
+    try:
+        for block_first in range(1, max_epochs + 1, every):
+            count = min(every, max_epochs - block_first + 1)
+            log.start(C.BLOCK_START, metadata={C.FIRST_EPOCH_NUM: block_first, C.EPOCH_COUNT: count})
+            for epoch in range(block_first, block_first + count):
+                log.start(C.EPOCH_START, metadata={C.EPOCH_NUM: epoch})
+                trainer.train_epoch(epoch)
+                log.end(C.EPOCH_STOP, metadata={C.EPOCH_NUM: epoch})
+            log.start(C.EVAL_START, metadata={C.EPOCH_NUM: epoch})
+            quality = trainer.evaluate(epoch)
+            log.event(C.EVAL_ACCURACY, quality, metadata={C.EPOCH_NUM: epoch})
+            log.end(C.EVAL_STOP, metadata={C.EPOCH_NUM: epoch})
+            log.end(C.BLOCK_STOP, metadata={C.FIRST_EPOCH_NUM: block_first})
+            history.append(quality)
+            if reached(quality, target, hib):
+                ctx.sync()
+                ttt = time.time() - t0
+                log.end(C.RUN_STOP, metadata={"status": C.SUCCESS})
+                return {
+                    "outcome": "success",
+                    "reason": f"reached {entry['metric']} {_fmt(quality)} (target {_fmt_t(target)}) at epoch {epoch}",
+                    "result": _ttt_result(ctx, trainer, epoch, quality, target, ttt),
+                }
+    except Aborted:
+        log.end(C.RUN_STOP, metadata={"status": C.ABORTED})
+        raise
+    ttt = time.time() - t0
+    log.end(C.RUN_STOP, metadata={"status": C.ABORTED})
+    last = "no evaluation" if quality is None else f"{entry['metric']} {_fmt(quality)}"
+    return {
+        "outcome": "target_missed",
+        "reason": f"{last} after {epoch} epochs (the limit) is below the target {_fmt_t(target)}",
+        "result": _ttt_result(ctx, trainer, epoch, quality, target, ttt),
+    }
+
+
+def _fmt_t(t) -> str:
+    return _fmt(t) if isinstance(t, dict) else f"{t}"
+
+
+def _ttt_result(ctx, trainer, epochs, quality, target, ttt) -> dict:
+    samples = trainer.train_samples * epochs
+    res = {"epochs": epochs, "quality": quality, "target": target,
+           "time_to_train_s": round(ttt, 3),
+           "samples_per_s": round(samples / ttt, 3) if ttt > 0 else None}
+    if ctx.first_step_time is not None:
+        res["time_to_first_step_s"] = round(ctx.first_step_time - ctx.t_launch, 3)
+    return res
+
+
+def _throughput(ctx: Context, trainer) -> dict:
+    log, cfg = ctx.log, ctx.cfg
+    tp = cfg.get("throughput", {})
+    warmup = int(ctx.spec.get("warmup_steps") or tp.get("warmup_steps", 5))
+    measure_s = float(ctx.spec.get("measure_s") or tp.get("measure_s", 10.0))
+    min_steps = int(tp.get("min_steps", 5))
+    chunk = int(tp.get("chunk_steps", 5))
+    batch = trainer.throughput_batch()
+    ctx.barrier()
+    log.end(C.INIT_STOP)
+    log.start(C.RUN_START)
+    try:
+        for i in range(warmup):
+            trainer.throughput_step()
+            if i == 0:
+                ctx.mark_step()
+        ctx.sync()
+        ctx.barrier()
+        t0 = time.time()
+        steps = 0
+        while True:
+            for _ in range(chunk):
+                trainer.throughput_step()
+            steps += chunk
+            if ctx.first_step_time is None:
+                ctx.mark_step()
+            ctx.sync()
+            go = steps < min_steps or (time.time() - t0) < measure_s
+            if not ctx.broadcast(go):
+                break
+        ctx.barrier()
+        elapsed = time.time() - t0
+    except Aborted:
+        log.end(C.RUN_STOP, metadata={"status": C.ABORTED})
+        raise
+    sps = steps * batch * ctx.world_size / elapsed
+    log.event("throughput", sps, metadata={"unit": f"{ctx.entry['sample_unit']}/s", "steps": steps,
+                                           "elapsed_s": round(elapsed, 3)})
+    log.end(C.RUN_STOP, metadata={"status": C.SUCCESS})
+    res = {"samples_per_s": round(sps, 3), "sample_unit": ctx.entry["sample_unit"],
+           "steps": steps, "warmup_steps": warmup, "measured_s": round(elapsed, 3),
+           "batch_per_process": batch, "world_size": ctx.world_size}
+    if ctx.first_step_time is not None:
+        res["time_to_first_step_s"] = round(ctx.first_step_time - ctx.t_launch, 3)
+    return {
+        "outcome": "success",
+        "reason": f"measured {sps:,.1f} {ctx.entry['sample_unit']}/s over {steps} steps ({elapsed:.1f} s)",
+        "result": res,
+    }
+
+
+def env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default

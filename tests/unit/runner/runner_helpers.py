@@ -1,0 +1,92 @@
+"""Helpers for the runner tests: run ``python -m runner`` as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def env() -> dict:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e.setdefault("OMP_NUM_THREADS", "2")
+    # keep compiled-kernel caches of tests out of the user's home
+    e.setdefault("GPULAB_CACHE_DIR", "/tmp/gpulab-test-cache")
+    return e
+
+
+def runner(*args, timeout=300, check=False) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runner", *map(str, args)], cwd=ROOT, env=env(),
+                          capture_output=True, text=True, timeout=timeout, check=check)
+
+
+def start(*args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "runner", *map(str, args)], cwd=ROOT, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(path: Path, text: str, timeout: float = 120) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if path.is_file() and text in path.read_text(errors="replace"):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{text!r} never appeared in {path}")
+
+
+def status(run_dir: Path) -> dict:
+    return json.loads((Path(run_dir) / "status.json").read_text())
+
+
+def mllog_events(run_dir: Path) -> list[dict]:
+    out = []
+    for line in (Path(run_dir) / "mllog.log").read_text().splitlines():
+        assert line.startswith(":::MLLOG "), line
+        out.append(json.loads(line[len(":::MLLOG "):]))
+    return out
+
+
+def assert_complete(run_dir: Path) -> None:
+    """status.json exists and SHA256SUMS verifies with the real sha256sum tool."""
+    from runner import rundir
+
+    run_dir = Path(run_dir)
+    names = {"mllog.log", "stdout.log", "telemetry.csv", "manifest.json", "status.json", "SHA256SUMS"}
+    assert names <= {p.name for p in run_dir.iterdir()}, sorted(p.name for p in run_dir.iterdir())
+    r = subprocess.run(["sha256sum", "--strict", "-c", "SHA256SUMS"], cwd=run_dir,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    listed = {ln.split("  ", 1)[1] for ln in (run_dir / "SHA256SUMS").read_text().splitlines()}
+    assert listed == names - {"SHA256SUMS"}
+    assert rundir.verify(run_dir) == []
+
+
+def worker_processes(spec_path: str) -> list[int]:
+    """PIDs of live processes whose command line names ``spec_path``."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            st = (d / "stat").read_text()
+        except OSError:
+            continue
+        if spec_path in cmd and ") Z " not in st:
+            pids.append(int(d.name))
+    return pids
+
+
+def launched_spec(run_dir: Path) -> str:
+    launch = json.loads((Path(run_dir) / "manifest.json").read_text())["launch"]
+    return launch[launch.index("--spec") + 1]
+
+
+SIGTERM, SIGINT = signal.SIGTERM, signal.SIGINT
