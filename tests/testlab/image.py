@@ -1,0 +1,275 @@
+"""The read-only layers every lab host is made of, built once and cached.
+
+* ``rootfs``: Debian bookworm minbase (debootstrap) with sshd and Python, cleaned
+  (no host keys, no apt lists, no docs), cached as ``rootfs-<key>.tar.zst``.
+* ``pylayer``: the runner's Python dependencies (torch CPU, numpy,
+  mlperf-logging, nvidia-ml-py and their dependencies) installed into
+  ``/usr/local/lib/python3.11/dist-packages``, cached as ``pylayer-<key>.tar.zst``.
+* ``wheelhouse-<key>/``: the wheels the layer was installed from, plus the build
+  requirements of the project, served to the hosts over HTTP.
+
+Each key is a hash of this file and of the inputs (package list, mirror,
+requirements), so editing the builder rebuilds. Tarballs are unpacked once into
+``trees/<name>/`` and used as overlayfs lower directories by every host of every
+lab; a lock file keeps two sessions from building or unpacking the same thing
+at once.
+"""
+
+from __future__ import annotations
+
+import glob
+import inspect
+import os
+import re
+import shutil
+import sys
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.testlab.util import REPO, LabError, cache_dir, digest, flock, run
+
+SUITE = "bookworm"
+# openssh-server, python3, python3-apt, procps, iproute2: what Ansible and the
+# notes need. tini: PID 1 of each host (reaps orphans, so sshd can be stopped
+# and restarted on its own). python3-venv, python3-pip: the provisioning
+# installs the runner into a venv with pip from the served wheelhouse; a real
+# host gets them from its distribution, a lab host cannot reach one.
+INCLUDE = [
+    "openssh-server", "python3", "python3-apt", "procps", "iproute2",
+    "tini", "python3-venv", "python3-pip",
+]
+PYTHON = "python3.11"  # Debian bookworm's python3: the layer's wheels must fit it
+TORCH_PIN = "torch==2.13.0+cpu"
+TORCH_WHEEL_GLOB = "/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux*_x86_64.whl"
+
+CLEAN_SCRIPT = r"""
+set -eu
+cd "$1"
+rm -f etc/ssh/ssh_host_*
+printf '#!/bin/sh\n# test lab host: no service starts on package installation\nexit 101\n' > usr/sbin/policy-rc.d
+chmod 755 usr/sbin/policy-rc.d
+: > etc/apt/sources.list
+rm -rf etc/apt/sources.list.d/*
+: > etc/machine-id
+printf '# test lab host: no DNS\n' > etc/resolv.conf
+rm -rf var/cache/apt/* var/lib/apt/lists/* usr/share/doc/* usr/share/man/* usr/share/info/* \
+       usr/share/locale/* usr/share/lintian var/cache/debconf/*-old var/lib/dpkg/*-old tmp/* root/.cache
+mkdir -p var/lib/apt/lists/partial var/cache/apt/archives/partial
+find var/log -type f -exec truncate -s 0 {} +
+touch -d @0 var/lib/apt/lists
+"""
+
+
+def apt_mirror() -> str:
+    """The Debian mirror this machine's apt uses (GPULAB_TESTLAB_MIRROR overrides)."""
+    if os.environ.get("GPULAB_TESTLAB_MIRROR"):
+        return os.environ["GPULAB_TESTLAB_MIRROR"]
+    for path in sorted(glob.glob("/etc/apt/sources.list.d/*.sources")):
+        for stanza in Path(path).read_text().split("\n\n"):
+            fields = dict(
+                (k.strip().lower(), v.strip())
+                for k, _, v in (ln.partition(":") for ln in stanza.splitlines() if not ln.startswith("#"))
+                if _
+            )
+            if SUITE in fields.get("suites", "").split() and "deb" in fields.get("types", "").split():
+                if fields.get("enabled", "yes").lower() != "no":
+                    return fields["uris"].split()[0]
+    for path in ["/etc/apt/sources.list", *sorted(glob.glob("/etc/apt/sources.list.d/*.list"))]:
+        if not os.path.exists(path):
+            continue
+        for line in Path(path).read_text().splitlines():
+            m = re.match(r"\s*deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+" + SUITE + r"\s", line + " ")
+            if m:
+                return m.group(1)
+    return "http://deb.debian.org/debian"
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str  # e.g. rootfs-0123456789abcdef
+    tarball: Path
+    tree: Path
+
+
+def _tree_dir() -> Path:
+    path = cache_dir() / "trees"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def _unpack(name: str, tarball: Path) -> Path:
+    """Unpack a layer tarball once into trees/<name> (shared, read-only by convention)."""
+    tree = _tree_dir() / name
+    ok = _tree_dir() / f"{name}.ok"
+    if ok.exists() and tree.is_dir():
+        return tree
+    with flock(cache_dir() / "locks" / f"{name}.lock", f"unpacking {name}"):
+        if ok.exists() and tree.is_dir():
+            return tree
+        tmp = _tree_dir() / f".{name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        run(["tar", "--zstd", "--numeric-owner", "-xpf", str(tarball), "-C", str(tmp)])
+        shutil.rmtree(tree, ignore_errors=True)
+        tmp.rename(tree)
+        ok.touch()
+    return tree
+
+
+def _log(msg: str) -> None:
+    print(f"[testlab] {msg}", file=sys.stderr, flush=True)
+
+
+# -- rootfs -------------------------------------------------------------------
+
+def rootfs_key() -> str:
+    return digest(inspect.getsource(_build_rootfs), SUITE, " ".join(INCLUDE), apt_mirror(), CLEAN_SCRIPT)
+
+
+def ensure_rootfs() -> Layer:
+    key = rootfs_key()
+    name = f"rootfs-{key}"
+    tarball = cache_dir() / f"{name}.tar.zst"
+    if not tarball.exists():
+        with flock(cache_dir() / "locks" / "rootfs.lock", "building the rootfs"):
+            if not tarball.exists():
+                _build_rootfs(tarball)
+    return Layer(name, tarball, _unpack(name, tarball))
+
+
+def _build_rootfs(tarball: Path) -> None:
+    """debootstrap onto a tmpfs inside a private mount namespace (nothing stays mounted on a crash)."""
+    t0 = time.monotonic()
+    mirror = apt_mirror()
+    _log(f"building {tarball.name} from {mirror} (about a minute)")
+    debs = cache_dir() / "debs"
+    debs.mkdir(exist_ok=True)
+    work = Path(f"/tmp/gpulab-testlab-build-{os.getpid()}")
+    work.mkdir(exist_ok=True)
+    tmp_out = tarball.with_name(f".{tarball.name}.{os.getpid()}.tmp")
+    clean = CLEAN_SCRIPT.replace("'", "'\\''")
+    script = f"""
+set -eu
+mount -t tmpfs -o size=4g,mode=755 gpulab-testlab-build "{work}"
+debootstrap --variant=minbase --include={",".join(INCLUDE)} --cache-dir="{debs}" \\
+    {SUITE} "{work}/root" "{mirror}" > "{work}.log" 2>&1 || {{ tail -20 "{work}.log" >&2; exit 1; }}
+sh -c '{clean}' clean "{work}/root"
+tar --numeric-owner -C "{work}/root" -cf - . | zstd -q -T0 -6 -o "{tmp_out}"
+"""
+    try:
+        run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script], timeout=1200)
+        tmp_out.rename(tarball)
+    finally:
+        tmp_out.unlink(missing_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+    size = tarball.stat().st_size / 2**20
+    _log(f"built {tarball.name} ({size:.0f} MiB) in {time.monotonic() - t0:.0f}s")
+
+
+# -- python layer and wheelhouse ------------------------------------------------
+
+def torch_wheel() -> Path:
+    env = os.environ.get("GPULAB_TESTLAB_TORCH_WHEEL")
+    found = [env] if env else sorted(glob.glob(TORCH_WHEEL_GLOB))
+    if not found or not os.path.exists(found[0]):
+        raise LabError(
+            f"no torch CPU wheel at {env or TORCH_WHEEL_GLOB}: set GPULAB_TESTLAB_TORCH_WHEEL to a "
+            f"{TORCH_PIN} cp311 wheel (an unpinned torch would pull a multi-GB CUDA build)"
+        )
+    return Path(found[0])
+
+
+def runner_requirements() -> tuple[list[str], list[str]]:
+    """(runtime, build) requirements of the project, from pyproject.toml; torch pinned to the CPU build."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    runtime = list(project["project"]["dependencies"])
+    for req in project["project"].get("optional-dependencies", {}).get("runner", []):
+        runtime.append(TORCH_PIN if re.match(r"torch\b", req) else req)
+    build = list(project["build-system"]["requires"]) + ["wheel"]
+    return runtime, build
+
+
+def pylayer_key() -> str:
+    runtime, build = runner_requirements()
+    return digest(inspect.getsource(_build_pylayer), inspect.getsource(runner_requirements), PYTHON,
+                  " ".join(runtime), " ".join(build), torch_wheel().name)
+
+
+def _pip(*args: str, timeout=1800):
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
+    return run([sys.executable, "-m", "pip", *args], timeout=timeout, env=env)
+
+
+def ensure_pylayer() -> tuple[Layer, Path]:
+    """(the python layer, the wheelhouse directory)."""
+    if sys.version_info[:2] != (3, 11):
+        raise LabError(f"the python layer is built with the controller's pip for {PYTHON}; "
+                       f"this is Python {sys.version.split()[0]}")
+    key = pylayer_key()
+    name = f"pylayer-{key}"
+    tarball = cache_dir() / f"{name}.tar.zst"
+    wheelhouse = cache_dir() / f"wheelhouse-{key}"
+    if not (tarball.exists() and wheelhouse.is_dir()):
+        with flock(cache_dir() / "locks" / "pylayer.lock", "building the python layer"):
+            if not (tarball.exists() and wheelhouse.is_dir()):
+                _build_pylayer(tarball, wheelhouse)
+    return Layer(name, tarball, _unpack(name, tarball)), wheelhouse
+
+
+def _build_pylayer(tarball: Path, wheelhouse: Path) -> None:
+    t0 = time.monotonic()
+    runtime, build = runner_requirements()
+    _log(f"building {tarball.name}: {' '.join(runtime)}")
+    wh_tmp = wheelhouse.with_name(f".{wheelhouse.name}.tmp")
+    shutil.rmtree(wh_tmp, ignore_errors=True)
+    wh_tmp.mkdir()
+    torch_dir = str(torch_wheel().parent)
+    # pip wheel: binary wheels are copied, sdists built here, so the hosts only ever install wheels
+    _pip("wheel", "--quiet", "--wheel-dir", str(wh_tmp), "--find-links", torch_dir, *runtime, *build)
+    layer = Path(f"/tmp/gpulab-testlab-pylayer-{os.getpid()}")
+    shutil.rmtree(layer, ignore_errors=True)
+    site = layer / "usr/local/lib" / PYTHON / "dist-packages"
+    tmp_out = tarball.with_name(f".{tarball.name}.{os.getpid()}.tmp")
+    try:
+        _pip("install", "--quiet", "--no-index", "--find-links", str(wh_tmp), "--target", str(site),
+             *runtime)
+        bindir = layer / "usr/local/bin"
+        bindir.mkdir(parents=True)
+        if (site / "bin").is_dir():
+            for script in (site / "bin").iterdir():
+                text = script.read_bytes()
+                if text.startswith(b"#!"):
+                    text = b"#!/usr/bin/python3" + text[text.index(b"\n"):]
+                (bindir / script.name).write_bytes(text)
+                (bindir / script.name).chmod(0o755)
+            shutil.rmtree(site / "bin")
+        run(f"tar --numeric-owner --owner=0 --group=0 -C {layer} -cf - . | zstd -q -T0 -3 -o {tmp_out}",
+            timeout=1200)
+        tmp_out.rename(tarball)
+        shutil.rmtree(wheelhouse, ignore_errors=True)
+        wh_tmp.rename(wheelhouse)
+    finally:
+        shutil.rmtree(layer, ignore_errors=True)
+        shutil.rmtree(wh_tmp, ignore_errors=True)
+        tmp_out.unlink(missing_ok=True)
+    size = tarball.stat().st_size / 2**20
+    _log(f"built {tarball.name} ({size:.0f} MiB) in {time.monotonic() - t0:.0f}s")
+
+
+def prune(keep: set[str], in_use: set[str]) -> list[str]:
+    """Remove cached layers, trees and wheelhouses whose key is neither current nor used by a live lab."""
+    removed = []
+    root = cache_dir()
+    for path in list(root.glob("*.tar.zst")) + list(root.glob("wheelhouse-*")) + list(_tree_dir().iterdir()):
+        stem = path.name.removesuffix(".tar.zst").removesuffix(".ok").lstrip(".").removesuffix(".tmp")
+        stem = stem.replace("wheelhouse-", "pylayer-")
+        if stem in keep or stem in in_use or not re.match(r"(rootfs|pylayer|apt)-[0-9a-f]{16}$", stem):
+            continue
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path.name)
+    return removed
