@@ -1,0 +1,7 @@
+"""Shared fixtures. The test lab (real SSH hosts in network namespaces): tests/testlab/."""
+
+from tests.testlab.fixtures import clean_leftovers_at_start, testlab, testlab_images  # noqa: F401
+
+
+def pytest_sessionstart(session):
+    clean_leftovers_at_start()
