@@ -52,7 +52,7 @@ def table(gpus):
         bus = FIELDS["pci.bus_id"](i, g)[0]
         mem = "%5dMiB / %6dMiB" % (g.get("memory_used_mib", 0), g.get("memory_mib", 15360))
         out += ["| %3d  %-24s       Off | %18s Off | %20s |" % (i, g["name"][:24], bus, "0"),
-                "| N/A   %2dC    P8  %13s / %4dW | %22s | %6d%%      Default |" % (
+                "| N/A   %2dC    P8  %14s / %4dW | %22s | %6d%%      Default |" % (
                     g.get("temp_c", 34), "%dW" % g.get("power_w", 9), g.get("power_limit_w", 70), mem,
                     g.get("util_pct", 0)),
                 "|                                         |                        |                  N/A |",
