@@ -141,6 +141,7 @@ def ensure_repo(paths: list[Path] | None = None) -> Path:
     key = repo_key(paths)
     repo = cache_dir() / f"apt-{key}"
     if (repo / "Release").exists():
+        os.utime(repo)  # last use, for image.prune()
         return repo
     with flock(cache_dir() / "locks" / "apt.lock", "building the apt repository"):
         if (repo / "Release").exists():

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from tests.testlab.lab import Lab, cleanup_stale, missing_requirements
+from tests.testlab.lab import Lab, _read_entries, cleanup_stale, missing_requirements
 
 
 def lab_required() -> bool:
@@ -46,6 +46,8 @@ def testlab_images():
     rootfs = image.ensure_rootfs()
     pylayer, wheelhouse = image.ensure_pylayer()
     repo = aptrepo.ensure_repo()
+    in_use = {name for entry in _read_entries() for name in entry.get("layers", [])}
+    image.prune({rootfs.name, pylayer.name, repo.name}, in_use)
     return {"rootfs": rootfs, "pylayer": pylayer, "wheelhouse": wheelhouse, "apt_repo": repo}
 
 

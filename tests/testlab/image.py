@@ -101,6 +101,7 @@ def _tree_dir() -> Path:
 
 def _unpack(name: str, tarball: Path) -> Path:
     """Unpack a layer tarball once into trees/<name> (shared, read-only by convention)."""
+    os.utime(tarball)  # last use, for prune()
     tree = _tree_dir() / name
     ok = _tree_dir() / f"{name}.ok"
     if ok.exists() and tree.is_dir():
@@ -258,14 +259,24 @@ def _build_pylayer(tarball: Path, wheelhouse: Path) -> None:
     _log(f"built {tarball.name} ({size:.0f} MiB) in {time.monotonic() - t0:.0f}s")
 
 
-def prune(keep: set[str], in_use: set[str]) -> list[str]:
-    """Remove cached layers, trees and wheelhouses whose key is neither current nor used by a live lab."""
+def prune(keep: set[str], in_use: set[str], max_age_days: float = 3.0) -> list[str]:
+    """Remove cached layers, trees and wheelhouses of other keys, unused for max_age_days.
+
+    Other worktrees or branches on the same machine may build other keys: an entry is
+    only removed when no live lab uses it and nobody has used it for days.
+    """
     removed = []
     root = cache_dir()
-    for path in list(root.glob("*.tar.zst")) + list(root.glob("wheelhouse-*")) + list(_tree_dir().iterdir()):
-        stem = path.name.removesuffix(".tar.zst").removesuffix(".ok").lstrip(".").removesuffix(".tmp")
-        stem = stem.replace("wheelhouse-", "pylayer-")
-        if stem in keep or stem in in_use or not re.match(r"(rootfs|pylayer|apt)-[0-9a-f]{16}$", stem):
+    cutoff = time.time() - max_age_days * 86400
+    candidates = list(root.glob("*.tar.zst")) + list(root.glob("wheelhouse-*")) + list(root.glob("apt-*"))
+    candidates += list(_tree_dir().iterdir())
+    for path in candidates:
+        stem = path.name.removesuffix(".tar.zst").removesuffix(".ok").replace("wheelhouse-", "pylayer-")
+        if stem in keep or stem in in_use or not re.fullmatch(r"(rootfs|pylayer|apt)-[0-9a-f]{16}", stem):
+            continue
+        stamp = root / f"{stem}.tar.zst"
+        last_use = stamp.stat().st_mtime if stamp.exists() else path.stat().st_mtime
+        if last_use > cutoff:
             continue
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
