@@ -165,6 +165,7 @@ tar --numeric-owner -C "{work}/root" -cf - . | zstd -q -T0 -6 -o "{tmp_out}"
     finally:
         tmp_out.unlink(missing_ok=True)
         shutil.rmtree(work, ignore_errors=True)
+        Path(f"{work}.log").unlink(missing_ok=True)
     size = tarball.stat().st_size / 2**20
     _log(f"built {tarball.name} ({size:.0f} MiB) in {time.monotonic() - t0:.0f}s")
 
