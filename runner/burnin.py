@@ -1,0 +1,576 @@
+"""``python -m runner burnin``: GPU health and performance for hardware validation.
+
+    python -m runner burnin --level quick|standard|burn-in [--gpus all|N|I,J] --out DIR [--json]
+
+Measures; does not judge. The controller (``lab.validate``) compares the
+document with references and gives the verdicts.
+
+What it does, in order:
+1. probe the host (``runner.probe``), start the NVML sampler
+   (``DIR/telemetry.csv``) and sample the GPUs at idle;
+2. read the kernel log since boot for NVIDIA XID events;
+3. (standard, burn-in) per GPU, one after another: matmul TFLOP/s in fp32,
+   tf32, bf16 and fp16 (a block of each product checked against float64),
+   device memory bandwidth, pinned host-to-device and device-to-host
+   bandwidth, ResNet-50 training throughput;
+4. (standard, burn-in; two GPUs or more) the same on all GPUs at once,
+   then NCCL all-reduce bus bandwidth over all of them;
+5. (burn-in) a sustained bf16 matmul on all GPUs at once for ``--minutes``;
+6. read the kernel log again (XIDs that appeared during the load), stop the
+   sampler, and write ``DIR/burnin.json`` (the document), ``DIR/probe.json``
+   and ``DIR/SHA256SUMS``.
+
+The load tests run in child processes (``runner.burnin_worker``) that import
+torch; this process imports no framework. ResNet-50: ``--resnet runner``
+calls ``python -m runner run resnet50 --mode throughput`` (the runner's own
+workload, the command-line contract), ``builtin`` a minimal synthetic-data
+training loop in the worker, ``auto`` (default) the runner's workload when
+``runner list`` has it, else the builtin loop; the document says which.
+
+Exit codes: 0 every test ran and passed its own sanity checks; 1 a test
+failed (a worker crashed, wrong matmul results, a timeout), or this host has
+no NVIDIA driver/GPU (the document is still written, with ``outcome:
+"no_gpu"`` and the reason, and the reason is printed on stderr); 2 bad input
+(unknown level, bad GPU list, ``--out`` not empty), one line on stderr,
+nothing written.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from runner import __version__, probe, telemetry
+
+SCHEMA = 1
+
+# Durations (seconds) per level. quick: health only, no load.
+LEVELS = {
+    "quick": {"idle_s": 3, "load": False},
+    "standard": {
+        "idle_s": 5, "load": True, "matmul_s": 5, "membw_s": 5, "transfer_s": 3, "resnet_s": 20,
+        "resnet_max_minutes": 3, "nccl_iters": 20, "burn_minutes": 0,
+    },
+    "burn-in": {
+        "idle_s": 10, "load": True, "matmul_s": 30, "membw_s": 30, "transfer_s": 10, "resnet_s": 60,
+        "resnet_max_minutes": 6, "nccl_iters": 100, "burn_minutes": 10,
+    },
+}
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+MAX_BURN_MINUTES = 60
+
+# test kind -> metric name in the document (and in the references)
+def metric_name(test: str, dtype: str | None = None) -> str:
+    return {
+        "matmul": f"matmul_{dtype}_tflops",
+        "membw": "memory_bandwidth_gbs",
+        "h2d": "h2d_bandwidth_gbs",
+        "d2h": "d2h_bandwidth_gbs",
+        "resnet50": "resnet50_images_per_s",
+        "nccl": "nccl_allreduce_busbw_gbs",
+    }[test]
+
+
+# tests that load the GPU (their windows make the "under load" telemetry)
+LOAD_TESTS = {"matmul", "membw", "resnet50", "burn"}
+
+
+def _now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# ---------------------------------------------------------------- XID events
+
+XID_RE = re.compile(
+    r"(?:\[\s*(?P<uptime>\d+\.\d+)\]\s*)?.*?NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?\): "
+    r"(?P<xid>\d+),\s*(?P<text>.*)$"
+)
+
+
+def pci_key(bus_id: str | None):
+    """(domain, bus, device) of '00000000:1B:00.0' or '0000:1b:00' style ids."""
+    if not bus_id:
+        return None
+    m = re.match(r"(?:([0-9a-fA-F]+):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})", bus_id.strip())
+    if not m:
+        return None
+    return (int(m.group(1) or "0", 16), int(m.group(2), 16), int(m.group(3), 16))
+
+
+def parse_xids(text: str, gpus: list[dict] | None = None) -> list[dict]:
+    """XID events of a kernel log; ``gpus`` (probe entries) maps PCI ids to indices."""
+    by_pci = {pci_key(g.get("pci_bus_id")): g.get("index") for g in (gpus or []) if g.get("pci_bus_id")}
+    events = []
+    for line in text.splitlines():
+        m = XID_RE.search(line)
+        if not m:
+            continue
+        events.append({
+            "xid": int(m.group("xid")),
+            "pci": m.group("pci").lower(),
+            "gpu": by_pci.get(pci_key(m.group("pci"))),
+            "uptime_s": float(m.group("uptime")) if m.group("uptime") else None,
+            "text": m.group("text").strip()[:300],
+        })
+    return events
+
+
+def read_kernel_log() -> tuple[str | None, str | None, str | None]:
+    """(text, source, error): the kernel messages since boot.
+
+    Tries ``journalctl -k -b`` (complete since boot) and then ``dmesg`` (the
+    ring buffer, may have wrapped); ``dmesg`` may be refused to non-root users
+    (kernel.dmesg_restrict), in which case the error says so.
+    """
+    errors = []
+    for argv, source in (
+        (["journalctl", "-k", "-b", "--no-pager", "-q", "-o", "short-monotonic"], "journalctl -k -b"),
+        (["dmesg"], "dmesg"),
+    ):
+        if shutil.which(argv[0]) is None:
+            errors.append(f"{argv[0]} not found")
+            continue
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=60, errors="replace")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            errors.append(f"{source}: {exc}")
+            continue
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout, source, None
+        msg = (out.stderr.strip().splitlines() or [f"exit {out.returncode}, no output"])[-1]
+        errors.append(f"{source}: {msg}")
+    return None, None, "; ".join(errors)
+
+
+def xid_scan(gpus: list[dict]) -> dict:
+    text, source, error = read_kernel_log()
+    events = parse_xids(text, gpus) if text is not None else []
+    return {"source": source, "error": error, "events": events}
+
+
+# ---------------------------------------------------------------- workers
+
+
+def _worker_env(gpus: list[int]) -> dict:
+    env = dict(os.environ)
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA numbers GPUs as NVML does
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _spec_seconds(spec: dict) -> float:
+    return float(spec.get("seconds", 0)) + (30 if spec["test"] in ("resnet50", "nccl") else 5)
+
+
+class Worker:
+    """One ``runner.burnin_worker`` child on a set of GPUs."""
+
+    def __init__(self, python: str, gpus: list[int], tests: list[dict], start_at: float | None, log_path: Path,
+                 label: int | None):
+        self.gpus = gpus
+        self.label = label
+        self.timeout = 120 + sum(_spec_seconds(s) for s in tests) + max(0.0, (start_at or 0) - time.time())
+        job = {"gpu": label, "tests": tests, "start_at": start_at}
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(
+            [python, "-m", "runner.burnin_worker", json.dumps(job)],
+            stdout=subprocess.PIPE, stderr=self.log, text=True, env=_worker_env(gpus),
+        )
+        self.started = time.time()
+
+    def wait(self) -> tuple[list[dict], str | None]:
+        try:
+            out, _ = self.proc.communicate(timeout=max(1.0, self.timeout - (time.time() - self.started)))
+            error = None if self.proc.returncode == 0 else f"worker exited with {self.proc.returncode}"
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+            error = f"worker timed out after {self.timeout:.0f} s and was killed"
+        self.log.close()
+        records = []
+        for line in (out or "").splitlines():
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    pass
+        return records, error
+
+
+def _log_tail(path: Path, n: int = 3) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return " | ".join(lines[-n:])[-400:]
+
+
+def run_workers(python: str, groups: list[tuple[list[int], int | None, list[dict]]], out: Path, phase: str,
+                synchronized: bool) -> list[dict]:
+    """Run one worker per group (GPU list, label, tests); all at once."""
+    start_at = time.time() + 20 if synchronized and len(groups) > 1 else None
+    workers = []
+    for gpus, label, tests in groups:
+        log = out / "logs" / f"{phase}-{'-'.join(map(str, gpus))}.log"
+        workers.append((Worker(python, gpus, tests, start_at, log, label), tests, log))
+    records = []
+    for w, tests, log in workers:
+        recs, error = w.wait()
+        done = {(r.get("test"), r.get("dtype")) for r in recs}
+        for r in recs:
+            r["phase"] = phase
+        if error:
+            tail = _log_tail(log)
+            reason = f"{error}: {tail}" if tail else error
+            dev = next((r for r in recs if r.get("test") == "device"), None)
+            if dev is not None and not dev.get("ok"):
+                reason = dev.get("error") or reason
+            for spec in tests:  # tests the worker never reported
+                if (spec["test"], spec.get("dtype")) not in done:
+                    recs.append({"test": spec["test"], "dtype": spec.get("dtype"), "gpu": w.label, "ok": False,
+                                 "value": None, "unit": None, "start": None, "end": None, "detail": {},
+                                 "error": reason, "phase": phase})
+        records.extend(recs)
+    return records
+
+
+def gpu_tests(cfg: dict, resnet_builtin: bool) -> list[dict]:
+    tests = [{"test": "matmul", "dtype": p, "seconds": cfg["matmul_s"]} for p in PRECISIONS]
+    tests += [
+        {"test": "membw", "seconds": cfg["membw_s"]},
+        {"test": "h2d", "seconds": cfg["transfer_s"]},
+        {"test": "d2h", "seconds": cfg["transfer_s"]},
+    ]
+    if resnet_builtin:
+        tests.append({"test": "resnet50", "seconds": cfg["resnet_s"]})
+    return tests
+
+
+def runner_has_resnet(python: str) -> tuple[bool, str]:
+    try:
+        out = subprocess.run([python, "-m", "runner", "list", "--json"], capture_output=True, text=True, timeout=120,
+                             env=_worker_env([]))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"runner list failed: {exc}"
+    if out.returncode != 0:
+        return False, f"runner list failed: {(out.stderr.strip().splitlines() or ['exit %d' % out.returncode])[-1]}"
+    return ('"resnet50"' in out.stdout), "runner list has resnet50" if '"resnet50"' in out.stdout else "runner list has no resnet50"
+
+
+def runner_resnet(python: str, gpus: list[int], out: Path, cfg: dict, phase: str, scale: str) -> dict:
+    """``python -m runner run resnet50 --mode throughput`` on ``gpus``; one record."""
+    run_dir = out / f"resnet50-{phase}-{'-'.join(map(str, gpus))}"
+    argv = [python, "-m", "runner", "run", "resnet50", "--mode", "throughput", "--scale", scale,
+            "--gpus", ",".join(map(str, gpus)), "--out", str(run_dir), "--max-minutes", str(cfg["resnet_max_minutes"])]
+    env = dict(os.environ)
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    rec = {"test": "resnet50", "dtype": None, "gpu": gpus[0] if len(gpus) == 1 else None, "gpus": gpus, "unit": "images/s",
+           "phase": phase, "start": time.time(), "detail": {"source": "runner run", "argv": argv[1:], "run_dir": run_dir.name}}
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=cfg["resnet_max_minutes"] * 60 + 300, env=env)
+        rc, err = p.returncode, (p.stderr.strip().splitlines() or [""])[-1]
+    except subprocess.TimeoutExpired:
+        rc, err = None, "runner run resnet50 did not end in time"
+    rec["end"] = time.time()
+    status = None
+    try:
+        status = json.loads((run_dir / "status.json").read_text())
+    except (OSError, ValueError):
+        pass
+    value = ((status or {}).get("result") or {}).get("samples_per_s")
+    rec["detail"]["exit_code"] = rc
+    if status:
+        rec["detail"].update(outcome=status.get("outcome"), reason=status.get("reason"), precision=status.get("precision"))
+        if status.get("start") and status.get("end"):
+            for key in ("start", "end"):
+                try:
+                    rec[key] = _dt.datetime.fromisoformat(status[key].replace("Z", "+00:00")).timestamp()
+                except ValueError:
+                    pass
+    ok = rc == 0 and isinstance(value, (int, float))
+    rec.update(value=value if ok else None, ok=ok,
+               error=None if ok else f"runner run resnet50 exit {rc}: {(status or {}).get('reason') or err}")
+    return rec
+
+
+# ---------------------------------------------------------------- the document
+
+
+def _windows(records: list[dict], gpu: int, phases: set[str]) -> list[tuple[float, float]]:
+    out = []
+    for r in records:
+        if r.get("phase") not in phases or r.get("test") not in LOAD_TESTS:
+            continue
+        if r.get("gpu") != gpu and gpu not in (r.get("gpus") or []):
+            continue
+        if r.get("start") and r.get("end"):
+            out.append((r["start"], r["end"]))
+    return out
+
+
+def _summ(rows: list[dict], gpu: int, windows: list[tuple[float, float]]):
+    keep = [r for r in rows if r.get("gpu") == gpu and any(a <= (r.get("time_s") or 0) <= b for a, b in windows)]
+    return telemetry.summarize(keep).get(gpu)
+
+
+def build_document(level, selected, probe_doc, xid_before, xid_after, records, rows, idle_window, sampler,
+                   start_iso, t0, notes) -> dict:
+    before = {(e["pci"], e["xid"], e["uptime_s"], e["text"]) for e in xid_before["events"]}
+    for e in xid_after["events"]:
+        e["during_burnin"] = (e["pci"], e["xid"], e["uptime_s"], e["text"]) not in before
+    gpus = {}
+    names = {g["index"]: g for g in probe_doc["gpus"]}
+    for i in selected:
+        g = names.get(i, {})
+        solo, conc = {}, {}
+        for r in records:
+            if r.get("test") in ("device", "burn") or r.get("gpu") != i or r.get("value") is None or not r.get("ok"):
+                continue
+            target = solo if r.get("phase") == "solo" else conc if r.get("phase") == "concurrent" else None
+            if target is not None:
+                target[metric_name(r["test"], r.get("dtype"))] = round(float(r["value"]), 3)
+        gpus[str(i)] = {
+            "index": i,
+            "name": g.get("name"),
+            "uuid": g.get("uuid"),
+            "solo": solo,
+            "concurrent": conc,
+            "idle": _summ(rows, i, [idle_window]),
+            "load": _summ(rows, i, _windows(records, i, {"solo", "concurrent", "burn"})),
+            "load_concurrent": _summ(rows, i, _windows(records, i, {"concurrent", "burn"})),
+            "burn": next(({"bf16_tflops_median": round(r["value"], 3), "bf16_tflops_min": round(r["detail"].get("min", 0), 3),
+                           "minutes": round((r["end"] - r["start"]) / 60, 2)}
+                          for r in records if r.get("test") == "burn" and r.get("gpu") == i and r.get("ok")), None),
+        }
+    host = {}
+    for r in records:
+        if r.get("ok") and r.get("value") is not None and r.get("phase") == "host":
+            key = metric_name(r["test"], r.get("dtype"))
+            host[key if r["test"] == "nccl" else f"{key}_all"] = round(float(r["value"]), 3)
+    conc_sum = {}
+    for g in gpus.values():
+        for k, v in g["concurrent"].items():
+            conc_sum[k] = round(conc_sum.get(k, 0.0) + v, 3)
+    for k, v in conc_sum.items():
+        host.setdefault(f"{k}_sum", v)
+    failed = [r for r in records if not r.get("ok")]
+    if failed:
+        outcome = "failed"
+        first = failed[0]
+        where = f"GPU {first['gpu']}" if first.get("gpu") is not None else "host"
+        reason = f"{len(failed)} test(s) failed; first: {first['test']}{' ' + first['dtype'] if first.get('dtype') else ''} on {where}: {first.get('error')}"
+    else:
+        outcome = "completed"
+        reason = f"{level}: {sum(1 for r in records if r.get('test') != 'device')} load test(s) ran" if records else f"{level}: health only"
+    return {
+        "schema": SCHEMA,
+        "kind": "gpulab-burnin",
+        "runner_version": __version__,
+        "host": probe_doc["host"]["hostname"],
+        "level": level,
+        "gpus_selected": selected,
+        "start": start_iso,
+        "end": _now_iso(),
+        "duration_s": round(time.time() - t0, 1),
+        "outcome": outcome,
+        "reason": reason,
+        "notes": notes,
+        "probe": probe_doc,
+        "xid": {**xid_after, "before_load": len(xid_before["events"]),
+                "new_during_burnin": sum(1 for e in xid_after["events"] if e.get("during_burnin"))},
+        "gpus": gpus,
+        "host_metrics": host,
+        "results": records,
+        "telemetry": {"file": "telemetry.csv", "interval_s": sampler.interval_s if sampler else None,
+                      "samples": sampler.samples if sampler else 0,
+                      "note": sampler.note if sampler else None, "error": sampler.error if sampler else None},
+    }
+
+
+def no_gpu_document(level, probe_doc, xid, start_iso, t0) -> dict:
+    reason = probe_doc.get("nvidia") or "no NVIDIA driver/GPU found"
+    return {
+        "schema": SCHEMA, "kind": "gpulab-burnin", "runner_version": __version__,
+        "host": probe_doc["host"]["hostname"], "level": level, "gpus_selected": [],
+        "start": start_iso, "end": _now_iso(), "duration_s": round(time.time() - t0, 1),
+        "outcome": "no_gpu", "reason": reason, "notes": [], "probe": probe_doc, "xid": xid,
+        "gpus": {}, "host_metrics": {}, "results": [],
+        "telemetry": {"file": "telemetry.csv", "interval_s": None, "samples": 0, "note": reason, "error": None},
+    }
+
+
+def write_outputs(out: Path, doc: dict) -> None:
+    (out / "probe.json").write_text(json.dumps(doc["probe"], indent=2, sort_keys=True) + "\n")
+    tmp = out / "burnin.json.tmp"
+    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, out / "burnin.json")
+    lines = []
+    for path in sorted(p for p in out.rglob("*") if p.is_file() and p.name != "SHA256SUMS"):
+        lines.append(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.relative_to(out).as_posix()}")
+    (out / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+
+
+def human_summary(doc: dict) -> str:
+    lines = [f"burn-in {doc['level']} on {doc['host']}: {doc['outcome']} ({doc['reason']})"]
+    for key, g in doc["gpus"].items():
+        lines.append(f"GPU {key} {g.get('name')} {g.get('uuid')}")
+        for phase in ("solo", "concurrent"):
+            if g[phase]:
+                lines.append(f"  {phase:10s} " + ", ".join(f"{k}={v:g}" for k, v in sorted(g[phase].items())))
+        load = g.get("load") or {}
+        if load:
+            lines.append(f"  under load: power max {load.get('power_w_max')} W, temp max {load.get('temp_c_max')} C, "
+                         f"SM clock median {load.get('sm_clock_mhz_median')} MHz, throttle {sorted(load.get('throttle_reasons', {}))}")
+    if doc["host_metrics"]:
+        lines.append("host: " + ", ".join(f"{k}={v:g}" for k, v in sorted(doc["host_metrics"].items())))
+    x = doc["xid"]
+    lines.append(f"XID events since boot: {len(x.get('events', []))} ({x.get('source') or 'kernel log unreadable: ' + str(x.get('error'))})")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- command line
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--level", default="standard", choices=list(LEVELS),
+                        help="quick: health only (seconds); standard: ~1-3 min per GPU; burn-in: minutes up to an hour")
+    parser.add_argument("--gpus", default="all", help="all (default), a count N (the first N) or indices I,J,...")
+    parser.add_argument("--out", required=True, help="directory for burnin.json, probe.json, telemetry.csv (new or empty)")
+    parser.add_argument("--json", action="store_true", help="print the JSON document instead of a summary")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help=f"burn-in level: minutes of sustained all-GPU load (default 10, at most {MAX_BURN_MINUTES})")
+    parser.add_argument("--resnet", default="auto", choices=["auto", "runner", "builtin", "off"],
+                        help="ResNet-50 throughput through `runner run resnet50` (runner), the worker's own loop (builtin), "
+                             "the first if available (auto), or not at all (off)")
+    parser.add_argument("--resnet-scale", default="small", choices=["full", "small", "tiny"],
+                        help="--scale passed to `runner run resnet50` (default small)")
+    parser.add_argument("--interval", type=float, default=None, help="telemetry interval in seconds (default 1, 0.5 for standard)")
+    parser.add_argument("--python", default=sys.executable, help="interpreter for the load workers (needs torch)")
+
+
+def resolve_gpus(text: str, count: int) -> list[int]:
+    """``all``; ``N`` (a count: the first N GPUs); ``I,J,...`` (indices; ``I,`` for one index)."""
+    from runner.cli import UsageError
+
+    text = (text or "all").strip()
+    if text == "all":
+        return list(range(count))
+    bad = UsageError(f"runner burnin: --gpus {text!r} is not 'all', a count N or indices such as 0,2 (one index: 3,)")
+    if "," not in text:
+        if not text.isdigit() or int(text) == 0:
+            raise bad
+        if int(text) > count:
+            raise UsageError(f"runner burnin: --gpus {text}: this host has {count} GPU(s)")
+        return list(range(int(text)))
+    try:
+        idx = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise bad from None
+    if not idx or len(set(idx)) != len(idx):
+        raise bad
+    if any(not 0 <= i < count for i in idx):
+        raise UsageError(f"runner burnin: --gpus {text}: this host has GPUs 0..{count - 1}")
+    return idx
+
+
+def main(args) -> int:
+    from runner.cli import UsageError
+
+    cfg = LEVELS[args.level]
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"runner burnin: --out {out} exists and is not an empty directory")
+    if args.minutes is not None and not (0 < args.minutes <= MAX_BURN_MINUTES):
+        raise UsageError(f"runner burnin: --minutes {args.minutes:g} is not in (0, {MAX_BURN_MINUTES}]")
+    if args.interval is not None and not (0.05 <= args.interval <= 60):
+        raise UsageError(f"runner burnin: --interval {args.interval:g} is not in [0.05, 60]")
+    t0 = time.time()
+    start_iso = _now_iso()
+    probe_all = probe.collect()
+    count = len(probe_all["gpus"])
+    if count == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        xid = xid_scan([])
+        doc = no_gpu_document(args.level, probe_all, xid, start_iso, t0)
+        (out / "telemetry.csv").write_text(",".join(telemetry.COLUMNS) + "\n")
+        write_outputs(out, doc)
+        print(json.dumps(doc, sort_keys=True) if args.json else human_summary(doc))
+        print(f"runner burnin: {doc['reason']}", file=sys.stderr)
+        return 1
+    selected = resolve_gpus(args.gpus, count)
+    probe_doc = probe.collect(selected)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(exist_ok=True)
+    notes: list[str] = []
+
+    interval = args.interval or (0.5 if args.level == "standard" else 1.0)
+    sampler = telemetry.Sampler(selected, out / "telemetry.csv", interval_s=interval)
+    sampler.start()
+    records: list[dict] = []
+    try:
+        idle_start = time.time()
+        time.sleep(cfg["idle_s"])
+        idle_window = (idle_start, time.time())
+        xid_before = xid_scan(probe_doc["gpus"])
+        if cfg["load"]:
+            mode = args.resnet
+            if mode == "auto":
+                has, why = runner_has_resnet(args.python)
+                mode = "runner" if has else "builtin"
+                notes.append(f"resnet50: {mode} ({why})")
+            builtin = mode == "builtin"
+            # 1. per GPU, one after another
+            for i in selected:
+                records += run_workers(args.python, [([i], i, gpu_tests(cfg, builtin))], out, "solo", False)
+                if mode == "runner":
+                    records.append(runner_resnet(args.python, [i], out, cfg, "solo", args.resnet_scale))
+            # 2. all GPUs at once
+            if len(selected) > 1:
+                records += run_workers(args.python, [([i], i, gpu_tests(cfg, builtin)) for i in selected], out,
+                                       "concurrent", True)
+                if mode == "runner":
+                    rec = runner_resnet(args.python, selected, out, cfg, "host", args.resnet_scale)
+                    records.append(rec)
+                nccl = run_workers(args.python, [(selected, None, [{"test": "nccl", "iters": cfg["nccl_iters"]}])],
+                                   out, "host", False)
+                records += nccl
+            else:
+                notes.append("one GPU: no all-GPU phase and no NCCL test")
+            # 3. sustained load
+            minutes = args.minutes if args.minutes is not None else cfg["burn_minutes"]
+            if args.level == "burn-in" and minutes:
+                burn = run_workers(
+                    args.python,
+                    [([i], i, [{"test": "matmul", "dtype": "bf16", "seconds": minutes * 60}]) for i in selected],
+                    out, "burn", True)
+                for r in burn:
+                    if r.get("test") == "matmul":
+                        r["test"] = "burn"
+                        r["unit"] = "TFLOP/s"
+                records += burn
+    finally:
+        sampler.stop()
+    xid_after = xid_scan(probe_doc["gpus"])
+    rows = telemetry.read_csv(out / "telemetry.csv")
+    records = [r for r in records if r.get("test") != "device" or not r.get("ok")]
+    doc = build_document(args.level, selected, probe_doc, xid_before, xid_after, records, rows, idle_window,
+                         sampler, start_iso, t0, notes)
+    write_outputs(out, doc)
+    print(json.dumps(doc, sort_keys=True) if args.json else human_summary(doc))
+    if doc["outcome"] != "completed":
+        print(f"runner burnin: {doc['reason']}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,332 @@
+"""GPU load tests of ``runner burnin``, run in a child process.
+
+    python -m runner.burnin_worker '{"gpu": 0, "tests": [{...}, ...], "start_at": 1764698400.0}'
+
+The parent (runner/burnin.py) imports no framework; this process imports
+torch, runs the listed tests on one GPU (the parent sets
+``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and ``CUDA_VISIBLE_DEVICES`` so that the
+GPU is ``cuda:0`` here and its number is NVML's), and prints one JSON object
+per finished test on stdout, as soon as it finishes:
+
+    {"test": "matmul", "dtype": "bf16", "gpu": 0, "ok": true, "value": 712.3,
+     "unit": "TFLOP/s", "start": ..., "end": ..., "detail": {...}, "error": null}
+
+``start_at`` (Unix seconds): wait until then after warming up, so that the
+workers of the all-GPUs phase load their GPUs at the same time.
+
+Test kinds: ``matmul`` (dtype fp32|tf32|bf16|fp16, seconds; checks a block of
+the product against a float64 reference), ``membw`` (device copy, GB/s, read
+plus write), ``h2d``/``d2h`` (pinned host memory, GB/s), ``resnet50``
+(synthetic ImageNet-shaped training, images/s), ``nccl`` (all-reduce bus
+bandwidth over the visible GPUs, GB/s; run by a single worker for all GPUs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+# largest relative error of a product block against float64, per precision
+MATMUL_TOLERANCE = {"fp32": 1e-4, "tf32": 5e-3, "bf16": 3e-2, "fp16": 5e-3}
+
+
+def emit(record: dict) -> None:
+    sys.stdout.write(json.dumps(record, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def _torch():
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"torch {torch.__version__} sees no CUDA device")
+    return torch
+
+
+def device_info(torch) -> dict:
+    p = torch.cuda.get_device_properties(0)
+    info = {"name": p.name, "torch": torch.__version__, "cuda": torch.version.cuda}
+    for attr in ("pci_domain_id", "pci_bus_id", "pci_device_id"):
+        info[attr] = getattr(p, attr, None)
+    return info
+
+
+def _timed_chunks(torch, step, seconds: float, work_per_step: float, min_chunks: int = 3):
+    """Run ``step`` in chunks of about 0.25 s until ``seconds`` passed.
+
+    Returns rates (work units per second) of each chunk, measured with CUDA
+    events, so host overhead between chunks does not count.
+    """
+    # size a chunk: time a few steps
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    n = 0
+    while n < 3 or time.perf_counter() - t < 0.05:
+        step()
+        n += 1
+        torch.cuda.synchronize()
+    per_step = (time.perf_counter() - t) / n
+    k = max(1, int(0.25 / max(per_step, 1e-6)))
+    rates = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end or len(rates) < min_chunks:
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(k):
+            step()
+        b.record()
+        b.synchronize()
+        ms = a.elapsed_time(b)
+        if ms > 0:
+            rates.append(work_per_step * k / (ms / 1000.0))
+    return rates
+
+
+def _stats(rates):
+    rs = sorted(rates)
+    mid = rs[len(rs) // 2] if len(rs) % 2 else (rs[len(rs) // 2 - 1] + rs[len(rs) // 2]) / 2
+    return {"median": mid, "min": rs[0], "max": rs[-1], "chunks": len(rs)}
+
+
+def test_matmul(torch, spec):
+    dtype_name = spec["dtype"]
+    n = int(spec.get("n", 8192))
+    dtype = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    torch.backends.cuda.matmul.allow_tf32 = dtype_name == "tf32"
+    torch.backends.cudnn.allow_tf32 = dtype_name == "tf32"
+    g = torch.Generator(device="cuda").manual_seed(1234)
+    a = torch.randn(n, n, device="cuda", dtype=torch.float32, generator=g).to(dtype)
+    b = torch.randn(n, n, device="cuda", dtype=torch.float32, generator=g).to(dtype)
+    c = torch.empty(n, n, device="cuda", dtype=dtype)
+
+    def step():
+        torch.matmul(a, b, out=c)
+
+    rates = _timed_chunks(torch, step, float(spec["seconds"]), 2.0 * n**3 / 1e12)
+    # correctness of the last product (after the GPU ran hot): a block against float64
+    blk = 256
+    ref = a[:blk].double() @ b[:, :blk].double()
+    err = (c[:blk, :blk].double() - ref).abs().max().item() / max(ref.abs().max().item(), 1e-30)
+    tol = MATMUL_TOLERANCE[dtype_name]
+    s = _stats(rates)
+    detail = {"n": n, "max_rel_error": err, "tolerance": tol, **{k: v for k, v in s.items() if k != "median"}}
+    if not err <= tol:
+        return s["median"], detail, f"wrong results: max relative error {err:.3g} > {tol:g} for {dtype_name}"
+    return s["median"], detail, None
+
+
+def test_membw(torch, spec):
+    total = torch.cuda.get_device_properties(0).total_memory
+    nbytes = int(spec.get("bytes") or min(4 << 30, total // 8))
+    n = nbytes // 4
+    src = torch.ones(n, device="cuda", dtype=torch.float32)
+    dst = torch.empty_like(src)
+
+    def step():
+        dst.copy_(src)
+
+    rates = _timed_chunks(torch, step, float(spec["seconds"]), 2.0 * n * 4 / 1e9)
+    s = _stats(rates)
+    return s["median"], {"bytes": n * 4, "counted": "read+write", **{k: v for k, v in s.items() if k != "median"}}, None
+
+
+def test_transfer(torch, spec, to_device: bool):
+    nbytes = int(spec.get("bytes") or (512 << 20))
+    n = nbytes // 4
+    host = torch.empty(n, dtype=torch.float32, pin_memory=True)
+    host.fill_(1.0)
+    dev = torch.empty(n, device="cuda", dtype=torch.float32)
+
+    if to_device:
+        def step():
+            dev.copy_(host, non_blocking=True)
+    else:
+        def step():
+            host.copy_(dev, non_blocking=True)
+
+    rates = _timed_chunks(torch, step, float(spec["seconds"]), n * 4 / 1e9)
+    s = _stats(rates)
+    return s["median"], {"bytes": n * 4, "pinned": True, **{k: v for k, v in s.items() if k != "median"}}, None
+
+
+# ---------------------------------------------------------------- ResNet-50 v1.5
+
+
+def _resnet50(torch):
+    nn = torch.nn
+
+    class Bottleneck(nn.Module):
+        def __init__(self, cin, width, stride):
+            super().__init__()
+            cout = width * 4
+            self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(width)
+            self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False)  # v1.5: stride here
+            self.bn2 = nn.BatchNorm2d(width)
+            self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
+            self.bn3 = nn.BatchNorm2d(cout)
+            self.relu = nn.ReLU(inplace=True)
+            self.down = None
+            if stride != 1 or cin != cout:
+                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            idt = x if self.down is None else self.down(x)
+            y = self.relu(self.bn1(self.conv1(x)))
+            y = self.relu(self.bn2(self.conv2(y)))
+            y = self.bn3(self.conv3(y))
+            return self.relu(y + idt)
+
+    layers = [nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+              nn.MaxPool2d(3, stride=2, padding=1)]
+    cin = 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for i in range(blocks):
+            layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
+            cin = width * 4
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000)]
+    return nn.Sequential(*layers)
+
+
+def test_resnet50(torch, spec):
+    batch = int(spec.get("batch", 256))
+    torch.backends.cudnn.benchmark = True
+    model = _resnet50(torch).cuda().to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    x = torch.randn(batch, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (batch,), device="cuda")
+    use_bf16 = torch.cuda.is_bf16_supported()
+    dtype = torch.bfloat16 if use_bf16 else torch.float16
+    scaler = torch.amp.GradScaler("cuda", enabled=not use_bf16)
+
+    def step():
+        with torch.autocast("cuda", dtype=dtype):
+            loss = loss_fn(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    for _ in range(int(spec.get("warmup_steps", 15))):
+        step()
+    rates = _timed_chunks(torch, step, float(spec["seconds"]), float(batch))
+    s = _stats(rates)
+    loss = float(step().item())
+    detail = {"batch": batch, "precision": "bf16" if use_bf16 else "fp16", "data": "synthetic", "source": "builtin",
+              "final_loss": loss, **{k: v for k, v in s.items() if k != "median"}}
+    if loss != loss:  # NaN
+        return s["median"], detail, "the loss became NaN"
+    return s["median"], detail, None
+
+
+# ---------------------------------------------------------------- NCCL
+
+
+def _nccl_rank(rank, world, init_file, sizes, iters, out_path):
+    import torch
+    import torch.distributed as dist
+
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    results = []
+    for nbytes in sizes:
+        t = torch.ones(nbytes // 4, device="cuda", dtype=torch.float32)
+        for _ in range(5):
+            dist.all_reduce(t)
+        torch.cuda.synchronize()
+        dist.barrier()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(iters):
+            dist.all_reduce(t)
+        b.record()
+        b.synchronize()
+        sec = a.elapsed_time(b) / 1000.0 / iters
+        algbw = nbytes / sec / 1e9
+        results.append({"bytes": nbytes, "time_us": sec * 1e6, "algbw_gbs": algbw,
+                        "busbw_gbs": algbw * 2 * (world - 1) / world})
+        del t
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(results, f)
+    dist.destroy_process_group()
+
+
+def test_nccl(torch, spec):
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    world = torch.cuda.device_count()
+    if world < 2:
+        raise RuntimeError(f"NCCL all-reduce needs 2 or more GPUs, {world} visible")
+    sizes = [int(s) for s in spec.get("sizes", [64 << 20, 256 << 20, 1 << 30])]
+    iters = int(spec.get("iters", 20))
+    with tempfile.TemporaryDirectory(prefix="gpulab-nccl-") as tmp:
+        out = os.path.join(tmp, "result.json")
+        mp.spawn(_nccl_rank, args=(world, os.path.join(tmp, "init"), sizes, iters, out), nprocs=world, join=True)
+        with open(out) as f:
+            results = json.load(f)
+    best = max(r["busbw_gbs"] for r in results)
+    return best, {"world_size": world, "sizes": results, "dtype": "fp32", "op": "sum"}, None
+
+
+TESTS = {
+    "matmul": (test_matmul, "TFLOP/s"),
+    "membw": (test_membw, "GB/s"),
+    "h2d": (lambda t, s: test_transfer(t, s, True), "GB/s"),
+    "d2h": (lambda t, s: test_transfer(t, s, False), "GB/s"),
+    "resnet50": (test_resnet50, "images/s"),
+    "nccl": (test_nccl, "GB/s"),
+}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    job = json.loads(argv[0])
+    gpu = job.get("gpu")
+    failed = 0
+    try:
+        torch = _torch()
+        info = device_info(torch)
+        emit({"test": "device", "gpu": gpu, "ok": True, "detail": info, "start": time.time(), "end": time.time(),
+              "value": None, "unit": None, "error": None})
+        # warm the context and clocks a little, then wait for the common start
+        torch.ones(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+        start_at = job.get("start_at")
+        if start_at:
+            delay = float(start_at) - time.time()
+            if delay > 0:
+                time.sleep(delay)
+    except Exception as exc:
+        emit({"test": "device", "gpu": gpu, "ok": False, "error": f"{type(exc).__name__}: {exc}",
+              "start": time.time(), "end": time.time(), "value": None, "unit": None, "detail": {}})
+        return 1
+    for spec in job["tests"]:
+        fn, unit = TESTS[spec["test"]]
+        rec = {"test": spec["test"], "gpu": gpu, "unit": unit, "dtype": spec.get("dtype"), "start": time.time()}
+        try:
+            value, detail, error = fn(torch, spec)
+            rec.update(value=value, detail=detail, error=error, ok=error is None)
+        except Exception as exc:
+            tail = traceback.format_exc(limit=3).strip().splitlines()[-1]
+            rec.update(value=None, detail={}, ok=False, error=f"{type(exc).__name__}: {exc}"[:500] or tail)
+        rec["end"] = time.time()
+        if not rec["ok"]:
+            failed += 1
+        emit(rec)
+        try:
+            torch.cuda.empty_cache()
+        except Exception:
+            pass
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
