@@ -1,0 +1,335 @@
+"""The checks of lab.validate on a healthy H200 snapshot and on variants of it."""
+
+import copy
+import json
+
+import pytest
+from conftest import checks_of, inventory_for, run, stack_of
+
+from lab import validate
+from lab.errors import CheckFailed, ConfigError
+
+
+def test_healthy_snapshot_passes(snap, refs):
+    v = run({"h200-01": snap}, refs)
+    h = v.hosts["h200-01"]
+    assert v.ok and h["verdict"] == "PASS", h["reasons"]
+    assert h["reason"] == "all checks passed"
+    assert len(h["gpus"]) == snap["probe"]["gpu_count"]
+    g0 = checks_of(v, gpu=0)
+    # each check carries measured value, expected range and reason
+    for name in ("model", "PCIe link", "ECC uncorrected", "XID events", "idle temperature", "load temperature",
+                 "throttling", "power vs limit", "matmul_bf16_tflops"):
+        c = g0[name]
+        assert c["verdict"] == "PASS" and c["expected"] and c["reason"]
+    assert g0["matmul_bf16_tflops"]["measured"] == snap["gpus"]["0"]["solo"]["matmul_bf16_tflops"]
+    # idle Gen1 with Gen5 under load is power saving, not a finding
+    assert snap["probe"]["gpus"][0]["pcie"]["gen_current"] < 5 or True
+    assert "Gen5 x16" in g0["PCIe link"]["reason"]
+
+
+def test_downgraded_link_width_fails(snap, refs):
+    snap["probe"]["gpus"][0]["pcie"]["width_current"] = 8
+    snap["gpus"]["0"]["load"]["pcie_width_min"] = 8
+    v = run({"h200-01": snap}, refs)
+    c = checks_of(v, gpu=0)["PCIe link"]
+    assert c["verdict"] == "FAIL" and "link trained down to x8" in c["reason"] and "Gen5 x16" in c["expected"]
+    assert v.hosts["h200-01"]["verdict"] == "FAIL" and not v.ok
+    assert v.hosts["h200-01"]["reason"].startswith("GPU 0 PCIe link: link trained down to x8")
+
+
+def test_link_generation_down_under_load_fails(snap, refs):
+    snap["gpus"]["0"]["load"]["pcie_gen_max"] = 4
+    c = checks_of(run({"h200-01": snap}, refs), gpu=0)["PCIe link"]
+    assert c["verdict"] == "FAIL" and "Gen4 under load" in c["reason"]
+
+
+def test_link_below_the_model_minimum_without_inventory_pcie(snap, refs):
+    snap["probe"]["gpus"][0]["pcie"]["gen_max"] = 4
+    for g in snap["gpus"].values():
+        g["load"]["pcie_gen_max"] = None
+    host = inventory_for(snap, pcie=None)
+    c = checks_of(run({"h200-01": snap}, refs, hosts=[host]), gpu=0)["PCIe link"]
+    assert c["verdict"] == "FAIL" and "only to Gen4" in c["reason"] and "H200 minimum" in c["expected"]
+
+
+def test_ecc_errors(snap, refs):
+    snap["probe"]["gpus"][0]["ecc"]["uncorrected_volatile"] = 2
+    snap["probe"]["gpus"][0]["ecc"]["uncorrected_aggregate"] = 2
+    last = len(snap["probe"]["gpus"]) - 1
+    if last:
+        snap["probe"]["gpus"][last]["ecc"]["uncorrected_aggregate"] = 1
+    v = run({"h200-01": snap}, refs)
+    c = checks_of(v, gpu=0)["ECC uncorrected"]
+    assert c["verdict"] == "FAIL" and c["measured"] == {"volatile": 2, "aggregate": 2}
+    assert "2 uncorrected ECC error(s) since the driver loaded" in c["reason"]
+    if last:
+        assert checks_of(v, gpu=last)["ECC uncorrected"]["verdict"] == "WARN"
+    assert v.hosts["h200-01"]["verdict"] == "FAIL"
+
+
+def test_row_remap_pending_and_retired_pages(snap, refs):
+    snap["probe"]["gpus"][0]["row_remap"].update(uncorrectable=1, pending=True)
+    c = checks_of(run({"h200-01": snap}, refs), gpu=0)["row remapping"]
+    assert c["verdict"] == "FAIL" and "reset the GPU" in c["reason"]
+    snap["probe"]["gpus"][0]["row_remap"].update(pending=False)
+    assert checks_of(run({"h200-01": snap}, refs), gpu=0)["row remapping"]["verdict"] == "WARN"
+    # a pre-Ampere GPU reports retired pages instead
+    snap["probe"]["gpus"][0]["retired_pages"] = {"single_bit": 3, "double_bit": 0, "pending": False}
+    c = checks_of(run({"h200-01": snap}, refs), gpu=0)["retired pages"]
+    assert c["verdict"] == "WARN" and "3 retired page(s)" in c["reason"]
+    snap["probe"]["gpus"][0]["retired_pages"]["pending"] = True
+    assert checks_of(run({"h200-01": snap}, refs), gpu=0)["retired pages"]["verdict"] == "FAIL"
+
+
+def test_xid_fallen_off_the_bus_fails(snap, refs):
+    g0 = snap["probe"]["gpus"][0]
+    pci = g0["pci_bus_id"].lower()[4:-2]  # 00000000:1B:00.0 -> 0000:1b:00
+    snap["xid"]["events"] = [{"xid": 79, "pci": pci, "gpu": 0, "uptime_s": 5123.4, "during_burnin": True,
+                              "text": "pid=2301, name=python, GPU has fallen off the bus."}]
+    v = run({"h200-01": snap}, refs)
+    c = checks_of(v, gpu=0)["XID events"]
+    assert c["verdict"] == "FAIL" and c["measured"] == [79]
+    assert "XID 79 (GPU has fallen off the bus) x1 since boot; 1 during the burn-in" in c["reason"]
+    if len(snap["probe"]["gpus"]) > 1:
+        assert checks_of(v, gpu=1)["XID events"]["verdict"] == "PASS"
+
+
+def test_xid_application_error_warns_and_unknown_device_is_host_level(snap, refs):
+    snap["xid"]["events"] = [{"xid": 13, "pci": "x", "gpu": 0, "uptime_s": 1.0, "text": "Graphics SM Warp Exception"},
+                             {"xid": 48, "pci": "0000:ff:00", "gpu": None, "uptime_s": 2.0, "text": "DBE"}]
+    v = run({"h200-01": snap}, refs)
+    assert checks_of(v, gpu=0)["XID events"]["verdict"] == "WARN"
+    host = checks_of(v)["XID events (other devices)"]
+    assert host["verdict"] == "FAIL" and "XID 48 (double-bit ECC error)" in host["reason"]
+
+
+def test_unreadable_kernel_log_warns(snap, refs):
+    snap["xid"] = {"source": None, "error": "journalctl not found; dmesg: read kernel buffer failed: Operation not permitted",
+                   "events": []}
+    c = checks_of(run({"h200-01": snap}, refs), gpu=0)["XID events"]
+    assert c["verdict"] == "WARN" and "Operation not permitted" in c["reason"]
+
+
+def test_missing_gpu_fails_the_host(snap, refs):
+    n = snap["probe"]["gpu_count"]
+    host = inventory_for(snap, gpu_count=n)
+    gone = snap["probe"]["gpus"].pop()
+    snap["probe"]["gpu_count"] = n - 1
+    snap["gpus"].pop(str(gone["index"]))
+    v = run({"h200-01": snap}, refs, hosts=[host])
+    c = checks_of(v)["GPU count"]
+    assert c["verdict"] == "FAIL" and c["measured"] == n - 1 and c["expected"] == str(n)
+    assert f"{n - 1} GPU(s) found, the inventory says {n}: 1 missing" == c["reason"]
+    assert v.hosts["h200-01"]["verdict"] == "FAIL"
+
+
+def test_throttling_gpu(snap, refs):
+    load = snap["gpus"]["0"]["load"]
+    load["throttle_reasons"] = {"sw_power_cap": 30, "hw_thermal_slowdown": load["samples"] // 2}
+    load["temp_c_max"] = 87
+    load["sm_clock_mhz_median"] = 900
+    g = checks_of(run({"h200-01": snap}, refs), gpu=0)
+    assert g["throttling"]["verdict"] == "FAIL" and "hw_thermal_slowdown active in 50% of load samples" in g["throttling"]["reason"]
+    assert g["load temperature"]["verdict"] == "WARN"
+    assert g["load SM clock"]["verdict"] == "WARN"
+    # a brief slowdown is a WARN, the power cap alone is normal
+    load["throttle_reasons"] = {"sw_power_cap": 30, "sw_thermal_slowdown": 1}
+    assert checks_of(run({"h200-01": snap}, refs), gpu=0)["throttling"]["verdict"] == "WARN"
+    load["throttle_reasons"] = {"sw_power_cap": load["samples"]}
+    t = checks_of(run({"h200-01": snap}, refs), gpu=0)["throttling"]
+    assert t["verdict"] == "PASS" and "power cap" in t["reason"]
+
+
+def test_hot_idle_gpu_and_lowered_power_limit(snap, refs):
+    snap["gpus"]["0"]["idle"]["temp_c_max"] = 72
+    snap["probe"]["gpus"][0]["power"]["limit_w"] = 500.0
+    g = checks_of(run({"h200-01": snap}, refs), gpu=0)
+    assert g["idle temperature"]["verdict"] == "FAIL"
+    assert g["power limit"]["verdict"] == "WARN" and "lowered to 500" in g["power limit"]["reason"]
+    # drawing more than the limit allows
+    assert g["power vs limit"]["verdict"] == "FAIL"
+
+
+def _fleet(snap, n_hosts=4):
+    """Several copies of the host, so that every model has enough GPUs for a fleet median."""
+    docs = {}
+    for i in range(n_hosts):
+        d = copy.deepcopy(snap)
+        d["host"] = d["probe"]["host"]["hostname"] = f"h200-{i + 1:02d}"
+        docs[d["host"]] = d
+    return docs
+
+
+def test_slow_outlier_against_the_fleet_median(snap, refs):
+    docs = _fleet(snap)
+    slow = docs["h200-03"]["gpus"]["0"]["solo"]
+    slow["matmul_bf16_tflops"] *= 0.80       # has a reference, and is far below its peers
+    slow["resnet50_images_per_s"] *= 0.85    # no reference for this metric: only the fleet can tell
+    slow["h2d_bandwidth_gbs"] *= 0.93        # a little slow: WARN
+    v = run(docs, refs)
+    c = checks_of(v, "h200-03", 0)
+    assert c["resnet50_images_per_s vs fleet"]["verdict"] == "FAIL"
+    assert c["resnet50_images_per_s vs fleet"]["reason"].startswith("slow outlier: 85% of the median")
+    assert "resnet50_images_per_s" not in c  # no reference for it
+    assert c["matmul_bf16_tflops vs fleet"]["verdict"] == "FAIL"
+    assert c["h2d_bandwidth_gbs vs fleet"]["verdict"] == "WARN"
+    assert v.hosts["h200-03"]["verdict"] == "FAIL"
+    for other in ("h200-01", "h200-02", "h200-04"):
+        assert v.hosts[other]["verdict"] == "PASS", v.hosts[other]["reasons"]
+    assert v.data["fleet"]["H200"]["resnet50_images_per_s"]["n"] == 4 * len(snap["gpus"])
+
+
+def test_below_reference_fails(snap, refs):
+    snap["gpus"]["0"]["solo"]["memory_bandwidth_gbs"] = 2000.0
+    c = checks_of(run({"h200-01": snap}, refs), gpu=0)["memory_bandwidth_gbs"]
+    assert c["verdict"] == "FAIL" and c["expected"] == "3,120..5,040 GB/s"
+    assert "2,000 GB/s is below 3,120" in c["reason"] and "published" in c["reason"]
+
+
+def test_failed_burnin_test_fails_the_gpu(snap, refs):
+    snap["outcome"] = "failed"
+    snap["results"].append({"test": "matmul", "dtype": "bf16", "gpu": 0, "phase": "solo", "ok": False, "value": None,
+                            "error": "wrong results: max relative error 0.5 > 0.03 for bf16", "start": 1, "end": 2})
+    c = checks_of(run({"h200-01": snap}, refs), gpu=0)["burn-in tests"]
+    assert c["verdict"] == "FAIL" and "wrong results" in c["reason"]
+
+
+def test_wrong_model_and_stack_drift(snap, refs):
+    host = inventory_for(snap, gpu_model="V100-PCIE-16GB")
+    stacks = stack_of(snap)
+    stacks["current"]["driver"] = "570.86.15"
+    v = run({"h200-01": snap}, refs, hosts=[host], stacks=stacks)
+    assert checks_of(v, gpu=0)["model"]["verdict"] == "FAIL"
+    d = checks_of(v)["stack driver"]
+    assert d["verdict"] == "FAIL" and "the profile says 570.86.15" in d["reason"]
+    # no expected versions: not validated, said so
+    v = run({"h200-01": snap}, refs, stacks={"other": {}})
+    assert checks_of(v)["stack"]["verdict"] == "WARN"
+
+
+def test_driver_older_than_toolkit(snap, refs):
+    snap["probe"]["stack"]["cuda_driver"] = "12.4"
+    c = checks_of(run({"h200-01": snap}, refs))["driver supports CUDA"]
+    assert c["verdict"] == "FAIL" and "supports CUDA up to 12.4" in c["reason"]
+
+
+def test_unreachable_and_gpu_less_hosts_fail_without_crash(snap, refs):
+    from lab.errors import HostError
+
+    no_gpu = {"schema": 1, "kind": "gpulab-burnin", "level": "quick", "outcome": "no_gpu",
+              "probe": {"schema": 1, "gpus": [], "gpu_count": 0, "host": {"hostname": "lab-a"},
+                        "nvidia": "no NVIDIA driver/GPU found: NVML could not start: NVML Shared Library Not Found"},
+              "gpus": {}, "results": [], "xid": {"source": "dmesg", "error": None, "events": []}}
+    docs = {"h200-01": snap, "lab-a": no_gpu,
+            "lab-b": HostError("lab-b (10.213.7.12): unreachable: Connection refused"),
+            "lab-c": ValueError("bad answer")}
+    hosts = [inventory_for(snap, "h200-01"), {"name": "lab-a", "gpu_model": "T4", "gpu_count": 4},
+             {"name": "lab-b", "gpu_model": "T4", "gpu_count": 4}, {"name": "lab-c"}, {"name": "lab-d"}]
+    v = run(docs, refs, hosts=hosts)
+    assert v.hosts["h200-01"]["verdict"] == "PASS"
+    a = v.hosts["lab-a"]
+    assert a["verdict"] == "FAIL"
+    assert a["reason"] == "GPU present: no NVIDIA GPU: NVML could not start: NVML Shared Library Not Found"
+    assert v.hosts["lab-b"]["reason"] == "reachable: lab-b (10.213.7.12): unreachable: Connection refused"
+    assert v.hosts["lab-c"]["verdict"] == "FAIL"
+    assert v.hosts["lab-d"]["reason"] == "reachable: no result gathered from this host"
+    assert not v.ok and v.data["summary"] == {"hosts": 5, "PASS": 1, "WARN": 0, "FAIL": 4}
+    json.loads(v.to_json())
+
+
+def test_probe_only_snapshot_gets_health_checks(snap, refs):
+    probe = snap["probe"]
+    v = run({"h200-01": probe}, refs)
+    g = checks_of(v, gpu=0)
+    assert v.hosts["h200-01"]["verdict"] == "PASS"
+    assert "idle temperature" in g and "load temperature" not in g and "matmul_bf16_tflops" not in g
+
+
+def test_html_page(snap, refs):
+    snap["probe"]["gpus"][0]["name"] = "NVIDIA H200 <script>"
+    v = run({"h200-01": snap}, refs)
+    page = validate.render_html(v)
+    assert page.startswith("<!DOCTYPE html>") and "h200-01" in page
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "http://" not in page and "https://" not in page  # offline: no external assets
+    assert 'class="badge FAIL"' in page  # the renamed GPU no longer matches its inventory model
+
+
+def test_baseline_from_good_hosts(snap, refs, tmp_path):
+    docs = _fleet(snap, 2)
+    out = validate.build_references(docs, refs)
+    m = out["models"]["H200"]["metrics"]
+    vals = [g["solo"]["matmul_bf16_tflops"] for d in docs.values() for g in d["gpus"].values()]
+    import statistics
+    assert m["matmul_bf16_tflops"]["value"] == round(statistics.median(vals), 3)
+    assert m["matmul_bf16_tflops"]["source"].startswith("baseline ")
+    assert "resnet50_images_per_s" in m and m["resnet50_images_per_s"]["unit"] == "images/s"
+    assert out["models"]["T4"] == refs["models"]["T4"]  # untouched models are kept
+    # the file written loads back through the schema and the healthy host passes against it
+    path = tmp_path / "refs.yml"
+    path.write_text(validate.dump_references(out))
+    again = validate.load_references(path)
+    assert run({"h200-01": snap}, again).hosts["h200-01"]["verdict"] == "PASS"
+    slow = copy.deepcopy(snap)
+    slow["gpus"]["0"]["solo"]["resnet50_images_per_s"] *= 0.8
+    assert checks_of(run({"h200-01": slow}, again), gpu=0)["resnet50_images_per_s"]["verdict"] == "FAIL"
+
+
+def test_baseline_refuses_bad_hosts(snap, refs):
+    bad = copy.deepcopy(snap)
+    bad["probe"]["gpus"][0]["ecc"]["uncorrected_volatile"] = 1
+    with pytest.raises(CheckFailed, match="not healthy: h200-02: GPU 0 ECC uncorrected"):
+        validate.build_references({"h200-01": snap, "h200-02": bad}, refs)
+    with pytest.raises(CheckFailed, match="h200-02: no NVIDIA GPU"):
+        validate.build_references({"h200-01": snap, "h200-02": {"gpus": [], "nvidia": "x"}}, refs)
+    quick = copy.deepcopy(snap)
+    quick["level"] = "quick"
+    with pytest.raises(CheckFailed, match="no burn-in measurements"):
+        validate.build_references({"h200-01": quick}, refs)
+
+
+def test_bad_references_are_one_line_config_errors(tmp_path, refs):
+    import yaml
+
+    bad = copy.deepcopy(refs)
+    bad["models"]["H200"]["metrics"]["matmul_bf16_tflops"]["lower"] = 1.5
+    p = tmp_path / "gpus.yml"
+    p.write_text(yaml.safe_dump(bad))
+    with pytest.raises(ConfigError) as e:
+        validate.load_references(p)
+    assert str(p) in str(e.value) and "models.H200.metrics.matmul_bf16_tflops.lower" in str(e.value)
+    bad = copy.deepcopy(refs)
+    bad["models"]["H200"]["metrics"]["matmul_bf17_tflops"] = bad["models"]["H200"]["metrics"].pop("matmul_bf16_tflops")
+    p.write_text(yaml.safe_dump(bad))
+    with pytest.raises(ConfigError, match="matmul_bf17_tflops"):
+        validate.load_references(p)
+    bad = copy.deepcopy(refs)
+    bad["models"]["H200"]["metrics"]["matmul_bf16_tflops"]["warn_lower"] = 0.9
+    p.write_text(yaml.safe_dump(bad))
+    with pytest.raises(ConfigError, match="warn_lower 0.9 is wider than lower"):
+        validate.load_references(p)
+    with pytest.raises(ConfigError, match="file not found"):
+        validate.load_references(tmp_path / "none.yml")
+
+
+def test_model_names():
+    refs = validate.load_references()
+    assert validate.model_key("Tesla T4", refs) == "T4"
+    assert validate.model_key("Tesla V100-PCIE-16GB", refs) == "V100-PCIE-16GB"
+    assert validate.model_key("NVIDIA H200", refs) == "H200"
+    assert validate.model_key("NVIDIA A100-SXM4-80GB", refs) is None
+
+
+def test_all_gpus_at_once_only_fail_bounds(snap, refs):
+    ref = refs["models"]["H200"]["metrics"]["matmul_bf16_tflops"]
+    r = validate.ref_range(ref)
+    between = (r["fail_lo"] + r["warn_lo"]) / 2  # a WARN when alone, fine when sharing the host
+    snap["gpus"]["0"]["solo"]["matmul_bf16_tflops"] = between
+    snap["gpus"]["0"]["concurrent"]["matmul_bf16_tflops"] = between
+    g = checks_of(run({"h200-01": snap}, refs), gpu=0)
+    assert g["matmul_bf16_tflops"]["verdict"] == "WARN"
+    assert g["matmul_bf16_tflops (all GPUs at once)"]["verdict"] == "PASS"
+    snap["gpus"]["0"]["concurrent"]["matmul_bf16_tflops"] = r["fail_lo"] * 0.9
+    g = checks_of(run({"h200-01": snap}, refs), gpu=0)
+    assert g["matmul_bf16_tflops (all GPUs at once)"]["verdict"] == "FAIL"
