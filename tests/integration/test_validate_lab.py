@@ -1,0 +1,52 @@
+"""`invoke validate` against the SSH test lab: real SSH (strict host keys),
+the real runner installed and run on each host. The lab's hosts have no
+NVIDIA GPU, so each must FAIL with "no NVIDIA GPU"; a host nobody answers
+for must FAIL as unreachable, in the same run, without a crash."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+pytest.importorskip("tests.testlab.fixtures", reason="the SSH test lab (tests/testlab) is not in this checkout")
+
+pytestmark = pytest.mark.lab
+
+LAB_VARS = {"gpulab_gpu_model": "T4", "gpulab_gpu_count": 4, "gpulab_stack": "current",
+            "gpulab_pcie": {"gen": 3, "width": 16}}
+
+
+def test_validate_gpu_less_and_unreachable_hosts(testlab, tmp_path):
+    from lab import inventory, validate
+
+    lab = testlab(2, prefix="val", all_vars=LAB_VARS)
+    # the lab's inventory plus a host at an address of the lab's network that nobody owns
+    inv = yaml.safe_load(lab.inventory.read_text())
+    inv["all"].setdefault("hosts", {})["ghost"] = {"ansible_host": str(lab.net.network_address + 200)}
+    path = tmp_path / "inventory.yml"
+    path.write_text(yaml.safe_dump(inv))
+    hosts = inventory.load(path).select()
+    lines = []
+    v = validate.validate_fleet(hosts, level="quick", out_dir=tmp_path / "out", stacks={}, echo=lines.append)
+    assert not v.ok
+    for name in lab.names:
+        h = v.hosts[name]
+        assert h["verdict"] == "FAIL", h
+        assert h["reason"].startswith("GPU present: no NVIDIA GPU: "), h["reason"]
+        assert (tmp_path / "out").glob(f"*/{name}/burnin.json")
+    ghost = v.hosts["ghost"]
+    assert ghost["verdict"] == "FAIL" and "unreachable" in ghost["reason"]
+    assert lines[0] == "validate: FAIL (0 pass, 0 warn, 3 fail of 3 host(s))"
+
+    # the same through the invoke task: exit code 1, the verdicts on disk
+    p = subprocess.run([sys.executable, "-m", "invoke", "validate", "--inventory", str(path), "--host",
+                        ",".join(lab.names), "--json", "--out", str(tmp_path / "task")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stderr
+    doc = json.loads(p.stdout)
+    assert sorted(doc["hosts"]) == sorted(lab.names)
+    assert all("no NVIDIA GPU" in h["reason"] for h in doc["hosts"].values())
