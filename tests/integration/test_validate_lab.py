@@ -37,10 +37,13 @@ def test_validate_gpu_less_and_unreachable_hosts(testlab, tmp_path):
         h = v.hosts[name]
         assert h["verdict"] == "FAIL", h
         assert h["reason"].startswith("GPU present: no NVIDIA GPU: "), h["reason"]
-        assert (tmp_path / "out").glob(f"*/{name}/burnin.json")
+        fetched = list((tmp_path / "out").glob(f"*/{name}/burnin.json"))
+        assert len(fetched) == 1 and json.loads(fetched[0].read_text())["outcome"] == "no_gpu"
     ghost = v.hosts["ghost"]
     assert ghost["verdict"] == "FAIL" and "unreachable" in ghost["reason"]
-    assert lines[0] == "validate: FAIL (0 pass, 0 warn, 3 fail of 3 host(s))"
+    summary = lines[0].splitlines()
+    assert summary[0] == "validate: FAIL (0 pass, 0 warn, 3 fail of 3 host(s))"
+    assert any(ln.startswith("FAIL  ghost: reachable: ghost (") for ln in summary)
 
     # the same through the invoke task: exit code 1, the verdicts on disk
     p = subprocess.run([sys.executable, "-m", "invoke", "validate", "--inventory", str(path), "--host",
