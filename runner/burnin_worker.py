@@ -95,8 +95,8 @@ def test_matmul(torch, spec):
     dtype_name = spec["dtype"]
     n = int(spec.get("n", 8192))
     dtype = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
-    torch.backends.cuda.matmul.allow_tf32 = dtype_name == "tf32"
-    torch.backends.cudnn.allow_tf32 = dtype_name == "tf32"
+    # "highest": true fp32; "high": fp32 matmuls may use TF32 tensor cores
+    torch.set_float32_matmul_precision("high" if dtype_name == "tf32" else "highest")
     g = torch.Generator(device="cuda").manual_seed(1234)
     a = torch.randn(n, n, device="cuda", dtype=torch.float32, generator=g).to(dtype)
     b = torch.randn(n, n, device="cuda", dtype=torch.float32, generator=g).to(dtype)
@@ -192,14 +192,15 @@ def _resnet50(torch):
 
 
 def test_resnet50(torch, spec):
-    batch = int(spec.get("batch", 256))
+    total_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+    batch = int(spec.get("batch") or (256 if total_gib >= 40 else 128 if total_gib >= 20 else 64))
     torch.backends.cudnn.benchmark = True
     model = _resnet50(torch).cuda().to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
     x = torch.randn(batch, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
     y = torch.randint(0, 1000, (batch,), device="cuda")
-    use_bf16 = torch.cuda.is_bf16_supported()
+    use_bf16 = torch.cuda.get_device_capability(0) >= (8, 0)  # native bf16 (Ampere and later), not emulated
     dtype = torch.bfloat16 if use_bf16 else torch.float16
     scaler = torch.amp.GradScaler("cuda", enabled=not use_bf16)
 
