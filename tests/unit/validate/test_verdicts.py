@@ -333,3 +333,43 @@ def test_all_gpus_at_once_only_fail_bounds(snap, refs):
     snap["gpus"]["0"]["concurrent"]["matmul_bf16_tflops"] = r["fail_lo"] * 0.9
     g = checks_of(run({"h200-01": snap}, refs), gpu=0)
     assert g["matmul_bf16_tflops (all GPUs at once)"]["verdict"] == "FAIL"
+
+
+def _as_t4(doc):
+    """The snapshot's shape with T4 facts (for the DCGM thresholds of the reference study's hardware)."""
+    d = copy.deepcopy(doc)
+    for g in d["probe"]["gpus"]:
+        g.update(name="Tesla T4", memory_total_mib=15360, temperature_slowdown_c=None)
+        g["pcie"].update(gen_current=3, gen_max=3, width_current=16, width_max=16)
+        g["power"].update(limit_w=70.0, default_limit_w=70.0)
+        g["clocks"]["sm_max_mhz"] = 1590
+    for g in d["gpus"].values():
+        g["name"] = "Tesla T4"
+        g["load"].update(power_w_max=69.4, pcie_gen_max=3, sm_clock_mhz_median=1350)
+        g["solo"] = {"memory_bandwidth_gbs": 245.0, "matmul_fp16_tflops": 28.0}
+        g["concurrent"] = {}
+    d["host_metrics"] = {}
+    return d
+
+
+def test_t4_against_dcgm_thresholds(snap, refs):
+    t4 = _as_t4(snap)
+    host = inventory_for(t4, gpu_model="T4", pcie={"gen": 3, "width": 16})
+    v = run({"h200-01": t4}, refs, hosts=[host])
+    assert v.hosts["h200-01"]["verdict"] == "PASS", v.hosts["h200-01"]["reasons"]
+    g = checks_of(v, gpu=0)
+    assert g["power under load"]["expected"] == ">= 65 W" and g["memory_bandwidth_gbs"]["expected"] == ">= 183 GB/s"
+    # below DCGM's memory bandwidth minimum, below its target power
+    t4["gpus"]["0"]["solo"]["memory_bandwidth_gbs"] = 150.0
+    t4["gpus"]["0"]["load"]["power_w_max"] = 52.0
+    g = checks_of(run({"h200-01": t4}, refs, hosts=[host]), gpu=0)
+    assert g["memory_bandwidth_gbs"]["verdict"] == "FAIL" and "DCGM" in g["memory_bandwidth_gbs"]["reason"]
+    assert g["power under load"]["verdict"] == "FAIL"
+    # an x8 link: a finding in an R740 x16 slot, within the model's minimum where the inventory says nothing
+    t4["probe"]["gpus"][1 % len(t4["probe"]["gpus"])]["pcie"]["width_current"] = 8
+    idx = 1 % len(t4["probe"]["gpus"])
+    t4["gpus"][str(idx)]["load"]["pcie_width_min"] = 8
+    assert checks_of(run({"h200-01": t4}, refs, hosts=[host]), gpu=idx)["PCIe link"]["verdict"] == "FAIL"
+    loose = inventory_for(t4, gpu_model="T4", pcie=None)
+    c = checks_of(run({"h200-01": t4}, refs, hosts=[loose]), gpu=idx)["PCIe link"]
+    assert c["verdict"] == "PASS" and "T4 minimum" in c["expected"]
