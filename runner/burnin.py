@@ -273,8 +273,10 @@ def runner_has_resnet(python: str) -> tuple[bool, str]:
 def runner_resnet(python: str, gpus: list[int], out: Path, cfg: dict, phase: str, scale: str) -> dict:
     """``python -m runner run resnet50 --mode throughput`` on ``gpus``; one record."""
     run_dir = out / f"resnet50-{phase}-{'-'.join(map(str, gpus))}"
+    # --gpus: a lone number is a count for `runner run`; one index is written "I,"
+    gpu_arg = "1" if gpus == [0] else ",".join(map(str, gpus)) + ("," if len(gpus) == 1 else "")
     argv = [python, "-m", "runner", "run", "resnet50", "--mode", "throughput", "--scale", scale,
-            "--gpus", ",".join(map(str, gpus)), "--out", str(run_dir), "--max-minutes", str(cfg["resnet_max_minutes"])]
+            "--gpus", gpu_arg, "--out", str(run_dir), "--max-minutes", str(cfg["resnet_max_minutes"])]
     env = dict(os.environ)
     env.pop("CUDA_VISIBLE_DEVICES", None)
     rec = {"test": "resnet50", "dtype": None, "gpu": gpus[0] if len(gpus) == 1 else None, "gpus": gpus, "unit": "images/s",
@@ -536,14 +538,24 @@ def main(args) -> int:
             for i in selected:
                 records += run_workers(args.python, [([i], i, gpu_tests(cfg, builtin))], out, "solo", False)
                 if mode == "runner":
-                    records.append(runner_resnet(args.python, [i], out, cfg, "solo", args.resnet_scale))
+                    rec = runner_resnet(args.python, [i], out, cfg, "solo", args.resnet_scale)
+                    if rec["detail"].get("exit_code") == 2 and args.resnet == "auto":
+                        # the runner refused the command line: measure with the builtin loop instead
+                        notes.append(f"resnet50 on GPU {i}: {rec['error']}; used the builtin loop")
+                        records += run_workers(args.python, [([i], i, [{"test": "resnet50", "seconds": cfg["resnet_s"]}])],
+                                               out, "solo", False)
+                    else:
+                        records.append(rec)
             # 2. all GPUs at once
             if len(selected) > 1:
                 records += run_workers(args.python, [([i], i, gpu_tests(cfg, builtin)) for i in selected], out,
                                        "concurrent", True)
                 if mode == "runner":
                     rec = runner_resnet(args.python, selected, out, cfg, "host", args.resnet_scale)
-                    records.append(rec)
+                    if rec["detail"].get("exit_code") == 2 and args.resnet == "auto":
+                        notes.append(f"resnet50 on all GPUs: {rec['error']}; not measured")
+                    else:
+                        records.append(rec)
                 nccl = run_workers(args.python, [(selected, None, [{"test": "nccl", "iters": cfg["nccl_iters"]}])],
                                    out, "host", False)
                 records += nccl
