@@ -91,7 +91,7 @@ def _stats(rates):
     return {"median": mid, "min": rs[0], "max": rs[-1], "chunks": len(rs)}
 
 
-def test_matmul(torch, spec):
+def bench_matmul(torch, spec):
     dtype_name = spec["dtype"]
     n = int(spec.get("n", 8192))
     dtype = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
@@ -118,7 +118,7 @@ def test_matmul(torch, spec):
     return s["median"], detail, None
 
 
-def test_membw(torch, spec):
+def bench_membw(torch, spec):
     total = torch.cuda.get_device_properties(0).total_memory
     nbytes = int(spec.get("bytes") or min(4 << 30, total // 8))
     n = nbytes // 4
@@ -133,7 +133,7 @@ def test_membw(torch, spec):
     return s["median"], {"bytes": n * 4, "counted": "read+write", **{k: v for k, v in s.items() if k != "median"}}, None
 
 
-def test_transfer(torch, spec, to_device: bool):
+def bench_transfer(torch, spec, to_device: bool):
     nbytes = int(spec.get("bytes") or (512 << 20))
     n = nbytes // 4
     host = torch.empty(n, dtype=torch.float32, pin_memory=True)
@@ -191,7 +191,7 @@ def _resnet50(torch):
     return nn.Sequential(*layers)
 
 
-def test_resnet50(torch, spec):
+def bench_resnet50(torch, spec):
     total_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
     batch = int(spec.get("batch") or (256 if total_gib >= 40 else 128 if total_gib >= 20 else 64))
     torch.backends.cudnn.benchmark = True
@@ -258,7 +258,7 @@ def _nccl_rank(rank, world, init_file, sizes, iters, out_path):
     dist.destroy_process_group()
 
 
-def test_nccl(torch, spec):
+def bench_nccl(torch, spec):
     import tempfile
 
     import torch.multiprocessing as mp
@@ -278,12 +278,12 @@ def test_nccl(torch, spec):
 
 
 TESTS = {
-    "matmul": (test_matmul, "TFLOP/s"),
-    "membw": (test_membw, "GB/s"),
-    "h2d": (lambda t, s: test_transfer(t, s, True), "GB/s"),
-    "d2h": (lambda t, s: test_transfer(t, s, False), "GB/s"),
-    "resnet50": (test_resnet50, "images/s"),
-    "nccl": (test_nccl, "GB/s"),
+    "matmul": (bench_matmul, "TFLOP/s"),
+    "membw": (bench_membw, "GB/s"),
+    "h2d": (lambda t, s: bench_transfer(t, s, True), "GB/s"),
+    "d2h": (lambda t, s: bench_transfer(t, s, False), "GB/s"),
+    "resnet50": (bench_resnet50, "images/s"),
+    "nccl": (bench_nccl, "GB/s"),
 }
 
 
