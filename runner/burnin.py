@@ -178,11 +178,11 @@ class Worker:
     """One ``runner.burnin_worker`` child on a set of GPUs."""
 
     def __init__(self, python: str, gpus: list[int], tests: list[dict], start_at: float | None, log_path: Path,
-                 label: int | None):
+                 label: int | None, device: str = "cuda"):
         self.gpus = gpus
         self.label = label
         self.timeout = 120 + sum(_spec_seconds(s) for s in tests) + max(0.0, (start_at or 0) - time.time())
-        job = {"gpu": label, "tests": tests, "start_at": start_at}
+        job = {"gpu": label, "tests": tests, "start_at": start_at, "device": device}
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(
             [python, "-m", "runner.burnin_worker", json.dumps(job)],
@@ -219,13 +219,16 @@ def _log_tail(path: Path, n: int = 3) -> str:
 
 
 def run_workers(python: str, groups: list[tuple[list[int], int | None, list[dict]]], out: Path, phase: str,
-                synchronized: bool) -> list[dict]:
-    """Run one worker per group (GPU list, label, tests); all at once."""
+                synchronized: bool, device: str = "cuda") -> list[dict]:
+    """Run one worker per group (GPU list, label, tests); all at once.
+
+    ``device="cpu"`` runs the same tests on the CPU (tests of this machinery only).
+    """
     start_at = time.time() + 20 if synchronized and len(groups) > 1 else None
     workers = []
     for gpus, label, tests in groups:
         log = out / "logs" / f"{phase}-{'-'.join(map(str, gpus))}.log"
-        workers.append((Worker(python, gpus, tests, start_at, log, label), tests, log))
+        workers.append((Worker(python, gpus, tests, start_at, log, label, device), tests, log))
     records = []
     for w, tests, log in workers:
         recs, error = w.wait()

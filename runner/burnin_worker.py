@@ -38,48 +38,87 @@ def emit(record: dict) -> None:
     sys.stdout.flush()
 
 
-def _torch():
-    import torch
+class Device:
+    """Where the tests run: ``cuda`` (the GPU the parent chose) or ``cpu``.
 
-    if not torch.cuda.is_available():
-        raise RuntimeError(f"torch {torch.__version__} sees no CUDA device")
-    return torch
+    ``cpu`` exists so that the whole path (worker, records, document) can be
+    exercised on a machine without a GPU; ``runner burnin`` itself always
+    asks for ``cuda``.
+    """
+
+    def __init__(self, kind: str):
+        import torch
+
+        self.torch = torch
+        self.kind = kind
+        if kind == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(f"torch {torch.__version__} sees no CUDA device")
+        if kind not in ("cuda", "cpu"):
+            raise ValueError(f"unknown device {kind!r}")
+        self.name = kind
+
+    @property
+    def cuda(self) -> bool:
+        return self.kind == "cuda"
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def mark(self):
+        """A point in time: a CUDA event recorded on the stream, or the host clock (CPU work is synchronous)."""
+        if self.cuda:
+            e = self.torch.cuda.Event(enable_timing=True)
+            e.record()
+            return e
+        return time.perf_counter()
+
+    def elapsed_ms(self, a, b) -> float:
+        if self.cuda:
+            b.synchronize()
+            return a.elapsed_time(b)
+        return (b - a) * 1000.0
+
+    def total_memory(self) -> int:
+        if self.cuda:
+            return self.torch.cuda.get_device_properties(0).total_memory
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+    def info(self) -> dict:
+        t = self.torch
+        if not self.cuda:
+            return {"name": "cpu", "torch": t.__version__, "cuda": None}
+        p = t.cuda.get_device_properties(0)
+        info = {"name": p.name, "torch": t.__version__, "cuda": t.version.cuda}
+        for attr in ("pci_domain_id", "pci_bus_id", "pci_device_id"):
+            info[attr] = getattr(p, attr, None)
+        return info
 
 
-def device_info(torch) -> dict:
-    p = torch.cuda.get_device_properties(0)
-    info = {"name": p.name, "torch": torch.__version__, "cuda": torch.version.cuda}
-    for attr in ("pci_domain_id", "pci_bus_id", "pci_device_id"):
-        info[attr] = getattr(p, attr, None)
-    return info
-
-
-def _timed_chunks(torch, step, seconds: float, work_per_step: float, min_chunks: int = 3):
+def _timed_chunks(dev: Device, step, seconds: float, work_per_step: float, min_chunks: int = 3):
     """Run ``step`` in chunks of about 0.25 s until ``seconds`` passed.
 
     Returns rates (work units per second) of each chunk, measured with CUDA
-    events, so host overhead between chunks does not count.
+    events on a GPU, so host overhead between chunks does not count.
     """
     # size a chunk: time a few steps
-    torch.cuda.synchronize()
+    dev.sync()
     t = time.perf_counter()
     n = 0
     while n < 3 or time.perf_counter() - t < 0.05:
         step()
         n += 1
-        torch.cuda.synchronize()
+        dev.sync()
     per_step = (time.perf_counter() - t) / n
     k = max(1, int(0.25 / max(per_step, 1e-6)))
     rates = []
     end = time.perf_counter() + seconds
     while time.perf_counter() < end or len(rates) < min_chunks:
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
+        a = dev.mark()
         for _ in range(k):
             step()
-        b.record()
-        b.synchronize()
-        ms = a.elapsed_time(b)
+        b = dev.mark()
+        ms = dev.elapsed_ms(a, b)
         if ms > 0:
             rates.append(work_per_step * k / (ms / 1000.0))
     return rates
@@ -91,23 +130,24 @@ def _stats(rates):
     return {"median": mid, "min": rs[0], "max": rs[-1], "chunks": len(rs)}
 
 
-def bench_matmul(torch, spec):
+def bench_matmul(dev: Device, spec):
+    torch = dev.torch
     dtype_name = spec["dtype"]
     n = int(spec.get("n", 8192))
     dtype = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
     # "highest": true fp32; "high": fp32 matmuls may use TF32 tensor cores
     torch.set_float32_matmul_precision("high" if dtype_name == "tf32" else "highest")
-    g = torch.Generator(device="cuda").manual_seed(1234)
-    a = torch.randn(n, n, device="cuda", dtype=torch.float32, generator=g).to(dtype)
-    b = torch.randn(n, n, device="cuda", dtype=torch.float32, generator=g).to(dtype)
-    c = torch.empty(n, n, device="cuda", dtype=dtype)
+    g = torch.Generator(device=dev.name).manual_seed(1234)
+    a = torch.randn(n, n, device=dev.name, dtype=torch.float32, generator=g).to(dtype)
+    b = torch.randn(n, n, device=dev.name, dtype=torch.float32, generator=g).to(dtype)
+    c = torch.empty(n, n, device=dev.name, dtype=dtype)
 
     def step():
         torch.matmul(a, b, out=c)
 
-    rates = _timed_chunks(torch, step, float(spec["seconds"]), 2.0 * n**3 / 1e12)
+    rates = _timed_chunks(dev, step, float(spec["seconds"]), 2.0 * n**3 / 1e12)
     # correctness of the last product (after the GPU ran hot): a block against float64
-    blk = 256
+    blk = min(256, n)
     ref = a[:blk].double() @ b[:, :blk].double()
     err = (c[:blk, :blk].double() - ref).abs().max().item() / max(ref.abs().max().item(), 1e-30)
     tol = MATMUL_TOLERANCE[dtype_name]
@@ -118,38 +158,39 @@ def bench_matmul(torch, spec):
     return s["median"], detail, None
 
 
-def bench_membw(torch, spec):
-    total = torch.cuda.get_device_properties(0).total_memory
-    nbytes = int(spec.get("bytes") or min(4 << 30, total // 8))
+def bench_membw(dev: Device, spec):
+    torch = dev.torch
+    nbytes = int(spec.get("bytes") or min(4 << 30, dev.total_memory() // 8))
     n = nbytes // 4
-    src = torch.ones(n, device="cuda", dtype=torch.float32)
+    src = torch.ones(n, device=dev.name, dtype=torch.float32)
     dst = torch.empty_like(src)
 
     def step():
         dst.copy_(src)
 
-    rates = _timed_chunks(torch, step, float(spec["seconds"]), 2.0 * n * 4 / 1e9)
+    rates = _timed_chunks(dev, step, float(spec["seconds"]), 2.0 * n * 4 / 1e9)
     s = _stats(rates)
     return s["median"], {"bytes": n * 4, "counted": "read+write", **{k: v for k, v in s.items() if k != "median"}}, None
 
 
-def bench_transfer(torch, spec, to_device: bool):
+def bench_transfer(dev: Device, spec, to_device: bool):
+    torch = dev.torch
     nbytes = int(spec.get("bytes") or (512 << 20))
     n = nbytes // 4
-    host = torch.empty(n, dtype=torch.float32, pin_memory=True)
+    host = torch.empty(n, dtype=torch.float32, pin_memory=dev.cuda)
     host.fill_(1.0)
-    dev = torch.empty(n, device="cuda", dtype=torch.float32)
+    buf = torch.empty(n, device=dev.name, dtype=torch.float32)
 
     if to_device:
         def step():
-            dev.copy_(host, non_blocking=True)
+            buf.copy_(host, non_blocking=True)
     else:
         def step():
-            host.copy_(dev, non_blocking=True)
+            host.copy_(buf, non_blocking=True)
 
-    rates = _timed_chunks(torch, step, float(spec["seconds"]), n * 4 / 1e9)
+    rates = _timed_chunks(dev, step, float(spec["seconds"]), n * 4 / 1e9)
     s = _stats(rates)
-    return s["median"], {"bytes": n * 4, "pinned": True, **{k: v for k, v in s.items() if k != "median"}}, None
+    return s["median"], {"bytes": n * 4, "pinned": dev.cuda, **{k: v for k, v in s.items() if k != "median"}}, None
 
 
 # ---------------------------------------------------------------- ResNet-50 v1.5
@@ -191,21 +232,24 @@ def _resnet50(torch):
     return nn.Sequential(*layers)
 
 
-def bench_resnet50(torch, spec):
-    total_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+def bench_resnet50(dev: Device, spec):
+    torch = dev.torch
+    total_gib = dev.total_memory() / 2**30
     batch = int(spec.get("batch") or (256 if total_gib >= 40 else 128 if total_gib >= 20 else 64))
     torch.backends.cudnn.benchmark = True
-    model = _resnet50(torch).cuda().to(memory_format=torch.channels_last)
+    model = _resnet50(torch).to(dev.name).to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    x = torch.randn(batch, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
-    y = torch.randint(0, 1000, (batch,), device="cuda")
-    use_bf16 = torch.cuda.get_device_capability(0) >= (8, 0)  # native bf16 (Ampere and later), not emulated
+    size = int(spec.get("image", 224))
+    x = torch.randn(batch, 3, size, size, device=dev.name).to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (batch,), device=dev.name)
+    # native bf16 (Ampere and later), not emulated; fp16 with loss scaling before
+    use_bf16 = not dev.cuda or torch.cuda.get_device_capability(0) >= (8, 0)
     dtype = torch.bfloat16 if use_bf16 else torch.float16
-    scaler = torch.amp.GradScaler("cuda", enabled=not use_bf16)
+    scaler = torch.amp.GradScaler(dev.name, enabled=not use_bf16)
 
     def step():
-        with torch.autocast("cuda", dtype=dtype):
+        with torch.autocast(dev.name, dtype=dtype, enabled=dev.cuda):  # mixed precision on the GPU only
             loss = loss_fn(model(x), y)
         opt.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
@@ -215,10 +259,11 @@ def bench_resnet50(torch, spec):
 
     for _ in range(int(spec.get("warmup_steps", 15))):
         step()
-    rates = _timed_chunks(torch, step, float(spec["seconds"]), float(batch))
+    rates = _timed_chunks(dev, step, float(spec["seconds"]), float(batch))
     s = _stats(rates)
     loss = float(step().item())
-    detail = {"batch": batch, "precision": "bf16" if use_bf16 else "fp16", "data": "synthetic", "source": "builtin",
+    detail = {"batch": batch, "image": size, "precision": ("bf16" if use_bf16 else "fp16") if dev.cuda else "fp32",
+              "data": "synthetic", "source": "builtin",
               "final_loss": loss, **{k: v for k, v in s.items() if k != "median"}}
     if loss != loss:  # NaN
         return s["median"], detail, "the loss became NaN"
@@ -228,26 +273,28 @@ def bench_resnet50(torch, spec):
 # ---------------------------------------------------------------- NCCL
 
 
-def _nccl_rank(rank, world, init_file, sizes, iters, out_path):
-    import torch
+def _nccl_rank(rank, world, kind, init_file, sizes, iters, out_path):
     import torch.distributed as dist
 
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    dev = Device(kind)
+    torch = dev.torch
+    if dev.cuda:
+        torch.cuda.set_device(rank)
+    dist.init_process_group("nccl" if dev.cuda else "gloo", init_method=f"file://{init_file}", rank=rank,
+                           world_size=world)
     results = []
     for nbytes in sizes:
-        t = torch.ones(nbytes // 4, device="cuda", dtype=torch.float32)
+        t = torch.ones(nbytes // 4, device=f"cuda:{rank}" if dev.cuda else "cpu", dtype=torch.float32)
         for _ in range(5):
             dist.all_reduce(t)
-        torch.cuda.synchronize()
+        dev.sync()
         dist.barrier()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
+        a = dev.mark()
         for _ in range(iters):
             dist.all_reduce(t)
-        b.record()
-        b.synchronize()
-        sec = a.elapsed_time(b) / 1000.0 / iters
+        dev.sync()
+        b = dev.mark()
+        sec = dev.elapsed_ms(a, b) / 1000.0 / iters
         algbw = nbytes / sec / 1e9
         results.append({"bytes": nbytes, "time_us": sec * 1e6, "algbw_gbs": algbw,
                         "busbw_gbs": algbw * 2 * (world - 1) / world})
@@ -258,23 +305,25 @@ def _nccl_rank(rank, world, init_file, sizes, iters, out_path):
     dist.destroy_process_group()
 
 
-def bench_nccl(torch, spec):
+def bench_nccl(dev: Device, spec):
     import tempfile
 
     import torch.multiprocessing as mp
 
-    world = torch.cuda.device_count()
+    world = dev.torch.cuda.device_count() if dev.cuda else int(spec.get("world", 2))
     if world < 2:
         raise RuntimeError(f"NCCL all-reduce needs 2 or more GPUs, {world} visible")
     sizes = [int(s) for s in spec.get("sizes", [64 << 20, 256 << 20, 1 << 30])]
     iters = int(spec.get("iters", 20))
     with tempfile.TemporaryDirectory(prefix="gpulab-nccl-") as tmp:
         out = os.path.join(tmp, "result.json")
-        mp.spawn(_nccl_rank, args=(world, os.path.join(tmp, "init"), sizes, iters, out), nprocs=world, join=True)
+        mp.spawn(_nccl_rank, args=(world, dev.kind, os.path.join(tmp, "init"), sizes, iters, out), nprocs=world,
+                 join=True)
         with open(out) as f:
             results = json.load(f)
     best = max(r["busbw_gbs"] for r in results)
-    return best, {"world_size": world, "sizes": results, "dtype": "fp32", "op": "sum"}, None
+    return best, {"world_size": world, "sizes": results, "dtype": "fp32", "op": "sum",
+                  "backend": "nccl" if dev.cuda else "gloo"}, None
 
 
 TESTS = {
@@ -293,13 +342,12 @@ def main(argv=None) -> int:
     gpu = job.get("gpu")
     failed = 0
     try:
-        torch = _torch()
-        info = device_info(torch)
-        emit({"test": "device", "gpu": gpu, "ok": True, "detail": info, "start": time.time(), "end": time.time(),
-              "value": None, "unit": None, "error": None})
+        dev = Device(job.get("device", "cuda"))
+        emit({"test": "device", "gpu": gpu, "ok": True, "detail": dev.info(), "start": time.time(),
+              "end": time.time(), "value": None, "unit": None, "error": None})
         # warm the context and clocks a little, then wait for the common start
-        torch.ones(1, device="cuda").add_(1)
-        torch.cuda.synchronize()
+        dev.torch.ones(1, device=dev.name).add_(1)
+        dev.sync()
         start_at = job.get("start_at")
         if start_at:
             delay = float(start_at) - time.time()
@@ -313,7 +361,7 @@ def main(argv=None) -> int:
         fn, unit = TESTS[spec["test"]]
         rec = {"test": spec["test"], "gpu": gpu, "unit": unit, "dtype": spec.get("dtype"), "start": time.time()}
         try:
-            value, detail, error = fn(torch, spec)
+            value, detail, error = fn(dev, spec)
             rec.update(value=value, detail=detail, error=error, ok=error is None)
         except Exception as exc:
             tail = traceback.format_exc(limit=3).strip().splitlines()[-1]
@@ -322,10 +370,11 @@ def main(argv=None) -> int:
         if not rec["ok"]:
             failed += 1
         emit(rec)
-        try:
-            torch.cuda.empty_cache()
-        except Exception:
-            pass
+        if dev.cuda:
+            try:
+                dev.torch.cuda.empty_cache()
+            except Exception:
+                pass
     return 1 if failed else 0
 
 

@@ -153,3 +153,42 @@ def test_build_document_metrics_and_windows():
     assert doc["xid"]["new_during_burnin"] == 1 and doc["xid"]["before_load"] == 1
     assert [e["during_burnin"] for e in doc["xid"]["events"]] == [False, True]
     json.dumps(doc)
+
+
+@pytest.mark.slow
+def test_worker_pipeline_on_cpu(tmp_path):
+    """Every load test through the real worker process, on the CPU (small sizes).
+
+    The numbers mean nothing here; the test checks that each test runs, reports
+    its value, unit, timing and details, that the matmul check passes, and that
+    the document is built from the records.
+    """
+    pytest.importorskip("torch")
+    (tmp_path / "logs").mkdir()
+    tests = [{"test": "matmul", "dtype": p, "seconds": 0.1, "n": 128} for p in burnin.PRECISIONS]
+    tests += [{"test": "membw", "seconds": 0.1, "bytes": 1 << 20}, {"test": "h2d", "seconds": 0.1, "bytes": 1 << 20},
+              {"test": "d2h", "seconds": 0.1, "bytes": 1 << 20},
+              {"test": "resnet50", "seconds": 0.1, "batch": 2, "image": 32, "warmup_steps": 1}]
+    recs = burnin.run_workers(sys.executable, [([0], 0, tests)], tmp_path, "solo", False, device="cpu")
+    host = burnin.run_workers(sys.executable, [([0, 1], None, [{"test": "nccl", "iters": 2, "sizes": [1 << 16], "world": 2}])],
+                              tmp_path, "host", False, device="cpu")
+    by = {(r["test"], r.get("dtype")): r for r in recs + host}
+    assert by[("device", None)]["detail"]["name"] == "cpu"
+    for t in tests + [{"test": "nccl"}]:
+        r = by[(t["test"], t.get("dtype"))]
+        assert r["ok"], r
+        assert r["value"] > 0 and r["end"] >= r["start"] and r["unit"]
+    for p in burnin.PRECISIONS:
+        d = by[("matmul", p)]["detail"]
+        assert d["n"] == 128 and d["max_rel_error"] <= d["tolerance"] and d["chunks"] >= 3
+    assert by[("resnet50", None)]["detail"]["batch"] == 2 and by[("nccl", None)]["detail"]["backend"] == "gloo"
+    assert by[("nccl", None)]["detail"]["world_size"] == 2
+    probe_doc = {"host": {"hostname": "cpu"}, "gpus": [{"index": 0, "name": "cpu", "uuid": None}]}
+    xid = {"source": None, "error": "x", "events": []}
+    doc = burnin.build_document("standard", [0], probe_doc, xid, xid, [r for r in recs if r["test"] != "device"] + host,
+                                [], (0, 0), None, "s", 0, [])
+    assert doc["outcome"] == "completed"
+    assert set(doc["gpus"]["0"]["solo"]) == {
+        "matmul_fp32_tflops", "matmul_tf32_tflops", "matmul_bf16_tflops", "matmul_fp16_tflops", "memory_bandwidth_gbs",
+        "h2d_bandwidth_gbs", "d2h_bandwidth_gbs", "resnet50_images_per_s"}
+    assert doc["host_metrics"]["nccl_allreduce_busbw_gbs"] > 0
