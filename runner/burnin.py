@@ -43,7 +43,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time

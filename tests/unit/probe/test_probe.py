@@ -3,7 +3,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FakeNvml, h200_like, old_gpu
+from fake_nvml import FakeNvml, h200_like, old_gpu
 
 from runner import probe
 

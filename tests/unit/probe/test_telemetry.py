@@ -3,9 +3,9 @@ import time
 
 import pynvml
 import pytest
-from conftest import FakeNvml, h200_like, old_gpu
+from fake_nvml import FakeNvml, h200_like, old_gpu
 
-from runner import probe, telemetry
+from runner import telemetry
 
 
 def _rows(path):

@@ -4,7 +4,7 @@ import copy
 import json
 
 import pytest
-from conftest import checks_of, inventory_for, run, stack_of
+from snapshots import checks_of, inventory_for, run, stack_of
 
 from lab import validate
 from lab.errors import CheckFailed, ConfigError

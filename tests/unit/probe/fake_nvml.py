@@ -13,7 +13,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pynvml
-import pytest
 
 
 class FakeNvml:
@@ -132,7 +131,3 @@ def old_gpu(**over):
     facts.update(over)
     return facts
 
-
-@pytest.fixture
-def fake_nvml():
-    return FakeNvml
