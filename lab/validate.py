@@ -356,7 +356,7 @@ def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None,
         exp = f">= Gen{want['gen']} x{want['width']} ({want_src})"
         measured = {"gen_current": gen_cur, "gen_max": gen_max, "gen_under_load": gen_load, "width": width,
                     "width_max": pcie.get("width_max")}
-        if width is None and gen_cur is None and gen_max is None:
+        if width is None and gen_cur is None and gen_max is None and gen_load is None:
             out.append(check("PCIe link", WARN, measured, exp, "PCIe link not readable"))
         elif width is not None and width < want["width"]:
             out.append(check("PCIe link", FAIL, measured, exp,

@@ -50,3 +50,26 @@ def checks_of(verdicts, host="h200-01", gpu=None) -> dict:
     h = verdicts.hosts[host]
     src = h["checks"] if gpu is None else h["gpus"][str(gpu)]["checks"]
     return {c["check"]: c for c in src}
+
+
+# WARNs a healthy recording may carry because of where it was recorded (a
+# virtualised GPU host whose kernel log cannot be read, or whose NVML does not
+# report the PCIe link): (check name, start of the reason).
+ENVIRONMENT_WARNS = (
+    ("XID events", "kernel log not readable"),
+    ("XID events (other devices)", "kernel log not readable"),
+    ("PCIe link", "PCIe link not readable"),
+)
+
+
+def findings(host: dict) -> list[str]:
+    """The host's non-PASS checks, less the WARNs the recording environment explains."""
+    out = []
+    checks = [(None, c) for c in host["checks"]] + [(i, c) for i, g in host["gpus"].items() for c in g["checks"]]
+    for gpu, c in checks:
+        if c["verdict"] == "PASS":
+            continue
+        if c["verdict"] == "WARN" and any(c["check"] == n and c["reason"].startswith(r) for n, r in ENVIRONMENT_WARNS):
+            continue
+        out.append(f"{'GPU ' + gpu + ' ' if gpu is not None else ''}{c['check']}: {c['verdict']}: {c['reason']}")
+    return out
