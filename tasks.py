@@ -172,16 +172,19 @@ def report(c, path, format=None, compare=None, out=None):
 
 
 @task(help={**SELECT_HELP, "level": "quick, standard or burn-in", "baseline": "build references from these hosts",
-            "json": "print verdicts as JSON", "out": "folder for verdicts and the HTML page"})
+            "json": "print verdicts as JSON", "out": "folder for verdicts and the HTML page",
+            "references": "GPU references YAML (default: gpulab.references)"})
 @_errors
 def validate(c, device=None, host=None, limit=None, level="quick", baseline=False, json=False, out=None,
-             inventory=None):
+             references=None, inventory=None):
     """Check each host's GPUs for health and performance against references; exit 1 if any host fails."""
     from lab import validate as val
 
     hosts = _select(c, inventory, host, device, limit)
     result = val.validate_fleet(hosts, level=level, baseline=baseline, as_json=json,
-                                out_dir=Path(out) if out else Path(_cfg(c, "results")) / "validate")
+                                out_dir=Path(out) if out else Path(_cfg(c, "results")) / "validate",
+                                references=_cfg(c, "references", references),
+                                inventory=_cfg(c, "inventory", inventory))
     if not result.ok:
         raise Exit(code=1)
 
