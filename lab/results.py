@@ -421,20 +421,21 @@ def _parse_v05(lines: list[str], rules: Rules) -> LogFacts:
     target = logged_target
     if target is None and bench in rules.benchmarks:
         target = rules.benchmarks[bench].target
-    evals = []   # (time, epoch, value)
-    for e in window:
+    evals = []   # (time, epoch, value, position in window)
+    for pos, e in enumerate(window):
         if e[1] != "eval_accuracy":
             continue
         if isinstance(e[2], dict) and "value" in e[2]:
-            evals.append((e[0], e[2].get("epoch"), e[2]["value"]))
+            evals.append((e[0], e[2].get("epoch"), e[2]["value"], pos))
         else:
-            evals.append((e[0], None, e[2]))
+            evals.append((e[0], None, e[2], pos))
     quality = evals[-1][2] if evals else None
     met = None
     if target is not None:
         met = next((ev for ev in evals if rules.meets(ev[2], target)), None)
 
     flag = stop[2].get("success") if isinstance(stop[2], dict) else None
+    cut = len(window)   # events up to here count towards epochs to converge
     if isinstance(flag, bool):
         success = flag
         end_t = t1
@@ -444,6 +445,7 @@ def _parse_v05(lines: list[str], rules: Rules) -> LogFacts:
             reason += f" (last eval_accuracy {_fmt_quality(quality)})"
     elif met is not None:
         success, end_t, outcome = True, met[0], "success"
+        cut = met[3]
         at = f" at epoch {met[1]}" if met[1] is not None else ""
         reason = f"eval_accuracy {_fmt_quality(met[2])} met target {_fmt_quality(target)}{at}"
     else:
@@ -457,7 +459,7 @@ def _parse_v05(lines: list[str], rules: Rules) -> LogFacts:
             reason = (f"no eval_accuracy met target {_fmt_quality(target)} "
                       f"(last {_fmt_quality(quality)})")
 
-    train_epochs = [e for e in window if e[1] == "train_epoch" and e[0] <= end_t]
+    train_epochs = [e for e in window[:cut] if e[1] == "train_epoch"]
     if train_epochs:
         epochs = float(len({json.dumps(e[2]) for e in train_epochs}))
     else:
