@@ -112,9 +112,9 @@ def system_rows(runs: list[Run], rules: Rules) -> list[dict]:
         if not times:
             basis = "no successful run"
         elif len(times) >= 3:
-            basis = f"mean of {len(times)} runs without the fastest and slowest"
+            basis = f"{len(times)} runs, fastest and slowest dropped"
         else:
-            basis = f"mean of {len(times)} run(s): too few to drop the fastest and slowest"
+            basis = f"mean of {len(times)} (too few to drop any)"
         all_t = [r.ttt_s / 60.0 for r in succ]
         epochs = [r.epochs for r in succ if r.epochs is not None]
         thr = [r.samples_per_s for r in group if r.samples_per_s]
@@ -302,7 +302,8 @@ def seed_tables(runs: list[Run], rules: Rules) -> tuple[list[dict], list[dict]]:
     epoch)), the sums of squares taken around each system's means and pooled
     over systems. Seed-dominated: share >= share_threshold. Where no system has
     two runs, the benchmark is seed-dominated when max/min epochs to converge
-    over all its runs reaches epoch_ratio_threshold.
+    over all its runs reaches epoch_ratio_threshold (so also where repeated
+    runs exist but took exactly the same time: they carry no information).
     """
     cfg = rules.settings["seed"]
     ok = [r for r in runs if r.mode == "ttt" and r.success and r.ttt_s and r.epochs]
@@ -336,16 +337,16 @@ def seed_tables(runs: list[Run], rules: Rules) -> tuple[list[dict], list[dict]]:
             ss_e += sum((x - me) ** 2 for x in le)
             ss_p += sum((x - mp) ** 2 for x in lp)
         ratio = max(eps) / min(eps)
-        if multi:
-            share = ss_e / (ss_e + ss_p) if (ss_e + ss_p) > 0 else 0.0
+        if multi and (ss_e + ss_p) > 0:
+            share = ss_e / (ss_e + ss_p)
             dominated = share >= cfg["share_threshold"]
             basis = (f"within-system variation over {multi} system(s) with 2+ runs: "
                      f"seed share {share:.2f} vs threshold {cfg['share_threshold']:g}")
         else:
             share = None
             dominated = ratio >= cfg["epoch_ratio_threshold"]
-            basis = (f"no system has 2 runs: max/min epochs {ratio:.2f} vs threshold "
-                     f"{cfg['epoch_ratio_threshold']:g}")
+            basis = (f"no system has 2 runs that differ in time to train: max/min epochs {ratio:.2f} "
+                     f"vs threshold {cfg['epoch_ratio_threshold']:g}")
         by_dev = defaultdict(dict)
         for r in rs:
             by_dev[r.device].setdefault(r.gpus, []).append(r.epochs)

@@ -156,3 +156,13 @@ def test_seed_share_mixed_by_hand():
     share = math.log(1.2) ** 2 / (math.log(1.2) ** 2 + math.log(1.05) ** 2)
     assert effects[0]["seed_share"] == pytest.approx(share)
     assert effects[0]["seed_dominated"] == (share >= 0.5)
+
+
+def test_identical_repeats_fall_back_to_the_epoch_range():
+    # Two identical runs on 1 GPU (no variation: no information) and 12 vs 4 epochs across counts.
+    runs = [run("gnmt", "T4", 1, minutes=720, epochs=12), run("gnmt", "T4", 1, minutes=720, epochs=12),
+            run("gnmt", "T4", 4, minutes=72, epochs=4)]
+    (e,) = seed_tables(runs, RULES)[1]
+    assert e["seed_share"] is None and e["epoch_ratio"] == 3.0 and e["seed_dominated"]
+    assert e["basis"] == ("no system has 2 runs that differ in time to train: max/min epochs 3.00 "
+                          "vs threshold 1.5")
