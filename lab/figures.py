@@ -38,16 +38,20 @@ def _grid(n):
 
 
 def _new_figure(n_panels, title):
+    """Panels in a grid with fixed margins (inches): tight_layout would cost a
+    second full draw of every figure."""
     ncols, nrows = _grid(n_panels)
-    fig = Figure(figsize=(4.4 * ncols, 3.3 * nrows + 0.9), dpi=DPI)
+    width, height = 4.4 * ncols, 3.3 * nrows + 1.0
+    fig = Figure(figsize=(width, height), dpi=DPI)
     FigureCanvasAgg(fig)
+    fig.subplots_adjust(left=0.75 / width, right=1 - 0.2 / width, top=1 - 0.65 / height,
+                        bottom=0.85 / height, wspace=0.32, hspace=0.5)
     axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(n_panels)]
     fig.suptitle(title, fontsize=12)
     return fig, axes
 
 
 def _save(fig, path: Path):
-    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
     fig.savefig(path, format="png", dpi=DPI)
 
 

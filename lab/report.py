@@ -156,7 +156,7 @@ def _ttt_of(row):
     return row["score_minutes"]
 
 
-def device_ratios(systems: list[dict]) -> tuple[list[dict], list[dict]]:
+def device_ratios(systems: list[dict], rules: Rules | None = None) -> tuple[list[dict], list[dict]]:
     """Ratios of two devices per benchmark at equal GPU count and stack.
 
     The faster device of each pair (geometric mean of all its ratios >= 1) is
@@ -229,6 +229,8 @@ def device_ratios(systems: list[dict]) -> tuple[list[dict], list[dict]]:
             "comparable_max": max(comparable) if comparable else None,
             "gpu_counts": sorted({r["gpus"] for r in rs}),
         })
+    order = {b: i for i, b in enumerate(_bench_order(rules or default_rules(), [r["benchmark"] for r in rows]))}
+    ranges.sort(key=lambda r: (r["pair"], r["benchmark"] == "all benchmarks", order.get(r["benchmark"], 0)))
     return rows, ranges
 
 
@@ -488,7 +490,7 @@ def key_findings(an: Analysis) -> list[str]:
 def analyse(runs: list[Run], rules: Rules | None = None, other: list[Run] | None = None) -> Analysis:
     rules = rules or default_rules()
     systems = system_rows(runs, rules)
-    ratios, ranges = device_ratios(systems)
+    ratios, ranges = device_ratios(systems, rules)
     seeds, effects = seed_tables(runs, rules)
     return Analysis(
         runs=runs, systems=systems, ratios=ratios, ratio_ranges=ranges,

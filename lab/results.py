@@ -57,6 +57,7 @@ from __future__ import annotations
 import ast
 import csv
 import hashlib
+import io
 import json
 import math
 import os
@@ -496,7 +497,8 @@ def raw_looks_structured(raw: str | None) -> bool:
 # Telemetry
 # --------------------------------------------------------------------------
 
-def read_telemetry(path: Path, gpus: list[int] | None = None) -> tuple[float | None, float | None, str | None]:
+def read_telemetry(path: Path, gpus: list[int] | None = None, data: bytes | None = None
+                   ) -> tuple[float | None, float | None, str | None]:
     """(energy J, average power W, note) from a telemetry.csv.
 
     Energy is the trapezoid integral of power_w over time_s for each GPU, summed
@@ -506,18 +508,27 @@ def read_telemetry(path: Path, gpus: list[int] | None = None) -> tuple[float | N
     """
     series: dict[str, list[tuple[float, float]]] = {}
     try:
-        with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-            reader = csv.DictReader(fh)
-            cols = set(reader.fieldnames or [])
-            if not {"time_s", "gpu", "power_w"} <= cols:
-                if not cols:
+        fh = (io.StringIO(data.decode("utf-8", errors="replace"), newline="") if data is not None
+              else open(path, newline="", encoding="utf-8", errors="replace"))
+        with fh:
+            reader = csv.reader(fh)
+            header = [h.strip() for h in next(reader, [])]
+            if not {"time_s", "gpu", "power_w"} <= set(header):
+                if not header:
                     return None, None, None
                 return None, None, "telemetry.csv lacks time_s, gpu or power_w"
+            it, ig, ip = header.index("time_s"), header.index("gpu"), header.index("power_w")
+            need = max(it, ig, ip)
             for row in reader:
-                t, p = _num(row.get("time_s")), _num(row.get("power_w"))
-                if t is None or p is None:
+                if len(row) <= need:
                     continue
-                series.setdefault(str(row.get("gpu")).strip(), []).append((t, p))
+                try:
+                    t, p = float(row[it]), float(row[ip])
+                except ValueError:
+                    continue
+                if not (math.isfinite(t) and math.isfinite(p)):
+                    continue
+                series.setdefault(row[ig].strip(), []).append((t, p))
     except OSError as exc:
         return None, None, f"telemetry.csv unreadable ({exc.strerror or exc})"
     if gpus:
@@ -654,7 +665,11 @@ def _is_rundir(names: set[str]) -> bool:
 
 
 def _walk(ctx: _Context, root: Path):
-    if _is_rundir(set(os.listdir(root))):
+    try:
+        names = set(os.listdir(root))
+    except OSError as exc:
+        raise ConfigError(f"{root}: cannot read ({exc.strerror or exc})") from None
+    if _is_rundir(names):
         _read_rundir(ctx, root)
         return
     for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: ctx.skip(
@@ -772,37 +787,48 @@ def _read_plain(ctx: _Context, path: Path, root: Path, explicit: bool):
         facts_from=", ".join(f"{k}: {v}" for k, v in sources.items()), notes=notes))
 
 
-def verify_sums(rundir: Path) -> str | None:
-    """None when SHA256SUMS verifies, else why not (one line)."""
+def verify_sums(rundir: Path, keep: tuple[str, ...] = ()) -> tuple[str | None, dict[str, bytes]]:
+    """(None, kept) when SHA256SUMS verifies, else (why not, {}).
+
+    ``kept`` holds the bytes of the files named in ``keep`` that were verified,
+    so that they are read once.
+    """
     sums = rundir / "SHA256SUMS"
+    kept: dict[str, bytes] = {}
     try:
         lines = sums.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        return "no SHA256SUMS: incomplete run directory"
+        return "no SHA256SUMS: incomplete run directory", {}
     except OSError as exc:
-        return f"SHA256SUMS unreadable ({exc.strerror or exc})"
+        return f"SHA256SUMS unreadable ({exc.strerror or exc})", {}
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         m = re.match(r"^([0-9a-fA-F]{64}) [ *](.+)$", line)
         if not m:
-            return f"SHA256SUMS line {n} is malformed"
+            return f"SHA256SUMS line {n} is malformed", {}
         rel = m.group(2)
         target = rundir / rel
-        if not _is_within(target.resolve(), rundir.resolve()):
-            return f"SHA256SUMS line {n} points outside the run directory"
-        h = hashlib.sha256()
+        if ".." in Path(rel).parts or Path(rel).is_absolute():
+            return f"SHA256SUMS line {n} points outside the run directory", {}
         try:
-            with open(target, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(chunk)
+            if rel in keep:
+                data = target.read_bytes()
+                digest = hashlib.sha256(data).hexdigest()
+                kept[rel] = data
+            else:
+                h = hashlib.sha256()
+                with open(target, "rb") as fh:
+                    for chunk in iter(lambda: fh.read(1 << 20), b""):
+                        h.update(chunk)
+                digest = h.hexdigest()
         except FileNotFoundError:
-            return f"{rel} is listed in SHA256SUMS but missing"
+            return f"{rel} is listed in SHA256SUMS but missing", {}
         except OSError as exc:
-            return f"{rel} unreadable ({exc.strerror or exc})"
-        if h.hexdigest() != m.group(1).lower():
-            return f"{rel} does not match SHA256SUMS (changed after the run)"
-    return None
+            return f"{rel} unreadable ({exc.strerror or exc})", {}
+        if digest != m.group(1).lower():
+            return f"{rel} does not match SHA256SUMS (changed after the run)", {}
+    return None, kept
 
 
 def _iso_to_unix(s) -> float | None:
@@ -854,7 +880,7 @@ def _read_rundir(ctx: _Context, rundir: Path):
         ctx.skip(rundir, f"status.json: outcome {status.get('outcome')!r} is not one of "
                  "success, target_missed, failed, aborted")
         return
-    problem = verify_sums(rundir)
+    problem, kept = verify_sums(rundir, keep=("mllog.log", "telemetry.csv"))
     if problem:
         ctx.skip(rundir, problem)
         return
@@ -875,7 +901,10 @@ def _read_rundir(ctx: _Context, rundir: Path):
 
     result = status.get("result") if isinstance(status.get("result"), dict) else {}
     log_facts, log_problem = None, None
-    text = _read_text(ctx, rundir / "mllog.log") if (rundir / "mllog.log").is_file() else None
+    if "mllog.log" in kept:
+        text = kept["mllog.log"].decode("utf-8", errors="replace")
+    else:
+        text = _read_text(ctx, rundir / "mllog.log") if (rundir / "mllog.log").is_file() else None
     if text is None:
         log_problem = "no mllog.log"
     else:
@@ -940,8 +969,8 @@ def _read_rundir(ctx: _Context, rundir: Path):
 
     tele = rundir / "telemetry.csv"
     energy = power = None
-    if tele.is_file():
-        energy, power, tnote = read_telemetry(tele, idx)
+    if "telemetry.csv" in kept or tele.is_file():
+        energy, power, tnote = read_telemetry(tele, idx, kept.get("telemetry.csv"))
         if tnote:
             notes.append(tnote)
 
