@@ -49,6 +49,23 @@ class ReportResult:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     summary: list[dict] = field(default_factory=list)
 
+    def lines(self) -> list[str]:
+        """What a command line prints: the files, the counts, every skipped input."""
+        runs = sum(r["runs"] for r in self.summary)
+        few = sum(1 for r in self.summary if r["too_few_runs"])
+        out = [f"wrote {p}" for p in self.files if p.suffix in (".html", ".md", ".json")]
+        out.append(f"{len(self.summary)} benchmark x system record(s) from {runs} run(s)"
+                   + (f", {few} with too few runs" if few else "")
+                   + f"; {len(self.skipped)} input(s) skipped" + (":" if self.skipped else ""))
+        out += [f"  skipped {src}: {why}" for src, why in self.skipped]
+        return out
+
+
+def default_out_dir(paths) -> Path:
+    """``<first input folder>/report`` (a file's folder for a file)."""
+    first = Path(list(paths)[0])
+    return (first if first.is_dir() else first.parent) / "report"
+
 
 @dataclass
 class Analysis:
@@ -613,6 +630,7 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
     if other is not None:
         tables["skipped"] += [{"source": s.source, "reason": f"(compared set) {s.reason}"}
                               for s in other.skipped]
+        result.skipped = [(s["source"], s["reason"]) for s in tables["skipped"]]
     meta = {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "inputs": coll.inputs, "compare": str(compare) if compare is not None else None,

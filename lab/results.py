@@ -565,6 +565,17 @@ class _Context:
         self._sweeps: dict[Path, dict | None] = {}
         self._systems_dirs: dict[Path, bool] = {}
         self._json_cache: dict[Path, dict | None] = {}
+        self._seen: set[Path] = set()
+        self.repeats = 0
+
+    def first_visit(self, path: Path) -> bool:
+        """False for a file or folder already read (overlapping input paths)."""
+        key = path.resolve()
+        if key in self._seen:
+            self.repeats += 1
+            return False
+        self._seen.add(key)
+        return True
 
     def skip(self, source, reason):
         self.skipped.append(Skipped(str(source), reason))
@@ -648,12 +659,12 @@ def collect(paths, rules: Rules | None = None) -> Collection:
         inputs.append(str(p))
         if not p.exists():
             raise ConfigError(f"{p}: no such file or directory")
-        before = len(ctx.runs) + len(ctx.skipped)
+        before = len(ctx.runs) + len(ctx.skipped) + ctx.repeats
         if p.is_file():
             _read_plain(ctx, p, p.parent, explicit=True)
         else:
             _walk(ctx, p)
-        if len(ctx.runs) + len(ctx.skipped) == before:
+        if len(ctx.runs) + len(ctx.skipped) + ctx.repeats == before:
             raise ConfigError(f"{p}: no run directories or MLPerf log files found")
     ctx.runs.sort(key=lambda r: (r.bench_label, r.device, r.gpus or 0, r.stack,
                                  r.start_s if r.start_s is not None else 0.0, r.source))
@@ -718,7 +729,7 @@ def _read_text(ctx: _Context, path: Path) -> str | None:
 
 
 def _read_plain(ctx: _Context, path: Path, root: Path, explicit: bool):
-    if not path.is_file():
+    if not path.is_file() or not ctx.first_visit(path):
         return
     text = _read_text(ctx, path)
     if text is None:
@@ -868,6 +879,8 @@ def _manifest_stack(manifest: dict) -> tuple[str | None, str | None]:
 
 
 def _read_rundir(ctx: _Context, rundir: Path):
+    if not ctx.first_visit(rundir):
+        return
     rules = ctx.rules
     if not (rundir / "status.json").is_file():
         ctx.skip(rundir, "incomplete run directory: no status.json (still running or interrupted)")
