@@ -62,9 +62,12 @@ import json
 import math
 import os
 import re
+import warnings
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
+
+import numpy as np
 
 from lab.errors import ConfigError
 from lab.mlperf import Rules, default_rules
@@ -74,6 +77,7 @@ V05_PREFIX = ":::MLPv0.5.0"
 LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ""}
 MAX_LOG_BYTES = 512 * 1024 * 1024
 
+_JSON = json.JSONDecoder()
 _V05_RE = re.compile(
     r":::MLPv0\.5\.0\s+(\S+)\s+([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)\s+\(([^)]*)\)\s+(\w+)"
     r"(?:\s*:\s*(.*?))?\s*$")
@@ -279,15 +283,21 @@ def _start_stop(events, bad, nlines):
 def _parse_mllog(lines: list[str], rules: Rules) -> LogFacts:
     events = []   # (time_s, key, value, metadata)
     bad = []
+    decode = _JSON.raw_decode
     for i, line in enumerate(lines, 1):
         k = line.find(MLLOG_PREFIX)
         if k < 0:
             continue
         try:
-            ev = json.loads(line[k + len(MLLOG_PREFIX):])
+            k += len(MLLOG_PREFIX)
+            while line[k] in " \t":
+                k += 1
+            ev, end = decode(line, k)
+            if line[end:].strip():
+                raise ValueError("text after the JSON object")
             key = ev["key"]
             t = float(ev["time_ms"]) / 1000.0
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, IndexError):
             bad.append(i)
             continue
         md = ev.get("metadata")
@@ -504,53 +514,93 @@ def read_telemetry(path: Path, gpus: list[int] | None = None, data: bytes | None
     Energy is the trapezoid integral of power_w over time_s for each GPU, summed
     over the GPUs of the run (all GPUs in the file when none of the run's
     indices appear there). Average power is the sum of each GPU's energy over
-    its sampled span. A GPU with fewer than two samples contributes nothing.
+    its sampled span. A GPU with fewer than two samples contributes nothing;
+    rows with a missing or non-numeric time or power are left out.
     """
-    series: dict[str, list[tuple[float, float]]] = {}
-    try:
-        fh = (io.StringIO(data.decode("utf-8", errors="replace"), newline="") if data is not None
-              else open(path, newline="", encoding="utf-8", errors="replace"))
-        with fh:
-            reader = csv.reader(fh)
-            header = [h.strip() for h in next(reader, [])]
-            if not {"time_s", "gpu", "power_w"} <= set(header):
-                if not header:
-                    return None, None, None
-                return None, None, "telemetry.csv lacks time_s, gpu or power_w"
-            it, ig, ip = header.index("time_s"), header.index("gpu"), header.index("power_w")
-            need = max(it, ig, ip)
-            for row in reader:
-                if len(row) <= need:
-                    continue
-                try:
-                    t, p = float(row[it]), float(row[ip])
-                except ValueError:
-                    continue
-                if not (math.isfinite(t) and math.isfinite(p)):
-                    continue
-                series.setdefault(row[ig].strip(), []).append((t, p))
-    except OSError as exc:
-        return None, None, f"telemetry.csv unreadable ({exc.strerror or exc})"
+    if data is None:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            return None, None, f"telemetry.csv unreadable ({exc.strerror or exc})"
+    first, _, _ = data.partition(b"\n")
+    header = [h.strip() for h in first.decode("utf-8", errors="replace").strip().split(",")]
+    if header == [""]:
+        return None, None, None
+    if not {"time_s", "gpu", "power_w"} <= set(header):
+        return None, None, "telemetry.csv lacks time_s, gpu or power_w"
+    cols = (header.index("time_s"), header.index("gpu"), header.index("power_w"))
+    series = _telemetry_numpy(data, cols)
+    if series is None:
+        series = _telemetry_python(data, cols)
     if gpus:
         wanted = {str(g) for g in gpus}
         if wanted & series.keys():
             series = {g: s for g, s in series.items() if g in wanted}
     energy = power = 0.0
     used = 0
-    for samples in series.values():
-        samples.sort()
-        if len(samples) < 2:
+    for t, p in series.values():
+        if len(t) < 2:
             continue
-        e = sum((t2 - t1) * (p1 + p2) / 2 for (t1, p1), (t2, p2) in zip(samples, samples[1:]))
-        span = samples[-1][0] - samples[0][0]
+        order = np.argsort(t, kind="stable")
+        t, p = t[order], p[order]
+        span = float(t[-1] - t[0])
         if span <= 0:
             continue
+        e = float(np.sum(np.diff(t) * (p[1:] + p[:-1]) / 2.0))
         energy += e
         power += e / span
         used += 1
     if not used:
         return None, None, None
     return energy, power, None
+
+
+def _gpu_key(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else str(v)
+
+
+def _telemetry_numpy(data: bytes, cols) -> dict | None:
+    """Fast path: every row numeric in the three columns. None when not so."""
+    it, ig, ip = cols
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            a = np.loadtxt(io.BytesIO(data), delimiter=",", skiprows=1, usecols=(it, ig, ip),
+                           ndmin=2, quotechar='"', dtype=float)
+    except (ValueError, IndexError):
+        return None
+    a = a[np.isfinite(a).all(axis=1)]
+    out = {}
+    for g in np.unique(a[:, 1]):
+        rows = a[a[:, 1] == g]
+        out[_gpu_key(g)] = (rows[:, 0], rows[:, 2])
+    return out
+
+
+def _telemetry_python(data: bytes, cols) -> dict:
+    it, ig, ip = cols
+    need = max(cols)
+    series: dict[str, tuple[list, list]] = {}
+    reader = csv.reader(io.StringIO(data.decode("utf-8", errors="replace"), newline=""))
+    next(reader, None)
+    for row in reader:
+        if len(row) <= need:
+            continue
+        try:
+            t, p = float(row[it]), float(row[ip])
+        except ValueError:
+            continue
+        if not (math.isfinite(t) and math.isfinite(p)):
+            continue
+        g = row[ig].strip()
+        try:
+            g = _gpu_key(float(g))
+        except ValueError:
+            pass
+        ts, ps = series.setdefault(g, ([], []))
+        ts.append(t)
+        ps.append(p)
+    return {g: (np.array(ts), np.array(ps)) for g, (ts, ps) in series.items()}
 
 
 # --------------------------------------------------------------------------

@@ -107,3 +107,20 @@ def test_cpu_run_and_throughput_mode(tmp_path):
     (run,) = collect([tmp_path]).runs
     assert (run.device, run.gpus, run.mode) == ("CPU", 0, "throughput")
     assert run.ttt_s is None and run.samples_per_s == 321.0
+
+
+def test_telemetry_with_gaps_and_text_values(tmp_path):
+    # Rows with an empty or "N/A" power are left out: GPU 0 keeps (0, 100), (2, 100), (4, 300).
+    p = tmp_path / "telemetry.csv"
+    p.write_text('time_s,gpu,uuid,power_w,throttle_reasons\n0,0,"GPU-a,1",100,0\n1,0,"GPU-a,1",,0\n'
+                 '2,0,"GPU-a,1",100,0\n3,0,"GPU-a,1",N/A,0\n4,0,"GPU-a,1",300,0\n')
+    energy, power, _ = read_telemetry(p, [0])
+    assert energy == pytest.approx(200.0 + 400.0) and power == pytest.approx(600.0 / 4)
+
+
+def test_telemetry_numeric_fast_path_matches_by_hand(tmp_path):
+    p = tmp_path / "telemetry.csv"
+    p.write_text('time_s,gpu,uuid,power_w\n2,1,"GPU-b,x",30\n0,1,"GPU-b,x",10\n1,0,GPU-a,5\n3,0,GPU-a,5\n')
+    # GPU 1 (unsorted rows): 2 s x mean 20 W = 40 J; GPU 0: 2 s x 5 W = 10 J.
+    assert read_telemetry(p) == (pytest.approx(50.0), pytest.approx(20.0 + 5.0), None)
+    assert read_telemetry(p, [0]) == (pytest.approx(10.0), pytest.approx(5.0), None)
