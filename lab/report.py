@@ -134,9 +134,18 @@ def system_rows(runs: list[Run], rules: Rules) -> list[dict]:
             basis = f"mean of {len(times)} (too few to drop any)"
         all_t = [r.ttt_s / 60.0 for r in succ]
         epochs = [r.epochs for r in succ if r.epochs is not None]
-        thr = [r.samples_per_s for r in group if r.samples_per_s]
+        default_unit = rule.sample_unit if rule else "samples"
+        with_thr = [r for r in group if r.samples_per_s]
+        units = defaultdict(list)
+        for r in with_thr:
+            units[r.sample_unit or default_unit].append(r)
+        unit = max(units, key=lambda u: (len(units[u]), u == default_unit)) if units else default_unit
+        if len(units) > 1:
+            mark = "; ".join(filter(None, [mark, f"throughput logged in {len(units)} units: "
+                                           f"{len(units[unit])} run(s) in {unit} used"]))
+        thr = [r.samples_per_s for r in units.get(unit, [])]
         power = [r.avg_power_w for r in group if r.avg_power_w]
-        ppw = [r.perf_per_watt for r in group if r.perf_per_watt]
+        ppw = [r.perf_per_watt for r in units.get(unit, []) if r.perf_per_watt]
         e2t = [r.energy_to_train_wh for r in succ if r.energy_to_train_wh is not None]
         tmean = stats.mean(all_t)
         tstd = stats.stdev(all_t)
@@ -156,7 +165,7 @@ def system_rows(runs: list[Run], rules: Rules) -> list[dict]:
             "epochs_mean": stats.mean(epochs), "epochs_min": min(epochs) if epochs else None,
             "epochs_max": max(epochs) if epochs else None,
             "throughput_mean": stats.mean(thr), "throughput_std": stats.stdev(thr),
-            "throughput_runs": len(thr), "sample_unit": rule.sample_unit if rule else "samples",
+            "throughput_runs": len(thr), "sample_unit": unit,
             "power_w_mean": stats.mean(power),
             "spec_power_w": (rules.device_power.get(device) or 0) * gpus
             if (rules.device_power.get(device) and gpus) else None,
@@ -392,6 +401,12 @@ def energy_rows(systems: list[dict]) -> list[dict]:
     } for s in systems if s["power_w_mean"]]
 
 
+def _stack_detail(r: Run) -> str:
+    if r.stack_versions and r.stack_versions != r.stack:
+        return f"{r.stack} ({r.stack_versions})"
+    return r.stack
+
+
 def compare_runs(current: list[Run], other: list[Run], rules: Rules) -> list[dict]:
     """The same benchmark, device and GPU count in two sets of runs.
 
@@ -413,8 +428,8 @@ def compare_runs(current: list[Run], other: list[Run], rules: Rules) -> list[dic
         cur, oth = groups["this"].get(key, []), groups["other"].get(key, [])
         row = {"benchmark": key[0], "device": key[1], "gpus": key[2],
                "system": system_label(key[1], key[2], "unknown"),
-               "stack_this": ", ".join(sorted({r.stack for r in cur})) or None,
-               "stack_other": ", ".join(sorted({r.stack for r in oth})) or None}
+               "stack_this": ", ".join(sorted({_stack_detail(r) for r in cur})) or None,
+               "stack_other": ", ".join(sorted({_stack_detail(r) for r in oth})) or None}
         if not cur or not oth:
             row["status"] = "only in this report" if cur else "only in the compared set"
             rows.append(row)

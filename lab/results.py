@@ -108,6 +108,8 @@ class Run:
     target: object = None
     samples_per_s: float | None = None
     throughput_basis: str | None = None
+    sample_unit: str | None = None  # of samples_per_s where the run says (runner throughput mode)
+    stack_versions: str | None = None
     energy_j: float | None = None
     avg_power_w: float | None = None
     facts_from: str = ""
@@ -192,6 +194,7 @@ class LogFacts:
     samples_per_s: float | None
     throughput_basis: str | None
     warnings: list[str]
+    sample_unit: str | None = None
 
 
 def _jsonable(v):
@@ -363,6 +366,11 @@ def _parse_mllog(lines: list[str], rules: Rules) -> LogFacts:
                 timed_s += e[0] - opened.pop(first)
                 timed_epochs += blocks[first]
     sps, basis = _throughput(spe, timed_epochs, timed_s, epochs, t1 - t0)
+    unit = None
+    logged = next((e for e in reversed(window) if e[1] == "throughput" and _num(e[2])), None)
+    if logged is not None:   # the runner's throughput mode logs samples/s itself
+        sps, basis = _num(logged[2]), "logged throughput event"
+        unit = str(logged[3]["unit"]) if logged[3].get("unit") else None
 
     seed = next((_int(e[2]) for e in events if e[1] == "seed"), None)
     platform = next((str(e[2]) for e in events if e[1] == "submission_platform" and e[2]), None)
@@ -370,7 +378,7 @@ def _parse_mllog(lines: list[str], rules: Rules) -> LogFacts:
         fmt="mllog", benchmark=bench, platform=platform, seed=seed, start_s=t0, stop_s=t1,
         success=success, outcome=outcome, reason=reason, ttt_s=(t1 - t0) if success else None,
         epochs=epochs, quality=quality, target=None, samples_per_s=sps,
-        throughput_basis=basis, warnings=warnings)
+        throughput_basis=basis, warnings=warnings, sample_unit=unit)
 
 
 def _throughput(spe, timed_epochs, timed_s, epochs, elapsed):
@@ -617,6 +625,11 @@ class _Context:
         self._json_cache: dict[Path, dict | None] = {}
         self._seen: set[Path] = set()
         self.repeats = 0
+        self.planned: dict[Path, dict] = {}
+
+    def planned_dir(self, path: Path) -> dict | None:
+        """The sweep.json entry whose run directory ``path`` is, if any."""
+        return self.planned.get(path.resolve()) if self.planned else None
 
     def first_visit(self, path: Path) -> bool:
         """False for a file or folder already read (overlapping input paths)."""
@@ -738,7 +751,7 @@ def _walk(ctx: _Context, root: Path):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
         here = Path(dirpath)
         names = set(filenames)
-        if here != root and _is_rundir(names):
+        if here != root and (_is_rundir(names) or ctx.planned_dir(here)):
             _read_rundir(ctx, here)
             dirnames[:] = []
             continue
@@ -746,6 +759,8 @@ def _walk(ctx: _Context, root: Path):
             _missing_planned_runs(ctx, here)
         for name in sorted(filenames):
             path = here / name
+            if name.endswith(".launch.log") and (here / name[: -len(".launch.log")]).is_dir():
+                continue   # a sweep's launch log beside its run directory: not a training log
             if path.suffix.lower() in LOG_SUFFIXES or "log" in name.lower():
                 _read_plain(ctx, path, root, explicit=False)
 
@@ -759,7 +774,8 @@ def _missing_planned_runs(ctx: _Context, sweep_dir: Path):
     for entry in sweep["runs"]:
         run_id = str(entry.get("id") or entry.get("run_id"))
         rundir = sweep_dir / str(entry["host"]) / run_id
-        if (rundir / "status.json").exists() or (rundir / "manifest.json").exists():
+        ctx.planned[rundir.resolve()] = entry
+        if rundir.exists():
             continue
         state = entry.get("state") or "unknown"
         why = entry.get("reason")
@@ -844,7 +860,7 @@ def _read_plain(ctx: _Context, path: Path, root: Path, explicit: bool):
         success=facts.success, outcome=facts.outcome, reason=facts.reason, ttt_s=facts.ttt_s,
         elapsed_s=facts.stop_s - facts.start_s, epochs=facts.epochs, quality=facts.quality,
         target=facts.target, samples_per_s=facts.samples_per_s,
-        throughput_basis=facts.throughput_basis,
+        throughput_basis=facts.throughput_basis, sample_unit=facts.sample_unit,
         facts_from=", ".join(f"{k}: {v}" for k, v in sources.items()), notes=notes))
 
 
@@ -902,30 +918,57 @@ def _iso_to_unix(s) -> float | None:
 
 
 def _manifest_gpus(manifest: dict) -> list[dict]:
-    for holder in (manifest, manifest.get("probe") or {}, manifest.get("host") or {}):
+    """The per-GPU records of the probe (manifest.json's own ``gpus`` are indices)."""
+    for holder in (manifest.get("probe"), manifest, manifest.get("host")):
         if isinstance(holder, dict) and isinstance(holder.get("gpus"), list):
-            return [g for g in holder["gpus"] if isinstance(g, dict)]
+            gpus = [g for g in holder["gpus"] if isinstance(g, dict)]
+            if gpus:
+                return gpus
     return []
 
 
-def _manifest_stack(manifest: dict) -> tuple[str | None, str | None]:
-    """(profile name, version summary) of the manifest's stack facts."""
-    stack = manifest.get("stack")
-    if stack is None and isinstance(manifest.get("probe"), dict):
-        stack = manifest["probe"].get("stack")
+def _manifest_stack(manifest: dict) -> tuple[str | None, str | None, str | None]:
+    """(profile name, short version label, all versions) of the manifest's stack facts.
+
+    The runner's manifest holds the probe document: ``probe.stack`` (driver,
+    cuda_toolkit, cudnn, nccl) and ``probe.frameworks`` (torch, tensorflow).
+    A stack with a ``profile`` or ``name`` (a provisioned stack profile) is
+    named by it.
+    """
+    probe = manifest.get("probe") if isinstance(manifest.get("probe"), dict) else {}
+    stack = manifest.get("stack", probe.get("stack"))
     if isinstance(stack, str):
-        return stack, None
-    if not isinstance(stack, dict):
-        return None, None
+        return stack, None, None
+    stack = stack if isinstance(stack, dict) else {}
     name = _first(stack, "profile", "name", "id")
-    parts = []
-    for key in ("driver", "cuda", "cudnn", "nccl", "torch", "tensorflow"):
+    parts = []   # every version; the label keeps driver, CUDA and framework
+    for key, label in (("driver", "driver"), ("cuda_toolkit", "cuda"), ("cuda", "cuda"),
+                       ("cudnn", "cudnn"), ("nccl", "nccl")):
         v = stack.get(key)
         if isinstance(v, dict):
             v = v.get("version")
+        if v and not any(p.startswith(label + " ") for p in parts):
+            parts.append(f"{label} {v}")
+    frameworks = manifest.get("frameworks", probe.get("frameworks"))
+    for fw in ("torch", "tensorflow"):
+        v = (frameworks or {}).get(fw) if isinstance(frameworks, dict) else None
+        v = v or stack.get(fw)
         if v:
-            parts.append(f"{key} {v}")
-    return (str(name) if name else None), (" ".join(parts) or None)
+            parts.append(f"{fw} {v}")
+    short = [p for p in parts if p.split(" ")[0] in ("driver", "cuda", "torch", "tensorflow")]
+    return (str(name) if name else None), (", ".join(short) or None), (", ".join(parts) or None)
+
+
+def _manifest_host(manifest: dict) -> str | None:
+    for holder in (manifest, manifest.get("probe") if isinstance(manifest.get("probe"), dict) else {}):
+        h = holder.get("host")
+        if isinstance(h, dict):
+            h = _first(h, "hostname", "name", "fqdn")
+        elif h is None:
+            h = holder.get("hostname")
+        if h:
+            return str(h)
+    return None
 
 
 def _read_rundir(ctx: _Context, rundir: Path):
@@ -933,7 +976,13 @@ def _read_rundir(ctx: _Context, rundir: Path):
         return
     rules = ctx.rules
     if not (rundir / "status.json").is_file():
-        ctx.skip(rundir, "incomplete run directory: no status.json (still running or interrupted)")
+        entry = ctx.planned_dir(rundir)
+        why = "incomplete run directory: no status.json (still running or interrupted)"
+        if entry:
+            why += f"; sweep state: {entry.get('state') or 'unknown'}"
+            if entry.get("reason"):
+                why += f": {entry['reason']}"
+        ctx.skip(rundir, why)
         return
     status = _read_json(rundir / "status.json")
     if not isinstance(status, dict):
@@ -947,6 +996,11 @@ def _read_rundir(ctx: _Context, rundir: Path):
     if problem:
         ctx.skip(rundir, problem)
         return
+    node_rank = _int(status.get("node_rank")) or 0
+    if node_rank > 0:
+        ctx.skip(rundir, f"node {node_rank} of a {_int(status.get('nnodes')) or '?'}-node run: "
+                 "the run is reported from node 0's run directory")
+        return
     manifest = _read_json(rundir / "manifest.json")
     notes = []
     if not isinstance(manifest, dict):
@@ -954,13 +1008,13 @@ def _read_rundir(ctx: _Context, rundir: Path):
             notes.append("manifest.json unreadable")
         manifest = {}
     sweep = ctx.sweep(rundir.parent.parent) if (rundir.parent.parent / "sweep.json").is_file() else None
-    host = _first(manifest, "hostname", "host") if not isinstance(manifest.get("host"), dict) \
-        else _first(manifest["host"], "hostname", "name")
-    host = str(host) if host else None
+    host = _manifest_host(manifest)
     host_facts = {}
     if sweep:
+        # In a sweep, <host>/ is the inventory name: the name the lab uses.
         host_facts = sweep["hosts"].get(rundir.parent.name) or (sweep["hosts"].get(host) if host else None) or {}
-        host = host or rundir.parent.name
+        if rundir.parent.name in sweep["hosts"] or not host:
+            host = rundir.parent.name
 
     result = status.get("result") if isinstance(status.get("result"), dict) else {}
     log_facts, log_problem = None, None
@@ -1019,7 +1073,7 @@ def _read_rundir(ctx: _Context, rundir: Path):
         device = "unknown"
         notes.append("device not in manifest.json, sweep.json or folder names")
 
-    profile, versions = _manifest_stack(manifest)
+    profile, versions, all_versions = _manifest_stack(manifest)
     sweep_stack = _first(host_facts, "stack", "gpulab_stack", "stack_profile") if host_facts else None
     if profile:
         stack, sources["stack"] = profile, "manifest.json"
@@ -1029,6 +1083,7 @@ def _read_rundir(ctx: _Context, rundir: Path):
         stack, sources["stack"] = versions, "manifest.json"
     else:
         stack = "unknown"
+    stack_versions = all_versions
 
     tele = rundir / "telemetry.csv"
     energy = power = None
@@ -1040,6 +1095,7 @@ def _read_rundir(ctx: _Context, rundir: Path):
     run = Run(source=str(rundir), fmt="rundir", benchmark=bench, device=device, gpus=count,
               stack=stack, scale=status.get("scale"), mode=status.get("mode") or "ttt",
               host=host, seed=_int(status.get("seed")), outcome=status["outcome"],
+              stack_versions=stack_versions,
               reason=str(status.get("reason") or ""), energy_j=energy, avg_power_w=power,
               facts_from=", ".join(f"{k}: {v}" for k, v in sources.items()), notes=notes)
     if log_facts:
@@ -1051,6 +1107,7 @@ def _read_rundir(ctx: _Context, rundir: Path):
         run.quality = log_facts.quality
         run.samples_per_s = log_facts.samples_per_s
         run.throughput_basis = log_facts.throughput_basis
+        run.sample_unit = log_facts.sample_unit
         run.notes.extend(log_facts.warnings)
         if log_facts.seed is not None and run.seed is None:
             run.seed = log_facts.seed
@@ -1077,6 +1134,8 @@ def _read_rundir(ctx: _Context, rundir: Path):
         if _num(result.get("samples_per_s")):
             run.samples_per_s = _num(result["samples_per_s"])
             run.throughput_basis = "status.json result.samples_per_s"
+            if result.get("sample_unit"):
+                run.sample_unit = str(result["sample_unit"])
         if result.get("quality") is not None and run.quality is None:
             run.quality = result["quality"]
         if result.get("target") is not None:

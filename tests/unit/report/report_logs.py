@@ -140,11 +140,18 @@ def write_sums(rundir: Path):
     (rundir / "SHA256SUMS").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+STACK_2019 = {"driver": "410.72", "driver_source": "NVML", "cuda_driver": "10.0", "cuda_toolkit": "10.0.130",
+              "cuda_toolkit_source": "/usr/local/cuda/version.txt", "cudnn": "7.4.1", "nccl": "2.3.7",
+              "nvml": "10.410.72"}
+
+
 def write_rundir(rundir: Path, *, benchmark="gnmt", gpu_name="Tesla T4", gpus=(0,), seed=7,
-                 outcome="success", mode="ttt", scale="full", stack="mlperf-v0.5", host="r740-01",
+                 outcome="success", mode="ttt", scale="full", stack=None, host="r740-01",
                  telemetry=None, result=None, mllog_kwargs=None, manifest=True, sums=True,
-                 host_gpus=4) -> Path:
-    """A complete run directory as the runner leaves it."""
+                 host_gpus=4, driver="410.72", torch="1.0.0", node_rank=0, nnodes=1) -> Path:
+    """A complete run directory as the runner leaves it (runner/README.md, contract 1).
+
+    ``stack`` adds a stack profile name to the probe's stack facts."""
     rundir.mkdir(parents=True, exist_ok=True)
     kw = dict(benchmark=benchmark, platform=f"{len(gpus)}x{gpu_name}", seed=seed,
               status="success" if outcome == "success" else "aborted")
@@ -155,7 +162,7 @@ def write_rundir(rundir: Path, *, benchmark="gnmt", gpu_name="Tesla T4", gpus=(0
     status = {
         "schema": 1, "runner_version": "0.1.0", "workload": benchmark, "benchmark": benchmark,
         "framework": "pytorch", "mode": mode, "scale": scale, "seed": seed, "precision": "fp16",
-        "gpus": list(gpus), "world_size": len(gpus), "nnodes": 1,
+        "gpus": list(gpus), "world_size": len(gpus) * nnodes, "nnodes": nnodes, "node_rank": node_rank,
         "start": "2026-12-02T18:00:00.000Z", "end": "2026-12-02T18:05:00.000Z",
         "exit_code": 0 if outcome == "success" else 1, "outcome": outcome,
         "reason": "reached target" if outcome == "success" else "stopped early",
@@ -163,10 +170,16 @@ def write_rundir(rundir: Path, *, benchmark="gnmt", gpu_name="Tesla T4", gpus=(0
     if result is not None:
         status["result"] = result
     if manifest:
-        doc = {"host": {"hostname": host},
-               "gpus": [{"index": i, "name": gpu_name, "uuid": f"GPU-{i:04d}"} for i in range(host_gpus)],
-               "stack": {"profile": stack, "driver": "410.72", "cuda": "10.0.130"},
-               "command": ["python", "-m", "runner", "run", benchmark]}
+        stack_facts = dict(STACK_2019, driver=driver)
+        if stack:
+            stack_facts["profile"] = stack
+        probe = {"schema": 1, "host": {"hostname": host, "fqdn": f"{host}.lab"},
+                 "frameworks": {"torch": torch, "tensorflow": None, "mlperf_logging": "0.0.1"},
+                 "stack": stack_facts, "nvidia": None, "gpu_count": host_gpus,
+                 "gpus": [{"index": i, "name": gpu_name, "uuid": f"GPU-{i:04d}"} for i in range(host_gpus)]}
+        doc = {"schema": 1, "contract": 1, "runner_version": "0.1.0",
+               "command": f"python -m runner run {benchmark} --out {rundir}", "seed": seed,
+               "gpus": list(gpus), "world_size": len(gpus) * nnodes, "probe": probe}
         (rundir / "manifest.json").write_text(json.dumps(doc), encoding="utf-8")
     header = ("time_s,gpu,uuid,power_w,temp_c,sm_clock_mhz,mem_clock_mhz,util_gpu_pct,"
               "util_mem_pct,mem_used_mib,throttle_reasons,pcie_gen,pcie_width\n")

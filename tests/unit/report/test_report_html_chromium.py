@@ -130,7 +130,7 @@ def test_scores_table_as_rendered(rendered):
     assert gnmt4["cells"][6] == "72"                       # score, minutes
     assert gnmt4["cells"][12] == "too few runs 1 successful of 10 required"
     assert gnmt4["attrs"]["class"] == "warn"
-    lab = by[("gnmt", "1x T4 / mlperf-v0.5")]
+    lab = by[("gnmt", "1x T4 / driver 410.72, cuda 10.0.130, torch 1.0.0")]
     assert lab["cells"][2:7] == ["1", "3", "3", "10", "5"]   # GPUs, runs, successes, required, score (3 x 100 s)
 
 
@@ -151,7 +151,7 @@ def test_ratio_scaling_and_seed_tables_as_rendered(rendered):
 def test_energy_compare_and_skipped_as_rendered(rendered):
     dom, _ = rendered
     (energy,) = [r["cells"] for r in data_rows(dom, "energy")]
-    assert energy[:3] == ["gnmt", "1x T4 / mlperf-v0.5", "65"] and energy[5] == "462"   # 30000 / 65
+    assert energy[:3] == ["gnmt", "1x T4 / driver 410.72, cuda 10.0.130, torch 1.0.0", "65"] and energy[5] == "462"   # 30000 / 65
     compare = {(r["cells"][0], r["cells"][1]): r for r in data_rows(dom, "compare")}
     cmp_row = compare[("ncf", "1x T4")]
     assert cmp_row["attrs"]["class"] == "flag"

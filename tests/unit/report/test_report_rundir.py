@@ -5,7 +5,7 @@ import json
 import pytest
 
 from lab.results import collect, read_telemetry
-from report_logs import write_rundir, write_sums
+from report_logs import write_mllog, write_rundir, write_sums
 
 # Run on GPUs 0 and 2 of a 4-GPU host; GPU 1 belongs to another run and is excluded.
 # GPU 0: 60 W, 80 W, 70 W at 0, 10, 20 s -> 10*70 + 10*75 = 1450 J over 20 s = 72.5 W
@@ -19,8 +19,10 @@ def test_run_directory_facts(tmp_path):
                       mllog_kwargs={"epochs": 3, "epoch_s": 100.0})
     (run,) = collect([tmp_path]).runs
     assert run.source == str(rd) and run.fmt == "rundir"
-    assert (run.benchmark, run.device, run.gpus, run.stack, run.host) == \
-        ("gnmt", "T4", 2, "mlperf-v0.5", "r740-01")
+    assert (run.benchmark, run.device, run.gpus, run.host) == ("gnmt", "T4", 2, "r740-01")
+    # The probe's versions name the stack: driver, CUDA and framework in the label, all in stack_versions.
+    assert run.stack == "driver 410.72, cuda 10.0.130, torch 1.0.0"
+    assert run.stack_versions == "driver 410.72, cuda 10.0.130, cudnn 7.4.1, nccl 2.3.7, torch 1.0.0"
     assert run.success and run.outcome == "success"
     assert run.ttt_s == pytest.approx(300.0)
     assert run.epochs == 3 and run.seed == 7
@@ -124,3 +126,58 @@ def test_telemetry_numeric_fast_path_matches_by_hand(tmp_path):
     # GPU 1 (unsorted rows): 2 s x mean 20 W = 40 J; GPU 0: 2 s x 5 W = 10 J.
     assert read_telemetry(p) == (pytest.approx(50.0), pytest.approx(20.0 + 5.0), None)
     assert read_telemetry(p, [0]) == (pytest.approx(10.0), pytest.approx(5.0), None)
+
+
+def test_stack_profile_name_wins_over_versions(tmp_path):
+    write_rundir(tmp_path / "a", stack="mlperf-v0.5")
+    (run,) = collect([tmp_path]).runs
+    assert run.stack == "mlperf-v0.5" and run.system == "1x T4 / mlperf-v0.5"
+
+
+def test_other_nodes_of_a_multi_host_run_are_listed_not_counted(tmp_path):
+    write_rundir(tmp_path / "node0", nnodes=2, node_rank=0)
+    write_rundir(tmp_path / "node1", nnodes=2, node_rank=1, mllog_kwargs={"skip_log": True})
+    coll = collect([tmp_path])
+    (run,) = coll.runs
+    assert run.gpus == 2 and run.source.endswith("node0")
+    assert [(s.source.rsplit("/", 1)[1], s.reason) for s in coll.skipped] == [
+        ("node1", "node 1 of a 2-node run: the run is reported from node 0's run directory")]
+
+
+def test_throughput_event_of_the_runner(tmp_path):
+    from mlperf_logging.mllog import constants as C
+    from report_logs import T0
+    path = write_mllog(tmp_path / "tp" / "mllog.log", epochs=1)
+    lines = [x for x in path.read_text().splitlines() if '"run_stop"' not in x]
+    event = ('{"namespace": "", "time_ms": %d, "event_type": "POINT_IN_TIME", "key": "throughput", '
+             '"value": 5120.5, "metadata": {"unit": "tokens", "steps": 50, "elapsed_s": 10.0}}')
+    stop = ('{"namespace": "", "time_ms": %d, "event_type": "INTERVAL_END", "key": "%s", '
+            '"value": null, "metadata": {"status": "success"}}')
+    lines += [":::MLLOG " + event % ((T0 + 200) * 1000), ":::MLLOG " + stop % ((T0 + 201) * 1000, C.RUN_STOP)]
+    path.write_text("\n".join(lines) + "\n")
+    (run,) = collect([tmp_path]).runs
+    assert run.samples_per_s == 5120.5 and run.throughput_basis == "logged throughput event"
+    assert run.sample_unit == "tokens"
+
+
+def test_sweep_launch_logs_and_incomplete_planned_runs(tmp_path):
+    sweep = tmp_path / "sw"
+    ok = write_rundir(sweep / "h1" / "ncf-ttt-tiny-1gpu-s1", benchmark="ncf", seed=1)
+    broken = write_rundir(sweep / "h1" / "ncf-ttt-tiny-1gpu-s2", benchmark="ncf", seed=2, sums=False,
+                          mllog_kwargs={"truncate_after": 1})
+    (broken / "status.json").unlink()
+    (broken / "manifest.json").unlink()
+    (sweep / "h1" / "ncf-ttt-tiny-1gpu-s2.launch.log").write_text("Traceback ...\n")
+    (sweep / "sweep.json").write_text(json.dumps({
+        "schema": 1, "name": "sw", "hosts": {"h1": {"gpu_model": "T4", "gpu_count": 1, "stack": "current"}},
+        "runs": [{"host": "h1", "workload": "ncf", "gpus": 1, "seed": s, "state": st, "reason": why,
+                  "run_id": f"ncf-ttt-tiny-1gpu-s{s}"}
+                 for s, st, why in ((1, "complete", ""), (2, "failed", "runner ended without a complete run directory"))]}))
+    coll = collect([sweep])
+    assert [r.source for r in coll.runs] == [str(ok)]
+    # The inventory's stack profile (sweep.json) names the stack; the probe's versions stay with the run.
+    assert coll.runs[0].stack == "current"
+    assert coll.runs[0].stack_versions == "driver 410.72, cuda 10.0.130, cudnn 7.4.1, nccl 2.3.7, torch 1.0.0"
+    assert [(s.source, s.reason) for s in coll.skipped] == [
+        (str(broken), "incomplete run directory: no status.json (still running or interrupted); "
+                      "sweep state: failed: runner ended without a complete run directory")]
