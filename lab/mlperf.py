@@ -8,40 +8,15 @@ naming the file and the place in it.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import jsonschema
-import yaml
-
 from lab.errors import ConfigError
+from lab.schema import load_yaml
 
-LAB_DIR = Path(__file__).resolve().parent
-DATA_DIR = LAB_DIR / "data"
-SCHEMA_DIR = LAB_DIR / "schemas"
-
-
-def load_yaml(path: Path, schema_name: str) -> dict:
-    """Read a YAML file and validate it against ``lab/schemas/<schema_name>``."""
-    try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where} not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    schema = json.loads((SCHEMA_DIR / schema_name).read_text(encoding="utf-8"))
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
-    if errors:
-        err = errors[0]
-        where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
-        raise ConfigError(f"{path}: {where}: {err.message}")
-    return doc
+DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
 def _norm(name: str) -> str:
@@ -69,9 +44,9 @@ class Rules:
 
     def __init__(self, data_dir: Path | None = None):
         data_dir = Path(data_dir) if data_dir else DATA_DIR
-        bdoc = load_yaml(data_dir / "benchmarks.yml", "benchmarks.schema.json")
-        ddoc = load_yaml(data_dir / "devices.yml", "devices.schema.json")
-        self.settings = load_yaml(data_dir / "report.yml", "report.schema.json")
+        bdoc = load_yaml(data_dir / "benchmarks.yml", "benchmarks")
+        ddoc = load_yaml(data_dir / "devices.yml", "devices")
+        self.settings = load_yaml(data_dir / "report.yml", "report")
         self.ruleset = bdoc["ruleset"]
         self.benchmarks: dict[str, Benchmark] = {}
         self._bench_alias: dict[str, str] = {}

@@ -52,7 +52,8 @@ def test_out_dir_is_a_file(tmp_path):
 @pytest.mark.parametrize("old, new, message", [
     ("runs_required: 5\n    sample_unit: images\n    train_samples", "runs_required: 0\n    sample_unit: images\n    train_samples",
      "benchmarks.yml: benchmarks.resnet.runs_required: 0 is less than the minimum of 1"),
-    ("target: 21.8", "target: high", "benchmarks.yml: benchmarks.gnmt.target: 'high' is not valid under any of the given schemas"),
+    ("target: 21.8", "target: high", "benchmarks.yml: benchmarks.gnmt.target: 'high' is not valid here "
+     "(a positive number, or a mapping of metric name to positive number)"),
     ("aliases: [rnn_translator", "aliases: [resnet50, rnn_translator",
      "benchmarks.yml: alias 'resnet50' names both resnet and gnmt"),
 ])
