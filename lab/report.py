@@ -376,8 +376,10 @@ def seed_tables(runs: list[Run], rules: Rules) -> tuple[list[dict], list[dict]]:
             basis = (f"no system has 2 runs that differ in time to train: max/min epochs {ratio:.2f} "
                      f"vs threshold {cfg['epoch_ratio_threshold']:g}")
         by_dev = defaultdict(dict)
+        several_stacks = len({r.stack for r in rs}) > 1
         for r in rs:
-            by_dev[r.device].setdefault(r.gpus, []).append(r.epochs)
+            name = f"{r.device} / {r.stack}" if several_stacks else r.device
+            by_dev[name].setdefault(r.gpus, []).append(r.epochs)
         parts = []
         for dev in sorted(by_dev):
             cells = ", ".join(f"{g if g is not None else '?'}: " + "/".join(f"{e:g}" for e in es)
