@@ -36,10 +36,16 @@ energy         telemetry.csv: power_w integrated over time_s (trapezoids) per
 
 System facts (device, GPU count, stack)
 ---------------------------------------
-run directory  device: manifest.json GPU names (of the run's GPU indices), else
-               sweep.json host facts, else folder names; GPU count: status.json
-               gpus x nnodes; stack: manifest stack profile name, else sweep.json
-               host stack, else a summary of manifest stack versions.
+run directory  device: the probe's GPU names in manifest.json (of the run's GPU
+               indices), else sweep.json's host gpu_model, else folder names;
+               GPU count: status.json gpus x nnodes (no GPUs: "CPU", 0); stack:
+               a stack profile name in the probe's stack facts, else sweep.json's
+               host stack (the inventory's gpulab_stack), else the probe's
+               versions ("driver D, cuda C, torch T"). All versions are kept per
+               run (stack_versions) and shown by --compare. host: the sweep's
+               <host>/ folder, else the probe's hostname. Directories of nodes
+               other than 0 of a multi-host run are listed as skipped (node 0's
+               directory is the run).
 plain log      an MLPerf submission's ``systems/<system>.json`` next to
                ``results/<system>/...`` (accelerator_model_name,
                accelerators_per_node x number_of_nodes, framework), else the log's
