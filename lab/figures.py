@@ -41,7 +41,8 @@ def _new_figure(n_panels, title):
     """Panels in a grid with fixed margins (inches): tight_layout would cost a
     second full draw of every figure."""
     ncols, nrows = _grid(n_panels)
-    width, height = 4.4 * ncols, 3.3 * nrows + 1.0
+    # wide enough for the title even with one panel (about 0.09 inch a character at 12 pt)
+    width, height = max(4.4 * ncols, 0.09 * len(title) + 0.6), 3.3 * nrows + 1.0
     fig = Figure(figsize=(width, height), dpi=DPI)
     FigureCanvasAgg(fig)
     fig.subplots_adjust(left=0.75 / width, right=1 - 0.2 / width, top=1 - 0.65 / height,
