@@ -85,6 +85,27 @@ def audit(c, host=None, device=None, limit=None, json=False, inventory=None):
         raise Exit(code=1)
 
 
+@task(help={**SELECT_HELP, "names": "datasets or benchmarks, comma separated (resnet50,ncf or imagenet,ml-20m)",
+            "storage": "copy (each host its own copy) or shared (one host prepares on shared storage)",
+            "root": "data root on the hosts (default: <gpulab_workdir>/data)",
+            "catalogue": "dataset catalogue (default: gpulab.datasets_catalogue)",
+            "check": "dry run: report what would be fetched, change nothing"})
+@_errors
+def datasets(c, names, host=None, device=None, limit=None, storage=None, root=None, catalogue=None, check=False,
+             inventory=None):
+    """Fetch, verify and prepare benchmark datasets on hosts; each host checks the result."""
+    from lab import datasets as ds
+
+    hosts = _select(c, inventory, host, device, limit)
+    result = ds.prepare(hosts, names, inventory=_cfg(c, "inventory", inventory),
+                        catalogue=_cfg(c, "datasets_catalogue", catalogue), storage=storage, root=root,
+                        check=check, artifacts=_cfg(c, "artifacts"))
+    for line in result.lines:
+        print(line)
+    if not result.ok:
+        raise Exit(code=1)
+
+
 def _sweep(c, hosts, workloads, gpus, seeds, mode, scale, name, dry_run, timeout, cfg_prefix=""):
     from lab import sweep as sw
     from lab.errors import ConfigError

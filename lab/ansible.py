@@ -136,6 +136,10 @@ def host_key_reason(message: str, host: str, known_hosts: str | None = None) -> 
 
 def _message(res: dict) -> str:
     """The useful part of a failed module result."""
+    if res.get("results") and any(isinstance(i, dict) and i.get("failed") for i in res["results"]):
+        for item in res["results"]:  # a loop: the first failed item says more than "One or more items failed"
+            if isinstance(item, dict) and item.get("failed"):
+                return _message(item)
     for key in ("msg", "stderr", "module_stderr", "reason"):
         value = res.get(key)
         if value:

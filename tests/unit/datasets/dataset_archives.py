@@ -137,7 +137,7 @@ def wmt(d: Path, name: str, vocab_size: int) -> tuple[dict, dict]:
         return (f'<{kind}set setid="newstest2014" srclang="any" trglang="{lang}">\n'
                 f'<doc sysid="ref" docid="1" origlang="en">\n{segs}</doc>\n</{kind}set>\n').encode()
 
-    dev = d / "dev.tgz"
+    dev = d / ("dev.tgz" if name == "wmt16" else "dev-2017.tgz")
     with tarfile.open(dev, "w:gz") as tf:
         _add(tf, "dev/newstest2014-deen-src.en.sgm", sgm(ev_en, "en", "src"))
         _add(tf, "dev/newstest2014-deen-ref.de.sgm", sgm(ev_de, "de", "ref"))
