@@ -35,9 +35,18 @@ def read_ratings(zip_path: Path) -> np.ndarray:
     if not body.strip():
         raise PrepareError(f"{zip_path}: {names[0]}: no ratings")
     text = body.replace(b"\r", b"").strip().replace(b"\n", b",").decode("ascii", "replace")
-    values = np.fromstring(text, dtype=np.float64, sep=",")
-    if values.size != text.count(",") + 1:
-        raise PrepareError(f"{zip_path}: {names[0]}: value {values.size + 1} is not a number")
+    try:
+        values = np.fromstring(text, dtype=np.float64, sep=",")
+        bad = values.size != text.count(",") + 1
+    except ValueError:
+        bad = True
+    if bad:  # name the first line that does not parse
+        for k, field in enumerate(text.split(",")):
+            try:
+                float(field)
+            except ValueError:
+                raise PrepareError(f"{zip_path}: {names[0]}: line {k // 4 + 2}: {field[:20]!r} is not a number") \
+                    from None
     if values.size % 4:
         raise PrepareError(f"{zip_path}: {names[0]}: a line without 4 fields")
     return values.reshape(-1, 4)
