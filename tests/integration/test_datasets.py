@@ -5,7 +5,7 @@ go through the real role, the fetch module and runner.datasets on two hosts.
 One lab, one sequence: the first run prepares five datasets on both hosts while the server
 cuts the first transfer of ml-20m.zip to each host mid-file (the download resumes with a
 Range request); the second run changes nothing; a corrupted archive fails naming the file
-and both sums, and is removed."""
+and both sums, and is removed; with shared storage one host prepares and both check."""
 
 from __future__ import annotations
 
@@ -171,5 +171,27 @@ def test_datasets_on_two_hosts(testlab, tmp_path):
         assert not [f for f in left if f.startswith("ml-20m.zip")], left
         # the prepared data it had stays complete
         lab.exec(host, f"cd {ROOT}/.tools && PYTHONPATH=. python3 -m runner.datasets check ncf --data {ROOT}")
+
+        # 4. shared storage (a folder of the controller mounted on both hosts): one host fetches and
+        #    prepares, every host checks what it reads there
+        served.unlink()
+        os.link(tmp_path / "src" / "ml-20m" / "ml-20m.zip", served)
+        shared = tmp_path / "shared"
+        shared.mkdir()
+        for name in lab.names:
+            h = lab.hosts[name]
+            subprocess.run(["nsenter", "-t", str(h.init_pid), "--mount", "sh", "-c",
+                            f"mkdir -p {h.dir}/mnt/root/srv/shared && mount --bind {shared} {h.dir}/mnt/root/srv/shared"],
+                           check=True, timeout=30)
+        before = len(mirror.log)
+        p = _invoke(*common, "--names", "ncf", "--storage", "shared", "--root", "/srv/shared/data", env=env)
+        assert p.returncode == 0, p.stdout + p.stderr
+        clients = {c for c, _, _ in mirror.log[before:]}
+        assert clients == {lab.hosts[lab.names[0]].address}, mirror.log[before:]
+        assert _summary(p.stdout, lab.names[0])["changed"] > 0
+        second = _summary(p.stdout, lab.names[1])
+        assert second["state"] == "ok" and second["changed"] == 0 and second["failed"] == 0, p.stdout
+        assert re.search(rf"\[{lab.names[1]}\] ok\s+Check every prepared dataset on this host", p.stdout), p.stdout
+        assert json.loads((shared / "data" / "ml-20m" / "gpulab-dataset.json").read_text())["dataset"] == "ml-20m"
     finally:
         mirror.close()
