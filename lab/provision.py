@@ -164,15 +164,17 @@ def summary_lines(result: ansible.PlaybookResult, hosts: list[HostOutcome]) -> l
 def provision(hosts, *, inventory, stack: str | None = None, check: bool = False, diff: bool = False,
               datasets: str | None = None, artifacts: str | Path | None = "artifacts",
               extravars: dict | None = None, out: Callable[[str], None] = print,
-              on_event: Callable[[dict], None] | None = None) -> ProvisionSummary:
+              on_event: Callable[[dict], None] | None = None,
+              stacks_dir: str | Path | None = None) -> ProvisionSummary:
     """Provision ``hosts`` (lab.inventory.Host) of ``inventory``; every input is checked first."""
-    plans = stacks.plan(hosts, stack, inventory=inventory)
+    plans = stacks.plan(hosts, stack, stacks_dir=stacks_dir, inventory=inventory)
     if datasets:
         raise ConfigError("--datasets: dataset preparation is not part of this provisioning run "
                           "(run playbooks/datasets.yml once it exists)")
     artifacts = Path(artifacts or "artifacts")
     wheel = build_wheel(artifacts / "wheels")
-    extra = {"gpulab_runner_wheel": str(wheel), "gpulab_runner_version": wheel_version(wheel)}
+    extra = {"gpulab_runner_wheel": str(wheel), "gpulab_runner_version": wheel_version(wheel),
+             "stack_profile_dir": str(Path(stacks_dir or stacks.STACKS_DIR).resolve())}
     if stack:
         extra["gpulab_stack"] = stack
     extra.update(extravars or {})
@@ -222,14 +224,15 @@ class AuditReport:
 
 
 def audit(hosts, *, inventory, as_json: bool = False, artifacts: str | Path | None = "artifacts",
-          out: Callable[[str], None] = print) -> AuditReport:
+          out: Callable[[str], None] = print, stacks_dir: str | Path | None = None) -> AuditReport:
     """Compare ``hosts`` with their profiles; prints the drift (or JSON with ``as_json``)."""
-    plans = stacks.plan(hosts, None, inventory=inventory)
+    plans = stacks.plan(hosts, None, stacks_dir=stacks_dir, inventory=inventory)
     progress = None
     if as_json:  # stdout is the JSON document: progress goes to stderr
         progress = lambda line: print(f"  [{line['host']}] {line['status']:<11} {line['task']}",  # noqa: E731
                                       file=sys.stderr, flush=True)
     result = ansible.run_playbook("audit.yml", inventory, [h.name for h in hosts],
+                                  extravars={"stack_profile_dir": str(Path(stacks_dir or stacks.STACKS_DIR).resolve())},
                                   artifacts_root=Path(artifacts or "artifacts"), on_event=progress,
                                   known_hosts={h.name: h.known_hosts for h in hosts})
     report = AuditReport(result, outcomes(result, plans, None))
