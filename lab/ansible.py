@@ -163,6 +163,7 @@ def _env(extra: dict | None) -> dict:
         "ANSIBLE_SSH_ARGS": SSH_ARGS,
         "ANSIBLE_ROLES_PATH": str(PLAYBOOKS / "roles"),
         "ANSIBLE_LIBRARY": str(PLAYBOOKS / "library"),
+        "ANSIBLE_FILTER_PLUGINS": str(PLAYBOOKS / "filter_plugins"),
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
@@ -187,7 +188,9 @@ def artifacts_folder(root: Path | str, playbook: Path | str, now: _dt.datetime |
 
 
 def default_progress(line: dict) -> None:
-    """Print one progress line: '  [host] status  task (message)'."""
+    """Print one progress line: '  [host] status  task (message)'; skipped tasks are only counted."""
+    if line["status"] == "skipped":
+        return
     text = f"  [{line['host']}] {line['status']:<11} {line['task']}"
     if line.get("message"):
         text += f": {line['message']}"
@@ -231,7 +234,9 @@ class _Collector:
         if status in ("ok", "changed"):
             self.results.setdefault(host, {})[task] = res
         if self.on_event is not None:
-            self.on_event({"host": host, "status": status, "task": task, "message": message})
+            role = data.get("role")
+            self.on_event({"host": host, "status": status, "task": f"{role} : {task}" if role else task,
+                           "message": message})
         return True
 
     def finish(self) -> None:
