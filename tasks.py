@@ -67,7 +67,8 @@ def provision(c, host=None, device=None, limit=None, stack=None, check=False, di
 
     hosts = _select(c, inventory, host, device, limit)
     summary = prov.provision(hosts, inventory=_cfg(c, "inventory", inventory), stack=stack, check=check,
-                             diff=diff, datasets=datasets, artifacts=_cfg(c, "artifacts"),
+                             diff=diff, datasets=datasets, datasets_catalogue=_cfg(c, "datasets_catalogue"),
+                             artifacts=_cfg(c, "artifacts"),
                              stacks_dir=_cfg(c, "stacks"))
     if not summary.ok:
         raise Exit(code=1)

@@ -152,12 +152,18 @@ class DatasetsResult:
         return self.playbook.changed if self.playbook is not None else 0
 
 
-def prepare(hosts, names, *, inventory, catalogue=None, storage: str | None = None, root: str | None = None,
-            check: bool = False, artifacts: str | Path | None = "artifacts",
-            on_event: Callable[[dict], None] | None = None, quiet: bool = False,
-            envvars: dict | None = None) -> DatasetsResult:
-    """Fetch, verify and prepare ``names`` on ``hosts`` (lab.inventory Host records)."""
-    from lab import ansible
+@dataclass
+class Plan:
+    """What a datasets run will do, checked before any host is touched."""
+
+    catalogue: Catalogue
+    names: list[str]
+    sources: dict[str, dict[str, str]]  # host -> file -> URL or host path
+    storage: str | None
+
+
+def plan(hosts, names, *, inventory, catalogue=None, storage: str | None = None) -> Plan:
+    """Resolve names and every host's sources; ConfigError (exit 2) for anything wrong."""
     from lab import inventory as inv
 
     cat = catalogue if isinstance(catalogue, Catalogue) else load_catalogue(catalogue)
@@ -172,6 +178,18 @@ def prepare(hosts, names, *, inventory, catalogue=None, storage: str | None = No
         if mode not in STORAGE_MODES:
             raise ConfigError(f"host {h.name}: datasets_storage {mode!r}: use one of {', '.join(STORAGE_MODES)}")
         sources[h.name] = host_sources(cat, chosen, h.name, raw)
+    return Plan(cat, chosen, sources, storage)
+
+
+def prepare(hosts, names, *, inventory, catalogue=None, storage: str | None = None, root: str | None = None,
+            check: bool = False, artifacts: str | Path | None = "artifacts",
+            on_event: Callable[[dict], None] | None = None, quiet: bool = False,
+            envvars: dict | None = None, planned: Plan | None = None) -> DatasetsResult:
+    """Fetch, verify and prepare ``names`` on ``hosts`` (lab.inventory Host records)."""
+    from lab import ansible
+
+    p = planned or plan(hosts, names, inventory=inventory, catalogue=catalogue, storage=storage)
+    cat, chosen = p.catalogue, p.names
     fetch = []
     seen = set()
     for name in chosen:
@@ -183,11 +201,11 @@ def prepare(hosts, names, *, inventory, catalogue=None, storage: str | None = No
         extravars = {
             "datasets_specs": [cat.spec(n) for n in chosen],
             "datasets_fetch": fetch,
-            "datasets_sources": sources,
+            "datasets_sources": p.sources,
             "datasets_runner_src": str(stage_runner(Path(tmp)) / "runner") + "/",
         }
-        if storage:
-            extravars["datasets_storage"] = storage
+        if p.storage:
+            extravars["datasets_storage"] = p.storage
         if root:
             extravars["datasets_root"] = root
         result = ansible.run_playbook(PLAYBOOK, inventory, [h.name for h in hosts], extravars=extravars,

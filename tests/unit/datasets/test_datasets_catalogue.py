@@ -97,3 +97,14 @@ def test_invoke_datasets_bad_input_is_exit_2_one_line(tmp_path):
     assert r.returncode == 2 and r.stderr.strip() == f"gpulab: {bad}: version: 3 is not of type 'string'"
     r = _invoke(*inv, "--names", "ncf", "--storage", "nfs")
     assert r.returncode == 2 and "--storage 'nfs': use one of copy, shared" in r.stderr
+
+
+def test_provision_with_datasets_checks_them_before_touching_hosts():
+    args = [sys.executable, "-m", "invoke", "provision", "--inventory", str(REPO / "inventory" / "hosts.yml"),
+            "--host", "r740-01"]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    r = subprocess.run(args + ["--datasets", "bert"], cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2 and "unknown dataset or benchmark 'bert'" in r.stderr
+    r = subprocess.run(args + ["--datasets", "resnet50"], cwd=REPO, capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 2 and "host r740-01: imagenet: licensed data" in r.stderr
