@@ -226,6 +226,7 @@ def test_moving_a_host_to_mlperf_changes_exactly_what_differs(plab):
         "gpulab_runner : Create the runner's folder",
         "gpulab_runner : Copy the runner wheel",
         "gpulab_runner : Install the runner into the stack's environment",
+        "gpulab_runner : Mark this build as installed",
         "verify : Write the stack as the host reports it",
     }
     stack = stack_json(plab, "pv-02")
