@@ -36,19 +36,14 @@ DATA_SEED = 20190502
 class ResNet(nn.Module):
     def __init__(self, layers=(3, 4, 6, 3), width=64, num_classes=1000):
         super().__init__()
-        self.stem = V.Stem(width)
-        stages, cin = [], width
-        for i, n in enumerate(layers):
-            stage, cin = V.make_stage(V.Bottleneck, cin, width * 2 ** i, n, 1 if i == 0 else 2)
-            stages.append(stage)
-        self.stages = nn.Sequential(*stages)
-        self.fc = nn.Linear(cin, num_classes)
+        self.trunk = V.ResNetTrunk(V.Bottleneck, layers, width)
+        self.fc = nn.Linear(self.trunk.channels[-1], num_classes)
         V.init_convs(self)
         nn.init.normal_(self.fc.weight, 0, 0.01)
         nn.init.zeros_(self.fc.bias)
 
     def forward(self, x):
-        x = self.stages(self.stem(x))
+        x = self.trunk(x)
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 

@@ -43,14 +43,14 @@ class Bottleneck(nn.Module):
         self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
         self.bn3 = norm(cout)
         self.relu = nn.ReLU(inplace=True)
-        self.down = None
+        self.downsample = None
         if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), norm(cout))
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), norm(cout))
         if zero_init and isinstance(self.bn3, nn.BatchNorm2d):
             nn.init.zeros_(self.bn3.weight)
 
     def forward(self, x):
-        idt = x if self.down is None else self.down(x)
+        idt = x if self.downsample is None else self.downsample(x)
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
         out = self.bn3(self.conv3(out))
@@ -69,14 +69,14 @@ class BasicBlock(nn.Module):
         self.conv2 = conv3x3(width, width)
         self.bn2 = norm(width)
         self.relu = nn.ReLU(inplace=True)
-        self.down = None
+        self.downsample = None
         if stride != 1 or cin != width:
-            self.down = nn.Sequential(nn.Conv2d(cin, width, 1, stride=stride, bias=False), norm(width))
+            self.downsample = nn.Sequential(nn.Conv2d(cin, width, 1, stride=stride, bias=False), norm(width))
         if zero_init and isinstance(self.bn2, nn.BatchNorm2d):
             nn.init.zeros_(self.bn2.weight)
 
     def forward(self, x):
-        idt = x if self.down is None else self.down(x)
+        idt = x if self.downsample is None else self.downsample(x)
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
         return self.relu(out + idt)
@@ -90,12 +90,50 @@ def make_stage(block, cin, width, blocks, stride, norm=nn.BatchNorm2d, zero_init
     return nn.Sequential(*layers), cout
 
 
-class Stem(nn.Sequential):
-    """7x7/2 convolution, BN, ReLU, 3x3/2 max-pool."""
+class ResNetTrunk(nn.Module):
+    """The ResNet stem and stages, named as torchvision names them (``conv1``, ``bn1``,
+    ``layer1``..), so that an ImageNet checkpoint in that layout loads as is.
 
-    def __init__(self, width, norm=nn.BatchNorm2d):
-        super().__init__(nn.Conv2d(3, width, 7, stride=2, padding=3, bias=False), norm(width),
-                         nn.ReLU(inplace=True), nn.MaxPool2d(3, stride=2, padding=1))
+    ``strides`` per stage (the SSD backbone keeps layer3 at stride 1);
+    ``forward`` returns the outputs of the stages listed in ``return_stages``.
+    """
+
+    def __init__(self, block, layers, width=64, strides=(1, 2, 2, 2), norm=nn.BatchNorm2d,
+                 zero_init=True, return_stages=None):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, width, 7, stride=2, padding=3, bias=False)
+        self.bn1 = norm(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+        cin = width
+        self.channels = []
+        for i, (n, st) in enumerate(zip(layers, strides)):
+            stage, cin = make_stage(block, cin, width * 2 ** i, n, st, norm=norm, zero_init=zero_init)
+            setattr(self, f"layer{i + 1}", stage)
+            self.channels.append(cin)
+        self.num_stages = len(layers)
+        self.return_stages = return_stages
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        outs = []
+        for i in range(self.num_stages):
+            x = getattr(self, f"layer{i + 1}")(x)
+            outs.append(x)
+        if self.return_stages is None:
+            return x
+        return [outs[i] for i in self.return_stages]
+
+
+def load_pretrained(module: nn.Module, path) -> int:
+    """Load matching tensors of a torchvision-layout checkpoint; returns how many were loaded."""
+    state = torch.load(str(path), map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and "state_dict" in state:
+        state = state["state_dict"]
+    own = module.state_dict()
+    take = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
+    module.load_state_dict(take, strict=False)
+    return len(take)
 
 
 def init_convs(module: nn.Module) -> None:
