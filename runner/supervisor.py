@@ -107,6 +107,12 @@ def plan(args, host_gpus: int | None = None) -> dict:
         if args.cpu_procs < 1:
             _fail(f"--cpu-procs {args.cpu_procs}: must be at least 1")
     nprocs = len(gpus) if gpus else (args.cpu_procs or 1)
+    if args.framework == "tensorflow":  # one process drives every GPU (MirroredStrategy)
+        if args.cpu_procs is not None and args.cpu_procs > 1:
+            _fail("--cpu-procs is for PyTorch workloads (--framework tensorflow runs one process)")
+        if args.nnodes > 1:
+            _fail("--framework tensorflow runs on one host (--nnodes 1)")
+        nprocs = 1
     if args.nnodes < 1:
         _fail(f"--nnodes {args.nnodes}: must be at least 1")
     if not 0 <= args.node_rank < args.nnodes:

@@ -132,16 +132,19 @@ def fpn_levels(rois: torch.Tensor, kmin: int, kmax: int, canonical=224, canonica
 
 
 def multilevel_roi_align(feats: list, rois: torch.Tensor, out_size: int, strides: list,
-                         sampling: int = 2) -> torch.Tensor:
+                         sampling: int = 2, static: bool = False) -> torch.Tensor:
     """RoIAlign on the FPN level each box belongs to: (N, K, C, out, out).
 
     Every level is sampled for every box and the box's own level selected, so
-    that shapes stay static (compile- and CUDA-graph-friendly).
+    that shapes stay static (compile- and CUDA-graph-friendly); unless
+    ``static``, levels no box belongs to are skipped.
     """
     kmin = int(round(math.log2(strides[0])))
     lv = fpn_levels(rois, kmin, kmin + len(feats) - 1)
     out = None
     for i, (f, st) in enumerate(zip(feats, strides)):
+        if not static and out is not None and not bool((lv == kmin + i).any()):
+            continue
         o = roi_align(f, rois, out_size, 1.0 / st, sampling)
         sel = (lv == kmin + i).to(o.dtype)[..., None, None, None]
         out = o * sel if out is None else out + o * sel

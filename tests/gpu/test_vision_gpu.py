@@ -1,0 +1,69 @@
+"""The vision workloads' throughput mode at full model size on a real GPU (skipped without CUDA).
+
+Each runs ``python -m runner run NAME --mode throughput --scale full`` on GPU 0
+for a few seconds (bf16, channels-last, compiled, synthetic data) and leaves a
+run directory whose telemetry and manifest carry the GPU's facts. No speed is
+asserted here: benchmarks/throughput.py measures speed.
+"""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+def run(*args, timeout=1200):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return subprocess.run([sys.executable, "-m", "runner", *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("name", ["resnet50", "ssd", "maskrcnn"])
+def test_full_size_throughput_fills_result_telemetry_and_manifest(tmp_path, name):
+    out = tmp_path / "run"
+    r = run("run", name, "--mode", "throughput", "--scale", "full", "--gpus", "0,", "--seed", "1",
+            "--measure-seconds", "4", "--warmup-steps", "3", "--cache-dir", tmp_path.parent / "gpulab-cache",
+            "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr + (out / "stdout.log").read_text()[-3000:]
+    st = json.loads((out / "status.json").read_text())
+    assert st["outcome"] == "success" and st["precision"] == "bf16" and st["gpus"] == [0]
+    res = st["result"]
+    assert res["samples_per_s"] > 0 and res["sample_unit"] == "images"
+    assert res["batch_per_process"] >= 2 and res["time_to_first_step_s"] > 0
+    assert "notes" not in res, res.get("notes")
+    rows = list(csv.DictReader((out / "telemetry.csv").open()))
+    assert rows, "no telemetry rows"
+    busy = [r_ for r_ in rows if r_["power_w"] and float(r_["power_w"]) > 0]
+    assert busy and all(r_["uuid"].startswith("GPU-") for r_ in rows)
+    for field in ("temp_c", "sm_clock_mhz", "mem_clock_mhz", "mem_used_mib", "pcie_gen", "pcie_width"):
+        assert any(r_[field] for r_ in rows), field
+    assert max(float(r_["mem_used_mib"]) for r_ in rows if r_["mem_used_mib"]) > 1000
+    man = json.loads((out / "manifest.json").read_text())
+    gpu = man["probe"]["gpus"][0]
+    assert gpu["name"] and gpu["uuid"].startswith("GPU-") and gpu["pcie"]["width_max"]
+    assert man["probe"]["stack"]["driver"] and man["launch_env"]["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+def test_bench_step_baseline_and_optimized_run_on_the_gpu():
+    from runner.workloads import base
+
+    for name in ("resnet50", "ssd", "maskrcnn"):
+        for optimized in (False, True):
+            step, n = base.bench_step(name, "cuda", optimized, batch_size=4 if name != "maskrcnn" else 2)
+            step()
+            torch.cuda.synchronize()
+            assert n in (2, 4)

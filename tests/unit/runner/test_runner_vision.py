@@ -1,0 +1,142 @@
+"""The vision workloads (resnet50, ssd, maskrcnn) through ``python -m runner run``.
+
+Each trains at tiny scale on CPU to its tiny target, leaves a complete run
+directory and an MLLOG file that passes the MLPerf 0.7.0 compliance checker
+(whose rules include a quality floor: the tiny targets sit above it).
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from runner_helpers import ROOT, assert_complete, env, mllog_events, runner, status
+
+VISION = ["resnet50", "ssd", "maskrcnn"]
+
+
+def compliance(mllog, cwd):
+    r = subprocess.run([sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
+                        "--ruleset", "0.7.0", str(mllog)], cwd=cwd, env=env(), capture_output=True, text=True)
+    return r.returncode, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("name", VISION)
+def test_tiny_trains_to_target_and_the_log_passes_the_checker(tmp_path, name):
+    out = tmp_path / "run"
+    r = runner("run", name, "--scale", "tiny", "--seed", "5", "--out", out, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr + (out / "stdout.log").read_text()
+    assert_complete(out)
+    st = status(out)
+    assert st["outcome"] == "success" and st["precision"] == "fp32"
+    res = st["result"]
+    target = res["target"]
+    accs = [e["value"] for e in mllog_events(out) if e["key"] == "eval_accuracy"]
+    assert accs[-1] == res["quality"]
+    if isinstance(target, dict):  # maskrcnn: box and mask AP
+        assert set(target) == {"BBOX", "SEGM"}
+        assert all(res["quality"][k] >= t for k, t in target.items())
+        assert all(any(a[k] < t for k, t in target.items()) for a in accs[:-1])
+    else:
+        assert res["quality"] >= target and all(a < target for a in accs[:-1])
+    rc, text = compliance(out / "mllog.log", tmp_path)
+    assert rc == 0 and "SUCCESS" in text, text
+    keys = {e["key"] for e in mllog_events(out)}
+    assert {"global_batch_size", "opt_base_learning_rate", "train_samples", "eval_samples"} <= keys
+
+
+def test_the_checker_rejects_a_vision_log_that_misses_a_required_key(tmp_path):
+    # the same kind of log without the SGD end learning rate fails: the check is real
+    out = tmp_path / "run"
+    r = runner("run", "resnet50", "--scale", "tiny", "--seed", "2", "--out", out, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [ln for ln in (out / "mllog.log").read_text().splitlines() if '"sgd_opt_end_learning_rate"' not in ln]
+    bad = tmp_path / "bad.log"
+    bad.write_text("\n".join(lines) + "\n")
+    rc, text = compliance(bad, tmp_path)
+    assert "sgd_opt_end_learning_rate" in text and "SUCCESS" not in text.splitlines()[-1]
+
+
+@pytest.mark.parametrize("name", VISION)
+def test_tiny_throughput_mode_measures_images_per_s(tmp_path, name):
+    out = tmp_path / "run"
+    r = runner("run", name, "--scale", "tiny", "--seed", "1", "--mode", "throughput",
+               "--measure-seconds", "0.5", "--warmup-steps", "1", "--out", out, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert_complete(out)
+    res = status(out)["result"]
+    assert res["sample_unit"] == "images" and res["samples_per_s"] > 0 and res["steps"] >= 4
+    tp = [e for e in mllog_events(out) if e["key"] == "throughput"]
+    assert len(tp) == 1 and tp[0]["metadata"]["unit"] == "images/s"
+
+
+def test_two_gloo_processes_train_maskrcnn_with_one_gradient_all_reduce(tmp_path):
+    out = tmp_path / "run"
+    r = runner("run", "maskrcnn", "--scale", "tiny", "--seed", "3", "--mode", "throughput", "--gpus", "0",
+               "--cpu-procs", "2", "--measure-seconds", "0.5", "--warmup-steps", "1", "--out", out, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr + (out / "stdout.log").read_text()
+    st = status(out)
+    assert st["world_size"] == 2 and st["result"]["world_size"] == 2
+
+
+def test_two_gloo_processes_train_resnet50_to_target(tmp_path):
+    out = tmp_path / "run"
+    r = runner("run", "resnet50", "--scale", "tiny", "--seed", "4", "--gpus", "0", "--cpu-procs", "2",
+               "--out", out, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr + (out / "stdout.log").read_text()
+    st = status(out)
+    assert st["outcome"] == "success" and st["world_size"] == 2
+    gbs = next(e for e in mllog_events(out) if e["key"] == "global_batch_size")["value"]
+    assert gbs == 2 * 64
+
+
+def test_tensorflow_absent_is_one_line_exit_2(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("tensorflow") is not None:
+        pytest.skip("TensorFlow is installed here")
+    out = tmp_path / "run"
+    r = runner("run", "resnet50", "--framework", "tensorflow", "--scale", "tiny", "--out", out)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "TensorFlow is not installed" in r.stderr, r.stderr
+    assert not out.exists() and r.stdout == ""
+
+
+def test_tensorflow_is_not_offered_for_detection(tmp_path):
+    r = runner("run", "ssd", "--framework", "tensorflow", "--out", tmp_path / "run")
+    assert r.returncode == 2 and "has no tensorflow implementation" in r.stderr
+
+
+def test_full_scale_without_coco_fails_with_the_missing_file(tmp_path):
+    data = tmp_path / "data"
+    (data / "coco").mkdir(parents=True)
+    out = tmp_path / "run"
+    r = runner("run", "ssd", "--scale", "full", "--data", data, "--seed", "1", "--out", out, timeout=600)
+    assert r.returncode == 1
+    assert_complete(out)
+    st = status(out)
+    assert st["outcome"] == "failed"
+    assert "instances_train2017.json is missing" in st["reason"] or "coco" in st["reason"], st["reason"]
+
+
+@pytest.mark.parametrize("name", VISION)
+def test_bench_step_builds_the_optimized_and_the_baseline_step(name):
+    pytest.importorskip("torch")
+    from runner.workloads import base
+
+    for optimized in (True, False):
+        step, n = base.bench_step(name, "cpu", optimized, scale="tiny", precision="bf16", batch_size=2)
+        assert n == 2
+        step()  # one real training step on synthetic data (errors fail the test)
+        step()
+
+
+def test_list_names_the_vision_workloads():
+    js = json.loads(runner("list", "--json").stdout)
+    got = {w["name"]: w for w in js}
+    assert got["resnet50"]["targets"]["full"] == 0.749 and got["resnet50"]["frameworks"] == ["pytorch", "tensorflow"]
+    assert got["ssd"]["targets"]["full"] == 0.212
+    assert got["maskrcnn"]["targets"]["full"] == {"BBOX": 0.377, "SEGM": 0.339}
+    assert all(got[n]["compliance_checked"] for n in VISION)
+    assert (ROOT / "runner" / "workloads" / "resnet50_tf.py").is_file()
