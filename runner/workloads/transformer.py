@@ -155,7 +155,7 @@ def make_model(cfg: dict, vocab_size: int) -> nn.Module:
 class Trainer(T.Trainer):
     def __init__(self, ctx):
         T.check_bucket_config(ctx.cfg, "transformer")
-        super().__init__(ctx, make_model, "wmt17_en_de", adam_eps=float(ctx.cfg.get("eps", 1e-9)))
+        super().__init__(ctx, make_model, ("wmt17_en_de", "wmt17"), adam_eps=float(ctx.cfg.get("eps", 1e-9)))
 
     def hyperparameters(self) -> dict:
         hp = self.common_hyperparameters()

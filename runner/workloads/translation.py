@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import Counter
@@ -161,21 +160,48 @@ def _split(root: Path, split: str, lang: str) -> list[np.ndarray]:
     return [np.asarray(ids[off[i]:off[i + 1]], dtype=np.int64) for i in range(len(off) - 1)]
 
 
-def load_prepared(root: str, dataset: str, src_lang: str = "en", tgt_lang: str = "de") -> dict:
-    """The prepared WMT data of ``dataset`` (a folder under the data root)."""
-    d = Path(root) / dataset
-    try:  # the datasets package checks a prepared dataset against its manifest, where present
-        from runner import datasets as _ds
-        check = getattr(_ds, "check", None)
+def _from_reader(wmt, src_lang: str, tgt_lang: str) -> dict:
+    """Through runner.datasets.readers (the datasets package, with its manifest check)."""
+    def sents(split, lang):
+        ss = wmt.split(split, lang)
+        return [np.asarray(ss[i], dtype=np.int64) for i in range(len(ss))]
+
+    bpe = wmt.bpe
+
+    class _Dec:
+        def decode(self, ids):
+            return bpe.decode([int(i) for i in ids if int(i) >= N_SPECIAL])
+
+    dec = _Dec()
+    tr = (sents("train", src_lang), sents("train", tgt_lang))
+    ev = (sents("eval", src_lang), sents("eval", tgt_lang))
+    return {"vocab": dec, "vocab_size": int(wmt.vocab_size), "train": tr, "eval": ev,
+            "refs": [dec.decode(t) for t in ev[1]]}
+
+
+def load_prepared(root: str, benchmark: str, folders: tuple[str, ...],
+                  src_lang: str = "en", tgt_lang: str = "de") -> dict:
+    """The prepared WMT data of ``benchmark`` under the data root ``root``.
+
+    Through ``runner.datasets.readers.wmt`` where the datasets package is
+    installed (it checks the dataset against its manifest first); otherwise
+    the arrays are read directly from the first of ``folders`` under ``root``
+    (or ``root`` itself) that holds them.
+    """
+    try:
+        from runner.datasets import readers
     except ImportError:
-        check = None
-    if check is not None:
+        readers = None
+    if readers is not None and hasattr(readers, "wmt"):
         try:
-            check(dataset, root)
-        except Exception as exc:
-            raise WorkloadError(f"{d}: prepared dataset failed its check: {exc}") from exc
+            return _from_reader(readers.wmt(benchmark, root), src_lang, tgt_lang)
+        except Exception as exc:  # NotPrepared and friends: one line naming what is missing
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise WorkloadError(msg) from exc
     need = ["vocab.json"] + [f"{s}.{lg}.{k}.npy" for s in ("train", "eval") for lg in (src_lang, tgt_lang)
                              for k in ("ids", "offsets")]
+    cands = [Path(root) / f for f in folders] + [Path(root)]
+    d = next((c for c in cands if (c / "vocab.json").is_file()), cands[0])
     missing = [f for f in need if not (d / f).is_file()]
     if missing:
         raise WorkloadError(f"{d}: not a prepared WMT dataset (missing {', '.join(missing[:3])}); "
@@ -185,7 +211,6 @@ def load_prepared(root: str, dataset: str, src_lang: str = "en", tgt_lang: str =
     except ImportError as exc:
         raise WorkloadError("the WMT vocabulary reader (runner.datasets.bpe) is not installed with this runner") from exc
     bpe = BPE.load(d / "vocab.json")
-    vocab_size = len(bpe.vocab) if hasattr(bpe, "vocab") else len(json.loads((d / "vocab.json").read_text())["vocab"])
     tr = (_split(d, "train", src_lang), _split(d, "train", tgt_lang))
     ev = (_split(d, "eval", src_lang), _split(d, "eval", tgt_lang))
 
@@ -194,7 +219,7 @@ def load_prepared(root: str, dataset: str, src_lang: str = "en", tgt_lang: str =
             return bpe.decode([int(i) for i in ids if int(i) >= N_SPECIAL])
 
     dec = _Dec()
-    return {"vocab": dec, "vocab_size": vocab_size, "train": tr, "eval": ev,
+    return {"vocab": dec, "vocab_size": len(bpe.vocab), "train": tr, "eval": ev,
             "refs": [dec.decode(t) for t in ev[1]]}
 
 
@@ -249,7 +274,7 @@ class Trainer:
     ``greedy(src, max_len) -> ids [B,L]`` (ending at EOS, PAD after).
     """
 
-    def __init__(self, ctx, make_model, dataset: str, adam_eps: float):
+    def __init__(self, ctx, make_model, datasets: tuple[str, ...], adam_eps: float):
         self.ctx = ctx
         cfg = ctx.cfg
         dev = ctx.device
@@ -263,7 +288,8 @@ class Trainer:
             self.data = None
             vocab_size = int(cfg["vocab_size"])
         else:
-            self.data = generate(cfg) if cfg["data"] == "generated" else load_prepared(ctx.data, dataset)
+            self.data = (generate(cfg) if cfg["data"] == "generated"
+                         else load_prepared(ctx.data, ctx.entry["benchmark"], datasets))
             vocab_size = self.data["vocab_size"]
             self.train_batches, self.train_samples = make_batches(
                 *self.data["train"], self.batch, self.buckets, self.max_len)
@@ -277,14 +303,15 @@ class Trainer:
         torch.manual_seed(ctx.seed)
         self.model = make_model(cfg, vocab_size).to(dev)
         self.ddp = ctx.wrap(self.model)
-        self.fwd = self.ddp
+        self.fwd = self._forward_loss
         if ctx.compile and cfg.get("compile", True):
             import torch._dynamo as dynamo
 
             # one graph per (source, target) bucket pair and padding flag: static shapes
             n = len(self.buckets)
             dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 2 * n * n + 2)
-            self.fwd = torch.compile(self.ddp, dynamic=False)
+            # the loss joins the graph: log-softmax and label smoothing fuse with the projection
+            self.fwd = torch.compile(self._forward_loss, dynamic=False)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg["lr"], betas=tuple(cfg["betas"]),
                                     eps=adam_eps, **ctx.fused())
         self.scaler = ctx.grad_scaler()
@@ -328,11 +355,14 @@ class Trainer:
                 g["lr"] = lr
 
     # --- one step -------------------------------------------------------------------------
+    def _forward_loss(self, src, tgt_in, tgt_out, pad: bool):
+        logits = self.ddp(src, tgt_in, pad)
+        return smoothed_loss(logits, tgt_out, self.smoothing)
+
     def _step(self, src, tgt_in, tgt_out, pad: bool = True):
         ctx = self.ctx
         with ctx.autocast():
-            logits = self.fwd(src, tgt_in, pad)
-        loss, ntok = smoothed_loss(logits, tgt_out, self.smoothing)
+            loss, ntok = self.fwd(src, tgt_in, tgt_out, pad)
         self.opt.zero_grad(set_to_none=True)
         # mean over this rank's tokens; DDP averages over ranks
         self.scaler.scale(loss / ntok.clamp(min=1)).backward()
