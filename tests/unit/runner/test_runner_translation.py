@@ -71,7 +71,7 @@ def test_generated_task_is_deterministic_and_follows_its_rule(name):
 @pytest.mark.parametrize("name", ["gnmt", "transformer"])
 def test_tiny_run_reaches_its_target_and_passes_the_compliance_checker(tmp_path, name):
     out = tmp_path / "run"
-    r = runner("run", name, "--scale", "tiny", "--seed", "3", "--gpus", "0", "--out", out)
+    r = runner("run", name, "--scale", "tiny", "--seed", "3", "--gpus", "0", "--out", out, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr + (out / "stdout.log").read_text()
     assert_complete(out)
     st = status(out)
