@@ -96,4 +96,6 @@ def test_full_scale_ttt_names_what_is_missing_in_the_data_folder(tmp_path):
     assert r.returncode == 1
     st = status(out)
     assert st["outcome"] == "failed"
-    assert "wmt17_en_de" in st["reason"] and "vocab.json" in st["reason"], st["reason"]
+    # one line naming the dataset and where it was looked for (through runner.datasets where installed)
+    assert "wmt17" in st["reason"] and str(data) in st["reason"], st["reason"]
+    assert "\n" not in st["reason"]
