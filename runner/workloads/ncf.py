@@ -102,7 +102,7 @@ class Trainer:
         self.negatives = cfg.get("train_negatives", 4)
         self.batch = cfg["batch_size"]
         if ctx.mode == "throughput":
-            self.batch = cfg.get("throughput", {}).get("batch_size", self.batch)
+            self.batch = ctx.throughput_batch_size(self.batch)
             n_users, n_items = cfg["users"], cfg["items"]
         else:
             data = generate(cfg) if cfg["data"] == "generated" else load_prepared(ctx.data)

@@ -1,0 +1,266 @@
+"""Throughput of the runner's workloads: the optimized path against a plain eager baseline.
+
+For each workload, in one invocation on a GPU machine:
+
+- ``optimized``: samples/s of the runner's throughput path at full model size
+  (``runner.workloads.base.bench_step(name, device, optimized=True)``: bf16
+  autocast, channels-last, fused optimizer, torch.compile where the workload
+  uses it), on synthetic on-device data;
+- ``baseline``: the same model as a plain eager loop (fp32 weights, bf16
+  autocast, NCHW, no compile, torch.optim defaults);
+- ``ratio`` = optimized / baseline (the figure that survives machine noise);
+- ``time_to_first_step_s``: from the start of a real ``python -m runner run
+  WORKLOAD --mode throughput`` to the end of its first training step, twice:
+  ``cold`` (an empty compiled-kernel cache) and ``warm`` (the cache the cold
+  run filled), with that run's own samples/s.
+
+Each measurement runs in a child process of its own (a failure or an
+out-of-memory in one does not end the others; its error is recorded). Output:
+JSON ``{workload: {optimized, baseline, ratio, unit, batch, time_to_first_step_s:
+{cold, warm}, runner_samples_per_s: {cold, warm}, errors}, "_meta": {...}}``.
+
+    python benchmarks/throughput.py [--workloads resnet50,ssd,maskrcnn,gnmt,transformer,ncf]
+        [--measure-seconds 10] [--warmup-steps N] [--out throughput.json] [--workdir DIR]
+        [--device cuda|cpu] [--scale full|small|tiny] [--no-runner-runs]
+
+On a CPU (``--device cpu``, default scale tiny) it is a smoke test of the same
+code paths; the figures then mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+ALL = ("resnet50", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
+
+
+def _env(cache: Path | None = None) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if cache is not None:
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
+        env["TRITON_CACHE_DIR"] = str(cache / "triton")
+        env["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "1"
+        env["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "1"
+    return env
+
+
+def measure_one(name: str, device: str, optimized: bool, scale: str, measure_s: float,
+                warmup: int, batch: int | None) -> dict:
+    """Samples/s of one workload, one variant, in this process."""
+    import torch
+
+    from runner import workloads
+    from runner.workloads import base
+
+    entry = workloads.load()[name]
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    t0 = time.time()
+    step, per_step = base.bench_step(name, dev, optimized, scale=scale,
+                                     precision="bf16", batch_size=batch)
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+    step()
+    sync()
+    first = time.time() - t0
+    for _ in range(max(warmup - 1, 0)):
+        step()
+    sync()
+    steps, t = 0, time.time()
+    while True:
+        step()
+        steps += 1
+        if steps % 5 == 0 or dev.type == "cpu":
+            sync()
+            if time.time() - t >= measure_s and steps >= 3:
+                break
+    sync()
+    elapsed = time.time() - t
+    out = {"samples_per_s": steps * per_step / elapsed, "steps": steps, "elapsed_s": round(elapsed, 3),
+           "samples_per_step": per_step, "unit": f"{entry['sample_unit']}/s",
+           "build_and_first_step_s": round(first, 3)}
+    if dev.type == "cuda":
+        out["max_memory_gib"] = round(torch.cuda.max_memory_allocated(dev) / 2**30, 2)
+    return out
+
+
+def _child(args, name: str, variant: str, cache: Path) -> dict:
+    """measure_one in a child process; {'error': ...} when it fails."""
+    fd, res = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--_one", name, "--_variant", variant,
+           "--_result", res, "--device", args.device, "--scale", args.scale,
+           "--measure-seconds", str(args.measure_seconds), "--warmup-steps", str(args.warmup_steps)]
+    try:
+        p = subprocess.run(cmd, env=_env(cache), capture_output=True, text=True, timeout=args.timeout)
+        text = Path(res).read_text() if os.path.getsize(res) else ""
+        if p.returncode == 0 and text:
+            return json.loads(text)
+        tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or [f"exit {p.returncode}"]
+        return {"error": tail[0][:300]}
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {args.timeout} s"}
+    finally:
+        os.unlink(res)
+
+
+def _runner_run(args, name: str, out: Path, cache: Path) -> dict:
+    """A real ``runner run --mode throughput``: time to first step and samples/s from status.json."""
+    gpus = "1" if args.device == "cuda" else "0"
+    cmd = [sys.executable, "-m", "runner", "run", name, "--mode", "throughput", "--scale", args.scale,
+           "--gpus", gpus, "--seed", "1", "--out", str(out), "--cache-dir", str(cache),
+           "--measure-seconds", str(max(1.0, min(args.measure_seconds, 5.0)))]
+    env = _env()
+    for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        env.pop(k, None)  # the runner derives them from --cache-dir
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"runner run timed out after {args.timeout} s"}
+    try:
+        st = json.loads((out / "status.json").read_text())
+    except (OSError, ValueError):
+        return {"error": (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1][:300]}
+    res = st.get("result") or {}
+    doc = {"outcome": st.get("outcome"), "time_to_first_step_s": res.get("time_to_first_step_s"),
+           "samples_per_s": res.get("samples_per_s")}
+    if st.get("outcome") != "success":
+        doc["error"] = st.get("reason")
+    return doc
+
+
+def run(args) -> dict:
+    from runner import workloads
+
+    catalogue = workloads.load()
+    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="gpulab-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    bench_cache = work / "bench-cache"
+    doc: dict = {}
+    for name in args.workloads:
+        if name not in catalogue:
+            doc[name] = {"error": f"workload {name!r} is not registered in this runner"}
+            print(f"[bench] {name}: not registered", flush=True)
+            continue
+        unit = f"{catalogue[name]['sample_unit']}/s"
+        row: dict = {"unit": unit, "errors": {}}
+        for variant in ("optimized", "baseline"):
+            r = _child(args, name, variant, bench_cache)
+            if "error" in r:
+                row[variant] = None
+                row["errors"][variant] = r["error"]
+            else:
+                row[variant] = round(r["samples_per_s"], 1)
+                row["batch"] = r["samples_per_step"]
+                row[f"{variant}_detail"] = r
+            print(f"[bench] {name} {variant}: {row[variant]} {unit}"
+                  + (f" ({row['errors'][variant]})" if variant in row["errors"] else ""), flush=True)
+        row["ratio"] = (round(row["optimized"] / row["baseline"], 3)
+                        if row.get("optimized") and row.get("baseline") else None)
+        if args.runner_runs:
+            cache = work / f"runner-cache-{name}"
+            shutil.rmtree(cache, ignore_errors=True)
+            first, sps = {}, {}
+            for which in ("cold", "warm"):
+                out = work / f"run-{name}-{which}"
+                shutil.rmtree(out, ignore_errors=True)
+                r = _runner_run(args, name, out, cache)
+                first[which] = r.get("time_to_first_step_s")
+                sps[which] = r.get("samples_per_s")
+                if r.get("error"):
+                    row["errors"][f"runner_{which}"] = r["error"]
+                print(f"[bench] {name} runner run ({which} cache): first step after "
+                      f"{first[which]} s, {sps[which]} {unit}", flush=True)
+            row["time_to_first_step_s"] = first
+            row["runner_samples_per_s"] = sps
+        if not row["errors"]:
+            del row["errors"]
+        doc[name] = row
+    doc["_meta"] = _meta(args)
+    return doc
+
+
+def _meta(args) -> dict:
+    import platform
+
+    meta = {"device": args.device, "scale": args.scale, "measure_seconds": args.measure_seconds,
+            "host": platform.node(), "python": platform.python_version(),
+            "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:])}
+    try:
+        import torch
+
+        meta["torch"] = torch.__version__
+        if args.device == "cuda" and torch.cuda.is_available():
+            meta["gpu"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return meta
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", default=",".join(ALL), help="comma-separated (default: all six)")
+    ap.add_argument("--measure-seconds", type=float, default=10.0, help="timed seconds per measurement")
+    ap.add_argument("--warmup-steps", type=int, default=None,
+                    help="untimed steps first (default: 15 on a GPU, 2 on a CPU)")
+    ap.add_argument("--out", default="throughput.json", help="JSON output file")
+    ap.add_argument("--workdir", default=None, help="run directories and caches (default: a new temp dir)")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                    help="default: cuda when available, else cpu")
+    ap.add_argument("--scale", choices=("full", "small", "tiny"), default=None,
+                    help="model size (default: full on cuda, tiny on cpu)")
+    ap.add_argument("--no-runner-runs", dest="runner_runs", action="store_false",
+                    help="skip the two real 'runner run' invocations per workload")
+    ap.add_argument("--timeout", type=int, default=1200, help="seconds per child process")
+    ap.add_argument("--_one", help=argparse.SUPPRESS)
+    ap.add_argument("--_variant", help=argparse.SUPPRESS)
+    ap.add_argument("--_result", help=argparse.SUPPRESS)
+    ap.add_argument("--_batch", type=int, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.device is None:
+        try:
+            import torch
+
+            args.device = "cuda" if torch.cuda.is_available() else "cpu"
+        except ImportError:
+            args.device = "cpu"
+    if args.scale is None:
+        args.scale = "full" if args.device == "cuda" else "tiny"
+    if args.warmup_steps is None:
+        args.warmup_steps = 15 if args.device == "cuda" else 2
+    if args._one:
+        r = measure_one(args._one, args.device, args._variant == "optimized", args.scale,
+                        args.measure_seconds, args.warmup_steps, args._batch)
+        Path(args._result).write_text(json.dumps(r))
+        return 0
+    args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    bad = [w for w in args.workloads if w not in ALL]
+    if bad:
+        print(f"throughput.py: --workloads: unknown {', '.join(bad)} (known: {', '.join(ALL)})", file=sys.stderr)
+        return 2
+    doc = run(args)
+    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"[bench] wrote {args.out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

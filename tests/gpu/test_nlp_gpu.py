@@ -1,0 +1,48 @@
+"""gnmt and transformer throughput mode at full model size on a real GPU (skipped without CUDA)."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+def _run(*args, timeout=900):
+    return subprocess.run([sys.executable, "-m", "runner", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("name", ["gnmt", "transformer"])
+def test_throughput_at_full_size_fills_telemetry_and_manifest(tmp_path, name):
+    out = tmp_path / "run"
+    r = _run("run", name, "--mode", "throughput", "--scale", "full", "--gpus", "1", "--seed", "1",
+             "--measure-seconds", "3", "--cache-dir", tmp_path / "cache", "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr + (out / "stdout.log").read_text()
+    st = json.loads((out / "status.json").read_text())
+    res = st["result"]
+    assert st["outcome"] == "success" and st["precision"] == "bf16"
+    assert res["sample_unit"] == "tokens" and res["samples_per_s"] > 0 and res["steps"] >= 10
+    assert res["time_to_first_step_s"] > 0
+    man = json.loads((out / "manifest.json").read_text())
+    g = man["probe"]["gpus"][0]
+    assert g["name"] and g["uuid"].startswith("GPU-") and man["probe"]["stack"]["driver"]
+    assert man["launch_env"]["CUDA_VISIBLE_DEVICES"] == "0"
+    rows = list(csv.DictReader((out / "telemetry.csv").open()))
+    assert rows, "no telemetry sample"
+    assert all(row["uuid"] == g["uuid"] for row in rows)
+    assert max(float(row["power_w"]) for row in rows if row["power_w"]) > 0
+    assert any(row["sm_clock_mhz"] for row in rows) and any(row["mem_used_mib"] for row in rows)
+    ev = [json.loads(line[len(":::MLLOG "):]) for line in (out / "mllog.log").read_text().splitlines()]
+    tp = next(e for e in ev if e["key"] == "throughput")
+    assert tp["metadata"]["unit"] == "tokens/s" and tp["value"] == pytest.approx(res["samples_per_s"], rel=1e-3)

@@ -1,0 +1,101 @@
+"""The translation workloads (gnmt, transformer): BLEU, generated data, tiny runs to target."""
+
+import math
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from runner import workloads  # noqa: E402
+from runner.workloads import translation as T  # noqa: E402
+from runner_helpers import assert_complete, mllog_events, runner, status  # noqa: E402
+
+
+# --- BLEU, against values worked out by hand --------------------------------------------------
+
+def test_bleu_identical_sentences_is_one():
+    assert T.corpus_bleu(["the cat sat on the mat"], ["the cat sat on the mat"]) == pytest.approx(1.0)
+
+
+def test_bleu_one_wrong_word_of_five():
+    # 1-grams 4/5, 2-grams 3/4, 3-grams 2/3, 4-grams 1/2; equal lengths: no brevity penalty
+    expect = (4 / 5 * 3 / 4 * 2 / 3 * 1 / 2) ** 0.25
+    assert T.corpus_bleu(["a b c d e"], ["a b c d f"]) == pytest.approx(expect)
+    assert expect == pytest.approx(0.668740, abs=1e-6)
+
+
+def test_bleu_brevity_penalty():
+    # every n-gram of the 4-word hypothesis matches; reference 6 words: BP = exp(1 - 6/4)
+    assert T.corpus_bleu(["a b c d"], ["a b c d e f"]) == pytest.approx(math.exp(-0.5))
+
+
+def test_bleu_is_corpus_level_and_zero_without_a_4gram_match():
+    assert T.corpus_bleu(["a b c"], ["a b c"]) == 0.0  # no 4-gram at all
+    # two sentences: statistics are summed before the precisions are taken
+    h, r = ["a b c d e", "x y z w"], ["a b c d f", "x y z w"]
+    expect = ((8 / 9) * (6 / 7) * (4 / 5) * (2 / 3)) ** 0.25
+    assert T.corpus_bleu(h, r) == pytest.approx(expect)
+
+
+def test_bleu_is_uncased_with_13a_punctuation():
+    # 13a splits punctuation off words, not the apostrophe, and keeps decimal points in numbers
+    assert T.tokenize_13a("Hello, World! It's 3.5-4") == ["hello", ",", "world", "!", "it's", "3.5", "-", "4"]
+    assert T.corpus_bleu(["The Cat, sat on the mat."], ["the cat , sat on the MAT ."]) == pytest.approx(1.0)
+
+
+# --- generated data ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["gnmt", "transformer"])
+def test_generated_task_is_deterministic_and_follows_its_rule(name):
+    cfg = workloads.load()[name]["scales"]["tiny"]
+    swap = cfg.get("swap_pairs", True)
+    a, b = T.generate(cfg), T.generate(cfg)
+    assert a["refs"] == b["refs"]
+    src, tgt = a["train"]
+    n = cfg["words"]
+    lex = {}
+    for s, t in zip(src, tgt):
+        assert len(s) == len(t) and T.N_SPECIAL <= s.min() and s.max() < T.N_SPECIAL + n <= t.min()
+        unswapped = t.copy()
+        for i in (range(0, len(t) - 1, 2) if swap else ()):
+            unswapped[i], unswapped[i + 1] = t[i + 1], t[i]
+        for w, x in zip(s, unswapped):  # one fixed translation per source word
+            assert lex.setdefault(int(w), int(x)) == int(x)
+    assert a["vocab_size"] == cfg["vocab_size"]
+
+
+# --- tiny runs to the target, through the command line, with the compliance checker ---------
+
+@pytest.mark.parametrize("name", ["gnmt", "transformer"])
+def test_tiny_run_reaches_its_target_and_passes_the_compliance_checker(tmp_path, name):
+    out = tmp_path / "run"
+    r = runner("run", name, "--scale", "tiny", "--seed", "3", "--gpus", "0", "--out", out, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr + (out / "stdout.log").read_text()
+    assert_complete(out)
+    st = status(out)
+    assert st["outcome"] == "success"
+    assert st["result"]["quality"] >= workloads.load()[name]["scales"]["tiny"]["target"]
+    ev = mllog_events(out)
+    keys = [e["key"] for e in ev]
+    assert keys.count("eval_accuracy") == st["result"]["epochs"]
+    assert next(e for e in ev if e["key"] == "max_sequence_length")["metadata"]["method"] == "discard"
+    chk = subprocess.run([sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
+                          "--ruleset", "0.7.0", str(out / "mllog.log")], capture_output=True, text=True)
+    assert chk.returncode == 0, chk.stdout + chk.stderr
+    assert "SUCCESS" in chk.stdout + chk.stderr, chk.stdout + chk.stderr
+
+
+def test_full_scale_ttt_names_what_is_missing_in_the_data_folder(tmp_path):
+    data = tmp_path / "data"
+    (data / "wmt17_en_de").mkdir(parents=True)
+    out = tmp_path / "run"
+    r = runner("run", "transformer", "--scale", "full", "--gpus", "0", "--data", data, "--out", out,
+               "--max-epochs", "1")
+    assert r.returncode == 1
+    st = status(out)
+    assert st["outcome"] == "failed"
+    # one line naming the dataset and where it was looked for (through runner.datasets where installed)
+    assert "wmt17" in st["reason"] and str(data) in st["reason"], st["reason"]
+    assert "\n" not in st["reason"]
