@@ -561,7 +561,7 @@ class UnitWorker:
         argv = ["setsid", "nohup", "env", f"{TOKEN_VAR}={run.token}", *node.install.argv(*self._args(run, node, rank))]
         command = rmt.cmd(["mkdir", "-p", base], "&&",
                           "{ if", ["test", "-e", src], ";", "then", ["mv", src, f"{src}.attempt-{stamp}"], "; fi; }",
-                          "&&", ["rm", "-f", log], "&&",
+                          "&&", ["rm", "-f", log], "|| exit 1;",
                           argv, ">", shlex.quote(log), "2>&1", "<", "/dev/null", "&", "echo", "$!")
         out = node.call(lambda r: r.run(command, timeout=60))
         pid = out.stdout.strip()
