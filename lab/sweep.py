@@ -315,7 +315,7 @@ class Settings:
     timeout_s: float = 3600.0      # a run's time limit (--max-minutes for the runner)
     kill_margin_s: float = 60.0    # past the limit by this much, the controller stops the run itself
     stop_grace_s: float = 30.0     # SIGTERM to the runner, then SIGKILL to every tagged process
-    poll_s: float = 0.5
+    poll_s: float = 0.25
     reconnect_s: float = 30.0      # a lost host is retried this long before its runs fail
     min_free_mb: int = 1024        # free space needed in the host's workdir before a run starts
     lock_stale_s: float = 300.0    # a host lock whose heartbeat is this old (and whose run is gone) is taken over
