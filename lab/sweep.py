@@ -735,6 +735,7 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
         else:
             topologies[h.name] = got[2]
     runs = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes, topologies=topologies)
+    not_runnable = {(r.host, r.run_id) for r in runs if r.state == "failed"}  # e.g. fewer GPUs than asked
     options = {"workloads": workloads, "gpus": gpus, "seeds": seeds, "mode": mode, "scale": scale, "nodes": nodes,
                "timeout_s": settings.timeout_s}
     sweep = Sweep.open(Path(results_dir) / name, name, runs, options)
@@ -754,7 +755,8 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
     stop = threading.Event()
     unit_runs: dict[tuple, list[PlannedRun]] = {}
     for run in sweep.runs:
-        unit_runs.setdefault(tuple(run.hosts), []).append(run)
+        if (run.host, run.run_id) not in not_runnable or run.state == "complete":
+            unit_runs.setdefault(tuple(run.hosts), []).append(run)
     todo_units = {u: rs for u, rs in unit_runs.items()
                   if not any(n in errors for n in u) and any(r.state != "complete" for r in rs)}
     progress = (progress_factory or prog.Progress)(
