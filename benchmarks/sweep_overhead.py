@@ -9,8 +9,10 @@ and compares:
 * the runs' own durations: ``start`` to ``end`` of each status.json (what the
   runner measured on the host).
 
-Per host: overhead per run = (wall - the sum of that host's run durations) / its
-runs; the figure is the mean over hosts. Also: the steady per-run cost
+Per host: overhead per run = (the end of that host's last run - the sweep's
+start + the exit - the sum of that host's run durations) / its runs, the mean
+over hosts (a host that finished early does not count the wait for the
+slowest one); "wall minus runs" is the same with the whole wall time. Also: the steady per-run cost
 (controller's start-to-end of a run in sweep.json minus the runner's own
 duration: launch, polling, fetch, verify, lock) and the fixed start-up (until
 the first run started).
@@ -62,10 +64,16 @@ def measure(lab: Lab, hosts: list[str], seeds: int, mode: str, results: Path) ->
         own = ts(st["end"]) - ts(st["start"])
         per_host.setdefault(r["host"], []).append(own)
         steady.append((ts(r["ended"]) - ts(r["started"])) - own)
+    done = {}
+    for r in doc["runs"]:
+        done[r["host"]] = max(done.get(r["host"], 0.0), ts(r["ended"]))
+    tail = wall - (max(done.values()) - t0)   # saving, the final table, the process exit
     overhead = [(wall - sum(d)) / len(d) for d in per_host.values()]
+    own_path = [(done[h] - t0 + tail - sum(d)) / len(d) for h, d in per_host.items()]
     return {"hosts": len(hosts), "runs": len(doc["runs"]), "wall_s": wall,
             "run_s_mean": statistics.mean(d for ds in per_host.values() for d in ds),
-            "overhead_per_run_s": statistics.mean(overhead),
+            "overhead_per_run_s": statistics.mean(own_path),
+            "wall_minus_runs_per_run_s": statistics.mean(overhead),
             "steady_per_run_s": statistics.mean(steady), "steady_max_s": max(steady),
             "startup_s": first_start - t0}
 
@@ -87,6 +95,7 @@ def main() -> int:
                 rows.append(row)
                 print(f"{row['hosts']} host(s), {row['runs']:2d} runs: wall {row['wall_s']:6.1f} s, "
                       f"run {row['run_s_mean']:5.1f} s mean; overhead per run {row['overhead_per_run_s']:4.2f} s "
+              f"(wall minus runs {row['wall_minus_runs_per_run_s']:4.2f} s) "
                       f"(steady {row['steady_per_run_s']:4.2f} s, max {row['steady_max_s']:4.2f} s; "
                       f"start-up {row['startup_s']:4.1f} s)", flush=True)
     finally:

@@ -418,7 +418,7 @@ def keep_attempt(sweep: Sweep, run: PlannedRun, host: str) -> None:
     """Move an earlier attempt's local copy to ``.attempts/`` (never deleted; reports skip it)."""
     d = sweep.run_dir(run, host)
     if d.exists():
-        dest = sweep.root / ".attempts" / host / f"{run.run_id}.{run.attempts}"
+        dest = sweep.root / ".attempts" / host / f"{run.run_id}.attempt-{max(1, run.attempts - 1)}"
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(dest, ignore_errors=True)
         os.replace(d, dest)
