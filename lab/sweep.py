@@ -440,9 +440,12 @@ class Node:
         self.layout = HostLayout(workdir, sweep_name)
         self.lock = hostlock.HostLock(remote, workdir, sweep_name, stale_s=settings.lock_stale_s)
         self.pid: str | None = None
+        self.lost: str | None = None
 
     def call(self, fn, *args, **kwargs):
         """fn(remote, ...) with the connection re-opened while the host stays reachable."""
+        if self.lost:
+            raise HostLost(self.host.name, self.lost)
         try:
             return fn(self.remote, *args, **kwargs)
         except HostError as first:
@@ -459,7 +462,8 @@ class Node:
                     return fn(self.remote, *args, **kwargs)
                 except HostError as exc:
                     last = exc
-            raise HostLost(self.host.name, f"host lost: {last.message}") from None
+            self.lost = f"host lost: {last.message}"
+            raise HostLost(self.host.name, self.lost) from None
 
 
 class UnitWorker:
