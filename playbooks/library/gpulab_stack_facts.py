@@ -1,0 +1,305 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module of gpulab: read the GPU software stack a host REALLY has.
+
+Nothing here is taken from the stack profile: versions come from the package
+database (dpkg-query / rpm), nvidia-smi (or the loaded kernel module, or the
+installed NVML library when no driver is loaded), CUDA's version.json /
+version.txt behind /usr/local/cuda, the cuDNN and NCCL headers, and the Python
+environment's own imports. Given ``expected`` versions and the inventory's GPU
+model and count, it also returns the drift: [{component, expected, found}].
+Read-only: it supports check mode and changes nothing.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpulab_stack_facts
+short_description: Read the installed GPU software stack and compare it with expected versions
+description:
+  - Reads driver, CUDA, cuDNN, NCCL and Python framework versions from the host itself
+    (package database, nvidia-smi, version files, headers, imports) and the GPUs nvidia-smi lists.
+  - Returns them as C(stack) and the differences from O(expected) as C(drift). Changes nothing.
+options:
+  expected:
+    description: Component name to expected version (driver, cuda, cudnn, nccl, frameworks, gpulab).
+      A driver version V(550.*) matches any version of that branch.
+    type: dict
+    default: {}
+  python_env:
+    description: Python environment whose frameworks are read (its bin/python imports them).
+    type: path
+  frameworks:
+    description: Python modules to import in O(python_env) (torch, tensorflow, runner...).
+    type: list
+    elements: str
+    default: []
+  gpu_model:
+    description: GPU model the inventory names (V(auto) skips the check).
+    type: str
+    default: auto
+  gpu_count:
+    description: GPU count the inventory names (V(auto) skips the check).
+    type: str
+    default: auto
+  stack:
+    description: Name of the stack profile, recorded in the result.
+    type: str
+    default: ""
+author: gpulab
+"""
+
+RETURN = r"""
+stack:
+  description: What the host reports (versions, GPUs, packages).
+  type: dict
+  returned: always
+drift:
+  description: List of {component, expected, found} where the host differs.
+  type: list
+  returned: always
+"""
+
+import glob
+import json
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+CUDNN_HEADERS = [
+    "/usr/include/cudnn_version.h", "/usr/include/*-linux-gnu/cudnn_version_v*.h", "/usr/include/cudnn_version_v*.h",
+    "/usr/include/cudnn.h", "/usr/include/*-linux-gnu/cudnn_v*.h", "/usr/include/cudnn_v*.h",
+    "/usr/local/cuda/include/cudnn_version.h", "/usr/local/cuda/include/cudnn.h",
+]
+NCCL_HEADERS = ["/usr/include/nccl.h", "/usr/local/cuda/include/nccl.h"]
+LIB_DIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/aarch64-linux-gnu", "/usr/lib"]
+PACKAGE_PATTERNS = re.compile(r"^(nvidia-driver|nvidia-utils|libnvidia-compute|cuda-drivers|cuda-toolkit|cuda-[0-9]|"
+                              r"libcudnn|libnccl|kmod-nvidia)")
+PACKAGE_VERSION = re.compile(r"^(?:[0-9]+:)?([0-9]+(?:\.[0-9]+)+)")
+
+
+def _read(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def header_version(text, prefix, names):
+    values = []
+    for name in names:
+        m = re.search(r"#define\s+%s_%s\s+\(?([0-9]+)" % (prefix, name), text or "")
+        if not m:
+            return None
+        values.append(m.group(1))
+    return ".".join(values)
+
+
+def packages(module):
+    """Installed GPU stack packages: {name: version}."""
+    out = {}
+    if module.get_bin_path("dpkg-query"):
+        rc, stdout, _ = module.run_command(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n"])
+        for line in stdout.splitlines() if rc == 0 else []:
+            parts = line.split("\t")
+            if len(parts) == 3 and parts[2].startswith("ii") and PACKAGE_PATTERNS.match(parts[0]):
+                out[parts[0]] = parts[1]
+    elif module.get_bin_path("rpm"):
+        rc, stdout, _ = module.run_command(["rpm", "-qa", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n"])
+        for line in stdout.splitlines() if rc == 0 else []:
+            parts = line.split("\t")
+            if len(parts) == 2 and PACKAGE_PATTERNS.match(parts[0]):
+                out[parts[0]] = parts[1]
+    return out
+
+
+def upstream(version):
+    m = PACKAGE_VERSION.match(version or "")
+    return m.group(1) if m else version
+
+
+def driver_facts(module):
+    """Driver version and GPUs: nvidia-smi, else the loaded module, else the installed NVML library."""
+    facts = {"version": None, "source": None, "loaded": False, "gpus": None, "error": None}
+    smi = module.get_bin_path("nvidia-smi")
+    if smi:
+        rc, out, err = module.run_command([smi, "--query-gpu=index,name,driver_version", "--format=csv,noheader"])
+        if rc == 0:
+            gpus = []
+            for line in out.splitlines():
+                parts = [p.strip() for p in line.split(",")]
+                if len(parts) == 3:
+                    gpus.append({"index": int(parts[0]), "name": parts[1]})
+                    facts["version"] = parts[2]
+            facts.update(gpus=gpus, loaded=True, source="nvidia-smi")
+        elif rc == 6:  # "No devices were found": driver loaded, no GPU
+            facts.update(gpus=[], loaded=True)
+        else:
+            facts["error"] = " ".join((out or err or "nvidia-smi exit %d" % rc).split())[:300]
+    else:
+        facts["error"] = "nvidia-smi not found"
+    if facts["version"] is None:
+        text = _read("/sys/module/nvidia/version")
+        if text and text.strip():
+            facts.update(version=text.strip(), source="/sys/module/nvidia/version", loaded=True)
+    if facts["version"] is None:
+        found = []
+        for d in LIB_DIRS:
+            for path in glob.glob(os.path.join(d, "libnvidia-ml.so.*.*")):
+                m = re.search(r"libnvidia-ml\.so\.([0-9]+\.[0-9]+(?:\.[0-9]+)?)$", path)
+                if m:
+                    found.append(m.group(1))
+        if found:
+            facts.update(version=sorted(found)[-1], source="installed libnvidia-ml (driver not loaded)")
+    return facts
+
+
+def cuda_version(root):
+    data = _read(os.path.join(root, "version.json"))
+    if data:
+        try:
+            return json.loads(data)["cuda"]["version"]
+        except (ValueError, KeyError, TypeError):
+            pass
+    text = _read(os.path.join(root, "version.txt"))
+    m = re.search(r"CUDA Version ([0-9.]+)", text or "")
+    return m.group(1) if m else None
+
+
+def cuda_facts():
+    versions = {}
+    for root in sorted(glob.glob("/usr/local/cuda-*")):
+        v = cuda_version(root)
+        if v:
+            versions[os.path.basename(root)] = v
+    default = None
+    if os.path.exists("/usr/local/cuda"):
+        default = cuda_version(os.path.realpath("/usr/local/cuda"))
+    return {"default": default, "default_path": os.path.realpath("/usr/local/cuda")
+            if os.path.exists("/usr/local/cuda") else None, "installed": versions}
+
+
+def cudnn_facts(pkgs):
+    headers = {}
+    for pattern in CUDNN_HEADERS:
+        for path in sorted(glob.glob(pattern)):
+            v = header_version(_read(path), "CUDNN", ("MAJOR", "MINOR", "PATCHLEVEL"))
+            if v:
+                headers[os.path.realpath(path)] = v
+    from_pkgs = sorted({upstream(v) for n, v in pkgs.items() if re.match(r"^libcudnn[0-9]+(-cuda-[0-9]+)?$", n)})
+    versions = list(from_pkgs)
+    for v in sorted(set(headers.values())):  # tar installs: header only
+        if not any(p == v or p.startswith(v + ".") for p in versions):
+            versions.append(v)
+    return {"versions": versions, "headers": headers}
+
+
+def nccl_facts(pkgs):
+    for path in NCCL_HEADERS:
+        v = header_version(_read(path), "NCCL", ("MAJOR", "MINOR", "PATCH"))
+        if v:
+            return {"version": v, "header": path}
+    from_pkgs = sorted({upstream(v) for n, v in pkgs.items() if n in ("libnccl2", "libnccl")})
+    return {"version": from_pkgs[-1] if from_pkgs else None, "header": None}
+
+
+PROBE = r"""
+import importlib, json, sys
+out = {}
+for name in sys.argv[1:]:
+    try:
+        mod = importlib.import_module(name)
+        out[name] = str(getattr(mod, "__version__", "unknown"))
+    except Exception as exc:
+        out[name] = None
+print(json.dumps(out))
+"""
+
+
+def python_facts(module, env, names):
+    if not env or not names:
+        return {}
+    python = os.path.join(env, "bin", "python")
+    if not os.path.exists(python):
+        return dict((n, None) for n in names)
+    rc, out, err = module.run_command([python, "-c", PROBE] + list(names), environ_update={"PYTHONNOUSERSITE": "1"})
+    if rc != 0:
+        return dict((n, None) for n in names)
+    try:
+        return json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return dict((n, None) for n in names)
+
+
+def version_matches(expected, found):
+    if found is None:
+        return False
+    if expected.endswith(".*"):
+        return found.startswith(expected[:-1])
+    return found == expected or (found.count(".") == 2 and expected.startswith(found + "."))
+
+
+def drift(stack, expected, gpu_model, gpu_count):
+    out = []
+    checks = {
+        "driver": stack["driver"]["version"],
+        "cuda": stack["cuda"]["default"],
+        "nccl": stack["nccl"]["version"],
+    }
+    for comp, exp in sorted(expected.items()):
+        exp = str(exp)
+        if comp == "cudnn":
+            found = stack["cudnn"]["versions"]
+            if not (len(found) == 1 and version_matches(exp, found[0])):
+                out.append({"component": "cudnn", "expected": exp, "found": ", ".join(found) or "none"})
+            continue
+        found = checks[comp] if comp in checks else stack["python"].get(comp)
+        if not version_matches(exp, found):
+            out.append({"component": comp, "expected": exp, "found": found or "none"})
+    gpus = stack["gpus"]
+    if str(gpu_count) != "auto":
+        found = "unknown (%s)" % stack["driver"]["error"] if gpus is None else str(len(gpus))
+        if found != str(gpu_count):
+            out.append({"component": "gpu_count", "expected": str(gpu_count), "found": found})
+    if gpu_model != "auto" and gpus:
+        wrong = sorted({g["name"] for g in gpus if gpu_model.lower() not in g["name"].lower()})
+        if wrong:
+            out.append({"component": "gpu_model", "expected": gpu_model, "found": ", ".join(wrong)})
+    return out
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            expected=dict(type="dict", default={}),
+            python_env=dict(type="path"),
+            frameworks=dict(type="list", elements="str", default=[]),
+            gpu_model=dict(type="str", default="auto"),
+            gpu_count=dict(type="str", default="auto"),
+            stack=dict(type="str", default=""),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    pkgs = packages(module)
+    drv = driver_facts(module)
+    stack = {
+        "schema": 1,
+        "stack": p["stack"],
+        "driver": {k: drv[k] for k in ("version", "source", "loaded", "error")},
+        "gpus": drv["gpus"],
+        "cuda": cuda_facts(),
+        "cudnn": cudnn_facts(pkgs),
+        "nccl": nccl_facts(pkgs),
+        "python": dict(python_facts(module, p["python_env"], p["frameworks"]), env=p["python_env"]),
+        "packages": pkgs,
+    }
+    module.exit_json(changed=False, stack=stack,
+                     drift=drift(stack, p["expected"], p["gpu_model"], p["gpu_count"]))
+
+
+if __name__ == "__main__":
+    main()

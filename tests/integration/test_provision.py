@@ -1,0 +1,280 @@
+"""`invoke provision` and `invoke audit` on the SSH test lab, through the command line.
+
+Two lab hosts (Debian 12, declared as such) get the `current` profile from the
+stand-in NVIDIA packages of the lab's apt repository, served at the upstream
+path layout under the lab's mirror (gpulab_mirror), and stand-in framework
+wheels from the lab's index. Then one host moves to `mlperf-v0.5`, declared as
+Ubuntu 18.04 (the lab's hosts are Debian 12, so the OS-vs-facts check
+stack_profile_verify_os is off for that host only).
+
+What the lab hosts cannot do, and the variables that skip it (real hosts leave
+them on): no running kernel of their own (kernel_prereqs_enabled: false), no
+initramfs (nouveau_rebuild_initramfs: false), no kernel modules
+(nouveau_unload: false), no systemd (nvidia_driver_persistence_mode: false),
+no reboot (reboot_allowed: false: the summary reports the needed reboot as
+skipped). The lab's mirror is unsigned (nvidia_repo_trusted: true), and the
+runner environment sees the host's Python layer
+(python_env_system_site_packages: true) so that numpy & co. are not copied.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.testlab import wheels
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+INVOKE = Path(sys.executable).parent / "invoke"
+GPUS = [{"name": "Tesla T4", "memory_mib": 15360}, {"name": "Tesla T4", "memory_mib": 15360}]
+# a workdir full of shell metacharacters (no spaces: it ends up in script shebangs)
+EVIL = "/var/lib/gpulab/w;touch${IFS}/tmp/pwned1;$(touch${IFS}/tmp/pwned2)`touch${IFS}/tmp/pwned3`"
+LAB_VARS = {
+    "gpulab_gpu_model": "T4", "gpulab_gpu_count": 2, "gpulab_stack": "current", "gpulab_os": "Debian 12",
+    "gpulab_mirror": lambda lab: lab.http_url,
+    "kernel_prereqs_enabled": False, "nouveau_rebuild_initramfs": False, "nouveau_unload": False,
+    "nvidia_driver_persistence_mode": False, "reboot_allowed": False, "nvidia_repo_trusted": True,
+    "python_env_system_site_packages": True,
+}
+CURRENT = {"driver": "550.144.03", "cuda": "12.4.1", "cudnn": "9.1.0.70", "nccl": "2.21.5",
+           "torch": "2.5.1", "tensorflow": "2.18.0"}
+MLPERF = {"driver": "410.72", "cuda": "10.0.130", "cudnn": "7.4.1.5", "nccl": "2.3.7",
+          "torch": "1.0.0", "tensorflow": "1.12.0"}
+
+
+@pytest.fixture(scope="module")
+def plab(testlab, tmp_path_factory):
+    lab = testlab(names=["pv-01", "pv-02"], prefix="pv", all_vars=LAB_VARS,
+                  host_vars={"pv-02": {"gpulab_workdir": EVIL}})
+    # the mirror serves the apt repository at NVIDIA's path layout, and the stand-in wheels
+    www = lab.state_dir / "www"
+    for dist in ("debian12", "ubuntu1804"):
+        d = www / "compute" / "cuda" / "repos" / dist
+        d.mkdir(parents=True)
+        (d / "x86_64").symlink_to((www / "apt").resolve())
+    wheels.build(lab.wheels_dir)
+    lab.refresh_index()
+    for name in lab.names:
+        lab.exec(name, f"mkdir -p /etc/gpulab-testlab && echo '{json.dumps(GPUS)}' > /etc/gpulab-testlab/fake-gpus.json")
+    lab.work = tmp_path_factory.mktemp("provision")
+    lab.artifacts = lab.work / "artifacts"
+    # the same hosts, pv-02 moved to mlperf-v0.5 (declared Ubuntu 18.04)
+    inv = yaml.safe_load(lab.inventory.read_text())
+    pv02 = _find_host(inv, "pv-02")
+    pv02.update({"gpulab_stack": "mlperf-v0.5", "gpulab_os": "Ubuntu 18.04", "stack_profile_verify_os": False})
+    lab.inventory_mlperf = lab.work / "inventory-mlperf.yml"
+    lab.inventory_mlperf.write_text(yaml.safe_dump(inv))
+    return lab
+
+
+def _find_host(inv: dict, name: str) -> dict:
+    group = inv["all"]
+    return (group.get("hosts") or {})[name]
+
+
+def invoke(lab, *args, inventory=None, env=None, check=True):
+    """`invoke ARGS --inventory ...` from the worktree, as a user runs it."""
+    cmd = [str(INVOKE), *args, "--inventory", str(inventory or lab.inventory)]
+    full_env = {**os.environ, **lab.ansible_env(), "PYTHONPATH": str(REPO),
+                "INVOKE_GPULAB_ARTIFACTS": str(lab.artifacts), **(env or {})}
+    res = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=600)
+    print(f"$ {' '.join(cmd[1:])}  -> {res.returncode}\n{res.stdout}\n{res.stderr}")
+    return res
+
+
+def recap(stdout: str) -> dict[str, dict[str, int]]:
+    """Per-host counts of the summary lines."""
+    out = {}
+    for m in re.finditer(r"^\s+(\S+)\s+(ok|changed|failed|unreachable|not run)\s+stack \S+\s+ok=(\d+) changed=(\d+) "
+                         r"failed=(\d+) unreachable=(\d+)", stdout, re.M):
+        out[m.group(1)] = {"state": m.group(2), "ok": int(m.group(3)), "changed": int(m.group(4)),
+                           "failed": int(m.group(5)), "unreachable": int(m.group(6))}
+    return out
+
+
+def changed_tasks(stdout: str, host: str) -> set[str]:
+    return {m.group(1).strip() for m in re.finditer(rf"^\s+\[{host}\] changed\s+(.*)$", stdout, re.M)}
+
+
+def state(lab, name: str) -> str:
+    """Everything provisioning may change on a host, as one text."""
+    return lab.exec(name, "dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev}\\n' | sort; "
+                          "ls -la /usr/local /etc/apt/sources.list.d /etc/profile.d /etc/modprobe.d; "
+                          "cat /etc/gpulab/stack.json 2>/dev/null; find /var/lib/gpulab -maxdepth 3 | sort; "
+                          "dpkg --get-selections | grep -v install$ || true").stdout
+
+
+def stack_json(lab, name: str) -> dict:
+    return json.loads(lab.exec(name, "cat /etc/gpulab/stack.json").stdout)
+
+
+def versions(stack: dict) -> dict:
+    return {"driver": stack["driver"]["version"], "cuda": stack["cuda"]["default"],
+            "cudnn": ", ".join(stack["cudnn"]["versions"]), "nccl": stack["nccl"]["version"],
+            "torch": stack["python"]["torch"], "tensorflow": stack["python"]["tensorflow"]}
+
+
+def test_bad_input_exits_2_with_one_line_and_touches_nothing(plab, tmp_path):
+    before = {n: state(plab, n) for n in plab.names}
+    bad_stacks = tmp_path / "stacks"
+    bad_stacks.mkdir()
+    profile = yaml.safe_load((REPO / "inventory/stacks/current.yml").read_text())
+    del profile["cudnn"]
+    (bad_stacks / "current.yml").write_text(yaml.safe_dump(profile))
+    centos = yaml.safe_load(plab.inventory.read_text())
+    centos["all"]["vars"]["gpulab_os"] = "CentOS 7"
+    centos_inv = tmp_path / "centos.yml"
+    centos_inv.write_text(yaml.safe_dump(centos))
+    cases = [
+        (["provision", "--stack", "nosuch"], {}, None, r"unknown stack 'nosuch'"),
+        (["provision"], {"INVOKE_GPULAB_STACKS": str(bad_stacks)}, None, r"current.yml: cudnn is missing"),
+        (["provision"], {}, centos_inv, r"host pv-01: OS 'CentOS 7' is not supported by stack 'current'"),
+        (["audit"], {}, centos_inv, r"host pv-01: OS 'CentOS 7' is not supported by stack 'current'"),
+        (["provision", "--host", "pv-01", "--stack", "mlperf-v0.5"], {}, None,
+         r"host pv-01: OS 'Debian 12' is not supported by stack 'mlperf-v0.5'"),
+    ]
+    for args, env, inv, message in cases:
+        res = invoke(plab, *args, inventory=inv, env=env)
+        assert res.returncode == 2, args
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and re.search(message, lines[0]), (args, res.stderr)
+        assert "Traceback" not in res.stderr + res.stdout
+    assert {n: state(plab, n) for n in plab.names} == before
+    assert not plab.artifacts.exists() or not list(plab.artifacts.glob("*-provision*"))
+
+
+def test_provision_current_on_two_hosts(plab):
+    res = invoke(plab, "provision")
+    assert res.returncode == 0, res.stdout[-3000:]
+    counts = recap(res.stdout)
+    assert set(counts) == {"pv-01", "pv-02"} and all(c["state"] == "changed" for c in counts.values())
+    # live progress per task and host, the artifacts folder named by the summary
+    assert re.search(r"^\s+\[pv-01\] changed\s+pinned_packages : Install pinned packages for the NVIDIA driver$", res.stdout, re.M)
+    folder = Path(re.search(r"artifacts: (\S+)", res.stdout).group(1))
+    assert re.fullmatch(r"\d{8}-\d{6}-provision(-\d+)?", folder.name) and folder.parent == plab.artifacts
+    assert (folder / "job_events").is_dir() and (folder / "stdout").is_file()
+    assert res.stdout.count("reboot: needed but skipped") == 2
+    for name in plab.names:
+        pkgs = plab.exec(name, "dpkg-query -W -f '${Package}=${Version}\\n' nvidia-driver-550 cuda-toolkit-12-4 "
+                               "libcudnn9-cuda-12 libnccl2").stdout.split()
+        assert sorted(pkgs) == ["cuda-toolkit-12-4=12.4.1-1", "libcudnn9-cuda-12=9.1.0.70-1",
+                                "libnccl2=2.21.5-1+cuda12.4", "nvidia-driver-550=550.144.03-0ubuntu0.22.04.1"]
+        assert "hold" in plab.exec(name, "dpkg --get-selections nvidia-driver-550").stdout
+        stack = stack_json(plab, name)
+        assert versions(stack) == CURRENT
+        assert stack["stack"] == "current" and stack["drift"] == []
+        assert [g["name"] for g in stack["gpus"]] == ["Tesla T4", "Tesla T4"]
+        assert stack["python"]["runner"] == subprocess.run(
+            [sys.executable, "-c", "import runner; print(runner.__version__)"], cwd=REPO, capture_output=True,
+            text=True).stdout.strip()
+        assert plab.exec(name, "readlink /usr/local/cuda").stdout.strip() == "/usr/local/cuda-12.4"
+        env = plab.exec(name, "bash -lc 'echo $CUDA_HOME; command -v nvcc'").stdout.split()
+        assert env == ["/usr/local/cuda", "/usr/local/cuda/bin/nvcc"]
+        assert "blacklist nouveau" in plab.exec(name, "cat /etc/modprobe.d/blacklist-nouveau.conf").stdout
+    # the apt source points at the mirror, at NVIDIA's layout
+    src = plab.exec("pv-01", "cat /etc/apt/sources.list.d/gpulab-nvidia.list").stdout
+    assert f"{plab.http_url}/compute/cuda/repos/debian12/x86_64/ /" in src
+    # the workdir with shell metacharacters is a directory name, nothing more
+    assert plab.exec("pv-02", f"test -x '{EVIL}/envs/current/bin/python'", check=False).returncode == 0
+    assert plab.exec("pv-02", "ls /tmp/pwned1 /tmp/pwned2 /tmp/pwned3 2>/dev/null", check=False).stdout == ""
+    assert plab.exec("pv-02", f"'{EVIL}/envs/current/bin/python' -c 'import torch; print(torch.__version__)'"
+                     ).stdout.strip() == "2.5.1"
+
+
+def test_second_run_changes_nothing(plab):
+    res = invoke(plab, "provision")
+    assert res.returncode == 0, res.stdout[-3000:]
+    counts = recap(res.stdout)
+    assert {n: (c["state"], c["changed"]) for n, c in counts.items()} == {"pv-01": ("ok", 0), "pv-02": ("ok", 0)}
+    assert "] changed " not in res.stdout
+
+
+def test_check_mode_changes_nothing(plab):
+    before = {n: state(plab, n) for n in plab.names}
+    res = invoke(plab, "provision", "--check", "--host", "pv-02", inventory=plab.inventory_mlperf)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "check mode" in res.stdout
+    assert recap(res.stdout)["pv-02"]["changed"] > 0  # it would change things...
+    assert {n: state(plab, n) for n in plab.names} == before  # ...and changed none
+
+
+def test_moving_a_host_to_mlperf_changes_exactly_what_differs(plab):
+    other_before = state(plab, "pv-01")
+    res = invoke(plab, "provision", "--host", "pv-02", inventory=plab.inventory_mlperf)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert changed_tasks(res.stdout, "pv-02") == {
+        "nvidia_repo : Add the NVIDIA apt source",                      # ubuntu1804 instead of debian12
+        "pinned_packages : Remove packages that clash with the NVIDIA driver",  # branch 550 out
+        "pinned_packages : Install pinned packages for the NVIDIA driver",  # 410.72 in
+        "pinned_packages : Hold the pinned packages of the NVIDIA driver",
+        "pinned_packages : Install pinned packages for the CUDA toolkit",           # 10.0 beside 12.4
+        "cuda : Make this toolkit the default",
+        "pinned_packages : Remove packages that clash with cuDNN",                               # cuDNN 9 out, 7 in
+        "pinned_packages : Install pinned packages for cuDNN",
+        "pinned_packages : Install pinned packages for NCCL",           # 2.3.7
+        "python_env : Install the pinned frameworks into the stack's environment",  # envs/mlperf-v0.5
+        "gpulab_runner : Create the runner's folder",
+        "gpulab_runner : Copy the runner wheel",
+        "gpulab_runner : Install the runner into the stack's environment",
+        "gpulab_runner : Mark this build as installed",
+        "verify : Write the stack as the host reports it",
+    }
+    stack = stack_json(plab, "pv-02")
+    assert versions(stack) == MLPERF and stack["drift"] == [] and stack["stack"] == "mlperf-v0.5"
+    assert sorted(stack["cuda"]["installed"].values()) == ["10.0.130", "12.4.1"]  # side by side
+    gone = plab.exec("pv-02", "dpkg-query -W -f '${Package} ${db:Status-Abbrev}\\n' 'nvidia-driver-*' 'libcudnn*' "
+                              "| awk '$2 == \"ii\" {print $1}'").stdout.split()
+    assert sorted(gone) == ["libcudnn7", "libcudnn7-dev", "nvidia-driver-410"]
+    assert state(plab, "pv-01") == other_before
+    # and once there, nothing more to do
+    again = invoke(plab, "provision", "--host", "pv-02", inventory=plab.inventory_mlperf)
+    assert recap(again.stdout)["pv-02"]["changed"] == 0
+
+
+def test_audit_passes_clean_hosts_and_finds_a_hand_installed_cudnn(plab):
+    res = invoke(plab, "audit", inventory=plab.inventory_mlperf)
+    assert res.returncode == 0, res.stdout
+    assert re.search(r"^pv-01\s+current\s+no drift$", res.stdout, re.M)
+    assert re.search(r"^pv-02\s+mlperf-v0.5\s+no drift$", res.stdout, re.M)
+    plab.ssh("pv-01", "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades "
+                      "libcudnn9-cuda-12=9.0.0.312-1 libcudnn9-dev-cuda-12=9.0.0.312-1", timeout=180)
+    res = invoke(plab, "audit", inventory=plab.inventory_mlperf)
+    assert res.returncode == 1
+    assert re.search(r"^pv-01\s+current\s+cudnn\s+expected 9.1.0.70\s+found 9.0.0.312$", res.stdout, re.M)
+    assert re.search(r"^pv-02\s+mlperf-v0.5\s+no drift$", res.stdout, re.M)
+    res = invoke(plab, "audit", "--json", "--host", "pv-01", inventory=plab.inventory_mlperf)
+    assert res.returncode == 1
+    doc = json.loads(res.stdout)
+    assert doc["ok"] is False
+    assert doc["hosts"]["pv-01"]["drift"] == [{"component": "cudnn", "expected": "9.1.0.70", "found": "9.0.0.312"}]
+
+
+def test_unknown_and_changed_host_keys_are_refused(plab, tmp_path):
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    wrong = " ".join(Path(f"{other}.pub").read_text().split()[:2])
+    known = tmp_path / "known_hosts"
+    known.write_text(f"pv-01,{plab.hosts['pv-01'].address} {wrong}\n")  # pv-01 changed, pv-02 unknown
+    control = tempfile.mkdtemp(prefix="gpulab-cp-", dir="/tmp")  # no open master connection to reuse
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(plab.inventory.read_text().replace(str(plab.known_hosts), str(known))
+                   .replace(str(plab.control_dir), control))
+    before = {n: state(plab, n) for n in plab.names}
+    res = invoke(plab, "provision", inventory=inv, env={"ANSIBLE_SSH_CONTROL_PATH_DIR": control})
+    assert res.returncode == 1
+    counts = recap(res.stdout)
+    assert counts["pv-01"]["state"] == counts["pv-02"]["state"] == "unreachable"
+    assert re.search(rf"reason: .*host key of pv-01 CHANGED.*{re.escape(str(known))} line 1", res.stdout)
+    assert re.search(r"reason: .*host key of pv-02 is UNKNOWN", res.stdout)
+    assert known.read_text() == f"pv-01,{plab.hosts['pv-01'].address} {wrong}\n"
+    assert {n: state(plab, n) for n in plab.names} == before

@@ -1,0 +1,96 @@
+"""Stack profiles as data: the shipped profiles load, and every bad profile or host is one ConfigError line."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import yaml
+
+from lab import stacks
+from lab.errors import ConfigError
+from lab.inventory import Host
+
+
+def host(name="h1", stack="current", os_name="Ubuntu 22.04"):
+    v = {"gpulab_stack": stack, "gpulab_gpu_model": "T4", "gpulab_gpu_count": 1}
+    if os_name:
+        v["gpulab_os"] = os_name
+    return Host(name=name, address="192.0.2.1", port=22, user="root", connection="ssh", gpu_model="T4",
+                gpu_count=1, stack=stack, groups=(), workdir="/var/lib/gpulab", python=None, ssh_key=None,
+                known_hosts="/dev/null", vars=v)
+
+
+@pytest.fixture
+def stacks_dir(tmp_path):
+    d = tmp_path / "stacks"
+    shutil.copytree(stacks.STACKS_DIR, d)
+    return d
+
+
+def edit(stacks_dir, name, change):
+    p = stacks_dir / f"{name}.yml"
+    data = yaml.safe_load(p.read_text())
+    change(data)
+    p.write_text(yaml.safe_dump(data))
+
+
+def test_shipped_profiles_load_with_the_issue_versions():
+    assert stacks.available() == ["current", "mlperf-v0.5"]
+    old = stacks.load("mlperf-v0.5").expected()
+    assert old == {"driver": "410.72", "cuda": "10.0.130", "cudnn": "7.4.1.5", "nccl": "2.3.7",
+                   "torch": "1.0.0", "tensorflow": "1.12.0"}
+    cur = stacks.load("current")
+    assert cur.expected()["cuda"].startswith("12.") and cur.expected()["cudnn"].startswith("9.")
+    assert cur.expected()["nccl"].startswith("2.2") and cur.expected()["torch"].startswith("2.")
+    assert {"Ubuntu 22.04", "Ubuntu 24.04", "Debian 12", "Rocky 9", "RedHat 8"} <= set(cur.supports)
+    assert {"RedHat 7", "CentOS 7", "Ubuntu 16.04", "Ubuntu 18.04"} == set(stacks.load("mlperf-v0.5").supports)
+
+
+def test_os_family_and_repository_names():
+    assert stacks.os_family("Ubuntu 18.04") == "Debian" and stacks.os_family("CentOS 7") == "RedHat"
+    assert [stacks.repo_dist(o) for o in ("Ubuntu 18.04", "Debian 12", "RedHat 7", "Rocky 9")] == \
+        ["ubuntu1804", "debian12", "rhel7", "rhel9"]
+
+
+def test_plan_pairs_hosts_with_profiles_and_the_override_wins():
+    plans = stacks.plan([host("a"), host("b", stack="mlperf-v0.5", os_name="Ubuntu 18.04")])
+    assert [(p.host, p.stack.name, p.family) for p in plans] == [("a", "current", "Debian"),
+                                                                ("b", "mlperf-v0.5", "Debian")]
+    with pytest.raises(ConfigError, match="host a: OS 'Ubuntu 22.04' is not supported by stack 'mlperf-v0.5'"):
+        stacks.plan([host("a")], stack="mlperf-v0.5")
+
+
+@pytest.mark.parametrize("hosts, stack, message", [
+    ([host()], "nosuch", r"unknown stack 'nosuch': no .*nosuch.yml \(stacks: current, mlperf-v0.5\)"),
+    ([host()], "../etc", r"stack '../etc': not a valid stack name"),
+    ([host(os_name="CentOS 7")], None, r"inv.yml: host h1: OS 'CentOS 7' is not supported by stack 'current'"),
+    ([host(os_name=None)], None, r"inv.yml: host h1: gpulab_os is not set"),
+])
+def test_bad_hosts_and_stacks_are_one_line(hosts, stack, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        stacks.plan(hosts, stack=stack, inventory="inv.yml")
+    assert "\n" not in err.value.message
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.pop("cudnn"), r"current.yml: cudnn is missing"),
+    (lambda d: d["cuda"].update(version="twelve"), r"current.yml: cuda.version: 'twelve' does not match"),
+    (lambda d: d["supports"].append("Windows 11"), r"current.yml: supports.7: 'Windows 11' does not match"),
+    (lambda d: d["packages"].pop("RedHat"), r"current.yml: supports: 'Rocky 8' is a RedHat-family OS but "
+                                            r"packages has no RedHat entry"),
+    (lambda d: d.update(name="other"), r"current.yml: name: 'other' does not match the file name"),
+    (lambda d: d["packages"]["Debian"]["driver"][0].update(name="x; rm -rf /"), r"driver.0.name"),
+    (lambda d: d.update(colour="blue"), r"current.yml: unknown key\(s\) colour"),
+])
+def test_bad_profiles_are_one_line(stacks_dir, change, message):
+    edit(stacks_dir, "current", change)
+    with pytest.raises(ConfigError, match=message) as err:
+        stacks.load("current", stacks_dir)
+    assert "\n" not in err.value.message
+
+
+def test_malformed_profile_names_the_file_and_line(stacks_dir):
+    (stacks_dir / "current.yml").write_text("name: current\nsupports: [Ubuntu 22.04\n")
+    with pytest.raises(ConfigError, match=r"current.yml: line \d+, column \d+: malformed YAML"):
+        stacks.load("current", stacks_dir)
