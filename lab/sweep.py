@@ -553,6 +553,8 @@ class UnitWorker:
                     str(run.gpus) if run.gpus > 0 else ("all" if run.gpus < 0 else "0")),
                 "--max-minutes", f"{self.settings.timeout_s / 60:.4f}",
                 "--cache-dir", f"{node.layout.workdir}/cache"]
+        if run.scale == "full" and run.mode == "ttt":   # trains on the prepared dataset (`invoke datasets`)
+            args += ["--data", f"{node.layout.workdir}/data"]
         if len(self.nodes) > 1:
             head = self.nodes[0].host
             args += ["--nnodes", str(len(self.nodes)), "--node-rank", str(rank),
