@@ -108,56 +108,58 @@ def datasets(c, names, host=None, device=None, limit=None, storage=None, root=No
         raise Exit(code=1)
 
 
-def _sweep(c, hosts, workloads, gpus, seeds, mode, scale, name, dry_run, timeout, cfg_prefix=""):
+def _settings(c, timeout):
     from lab import sweep as sw
+    from lab.errors import ConfigError
+
+    cfg = dict(_cfg(c, "sweep") or {})
+    try:
+        minutes = float(_cfg(c, "run_timeout_minutes", timeout))
+        return sw.Settings(timeout_s=minutes * 60, **{k: type(getattr(sw.Settings, k))(v) for k, v in cfg.items()
+                                                       if hasattr(sw.Settings, k)})
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"--timeout / gpulab.sweep: not a number ({exc})") from None
+
+
+def _sweep(c, hosts, workloads, gpus, seeds, mode, scale, name, dry_run, timeout, nodes=None, cfg_prefix=""):
+    from lab import progress, sweep as sw
     from lab.errors import ConfigError
 
     pick = lambda key, value: _cfg(c, f"{cfg_prefix}{key}", value) or _cfg(c, key, value)  # noqa: E731
     try:
-        seeds = int(pick("seeds", seeds))
-        timeout_s = float(_cfg(c, "run_timeout_minutes", timeout)) * 60
+        nodes = int(pick("nodes", nodes) or 1)
     except (TypeError, ValueError):
-        raise ConfigError("--seeds and --timeout must be numbers") from None
-    runs = sw.plan(hosts, sw.parse_list(pick("workloads", workloads), "workloads"), gpus, seeds,
-                   pick("mode", mode), pick("scale", scale))
+        raise ConfigError(f"--nodes: {nodes!r} is not a number") from None
+    args = dict(workloads=sw.parse_list(pick("workloads", workloads), "workloads"), gpus=pick("gpus", gpus),
+                seeds=pick("seeds", seeds), mode=pick("mode", mode), scale=pick("scale", scale), nodes=nodes)
     name = name or sw.default_name()
+    sw.check_name(name)
     if dry_run:
-        for r in runs:
-            print(f"{r.host:<16} {r.run_id}")
-        print(f"{len(runs)} runs planned for sweep {name}; nothing started (--dry-run)")
+        print("\n".join(sw.describe_plan(sw.plan(hosts, **args), name)))
         return None
-    print(f"sweep {name}: {len(runs)} runs on {len(hosts)} host(s)")
-
-    def event(kind, run, where):
-        if kind == "start":
-            print(f"  [{run.host}] {where} {run.run_id} started", flush=True)
-        else:
-            detail = f"{run.state}" + (f" ({run.outcome})" if run.outcome else "") + (f": {run.reason}" if run.reason else "")
-            print(f"  [{run.host}] {run.run_id} {detail}", flush=True)
-
-    result = sw.run_sweep(hosts, runs, Path(_cfg(c, "results")), name, timeout_s=timeout_s, on_event=event,
-                          options={"mode": pick("mode", mode), "scale": pick("scale", scale), "seeds": seeds})
-    done = sum(1 for r in result.sweep.runs if r.state == "complete" and r.outcome == "success")
-    print(f"sweep {name}: {done}/{len(runs)} runs succeeded; results in {result.sweep.root}")
-    for r in result.failed:
-        print(f"  FAILED {r.host} {r.run_id}: {r.outcome or r.state}: {r.reason}")
+    result = sw.run_sweep(hosts, results_dir=Path(_cfg(c, "results")), name=name, settings=_settings(c, timeout),
+                          **args)
+    progress.final_table(result.sweep.runs)
+    print("\n".join(result.summary()))
     return result
 
 
 SWEEP_HELP = {**SELECT_HELP, "workloads": "workloads, comma separated (see `python -m runner list`)",
-              "gpus": "GPU counts, comma separated, or 'all'", "seeds": "number of seeds per configuration",
+              "gpus": "GPU counts, comma separated, or 'all' (every count from 1 to the host's GPUs)",
+              "seeds": "seeds per configuration: a number, or 'mlperf' (the benchmark's MLPerf run count)",
               "mode": "ttt (train to target) or throughput", "scale": "tiny, small or full",
               "name": "sweep name (default: sweep-<UTC time>); the same name resumes it",
+              "nodes": "hosts per run (multi-node runs with one rendezvous; default 1)",
               "dry_run": "print the plan and touch nothing", "timeout": "minutes before a run is stopped"}
 
 
 @task(help=SWEEP_HELP)
 @_errors
 def sweep(c, device=None, host=None, limit=None, workloads=None, gpus=None, seeds=None, mode=None, scale=None,
-          name=None, dry_run=False, timeout=None, inventory=None):
+          name=None, nodes=None, dry_run=False, timeout=None, inventory=None):
     """Run workloads x GPU counts x seeds on the selected hosts and collect the run directories."""
     hosts = _select(c, inventory, host, device, limit)
-    result = _sweep(c, hosts, workloads, gpus, seeds, mode, scale, name, dry_run, timeout)
+    result = _sweep(c, hosts, workloads, gpus, seeds, mode, scale, name, dry_run, timeout, nodes)
     if result is not None and not result.ok:
         raise Exit(code=1)
 
@@ -224,7 +226,7 @@ def demo(c, workloads=None, seeds=None, name=None):
 
     hosts = inv.load(_cfg(c, "demo.inventory")).select()
     name = name or "demo-" + sw.default_name()[len("sweep-"):]
-    result = _sweep(c, hosts, workloads, None, seeds, None, None, name, False, None, cfg_prefix="demo.")
+    result = _sweep(c, hosts, workloads, None, seeds, None, None, name, False, None, 1, cfg_prefix="demo.")
     rep_result = rep.build_report([result.sweep.root], result.sweep.root / "report", formats=("html", "md", "json"))
     html = next((f for f in rep_result.files if str(f).endswith(".html")), rep_result.files[0])
     print(f"report: {Path(html).resolve()}")

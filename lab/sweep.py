@@ -3,12 +3,28 @@
 A sweep is the directory ``results/<sweep>/`` with ``sweep.json`` (the plan,
 each run's state and reason; rewritten atomically) and one run directory per
 planned run under ``<host>/<run id>/``. The run id comes from the plan entry
-(workload, GPU count, seed), so running the same sweep again finds it: runs
-already collected and verified are skipped.
+(workload, mode, scale, nodes, GPU count, seed), so that running the same
+sweep again finds it: runs already complete and verified are skipped.
 
-On a host, each run is started detached (``setsid nohup``) so that it survives
-the SSH session, polled, and fetched with its SHA256SUMS verified. Hosts run in
-parallel; runs on one host run one after another.
+How a sweep runs:
+
+* every host is prepared in parallel: connected (strict host keys), its
+  runner installed or upgraded to this checkout's version, its GPU topology
+  probed (lab.topology picks each run's GPUs: same PCIe root, else NUMA node);
+* one thread per unit (a host, or k hosts for ``--nodes k``), one run at a
+  time, each run under the host's own lock (lab.hostlock), after a free-space
+  check; the runner starts detached (``setsid nohup``, survives SSH), every
+  process it starts carries a token in its environment
+  (``GPULAB_RUN_TOKEN``), so that stopping a run reaches all of them, even
+  processes that left the runner's process groups;
+* the run is polled; past its time limit (the runner aborts itself at
+  ``--max-minutes``; past a margin the controller stops it: SIGTERM to the
+  runner, then SIGKILL to every tagged process), Ctrl-C stops every run the
+  same way;
+* each run directory is fetched (files listed in SHA256SUMS, or everything
+  there is when the run never finished) and verified; a corrupt copy is
+  fetched again. Each run ends ``complete`` (verified, outcome success or
+  target_missed) or ``failed``/``interrupted`` with a one-line reason.
 """
 
 from __future__ import annotations
@@ -17,15 +33,17 @@ import datetime as _dt
 import json
 import os
 import re
+import secrets
 import shlex
 import shutil
+import signal
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Iterable
 
-from lab import checksums, remote as rmt
+from lab import checksums, hostlock, remote as rmt, topology as topo
 from lab.errors import ConfigError, GpulabError, HostError, RunError
 from lab.inventory import Host
 
@@ -34,31 +52,52 @@ MODES = ("ttt", "throughput")
 SCALES = ("tiny", "small", "full")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 WORKLOAD_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
-POLL_S = 0.5
+COMPLETE_OUTCOMES = ("success", "target_missed")
+TOKEN_VAR = "GPULAB_RUN_TOKEN"
 
 
 def utcnow() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
+
+# --------------------------------------------------------------------------- the plan
 
 @dataclass
 class PlannedRun:
-    host: str
+    host: str                 # the host (node 0 of a multi-node run)
     workload: str
-    gpus: int  # 0 = CPU
+    gpus: int                 # GPUs per node; 0 = CPU; -1 = all of a host whose count is not known yet
     seed: int
     mode: str = "ttt"
     scale: str = "tiny"
-    state: str = "planned"  # planned | running | complete | failed
-    outcome: str | None = None  # the runner's outcome once complete
+    state: str = "planned"    # planned | running | complete | failed | interrupted
+    outcome: str | None = None  # the runner's outcome once fetched
     reason: str = ""
     started: str | None = None
     ended: str | None = None
+    nodes: list[str] = field(default_factory=list)    # multi-node: every host, node 0 first
+    gpu_ids: list[int] = field(default_factory=list)  # the GPUs chosen from the topology (per node)
+    attempts: int = 0
+    token: str | None = None
 
     @property
     def run_id(self) -> str:
-        gpus = f"{self.gpus}gpu" if self.gpus else "cpu"
-        return f"{self.workload}-{self.mode}-{self.scale}-{gpus}-s{self.seed}"
+        g = "cpu" if self.gpus == 0 else ("allgpu" if self.gpus < 0 else f"{self.gpus}gpu")
+        if len(self.nodes) > 1:
+            g = f"{len(self.nodes)}node-{g}"
+        return f"{self.workload}-{self.mode}-{self.scale}-{g}-s{self.seed}"
+
+    @property
+    def hosts(self) -> list[str]:
+        return list(self.nodes) if self.nodes else [self.host]
+
+    def to_json(self) -> dict:
+        return dict(asdict(self), run_id=self.run_id)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "PlannedRun":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in doc.items() if k in names})
 
 
 def parse_list(value: str | Iterable[str] | None, what: str) -> list[str]:
@@ -71,43 +110,113 @@ def parse_list(value: str | Iterable[str] | None, what: str) -> list[str]:
     return items
 
 
-def parse_gpu_counts(value: str | None, host: Host) -> list[int]:
-    """'1,2,3' or 'all' (the host's GPU count) -> counts; a CPU host runs count 0."""
-    count = host.gpu_count if isinstance(host.gpu_count, int) else None
+def host_gpu_count(host: Host, topology: dict | None = None) -> int | None:
+    """GPUs of a host: what its probe found, else the inventory's count; None if unknown (auto)."""
+    if topology is not None and "gpu_count" in topology:
+        return int(topology["gpu_count"])
+    return host.gpu_count if isinstance(host.gpu_count, int) else None
+
+
+def parse_gpu_counts(value: str | None, host: Host, topology: dict | None = None) -> list[int]:
+    """'1,2,3' -> those counts; 'all' (default) -> every count 1..N; a host without GPUs runs count 0."""
+    count = host_gpu_count(host, topology)
     if value in (None, "", "all"):
-        return [count] if count else [0]
+        if count is None:
+            return [-1]
+        return list(range(1, count + 1)) if count else [0]
     out = []
     for item in parse_list(value, "gpus"):
         if not item.isdigit() or int(item) < 1:
             raise ConfigError(f"--gpus: {item!r} is not a GPU count (use 1,2,... or all)")
         n = int(item)
-        if count is not None and n > count:
+        if count is not None and n > count and topology is None:
             raise ConfigError(f"--gpus: {n} GPUs asked but {host.name} has {count}")
         if n not in out:
             out.append(n)
     return out
 
 
-def plan(hosts: list[Host], workloads: list[str], gpus: str | None, seeds: int,
-         mode: str = "ttt", scale: str = "tiny") -> list[PlannedRun]:
-    """Every host x workload x GPU count x seed (seeds are 1..K)."""
+def seed_count(seeds, workload: str, rules=None) -> int:
+    """``--seeds K`` or ``mlperf``: the MLPerf run count of the workload's benchmark (lab/data/benchmarks.yml)."""
+    if isinstance(seeds, str) and seeds.strip().lower() == "mlperf":
+        from lab.mlperf import Rules
+
+        rules = rules or Rules()
+        bench = rules.benchmark(workload)
+        if bench is None:
+            raise ConfigError(f"--seeds mlperf: workload {workload!r} is no MLPerf benchmark of "
+                              f"lab/data/benchmarks.yml; give a number of seeds")
+        return rules.benchmarks[bench].runs_required
+    try:
+        n = int(seeds)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--seeds: {seeds!r} is not a number of seeds or 'mlperf'") from None
+    if n < 1:
+        raise ConfigError(f"--seeds: {seeds!r} is not a positive number of seeds")
+    return n
+
+
+def units_of(hosts: list[Host], nodes: int) -> list[list[Host]]:
+    """Hosts grouped into the units that run together: single hosts, or k hosts per multi-node run."""
+    if not isinstance(nodes, int) or nodes < 1:
+        raise ConfigError(f"--nodes: {nodes!r} must be a positive number")
+    if nodes == 1:
+        return [[h] for h in hosts]
+    if len(hosts) % nodes:
+        raise ConfigError(f"--nodes {nodes}: {len(hosts)} hosts selected ({', '.join(h.name for h in hosts)}), "
+                          f"not a multiple of {nodes}")
+    if any(h.is_local for h in hosts):
+        raise ConfigError(f"--nodes {nodes}: a multi-node run needs SSH hosts, not local ones")
+    return [hosts[i:i + nodes] for i in range(0, len(hosts), nodes)]
+
+
+def plan(hosts: list[Host], workloads: list[str], gpus: str | None, seeds, mode: str = "ttt",
+         scale: str = "tiny", *, nodes: int = 1, topologies: dict[str, dict] | None = None) -> list[PlannedRun]:
+    """Every unit x workload x GPU count x seed (seeds are 1..K); GPU subsets from the topologies."""
     if mode not in MODES:
         raise ConfigError(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
     if scale not in SCALES:
         raise ConfigError(f"--scale: {scale!r} is not one of {', '.join(SCALES)}")
+    if not workloads:
+        raise ConfigError("--workloads: empty list")
     for w in workloads:
         if not WORKLOAD_RE.match(w):
             raise ConfigError(f"--workloads: {w!r} is not a workload name")
-    if not isinstance(seeds, int) or seeds < 1:
-        raise ConfigError(f"--seeds: {seeds!r} is not a positive number of seeds")
+    counts = {w: seed_count(seeds, w) for w in workloads}
+    topologies = topologies or {}
     runs = []
-    for host in hosts:
+    for unit in units_of(hosts, nodes):
+        head = unit[0]
+        per_node = [parse_gpu_counts(gpus, h, topologies.get(h.name)) for h in unit]
+        gpu_counts = [n for n in per_node[0] if all(n in other for other in per_node[1:])]
         for w in workloads:
-            for n in parse_gpu_counts(gpus, host):
-                for s in range(1, seeds + 1):
-                    runs.append(PlannedRun(host.name, w, n, s, mode, scale))
+            for n in gpu_counts:
+                for s in range(1, counts[w] + 1):
+                    run = PlannedRun(head.name, w, n, s, mode, scale,
+                                     nodes=[h.name for h in unit] if len(unit) > 1 else [])
+                    topo_doc = topologies.get(head.name)
+                    if n > 0 and topo_doc is not None:
+                        try:
+                            run.gpu_ids = topo.choose(topo.gpus_of(topo_doc), n)
+                        except ConfigError as exc:
+                            run.state, run.reason = "failed", f"{head.name}: {exc.message} (probe)"
+                    runs.append(run)
     return runs
 
+
+def describe_plan(runs: list[PlannedRun], name: str) -> list[str]:
+    lines = []
+    for r in runs:
+        where = "+".join(r.hosts)
+        gpus = ("GPUs " + ",".join(map(str, r.gpu_ids))) if r.gpu_ids else (
+            "CPU" if r.gpus == 0 else "GPUs chosen from the topology when run")
+        lines.append(f"{where:<20} {r.run_id:<36} {gpus}")
+    units = len({tuple(r.hosts) for r in runs})
+    lines.append(f"{len(runs)} runs planned for sweep {name} on {units} unit(s); nothing started (--dry-run)")
+    return lines
+
+
+# --------------------------------------------------------------------------- the state
 
 @dataclass
 class Sweep:
@@ -125,44 +234,106 @@ class Sweep:
     def state_file(self) -> Path:
         return self.root / "sweep.json"
 
-    def run_dir(self, run: PlannedRun) -> Path:
-        return self.root / run.host / run.run_id
+    def run_dir(self, run: PlannedRun, host: str | None = None) -> Path:
+        return self.root / (host or run.host) / run.run_id
+
+    def verified(self, run: PlannedRun) -> list[str]:
+        """Problems of the local copies of a run (every node); empty when all verify."""
+        out = []
+        for h in run.hosts:
+            out += [f"{h}: {p}" for p in checksums.verify(self.run_dir(run, h))]
+        return out
 
     def save(self) -> None:
         with self._lock:
+            try:
+                controller = rmt.local_runner_version()
+            except GpulabError:
+                controller = None
             doc = {"schema": SCHEMA, "name": self.name, "created": self.created, "updated": utcnow(),
-                   "controller": rmt.local_runner_version(), "options": self.options, "hosts": self.hosts,
-                   "runs": [dict(asdict(r), run_id=r.run_id) for r in self.runs]}
+                   "controller": controller, "options": self.options, "hosts": self.hosts,
+                   "runs": [r.to_json() for r in self.runs]}
             self.root.mkdir(parents=True, exist_ok=True)
-            tmp = self.state_file.with_suffix(".json.tmp")
+            tmp = self.root / f".sweep.json.{os.getpid()}.tmp"
             tmp.write_text(json.dumps(doc, indent=1) + "\n")
             os.replace(tmp, self.state_file)
 
     @classmethod
+    def load(cls, root: Path) -> "Sweep":
+        state_file = Path(root) / "sweep.json"
+        if not state_file.is_file():
+            raise ConfigError(f"{root}: not a sweep directory (no sweep.json)")
+        try:
+            doc = json.loads(state_file.read_text())
+            runs = [PlannedRun.from_json(r) for r in doc["runs"]]
+            name = doc["name"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{state_file}: unreadable sweep state ({exc})") from None
+        return cls(root=Path(root), name=name, runs=runs, hosts=doc.get("hosts", {}),
+                   created=doc.get("created", utcnow()), options=doc.get("options", {}))
+
+    @classmethod
     def open(cls, root: Path, name: str, runs: list[PlannedRun], options: dict) -> "Sweep":
-        """A new sweep, or the saved one with the same name: its states carry over to matching runs."""
-        sweep = cls(root=root, name=name, runs=runs, options=options)
+        """A new sweep, or the saved one with the same name: complete and verified runs carry over."""
+        sweep = cls(root=Path(root), name=name, runs=runs, options=options)
         if sweep.state_file.exists():
-            try:
-                old = json.loads(sweep.state_file.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise ConfigError(f"{sweep.state_file}: unreadable sweep state ({exc})") from None
-            sweep.created = old.get("created", sweep.created)
-            sweep.hosts = old.get("hosts", {})
-            saved = {(r["host"], r["run_id"]): r for r in old.get("runs", [])}
+            old = cls.load(root)
+            sweep.created, sweep.hosts = old.created, old.hosts
+            saved = {(r.host, r.run_id): r for r in old.runs}
             for run in runs:
                 prev = saved.get((run.host, run.run_id))
-                if prev and prev.get("state") == "complete" and not checksums.verify(sweep.run_dir(run)):
-                    run.state, run.outcome, run.reason = "complete", prev.get("outcome"), prev.get("reason", "")
-                    run.started, run.ended = prev.get("started"), prev.get("ended")
+                if prev is None:
+                    continue
+                run.attempts, run.token = prev.attempts, prev.token
+                if prev.state == "complete" and not sweep.verified(prev):
+                    run.state, run.outcome, run.reason = "complete", prev.outcome, prev.reason
+                    run.started, run.ended, run.gpu_ids = prev.started, prev.ended, prev.gpu_ids
+                elif run.state == "planned" and prev.state != "planned":
+                    run.reason = f"previous attempt: {prev.state}: {prev.reason}"
         return sweep
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        doc = json.loads(Path(path).read_text())
+        return doc if isinstance(doc, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+# --------------------------------------------------------------------------- on a host
+
+@dataclass
+class Settings:
+    """How a sweep treats its hosts (invoke.yaml gpulab.sweep.*)."""
+
+    timeout_s: float = 3600.0      # a run's time limit (--max-minutes for the runner)
+    kill_margin_s: float = 60.0    # past the limit by this much, the controller stops the run itself
+    stop_grace_s: float = 30.0     # SIGTERM to the runner, then SIGKILL to every tagged process
+    poll_s: float = 0.25
+    reconnect_s: float = 30.0      # a lost host is retried this long before its runs fail
+    min_free_mb: int = 1024        # free space needed in the host's workdir before a run starts
+    lock_stale_s: float = 300.0    # a host lock whose heartbeat is this old (and whose run is gone) is taken over
+    lock_wait_s: float = 3600.0    # how long a run waits for a host another sweep holds
+    rdzv_port: int = 29400         # multi-node rendezvous port on node 0
+    fetch_retries: int = 2         # fetches again when a copy does not verify
 
 
 @dataclass
 class HostLayout:
     """Where a sweep's files live on one host."""
 
-    base: str
+    workdir: str
+    sweep: str
+
+    @property
+    def base(self) -> str:
+        return f"{self.workdir}/sweeps/{self.sweep}"
 
     def run_dir(self, run: PlannedRun) -> str:
         return f"{self.base}/{run.run_id}"
@@ -171,9 +342,37 @@ class HostLayout:
         return f"{self.base}/{run.run_id}.launch.log"
 
 
-def _last_line(text: str) -> str:
-    lines = [l.strip() for l in text.splitlines() if l.strip()]
-    return lines[-1] if lines else ""
+# $1 signal, $2 token: signal every process that carries the token; print their pids
+_SIGNAL_TAGGED = r'''
+pids=$(grep -lzxF "GPULAB_RUN_TOKEN=$2" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3)
+[ -n "$pids" ] && kill -s "$1" $pids 2>/dev/null
+echo $pids
+'''
+
+
+def signal_tagged(remote: rmt.Remote, token: str, sig: str) -> list[int]:
+    out = remote.run(["sh", "-c", _SIGNAL_TAGGED, "gpulab-stop", sig, token], timeout=60, check=False).stdout
+    return [int(p) for p in out.split() if p.isdigit()]
+
+
+def tagged_alive(remote: rmt.Remote, token: str) -> list[int]:
+    return signal_tagged(remote, token, "0")
+
+
+def stop_run(remote: rmt.Remote, token: str, pid: str | None, grace_s: float, poll_s: float = 0.5) -> bool:
+    """SIGTERM to the runner (it stops its workload and finishes the run directory), then SIGKILL
+    to every process of the run after ``grace_s``. True when something had to be killed."""
+    if pid:
+        remote.run(["kill", "-TERM", pid], check=False, timeout=30)
+    else:
+        signal_tagged(remote, token, "TERM")
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end:
+        if not tagged_alive(remote, token):
+            return False
+        time.sleep(poll_s)
+    signal_tagged(remote, token, "KILL")
+    return True
 
 
 def fetch_run(remote: rmt.Remote, src: str, dest: Path) -> list[str]:
@@ -182,17 +381,19 @@ def fetch_run(remote: rmt.Remote, src: str, dest: Path) -> list[str]:
     Files listed in SHA256SUMS are fetched; for an incomplete run (no sums),
     every file there is, so that nothing written is lost.
     """
-    tmp = dest.with_name(dest.name + ".partial")
+    tmp = dest.with_name(f".{dest.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     names = remote.listdir(src)
     if checksums.SUMS in names:
         remote.get(f"{src}/{checksums.SUMS}", tmp / checksums.SUMS)
         try:
-            listed = checksums.parse((tmp / checksums.SUMS).read_text())
+            listed = list(checksums.parse((tmp / checksums.SUMS).read_text()))
         except (ValueError, UnicodeDecodeError):
-            listed = {n: "" for n in names if n != checksums.SUMS}
+            listed = [n for n in names if n != checksums.SUMS]
         for name in listed:
+            if "/" in name:
+                (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             remote.get(f"{src}/{name}", tmp / name)
     else:
         for name in names:
@@ -203,116 +404,277 @@ def fetch_run(remote: rmt.Remote, src: str, dest: Path) -> list[str]:
     return problems
 
 
-class HostWorker:
-    """Runs one host's share of a sweep, one run after another."""
+def fetch_verified(remote: rmt.Remote, src: str, dest: Path, retries: int) -> list[str]:
+    """fetch_run, again while the copy does not verify (a corrupt transfer), at most ``retries`` more."""
+    problems = fetch_run(remote, src, dest)
+    for _ in range(retries):
+        if not problems or checksums.SUMS not in remote.listdir(src):
+            break
+        problems = fetch_run(remote, src, dest)
+    return problems
 
-    def __init__(self, sweep: Sweep, host: Host, *, timeout_s: float, on_event: Callable[[str, PlannedRun, str], None]):
-        self.sweep, self.host, self.timeout_s, self.on_event = sweep, host, timeout_s, on_event
-        self.remote: rmt.Remote | None = None
-        self.current_pid: str | None = None
+
+def keep_attempt(sweep: Sweep, run: PlannedRun, host: str) -> None:
+    """Move an earlier attempt's local copy to ``.attempts/`` (never deleted; reports skip it)."""
+    d = sweep.run_dir(run, host)
+    if d.exists():
+        dest = sweep.root / ".attempts" / host / f"{run.run_id}.attempt-{max(1, run.attempts - 1)}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(d, dest)
+
+
+class HostLost(Exception):
+    def __init__(self, host: str, message: str):
+        super().__init__(message)
+        self.host, self.message = host, message
+
+
+class Node:
+    """One host of a unit: its connection (re-opened when lost), runner, layout and lock."""
+
+    def __init__(self, host: Host, remote: rmt.Remote, install: rmt.RunnerInstall, settings: Settings,
+                 sweep_name: str):
+        self.host, self.remote, self.install, self.settings = host, remote, install, settings
+        workdir = remote.expand(host.workdir.rstrip("/") or "/")
+        self.layout = HostLayout(workdir, sweep_name)
+        self.lock = hostlock.HostLock(remote, workdir, sweep_name, stale_s=settings.lock_stale_s)
+        self.pid: str | None = None
+        self.lost: str | None = None
+
+    def call(self, fn, *args, **kwargs):
+        """fn(remote, ...) with the connection re-opened while the host stays reachable."""
+        if self.lost:
+            raise HostLost(self.host.name, self.lost)
+        try:
+            return fn(self.remote, *args, **kwargs)
+        except HostError as first:
+            if self.host.is_local:
+                raise
+            end = time.monotonic() + self.settings.reconnect_s
+            last = first
+            while time.monotonic() < end:
+                time.sleep(min(1.0, self.settings.reconnect_s))
+                try:
+                    self.remote.close()
+                    self.remote = rmt.connect(self.host, timeout=max(2.0, min(10.0, self.settings.reconnect_s)))
+                    self.lock.remote = self.remote
+                    return fn(self.remote, *args, **kwargs)
+                except HostError as exc:
+                    last = exc
+            self.lost = f"host lost: {last.message}"
+            raise HostLost(self.host.name, self.lost) from None
+
+
+class UnitWorker:
+    """Runs one unit's share of a sweep (a host, or the hosts of a multi-node run), one run after another."""
+
+    def __init__(self, sweep: Sweep, nodes: list[Node], runs: list[PlannedRun], settings: Settings,
+                 progress, stop: threading.Event):
+        self.sweep, self.nodes, self.runs, self.settings = sweep, nodes, runs, settings
+        self.progress, self.stop = progress, stop
+        self.unit = "+".join(n.host.name for n in nodes)
+        self.done = False
 
     def __call__(self) -> None:
-        runs = [r for r in self.sweep.runs if r.host == self.host.name and r.state != "complete"]
-        if not runs:
-            return
         try:
-            self.remote = rmt.connect(self.host)
-            install = rmt.ensure_runner(self.remote)
-            self.sweep.hosts.setdefault(self.host.name, {}).update(runner=install.version)
-            layout = HostLayout(self.remote.expand(self.host.workdir.rstrip("/")) + f"/sweeps/{self.sweep.name}")
-            for i, run in enumerate(runs, 1):
-                self.on_event("start", run, f"{i}/{len(runs)}")
-                self._one(run, install, layout)
-                self.on_event("end", run, f"{i}/{len(runs)}")
-        except GpulabError as exc:
-            for run in runs:
-                if run.state in ("planned", "running"):
-                    run.state, run.reason, run.ended = "failed", exc.message, utcnow()
-                    self.on_event("end", run, "")
+            todo = [r for r in self.runs if r.state != "complete"]
+            for i, run in enumerate(todo, 1):
+                if self.stop.is_set():
+                    break
+                self.progress.run_started(self.unit, i, len(todo), run.run_id)
+                try:
+                    self._one(run)
+                except HostLost as exc:
+                    self._stop_all(run)
+                    self._end(run, "failed", exc.message)
+                    for rest in todo[i:]:
+                        rest.state, rest.reason = "failed", f"not run: {exc.host} lost ({exc.message})"
+                    self.sweep.save()
+                    self.progress.unit_done(self.unit, f"lost: {exc.host}")
+                    return
+                except GpulabError as exc:
+                    self._end(run, "failed", exc.message)
+                finally:
+                    for node in self.nodes:
+                        try:
+                            node.call(lambda r: node.lock.release())
+                        except (HostLost, GpulabError):
+                            pass
+                self.progress.run_ended(self.unit, run)
+            self.progress.unit_done(self.unit, "interrupted" if self.stop.is_set() else "done")
+        except Exception as exc:  # never lose the state to a bug in one thread
+            for run in self.runs:
+                if run.state == "running":
+                    run.state, run.reason = "failed", f"controller error: {type(exc).__name__}: {exc}"
             self.sweep.save()
+            raise
         finally:
-            if self.remote is not None:
-                self.remote.close()
+            self.done = True
 
-    def _one(self, run: PlannedRun, install: rmt.RunnerInstall, layout: HostLayout) -> None:
-        r, sweep = self.remote, self.sweep
-        src, log = layout.run_dir(run), layout.launch_log(run)
-        run.state, run.started, run.ended, run.reason, run.outcome = "running", utcnow(), None, "", None
-        sweep.save()
-        args = ["run", run.workload, "--out", src, "--seed", str(run.seed), "--mode", run.mode,
-                "--scale", run.scale, "--gpus", str(run.gpus) if run.gpus else "all",
-                "--max-minutes", f"{self.timeout_s / 60:.3f}"]
-        r.run(cmd_clear(src, log), timeout=60)
-        started = r.run(rmt.cmd(["mkdir", "-p", layout.base], "&&", ["setsid", "nohup", *install.argv(*args)],
-                                ">", shlex.quote(log), "2>&1", "<", "/dev/null", "&", "echo", "$!"), timeout=60)
-        pid = started.stdout.strip()
+    def _end(self, run: PlannedRun, state: str, reason: str, outcome: str | None = None) -> None:
+        run.state, run.reason, run.outcome, run.ended = state, reason, outcome, utcnow()
+        self.sweep.save()
+
+    # -- one run -------------------------------------------------------------
+    def _lock_all(self, run: PlannedRun) -> bool:
+        """Take every node's host lock (in name order, so two controllers cannot deadlock)."""
+        deadline = time.monotonic() + self.settings.lock_wait_s
+        for node in sorted(self.nodes, key=lambda n: n.host.name):
+            while True:
+                busy = node.call(lambda r: node.lock.try_acquire(run.token))
+                if busy is None:
+                    break
+                if self.stop.is_set() or time.monotonic() > deadline:
+                    self._end(run, "failed" if not self.stop.is_set() else "interrupted",
+                              f"{node.host.name} busy: lock held by {busy.describe()}")
+                    return False
+                self.progress.status(self.unit, f"waiting for {node.host.name}: held by {busy.describe()}")
+                time.sleep(max(self.settings.poll_s, 2.0))
+        return True
+
+    def _free_space(self, node: Node) -> str | None:
+        base = node.layout.base
+        out = node.call(lambda r: r.run(rmt.cmd(["mkdir", "-p", base], "&&", ["df", "-Pk", base]), timeout=60))
+        lines = out.stdout.strip().splitlines()
+        try:
+            free_mb = int(lines[-1].split()[3]) // 1024
+        except (IndexError, ValueError):
+            return None
+        if free_mb < self.settings.min_free_mb:
+            return (f"disk full: {free_mb} MB free in {base} on {node.host.name}, "
+                    f"{self.settings.min_free_mb} MB needed (gpulab.sweep.min_free_mb)")
+        return None
+
+    def _args(self, run: PlannedRun, node: Node, rank: int) -> list[str]:
+        args = ["run", run.workload, "--out", node.layout.run_dir(run), "--seed", str(run.seed),
+                "--mode", run.mode, "--scale", run.scale,
+                "--gpus", topo.gpus_arg(run.gpu_ids) if run.gpus > 0 and run.gpu_ids else (
+                    str(run.gpus) if run.gpus > 0 else ("all" if run.gpus < 0 else "0")),
+                "--max-minutes", f"{self.settings.timeout_s / 60:.4f}",
+                "--cache-dir", f"{node.layout.workdir}/cache"]
+        if run.scale == "full" and run.mode == "ttt":   # trains on the prepared dataset (`invoke datasets`)
+            args += ["--data", f"{node.layout.workdir}/data"]
+        if len(self.nodes) > 1:
+            head = self.nodes[0].host
+            args += ["--nnodes", str(len(self.nodes)), "--node-rank", str(rank),
+                     "--rdzv-endpoint", f"{head.address}:{self.settings.rdzv_port}"]
+        return args
+
+    def _launch(self, run: PlannedRun, node: Node, rank: int) -> str:
+        src, log, base = node.layout.run_dir(run), node.layout.launch_log(run), node.layout.base
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        argv = ["setsid", "nohup", "env", f"{TOKEN_VAR}={run.token}", *node.install.argv(*self._args(run, node, rank))]
+        command = rmt.cmd(["mkdir", "-p", base], "&&",
+                          "{ if", ["test", "-e", src], ";", "then", ["mv", src, f"{src}.attempt-{stamp}"], "; fi; }",
+                          "&&", ["rm", "-f", log], "|| exit 1;",
+                          argv, ">", shlex.quote(log), "2>&1", "<", "/dev/null", "&", "echo", "$!")
+        out = node.call(lambda r: r.run(command, timeout=60))
+        pid = out.stdout.strip()
         if not pid.isdigit():
-            raise RunError(f"{self.host.name}: could not start {run.run_id}: {started.stderr.strip()}")
-        self.current_pid = pid
-        state = self._wait(src, pid)
-        self.current_pid = None
-        dest = sweep.run_dir(run)
-        problems = fetch_run(r, src, dest)
-        status = _read_json(dest / "status.json")
-        if state == "timeout":
-            run.state, run.reason = "failed", f"timed out after {self.timeout_s:.0f} s"
-        elif problems:
-            tail = _last_line(r.run(["tail", "-n", "5", log], check=False).stdout) if state == "gone" else ""
-            r.get(log, dest.with_name(run.run_id + ".launch.log"))
-            run.state = "failed"
-            run.reason = (f"runner ended without a complete run directory: {tail}" if state == "gone" and tail
-                          else "; ".join(problems))
-        else:
-            run.outcome = status.get("outcome")
-            run.state = "complete"
-            run.reason = status.get("reason", "")
-        run.ended = utcnow()
-        sweep.save()
+            raise RunError(f"{node.host.name}: could not start {run.run_id}: {out.stderr.strip()}")
+        return pid
 
-    def _wait(self, src: str, pid: str) -> str:
-        """Poll until the run directory is complete ('done'), the runner vanished ('gone') or time ran out."""
-        probe = rmt.cmd(["test", "-f", f"{src}/{checksums.SUMS}"], "&&", "echo done", "||",
-                        "{", ["kill", "-0", pid], "2>/dev/null", "&&", "echo running", "||", "echo gone;", "}")
-        deadline = time.monotonic() + self.timeout_s + 60  # the runner aborts itself first
-        while True:
-            state = self.remote.run(probe, timeout=60, check=False).stdout.strip()
-            if state in ("done", "gone"):
-                if state == "gone":  # it may have finished between the two tests
-                    again = self.remote.run(probe, timeout=60, check=False).stdout.strip()
-                    state = "done" if again == "done" else "gone"
-                return state
-            if time.monotonic() > deadline:
-                self.stop()
-                return "timeout"
-            time.sleep(POLL_S)
+    def _poll(self, run: PlannedRun, node: Node) -> str:
+        src = node.layout.run_dir(run)
+        probe = rmt.cmd(node.lock.heartbeat_cmd(), "if", ["test", "-f", f"{src}/{checksums.SUMS}"], "; then echo done;",
+                        "elif", ["kill", "-0", node.pid or "0"], "2>/dev/null; then echo running; else echo gone; fi")
+        state = node.call(lambda r: r.run(probe, timeout=60, check=False)).stdout.strip()
+        if state == "gone":  # it may have finished between the two tests
+            state = node.call(lambda r: r.run(probe, timeout=60, check=False)).stdout.strip()
+        return state or "gone"
 
-    def stop(self, grace_s: float = 20) -> None:
-        """Stop the current run's whole process group: TERM, then KILL after ``grace_s``."""
-        pid = self.current_pid
-        if not pid or self.remote is None:
+    def _stop_all(self, run: PlannedRun) -> bool:
+        killed = False
+        for node in self.nodes:
+            try:
+                killed |= node.call(lambda r: stop_run(r, run.token, node.pid, self.settings.stop_grace_s,
+                                                       self.settings.poll_s))
+            except HostLost:
+                pass
+        return killed
+
+    def _one(self, run: PlannedRun) -> None:
+        s = self.settings
+        run.token = f"gl-{secrets.token_hex(8)}"
+        run.state, run.started, run.ended, run.reason, run.outcome = "running", utcnow(), None, "", None
+        self.sweep.save()
+        if not self._lock_all(run):
             return
-        self.remote.run(["kill", "-TERM", "--", f"-{pid}"], check=False, timeout=30)
-        end = time.monotonic() + grace_s
-        while time.monotonic() < end:
-            if not self.remote.run(["kill", "-0", pid], check=False, timeout=30).ok:
+        for node in self.nodes:
+            problem = self._free_space(node)
+            if problem:
+                self._end(run, "failed", problem)
                 return
-            time.sleep(0.5)
-        self.remote.run(["kill", "-KILL", "--", f"-{pid}"], check=False, timeout=30)
+        run.attempts += 1
+        for rank, node in enumerate(self.nodes):
+            node.pid = None
+        for rank, node in enumerate(self.nodes):
+            node.pid = self._launch(run, node, rank)
+        self.sweep.save()
+        t0 = time.monotonic()
+        deadline = t0 + s.timeout_s + s.kill_margin_s
+        ended = "done"
+        pending = list(self.nodes)
+        states: dict[str, str] = {}
+        while pending:
+            for node in list(pending):
+                st = self._poll(run, node)
+                if st in ("done", "gone"):
+                    states[node.host.name] = st
+                    pending.remove(node)
+            if not pending:
+                break
+            if self.stop.is_set():
+                self.progress.status(self.unit, "stopping (Ctrl-C)")
+                self._stop_all(run)
+                ended = "interrupted"
+                break
+            if time.monotonic() > deadline:
+                self.progress.status(self.unit, "stopping (time limit)")
+                ended = "killed" if self._stop_all(run) else "timeout"
+                break
+            self.progress.status(self.unit, f"running {run.run_id}")
+            time.sleep(s.poll_s)
+        self._collect(run, ended, states, time.monotonic() - t0)
+
+    def _collect(self, run: PlannedRun, ended: str, states: dict[str, str], elapsed: float) -> None:
+        problems: list[str] = []
+        status: dict = {}
+        for rank, node in enumerate(self.nodes):
+            keep_attempt(self.sweep, run, node.host.name)
+            dest = self.sweep.run_dir(run, node.host.name)
+            src = node.layout.run_dir(run)
+            self.progress.status(self.unit, f"fetching {node.host.name}")
+            p = node.call(lambda r: fetch_verified(r, src, dest, self.settings.fetch_retries))
+            if p and checksums.SUMS in p[0] and not (dest / checksums.SUMS).exists():
+                log = node.layout.launch_log(run)
+                tail = node.call(lambda r: r.run(["tail", "-n", "5", log], check=False, timeout=60)).stdout
+                node.call(lambda r: r.get(log, dest.with_name(f"{run.run_id}.launch.log")) if r.run(
+                    ["test", "-f", log], check=False, timeout=60).ok else None)
+                p = [f"no complete run directory (runner: {_last_line(tail) or 'no output'})"]
+            problems += [f"{node.host.name}: {x}" for x in p]
+            if rank == 0:
+                status = _read_json(dest / "status.json")
+        outcome, why = status.get("outcome"), status.get("reason", "")
+        limit = f"{self.settings.timeout_s / 60:g} min"
+        if ended == "interrupted":
+            self._end(run, "interrupted", "interrupted (Ctrl-C); the run was stopped"
+                      + (f": {why}" if why else ""), outcome)
+        elif ended in ("killed", "timeout"):
+            self._end(run, "failed", f"timed out: still running {elapsed:.0f} s after the start (limit {limit}); "
+                      + ("its processes were killed" if ended == "killed" else "stopped with SIGTERM"), outcome)
+        elif problems:
+            self._end(run, "failed", "; ".join(problems), outcome)
+        elif outcome in COMPLETE_OUTCOMES:
+            self._end(run, "complete", why, outcome)
+        elif outcome == "aborted" and "time limit" in why:
+            self._end(run, "failed", f"timed out: {why} (the runner stopped it)", outcome)
+        else:
+            self._end(run, "failed", f"run {outcome or 'ended without status'}: {why}", outcome)
 
 
-def cmd_clear(src: str, log: str) -> str:
-    """Move an earlier attempt's remote run directory aside (kept, never deleted)."""
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
-    return rmt.cmd("if", ["test", "-e", src], ";", "then", ["mv", src, f"{src}.attempt-{stamp}"], ";", "fi;",
-                   ["rm", "-f", log])
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-
+# --------------------------------------------------------------------------- the whole sweep
 
 @dataclass
 class SweepResult:
@@ -320,11 +682,21 @@ class SweepResult:
 
     @property
     def failed(self) -> list[PlannedRun]:
-        return [r for r in self.sweep.runs if r.state != "complete" or r.outcome != "success"]
+        return [r for r in self.sweep.runs if r.state != "complete"]
 
     @property
     def ok(self) -> bool:
         return not self.failed
+
+    def summary(self) -> list[str]:
+        runs = self.sweep.runs
+        done = [r for r in runs if r.state == "complete"]
+        lines = [f"sweep {self.sweep.name}: {len(done)}/{len(runs)} runs complete "
+                 f"({sum(1 for r in done if r.outcome == 'success')} reached their target); "
+                 f"results in {self.sweep.root}"]
+        lines += [f"  MISSED {r.host} {r.run_id}: {r.reason}" for r in done if r.outcome != "success"]
+        lines += [f"  FAILED {'+'.join(r.hosts)} {r.run_id}: {r.state}: {r.reason}" for r in self.failed]
+        return lines
 
 
 def default_name(now: _dt.datetime | None = None) -> str:
@@ -332,40 +704,109 @@ def default_name(now: _dt.datetime | None = None) -> str:
     return now.strftime("sweep-%Y%m%d-%H%M%S")
 
 
-def run_sweep(hosts: list[Host], runs: list[PlannedRun], results_dir: Path, name: str, *,
-              timeout_s: float = 3600, options: dict | None = None,
-              on_event: Callable[[str, PlannedRun, str], None] | None = None) -> SweepResult:
-    """Run the plan on its hosts (in parallel, one run at a time per host) and collect it."""
-    if not NAME_RE.match(name):
+def check_name(name: str) -> None:
+    if not NAME_RE.match(name or ""):
         raise ConfigError(f"--name: {name!r} is not a sweep name (letters, digits, . _ -)")
-    sweep = Sweep.open(Path(results_dir) / name, name, runs, options or {})
-    for h in hosts:
-        sweep.hosts.setdefault(h.name, {}).update(
-            address=h.address, gpu_model=h.gpu_model, gpu_count=h.gpu_count, stack=h.stack, groups=list(h.groups))
-    sweep.save()
-    events = on_event or (lambda kind, run, where: None)
-    workers = [HostWorker(sweep, h, timeout_s=timeout_s, on_event=events) for h in hosts]
-    threads = [threading.Thread(target=w, name=f"sweep-{w.host.name}", daemon=True) for w in workers]
-    for t in threads:
-        t.start()
+
+
+def prepare_host(host: Host) -> tuple[rmt.Remote, rmt.RunnerInstall, dict]:
+    """Connect, make the runner match this checkout, probe the GPU topology."""
+    remote = rmt.connect(host)
     try:
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)
-    except KeyboardInterrupt:
-        for w in workers:
-            try:
-                w.stop(grace_s=10)
-            except HostError:
-                pass
-        for run in sweep.runs:
-            if run.state == "running":
-                run.state, run.reason, run.ended = "failed", "interrupted (Ctrl-C)", utcnow()
-        sweep.save()
+        install = rmt.ensure_runner(remote)
+        return remote, install, topo.discover(remote, install)
+    except BaseException:
+        remote.close()
         raise
+
+
+def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: str, *, gpus: str | None = None,
+              seeds=1, mode: str = "ttt", scale: str = "tiny", nodes: int = 1, settings: Settings | None = None,
+              progress_factory=None, echo=print) -> SweepResult:
+    """Prepare the hosts, plan, run the plan (units in parallel, one run at a time each), collect."""
+    from lab import progress as prog
+
+    settings = settings or Settings()
+    check_name(name)
+    plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes)  # bad input before any host is touched
+    echo(f"sweep {name}: preparing {len(hosts)} host(s) (runner {rmt.local_runner_version()})")
+    prepared = rmt.on_hosts(hosts, prepare_host)
+    topologies, errors = {}, {}
+    for h in hosts:
+        got = prepared[h.name]
+        if isinstance(got, BaseException):
+            if isinstance(got, KeyboardInterrupt):
+                raise got
+            errors[h.name] = got.message if isinstance(got, GpulabError) else f"{type(got).__name__}: {got}"
+        else:
+            topologies[h.name] = got[2]
+    runs = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes, topologies=topologies)
+    not_runnable = {(r.host, r.run_id) for r in runs if r.state == "failed"}  # e.g. fewer GPUs than asked
+    options = {"workloads": workloads, "gpus": gpus, "seeds": seeds, "mode": mode, "scale": scale, "nodes": nodes,
+               "timeout_s": settings.timeout_s}
+    sweep = Sweep.open(Path(results_dir) / name, name, runs, options)
+    for h in hosts:
+        entry = sweep.hosts.setdefault(h.name, {})
+        entry.update(address=h.address, gpu_model=h.gpu_model, gpu_count=h.gpu_count, stack=h.stack,
+                     groups=list(h.groups), error=errors.get(h.name))
+        if h.name in topologies:
+            entry.update(topology=topologies[h.name], runner=prepared[h.name][1].version)
+    for run in sweep.runs:
+        bad = [f"{n}: {errors[n]}" for n in run.hosts if n in errors]
+        if bad and run.state != "complete":
+            run.state, run.reason, run.ended = "failed", "; ".join(bad), utcnow()
     sweep.save()
+    by_name = {h.name: h for h in hosts}
+    workers: list[UnitWorker] = []
+    stop = threading.Event()
+    unit_runs: dict[tuple, list[PlannedRun]] = {}
+    for run in sweep.runs:
+        if (run.host, run.run_id) not in not_runnable or run.state == "complete":
+            unit_runs.setdefault(tuple(run.hosts), []).append(run)
+    todo_units = {u: rs for u, rs in unit_runs.items()
+                  if not any(n in errors for n in u) and any(r.state != "complete" for r in rs)}
+    progress = (progress_factory or prog.Progress)(
+        {"+".join(u): sum(1 for r in rs if r.state != "complete") for u, rs in todo_units.items()})
+    for u, rs in todo_units.items():
+        nodes_ = [Node(by_name[n], prepared[n][0], prepared[n][1], settings, name) for n in u]
+        workers.append(UnitWorker(sweep, nodes_, rs, settings, progress, stop))
+    skipped = sum(1 for r in sweep.runs if r.state == "complete")
+    echo(f"sweep {name}: {len(sweep.runs)} runs on {len(hosts)} host(s)"
+         + (f", {skipped} already complete (resumed)" if skipped else ""))
+    threads = [threading.Thread(target=w, name=f"sweep-{w.unit}", daemon=True) for w in workers]
+    try:
+        with progress:
+            for t in threads:
+                t.start()
+            try:
+                for t in threads:
+                    while t.is_alive():
+                        t.join(0.2)
+            except KeyboardInterrupt:
+                old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the cleanup must not be cut short
+                try:
+                    progress.print("interrupted: stopping the remote runs...")
+                    stop.set()
+                    end = time.monotonic() + settings.stop_grace_s + 60
+                    for t in threads:
+                        t.join(max(0.1, end - time.monotonic()))
+                    for run in sweep.runs:
+                        if run.state == "running":
+                            run.state, run.reason, run.ended = "interrupted", "interrupted (Ctrl-C)", utcnow()
+                    sweep.save()
+                finally:
+                    signal.signal(signal.SIGINT, old)
+                raise
+    finally:
+        for h in hosts:
+            got = prepared.get(h.name)
+            if isinstance(got, tuple):
+                got[0].close()
+        sweep.save()
     return SweepResult(sweep)
 
+
+# --------------------------------------------------------------------------- collect
 
 @dataclass
 class CollectResult:
@@ -374,49 +815,49 @@ class CollectResult:
     problems: list[str] = field(default_factory=list)
 
 
-def collect(sweep_root: Path, inventory_path: str | Path) -> CollectResult:
+def collect(sweep_root: Path, inventory_path: str | Path, *, retries: int = 2) -> CollectResult:
     """Fetch again every run of a saved sweep whose local copy is missing or fails verification."""
     from lab import inventory as inv
 
-    state_file = Path(sweep_root) / "sweep.json"
-    if not state_file.is_file():
-        raise ConfigError(f"{sweep_root}: not a sweep directory (no sweep.json)")
-    try:
-        doc = json.loads(state_file.read_text())
-        runs = [PlannedRun(**{k: v for k, v in r.items() if k != "run_id"}) for r in doc["runs"]]
-        name = doc["name"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{state_file}: unreadable sweep state ({exc})") from None
-    sweep = Sweep(root=Path(sweep_root), name=name, runs=runs, hosts=doc.get("hosts", {}),
-                  created=doc.get("created", utcnow()), options=doc.get("options", {}))
+    sweep = Sweep.load(sweep_root)
     result = CollectResult()
-    todo = [r for r in runs if r.state != "planned" and checksums.verify(sweep.run_dir(r))]
-    result.verified = len(runs) - len(todo) - sum(1 for r in runs if r.state == "planned")
+    todo = [r for r in sweep.runs if r.state != "planned" and sweep.verified(r)]
+    result.verified = sum(1 for r in sweep.runs if r.state != "planned") - len(todo)
     if not todo:
         return result
-    hosts = {h.name: h for h in inv.load(inventory_path).select(sorted({r.host for r in todo}))}
+    names = sorted({h for r in todo for h in r.hosts})
+    hosts = {h.name: h for h in inv.load(inventory_path).select(names)}
+    lock = threading.Lock()
 
     def fetch_host(host: Host) -> None:
         with rmt.connect(host) as remote:
-            layout = HostLayout(remote.expand(host.workdir.rstrip("/")) + f"/sweeps/{name}")
-            for run in (r for r in todo if r.host == host.name):
+            layout = HostLayout(remote.expand(host.workdir.rstrip("/") or "/"), sweep.name)
+            for run in (r for r in todo if host.name in r.hosts):
                 src = layout.run_dir(run)
+                dest = sweep.run_dir(run, host.name)
                 if checksums.SUMS not in remote.listdir(src):
-                    result.problems.append(f"{host.name} {run.run_id}: no complete run directory on the host")
+                    with lock:
+                        result.problems.append(f"{host.name} {run.run_id}: no complete run directory on the host")
                     continue
-                problems = fetch_run(remote, src, sweep.run_dir(run))
-                result.fetched += 1
-                if problems:
-                    result.problems.append(f"{host.name} {run.run_id}: {'; '.join(problems)}")
-                    run.state, run.reason = "failed", "; ".join(problems)
-                    continue
-                status = _read_json(sweep.run_dir(run) / "status.json")
-                run.state, run.outcome, run.reason = "complete", status.get("outcome"), status.get("reason", "")
-                result.verified += 1
+                problems = fetch_verified(remote, src, dest, retries)
+                with lock:
+                    result.fetched += 1
+                    if problems:
+                        result.problems.append(f"{host.name} {run.run_id}: {'; '.join(problems)}")
 
     for host_name, outcome in rmt.on_hosts(hosts.values(), fetch_host).items():
         if isinstance(outcome, Exception):
             msg = outcome.message if isinstance(outcome, GpulabError) else f"{type(outcome).__name__}: {outcome}"
             result.problems.append(f"{host_name}: {msg}")
+    for run in todo:
+        if sweep.verified(run):
+            continue
+        result.verified += 1
+        status = _read_json(sweep.run_dir(run) / "status.json")
+        run.outcome = status.get("outcome")
+        if run.outcome in COMPLETE_OUTCOMES:
+            run.state, run.reason = "complete", status.get("reason", "")
+        elif run.state == "complete":
+            run.state, run.reason = "failed", f"run {run.outcome}: {status.get('reason', '')}"
     sweep.save()
     return result

@@ -1,18 +1,25 @@
-"""lab.sweep planning and lab.remote quoting: plain data in, plain data out."""
+"""lab.sweep planning and state, lab.topology, lab.hostlock and lab.remote quoting: plain data in, plain data out.
 
+The host lock and the process-tag stop run their real shell scripts on this
+machine through lab.remote.LocalRemote (the same code path as over SSH)."""
+
+import json
+import os
 import shlex
 import subprocess
+import sys
+import time
 
 import pytest
 
-from lab import remote, sweep
+from lab import checksums, hostlock, remote, sweep, topology
 from lab.errors import ConfigError
 from lab.inventory import Host
 
 
-def host(name="h1", count=3):
-    return Host(name=name, address="192.0.2.1", port=22, user="root", connection="ssh", gpu_model="V100",
-                gpu_count=count, stack="current", groups=("v100",), workdir="/var/lib/gpulab", python=None,
+def host(name="h1", count=3, connection="ssh", workdir="/var/lib/gpulab"):
+    return Host(name=name, address="192.0.2.1", port=22, user="root", connection=connection, gpu_model="V100",
+                gpu_count=count, stack="current", groups=("v100",), workdir=workdir, python=None,
                 ssh_key=None, known_hosts="/dev/null")
 
 
@@ -25,10 +32,35 @@ def test_plan_is_hosts_x_workloads_x_gpus_x_seeds_with_stable_ids():
     assert [r.run_id for r in again] == [r.run_id for r in runs]
 
 
-def test_all_gpus_and_cpu_hosts():
-    assert [r.gpus for r in sweep.plan([host(count=3)], ["ncf"], "all", 1)] == [3]
+def test_all_gpus_means_every_count_and_cpu_hosts_run_on_cpu():
+    assert [r.gpus for r in sweep.plan([host(count=3)], ["ncf"], "all", 1)] == [1, 2, 3]
     assert [r.run_id for r in sweep.plan([host(count=0)], ["ncf"], None, 1)] == ["ncf-ttt-tiny-cpu-s1"]
     assert [r.gpus for r in sweep.plan([host(count="auto")], ["ncf"], "2", 1)] == [2]
+    # an 'auto' host: its count comes from its probe (the topology)
+    topo_doc = {"gpu_count": 2, "gpus": [{"index": 0}, {"index": 1}]}
+    runs = sweep.plan([host(count="auto")], ["ncf"], "all", 1, topologies={"h1": topo_doc})
+    assert [(r.gpus, r.gpu_ids) for r in runs] == [(1, [0]), (2, [0, 1])]
+
+
+def test_mlperf_seeds_come_from_the_benchmark_data():
+    runs = sweep.plan([host(count=1)], ["resnet50", "gnmt", "ncf"], "1", "mlperf")
+    per = {w: sum(1 for r in runs if r.workload == w) for w in ("resnet50", "gnmt", "ncf")}
+    from lab.mlperf import Rules
+
+    rules = Rules()
+    assert per == {w: rules.benchmarks[rules.benchmark(w)].runs_required for w in per}
+    assert per["resnet50"] < per["gnmt"] < per["ncf"]
+    with pytest.raises(ConfigError, match="'burnin' is no MLPerf benchmark"):
+        sweep.plan([host()], ["burnin"], "1", "mlperf")
+
+
+def test_multi_node_units_and_run_ids():
+    hosts = [host(f"n{i}", count=2) for i in range(4)]
+    runs = sweep.plan(hosts, ["ncf"], "2", 1, nodes=2)
+    assert [r.nodes for r in runs] == [["n0", "n1"], ["n2", "n3"]]
+    assert runs[0].run_id == "ncf-ttt-tiny-2node-2gpu-s1" and runs[0].host == "n0"
+    with pytest.raises(ConfigError, match="--nodes 3: 4 hosts selected .* not a multiple of 3"):
+        sweep.plan(hosts, ["ncf"], "1", 1, nodes=3)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -36,16 +68,112 @@ def test_all_gpus_and_cpu_hosts():
     (dict(gpus="0"), "'0' is not a GPU count"),
     (dict(gpus="two"), "'two' is not a GPU count"),
     (dict(workloads=["ncf; rm -rf /"]), "is not a workload name"),
+    (dict(workloads=["$(touch x)"]), "is not a workload name"),
     (dict(seeds=0), "--seeds"),
+    (dict(seeds="many"), "--seeds: 'many'"),
     (dict(mode="fast"), "--mode: 'fast'"),
     (dict(scale="huge"), "--scale: 'huge'"),
+    (dict(nodes=0), "--nodes"),
 ])
 def test_bad_plan_values(kwargs, message):
     args = dict(hosts=[host()], workloads=["ncf"], gpus="1", seeds=1)
     args.update(kwargs)
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("$", r"\$")):
         sweep.plan(**args)
 
+
+# --------------------------------------------------------------------------- topology
+
+def probe_doc(gpus):
+    return {"gpus": [{"index": i, "pci_bus_id": bus, "numa_node": numa} for i, bus, numa in gpus]}
+
+
+# An R740-like box: two sockets; GPUs 0,1 under root pci0000:3a (NUMA 0), 2 under pci0000:5d (NUMA 0),
+# 3 under pci0000:ae (NUMA 1).
+R740 = probe_doc([(0, "00000000:3B:00.0", 0), (1, "00000000:3C:00.0", 0), (2, "00000000:5E:00.0", 0),
+                  (3, "00000000:AF:00.0", 1)])
+R740_ROOTS = {"00000000:3B:00.0": "pci0000:3a", "00000000:3C:00.0": "pci0000:3a",
+              "00000000:5E:00.0": "pci0000:5d", "00000000:AF:00.0": "pci0000:ae"}
+
+
+def test_topology_prefers_one_pcie_root_then_one_numa_node():
+    gpus = topology.from_probe(R740, R740_ROOTS)
+    assert topology.choose(gpus, 1) == [2]          # the tightest group that fits: a root with one GPU
+    assert topology.choose(gpus, 2) == [0, 1]       # the root with two
+    assert topology.choose(gpus, 3) == [0, 1, 2]    # NUMA node 0
+    assert topology.choose(gpus, 4) == [0, 1, 2, 3]
+    assert topology.choose(gpus, 0) == []
+    with pytest.raises(ConfigError, match="5 GPUs asked but the host has 4"):
+        topology.choose(gpus, 5)
+    # without sysfs roots, NUMA nodes decide; without either, the lowest indices
+    assert topology.choose(topology.from_probe(R740), 2) == [0, 1]
+    flat = topology.from_probe(probe_doc([(0, None, None), (1, None, None), (2, None, None)]))
+    assert topology.choose(flat, 2) == [0, 1]
+    two_numa = topology.from_probe(probe_doc([(0, "a", 1), (1, "b", 0), (2, "c", 0)]))
+    assert topology.choose(two_numa, 2) == [1, 2]
+
+
+def test_topology_helpers():
+    assert topology.sysfs_bus_id("00000000:3B:00.0") == "0000:3b:00.0"
+    assert topology.sysfs_bus_id("0000:3b:00.0") == "0000:3b:00.0"
+    assert topology.sysfs_bus_id("x; rm -rf /") is None
+    assert topology.pcie_root("/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0") == "pci0000:3a"
+    assert topology.pcie_root("") is None
+    assert [topology.gpus_arg(x) for x in ([], [3], [0, 2])] == ["0", "3,", "0,2"]
+
+
+def test_planned_gpu_subsets_are_recorded_in_the_state(tmp_path):
+    t = {"gpu_count": 4, "gpus": [vars(g) for g in topology.from_probe(R740, R740_ROOTS)]}
+    runs = sweep.plan([host(count=4)], ["ncf"], "2,3", 1, topologies={"h1": t})
+    s = sweep.Sweep(root=tmp_path / "s", name="s", runs=runs)
+    s.save()
+    doc = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert [(r["run_id"], r["gpu_ids"]) for r in doc["runs"]] == [("ncf-ttt-tiny-2gpu-s1", [0, 1]),
+                                                                  ("ncf-ttt-tiny-3gpu-s1", [0, 1, 2])]
+    # a host whose probe finds fewer GPUs than asked: those runs fail with the reason, the others stay
+    t2 = {"gpu_count": 1, "gpus": [{"index": 0}]}
+    runs = sweep.plan([host(count=4)], ["ncf"], "1,2", 1, topologies={"h1": t2})
+    assert [(r.state, r.reason) for r in runs] == [("planned", ""),
+                                                   ("failed", "h1: 2 GPUs asked but the host has 1 (probe)")]
+
+
+# --------------------------------------------------------------------------- state and resume
+
+def write_rundir(d, outcome="success"):
+    d.mkdir(parents=True)
+    (d / "status.json").write_text(json.dumps({"outcome": outcome, "reason": "r"}))
+    (d / "SHA256SUMS").write_text(f"{checksums.sha256(d / 'status.json')}  status.json\n")
+
+
+def test_resume_skips_only_complete_and_verified_runs(tmp_path):
+    runs = sweep.plan([host(count=0)], ["ncf"], None, 3)
+    s = sweep.Sweep(root=tmp_path / "s", name="s", runs=runs)
+    for r, state in zip(runs, ("complete", "complete", "failed")):
+        r.state, r.outcome, r.reason = state, "success" if state == "complete" else None, state
+    write_rundir(s.run_dir(runs[0]))
+    write_rundir(s.run_dir(runs[1]))
+    (s.run_dir(runs[1]) / "status.json").write_text("{}")   # corrupted after the fetch
+    s.save()
+    again = sweep.Sweep.open(tmp_path / "s", "s", sweep.plan([host(count=0)], ["ncf"], None, 3), {})
+    assert [r.state for r in again.runs] == ["complete", "planned", "planned"]
+    assert again.runs[2].reason == "previous attempt: failed: failed"
+
+
+def test_result_summary_names_failures(tmp_path):
+    runs = sweep.plan([host(count=0)], ["ncf"], None, 2)
+    runs[0].state, runs[0].outcome, runs[0].reason = "complete", "success", "ok"
+    runs[1].state, runs[1].reason = "failed", "host lost: connection refused"
+    res = sweep.SweepResult(sweep.Sweep(root=tmp_path, name="x", runs=runs))
+    assert not res.ok and res.failed == [runs[1]]
+    assert res.summary()[-1] == "  FAILED h1 ncf-ttt-tiny-cpu-s2: failed: host lost: connection refused"
+
+
+def test_sweep_names_are_checked():
+    with pytest.raises(ConfigError, match="is not a sweep name"):
+        sweep.check_name("../escape")
+
+
+# --------------------------------------------------------------------------- quoting, lock, stop
 
 def test_cmd_quotes_values_so_metacharacters_stay_data(tmp_path):
     evil = f"x; touch {tmp_path}/pwned; echo $(id) `id` | cat > {tmp_path}/pwned2"
@@ -56,6 +184,57 @@ def test_cmd_quotes_values_so_metacharacters_stay_data(tmp_path):
     assert shlex.split(text)[:3] == ["printf", "%s", evil]
 
 
-def test_sweep_names_are_checked(tmp_path):
-    with pytest.raises(ConfigError, match="is not a sweep name"):
-        sweep.run_sweep([], [], tmp_path, "../escape")
+@pytest.fixture
+def local(tmp_path):
+    return remote.LocalRemote(host("here", connection="local", workdir=str(tmp_path)))
+
+
+def test_host_lock_excludes_a_second_controller_and_takes_over_stale_locks(local, tmp_path):
+    workdir = str(tmp_path / "work; touch $HOME_pwned")   # a workdir with metacharacters stays one path
+    a = hostlock.HostLock(local, workdir, "sweep-a")
+    b = hostlock.HostLock(local, workdir, "sweep-b", stale_s=300)
+    assert a.try_acquire("tok-a") is None and a.held
+    busy = b.try_acquire("tok-b")
+    assert busy is not None and "sweep sweep-a" in busy.describe() and not busy.alive
+    assert (tmp_path / "work; touch $HOME_pwned" / "sweep.lock" / "owner").is_file()
+    a.release()
+    assert b.try_acquire("tok-b") is None
+    # a lock whose heartbeat is old and whose run is gone is taken over ...
+    old = time.time() - 1000
+    os.utime(tmp_path / "work; touch $HOME_pwned" / "sweep.lock" / "heartbeat", (old, old))
+    c = hostlock.HostLock(local, workdir, "sweep-c", stale_s=300)
+    assert c.try_acquire("tok-c") is None
+    # ... but not while a process still carries its run's token
+    os.utime(tmp_path / "work; touch $HOME_pwned" / "sweep.lock" / "heartbeat", (old, old))
+    p = subprocess.Popen(["sleep", "30"], env=dict(os.environ, GPULAB_RUN_TOKEN="tok-c"))
+    try:
+        d = hostlock.HostLock(local, workdir, "sweep-d", stale_s=300)
+        busy = d.try_acquire("tok-d")
+        assert busy is not None and busy.alive and "its run still going" in busy.describe()
+    finally:
+        p.kill()
+        p.wait()
+    # the owner is a dead process of this machine: stale at once
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lockdir = tmp_path / "work; touch $HOME_pwned" / "sweep.lock"
+    (lockdir / "owner").write_text(hostlock.owner_line("x").replace(f"pid={os.getpid()}", f"pid={dead.pid}") + "\n")
+    assert hostlock.HostLock(local, workdir, "sweep-e").try_acquire("tok-e") is None
+    assert not list(tmp_path.glob("*pwned*")) or all(" " in p.name for p in tmp_path.glob("*pwned*"))
+
+
+def test_stop_run_reaches_every_tagged_process(local):
+    env = dict(os.environ, GPULAB_RUN_TOKEN="tok-stop")
+    # one process that ignores SIGTERM, in a session of its own (as the runner's workload group is)
+    p1 = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 60 & wait"], env=env, start_new_session=True)
+    p2 = subprocess.Popen(["sleep", "60"], env=env)
+    time.sleep(0.3)
+    assert set(sweep.tagged_alive(local, "tok-stop")) >= {p1.pid, p2.pid}
+    killed = sweep.stop_run(local, "tok-stop", None, grace_s=1.0, poll_s=0.2)
+    p1.wait(10)
+    p2.wait(10)
+    assert killed
+    deadline = time.monotonic() + 10
+    while sweep.tagged_alive(local, "tok-stop") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sweep.tagged_alive(local, "tok-stop") == []

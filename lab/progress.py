@@ -1,0 +1,95 @@
+"""What a sweep shows while it runs and when it ends.
+
+On a terminal: a live table with one row per host (run i of n, workload, what
+it is doing, elapsed), redrawn by rich. Elsewhere (a pipe, a log file, CI):
+one line per event. At the end, a table of every run and the failures named.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+
+class Progress:
+    """Receives events from the host threads; thread-safe."""
+
+    def __init__(self, units: dict[str, int], *, live: bool | None = None, stream=None):
+        self.stream = stream or sys.stdout
+        self.console = Console(file=self.stream, highlight=False, soft_wrap=True)
+        self.live_mode = self.console.is_terminal if live is None else live
+        self.rows = {u: {"i": 0, "n": n, "run": "", "doing": "waiting", "since": None} for u, n in units.items()}
+        self._lock = threading.Lock()
+        self._live: Live | None = None
+
+    # -- lifecycle ---------------------------------------------------------
+    def __enter__(self):
+        if self.live_mode:
+            self._live = Live(self._table(), console=self.console, refresh_per_second=4,
+                              get_renderable=self._table, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._live is not None:
+            self._live.__exit__(*exc)
+            self._live = None
+
+    def print(self, text: str) -> None:
+        with self._lock:
+            if self._live is not None:
+                self._live.console.print(text, markup=False)
+            else:
+                print(text, file=self.stream, flush=True)
+
+    # -- events ------------------------------------------------------------
+    def run_started(self, unit: str, i: int, n: int, run_id: str, where: str = "") -> None:
+        with self._lock:
+            self.rows[unit].update(i=i, n=n, run=run_id, doing="running", since=time.monotonic())
+        if self._live is None:
+            self.print(f"  [{unit}] {i}/{n} {run_id} started{where}")
+
+    def status(self, unit: str, doing: str) -> None:
+        with self._lock:
+            self.rows[unit]["doing"] = doing
+        if self._live is None and doing.startswith(("waiting", "stopping", "reconnecting", "fetching again")):
+            self.print(f"  [{unit}] {doing}")
+
+    def run_ended(self, unit: str, run) -> None:
+        with self._lock:
+            self.rows[unit].update(doing="idle", since=None)
+        if self._live is None:
+            detail = run.state + (f" ({run.outcome})" if run.outcome else "") + (f": {run.reason}" if run.reason else "")
+            self.print(f"  [{unit}] {run.run_id} {detail}")
+
+    def unit_done(self, unit: str, note: str = "done") -> None:
+        with self._lock:
+            self.rows[unit].update(doing=note, since=None)
+
+    def _table(self) -> Table:
+        t = Table(title="sweep", expand=False)
+        for col in ("host", "run", "workload run", "doing", "elapsed"):
+            t.add_column(col)
+        now = time.monotonic()
+        with self._lock:
+            for unit, r in self.rows.items():
+                el = f"{now - r['since']:.0f} s" if r["since"] is not None else ""
+                t.add_row(unit, f"{r['i']} of {r['n']}" if r["i"] else f"0 of {r['n']}", r["run"], r["doing"], el)
+        return t
+
+
+def final_table(runs, console: Console | None = None) -> None:
+    """Every run of the sweep: host, run id, state, outcome, duration, reason."""
+    console = console or Console(highlight=False, soft_wrap=True)
+    t = Table(title="sweep result")
+    for col in ("host", "run", "state", "outcome", "GPUs", "reason"):
+        t.add_column(col, overflow="fold")
+    for r in runs:
+        where = ",".join(r.nodes) if r.nodes else r.host
+        t.add_row(where, r.run_id, r.state, r.outcome or "", ",".join(map(str, r.gpu_ids)) or "cpu", r.reason or "")
+    console.print(t)

@@ -1,0 +1,242 @@
+"""`invoke sweep` / `invoke collect` against the SSH test lab, driven through the CLI.
+
+Real SSH (Fabric, strict host keys), the real runner installed on each host and
+real tiny CPU ncf runs. Faults are real ones: sshd killed mid-sweep, a
+workload process killed with SIGSEGV, a runner frozen with SIGSTOP, a full
+file system, Ctrl-C to the controller, a corrupted local copy, unknown and
+changed host keys, shell metacharacters in a host variable and a workload name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("tests.testlab.fixtures", reason="the SSH test lab (tests/testlab) is not in this checkout")
+
+from lab import checksums  # noqa: E402
+
+pytestmark = pytest.mark.lab
+
+ROOT = Path(__file__).resolve().parents[2]
+INVOKE = Path("/work/main/.venv/bin/invoke")
+EVIL_WORKDIR = "/var/lib/gl wd;touch /tmp/pwned-workdir;$(touch /tmp/pwned-subst)"
+SMALL_WORKDIR = "/var/lib/gl-small"
+LAB_VARS = {"gpulab_gpu_model": "cpu", "gpulab_gpu_count": 0, "gpulab_stack": "current"}
+RUNNER = "[r]unner run"   # a pgrep pattern that does not match pgrep's own shell
+
+
+def invoke_cmd() -> list[str]:
+    return [str(INVOKE)] if INVOKE.exists() else [os.sys.executable, "-m", "invoke"]
+
+
+def env_for(results: Path, **settings) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), INVOKE_GPULAB_RESULTS=str(results))
+    for key, value in settings.items():
+        env[f"INVOKE_GPULAB_SWEEP_{key.upper()}"] = str(value)
+    return env
+
+
+def sweep(args, results: Path, *, timeout=900, **settings) -> subprocess.CompletedProcess:
+    return subprocess.run(invoke_cmd() + ["sweep", *args], cwd=ROOT, env=env_for(results, **settings),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def state(results: Path, name: str) -> dict:
+    doc = json.loads((results / name / "sweep.json").read_text())
+    return {(r["host"], r["run_id"]): r for r in doc["runs"]}
+
+
+def wait_until(cond, what, limit=600, step=0.2):
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(step)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+def runner_pids(lab, name) -> list[str]:
+    return lab.exec(name, f"pgrep -f '{RUNNER}' || true").stdout.split()
+
+
+def worker_pids(lab, name) -> list[str]:
+    return lab.exec(name, "pgrep -f '[r]unner.worker' || true").stdout.split()
+
+
+@pytest.fixture(scope="module")
+def lab(testlab):
+    return testlab(4, prefix="sw", all_vars=LAB_VARS,
+                   host_vars={"sw-02": {"gpulab_workdir": EVIL_WORKDIR},
+                              "sw-04": {"gpulab_workdir": SMALL_WORKDIR}})
+
+
+def test_sweep_survives_a_lost_host_resumes_and_collects_again(lab, tmp_path):
+    results = tmp_path / "results"
+    args = ["--inventory", str(lab.inventory), "--host", "sw-01,sw-02,sw-03", "--seeds", "1", "--name", "s1"]
+    proc = subprocess.Popen(invoke_cmd() + ["sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env_for(results, reconnect_s=2))
+    # kill sw-03's sshd while its run is going: the run goes on there, the controller loses the host
+    wait_until(lambda: runner_pids(lab, "sw-03") or proc.poll() is not None, "a run on sw-03")
+    lab.kill_sshd("sw-03")
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 1, out
+    runs = state(results, "s1")
+    rid = "ncf-ttt-tiny-cpu-s1"
+    assert runs[("sw-01", rid)]["state"] == "complete" and runs[("sw-02", rid)]["state"] == "complete", out
+    lost = runs[("sw-03", rid)]
+    assert lost["state"] == "failed" and lost["reason"].startswith("host lost: "), lost
+    assert f"FAILED sw-03 {rid}: failed: host lost" in out
+    # the results tree: one verified run directory per complete run, beside sweep.json
+    for h in ("sw-01", "sw-02"):
+        d = results / "s1" / h / rid
+        assert sorted(p.name for p in d.iterdir()) == ["SHA256SUMS", "manifest.json", "mllog.log", "status.json",
+                                                       "stdout.log", "telemetry.csv"]
+        assert checksums.verify(d) == []
+        assert json.loads((d / "status.json").read_text())["outcome"] == runs[(h, rid)]["outcome"]
+    # the host variable with shell metacharacters was a path, nothing more
+    assert lab.exec("sw-02", f"test -f '{EVIL_WORKDIR}/sweeps/s1/{rid}/status.json'", check=False).returncode == 0
+    assert lab.exec("sw-02", "ls /tmp/pwned-workdir /tmp/pwned-subst", check=False).returncode != 0
+
+    # resume: sshd back, the same name reruns only the failed run
+    lab.start_sshd("sw-03")
+    wait_until(lambda: not runner_pids(lab, "sw-03"), "the orphaned run on sw-03 to end")
+    before = {h: (results / "s1" / h / rid / "status.json").stat().st_mtime_ns for h in ("sw-01", "sw-02")}
+    p = sweep(args, results, reconnect_s=2)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "2 already complete (resumed)" in p.stdout
+    assert "[sw-03] 1/1 ncf-ttt-tiny-cpu-s1 started" in p.stdout
+    assert "[sw-01]" not in p.stdout and "[sw-02]" not in p.stdout
+    assert {h: (results / "s1" / h / rid / "status.json").stat().st_mtime_ns for h in before} == before
+    assert state(results, "s1")[("sw-03", rid)]["state"] == "complete"
+    assert checksums.verify(results / "s1" / "sw-03" / rid) == []
+
+    # a corrupted local copy: `invoke collect` fetches it again
+    (results / "s1" / "sw-01" / rid / "mllog.log").write_text("corrupted\n")
+    c = subprocess.run(invoke_cmd() + ["collect", str(results / "s1"), "--inventory", str(lab.inventory)],
+                       cwd=ROOT, env=env_for(results), capture_output=True, text=True, timeout=300)
+    assert c.returncode == 0, c.stdout + c.stderr
+    assert "1 run(s) fetched, 3 verified, 0 problem(s)" in c.stdout
+    assert checksums.verify(results / "s1" / "sw-01" / rid) == []
+    for h in lab.names[:3]:
+        assert runner_pids(lab, h) == []
+
+
+def test_crash_hang_and_full_disk_are_recorded_with_reasons(lab, tmp_path):
+    results = tmp_path / "results"
+    # sw-04's workdir is a 4 MiB file system: the runner fits, a run's free-space check does not pass
+    lab.exec("sw-04", f"mkdir -p {SMALL_WORKDIR} && mount -t tmpfs -o size=4m tmpfs {SMALL_WORKDIR}")
+    args = ["--inventory", str(lab.inventory), "--host", "sw-01,sw-02,sw-04", "--seeds", "1", "--name", "s2",
+            "--timeout", "0.4"]
+    proc = subprocess.Popen(invoke_cmd() + ["sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            env=env_for(results, kill_margin_s=1, stop_grace_s=2, min_free_mb=64))
+    # sw-01: the workload process crashes; sw-02: the whole run freezes (the runner cannot stop it itself)
+    wait_until(lambda: worker_pids(lab, "sw-01") or proc.poll() is not None, "a workload process on sw-01")
+    lab.exec("sw-01", "pkill -SEGV -f '[r]unner.worker'")
+    wait_until(lambda: worker_pids(lab, "sw-02") or proc.poll() is not None, "a workload process on sw-02")
+    lab.exec("sw-02", f"pkill -STOP -f '{RUNNER}'; pkill -STOP -f '[r]unner.worker'")
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 1, out
+    rid = "ncf-ttt-tiny-cpu-s1"
+    runs = state(results, "s2")
+    crash, hang, full = runs[("sw-01", rid)], runs[("sw-02", rid)], runs[("sw-04", rid)]
+    assert crash["state"] == "failed" and crash["outcome"] == "failed", crash
+    assert crash["reason"].startswith("run failed: workload processes exited with code -11"), crash
+    assert hang["state"] == "failed" and hang["reason"].startswith("timed out: still running"), hang
+    assert hang["reason"].endswith("its processes were killed"), hang
+    assert full["state"] == "failed" and full["reason"].startswith(f"disk full: "), full
+    assert f"in {SMALL_WORKDIR}/sweeps/s2 on sw-04, 64 MB needed" in full["reason"]
+    # what the crashed run wrote was collected and verifies; the frozen run's partial files are kept
+    assert checksums.verify(results / "s2" / "sw-01" / rid) == []
+    assert (results / "s2" / "sw-02" / rid / "manifest.json").is_file()
+    for name in ("sw-01", "sw-02", "sw-04"):
+        assert runner_pids(lab, name) == [] and worker_pids(lab, name) == [], name
+    assert all(f"{h} {rid}" in out for h in ("FAILED sw-01", "FAILED sw-02", "FAILED sw-04"))
+
+
+def test_ctrl_c_stops_every_remote_run_and_saves_the_state(lab, tmp_path):
+    results = tmp_path / "results"
+    args = ["--inventory", str(lab.inventory), "--host", "sw-01,sw-03", "--seeds", "2", "--name", "s3"]
+    proc = subprocess.Popen(invoke_cmd() + ["sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env_for(results, stop_grace_s=10))
+    wait_until(lambda: (worker_pids(lab, "sw-01") and worker_pids(lab, "sw-03")) or proc.poll() is not None,
+               "workload processes on both hosts")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, out
+    assert "interrupted" in out
+    for name in ("sw-01", "sw-03"):
+        assert runner_pids(lab, name) == [] and worker_pids(lab, name) == [], name
+    runs = state(results, "s3")
+    assert {r["state"] for (h, rid), r in runs.items() if rid.endswith("s1")} == {"interrupted"}
+    assert {r["state"] for (h, rid), r in runs.items() if rid.endswith("s2")} == {"planned"}
+
+
+def test_unknown_changed_and_unreachable_hosts_are_refused_and_bad_names_rejected(lab, tmp_path):
+    results = tmp_path / "results"
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    wrong = " ".join(Path(f"{other}.pub").read_text().split()[:2])
+    h = lab.hosts
+    known = tmp_path / "known_hosts"
+    known.write_text(f"sw-03,{h['sw-03'].address} {wrong}\n")          # changed key; sw-01 unknown
+    inv = yaml.safe_load(lab.inventory.read_text().replace(str(lab.known_hosts), str(known)))
+    inv["all"]["hosts"]["ghost"] = {"ansible_host": str(lab.net.network_address + 200)}
+    path = tmp_path / "inventory.yml"
+    path.write_text(yaml.safe_dump(inv))
+    lab.exec("sw-01", "rm -rf /var/lib/gpulab")
+    p = sweep(["--inventory", str(path), "--host", "sw-01,sw-03,ghost", "--seeds", "1", "--name", "keys"],
+              results, timeout=300)
+    assert p.returncode == 1, p.stdout + p.stderr
+    runs = state(results, "keys")
+    rid = "ncf-ttt-tiny-cpu-s1"
+    assert "host key verification failed: host unknown to" in runs[("sw-01", rid)]["reason"]
+    assert "host key verification failed: the key it offers differs from" in runs[("sw-03", rid)]["reason"]
+    assert "unreachable" in runs[("ghost", rid)]["reason"]
+    assert known.read_text() == f"sw-03,{h['sw-03'].address} {wrong}\n"      # never added nor rewritten
+    assert lab.exec("sw-01", "test -e /var/lib/gpulab", check=False).returncode != 0   # nothing ran there
+
+    # a workload name with shell metacharacters: rejected before any host is touched
+    p = sweep(["--inventory", str(lab.inventory), "--host", "sw-01", "--workloads",
+               "ncf;touch /tmp/pwned-name", "--seeds", "1", "--name", "evil"], results, timeout=120)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == ["gpulab: --workloads: 'ncf;touch /tmp/pwned-name' is not a workload name"]
+    assert lab.exec("sw-01", "ls /tmp/pwned-name /var/lib/gpulab", check=False).returncode != 0
+    assert not (results / "evil").exists()
+
+
+def test_dry_run_touches_nothing(lab, tmp_path):
+    results = tmp_path / "results"
+    lab.exec("sw-03", "rm -rf /var/lib/gpulab")
+    p = sweep(["--inventory", str(lab.inventory), "--host", "sw-03", "--seeds", "mlperf", "--name", "dry",
+               "--dry-run"], results, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.strip().splitlines()
+    assert lines[-1] == "100 runs planned for sweep dry on 1 unit(s); nothing started (--dry-run)"
+    assert not results.exists()
+    assert lab.exec("sw-03", "test -e /var/lib/gpulab", check=False).returncode != 0
+
+
+def test_multi_node_run_with_one_rendezvous(lab, tmp_path):
+    results = tmp_path / "results"
+    p = sweep(["--inventory", str(lab.inventory), "--host", "sw-01,sw-03", "--nodes", "2", "--seeds", "1",
+               "--name", "mn"], results)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rid = "ncf-ttt-tiny-2node-cpu-s1"
+    (run,) = state(results, "mn").values()
+    assert run["nodes"] == ["sw-01", "sw-03"] and run["state"] == "complete", run
+    for rank, h in enumerate(("sw-01", "sw-03")):
+        d = results / "mn" / h / rid
+        assert checksums.verify(d) == []
+        st = json.loads((d / "status.json").read_text())
+        assert (st["nnodes"], st["node_rank"], st["world_size"]) == (2, rank, 2)
+        man = json.loads((d / "manifest.json").read_text())
+        assert f"--rdzv-endpoint={lab.hosts['sw-01'].address}:29400" in man["launch"]
