@@ -67,7 +67,8 @@ def provision(c, host=None, device=None, limit=None, stack=None, check=False, di
 
     hosts = _select(c, inventory, host, device, limit)
     summary = prov.provision(hosts, inventory=_cfg(c, "inventory", inventory), stack=stack, check=check,
-                             diff=diff, datasets=datasets, artifacts=_cfg(c, "artifacts"),
+                             diff=diff, datasets=datasets, datasets_catalogue=_cfg(c, "datasets_catalogue"),
+                             artifacts=_cfg(c, "artifacts"),
                              stacks_dir=_cfg(c, "stacks"))
     if not summary.ok:
         raise Exit(code=1)
@@ -83,6 +84,27 @@ def audit(c, host=None, device=None, limit=None, json=False, inventory=None):
     report = prov.audit(hosts, inventory=_cfg(c, "inventory", inventory), as_json=json,
                         artifacts=_cfg(c, "artifacts"), stacks_dir=_cfg(c, "stacks"))
     if not report.ok:
+        raise Exit(code=1)
+
+
+@task(help={**SELECT_HELP, "names": "datasets or benchmarks, comma separated (resnet50,ncf or imagenet,ml-20m)",
+            "storage": "copy (each host its own copy) or shared (one host prepares on shared storage)",
+            "root": "data root on the hosts (default: <gpulab_workdir>/data)",
+            "catalogue": "dataset catalogue (default: gpulab.datasets_catalogue)",
+            "check": "dry run: report what would be fetched, change nothing"})
+@_errors
+def datasets(c, names, host=None, device=None, limit=None, storage=None, root=None, catalogue=None, check=False,
+             inventory=None):
+    """Fetch, verify and prepare benchmark datasets on hosts; each host checks the result."""
+    from lab import datasets as ds
+
+    hosts = _select(c, inventory, host, device, limit)
+    result = ds.prepare(hosts, names, inventory=_cfg(c, "inventory", inventory),
+                        catalogue=_cfg(c, "datasets_catalogue", catalogue), storage=storage, root=root,
+                        check=check, artifacts=_cfg(c, "artifacts"))
+    for line in result.lines:
+        print(line)
+    if not result.ok:
         raise Exit(code=1)
 
 

@@ -102,10 +102,11 @@ class ProvisionSummary:
     result: ansible.PlaybookResult
     hosts: list[HostOutcome]
     lines: list[str]
+    datasets: Any = None  # lab.datasets.DatasetsResult when --datasets was given
 
     @property
     def ok(self) -> bool:
-        return self.result.ok
+        return self.result.ok and (self.datasets is None or self.datasets.ok)
 
     @property
     def artifacts(self) -> Path:
@@ -162,15 +163,18 @@ def summary_lines(result: ansible.PlaybookResult, hosts: list[HostOutcome]) -> l
 
 
 def provision(hosts, *, inventory, stack: str | None = None, check: bool = False, diff: bool = False,
-              datasets: str | None = None, artifacts: str | Path | None = "artifacts",
+              datasets: str | None = None, datasets_catalogue: str | Path | None = None,
+              artifacts: str | Path | None = "artifacts",
               extravars: dict | None = None, out: Callable[[str], None] = print,
               on_event: Callable[[dict], None] | None = None,
               stacks_dir: str | Path | None = None) -> ProvisionSummary:
     """Provision ``hosts`` (lab.inventory.Host) of ``inventory``; every input is checked first."""
     plans = stacks.plan(hosts, stack, stacks_dir=stacks_dir, inventory=inventory)
-    if datasets:
-        raise ConfigError("--datasets: dataset preparation is not part of this provisioning run "
-                          "(run playbooks/datasets.yml once it exists)")
+    data_plan = None
+    if datasets:  # names, catalogue and sources are checked before any host is touched
+        from lab import datasets as ds
+
+        data_plan = ds.plan(hosts, datasets, inventory=inventory, catalogue=datasets_catalogue)
     artifacts = Path(artifacts or "artifacts")
     wheel = build_wheel(artifacts / "wheels")
     extra = {"gpulab_runner_wheel": str(wheel), "gpulab_runner_version": wheel_version(wheel),
@@ -188,7 +192,15 @@ def provision(hosts, *, inventory, stack: str | None = None, check: bool = False
     lines = summary_lines(result, hosts_out)
     for line in lines:
         out(line)
-    return ProvisionSummary(result, hosts_out, lines)
+    data_result = None
+    if data_plan is not None and result.ok:
+        out(f"datasets: {', '.join(data_plan.names)}")
+        data_result = ds.prepare(hosts, datasets, inventory=inventory, check=check, artifacts=artifacts,
+                                 on_event=on_event, planned=data_plan)
+        for line in data_result.lines:
+            out("  " + line)
+        lines += data_result.lines
+    return ProvisionSummary(result, hosts_out, lines, data_result)
 
 
 # ---- audit -------------------------------------------------------------------------

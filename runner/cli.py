@@ -23,6 +23,7 @@ COMMANDS = {
     "probe": ("runner.probe", "print one JSON document describing this host's GPUs and stack"),
     "burnin": ("runner.burnin", "measure GPU health and performance for hardware validation"),
     "prepare": ("runner.datasets.prepare", "prepare a dataset into the form the workloads read"),
+    "datasets": ("runner.datasets.cli", "check, prepare or list the prepared datasets"),
 }
 
 

@@ -1,0 +1,215 @@
+"""Datasets on the hosts: resolve names against the catalogue, then run playbooks/datasets.yml.
+
+The catalogue (inventory/datasets.yml, schema lab/schemas/datasets.schema.json)
+lists every artifact with its sha256, size and origin. Here, before any host is
+touched: the names are resolved (dataset or benchmark names), each selected
+host's source of each artifact is worked out (``gpulab_mirror`` replaces every
+origin; ``datasets_origins`` overrides origins per host or group; licensed data
+without a lab path or mirror is refused), and the storage mode is checked.
+The role then fetches (resuming, checksummed), prepares with the runner's own
+``runner.datasets`` code and checks the result on every host.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from lab import schema
+from lab.errors import ConfigError
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_CATALOGUE = REPO / "inventory" / "datasets.yml"
+STORAGE_MODES = ("copy", "shared")
+PLAYBOOK = "datasets.yml"
+
+
+@dataclass
+class Catalogue:
+    path: Path
+    version: str
+    origins: dict
+    benchmarks: dict
+    datasets: dict
+
+    def resolve(self, names: str | list[str] | None) -> list[str]:
+        """Dataset names (in catalogue order, once each) for a comma list of dataset or benchmark names."""
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        names = [n for n in (names or []) if n]
+        if not names:
+            raise ConfigError("--names: give datasets or benchmarks, comma separated "
+                              f"(datasets: {', '.join(self.datasets)}; benchmarks: {', '.join(self.benchmarks)})")
+        chosen = []
+        for n in names:
+            ds = n if n in self.datasets else self.benchmarks.get(n)
+            if ds is None or ds not in self.datasets:
+                raise ConfigError(f"{self.path}: unknown dataset or benchmark {n!r} (datasets: "
+                                  f"{', '.join(self.datasets)}; benchmarks: {', '.join(self.benchmarks)})")
+            if ds not in chosen:
+                chosen.append(ds)
+        return [d for d in self.datasets if d in chosen]
+
+    def spec(self, name: str) -> dict:
+        """What the role hands to ``runner prepare`` for one dataset."""
+        e = self.datasets[name]
+        return {"name": name, "catalogue_version": self.version, "title": e["title"],
+                "licensed": bool(e.get("licensed", False)),
+                "artifacts": [{"file": a["file"], "sha256": a["sha256"], "size": a["size"]} for a in e["artifacts"]],
+                "params": e.get("params", {}), "expect": e.get("expect", {})}
+
+
+def load_catalogue(path: Path | str | None = None) -> Catalogue:
+    """Read and check the catalogue; every problem is one ConfigError line naming the file and place."""
+    path = Path(path) if path else DEFAULT_CATALOGUE
+    doc = schema.load_yaml(path, "datasets")
+    origins = doc["origins"]
+    files: dict[str, tuple] = {}
+    for name, entry in doc["datasets"].items():
+        for i, a in enumerate(entry["artifacts"]):
+            where = f"{path}: datasets.{name}.artifacts.{i}"
+            if a["origin"] not in origins:
+                raise ConfigError(f"{where}: origin {a['origin']!r} is not defined under origins")
+            if entry.get("licensed") and isinstance(origins[a["origin"]], str) and \
+                    origins[a["origin"]].startswith(("http://", "https://")):
+                raise ConfigError(f"{where}: {name} is licensed: its origin {a['origin']!r} must be null or a lab "
+                                  f"path, not a public URL (give a mirror per host instead)")
+            seen = files.get(a["file"])
+            if seen and seen[1:] != (a["sha256"], a["size"]):
+                raise ConfigError(f"{where}: {a['file']} is listed again with another sha256 or size "
+                                  f"(first under {seen[0]})")
+            files.setdefault(a["file"], (name, a["sha256"], a["size"]))
+        params = entry.get("params", {})
+        if name.startswith("wmt"):
+            for split in ("train", "eval"):
+                for j, src in enumerate(params.get(split) or []):
+                    if src.get("archive") not in {a["file"] for a in entry["artifacts"]}:
+                        raise ConfigError(f"{path}: datasets.{name}.params.{split}.{j}: archive "
+                                          f"{src.get('archive')!r} is not one of {name}'s artifacts")
+            if not params.get("train") or not params.get("eval") or not isinstance(params.get("vocab_size"), int):
+                raise ConfigError(f"{path}: datasets.{name}.params: needs vocab_size, train and eval")
+    benchmarks = doc.get("benchmarks", {})
+    for b, ds in benchmarks.items():
+        if ds not in doc["datasets"]:
+            raise ConfigError(f"{path}: benchmarks.{b}: {ds!r} is not a dataset of this catalogue")
+    return Catalogue(path, doc["version"], origins, benchmarks, doc["datasets"])
+
+
+def host_sources(catalogue: Catalogue, names: list[str], host: str, hostvars: dict) -> dict[str, str]:
+    """file -> where this host takes it from (URL or host path); ConfigError when there is none."""
+    mirror = hostvars.get("gpulab_mirror")
+    origins = dict(catalogue.origins)
+    override = hostvars.get("datasets_origins") or {}
+    if not isinstance(override, dict):
+        raise ConfigError(f"host {host}: datasets_origins must be a mapping of origin name to URL or path")
+    origins.update(override)
+    out = {}
+    for name in names:
+        entry = catalogue.datasets[name]
+        for a in entry["artifacts"]:
+            if mirror:
+                out[a["file"]] = f"{str(mirror).rstrip('/')}/datasets/{name}/{a['file']}"
+                continue
+            base = origins.get(a["origin"])
+            if not base:
+                what = "licensed data: never taken from a public site; " if entry.get("licensed") else ""
+                raise ConfigError(f"host {host}: {name}: {what}no source for {a['file']} (set "
+                                  f"datasets_origins.{a['origin']} to a lab path or mirror URL, or gpulab_mirror)")
+            base = str(base)
+            if not base.startswith(("http://", "https://", "file:///", "/")):
+                raise ConfigError(f"host {host}: datasets_origins.{a['origin']}: {base!r} is neither an http(s) "
+                                  f"URL nor an absolute path")
+            out[a["file"]] = f"{base.rstrip('/')}/{a.get('path', a['file'])}"
+    return out
+
+
+def stage_runner(dest: Path) -> Path:
+    """Copy the on-host preparation code (runner/__init__.py, runner/datasets/*.py) to ``dest/runner``."""
+    src = REPO / "runner"
+    out = dest / "runner"
+    (out / "datasets").mkdir(parents=True)
+    shutil.copy2(src / "__init__.py", out / "__init__.py")
+    for f in sorted((src / "datasets").glob("*.py")):
+        shutil.copyfile(f, out / "datasets" / f.name)
+    return dest
+
+
+@dataclass
+class DatasetsResult:
+    names: list[str]
+    playbook: object | None = None
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.playbook is not None and self.playbook.ok
+
+    @property
+    def changed(self) -> int:
+        return self.playbook.changed if self.playbook is not None else 0
+
+
+@dataclass
+class Plan:
+    """What a datasets run will do, checked before any host is touched."""
+
+    catalogue: Catalogue
+    names: list[str]
+    sources: dict[str, dict[str, str]]  # host -> file -> URL or host path
+    storage: str | None
+
+
+def plan(hosts, names, *, inventory, catalogue=None, storage: str | None = None) -> Plan:
+    """Resolve names and every host's sources; ConfigError (exit 2) for anything wrong."""
+    from lab import inventory as inv
+
+    cat = catalogue if isinstance(catalogue, Catalogue) else load_catalogue(catalogue)
+    chosen = cat.resolve(names)
+    if storage is not None and storage not in STORAGE_MODES:
+        raise ConfigError(f"--storage {storage!r}: use one of {', '.join(STORAGE_MODES)}")
+    loaded = inv.load(inventory)
+    sources = {}
+    for h in hosts:
+        raw = loaded.raw_vars(h.name)
+        mode = storage or raw.get("datasets_storage", "copy")
+        if mode not in STORAGE_MODES:
+            raise ConfigError(f"host {h.name}: datasets_storage {mode!r}: use one of {', '.join(STORAGE_MODES)}")
+        sources[h.name] = host_sources(cat, chosen, h.name, raw)
+    return Plan(cat, chosen, sources, storage)
+
+
+def prepare(hosts, names, *, inventory, catalogue=None, storage: str | None = None, root: str | None = None,
+            check: bool = False, artifacts: str | Path | None = "artifacts",
+            on_event: Callable[[dict], None] | None = None, quiet: bool = False,
+            envvars: dict | None = None, planned: Plan | None = None) -> DatasetsResult:
+    """Fetch, verify and prepare ``names`` on ``hosts`` (lab.inventory Host records)."""
+    from lab import ansible
+
+    p = planned or plan(hosts, names, inventory=inventory, catalogue=catalogue, storage=storage)
+    cat, chosen = p.catalogue, p.names
+    fetch = []
+    seen = set()
+    for name in chosen:
+        for a in cat.datasets[name]["artifacts"]:
+            if a["file"] not in seen:
+                seen.add(a["file"])
+                fetch.append({"file": a["file"], "sha256": a["sha256"], "size": a["size"]})
+    with tempfile.TemporaryDirectory(prefix="gpulab-datasets-") as tmp:
+        extravars = {
+            "datasets_specs": [cat.spec(n) for n in chosen],
+            "datasets_fetch": fetch,
+            "datasets_sources": p.sources,
+            "datasets_runner_src": str(stage_runner(Path(tmp)) / "runner") + "/",
+        }
+        if p.storage:
+            extravars["datasets_storage"] = p.storage
+        if root:
+            extravars["datasets_root"] = root
+        result = ansible.run_playbook(PLAYBOOK, inventory, [h.name for h in hosts], extravars=extravars,
+                                      check=check, artifacts_root=artifacts or "artifacts", on_event=on_event,
+                                      quiet=quiet, envvars=envvars,
+                                      known_hosts={h.name: h.known_hosts for h in hosts})
+    return DatasetsResult(chosen, result, ansible.summary_lines(result))
