@@ -134,6 +134,30 @@ def host_key_reason(message: str, host: str, known_hosts: str | None = None) -> 
     return None
 
 
+def probe_host_key(host: str, address: str, port: int = 22, user: str | None = None, key: str | None = None,
+                   known_hosts: str | None = None, timeout: int = 10) -> str | None:
+    """Connect once with strict checking and say whether the host key is the problem.
+
+    Used after a host was unreachable for a reason that hides the key check (with
+    pipelining, ssh may die on a refused key before Ansible reads its message).
+    Returns the host key reason, or None.
+    """
+    import subprocess
+
+    cmd = ["ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+           "-o", f"ConnectTimeout={timeout}", "-o", "ControlMaster=no", "-o", "ControlPath=none", "-p", str(port)]
+    if known_hosts:
+        cmd += ["-o", f"UserKnownHostsFile={known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null"]
+    if key:
+        cmd += ["-i", key, "-o", "IdentitiesOnly=yes"]
+    cmd += [f"{user}@{address}" if user else address, "true"]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 5, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return host_key_reason(res.stderr, host, known_hosts) if res.returncode != 0 else None
+
+
 def _message(res: dict) -> str:
     """The useful part of a failed module result (the first failed item of a loop)."""
     for item in res.get("results") or []:

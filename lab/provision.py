@@ -128,6 +128,17 @@ def found_versions(stack: dict | None) -> dict[str, Any]:
     return out
 
 
+def explain_unreachable(result: ansible.PlaybookResult, hosts) -> None:
+    """Give an unreachable host whose reason hides a host key refusal the plain reason."""
+    for h in hosts:
+        s = result.hosts.get(h.name)
+        if not s or not s.unreachable or "host key" in s.reason or h.is_local:
+            continue
+        reason = ansible.probe_host_key(h.name, h.address, h.port, h.user, h.ssh_key, h.known_hosts)
+        if reason and s.failures:
+            s.failures[0] = ansible.TaskFailure(s.failures[0].task, reason)
+
+
 def outcomes(result: ansible.PlaybookResult, plans: list[stacks.HostPlan], stack_override: str | None
              ) -> list[HostOutcome]:
     out = []
@@ -188,6 +199,7 @@ def provision(hosts, *, inventory, stack: str | None = None, check: bool = False
     result = ansible.run_playbook("provision.yml", inventory, [h.name for h in hosts], extravars=extra,
                                   check=check, diff=diff, artifacts_root=artifacts, on_event=on_event,
                                   known_hosts={h.name: h.known_hosts for h in hosts})
+    explain_unreachable(result, hosts)
     hosts_out = outcomes(result, plans, stack)
     lines = summary_lines(result, hosts_out)
     for line in lines:
@@ -248,6 +260,7 @@ def audit(hosts, *, inventory, as_json: bool = False, artifacts: str | Path | No
                                   extravars={"stack_profile_dir": str(Path(stacks_dir or stacks.STACKS_DIR).resolve())},
                                   artifacts_root=Path(artifacts or "artifacts"), on_event=progress,
                                   known_hosts={h.name: h.known_hosts for h in hosts})
+    explain_unreachable(result, hosts)
     report = AuditReport(result, outcomes(result, plans, None))
     if as_json:
         out(json.dumps(report.as_dict(), indent=2, sort_keys=True))
