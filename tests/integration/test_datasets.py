@@ -192,7 +192,7 @@ def test_datasets_on_two_hosts(testlab, tmp_path):
         assert _summary(p.stdout, lab.names[0])["changed"] > 0
         second = _summary(p.stdout, lab.names[1])
         assert second["state"] == "ok" and second["changed"] == 0 and second["failed"] == 0, p.stdout
-        assert re.search(rf"\[{lab.names[1]}\] ok\s+Check every prepared dataset on this host", p.stdout), p.stdout
+        assert re.search(rf"\[{lab.names[1]}\] ok\s+(datasets : )?Check every prepared dataset on this host", p.stdout), p.stdout
         assert json.loads((shared / "data" / "ml-20m" / "gpulab-dataset.json").read_text())["dataset"] == "ml-20m"
 
         # 5. archives kept on the controller (datasets_origins: controller:/folder) are copied to the host,
