@@ -135,11 +135,11 @@ def host_key_reason(message: str, host: str, known_hosts: str | None = None) -> 
 
 
 def _message(res: dict) -> str:
-    """The useful part of a failed module result."""
-    if res.get("results") and any(isinstance(i, dict) and i.get("failed") for i in res["results"]):
-        for item in res["results"]:  # a loop: the first failed item says more than "One or more items failed"
-            if isinstance(item, dict) and item.get("failed"):
-                return _message(item)
+    """The useful part of a failed module result (the first failed item of a loop)."""
+    for item in res.get("results") or []:
+        if isinstance(item, dict) and item.get("failed"):
+            label = item.get("_ansible_item_label", item.get("item"))
+            return (f"{_one_line(label, 60)}: " if isinstance(label, str) else "") + _message(item)
     for key in ("msg", "stderr", "module_stderr", "reason"):
         value = res.get(key)
         if value:
@@ -149,10 +149,6 @@ def _message(res: dict) -> str:
                 if res.get("stderr"):
                     msg += f": {_one_line(res['stderr'])}"
             return msg
-    if res.get("results"):  # a loop: the first failed item
-        for item in res["results"]:
-            if isinstance(item, dict) and item.get("failed"):
-                return _message(item)
     return "failed (no message)"
 
 

@@ -178,6 +178,7 @@ def provision(hosts, *, inventory, stack: str | None = None, check: bool = False
     artifacts = Path(artifacts or "artifacts")
     wheel = build_wheel(artifacts / "wheels")
     extra = {"gpulab_runner_wheel": str(wheel), "gpulab_runner_version": wheel_version(wheel),
+             "gpulab_runner_wheel_id": wheel.parent.name,
              "stack_profile_dir": str(Path(stacks_dir or stacks.STACKS_DIR).resolve())}
     if stack:
         extra["gpulab_stack"] = stack

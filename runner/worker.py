@@ -98,8 +98,15 @@ def main(argv=None) -> int:
         log.close()
     doc["rank"] = rank
     _write_result(result_path, doc)
+    if world > 1:  # which rank ended how: the launcher only reports the first failure
+        print(f"[runner] rank {rank} ended: {doc['outcome']} (exit {code})", flush=True)
     sys.stdout.flush()
     sys.stderr.flush()
+    if world > 1:
+        # end now: the interpreter's exit would run the destructors of torch.distributed
+        # objects (threads, connections to peers), which can abort the process once a
+        # peer has gone (seen as SIGABRT after a successful run)
+        os._exit(code)
     return code
 
 
@@ -147,8 +154,49 @@ def _run_torch(spec, entry, log, rank, world, local_rank, doc, C, platform_name)
     if world > 1:  # only after a normal end: with a peer gone it could hang
         import torch.distributed as dist
 
-        dist.destroy_process_group()
+        finish_distributed(dist, world)
     return out
+
+
+def _store_barrier(store, key: str, world: int, timeout_s: float) -> bool:
+    """Wait until ``world`` processes have arrived at ``key``; False on timeout.
+
+    Goes through the rendezvous store (hosted by the launcher), not through the
+    process group's own connections, so that it stays safe while those close.
+    """
+    store.add(key, 1)
+    end = time.monotonic() + timeout_s
+    delay = 0.005
+    while store.add(key, 0) < world:
+        if time.monotonic() > end:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+    return True
+
+
+def finish_distributed(dist, world: int, timeout_s: float = 120.0) -> None:
+    """Tear torch.distributed down without racing a peer.
+
+    A rank that closes its connections (or exits) while a peer is still inside
+    its last collective, or still tearing its own group down, makes that peer
+    fail or abort (gloo: 'Connection closed by peer', or std::terminate at
+    exit). So: every rank first waits until all ranks are done with their
+    collectives, then destroys the group, then waits until all have destroyed
+    it; the process then ends through ``os._exit`` (see main) so that no
+    late destructor touches a connection a peer already closed.
+    """
+    try:
+        store = dist.distributed_c10d._get_default_store()
+    except Exception:  # no store to meet at: the group's own barrier is the next best
+        store = None
+    if store is not None:
+        _store_barrier(store, "gpulab/teardown/collectives_done", world, timeout_s)
+    else:
+        dist.barrier()
+    dist.destroy_process_group()
+    if store is not None:
+        _store_barrier(store, "gpulab/teardown/group_destroyed", world, timeout_s)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,17 @@ exposes ``build(ctx) -> Trainer``; the trainer provides
   synthetic on-device data, returning nothing; the batch is per process.
 
 ``run(ctx, module)`` drives ttt or throughput mode and logs the MLPerf events.
+
+Benchmark hook (benchmarks/throughput.py): ``bench_step(name, device, optimized)``
+returns ``(step_fn, samples_per_step)`` for one workload: ``step_fn()`` runs one
+training step on synthetic on-device data (asynchronously on CUDA: the caller
+synchronizes before reading a clock). ``optimized=True`` is what throughput
+mode runs (``ctx.optimized``: channels-last, torch.compile, fused optimizer,
+the workload's own speed settings); ``optimized=False`` is the plain eager
+baseline of the same model: fp32 weights, bf16 autocast, NCHW, no compile,
+torch.optim defaults. A workload module may define its own
+``bench_step(ctx)`` -> ``(step_fn, samples_per_step)``; otherwise the trainer's
+``throughput_step``/``throughput_batch`` are used.
 """
 
 from __future__ import annotations
@@ -57,6 +68,8 @@ class Context:
         # options of the speed path; a workload may ignore what does not apply
         self.compile = bool(spec.get("compile", self.cuda))
         self.channels_last = self.cuda
+        # False only for the benchmark's plain eager baseline (see bench_step)
+        self.optimized = bool(spec.get("optimized", True))
 
     # --- numerics ---------------------------------------------------------------
     @property
@@ -72,6 +85,27 @@ class Context:
         enabled = self.precision == "fp16"
         return torch.amp.GradScaler(self.device.type, enabled=enabled)
 
+    def throughput_batch_size(self, default: int) -> int:
+        """Per-process batch of throughput mode: the benchmark's override, the scale's, or ``default``."""
+        return int(self.spec.get("throughput_batch_size")
+                   or self.cfg.get("throughput", {}).get("batch_size") or default)
+
+    def gpu_memory_gib(self) -> float | None:
+        if not self.cuda:
+            return None
+        return torch.cuda.get_device_properties(self.device).total_memory / 2**30
+
+    def by_memory(self, table, default):
+        """The value of ``table`` ({GiB: value}) for the largest size this GPU has; ``default`` on CPU."""
+        mem = self.gpu_memory_gib()
+        if mem is None or not table:
+            return default
+        best = None
+        for gib, value in sorted(((float(k), v) for k, v in table.items())):
+            if mem >= gib * 0.95:
+                best = value
+        return default if best is None else best
+
     def generator(self, offset: int = 0) -> torch.Generator:
         """A CPU generator seeded from the run seed (and ``offset``)."""
         g = torch.Generator()
@@ -79,8 +113,8 @@ class Context:
         return g
 
     def fused(self) -> dict:
-        """Keyword for torch.optim constructors: the fused kernel on CUDA."""
-        return {"fused": True} if self.cuda else {}
+        """Keyword for torch.optim constructors: the fused kernel on CUDA (not in the baseline)."""
+        return {"fused": True} if self.cuda and self.optimized else {}
 
     # --- distributed helpers ---------------------------------------------------
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -271,6 +305,37 @@ def _throughput(ctx: Context, trainer) -> dict:
         "reason": f"measured {sps:,.1f} {ctx.entry['sample_unit']}/s over {steps} steps ({elapsed:.1f} s)",
         "result": res,
     }
+
+
+def bench_step(name: str, device, optimized: bool = True, *, scale: str = "full",
+               precision: str = "bf16", batch_size: int | None = None, seed: int = 0):
+    """``(step_fn, samples_per_step)`` of workload ``name`` for the throughput benchmark.
+
+    ``optimized`` picks the runner's throughput path or the plain eager
+    baseline (fp32 weights, bf16 autocast, NCHW, no compile); ``batch_size``
+    overrides the per-process throughput batch. See the module docstring.
+    """
+    import importlib
+
+    from runner import workloads
+    from runner.mllog import MLLog
+
+    entry = workloads.load()[name]
+    device = torch.device(device)
+    if device.type == "cpu" and precision == "fp16":
+        precision = "fp32"
+    spec = {"workload": name, "scale": scale, "mode": "throughput", "seed": seed, "entry": entry,
+            "compile": bool(optimized and device.type == "cuda"), "optimized": bool(optimized)}
+    if batch_size is not None:
+        spec["throughput_batch_size"] = int(batch_size)
+    ctx = Context(spec=spec, entry=entry, log=MLLog(None), device=device, rank=0, world_size=1,
+                  local_rank=0, precision=precision)
+    ctx.channels_last = bool(optimized and device.type == "cuda")
+    module = importlib.import_module(entry["module"])
+    if hasattr(module, "bench_step"):
+        return module.bench_step(ctx)
+    trainer = module.build(ctx)
+    return trainer.throughput_step, trainer.throughput_batch()
 
 
 def env_int(name: str, default: int) -> int:

@@ -47,9 +47,10 @@ def test_report_of_real_runner_runs(runner_sweep, tmp_path):
     assert (rec["benchmark"], rec["system"], rec["gpus"]) == ("ncf [tiny]", "0x CPU / current", 0)
     assert (rec["runs"], rec["successes"], rec["too_few_runs"]) == (2, 2, True)
     statuses = [json.loads(p.read_text()) for p in sorted(runner_sweep.glob("localhost/*/status.json"))]
-    # The MLLOG clock (run_start -> run_stop) agrees with the runner's own time to train.
+    # The MLLOG clock (run_start -> run_stop) agrees with the runner's own time to train; run_stop is
+    # logged just after the runner stops its clock, so allow half a second on a busy machine.
     ttt = [s["result"]["time_to_train_s"] / 60 for s in statuses]
-    assert rec["score_minutes"] == pytest.approx(sum(ttt) / 2, abs=1e-4)
+    assert rec["score_minutes"] == pytest.approx(sum(ttt) / 2, abs=0.5 / 60)
     assert rec["epochs_min"] == min(s["result"]["epochs"] for s in statuses)
     assert rec["throughput_mean"] == pytest.approx(sum(s["result"]["samples_per_s"] for s in statuses) / 2)
     assert res.skipped == [(str(runner_sweep / "localhost" / "ncf-ttt-tiny-cpu-s3"),

@@ -147,6 +147,10 @@ def test_two_gloo_processes_on_cpu_train_to_target(tmp_path):
     assert [e["key"] for e in ev].count("run_start") == 1
     gbs = next(e for e in ev if e["key"] == "global_batch_size")["value"]
     assert gbs == 2 * 2048
+    # both ranks went through the synchronized teardown and ended cleanly
+    log = (out / "stdout.log").read_text()
+    for rank in (0, 1):
+        assert f"[runner] rank {rank} ended: success (exit 0)" in log, log
 
 
 @pytest.mark.parametrize("args, words", [

@@ -1,0 +1,345 @@
+"""Detection parts shared by ssd and maskrcnn, in plain torch (no torchvision).
+
+Box arithmetic, box coding, exact greedy non-maximum suppression on the
+device, RoIAlign through ``grid_sample``, the generated shapes data set of the
+small and tiny scales, and the COCO 2017 reader of the full scale
+(``<data>/coco/{train2017,val2017}/*.jpg`` and
+``<data>/coco/annotations/instances_{train,val}2017.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from runner.workloads.base import WorkloadError
+
+DATA_SEED = 20190503
+
+
+# --- boxes --------------------------------------------------------------------------------
+
+def box_area(b: torch.Tensor) -> torch.Tensor:
+    return (b[..., 2] - b[..., 0]).clamp(min=0) * (b[..., 3] - b[..., 1]).clamp(min=0)
+
+
+def box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """IoU of xyxy boxes: (..., N, 4) x (..., M, 4) -> (..., N, M)."""
+    lt = torch.maximum(a[..., :, None, :2], b[..., None, :, :2])
+    rb = torch.minimum(a[..., :, None, 2:], b[..., None, :, 2:])
+    wh = (rb - lt).clamp(min=0)
+    inter = wh[..., 0] * wh[..., 1]
+    union = box_area(a)[..., :, None] + box_area(b)[..., None, :] - inter
+    return inter / union.clamp(min=1e-9)
+
+
+def encode(boxes: torch.Tensor, anchors: torch.Tensor, weights) -> torch.Tensor:
+    """Box deltas (dx, dy, dw, dh) of xyxy ``boxes`` against xyxy ``anchors``."""
+    wx, wy, ww, wh = weights
+    aw, ah = anchors[..., 2] - anchors[..., 0], anchors[..., 3] - anchors[..., 1]
+    ax, ay = anchors[..., 0] + 0.5 * aw, anchors[..., 1] + 0.5 * ah
+    bw, bh = boxes[..., 2] - boxes[..., 0], boxes[..., 3] - boxes[..., 1]
+    bx, by = boxes[..., 0] + 0.5 * bw, boxes[..., 1] + 0.5 * bh
+    return torch.stack([wx * (bx - ax) / aw, wy * (by - ay) / ah,
+                        ww * torch.log(bw.clamp(min=1e-6) / aw), wh * torch.log(bh.clamp(min=1e-6) / ah)], -1)
+
+
+def decode(deltas: torch.Tensor, anchors: torch.Tensor, weights, clip=math.log(1000.0 / 16)) -> torch.Tensor:
+    wx, wy, ww, wh = weights
+    deltas = deltas.float()
+    aw, ah = anchors[..., 2] - anchors[..., 0], anchors[..., 3] - anchors[..., 1]
+    ax, ay = anchors[..., 0] + 0.5 * aw, anchors[..., 1] + 0.5 * ah
+    dx, dy = deltas[..., 0] / wx, deltas[..., 1] / wy
+    dw, dh = (deltas[..., 2] / ww).clamp(max=clip), (deltas[..., 3] / wh).clamp(max=clip)
+    cx, cy = dx * aw + ax, dy * ah + ay
+    w, h = torch.exp(dw) * aw, torch.exp(dh) * ah
+    return torch.stack([cx - 0.5 * w, cy - 0.5 * h, cx + 0.5 * w, cy + 0.5 * h], -1)
+
+
+def clip_boxes(b: torch.Tensor, h, w) -> torch.Tensor:
+    return torch.stack([b[..., 0].clamp(0, w), b[..., 1].clamp(0, h),
+                        b[..., 2].clamp(0, w), b[..., 3].clamp(0, h)], -1)
+
+
+def nms(boxes: torch.Tensor, scores: torch.Tensor, thr: float) -> torch.Tensor:
+    """Exact greedy NMS: indices of the kept boxes, best score first.
+
+    Computed as the fixed point of "a box is kept unless a kept better box
+    overlaps it by more than ``thr``", which equals greedy suppression and runs
+    as a few matrix steps on the device.
+    """
+    if boxes.numel() == 0:
+        return torch.zeros(0, dtype=torch.long, device=boxes.device)
+    order = scores.argsort(descending=True)
+    b = boxes[order].float()
+    over = box_iou(b, b) > thr
+    over = torch.triu(over, diagonal=1)  # [j, i]: j better than i and overlapping
+    keep = torch.ones(len(b), dtype=torch.bool, device=b.device)
+    for _ in range(len(b)):
+        new = ~(over & keep[:, None]).any(0)
+        if torch.equal(new, keep):
+            break
+        keep = new
+    return order[keep]
+
+
+def batched_nms(boxes, scores, labels, thr: float) -> torch.Tensor:
+    """NMS within each label (boxes of different labels never suppress each other)."""
+    if boxes.numel() == 0:
+        return torch.zeros(0, dtype=torch.long, device=boxes.device)
+    offset = labels.to(boxes.dtype)[:, None] * (boxes.max() + 1)
+    return nms(boxes + offset, scores, thr)
+
+
+def roi_align(feat: torch.Tensor, rois: torch.Tensor, out_size: int, scale: float,
+              sampling: int = 2) -> torch.Tensor:
+    """RoIAlign of padded per-image boxes.
+
+    ``feat`` (N, C, H, W); ``rois`` (N, K, 4) xyxy in image pixels; ``scale``
+    maps image pixels to feature cells. Each output cell averages
+    ``sampling x sampling`` bilinear samples (half-pixel aligned). Returns
+    (N, K, C, out, out).
+    """
+    n, c, h, w = feat.shape
+    k = rois.shape[1]
+    s = out_size * sampling
+    r = rois.float() * scale - 0.5
+    t = (torch.arange(s, device=feat.device, dtype=torch.float32) + 0.5) / s  # (s,)
+    x = r[..., 0:1] + (r[..., 2:3] - r[..., 0:1]) * t  # (N, K, s)
+    y = r[..., 1:2] + (r[..., 3:4] - r[..., 1:2]) * t
+    gx = (x + 0.5) / w * 2 - 1
+    gy = (y + 0.5) / h * 2 - 1
+    grid = torch.stack([gx[:, :, None, :].expand(n, k, s, s), gy[:, :, :, None].expand(n, k, s, s)], -1)
+    grid = grid.reshape(n, k * s, s, 2).to(feat.dtype)
+    out = F.grid_sample(feat, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    out = out.view(n, c, k, s, s).permute(0, 2, 1, 3, 4)  # (N, K, C, s, s)
+    if sampling > 1:
+        out = out.reshape(n * k, c, s, s)
+        out = F.avg_pool2d(out, sampling).view(n, k, c, out_size, out_size)
+    return out
+
+
+def fpn_levels(rois: torch.Tensor, kmin: int, kmax: int, canonical=224, canonical_level=4) -> torch.Tensor:
+    """FPN level of each box (Mask R-CNN's rule)."""
+    size = box_area(rois).clamp(min=1e-6).sqrt()
+    lvl = torch.floor(canonical_level + torch.log2(size / canonical + 1e-6))
+    return lvl.clamp(kmin, kmax).long()
+
+
+def multilevel_roi_align(feats: list, rois: torch.Tensor, out_size: int, strides: list,
+                         sampling: int = 2) -> torch.Tensor:
+    """RoIAlign on the FPN level each box belongs to: (N, K, C, out, out).
+
+    Every level is sampled for every box and the box's own level selected, so
+    that shapes stay static (compile- and CUDA-graph-friendly).
+    """
+    kmin = int(round(math.log2(strides[0])))
+    lv = fpn_levels(rois, kmin, kmin + len(feats) - 1)
+    out = None
+    for i, (f, st) in enumerate(zip(feats, strides)):
+        o = roi_align(f, rois, out_size, 1.0 / st, sampling)
+        sel = (lv == kmin + i).to(o.dtype)[..., None, None, None]
+        out = o * sel if out is None else out + o * sel
+    return out
+
+
+# --- generated shapes: the small and tiny data set ------------------------------------------
+
+SHAPES = ("rectangle", "ellipse", "triangle", "diamond", "cross", "ring")
+COLORS = np.array([[220, 60, 50], [60, 200, 70], [60, 90, 230], [230, 210, 50],
+                   [200, 70, 210], [60, 210, 220]], dtype=np.float32)
+
+
+def _shape_mask(kind: str, h: int, w: int) -> np.ndarray:
+    yy, xx = np.mgrid[0:h, 0:w]
+    u = (xx + 0.5) / w * 2 - 1
+    v = (yy + 0.5) / h * 2 - 1
+    if kind == "rectangle":
+        return np.ones((h, w), bool)
+    if kind == "ellipse":
+        return u * u + v * v <= 1.0
+    if kind == "triangle":
+        return np.abs(u) <= (v + 1) / 2
+    if kind == "diamond":
+        return np.abs(u) + np.abs(v) <= 1.0
+    if kind == "cross":
+        return (np.abs(u) <= 0.35) | (np.abs(v) <= 0.35)
+    return (u * u + v * v <= 1.0) & (u * u + v * v >= 0.3)
+
+
+def generate_shapes(cfg: dict, n: int, split: int) -> list[dict]:
+    """``n`` images of coloured shapes; the class is the shape (and its colour).
+
+    Each entry: ``image`` uint8 HWC, ``boxes`` float32 (G, 4) xyxy (tight
+    around the visible pixels), ``labels`` int64 in 1..classes, ``masks`` bool
+    (G, H, W), ``crowd`` bool (G,). Deterministic for (cfg, n, split).
+    """
+    rng = np.random.default_rng(DATA_SEED + 7919 * split)
+    size, k = cfg["image_size"], cfg["classes"]
+    lo, hi = cfg["object_size"]
+    out = []
+    for _ in range(n):
+        img = 110 + cfg.get("background_noise", 12.0) * rng.standard_normal((size, size, 3))
+        count = rng.integers(1, cfg["max_objects"] + 1)
+        placed, masks, labels = [], [], []
+        for _ in range(count):
+            for _ in range(20):
+                h, w = rng.integers(lo, hi + 1, size=2)
+                y0, x0 = rng.integers(0, size - h + 1), rng.integers(0, size - w + 1)
+                b = np.array([x0, y0, x0 + w, y0 + h], np.float64)
+                if all(_iou_np(b, p) < 0.2 for p in placed):
+                    break
+            else:
+                continue
+            cls = int(rng.integers(0, k))
+            m = np.zeros((size, size), bool)
+            m[y0:y0 + h, x0:x0 + w] = _shape_mask(SHAPES[cls % len(SHAPES)], h, w)
+            color = COLORS[cls % len(COLORS)] + rng.uniform(-25, 25, size=3)
+            img[m] = color + 6.0 * rng.standard_normal((int(m.sum()), 3))
+            for prev in masks:  # the new object hides what it covers
+                prev &= ~m
+            placed.append(b)
+            masks.append(m)
+            labels.append(cls + 1)
+        boxes, keep = [], []
+        for i, m in enumerate(masks):
+            ys, xs = np.nonzero(m)
+            if len(ys) < 8:
+                continue
+            boxes.append([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1])
+            keep.append(i)
+        out.append({
+            "image": np.clip(img, 0, 255).astype(np.uint8),
+            "boxes": np.asarray(boxes, np.float32).reshape(-1, 4),
+            "labels": np.asarray([labels[i] for i in keep], np.int64),
+            "masks": np.stack([masks[i] for i in keep]) if keep else np.zeros((0, size, size), bool),
+            "crowd": np.zeros(len(keep), bool),
+        })
+    return out
+
+
+def _iou_np(a, b) -> float:
+    iw = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    ih = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = iw * ih
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+# --- COCO 2017 ---------------------------------------------------------------------------------
+
+def coco_root(data: str) -> Path:
+    root = Path(data) / "coco"
+    return root if root.is_dir() else Path(data)
+
+
+class CocoIndex:
+    """One split of COCO 2017 from its instances JSON: images, annotations, category ids."""
+
+    def __init__(self, root: Path, split: str):
+        ann = root / "annotations" / f"instances_{split}2017.json"
+        self.image_dir = root / f"{split}2017"
+        if not ann.is_file():
+            raise WorkloadError(f"coco data: {ann} is missing")
+        if not self.image_dir.is_dir():
+            raise WorkloadError(f"coco data: {self.image_dir} is missing")
+        try:
+            doc = json.loads(ann.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise WorkloadError(f"coco data: {ann} is not valid JSON ({exc})") from exc
+        self.cat_ids = sorted(c["id"] for c in doc["categories"])
+        self.label_of = {cid: i + 1 for i, cid in enumerate(self.cat_ids)}  # 0 = background
+        self.images = {im["id"]: im for im in doc["images"]}
+        self.anns: dict[int, list] = {i: [] for i in self.images}
+        for a in doc["annotations"]:
+            if a["image_id"] in self.anns and a.get("bbox") and a["bbox"][2] > 0 and a["bbox"][3] > 0:
+                self.anns[a["image_id"]].append(a)
+        self.ids = sorted(self.images)
+
+    def with_annotations(self) -> list[int]:
+        return [i for i in self.ids if any(not a.get("iscrowd", 0) for a in self.anns[i])]
+
+    def target(self, image_id: int, with_masks: bool, scale_xy=(1.0, 1.0), out_hw=None) -> dict:
+        """Boxes (xyxy), labels, crowd flags and (optionally) masks of one image, scaled."""
+        im = self.images[image_id]
+        sx, sy = scale_xy
+        boxes, labels, crowd, masks = [], [], [], []
+        for a in self.anns[image_id]:
+            x, y, w, h = a["bbox"]
+            boxes.append([x * sx, y * sy, (x + w) * sx, (y + h) * sy])
+            labels.append(self.label_of[a["category_id"]])
+            crowd.append(bool(a.get("iscrowd", 0)))
+            if with_masks:
+                masks.append(segmentation_mask(a["segmentation"], im["height"], im["width"],
+                                               scale_xy, out_hw))
+        hw = out_hw or (im["height"], im["width"])
+        t = {"boxes": np.asarray(boxes, np.float32).reshape(-1, 4), "labels": np.asarray(labels, np.int64),
+             "crowd": np.asarray(crowd, bool)}
+        if with_masks:
+            t["masks"] = np.stack(masks) if masks else np.zeros((0, *hw), bool)
+        return t
+
+
+def segmentation_mask(seg, h: int, w: int, scale_xy=(1.0, 1.0), out_hw=None) -> np.ndarray:
+    """A COCO segmentation (polygons or RLE) as a boolean mask, scaled to ``out_hw``."""
+    from PIL import Image, ImageDraw
+
+    oh, ow = out_hw or (h, w)
+    sx, sy = scale_xy
+    if isinstance(seg, list):
+        img = Image.new("L", (ow, oh), 0)
+        draw = ImageDraw.Draw(img)
+        for poly in seg:
+            if len(poly) >= 6:
+                pts = [(poly[i] * sx, poly[i + 1] * sy) for i in range(0, len(poly) - 1, 2)]
+                draw.polygon(pts, fill=1, outline=1)
+        return np.asarray(img, dtype=bool)
+    m = rle_decode(seg)
+    if (oh, ow) != m.shape:
+        m = np.asarray(Image.fromarray(m.astype(np.uint8) * 255).resize((ow, oh), Image.NEAREST)) > 127
+    return m
+
+
+def rle_decode(rle: dict) -> np.ndarray:
+    """COCO RLE (counts as a list or as the compressed string) -> bool (h, w), column-major as COCO."""
+    h, w = rle["size"]
+    counts = rle["counts"]
+    if isinstance(counts, str):
+        counts = _rle_string_counts(counts)
+    flat = np.zeros(h * w, dtype=bool)
+    pos, val = 0, False
+    for c in counts:
+        if val:
+            flat[pos: pos + c] = True
+        pos += c
+        val = not val
+    return flat.reshape(w, h).T
+
+
+def _rle_string_counts(s: str) -> list[int]:
+    """Decode pycocotools' compressed RLE string (6 bits per char, deltas from the count two back)."""
+    counts, p = [], 0
+    while p < len(s):
+        x, k, more = 0, 0, True
+        while more:
+            c = ord(s[p]) - 48
+            x |= (c & 0x1F) << (5 * k)
+            more = bool(c & 0x20)
+            p += 1
+            k += 1
+            if not more and (c & 0x10):
+                x |= -1 << (5 * k)
+        if len(counts) > 2:
+            x += counts[-2]
+        counts.append(x)
+    return counts
+
+
+def read_image(path: Path, draft=None):
+    from runner.workloads.vision import decode_rgb
+
+    return decode_rgb(str(path), draft_size=draft)

@@ -1,0 +1,350 @@
+"""ResNet-50 v1.5 image classification (MLPerf v0.5 "resnet", top-1 accuracy).
+
+Full scale reads ImageNet as the datasets playbook prepares it
+(``<data>/imagenet/{train,val}/<wnid>/*.JPEG`` and ``classes.txt``), decodes
+JPEGs with Pillow in DataLoader workers (random-resized crop and flip for
+training, resize and centre crop for evaluation) and normalizes on the device.
+Small and tiny scales generate a fixed image classification set: each class is
+a smooth colour pattern, each image a randomly shifted, contrast-scaled and
+noisy copy of its class pattern; a share of the evaluation labels is replaced
+at random, so top-1 stays below 1.0 (MLPerf's checker rejects 1.0). The
+untrained model scores about 1/classes. Tiny uses the same code narrower and
+shallower (``width``, ``layers`` in workloads.yml).
+
+Optimizer: SGD with momentum, linear warm-up then polynomial decay (power 2)
+to 0.0001, no weight decay on biases and BN parameters, label smoothing: the
+MLPerf reference's SGD recipe, logged with the 0.7.0 ``sgd_*`` keys.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from mlperf_logging.mllog import constants as C
+
+from runner.workloads import vision as V
+from runner.workloads.base import WorkloadError
+
+DATA_SEED = 20190502
+
+
+class ResNet(nn.Module):
+    def __init__(self, layers=(3, 4, 6, 3), width=64, num_classes=1000):
+        super().__init__()
+        self.trunk = V.ResNetTrunk(V.Bottleneck, layers, width)
+        self.fc = nn.Linear(self.trunk.channels[-1], num_classes)
+        V.init_convs(self)
+        nn.init.normal_(self.fc.weight, 0, 0.01)
+        nn.init.zeros_(self.fc.bias)
+
+    def forward(self, x):
+        x = self.trunk(x)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class WithLoss(nn.Module):
+    """Model and loss in one module, so that torch.compile fuses the loss too."""
+
+    def __init__(self, model, label_smoothing=0.0):
+        super().__init__()
+        self.model = model
+        self.label_smoothing = label_smoothing
+
+    def forward(self, x, y):
+        logits = self.model(x)
+        return F.cross_entropy(logits.float(), y, label_smoothing=self.label_smoothing)
+
+
+# --- data ------------------------------------------------------------------------------
+
+def generate(cfg: dict) -> dict:
+    """The generated classification set of the small and tiny scales (deterministic)."""
+    rng = np.random.default_rng(DATA_SEED)
+    k, s = cfg["classes"], cfg["image_size"]
+    g = torch.Generator().manual_seed(DATA_SEED)
+    coarse = torch.randn(k, 3, 4, 4, generator=g)
+    protos = F.interpolate(coarse, size=(s, s), mode="bicubic", align_corners=False)
+    protos = protos / protos.flatten(1).std(dim=1).view(k, 1, 1, 1)
+
+    def make(n, label_noise):
+        labels = rng.integers(0, k, size=n)
+        shifts = rng.integers(-s // 8, s // 8 + 1, size=(n, 2))
+        contrast = rng.uniform(0.6, 1.4, size=n).astype(np.float32)
+        imgs = protos[torch.as_tensor(labels)].clone()
+        for i in range(n):
+            imgs[i] = torch.roll(imgs[i], shifts=(int(shifts[i, 0]), int(shifts[i, 1])), dims=(1, 2))
+        imgs = imgs * torch.as_tensor(contrast).view(n, 1, 1, 1)
+        imgs = imgs + cfg["noise"] * torch.randn(imgs.shape, generator=g)
+        if label_noise > 0:
+            flip = rng.uniform(size=n) < label_noise
+            labels = np.where(flip, (labels + rng.integers(1, k, size=n)) % k, labels)
+        return imgs.float(), torch.as_tensor(labels, dtype=torch.int64)
+
+    xtr, ytr = make(cfg["train_images"], 0.0)
+    xev, yev = make(cfg["eval_images"], cfg.get("eval_label_noise", 0.0))
+    return {"train": (xtr, ytr), "eval": (xev, yev), "classes": k}
+
+
+def read_classes(root: Path) -> list[str]:
+    f = root / "classes.txt"
+    if f.is_file():
+        names = [ln.split()[0] for ln in f.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        if names:
+            return names
+    return sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
+
+
+def list_split(root: Path, split: str, classes: list[str]) -> tuple[list[str], np.ndarray]:
+    paths, labels = [], []
+    for i, wnid in enumerate(classes):
+        d = root / split / wnid
+        if not d.is_dir():
+            raise WorkloadError(f"imagenet data: {d} is missing (classes.txt names {wnid})")
+        names = sorted(e.name for e in os.scandir(d) if e.name.lower().endswith((".jpeg", ".jpg", ".png")))
+        paths += [str(d / n) for n in names]
+        labels += [i] * len(names)
+    if not paths:
+        raise WorkloadError(f"imagenet data: no images under {root / split}")
+    return paths, np.asarray(labels, dtype=np.int64)
+
+
+class ImageFolder(torch.utils.data.Dataset):
+    """ImageNet JPEGs: random-resized crop + flip (train) or resize + centre crop (eval), uint8 HWC."""
+
+    def __init__(self, paths, labels, size, train, seed):
+        self.paths, self.labels, self.size, self.train, self.seed = paths, labels, size, train, seed
+        self.epoch = 0
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        from PIL import Image
+
+        s = self.size
+        if self.train:
+            img = V.decode_rgb(self.paths[i], draft_size=s)
+            rng = np.random.default_rng((self.seed * 1000003 + self.epoch * 7919 + i) % (2**63))
+            w, h = img.size
+            box = None
+            for _ in range(10):
+                area = w * h * rng.uniform(0.08, 1.0)
+                ratio = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
+                cw, ch = int(round((area * ratio) ** 0.5)), int(round((area / ratio) ** 0.5))
+                if 0 < cw <= w and 0 < ch <= h:
+                    x0, y0 = rng.integers(0, w - cw + 1), rng.integers(0, h - ch + 1)
+                    box = (x0, y0, x0 + cw, y0 + ch)
+                    break
+            if box is None:
+                c = min(w, h)
+                box = ((w - c) // 2, (h - c) // 2, (w - c) // 2 + c, (h - c) // 2 + c)
+            img = img.resize((s, s), Image.BILINEAR, box=box)
+            if rng.uniform() < 0.5:
+                img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        else:
+            short = int(round(s / 0.875))
+            img = V.decode_rgb(self.paths[i], draft_size=short)
+            w, h = img.size
+            r = short / min(w, h)
+            img = img.resize((max(short, round(w * r)), max(short, round(h * r))), Image.BILINEAR)
+            w, h = img.size
+            x0, y0 = (w - s) // 2, (h - s) // 2
+            img = img.crop((x0, y0, x0 + s, y0 + s))
+        return torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()), int(self.labels[i])
+
+
+class EpochSampler(torch.utils.data.Sampler):
+    """This rank's share of a seeded per-epoch permutation (the same on every rank)."""
+
+    def __init__(self, n, ctx, batch, shuffle=True):
+        self.n, self.ctx, self.batch, self.shuffle = n, ctx, batch, shuffle
+        self.epoch = 0
+
+    def indices(self):
+        ctx = self.ctx
+        if not self.shuffle:
+            per = self.n // ctx.world_size
+            stop = self.n if ctx.rank == ctx.world_size - 1 else (ctx.rank + 1) * per
+            return np.arange(ctx.rank * per, stop)
+        perm = V.epoch_permutation(ctx.seed, self.epoch, self.n)
+        mine = perm[ctx.shard(self.n)]
+        return mine[: len(mine) // self.batch * self.batch]
+
+    def __iter__(self):
+        return iter(self.indices().tolist())
+
+    def __len__(self):
+        return len(self.indices())
+
+
+# --- trainer -------------------------------------------------------------------------
+
+class Trainer:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        cfg = ctx.cfg
+        self.image_size = cfg["image_size"]
+        self.batch = cfg["batch_size"]
+        if ctx.mode == "throughput":
+            self.batch = ctx.throughput_batch_size(ctx.by_memory(cfg.get("throughput", {}).get(
+                "batch_by_memory"), cfg["batch_size"]))
+        self.classes = cfg["classes"]
+        self.data = None
+        if ctx.mode == "ttt":
+            self._load_data()
+        model = ResNet(cfg["layers"], cfg["width"], self.classes)
+        self.model = V.prepare_model(ctx, model)
+        self.net = ctx.wrap(WithLoss(self.model, cfg.get("label_smoothing", 0.0)))
+        mode = cfg.get("compile_mode", "max-autotune-no-cudagraphs")
+        self.step_model = V.maybe_compile(ctx, self.net, mode)
+        gbs = self.batch * ctx.world_size
+        self.lr = V.round_lr(cfg["lr_per_256"] * gbs / 256, 0.001)
+        self.end_lr = cfg.get("end_lr", 0.0001)
+        self.opt = torch.optim.SGD(V.param_groups(self.model, cfg["weight_decay"]), lr=self.lr,
+                                   momentum=cfg["momentum"], **ctx.fused())
+        self.scaler = ctx.grad_scaler()
+        self.step = 0
+        self.steps_per_epoch = max(1, self.train_samples // gbs) if ctx.mode == "ttt" else 1
+        self.max_epochs = int(ctx.spec.get("max_epochs") or cfg["max_epochs"])
+        self.total_steps = self.steps_per_epoch * cfg.get("decay_epochs", cfg["max_epochs"])
+        self.warmup_steps = int(round(cfg["warmup_epochs"] * self.steps_per_epoch))
+
+    # --- data ---
+    def _load_data(self):
+        ctx, cfg = self.ctx, self.ctx.cfg
+        if cfg["data"] == "generated":
+            d = generate(cfg)
+            self.data = "generated"
+            self.xtr, self.ytr = d["train"][0].to(ctx.device), d["train"][1].to(ctx.device)
+            self.xev, self.yev = d["eval"][0].to(ctx.device), d["eval"][1].to(ctx.device)
+            if ctx.channels_last:
+                self.xtr = self.xtr.contiguous(memory_format=torch.channels_last)
+                self.xev = self.xev.contiguous(memory_format=torch.channels_last)
+            self.train_samples, self.eval_samples = len(self.ytr), len(self.yev)
+            return
+        root = Path(ctx.data) / "imagenet"
+        if not root.is_dir():
+            root = Path(ctx.data)
+        V.check_dataset("imagenet", str(root))
+        classes = read_classes(root)
+        if len(classes) != self.classes:
+            raise WorkloadError(f"imagenet data at {root}: {len(classes)} classes, expected {self.classes}")
+        tr_paths, tr_labels = list_split(root, "train", classes)
+        ev_paths, ev_labels = list_split(root, "val", classes)
+        self.data = "prepared"
+        self.train_samples, self.eval_samples = len(tr_paths), len(ev_paths)
+        workers = V.loader_workers(ctx)
+        common = {"num_workers": workers, "pin_memory": ctx.cuda, "persistent_workers": workers > 0}
+        if workers > 0:
+            common["prefetch_factor"] = 4
+        self.train_set = ImageFolder(tr_paths, tr_labels, self.image_size, True, ctx.seed)
+        self.train_sampler = EpochSampler(len(tr_paths), ctx, self.batch)
+        self.train_loader = torch.utils.data.DataLoader(self.train_set, batch_size=self.batch,
+                                                        sampler=self.train_sampler, drop_last=True, **common)
+        ev_set = ImageFolder(ev_paths, ev_labels, self.image_size, False, ctx.seed)
+        self.eval_loader = torch.utils.data.DataLoader(ev_set, batch_size=self.batch,
+                                                       sampler=EpochSampler(len(ev_paths), ctx, self.batch, False),
+                                                       **common)
+
+    def hyperparameters(self) -> dict:
+        cfg, ctx = self.ctx.cfg, self.ctx
+        return {
+            C.GLOBAL_BATCH_SIZE: self.batch * ctx.world_size,
+            C.OPT_NAME: "sgd",
+            C.OPT_BASE_LR: self.lr,
+            "sgd_opt_base_learning_rate": self.lr,
+            "sgd_opt_end_learning_rate": self.end_lr,
+            "sgd_opt_learning_rate_decay_poly_power": 2,
+            "sgd_opt_learning_rate_decay_steps": max(1, self.total_steps - self.warmup_steps),
+            "sgd_opt_weight_decay": cfg["weight_decay"],
+            "sgd_opt_momentum": cfg["momentum"],
+            "opt_learning_rate_warmup_epochs": cfg["warmup_epochs"],
+            "model_bn_span": self.batch,
+            "label_smoothing": cfg.get("label_smoothing", 0.0),
+            "model_layers": list(cfg["layers"]),
+            "model_width": cfg["width"],
+            "image_size": self.image_size,
+        }
+
+    # --- steps ---
+    def _train_step(self, x, y):
+        lr = V.poly_lr(self.step, self.total_steps, self.warmup_steps, self.lr, self.end_lr, 2)
+        V.set_lr(self.opt, lr)
+        self.step += 1
+        with self.ctx.autocast():
+            loss = self.step_model(x, y)
+        self.opt.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.opt)
+        self.scaler.update()
+
+    def train_epoch(self, epoch: int) -> None:
+        ctx = self.ctx
+        self.model.train()
+        if self.data == "generated":
+            g = torch.Generator(device=ctx.device)
+            g.manual_seed(ctx.seed * 7919 + epoch)
+            n = len(self.ytr)
+            perm = torch.randperm(n, device=ctx.device, generator=g)[ctx.shard(n)]
+            flips = torch.rand(len(perm), device=ctx.device, generator=g) < 0.5
+            for s in range(0, len(perm) - self.batch + 1, self.batch):
+                idx = perm[s: s + self.batch]
+                x = self.xtr[idx]
+                f = flips[s: s + self.batch].view(-1, 1, 1, 1)
+                x = torch.where(f, x.flip(3), x)
+                self._train_step(x, self.ytr[idx])
+                ctx.mark_step()
+            return
+        self.train_sampler.epoch = epoch
+        self.train_set.epoch = epoch
+        for images, labels in self.train_loader:
+            x = V.to_device_images(ctx, images)
+            self._train_step(x, labels.to(ctx.device, non_blocking=True))
+            ctx.mark_step()
+
+    @torch.no_grad()
+    def evaluate(self, epoch: int) -> float:
+        ctx = self.ctx
+        self.model.eval()
+        correct = total = 0
+        if self.data == "generated":
+            n = len(self.yev)
+            per = n // ctx.world_size
+            sl = slice(ctx.rank * per, n if ctx.rank == ctx.world_size - 1 else (ctx.rank + 1) * per)
+            batches = [(self.xev[sl][s: s + 256], self.yev[sl][s: s + 256])
+                       for s in range(0, sl.stop - sl.start, 256)]
+        else:
+            batches = ((V.to_device_images(ctx, im), lb.to(ctx.device)) for im, lb in self.eval_loader)
+        for x, y in batches:
+            with ctx.autocast():
+                logits = self.model(x)
+            correct += int((logits.argmax(1) == y).sum())
+            total += int(y.numel())
+        c, t = ctx.all_sum([correct, total])
+        self.model.train()
+        return c / max(1.0, t)
+
+    # --- throughput mode ---
+    def throughput_batch(self) -> int:
+        return self.batch
+
+    def throughput_step(self) -> None:
+        if not hasattr(self, "_synthetic"):
+            ctx = self.ctx
+            g = torch.Generator(device=ctx.device)
+            g.manual_seed(ctx.seed + ctx.rank)
+            x = V.synthetic_images(ctx, self.batch, self.image_size, g)
+            y = torch.randint(0, self.classes, (self.batch,), device=ctx.device, generator=g)
+            self._synthetic = (x, y)
+            self.total_steps = 10**9
+            self.model.train()
+        self._train_step(*self._synthetic)
+
+
+def build(ctx) -> Trainer:
+    return Trainer(ctx)

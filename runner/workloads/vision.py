@@ -1,0 +1,290 @@
+"""What the vision workloads (resnet50, ssd, maskrcnn) share.
+
+ResNet building blocks (v1.5 bottleneck and the basic block of ResNet-34),
+the speed path (channels-last, torch.compile with a fallback to eager),
+learning-rate schedules, JPEG decoding without torchvision, and the check of
+a prepared dataset through ``runner.datasets`` when that package is installed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from runner.workloads.base import WorkloadError
+
+IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+
+
+# --- ResNet blocks -------------------------------------------------------------------
+
+def conv3x3(cin, cout, stride=1, dilation=1):
+    return nn.Conv2d(cin, cout, 3, stride=stride, padding=dilation, dilation=dilation, bias=False)
+
+
+class Bottleneck(nn.Module):
+    """ResNet v1.5 bottleneck: the stride sits on the 3x3 convolution."""
+
+    expansion = 4
+
+    def __init__(self, cin, width, stride=1, norm=nn.BatchNorm2d, zero_init=True):
+        super().__init__()
+        cout = width * self.expansion
+        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.bn1 = norm(width)
+        self.conv2 = conv3x3(width, width, stride)
+        self.bn2 = norm(width)
+        self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
+        self.bn3 = norm(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), norm(cout))
+        if zero_init and isinstance(self.bn3, nn.BatchNorm2d):
+            nn.init.zeros_(self.bn3.weight)
+
+    def forward(self, x):
+        idt = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu(out + idt)
+
+
+class BasicBlock(nn.Module):
+    """The two-convolution block of ResNet-18/34."""
+
+    expansion = 1
+
+    def __init__(self, cin, width, stride=1, norm=nn.BatchNorm2d, zero_init=False):
+        super().__init__()
+        self.conv1 = conv3x3(cin, width, stride)
+        self.bn1 = norm(width)
+        self.conv2 = conv3x3(width, width)
+        self.bn2 = norm(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = None
+        if stride != 1 or cin != width:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, width, 1, stride=stride, bias=False), norm(width))
+        if zero_init and isinstance(self.bn2, nn.BatchNorm2d):
+            nn.init.zeros_(self.bn2.weight)
+
+    def forward(self, x):
+        idt = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + idt)
+
+
+def make_stage(block, cin, width, blocks, stride, norm=nn.BatchNorm2d, zero_init=True):
+    layers = [block(cin, width, stride, norm=norm, zero_init=zero_init)]
+    cout = width * block.expansion
+    for _ in range(1, blocks):
+        layers.append(block(cout, width, 1, norm=norm, zero_init=zero_init))
+    return nn.Sequential(*layers), cout
+
+
+class ResNetTrunk(nn.Module):
+    """The ResNet stem and stages, named as torchvision names them (``conv1``, ``bn1``,
+    ``layer1``..), so that an ImageNet checkpoint in that layout loads as is.
+
+    ``strides`` per stage (the SSD backbone keeps layer3 at stride 1);
+    ``forward`` returns the outputs of the stages listed in ``return_stages``.
+    """
+
+    def __init__(self, block, layers, width=64, strides=(1, 2, 2, 2), norm=nn.BatchNorm2d,
+                 zero_init=True, return_stages=None):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, width, 7, stride=2, padding=3, bias=False)
+        self.bn1 = norm(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+        cin = width
+        self.channels = []
+        for i, (n, st) in enumerate(zip(layers, strides)):
+            stage, cin = make_stage(block, cin, width * 2 ** i, n, st, norm=norm, zero_init=zero_init)
+            setattr(self, f"layer{i + 1}", stage)
+            self.channels.append(cin)
+        self.num_stages = len(layers)
+        self.return_stages = return_stages
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        outs = []
+        for i in range(self.num_stages):
+            x = getattr(self, f"layer{i + 1}")(x)
+            outs.append(x)
+        if self.return_stages is None:
+            return x
+        return [outs[i] for i in self.return_stages]
+
+
+def load_pretrained(module: nn.Module, path) -> int:
+    """Load matching tensors of a torchvision-layout checkpoint; returns how many were loaded."""
+    state = torch.load(str(path), map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and "state_dict" in state:
+        state = state["state_dict"]
+    own = module.state_dict()
+    take = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
+    module.load_state_dict(take, strict=False)
+    return len(take)
+
+
+def init_convs(module: nn.Module) -> None:
+    for m in module.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+class FrozenBatchNorm2d(nn.Module):
+    """BatchNorm with fixed statistics and affine parameters (detection backbones)."""
+
+    def __init__(self, n, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.register_buffer("weight", torch.ones(n))
+        self.register_buffer("bias", torch.zeros(n))
+        self.register_buffer("running_mean", torch.zeros(n))
+        self.register_buffer("running_var", torch.ones(n))
+
+    def forward(self, x):
+        scale = self.weight * (self.running_var + self.eps).rsqrt()
+        shift = self.bias - self.running_mean * scale
+        return x * scale.view(1, -1, 1, 1).to(x.dtype) + shift.view(1, -1, 1, 1).to(x.dtype)
+
+
+# --- the speed path ----------------------------------------------------------------------
+
+def prepare_model(ctx, model: nn.Module) -> nn.Module:
+    """Move to the device; channels-last when the context asks for it."""
+    model = model.to(ctx.device)
+    if ctx.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    return model
+
+
+def maybe_compile(ctx, fn, mode: str | None = None, dynamic: bool = False):
+    """``torch.compile(fn)`` when the context compiles, else ``fn``.
+
+    ``mode`` comes from the workload's configuration (for instance
+    ``max-autotune-no-cudagraphs``). Compiled artifacts land in
+    ``TORCHINDUCTOR_CACHE_DIR`` (set by the supervisor to the sweep's cache).
+    """
+    if not ctx.compile:
+        return fn
+    kw = {"dynamic": dynamic}
+    if mode and mode != "default":
+        kw["mode"] = mode
+    return torch.compile(fn, **kw)
+
+
+def to_device_images(ctx, images_u8: torch.Tensor, mean=IMAGENET_MEAN, std=IMAGENET_STD) -> torch.Tensor:
+    """uint8 NHWC (CPU) -> normalized float NCHW on the device (channels-last when asked)."""
+    x = images_u8.to(ctx.device, non_blocking=True).permute(0, 3, 1, 2).float()
+    m = torch.tensor(mean, device=ctx.device).view(1, 3, 1, 1)
+    s = torch.tensor(std, device=ctx.device).view(1, 3, 1, 1)
+    x = (x - m) / s
+    if ctx.channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+def synthetic_images(ctx, batch: int, size, generator=None) -> torch.Tensor:
+    h, w = (size, size) if isinstance(size, int) else size
+    x = torch.randn(batch, 3, h, w, device=ctx.device, generator=generator)
+    if ctx.channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+# --- schedules ---------------------------------------------------------------------------
+
+def poly_lr(step: int, total: int, warmup: int, base: float, end: float, power: float) -> float:
+    """Linear warm-up to ``base``, then polynomial decay to ``end`` at ``total`` steps."""
+    if warmup > 0 and step < warmup:
+        return base * (step + 1) / warmup
+    t = min(1.0, (step - warmup) / max(1, total - warmup))
+    return end + (base - end) * (1.0 - t) ** power
+
+
+def step_lr(step: int, warmup: int, warmup_factor: float, base: float, boundaries, factor: float) -> float:
+    """Linear warm-up from ``warmup_factor * base``, then ``factor`` at each boundary (in steps)."""
+    if warmup > 0 and step < warmup:
+        a = step / warmup
+        return base * (warmup_factor * (1 - a) + a)
+    return base * factor ** sum(1 for b in boundaries if step >= b)
+
+
+def set_lr(opt, lr: float) -> None:
+    for g in opt.param_groups:
+        g["lr"] = lr * g.get("lr_scale", 1.0)
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """No weight decay on biases and normalization parameters (1-d tensors)."""
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim <= 1 else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def round_lr(lr: float, quantum: float) -> float:
+    """``lr`` rounded to a multiple of ``quantum`` (the MLPerf rules ask for such values)."""
+    return round(max(quantum, round(lr / quantum) * quantum), 10)
+
+
+# --- data -----------------------------------------------------------------------------------
+
+def check_dataset(name: str, root: str) -> None:
+    """Verify a prepared dataset with ``runner.datasets.check`` where that package exists."""
+    try:
+        from runner.datasets import check
+    except ImportError:
+        return
+    try:
+        check(name, root)
+    except WorkloadError:
+        raise
+    except Exception as exc:  # the package's own error: one line naming the data set
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise WorkloadError(f"{name} data at {root}: {msg}") from exc
+
+
+def loader_workers(ctx, per_gpu_max: int = 12) -> int:
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size)))
+    return max(0, min(per_gpu_max, n // local - 1))
+
+
+def decode_rgb(path: str, draft_size: int | None = None):
+    """A PIL RGB image; JPEGs are decoded at a reduced scale when ``draft_size`` allows."""
+    from PIL import Image
+
+    img = Image.open(path)
+    if draft_size and img.format == "JPEG":
+        img.draft("RGB", (draft_size, draft_size))
+    return img.convert("RGB")
+
+
+def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
+    """The same order on every rank; ranks take disjoint slices of it."""
+    return np.random.default_rng((seed * 7919 + epoch) % (2**63)).permutation(n)
+
+
+def log_note(msg: str) -> None:
+    print(f"[workload] {msg}", file=sys.stderr, flush=True)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return int(math.ceil(a / b))

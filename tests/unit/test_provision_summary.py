@@ -1,0 +1,121 @@
+"""Provision summary, audit report and the stack facts module's drift rules, with plain data."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from lab import ansible, provision, stacks
+from tests.unit.test_stacks import host
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def facts_module():
+    spec = importlib.util.spec_from_file_location("gpulab_stack_facts",
+                                                  REPO / "playbooks" / "library" / "gpulab_stack_facts.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def stack(driver="550.144.03", cuda="12.4.1", cudnn=("9.1.0.70",), nccl="2.21.5", gpus=2, torch="2.5.1"):
+    return {"driver": {"version": driver, "error": None if gpus is not None else "NVIDIA-SMI has failed"},
+            "gpus": None if gpus is None else [{"index": i, "name": "Tesla T4"} for i in range(gpus)],
+            "cuda": {"default": cuda}, "cudnn": {"versions": list(cudnn)}, "nccl": {"version": nccl},
+            "python": {"torch": torch, "env": "/var/lib/gpulab/envs/current"}}
+
+
+EXPECTED = {"driver": "550.144.03", "cuda": "12.4.1", "cudnn": "9.1.0.70", "nccl": "2.21.5", "torch": "2.5.1"}
+
+
+def test_no_drift_when_everything_matches():
+    assert facts_module().drift(stack(), EXPECTED, "T4", "2") == []
+
+
+@pytest.mark.parametrize("kwargs, expected, model, count, drift", [
+    ({"cudnn": ("9.0.0.312",)}, EXPECTED, "T4", "2", [("cudnn", "9.1.0.70", "9.0.0.312")]),
+    ({"cudnn": ("7.4.1.5", "9.1.0.70")}, EXPECTED, "T4", "2", [("cudnn", "9.1.0.70", "7.4.1.5, 9.1.0.70")]),
+    ({"cudnn": ()}, EXPECTED, "T4", "2", [("cudnn", "9.1.0.70", "none")]),
+    ({"torch": None}, EXPECTED, "T4", "2", [("torch", "2.5.1", "none")]),
+    ({"gpus": 3}, EXPECTED, "T4", "2", [("gpu_count", "2", "3")]),
+    ({}, EXPECTED, "V100", "auto", [("gpu_model", "V100", "Tesla T4")]),
+    ({"gpus": None}, EXPECTED, "T4", "2", [("gpu_count", "2", "unknown (NVIDIA-SMI has failed)")]),
+    ({"driver": "550.127.05"}, {**EXPECTED, "driver": "550.*"}, "auto", "auto", []),
+    ({"driver": "535.183.01"}, {**EXPECTED, "driver": "550.*"}, "auto", "auto", [("driver", "550.*", "535.183.01")]),
+    ({"cudnn": ("7.4.1",)}, {**EXPECTED, "cudnn": "7.4.1.5"}, "auto", "auto", []),  # header-only install
+])
+def test_drift_rules(kwargs, expected, model, count, drift):
+    found = facts_module().drift(stack(**kwargs), expected, model, count)
+    assert [(d["component"], d["expected"], d["found"]) for d in found] == drift
+
+
+def test_header_versions_are_parsed_like_nvidia_writes_them():
+    mod = facts_module()
+    text = "#define CUDNN_MAJOR 9\n#define CUDNN_MINOR 1\n#define CUDNN_PATCHLEVEL 0\n"
+    assert mod.header_version(text, "CUDNN", ("MAJOR", "MINOR", "PATCHLEVEL")) == "9.1.0"
+    assert mod.header_version("#define NCCL_MAJOR 2\n#define NCCL_MINOR 21\n", "NCCL", ("MAJOR", "MINOR", "PATCH")) is None
+    assert mod.upstream("7.4.1.5-1+cuda10.0") == "7.4.1.5" and mod.upstream("1:550.144.03-0ubuntu1") == "550.144.03"
+
+
+def playbook_result(tmp_path, hosts, results, check=False, status="successful"):
+    return ansible.PlaybookResult(playbook="provision.yml", status=status, rc=0, artifacts=tmp_path / "a",
+                                  hosts=hosts, results=results, check=check)
+
+
+def test_summary_names_changes_reboot_drift_and_artifacts(tmp_path):
+    plans = stacks.plan([host("a"), host("b")])
+    hosts = {"a": ansible.HostSummary("a", ok=30, changed=12),
+             "b": ansible.HostSummary("b", ok=3, failed=1,
+                                      failures=[ansible.TaskFailure("Install pinned packages", "E: broken")])}
+    read = {"stack": stack(), "drift": []}
+    results = {"a": {provision.READ_TASK: read,
+                     provision.REBOOT_TASK: {"ansible_facts": {"reboot_state": "needed but skipped (reboot_allowed is false)"}}}}
+    r = playbook_result(tmp_path, hosts, results, status="failed")
+    out = provision.outcomes(r, plans, None)
+    lines = provision.summary_lines(r, out)
+    assert lines[0] == "provision: 1/2 host(s) ok"
+    assert lines[1].split() == ["a", "changed", "stack", "current", "ok=30", "changed=12", "failed=0", "unreachable=0"]
+    assert "installed: driver 550.144.03, cuda 12.4.1, cudnn 9.1.0.70, nccl 2.21.5, torch 2.5.1, gpus 2" in lines[2]
+    assert lines[3].strip() == "reboot: needed but skipped (reboot_allowed is false)"
+    assert lines[4].split()[:2] == ["b", "failed"] and lines[5].strip() == "reason: Install pinned packages: E: broken"
+    assert lines[-1].strip() == f"artifacts: {tmp_path / 'a'}"
+    assert not r.ok
+
+
+def test_audit_report_lines_and_json(tmp_path):
+    plans = stacks.plan([host("a"), host("b"), host("c")])
+    hosts = {"a": ansible.HostSummary("a", ok=5), "b": ansible.HostSummary("b", ok=5),
+             "c": ansible.HostSummary("c", unreachable=1, failures=[ansible.TaskFailure("Gathering Facts", "host key of c is UNKNOWN")])}
+    drift = [{"component": "cudnn", "expected": "9.1.0.70", "found": "9.0.0.312"}]
+    results = {"a": {provision.READ_TASK: {"stack": stack(), "drift": []}},
+               "b": {provision.READ_TASK: {"stack": stack(cudnn=("9.0.0.312",)), "drift": drift}}}
+    rep = provision.AuditReport(playbook_result(tmp_path, hosts, results), provision.outcomes(
+        playbook_result(tmp_path, hosts, results), plans, None))
+    lines = rep.lines()
+    assert lines[0].split() == ["a", "current", "no", "drift"]
+    assert lines[1].split() == ["b", "current", "cudnn", "expected", "9.1.0.70", "found", "9.0.0.312"]
+    assert lines[2].startswith("c") and "NOT AUDITED (unreachable): Gathering Facts: host key of c is UNKNOWN" in lines[2]
+    assert lines[3].startswith("audit: 3 host(s), 1 with drift, 1 not audited")
+    assert not rep.ok
+    doc = json.loads(json.dumps(rep.as_dict()))
+    assert doc["hosts"]["b"]["drift"] == drift and doc["hosts"]["a"]["drift"] == [] and doc["ok"] is False
+    clean = {"a": hosts["a"]}
+    ok = provision.AuditReport(playbook_result(tmp_path, clean, results), provision.outcomes(
+        playbook_result(tmp_path, clean, results), plans[:1], None))
+    assert ok.ok
+
+
+def test_mirror_filter_replaces_scheme_and_host_only():
+    import importlib.util as u
+    spec = u.spec_from_file_location("gpulab_filters", REPO / "playbooks" / "filter_plugins" / "gpulab.py")
+    mod = u.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    f = mod.gpulab_mirror_url
+    url = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu1804/x86_64/"
+    assert f(url, "") == url and f(url, None) == url
+    assert f(url, "http://10.0.0.1:8080/") == "http://10.0.0.1:8080/compute/cuda/repos/ubuntu1804/x86_64/"
+    assert f("https://pypi.org/simple/", "https://mirror.lab/base") == "https://mirror.lab/base/simple/"
