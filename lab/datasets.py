@@ -119,9 +119,12 @@ def host_sources(catalogue: Catalogue, names: list[str], host: str, hostvars: di
                 raise ConfigError(f"host {host}: {name}: {what}no source for {a['file']} (set "
                                   f"datasets_origins.{a['origin']} to a lab path or mirror URL, or gpulab_mirror)")
             base = str(base)
-            if not base.startswith(("http://", "https://", "file:///", "/")):
+            if not base.startswith(("http://", "https://", "file:///", "/", "controller:/")):
                 raise ConfigError(f"host {host}: datasets_origins.{a['origin']}: {base!r} is neither an http(s) "
-                                  f"URL nor an absolute path")
+                                  f"URL, an absolute path on the host nor controller:/<path>")
+            if base.startswith("controller:") and not Path(base[len("controller:"):]).is_dir():
+                raise ConfigError(f"host {host}: datasets_origins.{a['origin']}: {base[len('controller:'):]} is "
+                                  f"not a folder on this controller")
             out[a["file"]] = f"{base.rstrip('/')}/{a.get('path', a['file'])}"
     return out
 

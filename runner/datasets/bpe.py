@@ -107,33 +107,37 @@ class BPE:
             if merged not in seen:
                 vocab.append(merged)
                 seen.add(merged)
-            changed: dict = {}
+            delta: defaultdict = defaultdict(int)
             for i in list(where.pop(pair, ())):
                 syms, f = seqs[i], freqs[i]
-                if not any(syms[k] == pair[0] and syms[k + 1] == pair[1] for k in range(len(syms) - 1)):
-                    continue
-                for a, b in zip(syms, syms[1:]):  # remove this word's old pairs
-                    if _mergeable(a, b):
-                        pair_counts[(a, b)] -= f
-                        changed[(a, b)] = True
-                new, k = [], 0
+                new, k, hit = [], 0, False
                 while k < len(syms):
                     if k + 1 < len(syms) and syms[k] == pair[0] and syms[k + 1] == pair[1]:
                         new.append(merged)
                         k += 2
+                        hit = True
                     else:
                         new.append(syms[k])
                         k += 1
-                seqs[i] = new
+                if not hit:  # a stale index entry: this word no longer holds the pair
+                    continue
+                for a, b in zip(syms, syms[1:]):
+                    if _mergeable(a, b):
+                        delta[(a, b)] -= f
                 for a, b in zip(new, new[1:]):
                     if _mergeable(a, b):
-                        pair_counts[(a, b)] += f
-                        where[(a, b)].add(i)
-                        changed[(a, b)] = True
+                        delta[(a, b)] += f
+                        if a == merged or b == merged:
+                            where[(a, b)].add(i)
+                seqs[i] = new
             pair_counts.pop(pair, None)
-            for p in changed:
-                c = pair_counts.get(p, 0)
+            delta.pop(pair, None)
+            for p, d in delta.items():
+                if not d:
+                    continue
+                c = pair_counts.get(p, 0) + d
                 if c > 0:
+                    pair_counts[p] = c
                     heapq.heappush(heap, (-c, p))
                 else:
                     pair_counts.pop(p, None)

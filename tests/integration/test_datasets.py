@@ -5,7 +5,8 @@ go through the real role, the fetch module and runner.datasets on two hosts.
 One lab, one sequence: the first run prepares five datasets on both hosts while the server
 cuts the first transfer of ml-20m.zip to each host mid-file (the download resumes with a
 Range request); the second run changes nothing; a corrupted archive fails naming the file
-and both sums, and is removed; with shared storage one host prepares and both check."""
+and both sums, and is removed; with shared storage one host prepares and both check; archives kept on the
+controller are copied."""
 
 from __future__ import annotations
 
@@ -191,7 +192,28 @@ def test_datasets_on_two_hosts(testlab, tmp_path):
         assert _summary(p.stdout, lab.names[0])["changed"] > 0
         second = _summary(p.stdout, lab.names[1])
         assert second["state"] == "ok" and second["changed"] == 0 and second["failed"] == 0, p.stdout
-        assert re.search(rf"\[{lab.names[1]}\] ok\s+Check every prepared dataset on this host", p.stdout), p.stdout
+        assert re.search(rf"\[{lab.names[1]}\] ok\s+(datasets : )?Check every prepared dataset on this host", p.stdout), p.stdout
         assert json.loads((shared / "data" / "ml-20m" / "gpulab-dataset.json").read_text())["dataset"] == "ml-20m"
+
+        # 5. archives kept on the controller (datasets_origins: controller:/folder) are copied to the host,
+        #    verified and prepared there; a rerun changes nothing
+        flat = tmp_path / "flat"
+        flat.mkdir()
+        for a in entries["coco"]["artifacts"]:
+            os.link(tmp_path / "src" / "coco" / a["file"], flat / a["file"])
+        inv2 = yaml.safe_load(lab.inventory.read_text())
+        inv2["all"].setdefault("vars", {})["datasets_origins"] = {"nowhere": f"controller:{flat}"}
+        (tmp_path / "inventory2.yml").write_text(yaml.safe_dump(inv2))
+        host = lab.names[1]
+        args = ["--inventory", str(tmp_path / "inventory2.yml"), "--catalogue", str(tmp_path / "catalogue.yml"),
+                "--host", host, "--names", "ssd", "--root", "/var/lib/gpulab/data-ctl"]
+        before = len(mirror.log)
+        for run in (1, 2):
+            p = _invoke(*args, env=env)
+            assert p.returncode == 0, p.stdout + p.stderr
+            assert _summary(p.stdout, host)["state"] == ("changed" if run == 1 else "ok"), p.stdout
+        assert len(mirror.log) == before
+        doc = json.loads(lab.exec(host, "cat /var/lib/gpulab/data-ctl/coco/gpulab-dataset.json").stdout)
+        assert doc["counts"]["val2017_images"] == entries["coco"]["expect"]["val2017_images"]
     finally:
         mirror.close()

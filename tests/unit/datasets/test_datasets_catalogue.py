@@ -108,3 +108,11 @@ def test_provision_with_datasets_checks_them_before_touching_hosts():
     r = subprocess.run(args + ["--datasets", "resnet50"], cwd=REPO, capture_output=True, text=True, env=env,
                        timeout=120)
     assert r.returncode == 2 and "host r740-01: imagenet: licensed data" in r.stderr
+
+
+def test_controller_folders_as_sources(tmp_path):
+    cat = ds.load_catalogue()
+    src = ds.host_sources(cat, ["ml-20m"], "h", {"datasets_origins": {"grouplens": f"controller:{tmp_path}"}})
+    assert src == {"ml-20m.zip": f"controller:{tmp_path}/ml-20m.zip"}
+    with pytest.raises(ConfigError, match=r"^host h: datasets_origins\.grouplens: /no/such is not a folder"):
+        ds.host_sources(cat, ["ml-20m"], "h", {"datasets_origins": {"grouplens": "controller:/no/such"}})
