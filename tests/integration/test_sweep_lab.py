@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import subprocess
 import time
 from pathlib import Path
@@ -34,7 +35,7 @@ RUNNER = "[r]unner run"   # a pgrep pattern that does not match pgrep's own shel
 
 
 def invoke_cmd() -> list[str]:
-    return [str(INVOKE)] if INVOKE.exists() else [os.sys.executable, "-m", "invoke"]
+    return [str(INVOKE)] if INVOKE.exists() else [sys.executable, "-m", "invoke"]
 
 
 def env_for(results: Path, **settings) -> dict:
@@ -152,7 +153,7 @@ def test_crash_hang_and_full_disk_are_recorded_with_reasons(lab, tmp_path):
     assert crash["reason"].startswith("run failed: workload processes exited with code -11"), crash
     assert hang["state"] == "failed" and hang["reason"].startswith("timed out: still running"), hang
     assert hang["reason"].endswith("its processes were killed"), hang
-    assert full["state"] == "failed" and full["reason"].startswith(f"disk full: "), full
+    assert full["state"] == "failed" and full["reason"].startswith("disk full: "), full
     assert f"in {SMALL_WORKDIR}/sweeps/s2 on sw-04, 64 MB needed" in full["reason"]
     # what the crashed run wrote was collected and verifies; the frozen run's partial files are kept
     assert checksums.verify(results / "s2" / "sw-01" / rid) == []
