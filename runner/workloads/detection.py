@@ -21,6 +21,11 @@ from runner.workloads.base import WorkloadError
 
 DATA_SEED = 20190503
 
+try:  # optional: torchvision's CUDA NMS kernel; the torch code below gives the same result
+    from torchvision.ops import nms as _tv_nms
+except Exception:  # not installed, or built for another torch
+    _tv_nms = None
+
 
 # --- boxes --------------------------------------------------------------------------------
 
@@ -75,6 +80,8 @@ def nms(boxes: torch.Tensor, scores: torch.Tensor, thr: float) -> torch.Tensor:
     """
     if boxes.numel() == 0:
         return torch.zeros(0, dtype=torch.long, device=boxes.device)
+    if boxes.is_cuda and _tv_nms is not None:  # torchvision's kernel where it is installed
+        return _tv_nms(boxes.float(), scores.float(), thr)
     order = scores.argsort(descending=True)
     b = boxes[order].float()
     over = box_iou(b, b) > thr
@@ -86,6 +93,36 @@ def nms(boxes: torch.Tensor, scores: torch.Tensor, thr: float) -> torch.Tensor:
             break
         keep = new
     return order[keep]
+
+
+def nms_sorted_padded(boxes: torch.Tensor, valid: torch.Tensor, thr: float) -> torch.Tensor:
+    """Exact greedy NMS of many sets at once: ``boxes`` (B, n, 4) sorted by score within each row.
+
+    ``valid`` (B, n) marks real boxes (padding neither counts nor suppresses).
+    Returns the kept boxes as a (B, n) mask: the same fixed point as ``nms``,
+    iterated for all rows together and checked every four steps.
+    """
+    over = box_iou(boxes.float(), boxes.float()) > thr
+    over = torch.triu(over, diagonal=1) & valid[:, :, None] & valid[:, None, :]
+    keep = valid.clone()
+    for _ in range(0, boxes.shape[1] + 4, 4):
+        prev = keep
+        for _ in range(4):
+            prev, keep = keep, valid & ~(over & keep[:, :, None]).any(1)
+        if torch.equal(prev, keep):
+            break
+    return keep
+
+
+def clip_to_sizes(b: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+    """Clip (N, K, 4) boxes to per-image sizes (N, 2) = (h, w)."""
+    h = sizes[:, 0].view(-1, 1).to(b.dtype)
+    w = sizes[:, 1].view(-1, 1).to(b.dtype)
+    x1 = torch.minimum(b[..., 0].clamp(min=0), w)
+    y1 = torch.minimum(b[..., 1].clamp(min=0), h)
+    x2 = torch.minimum(b[..., 2].clamp(min=0), w)
+    y2 = torch.minimum(b[..., 3].clamp(min=0), h)
+    return torch.stack([x1, y1, x2, y2], -1)
 
 
 def batched_nms(boxes, scores, labels, thr: float) -> torch.Tensor:

@@ -233,23 +233,30 @@ class Detector:
         post = self.cfg["num_image_candidates"] if training else self.cfg.get(
             "num_image_candidates_test", self.cfg["num_image_candidates"])
         n = logits[0].shape[0]
-        out = []
-        for i in range(n):
-            h, w = float(sizes[i, 0]), float(sizes[i, 1])
-            boxes, scores = [], []
-            for lvl, (a, lg, dl) in enumerate(zip(anchors, logits, deltas)):
-                s = lg[i].float()
-                k = min(pre, s.numel())
-                s, top = s.topk(k)
-                b = D.clip_boxes(D.decode(dl[i][top], a[top], RPN_WEIGHTS), h, w)
-                ok = ((b[:, 2] - b[:, 0]) > 0) & ((b[:, 3] - b[:, 1]) > 0)
-                b, s = b[ok], s[ok]
-                keep = D.nms(b, s, 0.7)
-                boxes.append(b[keep])
-                scores.append(s[keep])
-            b, s = torch.cat(boxes), torch.cat(scores)
-            top = s.topk(min(post, s.numel())).indices
-            out.append(b[top])
+        boxes, scores, valid = [], [], []
+        for a, lg, dl in zip(anchors, logits, deltas):  # per level: the best ``pre`` anchors, sorted
+            k = min(pre, lg.shape[1])
+            sc, top = lg.float().topk(k, dim=1)
+            d = dl.gather(1, top[..., None].expand(-1, -1, 4))
+            b = D.clip_to_sizes(D.decode(d, a[top], RPN_WEIGHTS), sizes)
+            ok = ((b[..., 2] - b[..., 0]) > 0) & ((b[..., 3] - b[..., 1]) > 0)
+            if k < pre:  # levels with fewer anchors: padding
+                b = F.pad(b, (0, 0, 0, pre - k))
+                sc = F.pad(sc, (0, pre - k))
+                ok = F.pad(ok, (0, pre - k))
+            boxes.append(b)
+            scores.append(sc)
+            valid.append(ok)
+        nl = len(boxes)
+        b = torch.stack(boxes, 1)  # (N, L, pre, 4)
+        sc = torch.stack(scores, 1)
+        keep = D.nms_sorted_padded(b.view(n * nl, pre, 4), torch.stack(valid, 1).view(n * nl, pre),
+                                   0.7).view(n, nl, pre)
+        sc = sc.masked_fill(~keep, float("-inf")).view(n, -1)
+        top_s, top = sc.topk(min(post, sc.shape[1]), dim=1)
+        top_b = b.view(n, -1, 4).gather(1, top[..., None].expand(-1, -1, 4))
+        ok = torch.isfinite(top_s)
+        out = [top_b[i][ok[i]] for i in range(n)]
         return out
 
     # --- box / mask heads ---

@@ -200,7 +200,7 @@ class Trainer:
         model = ResNet(cfg["layers"], cfg["width"], self.classes)
         self.model = V.prepare_model(ctx, model)
         self.net = ctx.wrap(WithLoss(self.model, cfg.get("label_smoothing", 0.0)))
-        mode = cfg.get("compile_mode", "max-autotune-no-cudagraphs")
+        mode = cfg.get("compile_mode")
         self.step_model = V.maybe_compile(ctx, self.net, mode)
         gbs = self.batch * ctx.world_size
         self.lr = V.round_lr(cfg["lr_per_256"] * gbs / 256, 0.001)

@@ -175,11 +175,13 @@ def maybe_compile(ctx, fn, mode: str | None = None, dynamic: bool = False):
     """``torch.compile(fn)`` when the context compiles, else ``fn``.
 
     ``mode`` comes from the workload's configuration (for instance
-    ``max-autotune-no-cudagraphs``). Compiled artifacts land in
-    ``TORCHINDUCTOR_CACHE_DIR`` (set by the supervisor to the sweep's cache).
+    ``max-autotune-no-cudagraphs``); ``GPULAB_COMPILE_MODE`` overrides it.
+    Compiled artifacts land in ``TORCHINDUCTOR_CACHE_DIR`` (set by the
+    supervisor to the sweep's cache), so later runs of a sweep skip the work.
     """
     if not ctx.compile:
         return fn
+    mode = os.environ.get("GPULAB_COMPILE_MODE") or mode  # the benchmark may try another mode
     kw = {"dynamic": dynamic}
     if mode and mode != "default":
         kw["mode"] = mode

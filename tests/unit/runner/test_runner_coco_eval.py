@@ -116,3 +116,32 @@ def test_no_ground_truth_at_all_is_zero_not_nan():
     ev = COCOEvaluator()
     ev.add([], [0.9], [1], gt_boxes=np.zeros((0, 4)), det_boxes=[[0, 0, 1, 1]])
     assert ev.summarize()["AP"] == 0.0
+
+
+def test_device_nms_is_exact_greedy_suppression():
+    torch = pytest.importorskip("torch")
+    from runner.workloads import detection as D
+
+    g = torch.Generator().manual_seed(0)
+    xy = torch.rand(300, 2, generator=g) * 50
+    wh = torch.rand(300, 2, generator=g) * 20 + 5
+    boxes = torch.cat([xy, xy + wh], 1)
+    scores = torch.rand(300, generator=g)
+    # the plain greedy loop, written out
+    order = scores.argsort(descending=True).tolist()
+    iou = D.box_iou(boxes, boxes)
+    kept, removed = [], set()
+    for i in order:
+        if i in removed:
+            continue
+        kept.append(i)
+        removed |= {j for j in order if iou[i, j] > 0.5}
+    assert D.nms(boxes, scores, 0.5).tolist() == kept
+    # the padded, batched form: two rows, the second with padding at its end
+    srt = boxes[order]
+    valid = torch.ones(2, 300, dtype=torch.bool)
+    valid[1, 200:] = False
+    keep = D.nms_sorted_padded(torch.stack([srt, srt]), valid, 0.5)
+    assert [order[j] for j in torch.nonzero(keep[0]).squeeze(1).tolist()] == kept
+    sub = D.nms(srt[:200], scores[order][:200], 0.5).tolist()
+    assert sorted(torch.nonzero(keep[1]).squeeze(1).tolist()) == sorted(sub)
