@@ -82,7 +82,8 @@ def test_tiny_run_reaches_its_target_and_passes_the_compliance_checker(tmp_path,
     assert keys.count("eval_accuracy") == st["result"]["epochs"]
     assert next(e for e in ev if e["key"] == "max_sequence_length")["metadata"]["method"] == "discard"
     chk = subprocess.run([sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
-                          "--ruleset", "0.7.0", str(out / "mllog.log")], capture_output=True, text=True)
+                          "--ruleset", "0.7.0", str(out / "mllog.log")], capture_output=True, text=True,
+                         cwd=tmp_path)  # the checker writes compliance_checker.log into its cwd
     assert chk.returncode == 0, chk.stdout + chk.stderr
     assert "SUCCESS" in chk.stdout + chk.stderr, chk.stdout + chk.stderr
 
