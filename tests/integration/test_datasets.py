@@ -16,6 +16,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from tests.unit.datasets.dataset_archives import build  # noqa: E402
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
-INVOKE = Path("/work/main/.venv/bin/invoke")
+INVOKE = Path(sys.executable).parent / "invoke"
 LAB_VARS = {"gpulab_gpu_model": "T4", "gpulab_gpu_count": 1, "gpulab_stack": "current"}
 ROOT = "/var/lib/gpulab/data"
 

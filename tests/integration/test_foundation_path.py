@@ -105,7 +105,7 @@ def test_provision_sweep_report_on_two_hosts(flab):
         assert {"mllog.log", "status.json", "manifest.json", "telemetry.csv", "stdout.log"} <= listed
         status = json.loads((run / "status.json").read_text())
         assert status["outcome"] == "success" and status["exit_code"] == 0
-        assert json.loads((run / "manifest.json").read_text())["host"]["hostname"] == name
+        assert json.loads((run / "manifest.json").read_text())["probe"]["host"]["hostname"] == name
         starts.append((status["start"], status["end"]))
     # both runs were under way at the same time
     assert max(s for s, _ in starts) < min(e for _, e in starts), starts

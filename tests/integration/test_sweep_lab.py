@@ -27,7 +27,7 @@ from lab import checksums  # noqa: E402
 pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
-INVOKE = Path("/work/main/.venv/bin/invoke")
+INVOKE = Path(sys.executable).parent / "invoke"
 EVIL_WORKDIR = "/var/lib/gl wd;touch /tmp/pwned-workdir;$(touch /tmp/pwned-subst)"
 SMALL_WORKDIR = "/var/lib/gl-small"
 LAB_VARS = {"gpulab_gpu_model": "cpu", "gpulab_gpu_count": 0, "gpulab_stack": "current"}
