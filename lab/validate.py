@@ -862,7 +862,10 @@ def stacks_for(hosts: Iterable[Any], inventory: Path | str | None = None) -> dic
     except ImportError:
         return {}
     out = {}
-    sdir = st.stacks_dir_for(inventory)
+    # profiles beside the inventory (inventory/stacks/) when there are any, else the checkout's
+    sdir = Path(inventory).parent / "stacks" if inventory else None
+    if sdir is None or not sdir.is_dir():
+        sdir = None
     for h in hosts:
         name = _host_field(h, "stack")
         if not name or name in out:
@@ -871,12 +874,8 @@ def stacks_for(hosts: Iterable[Any], inventory: Path | str | None = None) -> dic
             prof = st.load(name, sdir)
         except GpulabError:
             continue
-        want = {c: prof.version(c) for c in ("driver", "cuda", "cudnn", "nccl")}
-        pkgs = (prof.data.get("python") or {}).get("packages") or {}
-        for fw in ("torch", "tensorflow"):
-            if fw in pkgs:
-                want[fw] = pkgs[fw]
-        out[name] = want
+        # a branch-only driver ('550.*') agrees with any version of that branch
+        out[name] = {c: v[:-2] if v.endswith(".*") else v for c, v in prof.expected().items()}
     return out
 
 

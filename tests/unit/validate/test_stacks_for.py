@@ -1,0 +1,33 @@
+"""Expected stack versions for validation come from the stack profiles of the inventory."""
+
+from pathlib import Path
+
+from lab import inventory, validate
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_example_lab_expects_the_mlperf_v05_profile():
+    inv = REPO / "inventory" / "hosts.yml"
+    got = validate.stacks_for(inventory.load(inv).select(), inv)
+    assert got == {"mlperf-v0.5": {"driver": "410.72", "cuda": "10.0.130", "cudnn": "7.4.1.5", "nccl": "2.3.7",
+                                   "torch": "1.0.0", "tensorflow": "1.12.0"}}
+
+
+def test_a_driver_branch_agrees_with_any_version_of_it(tmp_path):
+    stacks = tmp_path / "stacks"
+    stacks.mkdir()
+    text = (REPO / "inventory" / "stacks" / "current.yml").read_text()
+    (stacks / "current.yml").write_text(text.replace('version: "550.144.03"}', "}", 1))
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    h1:\n      gpulab_gpu_model: T4\n      gpulab_gpu_count: 1\n"
+                   "      gpulab_stack: current\n      gpulab_os: Debian 12\n")
+    want = validate.stacks_for(inventory.load(inv).select(), inv)["current"]
+    assert want["driver"] == "550"
+    probe = {"stack": {"driver": "550.163.01", "cuda_toolkit": "12.4.1", "cudnn": "9.1.0.70", "nccl": "2.21.5"},
+             "frameworks": {"torch": "2.5.1", "tensorflow": "2.18.0"}}
+    checks = {c["check"]: c["verdict"] for c in validate._stack_checks(probe, want)}
+    assert checks["stack driver"] == "PASS"
+    probe["stack"]["driver"] = "535.216.01"
+    checks = {c["check"]: c["verdict"] for c in validate._stack_checks(probe, want)}
+    assert checks["stack driver"] == "FAIL"
