@@ -29,33 +29,20 @@ import pytest
 import yaml
 
 from lab import checksums
-from tests.testlab import wheels
+from tests.integration import provisioning_lab
+from tests.integration.provisioning_lab import PROVISION_VARS
 
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
 INVOKE = Path(sys.executable).parent / "invoke"
-GPUS = [{"name": "Tesla T4", "memory_mib": 15360}, {"name": "Tesla T4", "memory_mib": 15360}]
-PROVISION_VARS = {
-    "gpulab_gpu_model": "T4", "gpulab_gpu_count": 2, "gpulab_stack": "current", "gpulab_os": "Debian 12",
-    "gpulab_mirror": lambda lab: lab.http_url,
-    "kernel_prereqs_enabled": False, "nouveau_rebuild_initramfs": False, "nouveau_unload": False,
-    "nvidia_driver_persistence_mode": False, "reboot_allowed": False, "nvidia_repo_trusted": True,
-    "python_env_system_site_packages": True,
-}
 RUN_ID = "ncf-ttt-tiny-cpu-s1"
 
 
 @pytest.fixture(scope="module")
 def flab(testlab, tmp_path_factory):
     lab = testlab(names=["fp-01", "fp-02"], prefix="fp", all_vars=PROVISION_VARS)
-    www = lab.state_dir / "www" / "compute" / "cuda" / "repos" / "debian12"
-    www.mkdir(parents=True)
-    (www / "x86_64").symlink_to((lab.state_dir / "www" / "apt").resolve())
-    wheels.build(lab.wheels_dir)
-    lab.refresh_index()
-    for name in lab.names:
-        lab.exec(name, f"mkdir -p /etc/gpulab-testlab && echo '{json.dumps(GPUS)}' > /etc/gpulab-testlab/fake-gpus.json")
+    provisioning_lab.prepare(lab)
     lab.work = tmp_path_factory.mktemp("foundation")
     # the same hosts as CPU hosts, for the sweep
     inv = yaml.safe_load(lab.inventory.read_text())

@@ -30,22 +30,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.testlab import wheels
+from tests.integration import provisioning_lab
+from tests.integration.provisioning_lab import PROVISION_VARS
 
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
 INVOKE = Path(sys.executable).parent / "invoke"
-GPUS = [{"name": "Tesla T4", "memory_mib": 15360}, {"name": "Tesla T4", "memory_mib": 15360}]
 # a workdir full of shell metacharacters (no spaces: it ends up in script shebangs)
 EVIL = "/var/lib/gpulab/w;touch${IFS}/tmp/pwned1;$(touch${IFS}/tmp/pwned2)`touch${IFS}/tmp/pwned3`"
-LAB_VARS = {
-    "gpulab_gpu_model": "T4", "gpulab_gpu_count": 2, "gpulab_stack": "current", "gpulab_os": "Debian 12",
-    "gpulab_mirror": lambda lab: lab.http_url,
-    "kernel_prereqs_enabled": False, "nouveau_rebuild_initramfs": False, "nouveau_unload": False,
-    "nvidia_driver_persistence_mode": False, "reboot_allowed": False, "nvidia_repo_trusted": True,
-    "python_env_system_site_packages": True,
-}
+LAB_VARS = PROVISION_VARS
 CURRENT = {"driver": "550.144.03", "cuda": "12.4.1", "cudnn": "9.1.0.70", "nccl": "2.21.5",
            "torch": "2.5.1", "tensorflow": "2.18.0"}
 MLPERF = {"driver": "410.72", "cuda": "10.0.130", "cudnn": "7.4.1.5", "nccl": "2.3.7",
@@ -57,15 +51,7 @@ def plab(testlab, tmp_path_factory):
     lab = testlab(names=["pv-01", "pv-02"], prefix="pv", all_vars=LAB_VARS,
                   host_vars={"pv-02": {"gpulab_workdir": EVIL}})
     # the mirror serves the apt repository at NVIDIA's path layout, and the stand-in wheels
-    www = lab.state_dir / "www"
-    for dist in ("debian12", "ubuntu1804"):
-        d = www / "compute" / "cuda" / "repos" / dist
-        d.mkdir(parents=True)
-        (d / "x86_64").symlink_to((www / "apt").resolve())
-    wheels.build(lab.wheels_dir)
-    lab.refresh_index()
-    for name in lab.names:
-        lab.exec(name, f"mkdir -p /etc/gpulab-testlab && echo '{json.dumps(GPUS)}' > /etc/gpulab-testlab/fake-gpus.json")
+    provisioning_lab.prepare(lab, ("debian12", "ubuntu1804"))
     lab.work = tmp_path_factory.mktemp("provision")
     lab.artifacts = lab.work / "artifacts"
     # the same hosts, pv-02 moved to mlperf-v0.5 (declared Ubuntu 18.04)
