@@ -25,6 +25,9 @@ class CatalogueError(Exception):
     """workloads.yml is malformed: one line naming the place."""
 
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
 def _need(cond: bool, where: str, what: str) -> None:
     if not cond:
         raise CatalogueError(f"{CATALOGUE.name}: {where}: {what}")
@@ -58,6 +61,12 @@ def _check_entry(name: str, w: dict) -> None:
         _need(s.get("data") in DATA_KINDS, sw, f"'data' must be one of {DATA_KINDS}")
         _need(isinstance(s.get("batch_size"), int) and s["batch_size"] > 0, sw,
               "'batch_size' (per process) must be a positive integer")
+        _need(s.get("compile_mode", "default") in COMPILE_MODES, sw,
+              f"'compile_mode' must be one of {', '.join(COMPILE_MODES)}")
+        ind = s.get("inductor", {})
+        _need(isinstance(ind, dict) and all(isinstance(k, str) and isinstance(v, (bool, int, float, str))
+                                            for k, v in ind.items()), sw,
+              "'inductor' must map torch._inductor.config settings to plain values")
 
 
 def load(path: Path = CATALOGUE) -> dict:

@@ -86,9 +86,14 @@ class Context:
         return torch.amp.GradScaler(self.device.type, enabled=enabled)
 
     def throughput_batch_size(self, default: int) -> int:
-        """Per-process batch of throughput mode: the benchmark's override, the scale's, or ``default``."""
-        return int(self.spec.get("throughput_batch_size")
-                   or self.cfg.get("throughput", {}).get("batch_size") or default)
+        """Per-process batch of throughput mode.
+
+        The benchmark's override, else the scale's ``throughput.batch_size``,
+        else ``throughput.batch_by_memory`` for this GPU's memory, else ``default``.
+        """
+        tp = self.cfg.get("throughput", {})
+        return int(self.spec.get("throughput_batch_size") or tp.get("batch_size")
+                   or self.by_memory(tp.get("batch_by_memory"), default))
 
     def gpu_memory_gib(self) -> float | None:
         if not self.cuda:
@@ -336,6 +341,66 @@ def bench_step(name: str, device, optimized: bool = True, *, scale: str = "full"
         return module.bench_step(ctx)
     trainer = module.build(ctx)
     return trainer.throughput_step, trainer.throughput_batch()
+
+
+def _option_value(text: str):
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text.strip()
+
+
+def inductor_options(cfg_options: dict | None) -> dict:
+    """The workload's ``inductor:`` settings, with ``GPULAB_INDUCTOR`` ("key=value,...") on top."""
+    opts = dict(cfg_options or {})
+    for item in filter(None, (os.environ.get("GPULAB_INDUCTOR") or "").split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise WorkloadError(f"GPULAB_INDUCTOR: {item!r} is not key=value")
+        opts[key.strip()] = _option_value(value)
+    return opts
+
+
+def compile_fn(ctx: "Context", fn, mode: str | None = None, dynamic: bool = False, options: dict | None = None):
+    """``torch.compile(fn)`` when the context compiles, else ``fn``.
+
+    ``mode`` comes from the workload's configuration (``compile_mode``, for
+    instance ``max-autotune-no-cudagraphs`` or ``reduce-overhead``);
+    ``GPULAB_COMPILE_MODE`` overrides it. ``options`` (the workload's
+    ``inductor:`` mapping, then ``GPULAB_INDUCTOR``) set Inductor's
+    configuration (``torch._inductor.config``, dotted keys such as
+    ``triton.cudagraphs``) for this process, which runs one workload.
+    Compiled artifacts land in ``TORCHINDUCTOR_CACHE_DIR`` (set by the
+    supervisor to the sweep's cache), so later runs of a sweep skip the work.
+    """
+    if not ctx.compile:
+        return fn
+    mode = os.environ.get("GPULAB_COMPILE_MODE") or mode  # the benchmark may try another mode
+    opts = inductor_options(options)
+    if opts:
+        import torch._inductor.config as inductor_config
+
+        for key, value in opts.items():
+            *path, leaf = key.split(".")
+            target = inductor_config
+            try:
+                for part in path:
+                    target = getattr(target, part)
+                getattr(target, leaf)
+            except AttributeError:
+                raise WorkloadError(f"inductor option {key!r}: torch {torch.__version__} has no such setting") from None
+            setattr(target, leaf, value)
+    kw = {"dynamic": dynamic}
+    if mode and mode != "default":
+        kw["mode"] = mode
+    return torch.compile(fn, **kw)
 
 
 def env_int(name: str, default: int) -> int:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from mlperf_logging.mllog import constants as C
 
 from runner.workloads import translation as T

@@ -35,7 +35,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from mlperf_logging.mllog import constants as C
 
 from runner.workloads import detection as D
 from runner.workloads import vision as V
@@ -480,8 +479,7 @@ class Trainer:
         self.num_classes = cfg["classes"] + 1
         self.batch = cfg["batch_size"]
         if ctx.mode == "throughput":
-            self.batch = ctx.throughput_batch_size(ctx.by_memory(cfg.get("throughput", {}).get(
-                "batch_by_memory"), cfg["batch_size"]))
+            self.batch = ctx.throughput_batch_size(cfg["batch_size"])
         else:
             self.batch = ctx.by_memory(cfg.get("batch_by_memory"), self.batch)
         self.mask_stride = int(cfg.get("mask_stride", 1))
@@ -571,14 +569,8 @@ class Trainer:
     def hyperparameters(self) -> dict:
         cfg, ctx = self.ctx.cfg, self.ctx
         return {
-            C.GLOBAL_BATCH_SIZE: self.batch * ctx.world_size,
-            C.OPT_NAME: "sgd",
-            C.OPT_BASE_LR: self.lr,
-            C.OPT_WEIGHT_DECAY: cfg["weight_decay"],
-            "opt_momentum": cfg["momentum"],
+            **V.step_sgd_hyperparameters(ctx, cfg, self.batch, self.lr),
             "opt_learning_rate_warmup_steps": int(cfg["warmup_steps"]),
-            "opt_learning_rate_warmup_factor": cfg["warmup_factor"],
-            "opt_learning_rate_decay_factor": 0.1,
             "opt_learning_rate_decay_steps": self.boundaries,
             "num_image_candidates": cfg["num_image_candidates"],
             "min_image_size": cfg.get("min_size", cfg.get("image_size")),
@@ -713,11 +705,8 @@ class Trainer:
             self.det.gen = g
             h, w = cfg.get("throughput_image", [cfg.get("image_size", 64)] * 2)
             x = V.synthetic_images(ctx, self.batch, (h, w), g)
-            gmax = 8
-            c = torch.rand(self.batch, gmax, 2, device=ctx.device, generator=g) * 0.6 + 0.2
-            wh = torch.rand(self.batch, gmax, 2, device=ctx.device, generator=g) * 0.3 + 0.1
-            boxes = torch.cat([c - wh / 2, c + wh / 2], -1) * torch.tensor([w, h, w, h], device=ctx.device)
-            labels = torch.randint(1, self.num_classes, (self.batch, gmax), device=ctx.device, generator=g)
+            boxes, labels = V.synthetic_boxes(ctx, self.batch, self.num_classes, g, (0.2, 0.6), (0.1, 0.3))
+            boxes = boxes * torch.tensor([w, h, w, h], device=ctx.device)
             ms = self.mask_stride
             yy = (torch.arange((h + ms - 1) // ms, device=ctx.device) + 0.5) * ms
             xx = (torch.arange((w + ms - 1) // ms, device=ctx.device) + 0.5) * ms

@@ -191,8 +191,7 @@ class Trainer:
         self.image_size = cfg["image_size"]
         self.batch = cfg["batch_size"]
         if ctx.mode == "throughput":
-            self.batch = ctx.throughput_batch_size(ctx.by_memory(cfg.get("throughput", {}).get(
-                "batch_by_memory"), cfg["batch_size"]))
+            self.batch = ctx.throughput_batch_size(cfg["batch_size"])
         self.classes = cfg["classes"]
         self.data = None
         if ctx.mode == "ttt":

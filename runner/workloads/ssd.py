@@ -27,7 +27,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from mlperf_logging.mllog import constants as C
 
 from runner.workloads import detection as D
 from runner.workloads import vision as V
@@ -283,8 +282,7 @@ class Trainer:
         self.num_classes = cfg["classes"] + 1
         self.batch = cfg["batch_size"]
         if ctx.mode == "throughput":
-            self.batch = ctx.throughput_batch_size(ctx.by_memory(cfg.get("throughput", {}).get(
-                "batch_by_memory"), cfg["batch_size"]))
+            self.batch = ctx.throughput_batch_size(cfg["batch_size"])
         model = SSD(cfg, self.num_classes)
         model.eval()
         with torch.no_grad():
@@ -351,15 +349,9 @@ class Trainer:
     def hyperparameters(self) -> dict:
         cfg, ctx = self.ctx.cfg, self.ctx
         return {
-            C.GLOBAL_BATCH_SIZE: self.batch * ctx.world_size,
-            C.OPT_NAME: "sgd",
-            C.OPT_BASE_LR: self.lr,
-            C.OPT_WEIGHT_DECAY: cfg["weight_decay"],
-            "opt_momentum": cfg["momentum"],
+            **V.step_sgd_hyperparameters(ctx, cfg, self.batch, self.lr),
             "opt_learning_rate_warmup_steps": max(1, int(cfg["warmup_steps"])),
-            "opt_learning_rate_warmup_factor": cfg["warmup_factor"],
             "opt_learning_rate_decay_boundary_epochs": list(cfg["decay_epochs"]),
-            "opt_learning_rate_decay_factor": 0.1,
             "max_samples": cfg["max_samples"],
             "model_bn_span": self.batch,
             "image_size": self.size,
@@ -454,11 +446,8 @@ class Trainer:
             g = torch.Generator(device=ctx.device)
             g.manual_seed(ctx.seed + ctx.rank)
             x = V.synthetic_images(ctx, self.batch, self.size, g)
-            gmax = 8
-            c = torch.rand(self.batch, gmax, 2, device=ctx.device, generator=g) * 0.8 + 0.1
-            wh = torch.rand(self.batch, gmax, 2, device=ctx.device, generator=g) * 0.3 + 0.05
-            boxes = torch.cat([c - wh / 2, c + wh / 2], -1).clamp(0, 1)
-            labels = torch.randint(1, self.num_classes, (self.batch, gmax), device=ctx.device, generator=g)
+            boxes, labels = V.synthetic_boxes(ctx, self.batch, self.num_classes, g, (0.1, 0.8), (0.05, 0.3))
+            boxes = boxes.clamp(0, 1)
             self._synthetic = (x, boxes, labels)
             self.model.train()
         self._train_step(*self._synthetic)

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from mlperf_logging.mllog import constants as C
 
-from runner.workloads.base import WorkloadError
+from runner.workloads.base import WorkloadError, compile_fn
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 N_SPECIAL = 4
@@ -311,7 +311,7 @@ class Trainer:
             n = len(self.buckets)
             dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 2 * n * n + 2)
             # the loss joins the graph: log-softmax and label smoothing fuse with the projection
-            self.fwd = torch.compile(self._forward_loss, dynamic=False)
+            self.fwd = compile_fn(ctx, self._forward_loss, cfg.get("compile_mode"), False, cfg.get("inductor"))
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg["lr"], betas=tuple(cfg["betas"]),
                                     eps=adam_eps, **ctx.fused())
         self.scaler = ctx.grad_scaler()

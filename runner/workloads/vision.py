@@ -15,8 +15,9 @@ import sys
 import numpy as np
 import torch
 import torch.nn as nn
+from mlperf_logging.mllog import constants as C
 
-from runner.workloads.base import WorkloadError
+from runner.workloads.base import WorkloadError, compile_fn
 
 IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
@@ -172,20 +173,8 @@ def prepare_model(ctx, model: nn.Module) -> nn.Module:
 
 
 def maybe_compile(ctx, fn, mode: str | None = None, dynamic: bool = False):
-    """``torch.compile(fn)`` when the context compiles, else ``fn``.
-
-    ``mode`` comes from the workload's configuration (for instance
-    ``max-autotune-no-cudagraphs``); ``GPULAB_COMPILE_MODE`` overrides it.
-    Compiled artifacts land in ``TORCHINDUCTOR_CACHE_DIR`` (set by the
-    supervisor to the sweep's cache), so later runs of a sweep skip the work.
-    """
-    if not ctx.compile:
-        return fn
-    mode = os.environ.get("GPULAB_COMPILE_MODE") or mode  # the benchmark may try another mode
-    kw = {"dynamic": dynamic}
-    if mode and mode != "default":
-        kw["mode"] = mode
-    return torch.compile(fn, **kw)
+    """``runner.workloads.base.compile_fn`` with the workload's ``inductor:`` settings."""
+    return compile_fn(ctx, fn, mode, dynamic, ctx.cfg.get("inductor"))
 
 
 def to_device_images(ctx, images_u8: torch.Tensor, mean=IMAGENET_MEAN, std=IMAGENET_STD) -> torch.Tensor:
@@ -205,6 +194,33 @@ def synthetic_images(ctx, batch: int, size, generator=None) -> torch.Tensor:
     if ctx.channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     return x
+
+
+def synthetic_boxes(ctx, batch: int, num_classes: int, generator, centre: tuple[float, float],
+                    extent: tuple[float, float], gmax: int = 8):
+    """``gmax`` random boxes per image (x0, y0, x1, y1 as fractions of the image) and labels 1..classes-1.
+
+    Centres are drawn from ``centre[0] + centre[1] * U`` and widths and heights
+    from ``extent[0] + extent[1] * U`` (U uniform in [0, 1)), on the device.
+    """
+    c = torch.rand(batch, gmax, 2, device=ctx.device, generator=generator) * centre[1] + centre[0]
+    wh = torch.rand(batch, gmax, 2, device=ctx.device, generator=generator) * extent[1] + extent[0]
+    boxes = torch.cat([c - wh / 2, c + wh / 2], -1)
+    labels = torch.randint(1, num_classes, (batch, gmax), device=ctx.device, generator=generator)
+    return boxes, labels
+
+
+def step_sgd_hyperparameters(ctx, cfg: dict, batch: int, lr: float) -> dict:
+    """The MLLOG keys of the detection workloads' SGD with warm-up and step decay (x0.1)."""
+    return {
+        C.GLOBAL_BATCH_SIZE: batch * ctx.world_size,
+        C.OPT_NAME: "sgd",
+        C.OPT_BASE_LR: lr,
+        C.OPT_WEIGHT_DECAY: cfg["weight_decay"],
+        "opt_momentum": cfg["momentum"],
+        "opt_learning_rate_warmup_factor": cfg["warmup_factor"],
+        "opt_learning_rate_decay_factor": 0.1,
+    }
 
 
 # --- schedules ---------------------------------------------------------------------------

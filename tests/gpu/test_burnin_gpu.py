@@ -7,17 +7,10 @@ import sys
 
 import pytest
 
-from runner import probe
+from gpu_helpers import GPU_COUNT as _count
+from gpu_helpers import needs_nvml
 
-try:
-    _nvml = probe.load_nvml()
-    _count = _nvml.nvmlDeviceGetCount()
-    _nvml.nvmlShutdown()
-    _why = "the driver reports 0 GPUs"
-except Exception as exc:
-    _count, _why = 0, str(exc)
-
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_count == 0, reason=f"needs an NVIDIA GPU with NVML: {_why}")]
+pytestmark = needs_nvml()
 
 
 def _burnin(tmp_path, *argv, timeout=900):

@@ -2,25 +2,12 @@
 
 import csv
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from gpu_helpers import needs_cuda
+from gpu_helpers import runner as _run
 
-torch = pytest.importorskip("torch")
-
-ROOT = Path(__file__).resolve().parents[2]
-
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
-
-
-def _run(*args, timeout=900):
-    return subprocess.run([sys.executable, "-m", "runner", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+pytestmark = needs_cuda()
 
 
 @pytest.mark.parametrize("name", ["gnmt", "transformer"])

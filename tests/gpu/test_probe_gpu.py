@@ -5,24 +5,12 @@ import subprocess
 import sys
 import time
 
-import pytest
+from gpu_helpers import GPU_COUNT as _count
+from gpu_helpers import needs_nvml
 
 from runner import probe, telemetry
 
-try:
-    _nvml = probe.load_nvml()
-    _count = _nvml.nvmlDeviceGetCount()
-    _nvml.nvmlShutdown()
-except Exception as exc:  # no driver, no library, no GPU
-    _count = 0
-    _why = str(exc)
-else:
-    _why = "the driver reports 0 GPUs"
-
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(_count == 0, reason=f"needs an NVIDIA GPU with NVML: {_why}"),
-]
+pytestmark = needs_nvml()
 
 
 def test_probe_reads_every_gpu():

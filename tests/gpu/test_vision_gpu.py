@@ -8,28 +8,12 @@ asserted here: benchmarks/throughput.py measures speed.
 
 import csv
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from gpu_helpers import needs_cuda
+from gpu_helpers import runner as run
 
-torch = pytest.importorskip("torch")
-
-ROOT = Path(__file__).resolve().parents[2]
-
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
-
-
-def run(*args, timeout=1200):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.run([sys.executable, "-m", "runner", *map(str, args)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+pytestmark = needs_cuda()
 
 
 @pytest.mark.parametrize("name", ["resnet50", "ssd", "maskrcnn"])
@@ -65,5 +49,7 @@ def test_bench_step_baseline_and_optimized_run_on_the_gpu():
         for optimized in (False, True):
             step, n = base.bench_step(name, "cuda", optimized, batch_size=4 if name != "maskrcnn" else 2)
             step()
+            import torch
+
             torch.cuda.synchronize()
             assert n in (2, 4)

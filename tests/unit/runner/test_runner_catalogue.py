@@ -34,6 +34,10 @@ def _broken(tmp_path, mutate):
     (lambda d: d["workloads"]["ncf"]["scales"]["full"].update(max_epochs=0),
      "workloads.ncf.scales.full: 'max_epochs'"),
     (lambda d: d.update(schema=2), "'schema: 1' expected"),
+    (lambda d: d["workloads"]["resnet50"]["scales"]["full"].update(compile_mode="fastest"),
+     "workloads.resnet50.scales.full: 'compile_mode' must be one of"),
+    (lambda d: d["workloads"]["resnet50"]["scales"]["full"].update(inductor=["conv_1x1_as_mm"]),
+     "workloads.resnet50.scales.full: 'inductor' must map"),
 ])
 def test_catalogue_errors_name_the_place(tmp_path, mutate, words):
     with pytest.raises(workloads.CatalogueError) as exc:

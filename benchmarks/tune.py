@@ -1,0 +1,139 @@
+"""Try speed settings of the runner's workloads side by side, on one GPU, in one call.
+
+Each ``--variant`` is one measurement of benchmarks/throughput.py's optimized
+path (or its eager baseline) in a child process of its own, with:
+
+    WORKLOAD [baseline] [batch=N] [mode=COMPILE_MODE] [inductor=KEY=VALUE,KEY=VALUE]
+
+``mode`` sets ``GPULAB_COMPILE_MODE`` (default, reduce-overhead, max-autotune,
+max-autotune-no-cudagraphs) and ``inductor`` sets ``GPULAB_INDUCTOR``
+(``torch._inductor.config`` settings, see runner.workloads.base.compile_fn)
+for that child only. The variants run in the order given, until ``--deadline``
+seconds have passed: a variant that could not finish in the time left is
+recorded as skipped, so that one call of a limited length still returns its
+JSON. The JSON (``--out``) is rewritten after every variant.
+
+    python benchmarks/tune.py --out tune.json --deadline 540 \\
+        --variant "resnet50" --variant "resnet50 batch=512" \\
+        --variant "resnet50 mode=reduce-overhead" --variant "resnet50 baseline"
+
+Once a setting pays, put it into runner/workloads/workloads.yml (``compile_mode``,
+``inductor``, ``throughput.batch_by_memory``) and confirm it with
+benchmarks/throughput.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+THROUGHPUT = ROOT / "benchmarks" / "throughput.py"
+KEYS = ("batch", "mode", "inductor")
+
+
+def parse_variant(text: str) -> dict:
+    """``"resnet50 batch=512 mode=reduce-overhead"`` -> a dict; ValueError names what is wrong."""
+    words = text.split()
+    if not words:
+        raise ValueError("empty variant")
+    v = {"label": text.strip(), "workload": words[0], "baseline": False}
+    for w in words[1:]:
+        if w == "baseline":
+            v["baseline"] = True
+            continue
+        key, sep, value = w.partition("=")
+        if not sep or key not in KEYS or not value:
+            raise ValueError(f"{w!r}: expected baseline or one of {', '.join(k + '=...' for k in KEYS)}")
+        if key == "batch":
+            if not value.isdigit() or int(value) < 1:
+                raise ValueError(f"batch={value}: not a positive integer")
+            v[key] = int(value)
+        else:
+            v[key] = value
+    return v
+
+
+def run_variant(v: dict, args, timeout: float, cache: Path) -> dict:
+    fd, res = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    cmd = [sys.executable, str(THROUGHPUT), "--_one", v["workload"],
+           "--_variant", "baseline" if v["baseline"] else "optimized", "--_result", res,
+           "--device", args.device, "--scale", args.scale,
+           "--measure-seconds", str(args.measure_seconds), "--warmup-steps", str(args.warmup_steps)]
+    if "batch" in v:
+        cmd += ["--_batch", str(v["batch"])]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
+    env["TRITON_CACHE_DIR"] = str(cache / "triton")
+    env.pop("GPULAB_COMPILE_MODE", None)
+    env.pop("GPULAB_INDUCTOR", None)
+    if "mode" in v:
+        env["GPULAB_COMPILE_MODE"] = v["mode"]
+    if "inductor" in v:
+        env["GPULAB_INDUCTOR"] = v["inductor"]
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        text = Path(res).read_text() if os.path.getsize(res) else ""
+        if p.returncode == 0 and text:
+            out = json.loads(text)
+        else:
+            tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or [f"exit {p.returncode}"]
+            out = {"error": tail[0][:300]}
+    except subprocess.TimeoutExpired:
+        out = {"error": f"timed out after {timeout:.0f} s"}
+    finally:
+        os.unlink(res)
+    out["wall_s"] = round(time.time() - t0, 1)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variant", action="append", default=[], required=True,
+                    help='"WORKLOAD [baseline] [batch=N] [mode=M] [inductor=K=V,K=V]" (repeat)')
+    ap.add_argument("--out", default="tune.json")
+    ap.add_argument("--deadline", type=float, default=570.0, help="seconds for all variants together")
+    ap.add_argument("--min-left", type=float, default=30.0,
+                    help="do not start a variant with fewer seconds than this left")
+    ap.add_argument("--measure-seconds", type=float, default=8.0)
+    ap.add_argument("--warmup-steps", type=int, default=10)
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--scale", choices=("full", "small", "tiny"), default="full")
+    ap.add_argument("--cache", default=None, help="compiled-kernel cache (default: a new temp dir)")
+    args = ap.parse_args(argv)
+    try:
+        variants = [parse_variant(t) for t in args.variant]
+    except ValueError as exc:
+        print(f"tune.py: --variant: {exc}", file=sys.stderr)
+        return 2
+    cache = Path(args.cache) if args.cache else Path(tempfile.mkdtemp(prefix="gpulab-tune-"))
+    start = time.time()
+    rows = []
+    for v in variants:
+        left = args.deadline - (time.time() - start)
+        if left < args.min_left:
+            r = {"error": f"skipped: {left:.0f} s left of the deadline"}
+        else:
+            r = run_variant(v, args, left, cache)
+        rows.append({**v, **r})
+        sps = r.get("samples_per_s")
+        print(f"[tune] {v['label']:<60} " + (f"{sps:,.1f} {r.get('unit', '')} batch {r.get('samples_per_step')}"
+                                              f" first step {r.get('build_and_first_step_s')} s"
+                                              if sps else r["error"]), flush=True)
+        Path(args.out).write_text(json.dumps({"variants": rows, "device": args.device, "scale": args.scale},
+                                             indent=2) + "\n")
+    print(f"[tune] wrote {args.out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

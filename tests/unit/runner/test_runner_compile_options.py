@@ -1,0 +1,71 @@
+"""Speed settings of the compiled path: compile_mode and Inductor options from workloads.yml and the environment."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+inductor_config = pytest.importorskip("torch._inductor.config")
+
+from runner import workloads  # noqa: E402
+from runner.mllog import MLLog  # noqa: E402
+from runner.workloads import base  # noqa: E402
+from runner_helpers import ROOT, env  # noqa: E402
+
+
+def _ctx(compile_: bool = True):
+    entry = workloads.load()["resnet50"]
+    spec = {"workload": "resnet50", "scale": "tiny", "mode": "throughput", "seed": 0, "entry": entry,
+            "compile": compile_}
+    return base.Context(spec=spec, entry=entry, log=MLLog(None), device=torch.device("cpu"), rank=0,
+                        world_size=1, local_rank=0, precision="fp32")
+
+
+def test_environment_settings_override_the_catalogue_and_are_typed(monkeypatch):
+    monkeypatch.setenv("GPULAB_INDUCTOR", "conv_1x1_as_mm=1,triton.cudagraphs=false,max_autotune_gemm_backends=ATEN")
+    opts = base.inductor_options({"conv_1x1_as_mm": False, "epilogue_fusion": True})
+    assert opts == {"conv_1x1_as_mm": True, "triton.cudagraphs": False, "epilogue_fusion": True,
+                    "max_autotune_gemm_backends": "ATEN"}
+
+
+def test_malformed_environment_setting_names_itself(monkeypatch):
+    monkeypatch.setenv("GPULAB_INDUCTOR", "conv_1x1_as_mm")
+    with pytest.raises(base.WorkloadError, match="GPULAB_INDUCTOR: 'conv_1x1_as_mm' is not key=value"):
+        base.inductor_options(None)
+
+
+def test_compile_fn_sets_inductor_config_and_refuses_unknown_settings(monkeypatch):
+    monkeypatch.setattr(inductor_config, "conv_1x1_as_mm", False)
+    monkeypatch.setattr(inductor_config.triton, "cudagraphs", False)
+    monkeypatch.delenv("GPULAB_INDUCTOR", raising=False)
+    fn = base.compile_fn(_ctx(), lambda x: x + 1, options={"conv_1x1_as_mm": True, "triton.cudagraphs": True})
+    assert inductor_config.conv_1x1_as_mm is True and inductor_config.triton.cudagraphs is True
+    assert fn is not None
+    with pytest.raises(base.WorkloadError, match="inductor option 'no_such_knob'"):
+        base.compile_fn(_ctx(), lambda x: x, options={"no_such_knob": 1})
+    # without compilation nothing is touched and the function comes back as it was
+    f = lambda x: x  # noqa: E731
+    assert base.compile_fn(_ctx(compile_=False), f, options={"no_such_knob": 1}) is f
+
+
+def test_tune_runs_variants_in_order_and_records_each(tmp_path):
+    out = tmp_path / "tune.json"
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune.py"), "--device", "cpu", "--scale", "tiny",
+                        "--measure-seconds", "0.2", "--warmup-steps", "1", "--out", str(out),
+                        "--cache", str(tmp_path / "cache"), "--variant", "ncf batch=512", "--variant", "ncf baseline"],
+                       cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads(out.read_text())["variants"]
+    assert [(v["workload"], v["baseline"]) for v in rows] == [("ncf", False), ("ncf", True)]
+    assert rows[0]["samples_per_step"] == 512 and rows[0]["samples_per_s"] > 0
+    assert rows[1]["samples_per_step"] == 4096 and rows[1]["samples_per_s"] > 0  # tiny throughput batch
+
+
+def test_tune_bad_variant_is_one_line_exit_2(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune.py"), "--variant", "ncf batch=lots",
+                        "--out", str(tmp_path / "t.json")], cwd=ROOT, env=env(), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "batch=lots" in r.stderr, r.stderr
+    assert not (tmp_path / "t.json").exists()
