@@ -366,10 +366,21 @@ def stop_run(remote: rmt.Remote, token: str, pid: str | None, grace_s: float, po
         remote.run(["kill", "-TERM", pid], check=False, timeout=30)
     else:
         signal_tagged(remote, token, "TERM")
+    return wait_gone(remote, token, grace_s, poll_s)
+
+
+def wait_gone(remote: rmt.Remote, token: str, grace_s: float, poll_s: float = 0.5) -> bool:
+    """Wait until no process of the run is left, SIGKILL the rest after ``grace_s``; True when it had to.
+
+    A runner writes SHA256SUMS last, but its interpreter still has to exit after
+    that: a run counts as over only once its processes are gone.
+    """
     end = time.monotonic() + grace_s
-    while time.monotonic() < end:
+    while True:
         if not tagged_alive(remote, token):
             return False
+        if time.monotonic() >= end:
+            break
         time.sleep(poll_s)
     signal_tagged(remote, token, "KILL")
     return True
@@ -636,6 +647,12 @@ class UnitWorker:
                 break
             self.progress.status(self.unit, f"running {run.run_id}")
             time.sleep(s.poll_s)
+        if ended == "done":  # finished: let each runner exit (it may still be shutting down) before the next run
+            for node in self.nodes:
+                try:
+                    node.call(lambda r: wait_gone(r, run.token, s.stop_grace_s, s.poll_s))
+                except HostLost:
+                    pass
         self._collect(run, ended, states, time.monotonic() - t0)
 
     def _collect(self, run: PlannedRun, ended: str, states: dict[str, str], elapsed: float) -> None:

@@ -238,3 +238,19 @@ def test_stop_run_reaches_every_tagged_process(local):
     while sweep.tagged_alive(local, "tok-stop") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert sweep.tagged_alive(local, "tok-stop") == []
+
+
+def test_a_finished_run_counts_as_over_only_once_its_processes_have_exited(local):
+    env = dict(os.environ, GPULAB_RUN_TOKEN="tok-exit")
+    # a runner that has written its checksums but still needs a moment to exit
+    p = subprocess.Popen(["sleep", "1.5"], env=env)
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    assert sweep.wait_gone(local, "tok-exit", grace_s=30, poll_s=0.1) is False  # left on its own, not killed
+    assert p.poll() == 0 and time.monotonic() - t0 < 25
+    assert sweep.tagged_alive(local, "tok-exit") == []
+    # one that never exits is killed after the grace period
+    q = subprocess.Popen(["sleep", "60"], env=dict(os.environ, GPULAB_RUN_TOKEN="tok-hang"))
+    time.sleep(0.2)
+    assert sweep.wait_gone(local, "tok-hang", grace_s=0.5, poll_s=0.1) is True
+    assert q.wait(10) == -9
