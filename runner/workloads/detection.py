@@ -277,6 +277,23 @@ def coco_root(data: str) -> Path:
     return root if root.is_dir() else Path(data)
 
 
+def open_coco(ctx, num_classes: int) -> tuple["CocoIndex", "CocoIndex", list]:
+    """The prepared COCO 2017 under ``--data``: (train index, val index, train images with annotations).
+
+    Checks the dataset's manifest and that it has ``num_classes - 1`` categories
+    (class 0 is the background).
+    """
+    from runner.workloads.vision import check_dataset
+
+    root = coco_root(ctx.data)
+    check_dataset("coco", str(root))
+    train_idx, val_idx = CocoIndex(root, "train"), CocoIndex(root, "val")
+    if len(train_idx.cat_ids) != num_classes - 1:
+        raise WorkloadError(f"coco data at {root}: {len(train_idx.cat_ids)} categories, "
+                            f"expected {num_classes - 1}")
+    return train_idx, val_idx, train_idx.with_annotations()
+
+
 class CocoIndex:
     """One split of COCO 2017 from its instances JSON: images, annotations, category ids."""
 

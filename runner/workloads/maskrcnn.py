@@ -38,7 +38,6 @@ import torch.nn.functional as F
 
 from runner.workloads import detection as D
 from runner.workloads import vision as V
-from runner.workloads.base import WorkloadError
 from runner.workloads.coco_eval import COCOEvaluator
 
 BOX_WEIGHTS = (10.0, 10.0, 5.0, 5.0)
@@ -539,14 +538,8 @@ class Trainer:
             self.xtr, self.btr, self.ltr, self.mtr = (t.to(ctx.device) for t in (self.xtr, self.btr, self.ltr, self.mtr))
             self.train_samples, self.eval_samples = n, len(self.eval_items)
             return
-        root = D.coco_root(ctx.data)
-        V.check_dataset("coco", str(root))
+        train_idx, self.val_idx, ids = D.open_coco(ctx, self.num_classes)
         self.data = "prepared"
-        train_idx, self.val_idx = D.CocoIndex(root, "train"), D.CocoIndex(root, "val")
-        if len(train_idx.cat_ids) != self.num_classes - 1:
-            raise WorkloadError(f"coco data at {root}: {len(train_idx.cat_ids)} categories, "
-                                f"expected {self.num_classes - 1}")
-        ids = train_idx.with_annotations()
         self.train_samples, self.eval_samples = len(ids), len(self.val_idx.ids)
         workers = V.loader_workers(ctx)
         ms = self.mask_stride
@@ -617,8 +610,7 @@ class Trainer:
         self.model.train()
         self._freeze_bn_stats()
         if self.data == "generated":
-            g = torch.Generator(device=ctx.device)
-            g.manual_seed(ctx.seed * 7919 + epoch)
+            g = V.device_generator(ctx, ctx.seed * 7919 + epoch)
             self.det.gen = g
             n = self.xtr.shape[0]
             s = self.ctx.cfg["image_size"]
@@ -700,8 +692,7 @@ class Trainer:
     def throughput_step(self) -> None:
         if not hasattr(self, "_synthetic"):
             ctx, cfg = self.ctx, self.ctx.cfg
-            g = torch.Generator(device=ctx.device)
-            g.manual_seed(ctx.seed + ctx.rank)
+            g = V.device_generator(ctx, ctx.seed + ctx.rank)
             self.det.gen = g
             h, w = cfg.get("throughput_image", [cfg.get("image_size", 64)] * 2)
             x = V.synthetic_images(ctx, self.batch, (h, w), g)

@@ -286,8 +286,7 @@ class Trainer:
         ctx = self.ctx
         self.model.train()
         if self.data == "generated":
-            g = torch.Generator(device=ctx.device)
-            g.manual_seed(ctx.seed * 7919 + epoch)
+            g = V.device_generator(ctx, ctx.seed * 7919 + epoch)
             n = len(self.ytr)
             perm = torch.randperm(n, device=ctx.device, generator=g)[ctx.shard(n)]
             flips = torch.rand(len(perm), device=ctx.device, generator=g) < 0.5
@@ -335,8 +334,7 @@ class Trainer:
     def throughput_step(self) -> None:
         if not hasattr(self, "_synthetic"):
             ctx = self.ctx
-            g = torch.Generator(device=ctx.device)
-            g.manual_seed(ctx.seed + ctx.rank)
+            g = V.device_generator(ctx, ctx.seed + ctx.rank)
             x = V.synthetic_images(ctx, self.batch, self.image_size, g)
             y = torch.randint(0, self.classes, (self.batch,), device=ctx.device, generator=g)
             self._synthetic = (x, y)

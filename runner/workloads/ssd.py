@@ -320,18 +320,12 @@ class Trainer:
             self.xtr, self.btr, self.ltr = (t.to(ctx.device) for t in (self.xtr, self.btr, self.ltr))
             self.train_samples, self.eval_samples = len(tr), len(self.eval_items)
             return
-        root = D.coco_root(ctx.data)
-        V.check_dataset("coco", str(root))
+        train_idx, self.val_idx, ids = D.open_coco(ctx, self.num_classes)
         self.data = "prepared"
         pre = Path(ctx.data) / "pretrained" / "resnet34.pth"
         if pre.is_file():
             n = V.load_pretrained(model.backbone, pre)
             V.log_note(f"ssd: backbone initialized from {pre} ({n} tensors)")
-        train_idx, self.val_idx = D.CocoIndex(root, "train"), D.CocoIndex(root, "val")
-        if len(train_idx.cat_ids) != self.num_classes - 1:
-            raise WorkloadError(f"coco data at {root}: {len(train_idx.cat_ids)} categories, "
-                                f"expected {self.num_classes - 1}")
-        ids = train_idx.with_annotations()
         self.train_samples, self.eval_samples = len(ids), len(self.val_idx.ids)
         workers = V.loader_workers(ctx)
         common = {"num_workers": workers, "pin_memory": ctx.cuda, "persistent_workers": workers > 0,
@@ -378,8 +372,7 @@ class Trainer:
         ctx = self.ctx
         self.model.train()
         if self.data == "generated":
-            g = torch.Generator(device=ctx.device)
-            g.manual_seed(ctx.seed * 7919 + epoch)
+            g = V.device_generator(ctx, ctx.seed * 7919 + epoch)
             n = self.xtr.shape[0]
             perm = torch.randperm(n, device=ctx.device, generator=g)[ctx.shard(n)]
             flips = torch.rand(len(perm), device=ctx.device, generator=g) < 0.5
@@ -443,8 +436,7 @@ class Trainer:
     def throughput_step(self) -> None:
         if not hasattr(self, "_synthetic"):
             ctx = self.ctx
-            g = torch.Generator(device=ctx.device)
-            g.manual_seed(ctx.seed + ctx.rank)
+            g = V.device_generator(ctx, ctx.seed + ctx.rank)
             x = V.synthetic_images(ctx, self.batch, self.size, g)
             boxes, labels = V.synthetic_boxes(ctx, self.batch, self.num_classes, g, (0.1, 0.8), (0.05, 0.3))
             boxes = boxes.clamp(0, 1)

@@ -188,6 +188,13 @@ def to_device_images(ctx, images_u8: torch.Tensor, mean=IMAGENET_MEAN, std=IMAGE
     return x
 
 
+def device_generator(ctx, seed: int) -> torch.Generator:
+    """A generator on the run's device, seeded with ``seed``."""
+    g = torch.Generator(device=ctx.device)
+    g.manual_seed(seed)
+    return g
+
+
 def synthetic_images(ctx, batch: int, size, generator=None) -> torch.Tensor:
     h, w = (size, size) if isinstance(size, int) else size
     x = torch.randn(batch, 3, h, w, device=ctx.device, generator=generator)

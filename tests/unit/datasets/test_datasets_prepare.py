@@ -155,6 +155,29 @@ def test_coco_layout(prepared):
     assert docs["coco"]["counts"]["categories"] == 2
 
 
+def test_detection_workloads_open_the_prepared_coco(prepared, tmp_path):
+    pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from runner.workloads import detection as D
+    from runner.workloads.base import WorkloadError
+
+    root, _ = prepared
+    ctx = SimpleNamespace(data=str(root))
+    train_idx, val_idx, ids = D.open_coco(ctx, 3)  # 2 categories + background
+    assert len(train_idx.cat_ids) == 2 and len(val_idx.ids) == 3 and ids
+    with pytest.raises(WorkloadError, match="2 categories, expected 80"):
+        D.open_coco(ctx, 81)
+    # through the runner: the full ssd wants COCO's 80 categories; the run fails naming the mismatch
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-m", "runner", "run", "ssd", "--scale", "full", "--data", str(root),
+                        "--out", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stdout + r.stderr
+    st = json.loads((out / "status.json").read_text())
+    assert st["outcome"] == "failed" and "2 categories, expected 80" in st["reason"], st["reason"]
+
+
 def test_coco_images_must_match_the_annotations(tiny, tmp_path):
     d, entries, _ = tiny
     arch = tmp_path / "arch"
