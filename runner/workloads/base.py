@@ -368,13 +368,13 @@ def inductor_options(cfg_options: dict | None) -> dict:
     return opts
 
 
-def compile_fn(ctx: "Context", fn, mode: str | None = None, dynamic: bool = False, options: dict | None = None):
+def compile_fn(ctx: "Context", fn, dynamic: bool = False, options: dict | None = None):
     """``torch.compile(fn)`` when the context compiles, else ``fn``.
 
-    ``mode`` comes from the workload's configuration (``compile_mode``, for
-    instance ``max-autotune-no-cudagraphs`` or ``reduce-overhead``);
-    ``GPULAB_COMPILE_MODE`` overrides it. ``options`` (the workload's
-    ``inductor:`` mapping, then ``GPULAB_INDUCTOR``) set Inductor's
+    The mode is the scale's ``compile_mode`` (for instance
+    ``max-autotune-no-cudagraphs`` or ``reduce-overhead``);
+    ``GPULAB_COMPILE_MODE`` overrides it. ``options`` (default: the scale's
+    ``inductor:`` mapping), then ``GPULAB_INDUCTOR``, set Inductor's
     configuration (``torch._inductor.config``, dotted keys such as
     ``triton.cudagraphs``) for this process, which runs one workload.
     Compiled artifacts land in ``TORCHINDUCTOR_CACHE_DIR`` (set by the
@@ -382,8 +382,12 @@ def compile_fn(ctx: "Context", fn, mode: str | None = None, dynamic: bool = Fals
     """
     if not ctx.compile:
         return fn
-    mode = os.environ.get("GPULAB_COMPILE_MODE") or mode  # the benchmark may try another mode
-    opts = inductor_options(options)
+    mode = os.environ.get("GPULAB_COMPILE_MODE") or ctx.cfg.get("compile_mode")  # the benchmark may try another
+    from runner.workloads import COMPILE_MODES
+
+    if mode and mode not in COMPILE_MODES:
+        raise WorkloadError(f"compile mode {mode!r} (GPULAB_COMPILE_MODE): use one of {', '.join(COMPILE_MODES)}")
+    opts = inductor_options(ctx.cfg.get("inductor") if options is None else options)
     if opts:
         import torch._inductor.config as inductor_config
 

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 
 from runner.workloads import detection as D
 from runner.workloads import vision as V
+from runner.workloads.base import compile_fn
 from runner.workloads.coco_eval import COCOEvaluator
 
 BOX_WEIGHTS = (10.0, 10.0, 5.0, 5.0)
@@ -505,7 +506,7 @@ class Trainer:
         inner = self.model
         feature_fn = self.model.features
         if ctx.compile and ctx.mode == "throughput":  # fixed image size: the backbone and FPN compile well
-            feature_fn = V.maybe_compile(ctx, feature_fn, cfg.get("compile_mode"))
+            feature_fn = compile_fn(ctx, feature_fn)
         self.det = Detector(inner, cfg, ctx, feature_fn)
         gbs = self.batch * ctx.world_size
         self.lr = round(cfg["lr_per_image"] * gbs, 6)

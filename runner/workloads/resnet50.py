@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from mlperf_logging.mllog import constants as C
 
 from runner.workloads import vision as V
-from runner.workloads.base import WorkloadError
+from runner.workloads.base import WorkloadError, compile_fn
 
 DATA_SEED = 20190502
 
@@ -199,8 +199,7 @@ class Trainer:
         model = ResNet(cfg["layers"], cfg["width"], self.classes)
         self.model = V.prepare_model(ctx, model)
         self.net = ctx.wrap(WithLoss(self.model, cfg.get("label_smoothing", 0.0)))
-        mode = cfg.get("compile_mode")
-        self.step_model = V.maybe_compile(ctx, self.net, mode)
+        self.step_model = compile_fn(ctx, self.net)
         gbs = self.batch * ctx.world_size
         self.lr = V.round_lr(cfg["lr_per_256"] * gbs / 256, 0.001)
         self.end_lr = cfg.get("end_lr", 0.0001)

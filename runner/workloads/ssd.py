@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from runner.workloads import detection as D
 from runner.workloads import vision as V
-from runner.workloads.base import WorkloadError
+from runner.workloads.base import WorkloadError, compile_fn
 from runner.workloads.coco_eval import COCOEvaluator
 
 WEIGHTS = (10.0, 10.0, 5.0, 5.0)  # variances 0.1 (centre) and 0.2 (size)
@@ -298,7 +298,7 @@ class Trainer:
             self._load_data(model)
         self.model = V.prepare_model(ctx, model)
         self.net = ctx.wrap(SSDLoss(self.model))
-        self.step_model = V.maybe_compile(ctx, self.net, cfg.get("compile_mode"))
+        self.step_model = compile_fn(ctx, self.net)
         gbs = self.batch * ctx.world_size
         self.lr = V.round_lr(cfg["lr_per_32"] * gbs / 32, 1e-5)
         self.opt = torch.optim.SGD(V.param_groups(self.model, cfg["weight_decay"]), lr=self.lr,

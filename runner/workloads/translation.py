@@ -311,7 +311,7 @@ class Trainer:
             n = len(self.buckets)
             dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 2 * n * n + 2)
             # the loss joins the graph: log-softmax and label smoothing fuse with the projection
-            self.fwd = compile_fn(ctx, self._forward_loss, cfg.get("compile_mode"), False, cfg.get("inductor"))
+            self.fwd = compile_fn(ctx, self._forward_loss)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg["lr"], betas=tuple(cfg["betas"]),
                                     eps=adam_eps, **ctx.fused())
         self.scaler = ctx.grad_scaler()

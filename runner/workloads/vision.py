@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 from mlperf_logging.mllog import constants as C
 
-from runner.workloads.base import WorkloadError, compile_fn
+from runner.workloads.base import WorkloadError
 
 IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
@@ -170,11 +170,6 @@ def prepare_model(ctx, model: nn.Module) -> nn.Module:
     if ctx.channels_last:
         model = model.to(memory_format=torch.channels_last)
     return model
-
-
-def maybe_compile(ctx, fn, mode: str | None = None, dynamic: bool = False):
-    """``runner.workloads.base.compile_fn`` with the workload's ``inductor:`` settings."""
-    return compile_fn(ctx, fn, mode, dynamic, ctx.cfg.get("inductor"))
 
 
 def to_device_images(ctx, images_u8: torch.Tensor, mean=IMAGENET_MEAN, std=IMAGENET_STD) -> torch.Tensor:

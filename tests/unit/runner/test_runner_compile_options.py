@@ -37,17 +37,28 @@ def test_malformed_environment_setting_names_itself(monkeypatch):
 
 
 def test_compile_fn_sets_inductor_config_and_refuses_unknown_settings(monkeypatch):
-    monkeypatch.setattr(inductor_config, "conv_1x1_as_mm", False)
-    monkeypatch.setattr(inductor_config.triton, "cudagraphs", False)
     monkeypatch.delenv("GPULAB_INDUCTOR", raising=False)
-    fn = base.compile_fn(_ctx(), lambda x: x + 1, options={"conv_1x1_as_mm": True, "triton.cudagraphs": True})
-    assert inductor_config.conv_1x1_as_mm is True and inductor_config.triton.cudagraphs is True
-    assert fn is not None
+    with inductor_config.patch({"conv_1x1_as_mm": False, "triton.cudagraphs": False}):  # restored on exit
+        fn = base.compile_fn(_ctx(), lambda x: x + 1, options={"conv_1x1_as_mm": True, "triton.cudagraphs": True})
+        assert inductor_config.conv_1x1_as_mm is True and inductor_config.triton.cudagraphs is True
+        assert fn is not None
     with pytest.raises(base.WorkloadError, match="inductor option 'no_such_knob'"):
         base.compile_fn(_ctx(), lambda x: x, options={"no_such_knob": 1})
     # without compilation nothing is touched and the function comes back as it was
     f = lambda x: x  # noqa: E731
     assert base.compile_fn(_ctx(compile_=False), f, options={"no_such_knob": 1}) is f
+
+
+def test_compiled_function_runs_with_the_catalogue_mode_and_a_bad_mode_is_named(monkeypatch):
+    monkeypatch.delenv("GPULAB_INDUCTOR", raising=False)
+    monkeypatch.delenv("GPULAB_COMPILE_MODE", raising=False)
+    ctx = _ctx()
+    ctx.cfg["compile_mode"] = "default"
+    f = base.compile_fn(ctx, lambda x: x * 2 + 1)
+    assert f(torch.ones(3)).tolist() == [3.0, 3.0, 3.0]
+    monkeypatch.setenv("GPULAB_COMPILE_MODE", "fastest")
+    with pytest.raises(base.WorkloadError, match="compile mode 'fastest' \\(GPULAB_COMPILE_MODE\\): use one of"):
+        base.compile_fn(ctx, lambda x: x)
 
 
 def test_tune_runs_variants_in_order_and_records_each(tmp_path):
