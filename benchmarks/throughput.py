@@ -102,22 +102,32 @@ def measure_one(name: str, device: str, optimized: bool, scale: str, measure_s: 
     return out
 
 
-def _child(args, name: str, variant: str, cache: Path) -> dict:
-    """measure_one in a child process; {'error': ...} when it fails."""
+def run_child(name: str, variant: str, *, device: str, scale: str, measure_s: float, warmup: int,
+              timeout: float, cache: Path, batch: int | None = None, extra_env: dict | None = None) -> dict:
+    """measure_one in a child process of its own; {'error': ...} when it fails.
+
+    ``variant`` is "optimized" or "baseline"; ``extra_env`` is added to the
+    child's environment (benchmarks/tune.py sets GPULAB_COMPILE_MODE and
+    GPULAB_INDUCTOR there).
+    """
     fd, res = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--_one", name, "--_variant", variant,
-           "--_result", res, "--device", args.device, "--scale", args.scale,
-           "--measure-seconds", str(args.measure_seconds), "--warmup-steps", str(args.warmup_steps)]
+           "--_result", res, "--device", device, "--scale", scale,
+           "--measure-seconds", str(measure_s), "--warmup-steps", str(warmup)]
+    if batch is not None:
+        cmd += ["--_batch", str(batch)]
+    env = _env(cache)
+    env.update(extra_env or {})
     try:
-        p = subprocess.run(cmd, env=_env(cache), capture_output=True, text=True, timeout=args.timeout)
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         text = Path(res).read_text() if os.path.getsize(res) else ""
         if p.returncode == 0 and text:
             return json.loads(text)
         tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or [f"exit {p.returncode}"]
         return {"error": tail[0][:300]}
     except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {args.timeout} s"}
+        return {"error": f"timed out after {timeout:.0f} s"}
     finally:
         os.unlink(res)
 
@@ -163,7 +173,8 @@ def run(args) -> dict:
         unit = f"{catalogue[name]['sample_unit']}/s"
         row: dict = {"unit": unit, "errors": {}}
         for variant in ("optimized", "baseline"):
-            r = _child(args, name, variant, bench_cache)
+            r = run_child(name, variant, device=args.device, scale=args.scale, measure_s=args.measure_seconds,
+                          warmup=args.warmup_steps, timeout=args.timeout, cache=bench_cache)
             if "error" in r:
                 row[variant] = None
                 row["errors"][variant] = r["error"]

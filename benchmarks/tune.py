@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-THROUGHPUT = ROOT / "benchmarks" / "throughput.py"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import throughput  # noqa: E402  (benchmarks/throughput.py: measure_one in a child process)
+
 KEYS = ("batch", "mode", "inductor")
 
 
@@ -61,37 +60,11 @@ def parse_variant(text: str) -> dict:
 
 
 def run_variant(v: dict, args, timeout: float, cache: Path) -> dict:
-    fd, res = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    cmd = [sys.executable, str(THROUGHPUT), "--_one", v["workload"],
-           "--_variant", "baseline" if v["baseline"] else "optimized", "--_result", res,
-           "--device", args.device, "--scale", args.scale,
-           "--measure-seconds", str(args.measure_seconds), "--warmup-steps", str(args.warmup_steps)]
-    if "batch" in v:
-        cmd += ["--_batch", str(v["batch"])]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
-    env["TRITON_CACHE_DIR"] = str(cache / "triton")
-    env.pop("GPULAB_COMPILE_MODE", None)
-    env.pop("GPULAB_INDUCTOR", None)
-    if "mode" in v:
-        env["GPULAB_COMPILE_MODE"] = v["mode"]
-    if "inductor" in v:
-        env["GPULAB_INDUCTOR"] = v["inductor"]
+    env = {"GPULAB_COMPILE_MODE": v.get("mode", ""), "GPULAB_INDUCTOR": v.get("inductor", "")}
     t0 = time.time()
-    try:
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        text = Path(res).read_text() if os.path.getsize(res) else ""
-        if p.returncode == 0 and text:
-            out = json.loads(text)
-        else:
-            tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or [f"exit {p.returncode}"]
-            out = {"error": tail[0][:300]}
-    except subprocess.TimeoutExpired:
-        out = {"error": f"timed out after {timeout:.0f} s"}
-    finally:
-        os.unlink(res)
+    out = throughput.run_child(v["workload"], "baseline" if v["baseline"] else "optimized", device=args.device,
+                               scale=args.scale, measure_s=args.measure_seconds, warmup=args.warmup_steps,
+                               timeout=timeout, cache=cache, batch=v.get("batch"), extra_env=env)
     out["wall_s"] = round(time.time() - t0, 1)
     return out
 
