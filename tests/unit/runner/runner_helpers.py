@@ -22,8 +22,8 @@ def env() -> dict:
     return e
 
 
-def runner(*args, timeout=300, check=False) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner", *map(str, args)], cwd=ROOT, env=env(),
+def runner(*args, timeout=300, check=False, python: str = sys.executable) -> subprocess.CompletedProcess:
+    return subprocess.run([python, "-m", "runner", *map(str, args)], cwd=ROOT, env=env(),
                           capture_output=True, text=True, timeout=timeout, check=check)
 
 

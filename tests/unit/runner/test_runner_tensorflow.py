@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runner_helpers import ROOT, assert_complete, env, mllog_events, status
+from runner_helpers import ROOT, assert_complete, env, mllog_events, runner, status
 
 TF_PYTHON = Path(os.environ.get("GPULAB_TF_PYTHON") or ROOT / ".venv-tf" / "bin" / "python")
 
@@ -29,9 +29,8 @@ def tf_python():
     return str(TF_PYTHON)
 
 
-def _run(py, *args, timeout=900):
-    return subprocess.run([py, "-m", "runner", *map(str, args)], cwd=ROOT, env=env(), capture_output=True,
-                          text=True, timeout=timeout)
+def _run(py, *args):
+    return runner(*args, timeout=900, python=py)
 
 
 def test_tiny_trains_to_target_and_the_log_passes_the_checker(tmp_path, tf_python):
