@@ -36,3 +36,30 @@ def test_unknown_workload_is_one_line_exit_2(tmp_path):
                        cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "unknown bert" in r.stderr, r.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_profile_step_splits_the_step_time_into_kernel_categories(tmp_path):
+    out = tmp_path / "profile.json"
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_step.py"), "resnet50", "--device", "cpu",
+                        "--steps", "2", "--profile-steps", "2", "--out", str(out)],
+                       cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["workload"] == "resnet50" and doc["variant"] == "optimized" and doc["samples_per_s"] > 0
+    cats = doc["categories"]
+    # a ResNet step on a CPU: convolutions (forward and both gradients) are the largest share
+    assert max(cats, key=lambda c: cats[c]["ms_per_step"]) == "convolution", cats
+    assert sum(v["share"] for v in cats.values()) == pytest.approx(1.0, abs=0.01)
+    assert doc["kernel_ms_per_step"] == pytest.approx(sum(v["ms_per_step"] for v in cats.values()), rel=0.01)
+    assert any("convolution" in k["name"] for k in doc["top_kernels"])
+    assert "[profile]   convolution" in r.stdout
+
+
+@pytest.mark.parametrize("argv, says", [(["bert"], "workload 'bert' is not registered"),
+                                        (["ncf", "--batch", "0"], "--batch 0: must be at least 1")])
+def test_profile_step_bad_input_is_one_line_exit_2(tmp_path, argv, says):
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_step.py"), *argv, "--device", "cpu",
+                        "--out", str(tmp_path / "p.json")],
+                       cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and says in r.stderr, r.stderr
+    assert not (tmp_path / "p.json").exists()
