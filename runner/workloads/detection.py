@@ -1,9 +1,9 @@
 """Detection parts shared by ssd and maskrcnn, in plain torch (no torchvision).
 
 Box arithmetic, box coding, exact greedy non-maximum suppression on the
-device, RoIAlign through ``grid_sample``, the generated shapes data set of the
-small and tiny scales, and the COCO 2017 reader of the full scale
-(``<data>/coco/{train2017,val2017}/*.jpg`` and
+device, RoIAlign (``grid_sample`` on one map, row gathers across the FPN
+levels), the generated shapes data set of the small and tiny scales, and
+the COCO 2017 reader of the full scale (``<data>/coco/{train2017,val2017}/*.jpg`` and
 ``<data>/coco/annotations/instances_{train,val}2017.json``).
 """
 
@@ -135,7 +135,7 @@ def batched_nms(boxes, scores, labels, thr: float) -> torch.Tensor:
 
 def roi_align(feat: torch.Tensor, rois: torch.Tensor, out_size: int, scale: float,
               sampling: int = 2) -> torch.Tensor:
-    """RoIAlign of padded per-image boxes.
+    """RoIAlign of padded per-image boxes on one map, through ``grid_sample`` (float32).
 
     ``feat`` (N, C, H, W); ``rois`` (N, K, 4) xyxy in image pixels; ``scale``
     maps image pixels to feature cells. Each output cell averages
@@ -152,8 +152,9 @@ def roi_align(feat: torch.Tensor, rois: torch.Tensor, out_size: int, scale: floa
     gx = (x + 0.5) / w * 2 - 1
     gy = (y + 0.5) / h * 2 - 1
     grid = torch.stack([gx[:, :, None, :].expand(n, k, s, s), gy[:, :, :, None].expand(n, k, s, s)], -1)
-    grid = grid.reshape(n, k * s, s, 2).to(feat.dtype)
-    out = F.grid_sample(feat, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    grid = grid.reshape(n, k * s, s, 2)  # float32: bf16 would move samples by up to a cell on large maps
+    out = F.grid_sample(feat.float(), grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    out = out.to(feat.dtype)
     out = out.view(n, c, k, s, s).permute(0, 2, 1, 3, 4)  # (N, K, C, s, s)
     if sampling > 1:
         out = out.reshape(n * k, c, s, s)
@@ -169,23 +170,55 @@ def fpn_levels(rois: torch.Tensor, kmin: int, kmax: int, canonical=224, canonica
 
 
 def multilevel_roi_align(feats: list, rois: torch.Tensor, out_size: int, strides: list,
-                         sampling: int = 2, static: bool = False) -> torch.Tensor:
+                         sampling: int = 2) -> torch.Tensor:
     """RoIAlign on the FPN level each box belongs to: (N, K, C, out, out).
 
-    Every level is sampled for every box and the box's own level selected, so
-    that shapes stay static (compile- and CUDA-graph-friendly); unless
-    ``static``, levels no box belongs to are skipped.
+    The same samples as :func:`roi_align` on the box's own level (bilinear,
+    half-pixel aligned, zero outside the map, ``sampling x sampling`` per
+    cell), computed as gathers of feature rows: every level's cells become
+    rows of one channels-last table, and each sample reads its four
+    neighbours there with float32 coordinates and weights. Only the box's own
+    level is read (no per-level passes) and shapes depend on the RoI count
+    only (compile-friendly); the backward pass is an ``index_add`` of rows.
     """
+    n, c = feats[0].shape[:2]
+    k = rois.shape[1]
+    dev = feats[0].device
     kmin = int(round(math.log2(strides[0])))
-    lv = fpn_levels(rois, kmin, kmin + len(feats) - 1)
+    level = fpn_levels(rois, kmin, kmin + len(feats) - 1) - kmin  # (N, K)
+    # (sum over levels of N*H*W, C): a view for channels-last maps, a copy otherwise
+    table = torch.cat([f.permute(0, 2, 3, 1).reshape(-1, c) for f in feats])
+    hs = torch.tensor([f.shape[2] for f in feats], device=dev)
+    ws = torch.tensor([f.shape[3] for f in feats], device=dev)
+    sizes = [n * f.shape[2] * f.shape[3] for f in feats]
+    starts = torch.tensor([sum(sizes[:i]) for i in range(len(feats))], device=dev)
+    scale = torch.tensor([1.0 / st for st in strides[:len(feats)]], device=dev)[level]
+    h, w = hs[level], ws[level]  # (N, K)
+    base = starts[level] + torch.arange(n, device=dev)[:, None] * h * w
+    s = out_size * sampling
+    t = (torch.arange(s, device=dev, dtype=torch.float32) + 0.5) / s
+    r = rois.float() * scale[..., None] - 0.5
+    x = r[..., 0:1] + (r[..., 2:3] - r[..., 0:1]) * t  # (N, K, s) in cells, centres at integers
+    y = r[..., 1:2] + (r[..., 3:4] - r[..., 1:2]) * t
+    x0, y0 = x.floor(), y.floor()
+    fx, fy = x - x0, y - y0
+    x0, y0 = x0.long(), y0.long()
     out = None
-    for i, (f, st) in enumerate(zip(feats, strides)):
-        if not static and out is not None and not bool((lv == kmin + i).any()):
-            continue
-        o = roi_align(f, rois, out_size, 1.0 / st, sampling)
-        sel = (lv == kmin + i).to(o.dtype)[..., None, None, None]
-        out = o * sel if out is None else out + o * sel
-    return out
+    for dy in (0, 1):
+        yi = y0 + dy
+        wy = (fy if dy else 1 - fy) * ((yi >= 0) & (yi < h[..., None]))
+        row = base[..., None] + yi.clamp(min=0).minimum(h[..., None] - 1) * w[..., None]  # (N, K, s)
+        for dx in (0, 1):
+            xi = x0 + dx
+            wx = (fx if dx else 1 - fx) * ((xi >= 0) & (xi < w[..., None]))
+            col = xi.clamp(min=0).minimum(w[..., None] - 1)
+            idx = (row[..., :, None] + col[..., None, :]).reshape(-1)  # (N*K*s*s,)
+            v = table.index_select(0, idx).view(n, k, s, s, c).float()
+            v = v * (wy[..., :, None] * wx[..., None, :])[..., None]
+            out = v if out is None else out + v
+    if sampling > 1:
+        out = out.view(n, k, out_size, sampling, out_size, sampling, c).mean((3, 5))
+    return out.to(feats[0].dtype).permute(0, 1, 4, 2, 3)
 
 
 # --- generated shapes: the small and tiny data set ------------------------------------------
