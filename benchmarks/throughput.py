@@ -57,7 +57,7 @@ def _env(cache: Path | None = None) -> dict:
 
 
 def measure_one(name: str, device: str, optimized: bool, scale: str, measure_s: float,
-                warmup: int, batch: int | None) -> dict:
+                warmup: int, batch: int | None, overrides: dict | None = None) -> dict:
     """Samples/s of one workload, one variant, in this process."""
     import torch
 
@@ -72,7 +72,7 @@ def measure_one(name: str, device: str, optimized: bool, scale: str, measure_s: 
         torch.backends.cudnn.allow_tf32 = True
     t0 = time.time()
     step, per_step = base.bench_step(name, dev, optimized, scale=scale,
-                                     precision="bf16", batch_size=batch)
+                                     precision="bf16", batch_size=batch, overrides=overrides)
 
     def sync():
         if dev.type == "cuda":
@@ -103,12 +103,13 @@ def measure_one(name: str, device: str, optimized: bool, scale: str, measure_s: 
 
 
 def run_child(name: str, variant: str, *, device: str, scale: str, measure_s: float, warmup: int,
-              timeout: float, cache: Path, batch: int | None = None, extra_env: dict | None = None) -> dict:
+              timeout: float, cache: Path, batch: int | None = None, extra_env: dict | None = None,
+              overrides: dict | None = None) -> dict:
     """measure_one in a child process of its own; {'error': ...} when it fails.
 
     ``variant`` is "optimized" or "baseline"; ``extra_env`` is added to the
     child's environment (benchmarks/tune.py sets GPULAB_COMPILE_MODE and
-    GPULAB_INDUCTOR there).
+    GPULAB_INDUCTOR there); ``overrides`` replaces settings of the scale.
     """
     fd, res = tempfile.mkstemp(suffix=".json")
     os.close(fd)
@@ -117,6 +118,8 @@ def run_child(name: str, variant: str, *, device: str, scale: str, measure_s: fl
            "--measure-seconds", str(measure_s), "--warmup-steps", str(warmup)]
     if batch is not None:
         cmd += ["--_batch", str(batch)]
+    if overrides:
+        cmd += ["--_set", json.dumps(overrides)]
     env = _env(cache)
     env.update(extra_env or {})
     try:
@@ -245,6 +248,7 @@ def main(argv=None) -> int:
     ap.add_argument("--_variant", help=argparse.SUPPRESS)
     ap.add_argument("--_result", help=argparse.SUPPRESS)
     ap.add_argument("--_batch", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--_set", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.device is None:
         try:
@@ -259,7 +263,8 @@ def main(argv=None) -> int:
         args.warmup_steps = 15 if args.device == "cuda" else 2
     if args._one:
         r = measure_one(args._one, args.device, args._variant == "optimized", args.scale,
-                        args.measure_seconds, args.warmup_steps, args._batch)
+                        args.measure_seconds, args.warmup_steps, args._batch,
+                        json.loads(args._set) if args._set else None)
         Path(args._result).write_text(json.dumps(r))
         return 0
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]

@@ -3,9 +3,10 @@
 Each ``--variant`` is one measurement of benchmarks/throughput.py's optimized
 path (or its eager baseline) in a child process of its own, with:
 
-    WORKLOAD [baseline] [batch=N] [mode=COMPILE_MODE] [inductor=KEY=VALUE,KEY=VALUE]
+    WORKLOAD [baseline] [batch=N] [mode=COMPILE_MODE] [inductor=KEY=VALUE,KEY=VALUE] [set=KEY=VALUE,...]
 
-``mode`` sets ``GPULAB_COMPILE_MODE`` (default, reduce-overhead, max-autotune,
+``set`` replaces settings of the workload's scale in workloads.yml for that
+measurement (keys the scale already has, such as ``compile``). ``mode`` sets ``GPULAB_COMPILE_MODE`` (default, reduce-overhead, max-autotune,
 max-autotune-no-cudagraphs) and ``inductor`` sets ``GPULAB_INDUCTOR``
 (``torch._inductor.config`` settings, see runner.workloads.base.compile_fn)
 for that child only. The variants run in the order given, until ``--deadline``
@@ -34,7 +35,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import throughput  # noqa: E402  (benchmarks/throughput.py: measure_one in a child process)
 
-KEYS = ("batch", "mode", "inductor")
+from runner.workloads import base  # noqa: E402  (throughput put the project on sys.path)
+
+KEYS = ("batch", "mode", "inductor", "set")
 
 
 def parse_variant(text: str) -> dict:
@@ -50,7 +53,14 @@ def parse_variant(text: str) -> dict:
         key, sep, value = w.partition("=")
         if not sep or key not in KEYS or not value:
             raise ValueError(f"{w!r}: expected baseline or one of {', '.join(k + '=...' for k in KEYS)}")
-        if key == "batch":
+        if key == "set":
+            v[key] = {}
+            for item in value.split(","):
+                k, eq, val = item.partition("=")
+                if not eq or not k:
+                    raise ValueError(f"set={value}: {item!r} is not KEY=VALUE")
+                v[key][k] = base.option_value(val)
+        elif key == "batch":
             if not value.isdigit() or int(value) < 1:
                 raise ValueError(f"batch={value}: not a positive integer")
             v[key] = int(value)
@@ -64,7 +74,8 @@ def run_variant(v: dict, args, timeout: float, cache: Path) -> dict:
     t0 = time.time()
     out = throughput.run_child(v["workload"], "baseline" if v["baseline"] else "optimized", device=args.device,
                                scale=args.scale, measure_s=args.measure_seconds, warmup=args.warmup_steps,
-                               timeout=timeout, cache=cache, batch=v.get("batch"), extra_env=env)
+                               timeout=timeout, cache=cache, batch=v.get("batch"), extra_env=env,
+                               overrides=v.get("set"))
     out["wall_s"] = round(time.time() - t0, 1)
     return out
 
@@ -72,7 +83,7 @@ def run_variant(v: dict, args, timeout: float, cache: Path) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variant", action="append", default=[], required=True,
-                    help='"WORKLOAD [baseline] [batch=N] [mode=M] [inductor=K=V,K=V]" (repeat)')
+                    help='"WORKLOAD [baseline] [batch=N] [mode=M] [inductor=K=V,K=V] [set=K=V,K=V]" (repeat)')
     ap.add_argument("--out", default="tune.json")
     ap.add_argument("--deadline", type=float, default=570.0, help="seconds for all variants together")
     ap.add_argument("--min-left", type=float, default=30.0,

@@ -313,12 +313,15 @@ def _throughput(ctx: Context, trainer) -> dict:
 
 
 def bench_step(name: str, device, optimized: bool = True, *, scale: str = "full",
-               precision: str = "bf16", batch_size: int | None = None, seed: int = 0):
+               precision: str = "bf16", batch_size: int | None = None, seed: int = 0,
+               overrides: dict | None = None):
     """``(step_fn, samples_per_step)`` of workload ``name`` for the throughput benchmark.
 
     ``optimized`` picks the runner's throughput path or the plain eager
     baseline (fp32 weights, bf16 autocast, NCHW, no compile); ``batch_size``
-    overrides the per-process throughput batch. See the module docstring.
+    overrides the per-process throughput batch; ``overrides`` replaces
+    settings of the scale (keys workloads.yml names for it, else WorkloadError).
+    See the module docstring.
     """
     import importlib
 
@@ -336,6 +339,11 @@ def bench_step(name: str, device, optimized: bool = True, *, scale: str = "full"
     ctx = Context(spec=spec, entry=entry, log=MLLog(None), device=device, rank=0, world_size=1,
                   local_rank=0, precision=precision)
     ctx.channels_last = bool(optimized and device.type == "cuda")
+    for key, value in (overrides or {}).items():
+        if key not in ctx.cfg:
+            raise WorkloadError(f"setting {key!r}: the {scale} scale of {name} has none of that name "
+                                f"(it has {', '.join(sorted(ctx.cfg))})")
+        ctx.cfg[key] = value
     module = importlib.import_module(entry["module"])
     if hasattr(module, "bench_step"):
         return module.bench_step(ctx)
@@ -343,7 +351,7 @@ def bench_step(name: str, device, optimized: bool = True, *, scale: str = "full"
     return trainer.throughput_step, trainer.throughput_batch()
 
 
-def _option_value(text: str):
+def option_value(text: str):
     low = text.strip().lower()
     if low in ("1", "true", "yes", "on"):
         return True
@@ -364,7 +372,7 @@ def inductor_options(cfg_options: dict | None) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise WorkloadError(f"GPULAB_INDUCTOR: {item!r} is not key=value")
-        opts[key.strip()] = _option_value(value)
+        opts[key.strip()] = option_value(value)
     return opts
 
 

@@ -80,3 +80,23 @@ def test_tune_bad_variant_is_one_line_exit_2(tmp_path):
                        timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "batch=lots" in r.stderr, r.stderr
     assert not (tmp_path / "t.json").exists()
+
+
+def test_bench_step_overrides_replace_scale_settings_and_unknown_ones_are_named():
+    step, _ = base.bench_step("ncf", "cpu", scale="tiny", precision="fp32", overrides={"mf_dim": 4})
+    assert step.__self__.model.mf_user.embedding_dim == 4  # tiny's own mf_dim is 16
+    with pytest.raises(base.WorkloadError, match="setting 'mf_size': the tiny scale of ncf has none of that name"):
+        base.bench_step("ncf", "cpu", scale="tiny", precision="fp32", overrides={"mf_size": 4})
+
+
+def test_tune_set_passes_settings_to_the_measurement(tmp_path):
+    out = tmp_path / "tune.json"
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune.py"), "--device", "cpu", "--scale", "tiny",
+                        "--measure-seconds", "0.2", "--warmup-steps", "1", "--out", str(out),
+                        "--cache", str(tmp_path / "cache"), "--variant", "ncf set=mf_dim=8,lr=0.02",
+                        "--variant", "ncf set=mf_size=8"],
+                       cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    good, bad = json.loads(out.read_text())["variants"]
+    assert good["set"] == {"mf_dim": 8, "lr": 0.02} and good["samples_per_s"] > 0
+    assert "samples_per_s" not in bad and "'mf_size'" in bad["error"], bad
