@@ -123,8 +123,6 @@ def make_model(cfg: dict, vocab_size: int) -> nn.Module:
 class Trainer(T.Trainer):
     def __init__(self, ctx):
         T.check_bucket_config(ctx.cfg, "gnmt")
-        # the LSTMs run as cuDNN kernels; compile would only wrap them (and trace the loops)
-        ctx.cfg.setdefault("compile", False)
         super().__init__(ctx, make_model, ("wmt16_de_en", "wmt16"), adam_eps=float(ctx.cfg.get("eps", 1e-8)))
 
     def hyperparameters(self) -> dict:
