@@ -197,8 +197,6 @@ class Trainer:
         if ctx.mode == "ttt":
             self._load_data()
         model = ResNet(cfg["layers"], cfg["width"], self.classes)
-        if ctx.channels_last:  # the speed path (not the benchmark's plain baseline)
-            model.trunk.set_stem(cfg.get("stem_pad_channels", 0), cfg.get("maxpool") == "slices")
         self.model = V.prepare_model(ctx, model)
         self.net = ctx.wrap(WithLoss(self.model, cfg.get("label_smoothing", 0.0)))
         self.step_model = compile_fn(ctx, self.net)

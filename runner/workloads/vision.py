@@ -15,7 +15,6 @@ import sys
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from mlperf_logging.mllog import constants as C
 
 from runner.workloads.base import WorkloadError
@@ -116,30 +115,8 @@ class ResNetTrunk(nn.Module):
         self.num_stages = len(layers)
         self.return_stages = return_stages
 
-    # the speed path's stem (set by set_stem; the arithmetic is the same either way)
-    stem_pad_channels = 0   # zero input channels added so that cuDNN takes its aligned kernels
-    maxpool_slices = False  # max pooling as nine strided slices (Inductor's window backward is slow)
-
-    def set_stem(self, pad_channels: int = 0, maxpool_slices: bool = False) -> None:
-        self.stem_pad_channels = int(pad_channels)
-        self.maxpool_slices = bool(maxpool_slices)
-
-    def stem(self, x):
-        pad = self.stem_pad_channels - x.shape[1]
-        if pad > 0:  # a zero channel in the input and the weight adds nothing to any output
-            fmt = torch.channels_last if x.is_contiguous(memory_format=torch.channels_last) else None
-            w = F.pad(self.conv1.weight, (0, 0, 0, 0, 0, pad))
-            x = F.pad(x, (0, 0, 0, 0, 0, pad))
-            if fmt is not None:
-                x, w = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
-            x = F.conv2d(x, w, None, self.conv1.stride, self.conv1.padding)
-        else:
-            x = self.conv1(x)
-        x = self.relu(self.bn1(x))
-        return max_pool_3x3_s2_slices(x) if self.maxpool_slices else self.maxpool(x)
-
     def forward(self, x):
-        x = self.stem(x)
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         outs = []
         for i in range(self.num_stages):
             x = getattr(self, f"layer{i + 1}")(x)
@@ -147,24 +124,6 @@ class ResNetTrunk(nn.Module):
         if self.return_stages is None:
             return x
         return [outs[i] for i in self.return_stages]
-
-
-def max_pool_3x3_s2_slices(x: torch.Tensor) -> torch.Tensor:
-    """``MaxPool2d(3, stride=2, padding=1)`` as the maximum of nine strided slices.
-
-    The same values; the gradient of an exact tie is shared between the tied
-    inputs instead of going to the first. Under torch.compile the backward
-    pass is a few fused pointwise kernels rather than Inductor's window search.
-    """
-    h, w = x.shape[-2:]
-    oh, ow = (h - 1) // 2 + 1, (w - 1) // 2 + 1
-    p = F.pad(x, (1, 1, 1, 1), value=float("-inf"))
-    out = None
-    for i in range(3):
-        for j in range(3):
-            s = p[..., i: i + 2 * oh - 1: 2, j: j + 2 * ow - 1: 2]
-            out = s if out is None else torch.maximum(out, s)
-    return out
 
 
 def load_pretrained(module: nn.Module, path) -> int:
