@@ -183,11 +183,12 @@ class MaskRCNN(nn.Module):
 class Detector:
     """The training and inference logic around the modules (RPN, sampling, heads, losses)."""
 
-    def __init__(self, model: MaskRCNN, cfg: dict, ctx, feature_fn=None):
+    def __init__(self, model: MaskRCNN, cfg: dict, ctx, feature_fn=None, roi_align_fn=None):
         self.m = model
         self.cfg = cfg
         self.ctx = ctx
         self.features = feature_fn or model.features
+        self.roi_align = roi_align_fn or D.multilevel_roi_align
         self.sizes = cfg["anchor_sizes"]
         self._anchor_cache = {}
         self.gen = None
@@ -293,14 +294,14 @@ class Detector:
 
     def box_forward(self, feats, rois):
         n, k = rois.shape[:2]
-        x = D.multilevel_roi_align(feats[:4], rois, 7, STRIDES[:4], self.sampling)
+        x = self.roi_align(feats[:4], rois, 7, STRIDES[:4], self.sampling)
         cls, box = self.m.box_head(x.reshape(n * k, -1, 7, 7))
         return cls.view(n, k, -1), box.view(n, k, -1, 4)
 
     def mask_forward(self, feats, rois):
         n, k = rois.shape[:2]
         p = self.mask_pool
-        x = D.multilevel_roi_align(feats[:4], rois, p, STRIDES[:4], self.sampling)
+        x = self.roi_align(feats[:4], rois, p, STRIDES[:4], self.sampling)
         return self.m.mask_head(x.reshape(n * k, -1, p, p)).view(n, k, -1, 2 * p, 2 * p)
 
     def loss(self, images, sizes, gt_boxes, gt_labels, gt_masks, mask_stride=1):
@@ -505,9 +506,12 @@ class Trainer:
                 dist.broadcast(t.data, 0)
         inner = self.model
         feature_fn = self.model.features
+        roi_align_fn = None
         if ctx.compile and ctx.mode == "throughput":  # fixed image size: the backbone and FPN compile well
             feature_fn = compile_fn(ctx, feature_fn)
-        self.det = Detector(inner, cfg, ctx, feature_fn)
+            if cfg.get("compile_roi_align"):  # the gathers and their weights fuse into one kernel
+                roi_align_fn = compile_fn(ctx, D.multilevel_roi_align)
+        self.det = Detector(inner, cfg, ctx, feature_fn, roi_align_fn)
         gbs = self.batch * ctx.world_size
         self.lr = round(cfg["lr_per_image"] * gbs, 6)
         self.opt = torch.optim.SGD(V.param_groups(self.model, cfg["weight_decay"]), lr=self.lr,

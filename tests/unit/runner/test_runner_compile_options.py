@@ -100,3 +100,47 @@ def test_tune_set_passes_settings_to_the_measurement(tmp_path):
     good, bad = json.loads(out.read_text())["variants"]
     assert good["set"] == {"mf_dim": 8, "lr": 0.02} and good["samples_per_s"] > 0
     assert "samples_per_s" not in bad and "'mf_size'" in bad["error"], bad
+
+
+def _trainer(name: str, compile_: bool, **settings):
+    import importlib
+
+    entry = workloads.load()[name]
+    spec = {"workload": name, "scale": "tiny", "mode": "throughput", "seed": 0, "entry": entry, "compile": compile_}
+    ctx = base.Context(spec=spec, entry=entry, log=MLLog(None), device=torch.device("cpu"), rank=0,
+                       world_size=1, local_rank=0, precision="fp32")
+    ctx.cfg.update(settings)
+    torch.manual_seed(0)
+    return importlib.import_module(entry["module"]).build(ctx)
+
+
+def test_gnmt_compiled_between_its_lstms_gives_the_eager_loss_and_gradients(monkeypatch):
+    """compile: true traces everything but the cuDNN LSTMs (graph breaks there); the numbers stay."""
+    monkeypatch.delenv("GPULAB_COMPILE_MODE", raising=False)
+    eager = _trainer("gnmt", False, compile=True)
+    comp = _trainer("gnmt", True, compile=True)
+    assert comp.fwd is not comp._forward_loss  # compiled
+    comp.model.load_state_dict(eager.model.state_dict())
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, 60, (8, 10), generator=g)
+    tgt = torch.randint(4, 60, (8, 10), generator=g)
+    tin = torch.cat([torch.full_like(tgt[:, :1], 2), tgt[:, :-1]], 1)
+    losses, grads = [], []
+    for t in (eager, comp):
+        loss, ntok = t.fwd(src, tin, tgt, False)
+        loss.backward()
+        losses.append(loss.item())
+        grads.append(t.model.attn.q.weight.grad.clone())
+        assert int(ntok) == 80
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    assert torch.allclose(grads[1], grads[0], rtol=1e-4, atol=1e-6)
+
+
+def test_maskrcnn_compiles_roi_align_in_throughput_mode_when_asked():
+    from runner.workloads import detection as D
+
+    t = _trainer("maskrcnn", True, compile_roi_align=True)
+    assert t.det.roi_align is not D.multilevel_roi_align
+    t.throughput_step()  # a compiled training step with compiled RoIAlign runs on the CPU too
+    plain = _trainer("maskrcnn", True, compile_roi_align=False)
+    assert plain.det.roi_align is D.multilevel_roi_align
