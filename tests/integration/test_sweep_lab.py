@@ -168,8 +168,20 @@ def test_ctrl_c_stops_every_remote_run_and_saves_the_state(lab, tmp_path):
     args = ["--inventory", str(lab.inventory), "--host", "sw-01,sw-03", "--seeds", "2", "--name", "s3"]
     proc = subprocess.Popen(invoke_cmd() + ["sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env_for(results, stop_grace_s=10))
-    wait_until(lambda: (worker_pids(lab, "sw-01") and worker_pids(lab, "sw-03")) or proc.poll() is not None,
-               "workload processes on both hosts")
+    # a tiny run lasts seconds: hold each host's first workload process as soon as it appears, so that
+    # Ctrl-C finds the first run going on both hosts however the two happen to be scheduled
+    held = set()
+
+    def hold_both():
+        for name in {"sw-01", "sw-03"} - held:
+            if lab.exec(name, "pkill -STOP -f '[r]unner.worker' && echo held || true").stdout.strip():
+                held.add(name)
+        return len(held) == 2 or proc.poll() is not None
+
+    wait_until(hold_both, "workload processes on both hosts")
+    for name in held:
+        lab.exec(name, "pkill -CONT -f '[r]unner.worker' || true")
+    assert proc.poll() is None, "the sweep ended before it could be interrupted"
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 130, out
