@@ -166,8 +166,11 @@ def test_crash_hang_and_full_disk_are_recorded_with_reasons(lab, tmp_path):
 def test_ctrl_c_stops_every_remote_run_and_saves_the_state(lab, tmp_path):
     results = tmp_path / "results"
     args = ["--inventory", str(lab.inventory), "--host", "sw-01,sw-03", "--seeds", "2", "--name", "s3"]
+    # as from a terminal: SIGINT at its default even when the tests run in the background (where the shell
+    # starts them with SIGINT ignored, and Python would then never raise KeyboardInterrupt)
     proc = subprocess.Popen(invoke_cmd() + ["sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env_for(results, stop_grace_s=10))
+                            stderr=subprocess.STDOUT, text=True, env=env_for(results, stop_grace_s=10),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # a tiny run lasts seconds: hold each host's first workload process as soon as it appears, so that
     # Ctrl-C finds the first run going on both hosts however the two happen to be scheduled
     held = set()
