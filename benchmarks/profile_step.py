@@ -34,8 +34,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import throughput  # noqa: E402  (benchmarks/throughput.py: the warmed-up benchmark step; puts the project on sys.path)
 
 CATEGORIES = (
     # (category, substrings of a lower-cased kernel name); the first match wins
@@ -84,30 +84,12 @@ def profile(args) -> dict:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    from runner.workloads import base
-
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
-    if cuda:
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-        if args.cudnn_benchmark_limit is not None:
-            torch.backends.cudnn.benchmark_limit = args.cudnn_benchmark_limit
-
-    def sync():
-        if cuda:
-            torch.cuda.synchronize(dev)
-
-    t0 = time.time()
-    step, per_step = base.bench_step(args.workload, dev, not args.baseline, scale=args.scale,
-                                     precision="bf16", batch_size=args.batch)
-    step()
-    sync()
-    first = time.time() - t0
-    for _ in range(max(args.warmup_steps - 1, 0)):
-        step()
-    sync()
+    if cuda and args.cudnn_benchmark_limit is not None:
+        torch.backends.cudnn.benchmark_limit = args.cudnn_benchmark_limit
+    step, per_step, sync, first = throughput.warm_step(args.workload, dev, not args.baseline, args.scale,
+                                                       args.warmup_steps, args.batch)
     t = time.time()
     for _ in range(args.steps):
         step()

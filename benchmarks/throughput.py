@@ -56,15 +56,17 @@ def _env(cache: Path | None = None) -> dict:
     return env
 
 
-def measure_one(name: str, device: str, optimized: bool, scale: str, measure_s: float,
-                warmup: int, batch: int | None, overrides: dict | None = None) -> dict:
-    """Samples/s of one workload, one variant, in this process."""
+def warm_step(name: str, device, optimized: bool, scale: str, warmup: int, batch: int | None = None,
+              overrides: dict | None = None):
+    """The benchmark step of one workload, built and run ``warmup`` times (compilation, cuDNN search).
+
+    Returns ``(step, samples_per_step, sync, build_and_first_step_s)``; ``sync()``
+    waits for the device. benchmarks/profile_step.py starts from here too.
+    """
     import torch
 
-    from runner import workloads
     from runner.workloads import base
 
-    entry = workloads.load()[name]
     dev = torch.device(device)
     if dev.type == "cuda":
         torch.backends.cudnn.benchmark = True
@@ -84,6 +86,19 @@ def measure_one(name: str, device: str, optimized: bool, scale: str, measure_s: 
     for _ in range(max(warmup - 1, 0)):
         step()
     sync()
+    return step, per_step, sync, first
+
+
+def measure_one(name: str, device: str, optimized: bool, scale: str, measure_s: float,
+                warmup: int, batch: int | None, overrides: dict | None = None) -> dict:
+    """Samples/s of one workload, one variant, in this process."""
+    import torch
+
+    from runner import workloads
+
+    entry = workloads.load()[name]
+    dev = torch.device(device)
+    step, per_step, sync, first = warm_step(name, dev, optimized, scale, warmup, batch, overrides)
     steps, t = 0, time.time()
     while True:
         step()

@@ -6,7 +6,8 @@ path (or its eager baseline) in a child process of its own, with:
     WORKLOAD [baseline] [batch=N] [mode=COMPILE_MODE] [inductor=KEY=VALUE,KEY=VALUE] [set=KEY=VALUE,...]
 
 ``set`` replaces settings of the workload's scale in workloads.yml for that
-measurement (keys the scale already has, such as ``compile``). ``mode`` sets ``GPULAB_COMPILE_MODE`` (default, reduce-overhead, max-autotune,
+measurement (keys the scale already has, such as ``compile``). ``mode``
+sets ``GPULAB_COMPILE_MODE`` (default, reduce-overhead, max-autotune,
 max-autotune-no-cudagraphs) and ``inductor`` sets ``GPULAB_INDUCTOR``
 (``torch._inductor.config`` settings, see runner.workloads.base.compile_fn)
 for that child only. The variants run in the order given, until ``--deadline``
@@ -54,12 +55,10 @@ def parse_variant(text: str) -> dict:
         if not sep or key not in KEYS or not value:
             raise ValueError(f"{w!r}: expected baseline or one of {', '.join(k + '=...' for k in KEYS)}")
         if key == "set":
-            v[key] = {}
-            for item in value.split(","):
-                k, eq, val = item.partition("=")
-                if not eq or not k:
-                    raise ValueError(f"set={value}: {item!r} is not KEY=VALUE")
-                v[key][k] = base.option_value(val)
+            try:
+                v[key] = base.key_values(value, w)
+            except base.WorkloadError as exc:
+                raise ValueError(str(exc)) from None
         elif key == "batch":
             if not value.isdigit() or int(value) < 1:
                 raise ValueError(f"batch={value}: not a positive integer")

@@ -351,7 +351,7 @@ def bench_step(name: str, device, optimized: bool = True, *, scale: str = "full"
     return trainer.throughput_step, trainer.throughput_batch()
 
 
-def option_value(text: str):
+def _option_value(text: str):
     low = text.strip().lower()
     if low in ("1", "true", "yes", "on"):
         return True
@@ -365,15 +365,20 @@ def option_value(text: str):
     return text.strip()
 
 
-def inductor_options(cfg_options: dict | None) -> dict:
-    """The workload's ``inductor:`` settings, with ``GPULAB_INDUCTOR`` ("key=value,...") on top."""
-    opts = dict(cfg_options or {})
-    for item in filter(None, (os.environ.get("GPULAB_INDUCTOR") or "").split(",")):
+def key_values(text: str, source: str) -> dict:
+    """``"key=value,key=value"`` -> a dict of typed values (see _option_value); ``source`` names the text in errors."""
+    out = {}
+    for item in filter(None, text.split(",")):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise WorkloadError(f"GPULAB_INDUCTOR: {item!r} is not key=value")
-        opts[key.strip()] = option_value(value)
-    return opts
+            raise WorkloadError(f"{source}: {item!r} is not key=value")
+        out[key.strip()] = _option_value(value)
+    return out
+
+
+def inductor_options(cfg_options: dict | None) -> dict:
+    """The workload's ``inductor:`` settings, with ``GPULAB_INDUCTOR`` ("key=value,...") on top."""
+    return {**(cfg_options or {}), **key_values(os.environ.get("GPULAB_INDUCTOR") or "", "GPULAB_INDUCTOR")}
 
 
 def compile_fn(ctx: "Context", fn, dynamic: bool = False, options: dict | None = None):

@@ -3,8 +3,8 @@
 Box arithmetic, box coding, exact greedy non-maximum suppression on the
 device, RoIAlign (``grid_sample`` on one map, row gathers across the FPN
 levels), the generated shapes data set of the small and tiny scales, and
-the COCO 2017 reader of the full scale (``<data>/coco/{train2017,val2017}/*.jpg`` and
-``<data>/coco/annotations/instances_{train,val}2017.json``).
+the COCO 2017 reader of the full scale (``<data>/coco/{train2017,val2017}/*.jpg``
+and ``<data>/coco/annotations/instances_{train,val}2017.json``).
 """
 
 from __future__ import annotations
