@@ -36,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import throughput  # noqa: E402  (benchmarks/throughput.py: the warmed-up benchmark step; puts the project on sys.path)
+from runner.workloads import base  # noqa: E402
 
 CATEGORIES = (
     # (category, substrings of a lower-cased kernel name); the first match wins
@@ -89,7 +90,7 @@ def profile(args) -> dict:
     if cuda and args.cudnn_benchmark_limit is not None:
         torch.backends.cudnn.benchmark_limit = args.cudnn_benchmark_limit
     step, per_step, sync, first = throughput.warm_step(args.workload, dev, not args.baseline, args.scale,
-                                                       args.warmup_steps, args.batch)
+                                                       args.warmup_steps, args.batch, args.overrides)
     t = time.time()
     for _ in range(args.steps):
         step()
@@ -122,7 +123,7 @@ def profile(args) -> dict:
     doc["settings"] = {"device": str(dev), "scale": args.scale, "torch": torch.__version__,
                        "compile_mode": os.environ.get("GPULAB_COMPILE_MODE") or None,
                        "inductor": os.environ.get("GPULAB_INDUCTOR") or None,
-                       "cudnn_benchmark_limit": args.cudnn_benchmark_limit}
+                       "cudnn_benchmark_limit": args.cudnn_benchmark_limit, "set": args.overrides or None}
     if cuda:
         doc["settings"]["gpu"] = torch.cuda.get_device_name(dev)
         doc["settings"]["cudnn"] = torch.backends.cudnn.version()
@@ -147,6 +148,8 @@ def main(argv=None) -> int:
     ap.add_argument("--inductor", default=None, help="KEY=VALUE,... (GPULAB_INDUCTOR)")
     ap.add_argument("--cudnn-benchmark-limit", type=int, default=None,
                     help="cuDNN algorithms tried per convolution (0: all)")
+    ap.add_argument("--set", default=None, metavar="KEY=VALUE,...",
+                    help="replace settings of the workload's scale for this profile (as tune.py's set=)")
     ap.add_argument("--trace", default=None, help="also write a Chrome trace here")
     ap.add_argument("--out", default=None, help="JSON output (default: stdout only)")
     args = ap.parse_args(argv)
@@ -159,6 +162,11 @@ def main(argv=None) -> int:
         if value is not None and value < 1:
             print(f"profile_step.py: {flag} {value}: must be at least 1", file=sys.stderr)
             return 2
+    try:
+        args.overrides = base.key_values(args.set or "", "--set")
+    except base.WorkloadError as exc:
+        print(f"profile_step.py: {exc}", file=sys.stderr)
+        return 2
     if args.device is None:
         import torch
 
@@ -171,7 +179,11 @@ def main(argv=None) -> int:
         os.environ["GPULAB_COMPILE_MODE"] = args.mode
     if args.inductor:
         os.environ["GPULAB_INDUCTOR"] = args.inductor
-    doc = profile(args)
+    try:
+        doc = profile(args)
+    except base.WorkloadError as exc:
+        print(f"profile_step.py: {exc}", file=sys.stderr)
+        return 2
     text = json.dumps(doc, indent=2) + "\n"
     if args.out:
         Path(args.out).write_text(text)

@@ -34,9 +34,9 @@ DATA_SEED = 20190502
 
 
 class ResNet(nn.Module):
-    def __init__(self, layers=(3, 4, 6, 3), width=64, num_classes=1000):
+    def __init__(self, layers=(3, 4, 6, 3), width=64, num_classes=1000, **stem):
         super().__init__()
-        self.trunk = V.ResNetTrunk(V.Bottleneck, layers, width)
+        self.trunk = V.ResNetTrunk(V.Bottleneck, layers, width, **stem)
         self.fc = nn.Linear(self.trunk.channels[-1], num_classes)
         V.init_convs(self)
         nn.init.normal_(self.fc.weight, 0, 0.01)
@@ -196,7 +196,7 @@ class Trainer:
         self.data = None
         if ctx.mode == "ttt":
             self._load_data()
-        model = ResNet(cfg["layers"], cfg["width"], self.classes)
+        model = ResNet(cfg["layers"], cfg["width"], self.classes, **V.stem_options(ctx))
         self.model = V.prepare_model(ctx, model)
         self.net = ctx.wrap(WithLoss(self.model, cfg.get("label_smoothing", 0.0)))
         self.step_model = compile_fn(ctx, self.net)

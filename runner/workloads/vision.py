@@ -1,6 +1,8 @@
 """What the vision workloads (resnet50, ssd, maskrcnn) share.
 
 ResNet building blocks (v1.5 bottleneck and the basic block of ResNet-34),
+two exact, faster forms of the stem's layers (SpaceToDepthConv7, OffsetMaxPool;
+``stem_options`` picks them from the scale's settings),
 the speed path (channels-last, torch.compile with a fallback to eager),
 learning-rate schedules, JPEG decoding without torchvision, and the check of
 a prepared dataset through ``runner.datasets`` when that package is installed.
@@ -91,6 +93,105 @@ def make_stage(block, cin, width, blocks, stride, norm=nn.BatchNorm2d, zero_init
     return nn.Sequential(*layers), cout
 
 
+class SpaceToDepthConv7(nn.Conv2d):
+    """The ResNet stem convolution (7x7, stride 2, padding 3, no bias), computed
+    as a 4x4 stride-1 convolution over the 2x2 space-to-depth of the input.
+
+    Same parameter (``weight`` [out, in, 7, 7]), same result: the 7x7 kernel is
+    zero-padded to 8x8 and each 2x2 phase of it becomes an input channel, so the
+    convolution sees 4x the channels (12 for RGB) instead of 3, which the GPU's
+    convolution kernels handle at a far higher rate. ``pad_channels`` rounds
+    that channel count up with zero channels (None: as it is).
+    """
+
+    def __init__(self, cin, cout, pad_channels=None):
+        super().__init__(cin, cout, 7, stride=2, padding=3, bias=False)
+        self.pad_channels = pad_channels
+
+    def forward(self, x):
+        n, c, h, w = x.shape
+        ho, wo = (h - 1) // 2 + 1, (w - 1) // 2 + 1
+        # pad 3 before, and after up to 2 * out + 6 rows/columns (an even count)
+        xp = nn.functional.pad(x, (3, 2 * wo + 3 - w, 3, 2 * ho + 3 - h))
+        s = xp.reshape(n, c, ho + 3, 2, wo + 3, 2).permute(0, 1, 3, 5, 2, 4).reshape(n, 4 * c, ho + 3, wo + 3)
+        k = self.weight.shape[0]
+        wt = nn.functional.pad(self.weight, (0, 1, 0, 1))
+        wt = wt.reshape(k, c, 4, 2, 4, 2).permute(0, 1, 3, 5, 2, 4).reshape(k, 4 * c, 4, 4)
+        extra = (-(4 * c)) % self.pad_channels if self.pad_channels else 0
+        if extra:
+            s = nn.functional.pad(s, (0, 0, 0, 0, 0, extra))
+            wt = nn.functional.pad(wt, (0, 0, 0, 0, 0, extra))
+        if x.is_contiguous(memory_format=torch.channels_last):
+            s = s.contiguous(memory_format=torch.channels_last)
+        return nn.functional.conv2d(s, wt)
+
+
+class _MaxPool3x3s2(torch.autograd.Function):
+    """3x3 stride-2 padding-1 max pooling that saves the winner's position in its
+    window (one int8 per output) and computes the input gradient as a gather:
+    each input element looks at the at most four windows that contain it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        n, c, h, w = x.shape
+        ho, wo = (h - 1) // 2 + 1, (w - 1) // 2 + 1
+        xp = nn.functional.pad(x, (1, 2 * wo - w, 1, 2 * ho - h), value=float("-inf"))
+        best = code = None
+        for k in range(9):
+            i, j = divmod(k, 3)
+            v = xp[:, :, i:i + 2 * ho - 1:2, j:j + 2 * wo - 1:2]
+            if best is None:
+                best, code = v, torch.zeros(v.shape, dtype=torch.int8, device=v.device)
+                continue
+            # the first maximum in scan order wins; NaN propagates, as in max_pool2d
+            take = (v > best) | torch.isnan(v)
+            best = torch.where(take, v, best)
+            code = torch.where(take, torch.full_like(code, k), code)
+        ctx.save_for_backward(code)
+        ctx.in_size = (h, w)
+        ctx.channels_last = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+        if ctx.channels_last:
+            best = best.contiguous(memory_format=torch.channels_last)
+        return best
+
+    @staticmethod
+    def backward(ctx, grad):
+        (code,) = ctx.saved_tensors
+        h, w = ctx.in_size
+        ho, wo = code.shape[-2:]
+
+        def windows(size, out, device):
+            # padded position p = index + 1 lies in window p // 2 (at offset p % 2) and,
+            # when p is even, in window p // 2 - 1 (at offset 2)
+            p = torch.arange(size, device=device) + 1
+            first, off = p // 2, p % 2
+            return ((first.clamp(max=out - 1), off, first < out),
+                    ((first - 1).clamp(min=0), off + 2, (off == 0) & (first >= 1)))
+
+        total = None
+        for ph, i, vh in windows(h, ho, grad.device):
+            for pw, j, vw in windows(w, wo, grad.device):
+                rows, cols = ph[:, None], pw[None, :]
+                hit = (code[:, :, rows, cols] == (3 * i[:, None] + j[None, :])) & vh[:, None] & vw[None, :]
+                part = torch.where(hit, grad[:, :, rows, cols].float(), 0.0)
+                total = part if total is None else total + part
+        total = total.to(grad.dtype)
+        if ctx.channels_last:
+            total = total.contiguous(memory_format=torch.channels_last)
+        return total
+
+
+class OffsetMaxPool(nn.MaxPool2d):
+    """``nn.MaxPool2d(3, stride=2, padding=1)`` with the cheaper backward of
+    _MaxPool3x3s2 (same values, same gradients)."""
+
+    def __init__(self):
+        super().__init__(3, stride=2, padding=1)
+
+    def forward(self, x):
+        return _MaxPool3x3s2.apply(x)
+
+
 class ResNetTrunk(nn.Module):
     """The ResNet stem and stages, named as torchvision names them (``conv1``, ``bn1``,
     ``layer1``..), so that an ImageNet checkpoint in that layout loads as is.
@@ -100,12 +201,16 @@ class ResNetTrunk(nn.Module):
     """
 
     def __init__(self, block, layers, width=64, strides=(1, 2, 2, 2), norm=nn.BatchNorm2d,
-                 zero_init=True, return_stages=None):
+                 zero_init=True, return_stages=None, space_to_depth_stem=False, stem_pad_channels=None,
+                 offset_maxpool=False):
         super().__init__()
-        self.conv1 = nn.Conv2d(3, width, 7, stride=2, padding=3, bias=False)
+        if space_to_depth_stem:
+            self.conv1 = SpaceToDepthConv7(3, width, pad_channels=stem_pad_channels)
+        else:
+            self.conv1 = nn.Conv2d(3, width, 7, stride=2, padding=3, bias=False)
         self.bn1 = norm(width)
         self.relu = nn.ReLU(inplace=True)
-        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.maxpool = OffsetMaxPool() if offset_maxpool else nn.MaxPool2d(3, stride=2, padding=1)
         cin = width
         self.channels = []
         for i, (n, st) in enumerate(zip(layers, strides)):
@@ -124,6 +229,18 @@ class ResNetTrunk(nn.Module):
         if self.return_stages is None:
             return x
         return [outs[i] for i in self.return_stages]
+
+
+def stem_options(ctx) -> dict:
+    """ResNetTrunk's stem keywords from the scale's settings (``space_to_depth_stem``,
+    ``stem_pad_channels``, ``offset_maxpool``); the benchmark's plain baseline keeps
+    the plain stem."""
+    if not ctx.optimized:
+        return {}
+    cfg = ctx.cfg
+    return {"space_to_depth_stem": bool(cfg.get("space_to_depth_stem", False)),
+            "stem_pad_channels": cfg.get("stem_pad_channels"),
+            "offset_maxpool": bool(cfg.get("offset_maxpool", False))}
 
 
 def load_pretrained(module: nn.Module, path) -> int:
