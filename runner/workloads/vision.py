@@ -233,9 +233,10 @@ class ResNetTrunk(nn.Module):
 
 def stem_options(ctx) -> dict:
     """ResNetTrunk's stem keywords from the scale's settings (``space_to_depth_stem``,
-    ``stem_pad_channels``, ``offset_maxpool``); the benchmark's plain baseline keeps
-    the plain stem."""
-    if not ctx.optimized:
+    ``stem_pad_channels``, ``offset_maxpool``) when the model is compiled: the forms
+    pay once Inductor fuses them (eager, their gathers and slices cost more than the
+    plain layers). Eager runs and the benchmark's plain baseline keep the plain stem."""
+    if not (ctx.optimized and ctx.compile):
         return {}
     cfg = ctx.cfg
     return {"space_to_depth_stem": bool(cfg.get("space_to_depth_stem", False)),

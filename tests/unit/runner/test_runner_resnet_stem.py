@@ -81,18 +81,31 @@ def test_stem_forms_compile_and_match_the_plain_stem():
     torch.testing.assert_close(fast[0].weight.grad, plain[0].weight.grad, rtol=1e-3, atol=1e-3)
 
 
-def test_resnet50_uses_the_fast_stem_only_on_the_optimized_path():
-    """The throughput path builds the fast stem, the benchmark's plain baseline the plain layers;
-    the parameters keep torchvision's names and shapes either way (checkpoints load in both)."""
-    fast = base.bench_step("resnet50", "cpu", True, scale="tiny", batch_size=2)[0].__self__.model
-    plain = base.bench_step("resnet50", "cpu", False, scale="tiny", batch_size=2)[0].__self__.model
+def test_resnet50_uses_the_fast_stem_only_when_compiled_on_the_optimized_path(monkeypatch):
+    """Compiled throughput path: the fast stem; the benchmark's plain baseline and eager runs: the plain
+    layers. The parameters keep torchvision's names and shapes either way (checkpoints load in both)."""
+    calls = []
+    monkeypatch.setattr(R, "compile_fn", lambda ctx, fn: calls.append(ctx.compile) or fn)
+
+    def model(optimized, compile_, overrides=None):
+        real_init = base.Context.__init__
+
+        def init(self, *a, **kw):
+            real_init(self, *a, **kw)
+            self.compile = compile_
+        monkeypatch.setattr(base.Context, "__init__", init)
+        step = base.bench_step("resnet50", "cpu", optimized, scale="tiny", batch_size=2, overrides=overrides)[0]
+        monkeypatch.setattr(base.Context, "__init__", real_init)
+        return step.__self__.model
+
+    fast, eager, plain = model(True, True), model(True, False), model(False, False)
+    assert calls == [True, False, False]
     assert isinstance(fast.trunk.conv1, V.SpaceToDepthConv7) and fast.trunk.conv1.pad_channels == 16
     assert isinstance(fast.trunk.maxpool, V.OffsetMaxPool)
-    assert type(plain.trunk.conv1) is nn.Conv2d and type(plain.trunk.maxpool) is nn.MaxPool2d
-    sd_fast, sd_plain = fast.state_dict(), plain.state_dict()
-    assert {k: v.shape for k, v in sd_fast.items()} == {k: v.shape for k, v in sd_plain.items()}
-    off = base.bench_step("resnet50", "cpu", True, scale="tiny", batch_size=2,
-                          overrides={"space_to_depth_stem": False, "offset_maxpool": False})[0].__self__.model
+    for m in (eager, plain):
+        assert type(m.trunk.conv1) is nn.Conv2d and type(m.trunk.maxpool) is nn.MaxPool2d
+    assert {k: v.shape for k, v in fast.state_dict().items()} == {k: v.shape for k, v in plain.state_dict().items()}
+    off = model(True, True, {"space_to_depth_stem": False, "offset_maxpool": False})
     assert type(off.trunk.conv1) is nn.Conv2d and type(off.trunk.maxpool) is nn.MaxPool2d
 
 
