@@ -1,0 +1,76 @@
+"""The ResNet stem's fast forms compiled for a CUDA GPU (skipped without CUDA) against the plain layers.
+
+The CPU tests (tests/unit/runner/test_runner_resnet_stem.py) check the
+mathematics; these check what Inductor makes of them on the GPU, where the
+throughput path uses them: same values and gradients at the full image size.
+"""
+
+import pytest
+from gpu_helpers import needs_cuda
+
+pytestmark = needs_cuda()
+
+torch = pytest.importorskip("torch")
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from runner.workloads import vision as V  # noqa: E402
+
+
+def stems(dev):
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                          nn.MaxPool2d(3, 2, 1))
+    fast = nn.Sequential(V.SpaceToDepthConv7(3, 64, pad_channels=16), nn.BatchNorm2d(64), nn.ReLU(),
+                         V.OffsetMaxPool())
+    fast.load_state_dict(plain.state_dict())
+    cl = torch.channels_last
+    return plain.to(dev, memory_format=cl), fast.to(dev, memory_format=cl)
+
+
+def test_compiled_fast_stem_matches_the_plain_stem_in_fp32():
+    dev = torch.device("cuda")
+    tf32 = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        plain, fast = stems(dev)
+        x = torch.randn(8, 3, 224, 224, device=dev).contiguous(memory_format=torch.channels_last)
+        ya, yb = plain(x), torch.compile(fast)(x)
+        torch.testing.assert_close(yb, ya, rtol=1e-4, atol=1e-4)
+        g = torch.randn_like(ya)
+        (ya * g).sum().backward()
+        (yb * g).sum().backward()
+        torch.testing.assert_close(fast[0].weight.grad, plain[0].weight.grad, rtol=1e-3, atol=1e-3)
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
+
+
+def test_compiled_fast_stem_in_bf16_stays_as_close_as_the_plain_stem_in_bf16():
+    """Under bf16 autocast both forms round; the fast one must not be further from fp32 than the plain one."""
+    dev = torch.device("cuda")
+    plain, fast = stems(dev)
+    x = torch.randn(16, 3, 224, 224, device=dev).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        ref = plain(x)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            yp = plain(x).float()
+            yf = torch.compile(fast)(x).float()
+    err_plain = (yp - ref).abs().mean().item()
+    err_fast = (yf - ref).abs().mean().item()
+    assert err_fast <= 1.5 * err_plain + 1e-6, (err_fast, err_plain)
+
+
+def test_compiled_offset_maxpool_gradient_is_max_pool2d_gradient_with_ties_in_bf16():
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(5)
+    x = torch.relu(torch.randn(4, 64, 112, 112, device=dev, generator=g)).mul(2).round().to(torch.bfloat16)
+    x = x.contiguous(memory_format=torch.channels_last)
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    pool = torch.compile(V.OffsetMaxPool())
+    ya, yb = F.max_pool2d(a, 3, 2, 1), pool(b)
+    assert torch.equal(ya, yb)
+    gy = torch.randn(ya.shape, device=dev, generator=g).to(torch.bfloat16)
+    ya.backward(gy)
+    yb.backward(gy)
+    torch.testing.assert_close(b.grad.float(), a.grad.float(), rtol=0.01, atol=0.02)
+    assert torch.equal(b.grad != 0, a.grad != 0)
