@@ -93,6 +93,15 @@ def make_stage(block, cin, width, blocks, stride, norm=nn.BatchNorm2d, zero_init
     return nn.Sequential(*layers), cout
 
 
+def _half(size: int) -> int:
+    """Output size of a stride-2 layer that pads to keep ``ceil(size / 2)`` (the stem's 7x7/2 and 3x3/2)."""
+    return (size - 1) // 2 + 1
+
+
+def _is_channels_last(x: torch.Tensor) -> bool:
+    return x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+
+
 class SpaceToDepthConv7(nn.Conv2d):
     """The ResNet stem convolution (7x7, stride 2, padding 3, no bias), computed
     as a 4x4 stride-1 convolution over the 2x2 space-to-depth of the input.
@@ -110,7 +119,7 @@ class SpaceToDepthConv7(nn.Conv2d):
 
     def forward(self, x):
         n, c, h, w = x.shape
-        ho, wo = (h - 1) // 2 + 1, (w - 1) // 2 + 1
+        ho, wo = _half(h), _half(w)
         # pad 3 before, and after up to 2 * out + 6 rows/columns (an even count)
         xp = nn.functional.pad(x, (3, 2 * wo + 3 - w, 3, 2 * ho + 3 - h))
         s = xp.reshape(n, c, ho + 3, 2, wo + 3, 2).permute(0, 1, 3, 5, 2, 4).reshape(n, 4 * c, ho + 3, wo + 3)
@@ -121,7 +130,7 @@ class SpaceToDepthConv7(nn.Conv2d):
         if extra:
             s = nn.functional.pad(s, (0, 0, 0, 0, 0, extra))
             wt = nn.functional.pad(wt, (0, 0, 0, 0, 0, extra))
-        if x.is_contiguous(memory_format=torch.channels_last):
+        if _is_channels_last(x):
             s = s.contiguous(memory_format=torch.channels_last)
         return nn.functional.conv2d(s, wt)
 
@@ -133,8 +142,8 @@ class _MaxPool3x3s2(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x):
-        n, c, h, w = x.shape
-        ho, wo = (h - 1) // 2 + 1, (w - 1) // 2 + 1
+        h, w = x.shape[-2:]
+        ho, wo = _half(h), _half(w)
         xp = nn.functional.pad(x, (1, 2 * wo - w, 1, 2 * ho - h), value=float("-inf"))
         best = code = None
         for k in range(9):
@@ -146,10 +155,10 @@ class _MaxPool3x3s2(torch.autograd.Function):
             # the first maximum in scan order wins; NaN propagates, as in max_pool2d
             take = (v > best) | torch.isnan(v)
             best = torch.where(take, v, best)
-            code = torch.where(take, torch.full_like(code, k), code)
+            code = code.masked_fill(take, k)
         ctx.save_for_backward(code)
         ctx.in_size = (h, w)
-        ctx.channels_last = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+        ctx.channels_last = _is_channels_last(x)
         if ctx.channels_last:
             best = best.contiguous(memory_format=torch.channels_last)
         return best

@@ -86,17 +86,15 @@ def test_resnet50_uses_the_fast_stem_only_when_compiled_on_the_optimized_path(mo
     layers. The parameters keep torchvision's names and shapes either way (checkpoints load in both)."""
     calls = []
     monkeypatch.setattr(R, "compile_fn", lambda ctx, fn: calls.append(ctx.compile) or fn)
+    real_init = base.Context.__init__
 
     def model(optimized, compile_, overrides=None):
-        real_init = base.Context.__init__
-
-        def init(self, *a, **kw):
+        def init(self, *a, **kw):  # bench_step compiles on CUDA only; here the test decides
             real_init(self, *a, **kw)
             self.compile = compile_
         monkeypatch.setattr(base.Context, "__init__", init)
-        step = base.bench_step("resnet50", "cpu", optimized, scale="tiny", batch_size=2, overrides=overrides)[0]
-        monkeypatch.setattr(base.Context, "__init__", real_init)
-        return step.__self__.model
+        return base.bench_step("resnet50", "cpu", optimized, scale="tiny", batch_size=2,
+                               overrides=overrides)[0].__self__.model
 
     fast, eager, plain = model(True, True), model(True, False), model(False, False)
     assert calls == [True, False, False]
