@@ -144,3 +144,33 @@ def test_maskrcnn_compiles_roi_align_in_throughput_mode_when_asked():
     t.throughput_step()  # a compiled training step with compiled RoIAlign runs on the CPU too
     plain = _trainer("maskrcnn", True, compile_roi_align=False)
     assert plain.det.roi_align is D.multilevel_roi_align
+
+
+_STEM_RUN = """
+import json, types, torch, torch.nn as nn
+from torch._dynamo.utils import counters
+from runner.workloads import base, vision as V
+torch.manual_seed(0)
+stem = nn.Sequential(V.SpaceToDepthConv7(3, 8, pad_channels=16), nn.BatchNorm2d(8), nn.ReLU(), V.OffsetMaxPool())
+step = base.compile_fn(types.SimpleNamespace(compile=True, cfg={}), stem)
+step(torch.randn(2, 3, 32, 32)).square().sum().backward()
+print(json.dumps({"aot": dict(counters["aot_autograd"]), "grad": stem[0].weight.grad.abs().sum().item()}))
+"""
+
+
+def test_later_runs_reuse_the_compiled_graph_with_the_offset_max_pool(tmp_path):
+    """A sweep's second run of resnet50 (a fresh process, the same cache) loads the whole compiled
+    training graph, custom max-pool Function included, instead of tracing it again."""
+    e = {**env(), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    e.pop("GPULAB_INDUCTOR", None)
+    e.pop("GPULAB_COMPILE_MODE", None)
+    runs = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", _STEM_RUN], cwd=ROOT, env=e, capture_output=True, text=True,
+                           timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["aot"].get("autograd_cache_saved") == 1, first
+    assert second["aot"].get("autograd_cache_hit") == 1 and not second["aot"].get("autograd_cache_bypass"), second
+    assert second["grad"] == first["grad"]
