@@ -135,6 +135,17 @@ class SpaceToDepthConv7(nn.Conv2d):
         return nn.functional.conv2d(s, wt)
 
 
+def _pool_windows(size: int, out: int, device):
+    """For each input index along one axis of 3x3/2 pooling with padding 1: the two
+    windows that may hold it, as (window index, offset in the window, valid) each.
+    Padded position p = index + 1 lies in window p // 2 (at offset p % 2) and, when
+    p is even, in window p // 2 - 1 (at offset 2)."""
+    p = torch.arange(size, device=device) + 1
+    first, off = p // 2, p % 2
+    return ((first.clamp(max=out - 1), off, first < out),
+            ((first - 1).clamp(min=0), off + 2, (off == 0) & (first >= 1)))
+
+
 class _MaxPool3x3s2(torch.autograd.Function):
     """3x3 stride-2 padding-1 max pooling that saves the winner's position in its
     window (one int8 per output) and computes the input gradient as a gather:
@@ -169,17 +180,9 @@ class _MaxPool3x3s2(torch.autograd.Function):
         h, w = ctx.in_size
         ho, wo = code.shape[-2:]
 
-        def windows(size, out, device):
-            # padded position p = index + 1 lies in window p // 2 (at offset p % 2) and,
-            # when p is even, in window p // 2 - 1 (at offset 2)
-            p = torch.arange(size, device=device) + 1
-            first, off = p // 2, p % 2
-            return ((first.clamp(max=out - 1), off, first < out),
-                    ((first - 1).clamp(min=0), off + 2, (off == 0) & (first >= 1)))
-
         total = None
-        for ph, i, vh in windows(h, ho, grad.device):
-            for pw, j, vw in windows(w, wo, grad.device):
+        for ph, i, vh in _pool_windows(h, ho, grad.device):
+            for pw, j, vw in _pool_windows(w, wo, grad.device):
                 rows, cols = ph[:, None], pw[None, :]
                 hit = (code[:, :, rows, cols] == (3 * i[:, None] + j[None, :])) & vh[:, None] & vw[None, :]
                 part = torch.where(hit, grad[:, :, rows, cols].float(), 0.0)
