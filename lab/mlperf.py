@@ -47,6 +47,8 @@ class Rules:
         bdoc = load_yaml(data_dir / "benchmarks.yml", "benchmarks")
         ddoc = load_yaml(data_dir / "devices.yml", "devices")
         self.settings = load_yaml(data_dir / "report.yml", "report")
+        # Per MLPerf round: how its logs' runs are scored (lab.scoring).
+        self.rounds: dict[str, dict] = load_yaml(data_dir / "rounds.yml", "rounds")["rounds"]
         self.ruleset = bdoc["ruleset"]
         self.benchmarks: dict[str, Benchmark] = {}
         self._bench_alias: dict[str, str] = {}
