@@ -152,7 +152,7 @@ class TreeReader:
             facts.accelerator = name or None
             return
         facts.accelerator = name
-        facts.device = self.rules.device(name)
+        facts.device = self.rules.device(name, published=True)
         facts.accelerators = count
 
 
