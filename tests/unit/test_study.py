@@ -95,6 +95,9 @@ def test_the_ttt_plan_shows_days_of_machine_time():
     assert " GPUs 1,2,3 " in row and " x 100 seed(s) " in row and " 300 runs " in row
     assert all(t.minutes > 7 * 24 * 60 and t.unknown == 0 for t in totals)   # more than a week per host
     assert lines[-1].startswith("estimated wall time: ")
+    # the study ran each configuration once: about a week on a V100 host (README, "Redo the R740 study")
+    once = study.describe(sweep.plan(hosts, ["all"], "all", "1", "ttt", "full"), hosts)[1]
+    assert all(6 * 24 * 60 < t.minutes < 8 * 24 * 60 for t in once)
 
 
 # --------------------------------------------------------------------------- estimates
