@@ -144,8 +144,12 @@ def test_earlier_runs_of_this_lab_replace_the_figures(tmp_path):
     # run_timeout_minutes: auto -> three times the estimate, at least an hour
     assert study.time_limit_minutes(run, "T4", past) == 60.0
     long = sweep.PlannedRun("r740-01", "resnet50", 1, 1, "ttt", "full")
-    assert study.time_limit_minutes(long, "T4", {}) == pytest.approx(3 * study.load().minutes("resnet50", "ttt", "T4", 1))
+    assert study.time_limit_minutes(long, "V100-PCIe", {}) == pytest.approx(
+        3 * study.load().minutes("resnet50", "ttt", "V100-PCIe", 1))
     assert study.time_limit_minutes(long, None, {}) == 10080 and study.time_limit_minutes(tiny, "T4", {}) == 60
+    mask = sweep.PlannedRun("r740-01", "maskrcnn", 1, 1, "ttt", "full")    # 4.4 days: capped at a week
+    assert study.load().minutes("maskrcnn", "ttt", "T4", 1) > 4 * 24 * 60
+    assert study.time_limit_minutes(mask, "T4", {}) == 7 * 24 * 60
 
 
 @pytest.mark.parametrize("mutate, message", [
