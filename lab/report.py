@@ -509,6 +509,10 @@ def key_findings(an: Analysis) -> list[str]:
         out.append(f"Time to train dominated by the seed (epochs to converge): {', '.join(dom)}.")
     if rest:
         out.append(f"Not seed-dominated: {', '.join(rest)}.")
+    thr_only = [s for s in an.systems if not s["runs"] and s["throughput_runs"]]
+    if thr_only:
+        out.append(f"{len(thr_only)} of {len(an.systems)} benchmark x system records come from throughput runs "
+                   "only: throughput (Figure 2, the device ratios), no time to train.")
     few = sum(1 for s in an.systems if s["too_few_runs"])
     if few:
         out.append(f"{few} of {len(an.systems)} benchmark x system scores rest on too few runs (marked).")

@@ -75,7 +75,10 @@ def score(group: list[Run], rules: Rules) -> Score:
     marks = []
     if len(fmts) > 1:
         marks.append(f"runs of several log formats ({', '.join(fmts)}) scored by the {rnd} rules")
-    if converged:
+    if not ttt:   # throughput runs only (`invoke sweep --mode throughput`): no score to mark
+        scored, too_few, required, converged = [], False, None, None
+        marks.append(f"throughput only: {len(group)} run(s), no time to train")
+    elif converged:
         considered = ttt[:required]
         scored = [r for r in considered if r.success and r.ttt_s is not None][:converged]
         too_few = len(scored) < converged
