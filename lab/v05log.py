@@ -15,7 +15,8 @@ success    run_stop's {"success": ...} flag (true/false, also as the strings
            "true"/"false"); without a flag, an eval_accuracy up to run_stop
            that meets eval_target (the logged one, else lab/data/benchmarks.yml).
 epochs     distinct train_epoch values up to the end (the eval that met the
-           target, else run_stop); failing those, the epoch of that eval.
+           target, else run_stop), or that eval's epoch + 1 (epochs count from 0)
+           where that is more.
 throughput samples per epoch (lab.logfacts.samples_per_epoch) x epochs run /
            the time from the first train_epoch to the end, less the time
            spent between eval_start and eval_stop; where the train_epoch events
@@ -135,13 +136,13 @@ def _facts(evs, start, stop, bench, target, spe, rules: Rules) -> LogFacts:
 
     done = window[:cut]
     train_epochs = [e for e in done if e[1] == "train_epoch"]
-    if train_epochs:
-        epochs = float(len({json.dumps(e[2], sort_keys=True) for e in train_epochs}))
-    else:
-        ref = met if (success and met) else (evals[-1] if evals else None)
-        epochs = num(ref[1]) if ref else None
-        if epochs is not None and epochs >= 0:
-            epochs += 1.0          # v0.5 numbers epochs from 0
+    # Epochs: the distinct train_epoch values, or the evaluated epoch (numbered from 0) + 1
+    # where that is more (Google's TPU logs mark only epoch 0 with train_epoch).
+    counted = float(len({json.dumps(e[2], sort_keys=True) for e in train_epochs})) if train_epochs else None
+    ref = met if (success and met) else (evals[-1] if evals else None)
+    evaluated = num(ref[1]) if ref else None
+    evaluated = evaluated + 1.0 if evaluated is not None and evaluated >= 0 else None
+    epochs = max((x for x in (counted, evaluated) if x is not None), default=None)
     end_t = done[-1][0] if done else t1
     sps = basis = None
     if spe and train_epochs and epochs and len({e[0] for e in train_epochs}) > 1:

@@ -163,3 +163,17 @@ def test_energy_compare_and_skipped_as_rendered(rendered):
     skipped = [r["cells"] for r in data_rows(dom, "skipped")]
     assert [c[1] for c in skipped if c[0].endswith("broken/result_0.txt")] == \
         ["no run_stop: the log is truncated or the run did not finish"]
+
+
+def test_published_tree_report_as_rendered(trees, tmp_path):
+    out = tmp_path / "report"
+    res = build_report([trees / "training_results_v0.5"], out, formats=("html",))
+    dom = render(out / "report.html", tmp_path)
+    assert dom.body.get("data-images-loaded") == dom.body.get("data-images-total") == "2"
+    rows = data_rows(dom, "scores")
+    assert len(rows) == len(res.summary) == 5
+    by = {(r["cells"][1], r["cells"][2]): r["cells"] for r in rows}
+    # submitter, system as the tree names them; device, GPUs, nodes, framework from entry.json
+    assert by[("google", "8xV100")][3:7] == ["V100-SXM2", "8", "1", "TensorFlow 1.12.0"]
+    assert by[("google", "8xV100")][10] == "137.80"
+    assert ("google", "tpu (cloud_v2.8/resnet-tpuv2-8)") in by
