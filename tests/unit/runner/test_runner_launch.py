@@ -77,3 +77,17 @@ def test_child_env_selects_gpus_in_bus_order(tmp_path):
     assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
     cpu = launch.child_env([], cache_dir=None, nprocs=1, base={})
     assert cpu["CUDA_VISIBLE_DEVICES"] == ""  # hides every GPU: a CPU run
+
+
+def test_cpu_ranks_split_the_thread_budget_instead_of_each_taking_it():
+    import os
+
+    assert launch.child_env([], cache_dir=None, nprocs=2, base={"OMP_NUM_THREADS": "2"})["OMP_NUM_THREADS"] == "1"
+    assert launch.child_env([], cache_dir=None, nprocs=4, base={"OMP_NUM_THREADS": "16"})["OMP_NUM_THREADS"] == "4"
+    assert launch.child_env([], cache_dir=None, nprocs=3, base={"OMP_NUM_THREADS": "2"})["OMP_NUM_THREADS"] == "1"
+    cores = len(os.sched_getaffinity(0))
+    for base in ({}, {"OMP_NUM_THREADS": "many"}, {"OMP_NUM_THREADS": "0"}):
+        assert launch.child_env([], cache_dir=None, nprocs=2, base=base)["OMP_NUM_THREADS"] == str(max(1, cores // 2))
+    # one process, or GPU ranks: the caller's setting stands
+    assert launch.child_env([], cache_dir=None, nprocs=1, base={"OMP_NUM_THREADS": "2"})["OMP_NUM_THREADS"] == "2"
+    assert "OMP_NUM_THREADS" not in launch.child_env([0, 1], cache_dir=None, nprocs=2, base={})
