@@ -497,6 +497,40 @@ def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None,
     return out
 
 
+def _host_metric_checks(burnin: dict, probe: dict, refs: dict) -> list[dict]:
+    """Host-wide burn-in figures (NCCL all-reduce bus bandwidth) against the references.
+
+    A reference is for all GPUs of the host; a figure measured over fewer, or
+    one whose model has no reference, is shown with "no reference" (WARN).
+    """
+    hm = burnin.get("host_metrics") or {}
+    names = sorted({g.get("name") or "?" for g in probe["gpus"] if "error" not in g})
+    models = sorted({m for m in (model_key(n, refs) for n in names) if m})
+    selected = len(burnin.get("gpus_selected") or [])
+    count = probe.get("gpu_count") or 0
+    out = []
+    for metric in HOST_METRICS:
+        value = hm.get(metric)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        with_ref = [(m, refs["models"][m]["metrics"][metric]) for m in models
+                    if metric in refs["models"][m]["metrics"]]
+        if with_ref and selected == count:
+            out += [judge_metric(metric, float(value), ref) for _m, ref in with_ref]
+            continue
+        unit = UNITS[metric]
+        if with_ref:
+            why = (f"measured over {selected} of the host's {count} GPUs; the reference "
+                   f"({_fmt(with_ref[0][1]['value'])} {unit}) is for all of them")
+        elif models:
+            why = f"no {metric} for {', '.join(models)} in the references"
+        else:
+            why = f"{', '.join(names)} is not in the references"
+        out.append(check(metric, WARN, float(value), "no reference",
+                         f"{_fmt(float(value))} {unit} over {selected} GPUs, not judged: {why}", unit))
+    return out
+
+
 def _burnin_failures(burnin: dict, index: int | None) -> list[dict]:
     """Failed load tests (crash, wrong results, timeout) of one GPU (None: host-wide tests)."""
     fails = [r for r in burnin.get("results", []) if not r.get("ok") and r.get("gpu") == index]
@@ -631,15 +665,7 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
             if burnin is not None:
                 if burnin.get("outcome") == "failed":
                     checks += _burnin_failures(burnin, None)
-                hm = burnin.get("host_metrics") or {}
-                models = {model_key(g.get("name"), references) for g in probe["gpus"] if "error" not in g}
-                for metric in HOST_METRICS:
-                    if metric not in hm:
-                        continue
-                    for model in sorted(m for m in models if m):
-                        ref = references["models"][model]["metrics"].get(metric)
-                        if ref is not None and len(burnin.get("gpus_selected") or []) == (probe.get("gpu_count") or 0):
-                            checks.append(judge_metric(metric, float(hm[metric]), ref))
+                checks += _host_metric_checks(burnin, probe, references)
             for g in probe["gpus"]:
                 idx = g.get("index")
                 if "error" in g:

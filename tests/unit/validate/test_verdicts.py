@@ -393,3 +393,34 @@ def test_t4_against_dcgm_thresholds(snap, refs):
     loose = inventory_for(t4, gpu_model="T4", pcie=None)
     c = checks_of(run({"h200-01": t4}, refs, hosts=[loose]), gpu=idx)["PCIe link"]
     assert c["verdict"] == "PASS" and "T4 minimum" in c["expected"]
+
+
+def test_nccl_bus_bandwidth_is_judged_against_the_reference_or_says_no_reference(refs):
+    """The burn-in's all-reduce figure (all GPUs of the host) against the H200 host reference."""
+    from snapshots import FIXTURES
+
+    doc = json.loads((FIXTURES / "h200-x8-standard.handmade.json").read_text())
+    ref = refs["models"]["H200"]["metrics"]["nccl_allreduce_busbw_gbs"]
+    c = checks_of(run({"h200-01": doc}, refs))["nccl_allreduce_busbw_gbs"]
+    assert (c["verdict"], c["measured"], c["unit"]) == ("PASS", 478.2, "GB/s")
+    assert f"of reference {ref['value']} GB/s" in c["reason"]
+    low = copy.deepcopy(doc)
+    low["host_metrics"]["nccl_allreduce_busbw_gbs"] = ref["value"] * (1 - ref["lower"]) * 0.9
+    v = run({"h200-01": low}, refs)
+    assert checks_of(v)["nccl_allreduce_busbw_gbs"]["verdict"] == "FAIL" and not v.ok
+    # measured over 2 of 8 GPUs: the host reference does not apply
+    part = copy.deepcopy(doc)
+    part["gpus_selected"] = [0, 1]
+    c = checks_of(run({"h200-01": part}, refs))["nccl_allreduce_busbw_gbs"]
+    assert (c["verdict"], c["expected"]) == ("WARN", "no reference")
+    assert "measured over 2 of the host's 8 GPUs" in c["reason"] and "not judged" in c["reason"]
+    # a model without this reference
+    bare = copy.deepcopy(refs)
+    del bare["models"]["H200"]["metrics"]["nccl_allreduce_busbw_gbs"]
+    c = checks_of(run({"h200-01": doc}, bare))["nccl_allreduce_busbw_gbs"]
+    assert (c["verdict"], c["expected"], c["measured"]) == ("WARN", "no reference", 478.2)
+    assert "no nccl_allreduce_busbw_gbs for H200 in the references" in c["reason"]
+    # no figure (one GPU): no check
+    one = copy.deepcopy(doc)
+    del one["host_metrics"]["nccl_allreduce_busbw_gbs"]
+    assert "nccl_allreduce_busbw_gbs" not in checks_of(run({"h200-01": one}, refs))
