@@ -113,6 +113,42 @@ def test_topology_prefers_one_pcie_root_then_one_numa_node():
     assert topology.choose(two_numa, 2) == [1, 2]
 
 
+# An 8-GPU two-socket box: GPUs 0-3 on NUMA node 0, 4-7 on node 1, two GPUs per PCIe root
+# (a switch each): 0,1 | 2,3 | 4,5 | 6,7. And a 2-GPU box with one GPU per socket.
+EIGHT = probe_doc([(i, f"00000000:{0x18 + 0x20 * (i // 2) + i % 2:02X}:00.0", i // 4) for i in range(8)])
+EIGHT_ROOTS = {g["pci_bus_id"]: f"pci0000:{0x17 + 0x20 * (g['index'] // 2):02x}" for g in EIGHT["gpus"]}
+TWO = probe_doc([(0, "00000000:3B:00.0", 0), (1, "00000000:AF:00.0", 1)])
+TWO_ROOTS = {"00000000:3B:00.0": "pci0000:3a", "00000000:AF:00.0": "pci0000:ae"}
+
+
+@pytest.mark.parametrize("doc, roots, want", [
+    (TWO, TWO_ROOTS, {1: [0], 2: [0, 1]}),
+    (R740, R740_ROOTS, {1: [2], 2: [0, 1], 3: [0, 1, 2], 4: [0, 1, 2, 3]}),
+    (EIGHT, EIGHT_ROOTS, {1: [0], 2: [0, 1], 3: [0, 1, 2], 4: [0, 1, 2, 3], 5: [0, 1, 2, 3, 4],
+                          6: [0, 1, 2, 3, 4, 5], 7: [0, 1, 2, 3, 4, 5, 6], 8: list(range(8))}),
+], ids=["2gpu", "4gpu", "8gpu"])
+def test_all_gpus_sweeps_every_count_on_the_gpus_the_topology_picks(doc, roots, want):
+    """``invoke sweep --gpus all`` on a host whose probe found 2, 4 or 8 GPUs."""
+    gpus = topology.from_probe(doc, roots)
+    t = {"gpu_count": len(gpus), "gpus": [vars(g) for g in gpus]}
+    runs = sweep.plan([host(count="auto")], ["ncf", "resnet50"], "all", 1, mode="throughput",
+                      topologies={"h1": t})
+    assert [(r.workload, r.gpus) for r in runs] == [(w, n) for w in ("ncf", "resnet50") for n in want]
+    assert {r.gpus: r.gpu_ids for r in runs} == want
+    assert all(r.state == "planned" for r in runs)
+    assert [r.run_id for r in runs if r.workload == "ncf"] == [f"ncf-throughput-tiny-{n}gpu-s1" for n in want]
+    # what the runner is told: explicit indices (one index keeps its comma)
+    assert topology.gpus_arg(want[1]) == f"{want[1][0]},"
+    # the chosen GPUs of a count share a PCIe root when one root has enough of them, else a NUMA node
+    for n, ids in want.items():
+        by_root = {roots[doc["gpus"][i]["pci_bus_id"]] for i in ids}
+        by_numa = {doc["gpus"][i]["numa_node"] for i in ids}
+        fits_one_root = any(sum(1 for g in gpus if g.root == r) >= n for r in {g.root for g in gpus})
+        fits_one_numa = any(sum(1 for g in gpus if g.numa == k) >= n for k in {g.numa for g in gpus})
+        assert len(by_root) == 1 or not fits_one_root, (n, ids)
+        assert len(by_numa) == 1 or not fits_one_numa, (n, ids)
+
+
 def test_topology_helpers():
     assert topology.sysfs_bus_id("00000000:3B:00.0") == "0000:3b:00.0"
     assert topology.sysfs_bus_id("0000:3b:00.0") == "0000:3b:00.0"
