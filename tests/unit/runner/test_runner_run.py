@@ -139,25 +139,6 @@ def test_throughput_mode_records_samples_per_s(tmp_path):
     assert len(tp) == 1 and tp[0]["value"] == pytest.approx(res["samples_per_s"], rel=1e-3)
 
 
-def test_two_gloo_processes_on_cpu_train_to_target(tmp_path):
-    out = tmp_path / "run"
-    r = runner("run", "ncf", "--scale", "tiny", "--seed", "2", "--gpus", "0", "--cpu-procs", "2",
-               "--out", out)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert_complete(out)
-    st = status(out)
-    assert st["world_size"] == 2 and st["outcome"] == "success"
-    ev = mllog_events(out)
-    # only rank 0 writes: one run_start, one global batch of 2 x the per-process batch
-    assert [e["key"] for e in ev].count("run_start") == 1
-    gbs = next(e for e in ev if e["key"] == "global_batch_size")["value"]
-    assert gbs == 2 * 2048
-    # both ranks went through the synchronized teardown and ended cleanly
-    log = (out / "stdout.log").read_text()
-    for rank in (0, 1):
-        assert f"[runner] rank {rank} ended: success (exit 0)" in log, log
-
-
 @pytest.mark.parametrize("args, words", [
     (["run", "nosuch", "--out", "{out}"], "unknown workload 'nosuch' (known: "),
     (["run", "ncf", "--gpus", "1", "--out", "{out}"], "asks for 1 GPUs but this host has no GPUs"),

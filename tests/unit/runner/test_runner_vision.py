@@ -71,26 +71,6 @@ def test_tiny_throughput_mode_measures_images_per_s(tmp_path, name):
     assert len(tp) == 1 and tp[0]["metadata"]["unit"] == "images/s"
 
 
-def test_two_gloo_processes_train_maskrcnn_with_one_gradient_all_reduce(tmp_path):
-    out = tmp_path / "run"
-    r = runner("run", "maskrcnn", "--scale", "tiny", "--seed", "3", "--mode", "throughput", "--gpus", "0",
-               "--cpu-procs", "2", "--measure-seconds", "0.5", "--warmup-steps", "1", "--out", out, timeout=600)
-    assert r.returncode == 0, r.stdout + r.stderr + (out / "stdout.log").read_text()
-    st = status(out)
-    assert st["world_size"] == 2 and st["result"]["world_size"] == 2
-
-
-def test_two_gloo_processes_train_resnet50_to_target(tmp_path):
-    out = tmp_path / "run"
-    r = runner("run", "resnet50", "--scale", "tiny", "--seed", "4", "--gpus", "0", "--cpu-procs", "2",
-               "--out", out, timeout=600)
-    assert r.returncode == 0, r.stdout + r.stderr + (out / "stdout.log").read_text()
-    st = status(out)
-    assert st["outcome"] == "success" and st["world_size"] == 2
-    gbs = next(e for e in mllog_events(out) if e["key"] == "global_batch_size")["value"]
-    assert gbs == 2 * 64
-
-
 def test_tensorflow_absent_is_one_line_exit_2(tmp_path):
     import importlib.util
 
