@@ -37,6 +37,7 @@ NODES = Range(1, 64, "hosts")                    # hosts of one multi-node run
 PLANNED_RUNS = Range(1, 10_000, "runs")          # runs in one sweep, counted before the plan is built
 ATTEMPTS = Range(0, 10_000)
 RUN_TIMEOUT_MINUTES = Range(0.05, 7 * 24 * 60, "minutes", integer=False)   # 3 s .. one week
+RUN_LIMIT_S = Range(RUN_TIMEOUT_MINUTES.lo * 60, RUN_TIMEOUT_MINUTES.hi * 60, "s", integer=False)
 
 # --- how a sweep treats its hosts (gpulab.sweep.*, lab.sweep.Settings) ---------------------------
 SWEEP_SETTINGS = {

@@ -109,7 +109,10 @@ def system_rows(runs: list[Run], rules: Rules) -> list[dict]:
         ttt_runs = sorted((r for r in group if r.mode == "ttt"),
                           key=lambda r: (r.start_s if r.start_s is not None else math.inf, r.source))
         succ = [r for r in ttt_runs if r.success and r.ttt_s is not None]
-        if rule and rule.converged_required:
+        if not ttt_runs:   # throughput runs only (`invoke sweep --mode throughput`): no score to mark
+            scored, too_few, required = [], False, None
+            mark = f"throughput only: {len(group)} run(s), no time to train"
+        elif rule and rule.converged_required:
             considered = ttt_runs[: rule.runs_required]
             scored = [r for r in considered if r.success and r.ttt_s is not None][: rule.converged_required]
             too_few = len(scored) < rule.converged_required
@@ -510,6 +513,10 @@ def key_findings(an: Analysis) -> list[str]:
         out.append(f"Time to train dominated by the seed (epochs to converge): {', '.join(dom)}.")
     if rest:
         out.append(f"Not seed-dominated: {', '.join(rest)}.")
+    thr_only = [s for s in an.systems if not s["runs"] and s["throughput_runs"]]
+    if thr_only:
+        out.append(f"{len(thr_only)} of {len(an.systems)} benchmark x system records come from throughput runs "
+                   "only: throughput (Figure 2, the device ratios), no time to train.")
     few = sum(1 for s in an.systems if s["too_few_runs"])
     if few:
         out.append(f"{few} of {len(an.systems)} benchmark x system scores rest on too few runs (marked).")

@@ -33,6 +33,12 @@ def _int(value, what: str, rng: limits.Range) -> int:
     return limits.number(value, what, rng)
 
 
+def _number(value, what: str, rng: limits.Range) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ConfigError(f"{what}: {value!r} is not {rng.describe()}")
+    return limits.number(value, what, rng)
+
+
 def _list(value, what: str) -> list:
     if not isinstance(value, list):
         raise ConfigError(f"{what}: {value!r} is not a list")
@@ -56,6 +62,7 @@ RUN_FIELDS = {
     "gpu_ids": lambda v, w: [_int(g, f"{w}[{i}]", limits.GPU_INDEX) for i, g in enumerate(_list(v, w))],
     "attempts": lambda v, w: _int(v, w, limits.ATTEMPTS),
     "token": fields.token,
+    "limit_s": lambda v, w: None if v is None else _number(v, w, limits.RUN_LIMIT_S),
 }
 REQUIRED = ("host", "workload", "gpus", "seed")
 

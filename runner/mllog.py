@@ -18,6 +18,12 @@ from mlperf_logging.mllog.mllog import MLLogger as _MLLogger
 from mlperf_logging.mllog import constants
 
 SUBMISSION_ORG = "gpulab"
+SCALE_KEY = "gpulab_scale"  # tiny, small or full: logged right after the submission keys
+
+
+def division_of(scale: str, mode: str) -> str:
+    """MLPerf division a run's MLLOG claims: ``closed`` only for a full-scale ttt run."""
+    return "closed" if scale == "full" and mode == "ttt" else "open"
 
 
 class _FlushingHandler(logging.FileHandler):
@@ -71,13 +77,25 @@ class MLLog:
 
     # --- groups of events every workload logs ---------------------------------
 
-    def submission(self, benchmark: str, platform: str, division: str = "closed",
+    def submission(self, benchmark: str, platform: str, scale: str, mode: str,
                    status: str = "onprem") -> None:
+        """The submission keys, and which gpulab scale and mode the run is.
+
+        Only a ``full`` scale time-to-train run (the MLPerf v0.5 recipe on the
+        real data set) logs the closed division; tiny and small scales (test
+        models on generated data) and throughput runs (synthetic batches, no
+        quality target) log ``open`` and say which scale they are in
+        ``gpulab_scale`` (metadata: ``mode``, and ``note`` for test scales).
+        """
         self.event(constants.SUBMISSION_BENCHMARK, benchmark)
         self.event(constants.SUBMISSION_ORG, SUBMISSION_ORG)
-        self.event(constants.SUBMISSION_DIVISION, division)
+        self.event(constants.SUBMISSION_DIVISION, division_of(scale, mode))
         self.event(constants.SUBMISSION_STATUS, status)
         self.event(constants.SUBMISSION_PLATFORM, platform)
+        meta = {"mode": mode}
+        if scale != "full":
+            meta["note"] = f"{scale} is a test scale (generated data, reduced model): not an MLPerf result"
+        self.event(SCALE_KEY, scale, metadata=meta)
 
     def hyperparameters(self, params: dict) -> None:
         for key, value in params.items():

@@ -143,7 +143,7 @@ def _run_torch(spec, entry, log, rank, world, local_rank, doc, C, platform_name)
     seed = int(spec["seed"])
     torch.manual_seed(seed)
     np.random.seed(seed % (2**32))
-    log.submission(entry["benchmark"], platform_name(world, dev_name))
+    log.submission(entry["benchmark"], platform_name(world, dev_name), spec["scale"], spec["mode"])
 
     from runner.workloads import base
 

@@ -414,14 +414,6 @@ def compile_fn(ctx: "Context", fn, dynamic: bool = False, options: dict | None =
             except AttributeError:
                 raise WorkloadError(f"inductor option {key!r}: torch {torch.__version__} has no such setting") from None
             setattr(target, leaf, value)
-    # A later run of a sweep reuses the whole compiled training graph (AOTAutograd's
-    # cache, on top of Inductor's kernels) only when custom autograd Functions are
-    # allowed in it (resnet50's offset max pool is one). Dynamo traces a Function's
-    # forward and backward into the graph, so the cache key changes with their code.
-    import torch._functorch.config as functorch_config
-
-    if hasattr(functorch_config, "autograd_cache_allow_custom_autograd_functions"):
-        functorch_config.autograd_cache_allow_custom_autograd_functions = True
     kw = {"dynamic": dynamic}
     if mode and mode != "default":
         kw["mode"] = mode

@@ -41,7 +41,7 @@ def test_unknown_workload_is_one_line_exit_2(tmp_path):
 def test_profile_step_splits_the_step_time_into_kernel_categories(tmp_path):
     out = tmp_path / "profile.json"
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_step.py"), "resnet50", "--device", "cpu",
-                        "--steps", "2", "--profile-steps", "2", "--set", "offset_maxpool=false", "--out", str(out)],
+                        "--steps", "2", "--profile-steps", "2", "--set", "space_to_depth_stem=false", "--out", str(out)],
                        cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(out.read_text())
@@ -53,7 +53,7 @@ def test_profile_step_splits_the_step_time_into_kernel_categories(tmp_path):
     assert doc["kernel_ms_per_step"] == pytest.approx(sum(v["ms_per_step"] for v in cats.values()), rel=0.01)
     assert any("convolution" in k["name"] for k in doc["top_kernels"])
     assert "[profile]   convolution" in r.stdout
-    assert doc["settings"]["set"] == {"offset_maxpool": False}
+    assert doc["settings"]["set"] == {"space_to_depth_stem": False}
 
 
 @pytest.mark.parametrize("argv, says", [(["bert"], "workload 'bert' is not registered"),

@@ -43,6 +43,11 @@ def test_ncf_tiny_trains_to_target_and_leaves_a_complete_run_dir(tmp_path):
     assert accs[-1] == res["quality"] and all(a < 0.6 for a in accs[:-1])
     seed = next(e for e in ev if e["key"] == "seed")
     assert seed["value"] == 3
+    # a test scale says so and claims no closed division
+    assert next(e for e in ev if e["key"] == "submission_division")["value"] == "open"
+    scale = next(e for e in ev if e["key"] == "gpulab_scale")
+    assert scale["value"] == "tiny" and scale["metadata"]["mode"] == "ttt"
+    assert "not an MLPerf result" in scale["metadata"]["note"]
     # telemetry.csv: header only on a host without GPUs
     assert (out / "telemetry.csv").read_text().startswith("time_s,gpu,uuid,power_w")
     man = json.loads((out / "manifest.json").read_text())
