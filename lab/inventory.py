@@ -164,6 +164,25 @@ class Inventory:
             vars=own,
         )
 
+    def _matching(self, limit: str) -> set[str]:
+        """Hosts of an Ansible pattern; ConfigError for an invalid pattern or a part of it that matches nothing."""
+        from ansible.errors import AnsibleError
+        from ansible.inventory.manager import split_host_pattern
+
+        try:
+            with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+                parts = split_host_pattern(limit)
+                for part in parts if len(parts) > 1 else []:   # a list: each name must match something
+                    term = part.lstrip("&!")
+                    if term and not self._inv.list_hosts(term):
+                        raise ConfigError(f"{self.path}: --limit '{limit}': '{term}' matches no host or group")
+                return {h.name for h in self._inv.list_hosts(limit)}
+        except AnsibleError as exc:
+            reason = " ".join(str(exc).split())
+            raise ConfigError(f"{self.path}: --limit '{limit}' is not a valid host pattern ({reason})") from None
+        except re.error as exc:
+            raise ConfigError(f"{self.path}: --limit '{limit}' is not a valid host pattern ({exc})") from None
+
     def select(self, hosts: str | list[str] | None = None, device: str | None = None,
                limit: str | None = None, *, known_hosts: str | None = None) -> list[Host]:
         """Resolve selectors to hosts (intersection of those given; all hosts if none).
@@ -184,8 +203,7 @@ class Inventory:
             members = {h.name for h in self._inv.groups[device].get_hosts()}
             chosen = [n for n in chosen if n in members]
         if limit:
-            with contextlib.redirect_stderr(io.StringIO()):
-                matched = {h.name for h in self._inv.list_hosts(limit)}
+            matched = self._matching(limit)
             if not matched:
                 raise ConfigError(f"{self.path}: pattern '{limit}' matches no host")
             chosen = [n for n in chosen if n in matched]

@@ -37,3 +37,25 @@ def child(root: str | Path, *parts: str, what: str = "path") -> Path:
     if not inside(path, root):
         raise ConfigError(f"{what}: {path} leads outside {root} (a symbolic link)")
     return path
+
+
+def folder(path: str | Path, what: str) -> Path:
+    """``path`` when it is a folder or can be made one (its nearest existing parent is a writable folder).
+
+    Checked before anything starts, so that a results or output path that is a
+    file, or lies below one, is one ConfigError line and not a traceback after
+    the work was done. Nothing is created here.
+    """
+    path = Path(path)
+    if path.exists() or path.is_symlink():
+        if not path.is_dir():
+            raise ConfigError(f"{what}: {path} exists and is not a folder")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ConfigError(f"{what}: {path} is not writable")
+        return path
+    parent = next((p for p in path.absolute().parents if p.exists()), None)
+    if parent is None or not parent.is_dir():
+        raise ConfigError(f"{what}: {path} cannot be made: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what}: {path} cannot be made: {parent} is not writable")
+    return path
