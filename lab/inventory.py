@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab import schema
+from lab import bounded, limits, schema
 from lab.errors import ConfigError
 
 # Make Ansible fail on an unparsable source instead of warning and going on
@@ -88,6 +88,15 @@ class Inventory:
         self.path = Path(path)
         if not self.path.exists():
             raise ConfigError(f"{self.path}: inventory not found")
+        if not self.path.is_dir():   # Ansible would block on a FIFO and read /dev/zero forever
+            try:           # a text file (INI, YAML, plugin config), or an inventory script Ansible runs
+                data = bounded.read_bytes(self.path, limit=limits.DATA_BYTES)
+                if not os.access(self.path, os.X_OK):
+                    data.decode("utf-8")
+            except bounded.Unreadable as exc:
+                raise ConfigError(f"{self.path}: not an inventory: {exc.reason}") from None
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{self.path}: not an inventory: not UTF-8 text (byte {exc.start})") from None
         from ansible.errors import AnsibleError
         from ansible.inventory.manager import InventoryManager
         from ansible.parsing.dataloader import DataLoader
