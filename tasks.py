@@ -113,16 +113,17 @@ def _settings(c, timeout):
     from lab.errors import ConfigError
 
     cfg = dict(_cfg(c, "sweep") or {})
+    value = _cfg(c, "run_timeout_minutes", timeout)
     try:
-        minutes = float(_cfg(c, "run_timeout_minutes", timeout))
-        return sw.Settings(timeout_s=minutes * 60, **{k: type(getattr(sw.Settings, k))(v) for k, v in cfg.items()
-                                                       if hasattr(sw.Settings, k)})
+        timeout_s = None if str(value).strip().lower() == "auto" else float(value) * 60
+        return sw.Settings(timeout_s=timeout_s, **{k: type(getattr(sw.Settings, k))(v) for k, v in cfg.items()
+                                                   if hasattr(sw.Settings, k)})
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"--timeout / gpulab.sweep: not a number ({exc})") from None
 
 
 def _sweep(c, hosts, workloads, gpus, seeds, mode, scale, name, dry_run, timeout, nodes=None, cfg_prefix=""):
-    from lab import progress, sweep as sw
+    from lab import progress, study, sweep as sw
     from lab.errors import ConfigError
 
     pick = lambda key, value: _cfg(c, f"{cfg_prefix}{key}", value) or _cfg(c, key, value)  # noqa: E731
@@ -134,30 +135,40 @@ def _sweep(c, hosts, workloads, gpus, seeds, mode, scale, name, dry_run, timeout
                 seeds=pick("seeds", seeds), mode=pick("mode", mode), scale=pick("scale", scale), nodes=nodes)
     name = name or sw.default_name()
     sw.check_name(name)
+    catalogue = _cfg(c, "datasets_catalogue")
     if dry_run:
-        print("\n".join(sw.describe_plan(sw.plan(hosts, **args), name)))
+        lines, refused = study.dry_run(hosts, sw.plan(hosts, **args), name, results_dir=_cfg(c, "results"),
+                                       catalogue=catalogue)
+        print("\n".join(lines))
+        if refused:
+            raise ConfigError(refused)
         return None
     result = sw.run_sweep(hosts, results_dir=Path(_cfg(c, "results")), name=name, settings=_settings(c, timeout),
-                          **args)
+                          datasets_catalogue=catalogue, **args)
     progress.final_table(result.sweep.runs)
     print("\n".join(result.summary()))
     return result
 
 
-SWEEP_HELP = {**SELECT_HELP, "workloads": "workloads, comma separated (see `python -m runner list`)",
+SWEEP_HELP = {**SELECT_HELP,
+              "workloads": "workloads, comma separated (`python -m runner list`), or 'all': the study's six benchmarks",
               "gpus": "GPU counts, comma separated, or 'all' (every count from 1 to the host's GPUs)",
-              "seeds": "seeds per configuration: a number, or 'mlperf' (the benchmark's MLPerf run count)",
+              "seeds": "seeds per configuration: a number, 'mlperf' (the benchmark's MLPerf run count) or "
+                       "'auto' (the MLPerf run count in ttt mode, 1 in throughput mode)",
               "mode": "ttt (train to target) or throughput", "scale": "tiny, small or full",
               "name": "sweep name (default: sweep-<UTC time>); the same name resumes it",
               "nodes": "hosts per run (multi-node runs with one rendezvous; default 1)",
-              "dry_run": "print the plan and touch nothing", "timeout": "minutes before a run is stopped"}
+              "dry_run": "print the plan with estimated wall times and the prepared data of each host "
+                         "(one read-only command per host); start nothing",
+              "timeout": "minutes before a run is stopped, or 'auto': three times each run's estimate "
+                         "(lab/data/study.yml)"}
 
 
 @task(help=SWEEP_HELP)
 @_errors
 def sweep(c, device=None, host=None, limit=None, workloads=None, gpus=None, seeds=None, mode=None, scale=None,
           name=None, nodes=None, dry_run=False, timeout=None, inventory=None):
-    """Run workloads x GPU counts x seeds on the selected hosts and collect the run directories."""
+    """Run workloads x GPU counts x seeds on the selected hosts (by default the reference study) and collect the runs."""
     hosts = _select(c, inventory, host, device, limit)
     result = _sweep(c, hosts, workloads, gpus, seeds, mode, scale, name, dry_run, timeout, nodes)
     if result is not None and not result.ok:

@@ -183,6 +183,7 @@ def _env(extra: dict | None) -> dict:
         "ANSIBLE_SSH_ARGS": SSH_ARGS,
         "ANSIBLE_ROLES_PATH": str(PLAYBOOKS / "roles"),
         "ANSIBLE_LIBRARY": str(PLAYBOOKS / "library"),
+        "ANSIBLE_MODULE_UTILS": str(PLAYBOOKS / "module_utils"),
         "ANSIBLE_FILTER_PLUGINS": str(PLAYBOOKS / "filter_plugins"),
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_NOCOLOR": "1",

@@ -12,6 +12,8 @@ The role then fetches (resuming, checksummed), prepares with the runner's own
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -52,6 +54,21 @@ class Catalogue:
             if ds not in chosen:
                 chosen.append(ds)
         return [d for d in self.datasets if d in chosen]
+
+    def for_benchmark(self, name: str) -> list[str]:
+        """The catalogue entries a benchmark (workload) reads: its dataset and any further artifacts."""
+        got = self.benchmarks.get(name)
+        return [got] if isinstance(got, str) else list(got or [])
+
+    def spec_digest(self, name: str) -> str:
+        """The ``spec_sha256`` a dataset prepared from this catalogue entry records in its manifest.
+
+        The runner computes it when it prepares (runner/datasets/common.py, spec_digest);
+        tests/unit/test_preflight.py checks that both agree for every entry."""
+        spec = self.spec(name)
+        keep = {k: spec.get(k) for k in ("catalogue_version", "params", "expect")}
+        keep["artifacts"] = sorted((a["file"], a["sha256"]) for a in spec["artifacts"])
+        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()
 
     def spec(self, name: str) -> dict:
         """What the role hands to ``runner prepare`` for one dataset."""

@@ -10,7 +10,10 @@ ConfigError line (exit 2).
 
 The host's OS comes from the inventory variable ``gpulab_os`` so that it is
 known without connecting; the playbook then asserts that the gathered facts
-agree (``provision_verify_os``).
+agree (``stack_profile_verify_os``). A host driven without SSH
+(``ansible_connection: local``, the embedded default) may leave it out: its OS
+is this machine's, read from /etc/os-release the way the playbook's facts name
+it (``Debian 12``, ``Ubuntu 24.04``, ``Rocky 9``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,33 @@ def os_family(os_name: str) -> str:
         return FAMILY[os_name.split()[0]]
     except (IndexError, KeyError):
         raise ConfigError(f"unknown OS {os_name!r} (known distributions: {', '.join(FAMILY)})") from None
+
+
+OS_RELEASE_IDS = {"ubuntu": "Ubuntu", "debian": "Debian", "rhel": "RedHat", "centos": "CentOS",
+                   "rocky": "Rocky", "almalinux": "AlmaLinux"}
+
+
+def local_os(os_release: Path | str = "/etc/os-release") -> str:
+    """This machine's OS release as gpulab_os names it; ConfigError when it cannot be told."""
+    path = Path(os_release)
+    try:
+        text = path.read_text(errors="replace")[:16384]
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it to detect this machine's OS ({exc.strerror}): "
+                          f"set gpulab_os for the local host") from None
+    fields = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            fields[key.strip()] = value.strip().strip('"').strip("'")
+    dist = OS_RELEASE_IDS.get(fields.get("ID", "").lower())
+    version = fields.get("VERSION_ID", "")
+    if not dist or not re.fullmatch(r"[0-9]+(\.[0-9]+)*", version):
+        raise ConfigError(f"{path}: ID={fields.get('ID', '')!r} VERSION_ID={version!r} is not an OS gpulab knows "
+                          f"({', '.join(OS_RELEASE_IDS)}): set gpulab_os for the local host")
+    if dist != "Ubuntu":  # Debian and the RedHat family are named by their major release
+        version = version.split(".")[0]
+    return f"{dist} {version}"
 
 
 def repo_dist(os_name: str) -> str:
@@ -119,9 +149,12 @@ def plan(hosts, stack: str | None = None, stacks_dir: Path | str | None = None,
             cache[name] = load(name, stacks_dir)
         prof = cache[name]
         os_name = (h.vars or {}).get("gpulab_os")
+        if not os_name and getattr(h, "is_local", False):
+            os_name = local_os()
         if not os_name:
             raise ConfigError(f"{where}host {h.name}: gpulab_os is not set (the OS release, e.g. 'Ubuntu 22.04'; "
-                              f"stack '{name}' supports {', '.join(prof.supports)})")
+                              f"stack '{name}' supports {', '.join(prof.supports)}; only a local host's "
+                              f"is detected)")
         if not prof.covers(os_name):
             raise ConfigError(f"{where}host {h.name}: OS '{os_name}' is not supported by stack '{name}' "
                               f"(it supports {', '.join(prof.supports)})")

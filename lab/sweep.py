@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Iterable
 
-from lab import checksums, hostlock, remote as rmt, topology as topo
+from lab import checksums, hostlock, preflight, remote as rmt, study, topology as topo
 from lab.errors import ConfigError, GpulabError, HostError, RunError
 from lab.inventory import Host
 
@@ -79,6 +79,7 @@ class PlannedRun:
     gpu_ids: list[int] = field(default_factory=list)  # the GPUs chosen from the topology (per node)
     attempts: int = 0
     token: str | None = None
+    limit_s: float | None = None   # this run's time limit; None: Settings.timeout_s
 
     @property
     def run_id(self) -> str:
@@ -136,21 +137,25 @@ def parse_gpu_counts(value: str | None, host: Host, topology: dict | None = None
     return out
 
 
-def seed_count(seeds, workload: str, rules=None) -> int:
-    """``--seeds K`` or ``mlperf``: the MLPerf run count of the workload's benchmark (lab/data/benchmarks.yml)."""
-    if isinstance(seeds, str) and seeds.strip().lower() == "mlperf":
+def seed_count(seeds, workload: str, rules=None, mode: str = "ttt") -> int:
+    """``--seeds K``, ``mlperf`` (the MLPerf run count of the workload's benchmark, lab/data/benchmarks.yml)
+    or ``auto`` (that run count in ttt mode, one run per configuration in throughput mode)."""
+    word = seeds.strip().lower() if isinstance(seeds, str) else None
+    if word == "auto" and mode == "throughput":
+        return 1
+    if word in ("mlperf", "auto"):
         from lab.mlperf import Rules
 
         rules = rules or Rules()
         bench = rules.benchmark(workload)
         if bench is None:
-            raise ConfigError(f"--seeds mlperf: workload {workload!r} is no MLPerf benchmark of "
+            raise ConfigError(f"--seeds {word}: workload {workload!r} is no MLPerf benchmark of "
                               f"lab/data/benchmarks.yml; give a number of seeds")
         return rules.benchmarks[bench].runs_required
     try:
         n = int(seeds)
     except (TypeError, ValueError):
-        raise ConfigError(f"--seeds: {seeds!r} is not a number of seeds or 'mlperf'") from None
+        raise ConfigError(f"--seeds: {seeds!r} is not a number of seeds, 'auto' or 'mlperf'") from None
     if n < 1:
         raise ConfigError(f"--seeds: {seeds!r} is not a positive number of seeds")
     return n
@@ -179,10 +184,11 @@ def plan(hosts: list[Host], workloads: list[str], gpus: str | None, seeds, mode:
         raise ConfigError(f"--scale: {scale!r} is not one of {', '.join(SCALES)}")
     if not workloads:
         raise ConfigError("--workloads: empty list")
+    workloads = study.expand_workloads(workloads)
     for w in workloads:
         if not WORKLOAD_RE.match(w):
             raise ConfigError(f"--workloads: {w!r} is not a workload name")
-    counts = {w: seed_count(seeds, w) for w in workloads}
+    counts = {w: seed_count(seeds, w, mode=mode) for w in workloads}
     topologies = topologies or {}
     runs = []
     for unit in units_of(hosts, nodes):
@@ -202,18 +208,6 @@ def plan(hosts: list[Host], workloads: list[str], gpus: str | None, seeds, mode:
                             run.state, run.reason = "failed", f"{head.name}: {exc.message} (probe)"
                     runs.append(run)
     return runs
-
-
-def describe_plan(runs: list[PlannedRun], name: str) -> list[str]:
-    lines = []
-    for r in runs:
-        where = "+".join(r.hosts)
-        gpus = ("GPUs " + ",".join(map(str, r.gpu_ids))) if r.gpu_ids else (
-            "CPU" if r.gpus == 0 else "GPUs chosen from the topology when run")
-        lines.append(f"{where:<20} {r.run_id:<36} {gpus}")
-    units = len({tuple(r.hosts) for r in runs})
-    lines.append(f"{len(runs)} runs planned for sweep {name} on {units} unit(s); nothing started (--dry-run)")
-    return lines
 
 
 # --------------------------------------------------------------------------- the state
@@ -312,7 +306,8 @@ def _last_line(text: str) -> str:
 class Settings:
     """How a sweep treats its hosts (invoke.yaml gpulab.sweep.*)."""
 
-    timeout_s: float = 3600.0      # a run's time limit (--max-minutes for the runner)
+    timeout_s: float | None = 3600.0   # a run's time limit (--max-minutes for the runner); None: per run
+                                       # from its estimate (lab.study.time_limit_minutes)
     kill_margin_s: float = 60.0    # past the limit by this much, the controller stops the run itself
     stop_grace_s: float = 30.0     # SIGTERM to the runner, then SIGKILL to every tagged process
     poll_s: float = 0.25
@@ -528,6 +523,9 @@ class UnitWorker:
         self.sweep.save()
 
     # -- one run -------------------------------------------------------------
+    def _limit_s(self, run: PlannedRun) -> float:
+        return run.limit_s or self.settings.timeout_s or 3600.0
+
     def _lock_all(self, run: PlannedRun) -> bool:
         """Take every node's host lock (in name order, so two controllers cannot deadlock)."""
         deadline = time.monotonic() + self.settings.lock_wait_s
@@ -562,10 +560,10 @@ class UnitWorker:
                 "--mode", run.mode, "--scale", run.scale,
                 "--gpus", topo.gpus_arg(run.gpu_ids) if run.gpus > 0 and run.gpu_ids else (
                     str(run.gpus) if run.gpus > 0 else ("all" if run.gpus < 0 else "0")),
-                "--max-minutes", f"{self.settings.timeout_s / 60:.4f}",
+                "--max-minutes", f"{self._limit_s(run) / 60:.4f}",
                 "--cache-dir", f"{node.layout.workdir}/cache"]
-        if run.scale == "full" and run.mode == "ttt":   # trains on the prepared dataset (`invoke datasets`)
-            args += ["--data", f"{node.layout.workdir}/data"]
+        if preflight.needs_data(run):   # trains on the prepared dataset (`invoke datasets`)
+            args += ["--data", preflight.data_root(node.layout.workdir)]
         if len(self.nodes) > 1:
             head = self.nodes[0].host
             args += ["--nnodes", str(len(self.nodes)), "--node-rank", str(rank),
@@ -624,7 +622,7 @@ class UnitWorker:
             node.pid = self._launch(run, node, rank)
         self.sweep.save()
         t0 = time.monotonic()
-        deadline = t0 + s.timeout_s + s.kill_margin_s
+        deadline = t0 + self._limit_s(run) + s.kill_margin_s
         ended = "done"
         pending = list(self.nodes)
         states: dict[str, str] = {}
@@ -674,7 +672,7 @@ class UnitWorker:
             if rank == 0:
                 status = _read_json(dest / "status.json")
         outcome, why = status.get("outcome"), status.get("reason", "")
-        limit = f"{self.settings.timeout_s / 60:g} min"
+        limit = f"{self._limit_s(run) / 60:g} min"
         if ended == "interrupted":
             self._end(run, "interrupted", "interrupted (Ctrl-C); the run was stopped"
                       + (f": {why}" if why else ""), outcome)
@@ -739,13 +737,18 @@ def prepare_host(host: Host) -> tuple[rmt.Remote, rmt.RunnerInstall, dict]:
 
 def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: str, *, gpus: str | None = None,
               seeds=1, mode: str = "ttt", scale: str = "tiny", nodes: int = 1, settings: Settings | None = None,
-              progress_factory=None, echo=print) -> SweepResult:
-    """Prepare the hosts, plan, run the plan (units in parallel, one run at a time each), collect."""
+              progress_factory=None, echo=print, datasets_catalogue=None) -> SweepResult:
+    """Check the prepared data, prepare the hosts, plan, run the plan (units in parallel, one run
+    at a time each), collect."""
     from lab import progress as prog
 
     settings = settings or Settings()
     check_name(name)
-    plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes)  # bad input before any host is touched
+    workloads = study.expand_workloads(parse_list(workloads, "workloads"))
+    planned = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes)  # bad input before any host is touched
+    refused = preflight.refusal(preflight.check(hosts, planned, datasets_catalogue))   # read-only, one command a host
+    if refused:
+        raise ConfigError(refused)
     echo(f"sweep {name}: preparing {len(hosts)} host(s) (runner {rmt.local_runner_version()})")
     prepared = rmt.on_hosts(hosts, prepare_host)
     topologies, errors = {}, {}
@@ -758,6 +761,10 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
         else:
             topologies[h.name] = got[2]
     runs = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes, topologies=topologies)
+    if settings.timeout_s is None:   # each run's limit from its estimate (the probed GPUs name the device)
+        past = study.history(results_dir)
+        for run in runs:
+            run.limit_s = 60 * study.time_limit_minutes(run, study.unit_device(hosts, run, topologies), past)
     not_runnable = {(r.host, r.run_id) for r in runs if r.state == "failed"}  # e.g. fewer GPUs than asked
     options = {"workloads": workloads, "gpus": gpus, "seeds": seeds, "mode": mode, "scale": scale, "nodes": nodes,
                "timeout_s": settings.timeout_s}

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from lab import schema
+from lab import schema, versions
 from lab.errors import CheckFailed, ConfigError, GpulabError, RunError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -221,16 +221,6 @@ def split_snapshot(doc: dict) -> tuple[dict, dict | None]:
     return doc, None
 
 
-def _version_agrees(found: str | None, wanted: str) -> bool:
-    """'12.8' agrees with '12.8.1' and '2.7.1+cu128' with '2.7.1': one is a prefix of the other by components."""
-    if not found:
-        return False
-    f = re.split(r"[.]", re.split(r"[+\-~ ]", str(found).strip())[0])
-    w = re.split(r"[.]", re.split(r"[+\-~ ]", str(wanted).strip())[0])
-    n = min(len(f), len(w))
-    return n > 0 and f[:n] == w[:n]
-
-
 def _mm(text: str | None) -> tuple[int, int] | None:
     m = re.match(r"(\d+)\.(\d+)", text or "")
     return (int(m.group(1)), int(m.group(2))) if m else None
@@ -261,7 +251,7 @@ def _stack_checks(probe: dict, expected: dict | None) -> list[dict]:
             have = found.get(comp, fw.get(comp))
             if have is None:
                 out.append(check(f"stack {comp}", FAIL, None, str(want), f"{comp} {want} expected, not found on the host"))
-            elif _version_agrees(have, str(want)):
+            elif versions.agrees(have, want):
                 out.append(check(f"stack {comp}", PASS, have, str(want), f"{comp} {have} as the profile says"))
             else:
                 out.append(check(f"stack {comp}", FAIL, have, str(want), f"{comp} is {have}, the profile says {want}"))
@@ -874,8 +864,8 @@ def stacks_for(hosts: Iterable[Any], inventory: Path | str | None = None) -> dic
             prof = st.load(name, sdir)
         except GpulabError:
             continue
-        # a branch-only driver ('550.*') agrees with any version of that branch
-        out[name] = {c: v[:-2] if v.endswith(".*") else v for c, v in prof.expected().items()}
+        # a branch-only driver ('550.*') agrees with any version of that branch (lab.versions)
+        out[name] = prof.expected()
     return out
 
 

@@ -7,11 +7,13 @@ database (dpkg-query / rpm), nvidia-smi (or the loaded kernel module, or the
 installed NVML library when no driver is loaded), CUDA's version.json /
 version.txt behind /usr/local/cuda, the cuDNN and NCCL headers, and the Python
 environment's own imports. Given ``expected`` versions and the inventory's GPU
-model and count, it also returns the drift: [{component, expected, found}].
-Read-only: it supports check mode and changes nothing.
+model and count, it also returns the drift: [{component, expected, found}],
+judged by gpulab's one version rule (lab/versions.py, shipped to the host as
+module_utils). Where the system has no cuDNN, NCCL or CUDA toolkit of its own,
+the Python environment's NVIDIA wheels (nvidia-cudnn-cu13, nvidia-nccl-cu13...,
+and the CUDA release PyTorch was built with) stand for them, as they do for a
+PyTorch installed from PyPI. Read-only: it supports check mode and changes nothing.
 """
-
-from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
@@ -29,6 +31,9 @@ options:
     default: {}
   python_env:
     description: Python environment whose frameworks are read (its bin/python imports them).
+    type: path
+  python:
+    description: Interpreter whose frameworks are read; when given, it replaces O(python_env)/bin/python.
     type: path
   frameworks:
     description: Python modules to import in O(python_env) (torch, tensorflow, runner...).
@@ -67,6 +72,7 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpulab_versions import agrees
 
 CUDNN_HEADERS = [
     "/usr/include/cudnn_version.h", "/usr/include/*-linux-gnu/cudnn_version_v*.h", "/usr/include/cudnn_version_v*.h",
@@ -215,31 +221,55 @@ for name in sys.argv[1:]:
         out[name] = str(getattr(mod, "__version__", "unknown"))
     except Exception as exc:
         out[name] = None
-print(json.dumps(out))
+libs = {}
+torch = sys.modules.get("torch")
+try:
+    libs["cuda"] = torch.version.cuda if torch is not None else None
+except Exception:
+    pass
+try:
+    from importlib import metadata
+except ImportError:
+    metadata = None
+for comp in ("cudnn", "nccl"):
+    for dist in ("nvidia-%s-cu13" % comp, "nvidia-%s-cu12" % comp, "nvidia-%s-cu11" % comp):
+        try:
+            libs[comp] = metadata.version(dist)
+            libs[comp + "_dist"] = dist
+            break
+        except Exception:
+            pass
+print(json.dumps({"frameworks": out, "libraries": libs}))
 """
 
 
-def python_facts(module, env, names):
-    if not env or not names:
-        return {}
-    python = os.path.join(env, "bin", "python")
+def python_facts(module, env, python, names):
+    """({framework: version}, {cuda, cudnn, nccl: version the environment carries}) of one interpreter."""
+    if not python and env:
+        python = os.path.join(env, "bin", "python")
+    if not python or not names:
+        return {}, {}
     if not os.path.exists(python):
-        return dict((n, None) for n in names)
+        return dict((n, None) for n in names), {}
     rc, out, err = module.run_command([python, "-c", PROBE] + list(names), environ_update={"PYTHONNOUSERSITE": "1"})
     if rc != 0:
-        return dict((n, None) for n in names)
+        return dict((n, None) for n in names), {}
     try:
-        return json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return dict((n, None) for n in names)
+        doc = json.loads(out.strip().splitlines()[-1])
+        return dict(doc["frameworks"]), dict(doc.get("libraries") or {})
+    except (ValueError, IndexError, KeyError, TypeError):
+        return dict((n, None) for n in names), {}
 
 
-def version_matches(expected, found):
-    if found is None:
-        return False
-    if expected.endswith(".*"):
-        return found.startswith(expected[:-1])
-    return found == expected or (found.count(".") == 2 and expected.startswith(found + "."))
+def from_python_env(stack, libs):
+    """Let the Python environment's NVIDIA wheels stand for a cuDNN, NCCL or CUDA the system lacks."""
+    if not stack["cudnn"]["versions"] and libs.get("cudnn"):
+        stack["cudnn"]["versions"] = [libs["cudnn"]]
+        stack["cudnn"]["source"] = "python package %s" % libs.get("cudnn_dist")
+    if not stack["nccl"]["version"] and libs.get("nccl"):
+        stack["nccl"].update(version=libs["nccl"], source="python package %s" % libs.get("nccl_dist"))
+    if not stack["cuda"]["default"] and libs.get("cuda"):
+        stack["cuda"].update(default=libs["cuda"], source="torch.version.cuda")
 
 
 def drift(stack, expected, gpu_model, gpu_count):
@@ -253,11 +283,11 @@ def drift(stack, expected, gpu_model, gpu_count):
         exp = str(exp)
         if comp == "cudnn":
             found = stack["cudnn"]["versions"]
-            if not (len(found) == 1 and version_matches(exp, found[0])):
+            if not (len(found) == 1 and agrees(found[0], exp)):
                 out.append({"component": "cudnn", "expected": exp, "found": ", ".join(found) or "none"})
             continue
         found = checks[comp] if comp in checks else stack["python"].get(comp)
-        if not version_matches(exp, found):
+        if not agrees(found, exp):
             out.append({"component": comp, "expected": exp, "found": found or "none"})
     gpus = stack["gpus"]
     if str(gpu_count) != "auto":
@@ -276,6 +306,7 @@ def main():
         argument_spec=dict(
             expected=dict(type="dict", default={}),
             python_env=dict(type="path"),
+            python=dict(type="path"),
             frameworks=dict(type="list", elements="str", default=[]),
             gpu_model=dict(type="str", default="auto"),
             gpu_count=dict(type="str", default="auto"),
@@ -286,6 +317,7 @@ def main():
     p = module.params
     pkgs = packages(module)
     drv = driver_facts(module)
+    frameworks, libs = python_facts(module, p["python_env"], p["python"], p["frameworks"])
     stack = {
         "schema": 1,
         "stack": p["stack"],
@@ -294,9 +326,10 @@ def main():
         "cuda": cuda_facts(),
         "cudnn": cudnn_facts(pkgs),
         "nccl": nccl_facts(pkgs),
-        "python": dict(python_facts(module, p["python_env"], p["frameworks"]), env=p["python_env"]),
+        "python": dict(frameworks, env=p["python"] or p["python_env"]),
         "packages": pkgs,
     }
+    from_python_env(stack, libs)
     module.exit_json(changed=False, stack=stack,
                      drift=drift(stack, p["expected"], p["gpu_model"], p["gpu_count"]))
 

@@ -4,7 +4,8 @@ Box arithmetic, box coding, exact greedy non-maximum suppression on the
 device, RoIAlign (``grid_sample`` on one map, row gathers across the FPN
 levels), the generated shapes data set of the small and tiny scales, and
 the COCO 2017 reader of the full scale (``<data>/coco/{train2017,val2017}/*.jpg``
-and ``<data>/coco/annotations/instances_{train,val}2017.json``).
+and ``<data>/coco/annotations/instances_{train,val}2017.json``; masks rasterised
+by pycocotools).
 """
 
 from __future__ import annotations
@@ -345,10 +346,13 @@ class CocoIndex:
         self.cat_ids = sorted(c["id"] for c in doc["categories"])
         self.label_of = {cid: i + 1 for i, cid in enumerate(self.cat_ids)}  # 0 = background
         self.images = {im["id"]: im for im in doc["images"]}
-        self.anns: dict[int, list] = {i: [] for i in self.images}
+        self.anns: dict[int, list] = {i: [] for i in self.images}  # those with a box of positive size
+        self.all_anns: dict[int, list] = {i: [] for i in self.images}  # every one (what COCO evaluates)
         for a in doc["annotations"]:
-            if a["image_id"] in self.anns and a.get("bbox") and a["bbox"][2] > 0 and a["bbox"][3] > 0:
-                self.anns[a["image_id"]].append(a)
+            if a["image_id"] in self.all_anns:
+                self.all_anns[a["image_id"]].append(a)
+                if a.get("bbox") and a["bbox"][2] > 0 and a["bbox"][3] > 0:
+                    self.anns[a["image_id"]].append(a)
         self.ids = sorted(self.images)
 
     def with_annotations(self) -> list[int]:
@@ -376,58 +380,28 @@ class CocoIndex:
 
 
 def segmentation_mask(seg, h: int, w: int, scale_xy=(1.0, 1.0), out_hw=None) -> np.ndarray:
-    """A COCO segmentation (polygons or RLE) as a boolean mask, scaled to ``out_hw``."""
-    from PIL import Image, ImageDraw
+    """A COCO segmentation (polygons or RLE) as a boolean mask, rasterised by pycocotools.
+
+    Polygons are scaled by ``scale_xy`` and rasterised on the ``out_hw`` grid
+    (``frPyObjects``, as COCO's ``annToRLE`` does at full size); RLE is decoded
+    at its own size and resized to ``out_hw`` (nearest) when that differs.
+    """
+    from pycocotools import mask as mask_util
 
     oh, ow = out_hw or (h, w)
     sx, sy = scale_xy
     if isinstance(seg, list):
-        img = Image.new("L", (ow, oh), 0)
-        draw = ImageDraw.Draw(img)
-        for poly in seg:
-            if len(poly) >= 6:
-                pts = [(poly[i] * sx, poly[i + 1] * sy) for i in range(0, len(poly) - 1, 2)]
-                draw.polygon(pts, fill=1, outline=1)
-        return np.asarray(img, dtype=bool)
-    m = rle_decode(seg)
-    if (oh, ow) != m.shape:
-        m = np.asarray(Image.fromarray(m.astype(np.uint8) * 255).resize((ow, oh), Image.NEAREST)) > 127
-    return m
+        if (sx, sy) != (1.0, 1.0):
+            seg = [[v * (sx if j % 2 == 0 else sy) for j, v in enumerate(p)] for p in seg]
+        m = mask_util.decode(mask_util.merge(mask_util.frPyObjects(seg, oh, ow)))
+    else:
+        rle = mask_util.frPyObjects(seg, h, w) if isinstance(seg.get("counts"), list) else seg
+        m = mask_util.decode(rle)
+        if (oh, ow) != m.shape:
+            from PIL import Image
 
-
-def rle_decode(rle: dict) -> np.ndarray:
-    """COCO RLE (counts as a list or as the compressed string) -> bool (h, w), column-major as COCO."""
-    h, w = rle["size"]
-    counts = rle["counts"]
-    if isinstance(counts, str):
-        counts = _rle_string_counts(counts)
-    flat = np.zeros(h * w, dtype=bool)
-    pos, val = 0, False
-    for c in counts:
-        if val:
-            flat[pos: pos + c] = True
-        pos += c
-        val = not val
-    return flat.reshape(w, h).T
-
-
-def _rle_string_counts(s: str) -> list[int]:
-    """Decode pycocotools' compressed RLE string (6 bits per char, deltas from the count two back)."""
-    counts, p = [], 0
-    while p < len(s):
-        x, k, more = 0, 0, True
-        while more:
-            c = ord(s[p]) - 48
-            x |= (c & 0x1F) << (5 * k)
-            more = bool(c & 0x20)
-            p += 1
-            k += 1
-            if not more and (c & 0x10):
-                x |= -1 << (5 * k)
-        if len(counts) > 2:
-            x += counts[-2]
-        counts.append(x)
-    return counts
+            m = np.asarray(Image.fromarray(m * 255).resize((ow, oh), Image.NEAREST)) > 127
+    return m.astype(bool)
 
 
 def read_image(path: Path, draft=None):

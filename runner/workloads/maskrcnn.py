@@ -10,14 +10,14 @@ class-specific regression (512 RoIs per image, a quarter positive, IoU 0.5),
 and a mask head of four 3x3 convolutions, a 2x up-convolution and per-class
 28x28 masks trained on the positive RoIs. Inference: score 0.05, per-class NMS
 0.5, 100 detections per image, masks pasted at the image's resolution and cut
-at 0.5; COCO box and mask AP in numpy (runner/workloads/coco_eval.py).
+at 0.5; COCO box and mask AP by pycocotools (runner/workloads/coco_eval.py).
 
 Shapes are kept static where that is cheap: RoIs are padded per image and
 RoIAlign samples every level (runner/workloads/detection.py), so that the
 heads run the same kernels every step.
 
 Full scale reads COCO 2017 (shorter side 800, longer at most 1333, flip),
-polygons and RLE rasterized with Pillow at half resolution for the mask
+polygons and RLE rasterized by pycocotools at half resolution for the mask
 targets; an ImageNet ResNet-50 in torchvision's layout at
 ``<data>/pretrained/resnet50.pth`` initializes the backbone (the reference
 starts from one; without it the backbone trains from scratch with BN and a
@@ -668,14 +668,15 @@ class Trainer:
                 h0, w0 = t["orig"]
                 b = b / t["scale"]
                 masks = paste_masks(probs, b, h0, w0).cpu().numpy()
-                gt_masks = t.get("masks")
-                if gt_masks is None:  # COCO evaluation: masks at the original resolution
-                    gt_masks = self._gt_masks(t["id"])
-                gt_boxes = t["boxes"] / t["scale"]
-                common = dict(gt_crowd=t.get("crowd"))
-                sc, lab = sc.cpu().numpy(), lab.cpu().numpy()
-                evb.add(t["labels"], sc, lab, gt_boxes=gt_boxes, det_boxes=b.cpu().numpy(), **common)
-                evm.add(t["labels"], sc, lab, gt_masks=gt_masks, det_masks=masks, **common)
+                sc, lab, b = sc.cpu().numpy(), lab.cpu().numpy(), b.cpu().numpy()
+                if "id" in t:  # COCO: the image's annotations as the JSON holds them
+                    anns, label_of = self.val_idx.all_anns[t["id"]], self.val_idx.label_of
+                    evb.add_annotations(h0, w0, anns, label_of, sc, lab, det_boxes=b)
+                    evm.add_annotations(h0, w0, anns, label_of, sc, lab, det_masks=masks)
+                    continue
+                crowd = t.get("crowd")
+                evb.add(t["labels"], sc, lab, gt_boxes=t["boxes"], det_boxes=b, gt_crowd=crowd)
+                evm.add(t["labels"], sc, lab, gt_masks=t["masks"], det_masks=masks, gt_crowd=crowd)
         states = ctx.gather((evb.state(), evm.state()))
         q = None
         if ctx.is_main:
@@ -686,9 +687,6 @@ class Trainer:
         q = ctx.broadcast(q)
         self.model.train()
         return q
-
-    def _gt_masks(self, image_id):
-        return self.val_idx.target(image_id, with_masks=True)["masks"]
 
     # --- throughput mode ---
     def throughput_batch(self) -> int:

@@ -6,7 +6,7 @@ stride 1 (38x38 at 300x300), five extra blocks (1x1 then 3x3, BN, ReLU) down to
 aspect ratios 2 and 3), box coding with variances 0.1/0.2, IoU-0.5 matching
 plus the best default box of every object, smooth-L1 plus cross-entropy with
 3:1 hard negative mining; inference: softmax, score 0.05, per-class NMS 0.5,
-200 detections per image, COCO AP in numpy (runner/workloads/coco_eval.py).
+200 detections per image, COCO AP by pycocotools (runner/workloads/coco_eval.py).
 
 Full scale reads COCO 2017 (train2017 / val2017 and the instances JSON) with
 the SSD random crop (minimum-IoU choices, ``max_samples`` trials), horizontal

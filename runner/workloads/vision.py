@@ -1,8 +1,8 @@
 """What the vision workloads (resnet50, ssd, maskrcnn) share.
 
 ResNet building blocks (v1.5 bottleneck and the basic block of ResNet-34),
-two exact, faster forms of the stem's layers (SpaceToDepthConv7, OffsetMaxPool;
-``stem_options`` picks them from the scale's settings),
+an exact, faster form of the stem's convolution (SpaceToDepthConv7;
+``stem_options`` picks it from the scale's settings),
 the speed path (channels-last, torch.compile with a fallback to eager),
 learning-rate schedules, JPEG decoding without torchvision, and the check of
 a prepared dataset through ``runner.datasets`` when that package is installed.
@@ -135,75 +135,6 @@ class SpaceToDepthConv7(nn.Conv2d):
         return nn.functional.conv2d(s, wt)
 
 
-def _pool_windows(size: int, out: int, device):
-    """For each input index along one axis of 3x3/2 pooling with padding 1: the two
-    windows that may hold it, as (window index, offset in the window, valid) each.
-    Padded position p = index + 1 lies in window p // 2 (at offset p % 2) and, when
-    p is even, in window p // 2 - 1 (at offset 2)."""
-    p = torch.arange(size, device=device) + 1
-    first, off = p // 2, p % 2
-    return ((first.clamp(max=out - 1), off, first < out),
-            ((first - 1).clamp(min=0), off + 2, (off == 0) & (first >= 1)))
-
-
-class _MaxPool3x3s2(torch.autograd.Function):
-    """3x3 stride-2 padding-1 max pooling that saves the winner's position in its
-    window (one int8 per output) and computes the input gradient as a gather:
-    each input element looks at the at most four windows that contain it."""
-
-    @staticmethod
-    def forward(ctx, x):
-        h, w = x.shape[-2:]
-        ho, wo = _half(h), _half(w)
-        xp = nn.functional.pad(x, (1, 2 * wo - w, 1, 2 * ho - h), value=float("-inf"))
-        best = code = None
-        for k in range(9):
-            i, j = divmod(k, 3)
-            v = xp[:, :, i:i + 2 * ho - 1:2, j:j + 2 * wo - 1:2]
-            if best is None:
-                best, code = v, torch.zeros(v.shape, dtype=torch.int8, device=v.device)
-                continue
-            # the first maximum in scan order wins; NaN propagates, as in max_pool2d
-            take = (v > best) | torch.isnan(v)
-            best = torch.where(take, v, best)
-            code = code.masked_fill(take, k)
-        ctx.save_for_backward(code)
-        ctx.in_size = (h, w)
-        ctx.channels_last = _is_channels_last(x)
-        if ctx.channels_last:
-            best = best.contiguous(memory_format=torch.channels_last)
-        return best
-
-    @staticmethod
-    def backward(ctx, grad):
-        (code,) = ctx.saved_tensors
-        h, w = ctx.in_size
-        ho, wo = code.shape[-2:]
-
-        total = None
-        for ph, i, vh in _pool_windows(h, ho, grad.device):
-            for pw, j, vw in _pool_windows(w, wo, grad.device):
-                rows, cols = ph[:, None], pw[None, :]
-                hit = (code[:, :, rows, cols] == (3 * i[:, None] + j[None, :])) & vh[:, None] & vw[None, :]
-                part = torch.where(hit, grad[:, :, rows, cols].float(), 0.0)
-                total = part if total is None else total + part
-        total = total.to(grad.dtype)
-        if ctx.channels_last:
-            total = total.contiguous(memory_format=torch.channels_last)
-        return total
-
-
-class OffsetMaxPool(nn.MaxPool2d):
-    """``nn.MaxPool2d(3, stride=2, padding=1)`` with the cheaper backward of
-    _MaxPool3x3s2 (same values, same gradients)."""
-
-    def __init__(self):
-        super().__init__(3, stride=2, padding=1)
-
-    def forward(self, x):
-        return _MaxPool3x3s2.apply(x)
-
-
 class ResNetTrunk(nn.Module):
     """The ResNet stem and stages, named as torchvision names them (``conv1``, ``bn1``,
     ``layer1``..), so that an ImageNet checkpoint in that layout loads as is.
@@ -213,8 +144,7 @@ class ResNetTrunk(nn.Module):
     """
 
     def __init__(self, block, layers, width=64, strides=(1, 2, 2, 2), norm=nn.BatchNorm2d,
-                 zero_init=True, return_stages=None, space_to_depth_stem=False, stem_pad_channels=None,
-                 offset_maxpool=False):
+                 zero_init=True, return_stages=None, space_to_depth_stem=False, stem_pad_channels=None):
         super().__init__()
         if space_to_depth_stem:
             self.conv1 = SpaceToDepthConv7(3, width, pad_channels=stem_pad_channels)
@@ -222,7 +152,7 @@ class ResNetTrunk(nn.Module):
             self.conv1 = nn.Conv2d(3, width, 7, stride=2, padding=3, bias=False)
         self.bn1 = norm(width)
         self.relu = nn.ReLU(inplace=True)
-        self.maxpool = OffsetMaxPool() if offset_maxpool else nn.MaxPool2d(3, stride=2, padding=1)
+        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
         cin = width
         self.channels = []
         for i, (n, st) in enumerate(zip(layers, strides)):
@@ -245,15 +175,14 @@ class ResNetTrunk(nn.Module):
 
 def stem_options(ctx) -> dict:
     """ResNetTrunk's stem keywords from the scale's settings (``space_to_depth_stem``,
-    ``stem_pad_channels``, ``offset_maxpool``) when the model is compiled: the forms
-    pay once Inductor fuses them (eager, their gathers and slices cost more than the
-    plain layers). Eager runs and the benchmark's plain baseline keep the plain stem."""
+    ``stem_pad_channels``) when the model is compiled: the form pays once Inductor
+    fuses it (eager, its padding and reshapes cost more than the plain convolution).
+    Eager runs and the benchmark's plain baseline keep the plain stem."""
     if not (ctx.optimized and ctx.compile):
         return {}
     cfg = ctx.cfg
     return {"space_to_depth_stem": bool(cfg.get("space_to_depth_stem", False)),
-            "stem_pad_channels": cfg.get("stem_pad_channels"),
-            "offset_maxpool": bool(cfg.get("offset_maxpool", False))}
+            "stem_pad_channels": cfg.get("stem_pad_channels")}
 
 
 def load_pretrained(module: nn.Module, path) -> int:

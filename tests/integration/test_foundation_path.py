@@ -81,7 +81,7 @@ def test_provision_sweep_report_on_two_hosts(flab):
 
     # sweep: one tiny CPU run on both hosts at once, detached, fetched and verified
     sweep = invoke(flab, "sweep", "--inventory", str(flab.cpu_inventory), "--workloads", "ncf", "--seeds", "1",
-                   "--name", "e2e")
+                   "--scale", "tiny", "--name", "e2e")
     assert sweep.returncode == 0, sweep.stdout[-3000:] + sweep.stderr
     root = flab.work / "results" / "e2e"
     starts = []

@@ -39,7 +39,9 @@ def invoke_cmd() -> list[str]:
 
 
 def env_for(results: Path, **settings) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), INVOKE_GPULAB_RESULTS=str(results))
+    # these tests sweep tiny ncf runs (the defaults of invoke.yaml are the full-scale study)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), INVOKE_GPULAB_RESULTS=str(results), INVOKE_GPULAB_WORKLOADS="ncf",
+               INVOKE_GPULAB_SCALE="tiny")
     for key, value in settings.items():
         env[f"INVOKE_GPULAB_SWEEP_{key.upper()}"] = str(value)
     return env

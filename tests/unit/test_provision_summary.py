@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
-from lab import ansible, provision, stacks
+from lab import ansible, provision, stacks, versions
 from tests.unit.test_stacks import host
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def facts_module():
+    """The stack facts module, with its module_utils (the version rule) where Ansible would put it."""
+    import ansible.module_utils
+
+    sys.modules["ansible.module_utils.gpulab_versions"] = versions
+    ansible.module_utils.gpulab_versions = versions
     spec = importlib.util.spec_from_file_location("gpulab_stack_facts",
                                                   REPO / "playbooks" / "library" / "gpulab_stack_facts.py")
     mod = importlib.util.module_from_spec(spec)

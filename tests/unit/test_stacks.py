@@ -94,3 +94,34 @@ def test_malformed_profile_names_the_file_and_line(stacks_dir):
     (stacks_dir / "current.yml").write_text("name: current\nsupports: [Ubuntu 22.04\n")
     with pytest.raises(ConfigError, match=r"current.yml: line \d+, column \d+: malformed YAML"):
         stacks.load("current", stacks_dir)
+
+
+@pytest.mark.parametrize("text, want", [
+    ('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n', "Debian 12"),
+    ('ID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"\n', "Ubuntu 24.04"),
+    ('ID="rocky"\nID_LIKE="rhel centos fedora"\nVERSION_ID="9.4"\n', "Rocky 9"),
+    ('ID="rhel"\nVERSION_ID="8.10"\n', "RedHat 8"),
+])
+def test_a_local_host_without_gpulab_os_gets_this_machines_os(tmp_path, text, want):
+    path = tmp_path / "os-release"
+    path.write_text(text)
+    assert stacks.local_os(path) == want
+
+
+@pytest.mark.parametrize("text", ['ID=arch\n', 'ID=debian\nVERSION_ID="trixie/sid"\n', ''])
+def test_an_os_release_gpulab_cannot_name_is_one_line(tmp_path, text):
+    path = tmp_path / "os-release"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"os-release: ID=.* is not an OS gpulab knows .*: set gpulab_os"):
+        stacks.local_os(path)
+    with pytest.raises(ConfigError, match=r"cannot read it .*set gpulab_os"):
+        stacks.local_os(tmp_path / "missing")
+
+
+def test_the_local_host_of_the_embedded_default_plans_without_gpulab_os(monkeypatch):
+    monkeypatch.setattr(stacks, "local_os", lambda: "Debian 12")
+    local = host("localhost", os_name=None)
+    local = type(local)(**{**local.__dict__, "connection": "local"})
+    assert [(p.host, p.os) for p in stacks.plan([local])] == [("localhost", "Debian 12")]
+    with pytest.raises(ConfigError, match=r"host h1: gpulab_os is not set .*only a local host's is detected"):
+        stacks.plan([host("h1", os_name=None)])

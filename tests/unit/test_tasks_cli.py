@@ -54,11 +54,13 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
 
 
 def test_defaults_come_from_invoke_config_and_env_overrides():
-    plan = invoke("sweep", "--device", "v100", "--dry-run").stdout
-    assert "ncf-ttt-tiny-3gpu-s1" in plan  # invoke.yaml: workloads ncf, seeds 1, mode ttt, scale tiny, all GPUs
-    plan = invoke("sweep", "--device", "v100", "--dry-run",
-                  env={"INVOKE_GPULAB_SEEDS": "2", "INVOKE_GPULAB_MODE": "throughput"}).stdout
-    assert "ncf-throughput-tiny-3gpu-s2" in plan
+    # invoke.yaml: the reference study (all six, auto seeds: one run each in throughput mode, every GPU count);
+    # throughput mode reads no prepared data, so the dry run contacts no host
+    plan = invoke("sweep", "--device", "v100", "--mode", "throughput", "--dry-run").stdout
+    assert "  transformer  GPUs 1,2,3    x   1 seed(s)     3 runs" in plan
+    throughput = {"INVOKE_GPULAB_MODE": "throughput", "INVOKE_GPULAB_WORKLOADS": "ncf"}
+    plan = invoke("sweep", "--device", "v100", "--dry-run", env={"INVOKE_GPULAB_SEEDS": "2", **throughput}).stdout
+    assert "  ncf          GPUs 1,2,3    x   2 seed(s)     6 runs" in plan and "resnet50" not in plan
     plan = invoke("sweep", "--device", "v100", "--dry-run", "--seeds", "3",
-                  env={"INVOKE_GPULAB_SEEDS": "2"}).stdout
-    assert "-s3" in plan  # the command line beats the environment
+                  env={"INVOKE_GPULAB_SEEDS": "2", **throughput}).stdout
+    assert "x   3 seed(s)" in plan  # the command line beats the environment

@@ -1,0 +1,88 @@
+"""Every workload's optimized path against its plain model on a CUDA GPU: whole-model gradients.
+
+For each workload and scale, ``benchmarks/gradcheck.py`` (one child process
+per case) builds the plain model (eager, fp32, NCHW, no compile, no TF32) and
+the optimized one (what the runner runs on a GPU: compiled with the scale's
+settings, channels-last, its replacement layers and custom autograd
+Functions, fused optimizer, bf16 autocast) from the same weights, runs one
+training step of each on the same batch (dropout off, no optimizer step) and
+compares every parameter's gradient: cosine >= 0.99 and norm ratio within
+[0.9, 1/0.9] (``runner.workloads.gradients.THRESHOLDS`` gives the reasons).
+
+Environment: ``GPULAB_GRADCHECK_WORKLOADS`` (default: all six),
+``GPULAB_GRADCHECK_SCALES`` (default: small,full: the runner compiles every
+scale on a GPU), ``GPULAB_GRADCHECK_MODES`` (default: throughput; ttt adds
+the first batch of the generated data at tiny and small scale),
+``GPULAB_GRADCHECK_OUT`` (write every case and the table as JSON there),
+``GPULAB_CACHE_DIR`` (compiled-kernel cache to reuse, the runner's layout).
+"""
+
+import contextlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from gpu_helpers import ROOT, needs_cuda
+
+pytestmark = needs_cuda()
+
+_spec = importlib.util.spec_from_file_location("gpulab_gradcheck", ROOT / "benchmarks" / "gradcheck.py")
+gradcheck = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gradcheck)
+
+
+def _env_list(key: str, default: str, known: tuple) -> list[str]:
+    items = [x.strip() for x in os.environ.get(key, default).split(",") if x.strip()]
+    bad = [x for x in items if x not in known]
+    if bad:
+        raise pytest.UsageError(f"{key}: unknown {', '.join(bad)} (known: {', '.join(known)})")
+    return items
+
+
+CASES = [(w, s, m)
+         for w in _env_list("GPULAB_GRADCHECK_WORKLOADS", ",".join(gradcheck.ALL), gradcheck.ALL)
+         for s in _env_list("GPULAB_GRADCHECK_SCALES", "small,full", gradcheck.SCALES)
+         for m in _env_list("GPULAB_GRADCHECK_MODES", "throughput", gradcheck.MODES)
+         if not (m == "ttt" and s == "full")]
+RESULTS: list[dict] = []
+META: dict = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report(request):
+    yield
+    if not RESULTS:
+        return
+    lines = gradcheck.table(RESULTS)
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        print("\n\nwhole-model gradients, optimized path against the plain model:\n" + "\n".join(lines), flush=True)
+    out = os.environ.get("GPULAB_GRADCHECK_OUT")
+    if out:
+        meta = dict(META, command="python -m pytest " + " ".join(sys.argv[1:]) if sys.argv[1:] else "pytest",
+                    cases_selected=len(CASES), passed=all(c.get("passed") for c in RESULTS))
+        doc = {"_meta": meta, "table": lines, "cases": RESULTS}
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(json.dumps(doc, indent=1) + "\n")
+
+
+@pytest.mark.parametrize("name, scale, mode", CASES)
+def test_optimized_gradients_match_the_plain_model(tmp_path, name, scale, mode):
+    out = tmp_path / "gradcheck.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "gradcheck.py"), "--device", "cuda", "--workloads", name,
+           "--scales", scale, "--modes", mode, "--timeout", "780", "--out", str(out)]
+    if os.environ.get("GPULAB_CACHE_DIR"):
+        cmd += ["--cache-dir", os.environ["GPULAB_CACHE_DIR"]]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=840)
+    assert out.is_file(), r.stdout[-3000:] + r.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    META.update(doc["_meta"])
+    (case,) = doc["cases"]
+    RESULTS.append(case)
+    assert not case.get("error"), case.get("log_tail") or case["error"]
+    assert case["precision"] == "bf16"
+    assert case["passed"], "\n".join(gradcheck.table([case]))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
