@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,7 +83,12 @@ class TreeReader:
 
     # ------------------------------------------------------------------
     def _inside(self, p: Path) -> bool:
-        return p == self.root or self.root in p.parents
+        """Under the input root, also once links in its folders are resolved (a link as the
+        file itself is refused by read_description)."""
+        if not (p == self.root or self.root in p.parents):
+            return False
+        real, top = (p if p == self.root else p.parent).resolve(), self.root.resolve()
+        return real == top or top in real.parents
 
     def _read(self, results: Path, sysdir: Path) -> SystemFacts:
         org_dir = results.parent
@@ -159,11 +166,19 @@ class TreeReader:
 def read_description(path: Path) -> tuple[dict | None, str | None]:
     """(document, None), or (None, why) for a file that cannot be used; (None, None) if absent."""
     try:
-        if not path.is_file():
-            return None, None
-        if path.stat().st_size > MAX_DESC_BYTES:
-            return None, f"{path.name} is larger than {MAX_DESC_BYTES // 1024} KiB: not read"
-        text = path.read_bytes()[:MAX_DESC_BYTES].decode("utf-8", errors="replace")
+        st = path.lstat()
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"{path.name} unreadable ({exc.strerror or exc})"
+    if not stat.S_ISREG(st.st_mode):
+        return None, f"{path.name} is not a regular file (a link or a device): not read"
+    if st.st_size > MAX_DESC_BYTES:
+        return None, f"{path.name} is larger than {MAX_DESC_BYTES // 1024} KiB: not read"
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            text = fh.read(MAX_DESC_BYTES + 1)[:MAX_DESC_BYTES].decode("utf-8", errors="replace")
     except OSError as exc:
         return None, f"{path.name} unreadable ({exc.strerror or exc})"
     try:

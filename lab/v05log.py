@@ -76,11 +76,17 @@ def decode_v05(lines: list[str]) -> tuple[list[tuple], list[str], list[int], int
 
 def parse_v05(lines: list[str], rules: Rules) -> list[LogFacts]:
     events, names, bad, last = decode_v05(lines)
-    nlines = last or len(lines)
+    return runs_from_events(events, names, bad, last or len(lines), rules)
+
+
+def runs_from_events(events, names, bad, nlines, rules: Rules, fmt: str = "v0.5",
+                     target=None) -> list[LogFacts]:
+    """One LogFacts per run of a list of events in v0.5's vocabulary. ``target``: the round's
+    quality target where the log logs none (default: lab/data/benchmarks.yml's)."""
     bench = check_benchmarks(names, rules)
     runs = split_runs(events, bad, nlines)
     logged_target = next((e[2] for e in reversed(events) if e[1] == "eval_target"), None)
-    target = logged_target
+    target = logged_target if logged_target is not None else target
     if target is None and bench in rules.benchmarks:
         target = rules.benchmarks[bench].target
     spe = samples_per_epoch(bench, next((e[2] for e in reversed(events)
@@ -91,6 +97,7 @@ def parse_v05(lines: list[str], rules: Rules) -> list[LogFacts]:
         if stop is None:
             raise LogProblem(f"run {n} of {len(runs)} in the file has no run_stop")
         f = _facts(evs, start, stop, bench, target, spe, rules)
+        f.fmt = fmt
         f.warnings = list(warnings)
         f.run_in_file, f.runs_in_file = n, len(runs)
         out.append(f)
