@@ -31,7 +31,8 @@ import sys
 import pytest
 from gpu_helpers import ROOT, needs_cuda
 
-pytestmark = needs_cuda()
+# the first test also waits for the whole gradcheck.py call (its module fixture)
+pytestmark = needs_cuda() + [pytest.mark.timeout(3600)]
 
 _spec = importlib.util.spec_from_file_location("gpulab_gradcheck", ROOT / "benchmarks" / "gradcheck.py")
 gradcheck = importlib.util.module_from_spec(_spec)
