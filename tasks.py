@@ -168,7 +168,7 @@ SWEEP_HELP = {**SELECT_HELP,
 @_errors
 def sweep(c, device=None, host=None, limit=None, workloads=None, gpus=None, seeds=None, mode=None, scale=None,
           name=None, nodes=None, dry_run=False, timeout=None, inventory=None):
-    """Run workloads x GPU counts x seeds on the selected hosts and collect the run directories."""
+    """Run workloads x GPU counts x seeds on the selected hosts (by default the reference study) and collect the runs."""
     hosts = _select(c, inventory, host, device, limit)
     result = _sweep(c, hosts, workloads, gpus, seeds, mode, scale, name, dry_run, timeout, nodes)
     if result is not None and not result.ok:

@@ -213,7 +213,7 @@ def time_limit_minutes(run, device: str | None, past: dict, study: Study | None 
     m, _ = estimate(run, device, past, study)
     if m is None:
         return float(t["unknown_full_minutes"] if run.scale == "full" else t["unknown_test_minutes"])
-    return max(float(t["minimum_minutes"]), t["factor"] * m)
+    return min(float(t["maximum_minutes"]), max(float(t["minimum_minutes"]), t["factor"] * m))
 
 
 def fmt_minutes(m: float | None) -> str:
