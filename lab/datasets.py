@@ -134,6 +134,10 @@ def host_sources(catalogue: Catalogue, names: list[str], host: str, hostvars: di
     override = hostvars.get("datasets_origins") or {}
     if not isinstance(override, dict):
         raise ConfigError(f"host {host}: datasets_origins must be a mapping of origin name to URL or path")
+    for key in override:   # a misspelt origin would leave the host on the public one: refused
+        if key not in catalogue.origins:
+            raise ConfigError(f"host {host}: datasets_origins.{key}: no such origin in {catalogue.path} "
+                              f"(origins: {', '.join(catalogue.origins)})")
     origins.update(override)
     out = {}
     for name in names:
@@ -213,6 +217,17 @@ def plan(hosts, names, *, inventory, catalogue=None, storage: str | None = None)
     return Plan(cat, chosen, sources, storage)
 
 
+def check_root(root: str | None) -> str | None:
+    """``--root``: an absolute path on the hosts (or ~/...), one plain path; ConfigError otherwise."""
+    if root is None:
+        return None
+    if not isinstance(root, str) or not root.startswith(("/", "~/")) or len(root) > 4096 \
+            or any(ord(ch) < 32 or ord(ch) == 127 for ch in root) or ".." in root.split("/"):
+        raise ConfigError(f"--root {root!r}: give an absolute path on the hosts (/... or ~/...), "
+                          f"without '..' or control characters")
+    return root.rstrip("/") or "/"
+
+
 def prepare(hosts, names, *, inventory, catalogue=None, storage: str | None = None, root: str | None = None,
             check: bool = False, artifacts: str | Path | None = "artifacts",
             on_event: Callable[[dict], None] | None = None, quiet: bool = False,
@@ -220,6 +235,7 @@ def prepare(hosts, names, *, inventory, catalogue=None, storage: str | None = No
     """Fetch, verify and prepare ``names`` on ``hosts`` (lab.inventory Host records)."""
     from lab import ansible
 
+    root = check_root(root)
     p = planned or plan(hosts, names, inventory=inventory, catalogue=catalogue, storage=storage)
     cat, chosen = p.catalogue, p.names
     fetch = []
