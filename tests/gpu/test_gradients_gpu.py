@@ -18,6 +18,7 @@ the first batch of the generated data at tiny and small scale),
 ``GPULAB_GRADCHECK_JOBS`` (default 3), ``GPULAB_GRADCHECK_DEADLINE`` (seconds
 for all cases; a case not started by then fails as such),
 ``GPULAB_GRADCHECK_OUT`` (write every case and the table as JSON there),
+``-n N --dist loadgroup`` (pytest-xdist: the cases stay on one worker),
 ``GPULAB_CACHE_DIR`` (compiled-kernel cache to reuse, the runner's layout).
 """
 
@@ -27,12 +28,14 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from gpu_helpers import ROOT, needs_cuda
 
-# the first test also waits for the whole gradcheck.py call (its module fixture)
-pytestmark = needs_cuda() + [pytest.mark.timeout(3600)]
+# The first test also waits for the whole gradcheck.py call (its module fixture); under
+# pytest-xdist, `--dist loadgroup` keeps every case on one worker, so that the call runs once.
+pytestmark = needs_cuda() + [pytest.mark.timeout(3600), pytest.mark.xdist_group("gradients")]
 
 _spec = importlib.util.spec_from_file_location("gpulab_gradcheck", ROOT / "benchmarks" / "gradcheck.py")
 gradcheck = importlib.util.module_from_spec(_spec)
@@ -56,7 +59,9 @@ CASES = [(w, s, m) for w in WORKLOADS for s in SCALES for m in MODES if not (m =
 @pytest.fixture(scope="module")
 def checked(request, tmp_path_factory):
     """Every selected case through one benchmarks/gradcheck.py call: {(workload, scale, mode): case}."""
-    out = tmp_path_factory.mktemp("gradcheck") / "gradcheck.json"
+    target = os.environ.get("GPULAB_GRADCHECK_OUT")
+    # gradcheck.py rewrites its JSON after every case: a call cut short still leaves what was checked
+    out = Path(target).resolve() if target else tmp_path_factory.mktemp("gradcheck") / "gradcheck.json"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "gradcheck.py"), "--device", "cuda",
            "--workloads", ",".join(WORKLOADS), "--scales", ",".join(SCALES), "--modes", ",".join(MODES),
            "--jobs", os.environ.get("GPULAB_GRADCHECK_JOBS", "3"), "--timeout", "840", "--out", str(out)]
@@ -71,13 +76,11 @@ def checked(request, tmp_path_factory):
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
         print("\n\nwhole-model gradients, optimized path against the plain model:\n" + "\n".join(lines), flush=True)
-    target = os.environ.get("GPULAB_GRADCHECK_OUT")
     if target:
-        doc["_meta"]["command"] = "python -m pytest " + " ".join(sys.argv[1:])
+        doc["_meta"]["command"] = "python -m pytest " + " ".join(request.config.invocation_params.args)
         doc["_meta"]["gradcheck_command"] = " ".join(["python"] + cmd[1:])
         doc["table"] = lines
-        with open(target, "w", encoding="utf-8") as f:
-            f.write(json.dumps(doc, indent=1) + "\n")
+        out.write_text(json.dumps(doc, indent=1) + "\n")
     return {(c["workload"], c["scale"], c["mode"]): c for c in doc["cases"]}
 
 
