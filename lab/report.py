@@ -626,6 +626,13 @@ def _write_csv(path: Path, rows: list[dict]):
             w.writerow({k: ("; ".join(map(str, v)) if isinstance(v, list) else v) for k, v in r.items()})
 
 
+def _title(systems: list[dict], rules: Rules) -> str:
+    """The rounds the records are scored by: published rounds by name, gpulab's runs by its ruleset."""
+    names = sorted({f"MLPerf Training {s['round']} results" if s["round"] in rules.rounds else rules.ruleset
+                    for s in systems})
+    return ", ".join(names) or rules.ruleset
+
+
 def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules | None = None) -> ReportResult:
     """Read the runs under ``paths`` and write the report to ``out_dir``."""
     formats = tuple(formats)
@@ -662,6 +669,7 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
     meta = {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "inputs": coll.inputs, "compare": str(compare) if compare is not None else None,
+        "title": _title(an.systems, rules),
         "ruleset": rules.ruleset, "settings": rules.settings,
         "benchmarks": {n: {"title": b.title, "metric": b.metric, "target": b.target,
                            "runs_required": b.runs_required,

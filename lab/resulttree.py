@@ -18,8 +18,8 @@ system (Google's v0.5 ``tpu`` folders of five submissions stay five systems).
 The submitter is the systems file's (submitter, org), else the organisation
 folder: the first folder under the input root above ``results`` (version
 folders such as ``v0.5.0`` skipped), else the folder above ``results`` (v0.6)
-or above the submission (v0.5). Files are read only inside the input root,
-only regular files, at most MAX_DESC_BYTES.
+or above the submission (v0.5). Descriptions are read through lab.bounded (a
+regular file inside the input root, at most MAX_DESC_BYTES), never above the root.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab import bounded
 from lab.logfacts import integer
 from lab.mlperf import Rules
 
@@ -81,7 +82,12 @@ class TreeReader:
 
     # ------------------------------------------------------------------
     def _inside(self, p: Path) -> bool:
-        return p == self.root or self.root in p.parents
+        """Under the input root, also once links in its folders are resolved (a link as the
+        file itself is refused by read_description)."""
+        if not (p == self.root or self.root in p.parents):
+            return False
+        real, top = (p if p == self.root else p.parent).resolve(), self.root.resolve()
+        return real == top or top in real.parents
 
     def _read(self, results: Path, sysdir: Path) -> SystemFacts:
         org_dir = results.parent
@@ -103,7 +109,7 @@ class TreeReader:
         for desc in (sysfile, entry):
             if not self._inside(desc):
                 continue          # never read above the input folder
-            doc, why = read_description(desc)
+            doc, why = read_description(desc, self.root)
             if doc is None:
                 if why:
                     facts.notes.append(why)
@@ -156,16 +162,15 @@ class TreeReader:
         facts.accelerators = count
 
 
-def read_description(path: Path) -> tuple[dict | None, str | None]:
-    """(document, None), or (None, why) for a file that cannot be used; (None, None) if absent."""
+def read_description(path: Path, root: Path) -> tuple[dict | None, str | None]:
+    """(document, None), or (None, why) for a file that cannot be used; (None, None) if absent.
+    Read through lab.bounded: a regular file inside ``root``, at most MAX_DESC_BYTES."""
     try:
-        if not path.is_file():
-            return None, None
-        if path.stat().st_size > MAX_DESC_BYTES:
-            return None, f"{path.name} is larger than {MAX_DESC_BYTES // 1024} KiB: not read"
-        text = path.read_bytes()[:MAX_DESC_BYTES].decode("utf-8", errors="replace")
-    except OSError as exc:
-        return None, f"{path.name} unreadable ({exc.strerror or exc})"
+        text = bounded.read_text(path, root=root, limit=MAX_DESC_BYTES, errors="replace")
+    except bounded.Missing:
+        return None, None
+    except bounded.Unreadable as exc:
+        return None, f"{path.name} {exc.reason}"
     try:
         doc = json.loads(text)
     except ValueError:

@@ -1,5 +1,12 @@
 """MLPerf v0.6 logs: ``:::MLL <unix s> <key>: {"value": ..., "metadata": {...}}``.
 
+One v0.6 submission (Alibaba's) logged v0.5's vocabulary in another syntax:
+``MLPerf: <benchmark> [mm/dd/yy HH:MM:SS], <key>[: <value>]``, whole seconds, accuracy
+as "74.316%". Those logs are read with v0.5's meaning (lab.v05log: run_stop carries no
+flag, so success is an eval_accuracy meeting the v0.6 target of lab/data/rounds.yml)
+and scored by the v0.6 rules; the compliance checker, which reads only ``:::MLL``
+lines, finds none in them.
+
 The events mean what MLLOG's do (lab.mllogparse): the clock runs from
 run_start (v0.6 moved it after initialization, init_start..init_stop) to
 run_stop with metadata status "success". The prefix may sit anywhere in a
@@ -14,17 +21,24 @@ metadata ``timestamp`` (seconds); a run without it did not converge.
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 
+from lab import v05log
 from lab.logfacts import LogFacts, LogProblem, looks_structured, value_of
 from lab.mllogparse import runs_from_events
 from lab.mlperf import Rules
 
 V06_PREFIX = ":::MLL"
 _LINE = re.compile(r":::MLL\s+([0-9]+(?:\.[0-9]*)?)\s+(\w+)\s*:\s*(.*?)\s*$")
+_LEGACY = re.compile(r"^MLPerf: (\w+) \[(\d\d/\d\d/\d\d \d\d:\d\d:\d\d)\], (\w+)(?:\s*:\s*(.*?))?\s*$",
+                     re.M)
+_PERCENT = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)%")
 
 
 def is_v06(text: str) -> bool:
-    """``:::MLL `` lines that are not ``:::MLLOG`` ones."""
+    """``:::MLL `` lines that are not ``:::MLLOG`` ones, or the ``MLPerf: `` lines of one v0.6 submission."""
+    if _LEGACY.search(text[:1 << 16]):
+        return True
     i = text.find(V06_PREFIX)
     while i >= 0:
         if not text.startswith("OG", i + len(V06_PREFIX)):
@@ -61,6 +75,8 @@ def decode_v06(lines: list[str]) -> tuple[list[tuple], list[int], int]:
 
 
 def parse_v06(lines: list[str], rules: Rules) -> list[LogFacts]:
+    if not any(V06_PREFIX in x for x in lines):
+        return _parse_legacy(lines, rules)
     events, bad, last = decode_v06(lines)
     minigo = any(e[1] == "submission_benchmark" and rules.benchmark(e[2]) == "minigo" for e in events)
     if minigo and events and not any(e[1] == "run_stop" for e in events):
@@ -91,3 +107,36 @@ def _minigo_clock(f: LogFacts, events: list[tuple]):
         raise LogProblem("eval_result timestamp lies after run_stop")
     f.success, f.outcome, f.ttt_s = True, "success", ts
     f.reason = f"eval_result: the model saved {ts:,.1f} s after run_start met the target"
+
+
+def _parse_legacy(lines: list[str], rules: Rules) -> list[LogFacts]:
+    events, names, bad, last = [], set(), [], 0
+    seen = set()
+    for i, line in enumerate(lines, 1):
+        if not line.startswith("MLPerf: "):
+            continue
+        last = i
+        m = _LEGACY.match(line.strip())
+        if not m:
+            bad.append(i)
+            continue
+        key, raw = m.group(3), m.group(4)
+        t = datetime.strptime(m.group(2), "%m/%d/%y %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+        value = None
+        if key in v05log._READ:
+            value, ok = value_of(_PERCENT.sub(lambda p: repr(float(p.group(1)) / 100.0), raw) if raw else raw)
+            if not ok and looks_structured(raw):
+                bad.append(i)
+                continue
+        if (t, key, raw) in seen and key not in ("run_start",):
+            continue
+        seen.add((t, key, raw))
+        names.add(m.group(1))
+        events.append((t, key, value, {}))
+    bench = next(iter(names), None)
+    canon = rules.benchmark(bench) if bench else None
+    target = rules.rounds.get("v0.6", {}).get("targets", {}).get(canon)
+    facts = v05log.runs_from_events(events, sorted(names), bad, last or len(lines), rules, "v0.6", target)
+    for f in facts:
+        f.warnings.append("v0.5 log syntax ('MLPerf: <benchmark> [date], key'), whole-second times")
+    return facts

@@ -172,3 +172,15 @@ def test_mlperf_systems_file_gives_the_system(tmp_path):
     (run,) = collect([sub / "results"]).runs
     assert (run.system, run.device, run.gpus) == ("r740_t4", "T4", None)   # device from the folder name
     assert any("no system description for r740_t4 inside the input folder" in n for n in run.notes)
+
+
+def test_a_description_that_is_a_link_is_not_read(tmp_path):
+    import json
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text(json.dumps({"nodes": [{"num_nodes": 1, "accelerator": "Tesla T4", "num_accelerators": 4}]}))
+    tree = tmp_path / "tree"
+    write_lines(tree / "org" / "sub" / "results" / "sys1" / "gnmt" / "result_0.txt", v05_run("gnmt", epochs=1, epoch_s=1.0))
+    (tree / "org" / "sub" / "results" / "sys1" / "entry.json").symlink_to(outside)
+    (run,) = collect([tree]).runs
+    assert (run.system, run.device, run.gpus) == ("sys1", "unknown", None)
+    assert any(n.startswith("entry.json leads outside") and n.endswith("not read") for n in run.notes)
