@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from runner import __version__, launch, rundir
+from runner import __version__, artifacts, launch, rundir
 from runner.cli import UsageError
 
 GRACE_S = 20.0  # how long stopped workload processes get to log their end
@@ -169,6 +169,11 @@ def plan(args, host_gpus: int | None = None) -> dict:
     scale_cfg = entry["scales"][args.scale]
     if args.mode == "ttt" and scale_cfg["data"] == "prepared" and args.data is None:
         _fail(f"--scale {args.scale} --mode ttt trains on the prepared dataset: give --data PATH")
+    if args.mode == "ttt" and scale_cfg.get("pretrained") and args.data is not None:
+        try:  # the published backbone weights, or bad input: never a run from scratch
+            artifacts.check(scale_cfg["pretrained"], args.data)
+        except (artifacts.ArtifactError, OSError) as exc:
+            _fail(str(exc))
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         _fail(f"--out {args.out!r} already exists and is not an empty directory")
