@@ -24,7 +24,15 @@ How a sweep runs:
 * each run directory is fetched (files listed in SHA256SUMS, or everything
   there is when the run never finished) and verified; a corrupt copy is
   fetched again. Each run ends ``complete`` (verified, outcome success or
-  target_missed) or ``failed``/``interrupted`` with a one-line reason.
+  target_missed) or ``failed``/``interrupted`` with a one-line reason;
+* on resume, a run this sweep started before (its token is in sweep.json) is
+  asked of its host first (``UnitWorker._adopt``): finished there and
+  verified, it is fetched and counted; still going, it is waited for (its
+  lock taken over from the controller that is gone) and fetched; only a run
+  that failed or left nothing runs again.
+
+sweep.json is read back through lab.sweepfile (checked like the command line,
+run folders kept inside the sweep); run-directory files through lab.bounded.
 """
 
 from __future__ import annotations
