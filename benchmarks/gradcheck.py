@@ -13,7 +13,7 @@ ratio; the thresholds and their reasons are there).
     python benchmarks/gradcheck.py [--workloads resnet50,ssd,...] [--scales small,full]
         [--modes throughput[,ttt]] [--device cuda|cpu] [--precision bf16|fp32]
         [--backend inductor|aot_eager] [--batch N] [--cache-dir DIR] [--deadline S]
-        [--timeout S] [--out gradcheck.json]
+        [--timeout S] [--jobs N] [--out gradcheck.json]
 
 Prints one table row per case (lowest cosine and its parameter) and rewrites
 the JSON after each case: ``{"_meta": {...}, "cases": [{workload, scale,
@@ -27,12 +27,14 @@ skips Inductor's code generation, which takes minutes on a CPU).
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -131,7 +133,7 @@ def meta(args) -> dict:
 
     m = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
          "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:]), "device": args.device,
-         "precision": args.precision, "backend": args.backend or "inductor", "seed": args.seed,
+         "precision": args.precision, "backend": args.backend or "inductor", "seed": args.seed, "jobs": args.jobs,
          "host": platform.node(), "python": platform.python_version()}
     try:
         import torch
@@ -169,6 +171,8 @@ def parse(argv):
     ap.add_argument("--deadline", type=float, default=None,
                     help="seconds: start no case after it, stop a running one at it, write what was done")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per case")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="cases at a time, each in its own process (compilation is CPU work; one GPU holds several)")
     ap.add_argument("--out", default="gradcheck.json", help="JSON output file")
     ap.add_argument("--_case", help=argparse.SUPPRESS)
     ap.add_argument("--_result", help=argparse.SUPPRESS)
@@ -183,6 +187,8 @@ def parse(argv):
     args.precision = args.precision or ("bf16" if args.device == "cuda" else "fp32")
     if args.scales is None:
         args.scales = "small,full" if args.device == "cuda" else "tiny"
+    if args.jobs < 1:
+        raise ValueError(f"--jobs {args.jobs}: must be at least 1")
     if args.batch is not None and args.batch < 0:
         raise ValueError(f"--batch {args.batch}: must be 0 (the scale's) or more")
     if args.backend == "inductor":
@@ -207,28 +213,37 @@ def main(argv=None) -> int:
     out = Path(args.out)
     cache = Path(args.cache_dir) if args.cache_dir else None
     end = time.time() + args.deadline if args.deadline else None
+    cases = [{"workload": w, "scale": s, "mode": m, "precision": args.precision,
+              "batch": (None if args.batch == 0 else (args.batch or BATCH[args.device][w])) if m == "throughput"
+              else "scale"}
+             for w in args.workloads for s in args.scales for m in args.modes
+             if not (m == "ttt" and s == "full")]  # ttt at full scale reads the prepared data set
     doc = {"_meta": meta(args), "cases": []}
-    ok = True
-    for name in args.workloads:
-        for scale in args.scales:
-            for mode in args.modes:
-                case = {"workload": name, "scale": scale, "mode": mode, "precision": args.precision}
-                batch = None if args.batch == 0 else (args.batch or BATCH[args.device][name])
-                case["batch"] = batch if mode == "throughput" else "scale"
-                left = None if end is None else end - time.time()
-                if mode == "ttt" and scale == "full":
-                    continue  # it reads the prepared data set
-                if left is not None and left < 5:
-                    case["error"] = "not started: deadline"
-                else:
-                    timeout = args.timeout if left is None else min(args.timeout, left)
-                    case.update(run_case(name, scale, mode, device=args.device, precision=args.precision,
-                                         batch=batch if mode == "throughput" else None, seed=args.seed,
-                                         backend=args.backend, timeout=timeout, cache=cache))
-                ok = ok and bool(case.get("passed"))
-                doc["cases"].append(case)
-                print("\n".join(table([case])[2:]), flush=True)
-                out.write_text(json.dumps(doc, indent=1) + "\n")
+    done: dict[int, dict] = {}
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        case = dict(cases[i])
+        left = None if end is None else end - time.time()
+        if left is not None and left < 5:
+            case["error"] = "not started: deadline"
+        else:
+            timeout = args.timeout if left is None else min(args.timeout, left)
+            case.update(run_case(case["workload"], case["scale"], case["mode"], device=args.device,
+                                 precision=args.precision, batch=case["batch"] if case["mode"] == "throughput"
+                                 else None, seed=args.seed, backend=args.backend, timeout=timeout, cache=cache))
+        with lock:
+            done[i] = case
+            doc["cases"] = [done[k] for k in sorted(done)]
+            print("\n".join(table([case])[2:]), flush=True)
+            out.write_text(json.dumps(doc, indent=1) + "\n")
+
+    # the largest first, so that --jobs keeps the GPU busy to the end
+    order = sorted(range(len(cases)), key=lambda i: SCALES.index(cases[i]["scale"]), reverse=True)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for f in [pool.submit(one, i) for i in order]:
+            f.result()
+    ok = bool(doc["cases"]) and all(c.get("passed") for c in doc["cases"])
     print("\n".join(table(doc["cases"])), flush=True)
     doc["_meta"]["passed"] = ok
     out.write_text(json.dumps(doc, indent=1) + "\n")

@@ -166,7 +166,7 @@ def main(argv=None) -> int:
                           f"{'':14} {'-':>9} {'-':>9}  all {n} result file(s) absent from the snapshot")
     rows = sum(status.values())
     parts = [f"{n} {k}" for k, n in sorted(status.items(), key=lambda kv: -kv[1])]
-    print(f"\nSUMMARY: {rows} GPU system x benchmark rows: " + ", ".join(parts) + ".")
+    print(f"\nSUMMARY: {rows} {'' if args.all else 'GPU '}system x benchmark rows: " + ", ".join(parts) + ".")
     if differs:
         print("Differ: " + "; ".join(differs))
     if uncompared:

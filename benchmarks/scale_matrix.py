@@ -17,17 +17,20 @@ runner's option: a later run of the same graph compiles nothing). Each run's
     python benchmarks/scale_matrix.py --out matrix.json [--workloads resnet50,ssd,...]
         [--ttt-scales tiny,small] [--throughput-scales small[,full]] [--device cuda|cpu]
         [--seed 1] [--cache-dir DIR] [--workdir DIR] [--deadline S] [--max-minutes M]
-        [--measure-seconds S]
+        [--measure-seconds S] [--jobs N]
 
-``--deadline`` bounds the whole matrix: a run gets ``--max-minutes`` = the time
-left (the runner then aborts it and still finishes its run directory), no run
-starts with less than 45 s left, and the JSON names the runs not started.
+``--jobs N`` runs N at a time: the outcomes are the same, the times are not
+those of a run alone (``_meta.jobs`` says so). ``--deadline`` bounds the
+whole matrix: a run gets ``--max-minutes`` = the time left (the runner then
+aborts it and still finishes its run directory), no run starts with less than
+45 s left, and the JSON names the runs not started.
 Exit 0 when every run succeeded, 1 otherwise, 2 on bad input.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
 import json
 import os
@@ -35,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -148,6 +152,8 @@ def parse(argv):
     ap.add_argument("--deadline", type=float, default=None, help="seconds for the whole matrix")
     ap.add_argument("--max-minutes", type=float, default=None, help="limit of each run")
     ap.add_argument("--measure-seconds", type=float, default=None, help="throughput runs' timed seconds")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="runs at a time (default 1; more checks outcomes sooner, but the times are then shared)")
     ap.add_argument("--out", default="scale_matrix.json", help="JSON output file")
     args = ap.parse_args(argv)
     if args.device is None:
@@ -157,6 +163,8 @@ def parse(argv):
     args.ttt_scales = _list(args.ttt_scales or ("tiny,small" if cuda else "tiny"), SCALES, "--ttt-scales")
     args.throughput_scales = _list(args.throughput_scales or ("small" if cuda else "tiny"), SCALES,
                                    "--throughput-scales")
+    if args.jobs < 1:
+        raise ValueError(f"--jobs {args.jobs}: must be at least 1")
     if "full" in args.ttt_scales:
         raise ValueError("--ttt-scales: full trains on the prepared data sets for hours; use runner run --data")
     for opt in ("deadline", "max_minutes", "measure_seconds"):
@@ -200,20 +208,31 @@ def main(argv=None) -> int:
     doc = {"_meta": {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                      "command": " ".join(["python", "benchmarks/scale_matrix.py"] + sys.argv[1:]),
                      "device": args.device, "seed": args.seed, "cache_dir": str(args.cache_dir),
-                     "cache_was_empty": was_empty, "deadline_s": args.deadline},
+                     "cache_was_empty": was_empty, "deadline_s": args.deadline, "jobs": args.jobs},
            "runs": []}
-    for name, mode, scale in plan(args.workloads, args.ttt_scales, args.throughput_scales):
+    runs = plan(args.workloads, args.ttt_scales, args.throughput_scales)
+    done: dict[int, dict] = {}
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        name, mode, scale = runs[i]
         row = run_one(args, name, mode, scale, end)
-        doc["runs"].append(row)
         figures = ", ".join(f"{k} {row[k]}" for k in ("epochs", "quality", "time_to_first_step_s",
                                                        "time_to_train_s", "samples_per_s") if row.get(k) is not None)
-        print(f"[matrix] {name} {mode} {scale}: {row['outcome']}" + (f" ({figures})" if figures else "")
-              + ("" if row["outcome"] == "success" else f": {row.get('reason')}"), flush=True)
-        doc["_meta"].update(_platform(args, args.workdir))
-        doc["summary"] = {o: sum(1 for r in doc["runs"] if r["outcome"] == o)
-                          for o in sorted({r["outcome"] for r in doc["runs"]})}
-        doc["_meta"]["elapsed_s"] = round(time.time() - t_start, 1)
-        out.write_text(json.dumps(doc, indent=1) + "\n")
+        with lock:
+            done[i] = row
+            doc["runs"] = [done[k] for k in sorted(done)]
+            print(f"[matrix] {name} {mode} {scale}: {row['outcome']}" + (f" ({figures})" if figures else "")
+                  + ("" if row["outcome"] == "success" else f": {row.get('reason')}"), flush=True)
+            doc["_meta"].update(_platform(args, args.workdir))
+            doc["summary"] = {o: sum(1 for r in doc["runs"] if r["outcome"] == o)
+                              for o in sorted({r["outcome"] for r in doc["runs"]})}
+            doc["_meta"]["elapsed_s"] = round(time.time() - t_start, 1)
+            out.write_text(json.dumps(doc, indent=1) + "\n")
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for f in [pool.submit(one, i) for i in range(len(runs))]:
+            f.result()
     if not doc["runs"]:
         out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"[matrix] wrote {out}: {doc.get('summary', {})}", flush=True)

@@ -199,7 +199,7 @@ def _runner_run(args, name: str, out: Path, cache: Path, timeout: float) -> dict
     gpus = "1" if args.device == "cuda" else "0"
     cmd = [sys.executable, "-m", "runner", "run", name, "--mode", "throughput", "--scale", args.scale,
            "--gpus", gpus, "--seed", "1", "--out", str(out), "--cache-dir", str(cache),
-           "--measure-seconds", str(max(1.0, min(args.measure_seconds, 5.0))),
+           "--measure-seconds", str(max(1.0, min(args.measure_seconds, 3.0))),
            "--warmup-steps", str(RUNNER_WARMUP_STEPS)]
     env = _env()
     for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR") + SPEED_ENV:

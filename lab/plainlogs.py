@@ -47,9 +47,10 @@ def parse_runs(text: str, rules: Rules | None = None) -> list[LogFacts]:
         raise LogProblem("no :::MLLOG, :::MLL or :::MLPv0.5.0 lines")
     if fmt == "mixed":
         raise LogProblem("mixed log formats: more than one of :::MLLOG, :::MLL and :::MLPv0.5.0")
-    lines = text.splitlines()
-    parser = {"mllog": parse_mllog, "v0.6": parse_v06, "v0.5": parse_v05}[fmt]
-    return parser(lines, rules)
+    if fmt == "v0.5":
+        return parse_v05(text, rules)
+    parser = {"mllog": parse_mllog, "v0.6": parse_v06}[fmt]
+    return parser(text.splitlines(), rules)
 
 
 def parse_log(text: str, rules: Rules | None = None) -> LogFacts:

@@ -46,14 +46,13 @@ import io
 import json
 import math
 import os
-import re
 import warnings
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
-from lab import compliance
+from lab import bounded, checksums, compliance, limits, paths
 from lab.errors import ConfigError
 from lab.logfacts import LogFacts, LogProblem, integer as _int, num as _num
 from lab.mlperf import Rules, default_rules
@@ -65,7 +64,8 @@ __all__ = ["Collection", "LogFacts", "LogProblem", "Run", "Skipped", "collect", 
            "parse_log", "parse_runs", "read_telemetry", "system_label", "verify_sums"]
 
 LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ""}
-MAX_LOG_BYTES = 512 * 1024 * 1024
+MAX_LOG_BYTES = limits.LOG_BYTES
+KEEP_BYTES = {"mllog.log": limits.LOG_BYTES, "telemetry.csv": limits.TELEMETRY_BYTES}
 
 # --------------------------------------------------------------------------
 # Telemetry
@@ -83,9 +83,9 @@ def read_telemetry(path: Path, gpus: list[int] | None = None, data: bytes | None
     """
     if data is None:
         try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            return None, None, f"telemetry.csv unreadable ({exc.strerror or exc})"
+            data = bounded.read_bytes(path, root=Path(path).parent, limit=limits.TELEMETRY_BYTES)
+        except bounded.Unreadable as exc:
+            return None, None, f"telemetry.csv {exc.reason}"
     first, _, _ = data.partition(b"\n")
     header = [h.strip() for h in first.decode("utf-8", errors="replace").strip().split(",")]
     if header == [""]:
@@ -238,10 +238,11 @@ def _is_within(p: Path, root: Path) -> bool:
     return p == root or root in p.parents
 
 
-def _read_json(path: Path):
+def _read_json(path: Path, root: Path | None = None):
+    """A JSON file read with bounds (a regular file inside ``root``, default its folder); None if not."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return bounded.read_json(path, root=root or Path(path).parent, limit=limits.JSON_BYTES)
+    except bounded.Unreadable:
         return None
 
 
@@ -335,9 +336,10 @@ def _missing_planned_runs(ctx: _Context, sweep_dir: Path):
         ctx.skip(sweep_dir / "sweep.json", "sweep.json is not a readable JSON object; "
                  "its run directories are read without host facts")
         return
-    for entry in sweep["runs"]:
-        run_id = str(entry.get("id") or entry.get("run_id"))
-        rundir = sweep_dir / str(entry["host"]) / run_id
+    for i, entry in enumerate(sweep["runs"]):
+        run_id = entry.get("id") or entry.get("run_id")
+        rundir = paths.child(sweep_dir, entry["host"], run_id,
+                             what=f"{sweep_dir / 'sweep.json'}: runs[{i}] (host {entry['host']!r}, run {run_id!r})")
         ctx.planned[rundir.resolve()] = entry
         if rundir.exists():
             continue
@@ -347,21 +349,19 @@ def _missing_planned_runs(ctx: _Context, sweep_dir: Path):
                  + (f"; {why}" if why else "") + ")")
 
 
-def _read_text(ctx: _Context, path: Path) -> str | None:
+def _read_text(ctx: _Context, path: Path, root: Path | None = None) -> str | None:
+    """A log read with bounds (lab.bounded: a regular file inside ``root``, capped); skipped if not."""
     try:
-        if path.stat().st_size > MAX_LOG_BYTES:
-            return None
-        data = path.read_bytes()
-    except OSError as exc:
-        ctx.skip(path, f"cannot read ({exc.strerror or exc})")
+        return bounded.read_text(path, root=root or path.parent, limit=MAX_LOG_BYTES, errors="replace")
+    except bounded.Unreadable as exc:
+        ctx.skip(path, exc.reason)
         return None
-    return data.decode("utf-8", errors="replace")
 
 
 def _read_plain(ctx: _Context, path: Path, root: Path, explicit: bool):
-    if not path.is_file() or not ctx.first_visit(path):
+    if not (path.is_file() or path.is_symlink() or explicit) or not ctx.first_visit(path):
         return
-    text = _read_text(ctx, path)
+    text = _read_text(ctx, path, root)
     if text is not None:
         read_plain(ctx, path, root, text, explicit)
 
@@ -375,15 +375,15 @@ def verify_sums(rundir: Path, keep: tuple[str, ...] = ()) -> tuple[str | None, d
     sums = rundir / "SHA256SUMS"
     kept: dict[str, bytes] = {}
     try:
-        lines = sums.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
+        lines = bounded.read_text(sums, root=rundir, limit=limits.SUMS_BYTES).splitlines()
+    except bounded.Missing:
         return "no SHA256SUMS: incomplete run directory", {}
-    except OSError as exc:
-        return f"SHA256SUMS unreadable ({exc.strerror or exc})", {}
+    except bounded.Unreadable as exc:
+        return f"SHA256SUMS {exc.reason}", {}
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        m = re.match(r"^([0-9a-fA-F]{64}) [ *](.+)$", line)
+        m = checksums.LINE.match(line)   # the one SHA256SUMS grammar
         if not m:
             return f"SHA256SUMS line {n} is malformed", {}
         rel = m.group(2)
@@ -392,19 +392,15 @@ def verify_sums(rundir: Path, keep: tuple[str, ...] = ()) -> tuple[str | None, d
             return f"SHA256SUMS line {n} points outside the run directory", {}
         try:
             if rel in keep:
-                data = target.read_bytes()
+                data = bounded.read_bytes(target, root=rundir, limit=KEEP_BYTES.get(rel, MAX_LOG_BYTES))
                 digest = hashlib.sha256(data).hexdigest()
                 kept[rel] = data
             else:
-                h = hashlib.sha256()
-                with open(target, "rb") as fh:
-                    for chunk in iter(lambda: fh.read(1 << 20), b""):
-                        h.update(chunk)
-                digest = h.hexdigest()
-        except FileNotFoundError:
+                digest = bounded.sha256(target, root=rundir)
+        except bounded.Missing:
             return f"{rel} is listed in SHA256SUMS but missing", {}
-        except OSError as exc:
-            return f"{rel} unreadable ({exc.strerror or exc})", {}
+        except bounded.Unreadable as exc:
+            return f"{rel} {exc.reason}", {}
         if digest != m.group(1).lower():
             return f"{rel} does not match SHA256SUMS (changed after the run)", {}
     return None, kept
@@ -477,7 +473,7 @@ def _read_rundir(ctx: _Context, rundir: Path):
     if not ctx.first_visit(rundir):
         return
     rules = ctx.rules
-    if not (rundir / "status.json").is_file():
+    if not os.path.lexists(rundir / "status.json"):
         entry = ctx.planned_dir(rundir)
         why = "incomplete run directory: no status.json (still running or interrupted)"
         if entry:
@@ -486,7 +482,13 @@ def _read_rundir(ctx: _Context, rundir: Path):
                 why += f": {entry['reason']}"
         ctx.skip(rundir, why)
         return
-    status = _read_json(rundir / "status.json")
+    try:
+        status = json.loads(bounded.read_text(rundir / "status.json", root=rundir, limit=limits.JSON_BYTES))
+    except bounded.Unreadable as exc:
+        ctx.skip(rundir, f"status.json {exc.reason}")
+        return
+    except (ValueError, RecursionError):
+        status = None
     if not isinstance(status, dict):
         ctx.skip(rundir, "status.json is not a readable JSON object")
         return
@@ -523,7 +525,7 @@ def _read_rundir(ctx: _Context, rundir: Path):
     if "mllog.log" in kept:
         text = kept["mllog.log"].decode("utf-8", errors="replace")
     else:
-        text = _read_text(ctx, rundir / "mllog.log") if (rundir / "mllog.log").is_file() else None
+        text = _read_text(ctx, rundir / "mllog.log") if os.path.lexists(rundir / "mllog.log") else None
     if text is None:
         log_problem = "no mllog.log"
     else:
@@ -589,7 +591,7 @@ def _read_rundir(ctx: _Context, rundir: Path):
 
     tele = rundir / "telemetry.csv"
     energy = power = None
-    if "telemetry.csv" in kept or tele.is_file():
+    if "telemetry.csv" in kept or os.path.lexists(tele):
         energy, power, tnote = read_telemetry(tele, idx, kept.get("telemetry.csv"))
         if tnote:
             notes.append(tnote)

@@ -18,20 +18,19 @@ system (Google's v0.5 ``tpu`` folders of five submissions stay five systems).
 The submitter is the systems file's (submitter, org), else the organisation
 folder: the first folder under the input root above ``results`` (version
 folders such as ``v0.5.0`` skipped), else the folder above ``results`` (v0.6)
-or above the submission (v0.5). Files are read only inside the input root,
-only regular files, at most MAX_DESC_BYTES.
+or above the submission (v0.5). Descriptions are read through lab.bounded (a
+regular file inside the input root, at most MAX_DESC_BYTES), never above the root.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab import bounded
 from lab.logfacts import integer
 from lab.mlperf import Rules
 
@@ -110,7 +109,7 @@ class TreeReader:
         for desc in (sysfile, entry):
             if not self._inside(desc):
                 continue          # never read above the input folder
-            doc, why = read_description(desc)
+            doc, why = read_description(desc, self.root)
             if doc is None:
                 if why:
                     facts.notes.append(why)
@@ -163,24 +162,15 @@ class TreeReader:
         facts.accelerators = count
 
 
-def read_description(path: Path) -> tuple[dict | None, str | None]:
-    """(document, None), or (None, why) for a file that cannot be used; (None, None) if absent."""
+def read_description(path: Path, root: Path) -> tuple[dict | None, str | None]:
+    """(document, None), or (None, why) for a file that cannot be used; (None, None) if absent.
+    Read through lab.bounded: a regular file inside ``root``, at most MAX_DESC_BYTES."""
     try:
-        st = path.lstat()
-    except FileNotFoundError:
+        text = bounded.read_text(path, root=root, limit=MAX_DESC_BYTES, errors="replace")
+    except bounded.Missing:
         return None, None
-    except OSError as exc:
-        return None, f"{path.name} unreadable ({exc.strerror or exc})"
-    if not stat.S_ISREG(st.st_mode):
-        return None, f"{path.name} is not a regular file (a link or a device): not read"
-    if st.st_size > MAX_DESC_BYTES:
-        return None, f"{path.name} is larger than {MAX_DESC_BYTES // 1024} KiB: not read"
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(fd, "rb") as fh:
-            text = fh.read(MAX_DESC_BYTES + 1)[:MAX_DESC_BYTES].decode("utf-8", errors="replace")
-    except OSError as exc:
-        return None, f"{path.name} unreadable ({exc.strerror or exc})"
+    except bounded.Unreadable as exc:
+        return None, f"{path.name} {exc.reason}"
     try:
         doc = json.loads(text)
     except ValueError:

@@ -32,26 +32,24 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import re
 import secrets
 import shlex
 import shutil
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from lab import checksums, hostlock, preflight, remote as rmt, study, topology as topo
+from lab import bounded, checksums, fields, hostlock, limits, paths, preflight, remote as rmt, study, sweepfile
+from lab import topology as topo, workloads as workload_catalogue
 from lab.errors import ConfigError, GpulabError, HostError, RunError
 from lab.inventory import Host
 
-SCHEMA = 1
-MODES = ("ttt", "throughput")
-SCALES = ("tiny", "small", "full")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-WORKLOAD_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+SCHEMA = sweepfile.SCHEMA
+MODES, SCALES = fields.MODES, fields.SCALES
+NAME_RE, WORKLOAD_RE = fields.NAME_RE, fields.WORKLOAD_RE
 COMPLETE_OUTCOMES = ("success", "target_missed")
 TOKEN_VAR = "GPULAB_RUN_TOKEN"
 
@@ -96,9 +94,9 @@ class PlannedRun:
         return dict(asdict(self), run_id=self.run_id)
 
     @classmethod
-    def from_json(cls, doc: dict) -> "PlannedRun":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in doc.items() if k in names})
+    def from_json(cls, doc: dict, where: str = "run") -> "PlannedRun":
+        """A run entry of sweep.json, every field checked like its command-line option (lab.sweepfile)."""
+        return cls(**sweepfile.check_run(doc, where))
 
 
 def parse_list(value: str | Iterable[str] | None, what: str) -> list[str]:
@@ -129,7 +127,7 @@ def parse_gpu_counts(value: str | None, host: Host, topology: dict | None = None
     for item in parse_list(value, "gpus"):
         if not item.isdigit() or int(item) < 1:
             raise ConfigError(f"--gpus: {item!r} is not a GPU count (use 1,2,... or all)")
-        n = int(item)
+        n = limits.number(item, "--gpus", limits.GPUS)
         if count is not None and n > count and topology is None:
             raise ConfigError(f"--gpus: {n} GPUs asked but {host.name} has {count}")
         if n not in out:
@@ -158,13 +156,16 @@ def seed_count(seeds, workload: str, rules=None, mode: str = "ttt") -> int:
         raise ConfigError(f"--seeds: {seeds!r} is not a number of seeds, 'auto' or 'mlperf'") from None
     if n < 1:
         raise ConfigError(f"--seeds: {seeds!r} is not a positive number of seeds")
-    return n
+    return limits.number(n, "--seeds", limits.SEEDS)
 
 
 def units_of(hosts: list[Host], nodes: int) -> list[list[Host]]:
     """Hosts grouped into the units that run together: single hosts, or k hosts per multi-node run."""
     if not isinstance(nodes, int) or nodes < 1:
         raise ConfigError(f"--nodes: {nodes!r} must be a positive number")
+    limits.number(nodes, "--nodes", limits.NODES)
+    for h in hosts:
+        fields.host_name(h.name, f"host {h.name!r}")
     if nodes == 1:
         return [[h] for h in hosts]
     if len(hosts) % nodes:
@@ -186,15 +187,19 @@ def plan(hosts: list[Host], workloads: list[str], gpus: str | None, seeds, mode:
         raise ConfigError("--workloads: empty list")
     workloads = study.expand_workloads(workloads)
     for w in workloads:
-        if not WORKLOAD_RE.match(w):
-            raise ConfigError(f"--workloads: {w!r} is not a workload name")
+        fields.workload(w)
     counts = {w: seed_count(seeds, w, mode=mode) for w in workloads}
+    workload_catalogue.check(workloads)
     topologies = topologies or {}
-    runs = []
-    for unit in units_of(hosts, nodes):
-        head = unit[0]
+    units = units_of(hosts, nodes)
+    per_unit = []
+    for unit in units:   # the plan's size is known before a run of it is built
         per_node = [parse_gpu_counts(gpus, h, topologies.get(h.name)) for h in unit]
-        gpu_counts = [n for n in per_node[0] if all(n in other for other in per_node[1:])]
+        per_unit.append([n for n in per_node[0] if all(n in other for other in per_node[1:])])
+    limits.plan_size(sum(len(c) * sum(counts.values()) for c in per_unit))
+    runs = []
+    for unit, gpu_counts in zip(units, per_unit):
+        head = unit[0]
         for w in workloads:
             for n in gpu_counts:
                 for s in range(1, counts[w] + 1):
@@ -229,7 +234,8 @@ class Sweep:
         return self.root / "sweep.json"
 
     def run_dir(self, run: PlannedRun, host: str | None = None) -> Path:
-        return self.root / (host or run.host) / run.run_id
+        """results/<sweep>/<host>/<run id>: refused (ConfigError) if it would leave the sweep folder."""
+        return sweepfile.run_dir(self.root, host or run.host, run.run_id, str(self.state_file))
 
     def verified(self, run: PlannedRun) -> list[str]:
         """Problems of the local copies of a run (every node); empty when all verify."""
@@ -254,17 +260,14 @@ class Sweep:
 
     @classmethod
     def load(cls, root: Path) -> "Sweep":
-        state_file = Path(root) / "sweep.json"
-        if not state_file.is_file():
-            raise ConfigError(f"{root}: not a sweep directory (no sweep.json)")
-        try:
-            doc = json.loads(state_file.read_text())
-            runs = [PlannedRun.from_json(r) for r in doc["runs"]]
-            name = doc["name"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"{state_file}: unreadable sweep state ({exc})") from None
-        return cls(root=Path(root), name=name, runs=runs, hosts=doc.get("hosts", {}),
-                   created=doc.get("created", utcnow()), options=doc.get("options", {}))
+        """The saved sweep; its sweep.json read with bounds and checked like the command line."""
+        doc = sweepfile.read(Path(root))
+        sweep = cls(root=Path(root), name=doc["name"], runs=[PlannedRun(**r) for r in doc["runs"]],
+                    hosts=doc["hosts"], created=doc["created"] or utcnow(), options=doc["options"])
+        for run in sweep.runs:   # every folder a run names stays inside the sweep
+            for h in run.hosts:
+                sweep.run_dir(run, h)
+        return sweep
 
     @classmethod
     def open(cls, root: Path, name: str, runs: list[PlannedRun], options: dict) -> "Sweep":
@@ -288,10 +291,11 @@ class Sweep:
 
 
 def _read_json(path: Path) -> dict:
+    """A run directory's JSON file (status.json), read with bounds; {} when it is not one."""
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = bounded.read_json(path, root=Path(path).parent)
         return doc if isinstance(doc, dict) else {}
-    except (OSError, ValueError):
+    except bounded.Unreadable:
         return {}
 
 
@@ -345,6 +349,24 @@ echo $pids
 '''
 
 
+# $1 run directory, $2 token, $3 lock dir, $4 runner pid ('' when not known: a run adopted on resume)
+_PROBE = r'''
+[ -n "$3" ] && touch "$3/heartbeat" 2>/dev/null
+if [ -f "$1/SHA256SUMS" ]; then echo done
+elif [ -n "$4" ] && kill -0 "$4" 2>/dev/null; then echo running
+elif [ -z "$4" ] && [ -n "$2" ] && grep -qzxF "GPULAB_RUN_TOKEN=$2" /proc/[0-9]*/environ 2>/dev/null; then echo running
+elif [ -d "$1" ]; then echo gone
+else echo none; fi
+'''
+
+
+def run_state(remote: rmt.Remote, src: str, token: str | None, lock_dir: str = "", pid: str | None = None) -> str:
+    """What a host says of a run: done (SHA256SUMS written), running, gone (left a partial folder) or none."""
+    out = remote.run(["sh", "-c", _PROBE, "gpulab-probe", src, token or "", lock_dir, pid or ""],
+                     timeout=60, check=False).stdout.strip()
+    return out if out in ("done", "running", "gone", "none") else "gone"
+
+
 def signal_tagged(remote: rmt.Remote, token: str, sig: str) -> list[int]:
     out = remote.run(["sh", "-c", _SIGNAL_TAGGED, "gpulab-stop", sig, token], timeout=60, check=False).stdout
     return [int(p) for p in out.split() if p.isdigit()]
@@ -388,14 +410,16 @@ def fetch_run(remote: rmt.Remote, src: str, dest: Path) -> list[str]:
     every file there is, so that nothing written is lost.
     """
     tmp = dest.with_name(f".{dest.name}.partial")
+    if tmp.is_symlink() or not paths.inside(tmp.parent, dest.parent):
+        raise ConfigError(f"{tmp}: a symbolic link where the fetch puts its copy; not followed")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    names = remote.listdir(src)
+    names = [n for n in remote.listdir(src) if paths.is_component(n)]   # the host's listing is input too
     if checksums.SUMS in names:
         remote.get(f"{src}/{checksums.SUMS}", tmp / checksums.SUMS)
         try:
-            listed = list(checksums.parse((tmp / checksums.SUMS).read_text()))
-        except (ValueError, UnicodeDecodeError):
+            listed = list(checksums.read(tmp))
+        except ValueError:
             listed = [n for n in names if n != checksums.SUMS]
         for name in listed:
             if "/" in name:
@@ -405,6 +429,8 @@ def fetch_run(remote: rmt.Remote, src: str, dest: Path) -> list[str]:
         for name in names:
             remote.get(f"{src}/{name}", tmp / name)
     problems = checksums.verify(tmp)
+    if dest.is_symlink():
+        dest.unlink()
     shutil.rmtree(dest, ignore_errors=True)
     os.replace(tmp, dest)
     return problems
@@ -424,7 +450,8 @@ def keep_attempt(sweep: Sweep, run: PlannedRun, host: str) -> None:
     """Move an earlier attempt's local copy to ``.attempts/`` (never deleted; reports skip it)."""
     d = sweep.run_dir(run, host)
     if d.exists():
-        dest = sweep.root / ".attempts" / host / f"{run.run_id}.attempt-{max(1, run.attempts - 1)}"
+        dest = paths.child(sweep.root, ".attempts", host, f"{run.run_id}.attempt-{max(1, run.attempts - 1)}",
+                           what=f"{sweep.state_file}: earlier attempt of {host}")
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(dest, ignore_errors=True)
         os.replace(d, dest)
@@ -488,7 +515,8 @@ class UnitWorker:
             for i, run in enumerate(todo, 1):
                 if self.stop.is_set():
                     break
-                self.progress.run_started(self.unit, i, len(todo), run.run_id)
+                self.progress.run_started(self.unit, i, len(todo), run.run_id,
+                                          " (resumed: what the host did comes first)" if run.token else "")
                 try:
                     self._one(run)
                 except HostLost as exc:
@@ -585,13 +613,14 @@ class UnitWorker:
         return pid
 
     def _poll(self, run: PlannedRun, node: Node) -> str:
+        """done, running or gone; the runner by its pid, or (adopted) by its processes' token."""
         src = node.layout.run_dir(run)
-        probe = rmt.cmd(node.lock.heartbeat_cmd(), "if", ["test", "-f", f"{src}/{checksums.SUMS}"], "; then echo done;",
-                        "elif", ["kill", "-0", node.pid or "0"], "2>/dev/null; then echo running; else echo gone; fi")
-        state = node.call(lambda r: r.run(probe, timeout=60, check=False)).stdout.strip()
-        if state == "gone":  # it may have finished between the two tests
-            state = node.call(lambda r: r.run(probe, timeout=60, check=False)).stdout.strip()
-        return state or "gone"
+        lock = node.lock.path if node.lock.held else ""   # the holder keeps its heartbeat going
+        probe = lambda r: run_state(r, src, run.token, lock, node.pid)  # noqa: E731
+        state = node.call(probe)
+        if state in ("gone", "none"):  # it may have finished between the two tests
+            state = node.call(probe)
+        return "gone" if state == "none" else state
 
     def _stop_all(self, run: PlannedRun) -> bool:
         killed = False
@@ -604,7 +633,8 @@ class UnitWorker:
         return killed
 
     def _one(self, run: PlannedRun) -> None:
-        s = self.settings
+        if run.token and self._adopt(run):   # a token: this sweep started the run before
+            return
         run.token = f"gl-{secrets.token_hex(8)}"
         run.state, run.started, run.ended, run.reason, run.outcome = "running", utcnow(), None, "", None
         self.sweep.save()
@@ -621,6 +651,11 @@ class UnitWorker:
         for rank, node in enumerate(self.nodes):
             node.pid = self._launch(run, node, rank)
         self.sweep.save()
+        self._watch(run)
+
+    def _watch(self, run: PlannedRun) -> None:
+        """Poll the run on every node until it ends, is stopped or passes its limit; then collect it."""
+        s = self.settings
         t0 = time.monotonic()
         deadline = t0 + self._limit_s(run) + s.kill_margin_s
         ended = "done"
@@ -652,6 +687,50 @@ class UnitWorker:
                 except HostLost:
                     pass
         self._collect(run, ended, states, time.monotonic() - t0)
+
+    # -- a run started before (the controller was killed, the host was lost): adopt what the host did --
+    def _adopt(self, run: PlannedRun) -> bool:
+        """True when the host's own record settles the run: a finished run directory that verifies is
+        fetched and counted, a run still going is waited for and then fetched. False: run it again
+        (it failed, or left nothing)."""
+        states = {n.host.name: n.call(lambda r: run_state(r, n.layout.run_dir(run), run.token))
+                  for n in self.nodes}
+        if "running" in states.values():
+            self.progress.print(f"  [{self.unit}] {run.run_id}: still running on the host since before this "
+                                f"resume; waiting for it")
+            if not self._take_over_locks(run):
+                return True     # stopped (Ctrl-C) or another controller holds the host: recorded by _end
+        elif set(states.values()) != {"done"}:
+            return False
+        else:
+            self.progress.print(f"  [{self.unit}] {run.run_id}: finished on the host before this resume; fetching it")
+        run.state, run.reason, run.outcome, run.ended = "running", "", None, None
+        self.sweep.save()
+        for node in self.nodes:
+            node.pid = None
+        self._watch(run)
+        if run.state == "complete":
+            run.reason = (run.reason + "; " if run.reason else "") + "adopted on resume (the host had run it)"
+            self.sweep.save()
+        return run.state != "failed"
+
+    def _take_over_locks(self, run: PlannedRun) -> bool:
+        """Each node's lock, taken over from the controller that started ``run`` and is gone."""
+        deadline = time.monotonic() + self.settings.lock_wait_s
+        for node in sorted(self.nodes, key=lambda n: n.host.name):
+            while True:
+                busy = node.call(lambda r: node.lock.try_acquire(run.token))
+                if busy is not None and busy.orphaned(run.token, self.sweep.name, self.settings.lock_stale_s):
+                    busy = node.call(lambda r: node.lock.take_over(busy, run.token))
+                if busy is None:
+                    break
+                if self.stop.is_set() or time.monotonic() > deadline:
+                    self._end(run, "interrupted" if self.stop.is_set() else "failed",
+                              f"{node.host.name} busy: lock held by {busy.describe()}")
+                    return False
+                self.progress.status(self.unit, f"waiting for {node.host.name}: held by {busy.describe()}")
+                time.sleep(max(self.settings.poll_s, 2.0))
+        return True
 
     def _collect(self, run: PlannedRun, ended: str, states: dict[str, str], elapsed: float) -> None:
         problems: list[str] = []
@@ -720,8 +799,7 @@ def default_name(now: _dt.datetime | None = None) -> str:
 
 
 def check_name(name: str) -> None:
-    if not NAME_RE.match(name or ""):
-        raise ConfigError(f"--name: {name!r} is not a sweep name (letters, digits, . _ -)")
+    fields.sweep_name(name)
 
 
 def prepare_host(host: Host) -> tuple[rmt.Remote, rmt.RunnerInstall, dict]:
@@ -746,6 +824,9 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
     check_name(name)
     workloads = study.expand_workloads(parse_list(workloads, "workloads"))
     planned = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes)  # bad input before any host is touched
+    root = paths.child(results_dir, name, what="--name")
+    if (root / sweepfile.STATE_FILE).exists() or (root / sweepfile.STATE_FILE).is_symlink():
+        Sweep.load(root)   # a saved state to resume is checked before any host is touched too
     refused = preflight.refusal(preflight.check(hosts, planned, datasets_catalogue))   # read-only, one command a host
     if refused:
         raise ConfigError(refused)
@@ -768,7 +849,7 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
     not_runnable = {(r.host, r.run_id) for r in runs if r.state == "failed"}  # e.g. fewer GPUs than asked
     options = {"workloads": workloads, "gpus": gpus, "seeds": seeds, "mode": mode, "scale": scale, "nodes": nodes,
                "timeout_s": settings.timeout_s}
-    sweep = Sweep.open(Path(results_dir) / name, name, runs, options)
+    sweep = Sweep.open(root, name, runs, options)
     for h in hosts:
         entry = sweep.hosts.setdefault(h.name, {})
         entry.update(address=h.address, gpu_model=h.gpu_model, gpu_count=h.gpu_count, stack=h.stack,

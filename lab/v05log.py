@@ -5,7 +5,8 @@ Reading
 The prefix may sit anywhere in a line. A line that repeats an earlier event
 word for word from the prefix on (NVIDIA's MXNet logs print every event twice,
 the second time behind ``INFO:mlperf_compliance::`` or ``DEBUG:...``) is that
-event, not a second one. A file may hold several runs (lab.logfacts.split_runs).
+event, not a second one. A file may hold several runs (lab.logfacts.split_runs). Only the events the rules
+below read are kept (hyperparameter and model-shape events are thousands per log).
 
 The v0.5 rules (training_rules.adoc of the v0.5 round)
 ------------------------------------------------------
@@ -43,40 +44,49 @@ _READ = {"run_start", "run_stop", "eval_accuracy", "eval_target", "train_epoch",
          "eval_stop", "run_set_random_seed", "preproc_num_train_examples"}
 
 
-def decode_v05(lines: list[str]) -> tuple[list[tuple], list[str], list[int], int]:
+_TAIL = re.compile(r":::MLPv0\.5\.0[^\n]*")
+
+
+def decode_v05(text: str) -> tuple[list[tuple], list[str], list[int], int]:
     """(events, benchmark names, unreadable line numbers, last line with the prefix)."""
     events, bad = [], []
     names: set[str] = set()
     seen = set()
-    last = 0
-    for i, line in enumerate(lines, 1):
-        k = line.find(V05_PREFIX)
-        if k < 0:
-            continue
-        last = i
-        tail = line[k:].strip()
+    last_pos = -1
+    for m0 in _TAIL.finditer(text):
+        last_pos = m0.start()
+        tail = m0.group(0).strip()
         if tail in seen:
             continue
         seen.add(tail)
+        close = tail.find(") ")
+        if close > 0:
+            key = tail[close + 2:].split(":", 1)[0].strip()
+            if key not in _READ and key.isidentifier():
+                # An event the rules do not read (hyperparameters, model shapes): only its
+                # benchmark name counts, for the one-benchmark-per-file check.
+                names.add(tail[len(V05_PREFIX):].split(None, 1)[0] if len(tail) > len(V05_PREFIX) else "")
+                continue
         m = _LINE.match(tail)
         if not m:
-            bad.append(i)
+            bad.append(text.count("\n", 0, m0.start()) + 1)
             continue
         key = m.group(4)
         value = None
         if key in _READ:
             value, ok = value_of(m.group(5))
             if not ok and looks_structured(m.group(5)):
-                bad.append(i)
+                bad.append(text.count("\n", 0, m0.start()) + 1)
                 continue
         names.add(m.group(1))
         events.append((float(m.group(2)), key, value, {"src": m.group(3)}))
+    last = text.count("\n", 0, last_pos) + 1 if last_pos >= 0 else 0
     return events, sorted(names), bad, last
 
 
-def parse_v05(lines: list[str], rules: Rules) -> list[LogFacts]:
-    events, names, bad, last = decode_v05(lines)
-    return runs_from_events(events, names, bad, last or len(lines), rules)
+def parse_v05(text: str, rules: Rules) -> list[LogFacts]:
+    events, names, bad, last = decode_v05(text)
+    return runs_from_events(events, names, bad, last or text.count("\n") + 1, rules)
 
 
 def runs_from_events(events, names, bad, nlines, rules: Rules, fmt: str = "v0.5",

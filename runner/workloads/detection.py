@@ -170,17 +170,36 @@ def fpn_levels(rois: torch.Tensor, kmin: int, kmax: int, canonical=224, canonica
     return lvl.clamp(kmin, kmax).long()
 
 
+def _legacy_axis(v: torch.Tensor, size: torch.Tensor):
+    """Bilinear neighbours and weights along one axis as maskrcnn-benchmark's RoIAlign kernel
+    takes them: a sample below -1 or past ``size`` reads zero; one in [-1, 0] reads at 0; one
+    at or past the last cell reads the last cell."""
+    n = size[..., None].to(v.dtype)
+    valid = ((v >= -1) & (v <= n)).to(v.dtype)
+    vc = v.clamp(min=0)
+    lo = vc.floor()
+    edge = lo >= n - 1
+    lo = torch.where(edge, n - 1, lo)
+    frac = torch.where(edge, torch.zeros_like(vc), vc - lo)
+    hi = torch.where(edge, lo, lo + 1)
+    return (lo.long(), hi.long()), ((1 - frac) * valid, frac * valid)
+
+
 def multilevel_roi_align(feats: list, rois: torch.Tensor, out_size: int, strides: list,
                          sampling: int = 2) -> torch.Tensor:
     """RoIAlign on the FPN level each box belongs to: (N, K, C, out, out).
 
-    The same samples as :func:`roi_align` on the box's own level (bilinear,
-    half-pixel aligned, zero outside the map, ``sampling x sampling`` per
-    cell), computed as gathers of feature rows: every level's cells become
-    rows of one channels-last table, and each sample reads its four
-    neighbours there with float32 coordinates and weights. Only the box's own
-    level is read (no per-level passes) and shapes depend on the RoI count
-    only (compile-friendly); the backward pass is an ``index_add`` of rows.
+    The samples of maskrcnn-benchmark's RoIAlign (the CUDA kernel MLPerf v0.5
+    trains with): on the box's own level, ``sampling x sampling`` bilinear
+    samples per cell, spread over the box from its corner ``x1 * scale`` to
+    its inclusive end ``(x2 - 1) * scale`` (``rois`` are continuous xyxy) with
+    no half-pixel shift, the box at least one cell wide; the kernel's border
+    rules (``_legacy_axis``). Computed as gathers of feature rows: every
+    level's cells become rows of one channels-last table, and each sample
+    reads its four neighbours there with float32 coordinates and weights.
+    Only the box's own level is read (no per-level passes) and shapes depend
+    on the RoI count only (compile-friendly); the backward pass is an
+    ``index_add`` of rows.
     """
     n, c = feats[0].shape[:2]
     k = rois.shape[1]
@@ -199,22 +218,17 @@ def multilevel_roi_align(feats: list, rois: torch.Tensor, out_size: int, strides
     base = starts[level] + torch.arange(n, device=dev)[:, None] * h * w
     s = out_size * sampling
     t = (torch.arange(s, device=dev, dtype=torch.float32) + 0.5) / s
-    r = rois.float() * scale[..., None] - 0.5
-    x = r[..., 0:1] + (r[..., 2:3] - r[..., 0:1]) * t  # (N, K, s) in cells, centres at integers
-    y = r[..., 1:2] + (r[..., 3:4] - r[..., 1:2]) * t
-    x0, y0 = x.floor(), y.floor()
-    fx, fy = x - x0, y - y0
-    x0, y0 = x0.long(), y0.long()
+    r = rois.float()
+    x1, y1 = r[..., 0:1] * scale[..., None], r[..., 1:2] * scale[..., None]
+    bw = ((r[..., 2:3] - 1) * scale[..., None] - x1).clamp(min=1.0)
+    bh = ((r[..., 3:4] - 1) * scale[..., None] - y1).clamp(min=1.0)
+    (ylo, yhi), (wylo, wyhi) = _legacy_axis(y1 + bh * t, h)  # (N, K, s) in cells, centres at integers
+    (xlo, xhi), (wxlo, wxhi) = _legacy_axis(x1 + bw * t, w)
     out = None
-    for dy in (0, 1):
-        yi = y0 + dy
-        wy = (fy if dy else 1 - fy) * ((yi >= 0) & (yi < h[..., None]))
-        row = base[..., None] + yi.clamp(min=0).minimum(h[..., None] - 1) * w[..., None]  # (N, K, s)
-        for dx in (0, 1):
-            xi = x0 + dx
-            wx = (fx if dx else 1 - fx) * ((xi >= 0) & (xi < w[..., None]))
-            col = xi.clamp(min=0).minimum(w[..., None] - 1)
-            idx = (row[..., :, None] + col[..., None, :]).reshape(-1)  # (N*K*s*s,)
+    for yi, wy in ((ylo, wylo), (yhi, wyhi)):
+        row = base[..., None] + yi * w[..., None]  # (N, K, s)
+        for xi, wx in ((xlo, wxlo), (xhi, wxhi)):
+            idx = (row[..., :, None] + xi[..., None, :]).reshape(-1)  # (N*K*s*s,)
             v = table.index_select(0, idx).view(n, k, s, s, c)
             v = v * (wy[..., :, None] * wx[..., None, :])[..., None]
             out = v if out is None else out + v

@@ -207,6 +207,10 @@ def _norm(t) -> float:
     return 0.0 if t is None else float(t.double().norm())
 
 
+def _finite(t) -> bool:
+    return t is None or bool(torch.isfinite(t).all())
+
+
 def compare(ref: dict, got: dict, precision: str = "bf16") -> dict:
     """Every parameter's gradient of the optimized path (``got``) against the plain one (``ref``).
 
@@ -216,7 +220,7 @@ def compare(ref: dict, got: dict, precision: str = "bf16") -> dict:
     """
     th = THRESHOLDS[precision]
     lo, hi = th["norm_ratio"]
-    largest = max((_norm(g) for g in ref.values()), default=0.0)
+    largest = max((_norm(g) for g in ref.values() if _finite(g)), default=0.0)
     floor = largest * ZERO_SHARE
     rows, failures, zero = [], [], []
     for name, a in ref.items():
@@ -225,7 +229,7 @@ def compare(ref: dict, got: dict, precision: str = "bf16") -> dict:
                              "why": "no such parameter in the optimized model"})
             continue
         b = got[name]
-        if (a is not None and not bool(torch.isfinite(a).all())) or (b is not None and not bool(torch.isfinite(b).all())):
+        if not (_finite(a) and _finite(b)):
             failures.append({"name": name, "cosine": None, "norm_ratio": None, "why": "gradient not finite"})
             continue
         na, nb = _norm(a), _norm(b)
@@ -262,7 +266,8 @@ def compare(ref: dict, got: dict, precision: str = "bf16") -> dict:
             failures.append({"name": name, "cosine": None, "norm_ratio": None,
                              "why": "parameter only in the optimized model"})
     if largest == 0.0:
-        failures.append({"name": "*", "cosine": None, "norm_ratio": None, "why": "no gradient at all in the plain path"})
+        failures.append({"name": "*", "cosine": None, "norm_ratio": None,
+                         "why": "no gradient at all in the plain path"})
     low = min(rows, key=lambda r: r["cosine"], default=None)
     return {"passed": not failures, "precision": precision, "thresholds": {"cosine": th["cosine"],
                                                                           "norm_ratio": [lo, hi]},

@@ -8,12 +8,17 @@ Functions, fused optimizer, bf16 autocast) from the same weights, runs one
 training step of each on the same batch (dropout off, no optimizer step) and
 compares every parameter's gradient: cosine >= 0.99 and norm ratio within
 [0.9, 1/0.9] (``runner.workloads.gradients.THRESHOLDS`` gives the reasons).
+All selected cases run in one gradcheck.py call (``--jobs`` at a time: the
+compilation is CPU work); each test then checks its own case.
 
 Environment: ``GPULAB_GRADCHECK_WORKLOADS`` (default: all six),
 ``GPULAB_GRADCHECK_SCALES`` (default: small,full: the runner compiles every
 scale on a GPU), ``GPULAB_GRADCHECK_MODES`` (default: throughput; ttt adds
 the first batch of the generated data at tiny and small scale),
+``GPULAB_GRADCHECK_JOBS`` (default 3), ``GPULAB_GRADCHECK_DEADLINE`` (seconds
+for all cases; a case not started by then fails as such),
 ``GPULAB_GRADCHECK_OUT`` (write every case and the table as JSON there),
+``-n N --dist loadgroup`` (pytest-xdist: the cases stay on one worker),
 ``GPULAB_CACHE_DIR`` (compiled-kernel cache to reuse, the runner's layout).
 """
 
@@ -23,11 +28,14 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from gpu_helpers import ROOT, needs_cuda
 
-pytestmark = needs_cuda()
+# The first test also waits for the whole gradcheck.py call (its module fixture); under
+# pytest-xdist, `--dist loadgroup` keeps every case on one worker, so that the call runs once.
+pytestmark = needs_cuda() + [pytest.mark.timeout(3600), pytest.mark.xdist_group("gradients")]
 
 _spec = importlib.util.spec_from_file_location("gpulab_gradcheck", ROOT / "benchmarks" / "gradcheck.py")
 gradcheck = importlib.util.module_from_spec(_spec)
@@ -42,47 +50,44 @@ def _env_list(key: str, default: str, known: tuple) -> list[str]:
     return items
 
 
-CASES = [(w, s, m)
-         for w in _env_list("GPULAB_GRADCHECK_WORKLOADS", ",".join(gradcheck.ALL), gradcheck.ALL)
-         for s in _env_list("GPULAB_GRADCHECK_SCALES", "small,full", gradcheck.SCALES)
-         for m in _env_list("GPULAB_GRADCHECK_MODES", "throughput", gradcheck.MODES)
-         if not (m == "ttt" and s == "full")]
-RESULTS: list[dict] = []
-META: dict = {}
+WORKLOADS = _env_list("GPULAB_GRADCHECK_WORKLOADS", ",".join(gradcheck.ALL), gradcheck.ALL)
+SCALES = _env_list("GPULAB_GRADCHECK_SCALES", "small,full", gradcheck.SCALES)
+MODES = _env_list("GPULAB_GRADCHECK_MODES", "throughput", gradcheck.MODES)
+CASES = [(w, s, m) for w in WORKLOADS for s in SCALES for m in MODES if not (m == "ttt" and s == "full")]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def report(request):
-    yield
-    if not RESULTS:
-        return
-    lines = gradcheck.table(RESULTS)
+@pytest.fixture(scope="module")
+def checked(request, tmp_path_factory):
+    """Every selected case through one benchmarks/gradcheck.py call: {(workload, scale, mode): case}."""
+    target = os.environ.get("GPULAB_GRADCHECK_OUT")
+    # gradcheck.py rewrites its JSON after every case: a call cut short still leaves what was checked
+    out = Path(target).resolve() if target else tmp_path_factory.mktemp("gradcheck") / "gradcheck.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "gradcheck.py"), "--device", "cuda",
+           "--workloads", ",".join(WORKLOADS), "--scales", ",".join(SCALES), "--modes", ",".join(MODES),
+           "--jobs", os.environ.get("GPULAB_GRADCHECK_JOBS", "3"), "--timeout", "840", "--out", str(out)]
+    if os.environ.get("GPULAB_GRADCHECK_DEADLINE"):
+        cmd += ["--deadline", os.environ["GPULAB_GRADCHECK_DEADLINE"]]
+    if os.environ.get("GPULAB_CACHE_DIR"):
+        cmd += ["--cache-dir", os.environ["GPULAB_CACHE_DIR"]]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    assert out.is_file(), r.stdout[-3000:] + r.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    lines = gradcheck.table(doc["cases"])
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
         print("\n\nwhole-model gradients, optimized path against the plain model:\n" + "\n".join(lines), flush=True)
-    out = os.environ.get("GPULAB_GRADCHECK_OUT")
-    if out:
-        meta = dict(META, command="python -m pytest " + " ".join(sys.argv[1:]) if sys.argv[1:] else "pytest",
-                    cases_selected=len(CASES), passed=all(c.get("passed") for c in RESULTS))
-        doc = {"_meta": meta, "table": lines, "cases": RESULTS}
-        with open(out, "w", encoding="utf-8") as f:
-            f.write(json.dumps(doc, indent=1) + "\n")
+    if target:
+        doc["_meta"]["command"] = "python -m pytest " + " ".join(request.config.invocation_params.args)
+        doc["_meta"]["gradcheck_command"] = " ".join(["python"] + cmd[1:])
+        doc["table"] = lines
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+    return {(c["workload"], c["scale"], c["mode"]): c for c in doc["cases"]}
 
 
 @pytest.mark.parametrize("name, scale, mode", CASES)
-def test_optimized_gradients_match_the_plain_model(tmp_path, name, scale, mode):
-    out = tmp_path / "gradcheck.json"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "gradcheck.py"), "--device", "cuda", "--workloads", name,
-           "--scales", scale, "--modes", mode, "--timeout", "780", "--out", str(out)]
-    if os.environ.get("GPULAB_CACHE_DIR"):
-        cmd += ["--cache-dir", os.environ["GPULAB_CACHE_DIR"]]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=840)
-    assert out.is_file(), r.stdout[-3000:] + r.stderr[-3000:]
-    doc = json.loads(out.read_text())
-    META.update(doc["_meta"])
-    (case,) = doc["cases"]
-    RESULTS.append(case)
+def test_optimized_gradients_match_the_plain_model(checked, name, scale, mode):
+    case = checked.get((name, scale, mode))
+    assert case is not None, "gradcheck.py did not report this case"
     assert not case.get("error"), case.get("log_tail") or case["error"]
     assert case["precision"] == "bf16"
     assert case["passed"], "\n".join(gradcheck.table([case]))
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
