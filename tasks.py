@@ -3,7 +3,9 @@
 Each task reads its arguments, falls back to the `gpulab` section of the Invoke
 configuration (invoke.yaml and the usual override layers), calls one function
 of the `lab` package and turns its errors into an exit code: 2 for bad input
-(nothing was touched), 1 for a failed run or check.
+(nothing was touched), 1 for a failed run or check. The configuration section
+is checked when a task starts (lab.config); Invoke's own parse errors exit 2
+too (lab.cli).
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from pathlib import Path
 
 from invoke import Exit, task
 
+from lab import cli
 from lab.errors import GpulabError
+
+cli.install()
 
 SELECT_HELP = {
     "host": "host name(s), comma separated",
@@ -38,9 +43,12 @@ def _errors(fn):
     """Report a GpulabError as one line and exit with its code; no traceback for user mistakes."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(c, *args, **kwargs):
+        from lab import config
+
         try:
-            return fn(*args, **kwargs)
+            config.check(c.config.get("gpulab"))
+            return fn(c, *args, **kwargs)
         except GpulabError as exc:
             raise Exit(f"gpulab: {exc.message}", code=exc.exit_code) from None
         except KeyboardInterrupt:
@@ -109,28 +117,21 @@ def datasets(c, names, host=None, device=None, limit=None, storage=None, root=No
 
 
 def _settings(c, timeout):
-    from lab import sweep as sw
-    from lab.errors import ConfigError
+    from lab import config, sweep as sw
 
-    cfg = dict(_cfg(c, "sweep") or {})
-    value = _cfg(c, "run_timeout_minutes", timeout)
-    try:
-        timeout_s = None if str(value).strip().lower() == "auto" else float(value) * 60
-        return sw.Settings(timeout_s=timeout_s, **{k: type(getattr(sw.Settings, k))(v) for k, v in cfg.items()
-                                                   if hasattr(sw.Settings, k)})
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"--timeout / gpulab.sweep: not a number ({exc})") from None
+    what = "--timeout" if timeout not in (None, "") else "config gpulab.run_timeout_minutes"
+    return sw.Settings(timeout_s=config.timeout_s(_cfg(c, "run_timeout_minutes", timeout), what),
+                       **config.sweep_settings(_cfg(c, "sweep")))
 
 
 def _sweep(c, hosts, workloads, gpus, seeds, mode, scale, name, dry_run, timeout, nodes=None, cfg_prefix=""):
-    from lab import progress, study, sweep as sw
+    from lab import limits, paths, progress, study, sweep as sw
     from lab.errors import ConfigError
 
     pick = lambda key, value: _cfg(c, f"{cfg_prefix}{key}", value) or _cfg(c, key, value)  # noqa: E731
-    try:
-        nodes = int(pick("nodes", nodes) or 1)
-    except (TypeError, ValueError):
-        raise ConfigError(f"--nodes: {nodes!r} is not a number") from None
+    nodes = limits.number(pick("nodes", nodes) or 1, "--nodes", limits.NODES)
+    settings = _settings(c, timeout)   # checked before anything starts, --dry-run too
+    results = paths.folder(_cfg(c, "results"), "config gpulab.results")
     args = dict(workloads=sw.parse_list(pick("workloads", workloads), "workloads"), gpus=pick("gpus", gpus),
                 seeds=pick("seeds", seeds), mode=pick("mode", mode), scale=pick("scale", scale), nodes=nodes)
     name = name or sw.default_name()
@@ -143,7 +144,7 @@ def _sweep(c, hosts, workloads, gpus, seeds, mode, scale, name, dry_run, timeout
         if refused:
             raise ConfigError(refused)
         return None
-    result = sw.run_sweep(hosts, results_dir=Path(_cfg(c, "results")), name=name, settings=_settings(c, timeout),
+    result = sw.run_sweep(hosts, results_dir=results, name=name, settings=settings,
                           datasets_catalogue=catalogue, **args)
     progress.final_table(result.sweep.runs)
     print("\n".join(result.summary()))
@@ -168,7 +169,7 @@ SWEEP_HELP = {**SELECT_HELP,
 @_errors
 def sweep(c, device=None, host=None, limit=None, workloads=None, gpus=None, seeds=None, mode=None, scale=None,
           name=None, nodes=None, dry_run=False, timeout=None, inventory=None):
-    """Run workloads x GPU counts x seeds on the selected hosts and collect the run directories."""
+    """Run workloads x GPU counts x seeds on the selected hosts (by default the reference study) and collect the runs."""
     hosts = _select(c, inventory, host, device, limit)
     result = _sweep(c, hosts, workloads, gpus, seeds, mode, scale, name, dry_run, timeout, nodes)
     if result is not None and not result.ok:
@@ -195,11 +196,16 @@ def collect(c, path, inventory=None):
 @_errors
 def report(c, path, format=None, compare=None, out=None):
     """Turn run logs into MLPerf scores, device comparisons, scaling, seed effects and plots."""
-    from lab import report as rep
+    from lab import paths as lab_paths, report as rep
+    from lab.errors import ConfigError
 
-    paths = [Path(p) for p in path.split(",") if p]
-    out_dir = Path(out) if out else (paths[0] if paths[0].is_dir() else paths[0].parent) / "report"
-    formats = tuple(f.strip() for f in _cfg(c, "report_formats", format).split(",") if f.strip())
+    paths = [Path(p) for p in path.split(",") if p.strip()]
+    if not paths:
+        raise ConfigError(f"report: {path!r}: give a sweep directory, run directories or MLPerf log files")
+    out_dir = lab_paths.folder(Path(out) if out else (paths[0] if paths[0].is_dir() else paths[0].parent) / "report",
+                               "--out")
+    fmt = _cfg(c, "report_formats", format)
+    formats = tuple(f.strip() for f in (fmt.split(",") if isinstance(fmt, str) else fmt) if f.strip())
     result = rep.build_report(paths, out_dir, formats=formats, compare=Path(compare) if compare else None)
     for source, reason in result.skipped:
         print(f"  skipped {source}: {reason}")

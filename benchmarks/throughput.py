@@ -1,30 +1,47 @@
-"""Throughput of the runner's workloads: the optimized path against a plain eager baseline.
+"""Throughput of the runner's workloads: the optimized path against a plain compiled model and a plain eager loop.
 
 For each workload, in one invocation on a GPU machine:
 
 - ``optimized``: samples/s of the runner's throughput path at full model size
   (``runner.workloads.base.bench_step(name, device, optimized=True)``: bf16
-  autocast, channels-last, fused optimizer, torch.compile where the workload
-  uses it), on synthetic on-device data;
+  autocast, channels-last, fused optimizer, torch.compile with the scale's
+  ``compile_mode`` and ``inductor`` settings, the workload's replacement
+  layers), on synthetic on-device data;
+- ``compiled``: the same model under a plain ``torch.compile`` (default mode),
+  channels-last, bf16 autocast, fused optimizer, without the workload's speed
+  settings (``PLAIN_COMPILE``: no replacement layers, no Inductor settings,
+  Mask R-CNN's RoIAlign left eager, gnmt's compile on at every scale), the
+  same batch;
 - ``baseline``: the same model as a plain eager loop (fp32 weights, bf16
   autocast, NCHW, no compile, torch.optim defaults);
-- ``ratio`` = optimized / baseline (the figure that survives machine noise);
+- ``ratio`` = optimized / baseline, ``ratio_to_compiled`` = optimized /
+  compiled, ``compiled_ratio`` = compiled / baseline (ratios survive machine
+  noise; the three are measured in the same call);
 - ``time_to_first_step_s``: from the start of a real ``python -m runner run
   WORKLOAD --mode throughput`` to the end of its first training step, twice:
-  ``cold`` (an empty compiled-kernel cache) and ``warm`` (the cache the cold
-  run filled), with that run's own samples/s.
+  ``cold`` (an empty ``--cache-dir``) and ``warm`` (the same cache dir, as the
+  second run of a sweep), with that run's own samples/s. These runs come
+  first: the optimized measurement then reuses their compiled graphs (the
+  same step at the same batch) instead of compiling again.
 
 Each measurement runs in a child process of its own (a failure or an
-out-of-memory in one does not end the others; its error is recorded). Output:
-JSON ``{workload: {optimized, baseline, ratio, unit, batch, time_to_first_step_s:
-{cold, warm}, runner_samples_per_s: {cold, warm}, errors}, "_meta": {...}}``.
+out-of-memory in one does not end the others; its error is recorded).
+``GPULAB_COMPILE_MODE`` and ``GPULAB_INDUCTOR`` reach only the optimized
+path. Output, rewritten after every measurement: JSON ``{workload: {optimized,
+compiled, baseline, ratio, ratio_to_compiled, compiled_ratio, unit, batch,
+time_to_first_step_s: {cold, warm}, runner_samples_per_s: {cold, warm},
+errors}, "_meta": {...}}``.
 
     python benchmarks/throughput.py [--workloads resnet50,ssd,maskrcnn,gnmt,transformer,ncf]
+        [--variants optimized,compiled,baseline|none] [--runner-runs all|none|W,W]
         [--measure-seconds 10] [--warmup-steps N] [--out throughput.json] [--workdir DIR]
-        [--device cuda|cpu] [--scale full|small|tiny] [--no-runner-runs]
+        [--device cuda|cpu] [--scale full|small|tiny] [--deadline S] [--timeout S]
 
-On a CPU (``--device cpu``, default scale tiny) it is a smoke test of the same
-code paths; the figures then mean nothing.
+``--no-runner-runs`` is ``--runner-runs none``. ``--deadline`` bounds the
+whole call: no measurement starts with less than 30 s left, a running one is
+stopped at it, and what was measured is written. On a CPU (``--device cpu``,
+default scale tiny) it is a smoke test of the same code paths (nothing is
+compiled there, as in the runner); the figures then mean nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +60,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 ALL = ("resnet50", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
+VARIANTS = ("optimized", "compiled", "baseline")
+#: the "compiled" variant: scale settings that make the optimized path more than a plain
+#: torch.compile of the model (only those a scale has are replaced)
+PLAIN_COMPILE = {"space_to_depth_stem": False, "stem_pad_channels": None, "offset_maxpool": False,
+                 "compile_mode": "default", "inductor": {}, "compile_roi_align": False, "compile": True}
+SPEED_ENV = ("GPULAB_COMPILE_MODE", "GPULAB_INDUCTOR")  # the optimized path's overrides
+MIN_START_S = 30.0
+
+
+def plain_compile_overrides(name: str, scale: str) -> dict:
+    """PLAIN_COMPILE restricted to the settings the scale of ``name`` has."""
+    from runner import workloads
+
+    cfg = workloads.load()[name]["scales"][scale]
+    return {k: v for k, v in PLAIN_COMPILE.items() if k in cfg}
 
 
 def _env(cache: Path | None = None) -> dict:
@@ -90,14 +122,20 @@ def warm_step(name: str, device, optimized: bool, scale: str, warmup: int, batch
 
 
 def measure_one(name: str, device: str, optimized: bool, scale: str, measure_s: float,
-                warmup: int, batch: int | None, overrides: dict | None = None) -> dict:
-    """Samples/s of one workload, one variant, in this process."""
+                warmup: int, batch: int | None, overrides: dict | None = None, plain_compile: bool = False) -> dict:
+    """Samples/s of one workload, one variant, in this process.
+
+    ``plain_compile`` (with ``optimized``): the "compiled" variant, the scale's
+    speed settings replaced by PLAIN_COMPILE.
+    """
     import torch
 
     from runner import workloads
 
     entry = workloads.load()[name]
     dev = torch.device(device)
+    if plain_compile:
+        overrides = {**plain_compile_overrides(name, scale), **(overrides or {})}
     step, per_step, sync, first = warm_step(name, dev, optimized, scale, warmup, batch, overrides)
     steps, t = 0, time.time()
     while True:
@@ -122,7 +160,7 @@ def run_child(name: str, variant: str, *, device: str, scale: str, measure_s: fl
               overrides: dict | None = None) -> dict:
     """measure_one in a child process of its own; {'error': ...} when it fails.
 
-    ``variant`` is "optimized" or "baseline"; ``extra_env`` is added to the
+    ``variant`` is "optimized", "compiled" or "baseline"; ``extra_env`` is added to the
     child's environment (benchmarks/tune.py sets GPULAB_COMPILE_MODE and
     GPULAB_INDUCTOR there); ``overrides`` replaces settings of the scale.
     """
@@ -136,6 +174,9 @@ def run_child(name: str, variant: str, *, device: str, scale: str, measure_s: fl
     if overrides:
         cmd += ["--_set", json.dumps(overrides)]
     env = _env(cache)
+    if variant != "optimized":
+        for k in SPEED_ENV:
+            env.pop(k, None)
     env.update(extra_env or {})
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -150,19 +191,23 @@ def run_child(name: str, variant: str, *, device: str, scale: str, measure_s: fl
         os.unlink(res)
 
 
-def _runner_run(args, name: str, out: Path, cache: Path) -> dict:
+RUNNER_WARMUP_STEPS = 5  # runner runs are for the time to the first step; their samples/s is secondary
+
+
+def _runner_run(args, name: str, out: Path, cache: Path, timeout: float) -> dict:
     """A real ``runner run --mode throughput``: time to first step and samples/s from status.json."""
     gpus = "1" if args.device == "cuda" else "0"
     cmd = [sys.executable, "-m", "runner", "run", name, "--mode", "throughput", "--scale", args.scale,
            "--gpus", gpus, "--seed", "1", "--out", str(out), "--cache-dir", str(cache),
-           "--measure-seconds", str(max(1.0, min(args.measure_seconds, 5.0)))]
+           "--measure-seconds", str(max(1.0, min(args.measure_seconds, 3.0))),
+           "--warmup-steps", str(RUNNER_WARMUP_STEPS)]
     env = _env()
-    for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
-        env.pop(k, None)  # the runner derives them from --cache-dir
+    for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR") + SPEED_ENV:
+        env.pop(k, None)  # the runner derives them from --cache-dir; it runs the catalogue's settings
     try:
-        p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.timeout)
+        p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=max(1.0, timeout))
     except subprocess.TimeoutExpired:
-        return {"error": f"runner run timed out after {args.timeout} s"}
+        return {"error": f"runner run timed out after {timeout:.0f} s"}
     try:
         st = json.loads((out / "status.json").read_text())
     except (OSError, ValueError):
@@ -175,24 +220,66 @@ def _runner_run(args, name: str, out: Path, cache: Path) -> dict:
     return doc
 
 
-def run(args) -> dict:
+def _left(end: float | None, timeout: float) -> float | None:
+    """Seconds a child may take: the timeout, cut at the deadline; None when too little is left."""
+    if end is None:
+        return timeout
+    left = end - time.time()
+    return None if left < MIN_START_S else min(timeout, left)
+
+
+def _ratio(a, b):
+    return round(a / b, 3) if a and b else None
+
+
+def run(args, write=None) -> dict:
+    """Every selected measurement; ``write(doc)`` after each (the partial document)."""
     from runner import workloads
 
     catalogue = workloads.load()
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="gpulab-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     bench_cache = work / "bench-cache"
-    doc: dict = {}
-    for name in args.workloads:
+    t0 = time.time()
+    end = t0 + args.deadline if args.deadline else None
+    doc: dict = {"_meta": _meta(args)}
+    write = write or (lambda d: None)
+    for name in args.workloads + [w for w in args.runner_runs if w not in args.workloads]:
         if name not in catalogue:
             doc[name] = {"error": f"workload {name!r} is not registered in this runner"}
             print(f"[bench] {name}: not registered", flush=True)
             continue
         unit = f"{catalogue[name]['sample_unit']}/s"
         row: dict = {"unit": unit, "errors": {}}
-        for variant in ("optimized", "baseline"):
-            r = run_child(name, variant, device=args.device, scale=args.scale, measure_s=args.measure_seconds,
-                          warmup=args.warmup_steps, timeout=args.timeout, cache=bench_cache)
+        doc[name] = row
+        cache = work / f"runner-cache-{name}"
+        if name in args.runner_runs:
+            shutil.rmtree(cache, ignore_errors=True)
+            first, sps = {}, {}
+            for which in ("cold", "warm"):
+                out = work / f"run-{name}-{which}"
+                shutil.rmtree(out, ignore_errors=True)
+                budget = _left(end, args.timeout)
+                r = (_runner_run(args, name, out, cache, budget) if budget is not None
+                     else {"error": "not started: deadline"})
+                first[which] = r.get("time_to_first_step_s")
+                sps[which] = r.get("samples_per_s")
+                if r.get("error"):
+                    row["errors"][f"runner_{which}"] = r["error"]
+                print(f"[bench] {name} runner run ({which} cache): first step after "
+                      f"{first[which]} s, {sps[which]} {unit}", flush=True)
+                row["time_to_first_step_s"] = first
+                row["runner_samples_per_s"] = sps
+                write(doc)
+        for variant in args.variants if name in args.workloads else ():
+            budget = _left(end, args.timeout)
+            if budget is None:
+                r = {"error": "not started: deadline"}
+            else:
+                # the optimized step is the runner's: it finds its graphs in the runner runs' cache
+                use = cache if variant == "optimized" and cache.is_dir() else bench_cache
+                r = run_child(name, variant, device=args.device, scale=args.scale, measure_s=args.measure_seconds,
+                              warmup=args.warmup_steps, timeout=budget, cache=use)
             if "error" in r:
                 row[variant] = None
                 row["errors"][variant] = r["error"]
@@ -202,35 +289,25 @@ def run(args) -> dict:
                 row[f"{variant}_detail"] = r
             print(f"[bench] {name} {variant}: {row[variant]} {unit}"
                   + (f" ({row['errors'][variant]})" if variant in row["errors"] else ""), flush=True)
-        row["ratio"] = (round(row["optimized"] / row["baseline"], 3)
-                        if row.get("optimized") and row.get("baseline") else None)
-        if args.runner_runs:
-            cache = work / f"runner-cache-{name}"
-            shutil.rmtree(cache, ignore_errors=True)
-            first, sps = {}, {}
-            for which in ("cold", "warm"):
-                out = work / f"run-{name}-{which}"
-                shutil.rmtree(out, ignore_errors=True)
-                r = _runner_run(args, name, out, cache)
-                first[which] = r.get("time_to_first_step_s")
-                sps[which] = r.get("samples_per_s")
-                if r.get("error"):
-                    row["errors"][f"runner_{which}"] = r["error"]
-                print(f"[bench] {name} runner run ({which} cache): first step after "
-                      f"{first[which]} s, {sps[which]} {unit}", flush=True)
-            row["time_to_first_step_s"] = first
-            row["runner_samples_per_s"] = sps
+            row["ratio"] = _ratio(row.get("optimized"), row.get("baseline"))
+            row["ratio_to_compiled"] = _ratio(row.get("optimized"), row.get("compiled"))
+            row["compiled_ratio"] = _ratio(row.get("compiled"), row.get("baseline"))
+            write(doc)
         if not row["errors"]:
             del row["errors"]
-        doc[name] = row
-    doc["_meta"] = _meta(args)
+        write(doc)
+    doc["_meta"]["elapsed_s"] = round(time.time() - t0, 1)
     return doc
 
 
 def _meta(args) -> dict:
     import platform
 
+    import datetime
+
     meta = {"device": args.device, "scale": args.scale, "measure_seconds": args.measure_seconds,
+            "variants": list(args.variants), "runner_runs": list(args.runner_runs), "deadline_s": args.deadline,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "host": platform.node(), "python": platform.python_version(),
             "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:])}
     try:
@@ -244,20 +321,38 @@ def _meta(args) -> dict:
     return meta
 
 
+def _names(text: str, known: tuple, what: str, default: list[str]) -> list[str]:
+    low = text.strip().lower()
+    if low == "none":
+        return []
+    if low == "all":
+        return list(default)
+    items = [w.strip() for w in text.split(",") if w.strip()]
+    bad = [w for w in items if w not in known]
+    if bad or not items:
+        raise ValueError(f"{what}: unknown {', '.join(bad) or '(none given)'} (known: {', '.join(known)})")
+    return items
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default=",".join(ALL), help="comma-separated (default: all six)")
+    ap.add_argument("--variants", default=",".join(VARIANTS),
+                    help="of optimized,compiled,baseline, or none (default: all three)")
+    ap.add_argument("--runner-runs", default="all",
+                    help="workloads whose cold and warm 'runner run' to time: all (of --workloads), none, or a list")
+    ap.add_argument("--no-runner-runs", dest="runner_runs", action="store_const", const="none",
+                    help="the same as --runner-runs none")
     ap.add_argument("--measure-seconds", type=float, default=10.0, help="timed seconds per measurement")
     ap.add_argument("--warmup-steps", type=int, default=None,
                     help="untimed steps first (default: 15 on a GPU, 2 on a CPU)")
-    ap.add_argument("--out", default="throughput.json", help="JSON output file")
+    ap.add_argument("--out", default="throughput.json", help="JSON output file (rewritten after each measurement)")
     ap.add_argument("--workdir", default=None, help="run directories and caches (default: a new temp dir)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None,
                     help="default: cuda when available, else cpu")
     ap.add_argument("--scale", choices=("full", "small", "tiny"), default=None,
                     help="model size (default: full on cuda, tiny on cpu)")
-    ap.add_argument("--no-runner-runs", dest="runner_runs", action="store_false",
-                    help="skip the two real 'runner run' invocations per workload")
+    ap.add_argument("--deadline", type=float, default=None, help="seconds for the whole call")
     ap.add_argument("--timeout", type=int, default=1200, help="seconds per child process")
     ap.add_argument("--_one", help=argparse.SUPPRESS)
     ap.add_argument("--_variant", help=argparse.SUPPRESS)
@@ -277,18 +372,26 @@ def main(argv=None) -> int:
     if args.warmup_steps is None:
         args.warmup_steps = 15 if args.device == "cuda" else 2
     if args._one:
-        r = measure_one(args._one, args.device, args._variant == "optimized", args.scale,
+        r = measure_one(args._one, args.device, args._variant != "baseline", args.scale,
                         args.measure_seconds, args.warmup_steps, args._batch,
-                        json.loads(args._set) if args._set else None)
+                        json.loads(args._set) if args._set else None, plain_compile=args._variant == "compiled")
         Path(args._result).write_text(json.dumps(r))
         return 0
-    args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
-    bad = [w for w in args.workloads if w not in ALL]
-    if bad:
-        print(f"throughput.py: --workloads: unknown {', '.join(bad)} (known: {', '.join(ALL)})", file=sys.stderr)
+    try:
+        args.workloads = _names(args.workloads, ALL, "--workloads", list(ALL))
+        args.variants = _names(args.variants, VARIANTS, "--variants", list(VARIANTS))
+        args.runner_runs = _names(args.runner_runs, ALL, "--runner-runs", args.workloads)
+        if args.deadline is not None and not args.deadline > 0:
+            raise ValueError(f"--deadline {args.deadline}: must be positive")
+    except ValueError as exc:
+        print(f"throughput.py: {exc}", file=sys.stderr)
         return 2
-    doc = run(args)
-    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    out = Path(args.out)
+
+    def write(doc):
+        out.write_text(json.dumps(doc, indent=2) + "\n")
+
+    write(run(args, write))
     print(f"[bench] wrote {args.out}", flush=True)
     return 0
 

@@ -1,23 +1,26 @@
 """SHA256SUMS of run directories, as the runner writes them (``sha256sum -c`` format).
 
 The controller verifies every fetched run directory with ``verify``; the
-format is part of the runner contract (runner/README.md).
+format is part of the runner contract (runner/README.md). A line is
+``<sha256> <space or *><relative path>`` (what ``sha256sum`` writes in text
+or binary mode). The sums file and every file it lists are read through
+lab.bounded: regular files inside the run directory only, with a size cap.
 """
 
 from __future__ import annotations
 
-import hashlib
+import re
 from pathlib import Path
 
+from lab import bounded, limits
+
 SUMS = "SHA256SUMS"
+LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def sha256(path: Path, root: Path | None = None) -> str:
+    """sha256 of a regular file (inside ``root`` when given); bounded.Unreadable otherwise."""
+    return bounded.sha256(path, root=root)
 
 
 def parse(text: str, source: str = SUMS) -> dict[str, str]:
@@ -26,28 +29,39 @@ def parse(text: str, source: str = SUMS) -> dict[str, str]:
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        digest, sep, name = line.partition("  ")
-        name = name.lstrip("*")
-        if not sep or len(digest) != 64 or not name or name.startswith("/") or ".." in Path(name).parts:
+        m = LINE.match(line)
+        name = m.group(2) if m else ""
+        if not m or name.startswith("/") or ".." in Path(name).parts or "\0" in name:
             raise ValueError(f"{source}: line {n}: not '<sha256>  <relative path>'")
-        out[name] = digest.lower()
+        out[name] = m.group(1).lower()
     return out
+
+
+def read(run_dir: Path) -> dict[str, str]:
+    """The parsed SHA256SUMS of ``run_dir``; ValueError (one line) when missing, unreadable or malformed."""
+    path = Path(run_dir) / SUMS
+    try:
+        text = bounded.read_text(path, root=run_dir, limit=limits.SUMS_BYTES)
+    except bounded.Missing:
+        raise ValueError(f"{SUMS} is missing") from None
+    except bounded.Unreadable as exc:
+        raise ValueError(f"{SUMS} {exc.reason}") from None
+    return parse(text, str(path))
 
 
 def verify(run_dir: Path) -> list[str]:
     """Problems found in ``run_dir`` against its SHA256SUMS; empty when it verifies."""
-    sums_path = Path(run_dir) / SUMS
-    if not sums_path.is_file():
-        return [f"{SUMS} is missing"]
     try:
-        listed = parse(sums_path.read_text(), str(sums_path))
-    except (ValueError, UnicodeDecodeError) as exc:
+        listed = read(run_dir)
+    except ValueError as exc:
         return [str(exc)]
     problems = []
     for name, digest in sorted(listed.items()):
-        path = Path(run_dir) / name
-        if not path.is_file():
+        try:
+            if sha256(Path(run_dir) / name, root=Path(run_dir)) != digest:
+                problems.append(f"{name}: sha256 mismatch")
+        except bounded.Missing:
             problems.append(f"{name}: listed in {SUMS} but missing")
-        elif sha256(path) != digest:
-            problems.append(f"{name}: sha256 mismatch")
+        except bounded.Unreadable as exc:
+            problems.append(f"{name}: {exc.reason}")
     return problems

@@ -1,7 +1,9 @@
 """Datasets on the hosts: resolve names against the catalogue, then run playbooks/datasets.yml.
 
 The catalogue (inventory/datasets.yml, schema lab/schemas/datasets.schema.json)
-lists every artifact with its sha256, size and origin. Here, before any host is
+lists every artifact with its sha256, size and origin (where a publisher gives
+no sha256, its md5), the data sets and the pretrained backbones (``kind:
+weights``) alike. Here, before any host is
 touched: the names are resolved (dataset or benchmark names), each selected
 host's source of each artifact is worked out (``gpulab_mirror`` replaces every
 origin; ``datasets_origins`` overrides origins per host or group; licensed data
@@ -47,12 +49,11 @@ class Catalogue:
                               f"(datasets: {', '.join(self.datasets)}; benchmarks: {', '.join(self.benchmarks)})")
         chosen = []
         for n in names:
-            ds = n if n in self.datasets else self.benchmarks.get(n)
-            if ds is None or ds not in self.datasets:
+            found = [n] if n in self.datasets else self.for_benchmark(n)
+            if not found or any(ds not in self.datasets for ds in found):
                 raise ConfigError(f"{self.path}: unknown dataset or benchmark {n!r} (datasets: "
                                   f"{', '.join(self.datasets)}; benchmarks: {', '.join(self.benchmarks)})")
-            if ds not in chosen:
-                chosen.append(ds)
+            chosen += [ds for ds in found if ds not in chosen]
         return [d for d in self.datasets if d in chosen]
 
     def for_benchmark(self, name: str) -> list[str]:
@@ -74,9 +75,17 @@ class Catalogue:
         """What the role hands to ``runner prepare`` for one dataset."""
         e = self.datasets[name]
         return {"name": name, "catalogue_version": self.version, "title": e["title"],
-                "licensed": bool(e.get("licensed", False)),
-                "artifacts": [{"file": a["file"], "sha256": a["sha256"], "size": a["size"]} for a in e["artifacts"]],
+                "kind": e.get("kind", "data"), "licensed": bool(e.get("licensed", False)),
+                "artifacts": [artifact_sums(a) for a in e["artifacts"]],
                 "params": e.get("params", {}), "expect": e.get("expect", {})}
+
+
+def artifact_sums(a: dict) -> dict:
+    """What the host needs to verify an artifact: file, sha256 and size (null where unpublished), md5 if given."""
+    out = {"file": a["file"], "sha256": a["sha256"], "size": a["size"]}
+    if a.get("md5"):
+        out["md5"] = a["md5"]
+    return out
 
 
 def load_catalogue(path: Path | str | None = None) -> Catalogue:
@@ -90,15 +99,17 @@ def load_catalogue(path: Path | str | None = None) -> Catalogue:
             where = f"{path}: datasets.{name}.artifacts.{i}"
             if a["origin"] not in origins:
                 raise ConfigError(f"{where}: origin {a['origin']!r} is not defined under origins")
+            if a["sha256"] is None and not a.get("md5"):
+                raise ConfigError(f"{where}: sha256 is null: give the sum the publisher does publish (md5)")
             if entry.get("licensed") and isinstance(origins[a["origin"]], str) and \
                     origins[a["origin"]].startswith(("http://", "https://")):
                 raise ConfigError(f"{where}: {name} is licensed: its origin {a['origin']!r} must be null or a lab "
                                   f"path, not a public URL (give a mirror per host instead)")
             seen = files.get(a["file"])
-            if seen and seen[1:] != (a["sha256"], a["size"]):
+            if seen and seen[1:] != (a["sha256"], a["size"], a.get("md5")):
                 raise ConfigError(f"{where}: {a['file']} is listed again with another sha256 or size "
                                   f"(first under {seen[0]})")
-            files.setdefault(a["file"], (name, a["sha256"], a["size"]))
+            files.setdefault(a["file"], (name, a["sha256"], a["size"], a.get("md5")))
         params = entry.get("params", {})
         if name.startswith("wmt"):
             for split in ("train", "eval"):
@@ -109,9 +120,10 @@ def load_catalogue(path: Path | str | None = None) -> Catalogue:
             if not params.get("train") or not params.get("eval") or not isinstance(params.get("vocab_size"), int):
                 raise ConfigError(f"{path}: datasets.{name}.params: needs vocab_size, train and eval")
     benchmarks = doc.get("benchmarks", {})
-    for b, ds in benchmarks.items():
-        if ds not in doc["datasets"]:
-            raise ConfigError(f"{path}: benchmarks.{b}: {ds!r} is not a dataset of this catalogue")
+    for b, value in benchmarks.items():
+        for ds in ([value] if isinstance(value, str) else value):
+            if ds not in doc["datasets"]:
+                raise ConfigError(f"{path}: benchmarks.{b}: {ds!r} is not a dataset of this catalogue")
     return Catalogue(path, doc["version"], origins, benchmarks, doc["datasets"])
 
 
@@ -122,6 +134,10 @@ def host_sources(catalogue: Catalogue, names: list[str], host: str, hostvars: di
     override = hostvars.get("datasets_origins") or {}
     if not isinstance(override, dict):
         raise ConfigError(f"host {host}: datasets_origins must be a mapping of origin name to URL or path")
+    for key in override:   # a misspelt origin would leave the host on the public one: refused
+        if key not in catalogue.origins:
+            raise ConfigError(f"host {host}: datasets_origins.{key}: no such origin in {catalogue.path} "
+                              f"(origins: {', '.join(catalogue.origins)})")
     origins.update(override)
     out = {}
     for name in names:
@@ -201,6 +217,17 @@ def plan(hosts, names, *, inventory, catalogue=None, storage: str | None = None)
     return Plan(cat, chosen, sources, storage)
 
 
+def check_root(root: str | None) -> str | None:
+    """``--root``: an absolute path on the hosts (or ~/...), one plain path; ConfigError otherwise."""
+    if root is None:
+        return None
+    if not isinstance(root, str) or not root.startswith(("/", "~/")) or len(root) > 4096 \
+            or any(ord(ch) < 32 or ord(ch) == 127 for ch in root) or ".." in root.split("/"):
+        raise ConfigError(f"--root {root!r}: give an absolute path on the hosts (/... or ~/...), "
+                          f"without '..' or control characters")
+    return root.rstrip("/") or "/"
+
+
 def prepare(hosts, names, *, inventory, catalogue=None, storage: str | None = None, root: str | None = None,
             check: bool = False, artifacts: str | Path | None = "artifacts",
             on_event: Callable[[dict], None] | None = None, quiet: bool = False,
@@ -208,6 +235,7 @@ def prepare(hosts, names, *, inventory, catalogue=None, storage: str | None = No
     """Fetch, verify and prepare ``names`` on ``hosts`` (lab.inventory Host records)."""
     from lab import ansible
 
+    root = check_root(root)
     p = planned or plan(hosts, names, inventory=inventory, catalogue=catalogue, storage=storage)
     cat, chosen = p.catalogue, p.names
     fetch = []
@@ -216,7 +244,7 @@ def prepare(hosts, names, *, inventory, catalogue=None, storage: str | None = No
         for a in cat.datasets[name]["artifacts"]:
             if a["file"] not in seen:
                 seen.add(a["file"])
-                fetch.append({"file": a["file"], "sha256": a["sha256"], "size": a["size"]})
+                fetch.append(artifact_sums(a))
     with tempfile.TemporaryDirectory(prefix="gpulab-datasets-") as tmp:
         extravars = {
             "datasets_specs": [cat.spec(n) for n in chosen],

@@ -20,6 +20,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from lab import systemfigs  # noqa: E402
+
 PALETTE = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860",
            "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"]
 DPI = 96
@@ -37,16 +39,20 @@ def _grid(n):
     return ncols, math.ceil(n / ncols)
 
 
-def _new_figure(n_panels, title):
+def _new_figure(n_panels, title, legend_labels=()):
     """Panels in a grid with fixed margins (inches): tight_layout would cost a
-    second full draw of every figure."""
+    second full draw of every figure. The bottom margin holds the legend's rows."""
     ncols, nrows = _grid(n_panels)
     # wide enough for the title even with one panel (about 0.09 inch a character at 12 pt)
-    width, height = max(4.4 * ncols, 0.09 * len(title) + 0.6), 3.3 * nrows + 1.0
+    width = max(4.4 * ncols, 0.09 * len(title) + 0.6)
+    labels = list(legend_labels)
+    rows = math.ceil(len(labels) / systemfigs.legend_columns(width, labels)) if labels else 1
+    extra = 0.22 * (rows - 1)
+    height = 3.3 * nrows + 1.0 + extra
     fig = Figure(figsize=(width, height), dpi=DPI)
     FigureCanvasAgg(fig)
     fig.subplots_adjust(left=0.75 / width, right=1 - 0.2 / width, top=1 - 0.65 / height,
-                        bottom=0.85 / height, wspace=0.32, hspace=0.5)
+                        bottom=(0.85 + extra) / height, wspace=0.32, hspace=0.5)
     axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(n_panels)]
     fig.suptitle(title, fontsize=12)
     return fig, axes
@@ -57,7 +63,8 @@ def _save(fig, path: Path):
 
 
 def _bars(systems, value_key, benches, title, ylabel, path, colors, name_of, label_fmt):
-    fig, axes = _new_figure(len(benches), title)
+    shown = sorted({name_of(s) for s in systems if s["benchmark"] in benches and s[value_key]})
+    fig, axes = _new_figure(len(benches), title, shown + ["too few runs"])
     used = set()
     any_hatched = False
     for ax, bench in zip(axes, benches):
@@ -85,7 +92,8 @@ def _bars(systems, value_key, benches, title, ylabel, path, colors, name_of, lab
     handles = [Patch(color=colors[n], label=n) for n in sorted(used)]
     if any_hatched:
         handles.append(Patch(facecolor="white", edgecolor="#333333", hatch="//", label="too few runs"))
-    fig.legend(handles=handles, loc="lower center", ncol=min(6, len(handles)), fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="lower center", fontsize=8, frameon=False,
+               ncol=systemfigs.legend_columns(fig.get_figwidth(), [h.get_label() for h in handles]))
     _save(fig, path)
 
 
@@ -107,22 +115,46 @@ def draw_all(an, rules, fdir: Path) -> list[dict]:
     units = {s["benchmark"]: s["sample_unit"] for s in systems}
     out = []
 
-    benches = _bench_order(rules, [s["benchmark"] for s in systems if s["score_minutes"]])
+    if any(s.get("system_key") for s in systems):
+        # A published result tree: one bar per system (lab.systemfigs).
+        devs = sorted({s["device"] for s in systems})
+        dcolors = {d: PALETTE[i % len(PALETTE)] for i, d in enumerate(devs)}
+        benches = _bench_order(rules, [s["benchmark"] for s in systems])
+        path = fdir / "fig1_time_to_train.png"
+        drawn = systemfigs.draw(systems, "score_minutes", benches, "Figure 1. Time to train (MLPerf score, "
+                                "minutes) per system", lambda b: "minutes", path, dcolors, lambda x: f"{x:,.2f}")
+        if drawn:
+            out.append({"name": "fig1", "path": path, "title": "Figure 1. Time to train", "panels": drawn,
+                        "caption": "MLPerf score in minutes per benchmark and system (colour: device). "
+                                   "Hatched: too few runs; cross-hatched: a scored log fails the "
+                                   "compliance checker."})
+        path = fdir / "fig2_throughput.png"
+        drawn = systemfigs.draw(systems, "throughput_mean", benches, "Figure 2. Training throughput per system",
+                                lambda b: f"{units.get(b, 'samples')}/s", path, dcolors, _short)
+        if drawn:
+            out.append({"name": "fig2", "path": path, "title": "Figure 2. Throughput", "panels": drawn,
+                        "caption": "Mean training throughput of the runs where the log allows it "
+                                   "(the unit of each benchmark on its axis; basis per run in runs.csv)."})
+        benches = []
+    else:
+        benches = _bench_order(rules, [s["benchmark"] for s in systems
+                                       if s["score_minutes"] and s["gpus"] is not None])
     if benches:
         path = fdir / "fig1_time_to_train.png"
         _bars(systems, "score_minutes", benches,
               "Figure 1. Time to train (MLPerf score, minutes) by GPU count and device",
               "minutes", path, colors, name_of, _short)
-        out.append({"name": "fig1", "path": path, "title": "Figure 1. Time to train",
+        out.append({"name": "fig1", "path": path, "title": "Figure 1. Time to train", "panels": list(benches),
                     "caption": "MLPerf score in minutes (mean without the fastest and slowest run) "
                                "per benchmark, GPU count and device. Hatched: too few runs."})
-    benches = _bench_order(rules, [s["benchmark"] for s in systems if s["throughput_mean"]])
+    benches = [] if any(s.get("system_key") for s in systems) else _bench_order(
+        rules, [s["benchmark"] for s in systems if s["throughput_mean"] and s["gpus"] is not None])
     if benches:
         path = fdir / "fig2_throughput.png"
         _bars(systems, "throughput_mean", benches,
               "Figure 2. Training throughput by GPU count and device",
               lambda b: f"{units.get(b, 'samples')}/s", path, colors, name_of, _short)
-        out.append({"name": "fig2", "path": path, "title": "Figure 2. Throughput",
+        out.append({"name": "fig2", "path": path, "title": "Figure 2. Throughput", "panels": list(benches),
                     "caption": "Mean training throughput of the runs (samples per second; "
                                "the unit of each benchmark on its axis)."})
     lines = {}
@@ -132,7 +164,9 @@ def draw_all(an, rules, fdir: Path) -> list[dict]:
     benches = _bench_order(rules, [k[0] for k in lines])
     if benches:
         path = fdir / "fig3_scaling.png"
-        fig, axes = _new_figure(len(benches), "Figure 3. Scaling: speedup against GPU count")
+        fig, axes = _new_figure(len(benches), "Figure 3. Scaling: speedup against GPU count",
+                                sorted({k[1] for k in lines}) + ["time to train", "throughput", "ideal",
+                                                                 "super-linear"])
         for ax, bench in zip(axes, benches):
             top = 1
             for (b, name), rows in sorted(lines.items()):
@@ -162,12 +196,24 @@ def draw_all(an, rules, fdir: Path) -> list[dict]:
             gmin = min((r["base_gpus"] or r["throughput_base_gpus"] or r["gpus"]
                         for r in an.scaling if r["benchmark"] == bench), default=1)
             ax.plot([gmin, gmax], [1, gmax / gmin], linestyle=":", color="black", label="ideal (linear)")
-            ax.set_xticks(sorted({r["gpus"] for r in an.scaling if r["benchmark"] == bench}))
+            ticks = sorted({r["gpus"] for r in an.scaling if r["benchmark"] == bench})
+            if gmax / gmin > 16:   # 8 to 1,024 GPUs: log axes keep every point apart
+                ax.set_xscale("log", base=2)
+                ax.set_yscale("log", base=2)
+                ticks = [t for t in ticks if t > 0]
+                ax.set_xticks(ticks, [str(t) for t in ticks])
+                ax.tick_params(axis="x", labelrotation=45)
+                top = max(top, gmax / gmin)
+            else:
+                ax.set_xticks(ticks)
             ax.set_title(bench, fontsize=10)
             ax.set_xlabel("GPUs", fontsize=8)
             ax.set_ylabel("speedup (x)", fontsize=8)
             ax.tick_params(labelsize=8)
-            ax.set_ylim(0, top * 1.2)
+            if ax.get_yscale() == "log":
+                ax.set_ylim(0.8, top * 1.5)
+            else:
+                ax.set_ylim(0, top * 1.2)
         handles = [Patch(color=colors[n], label=n) for n in names if any(k[1] == n for k in lines)]
         handles += [Line2D([], [], color="black", marker="o", label="time to train"),
                     Line2D([], [], color="black", marker="s", linestyle="--",
@@ -176,18 +222,19 @@ def draw_all(an, rules, fdir: Path) -> list[dict]:
                     Line2D([], [], color="#c0392b", marker="o", markersize=10,
                                             markerfacecolor="none", linestyle="none",
                                             label="super-linear")]
-        fig.legend(handles=handles, loc="lower center", ncol=min(8, len(handles)), fontsize=8, frameon=False)
+        fig.legend(handles=handles, loc="lower center", fontsize=8, frameon=False,
+                   ncol=systemfigs.legend_columns(fig.get_figwidth(), [h.get_label() for h in handles]))
         _save(fig, path)
-        out.append({"name": "fig3", "path": path, "title": "Figure 3. Scaling",
+        out.append({"name": "fig3", "path": path, "title": "Figure 3. Scaling", "panels": list(benches),
                     "caption": "Speedup over the smallest GPU count of each device: time to train "
                                "(solid) and throughput (dashed). Ringed: super-linear, labelled with "
                                "the epochs to converge behind it."})
-    benches = _bench_order(rules, [s["benchmark"] for s in systems if s["perf_per_watt"]])
+    benches = _bench_order(rules, [s["benchmark"] for s in systems if s["perf_per_watt"] and s["gpus"] is not None])
     if benches:
         path = fdir / "fig4_perf_per_watt.png"
         _bars(systems, "perf_per_watt", benches,
               "Figure 4. Performance per watt (samples per joule)",
               lambda b: f"{units.get(b, 'samples')}/J", path, colors, name_of, _short)
-        out.append({"name": "fig4", "path": path, "title": "Figure 4. Performance per watt",
+        out.append({"name": "fig4", "path": path, "title": "Figure 4. Performance per watt", "panels": list(benches),
                     "caption": "Mean throughput divided by the mean measured GPU power (telemetry)."})
     return out

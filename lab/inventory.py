@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab import schema
+from lab import bounded, limits, schema
 from lab.errors import ConfigError
 
 # Make Ansible fail on an unparsable source instead of warning and going on
@@ -88,6 +88,15 @@ class Inventory:
         self.path = Path(path)
         if not self.path.exists():
             raise ConfigError(f"{self.path}: inventory not found")
+        if not self.path.is_dir():   # Ansible would block on a FIFO and read /dev/zero forever
+            try:           # a text file (INI, YAML, plugin config), or an inventory script Ansible runs
+                data = bounded.read_bytes(self.path, limit=limits.DATA_BYTES)
+                if not os.access(self.path, os.X_OK):
+                    data.decode("utf-8")
+            except bounded.Unreadable as exc:
+                raise ConfigError(f"{self.path}: not an inventory: {exc.reason}") from None
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{self.path}: not an inventory: not UTF-8 text (byte {exc.start})") from None
         from ansible.errors import AnsibleError
         from ansible.inventory.manager import InventoryManager
         from ansible.parsing.dataloader import DataLoader
@@ -164,6 +173,25 @@ class Inventory:
             vars=own,
         )
 
+    def _matching(self, limit: str) -> set[str]:
+        """Hosts of an Ansible pattern; ConfigError for an invalid pattern or a part of it that matches nothing."""
+        from ansible.errors import AnsibleError
+        from ansible.inventory.manager import split_host_pattern
+
+        try:
+            with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+                parts = split_host_pattern(limit)
+                for part in parts if len(parts) > 1 else []:   # a list: each name must match something
+                    term = part.lstrip("&!")
+                    if term and not self._inv.list_hosts(term):
+                        raise ConfigError(f"{self.path}: --limit '{limit}': '{term}' matches no host or group")
+                return {h.name for h in self._inv.list_hosts(limit)}
+        except AnsibleError as exc:
+            reason = " ".join(str(exc).split())
+            raise ConfigError(f"{self.path}: --limit '{limit}' is not a valid host pattern ({reason})") from None
+        except re.error as exc:
+            raise ConfigError(f"{self.path}: --limit '{limit}' is not a valid host pattern ({exc})") from None
+
     def select(self, hosts: str | list[str] | None = None, device: str | None = None,
                limit: str | None = None, *, known_hosts: str | None = None) -> list[Host]:
         """Resolve selectors to hosts (intersection of those given; all hosts if none).
@@ -184,8 +212,7 @@ class Inventory:
             members = {h.name for h in self._inv.groups[device].get_hosts()}
             chosen = [n for n in chosen if n in members]
         if limit:
-            with contextlib.redirect_stderr(io.StringIO()):
-                matched = {h.name for h in self._inv.list_hosts(limit)}
+            matched = self._matching(limit)
             if not matched:
                 raise ConfigError(f"{self.path}: pattern '{limit}' matches no host")
             chosen = [n for n in chosen if n in matched]

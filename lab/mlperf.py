@@ -47,6 +47,8 @@ class Rules:
         bdoc = load_yaml(data_dir / "benchmarks.yml", "benchmarks")
         ddoc = load_yaml(data_dir / "devices.yml", "devices")
         self.settings = load_yaml(data_dir / "report.yml", "report")
+        # Per MLPerf round: how its logs' runs are scored (lab.scoring).
+        self.rounds: dict[str, dict] = load_yaml(data_dir / "rounds.yml", "rounds")["rounds"]
         self.ruleset = bdoc["ruleset"]
         self.benchmarks: dict[str, Benchmark] = {}
         self._bench_alias: dict[str, str] = {}
@@ -65,10 +67,12 @@ class Rules:
                 self._bench_alias[key] = name
         self.device_power: dict[str, float | None] = {}
         self._dev_alias: dict[str, str] = {}
+        self._lab_alias: set[str] = set()   # keys that only this lab's own hosts use
         patterns = []
         for name, d in ddoc["devices"].items():
             self.device_power[name] = d.get("power_w")
-            for alias in (name, *d["aliases"]):
+            self._lab_alias.update(_norm(a) for a in d.get("lab_aliases", []))
+            for alias in (name, *d["aliases"], *d.get("lab_aliases", [])):
                 key = _norm(alias)
                 other = self._dev_alias.get(key)
                 if other and other != name:
@@ -91,10 +95,15 @@ class Rules:
             return None
         return self._bench_alias.get(_norm(name))
 
-    def device(self, name) -> str:
-        """The canonical device name; an unknown name is kept, minus vendor words."""
+    def device(self, name, published: bool = False) -> str:
+        """The canonical device name; an unknown name is kept, minus vendor words.
+
+        ``published``: the name comes from a published system description, where this
+        lab's own shorthands (devices.yml lab_aliases, a bare "V100") do not apply.
+        """
         s = str(name).strip()
-        canon = self._dev_alias.get(_norm(s))
+        key = _norm(s)
+        canon = None if (published and key in self._lab_alias) else self._dev_alias.get(key)
         if canon:
             return canon
         cleaned = re.sub(r"(?i)\b(nvidia|tesla)\b", " ", s)

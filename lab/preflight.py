@@ -85,7 +85,8 @@ class HostData:
 
 
 def needed(runs, catalogue: Catalogue) -> dict[str, dict[str, list[str]]]:
-    """host -> catalogue entry -> workloads, for the runs that read prepared data (every node of a run)."""
+    """host -> catalogue entry -> workloads (in the plan's order), for the runs that read prepared data
+    (every node of a run)."""
     out: dict[str, dict[str, list[str]]] = defaultdict(dict)
     for r in runs:
         if not needs_data(r):
@@ -95,9 +96,7 @@ def needed(runs, catalogue: Catalogue) -> dict[str, dict[str, list[str]]]:
                 ws = out[h].setdefault(name, [])
                 if r.workload not in ws:
                     ws.append(r.workload)
-    return {h: {d: ws for d, ws in sorted(e.items(), key=lambda kv: list(catalogue.datasets).index(kv[0])
-                                           if kv[0] in catalogue.datasets else 0)}
-            for h, e in out.items()}
+    return dict(out)   # entries in the order of the plan's workloads
 
 
 def judge(catalogue: Catalogue, name: str, text: str | None) -> str | None:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import jinja2
 
-from lab import stats
+from lab import scoring, stats
 from lab.errors import ConfigError
 from lab.mlperf import Rules, default_rules
 from lab.results import Collection, Run, collect, system_label
@@ -98,50 +98,25 @@ def _minutes(seconds):
 
 
 def system_rows(runs: list[Run], rules: Rules) -> list[dict]:
-    """One record per benchmark x system (device, GPU count, stack)."""
+    """One record per benchmark x system: a result tree's submitter x results folder, or
+    for gpulab's runs and loose logs the device x GPU count x stack (x scale)."""
     groups: dict[tuple, list[Run]] = defaultdict(list)
     for r in runs:
-        groups[(r.bench_label, r.device, r.gpus, r.stack)].append(r)
+        groups[r.group_key].append(r)
     rows = []
-    for (label, device, gpus, stack), group in groups.items():
-        bench = group[0].benchmark
-        rule = rules.benchmarks.get(bench)
-        ttt_runs = sorted((r for r in group if r.mode == "ttt"),
-                          key=lambda r: (r.start_s if r.start_s is not None else math.inf, r.source))
-        succ = [r for r in ttt_runs if r.success and r.ttt_s is not None]
-        if not ttt_runs:   # throughput runs only (`invoke sweep --mode throughput`): no score to mark
-            scored, too_few, required = [], False, None
-            mark = f"throughput only: {len(group)} run(s), no time to train"
-        elif rule and rule.converged_required:
-            considered = ttt_runs[: rule.runs_required]
-            scored = [r for r in considered if r.success and r.ttt_s is not None][: rule.converged_required]
-            too_few = len(scored) < rule.converged_required
-            mark = (f"{len(scored)} converged of {rule.converged_required} needed "
-                    f"among the first {rule.runs_required} runs") if too_few else ""
-            required = rule.runs_required
-        elif rule:
-            scored = succ[: rule.runs_required]
-            too_few = len(succ) < rule.runs_required
-            mark = f"{len(succ)} successful of {rule.runs_required} required" if too_few else ""
-            required = rule.runs_required
-        else:
-            scored, too_few, required = succ, False, None
-            mark = "no MLPerf run rule for this benchmark" if succ else ""
-        times = [r.ttt_s for r in scored]
-        score = stats.mlperf_score(times)
-        if not times:
-            basis = "no successful run"
-        elif len(times) >= 3:
-            basis = f"{len(times)} runs, fastest and slowest dropped"
-        else:
-            basis = f"mean of {len(times)} (too few to drop any)"
+    for key, group in groups.items():
+        first = group[0]
+        sc = scoring.score(group, rules)
+        rule = rules.benchmarks.get(first.benchmark)
+        succ = [r for r in group if r.mode == "ttt" and r.success and r.ttt_s is not None]
+        mark = sc.mark
         all_t = [r.ttt_s / 60.0 for r in succ]
         epochs = [r.epochs for r in succ if r.epochs is not None]
         default_unit = rule.sample_unit if rule else "samples"
-        with_thr = [r for r in group if r.samples_per_s]
         units = defaultdict(list)
-        for r in with_thr:
-            units[r.sample_unit or default_unit].append(r)
+        for r in group:
+            if r.samples_per_s:
+                units[r.sample_unit or default_unit].append(r)
         unit = max(units, key=lambda u: (len(units[u]), u == default_unit)) if units else default_unit
         if len(units) > 1:
             mark = "; ".join(filter(None, [mark, f"throughput logged in {len(units)} units: "
@@ -152,16 +127,22 @@ def system_rows(runs: list[Run], rules: Rules) -> list[dict]:
         e2t = [r.energy_to_train_wh for r in succ if r.energy_to_train_wh is not None]
         tmean = stats.mean(all_t)
         tstd = stats.stdev(all_t)
+        device, gpus, stack = first.device, first.gpus, first.stack
+        checked = [r for r in group if r.compliance in ("PASS", "FAIL")]
         rows.append({
-            "benchmark": label, "benchmark_name": bench, "scale": group[0].scale,
-            "system": system_label(device, gpus, stack), "device": device, "gpus": gpus,
-            "stack": stack,
-            "runs": len(ttt_runs), "successes": len(succ),
-            "runs_required": required,
-            "converged_required": rule.converged_required if rule else None,
-            "scored_runs": len(times),
-            "score_minutes": _minutes(score), "score_basis": basis,
-            "too_few_runs": bool(too_few), "mark": mark,
+            "benchmark": first.bench_label, "benchmark_name": first.benchmark, "scale": first.scale,
+            "submitter": first.submitter, "system": first.system, "system_key": first.system_key,
+            "submission": first.submission, "device": device, "gpus": gpus, "nodes": first.nodes,
+            "framework": first.framework, "accelerator": first.accelerator, "stack": stack,
+            "round": sc.round,
+            "runs": sc.runs, "successes": sc.successes,
+            "runs_required": sc.runs_required, "converged_required": sc.converged_required,
+            "scored_runs": len(sc.scored),
+            "score_minutes": _minutes(sc.score_s), "score_basis": sc.basis,
+            "too_few_runs": bool(sc.too_few), "mark": mark,
+            "compliance": sc.compliance,
+            "compliance_runs_checked": len(checked),
+            "compliance_runs_failed": sum(1 for r in checked if r.compliance == "FAIL"),
             "ttt_mean_minutes": tmean, "ttt_min_minutes": min(all_t) if all_t else None,
             "ttt_max_minutes": max(all_t) if all_t else None, "ttt_std_minutes": tstd,
             "ttt_cv_pct": (100.0 * tstd / tmean) if (tstd is not None and tmean) else None,
@@ -176,9 +157,24 @@ def system_rows(runs: list[Run], rules: Rules) -> list[dict]:
             "seeds": sorted({r.seed for r in group if r.seed is not None}),
             "hosts": sorted({r.host for r in group if r.host}),
         })
+    _disambiguate(rows)
     order = {b: i for i, b in enumerate(_bench_order(rules, [r["benchmark"] for r in rows]))}
-    rows.sort(key=lambda r: (order[r["benchmark"]], r["device"], r["gpus"] or 0, r["stack"]))
+    rows.sort(key=lambda r: (order[r["benchmark"]], r["submitter"] or "", r["device"], r["gpus"] or 0,
+                             r["stack"], r["system"], r["system_key"] or ""))
     return rows
+
+
+def _disambiguate(rows: list[dict]):
+    """Two results folders of one name and submitter (Google's v0.5 "tpu" folders) keep
+    their name and gain the submission folder (else their path) in brackets."""
+    seen = defaultdict(list)
+    for r in rows:
+        if r["system_key"]:
+            seen[(r["benchmark"], r["submitter"], r["system"])].append(r)
+    for same in seen.values():
+        if len({r["system_key"] for r in same}) > 1:
+            for r in same:
+                r["system"] = f"{r['system']} ({r['submission'] or r['system_key']})"
 
 
 def _ttt_of(row):
@@ -544,8 +540,9 @@ def analyse(runs: list[Run], rules: Rules | None = None, other: list[Run] | None
 # Output
 # --------------------------------------------------------------------------
 
-SUMMARY_KEYS = ("benchmark", "system", "device", "gpus", "stack", "runs", "successes",
-                "runs_required", "scored_runs", "score_minutes", "too_few_runs", "mark")
+SUMMARY_KEYS = ("benchmark", "submitter", "system", "device", "gpus", "nodes", "framework", "stack",
+                "runs", "successes", "runs_required", "scored_runs", "score_minutes", "too_few_runs",
+                "compliance", "mark")
 
 
 def _clean(v):
@@ -576,6 +573,13 @@ def fmt_num(x, digits: int = 3) -> str:
     return f"{x:,.{decimals}f}"
 
 
+def fmt_minutes(x) -> str:
+    """Minutes to 0.01, as MLPerf's results tables print them; — for missing."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—"
+    return f"{x:,.2f}"
+
+
 def fmt_ratio(x) -> str:
     return "—" if x is None else f"{x:.2f}x"
 
@@ -596,7 +600,7 @@ def _env() -> jinja2.Environment:
         autoescape=lambda name: bool(name) and name.endswith(".html.j2"),
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
         keep_trailing_newline=True)
-    env.filters.update(num=fmt_num, ratio=fmt_ratio, pct=fmt_pct, rng=fmt_range,
+    env.filters.update(num=fmt_num, minutes=fmt_minutes, ratio=fmt_ratio, pct=fmt_pct, rng=fmt_range,
                        md=lambda s: str(s).replace("|", "\\|").replace("\n", " "))
     return env
 
@@ -620,6 +624,13 @@ def _write_csv(path: Path, rows: list[dict]):
         w.writeheader()
         for r in rows:
             w.writerow({k: ("; ".join(map(str, v)) if isinstance(v, list) else v) for k, v in r.items()})
+
+
+def _title(systems: list[dict], rules: Rules) -> str:
+    """The rounds the records are scored by: published rounds by name, gpulab's runs by its ruleset."""
+    names = sorted({f"MLPerf Training {s['round']} results" if s["round"] in rules.rounds else rules.ruleset
+                    for s in systems})
+    return ", ".join(names) or rules.ruleset
 
 
 def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules | None = None) -> ReportResult:
@@ -658,6 +669,7 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
     meta = {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "inputs": coll.inputs, "compare": str(compare) if compare is not None else None,
+        "title": _title(an.systems, rules),
         "ruleset": rules.ruleset, "settings": rules.settings,
         "benchmarks": {n: {"title": b.title, "metric": b.metric, "target": b.target,
                            "runs_required": b.runs_required,

@@ -16,6 +16,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from lab import bounded, limits
 from lab.errors import ConfigError
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
@@ -59,11 +60,11 @@ def read_yaml(path: Path | str) -> Any:
     """Parse a YAML file; a missing or malformed file is a ConfigError naming it."""
     path = Path(path)
     try:
-        text = path.read_text()
-    except FileNotFoundError:
+        text = bounded.read_text(path, limit=limits.DATA_BYTES)
+    except bounded.Missing:
         raise ConfigError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    except bounded.Unreadable as exc:
+        raise ConfigError(str(exc)) from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -103,7 +103,7 @@ class Stack:
 def load(name: str, stacks_dir: Path | str | None = None) -> Stack:
     """Load and check one profile; ConfigError for an unknown or malformed one."""
     stacks_dir = Path(stacks_dir) if stacks_dir else STACKS_DIR
-    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name or ""):
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,63}", name):
         raise ConfigError(f"stack {name!r}: not a valid stack name")
     path = stacks_dir / f"{name}.yml"
     if not path.is_file():

@@ -17,14 +17,13 @@ after another, units in parallel) sums its runs:
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from lab import preflight
+from lab import bounded, preflight
 from lab.errors import ConfigError
 from lab.mlperf import default_rules
 from lab.schema import load_yaml
@@ -147,17 +146,16 @@ def history(results_dir: Path | str | None) -> dict[tuple, list[float]]:
     rules = default_rules()
     for state in sorted(root.glob("*/sweep.json")):
         try:
-            if not state.is_file() or state.stat().st_size > SWEEP_STATE_MAX_BYTES:
-                continue
-            doc = json.loads(state.read_text())
-        except (OSError, ValueError, UnicodeDecodeError):
+            doc = bounded.read_json(state, root=root, limit=SWEEP_STATE_MAX_BYTES)
+        except bounded.Unreadable:
             continue
         hosts = doc.get("hosts") if isinstance(doc, dict) and isinstance(doc.get("hosts"), dict) else {}
         for r in doc.get("runs") or [] if isinstance(doc, dict) else []:
             if not isinstance(r, dict) or r.get("state") != "complete":
                 continue
             t0, t1 = _parse_time(r.get("started")), _parse_time(r.get("ended"))
-            gpus, host = r.get("gpus"), hosts.get(r.get("host"))
+            gpus = r.get("gpus")
+            host = hosts.get(r["host"]) if isinstance(r.get("host"), str) else None
             if t0 is None or t1 is None or t1 <= t0 or not isinstance(gpus, int) or gpus < 0 \
                     or not isinstance(host, dict):
                 continue
@@ -213,7 +211,7 @@ def time_limit_minutes(run, device: str | None, past: dict, study: Study | None 
     m, _ = estimate(run, device, past, study)
     if m is None:
         return float(t["unknown_full_minutes"] if run.scale == "full" else t["unknown_test_minutes"])
-    return max(float(t["minimum_minutes"]), t["factor"] * m)
+    return min(float(t["maximum_minutes"]), max(float(t["minimum_minutes"]), t["factor"] * m))
 
 
 def fmt_minutes(m: float | None) -> str:

@@ -32,26 +32,24 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import re
 import secrets
 import shlex
 import shutil
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from lab import checksums, hostlock, preflight, remote as rmt, study, topology as topo
+from lab import bounded, checksums, fields, hostlock, limits, paths, preflight, remote as rmt, study, sweepfile
+from lab import topology as topo, workloads as workload_catalogue
 from lab.errors import ConfigError, GpulabError, HostError, RunError
 from lab.inventory import Host
 
-SCHEMA = 1
-MODES = ("ttt", "throughput")
-SCALES = ("tiny", "small", "full")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-WORKLOAD_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+SCHEMA = sweepfile.SCHEMA
+MODES, SCALES = fields.MODES, fields.SCALES
+NAME_RE, WORKLOAD_RE = fields.NAME_RE, fields.WORKLOAD_RE
 COMPLETE_OUTCOMES = ("success", "target_missed")
 TOKEN_VAR = "GPULAB_RUN_TOKEN"
 
@@ -96,9 +94,9 @@ class PlannedRun:
         return dict(asdict(self), run_id=self.run_id)
 
     @classmethod
-    def from_json(cls, doc: dict) -> "PlannedRun":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in doc.items() if k in names})
+    def from_json(cls, doc: dict, where: str = "run") -> "PlannedRun":
+        """A run entry of sweep.json, every field checked like its command-line option (lab.sweepfile)."""
+        return cls(**sweepfile.check_run(doc, where))
 
 
 def parse_list(value: str | Iterable[str] | None, what: str) -> list[str]:
@@ -129,7 +127,7 @@ def parse_gpu_counts(value: str | None, host: Host, topology: dict | None = None
     for item in parse_list(value, "gpus"):
         if not item.isdigit() or int(item) < 1:
             raise ConfigError(f"--gpus: {item!r} is not a GPU count (use 1,2,... or all)")
-        n = int(item)
+        n = limits.number(item, "--gpus", limits.GPUS)
         if count is not None and n > count and topology is None:
             raise ConfigError(f"--gpus: {n} GPUs asked but {host.name} has {count}")
         if n not in out:
@@ -158,13 +156,16 @@ def seed_count(seeds, workload: str, rules=None, mode: str = "ttt") -> int:
         raise ConfigError(f"--seeds: {seeds!r} is not a number of seeds, 'auto' or 'mlperf'") from None
     if n < 1:
         raise ConfigError(f"--seeds: {seeds!r} is not a positive number of seeds")
-    return n
+    return limits.number(n, "--seeds", limits.SEEDS)
 
 
 def units_of(hosts: list[Host], nodes: int) -> list[list[Host]]:
     """Hosts grouped into the units that run together: single hosts, or k hosts per multi-node run."""
     if not isinstance(nodes, int) or nodes < 1:
         raise ConfigError(f"--nodes: {nodes!r} must be a positive number")
+    limits.number(nodes, "--nodes", limits.NODES)
+    for h in hosts:
+        fields.host_name(h.name, f"host {h.name!r}")
     if nodes == 1:
         return [[h] for h in hosts]
     if len(hosts) % nodes:
@@ -186,15 +187,19 @@ def plan(hosts: list[Host], workloads: list[str], gpus: str | None, seeds, mode:
         raise ConfigError("--workloads: empty list")
     workloads = study.expand_workloads(workloads)
     for w in workloads:
-        if not WORKLOAD_RE.match(w):
-            raise ConfigError(f"--workloads: {w!r} is not a workload name")
+        fields.workload(w)
     counts = {w: seed_count(seeds, w, mode=mode) for w in workloads}
+    workload_catalogue.check(workloads)
     topologies = topologies or {}
-    runs = []
-    for unit in units_of(hosts, nodes):
-        head = unit[0]
+    units = units_of(hosts, nodes)
+    per_unit = []
+    for unit in units:   # the plan's size is known before a run of it is built
         per_node = [parse_gpu_counts(gpus, h, topologies.get(h.name)) for h in unit]
-        gpu_counts = [n for n in per_node[0] if all(n in other for other in per_node[1:])]
+        per_unit.append([n for n in per_node[0] if all(n in other for other in per_node[1:])])
+    limits.plan_size(sum(len(c) * sum(counts.values()) for c in per_unit))
+    runs = []
+    for unit, gpu_counts in zip(units, per_unit):
+        head = unit[0]
         for w in workloads:
             for n in gpu_counts:
                 for s in range(1, counts[w] + 1):
@@ -229,7 +234,8 @@ class Sweep:
         return self.root / "sweep.json"
 
     def run_dir(self, run: PlannedRun, host: str | None = None) -> Path:
-        return self.root / (host or run.host) / run.run_id
+        """results/<sweep>/<host>/<run id>: refused (ConfigError) if it would leave the sweep folder."""
+        return sweepfile.run_dir(self.root, host or run.host, run.run_id, str(self.state_file))
 
     def verified(self, run: PlannedRun) -> list[str]:
         """Problems of the local copies of a run (every node); empty when all verify."""
@@ -254,17 +260,14 @@ class Sweep:
 
     @classmethod
     def load(cls, root: Path) -> "Sweep":
-        state_file = Path(root) / "sweep.json"
-        if not state_file.is_file():
-            raise ConfigError(f"{root}: not a sweep directory (no sweep.json)")
-        try:
-            doc = json.loads(state_file.read_text())
-            runs = [PlannedRun.from_json(r) for r in doc["runs"]]
-            name = doc["name"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"{state_file}: unreadable sweep state ({exc})") from None
-        return cls(root=Path(root), name=name, runs=runs, hosts=doc.get("hosts", {}),
-                   created=doc.get("created", utcnow()), options=doc.get("options", {}))
+        """The saved sweep; its sweep.json read with bounds and checked like the command line."""
+        doc = sweepfile.read(Path(root))
+        sweep = cls(root=Path(root), name=doc["name"], runs=[PlannedRun(**r) for r in doc["runs"]],
+                    hosts=doc["hosts"], created=doc["created"] or utcnow(), options=doc["options"])
+        for run in sweep.runs:   # every folder a run names stays inside the sweep
+            for h in run.hosts:
+                sweep.run_dir(run, h)
+        return sweep
 
     @classmethod
     def open(cls, root: Path, name: str, runs: list[PlannedRun], options: dict) -> "Sweep":
@@ -288,10 +291,11 @@ class Sweep:
 
 
 def _read_json(path: Path) -> dict:
+    """A run directory's JSON file (status.json), read with bounds; {} when it is not one."""
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = bounded.read_json(path, root=Path(path).parent)
         return doc if isinstance(doc, dict) else {}
-    except (OSError, ValueError):
+    except bounded.Unreadable:
         return {}
 
 
@@ -388,14 +392,16 @@ def fetch_run(remote: rmt.Remote, src: str, dest: Path) -> list[str]:
     every file there is, so that nothing written is lost.
     """
     tmp = dest.with_name(f".{dest.name}.partial")
+    if tmp.is_symlink() or not paths.inside(tmp.parent, dest.parent):
+        raise ConfigError(f"{tmp}: a symbolic link where the fetch puts its copy; not followed")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    names = remote.listdir(src)
+    names = [n for n in remote.listdir(src) if paths.is_component(n)]   # the host's listing is input too
     if checksums.SUMS in names:
         remote.get(f"{src}/{checksums.SUMS}", tmp / checksums.SUMS)
         try:
-            listed = list(checksums.parse((tmp / checksums.SUMS).read_text()))
-        except (ValueError, UnicodeDecodeError):
+            listed = list(checksums.read(tmp))
+        except ValueError:
             listed = [n for n in names if n != checksums.SUMS]
         for name in listed:
             if "/" in name:
@@ -405,6 +411,8 @@ def fetch_run(remote: rmt.Remote, src: str, dest: Path) -> list[str]:
         for name in names:
             remote.get(f"{src}/{name}", tmp / name)
     problems = checksums.verify(tmp)
+    if dest.is_symlink():
+        dest.unlink()
     shutil.rmtree(dest, ignore_errors=True)
     os.replace(tmp, dest)
     return problems
@@ -424,7 +432,8 @@ def keep_attempt(sweep: Sweep, run: PlannedRun, host: str) -> None:
     """Move an earlier attempt's local copy to ``.attempts/`` (never deleted; reports skip it)."""
     d = sweep.run_dir(run, host)
     if d.exists():
-        dest = sweep.root / ".attempts" / host / f"{run.run_id}.attempt-{max(1, run.attempts - 1)}"
+        dest = paths.child(sweep.root, ".attempts", host, f"{run.run_id}.attempt-{max(1, run.attempts - 1)}",
+                           what=f"{sweep.state_file}: earlier attempt of {host}")
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(dest, ignore_errors=True)
         os.replace(d, dest)
@@ -720,8 +729,7 @@ def default_name(now: _dt.datetime | None = None) -> str:
 
 
 def check_name(name: str) -> None:
-    if not NAME_RE.match(name or ""):
-        raise ConfigError(f"--name: {name!r} is not a sweep name (letters, digits, . _ -)")
+    fields.sweep_name(name)
 
 
 def prepare_host(host: Host) -> tuple[rmt.Remote, rmt.RunnerInstall, dict]:
@@ -746,6 +754,9 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
     check_name(name)
     workloads = study.expand_workloads(parse_list(workloads, "workloads"))
     planned = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes)  # bad input before any host is touched
+    root = paths.child(results_dir, name, what="--name")
+    if (root / sweepfile.STATE_FILE).exists() or (root / sweepfile.STATE_FILE).is_symlink():
+        Sweep.load(root)   # a saved state to resume is checked before any host is touched too
     refused = preflight.refusal(preflight.check(hosts, planned, datasets_catalogue))   # read-only, one command a host
     if refused:
         raise ConfigError(refused)
@@ -768,7 +779,7 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
     not_runnable = {(r.host, r.run_id) for r in runs if r.state == "failed"}  # e.g. fewer GPUs than asked
     options = {"workloads": workloads, "gpus": gpus, "seeds": seeds, "mode": mode, "scale": scale, "nodes": nodes,
                "timeout_s": settings.timeout_s}
-    sweep = Sweep.open(Path(results_dir) / name, name, runs, options)
+    sweep = Sweep.open(root, name, runs, options)
     for h in hosts:
         entry = sweep.hosts.setdefault(h.name, {})
         entry.update(address=h.address, gpu_model=h.gpu_model, gpu_count=h.gpu_count, stack=h.stack,

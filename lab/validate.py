@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from lab import schema, versions
+from lab import paths, schema, versions
 from lab.errors import CheckFailed, ConfigError, GpulabError, RunError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -909,6 +909,9 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
         raise ConfigError(f"--level {level!r}: choose quick, standard or burn-in")
     refs_path = Path(references) if references else REFERENCES
     refs = load_references(refs_path)
+    paths.folder(out_dir, "--out")             # every input is checked before the burn-in starts
+    if stacks is None and not baseline:
+        stacks = stacks_for(hosts, inventory, stacks_dir)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(out_dir) / stamp
     gather = gather or gather_one
@@ -920,8 +923,6 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
         path.write_text(dump_references(data))
         echo(f"wrote {path} (from {len(hosts)} host(s); review it, then copy it over {refs_path})")
         return Verdicts({"hosts": {}, "verdict": PASS}, files=[path])
-    if stacks is None:
-        stacks = stacks_for(hosts, inventory, stacks_dir)
     verdicts = evaluate(snapshots, hosts, refs, stacks, level=level)
     verdicts.files = write_outputs(verdicts, out)
     echo(verdicts.to_json() if as_json else summary_text(verdicts))

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from runner import __version__, launch, rundir
+from runner import __version__, artifacts, launch, rundir
 from runner.cli import UsageError
 
 GRACE_S = 20.0  # how long stopped workload processes get to log their end
@@ -70,6 +70,33 @@ def add_arguments(p) -> None:
 
 def _fail(msg: str):
     raise UsageError(f"runner run: {msg}")
+
+
+def max_cpu_procs() -> int:
+    """--cpu-procs runs test processes on the CPU: at most twice this host's CPUs (at least 2), 64 in all."""
+    return min(64, max(2, 2 * (os.cpu_count() or 1)))
+
+
+# option -> (lowest, highest) accepted: every count and duration is checked before anything starts
+# (the controller keeps its own ranges, lab/limits.py: the runner never imports lab)
+RANGES = {
+    "seed": (0, 2**31 - 1),
+    "max_minutes": (0.01, 7 * 24 * 60),
+    "measure_seconds": (0.01, 24 * 3600),
+    "max_epochs": (1, 10_000),
+    "warmup_steps": (1, 1_000_000),
+    "nnodes": (1, 64),
+}
+
+
+def _check_ranges(args) -> None:
+    for key, (lo, hi) in RANGES.items():
+        value = getattr(args, key)
+        if value is not None and not lo <= value <= hi:   # NaN fails too
+            _fail(f"--{key.replace('_', '-')} {value}: must be in {lo:g}..{hi:g}")
+    if args.cpu_procs is not None and not 1 <= args.cpu_procs <= max_cpu_procs():
+        _fail(f"--cpu-procs {args.cpu_procs}: must be in 1..{max_cpu_procs()} "
+              f"(twice this host's {os.cpu_count()} CPUs, at most 64)")
 
 
 def plan(args, host_gpus: int | None = None) -> dict:
@@ -134,6 +161,7 @@ def plan(args, host_gpus: int | None = None) -> dict:
         _fail(f"--max-epochs {args.max_epochs}: must be at least 1")
     if args.warmup_steps is not None and args.warmup_steps < 1:
         _fail(f"--warmup-steps {args.warmup_steps}: must be at least 1")
+    _check_ranges(args)
     if args.precision == "fp16" and not gpus:
         _fail("--precision fp16 needs a GPU (this run selects none)")
     if args.data is not None and not Path(args.data).is_dir():
@@ -141,10 +169,17 @@ def plan(args, host_gpus: int | None = None) -> dict:
     scale_cfg = entry["scales"][args.scale]
     if args.mode == "ttt" and scale_cfg["data"] == "prepared" and args.data is None:
         _fail(f"--scale {args.scale} --mode ttt trains on the prepared dataset: give --data PATH")
+    if args.mode == "ttt" and scale_cfg.get("pretrained") and args.data is not None:
+        try:  # the published backbone weights, or bad input: never a run from scratch
+            artifacts.check(scale_cfg["pretrained"], args.data)
+        except (artifacts.ArtifactError, OSError) as exc:
+            _fail(str(exc))
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         _fail(f"--out {args.out!r} already exists and is not an empty directory")
     parent = next((p for p in out.absolute().parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        _fail(f"--out {args.out!r}: {parent} is not a folder")
     if parent is None or not os.access(parent, os.W_OK | os.X_OK):
         _fail(f"--out {args.out!r}: {parent} is not writable")
     cache = Path(args.cache_dir or os.environ.get("GPULAB_CACHE_DIR")
@@ -242,7 +277,11 @@ def main(args) -> int:
     p = plan(args)
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     out: Path = p["out"]
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / rundir.STDOUT).touch()
+    except OSError as exc:   # e.g. under /proc: nothing is written, nothing started
+        _fail(f"--out {args.out!r}: cannot create the run directory there ({exc.strerror or exc})")
     start_iso = rundir.iso(t_launch)
     abort_reason: list[str] = []
     internal: list[str] = []

@@ -2,7 +2,8 @@
 
 ``check(name, root)`` is what a workload calls before it reads data: it returns
 the dataset's manifest or raises ``NotPrepared`` with a one-line message.
-``name`` is a dataset (imagenet, coco, wmt16, wmt17, ml-20m) or a benchmark
+``name`` is a dataset (imagenet, coco, wmt16, wmt17, ml-20m, and the pretrained
+backbones resnet34-torchvision and r50-msra) or a benchmark
 (resnet50, ssd, maskrcnn, gnmt, transformer, ncf); ``root`` is the data root
 (``--data``) or the dataset's own folder. Layout and formats: runner/README.md,
 section "Datasets". Standard library and numpy only (scipy for the ImageNet
@@ -24,6 +25,8 @@ DATASETS = {
     "wmt16": ("WMT16 En-De", "runner.datasets.wmt"),
     "wmt17": ("WMT17 En-De", "runner.datasets.wmt"),
     "ml-20m": ("MovieLens-20M", "runner.datasets.movielens"),
+    "resnet34-torchvision": ("ResNet-34 ImageNet weights (torchvision)", "runner.datasets.weights"),
+    "r50-msra": ("MSRA ResNet-50 ImageNet weights (Detectron R-50.pkl)", "runner.datasets.weights"),
 }
 BENCHMARKS = {"resnet50": "imagenet", "ssd": "coco", "maskrcnn": "coco", "gnmt": "wmt16",
               "transformer": "wmt17", "ncf": "ml-20m"}

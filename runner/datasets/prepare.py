@@ -55,7 +55,7 @@ def prepare(spec: dict, archives: Path | str, root: Path | str, force: bool = Fa
         path = archives / a["file"]
         if not path.is_file():
             raise PrepareError(f"{path}: archive missing (fetch it first)")
-        if path.stat().st_size != a["size"]:
+        if a.get("size") is not None and path.stat().st_size != a["size"]:
             raise PrepareError(f"{path}: {path.stat().st_size} bytes, the catalogue says {a['size']}")
     root.mkdir(parents=True, exist_ok=True)
     work = root / f".{ds}.partial"

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import yaml
 
+from runner.artifacts import check_entry
+
 CATALOGUE = Path(__file__).with_name("workloads.yml")
 SCALES = ("tiny", "small", "full")
 MODES = ("ttt", "throughput")
@@ -63,6 +65,9 @@ def _check_entry(name: str, w: dict) -> None:
               "'batch_size' (per process) must be a positive integer")
         _need(s.get("compile_mode", "default") in COMPILE_MODES, sw,
               f"'compile_mode' must be one of {', '.join(COMPILE_MODES)}")
+        if "pretrained" in s:
+            problem = check_entry(s["pretrained"])
+            _need(problem is None, sw, problem or "")
         ind = s.get("inductor", {})
         _need(isinstance(ind, dict) and all(isinstance(k, str) and isinstance(v, (bool, int, float, str))
                                             for k, v in ind.items()), sw,

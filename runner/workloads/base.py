@@ -22,7 +22,13 @@ the workload's own speed settings); ``optimized=False`` is the plain eager
 baseline of the same model: fp32 weights, bf16 autocast, NCHW, no compile,
 torch.optim defaults. A workload module may define its own
 ``bench_step(ctx)`` -> ``(step_fn, samples_per_step)``; otherwise the trainer's
-``throughput_step``/``throughput_batch`` are used.
+``throughput_step``/``throughput_batch`` are used. ``bench_context`` builds
+the context both hooks use.
+
+Gradient hook (benchmarks/gradcheck.py, tests/gpu/test_gradients_gpu.py):
+``runner.workloads.gradients.gradient_step(name, device, optimized, ...)``
+returns every parameter's gradient of one training step of either path, from
+shared weights and the same batch, for a whole-model comparison.
 """
 
 from __future__ import annotations
@@ -313,6 +319,43 @@ def _throughput(ctx: Context, trainer) -> dict:
     }
 
 
+def bench_context(name: str, device, optimized: bool = True, *, scale: str = "full",
+                  precision: str = "bf16", batch_size: int | None = None, seed: int = 0,
+                  overrides: dict | None = None, mode: str = "throughput", compile: bool | None = None,
+                  channels_last: bool | None = None):
+    """``(ctx, module)`` of workload ``name`` in one process, as the benchmark hooks build it.
+
+    ``compile`` and ``channels_last`` default to ``optimized`` on CUDA (what
+    the runner does); a test may ask for either on the CPU. ``overrides``
+    replaces settings of the scale (keys workloads.yml names for it, else
+    WorkloadError). ``mode`` "ttt" builds the trainer with its data (generated
+    at tiny and small scale).
+    """
+    import importlib
+
+    from runner import workloads
+    from runner.mllog import MLLog
+
+    entry = workloads.load()[name]
+    device = torch.device(device)
+    if device.type == "cpu" and precision == "fp16":
+        precision = "fp32"
+    default = bool(optimized and device.type == "cuda")
+    spec = {"workload": name, "scale": scale, "mode": mode, "seed": seed, "entry": entry,
+            "compile": default if compile is None else bool(compile), "optimized": bool(optimized)}
+    if batch_size is not None:
+        spec["throughput_batch_size"] = int(batch_size)
+    ctx = Context(spec=spec, entry=entry, log=MLLog(None), device=device, rank=0, world_size=1,
+                  local_rank=0, precision=precision)
+    ctx.channels_last = default if channels_last is None else bool(channels_last)
+    for key, value in (overrides or {}).items():
+        if key not in ctx.cfg:
+            raise WorkloadError(f"setting {key!r}: the {scale} scale of {name} has none of that name "
+                                f"(it has {', '.join(sorted(ctx.cfg))})")
+        ctx.cfg[key] = value
+    return ctx, importlib.import_module(entry["module"])
+
+
 def bench_step(name: str, device, optimized: bool = True, *, scale: str = "full",
                precision: str = "bf16", batch_size: int | None = None, seed: int = 0,
                overrides: dict | None = None):
@@ -324,28 +367,8 @@ def bench_step(name: str, device, optimized: bool = True, *, scale: str = "full"
     settings of the scale (keys workloads.yml names for it, else WorkloadError).
     See the module docstring.
     """
-    import importlib
-
-    from runner import workloads
-    from runner.mllog import MLLog
-
-    entry = workloads.load()[name]
-    device = torch.device(device)
-    if device.type == "cpu" and precision == "fp16":
-        precision = "fp32"
-    spec = {"workload": name, "scale": scale, "mode": "throughput", "seed": seed, "entry": entry,
-            "compile": bool(optimized and device.type == "cuda"), "optimized": bool(optimized)}
-    if batch_size is not None:
-        spec["throughput_batch_size"] = int(batch_size)
-    ctx = Context(spec=spec, entry=entry, log=MLLog(None), device=device, rank=0, world_size=1,
-                  local_rank=0, precision=precision)
-    ctx.channels_last = bool(optimized and device.type == "cuda")
-    for key, value in (overrides or {}).items():
-        if key not in ctx.cfg:
-            raise WorkloadError(f"setting {key!r}: the {scale} scale of {name} has none of that name "
-                                f"(it has {', '.join(sorted(ctx.cfg))})")
-        ctx.cfg[key] = value
-    module = importlib.import_module(entry["module"])
+    ctx, module = bench_context(name, device, optimized, scale=scale, precision=precision,
+                                batch_size=batch_size, seed=seed, overrides=overrides)
     if hasattr(module, "bench_step"):
         return module.bench_step(ctx)
     trainer = module.build(ctx)

@@ -1,25 +1,31 @@
-"""COCO-style average precision in numpy (what pycocotools' COCOeval computes).
+"""COCO box and mask AP through pycocotools, the official COCO API the MLPerf references score with.
 
-AP is the mean over IoU thresholds 0.50:0.05:0.95, over categories that have
-ground truth, of the 101-point interpolated precision (recall thresholds
-0:0.01:1), with at most ``max_dets`` detections per image and category chosen
-by score, greedy matching in score order, crowd regions (``iscrowd``) matched
-without being counted (IoU against a crowd region is intersection over the
-detection's area, and a detection matched to one is ignored), and precision
-made monotone before sampling. Area ranges other than "all" are not computed.
+``COCOEvaluator(iou_type)`` ("bbox" or "segm") collects one image at a time:
+its ground truth (arrays, or the image's annotations as the COCO JSON holds
+them) and its detections. Masks are turned into COCO run-length encoding as
+they arrive (``pycocotools.mask.encode``), so a whole validation set of masks
+is never held in memory; ``state()``/``merge()`` combine the shares of several
+processes. ``summarize()`` builds the ground truth and the results as COCO
+objects and runs ``COCOeval`` (evaluate, accumulate, summarize): AP over IoU
+0.50:0.95, AP50 and AP75 at 100 detections per image, area "all".
 
-Boxes are ``[x1, y1, x2, y2]`` in pixels (area ``(x2-x1)*(y2-y1)``, as COCO's
-``[x, y, w, h]``); masks are boolean arrays of the image's size. Results are
-accumulated image by image (``add``), so masks are never held for a whole data
-set; ``state()``/``merge()`` combine the shares of several processes.
+Ground truth from the COCO JSON keeps its own segmentation (polygons, RLE),
+``bbox``, ``area`` and ``iscrowd``, so that pycocotools rasterises it as the
+official evaluation does (``COCO.annToRLE``). Categories are the workload's
+contiguous labels (a one-to-one renaming of COCO's ids, which AP does not see).
 """
 
 from __future__ import annotations
 
-import numpy as np
+import contextlib
+import io
 
-IOU_THRESHOLDS = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)
-RECALL_THRESHOLDS = np.linspace(0.0, 1.00, int(np.round((1.00 - 0.0) / 0.01)) + 1, endpoint=True)
+import numpy as np
+from pycocotools import mask as mask_util
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+
+IOU_TYPES = ("bbox", "segm")
 
 
 def box_iou(dets: np.ndarray, gts: np.ndarray, crowd: np.ndarray) -> np.ndarray:
@@ -37,145 +43,126 @@ def box_iou(dets: np.ndarray, gts: np.ndarray, crowd: np.ndarray) -> np.ndarray:
     return np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0)
 
 
-def mask_iou(dets: np.ndarray, gts: np.ndarray, crowd: np.ndarray) -> np.ndarray:
-    """IoU matrix (D, G) of boolean masks (N, H, W); crowd as in ``box_iou``."""
-    if len(dets) == 0 or len(gts) == 0:
-        return np.zeros((len(dets), len(gts)))
-    d = np.asarray(dets, dtype=bool).reshape(len(dets), -1)
-    g = np.asarray(gts, dtype=bool).reshape(len(gts), -1)
-    # only the pixels any mask covers take part (smaller products)
-    cols = d.any(axis=0) | g.any(axis=0)
-    d, g = d[:, cols].astype(np.float32), g[:, cols].astype(np.float32)
-    inter = (d @ g.T).astype(np.float64)
-    ad = d.sum(axis=1, dtype=np.float64)[:, None]
-    ag = g.sum(axis=1, dtype=np.float64)[None, :]
-    union = np.where(np.asarray(crowd, dtype=bool)[None, :], ad, ad + ag - inter)
-    return np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0)
+def encode_masks(masks) -> list[dict]:
+    """Boolean masks (N, H, W) as COCO RLEs (compressed counts), one per mask."""
+    m = np.asarray(masks, dtype=np.uint8)
+    if m.ndim != 3 or len(m) == 0:
+        return []
+    return mask_util.encode(np.asfortranarray(m.transpose(1, 2, 0)))
 
 
-def match(ious: np.ndarray, gt_ignore: np.ndarray, gt_crowd: np.ndarray,
-          thresholds: np.ndarray = IOU_THRESHOLDS) -> tuple[np.ndarray, np.ndarray]:
-    """Greedy matching of score-sorted detections (rows) to ground truths (columns).
-
-    ``gt_ignore`` marks ground truths that do not count (crowd); they must come
-    last in the column order. Returns ``matched`` and ``ignored`` (T, D) booleans.
-    """
-    n_t, (n_d, n_g) = len(thresholds), ious.shape
-    matched = np.zeros((n_t, n_d), dtype=bool)
-    ignored = np.zeros((n_t, n_d), dtype=bool)
-    gt_taken = np.zeros((n_t, n_g), dtype=bool)
-    for ti, t in enumerate(thresholds):
-        for di in range(n_d):
-            best, m = min(t, 1 - 1e-10), -1
-            for gi in range(n_g):
-                if gt_taken[ti, gi] and not gt_crowd[gi]:
-                    continue
-                # a real match found: stop at the first ignored ground truth
-                if m > -1 and not gt_ignore[m] and gt_ignore[gi]:
-                    break
-                if ious[di, gi] < best:
-                    continue
-                best, m = ious[di, gi], gi
-            if m == -1:
-                continue
-            matched[ti, di] = True
-            ignored[ti, di] = bool(gt_ignore[m])
-            gt_taken[ti, m] = True
-    return matched, ignored
+def _xywh(boxes) -> np.ndarray:
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    return np.stack([b[:, 0], b[:, 1], b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]], 1)
 
 
 class COCOEvaluator:
-    """Accumulates per-image matches for one IoU type ("bbox" or "segm")."""
+    """Accumulates images for one IoU type and scores them with pycocotools' COCOeval."""
 
     def __init__(self, iou_type: str = "bbox", max_dets: int = 100):
-        if iou_type not in ("bbox", "segm"):
+        if iou_type not in IOU_TYPES:
             raise ValueError(f"iou_type {iou_type!r}: expected 'bbox' or 'segm'")
         self.iou_type = iou_type
-        self.max_dets = max_dets
-        self.per_cat: dict[int, list] = {}   # category -> [(scores, matched, ignored)]
-        self.n_gt: dict[int, int] = {}       # category -> ground truths that count
+        self.max_dets = int(max_dets)
+        self.images: list[dict] = []  # {"size": (h, w), "gts": [...], "dets": [...]}
+
+    # --- one image --------------------------------------------------------------------------
 
     def add(self, gt_labels, det_scores, det_labels, *, gt_boxes=None, det_boxes=None,
-            gt_crowd=None, gt_masks=None, det_masks=None) -> None:
-        """One image: its ground truths and detections (boxes xyxy, or masks for "segm")."""
+            gt_crowd=None, gt_masks=None, det_masks=None, image_size=None) -> None:
+        """One image given as arrays: boxes xyxy in pixels, masks boolean (N, H, W).
+
+        "bbox" reads ``gt_boxes``/``det_boxes``; "segm" reads ``gt_masks``/``det_masks``
+        (the image size is the masks' size unless ``image_size`` (h, w) is given).
+        """
         gt_labels = np.asarray(gt_labels, dtype=np.int64).reshape(-1)
-        det_labels = np.asarray(det_labels, dtype=np.int64).reshape(-1)
-        det_scores = np.asarray(det_scores, dtype=np.float64).reshape(-1)
         crowd = (np.zeros(len(gt_labels), dtype=bool) if gt_crowd is None
                  else np.asarray(gt_crowd, dtype=bool).reshape(-1))
-        gts = gt_boxes if self.iou_type == "bbox" else gt_masks
-        dets = det_boxes if self.iou_type == "bbox" else det_masks
-        if gts is None:
-            gts = np.zeros((0, 4))
-        if dets is None:
-            dets = np.zeros((0, 4))
-        gts, dets = np.asarray(gts), np.asarray(dets)
-        for cat in np.union1d(np.unique(gt_labels), np.unique(det_labels)):
-            gi = np.flatnonzero(gt_labels == cat)
-            gi = np.concatenate([gi[~crowd[gi]], gi[crowd[gi]]])  # crowd (ignored) last
-            di = np.flatnonzero(det_labels == cat)
-            di = di[np.argsort(-det_scores[di], kind="mergesort")][: self.max_dets]
-            c = crowd[gi]
-            self.n_gt[int(cat)] = self.n_gt.get(int(cat), 0) + int((~c).sum())
-            if len(di) == 0:
-                self.per_cat.setdefault(int(cat), [])
-                continue
-            if len(gi):
-                fn = box_iou if self.iou_type == "bbox" else mask_iou
-                ious = fn(dets[di], gts[gi], c)
-            else:
-                ious = np.zeros((len(di), 0))
-            m, ig = match(ious, c, c)
-            self.per_cat.setdefault(int(cat), []).append((det_scores[di], m, ig))
+        if self.iou_type == "bbox":
+            xywh = _xywh(gt_boxes if gt_boxes is not None else np.zeros((0, 4)))
+            gts = [{"category_id": int(c), "bbox": [float(v) for v in b], "area": float(b[2] * b[3]),
+                    "iscrowd": int(k)} for c, b, k in zip(gt_labels, xywh, crowd)]
+            size = image_size or (0, 0)
+        else:
+            masks = np.zeros((0, 1, 1), bool) if gt_masks is None else np.asarray(gt_masks, dtype=bool)
+            size = tuple(image_size or masks.shape[1:])
+            rles = encode_masks(masks)
+            gts = [{"category_id": int(c), "segmentation": r, "area": float(mask_util.area(r)),
+                    "bbox": [float(v) for v in mask_util.toBbox(r)], "iscrowd": int(k)}
+                   for c, r, k in zip(gt_labels, rles, crowd)]
+        self._add(size, gts, det_scores, det_labels, det_boxes, det_masks)
 
-    # --- several processes ---
+    def add_annotations(self, height: int, width: int, anns: list[dict], label_of: dict, det_scores, det_labels, *,
+                        det_boxes=None, det_masks=None) -> None:
+        """One image with its ground truth as the COCO JSON holds it (``anns``: that image's
+        annotations; ``label_of`` maps COCO category ids to the workload's labels)."""
+        gts = []
+        for a in anns:
+            g = {"category_id": int(label_of[a["category_id"]]), "bbox": [float(v) for v in a["bbox"]],
+                 "area": float(a.get("area", a["bbox"][2] * a["bbox"][3])), "iscrowd": int(a.get("iscrowd", 0))}
+            if self.iou_type == "segm":
+                g["segmentation"] = a["segmentation"]
+            gts.append(g)
+        self._add((int(height), int(width)), gts, det_scores, det_labels, det_boxes, det_masks)
+
+    def _add(self, size, gts, det_scores, det_labels, det_boxes, det_masks) -> None:
+        scores = np.asarray(det_scores, dtype=np.float64).reshape(-1)
+        labels = np.asarray(det_labels, dtype=np.int64).reshape(-1)
+        if self.iou_type == "bbox":
+            boxes = _xywh(det_boxes if det_boxes is not None else np.zeros((0, 4)))
+            dets = [{"category_id": int(c), "bbox": [float(v) for v in b], "score": float(s)}
+                    for c, b, s in zip(labels, boxes, scores)]
+        else:
+            rles = encode_masks(det_masks) if det_masks is not None else []
+            dets = [{"category_id": int(c), "segmentation": r, "score": float(s)}
+                    for c, r, s in zip(labels, rles, scores)]
+        if len(dets) != len(scores):
+            raise ValueError(f"{len(scores)} detection scores but {len(dets)} detections")
+        self.images.append({"size": tuple(int(v) for v in size), "gts": gts, "dets": dets})
+
+    # --- several processes --------------------------------------------------------------------
+
     def state(self) -> dict:
-        return {"per_cat": self.per_cat, "n_gt": self.n_gt}
+        return {"iou_type": self.iou_type, "images": self.images}
 
     def merge(self, states) -> None:
         for st in states:
-            for cat, items in st["per_cat"].items():
-                self.per_cat.setdefault(int(cat), []).extend(items)
-            for cat, n in st["n_gt"].items():
-                self.n_gt[int(cat)] = self.n_gt.get(int(cat), 0) + int(n)
+            if st["iou_type"] != self.iou_type:
+                raise ValueError(f"cannot merge {st['iou_type']} results into a {self.iou_type} evaluator")
+            self.images.extend(st["images"])
 
-    # --- the result ---
-    def precision(self) -> np.ndarray:
-        """Interpolated precision (T, R, K) over the categories with ground truth; -1 where none."""
-        cats = sorted(set(self.n_gt) | set(self.per_cat))
-        out = -np.ones((len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), len(cats)))
-        for k, cat in enumerate(cats):
-            npig = self.n_gt.get(cat, 0)
-            if npig == 0:
-                continue
-            items = self.per_cat.get(cat, [])
-            out[:, :, k] = 0.0
-            if not items:
-                continue
-            scores = np.concatenate([s for s, _, _ in items])
-            order = np.argsort(-scores, kind="mergesort")
-            matched = np.concatenate([m for _, m, _ in items], axis=1)[:, order]
-            ignored = np.concatenate([ig for _, _, ig in items], axis=1)[:, order]
-            tps = np.cumsum(matched & ~ignored, axis=1, dtype=np.float64)
-            fps = np.cumsum(~matched & ~ignored, axis=1, dtype=np.float64)
-            for t in range(len(IOU_THRESHOLDS)):
-                tp, fp = tps[t], fps[t]
-                rc = tp / npig
-                pr = tp / (fp + tp + np.spacing(1))
-                pr = np.maximum.accumulate(pr[::-1])[::-1]  # monotone from the right
-                inds = np.searchsorted(rc, RECALL_THRESHOLDS, side="left")
-                q = np.zeros(len(RECALL_THRESHOLDS))
-                ok = inds < len(pr)
-                q[ok] = pr[inds[ok]]
-                out[t, :, k] = q
-        return out
+    # --- the result ------------------------------------------------------------------------------
+
+    def coco_objects(self) -> tuple[COCO, list[dict]]:
+        """The ground truth as a pycocotools COCO object and the detections as loadRes takes them."""
+        images, anns, dets, cats = [], [], [], set()
+        for i, im in enumerate(self.images, start=1):
+            h, w = im["size"]
+            images.append({"id": i, "height": h, "width": w})
+            for g in im["gts"]:
+                anns.append(dict(g, id=len(anns) + 1, image_id=i))  # ids from 1: COCOeval reads 0 as "none"
+                cats.add(g["category_id"])
+            for d in im["dets"]:
+                dets.append(dict(d, image_id=i))
+                cats.add(d["category_id"])
+        gt = COCO()
+        gt.dataset = {"images": images, "annotations": anns, "categories": [{"id": c} for c in sorted(cats)]}
+        with contextlib.redirect_stdout(io.StringIO()):
+            gt.createIndex()
+        return gt, dets
 
     def summarize(self) -> dict:
-        """``AP`` (0.50:0.95), ``AP50``, ``AP75``; NaN-free: 0.0 when nothing has ground truth."""
-        p = self.precision()
-
-        def mean(a):
-            a = a[a > -1]
-            return float(a.mean()) if a.size else 0.0
-
-        return {"AP": mean(p), "AP50": mean(p[0]), "AP75": mean(p[5])}
+        """``AP`` (IoU 0.50:0.95), ``AP50``, ``AP75`` from COCOeval; 0.0 where COCOeval has no value
+        (no ground truth, or no detection at all)."""
+        gt, dets = self.coco_objects()
+        if not dets or not gt.getAnnIds():
+            return {"AP": 0.0, "AP50": 0.0, "AP75": 0.0}
+        with contextlib.redirect_stdout(io.StringIO()):
+            res = gt.loadRes(dets)
+            ev = COCOeval(gt, res, self.iou_type)
+            ev.params.maxDets = [1, 10, self.max_dets]
+            ev.evaluate()
+            ev.accumulate()
+            ev.summarize()
+        s = [float(v) if v >= 0 else 0.0 for v in ev.stats[:3]]
+        return {"AP": s[0], "AP50": s[1], "AP75": s[2]}

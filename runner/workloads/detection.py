@@ -4,7 +4,8 @@ Box arithmetic, box coding, exact greedy non-maximum suppression on the
 device, RoIAlign (``grid_sample`` on one map, row gathers across the FPN
 levels), the generated shapes data set of the small and tiny scales, and
 the COCO 2017 reader of the full scale (``<data>/coco/{train2017,val2017}/*.jpg``
-and ``<data>/coco/annotations/instances_{train,val}2017.json``).
+and ``<data>/coco/annotations/instances_{train,val}2017.json``; masks rasterised
+by pycocotools).
 """
 
 from __future__ import annotations
@@ -169,17 +170,36 @@ def fpn_levels(rois: torch.Tensor, kmin: int, kmax: int, canonical=224, canonica
     return lvl.clamp(kmin, kmax).long()
 
 
+def _legacy_axis(v: torch.Tensor, size: torch.Tensor):
+    """Bilinear neighbours and weights along one axis as maskrcnn-benchmark's RoIAlign kernel
+    takes them: a sample below -1 or past ``size`` reads zero; one in [-1, 0] reads at 0; one
+    at or past the last cell reads the last cell."""
+    n = size[..., None].to(v.dtype)
+    valid = ((v >= -1) & (v <= n)).to(v.dtype)
+    vc = v.clamp(min=0)
+    lo = vc.floor()
+    edge = lo >= n - 1
+    lo = torch.where(edge, n - 1, lo)
+    frac = torch.where(edge, torch.zeros_like(vc), vc - lo)
+    hi = torch.where(edge, lo, lo + 1)
+    return (lo.long(), hi.long()), ((1 - frac) * valid, frac * valid)
+
+
 def multilevel_roi_align(feats: list, rois: torch.Tensor, out_size: int, strides: list,
                          sampling: int = 2) -> torch.Tensor:
     """RoIAlign on the FPN level each box belongs to: (N, K, C, out, out).
 
-    The same samples as :func:`roi_align` on the box's own level (bilinear,
-    half-pixel aligned, zero outside the map, ``sampling x sampling`` per
-    cell), computed as gathers of feature rows: every level's cells become
-    rows of one channels-last table, and each sample reads its four
-    neighbours there with float32 coordinates and weights. Only the box's own
-    level is read (no per-level passes) and shapes depend on the RoI count
-    only (compile-friendly); the backward pass is an ``index_add`` of rows.
+    The samples of maskrcnn-benchmark's RoIAlign (the CUDA kernel MLPerf v0.5
+    trains with): on the box's own level, ``sampling x sampling`` bilinear
+    samples per cell, spread over the box from its corner ``x1 * scale`` to
+    its inclusive end ``(x2 - 1) * scale`` (``rois`` are continuous xyxy) with
+    no half-pixel shift, the box at least one cell wide; the kernel's border
+    rules (``_legacy_axis``). Computed as gathers of feature rows: every
+    level's cells become rows of one channels-last table, and each sample
+    reads its four neighbours there with float32 coordinates and weights.
+    Only the box's own level is read (no per-level passes) and shapes depend
+    on the RoI count only (compile-friendly); the backward pass is an
+    ``index_add`` of rows.
     """
     n, c = feats[0].shape[:2]
     k = rois.shape[1]
@@ -198,22 +218,17 @@ def multilevel_roi_align(feats: list, rois: torch.Tensor, out_size: int, strides
     base = starts[level] + torch.arange(n, device=dev)[:, None] * h * w
     s = out_size * sampling
     t = (torch.arange(s, device=dev, dtype=torch.float32) + 0.5) / s
-    r = rois.float() * scale[..., None] - 0.5
-    x = r[..., 0:1] + (r[..., 2:3] - r[..., 0:1]) * t  # (N, K, s) in cells, centres at integers
-    y = r[..., 1:2] + (r[..., 3:4] - r[..., 1:2]) * t
-    x0, y0 = x.floor(), y.floor()
-    fx, fy = x - x0, y - y0
-    x0, y0 = x0.long(), y0.long()
+    r = rois.float()
+    x1, y1 = r[..., 0:1] * scale[..., None], r[..., 1:2] * scale[..., None]
+    bw = ((r[..., 2:3] - 1) * scale[..., None] - x1).clamp(min=1.0)
+    bh = ((r[..., 3:4] - 1) * scale[..., None] - y1).clamp(min=1.0)
+    (ylo, yhi), (wylo, wyhi) = _legacy_axis(y1 + bh * t, h)  # (N, K, s) in cells, centres at integers
+    (xlo, xhi), (wxlo, wxhi) = _legacy_axis(x1 + bw * t, w)
     out = None
-    for dy in (0, 1):
-        yi = y0 + dy
-        wy = (fy if dy else 1 - fy) * ((yi >= 0) & (yi < h[..., None]))
-        row = base[..., None] + yi.clamp(min=0).minimum(h[..., None] - 1) * w[..., None]  # (N, K, s)
-        for dx in (0, 1):
-            xi = x0 + dx
-            wx = (fx if dx else 1 - fx) * ((xi >= 0) & (xi < w[..., None]))
-            col = xi.clamp(min=0).minimum(w[..., None] - 1)
-            idx = (row[..., :, None] + col[..., None, :]).reshape(-1)  # (N*K*s*s,)
+    for yi, wy in ((ylo, wylo), (yhi, wyhi)):
+        row = base[..., None] + yi * w[..., None]  # (N, K, s)
+        for xi, wx in ((xlo, wxlo), (xhi, wxhi)):
+            idx = (row[..., :, None] + xi[..., None, :]).reshape(-1)  # (N*K*s*s,)
             v = table.index_select(0, idx).view(n, k, s, s, c)
             v = v * (wy[..., :, None] * wx[..., None, :])[..., None]
             out = v if out is None else out + v
@@ -345,10 +360,13 @@ class CocoIndex:
         self.cat_ids = sorted(c["id"] for c in doc["categories"])
         self.label_of = {cid: i + 1 for i, cid in enumerate(self.cat_ids)}  # 0 = background
         self.images = {im["id"]: im for im in doc["images"]}
-        self.anns: dict[int, list] = {i: [] for i in self.images}
+        self.anns: dict[int, list] = {i: [] for i in self.images}  # those with a box of positive size
+        self.all_anns: dict[int, list] = {i: [] for i in self.images}  # every one (what COCO evaluates)
         for a in doc["annotations"]:
-            if a["image_id"] in self.anns and a.get("bbox") and a["bbox"][2] > 0 and a["bbox"][3] > 0:
-                self.anns[a["image_id"]].append(a)
+            if a["image_id"] in self.all_anns:
+                self.all_anns[a["image_id"]].append(a)
+                if a.get("bbox") and a["bbox"][2] > 0 and a["bbox"][3] > 0:
+                    self.anns[a["image_id"]].append(a)
         self.ids = sorted(self.images)
 
     def with_annotations(self) -> list[int]:
@@ -376,58 +394,28 @@ class CocoIndex:
 
 
 def segmentation_mask(seg, h: int, w: int, scale_xy=(1.0, 1.0), out_hw=None) -> np.ndarray:
-    """A COCO segmentation (polygons or RLE) as a boolean mask, scaled to ``out_hw``."""
-    from PIL import Image, ImageDraw
+    """A COCO segmentation (polygons or RLE) as a boolean mask, rasterised by pycocotools.
+
+    Polygons are scaled by ``scale_xy`` and rasterised on the ``out_hw`` grid
+    (``frPyObjects``, as COCO's ``annToRLE`` does at full size); RLE is decoded
+    at its own size and resized to ``out_hw`` (nearest) when that differs.
+    """
+    from pycocotools import mask as mask_util
 
     oh, ow = out_hw or (h, w)
     sx, sy = scale_xy
     if isinstance(seg, list):
-        img = Image.new("L", (ow, oh), 0)
-        draw = ImageDraw.Draw(img)
-        for poly in seg:
-            if len(poly) >= 6:
-                pts = [(poly[i] * sx, poly[i + 1] * sy) for i in range(0, len(poly) - 1, 2)]
-                draw.polygon(pts, fill=1, outline=1)
-        return np.asarray(img, dtype=bool)
-    m = rle_decode(seg)
-    if (oh, ow) != m.shape:
-        m = np.asarray(Image.fromarray(m.astype(np.uint8) * 255).resize((ow, oh), Image.NEAREST)) > 127
-    return m
+        if (sx, sy) != (1.0, 1.0):
+            seg = [[v * (sx if j % 2 == 0 else sy) for j, v in enumerate(p)] for p in seg]
+        m = mask_util.decode(mask_util.merge(mask_util.frPyObjects(seg, oh, ow)))
+    else:
+        rle = mask_util.frPyObjects(seg, h, w) if isinstance(seg.get("counts"), list) else seg
+        m = mask_util.decode(rle)
+        if (oh, ow) != m.shape:
+            from PIL import Image
 
-
-def rle_decode(rle: dict) -> np.ndarray:
-    """COCO RLE (counts as a list or as the compressed string) -> bool (h, w), column-major as COCO."""
-    h, w = rle["size"]
-    counts = rle["counts"]
-    if isinstance(counts, str):
-        counts = _rle_string_counts(counts)
-    flat = np.zeros(h * w, dtype=bool)
-    pos, val = 0, False
-    for c in counts:
-        if val:
-            flat[pos: pos + c] = True
-        pos += c
-        val = not val
-    return flat.reshape(w, h).T
-
-
-def _rle_string_counts(s: str) -> list[int]:
-    """Decode pycocotools' compressed RLE string (6 bits per char, deltas from the count two back)."""
-    counts, p = [], 0
-    while p < len(s):
-        x, k, more = 0, 0, True
-        while more:
-            c = ord(s[p]) - 48
-            x |= (c & 0x1F) << (5 * k)
-            more = bool(c & 0x20)
-            p += 1
-            k += 1
-            if not more and (c & 0x10):
-                x |= -1 << (5 * k)
-        if len(counts) > 2:
-            x += counts[-2]
-        counts.append(x)
-    return counts
+            m = np.asarray(Image.fromarray(m * 255).resize((ow, oh), Image.NEAREST)) > 127
+    return m.astype(bool)
 
 
 def read_image(path: Path, draft=None):

@@ -7,6 +7,16 @@ model: each user interacts with items drawn by preference, one interaction per
 user is held out, and the model must rank it among sampled negatives. The
 untrained model scores about 10/(negatives+1); HR@10 well above that needs
 real learning of the user-item structure.
+
+As in NVIDIA's v0.5 submission (recommendation/pytorch/ncf.py): the batch of
+the catalogue is the global one when ``batch_is_global`` is set (each of N
+processes trains on ``batch_size // N`` samples per step), every epoch draws
+``train_negatives`` fresh negatives per positive with replacement, rejecting
+items the user has a training interaction with, and the loss is the mean
+binary cross entropy. HR@10 ranks as the reference's top-k does: with the
+positive after the negatives, a negative item that ties with the positive
+ranks above it, duplicates count once (see ranking_masks). The scores for ranking are computed in fp32, without
+autocast, so that bf16 rounding creates no ties.
 """
 
 from __future__ import annotations
@@ -94,24 +104,66 @@ def load_prepared(root: str) -> dict:
     return readers.ncf(root)
 
 
+def duplicate_mask(items: torch.Tensor) -> torch.Tensor:
+    """True where a row of ``items`` repeats an item seen earlier in that row."""
+    srt, order = torch.sort(items, dim=1, stable=True)
+    dup_sorted = torch.zeros_like(srt, dtype=torch.bool)
+    dup_sorted[:, 1:] = srt[:, 1:] == srt[:, :-1]
+    dup = torch.empty_like(dup_sorted)
+    dup.scatter_(1, order, dup_sorted)
+    return dup
+
+
+def ranking_masks(cand: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(counts, before)`` for candidates ``[positive, negatives...]`` (one row per user).
+
+    The reference lays a row out as ``[negatives..., positive]``, scores later
+    duplicates of an item -1 and ranks with a top-k that puts the lower column
+    first among equal scores; the positive stands at the first column holding
+    its item. ``counts``: the negatives that compete with the positive (first
+    occurrences of items other than the positive's). ``before``: the negatives
+    that come before the positive in that layout, so that they win a tie.
+    """
+    pos, negs = cand[:, :1], cand[:, 1:]
+    same = negs == pos
+    counts = ~same & ~duplicate_mask(negs)
+    col = torch.arange(negs.shape[1], device=cand.device).expand_as(negs)
+    first = torch.where(same, col, torch.full_like(col, negs.shape[1])).min(dim=1, keepdim=True).values
+    return counts, col < first
+
+
+def hits_at_k(pos_scores: torch.Tensor, neg_scores: torch.Tensor, counts: torch.Tensor,
+              before: torch.Tensor, k: int = 10) -> torch.Tensor:
+    """Per user: whether the positive is in the reference's top ``k`` (see ranking_masks)."""
+    p = pos_scores.unsqueeze(1)
+    ahead = (neg_scores > p) | ((neg_scores == p) & before)
+    return (ahead & counts).sum(dim=1) < k
+
+
 class Trainer:
     def __init__(self, ctx):
         self.ctx = ctx
         cfg = ctx.cfg
         dev = ctx.device
-        self.negatives = cfg.get("train_negatives", 4)
-        self.batch = cfg["batch_size"]
+        self.negatives = int(cfg.get("train_negatives", 4))
+        self.batch_is_global = bool(cfg.get("batch_is_global", False))
+        batch = int(cfg["batch_size"])
         if ctx.mode == "throughput":
-            self.batch = ctx.throughput_batch_size(self.batch)
+            batch = ctx.throughput_batch_size(batch)
+        self.batch = self.local_batch(batch, ctx.world_size)
+        if ctx.mode == "throughput":
             n_users, n_items = cfg["users"], cfg["items"]
         else:
             data = generate(cfg) if cfg["data"] == "generated" else load_prepared(ctx.data)
             n_users, n_items = data["users"], data["items"]
             self.pos_u = torch.as_tensor(data["train_users"], device=dev)
             self.pos_i = torch.as_tensor(data["train_items"], device=dev)
+            # sorted user*items+item keys of the training interactions: negatives are drawn outside them
+            self.pos_keys = torch.sort(self.pos_u * n_items + self.pos_i)[0]
             self.test_u = torch.as_tensor(data["test_users"], device=dev)
             self.test_cand = torch.cat([torch.as_tensor(data["test_items"]).unsqueeze(1),
                                         torch.as_tensor(data["test_negatives"])], dim=1).to(dev)
+            self.neg_counts, self.neg_before = ranking_masks(self.test_cand)
         self.n_items = n_items
         self.model = NeuMF(n_users, n_items, cfg["mf_dim"], cfg["layers"]).to(dev)
         self.ddp = ctx.wrap(self.model)
@@ -125,10 +177,19 @@ class Trainer:
             self.train_samples = int(self.pos_u.numel()) * (1 + self.negatives)
             self.eval_samples = int(self.test_u.numel())
 
+    def local_batch(self, batch: int, world_size: int) -> int:
+        """Samples per process and step: the global batch split over the processes where it is global."""
+        if not self.batch_is_global:
+            return batch
+        if batch < world_size:
+            raise WorkloadError(f"the global batch {batch} cannot be split over {world_size} processes")
+        return batch // world_size  # as the reference: floor division
+
     def hyperparameters(self) -> dict:
         cfg, ctx = self.ctx.cfg, self.ctx
         return {
             C.GLOBAL_BATCH_SIZE: self.batch * ctx.world_size,
+            "gpulab_batch_is_global": self.batch_is_global,
             C.OPT_NAME: C.ADAM,
             C.OPT_BASE_LR: cfg["lr"],
             "opt_adam_beta_1": cfg["beta1"],
@@ -138,7 +199,26 @@ class Trainer:
             "model_layers": cfg["layers"],
             "train_negatives": self.negatives,
             "eval_negatives": int(self.test_cand.shape[1] - 1) if ctx.mode == "ttt" else cfg["eval_negatives"],
+            "eval_hr_k": 10,
         }
+
+    def sample_negatives(self, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """``train_negatives`` items per positive, with replacement, never a training item of the user."""
+        users = self.pos_u.repeat(self.negatives)
+        items = torch.randint(0, self.n_items, (users.numel(),), device=users.device, generator=g)
+        todo = torch.arange(users.numel(), device=users.device)
+        for _ in range(1000):  # each round keeps what misses the user's items; the rest is drawn again
+            keys = users[todo] * self.n_items + items[todo]
+            pos = torch.searchsorted(self.pos_keys, keys).clamp(max=self.pos_keys.numel() - 1)
+            clash = self.pos_keys[pos] == keys
+            if not bool(clash.any()):
+                break
+            todo = todo[clash]
+            items[todo] = torch.randint(0, self.n_items, (todo.numel(),), device=users.device, generator=g)
+        else:
+            raise WorkloadError("negative sampling did not finish: some user has a training interaction "
+                                "with (almost) every item")
+        return users, items
 
     def _step(self, u, i, y):
         with self.ctx.autocast():
@@ -155,8 +235,7 @@ class Trainer:
         g = torch.Generator(device=dev)
         g.manual_seed(ctx.seed * 7919 + epoch)  # same on every rank: ranks take disjoint slices
         n_pos = self.pos_u.numel()
-        neg_u = self.pos_u.repeat(self.negatives)
-        neg_i = torch.randint(0, self.n_items, (n_pos * self.negatives,), device=dev, generator=g)
+        neg_u, neg_i = self.sample_negatives(g)
         users = torch.cat([self.pos_u, neg_u])
         items = torch.cat([self.pos_i, neg_i])
         labels = torch.cat([torch.ones(n_pos, device=dev), torch.zeros(n_pos * self.negatives, device=dev)])
@@ -182,13 +261,13 @@ class Trainer:
                 continue
             u = self.test_u[part]
             cand = self.test_cand[part]
+            counts, before = self.neg_counts[part], self.neg_before[part]
             for s in range(0, u.numel(), 4096):
                 uu, cc = u[s: s + 4096], cand[s: s + 4096]
-                with ctx.autocast():
-                    scores = self.model(uu.unsqueeze(1).expand_as(cc).reshape(-1), cc.reshape(-1))
+                # fp32 logits, no autocast: bf16 would round distinct scores into ties
+                scores = self.model(uu.unsqueeze(1).expand_as(cc).reshape(-1), cc.reshape(-1))
                 scores = scores.float().view(cc.shape)
-                better = (scores[:, 1:] > scores[:, :1]).sum(dim=1)  # negatives ranked above the positive
-                hits += int((better < 10).sum())
+                hits += int(hits_at_k(scores[:, 0], scores[:, 1:], counts[s: s + 4096], before[s: s + 4096]).sum())
         total_hits, = ctx.all_sum([hits])
         return total_hits / self.test_u.numel()
 

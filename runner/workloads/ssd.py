@@ -6,13 +6,14 @@ stride 1 (38x38 at 300x300), five extra blocks (1x1 then 3x3, BN, ReLU) down to
 aspect ratios 2 and 3), box coding with variances 0.1/0.2, IoU-0.5 matching
 plus the best default box of every object, smooth-L1 plus cross-entropy with
 3:1 hard negative mining; inference: softmax, score 0.05, per-class NMS 0.5,
-200 detections per image, COCO AP in numpy (runner/workloads/coco_eval.py).
+200 detections per image, COCO AP by pycocotools (runner/workloads/coco_eval.py).
 
 Full scale reads COCO 2017 (train2017 / val2017 and the instances JSON) with
 the SSD random crop (minimum-IoU choices, ``max_samples`` trials), horizontal
-flip and a resize to 300x300; an ImageNet ResNet-34 in torchvision's layout at
-``<data>/pretrained/resnet34.pth`` initializes the backbone when present (the
-reference starts from one). Small and tiny scales train on generated shapes
+flip and a resize to 300x300; the backbone starts from torchvision's ImageNet
+ResNet-34 (``resnet34-333f7ec4.pth``, as the reference), a catalogued artifact
+at ``<data>/resnet34-torchvision/`` whose sum the runner checks before a ttt
+run (a missing or wrong file is bad input, never a run from scratch). Small and tiny scales train on generated shapes
 (runner/workloads/detection.py) at 96 and 64 pixels with a narrower, shallower
 backbone and fewer feature levels (``width``, ``layers``, ``extras`` in
 workloads.yml).
@@ -21,7 +22,6 @@ workloads.yml).
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -32,6 +32,7 @@ from runner.workloads import detection as D
 from runner.workloads import vision as V
 from runner.workloads.base import WorkloadError, compile_fn
 from runner.workloads.coco_eval import COCOEvaluator
+from runner.workloads.pretrained import load_backbone
 
 WEIGHTS = (10.0, 10.0, 5.0, 5.0)  # variances 0.1 (centre) and 0.2 (size)
 
@@ -322,10 +323,7 @@ class Trainer:
             return
         train_idx, self.val_idx, ids = D.open_coco(ctx, self.num_classes)
         self.data = "prepared"
-        pre = Path(ctx.data) / "pretrained" / "resnet34.pth"
-        if pre.is_file():
-            n = V.load_pretrained(model.backbone, pre)
-            V.log_note(f"ssd: backbone initialized from {pre} ({n} tensors)")
+        V.log_note("ssd: " + load_backbone(ctx, model.backbone))  # its sum is checked before the run
         self.train_samples, self.eval_samples = len(ids), len(self.val_idx.ids)
         workers = V.loader_workers(ctx)
         common = {"num_workers": workers, "pin_memory": ctx.cuda, "persistent_workers": workers > 0,

@@ -4,10 +4,15 @@ The model of the reference: 6 encoder and 6 decoder layers, model width 1024,
 feed-forward 4096, 16 heads, pre-layer-norm residual blocks with a final norm,
 sinusoidal positions, one embedding matrix shared by source, target and the
 output projection (scaled by sqrt(width)), dropout 0.1, label smoothing 0.1,
-Adam (0.9, 0.98, 1e-9) with linear warm-up and inverse-square-root decay.
-Attention runs through ``F.scaled_dot_product_attention`` (flash attention on
-GPUs when there is no padding mask, as in throughput mode). Evaluation decodes
-greedily (the reference uses a beam of 4).
+Adam (0.9, 0.997, 1e-9) with fairseq's linear warm-up from 0 and
+inverse-square-root decay, batches of at most 5120 tokens per process
+(NVIDIA's v0.5 submission, translation/pytorch/run_training.sh and
+config_DGX1.sh). Attention runs through ``F.scaled_dot_product_attention``
+(flash attention on GPUs when there is no padding mask, as in throughput
+mode). The source ends with EOS, as fairseq's. Evaluation: fairseq's beam
+search of width 4, length penalty 1, at most 200 words
+(runner.workloads.beam_search.fairseq_search), BLEU on lower-cased
+Moses-tokenized text (runner.workloads.bleu).
 
 Tiny and small scales: the same code, narrower (tiny: 2+2 layers, width 64,
 4 heads) on the generated task of runner.workloads.translation.
@@ -23,6 +28,7 @@ import torch.nn.functional as F
 from mlperf_logging.mllog import constants as C
 
 from runner.workloads import translation as T
+from runner.workloads.beam_search import fairseq_search
 
 
 class MHA(nn.Module):
@@ -116,51 +122,77 @@ class Transformer(nn.Module):
             x = blk(x, self_mask=mask)
         return self.enc_norm(x)
 
-    def decode(self, tgt_in, mem, mem_mask):
+    def decode(self, tgt_in, mem, mem_mask, last_only: bool = False):
         y = self._embed(tgt_in)
         for blk in self.dec:
             y = blk(y, mem=mem, mem_mask=mem_mask)
+        if last_only:
+            y = y[:, -1:]
         return self.dec_norm(y) @ self.emb.weight.t()
 
     def forward(self, src, tgt_in, pad: bool = True):
         mask = self._pad_mask(src, pad)
         return self.decode(tgt_in, self.encode(src, mask), mask)
 
-    @torch.no_grad()
-    def greedy(self, src, max_len: int):
+    # --- decoding (runner.workloads.beam_search) -----------------------------------------
+    def start(self, src):
         mask = self._pad_mask(src, bool((src == T.PAD).any()))
         mem = self.encode(src, mask)
-        B = src.shape[0]
-        ys = torch.full((B, 1), T.BOS, dtype=torch.long, device=src.device)
-        done = torch.zeros(B, dtype=torch.bool, device=src.device)
-        for _ in range(max_len):
-            nxt = self.decode(ys, mem, mask)[:, -1].float().argmax(-1)
-            nxt = torch.where(done, torch.full_like(nxt, T.PAD), nxt)
-            ys = torch.cat([ys, nxt.unsqueeze(1)], dim=1)
-            done |= nxt == T.EOS
-            if bool(done.all()):
-                break
-        out = ys[:, 1:]
-        if out.shape[1] < max_len:
-            out = F.pad(out, (0, max_len - out.shape[1]), value=T.PAD)
-        return out
+        return {"mem": mem, "mask": mask, "ys": src.new_zeros((src.shape[0], 0))}
+
+    def step(self, state, words):
+        ys = torch.cat([state["ys"], words.unsqueeze(1)], dim=1)
+        logits = self.decode(ys, state["mem"], state["mask"], last_only=True)[:, -1]
+        return torch.log_softmax(logits.float(), dim=-1), None, dict(state, ys=ys)
+
+    @staticmethod
+    def select(state, rows):
+        mask = state["mask"]
+        return {"mem": state["mem"].index_select(0, rows), "ys": state["ys"].index_select(0, rows),
+                "mask": None if mask is None else mask.index_select(0, rows)}
 
 
 def make_model(cfg: dict, vocab_size: int) -> nn.Module:
     return Transformer(vocab_size, int(cfg["d_model"]), int(cfg["d_ff"]), int(cfg["heads"]),
                        int(cfg["layers"]), float(cfg.get("dropout", 0.1)),
-                       max_pos=max(1024, int(cfg.get("decode_max_len", 256)) + 2))
+                       max_pos=max(1024, int((cfg.get("beam") or {}).get("max_len", 256)) + 2))
 
 
 class Trainer(T.Trainer):
+    src_frame = (False, True)  # fairseq appends EOS to the source
+    tgt_extra = 1
+    bleu_scheme = "moses"
+
     def __init__(self, ctx):
         T.check_bucket_config(ctx.cfg, "transformer")
+        self.beam = beam_config(ctx.cfg)
         super().__init__(ctx, make_model, ("wmt17_en_de", "wmt17"), adam_eps=float(ctx.cfg.get("eps", 1e-9)))
+
+    def decode_eval(self, src):
+        b = self.beam
+        return fairseq_search(self.model, src, b["size"], b["max_len"], b["len_penalty"])
 
     def hyperparameters(self) -> dict:
         hp = self.common_hyperparameters()
         hp[C.MAX_SEQUENCE_LENGTH] = (int(self.cfg["max_len"]), {"method": "discard"})
+        # the v0.5 reference's key, with its values
+        hp["model_hp_sequence_beam_search"] = {"alpha": self.beam["len_penalty"], "beam_size": self.beam["size"],
+                                               "extra_decode_length": self.beam["max_len"],
+                                               "vocab_size": self.vocab_size}
+        if self.max_tokens:
+            hp["gpulab_max_tokens_per_process"] = self.max_tokens
         return hp
+
+
+def beam_config(cfg: dict) -> dict:
+    b = cfg.get("beam") or {}
+    try:
+        out = {"size": int(b["size"]), "max_len": int(b["max_len"]), "len_penalty": float(b["len_penalty"])}
+    except (KeyError, TypeError, ValueError):
+        raise T.WorkloadError("workloads.yml: transformer: 'beam' needs size, max_len and len_penalty") from None
+    if out["size"] < 1 or out["max_len"] < 1:
+        raise T.WorkloadError("workloads.yml: transformer: beam size and max_len must be at least 1")
+    return out
 
 
 def build(ctx) -> Trainer:

@@ -1,258 +1,89 @@
-"""What the two translation workloads (gnmt, transformer) share.
+"""What the two translation workloads (gnmt, transformer) share: the trainer.
 
-- Data. Token ids with ``PAD, UNK, BOS, EOS = 0, 1, 2, 3`` (the layout of the
-  prepared WMT data, runner.datasets.bpe). Full scale reads the prepared WMT
-  En-De arrays (``<data>/wmt16_de_en`` for GNMT, ``<data>/wmt17_en_de`` for the
-  Transformer): ``vocab.json`` and ``<split>.<lang>.ids.npy`` /
-  ``<split>.<lang>.offsets.npy`` for split train/eval, lang en/de (sentence i
-  is ``ids[off[i]:off[i+1]]``, no BOS/EOS stored). Tiny and small scales
-  generate a deterministic translation task with a real word vocabulary: an
-  "English" and a "German" lexicon of pronounceable words, a fixed bilingual
-  dictionary, and sentences whose translation is the word-by-word dictionary
-  translation with each pair of neighbouring words swapped (so that the model
-  must learn both the lexicon and an alignment that is not the identity).
-- Batches bucketed by length: every batch is padded to one of a few fixed
-  lengths, so that compiled graphs see a handful of static shapes.
-- Uncased corpus BLEU (runner.workloads.translation.bleu), computed from
-  per-sentence n-gram statistics summed over all ranks, logged as a fraction
-  in [0, 1] as the MLPerf 0.7.0 rules expect (target 0.25 = 25.0 BLEU).
-- The trainer: label-smoothed cross entropy, Adam, the warm-up/decay schedule,
-  greedy decoding for evaluation, synthetic batches for throughput mode.
+- Data and batches: runner.workloads.translation_data. GNMT draws its batches
+  as its reference's bucketing sampler (a fixed number of sentences, sorted by
+  length within shards of 80 global batches); the Transformer makes fixed
+  batches of at most ``max_tokens`` tokens, as fairseq's ``--max-tokens``, and
+  shuffles their order each epoch (``max_tokens`` unset: ``batch_size``
+  sentences per batch).
+- Loss: label-smoothed cross entropy summed over the target tokens, divided
+  by the batch's tokens (``loss_per: token``) or sentences (``loss_per:
+  sentence``, GNMT's reference); Adam; the learning-rate schedules of the two
+  references (``gnmt_lr``, ``rsqrt_lr``). Where the catalogue gives
+  ``schedule_at`` (the global batch and training-set size its step counts are
+  meant for), the step counts are rescaled to this run's global batch and data
+  set, so that they cover the same share of the data at any GPU count;
+  ``lr_scaling`` (none, linear, sqrt) says how the base rate follows the
+  global batch.
+- Evaluation: the whole evaluation source, beam search as each reference
+  (runner.workloads.beam_search; the model's ``decode_eval``), BLEU as each
+  reference computes it (runner.workloads.bleu) over the outputs of all
+  ranks, logged as a fraction in [0, 1] as the MLPerf 0.7.0 rules expect.
+- Throughput mode: synthetic on-device batches of ``throughput.seq_len``.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from mlperf_logging.mllog import constants as C
 
+from runner.workloads import bleu
 from runner.workloads.base import WorkloadError, compile_fn
+from runner.workloads.translation_data import (BOS, DATA_SEED, EOS, N_SPECIAL, PAD, UNK, WordVocab,  # noqa: F401
+                                               bucket_length, bucketed_shards, frame_source, generate,
+                                               keep_pairs, load_prepared, pad_batch, token_batches)
 
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
-N_SPECIAL = 4
-DATA_SEED = 20181201  # generated data is a fixed data set, the same for every run
-
-# ----------------------------------------------------------------------------------------
-# BLEU (uncased, 13a tokenization, corpus level, no smoothing)
-# ----------------------------------------------------------------------------------------
-
-_13A = [
-    (re.compile(r"([\{-\~\[-\` -\&\(-\+\:-\@\/])"), r" \1 "),
-    (re.compile(r"([^0-9])([\.,])"), r"\1 \2 "),
-    (re.compile(r"([\.,])([^0-9])"), r" \1 \2"),
-    (re.compile(r"([0-9])(-)"), r"\1 \2 "),
-]
+LR_SCALINGS = ("none", "linear", "sqrt")
 
 
-def tokenize_13a(line: str) -> list[str]:
-    """mteval-v13a tokenization (as SacreBLEU's default), lower-cased."""
-    s = line.replace("<skipped>", "").replace("-\n", "").replace("\n", " ")
-    if "&" in s:
-        s = s.replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">")
-    s = " " + s + " "
-    for rx, sub in _13A:
-        s = rx.sub(sub, s)
-    return s.lower().split()
+def gnmt_lr(update: int, base: float, warmup: int, remain: int, interval: int, steps: int,
+            factor: float) -> float:
+    """Rate of update ``update`` (1 = the first), as the GNMT reference's WarmupMultiStepLR.
 
-
-def bleu_stats(hyp: list[str], ref: list[str], max_n: int = 4) -> list[int]:
-    """``[hyp_len, ref_len, match_1..match_n, total_1..total_n]`` of one tokenized sentence."""
-    out = [len(hyp), len(ref)]
-    matches, totals = [], []
-    for n in range(1, max_n + 1):
-        h = Counter(tuple(hyp[i:i + n]) for i in range(len(hyp) - n + 1))
-        r = Counter(tuple(ref[i:i + n]) for i in range(len(ref) - n + 1))
-        matches.append(sum(min(c, r[g]) for g, c in h.items()))
-        totals.append(max(len(hyp) - n + 1, 0))
-    return out + matches + totals
-
-
-def bleu_from_stats(stats, max_n: int = 4) -> float:
-    """Corpus BLEU as a fraction in [0, 1] from summed ``bleu_stats``."""
-    c, r = stats[0], stats[1]
-    m, t = stats[2:2 + max_n], stats[2 + max_n:2 + 2 * max_n]
-    if c == 0 or any(x == 0 for x in m) or any(x == 0 for x in t):
-        return 0.0
-    log_p = sum(math.log(mi / ti) for mi, ti in zip(m, t)) / max_n
-    bp = 1.0 if c > r else math.exp(1.0 - r / c)
-    return bp * math.exp(log_p)
-
-
-def corpus_bleu(hyps: list[str], refs: list[str]) -> float:
-    total = [0] * 10
-    for h, r in zip(hyps, refs):
-        total = [a + b for a, b in zip(total, bleu_stats(tokenize_13a(h), tokenize_13a(r)))]
-    return bleu_from_stats(total)
-
-
-# ----------------------------------------------------------------------------------------
-# Data
-# ----------------------------------------------------------------------------------------
-
-class WordVocab:
-    """The generated task's vocabulary: specials, then English words, then German words."""
-
-    def __init__(self, en: list[str], de: list[str]):
-        self.words = ["<pad>", "<unk>", "<s>", "</s>"] + en + de
-        self.n_en = len(en)
-
-    def __len__(self):
-        return len(self.words)
-
-    def decode(self, ids) -> str:
-        return " ".join(self.words[i] for i in ids if i >= N_SPECIAL)
-
-
-def _lexicon(rng, n: int, onsets: str, vowels: str, codas: str) -> list[str]:
-    seen, out = set(), []
-    while len(out) < n:
-        k = int(rng.integers(1, 4))
-        w = "".join(rng.choice(list(onsets)) + rng.choice(list(vowels)) for _ in range(k))
-        w += rng.choice(list(codas))
-        if w not in seen:
-            seen.add(w)
-            out.append(w)
-    return out
-
-
-def generate(cfg: dict) -> dict:
-    """The generated translation task (deterministic): train and eval pairs and the vocabulary."""
-    rng = np.random.default_rng(DATA_SEED)
-    n = int(cfg["words"])
-    en = _lexicon(rng, n, "bcdfglmnprstvw", "aeiou", ["", "n", "s", "t", "r"])
-    de = _lexicon(rng, n, "bdfghklmnrstwz", "aeiouä", ["", "en", "er", "t", "ch"])
-    vocab = WordVocab(en, de)
-    # the dictionary: English word i -> German word perm[i]
-    perm = rng.permutation(n)
-    zipf = 1.0 / np.arange(1, n + 1) ** float(cfg.get("zipf", 0.8))
-    zipf /= zipf.sum()
-    lo, hi = cfg["sentence_len"]
-
-    def pairs(count):
-        src, tgt = [], []
-        for _ in range(count):
-            ln = int(rng.integers(lo, hi + 1))
-            words = rng.choice(n, size=ln, p=zipf)
-            out = perm[words]
-            if cfg.get("swap_pairs", True):
-                out = out.copy()
-                for i in range(0, ln - 1, 2):
-                    out[i], out[i + 1] = out[i + 1], out[i]
-            src.append((words + N_SPECIAL).astype(np.int64))
-            tgt.append((out + N_SPECIAL + n).astype(np.int64))
-        return src, tgt
-
-    tr_s, tr_t = pairs(int(cfg["train_pairs"]))
-    ev_s, ev_t = pairs(int(cfg["eval_pairs"]))
-    return {"vocab": vocab, "vocab_size": len(vocab), "train": (tr_s, tr_t), "eval": (ev_s, ev_t),
-            "refs": [vocab.decode(t) for t in ev_t]}
-
-
-def _split(root: Path, split: str, lang: str) -> list[np.ndarray]:
-    ids = np.load(root / f"{split}.{lang}.ids.npy", mmap_mode="r")
-    off = np.load(root / f"{split}.{lang}.offsets.npy")
-    return [np.asarray(ids[off[i]:off[i + 1]], dtype=np.int64) for i in range(len(off) - 1)]
-
-
-def _from_reader(wmt, src_lang: str, tgt_lang: str) -> dict:
-    """Through runner.datasets.readers (the datasets package, with its manifest check)."""
-    def sents(split, lang):
-        ss = wmt.split(split, lang)
-        return [np.asarray(ss[i], dtype=np.int64) for i in range(len(ss))]
-
-    bpe = wmt.bpe
-
-    class _Dec:
-        def decode(self, ids):
-            return bpe.decode([int(i) for i in ids if int(i) >= N_SPECIAL])
-
-    dec = _Dec()
-    tr = (sents("train", src_lang), sents("train", tgt_lang))
-    ev = (sents("eval", src_lang), sents("eval", tgt_lang))
-    return {"vocab": dec, "vocab_size": int(wmt.vocab_size), "train": tr, "eval": ev,
-            "refs": [dec.decode(t) for t in ev[1]]}
-
-
-def load_prepared(root: str, benchmark: str, folders: tuple[str, ...],
-                  src_lang: str = "en", tgt_lang: str = "de") -> dict:
-    """The prepared WMT data of ``benchmark`` under the data root ``root``.
-
-    Through ``runner.datasets.readers.wmt`` where the datasets package is
-    installed (it checks the dataset against its manifest first); otherwise
-    the arrays are read directly from the first of ``folders`` under ``root``
-    (or ``root`` itself) that holds them.
+    Exponential warm-up from ``base / 100`` reaching ``base`` at update
+    ``warmup``; from update ``remain`` on, ``base * factor ** k`` with
+    ``k = min((update - remain) // interval + 1, steps)``.
     """
-    try:
-        from runner.datasets import readers
-    except ImportError:
-        readers = None
-    if readers is not None and hasattr(readers, "wmt"):
-        try:
-            return _from_reader(readers.wmt(benchmark, root), src_lang, tgt_lang)
-        except Exception as exc:  # NotPrepared and friends: one line naming what is missing
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise WorkloadError(msg) from exc
-    need = ["vocab.json"] + [f"{s}.{lg}.{k}.npy" for s in ("train", "eval") for lg in (src_lang, tgt_lang)
-                             for k in ("ids", "offsets")]
-    cands = [Path(root) / f for f in folders] + [Path(root)]
-    d = next((c for c in cands if (c / "vocab.json").is_file()), cands[0])
-    missing = [f for f in need if not (d / f).is_file()]
-    if missing:
-        raise WorkloadError(f"{d}: not a prepared WMT dataset (missing {', '.join(missing[:3])}); "
-                            "prepare it with the datasets playbook")
-    try:
-        from runner.datasets.bpe import BPE
-    except ImportError as exc:
-        raise WorkloadError("the WMT vocabulary reader (runner.datasets.bpe) is not installed with this runner") from exc
-    bpe = BPE.load(d / "vocab.json")
-    tr = (_split(d, "train", src_lang), _split(d, "train", tgt_lang))
-    ev = (_split(d, "eval", src_lang), _split(d, "eval", tgt_lang))
-
-    class _Dec:
-        def decode(self, ids):
-            return bpe.decode([int(i) for i in ids if int(i) >= N_SPECIAL])
-
-    dec = _Dec()
-    return {"vocab": dec, "vocab_size": len(bpe.vocab), "train": tr, "eval": ev,
-            "refs": [dec.decode(t) for t in ev[1]]}
+    if warmup > 0 and update <= warmup:
+        return base * math.exp(math.log(0.01) / warmup) ** (warmup - update)
+    if interval > 0 and update >= remain:
+        return base * factor ** min((update - remain) // interval + 1, steps)
+    return base
 
 
-def bucket_length(n: int, buckets: list[int]) -> int:
-    for b in buckets:
-        if n <= b:
-            return b
-    return buckets[-1]
+def rsqrt_lr(update: int, base: float, warmup: int) -> float:
+    """Rate of update ``update`` (1 = the first), as fairseq's inverse_sqrt with ``--warmup-init-lr 0``.
+
+    The rate after ``u`` updates is ``base * u / warmup`` while ``u < warmup``,
+    then ``base * sqrt(warmup / u)``; update ``u + 1`` runs with it.
+    """
+    u = update - 1
+    if u < warmup:
+        return base * u / warmup
+    return base * math.sqrt(warmup / u)
 
 
-def make_batches(src, tgt, batch: int, buckets: list[int], max_len: int):
-    """Padded batches ``(src [B,S], tgt_in [B,T], tgt_out [B,T])`` grouped by bucket (numpy)."""
-    keep = [i for i in range(len(src)) if 0 < len(src[i]) <= max_len and 0 < len(tgt[i]) + 1 <= max_len]
-    by = {}
-    for i in keep:
-        key = (bucket_length(len(src[i]), buckets), bucket_length(len(tgt[i]) + 1, buckets))
-        by.setdefault(key, []).append(i)
-    out = []
-    for (sl, tl), idx in sorted(by.items()):
-        for s in range(0, len(idx), batch):
-            part = idx[s:s + batch]
-            S = np.full((len(part), sl), PAD, np.int64)
-            TI = np.full((len(part), tl), PAD, np.int64)
-            TO = np.full((len(part), tl), PAD, np.int64)
-            for j, i in enumerate(part):
-                S[j, :len(src[i])] = src[i]
-                t = tgt[i]
-                TI[j, 0] = BOS
-                TI[j, 1:len(t) + 1] = t
-                TO[j, :len(t)] = t
-                TO[j, len(t)] = EOS
-            out.append((S, TI, TO))
-    return out, len(keep)
+def scaled_steps(n: int, cfg: dict, global_batch: int, train_samples: int) -> int:
+    """A step count of the catalogue for this run: as is, or rescaled from ``schedule_at``."""
+    at = cfg.get("schedule_at")
+    if not at or n == 0:
+        return int(n)
+    return max(1, round(n * at["global_batch"] / global_batch * train_samples / at["train_samples"]))
+
+
+def scaled_lr(cfg: dict, global_batch: int) -> float:
+    rule = cfg.get("lr_scaling", "none")
+    if rule not in LR_SCALINGS:
+        raise WorkloadError(f"workloads.yml: lr_scaling {rule!r}: use one of {', '.join(LR_SCALINGS)}")
+    at = cfg.get("schedule_at")
+    if rule == "none" or not at:
+        return float(cfg["lr"])
+    ratio = global_batch / at["global_batch"]
+    return float(cfg["lr"]) * (ratio if rule == "linear" else math.sqrt(ratio))
 
 
 def smoothed_loss(logits, target, smoothing: float):
@@ -268,11 +99,18 @@ def smoothed_loss(logits, target, smoothing: float):
 # ----------------------------------------------------------------------------------------
 
 class Trainer:
-    """Drives a seq2seq model (``module.make_model(cfg, vocab_size)``) through runner.workloads.base.
+    """Drives a seq2seq model (``make_model(cfg, vocab_size)``) through runner.workloads.base.
 
-    The model provides ``forward(src, tgt_in) -> logits [B,T,V]`` and
-    ``greedy(src, max_len) -> ids [B,L]`` (ending at EOS, PAD after).
+    The model provides ``forward(src, tgt_in, pad) -> logits [B,T,V]`` and the
+    decoding calls of runner.workloads.beam_search; the subclass provides
+    ``decode_eval(src) -> token lists`` and sets ``src_frame`` (BOS, EOS around
+    the source), ``tgt_extra`` (what the length filter adds to a target) and
+    ``bleu_scheme``.
     """
+
+    src_frame = (False, True)
+    tgt_extra = 1
+    bleu_scheme = "moses"
 
     def __init__(self, ctx, make_model, datasets: tuple[str, ...], adam_eps: float):
         self.ctx = ctx
@@ -282,23 +120,37 @@ class Trainer:
         self.buckets = list(cfg["buckets"])
         self.max_len = int(cfg["max_len"])
         self.smoothing = float(cfg.get("label_smoothing", 0.1))
+        self.loss_per = cfg.get("loss_per", "token")
+        if self.loss_per not in ("token", "sentence"):
+            raise WorkloadError(f"workloads.yml: loss_per {self.loss_per!r}: use token or sentence")
         self.batch = int(cfg["batch_size"])
+        self.max_tokens = int(cfg.get("max_tokens") or 0)
         self.adam_eps = adam_eps
+        world = ctx.world_size
+        self.global_batch = (self.max_tokens or self.batch) * world
         if ctx.mode == "throughput":
             self.data = None
             vocab_size = int(cfg["vocab_size"])
+            train_samples = int((cfg.get("schedule_at") or {}).get("train_samples", 1))
         else:
             self.data = (generate(cfg) if cfg["data"] == "generated"
                          else load_prepared(ctx.data, ctx.entry["benchmark"], datasets))
             vocab_size = self.data["vocab_size"]
-            self.train_batches, self.train_samples = make_batches(
-                *self.data["train"], self.batch, self.buckets, self.max_len)
+            src, tgt = self.data["train"]
+            self.keep = np.asarray(keep_pairs(src, tgt, self.max_len, self.src_frame, self.tgt_extra), np.int64)
+            self.train_samples = train_samples = len(self.keep)
             self.eval_samples = len(self.data["eval"][0])
-            # every rank takes the same number of batches per epoch (DDP steps in lock-step)
-            self.steps_per_epoch = len(self.train_batches) // ctx.world_size
+            if self.max_tokens:
+                self.fixed_batches = token_batches(src, tgt, self.keep.tolist(), self.max_tokens, self.batch,
+                                                   self.buckets, self.src_frame)
+                self.steps_per_epoch = len(self.fixed_batches) // world
+            else:
+                self.fixed_batches = None
+                self.lengths = np.asarray([len(src[i]) + len(tgt[i]) for i in self.keep], np.int64)
+                self.steps_per_epoch = len(self.keep) // (self.batch * world)
             if self.steps_per_epoch == 0:
-                raise WorkloadError(f"{len(self.train_batches)} training batches cannot feed "
-                                    f"{ctx.world_size} processes")
+                raise WorkloadError(f"{len(self.keep)} training pairs cannot feed {world} processes "
+                                    f"a batch of {self.batch}")
         self.vocab_size = vocab_size
         torch.manual_seed(ctx.seed)
         self.model = make_model(cfg, vocab_size).to(dev)
@@ -312,42 +164,28 @@ class Trainer:
             dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 2 * n * n + 2)
             # the loss joins the graph: log-softmax and label smoothing fuse with the projection
             self.fwd = compile_fn(ctx, self._forward_loss)
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg["lr"], betas=tuple(cfg["betas"]),
+        self.lr = scaled_lr(cfg, self.global_batch)
+        self.warmup = scaled_steps(int(cfg["warmup_steps"]), cfg, self.global_batch, train_samples)
+        self.remain = scaled_steps(int(cfg.get("remain_steps", 0) or 0), cfg, self.global_batch, train_samples)
+        self.interval = scaled_steps(int(cfg.get("decay_interval", 0) or 0), cfg, self.global_batch,
+                                     train_samples)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=self.lr, betas=tuple(cfg["betas"]),
                                     eps=adam_eps, **ctx.fused())
         self.scaler = ctx.grad_scaler()
         self.step_no = 0
-        self.sched = self._schedule()
-        self.lr_t = None
         self._set_lr()
 
     # --- schedule -------------------------------------------------------------------------
-    def _schedule(self):
+    def lr_at(self, update: int) -> float:
+        """The rate of update ``update`` (1 = the first) of this run."""
         cfg = self.cfg
-        warm = int(cfg["warmup_steps"])
-        base = float(cfg["lr"])
-        if cfg.get("schedule") == "rsqrt":  # Transformer: linear warm-up, then 1/sqrt(step)
-            def f(step):
-                s = step + 1
-                return base * min(s / max(warm, 1), math.sqrt(max(warm, 1) / s))
-            return f
-        # GNMT: warm-up, constant until remain_steps, then decay by a factor every interval
-        total = int(cfg.get("decay_total_steps", 0) or 0)
-        remain = int(cfg.get("remain_steps", 0) or 0)
-        interval = int(cfg.get("decay_interval", 0) or 0)
-        factor = float(cfg.get("decay_factor", 0.5))
-        steps = int(cfg.get("decay_steps", 4))
-
-        def g(step):
-            if step < warm:
-                return base * math.exp(math.log(0.01) * (warm - step) / warm)
-            if total and interval and step >= remain:
-                k = min(steps, 1 + (step - remain) // interval)
-                return base * factor ** k
-            return base
-        return g
+        if cfg.get("schedule") == "rsqrt":
+            return rsqrt_lr(update, self.lr, self.warmup)
+        return gnmt_lr(update, self.lr, self.warmup, self.remain, self.interval, int(cfg.get("decay_steps", 4)),
+                       float(cfg.get("decay_factor", 0.5)))
 
     def _set_lr(self):
-        lr = self.sched(self.step_no)
+        lr = self.lr_at(self.step_no + 1)
         for g in self.opt.param_groups:
             if isinstance(g["lr"], torch.Tensor):
                 g["lr"].fill_(lr)
@@ -364,8 +202,9 @@ class Trainer:
         with ctx.autocast():
             loss, ntok = self.fwd(src, tgt_in, tgt_out, pad)
         self.opt.zero_grad(set_to_none=True)
-        # mean over this rank's tokens; DDP averages over ranks
-        self.scaler.scale(loss / ntok.clamp(min=1)).backward()
+        # this rank's tokens or sentences; DDP averages over ranks
+        denom = ntok.clamp(min=1) if self.loss_per == "token" else src.shape[0]
+        self.scaler.scale(loss / denom).backward()
         self.scaler.unscale_(self.opt)
         if self.cfg.get("grad_clip"):
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.cfg["grad_clip"]))
@@ -374,50 +213,65 @@ class Trainer:
         self.step_no += 1
         self._set_lr()
 
+    def epoch_batches(self, epoch: int) -> list:
+        """This rank's batches of one epoch (lists of training-pair indices)."""
+        ctx = self.ctx
+        seed = ctx.seed * 7919 + epoch  # the same on every rank; ranks take disjoint batches
+        if self.fixed_batches is not None:
+            g = torch.Generator()
+            g.manual_seed(seed)
+            order = torch.randperm(len(self.fixed_batches), generator=g).tolist()
+            return [self.fixed_batches[b] for b in order[ctx.rank::ctx.world_size][: self.steps_per_epoch]]
+        shards = bucketed_shards(self.lengths, self.batch, ctx.world_size, ctx.rank, seed)
+        return [self.keep[p].tolist() for p in shards]
+
     def train_epoch(self, epoch: int) -> None:
         ctx, dev = self.ctx, self.ctx.device
-        g = torch.Generator()
-        g.manual_seed(ctx.seed * 7919 + epoch)  # same order on every rank; ranks take disjoint batches
-        order = torch.randperm(len(self.train_batches), generator=g).tolist()
-        mine = order[ctx.rank::ctx.world_size][: self.steps_per_epoch]
+        src, tgt = self.data["train"]
         self.model.train()
-        for b in mine:
-            S, TI, TO = self.train_batches[b]
+        for part in self.epoch_batches(epoch):
+            S, TI, TO = pad_batch(src, tgt, part, self.buckets, self.src_frame)
             self._step(torch.from_numpy(S).to(dev, non_blocking=True),
                        torch.from_numpy(TI).to(dev, non_blocking=True),
                        torch.from_numpy(TO).to(dev, non_blocking=True), pad=bool((S == PAD).any()))
             ctx.mark_step()
 
     @torch.no_grad()
-    def evaluate(self, epoch: int) -> float:
+    def translate(self, sources: list[np.ndarray]) -> list[list[int]]:
+        """Beam-search outputs (token ids, no BOS/EOS) of whole source sentences, in their order."""
         ctx, dev = self.ctx, self.ctx.device
         self.model.eval()
-        src, tgt = self.data["eval"]
-        refs = self.data["refs"]
-        vocab = self.data["vocab"]
-        n = len(src)
-        idx = list(range(ctx.rank, n, ctx.world_size))
-        idx.sort(key=lambda i: len(src[i]))
-        stats = [0] * 10
+        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+        out: list = [None] * len(sources)
         eb = int(self.cfg.get("eval_batch_size", self.batch))
-        for s in range(0, len(idx), eb):
-            part = idx[s:s + eb]
-            sl = bucket_length(max(len(src[i]) for i in part), self.buckets)
-            S = np.full((len(part), sl), PAD, np.int64)
-            for j, i in enumerate(part):
-                S[j, :min(len(src[i]), sl)] = src[i][:sl]
-            limit = min(int(sl * 1.5) + 10, int(self.cfg.get("decode_max_len", 256)))
+        for s in range(0, len(order), eb):
+            part = order[s:s + eb]
+            framed = [frame_source(sources[i], self.src_frame) for i in part]
+            S = np.full((len(part), bucket_length(max(len(f) for f in framed), self.buckets)), PAD, np.int64)
+            for j, f in enumerate(framed):
+                S[j, :len(f)] = f  # the whole sentence: nothing is cut
             with ctx.autocast():
-                out = self.model.greedy(torch.from_numpy(S).to(dev), limit).cpu().numpy()
+                hyps = self.decode_eval(torch.from_numpy(S).to(dev))
             for j, i in enumerate(part):
-                row = out[j].tolist()
-                if EOS in row:
-                    row = row[: row.index(EOS)]
-                hyp = vocab.decode(row)
-                st = bleu_stats(tokenize_13a(hyp), tokenize_13a(refs[i]))
-                stats = [a + b for a, b in zip(stats, st)]
-        total = ctx.all_sum(stats)
-        return round(bleu_from_stats([int(x) for x in total]), 6)
+                out[i] = hyps[j]
+        return out
+
+    @torch.no_grad()
+    def evaluate(self, epoch: int) -> float:
+        ctx = self.ctx
+        src, _ = self.data["eval"]
+        mine = list(range(ctx.rank, len(src), ctx.world_size))
+        vocab = self.data["vocab"]
+        texts = {i: vocab.decode(h) for i, h in zip(mine, self.translate([src[i] for i in mine]))}
+        parts = ctx.gather(texts)
+        score = None
+        if ctx.is_main:
+            merged = {}
+            for p in parts:
+                merged.update(p)
+            hyps = [merged[i] for i in range(len(src))]
+            score = round(bleu.corpus_bleu(hyps, self.data["refs"], self.bleu_scheme), 6)
+        return ctx.broadcast(score)
 
     # --- throughput mode: synthetic on-device batches ---------------------------------------
     def throughput_batch(self) -> int:
@@ -448,16 +302,25 @@ class Trainer:
 
     # --- MLLOG --------------------------------------------------------------------------------
     def common_hyperparameters(self) -> dict:
-        cfg, ctx = self.cfg, self.ctx
-        return {
-            C.GLOBAL_BATCH_SIZE: self.batch * ctx.world_size,
+        cfg = self.cfg
+        hp = {
+            C.GLOBAL_BATCH_SIZE: self.global_batch,
+            "gpulab_batch_unit": "tokens" if self.max_tokens else "sentences",
             C.OPT_NAME: C.ADAM,
-            C.OPT_BASE_LR: cfg["lr"],
+            C.OPT_BASE_LR: self.lr,
             "opt_adam_beta_1": cfg["betas"][0],
             "opt_adam_beta_2": cfg["betas"][1],
             C.OPT_ADAM_EPSILON: self.adam_eps,
-            C.OPT_LR_WARMUP_STEPS: int(cfg["warmup_steps"]),
+            C.OPT_LR_WARMUP_STEPS: self.warmup,
+            "gpulab_lr_scaling": cfg.get("lr_scaling", "none"),
+            "gpulab_loss_per": self.loss_per,
+            "gpulab_bleu": {"intl": "sacrebleu tokenize=intl lowercase",
+                            "moses": "sacremoses -a -l de, sacrebleu tokenize=none lowercase"}[self.bleu_scheme],
+            "model_hp_loss_smoothing": self.smoothing,
         }
+        if cfg.get("schedule_at"):
+            hp["gpulab_schedule_at"] = dict(cfg["schedule_at"])
+        return hp
 
 
 def check_bucket_config(cfg: dict, name: str) -> None:

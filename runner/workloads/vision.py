@@ -185,17 +185,6 @@ def stem_options(ctx) -> dict:
             "stem_pad_channels": cfg.get("stem_pad_channels")}
 
 
-def load_pretrained(module: nn.Module, path) -> int:
-    """Load matching tensors of a torchvision-layout checkpoint; returns how many were loaded."""
-    state = torch.load(str(path), map_location="cpu", weights_only=True)
-    if isinstance(state, dict) and "state_dict" in state:
-        state = state["state_dict"]
-    own = module.state_dict()
-    take = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
-    module.load_state_dict(take, strict=False)
-    return len(take)
-
-
 def init_convs(module: nn.Module) -> None:
     for m in module.modules():
         if isinstance(m, nn.Conv2d):

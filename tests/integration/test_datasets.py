@@ -2,7 +2,8 @@
 from an HTTP server on the lab's controller address (the `gpulab_mirror` of the hosts),
 go through the real role, the fetch module and runner.datasets on two hosts.
 
-One lab, one sequence: the first run prepares five datasets on both hosts while the server
+One lab, one sequence: the first run prepares five datasets and a pretrained backbone
+published with an md5 only (no sha256, no size: Detectron's R-50.pkl) on both hosts while the server
 cuts the first transfer of ml-20m.zip to each host mid-file (the download resumes with a
 Range request); the second run changes nothing; a corrupted archive fails naming the file
 and both sums, and is removed; with shared storage one host prepares and both check; archives kept on the
@@ -112,11 +113,17 @@ def test_datasets_on_two_hosts(testlab, tmp_path):
         (www / "datasets" / name).mkdir(parents=True)
         for a in entries[name]["artifacts"]:
             os.link(tmp_path / "src" / name / a["file"], www / "datasets" / name / a["file"])
+    weights = bytes(range(256)) * 3000  # a backbone file published with an md5 alone
+    (www / "datasets" / "r50-msra").mkdir(parents=True)
+    (www / "datasets" / "r50-msra" / "R-50.pkl").write_bytes(weights)
     cat = {"schema": 1, "version": "lab-test-1", "origins": {"nowhere": None},
            "benchmarks": {"resnet50": "imagenet", "ssd": "coco", "gnmt": "wmt16", "transformer": "wmt17",
-                          "ncf": "ml-20m"},
+                          "ncf": "ml-20m", "maskrcnn": ["coco", "r50-msra"]},
            "datasets": {n: {**e, "artifacts": [{**a, "origin": "nowhere"} for a in e["artifacts"]]}
                         for n, e in entries.items()}}
+    cat["datasets"]["r50-msra"] = {"title": "MSRA R-50", "kind": "weights", "artifacts": [
+        {"file": "R-50.pkl", "origin": "nowhere", "sha256": None, "size": None,
+         "md5": hashlib.md5(weights).hexdigest()}]}
     (tmp_path / "catalogue.yml").write_text(yaml.safe_dump(cat, sort_keys=False))
     mirror = Mirror(www, lab.controller)
     try:
@@ -130,7 +137,7 @@ def test_datasets_on_two_hosts(testlab, tmp_path):
         mirror.cut["/datasets/ml-20m/ml-20m.zip"] = ml["size"] // 2
 
         # 1. everything fetched, prepared and checked on both hosts; ml-20m.zip resumed
-        p = _invoke(*common, "--names", "resnet50,ssd,gnmt,transformer,ncf", env=env)
+        p = _invoke(*common, "--names", "resnet50,ssd,gnmt,transformer,ncf,maskrcnn", env=env)
         assert p.returncode == 0, p.stdout + p.stderr
         for host in lab.names:
             assert _summary(p.stdout, host)["state"] == "changed"
@@ -142,6 +149,8 @@ def test_datasets_on_two_hosts(testlab, tmp_path):
                 assert doc["dataset"] == ds and doc["catalogue_version"] == "lab-test-1"
                 for key, want in entries[ds]["expect"].items():
                     assert doc["counts"][key] == want, (host, ds, key)
+            doc = json.loads(lab.exec(host, f"cat {ROOT}/r50-msra/gpulab-dataset.json").stdout)
+            assert doc["files"]["R-50.pkl"] == {"sha256": hashlib.sha256(weights).hexdigest(), "size": len(weights)}
             got = lab.exec(host, f"sha256sum {ROOT}/.archives/ml-20m.zip").stdout.split()[0]
             assert got == ml["sha256"]
             n = lab.exec(host, f"ls {ROOT}/imagenet/val/n01443537 | wc -l").stdout.strip()
@@ -149,7 +158,7 @@ def test_datasets_on_two_hosts(testlab, tmp_path):
 
         # 2. a rerun with everything in place changes nothing
         requests = len(mirror.log)
-        p = _invoke(*common, "--names", "resnet50,ssd,gnmt,transformer,ncf", env=env)
+        p = _invoke(*common, "--names", "resnet50,ssd,gnmt,transformer,ncf,maskrcnn", env=env)
         assert p.returncode == 0, p.stdout + p.stderr
         for host in lab.names:
             s = _summary(p.stdout, host)

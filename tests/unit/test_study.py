@@ -95,6 +95,9 @@ def test_the_ttt_plan_shows_days_of_machine_time():
     assert " GPUs 1,2,3 " in row and " x 100 seed(s) " in row and " 300 runs " in row
     assert all(t.minutes > 7 * 24 * 60 and t.unknown == 0 for t in totals)   # more than a week per host
     assert lines[-1].startswith("estimated wall time: ")
+    # the study ran each configuration once: about a week on a V100 host (README, "Redo the R740 study")
+    once = study.describe(sweep.plan(hosts, ["all"], "all", "1", "ttt", "full"), hosts)[1]
+    assert all(6 * 24 * 60 < t.minutes < 8 * 24 * 60 for t in once)
 
 
 # --------------------------------------------------------------------------- estimates
@@ -141,8 +144,12 @@ def test_earlier_runs_of_this_lab_replace_the_figures(tmp_path):
     # run_timeout_minutes: auto -> three times the estimate, at least an hour
     assert study.time_limit_minutes(run, "T4", past) == 60.0
     long = sweep.PlannedRun("r740-01", "resnet50", 1, 1, "ttt", "full")
-    assert study.time_limit_minutes(long, "T4", {}) == pytest.approx(3 * study.load().minutes("resnet50", "ttt", "T4", 1))
+    assert study.time_limit_minutes(long, "V100-PCIe", {}) == pytest.approx(
+        3 * study.load().minutes("resnet50", "ttt", "V100-PCIe", 1))
     assert study.time_limit_minutes(long, None, {}) == 10080 and study.time_limit_minutes(tiny, "T4", {}) == 60
+    mask = sweep.PlannedRun("r740-01", "maskrcnn", 1, 1, "ttt", "full")    # 4.4 days: capped at a week
+    assert study.load().minutes("maskrcnn", "ttt", "T4", 1) > 4 * 24 * 60
+    assert study.time_limit_minutes(mask, "T4", {}) == 7 * 24 * 60
 
 
 @pytest.mark.parametrize("mutate, message", [

@@ -19,11 +19,17 @@ REPO = Path(__file__).resolve().parents[3]
 
 def test_the_catalogue_loads_and_names_every_artifact_with_sum_and_size():
     cat = ds.load_catalogue()
-    assert set(cat.datasets) == {"imagenet", "coco", "wmt16", "wmt17", "ml-20m"}
-    assert cat.resolve("resnet50,ncf,ssd,maskrcnn") == ["imagenet", "coco", "ml-20m"]
+    assert set(cat.datasets) == {"imagenet", "coco", "wmt16", "wmt17", "ml-20m", "resnet34-torchvision", "r50-msra"}
+    # the detection benchmarks also fetch the pretrained backbone their reference loads
+    assert cat.resolve("resnet50,ncf,ssd,maskrcnn") == ["imagenet", "coco", "ml-20m", "resnet34-torchvision",
+                                                         "r50-msra"]
+    assert cat.resolve("ssd") == ["coco", "resnet34-torchvision"]
     assert cat.resolve("transformer,gnmt") == ["wmt16", "wmt17"]
     for name, entry in cat.datasets.items():
         for a in entry["artifacts"]:
+            if name == "r50-msra":  # only an md5 is published for Detectron's R-50.pkl
+                assert a["sha256"] is None and a["size"] is None and len(a["md5"]) == 32
+                continue
             assert len(a["sha256"]) == 64 and a["size"] > 0
     assert cat.datasets["wmt16"]["params"]["vocab_size"] == 32320
     assert cat.datasets["wmt17"]["params"]["vocab_size"] == 33712
@@ -57,7 +63,7 @@ def _write(tmp_path, mutate) -> Path:
 
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: d["datasets"]["coco"]["artifacts"][0].update(sha256="abc"),
-     r"datasets\.coco\.artifacts\.0\.sha256: 'abc' does not match"),
+     r"datasets\.coco\.artifacts\.0\.sha256: 'abc' is not valid here \(64 lower-case hex digits"),
     (lambda d: d["datasets"]["coco"]["artifacts"][1].pop("size"), r"datasets\.coco\.artifacts\.1: size is missing"),
     (lambda d: d["datasets"]["ml-20m"]["artifacts"][0].update(origin="nowhere"),
      r"datasets\.ml-20m\.artifacts\.0: origin 'nowhere' is not defined under origins"),
@@ -69,6 +75,9 @@ def _write(tmp_path, mutate) -> Path:
     (lambda d: d["datasets"]["wmt16"]["params"]["eval"][0].update(archive="dev2.tgz"),
      r"datasets\.wmt16\.params\.eval\.0: archive 'dev2\.tgz' is not one of wmt16's artifacts"),
     (lambda d: d["datasets"]["ml-20m"].update(extra=1), r"datasets\.ml-20m: unknown key\(s\) extra"),
+    (lambda d: d["datasets"]["r50-msra"]["artifacts"][0].pop("md5"),
+     r"datasets\.r50-msra\.artifacts\.0: sha256 is null: give the sum the publisher does publish \(md5\)"),
+    (lambda d: d["benchmarks"].update(ssd=["coco", "resnet18"]), r"benchmarks\.ssd: 'resnet18' is not a dataset"),
 ])
 def test_catalogue_errors_are_one_line_naming_file_and_place(tmp_path, mutate, message):
     path = _write(tmp_path, mutate)

@@ -127,3 +127,22 @@ def test_a_host_path_is_verified_in_place_and_linked(tmp_path, blob):
               size=len(data))
     assert r["_status"] == "FAILED" and "other.tar: sha256 mismatch: expected " + digest in r["msg"]
     assert (lab / "other.tar").exists()  # a lab's own copy is never removed
+
+
+def test_an_md5_only_artifact_of_unpublished_size_is_fetched_and_checked(tmp_path, blob):
+    # Detectron publishes R-50.pkl with an md5 and nothing else: the transfer runs to the
+    # server's end, the md5 is checked, and a wrong file is removed naming both md5s
+    data, _ = blob
+    md5 = hashlib.md5(data).hexdigest()
+    srv = Server({"/R-50.pkl": data, "/bad.pkl": data[:-1] + b"!"}, cut_first=200_000)
+    try:
+        r = fetch(tmp_path, url=f"{srv.url}/R-50.pkl", dest=tmp_path / "R-50.pkl", md5=md5)
+        bad = fetch(tmp_path, url=f"{srv.url}/bad.pkl", dest=tmp_path / "bad.pkl", md5=md5)
+    finally:
+        srv.close()
+    assert r["_status"] == "CHANGED" and r["md5"] == md5 and r["size"] == len(data), r
+    assert r["resumed_from"] == [200_000] and (tmp_path / "R-50.pkl").read_bytes() == data
+    assert fetch(tmp_path, url="http://127.0.0.1:9/unused", dest=tmp_path / "R-50.pkl", md5=md5)["changed"] is False
+    assert bad["_status"] == "FAILED"
+    assert bad["msg"].startswith(f"bad.pkl: md5 mismatch: expected {md5}, found ")
+    assert not (tmp_path / "bad.pkl").exists() and not (tmp_path / "bad.pkl.part").exists()

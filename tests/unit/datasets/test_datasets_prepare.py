@@ -168,14 +168,14 @@ def test_detection_workloads_open_the_prepared_coco(prepared, tmp_path):
     assert len(train_idx.cat_ids) == 2 and len(val_idx.ids) == 3 and ids
     with pytest.raises(WorkloadError, match="2 categories, expected 80"):
         D.open_coco(ctx, 81)
-    # through the runner: the full ssd wants COCO's 80 categories; the run fails naming the mismatch
+    # through the runner: a full ssd run first needs the backbone its reference loads; without
+    # it the run is refused before anything is written (tests/unit/runner/test_runner_artifacts.py)
     out = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     r = subprocess.run([sys.executable, "-m", "runner", "run", "ssd", "--scale", "full", "--data", str(root),
                         "--out", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 1, r.stdout + r.stderr
-    st = json.loads((out / "status.json").read_text())
-    assert st["outcome"] == "failed" and "2 categories, expected 80" in st["reason"], st["reason"]
+    assert r.returncode == 2 and "resnet34-333f7ec4.pth: missing" in r.stderr, r.stdout + r.stderr
+    assert not out.exists()
 
 
 def test_coco_images_must_match_the_annotations(tiny, tmp_path):

@@ -1,5 +1,8 @@
-"""Fixtures of the report tests: the synthetic mini-study and its report."""
+"""Fixtures of the report tests: the synthetic mini-study and its report; the published
+MLPerf sample trees (shared/mlperf-samples.tar.xz, see test_report_mlperf_trees.py)."""
 
+import os
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -17,3 +20,27 @@ def study_report(mini_study, tmp_path_factory):
     from lab.report import build_report
     out = tmp_path_factory.mktemp("ministudy-report") / "report"
     return build_report([mini_study], out), out
+
+
+REPO = Path(__file__).resolve().parents[3]
+NAME = "mlperf-samples.tar.xz"
+
+
+def _archive() -> Path | None:
+    env = os.environ.get("GPULAB_MLPERF_SAMPLES")
+    for p in ([Path(env)] if env else []) + [REPO / "shared" / NAME, REPO.parent / "shared" / NAME]:
+        if p.is_file():
+            return p
+    return None
+
+
+@pytest.fixture(scope="session")
+def trees(tmp_path_factory) -> Path:
+    archive = _archive()
+    if archive is None:
+        pytest.skip(f"{NAME} not found ($GPULAB_MLPERF_SAMPLES, shared/{NAME}): the published "
+                    "sample logs live in the steering repository's shared/")
+    root = tmp_path_factory.mktemp("mlperf")
+    with tarfile.open(archive) as tar:
+        tar.extractall(root, filter="data")
+    return root

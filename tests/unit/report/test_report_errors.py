@@ -30,7 +30,7 @@ def test_explicit_file_that_is_not_a_log_is_reported_not_fatal(tmp_path):
     f = tmp_path / "notes.txt"
     f.write_text("nothing here\n")
     res = build_report([f], tmp_path / "out", formats=("json",))
-    assert res.skipped == [(str(f), "no :::MLLOG or :::MLPv0.5.0 lines")]
+    assert res.skipped == [(str(f), "no :::MLLOG, :::MLL or :::MLPv0.5.0 lines")]
     assert res.summary == []
 
 

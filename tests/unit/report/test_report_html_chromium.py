@@ -125,13 +125,16 @@ def test_scores_table_as_rendered(rendered):
     dom, res = rendered
     rows = data_rows(dom, "scores")
     assert len(rows) == len(res.summary) == 30     # 28 of the mini-study, gnmt 1x T4 / mlperf-v0.5, ncf 1x T4
-    by = {(r["cells"][0], r["cells"][1]): r for r in rows}
-    gnmt4 = by[("gnmt", "4x T4")]
-    assert gnmt4["cells"][6] == "72"                       # score, minutes
-    assert gnmt4["cells"][12] == "too few runs 1 successful of 10 required"
+    by = {(r["cells"][0], r["cells"][2]): r for r in rows}
+    gnmt4 = by[("gnmt", "4xT4")]                            # the results folder names the system
+    assert gnmt4["cells"][3:5] == ["T4", "4"]              # device and GPUs from the folder name
+    assert gnmt4["cells"][10] == "72.00"                   # score, minutes to 0.01
+    assert gnmt4["cells"][11] == "not checked"             # v0.5 logs: no compliance ruleset
+    assert gnmt4["cells"][17] == "too few runs 1 successful of 10 required"
     assert gnmt4["attrs"]["class"] == "warn"
     lab = by[("gnmt", "1x T4 / driver 410.72, cuda 10.0.130, torch 1.0.0")]
-    assert lab["cells"][2:7] == ["1", "3", "3", "10", "5"]   # GPUs, runs, successes, required, score (3 x 100 s)
+    # GPUs, nodes, framework, runs, successes, required, score (3 x 100 s), compliance
+    assert lab["cells"][4:12] == ["1", "—", "—", "3", "3", "10", "5.00", "PASS"]
 
 
 def test_ratio_scaling_and_seed_tables_as_rendered(rendered):
@@ -160,3 +163,17 @@ def test_energy_compare_and_skipped_as_rendered(rendered):
     skipped = [r["cells"] for r in data_rows(dom, "skipped")]
     assert [c[1] for c in skipped if c[0].endswith("broken/result_0.txt")] == \
         ["no run_stop: the log is truncated or the run did not finish"]
+
+
+def test_published_tree_report_as_rendered(trees, tmp_path):
+    out = tmp_path / "report"
+    res = build_report([trees / "training_results_v0.5"], out, formats=("html",))
+    dom = render(out / "report.html", tmp_path)
+    assert dom.body.get("data-images-loaded") == dom.body.get("data-images-total") == "2"
+    rows = data_rows(dom, "scores")
+    assert len(rows) == len(res.summary) == 5
+    by = {(r["cells"][1], r["cells"][2]): r["cells"] for r in rows}
+    # submitter, system as the tree names them; device, GPUs, nodes, framework from entry.json
+    assert by[("google", "8xV100")][3:7] == ["V100-SXM2", "8", "1", "TensorFlow 1.12.0"]
+    assert by[("google", "8xV100")][10] == "137.80"
+    assert ("google", "tpu (cloud_v2.8/resnet-tpuv2-8)") in by

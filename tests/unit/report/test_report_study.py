@@ -23,10 +23,12 @@ def test_nothing_skipped_and_one_record_per_benchmark_and_system(study_report):
     assert doc["schema"] == 1 and doc["records"] == res.summary and doc["n_runs"] == 28
 
 
+# The T4 logs sit in MLPerf's results/<system>/ layout: each system is its folder ("1xT4"),
+# with device and GPU count read from the folder name; the V100 logs are loose files.
 @pytest.mark.parametrize("bench, system, minutes", [
-    ("gnmt", "1x T4", 720.0), ("gnmt", "2x T4", 231.0), ("gnmt", "4x T4", 72.0),
+    ("gnmt", "1xT4", 720.0), ("gnmt", "2xT4", 231.0), ("gnmt", "4xT4", 72.0),
     ("gnmt", "1x V100-PCIe", 320.0), ("gnmt", "3x V100-PCIe", 72.0),
-    ("resnet", "1x T4", 610.0), ("transformer", "1x V100-PCIe", 8 * 30.0 / 2.7),
+    ("resnet", "1xT4", 610.0), ("transformer", "1x V100-PCIe", 8 * 30.0 / 2.7),
 ])
 def test_scores_by_hand(study_report, bench, system, minutes):
     r = record(study_report[0].summary, bench, system)
@@ -84,11 +86,12 @@ def test_figures_tables_and_markdown(study_report):
         assert (out / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with open(out / "tables" / "scores.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 28 and float(record(rows, "gnmt", "4x T4")["score_minutes"]) == pytest.approx(72.0)
+    assert len(rows) == 28 and float(record(rows, "gnmt", "4xT4")["score_minutes"]) == pytest.approx(72.0)
     md = (out / "report.md").read_text()
     for name in figs:
         assert f"(figures/{name})" in md
-    assert "| gnmt | 4x T4 | 4 | 1 | 1 | 10 | 72 |" in md
+    # Submitter: the folder above results/ (here the input folder, "study").
+    assert "| gnmt | study | 4xT4 | T4 | 4 | — | — | 1 | 1 | 10 | 72.00 | not checked |" in md
     assert "gnmt on T4: super-linear speedup at 2, 3, 4 GPUs (3.12x, 6.00x, 10.00x over 1)" in md
     assert {str(p) for p in res.files} >= {str(out / "report.html"), str(out / "report.md"),
                                             str(out / "summary.json"), str(out / "tables" / "runs.csv")}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from lab.results import LogProblem, collect, parse_log
+from lab.results import LogProblem, collect, parse_log, parse_runs
 from report_logs import T0, v05_line, v05_run, write_lines
 
 
@@ -20,13 +20,15 @@ def test_success_flag_clock_runs_to_run_stop():
     assert f.seed == 5
 
 
-def test_without_flag_clock_stops_at_the_eval_that_met_the_target():
+def test_without_flag_the_target_decides_and_the_clock_runs_to_run_stop():
     # Target 21.8 is met by the third eval (epoch 2, t = 300 s); the run goes on to 400 s.
+    # v0.5 rules: "All official run results will be extracted from the log based on the
+    # start and end tags": run_start to run_stop; epochs to converge stop at the eval.
     lines = v05_run("gnmt", epochs=4, epoch_s=100.0, values=[10.0, 20.0, 21.9, 23.0],
                     success_flag=None, target=21.8)
     f = parse_log(text(lines))
     assert f.success
-    assert f.ttt_s == pytest.approx(300.0)
+    assert f.ttt_s == pytest.approx(400.0)
     assert f.epochs == 3
     assert "21.9 met target 21.8 at epoch 2" in f.reason
 
@@ -70,7 +72,8 @@ def test_throughput_from_train_time_of_each_epoch():
     lines = v05_run("gnmt", epochs=3, epoch_s=100.0, eval_s=10.0, samples=3_600_000)
     f = parse_log(text(lines))
     assert f.samples_per_s == pytest.approx(40_000.0)
-    assert f.throughput_basis == "logged epoch times"
+    assert f.throughput_basis == ("3 epochs of 3,600,000 samples in 270 s from the first train_epoch, "
+                                  "30 s of evaluation excluded")
 
 
 def test_prefix_anywhere_in_the_line():
@@ -83,12 +86,28 @@ def test_prefix_anywhere_in_the_line():
     (lambda ls: [x for x in ls if " run_stop" not in x and " run_final" not in x],
      "no run_stop: the log is truncated or the run did not finish"),
     (lambda ls: ls + [v05_line("ssd", T0 + 999, "eval_start")], "mixed benchmarks in one file: gnmt, ssd"),
-    (lambda ls: ls + ls, "2 run_start events: several runs in one file"),
 ])
 def test_bad_logs_say_why(mutate, reason):
     with pytest.raises(LogProblem) as exc:
         parse_log(text(mutate(v05_run("gnmt", epochs=2, epoch_s=10.0))))
     assert str(exc.value).startswith(reason)
+
+
+def test_an_event_echoed_behind_a_logger_prefix_is_one_event():
+    # NVIDIA's v0.5 MXNet logs print each event twice, once behind "INFO:mlperf_compliance::".
+    lines = v05_run("gnmt", epochs=2, epoch_s=10.0)
+    echoed = [y for x in lines for y in (x, "INFO:mlperf_compliance::" + x)]
+    (f,) = parse_runs(text(echoed))
+    assert f.success and f.ttt_s == pytest.approx(20.0) and f.epochs == 2
+
+
+def test_several_runs_in_one_file_are_read_one_by_one():
+    first = v05_run("gnmt", epochs=2, epoch_s=10.0, seed=1)
+    second = v05_run("gnmt", start=T0 + 1000.0, epochs=3, epoch_s=10.0, seed=2, success_flag=False)
+    runs = parse_runs(text(first + second))
+    assert [(r.run_in_file, r.runs_in_file, r.seed, r.success) for r in runs] == [
+        (1, 2, 1, True), (2, 2, 2, False)]
+    assert runs[0].ttt_s == pytest.approx(20.0) and runs[1].ttt_s is None
 
 
 def test_truncated_last_line_is_named():
@@ -117,7 +136,7 @@ def test_collect_lists_bad_files_as_skipped(tmp_path):
         "4xT4/gnmt/result_1.txt": "no run_stop: the log is truncated or the run did not finish",
         "4xT4/mixed.log": "mixed benchmarks in one file: gnmt, ssd",
         "4xT4/gnmt/result_2.txt": "empty file",
-        "4xT4/binary.log": "no :::MLLOG or :::MLPv0.5.0 lines",
+        "4xT4/binary.log": "no :::MLLOG, :::MLL or :::MLPv0.5.0 lines",
     }
     run = coll.runs[0]
     assert (run.device, run.gpus, run.stack) == ("T4", 4, "unknown")
@@ -144,6 +163,24 @@ def test_mlperf_systems_file_gives_the_system(tmp_path):
         "accelerator_model_name": "Tesla T4", "accelerators_per_node": "3",
         "number_of_nodes": "2", "framework": "PyTorch NGC 18.11"}))
     write_lines(sub / "results" / "r740_t4" / "gnmt" / "result_0.txt", v05_run("gnmt", epochs=1, epoch_s=1.0))
+    (run,) = collect([sub]).runs
+    assert (run.device, run.gpus, run.stack, run.nodes) == ("T4", 6, "PyTorch NGC 18.11", 2)
+    assert (run.submitter, run.system) == ("submission", "r740_t4")
+    assert run.facts_from == ("device: systems/r740_t4.json, accelerators: systems/r740_t4.json, "
+                              "framework: systems/r740_t4.json")
+    # Given results/ alone, the description above it is not read: the folder name stands alone.
     (run,) = collect([sub / "results"]).runs
-    assert (run.device, run.gpus, run.stack) == ("T4", 6, "PyTorch NGC 18.11")
-    assert run.facts_from == "device: r740_t4.json, GPUs: r740_t4.json, stack: r740_t4.json"
+    assert (run.system, run.device, run.gpus) == ("r740_t4", "T4", None)   # device from the folder name
+    assert any("no system description for r740_t4 inside the input folder" in n for n in run.notes)
+
+
+def test_a_description_that_is_a_link_is_not_read(tmp_path):
+    import json
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text(json.dumps({"nodes": [{"num_nodes": 1, "accelerator": "Tesla T4", "num_accelerators": 4}]}))
+    tree = tmp_path / "tree"
+    write_lines(tree / "org" / "sub" / "results" / "sys1" / "gnmt" / "result_0.txt", v05_run("gnmt", epochs=1, epoch_s=1.0))
+    (tree / "org" / "sub" / "results" / "sys1" / "entry.json").symlink_to(outside)
+    (run,) = collect([tree]).runs
+    assert (run.system, run.device, run.gpus) == ("sys1", "unknown", None)
+    assert any(n.startswith("entry.json leads outside") and n.endswith("not read") for n in run.notes)

@@ -1,9 +1,9 @@
-"""COCO-style AP (runner/workloads/coco_eval.py) on cases worked out by hand."""
+"""COCO AP (runner/workloads/coco_eval.py, pycocotools underneath) on cases worked out by hand."""
 
 import numpy as np
 import pytest
 
-from runner.workloads.coco_eval import COCOEvaluator, box_iou, mask_iou
+from runner.workloads.coco_eval import COCOEvaluator, box_iou
 
 
 def ap(gt_boxes, gt_labels, dets, crowd=None, iou_type="bbox"):
@@ -98,18 +98,20 @@ def test_max_dets_keeps_the_best_scores_per_image():
     assert ev.summarize()["AP"] == 0.0
 
 
-def test_mask_iou_and_mask_ap_by_hand():
+def test_mask_ap_by_hand():
     gt = np.zeros((1, 20, 20), bool)
     gt[0, 0:10, 0:10] = True                 # 100 pixels
-    det = np.zeros((2, 20, 20), bool)
-    det[0, 0:10, 0:8] = True                 # inside: 80 / 100
-    det[1, 10:20, 10:20] = True              # disjoint
-    iou = mask_iou(det, gt, [False])
-    assert iou[:, 0] == pytest.approx([0.8, 0.0])
+    det = np.zeros((1, 20, 20), bool)
+    det[0, 0:10, 0:8] = True                 # inside: IoU 80 / 100
     ev = COCOEvaluator("segm")
-    ev.add([1], [0.9], [1], gt_masks=gt, det_masks=det[:1])
+    ev.add([1], [0.9], [1], gt_masks=gt, det_masks=det)
     # IoU 0.8 matches at 0.50..0.80 (7 of 10 thresholds)
     assert ev.summarize()["AP"] == pytest.approx(0.7)
+    far = np.zeros((1, 20, 20), bool)
+    far[0, 10:20, 10:20] = True              # disjoint
+    ev = COCOEvaluator("segm")
+    ev.add([1], [0.9], [1], gt_masks=gt, det_masks=far)
+    assert ev.summarize()["AP"] == 0.0
 
 
 def test_no_ground_truth_at_all_is_zero_not_nan():

@@ -1,0 +1,255 @@
+"""Whole-model gradient check: every optimized path against the plain model, parameter by parameter.
+
+For each workload x scale (x mode), in a child process of its own:
+``runner.workloads.gradients.gradient_step`` builds the plain model (eager,
+fp32, NCHW, no compile, no TF32) and runs one training step, then builds the
+optimized model (what the runner runs on a GPU: ctx.optimized, torch.compile
+with the scale's settings, channels-last, the workload's replacement layers,
+fused optimizer, bf16 autocast) from the same weights and runs the same step
+on the same batch, dropout off, optimizer step not taken; every parameter's
+gradient is compared (``gradients.compare``: cosine similarity and norm
+ratio; the thresholds and their reasons are there).
+
+    python benchmarks/gradcheck.py [--workloads resnet50,ssd,...] [--scales small,full]
+        [--modes throughput[,ttt]] [--device cuda|cpu] [--precision bf16|fp32]
+        [--backend inductor|aot_eager] [--batch N] [--cache-dir DIR] [--deadline S]
+        [--timeout S] [--jobs N] [--out gradcheck.json]
+
+Prints one table row per case (lowest cosine and its parameter) and rewrites
+the JSON after each case: ``{"_meta": {...}, "cases": [{workload, scale,
+mode, precision, batch, passed, parameters, compared, zero_in_both, lowest,
+failures, replacement_modules, loss, seconds, rows}]}``. Exit 0 when every
+case passed, 1 when one failed or did not finish, 2 on bad input. On a CPU the
+optimized path is compiled and channels-last too (``--backend aot_eager``
+skips Inductor's code generation, which takes minutes on a CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+ALL = ("resnet50", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
+SCALES = ("tiny", "small", "full")
+MODES = ("throughput", "ttt")
+#: per-process batch of the check (throughput mode): small enough to compile and run
+#: quickly at full model size, large enough that every head receives a gradient
+BATCH = {"cuda": {"resnet50": 32, "ssd": 16, "maskrcnn": 2, "gnmt": 64, "transformer": 64, "ncf": 65536},
+         "cpu": {"resnet50": 4, "ssd": 8, "maskrcnn": 2, "gnmt": 8, "transformer": 8, "ncf": 1024}}
+
+
+def check_case(name: str, scale: str, mode: str, device: str, precision: str, batch: int | None,
+               seed: int, backend: str | None) -> dict:
+    """Plain and optimized gradients of one case, in this process, and their comparison."""
+    import gc
+
+    import torch
+
+    from runner.workloads import gradients as G
+
+    cpu = device == "cpu"
+    common = {"scale": scale, "seed": seed, "batch_size": batch, "mode": mode}
+    ref = G.gradient_step(name, device, False, **common)
+    gc.collect()
+    opt = G.gradient_step(name, device, True, precision=precision, weights=ref["weights"],
+                          compile=True if cpu else None, channels_last=True if cpu else None,
+                          backend=backend, **common)
+    res = G.compare(ref["grads"], opt["grads"], precision)
+    del ref["weights"], opt["weights"]
+    if not cpu:
+        torch.cuda.empty_cache()
+    res.update({"loss": {"plain": ref["loss"], "optimized": opt["loss"]},
+                "seconds": {"plain": ref["build_s"] + ref["step_s"], "optimized": opt["build_s"] + opt["step_s"],
+                            "optimized_step": opt["step_s"]},
+                "replacement_modules": sorted(set(opt["modules"]) - set(ref["modules"])),
+                "perturbed": len(ref["perturbed"])})
+    return res
+
+
+def run_case(name: str, scale: str, mode: str, *, device: str, precision: str, batch: int | None, seed: int,
+             backend: str | None, timeout: float, cache: Path | None) -> dict:
+    """check_case in a child process (its own Inductor settings and GPU memory); {'error'} on failure."""
+    fd, res = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--_case", f"{name}:{scale}:{mode}",
+           "--_result", res, "--device", device, "--precision", precision, "--seed", str(seed),
+           "--batch", str(batch if batch is not None else 0)]
+    if backend:
+        cmd += ["--backend", backend]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if cache is not None:  # the layout runner run gives --cache-dir
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
+        env["TRITON_CACHE_DIR"] = str(cache / "triton")
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=max(1.0, timeout))
+        text = Path(res).read_text() if os.path.getsize(res) else ""
+        if p.returncode == 0 and text:
+            return json.loads(text)
+        lines = (p.stderr or p.stdout).strip().splitlines() or [f"exit {p.returncode}"]
+        return {"error": lines[-1][:400], "log_tail": "\n".join(lines[-30:])[-4000:]}
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {time.time() - t0:.0f} s"}
+    finally:
+        os.unlink(res)
+
+
+def _fmt(x, digits=4):
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def table(cases: list[dict]) -> list[str]:
+    head = (f"{'workload':<12}{'scale':<6}{'mode':<11}{'prec':<5}{'params':>7}{'cmp':>5}{'zero':>5}"
+            f"  {'lowest cosine':<13} {'parameter':<34}{'fail':>5}  {'s':>6}  verdict")
+    out = [head, "-" * len(head)]
+    for c in cases:
+        low = c.get("lowest") or {}
+        sec = sum((c.get("seconds") or {}).get(k, 0) for k in ("plain", "optimized"))
+        verdict = "ERROR: " + c["error"] if c.get("error") else ("pass" if c.get("passed") else "FAIL")
+        out.append(f"{c['workload']:<12}{c['scale']:<6}{c['mode']:<11}{c.get('precision', ''):<5}"
+                   f"{c.get('parameters', 0):>7}{c.get('compared', 0):>5}{len(c.get('zero_in_both', [])):>5}"
+                   f"  {_fmt(low.get('cosine'), 8):<13} {str(low.get('name', '-'))[:33]:<34}"
+                   f"{len(c.get('failures', [])):>5}  {sec:>6.1f}  {verdict}")
+        for f in (c.get("failures") or [])[:5]:
+            out.append(f"    {f['name']}: {f['why']}")
+    return out
+
+
+def meta(args) -> dict:
+    import platform
+
+    m = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+         "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:]), "device": args.device,
+         "precision": args.precision, "backend": args.backend or "inductor", "seed": args.seed, "jobs": args.jobs,
+         "host": platform.node(), "python": platform.python_version()}
+    try:
+        import torch
+
+        m["torch"] = torch.__version__
+        if args.device == "cuda" and torch.cuda.is_available():
+            m["gpu"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return m
+
+
+def _list(text: str, known: tuple, what: str) -> list[str]:
+    items = [w.strip() for w in text.split(",") if w.strip()]
+    bad = [w for w in items if w not in known]
+    if bad or not items:
+        raise ValueError(f"{what}: unknown {', '.join(bad) or '(none given)'} (known: {', '.join(known)})")
+    return items
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", default=",".join(ALL), help="comma-separated (default: all six)")
+    ap.add_argument("--scales", default=None, help="comma-separated (default: small,full on cuda, tiny on cpu)")
+    ap.add_argument("--modes", default="throughput",
+                    help="throughput (synthetic batch) and/or ttt (first batch of the generated data; not full)")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when available")
+    ap.add_argument("--precision", choices=("bf16", "fp32"), default=None,
+                    help="of the optimized path (default: bf16 on cuda, fp32 on cpu)")
+    ap.add_argument("--backend", default=None, help="torch.compile backend (default: Inductor, as the runner)")
+    ap.add_argument("--batch", type=int, default=None,
+                    help="per-process batch of throughput mode (default: a small one per workload; 0: the scale's)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--cache-dir", default=None, help="compiled-kernel cache (the runner's --cache-dir layout)")
+    ap.add_argument("--deadline", type=float, default=None,
+                    help="seconds: start no case after it, stop a running one at it, write what was done")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per case")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="cases at a time, each in its own process (compilation is CPU work; one GPU holds several)")
+    ap.add_argument("--out", default="gradcheck.json", help="JSON output file")
+    ap.add_argument("--_case", help=argparse.SUPPRESS)
+    ap.add_argument("--_result", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.device is None:
+        try:
+            import torch
+
+            args.device = "cuda" if torch.cuda.is_available() else "cpu"
+        except ImportError:
+            args.device = "cpu"
+    args.precision = args.precision or ("bf16" if args.device == "cuda" else "fp32")
+    if args.scales is None:
+        args.scales = "small,full" if args.device == "cuda" else "tiny"
+    if args.jobs < 1:
+        raise ValueError(f"--jobs {args.jobs}: must be at least 1")
+    if args.batch is not None and args.batch < 0:
+        raise ValueError(f"--batch {args.batch}: must be 0 (the scale's) or more")
+    if args.backend == "inductor":
+        args.backend = None
+    args.workloads = _list(args.workloads, ALL, "--workloads")
+    args.scales = _list(args.scales, SCALES, "--scales")
+    args.modes = _list(args.modes, MODES, "--modes")
+    return args
+
+
+def main(argv=None) -> int:
+    try:
+        args = parse(argv)
+    except ValueError as exc:
+        print(f"gradcheck.py: {exc}", file=sys.stderr)
+        return 2
+    if args._case:
+        name, scale, mode = args._case.split(":")
+        res = check_case(name, scale, mode, args.device, args.precision, args.batch or None, args.seed, args.backend)
+        Path(args._result).write_text(json.dumps(res))
+        return 0
+    out = Path(args.out)
+    cache = Path(args.cache_dir) if args.cache_dir else None
+    end = time.time() + args.deadline if args.deadline else None
+    cases = [{"workload": w, "scale": s, "mode": m, "precision": args.precision,
+              "batch": (None if args.batch == 0 else (args.batch or BATCH[args.device][w])) if m == "throughput"
+              else "scale"}
+             for w in args.workloads for s in args.scales for m in args.modes
+             if not (m == "ttt" and s == "full")]  # ttt at full scale reads the prepared data set
+    doc = {"_meta": meta(args), "cases": []}
+    done: dict[int, dict] = {}
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        case = dict(cases[i])
+        left = None if end is None else end - time.time()
+        if left is not None and left < 5:
+            case["error"] = "not started: deadline"
+        else:
+            timeout = args.timeout if left is None else min(args.timeout, left)
+            case.update(run_case(case["workload"], case["scale"], case["mode"], device=args.device,
+                                 precision=args.precision, batch=case["batch"] if case["mode"] == "throughput"
+                                 else None, seed=args.seed, backend=args.backend, timeout=timeout, cache=cache))
+        with lock:
+            done[i] = case
+            doc["cases"] = [done[k] for k in sorted(done)]
+            print("\n".join(table([case])[2:]), flush=True)
+            out.write_text(json.dumps(doc, indent=1) + "\n")
+
+    # the largest first, so that --jobs keeps the GPU busy to the end
+    order = sorted(range(len(cases)), key=lambda i: SCALES.index(cases[i]["scale"]), reverse=True)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for f in [pool.submit(one, i) for i in order]:
+            f.result()
+    ok = bool(doc["cases"]) and all(c.get("passed") for c in doc["cases"])
+    print("\n".join(table(doc["cases"])), flush=True)
+    doc["_meta"]["passed"] = ok
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"[gradcheck] wrote {out}", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

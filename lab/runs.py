@@ -1,0 +1,128 @@
+"""The report's model of a training run (``Run``) and of what was read (``Collection``).
+
+A run belongs to one system: for a published MLPerf result tree, the results
+folder (``system_key`` its path under the input root, ``system_name`` its
+name, ``submitter``); for gpulab's own runs and loose logs, the label
+``<GPUs>x <device>[ / <stack>]`` built from what the run directory says.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Run:
+    """One training run, as read from its log (and run directory)."""
+
+    source: str
+    fmt: str                      # "rundir", "mllog", "v0.6" or "v0.5"
+    benchmark: str                # canonical name (benchmarks.yml) or as logged
+    device: str
+    gpus: int | None
+    stack: str
+    scale: str | None = None      # runner scale (full / small / tiny); None for plain logs
+    mode: str = "ttt"             # ttt or throughput (runner --mode)
+    host: str | None = None
+    seed: int | None = None
+    start_s: float | None = None  # run_start, unix seconds
+    success: bool = False
+    outcome: str = "failed"       # success / target_missed / failed / aborted
+    reason: str = ""
+    ttt_s: float | None = None
+    elapsed_s: float | None = None
+    epochs: float | None = None
+    quality: object = None
+    target: object = None
+    samples_per_s: float | None = None
+    throughput_basis: str | None = None
+    sample_unit: str | None = None  # of samples_per_s where the run says (runner throughput mode)
+    stack_versions: str | None = None
+    energy_j: float | None = None
+    avg_power_w: float | None = None
+    facts_from: str = ""
+    notes: list[str] = field(default_factory=list)
+    # The system as a result tree names it (None: gpulab's own run or a loose log).
+    submitter: str | None = None
+    system_name: str | None = None
+    system_key: str | None = None
+    submission: str | None = None
+    nodes: int | None = None
+    framework: str | None = None
+    accelerator: str | None = None
+    # Scoring and compliance.
+    order: tuple = ()             # position among its system's runs (file order, run in file)
+    clock: str = ""
+    compliance: str | None = None  # "PASS", "FAIL" or None (not checked: see compliance_note)
+    compliance_note: str = ""
+
+    @property
+    def bench_label(self) -> str:
+        """Benchmark name as grouped: runs of a reduced scale never mix with full ones."""
+        if self.scale and self.scale != "full":
+            return f"{self.benchmark} [{self.scale}]"
+        return self.benchmark
+
+    @property
+    def system(self) -> str:
+        return self.system_name or system_label(self.device, self.gpus, self.stack)
+
+    @property
+    def group_key(self) -> tuple:
+        """Runs with the same key form one benchmark x system record."""
+        if self.system_key:
+            return (self.bench_label, "tree", self.submitter or "", self.system_key)
+        return (self.bench_label, "label", self.device, self.gpus, self.stack)
+
+    @property
+    def perf_per_watt(self) -> float | None:
+        if self.samples_per_s and self.avg_power_w:
+            return self.samples_per_s / self.avg_power_w
+        return None
+
+    @property
+    def energy_to_train_wh(self) -> float | None:
+        if self.ttt_s is not None and self.avg_power_w:
+            return self.avg_power_w * self.ttt_s / 3600.0
+        return None
+
+    def row(self) -> dict:
+        d = asdict(self)
+        d["benchmark"] = self.bench_label
+        d["system"] = self.system
+        d["ttt_minutes"] = None if self.ttt_s is None else self.ttt_s / 60.0
+        d["perf_per_watt"] = self.perf_per_watt
+        d["energy_to_train_wh"] = self.energy_to_train_wh
+        d["quality"] = _jsonable(self.quality)
+        d["target"] = _jsonable(self.target)
+        d["notes"] = "; ".join(self.notes)
+        d["order"] = list(self.order)
+        return d
+
+
+def system_label(device: str, gpus: int | None, stack: str) -> str:
+    count = "?" if gpus is None else str(gpus)
+    label = f"{count}x {device}"
+    if stack and stack != "unknown":
+        label += f" / {stack}"
+    return label
+
+
+@dataclass
+class Skipped:
+    source: str
+    reason: str
+
+
+@dataclass
+class Collection:
+    runs: list[Run]
+    skipped: list[Skipped]
+    inputs: list[str]
+
+
+def _jsonable(v):
+    if v is None or isinstance(v, (int, float, str, bool)):
+        return v
+    return json.dumps(v, sort_keys=True)
