@@ -226,7 +226,7 @@ def validate(c, device=None, host=None, limit=None, level="quick", baseline=Fals
     result = val.validate_fleet(hosts, level=level, baseline=baseline, as_json=json,
                                 out_dir=Path(out) if out else Path(_cfg(c, "results")) / "validate",
                                 references=_cfg(c, "references", references),
-                                inventory=_cfg(c, "inventory", inventory))
+                                inventory=_cfg(c, "inventory", inventory), stacks_dir=_cfg(c, "stacks"))
     if not result.ok:
         raise Exit(code=1)
 

@@ -351,5 +351,5 @@ def summary_lines(result: PlaybookResult) -> list[str]:
         lines.append(f"ansible-runner status: {result.status} (rc {result.rc})")
     elif result.status == "failed" and all(h.state in ("ok", "changed") for h in result.hosts.values()):
         lines.append(f"ansible-playbook failed (rc {result.rc}); see {result.artifacts / 'stdout'}")
-    lines.append(f"artifacts: {result.artifacts}")
+    lines.append(f"artifacts: {result.artifacts or 'none (no host could be reached; nothing written)'}")
     return lines

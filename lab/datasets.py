@@ -245,6 +245,12 @@ def prepare(hosts, names, *, inventory, catalogue=None, storage: str | None = No
             if a["file"] not in seen:
                 seen.add(a["file"])
                 fetch.append(artifact_sums(a))
+    from lab import reach
+
+    up, down = reach.split(hosts, inventory)   # an unreachable host fails; the others go on
+    if not up:
+        result = reach.none_reached(PLAYBOOK, down, check)
+        return DatasetsResult(chosen, result, ansible.summary_lines(result))
     with tempfile.TemporaryDirectory(prefix="gpulab-datasets-") as tmp:
         extravars = {
             "datasets_specs": [cat.spec(n) for n in chosen],
@@ -256,8 +262,9 @@ def prepare(hosts, names, *, inventory, catalogue=None, storage: str | None = No
             extravars["datasets_storage"] = p.storage
         if root:
             extravars["datasets_root"] = root
-        result = ansible.run_playbook(PLAYBOOK, inventory, [h.name for h in hosts], extravars=extravars,
+        result = ansible.run_playbook(PLAYBOOK, inventory, [h.name for h in up], extravars=extravars,
                                       check=check, artifacts_root=artifacts or "artifacts", on_event=on_event,
                                       quiet=quiet, envvars=envvars,
-                                      known_hosts={h.name: h.known_hosts for h in hosts})
+                                      known_hosts={h.name: h.known_hosts for h in up})
+    reach.merged(result, down)
     return DatasetsResult(chosen, result, ansible.summary_lines(result))

@@ -37,7 +37,7 @@ owner=$(cat "$lock/owner" 2>/dev/null); tok=$(cat "$lock/token" 2>/dev/null)
 now=$(date +%s); hb=$(stat -c %Y "$lock/heartbeat" 2>/dev/null || stat -c %Y "$lock" 2>/dev/null || echo "$now")
 alive=0
 if [ -n "$tok" ] && [ -n "$(grep -lzxF "GPULAB_RUN_TOKEN=$tok" /proc/[0-9]*/environ 2>/dev/null)" ]; then alive=1; fi
-printf 'busy\t%s\t%s\t%s\n' "$((now - hb))" "$alive" "$owner"
+printf 'busy\t%s\t%s\t%s\t%s\n' "$((now - hb))" "$alive" "$tok" "$owner"
 '''
 
 # $1 lock dir, $2 owner line expected: move the stale lock aside (atomic), then remove it
@@ -89,9 +89,16 @@ class Busy:
     age_s: int
     alive: bool
     owner: str
+    token: str = ""
 
     def stale(self, stale_s: float) -> bool:
         return not self.alive and (self.age_s > stale_s or owner_dead_here(self.owner))
+
+    def orphaned(self, token: str, sweep: str, stale_s: float) -> bool:
+        """Held for the run ``token`` of ``sweep`` by a controller that is gone (dead here, or silent
+        past ``stale_s``): a resumed sweep takes it over even while that run still goes on."""
+        return (bool(token) and self.token == token and parse_owner(self.owner).get("sweep") == sweep
+                and (self.age_s > stale_s or owner_dead_here(self.owner)))
 
     def describe(self) -> str:
         o = parse_owner(self.owner)
@@ -117,20 +124,27 @@ class HostLock:
             if out == "acquired":
                 self.held = True
                 return None
-            parts = out.split("\t", 3)
-            if len(parts) != 4 or parts[0] != "busy":
+            parts = out.split("\t", 4)
+            if len(parts) != 5 or parts[0] != "busy":
                 raise RunError(f"{self.remote.name}: cannot read the lock {self.path}: {out!r}")
-            busy = Busy(int(parts[1]) if parts[1].lstrip("-").isdigit() else 0, parts[2] == "1", parts[3])
+            busy = Busy(int(parts[1]) if parts[1].lstrip("-").isdigit() else 0, parts[2] == "1", parts[4], parts[3])
             if not busy.stale(self.stale_s):
                 return busy
             self.remote.run(["sh", "-c", _BREAK, "hostlock", self.path, busy.owner], timeout=60)
         return busy
 
+    def take_over(self, busy: Busy, token: str) -> Busy | None:
+        """Break a lock ``busy`` left by a controller that is gone and take it for ``token`` (its run)."""
+        self.remote.run(["sh", "-c", _BREAK, "hostlock", self.path, busy.owner], timeout=60)
+        out = self.remote.run(["sh", "-c", _ACQUIRE, "hostlock", self.path, self.owner, token],
+                              timeout=60).stdout.strip("\n")
+        if out == "acquired":
+            self.held = True
+            return None
+        return busy
+
     def set_token(self, token: str) -> None:
         self.remote.run(["sh", "-c", 'printf "%s\\n" "$2" > "$1/token"', "hostlock", self.path, token], timeout=60)
-
-    def heartbeat_cmd(self) -> str:
-        return rmt.cmd(["touch", f"{self.path}/heartbeat"], "2>/dev/null;")
 
     def release(self) -> None:
         if self.held:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from lab import ansible, stacks
+from lab import ansible, reach, stacks
 from lab.errors import ConfigError, RunError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -169,7 +169,7 @@ def summary_lines(result: ansible.PlaybookResult, hosts: list[HostOutcome]) -> l
             lines.append(f"    reboot: {h.reboot}")
         for d in h.drift:
             lines.append(f"    drift: {d['component']}: expected {d['expected']}, found {d['found']}")
-    lines.append(f"  artifacts: {result.artifacts}")
+    lines.append(f"  artifacts: {result.artifacts or 'none (no host could be reached; nothing written)'}")
     return lines
 
 
@@ -187,6 +187,9 @@ def provision(hosts, *, inventory, stack: str | None = None, check: bool = False
 
         data_plan = ds.plan(hosts, datasets, inventory=inventory, catalogue=datasets_catalogue)
     artifacts = Path(artifacts or "artifacts")
+    up, down = reach.split(hosts, inventory)   # an unreachable host fails; nothing is built or written for it
+    if not up:
+        return _none_reached("provision.yml", down, plans, stack, check, out)
     wheel = build_wheel(artifacts / "wheels")
     extra = {"gpulab_runner_wheel": str(wheel), "gpulab_runner_version": wheel_version(wheel),
              "gpulab_runner_wheel_id": wheel.parent.name,
@@ -196,10 +199,11 @@ def provision(hosts, *, inventory, stack: str | None = None, check: bool = False
     extra.update(extravars or {})
     out(f"provision: {len(hosts)} host(s): " + ", ".join(f"{p.host} -> {stack or p.stack.name} ({p.os})"
                                                          for p in plans))
-    result = ansible.run_playbook("provision.yml", inventory, [h.name for h in hosts], extravars=extra,
+    result = ansible.run_playbook("provision.yml", inventory, [h.name for h in up], extravars=extra,
                                   check=check, diff=diff, artifacts_root=artifacts, on_event=on_event,
-                                  known_hosts={h.name: h.known_hosts for h in hosts})
-    explain_unreachable(result, hosts)
+                                  known_hosts={h.name: h.known_hosts for h in up})
+    explain_unreachable(result, up)
+    reach.merged(result, down)
     hosts_out = outcomes(result, plans, stack)
     lines = summary_lines(result, hosts_out)
     for line in lines:
@@ -215,6 +219,15 @@ def provision(hosts, *, inventory, stack: str | None = None, check: bool = False
     return ProvisionSummary(result, hosts_out, lines, data_result)
 
 
+def _none_reached(playbook: str, down: dict, plans, stack: str | None, check: bool, out) -> "ProvisionSummary":
+    result = reach.none_reached(playbook, down, check)
+    hosts_out = outcomes(result, plans, stack)
+    lines = summary_lines(result, hosts_out)
+    for line in lines:
+        out(line)
+    return ProvisionSummary(result, hosts_out, lines)
+
+
 # ---- audit -------------------------------------------------------------------------
 
 @dataclass
@@ -227,7 +240,7 @@ class AuditReport:
         return all(h.state in ("ok", "changed") and not h.drift for h in self.hosts)
 
     def as_dict(self) -> dict:
-        return {"ok": self.ok, "artifacts": str(self.result.artifacts),
+        return {"ok": self.ok, "artifacts": str(self.result.artifacts) if self.result.artifacts else None,
                 "hosts": {h.name: {"stack": h.stack, "state": h.state, "error": h.reason or None,
                                    "drift": h.drift, "installed": h.found} for h in self.hosts}}
 
@@ -244,7 +257,7 @@ class AuditReport:
         drifted = sum(1 for h in self.hosts if h.drift)
         unreached = sum(1 for h in self.hosts if h.state not in ("ok", "changed"))
         rows.append(f"audit: {len(self.hosts)} host(s), {drifted} with drift, {unreached} not audited; "
-                    f"artifacts: {self.result.artifacts}")
+                    f"artifacts: {self.result.artifacts or 'none (no host could be reached)'}")
         return rows
 
 
@@ -256,11 +269,16 @@ def audit(hosts, *, inventory, as_json: bool = False, artifacts: str | Path | No
     if as_json:  # stdout is the JSON document: progress goes to stderr
         progress = lambda line: print(f"  [{line['host']}] {line['status']:<11} {line['task']}",  # noqa: E731
                                       file=sys.stderr, flush=True)
-    result = ansible.run_playbook("audit.yml", inventory, [h.name for h in hosts],
-                                  extravars={"stack_profile_dir": str(Path(stacks_dir or stacks.STACKS_DIR).resolve())},
-                                  artifacts_root=Path(artifacts or "artifacts"), on_event=progress,
-                                  known_hosts={h.name: h.known_hosts for h in hosts})
-    explain_unreachable(result, hosts)
+    up, down = reach.split(hosts, inventory)
+    if up:
+        result = ansible.run_playbook("audit.yml", inventory, [h.name for h in up],
+                                      extravars={"stack_profile_dir": str(Path(stacks_dir or stacks.STACKS_DIR).resolve())},
+                                      artifacts_root=Path(artifacts or "artifacts"), on_event=progress,
+                                      known_hosts={h.name: h.known_hosts for h in up})
+        explain_unreachable(result, up)
+        reach.merged(result, down)
+    else:
+        result = reach.none_reached("audit.yml", down)
     report = AuditReport(result, outcomes(result, plans, None))
     if as_json:
         out(json.dumps(report.as_dict(), indent=2, sort_keys=True))

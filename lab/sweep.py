@@ -24,7 +24,15 @@ How a sweep runs:
 * each run directory is fetched (files listed in SHA256SUMS, or everything
   there is when the run never finished) and verified; a corrupt copy is
   fetched again. Each run ends ``complete`` (verified, outcome success or
-  target_missed) or ``failed``/``interrupted`` with a one-line reason.
+  target_missed) or ``failed``/``interrupted`` with a one-line reason;
+* on resume, a run this sweep started before (its token is in sweep.json) is
+  asked of its host first (``UnitWorker._adopt``): finished there and
+  verified, it is fetched and counted; still going, it is waited for (its
+  lock taken over from the controller that is gone) and fetched; only a run
+  that failed or left nothing runs again.
+
+sweep.json is read back through lab.sweepfile (checked like the command line,
+run folders kept inside the sweep); run-directory files through lab.bounded.
 """
 
 from __future__ import annotations
@@ -349,6 +357,24 @@ echo $pids
 '''
 
 
+# $1 run directory, $2 token, $3 lock dir, $4 runner pid ('' when not known: a run adopted on resume)
+_PROBE = r'''
+[ -n "$3" ] && touch "$3/heartbeat" 2>/dev/null
+if [ -f "$1/SHA256SUMS" ]; then echo done
+elif [ -n "$4" ] && kill -0 "$4" 2>/dev/null; then echo running
+elif [ -z "$4" ] && [ -n "$2" ] && grep -qzxF "GPULAB_RUN_TOKEN=$2" /proc/[0-9]*/environ 2>/dev/null; then echo running
+elif [ -d "$1" ]; then echo gone
+else echo none; fi
+'''
+
+
+def run_state(remote: rmt.Remote, src: str, token: str | None, lock_dir: str = "", pid: str | None = None) -> str:
+    """What a host says of a run: done (SHA256SUMS written), running, gone (left a partial folder) or none."""
+    out = remote.run(["sh", "-c", _PROBE, "gpulab-probe", src, token or "", lock_dir, pid or ""],
+                     timeout=60, check=False).stdout.strip()
+    return out if out in ("done", "running", "gone", "none") else "gone"
+
+
 def signal_tagged(remote: rmt.Remote, token: str, sig: str) -> list[int]:
     out = remote.run(["sh", "-c", _SIGNAL_TAGGED, "gpulab-stop", sig, token], timeout=60, check=False).stdout
     return [int(p) for p in out.split() if p.isdigit()]
@@ -497,7 +523,8 @@ class UnitWorker:
             for i, run in enumerate(todo, 1):
                 if self.stop.is_set():
                     break
-                self.progress.run_started(self.unit, i, len(todo), run.run_id)
+                self.progress.run_started(self.unit, i, len(todo), run.run_id,
+                                          " (resumed: what the host did comes first)" if run.token else "")
                 try:
                     self._one(run)
                 except HostLost as exc:
@@ -594,13 +621,14 @@ class UnitWorker:
         return pid
 
     def _poll(self, run: PlannedRun, node: Node) -> str:
+        """done, running or gone; the runner by its pid, or (adopted) by its processes' token."""
         src = node.layout.run_dir(run)
-        probe = rmt.cmd(node.lock.heartbeat_cmd(), "if", ["test", "-f", f"{src}/{checksums.SUMS}"], "; then echo done;",
-                        "elif", ["kill", "-0", node.pid or "0"], "2>/dev/null; then echo running; else echo gone; fi")
-        state = node.call(lambda r: r.run(probe, timeout=60, check=False)).stdout.strip()
-        if state == "gone":  # it may have finished between the two tests
-            state = node.call(lambda r: r.run(probe, timeout=60, check=False)).stdout.strip()
-        return state or "gone"
+        lock = node.lock.path if node.lock.held else ""   # the holder keeps its heartbeat going
+        probe = lambda r: run_state(r, src, run.token, lock, node.pid)  # noqa: E731
+        state = node.call(probe)
+        if state in ("gone", "none"):  # it may have finished between the two tests
+            state = node.call(probe)
+        return "gone" if state == "none" else state
 
     def _stop_all(self, run: PlannedRun) -> bool:
         killed = False
@@ -613,7 +641,8 @@ class UnitWorker:
         return killed
 
     def _one(self, run: PlannedRun) -> None:
-        s = self.settings
+        if run.token and self._adopt(run):   # a token: this sweep started the run before
+            return
         run.token = f"gl-{secrets.token_hex(8)}"
         run.state, run.started, run.ended, run.reason, run.outcome = "running", utcnow(), None, "", None
         self.sweep.save()
@@ -630,6 +659,11 @@ class UnitWorker:
         for rank, node in enumerate(self.nodes):
             node.pid = self._launch(run, node, rank)
         self.sweep.save()
+        self._watch(run)
+
+    def _watch(self, run: PlannedRun) -> None:
+        """Poll the run on every node until it ends, is stopped or passes its limit; then collect it."""
+        s = self.settings
         t0 = time.monotonic()
         deadline = t0 + self._limit_s(run) + s.kill_margin_s
         ended = "done"
@@ -661,6 +695,50 @@ class UnitWorker:
                 except HostLost:
                     pass
         self._collect(run, ended, states, time.monotonic() - t0)
+
+    # -- a run started before (the controller was killed, the host was lost): adopt what the host did --
+    def _adopt(self, run: PlannedRun) -> bool:
+        """True when the host's own record settles the run: a finished run directory that verifies is
+        fetched and counted, a run still going is waited for and then fetched. False: run it again
+        (it failed, or left nothing)."""
+        states = {n.host.name: n.call(lambda r: run_state(r, n.layout.run_dir(run), run.token))
+                  for n in self.nodes}
+        if "running" in states.values():
+            self.progress.print(f"  [{self.unit}] {run.run_id}: still running on the host since before this "
+                                f"resume; waiting for it")
+            if not self._take_over_locks(run):
+                return True     # stopped (Ctrl-C) or another controller holds the host: recorded by _end
+        elif set(states.values()) != {"done"}:
+            return False
+        else:
+            self.progress.print(f"  [{self.unit}] {run.run_id}: finished on the host before this resume; fetching it")
+        run.state, run.reason, run.outcome, run.ended = "running", "", None, None
+        self.sweep.save()
+        for node in self.nodes:
+            node.pid = None
+        self._watch(run)
+        if run.state == "complete":
+            run.reason = (run.reason + "; " if run.reason else "") + "adopted on resume (the host had run it)"
+            self.sweep.save()
+        return run.state != "failed"
+
+    def _take_over_locks(self, run: PlannedRun) -> bool:
+        """Each node's lock, taken over from the controller that started ``run`` and is gone."""
+        deadline = time.monotonic() + self.settings.lock_wait_s
+        for node in sorted(self.nodes, key=lambda n: n.host.name):
+            while True:
+                busy = node.call(lambda r: node.lock.try_acquire(run.token))
+                if busy is not None and busy.orphaned(run.token, self.sweep.name, self.settings.lock_stale_s):
+                    busy = node.call(lambda r: node.lock.take_over(busy, run.token))
+                if busy is None:
+                    break
+                if self.stop.is_set() or time.monotonic() > deadline:
+                    self._end(run, "interrupted" if self.stop.is_set() else "failed",
+                              f"{node.host.name} busy: lock held by {busy.describe()}")
+                    return False
+                self.progress.status(self.unit, f"waiting for {node.host.name}: held by {busy.describe()}")
+                time.sleep(max(self.settings.poll_s, 2.0))
+        return True
 
     def _collect(self, run: PlannedRun, ended: str, states: dict[str, str], elapsed: float) -> None:
         problems: list[str] = []

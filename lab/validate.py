@@ -229,6 +229,25 @@ def _mm(text: str | None) -> tuple[int, int] | None:
 # --------------------------------------------------------------------------- host checks
 
 
+SYSTEM_SOURCES = ("package", "header", "library")  # the system's own installation, as the runner's probe names it
+
+
+def installed_version(stack: dict, comp: str) -> str | None:
+    """The cuDNN or NCCL of a probe as `invoke audit` reads it: the system's first, the environment's
+    wheels (``python package nvidia-cudnn-cu13``) or the framework's view only where the system has none.
+
+    A host may have both (a CUDA image with its own cuDNN, and a PyTorch from PyPI with another);
+    the profile's packages are the system's. The runner's ``cudnn``/``nccl`` fields are the
+    framework's view (what a run loaded) and stay in manifests as they are.
+    """
+    found = [f for f in stack.get(f"{comp}_found") or [] if isinstance(f, dict) and f.get("version")]
+    for kinds in (SYSTEM_SOURCES, ("python package",), ("torch",)):
+        for f in found:
+            if str(f.get("source", "")).startswith(kinds):
+                return str(f["version"])
+    return stack.get(comp)
+
+
 def _stack_checks(probe: dict, expected: dict | None) -> list[dict]:
     stack = probe.get("stack") or {}
     fw = probe.get("frameworks") or {}
@@ -236,8 +255,8 @@ def _stack_checks(probe: dict, expected: dict | None) -> list[dict]:
     found = {
         "driver": stack.get("driver"),
         "cuda": stack.get("cuda_toolkit"),
-        "cudnn": stack.get("cudnn"),
-        "nccl": stack.get("nccl"),
+        "cudnn": installed_version(stack, "cudnn"),
+        "nccl": installed_version(stack, "nccl"),
         "torch": fw.get("torch"),
         "tensorflow": fw.get("tensorflow"),
     }
@@ -871,15 +890,19 @@ def gather_one(host, level: str, stamp: str, local_dir: Path | None = None, *, c
         return doc
 
 
-def stacks_for(hosts: Iterable[Any], inventory: Path | str | None = None) -> dict:
-    """Expected versions per stack name from lab.stacks profiles; {} when unavailable."""
+def stacks_for(hosts: Iterable[Any], inventory: Path | str | None = None,
+               stacks_dir: Path | str | None = None) -> dict:
+    """Expected versions per stack name from lab.stacks profiles; {} when unavailable.
+
+    The profiles are those of ``stacks_dir`` (gpulab.stacks, as `invoke audit` reads them),
+    else beside the inventory (inventory/stacks/) when there are any, else the checkout's.
+    """
     try:
         from lab import stacks as st
     except ImportError:
         return {}
     out = {}
-    # profiles beside the inventory (inventory/stacks/) when there are any, else the checkout's
-    sdir = Path(inventory).parent / "stacks" if inventory else None
+    sdir = Path(stacks_dir) if stacks_dir else (Path(inventory).parent / "stacks" if inventory else None)
     if sdir is None or not sdir.is_dir():
         sdir = None
     for h in hosts:
@@ -898,7 +921,8 @@ def stacks_for(hosts: Iterable[Any], inventory: Path | str | None = None) -> dic
 def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False, as_json: bool = False,
                    out_dir: Path | str = Path("results/validate"), references: Path | str | None = None,
                    inventory: Path | str | None = None, stacks: dict | None = None,
-                   echo: Callable[[str], None] = print, gather: Callable | None = None) -> Verdicts:
+                   echo: Callable[[str], None] = print, gather: Callable | None = None,
+                   stacks_dir: Path | str | None = None) -> Verdicts:
     """Gather every host's burn-in document, judge them, write validate.json/.html.
 
     With ``baseline``, write ``references-baseline.yml`` (from these hosts)
@@ -913,7 +937,7 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
     refs = load_references(refs_path)
     paths.folder(out_dir, "--out")             # every input is checked before the burn-in starts
     if stacks is None and not baseline:
-        stacks = stacks_for(hosts, inventory)
+        stacks = stacks_for(hosts, inventory, stacks_dir)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(out_dir) / stamp
     gather = gather or gather_one

@@ -279,6 +279,18 @@ def cuda_toolkit_version() -> dict | None:
             if m:
                 n = int(m.group(1))
                 return {"version": f"{n // 1000}.{(n % 1000) // 10}", "source": f"{base / 'include/cuda.h'}"}
+    # no system toolkit: the CUDA a pip-installed framework brings (PyTorch's build, the runtime wheel)
+    torch_mod = sys.modules.get("torch")
+    try:
+        v = torch_mod.version.cuda if torch_mod is not None else None
+    except Exception:
+        v = None
+    if v:
+        return {"version": str(v), "source": "torch.version.cuda"}
+    for dist in ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12"):
+        v = dist_version(dist)
+        if v:
+            return {"version": v, "source": f"python package {dist}"}
     return None
 
 

@@ -75,7 +75,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpulab_versions import agrees
 
 CUDNN_HEADERS = [
-    "/usr/include/cudnn_version.h", "/usr/include/*-linux-gnu/cudnn_version_v*.h", "/usr/include/cudnn_version_v*.h",
+    "/usr/include/cudnn_version.h", "/usr/include/*-linux-gnu/cudnn_version.h",
+    "/usr/include/*-linux-gnu/cudnn_version_v*.h", "/usr/include/cudnn_version_v*.h",
     "/usr/include/cudnn.h", "/usr/include/*-linux-gnu/cudnn_v*.h", "/usr/include/cudnn_v*.h",
     "/usr/local/cuda/include/cudnn_version.h", "/usr/local/cuda/include/cudnn.h",
 ]
@@ -172,7 +173,13 @@ def cuda_version(root):
             pass
     text = _read(os.path.join(root, "version.txt"))
     m = re.search(r"CUDA Version ([0-9.]+)", text or "")
-    return m.group(1) if m else None
+    if m:
+        return m.group(1)
+    m = re.search(r"#define\s+CUDA_VERSION\s+([0-9]+)", _read(os.path.join(root, "include", "cuda.h")) or "")
+    if m:  # a toolkit without version files (some images): 13000 -> 13.0
+        n = int(m.group(1))
+        return "%d.%d" % (n // 1000, (n % 1000) // 10)
+    return None
 
 
 def cuda_facts():
@@ -231,8 +238,13 @@ try:
     from importlib import metadata
 except ImportError:
     metadata = None
-for comp in ("cudnn", "nccl"):
-    for dist in ("nvidia-%s-cu13" % comp, "nvidia-%s-cu12" % comp, "nvidia-%s-cu11" % comp):
+dists = {"cudnn": ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12", "nvidia-cudnn-cu11"),
+         "nccl": ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11"),
+         "cuda": ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12")}
+for comp in ("cudnn", "nccl", "cuda"):
+    if libs.get(comp):
+        continue
+    for dist in dists[comp]:
         try:
             libs[comp] = metadata.version(dist)
             libs[comp + "_dist"] = dist
@@ -269,7 +281,8 @@ def from_python_env(stack, libs):
     if not stack["nccl"]["version"] and libs.get("nccl"):
         stack["nccl"].update(version=libs["nccl"], source="python package %s" % libs.get("nccl_dist"))
     if not stack["cuda"]["default"] and libs.get("cuda"):
-        stack["cuda"].update(default=libs["cuda"], source="torch.version.cuda")
+        source = "python package %s" % libs["cuda_dist"] if libs.get("cuda_dist") else "torch.version.cuda"
+        stack["cuda"].update(default=libs["cuda"], source=source)
 
 
 def drift(stack, expected, gpu_model, gpu_count):

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 import time
 
 import torch
@@ -412,7 +413,9 @@ def compile_fn(ctx: "Context", fn, dynamic: bool = False, options: dict | None =
     ``GPULAB_COMPILE_MODE`` overrides it. ``options`` (default: the scale's
     ``inductor:`` mapping), then ``GPULAB_INDUCTOR``, set Inductor's
     configuration (``torch._inductor.config``, dotted keys such as
-    ``triton.cudagraphs``) for this process, which runs one workload.
+    ``triton.cudagraphs``) for this process, which runs one workload; a
+    setting the running PyTorch release lacks is skipped with a note on
+    stderr (the runner supports releases from ``runner.OLDEST_TORCH`` on).
     Compiled artifacts land in ``TORCHINDUCTOR_CACHE_DIR`` (set by the
     supervisor to the sweep's cache), so later runs of a sweep skip the work.
     """
@@ -434,8 +437,10 @@ def compile_fn(ctx: "Context", fn, dynamic: bool = False, options: dict | None =
                 for part in path:
                     target = getattr(target, part)
                 getattr(target, leaf)
-            except AttributeError:
-                raise WorkloadError(f"inductor option {key!r}: torch {torch.__version__} has no such setting") from None
+            except AttributeError:  # settings come and go between releases: run without it, and say so
+                print(f"note: inductor option {key!r} skipped: torch {torch.__version__} has no such setting",
+                      file=sys.stderr, flush=True)
+                continue
             setattr(target, leaf, value)
     kw = {"dynamic": dynamic}
     if mode and mode != "default":

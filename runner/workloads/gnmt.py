@@ -153,6 +153,7 @@ class Trainer(T.Trainer):
     src_frame = (True, True)  # the reference's source is BOS, the sentence, EOS
     tgt_extra = 2             # its length filter counts the target's BOS and EOS too
     bleu_scheme = "intl"
+    fixed_sampler = False     # the reference's BucketingSampler
 
     def __init__(self, ctx):
         T.check_bucket_config(ctx.cfg, "gnmt")

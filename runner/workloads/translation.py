@@ -4,8 +4,8 @@
   as its reference's bucketing sampler (a fixed number of sentences, sorted by
   length within shards of 80 global batches); the Transformer makes fixed
   batches of at most ``max_tokens`` tokens, as fairseq's ``--max-tokens``, and
-  shuffles their order each epoch (``max_tokens`` unset: ``batch_size``
-  sentences per batch).
+  shuffles their order each epoch (``max_tokens`` unset: at most
+  ``batch_size`` sentences per batch).
 - Loss: label-smoothed cross entropy summed over the target tokens, divided
   by the batch's tokens (``loss_per: token``) or sentences (``loss_per:
   sentence``, GNMT's reference); Adam; the learning-rate schedules of the two
@@ -104,13 +104,14 @@ class Trainer:
     The model provides ``forward(src, tgt_in, pad) -> logits [B,T,V]`` and the
     decoding calls of runner.workloads.beam_search; the subclass provides
     ``decode_eval(src) -> token lists`` and sets ``src_frame`` (BOS, EOS around
-    the source), ``tgt_extra`` (what the length filter adds to a target) and
-    ``bleu_scheme``.
+    the source), ``tgt_extra`` (what the length filter adds to a target),
+    ``bleu_scheme`` and ``fixed_sampler`` (False: GNMT's bucketing sampler).
     """
 
     src_frame = (False, True)
     tgt_extra = 1
     bleu_scheme = "moses"
+    fixed_sampler = True
 
     def __init__(self, ctx, make_model, datasets: tuple[str, ...], adam_eps: float):
         self.ctx = ctx
@@ -140,9 +141,9 @@ class Trainer:
             self.keep = np.asarray(keep_pairs(src, tgt, self.max_len, self.src_frame, self.tgt_extra), np.int64)
             self.train_samples = train_samples = len(self.keep)
             self.eval_samples = len(self.data["eval"][0])
-            if self.max_tokens:
-                self.fixed_batches = token_batches(src, tgt, self.keep.tolist(), self.max_tokens, self.batch,
-                                                   self.buckets, self.src_frame)
+            if self.fixed_sampler:  # fairseq: fixed batches (of max_tokens, else of batch_size sentences)
+                self.fixed_batches = token_batches(src, tgt, self.keep.tolist(), self.max_tokens or 1 << 62,
+                                                   self.batch, self.buckets, self.src_frame)
                 self.steps_per_epoch = len(self.fixed_batches) // world
             else:
                 self.fixed_batches = None

@@ -72,8 +72,8 @@ def test_provision_sweep_report_on_two_hosts(flab):
     assert {h: s for h, (s, _) in recap(first.stdout).items()} == {"fp-01": "changed", "fp-02": "changed"}
     assert re.search(r"^\s+\[fp-02\] changed\s+\S+ : ", first.stdout, re.M)  # per-task progress lines
     for name in flab.names:
-        status = flab.exec(name, "dpkg-query -W -f '${Version} ${db:Status-Abbrev}' nvidia-driver-550").stdout
-        assert status.split()[0].startswith("550.144.03") and status.split()[1] == "hi", status
+        status = flab.exec(name, "dpkg-query -W -f '${Version} ${db:Status-Abbrev}' nvidia-driver-580-open").stdout
+        assert status.split()[0].startswith("580.159.04") and status.split()[1] == "hi", status
         assert json.loads(flab.exec(name, "cat /etc/gpulab/stack.json").stdout)["drift"] == []
     second = invoke(flab, "provision", "--inventory", str(flab.inventory))
     assert second.returncode == 0, second.stdout[-3000:]

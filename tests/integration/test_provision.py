@@ -40,8 +40,10 @@ INVOKE = Path(sys.executable).parent / "invoke"
 # a workdir full of shell metacharacters (no spaces: it ends up in script shebangs)
 EVIL = "/var/lib/gpulab/w;touch${IFS}/tmp/pwned1;$(touch${IFS}/tmp/pwned2)`touch${IFS}/tmp/pwned3`"
 LAB_VARS = PROVISION_VARS
-CURRENT = {"driver": "550.144.03", "cuda": "12.4.1", "cudnn": "9.1.0.70", "nccl": "2.21.5",
-           "torch": "2.5.1", "tensorflow": "2.18.0"}
+# torch: the environment sees the hosts' Python layer, whose real torch 2.13.0+cpu satisfies the
+# profile's torch==2.13.0 (pip, and gpulab's version rule, ignore the local label)
+CURRENT = {"driver": "580.159.04", "cuda": "13.0.2", "cudnn": "9.19.0.56", "nccl": "2.28.9",
+           "torch": "2.13.0+cpu", "tensorflow": "2.21.0"}
 MLPERF = {"driver": "410.72", "cuda": "10.0.130", "cudnn": "7.4.1.5", "nccl": "2.3.7",
           "torch": "1.0.0", "tensorflow": "1.12.0"}
 
@@ -151,11 +153,11 @@ def test_provision_current_on_two_hosts(plab):
     assert (folder / "job_events").is_dir() and (folder / "stdout").is_file()
     assert res.stdout.count("reboot: needed but skipped") == 2
     for name in plab.names:
-        pkgs = plab.exec(name, "dpkg-query -W -f '${Package}=${Version}\\n' nvidia-driver-550 cuda-toolkit-12-4 "
-                               "libcudnn9-cuda-12 libnccl2").stdout.split()
-        assert sorted(pkgs) == ["cuda-toolkit-12-4=12.4.1-1", "libcudnn9-cuda-12=9.1.0.70-1",
-                                "libnccl2=2.21.5-1+cuda12.4", "nvidia-driver-550=550.144.03-0ubuntu0.22.04.1"]
-        assert "hold" in plab.exec(name, "dpkg --get-selections nvidia-driver-550").stdout
+        pkgs = plab.exec(name, "dpkg-query -W -f '${Package}=${Version}\\n' nvidia-driver-580-open cuda-toolkit-13-0 "
+                               "libcudnn9-cuda-13 libnccl2").stdout.split()
+        assert sorted(pkgs) == ["cuda-toolkit-13-0=13.0.2-1", "libcudnn9-cuda-13=9.19.0.56-1",
+                                "libnccl2=2.28.9-1+cuda13.0", "nvidia-driver-580-open=580.159.04-0ubuntu0.24.04.1"]
+        assert "hold" in plab.exec(name, "dpkg --get-selections nvidia-driver-580-open").stdout
         stack = stack_json(plab, name)
         assert versions(stack) == CURRENT
         assert stack["stack"] == "current" and stack["drift"] == []
@@ -163,7 +165,7 @@ def test_provision_current_on_two_hosts(plab):
         assert stack["python"]["runner"] == subprocess.run(
             [sys.executable, "-c", "import runner; print(runner.__version__)"], cwd=REPO, capture_output=True,
             text=True).stdout.strip()
-        assert plab.exec(name, "readlink /usr/local/cuda").stdout.strip() == "/usr/local/cuda-12.4"
+        assert plab.exec(name, "readlink /usr/local/cuda").stdout.strip() == "/usr/local/cuda-13.0"
         env = plab.exec(name, "bash -lc 'echo $CUDA_HOME; command -v nvcc'").stdout.split()
         assert env == ["/usr/local/cuda", "/usr/local/cuda/bin/nvcc"]
         assert "blacklist nouveau" in plab.exec(name, "cat /etc/modprobe.d/blacklist-nouveau.conf").stdout
@@ -174,7 +176,7 @@ def test_provision_current_on_two_hosts(plab):
     assert plab.exec("pv-02", f"test -x '{EVIL}/envs/current/bin/python'", check=False).returncode == 0
     assert plab.exec("pv-02", "ls /tmp/pwned1 /tmp/pwned2 /tmp/pwned3 2>/dev/null", check=False).stdout == ""
     assert plab.exec("pv-02", f"'{EVIL}/envs/current/bin/python' -c 'import torch; print(torch.__version__)'"
-                     ).stdout.strip() == "2.5.1"
+                     ).stdout.strip() == "2.13.0+cpu"
 
 
 def test_second_run_changes_nothing(plab):
@@ -200,10 +202,10 @@ def test_moving_a_host_to_mlperf_changes_exactly_what_differs(plab):
     assert res.returncode == 0, res.stdout[-3000:]
     assert changed_tasks(res.stdout, "pv-02") == {
         "nvidia_repo : Add the NVIDIA apt source",                      # ubuntu1804 instead of debian12
-        "pinned_packages : Remove packages that clash with the NVIDIA driver",  # branch 550 out
+        "pinned_packages : Remove packages that clash with the NVIDIA driver",  # branch 580 (open) out
         "pinned_packages : Install pinned packages for the NVIDIA driver",  # 410.72 in
         "pinned_packages : Hold the pinned packages of the NVIDIA driver",
-        "pinned_packages : Install pinned packages for the CUDA toolkit",           # 10.0 beside 12.4
+        "pinned_packages : Install pinned packages for the CUDA toolkit",           # 10.0 beside 13.0
         "cuda : Make this toolkit the default",
         "pinned_packages : Remove packages that clash with cuDNN",                               # cuDNN 9 out, 7 in
         "pinned_packages : Install pinned packages for cuDNN",
@@ -217,7 +219,7 @@ def test_moving_a_host_to_mlperf_changes_exactly_what_differs(plab):
     }
     stack = stack_json(plab, "pv-02")
     assert versions(stack) == MLPERF and stack["drift"] == [] and stack["stack"] == "mlperf-v0.5"
-    assert sorted(stack["cuda"]["installed"].values()) == ["10.0.130", "12.4.1"]  # side by side
+    assert sorted(stack["cuda"]["installed"].values()) == ["10.0.130", "13.0.2"]  # side by side
     gone = plab.exec("pv-02", "dpkg-query -W -f '${Package} ${db:Status-Abbrev}\\n' 'nvidia-driver-*' 'libcudnn*' "
                               "| awk '$2 ~ /^.i/ {print $1}'").stdout.split()
     assert sorted(gone) == ["libcudnn7", "libcudnn7-dev", "nvidia-driver-410"]
@@ -231,16 +233,16 @@ def test_audit_passes_clean_hosts_and_finds_a_hand_installed_cudnn(plab):
     assert re.search(r"^pv-01\s+current\s+no drift$", res.stdout, re.M)
     assert re.search(r"^pv-02\s+mlperf-v0.5\s+no drift$", res.stdout, re.M)
     plab.ssh("pv-01", "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades "
-                      "libcudnn9-cuda-12=9.0.0.312-1 libcudnn9-dev-cuda-12=9.0.0.312-1", timeout=180)
+                      "libcudnn9-cuda-13=9.18.1.3-1 libcudnn9-dev-cuda-13=9.18.1.3-1", timeout=180)
     res = invoke(plab, "audit", inventory=plab.inventory_mlperf)
     assert res.returncode == 1
-    assert re.search(r"^pv-01\s+current\s+cudnn\s+expected 9.1.0.70\s+found 9.0.0.312$", res.stdout, re.M)
+    assert re.search(r"^pv-01\s+current\s+cudnn\s+expected 9.19.0.56\s+found 9.18.1.3$", res.stdout, re.M)
     assert re.search(r"^pv-02\s+mlperf-v0.5\s+no drift$", res.stdout, re.M)
     res = invoke(plab, "audit", "--json", "--host", "pv-01", inventory=plab.inventory_mlperf)
     assert res.returncode == 1
     doc = json.loads(res.stdout)
     assert doc["ok"] is False
-    assert doc["hosts"]["pv-01"]["drift"] == [{"component": "cudnn", "expected": "9.1.0.70", "found": "9.0.0.312"}]
+    assert doc["hosts"]["pv-01"]["drift"] == [{"component": "cudnn", "expected": "9.19.0.56", "found": "9.18.1.3"}]
 
 
 def test_unknown_and_changed_host_keys_are_refused(plab, tmp_path):

@@ -108,18 +108,22 @@ def test_sweep_survives_a_lost_host_resumes_and_collects_again(lab, tmp_path):
     assert lab.exec("sw-02", f"test -f '{EVIL_WORKDIR}/sweeps/s1/{rid}/status.json'", check=False).returncode == 0
     assert lab.exec("sw-02", "ls /tmp/pwned-workdir /tmp/pwned-subst", check=False).returncode != 0
 
-    # resume: sshd back, the same name reruns only the failed run
+    # resume: sshd back, the same name resumes only the failed run; the run went on on sw-03 while the
+    # controller had lost it, and finished: the resume adopts it (fetched, verified, counted), never reruns it
     lab.start_sshd("sw-03")
     wait_until(lambda: not runner_pids(lab, "sw-03"), "the orphaned run on sw-03 to end")
+    on_host = json.loads(lab.exec("sw-03", f"cat /var/lib/gpulab/sweeps/s1/{rid}/status.json").stdout)
     before = {h: (results / "s1" / h / rid / "status.json").stat().st_mtime_ns for h in ("sw-01", "sw-02")}
     p = sweep(args, results, reconnect_s=2)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "2 already complete (resumed)" in p.stdout
-    assert "[sw-03] 1/1 ncf-ttt-tiny-cpu-s1 started" in p.stdout
+    assert f"[sw-03] {rid}: finished on the host before this resume; fetching it" in p.stdout
     assert "[sw-01]" not in p.stdout and "[sw-02]" not in p.stdout
     assert {h: (results / "s1" / h / rid / "status.json").stat().st_mtime_ns for h in before} == before
-    assert state(results, "s1")[("sw-03", rid)]["state"] == "complete"
+    resumed = state(results, "s1")[("sw-03", rid)]
+    assert resumed["state"] == "complete" and resumed["attempts"] == 1, resumed
     assert checksums.verify(results / "s1" / "sw-03" / rid) == []
+    assert json.loads((results / "s1" / "sw-03" / rid / "status.json").read_text()) == on_host
 
     # a corrupted local copy: `invoke collect` fetches it again
     (results / "s1" / "sw-01" / rid / "mllog.log").write_text("corrupted\n")
@@ -196,6 +200,60 @@ def test_ctrl_c_stops_every_remote_run_and_saves_the_state(lab, tmp_path):
     runs = state(results, "s3")
     assert {r["state"] for (h, rid), r in runs.items() if rid.endswith("s1")} == {"interrupted"}
     assert {r["state"] for (h, rid), r in runs.items() if rid.endswith("s2")} == {"planned"}
+
+
+def test_a_killed_controller_resumed_reruns_nothing_that_finished_on_the_host(lab, tmp_path):
+    """SIGKILL to the controller while a run goes on each host (the laptop slept, its SSH dropped), then the
+    same command again: sw-01's run had finished meanwhile and is fetched; sw-03's is still going and is
+    waited for, then fetched; neither starts again."""
+    results = tmp_path / "results"
+    rid = "ncf-ttt-tiny-cpu-s1"
+    args = ["--inventory", str(lab.inventory), "--host", "sw-01,sw-03", "--seeds", "1", "--name", "k1"]
+    proc = subprocess.Popen(invoke_cmd() + ["sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env_for(results))
+    held = set()
+
+    def hold_both():   # freeze each host's workload as soon as it appears: both runs are mid-way
+        for name in {"sw-01", "sw-03"} - held:
+            if lab.exec(name, "pkill -STOP -f '[r]unner.worker' && echo held || true").stdout.strip():
+                held.add(name)
+        return len(held) == 2 or proc.poll() is not None
+
+    wait_until(hold_both, "workload processes on both hosts")
+    assert proc.poll() is None, "the sweep ended before it could be killed"
+    proc.kill()                                       # SIGKILL: no cleanup, no state saved at the end
+    proc.communicate(timeout=60)
+    saved = state(results, "k1")
+    assert {r["state"] for r in saved.values()} == {"running"}, saved
+    runs_dir = "/var/lib/gpulab/sweeps/k1"
+    lab.exec("sw-01", "pkill -CONT -f '[r]unner.worker'")             # sw-01's run ends before the resume
+    wait_until(lambda: not runner_pids(lab, "sw-01"), "sw-01's run to end on its own")
+    host_status = {"sw-01": json.loads(lab.exec("sw-01", f"cat {runs_dir}/{rid}/status.json").stdout)}
+
+    p = subprocess.Popen(invoke_cmd() + ["sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, env=env_for(results))
+    # sw-03's run is still going (frozen) when the resume takes over the lock the killed controller left
+    wait_until(lambda: f"pid={p.pid} " in lab.exec("sw-03", "cat /var/lib/gpulab/sweep.lock/owner",
+                                                    check=False).stdout or p.poll() is not None,
+               "the resume to take over sw-03's lock")
+    assert runner_pids(lab, "sw-03"), "sw-03's run ended before the resume found it"
+    lab.exec("sw-03", "pkill -CONT -f '[r]unner.worker'")
+    out, _ = p.communicate(timeout=600)
+    assert p.returncode == 0, out
+    assert f"[sw-01] {rid}: finished on the host before this resume; fetching it" in out
+    assert f"[sw-03] {rid}: still running on the host since before this resume; waiting for it" in out
+    host_status["sw-03"] = json.loads(lab.exec("sw-03", f"cat {runs_dir}/{rid}/status.json").stdout)
+    runs = state(results, "k1")
+    for h in ("sw-01", "sw-03"):
+        r = runs[(h, rid)]
+        assert r["state"] == "complete" and r["attempts"] == 1 and "adopted on resume" in r["reason"], r
+        d = results / "k1" / h / rid
+        assert checksums.verify(d) == []
+        assert json.loads((d / "status.json").read_text()) == host_status[h]    # the host's own first run
+        # nothing was started again: no earlier attempt moved aside on the host, none kept here
+        assert lab.exec(h, f"ls {runs_dir}").stdout.split() == [rid, f"{rid}.launch.log"]
+        assert not (results / "k1" / ".attempts").exists()
+        assert runner_pids(lab, h) == [] and worker_pids(lab, h) == []
 
 
 def test_unknown_changed_and_unreachable_hosts_are_refused_and_bad_names_rejected(lab, tmp_path):

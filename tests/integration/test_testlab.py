@@ -167,14 +167,14 @@ def test_python_layer_and_air_gapped_wheelhouse(lab2):
     written = run(lab2.nsenter(name, root=False) + ["find", str(upper), "-name", "*.pyc"]).stdout
     assert written == ""
     pip = f"--no-index --trusted-host {lab2.controller}"
-    lab2.ssh(name, "python3 -m venv /opt/v1 && /opt/v1/bin/pip install -q "
+    lab2.ssh(name, "python3 -m venv /root/v1 && /root/v1/bin/pip install -q "
                    f"{pip} --find-links {lab2.find_links_url} nvidia-ml-py pyyaml", timeout=180)
-    lab2.ssh(name, "python3 -m venv /opt/v2 && /opt/v2/bin/pip install -q "
+    lab2.ssh(name, "python3 -m venv /root/v2 && /root/v2/bin/pip install -q "
                    f"--index-url {lab2.index_url} --trusted-host {lab2.controller} nvidia-ml-py", timeout=180)
-    assert lab2.ssh(name, "/opt/v1/bin/python -c 'import pynvml, yaml' && /opt/v2/bin/python -c 'import pynvml'"
+    assert lab2.ssh(name, "/root/v1/bin/python -c 'import pynvml, yaml' && /root/v2/bin/python -c 'import pynvml'"
                     ).returncode == 0
     # the hosts reach no other index: without the wheelhouse pip finds nothing
-    res = lab2.ssh(name, "/opt/v1/bin/pip install -q --no-index rich", check=False, timeout=120)
+    res = lab2.ssh(name, "/root/v1/bin/pip install -q --no-index rich", check=False, timeout=120)
     assert res.returncode != 0
 
 

@@ -3,10 +3,12 @@
 * ``rootfs``: Debian bookworm minbase (debootstrap) with sshd and Python, cleaned
   (no host keys, no apt lists, no docs), cached as ``rootfs-<key>.tar.zst``.
 * ``pylayer``: the runner's Python dependencies (torch CPU, numpy,
-  mlperf-logging, nvidia-ml-py and their dependencies) installed into
-  ``/usr/local/lib/python3.11/dist-packages``, cached as ``pylayer-<key>.tar.zst``.
-* ``wheelhouse-<key>/``: the wheels the layer was installed from, plus the build
-  requirements of the project, served to the hosts over HTTP.
+  mlperf-logging, nvidia-ml-py and their dependencies) installed by the hosts'
+  own pip into ``/usr/local/lib/python3.11/dist-packages``, cached as
+  ``pylayer-<key>.tar.zst`` (tests/testlab/pylayer.py).
+* ``wheelhouse-<key>/``: the wheels the layer was installed from, plus the
+  controller's and the build requirements of the project, for the hosts'
+  Python and platform, served to the hosts over HTTP.
 
 Each key is a hash of this file and of the inputs (package list, mirror,
 requirements), so editing the builder rebuilds. Tarballs are unpacked once into
@@ -24,11 +26,11 @@ import re
 import shutil
 import sys
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.testlab.util import REPO, LabError, cache_dir, digest, flock, run
+from tests.testlab import pylayer
+from tests.testlab.util import cache_dir, digest, flock, run
 
 SUITE = "bookworm"
 # openssh-server, python3, python3-apt, procps, iproute2: what Ansible and the
@@ -40,9 +42,6 @@ INCLUDE = [
     "openssh-server", "python3", "python3-apt", "procps", "iproute2",
     "tini", "python3-venv", "python3-pip",
 ]
-PYTHON = "python3.11"  # Debian bookworm's python3: the layer's wheels must fit it
-TORCH_PIN = "torch==2.13.0+cpu"
-TORCH_WHEEL_GLOB = "/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux*_x86_64.whl"
 
 CLEAN_SCRIPT = r"""
 set -eu
@@ -170,94 +169,13 @@ tar --numeric-owner -C "{work}/root" -cf - . | zstd -q -T0 -6 -o "{tmp_out}"
     _log(f"built {tarball.name} ({size:.0f} MiB) in {time.monotonic() - t0:.0f}s")
 
 
-# -- python layer and wheelhouse ------------------------------------------------
-
-def torch_wheel() -> Path:
-    env = os.environ.get("GPULAB_TESTLAB_TORCH_WHEEL")
-    found = [env] if env else sorted(glob.glob(TORCH_WHEEL_GLOB))
-    if not found or not os.path.exists(found[0]):
-        raise LabError(
-            f"no torch CPU wheel at {env or TORCH_WHEEL_GLOB}: set GPULAB_TESTLAB_TORCH_WHEEL to a "
-            f"{TORCH_PIN} cp311 wheel (an unpinned torch would pull a multi-GB CUDA build)"
-        )
-    return Path(found[0])
-
-
-def runner_requirements() -> tuple[list[str], list[str]]:
-    """(runtime, build) requirements of the project, from pyproject.toml; torch pinned to the CPU build."""
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())
-    runtime = list(project["project"]["dependencies"])
-    for req in project["project"].get("optional-dependencies", {}).get("runner", []):
-        runtime.append(TORCH_PIN if re.match(r"torch\b", req) else req)
-    build = list(project["build-system"]["requires"]) + ["wheel"]
-    return runtime, build
-
-
-def pylayer_key() -> str:
-    runtime, build = runner_requirements()
-    return digest(inspect.getsource(_build_pylayer), inspect.getsource(runner_requirements), PYTHON,
-                  " ".join(runtime), " ".join(build), torch_wheel().name)
-
-
-def _pip(*args: str, timeout=1800):
-    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
-    return run([sys.executable, "-m", "pip", *args], timeout=timeout, env=env)
-
+# -- python layer and wheelhouse (tests/testlab/pylayer.py) ----------------------
 
 def ensure_pylayer() -> tuple[Layer, Path]:
-    """(the python layer, the wheelhouse directory)."""
-    if sys.version_info[:2] != (3, 11):
-        raise LabError(f"the python layer is built with the controller's pip for {PYTHON}; "
-                       f"this is Python {sys.version.split()[0]}")
-    key = pylayer_key()
-    name = f"pylayer-{key}"
-    tarball = cache_dir() / f"{name}.tar.zst"
-    wheelhouse = cache_dir() / f"wheelhouse-{key}"
-    if not (tarball.exists() and wheelhouse.is_dir()):
-        with flock(cache_dir() / "locks" / "pylayer.lock", "building the python layer"):
-            if not (tarball.exists() and wheelhouse.is_dir()):
-                _build_pylayer(tarball, wheelhouse)
+    """(the python layer, the wheelhouse directory), built for the hosts' Python over the rootfs."""
+    rootfs = ensure_rootfs()
+    name, tarball, wheelhouse = pylayer.ensure(rootfs_key(), rootfs.tree)
     return Layer(name, tarball, _unpack(name, tarball)), wheelhouse
-
-
-def _build_pylayer(tarball: Path, wheelhouse: Path) -> None:
-    t0 = time.monotonic()
-    runtime, build = runner_requirements()
-    _log(f"building {tarball.name}: {' '.join(runtime)}")
-    wh_tmp = wheelhouse.with_name(f".{wheelhouse.name}.tmp")
-    shutil.rmtree(wh_tmp, ignore_errors=True)
-    wh_tmp.mkdir()
-    torch_dir = str(torch_wheel().parent)
-    # pip wheel: binary wheels are copied, sdists built here, so the hosts only ever install wheels
-    _pip("wheel", "--quiet", "--wheel-dir", str(wh_tmp), "--find-links", torch_dir, *runtime, *build)
-    layer = Path(f"/tmp/gpulab-testlab-pylayer-{os.getpid()}")
-    shutil.rmtree(layer, ignore_errors=True)
-    site = layer / "usr/local/lib" / PYTHON / "dist-packages"
-    tmp_out = tarball.with_name(f".{tarball.name}.{os.getpid()}.tmp")
-    try:
-        _pip("install", "--quiet", "--no-index", "--find-links", str(wh_tmp), "--target", str(site),
-             *runtime)
-        bindir = layer / "usr/local/bin"
-        bindir.mkdir(parents=True)
-        if (site / "bin").is_dir():
-            for script in (site / "bin").iterdir():
-                text = script.read_bytes()
-                if text.startswith(b"#!"):
-                    text = b"#!/usr/bin/python3" + text[text.index(b"\n"):]
-                (bindir / script.name).write_bytes(text)
-                (bindir / script.name).chmod(0o755)
-            shutil.rmtree(site / "bin")
-        run(f"tar --numeric-owner --owner=0 --group=0 -C {layer} -cf - . | zstd -q -T0 -3 -o {tmp_out}",
-            timeout=1200)
-        tmp_out.rename(tarball)
-        shutil.rmtree(wheelhouse, ignore_errors=True)
-        wh_tmp.rename(wheelhouse)
-    finally:
-        shutil.rmtree(layer, ignore_errors=True)
-        shutil.rmtree(wh_tmp, ignore_errors=True)
-        tmp_out.unlink(missing_ok=True)
-    size = tarball.stat().st_size / 2**20
-    _log(f"built {tarball.name} ({size:.0f} MiB) in {time.monotonic() - t0:.0f}s")
 
 
 def prune(keep: set[str], in_use: set[str], max_age_days: float = 3.0) -> list[str]:

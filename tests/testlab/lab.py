@@ -277,10 +277,12 @@ class Lab:
 
     Variables (``all_vars``, ``host_vars``, ``group_vars``) may be callables taking the
     lab, evaluated when the inventory is written (after the addresses are known).
+    ``bare=True`` makes hosts of the Debian root filesystem alone (no shared Python
+    layer: nothing of gpulab's dependencies); the wheelhouse is served all the same.
     """
 
     def __init__(self, names, *, groups=None, host_vars=None, group_vars=None, all_vars=None,
-                 state_dir=None, package_specs=None, tmpfs_size="2g", shm_size="512m"):
+                 state_dir=None, package_specs=None, tmpfs_size="2g", shm_size="512m", bare=False):
         names = list(names)
         if not names or len(set(names)) != len(names):
             raise LabError(f"host names must be unique and non-empty: {names}")
@@ -296,6 +298,7 @@ class Lab:
         self.package_specs = package_specs
         self.tmpfs_size = tmpfs_size
         self.shm_size = shm_size
+        self.bare = bare  # hosts of the Debian rootfs alone, without the shared Python layer
         self.hosts: dict[str, Host] = {}
         self.id = None
         self.timings: dict[str, float] = {}
@@ -371,7 +374,8 @@ class Lab:
         pylayer, wheelhouse = image.ensure_pylayer()
         repo = aptrepo.ensure_repo(self.package_specs)
         self.timings["images_s"] = time.monotonic() - t0
-        self._layers = [pylayer, rootfs]
+        self._layers = [rootfs] if self.bare else [pylayer, rootfs]
+        self._images = [pylayer.name, rootfs.name]
         self._allocate(repo, wheelhouse)
         try:
             self._make_network()
@@ -425,7 +429,7 @@ class Lab:
                 "state_dir": str(self.state_dir), "state_dir_owned": owned,
                 "control_dir": str(self.control_dir),
                 "owner_pid": os.getpid(), "owner_start": proc_start_time(os.getpid()),
-                "layers": [layer.name for layer in self._layers] + [repo.name, wheelhouse.name],
+                "layers": self._images + [repo.name, wheelhouse.name],
                 "created": time.time(),
             }
             path = _registry() / f"{self.id}.json"

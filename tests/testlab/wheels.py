@@ -13,7 +13,8 @@ import hashlib
 import zipfile
 from pathlib import Path
 
-FRAMEWORKS = {"torch": ["1.0.0", "2.5.1"], "tensorflow": ["1.12.0", "2.18.0"]}
+# torch 2.13.0 is the real CPU build of the hosts' Python layer (and of the wheelhouse)
+FRAMEWORKS = {"torch": ["1.0.0", "2.5.1"], "tensorflow": ["1.12.0", "2.18.0", "2.21.0"]}
 
 
 def _record_line(name: str, data: bytes) -> str:

@@ -125,3 +125,31 @@ def test_mirror_filter_replaces_scheme_and_host_only():
     assert f(url, "") == url and f(url, None) == url
     assert f(url, "http://10.0.0.1:8080/") == "http://10.0.0.1:8080/compute/cuda/repos/ubuntu1804/x86_64/"
     assert f("https://pypi.org/simple/", "https://mirror.lab/base") == "https://mirror.lab/base/simple/"
+
+
+def test_a_pip_installed_stack_stands_in_where_the_system_has_none():
+    """PyTorch from PyPI: cuDNN, NCCL and CUDA come as wheels of the environment, not as system packages."""
+    mod = facts_module()
+    s = stack(cuda=None, cudnn=(), nccl=None)
+    mod.from_python_env(s, {"cudnn": "9.19.0.56", "cudnn_dist": "nvidia-cudnn-cu13", "nccl": "2.28.9",
+                            "nccl_dist": "nvidia-nccl-cu13", "cuda": "13.0"})
+    assert (s["cudnn"]["versions"], s["nccl"]["version"], s["cuda"]["default"]) == (["9.19.0.56"], "2.28.9", "13.0")
+    assert s["cudnn"]["source"] == "python package nvidia-cudnn-cu13" and s["cuda"]["source"] == "torch.version.cuda"
+    expected = {"cuda": "13.0.2", "cudnn": "9.19.0.56", "nccl": "2.28.9"}
+    assert mod.drift(s, expected, "auto", "auto") == []
+    # the system's own packages come first
+    s = stack(cuda="13.0.2", cudnn=("9.19.0.56",), nccl="2.28.9")
+    mod.from_python_env(s, {"cudnn": "9.20.0.48", "nccl": "2.29.7", "cuda": "13.0"})
+    assert (s["cudnn"]["versions"], s["nccl"]["version"], s["cuda"]["default"]) == (["9.19.0.56"], "2.28.9", "13.0.2")
+
+
+def test_the_probe_reads_frameworks_and_libraries_with_the_given_interpreter():
+    import subprocess
+    import sys
+
+    mod = facts_module()
+    res = subprocess.run([sys.executable, "-c", mod.PROBE, "json", "no_such_module"], capture_output=True, text=True,
+                         timeout=120)
+    doc = json.loads(res.stdout.strip().splitlines()[-1])
+    assert doc["frameworks"]["no_such_module"] is None and doc["frameworks"]["json"] is not None
+    assert set(doc["libraries"]) <= {"cuda", "cudnn", "cudnn_dist", "nccl", "nccl_dist", "cuda_dist"}

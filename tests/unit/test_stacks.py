@@ -36,15 +36,64 @@ def edit(stacks_dir, name, change):
 
 
 def test_shipped_profiles_load_with_the_issue_versions():
-    assert stacks.available() == ["current", "mlperf-v0.5"]
+    assert stacks.available() == ["cuda12", "current", "mlperf-v0.5"]
     old = stacks.load("mlperf-v0.5").expected()
     assert old == {"driver": "410.72", "cuda": "10.0.130", "cudnn": "7.4.1.5", "nccl": "2.3.7",
                    "torch": "1.0.0", "tensorflow": "1.12.0"}
     cur = stacks.load("current")
-    assert cur.expected()["cuda"].startswith("12.") and cur.expected()["cudnn"].startswith("9.")
-    assert cur.expected()["nccl"].startswith("2.2") and cur.expected()["torch"].startswith("2.")
-    assert {"Ubuntu 22.04", "Ubuntu 24.04", "Debian 12", "Rocky 9", "RedHat 8"} <= set(cur.supports)
+    assert cur.expected() == {"driver": "580.159.04", "cuda": "13.0.2", "cudnn": "9.19.0.56", "nccl": "2.28.9",
+                              "torch": "2.13.0", "tensorflow": "2.21.0"}
+    assert cur.data["driver"]["kernel_modules"] == "open"
+    assert {"Ubuntu 22.04", "Ubuntu 24.04", "Debian 12", "Debian 13", "Rocky 9", "RedHat 9"} <= set(cur.supports)
+    # the CUDA 12 generation keeps Volta (the study's V100): CUDA 12.6, cuDNN 9.10, PyTorch's cu126 build
+    c12 = stacks.load("cuda12")
+    assert c12.expected()["cuda"].startswith("12.6.") and c12.expected()["cudnn"] == "9.10.2.21"
+    assert c12.expected()["torch"] == "2.13.0+cu126" and c12.data["driver"]["kernel_modules"] == "proprietary"
+    assert c12.data["python"]["index_url"].endswith("/whl/cu126/")
     assert {"RedHat 7", "CentOS 7", "Ubuntu 16.04", "Ubuntu 18.04"} == set(stacks.load("mlperf-v0.5").supports)
+
+
+@pytest.mark.parametrize("name", ["current", "cuda12", "mlperf-v0.5"])
+def test_the_driver_packages_are_the_flavour_the_profile_chooses(name):
+    """Open kernel modules (Turing and newer) or proprietary ones (needed by Volta): the packages say the same."""
+    prof = stacks.load(name).data
+    flavour = prof["driver"].get("kernel_modules", "proprietary")
+    debian = [p["name"] for p in prof["packages"]["Debian"]["driver"]]
+    redhat = [p["name"] for p in prof["packages"]["RedHat"]["driver"]]
+    if flavour == "open":
+        assert all(n.endswith("-open") for n in debian) and "kmod-nvidia-open-dkms" in redhat
+    else:
+        assert not any("open" in n for n in debian + redhat)
+    assert all(prof["driver"]["branch"] in n for n in debian)
+
+
+def test_the_profiles_the_runner_runs_under_pin_the_pytorch_ci_tests():
+    """Every profile at or above the runner's oldest PyTorch pins the release CI tests the runner on."""
+    import importlib.metadata
+    import os
+    import re
+
+    from lab import versions
+    from tests.testlab.pylayer import tomllib
+    from runner import OLDEST_TORCH
+
+    project = tomllib.loads((stacks.STACKS_DIR.parent.parent / "pyproject.toml").read_text())
+    assert f"torch>={OLDEST_TORCH}" in project["project"]["optional-dependencies"]["runner"]
+    oldest = [int(x) for x in OLDEST_TORCH.split(".")]
+    pinned = {}
+    for name in stacks.available():
+        torch = stacks.load(name).expected().get("torch")
+        if torch and [int(x) for x in versions.release(torch)[:2]] >= oldest:
+            pinned[name] = torch
+    assert set(pinned) == {"current", "cuda12"}  # mlperf-v0.5 (torch 1.0) is the study's stack, not the runner's
+    installed = importlib.metadata.version("torch")
+    if not os.environ.get("CI"):
+        pytest.skip(f"not CI: this machine's torch is {installed}")
+    for name, torch in pinned.items():
+        assert versions.release(torch) == versions.release(installed), (
+            f"stack {name} pins torch {torch}, CI tests the runner on {installed}: pin the same release or "
+            f"make CI test {torch}")
+    assert re.match(r"2\.13\.", installed)
 
 
 def test_os_family_and_repository_names():
@@ -62,7 +111,7 @@ def test_plan_pairs_hosts_with_profiles_and_the_override_wins():
 
 
 @pytest.mark.parametrize("hosts, stack, message", [
-    ([host()], "nosuch", r"unknown stack 'nosuch': no .*nosuch.yml \(stacks: current, mlperf-v0.5\)"),
+    ([host()], "nosuch", r"unknown stack 'nosuch': no .*nosuch.yml \(stacks: cuda12, current, mlperf-v0.5\)"),
     ([host()], "../etc", r"stack '../etc': not a valid stack name"),
     ([host(os_name="CentOS 7")], None, r"inv.yml: host h1: OS 'CentOS 7' is not supported by stack 'current'"),
     ([host(os_name=None)], None, r"inv.yml: host h1: gpulab_os is not set"),
@@ -76,7 +125,7 @@ def test_bad_hosts_and_stacks_are_one_line(hosts, stack, message):
 @pytest.mark.parametrize("change, message", [
     (lambda d: d.pop("cudnn"), r"current.yml: cudnn is missing"),
     (lambda d: d["cuda"].update(version="twelve"), r"current.yml: cuda.version: 'twelve' does not match"),
-    (lambda d: d["supports"].append("Windows 11"), r"current.yml: supports.7: 'Windows 11' does not match"),
+    (lambda d: d["supports"].append("Windows 11"), r"current.yml: supports.10: 'Windows 11' does not match"),
     (lambda d: d["packages"].pop("RedHat"), r"current.yml: supports: 'Rocky 8' is a RedHat-family OS but "
                                             r"packages has no RedHat entry"),
     (lambda d: d.update(name="other"), r"current.yml: name: 'other' does not match the file name"),

@@ -60,3 +60,31 @@ def test_the_module_ships_this_very_file():
     assert shipped.resolve() == (REPO / "lab" / "versions.py").resolve()
     text = shipped.read_text()
     assert "from __future__" not in text.split('"""', 2)[2]  # runs on Python 3.6 hosts
+
+
+def test_a_host_with_two_cudnns_is_read_alike_by_audit_and_validate():
+    """The GPU machine's recorded probe: a CUDA image's cuDNN 9.14.0 and NCCL 2.28.3, and PyTorch's wheels
+    (nvidia-cudnn-cu13 9.19.0.56, nvidia-nccl-cu13 2.28.9). Both readers take the system's, as the profile's
+    packages are the system's; the environment's stand in only where the system has none."""
+    import json
+
+    probe = json.loads((REPO / "tests/unit/validate/fixtures/probe-h200-x1.recorded.json").read_text())
+    assert validate.installed_version(probe["stack"], "cudnn") == "9.14.0"
+    assert validate.installed_version(probe["stack"], "nccl") == "2.28.3"
+    real = {"driver": "580.159.04", "cuda": "13.0", "cudnn": "9.14.0", "nccl": "2.28.3", "torch": "2.11.0"}
+    assert {c["check"]: c["verdict"] for c in validate._stack_checks(probe, real) if c["check"].startswith("stack")} \
+        == {f"stack {k}": "PASS" for k in real}
+    wrong = {**real, "nccl": "2.27.7"}
+    failed = [c["check"] for c in validate._stack_checks(probe, wrong) if c["verdict"] != "PASS"]
+    assert failed == ["stack nccl"]
+    # the audit's module, given the same host: system first, the environment's wheels set aside
+    mod = facts_module()
+    s = stack(driver="580.159.04", cuda="13.0", cudnn=("9.14.0",), nccl="2.28.3", torch="2.11.0", gpus=1)
+    mod.from_python_env(s, {"cudnn": "9.19.0.56", "cudnn_dist": "nvidia-cudnn-cu13", "nccl": "2.28.9",
+                            "nccl_dist": "nvidia-nccl-cu13", "cuda": "13.0"})
+    assert mod.drift(s, real, "auto", "auto") == []
+    assert [d["component"] for d in mod.drift(s, wrong, "auto", "auto")] == ["nccl"]
+    # without a system cuDNN or NCCL, both read the environment's
+    bare = {k: v for k, v in probe["stack"].items()}
+    bare["cudnn_found"] = [f for f in bare["cudnn_found"] if f["source"].startswith("python package")]
+    assert validate.installed_version(bare, "cudnn") == "9.19.0.56"

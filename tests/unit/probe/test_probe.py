@@ -150,3 +150,21 @@ def test_numa_from_sysfs(tmp_path, monkeypatch):
     monkeypatch.setattr(probe, "ROOT", tmp_path)
     g = probe.collect(nvml=FakeNvml([h200_like()]))["gpus"][0]
     assert g["numa_node"] == 1 and g["cpu_affinity"] == "24-47,72-95"
+
+
+def test_without_a_system_toolkit_the_cuda_of_a_pip_installed_framework_stands_in(tmp_path, monkeypatch):
+    """A PyTorch from PyPI brings its CUDA as wheels: torch.version.cuda (or the runtime wheel) is the toolkit."""
+    import sys
+    import types
+
+    monkeypatch.setattr(probe, "ROOT", tmp_path)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(version=types.SimpleNamespace(cuda="13.0")))
+    assert probe.cuda_toolkit_version() == {"version": "13.0", "source": "torch.version.cuda"}
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(version=types.SimpleNamespace(cuda=None)))
+    monkeypatch.setattr(probe, "dist_version", lambda name: "13.0.96" if name == "nvidia-cuda-runtime" else None)
+    assert probe.cuda_toolkit_version() == {"version": "13.0.96", "source": "python package nvidia-cuda-runtime"}
+    monkeypatch.setattr(probe, "dist_version", lambda name: None)
+    assert probe.cuda_toolkit_version() is None  # a CPU build: no CUDA anywhere
+    (tmp_path / "usr/local/cuda").mkdir(parents=True)
+    (tmp_path / "usr/local/cuda/version.json").write_text('{"cuda": {"version": "13.0.2"}}')
+    assert probe.cuda_toolkit_version()["version"] == "13.0.2"  # the system's toolkit comes first

@@ -36,14 +36,22 @@ def test_malformed_environment_setting_names_itself(monkeypatch):
         base.inductor_options(None)
 
 
-def test_compile_fn_sets_inductor_config_and_refuses_unknown_settings(monkeypatch):
+def test_compile_fn_sets_inductor_config_and_skips_settings_this_release_lacks(monkeypatch, capsys):
     monkeypatch.delenv("GPULAB_INDUCTOR", raising=False)
     with inductor_config.patch({"conv_1x1_as_mm": False, "triton.cudagraphs": False}):  # restored on exit
         fn = base.compile_fn(_ctx(), lambda x: x + 1, options={"conv_1x1_as_mm": True, "triton.cudagraphs": True})
         assert inductor_config.conv_1x1_as_mm is True and inductor_config.triton.cudagraphs is True
         assert fn is not None
-    with pytest.raises(base.WorkloadError, match="inductor option 'no_such_knob'"):
-        base.compile_fn(_ctx(), lambda x: x, options={"no_such_knob": 1})
+    # a setting of another release (older or newer than this one): the run goes on without it, and says so
+    capsys.readouterr()
+    with inductor_config.patch({"conv_1x1_as_mm": False}):
+        fn = base.compile_fn(_ctx(), lambda x: x * 2, options={"no_such_knob": 1, "triton.no_such_knob": 2,
+                                                                 "conv_1x1_as_mm": True})
+        assert inductor_config.conv_1x1_as_mm is True and not hasattr(inductor_config, "no_such_knob")
+        assert fn(torch.ones(2)).tolist() == [2.0, 2.0]
+    err = capsys.readouterr().err
+    assert f"note: inductor option 'no_such_knob' skipped: torch {torch.__version__} has no such setting" in err
+    assert "note: inductor option 'triton.no_such_knob' skipped" in err
     # without compilation nothing is touched and the function comes back as it was
     f = lambda x: x  # noqa: E731
     assert base.compile_fn(_ctx(compile_=False), f, options={"no_such_knob": 1}) is f

@@ -34,7 +34,8 @@ def stack_of(doc: dict) -> dict:
     """The expected versions that agree with the snapshot (what provisioning would have put there)."""
     probe = doc.get("probe", doc)
     s = probe["stack"]
-    want = {"driver": s["driver"], "cuda": s["cuda_toolkit"], "cudnn": s["cudnn"], "nccl": s["nccl"]}
+    want = {"driver": s["driver"], "cuda": s["cuda_toolkit"], "cudnn": validate.installed_version(s, "cudnn"),
+            "nccl": validate.installed_version(s, "nccl")}
     if probe["frameworks"].get("torch"):
         want["torch"] = probe["frameworks"]["torch"].split("+")[0]
     return {"current": {k: v for k, v in want.items() if v}}

@@ -18,16 +18,16 @@ def test_a_driver_branch_agrees_with_any_version_of_it(tmp_path):
     stacks = tmp_path / "stacks"
     stacks.mkdir()
     text = (REPO / "inventory" / "stacks" / "current.yml").read_text()
-    (stacks / "current.yml").write_text(text.replace('version: "550.144.03"}', "}", 1))
+    (stacks / "current.yml").write_text(text.replace('version: "580.159.04", ', "", 1))
     inv = tmp_path / "hosts.yml"
     inv.write_text("all:\n  hosts:\n    h1:\n      gpulab_gpu_model: T4\n      gpulab_gpu_count: 1\n"
                    "      gpulab_stack: current\n      gpulab_os: Debian 12\n")
     want = validate.stacks_for(inventory.load(inv).select(), inv)["current"]
-    assert want["driver"] == "550.*"
-    probe = {"stack": {"driver": "550.163.01", "cuda_toolkit": "12.4.1", "cudnn": "9.1.0.70", "nccl": "2.21.5"},
-             "frameworks": {"torch": "2.5.1", "tensorflow": "2.18.0"}}
+    assert want["driver"] == "580.*"
+    probe = {"stack": {"driver": "580.65.06", "cuda_toolkit": "13.0.2", "cudnn": "9.19.0", "nccl": "2.28.9"},
+             "frameworks": {"torch": "2.13.0+cu130", "tensorflow": "2.21.0"}}
     checks = {c["check"]: c["verdict"] for c in validate._stack_checks(probe, want)}
     assert checks["stack driver"] == "PASS"
-    probe["stack"]["driver"] = "535.216.01"
+    probe["stack"]["driver"] = "575.57.08"
     checks = {c["check"]: c["verdict"] for c in validate._stack_checks(probe, want)}
     assert checks["stack driver"] == "FAIL"

@@ -1,0 +1,67 @@
+"""What a resumed sweep reads from a host about a run it started before: the run's state by its token, and a
+host lock left by a controller that died, taken over for that run only. The real shell scripts, on this machine
+through lab.remote.LocalRemote (the same code path as over SSH)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lab import hostlock, remote, sweep
+from lab.inventory import Host
+
+
+@pytest.fixture
+def local(tmp_path):
+    return remote.LocalRemote(Host(name="here", address="127.0.0.1", port=22, user=None, connection="local",
+                                   gpu_model="cpu", gpu_count=0, stack="current", groups=(), workdir=str(tmp_path),
+                                   python=None, ssh_key=None, known_hosts="/dev/null"))
+
+
+def test_run_state_by_token(local, tmp_path):
+    src = tmp_path / "sweeps" / "S" / "run"
+    assert sweep.run_state(local, str(src), "tok-a") == "none"
+    src.mkdir(parents=True)
+    assert sweep.run_state(local, str(src), "tok-a") == "gone"             # a partial folder, nothing running
+    p = subprocess.Popen(["sleep", "30"], env=dict(os.environ, GPULAB_RUN_TOKEN="tok-a"))
+    try:
+        assert sweep.run_state(local, str(src), "tok-a") == "running"
+        assert sweep.run_state(local, str(src), "tok-other") == "gone"     # another run's processes do not count
+        (src / "SHA256SUMS").write_text("")
+        assert sweep.run_state(local, str(src), "tok-a") == "done"
+    finally:
+        p.kill()
+        p.wait()
+
+
+def dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_a_lock_left_by_a_dead_controller_is_taken_over_for_its_own_run_only(local, tmp_path):
+    workdir = str(tmp_path)
+    gone = hostlock.HostLock(local, workdir, "S")
+    gone.owner = gone.owner.replace(f"pid={os.getpid()}", f"pid={dead_pid()}")   # the killed controller
+    assert gone.try_acquire("tok-run") is None
+    p = subprocess.Popen(["sleep", "30"], env=dict(os.environ, GPULAB_RUN_TOKEN="tok-run"))  # its run goes on
+    try:
+        resumed = hostlock.HostLock(local, workdir, "S")
+        busy = resumed.try_acquire("tok-new")
+        assert busy is not None and busy.alive and busy.token == "tok-run"     # not stale: its run still goes on
+        assert not busy.orphaned("tok-new", "S", 300)                          # not for another run
+        assert not busy.orphaned("tok-run", "other-sweep", 300)                # nor for another sweep
+        assert busy.orphaned("tok-run", "S", 300)
+        assert resumed.take_over(busy, "tok-run") is None and resumed.held
+        assert (tmp_path / "sweep.lock" / "owner").read_text().strip() == resumed.owner
+        # a live controller's lock is not orphaned, even for the same run
+        live = hostlock.HostLock(local, workdir, "S")
+        live.owner = live.owner.replace(f"pid={os.getpid()}", "pid=1")
+        assert not hostlock.Busy(0, True, live.owner, "tok-run").orphaned("tok-run", "S", 300)
+    finally:
+        p.kill()
+        p.wait()
