@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from lab import paths, schema, versions
+from lab.mlperf import default_rules
 from lab.errors import CheckFailed, ConfigError, GpulabError, RunError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,6 +81,9 @@ def load_references(path: Path | str = REFERENCES) -> dict:
     """The references file, checked against lab/schemas/gpu-references.schema.json."""
     data = schema.load_yaml(path, "gpu-references")
     for name, model in data["models"].items():
+        if model_label(name) != name:
+            raise ConfigError(f"{path}: models.{name}: not a device name of lab/data/devices.yml "
+                              f"(it calls this model {model_label(name)})")
         for metric, ref in model["metrics"].items():
             where = f"{path}: models.{name}.metrics.{metric}"
             if ref.get("scope", "host" if metric in HOST_METRICS else "gpu") != ("host" if metric in HOST_METRICS else "gpu"):
@@ -97,18 +101,18 @@ def load_references(path: Path | str = REFERENCES) -> dict:
     return data
 
 
-def normalize_model(name: str | None) -> str:
-    """'NVIDIA H200' -> 'h200'; 'Tesla V100-PCIE-16GB' -> 'v100-pcie-16gb'."""
-    text = (name or "").strip()
-    text = re.sub(r"^(nvidia\s+)?(tesla\s+)?", "", text, flags=re.I)
-    return text.lower()
+def model_label(name: str | None) -> str:
+    """The device catalogue's name (lab/data/devices.yml, the one reports print):
+    'Tesla V100-PCIE-16GB' -> 'V100-PCIe', 'NVIDIA H200' -> 'H200'; an unknown
+    name is kept, minus the vendor words."""
+    return default_rules().device(name or "") if (name or "").strip() else ""
 
 
 def model_key(gpu_name: str | None, references: dict) -> str | None:
-    """The references' model for an NVML name, or None."""
-    n = normalize_model(gpu_name)
+    """The references' model (a catalogue name) for an NVML name, or None."""
+    label = model_label(gpu_name)
     for key, model in references["models"].items():
-        if n == normalize_model(key) or n in {normalize_model(x) for x in model.get("names", [])}:
+        if label in {model_label(x) for x in (key, *model.get("names", []))}:
             return key
     return None
 
@@ -339,7 +343,7 @@ def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None,
     # model
     want_model = _host_field(host, "gpu_model", "auto") if host is not None else "auto"
     if want_model not in (None, "auto"):
-        ok = normalize_model(gpu.get("name")) == normalize_model(want_model) or (
+        ok = model_label(gpu.get("name")) == model_label(want_model) or (
             model is not None and model_key(want_model, refs) == model)
         out.append(check("model", PASS if ok else FAIL, gpu.get("name"), want_model,
                          f"{gpu.get('name')} as the inventory says" if ok else
@@ -765,7 +769,7 @@ def build_references(snapshots: dict[str, Any], references: dict, *, hosts: Iter
         for g in probe["gpus"]:
             if "error" in g:
                 continue
-            model = model_key(g.get("name"), references) or normalize_model(g.get("name")).upper()
+            model = model_key(g.get("name"), references) or model_label(g.get("name"))
             gpu_names.setdefault(model, set()).add(g.get("name"))
             bg = (burnin.get("gpus") or {}).get(str(g["index"])) or {}
             for metric, v in (bg.get("solo") or {}).items():
@@ -774,7 +778,7 @@ def build_references(snapshots: dict[str, Any], references: dict, *, hosts: Iter
             if pw is not None:
                 values.setdefault(model, {}).setdefault("load_power_w", []).append(float(pw))
         hm = burnin.get("host_metrics") or {}
-        models = {model_key(g.get("name"), references) or normalize_model(g.get("name")).upper()
+        models = {model_key(g.get("name"), references) or model_label(g.get("name"))
                   for g in probe["gpus"] if "error" not in g}
         if len(models) == 1:
             for metric in HOST_METRICS:
