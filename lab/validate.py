@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterable
 
 from lab import paths, schema, versions
 from lab.mlperf import default_rules
-from lab.errors import CheckFailed, ConfigError, GpulabError, RunError
+from lab.errors import CheckFailed, ConfigError, GpulabError, HostError, RunError
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCES = ROOT / "inventory" / "references" / "gpus.yml"
@@ -668,7 +668,7 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
             checks.append(check("reachable", FAIL, None, "a probe document", "no result gathered from this host"))
         elif isinstance(snap, BaseException):
             msg = getattr(snap, "message", None) or str(snap) or type(snap).__name__
-            label = "reachable" if type(snap).__name__ in ("HostError",) or "unreachable" in msg else "runner"
+            label = "reachable" if isinstance(snap, HostError) or "unreachable" in msg else "runner"
             checks.append(check(label, FAIL, None, "a probe document", msg))
         elif probe is None or not isinstance(probe, dict) or "gpus" not in probe:
             checks.append(check("runner", FAIL, None, "a probe document", "the host's answer is not a probe or burn-in document"))
