@@ -105,7 +105,8 @@ def test_cpu_scaling_and_ttt_with_two_gloo_processes(tmp_path):
     assert "--cpu-procs" not in one["command"] and "--gpus 0 --cpu-procs 2" in two["command"]
     assert "--measure-seconds 0.5" in two["command"] and "--cache-dir" in two["command"]
     assert row["speedup"] == round(two["samples_per_s"] / one["samples_per_s"], 3)
-    assert row["efficiency"] == round(row["speedup"] / 2, 3)
+    # efficiency is the measured ratio per GPU, rounded once (not the rounded speedup halved)
+    assert row["efficiency"] == round(two["samples_per_s"] / one["samples_per_s"] / 2, 3)
     assert row["below_0.9_efficiency"] == (row["efficiency"] < 0.9)
     assert one["leftover_pids"] == two["leftover_pids"] == [] and two["ranks_ended"] == [0, 1]
     (ttt,) = doc["ttt"]
@@ -121,6 +122,17 @@ def test_cpu_scaling_and_ttt_with_two_gloo_processes(tmp_path):
     twice = module().mllog_check(tmp_path / "twice", ttt["epochs"])
     assert not twice["ok"] and twice["not_once"]["run_start"] == 2 and twice["not_once"]["epoch_start"] == 2 * ttt[
         "epochs"]
+
+
+def test_speedup_and_efficiency_are_each_rounded_once_from_the_measured_ratio():
+    mod = module()
+    one = {"workload": "ncf", "outcome": "success", "samples_per_s": 1000.0}
+    row = mod.scaling_row(one, {**one, "samples_per_s": 599.4}, 2)
+    # 0.5994 per run: speedup 0.599; efficiency 0.2997 -> 0.3 (halving the rounded 0.599 would give 0.299)
+    assert (row["speedup"], row["efficiency"], row["below_0.9_efficiency"]) == (0.599, 0.3, True)
+    row = mod.scaling_row(one, {**one, "samples_per_s": 1900.0}, 2)
+    assert (row["speedup"], row["efficiency"], row["below_0.9_efficiency"]) == (1.9, 0.95, False)
+    assert "speedup" not in mod.scaling_row(one, {**one, "outcome": "failed"}, 2)
 
 
 def test_without_the_controller_packages_the_sweep_is_skipped_with_one_line(tmp_path, monkeypatch, capsys):

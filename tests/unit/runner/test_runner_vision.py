@@ -46,16 +46,25 @@ def test_tiny_trains_to_target_and_the_log_passes_the_checker(tmp_path, name):
     assert {"global_batch_size", "opt_base_learning_rate", "train_samples", "eval_samples"} <= keys
 
 
-def test_the_checker_rejects_a_vision_log_that_misses_a_required_key(tmp_path):
-    # the same kind of log without the SGD end learning rate fails: the check is real
+def test_the_closed_rules_reject_a_vision_log_that_misses_a_required_key(tmp_path):
+    # A tiny run claims the open division, whose rules check no recipe keys. The closed rules (what a
+    # full-scale ttt run claims) check resnet50's SGD keys: the tiny log relabelled closed passes them,
+    # and the same log without the SGD end learning rate fails them: the check is real.
     out = tmp_path / "run"
     r = runner("run", "resnet50", "--scale", "tiny", "--seed", "2", "--out", out, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    lines = [ln for ln in (out / "mllog.log").read_text().splitlines() if '"sgd_opt_end_learning_rate"' not in ln]
+    lines = (out / "mllog.log").read_text().splitlines()
+    division = [ln for ln in lines if '"submission_division"' in ln]
+    assert len(division) == 1 and '"value": "open"' in division[0]
+    closed = [ln.replace('"value": "open"', '"value": "closed"') if ln in division else ln for ln in lines]
+    good = tmp_path / "closed.log"
+    good.write_text("\n".join(closed) + "\n")
+    rc, text = compliance(good, tmp_path)
+    assert rc == 0 and "closed_resnet_sgd.yaml" in text and "SUCCESS" in text.splitlines()[-1], text
     bad = tmp_path / "bad.log"
-    bad.write_text("\n".join(lines) + "\n")
+    bad.write_text("\n".join(ln for ln in closed if '"sgd_opt_end_learning_rate"' not in ln) + "\n")
     rc, text = compliance(bad, tmp_path)
-    assert "sgd_opt_end_learning_rate" in text and "SUCCESS" not in text.splitlines()[-1]
+    assert "sgd_opt_end_learning_rate" in text and "SUCCESS" not in text.splitlines()[-1], text
 
 
 @pytest.mark.parametrize("name", VISION)
