@@ -41,7 +41,6 @@ an input path is read.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import math
@@ -367,43 +366,17 @@ def _read_plain(ctx: _Context, path: Path, root: Path, explicit: bool):
 
 
 def verify_sums(rundir: Path, keep: tuple[str, ...] = ()) -> tuple[str | None, dict[str, bytes]]:
-    """(None, kept) when SHA256SUMS verifies, else (why not, {}).
+    """(None, kept) when SHA256SUMS verifies (lab.checksums), else (why not, {}).
 
     ``kept`` holds the bytes of the files named in ``keep`` that were verified,
     so that they are read once.
     """
-    sums = rundir / "SHA256SUMS"
-    kept: dict[str, bytes] = {}
-    try:
-        lines = bounded.read_text(sums, root=rundir, limit=limits.SUMS_BYTES).splitlines()
-    except bounded.Missing:
+    checked = checksums.check(rundir, keep={k: KEEP_BYTES.get(k, MAX_LOG_BYTES) for k in keep})
+    if checked.missing:
         return "no SHA256SUMS: incomplete run directory", {}
-    except bounded.Unreadable as exc:
-        return f"SHA256SUMS {exc.reason}", {}
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        m = checksums.LINE.match(line)   # the one SHA256SUMS grammar
-        if not m:
-            return f"SHA256SUMS line {n} is malformed", {}
-        rel = m.group(2)
-        target = rundir / rel
-        if ".." in Path(rel).parts or Path(rel).is_absolute():
-            return f"SHA256SUMS line {n} points outside the run directory", {}
-        try:
-            if rel in keep:
-                data = bounded.read_bytes(target, root=rundir, limit=KEEP_BYTES.get(rel, MAX_LOG_BYTES))
-                digest = hashlib.sha256(data).hexdigest()
-                kept[rel] = data
-            else:
-                digest = bounded.sha256(target, root=rundir)
-        except bounded.Missing:
-            return f"{rel} is listed in SHA256SUMS but missing", {}
-        except bounded.Unreadable as exc:
-            return f"{rel} {exc.reason}", {}
-        if digest != m.group(1).lower():
-            return f"{rel} does not match SHA256SUMS (changed after the run)", {}
-    return None, kept
+    if checked.problems:
+        return checked.problems[0], {}
+    return None, checked.kept
 
 
 def _iso_to_unix(s) -> float | None:

@@ -38,7 +38,6 @@ nothing written.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import os
 import re
@@ -48,7 +47,7 @@ import sys
 import time
 from pathlib import Path
 
-from runner import __version__, probe, telemetry
+from runner import __version__, probe, rundir, telemetry
 
 SCHEMA = 1
 
@@ -421,10 +420,7 @@ def write_outputs(out: Path, doc: dict) -> None:
     tmp = out / "burnin.json.tmp"
     tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, out / "burnin.json")
-    lines = []
-    for path in sorted(p for p in out.rglob("*") if p.is_file() and p.name != "SHA256SUMS"):
-        lines.append(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.relative_to(out).as_posix()}")
-    (out / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+    rundir.write_sums(out)
 
 
 def human_summary(doc: dict) -> str:

@@ -3,6 +3,11 @@
 A run directory is complete when ``status.json`` exists and ``SHA256SUMS``
 verifies (runner/README.md). Everything here is plain Python: the supervisor
 uses it without importing a deep-learning framework.
+
+This module owns the run-directory contract: the file names, the schema
+versions and the one SHA256SUMS grammar (``SUMS_LINE``). The runner writes
+with it; the controller (lab.checksums) reads and verifies with the same
+grammar, so the two sides cannot drift apart.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 # Version of the contract documented in runner/README.md (command line + files).
@@ -26,6 +32,10 @@ TELEMETRY = "telemetry.csv"
 MANIFEST = "manifest.json"
 STATUS = "status.json"
 SUMS = "SHA256SUMS"
+# One line of SHA256SUMS: what `sha256sum` writes in text mode ("<sha256>  <path>",
+# the runner's own) or in binary mode ("<sha256> *<path>", `sha256sum -b`). Both
+# verify with `sha256sum -c` and hash the same bytes on Linux, so both are accepted.
+SUMS_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
 
 OUTCOMES = ("success", "target_missed", "failed", "aborted")
 
@@ -80,7 +90,7 @@ def _listed_files(run_dir: Path) -> list[str]:
 
 
 def write_sums(run_dir: Path) -> None:
-    """Write SHA256SUMS (``sha256sum -c`` format) for every other file."""
+    """Write SHA256SUMS (``sha256sum -c`` text format) for every other file."""
     run_dir = Path(run_dir)
     lines = [f"{sha256_file(run_dir / rel)}  {rel}\n" for rel in _listed_files(run_dir)]
     tmp = run_dir / (SUMS + ".tmp")
@@ -91,31 +101,16 @@ def write_sums(run_dir: Path) -> None:
     os.replace(tmp, run_dir / SUMS)
 
 
-def verify(run_dir: Path) -> list[str]:
-    """Problems that make ``run_dir`` incomplete; an empty list when it is complete."""
-    run_dir = Path(run_dir)
-    problems = []
-    if not (run_dir / STATUS).is_file():
-        problems.append(f"{run_dir}: no {STATUS}")
-    sums = run_dir / SUMS
-    if not sums.is_file():
-        return problems + [f"{run_dir}: no {SUMS}"]
-    listed = set()
-    for n, line in enumerate(sums.read_text(encoding="utf-8").splitlines(), 1):
-        digest, sep, rel = line.partition("  ")
-        if not sep or len(digest) != 64:
-            problems.append(f"{sums}:{n}: malformed line")
-            continue
-        listed.add(rel)
-        p = run_dir / rel
-        if not p.is_file():
-            problems.append(f"{sums}:{n}: {rel} is missing")
-        elif sha256_file(p) != digest:
-            problems.append(f"{sums}:{n}: {rel} does not match its sum")
-    for rel in _listed_files(run_dir):
-        if rel not in listed:
-            problems.append(f"{sums}: {rel} is not listed")
-    return problems
+def sums_entry(line: str) -> tuple[str, str] | None:
+    """(sha256 in lower case, relative path) of one SHA256SUMS line; None when
+    it is malformed or names a path that leaves the run directory."""
+    m = SUMS_LINE.match(line)
+    if not m:
+        return None
+    rel = m.group(2)
+    if rel.startswith("/") or ".." in Path(rel).parts or "\0" in rel:
+        return None
+    return m.group(1).lower(), rel
 
 
 def status_document(*, runner_version: str, workload: str, benchmark: str,

@@ -35,13 +35,14 @@ from runner.workloads.coco_eval import COCOEvaluator
 from runner.workloads.pretrained import load_backbone
 
 WEIGHTS = (10.0, 10.0, 5.0, 5.0)  # variances 0.1 (centre) and 0.2 (size)
+BACKBONE_STRIDES = (1, 2, 1)  # ResNet-34 layer1..layer3, layer3 kept at stride 1 (38x38 at 300)
 
 
 class SSD(nn.Module):
     def __init__(self, cfg: dict, num_classes: int):
         super().__init__()
         w = cfg["width"]
-        self.backbone = V.ResNetTrunk(V.BasicBlock, cfg["layers"], w, strides=(1, 2, 1),
+        self.backbone = V.ResNetTrunk(V.BasicBlock, cfg["layers"], w, strides=BACKBONE_STRIDES,
                                       zero_init=False)
         cin = self.backbone.channels[-1]
         self.extras = nn.ModuleList()
@@ -82,6 +83,27 @@ class SSD(nn.Module):
             locs.append(lh(f).permute(0, 2, 3, 1).reshape(n, -1, 4))
             confs.append(ch(f).permute(0, 2, 3, 1).reshape(n, -1, self.num_classes))
         return torch.cat(locs, 1), torch.cat(confs, 1)
+
+
+def feature_sizes(cfg: dict) -> list[int]:
+    """The side of every feature map the heads read, from the scale's geometry.
+
+    The backbone takes the image to 1/8 (stem 1/4, layer2 1/2, layer3 at stride 1);
+    each extra block's 3x3 convolution (stride ``s``, padding ``p``) needs a map of
+    at least 3 - 2p pixels. A geometry that breaks that is bad input, named here
+    instead of failing inside the first convolution."""
+    size = cfg["image_size"]
+    s = V._half(V._half(size))  # the 7x7/2 stem convolution and the 3x3/2 max pool
+    for st in BACKBONE_STRIDES[: len(cfg["layers"])]:
+        s = (s - 1) // st + 1  # 3x3, padding 1
+    sizes = [s]
+    for k, (_, _, stride, pad) in enumerate(cfg["extras"]):
+        if s + 2 * pad < 3:
+            raise WorkloadError(f"ssd: extra block {k + 1} gets a {s}x{s} map, too small for its 3x3 convolution "
+                                f"(padding {pad}) at image_size {size}: change image_size or extras")
+        s = (s + 2 * pad - 3) // stride + 1
+        sizes.append(s)
+    return sizes
 
 
 def default_boxes(fig: int, feat_sizes, scales, aspect_ratios) -> torch.Tensor:
@@ -284,11 +306,8 @@ class Trainer:
         self.batch = cfg["batch_size"]
         if ctx.mode == "throughput":
             self.batch = ctx.throughput_batch_size(cfg["batch_size"])
+        feat_sizes = feature_sizes(cfg)
         model = SSD(cfg, self.num_classes)
-        model.eval()
-        with torch.no_grad():
-            feat_sizes = [f.shape[-1] for f in model.features(torch.zeros(1, 3, self.size, self.size))]
-        model.train()
         scales = cfg["scales"]
         if len(scales) != len(feat_sizes) + 1:
             raise WorkloadError(f"ssd: {len(feat_sizes)} feature levels need {len(feat_sizes) + 1} scales")

@@ -54,8 +54,8 @@ def mllog_events(run_dir: Path) -> list[dict]:
 
 
 def assert_complete(run_dir: Path) -> None:
-    """status.json exists and SHA256SUMS verifies with the real sha256sum tool."""
-    from runner import rundir
+    """status.json exists and SHA256SUMS verifies with the real sha256sum tool and the controller's verifier."""
+    from lab import checksums
 
     run_dir = Path(run_dir)
     names = {"mllog.log", "stdout.log", "telemetry.csv", "manifest.json", "status.json", "SHA256SUMS"}
@@ -65,7 +65,7 @@ def assert_complete(run_dir: Path) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
     listed = {ln.split("  ", 1)[1] for ln in (run_dir / "SHA256SUMS").read_text().splitlines()}
     assert listed == names - {"SHA256SUMS"}
-    assert rundir.verify(run_dir) == []
+    assert checksums.verify(run_dir) == []
 
 
 def worker_processes(spec_path: str) -> list[int]:
