@@ -25,7 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lab.mlperf import default_rules  # noqa: E402
-from lab.report import analyse, build_report  # noqa: E402
+from lab.analysis import analyse  # noqa: E402
+from lab.report import build_report  # noqa: E402
 from lab.results import collect  # noqa: E402
 
 BENCHES = {  # benchmark: (epochs on 1 GPU, minutes per epoch on 1 T4, samples per epoch)

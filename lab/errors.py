@@ -42,3 +42,8 @@ class CheckFailed(GpulabError):
     """A check (audit drift, validation verdict) did not pass."""
 
     exit_code = 1
+
+
+def one_line(exc: BaseException) -> str:
+    """The one line a caller reports for ``exc``: a GpulabError's message, else its type and text."""
+    return exc.message if isinstance(exc, GpulabError) else f"{type(exc).__name__}: {exc}"

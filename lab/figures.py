@@ -21,6 +21,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from lab import systemfigs  # noqa: E402
+from lab.mlperf import bench_order  # noqa: E402
 
 PALETTE = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860",
            "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"]
@@ -106,8 +107,6 @@ def _short(x):
 
 
 def draw_all(an, rules, fdir: Path) -> list[dict]:
-    from lab.report import _bench_order
-
     systems = an.systems
     name_of = _series_namer(systems)
     names = sorted({name_of(s) for s in systems})
@@ -119,7 +118,7 @@ def draw_all(an, rules, fdir: Path) -> list[dict]:
         # A published result tree: one bar per system (lab.systemfigs).
         devs = sorted({s["device"] for s in systems})
         dcolors = {d: PALETTE[i % len(PALETTE)] for i, d in enumerate(devs)}
-        benches = _bench_order(rules, [s["benchmark"] for s in systems])
+        benches = bench_order(rules, [s["benchmark"] for s in systems])
         path = fdir / "fig1_time_to_train.png"
         drawn = systemfigs.draw(systems, "score_minutes", benches, "Figure 1. Time to train (MLPerf score, "
                                 "minutes) per system", lambda b: "minutes", path, dcolors, lambda x: f"{x:,.2f}")
@@ -137,7 +136,7 @@ def draw_all(an, rules, fdir: Path) -> list[dict]:
                                    "(the unit of each benchmark on its axis; basis per run in runs.csv)."})
         benches = []
     else:
-        benches = _bench_order(rules, [s["benchmark"] for s in systems
+        benches = bench_order(rules, [s["benchmark"] for s in systems
                                        if s["score_minutes"] and s["gpus"] is not None])
     if benches:
         path = fdir / "fig1_time_to_train.png"
@@ -147,7 +146,7 @@ def draw_all(an, rules, fdir: Path) -> list[dict]:
         out.append({"name": "fig1", "path": path, "title": "Figure 1. Time to train", "panels": list(benches),
                     "caption": "MLPerf score in minutes (mean without the fastest and slowest run) "
                                "per benchmark, GPU count and device. Hatched: too few runs."})
-    benches = [] if any(s.get("system_key") for s in systems) else _bench_order(
+    benches = [] if any(s.get("system_key") for s in systems) else bench_order(
         rules, [s["benchmark"] for s in systems if s["throughput_mean"] and s["gpus"] is not None])
     if benches:
         path = fdir / "fig2_throughput.png"
@@ -161,7 +160,7 @@ def draw_all(an, rules, fdir: Path) -> list[dict]:
     for r in an.scaling:
         key = (r["benchmark"], name_of(r))
         lines.setdefault(key, []).append(r)
-    benches = _bench_order(rules, [k[0] for k in lines])
+    benches = bench_order(rules, [k[0] for k in lines])
     if benches:
         path = fdir / "fig3_scaling.png"
         fig, axes = _new_figure(len(benches), "Figure 3. Scaling: speedup against GPU count",
@@ -229,7 +228,7 @@ def draw_all(an, rules, fdir: Path) -> list[dict]:
                     "caption": "Speedup over the smallest GPU count of each device: time to train "
                                "(solid) and throughput (dashed). Ringed: super-linear, labelled with "
                                "the epochs to converge behind it."})
-    benches = _bench_order(rules, [s["benchmark"] for s in systems if s["perf_per_watt"] and s["gpus"] is not None])
+    benches = bench_order(rules, [s["benchmark"] for s in systems if s["perf_per_watt"] and s["gpus"] is not None])
     if benches:
         path = fdir / "fig4_perf_per_watt.png"
         _bars(systems, "perf_per_watt", benches,

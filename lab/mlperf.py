@@ -174,3 +174,13 @@ class Rules:
 @lru_cache(maxsize=4)
 def default_rules() -> Rules:
     return Rules()
+
+
+def bench_order(rules: Rules, labels) -> list[str]:
+    """Benchmark labels (``gnmt``, ``gnmt [v0.6]``) in the rules' benchmark order, once each."""
+    order = {name: i for i, name in enumerate(rules.benchmarks)}
+
+    def key(label):
+        base = label.split(" [")[0]
+        return (order.get(base, len(order)), base, label)
+    return sorted(set(labels), key=key)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from lab import remote as rmt
 from lab.datasets import Catalogue, load_catalogue
-from lab.errors import ConfigError, GpulabError
+from lab.errors import ConfigError
 
 MANIFEST = "gpulab-dataset.json"
 MANIFEST_MAX_BYTES = 1 << 20
@@ -169,15 +169,10 @@ def check(hosts, runs, catalogue: Catalogue | str | None = None) -> dict[str, Ho
     todo = [h for h in hosts if need.get(h.name)]
     if not todo:
         return {}
-    out = {}
-    for name, got in rmt.on_hosts(todo, lambda h: probe_host(h, need[h.name], cat)).items():
-        if isinstance(got, HostData):
-            out[name] = got
-        else:
-            h = next(x for x in todo if x.name == name)
-            msg = got.message if isinstance(got, GpulabError) else f"{type(got).__name__}: {got}"
-            out[name] = HostData(name, data_root(h.workdir), need[name], error=msg)
-    return out
+    got = rmt.on_hosts(todo, lambda h: probe_host(h, need[h.name], cat))
+    failed = got.reasons()
+    return {h.name: got.succeeded[h.name] if h.name in got.succeeded
+            else HostData(h.name, data_root(h.workdir), need[h.name], error=failed[h.name]) for h in todo}
 
 
 def refusal(results: dict[str, HostData]) -> str | None:

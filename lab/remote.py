@@ -9,7 +9,9 @@ RejectPolicy), as Ansible refuses them with StrictHostKeyChecking=yes.
 
 ``connect(host)`` gives a ``Remote`` with ``run``, ``put``, ``get`` and
 ``listdir``; ``on_hosts`` runs one function per host in parallel and returns
-each host's result or error (Fabric's group pattern).
+a ``HostResults``: each host's value or error, ``.succeeded`` and ``.failed``
+(Fabric's ``GroupResult``). Ctrl-C while it waits cancels the hosts not started
+yet and raises KeyboardInterrupt at once.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ import socket
 import subprocess
 import sys
 import tarfile
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from lab.errors import HostError, RunError
+from lab.errors import HostError, RunError, one_line
 from lab.inventory import Host
 
 CONNECT_TIMEOUT_S = 10
@@ -253,18 +256,56 @@ def connect(host: Host, *, timeout: float = CONNECT_TIMEOUT_S) -> Remote:
     return SSHRemote(host, timeout=timeout)
 
 
-def on_hosts(hosts: Iterable[Host], fn: Callable[[Host], Any], *, max_workers: int | None = None) -> dict[str, Any]:
-    """Call ``fn(host)`` for every host in parallel; map each host name to its result or exception."""
+@dataclass(eq=False)
+class HostResults(Mapping):
+    """What a fleet operation gave per host, in the order the hosts were given.
+
+    ``succeeded`` maps a host to the value the function returned, ``failed`` to
+    the exception it raised; as a mapping, a host gives either.
+    """
+    order: list[str]
+    succeeded: dict[str, Any] = field(default_factory=dict)
+    failed: dict[str, Exception] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.succeeded[name] if name in self.succeeded else self.failed[name]
+
+    def __iter__(self):
+        return iter(self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def reasons(self) -> dict[str, str]:
+        """One line per failed host (lab.errors.one_line), in host order."""
+        return {n: one_line(self.failed[n]) for n in self.order if n in self.failed}
+
+
+def on_hosts(hosts: Iterable[Host], fn: Callable[[Host], Any], *, max_workers: int | None = None) -> HostResults:
+    """Call ``fn(host)`` for every host in parallel; each host's value or exception, reported together.
+
+    Ctrl-C (KeyboardInterrupt in the waiting thread) cancels the calls not
+    started yet and is raised at once; calls already running finish on their own.
+    """
     hosts = list(hosts)
-    out: dict[str, Any] = {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max_workers or max(1, len(hosts))) as pool:
+    got: dict[str, tuple[bool, Any]] = {}
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers or max(1, len(hosts)))
+    try:
         futures = {pool.submit(fn, h): h.name for h in hosts}
         for fut in concurrent.futures.as_completed(futures):
             try:
-                out[futures[fut]] = fut.result()
+                got[futures[fut]] = (True, fut.result())
             except Exception as exc:  # recorded per host, reported together
-                out[futures[fut]] = exc
-    return {h.name: out[h.name] for h in hosts}
+                got[futures[fut]] = (False, exc)
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    out = HostResults([h.name for h in hosts])
+    for h in hosts:
+        ok, value = got[h.name]
+        (out.succeeded if ok else out.failed)[h.name] = value
+    return out
 
 
 # --------------------------------------------------------------------------- runner on hosts

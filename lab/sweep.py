@@ -840,15 +840,8 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
         raise ConfigError(refused)
     echo(f"sweep {name}: preparing {len(hosts)} host(s) (runner {rmt.local_runner_version()})")
     prepared = rmt.on_hosts(hosts, prepare_host)
-    topologies, errors = {}, {}
-    for h in hosts:
-        got = prepared[h.name]
-        if isinstance(got, BaseException):
-            if isinstance(got, KeyboardInterrupt):
-                raise got
-            errors[h.name] = got.message if isinstance(got, GpulabError) else f"{type(got).__name__}: {got}"
-        else:
-            topologies[h.name] = got[2]
+    errors = prepared.reasons()
+    topologies = {n: got[2] for n, got in prepared.succeeded.items()}
     runs = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes, topologies=topologies)
     if settings.timeout_s is None:   # each run's limit from its estimate (the probed GPUs name the device)
         past = study.history(results_dir)
@@ -911,10 +904,8 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
                     signal.signal(signal.SIGINT, old)
                 raise
     finally:
-        for h in hosts:
-            got = prepared.get(h.name)
-            if isinstance(got, tuple):
-                got[0].close()
+        for got in prepared.succeeded.values():
+            got[0].close()
         sweep.save()
     return SweepResult(sweep)
 
@@ -958,10 +949,8 @@ def collect(sweep_root: Path, inventory_path: str | Path, *, retries: int = 2) -
                     if problems:
                         result.problems.append(f"{host.name} {run.run_id}: {'; '.join(problems)}")
 
-    for host_name, outcome in rmt.on_hosts(hosts.values(), fetch_host).items():
-        if isinstance(outcome, Exception):
-            msg = outcome.message if isinstance(outcome, GpulabError) else f"{type(outcome).__name__}: {outcome}"
-            result.problems.append(f"{host_name}: {msg}")
+    for host_name, msg in rmt.on_hosts(hosts.values(), fetch_host).reasons().items():
+        result.problems.append(f"{host_name}: {msg}")
     for run in todo:
         if sweep.verified(run):
             continue

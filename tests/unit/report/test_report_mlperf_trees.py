@@ -24,7 +24,8 @@ import pytest
 
 from lab import figures
 from lab.mlperf import default_rules
-from lab.report import analyse, build_report
+from lab.analysis import analyse
+from lab.report import build_report
 from lab.results import collect
 
 @pytest.fixture(scope="module")

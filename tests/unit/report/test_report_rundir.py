@@ -76,6 +76,17 @@ def test_bad_run_directories_are_skipped_with_reasons(tmp_path):
     }
 
 
+def test_a_model_has_the_same_name_in_reports_and_verdicts(tmp_path):
+    """One device catalogue: a run on a 'Tesla V100-PCIE-16GB' is reported on V100-PCIe, the
+    name validate judges that GPU under (its references' model)."""
+    from lab import validate
+
+    write_rundir(tmp_path / "gnmt-1g-s7", gpu_name="Tesla V100-PCIE-16GB")
+    (run,) = collect([tmp_path]).runs
+    assert run.device == "V100-PCIe"
+    assert validate.model_key("Tesla V100-PCIE-16GB", validate.load_references()) == run.device
+
+
 def test_sweep_host_facts_and_planned_runs_without_directories(tmp_path):
     sweep = tmp_path / "results" / "sw1"
     write_rundir(sweep / "r740-03" / "gnmt-g1-s1", manifest=False, seed=1)

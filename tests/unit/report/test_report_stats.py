@@ -6,7 +6,8 @@ import pytest
 
 from lab import stats
 from lab.mlperf import default_rules
-from lab.report import device_ratios, scaling, seed_tables, system_rows
+from lab.analysis import device_ratios, scaling, system_rows
+from lab.comparison import seed_tables
 from lab.results import Run
 
 RULES = default_rules()

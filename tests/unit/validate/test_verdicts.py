@@ -215,6 +215,17 @@ def test_failed_burnin_test_fails_the_gpu(snap, refs):
     assert c["verdict"] == "FAIL" and "wrong results" in c["reason"]
 
 
+def test_a_model_has_one_name_in_verdicts_and_reports(snap, refs, tmp_path):
+    """'Tesla V100-PCIE-16GB' is V100-PCIe in a verdict: its references, the inventory's model check,
+    a baseline (the report side: tests/unit/report/test_report_rundir.py)."""
+    for g in snap["probe"]["gpus"]:
+        g["name"] = "Tesla V100-PCIE-16GB"
+    v = run({"h200-01": snap}, refs, hosts=[inventory_for(snap, gpu_model="V100-PCIE-16GB")])
+    assert {g["model"] for g in v.hosts["h200-01"]["gpus"].values()} == {"V100-PCIe"}
+    assert checks_of(v, gpu=0)["model"]["verdict"] == "PASS"
+    assert "V100-PCIe" in validate.build_references({"h200-01": snap}, refs)["models"]
+
+
 def test_wrong_model_and_stack_drift(snap, refs):
     host = inventory_for(snap, gpu_model="V100-PCIE-16GB")
     stacks = stack_of(snap)
@@ -331,12 +342,19 @@ def test_bad_references_are_one_line_config_errors(tmp_path, refs):
         validate.load_references(p)
     with pytest.raises(ConfigError, match="file not found"):
         validate.load_references(tmp_path / "none.yml")
+    bad = copy.deepcopy(refs)
+    bad["models"]["H200-SXM"] = bad["models"].pop("H200")
+    p.write_text(yaml.safe_dump(bad))
+    with pytest.raises(ConfigError, match="models.H200-SXM: not a device name of lab/data/devices.yml "
+                                          r"\(it calls this model H200\)"):
+        validate.load_references(p)
 
 
 def test_model_names():
     refs = validate.load_references()
     assert validate.model_key("Tesla T4", refs) == "T4"
-    assert validate.model_key("Tesla V100-PCIE-16GB", refs) == "V100-PCIE-16GB"
+    assert validate.model_key("Tesla V100-PCIE-16GB", refs) == "V100-PCIe"
+    assert validate.model_key("V100-PCIE-32GB", refs) == "V100-PCIe"
     assert validate.model_key("NVIDIA H200", refs) == "H200"
     assert validate.model_key("NVIDIA A100-SXM4-80GB", refs) is None
 
