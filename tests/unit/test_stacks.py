@@ -86,9 +86,9 @@ def test_the_profiles_the_runner_runs_under_pin_the_pytorch_ci_tests():
         if torch and [int(x) for x in versions.release(torch)[:2]] >= oldest:
             pinned[name] = torch
     assert set(pinned) == {"current", "cuda12"}  # mlperf-v0.5 (torch 1.0) is the study's stack, not the runner's
-    installed = importlib.metadata.version("torch")
     if not os.environ.get("CI"):
-        pytest.skip(f"not CI: this machine's torch is {installed}")
+        pytest.skip("not CI: the PyTorch of this environment is not the one CI tests")
+    installed = importlib.metadata.version("torch")
     for name, torch in pinned.items():
         assert versions.release(torch) == versions.release(installed), (
             f"stack {name} pins torch {torch}, CI tests the runner on {installed}: pin the same release or "
