@@ -60,6 +60,9 @@ def _check_entry(name: str, w: dict) -> None:
               "'max_epochs' must be a positive integer")
         _need(isinstance(s.get("eval_every", 1), int) and s.get("eval_every", 1) > 0, sw,
               "'eval_every' must be a positive integer")
+        ev = s.get("eval_epochs", [1])
+        _need(isinstance(ev, list) and ev and all(isinstance(e, int) and e > 0 for e in ev)
+              and ev == sorted(set(ev)), sw, "'eval_epochs' must be a list of increasing positive integers")
         _need(s.get("data") in DATA_KINDS, sw, f"'data' must be one of {DATA_KINDS}")
         _need(isinstance(s.get("batch_size"), int) and s["batch_size"] > 0, sw,
               "'batch_size' (per process) must be a positive integer")

@@ -204,12 +204,21 @@ def run(ctx: Context, module) -> dict:
     return _ttt(ctx, trainer)
 
 
+def eval_epochs(cfg: dict, max_epochs: int) -> list[int]:
+    """The epochs after which a ttt run evaluates: the scale's ``eval_epochs`` list, else every
+    ``eval_every`` epochs; always the last epoch too."""
+    if "eval_epochs" in cfg:
+        points = [e for e in cfg["eval_epochs"] if e < max_epochs]
+    else:
+        points = list(range(cfg.get("eval_every", 1), max_epochs, cfg.get("eval_every", 1)))
+    return points + [max_epochs]
+
+
 def _ttt(ctx: Context, trainer) -> dict:
     log, cfg, entry = ctx.log, ctx.cfg, ctx.entry
     target = cfg["target"]
     hib = entry.get("higher_is_better", True)
     max_epochs = int(ctx.spec.get("max_epochs") or cfg["max_epochs"])
-    every = cfg.get("eval_every", 1)
     log.event(C.TRAIN_SAMPLES, trainer.train_samples)
     log.event(C.EVAL_SAMPLES, trainer.eval_samples)
     ctx.barrier()
@@ -219,8 +228,9 @@ def _ttt(ctx: Context, trainer) -> dict:
     t0 = time.time()
     quality, epoch, history = None, 0, []
     try:
-        for block_first in range(1, max_epochs + 1, every):
-            count = min(every, max_epochs - block_first + 1)
+        block_first = 1
+        for block_last in eval_epochs(cfg, max_epochs):
+            count = block_last - block_first + 1
             log.start(C.BLOCK_START, metadata={C.FIRST_EPOCH_NUM: block_first, C.EPOCH_COUNT: count})
             for epoch in range(block_first, block_first + count):
                 log.start(C.EPOCH_START, metadata={C.EPOCH_NUM: epoch})
@@ -232,6 +242,7 @@ def _ttt(ctx: Context, trainer) -> dict:
             log.end(C.EVAL_STOP, metadata={C.EPOCH_NUM: epoch})
             log.end(C.BLOCK_STOP, metadata={C.FIRST_EPOCH_NUM: block_first})
             history.append(quality)
+            block_first = block_last + 1
             if reached(quality, target, hib):
                 ctx.sync()
                 ttt = time.time() - t0
