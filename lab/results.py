@@ -63,6 +63,10 @@ __all__ = ["Collection", "LogFacts", "LogProblem", "Run", "Skipped", "collect", 
            "parse_log", "parse_runs", "read_telemetry", "system_label", "verify_sums"]
 
 LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ""}
+# Program sources that a result tree ships beside its logs (the loggers mlperf_log.py, NcfLogger.scala):
+# named like logs and holding the markers in their strings, they are never logs themselves.
+SOURCE_SUFFIXES = {".py", ".pyc", ".scala", ".java", ".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".sh", ".go",
+                   ".rs", ".js", ".ts", ".ipynb", ".proto", ".md", ".html"}
 MAX_LOG_BYTES = limits.LOG_BYTES
 KEEP_BYTES = {"mllog.log": limits.LOG_BYTES, "telemetry.csv": limits.TELEMETRY_BYTES}
 
@@ -325,7 +329,8 @@ def _walk(ctx: _Context, root: Path):
             path = here / name
             if name.endswith(".launch.log") and (here / name[: -len(".launch.log")]).is_dir():
                 continue   # a sweep's launch log beside its run directory: not a training log
-            if path.suffix.lower() in LOG_SUFFIXES or "log" in name.lower():
+            suffix = path.suffix.lower()
+            if suffix in LOG_SUFFIXES or ("log" in name.lower() and suffix not in SOURCE_SUFFIXES):
                 _read_plain(ctx, path, root, explicit=False)
 
 

@@ -47,11 +47,10 @@ class SSD(nn.Module):
         cin = self.backbone.channels[-1]
         self.extras = nn.ModuleList()
         chans = [cin]
-        for mid, out, stride, pad in cfg["extras"]:
+        for mid, out, stride, pad in cfg["extras"]:  # as the reference: biased convolutions, no BN
             self.extras.append(nn.Sequential(
-                nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.ReLU(inplace=True),
-                nn.Conv2d(mid, out, 3, stride=stride, padding=pad, bias=False), nn.BatchNorm2d(out),
-                nn.ReLU(inplace=True)))
+                nn.Conv2d(cin, mid, 1), nn.ReLU(inplace=True),
+                nn.Conv2d(mid, out, 3, stride=stride, padding=pad), nn.ReLU(inplace=True)))
             chans.append(out)
             cin = out
         self.num_anchors = [2 + 2 * len(a) for a in cfg["aspect_ratios"]]
@@ -62,11 +61,10 @@ class SSD(nn.Module):
         self.conf = nn.ModuleList(nn.Conv2d(c, a * num_classes, 3, padding=1)
                                   for c, a in zip(chans, self.num_anchors))
         V.init_convs(self.backbone)
+        # the reference: Xavier-uniform weights in the extra blocks and heads, PyTorch's default biases
         for m in list(self.extras.modules()) + list(self.loc) + list(self.conf):
             if isinstance(m, nn.Conv2d):
                 nn.init.xavier_uniform_(m.weight)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
 
     def features(self, x):
         x = self.backbone(x)
@@ -106,22 +104,33 @@ def feature_sizes(cfg: dict) -> list[int]:
     return sizes
 
 
-def default_boxes(fig: int, feat_sizes, scales, aspect_ratios) -> torch.Tensor:
-    """The SSD default boxes, xyxy in [0, 1], in the order of the heads' outputs."""
+def default_boxes(fig: int, feat_sizes, scales, aspect_ratios, steps=None) -> torch.Tensor:
+    """The SSD default boxes as the reference's ``DefaultBoxes`` computes them, xyxy, in
+    the order of the heads' outputs (level, row, column, shape).
+
+    On level k the centres are ``((j + 0.5) / (fig / steps[k]), (i + 0.5) / ...)``: with
+    the reference's steps (8, 16, 32, 64, 100, 300 at 300 pixels) a grid of 38 cells is
+    spread over 37.5 step widths, so the last centres reach 1.0. The shapes: ``s_k``
+    square, ``sqrt(s_k s_k+1)`` square, and ``s_k sqrt(a)`` x ``s_k / sqrt(a)`` both ways
+    for every aspect ratio a, with ``s_k = scales[k] / fig``. Centre and size are
+    clamped to [0, 1] (not the corners: a box may reach past the image). Without
+    ``steps`` a level's step is ``fig / size`` (centres in the middle of the cells).
+    """
     out = []
     for k, fk in enumerate(feat_sizes):
+        cells = fig / steps[k] if steps else fk
         sk = scales[k] / fig
-        sk1 = math.sqrt(scales[k] * scales[k + 1]) / fig
-        shapes = [(sk, sk), (sk1, sk1)]
+        shapes = [(sk, sk), (math.sqrt(sk * scales[k + 1] / fig),) * 2]
         for a in aspect_ratios[k]:
             r = math.sqrt(a)
             shapes += [(sk * r, sk / r), (sk / r, sk * r)]
         for i in range(fk):
             for j in range(fk):
-                cx, cy = (j + 0.5) / fk, (i + 0.5) / fk
                 for w, h in shapes:
-                    out.append([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2])
-    return torch.tensor(out, dtype=torch.float32).clamp(0, 1)
+                    out.append([(j + 0.5) / cells, (i + 0.5) / cells, w, h])
+    cxcywh = torch.tensor(out, dtype=torch.float64).clamp(0, 1)
+    xy, wh = cxcywh[:, :2], cxcywh[:, 2:]
+    return torch.cat([xy - wh / 2, xy + wh / 2], 1).float()
 
 
 class SSDLoss(nn.Module):
@@ -166,7 +175,7 @@ def match(anchors: torch.Tensor, boxes: torch.Tensor, labels: torch.Tensor, thr=
         iou[rows, j, idx[ok]] = 2.0
     best_iou, best_g = iou.max(1)  # (B, A)
     lab = labels.gather(1, best_g).clamp(min=0)
-    lab = torch.where(best_iou >= thr, lab, torch.zeros_like(lab))
+    lab = torch.where(best_iou > thr, lab, torch.zeros_like(lab))  # the reference: IoU > 0.5
     matched = boxes.gather(1, best_g[..., None].expand(-1, -1, 4))
     gloc = D.encode(matched, anchors[None].expand(b, -1, -1), WEIGHTS)
     return gloc, lab
@@ -175,7 +184,7 @@ def match(anchors: torch.Tensor, boxes: torch.Tensor, labels: torch.Tensor, thr=
 @torch.no_grad()
 def detect(ploc, pconf, anchors, score_thr=0.05, nms_thr=0.5, per_class=200, max_out=200):
     """Detections of one image: normalized xyxy boxes, scores, labels (1..K-1)."""
-    boxes = D.decode(ploc.float(), anchors, WEIGHTS).clamp(0, 1)
+    boxes = D.decode(ploc.float(), anchors, WEIGHTS)  # unclipped, as the reference scores them
     scores = F.softmax(pconf.float(), dim=-1)[:, 1:]  # (A, K-1)
     cand_b, cand_s, cand_l = [], [], []
     for c in range(scores.shape[1]):
@@ -198,6 +207,40 @@ def detect(ploc, pconf, anchors, score_thr=0.05, nms_thr=0.5, per_class=200, max
 
 # --- data ----------------------------------------------------------------------------------
 
+GRAY = (0.299, 0.587, 0.114)
+_YIQ = torch.tensor([[0.299, 0.587, 0.114], [0.596, -0.274, -0.322], [0.211, -0.523, 0.312]], dtype=torch.float64)
+
+
+def color_jitter(x: torch.Tensor, u: torch.Tensor, brightness: float, contrast: float, saturation: float,
+                 hue: float) -> torch.Tensor:
+    """The reference's colour jitter on a batch of float RGB images (N, 3, H, W) in 0..255.
+
+    ``u`` (N, 4): uniform draws in [0, 1) per image. Brightness, contrast and saturation
+    factors are drawn from ``1 +- brightness`` etc., the hue shift from ``+- hue`` of a
+    full turn (the reference: 0.125, 0.5, 0.5, 0.05): brightness scales the image,
+    contrast blends it with the mean of its grey image, saturation with its grey image
+    per pixel, and the hue turns the chroma plane of YIQ (a linear map per image). The
+    result is clamped to 0..255 after each step.
+    """
+    n = x.shape[0]
+    f = (2 * u.float() - 1) * torch.tensor([brightness, contrast, saturation, hue], device=x.device)
+    b, c, s = (1 + f[:, :3]).unbind(1)
+    gw = torch.tensor(GRAY, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
+    x = (x * b.view(n, 1, 1, 1)).clamp(0, 255)
+    m = (x * gw).sum(1, keepdim=True).mean((2, 3), keepdim=True)
+    x = ((x - m) * c.view(n, 1, 1, 1) + m).clamp(0, 255)
+    g = (x * gw).sum(1, keepdim=True)
+    x = ((x - g) * s.view(n, 1, 1, 1) + g).clamp(0, 255)
+    theta = f[:, 3].double() * 2 * math.pi
+    rot = torch.zeros(n, 3, 3, dtype=torch.float64, device=x.device)
+    rot[:, 0, 0] = 1
+    rot[:, 1, 1], rot[:, 1, 2] = theta.cos(), -theta.sin()
+    rot[:, 2, 1], rot[:, 2, 2] = theta.sin(), theta.cos()
+    yiq = _YIQ.to(x.device)
+    mat = (torch.linalg.inv(yiq) @ rot @ yiq).to(x.dtype)  # (N, 3, 3)
+    return torch.einsum("nij,njhw->nihw", mat, x).clamp(0, 255)
+
+
 def pad_targets(items: list[dict], size_wh) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-image boxes (pixels) -> (B, G, 4) normalized boxes and (B, G) labels, -1 padded."""
     g = max([len(t["labels"]) for t in items] + [1])
@@ -214,7 +257,11 @@ def pad_targets(items: list[dict], size_wh) -> tuple[torch.Tensor, torch.Tensor]
 
 
 class CocoTrain(torch.utils.data.Dataset):
-    """COCO training images with the SSD random crop, flip and resize to ``size``."""
+    """COCO training images with the SSD random crop, flip and resize to ``size``
+    (the colour jitter runs on the device, on the batch: ``color_jitter``).
+
+    As the reference, every annotation is an object (crowd boxes included) and
+    the images are those with at least one annotation."""
 
     def __init__(self, index: D.CocoIndex, ids, size, max_samples, seed):
         self.index, self.ids, self.size, self.max_samples, self.seed = index, ids, size, max_samples, seed
@@ -229,47 +276,56 @@ class CocoTrain(torch.utils.data.Dataset):
         iid = self.ids[i]
         img = D.read_image(self.index.image_dir / self.index.images[iid]["file_name"])
         t = self.index.target(iid, with_masks=False)
-        keep = ~t["crowd"]
-        boxes, labels = t["boxes"][keep], t["labels"][keep]
         rng = np.random.default_rng((self.seed * 1000003 + self.epoch * 7919 + i) % (2**63))
         w, h = img.size
-        crop = ssd_crop(rng, w, h, boxes, self.max_samples)
-        if crop is not None:
-            x0, y0, x1, y1 = crop
-            c = (boxes[:, :2] + boxes[:, 2:]) / 2
-            inside = (c[:, 0] > x0) & (c[:, 0] < x1) & (c[:, 1] > y0) & (c[:, 1] < y1)
-            boxes, labels = boxes[inside], labels[inside]
-            boxes = np.clip(boxes - [x0, y0, x0, y0], 0, [x1 - x0, y1 - y0, x1 - x0, y1 - y0])
-            img = img.crop((x0, y0, x1, y1))
-            w, h = x1 - x0, y1 - y0
+        boxes = t["boxes"] / np.array([w, h, w, h], np.float32)
+        img, boxes, labels = ssd_crop(rng, img, boxes, t["labels"], self.max_samples)
         if rng.uniform() < 0.5:
             img = img.transpose(Image.FLIP_LEFT_RIGHT)
-            boxes = np.stack([w - boxes[:, 2], boxes[:, 1], w - boxes[:, 0], boxes[:, 3]], 1) if len(boxes) else boxes
+            boxes = np.stack([1 - boxes[:, 2], boxes[:, 1], 1 - boxes[:, 0], boxes[:, 3]], 1)
         s = self.size
         img = img.resize((s, s), Image.BILINEAR)
-        boxes = np.asarray(boxes, np.float32).reshape(-1, 4) * [s / w, s / h, s / w, s / h]
         return (torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()),
-                {"boxes": boxes.astype(np.float32), "labels": labels})
+                {"boxes": (boxes * s).astype(np.float32).reshape(-1, 4), "labels": labels})
 
 
-def ssd_crop(rng, w, h, boxes, max_samples):
-    """The SSD random crop: a minimum IoU drawn from (none, 0.1, 0.3, 0.5, 0.7, 0.9) or no crop."""
-    choice = rng.integers(0, 7)
-    if choice == 0 or len(boxes) == 0:
-        return None
-    min_iou = [0.0, 0.1, 0.3, 0.5, 0.7, 0.9][choice - 1]
-    for _ in range(max_samples):
-        cw, ch = rng.uniform(0.3, 1.0) * w, rng.uniform(0.3, 1.0) * h
-        if not 0.5 <= cw / ch <= 2:
-            continue
-        x0, y0 = rng.uniform(0, w - cw), rng.uniform(0, h - ch)
-        box = np.array([[x0, y0, x0 + cw, y0 + ch]])
-        from runner.workloads.coco_eval import box_iou as np_iou
+CROP_MIN_IOU = (None, 0.1, 0.3, 0.5, 0.7, 0.9, -math.inf)  # None: keep the whole image
 
-        if np_iou(boxes, box, np.zeros(1, bool)).min() < min_iou:
-            continue
-        return int(x0), int(y0), int(x0 + cw), int(y0 + ch)
-    return None
+
+def ssd_crop(rng, img, boxes, labels, trials=1):
+    """The reference's SSD random crop of a PIL image and its boxes (xyxy, fractions of the image).
+
+    Draws one of seven modes: the whole image, a crop whose IoU with every box exceeds
+    0.1, 0.3, 0.5, 0.7 or 0.9, or any crop; a crop is 0.3..1 of each side with a side
+    ratio (of the fractions) within 0.5..2 and must hold the centre of at least one
+    box. ``trials`` crops are tried per mode (the reference: 1); when all fail, a new
+    mode is drawn. Boxes whose centres fall outside are dropped, the rest clipped.
+    """
+    from runner.workloads.coco_eval import box_iou as np_iou
+
+    if len(boxes) == 0:
+        return img, boxes, labels
+    while True:
+        min_iou = CROP_MIN_IOU[rng.integers(0, len(CROP_MIN_IOU))]
+        if min_iou is None:
+            return img, boxes, labels
+        for _ in range(trials):
+            cw, ch = rng.uniform(0.3, 1.0), rng.uniform(0.3, 1.0)
+            if not 0.5 <= cw / ch <= 2:
+                continue
+            left, top = rng.uniform(0, 1.0 - cw), rng.uniform(0, 1.0 - ch)
+            right, bottom = left + cw, top + ch
+            if not (np_iou(boxes, np.array([[left, top, right, bottom]]), np.zeros(1, bool)) > min_iou).all():
+                continue
+            cx, cy = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2
+            inside = (cx > left) & (cx < right) & (cy > top) & (cy < bottom)
+            if not inside.any():
+                continue
+            kept = np.clip(boxes[inside], [left, top, left, top], [right, bottom, right, bottom])
+            kept = (kept - [left, top, left, top]) / [cw, ch, cw, ch]
+            w, h = img.size
+            img = img.crop((int(left * w), int(top * h), int(right * w), int(bottom * h)))
+            return img, kept.astype(np.float32), labels[inside]
 
 
 class CocoEval(torch.utils.data.Dataset):
@@ -297,6 +353,20 @@ def _collate(batch):
 
 # --- trainer ------------------------------------------------------------------------------
 
+def base_lr(lr_per_32: float, global_batch: int) -> float:
+    """The reference's base learning rate: 1e-3 times ``round(lr_per_32 / 1e-3 * batch / 32)``
+    (Python's rounding, at least 1): MLPerf v0.5 allowed only whole multiples of 1e-3."""
+    return 1e-3 * max(1, round(lr_per_32 / 1e-3 * global_batch / 32))
+
+
+def decay_boundaries(cfg: dict, global_batch: int, steps_per_epoch: int) -> list[int]:
+    """The steps at which the learning rate drops x0.1: ``decay_samples // batch`` (the
+    reference: 160k and 200k steps of 32 images, whatever the batch), else ``decay_epochs``."""
+    if "decay_samples" in cfg:
+        return [int(n) // global_batch for n in cfg["decay_samples"]]
+    return [e * steps_per_epoch for e in cfg["decay_epochs"]]
+
+
 class Trainer:
     def __init__(self, ctx):
         self.ctx = ctx
@@ -311,7 +381,8 @@ class Trainer:
         scales = cfg["scales"]
         if len(scales) != len(feat_sizes) + 1:
             raise WorkloadError(f"ssd: {len(feat_sizes)} feature levels need {len(feat_sizes) + 1} scales")
-        self.anchors = default_boxes(self.size, feat_sizes, scales, cfg["aspect_ratios"]).to(ctx.device)
+        self.anchors = default_boxes(self.size, feat_sizes, scales, cfg["aspect_ratios"],
+                                     cfg.get("steps")).to(ctx.device)
         self.feat_sizes = feat_sizes
         self.data = None
         if ctx.mode == "ttt":
@@ -320,14 +391,17 @@ class Trainer:
         self.net = ctx.wrap(SSDLoss(self.model))
         self.step_model = compile_fn(ctx, self.net)
         gbs = self.batch * ctx.world_size
-        self.lr = V.round_lr(cfg["lr_per_32"] * gbs / 32, 1e-5)
-        self.opt = torch.optim.SGD(V.param_groups(self.model, cfg["weight_decay"]), lr=self.lr,
+        self.lr = base_lr(cfg["lr_per_32"], gbs)
+        # weight decay on every parameter (BN and biases too), as the reference's SGD
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.opt = torch.optim.SGD([{"params": params, "weight_decay": cfg["weight_decay"]}], lr=self.lr,
                                    momentum=cfg["momentum"], **ctx.fused())
         self.scaler = ctx.grad_scaler()
         self.step = 0
         self.steps_per_epoch = max(1, self.train_samples // gbs) if ctx.mode == "ttt" else 1
         self.warmup = int(cfg["warmup_steps"])
-        self.boundaries = [e * self.steps_per_epoch for e in cfg["decay_epochs"]]
+        self.boundaries = decay_boundaries(cfg, gbs, self.steps_per_epoch)
+        self.jitter = cfg.get("color_jitter")
 
     def _load_data(self, model):
         ctx, cfg = self.ctx, self.ctx.cfg
@@ -340,7 +414,8 @@ class Trainer:
             self.xtr, self.btr, self.ltr = (t.to(ctx.device) for t in (self.xtr, self.btr, self.ltr))
             self.train_samples, self.eval_samples = len(tr), len(self.eval_items)
             return
-        train_idx, self.val_idx, ids = D.open_coco(ctx, self.num_classes)
+        train_idx, self.val_idx, _ = D.open_coco(ctx, self.num_classes)
+        ids = [i for i in train_idx.ids if train_idx.anns[i]]  # the reference: any annotation, crowd included
         self.data = "prepared"
         V.log_note("ssd: " + load_backbone(ctx, model.backbone))  # its sum is checked before the run
         self.train_samples, self.eval_samples = len(ids), len(self.val_idx.ids)
@@ -362,12 +437,23 @@ class Trainer:
         return {
             **V.step_sgd_hyperparameters(ctx, cfg, self.batch, self.lr),
             "opt_learning_rate_warmup_steps": max(1, int(cfg["warmup_steps"])),
-            "opt_learning_rate_decay_boundary_epochs": list(cfg["decay_epochs"]),
+            "opt_learning_rate_decay_boundary_epochs": self._boundary_epochs(),
+            "opt_learning_rate_decay_boundary_steps": list(self.boundaries),
+            **{f"color_jitter_{k}": v for k, v in (self.jitter or {}).items()},
             "max_samples": cfg["max_samples"],
             "model_bn_span": self.batch,
             "image_size": self.size,
             "num_default_boxes": int(self.anchors.shape[0]),
         }
+
+    def _boundary_epochs(self) -> list:
+        cfg = self.ctx.cfg
+        if "decay_samples" not in cfg:
+            return list(cfg["decay_epochs"])
+        if self.ctx.mode != "ttt":
+            return []
+        gbs = self.batch * self.ctx.world_size
+        return [round(b * gbs / self.train_samples, 2) for b in self.boundaries]
 
     def _train_step(self, x, boxes, labels):
         cfg = self.ctx.cfg
@@ -382,8 +468,19 @@ class Trainer:
         self.scaler.step(self.opt)
         self.scaler.update()
 
-    def _images(self, u8):
-        return V.to_device_images(self.ctx, u8)
+    def _images(self, u8, g=None):
+        """uint8 NHWC -> normalized NCHW on the device; with a generator ``g`` and the scale's
+        ``color_jitter``, jittered first (training only)."""
+        if g is None or not self.jitter:
+            return V.to_device_images(self.ctx, u8)
+        ctx = self.ctx
+        x = u8.to(ctx.device, non_blocking=True).permute(0, 3, 1, 2).float()
+        u = torch.rand(x.shape[0], 4, device=ctx.device, generator=g)
+        j = self.jitter
+        x = color_jitter(x, u, j["brightness"], j["contrast"], j["saturation"], j["hue"])
+        x = (x - torch.tensor(V.IMAGENET_MEAN, device=ctx.device).view(1, 3, 1, 1)) / \
+            torch.tensor(V.IMAGENET_STD, device=ctx.device).view(1, 3, 1, 1)
+        return x.contiguous(memory_format=torch.channels_last) if ctx.channels_last else x
 
     def train_epoch(self, epoch: int) -> None:
         ctx = self.ctx
@@ -395,7 +492,7 @@ class Trainer:
             flips = torch.rand(len(perm), device=ctx.device, generator=g) < 0.5
             for s in range(0, len(perm) - self.batch + 1, self.batch):
                 idx = perm[s: s + self.batch]
-                x, b = self._images(self.xtr[idx]), self.btr[idx].clone()
+                x, b = self._images(self.xtr[idx], g), self.btr[idx].clone()
                 f = flips[s: s + self.batch]
                 x = torch.where(f.view(-1, 1, 1, 1), x.flip(3), x)
                 fb = torch.stack([1 - b[..., 2], b[..., 1], 1 - b[..., 0], b[..., 3]], -1)
@@ -405,9 +502,10 @@ class Trainer:
             return
         self.train_sampler.epoch = epoch
         self.train_set.epoch = epoch
+        g = V.device_generator(ctx, (ctx.seed * 7919 + epoch) * 1009 + ctx.rank)
         for images, targets in self.train_loader:
             b, lab = pad_targets(targets, (self.size, self.size))
-            self._train_step(self._images(images), b.to(ctx.device), lab.to(ctx.device))
+            self._train_step(self._images(images, g), b.to(ctx.device), lab.to(ctx.device))
             ctx.mark_step()
 
     @torch.no_grad()

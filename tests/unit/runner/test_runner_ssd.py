@@ -7,6 +7,7 @@ import torch
 
 from runner.workloads import load
 from runner.workloads import ssd as S
+from runner.workloads import vision as V
 from runner.workloads.base import WorkloadError
 
 SCALES = load()["ssd"]["scales"]
@@ -50,3 +51,128 @@ def test_the_small_model_trains_one_step_with_finite_gradients_everywhere():
     for name, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), name
     assert model.backbone.conv1.weight.grad.abs().sum() > 0
+
+
+# --- the recipe of the MLPerf v0.5 reference (full scale) ------------------------------------
+
+def _full_boxes():
+    cfg = SCALES["full"]
+    return S.default_boxes(300, S.feature_sizes(cfg), cfg["scales"], cfg["aspect_ratios"], cfg["steps"])
+
+
+def test_full_scale_has_the_reference_s_8732_default_boxes():
+    cfg = SCALES["full"]
+    # 38^2 x 4 + 19^2 x 6 + 10^2 x 6 + 5^2 x 6 + 3^2 x 4 + 1 x 4
+    assert _full_boxes().shape == (8732, 4)
+    assert [2 + 2 * len(a) for a in cfg["aspect_ratios"]] == [4, 6, 6, 6, 4, 4]
+
+
+# (index, xyxy) worked out by hand from the reference's formula: level k's centres are
+# (j + 0.5) * step_k / 300 with steps 8, 16, 32, 64, 100, 300, sizes s_k = scales[k] / 300,
+# sqrt(s_k s_k+1), s_k sqrt(a) x s_k / sqrt(a) and its transpose; centre and size clamped
+# to [0, 1], not the corners. Index = level offset + (i * side + j) * shapes + shape.
+HAND = [
+    (0, (1 / 75 - 0.035, 1 / 75 - 0.035, 1 / 75 + 0.035, 1 / 75 + 0.035)),  # 38x38, (0, 0), s=0.07
+    (5773, (1 - 0.0512348, 1 - 0.0512348, 1.0512348, 1.0512348)),  # (37, 37): centre 37.5*8/300 = 1.0, sqrt(21*45)/300
+    (6117, (0.9433654, 0.0034295, 1.0299680, 0.2632371)),  # 19x19, (2, 18), 0.15/sqrt3 x 0.15*sqrt3
+    (8536, (0.835, 0.835, 1.165, 1.165)),  # 10x10, (9, 9): centre 9.5*32/300 = 1.0133 clamped to 1, s=0.33
+    (8727, (0.5893815, 0.3454296, 1.0772852, 1.3212370)),  # 3x3, (2, 2), 0.69/sqrt2 x 0.69*sqrt2
+    (8730, (0.0, 0.1924086, 1.0, 0.8075914)),  # 1x1: width 0.87*sqrt2 = 1.23 clamped to 1
+]
+
+
+@pytest.mark.parametrize("index,xyxy", HAND)
+def test_full_scale_default_boxes_equal_the_reference_formula_worked_by_hand(index, xyxy):
+    assert _full_boxes()[index].tolist() == pytest.approx(xyxy, abs=2e-6)
+
+
+def test_full_scale_default_box_centres_and_sizes_stay_in_the_unit_square():
+    b = _full_boxes().double()
+    c, wh = (b[:, :2] + b[:, 2:]) / 2, b[:, 2:] - b[:, :2]
+    assert c.min() > 0 and c.max() == pytest.approx(1.0) and wh.max() == pytest.approx(1.0)
+    assert b.min() < 0 and b.max() > 1  # the corners are not clamped
+    # the 38x38 level spreads its centres over 37.5 cells: the last centre is 1.0, not 37.5/38
+    last = b[(37 * 38 + 37) * 4]
+    assert float((last[0] + last[2]) / 2) == pytest.approx(1.0)
+
+
+def test_the_reference_learning_rate_and_decay_steps():
+    cfg = SCALES["full"]
+    # the reference's DGX-1 run: 8 x 152 images, lr 2.5e-3 per 32 -> 95 x 1e-3
+    assert S.base_lr(cfg["lr_per_32"], 1216) == pytest.approx(0.095)
+    assert S.base_lr(cfg["lr_per_32"], 32) == pytest.approx(0.002)  # round(2.5) = 2, as Python rounds
+    assert S.base_lr(cfg["lr_per_32"], 8) == pytest.approx(0.001)  # at least 1e-3
+    # x0.1 at 160k and 200k steps of 32 images: (160000 * 32) // 1216, (200000 * 32) // 1216
+    assert S.decay_boundaries(cfg, 1216, 96) == [4210, 5263]
+    assert S.decay_boundaries(SCALES["tiny"], 32, 24) == [15 * 24, 20 * 24]
+    # warm-up linear from 0 over 300 steps
+    assert cfg["warmup_factor"] == 0 and cfg["warmup_steps"] == 300
+    assert V.step_lr(150, 300, 0.0, 0.095, [4210, 5263], 0.1) == pytest.approx(0.0475)
+    assert V.step_lr(4209, 300, 0.0, 0.095, [4210, 5263], 0.1) == pytest.approx(0.095)
+    assert V.step_lr(4210, 300, 0.0, 0.095, [4210, 5263], 0.1) == pytest.approx(0.0095)
+    assert V.step_lr(5263, 300, 0.0, 0.095, [4210, 5263], 0.1) == pytest.approx(0.00095)
+
+
+def test_extra_blocks_are_biased_convolutions_without_batch_norm():
+    cfg = SCALES["full"]
+    model = S.SSD(cfg, cfg["classes"] + 1)
+    kinds = [type(m).__name__ for m in model.extras[0]]
+    assert kinds == ["Conv2d", "ReLU", "Conv2d", "ReLU"]
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in model.extras.modules())
+    assert all(m.bias is not None for m in model.extras.modules() if isinstance(m, torch.nn.Conv2d))
+    assert [e[2].out_channels for e in model.extras] == [512, 512, 256, 256, 256]
+
+
+def test_match_assigns_iou_above_one_half_and_every_object_s_best_box():
+    anchors = torch.tensor([[0.0, 0.0, 0.5, 0.5], [0.0, 0.0, 0.5, 1.0], [0.5, 0.5, 1.0, 1.0], [0.6, 0.0, 1.0, 0.2]])
+    boxes = torch.tensor([[[0.0, 0.0, 0.5, 0.75], [0.75, 0.75, 1.0, 1.0]]])
+    labels = torch.tensor([[3, 2]])
+    gloc, lab = S.match(anchors, boxes, labels)
+    # IoU of object 1 with anchors 0, 1: 2/3 and 3/4 (> 0.5); object 2's best anchor (IoU 1/4) is forced
+    assert lab.tolist() == [[3, 3, 2, 0]]
+    exact = torch.tensor([[[0.0, 0.0, 0.5, 0.5]]])
+    assert S.match(anchors[:1], torch.tensor([[[0.0, 0.0, 0.5, 1.0]]]), torch.tensor([[1]]))[1].tolist() == [[1]]
+    # an IoU of exactly 0.5 is not a match unless it is the object's best box
+    two = torch.cat([anchors[:1], torch.tensor([[0.0, 0.0, 0.25, 0.5]])])
+    assert S.match(two, exact, torch.tensor([[1]]))[1].tolist() == [[1, 0]]
+
+
+def test_the_crop_keeps_boxes_whose_centre_is_inside_and_respects_the_drawn_minimum_iou():
+    from PIL import Image
+    import numpy as np
+
+    img = Image.new("RGB", (200, 100))
+    boxes = np.array([[0.1, 0.1, 0.3, 0.4], [0.6, 0.5, 0.9, 0.9], [0.4, 0.2, 0.55, 0.8]], np.float32)
+    labels = np.array([1, 2, 3])
+    kinds = set()
+    for seed in range(200):
+        out, b, lab = S.ssd_crop(np.random.default_rng(seed), img, boxes.copy(), labels)
+        if out.size == img.size:
+            assert (b == boxes).all() and (lab == labels).all()
+            kinds.add("whole")
+            continue
+        kinds.add("crop")
+        w, h = out.size
+        assert 60 <= w <= 200 and 30 <= h <= 100 and len(lab) >= 1
+        assert b.min() >= 0 and b.max() <= 1 and (b[:, 2:] >= b[:, :2]).all()
+    assert kinds == {"whole", "crop"}
+
+
+def test_color_jitter_factors_act_as_named():
+    torch.manual_seed(0)
+    x = torch.rand(4, 3, 8, 8) * 200 + 20
+    mid = torch.full((4, 4), 0.5)  # all factors 1, hue 0: unchanged
+    assert torch.allclose(S.color_jitter(x, mid, 0.125, 0.5, 0.5, 0.05), x, atol=1e-3)
+    u = mid.clone()
+    u[:, 0] = 1.0  # brightness x1.125
+    assert torch.allclose(S.color_jitter(x, u, 0.125, 0.5, 0.5, 0.05), (x * 1.125).clamp(0, 255), atol=1e-3)
+    u = mid.clone()
+    u[:, 2] = 0.0  # saturation x0.5: half way to grey
+    g = (x * torch.tensor(S.GRAY).view(1, 3, 1, 1)).sum(1, keepdim=True)
+    assert torch.allclose(S.color_jitter(x, u, 0.125, 0.5, 0.5, 0.05), (x + g) / 2, atol=1e-3)
+    u = mid.clone()
+    u[:, 3] = 1.0  # hue: the grey level (Y) stays, the colour turns
+    y = S.color_jitter(x, u, 0.125, 0.5, 0.5, 0.05)
+    grey = torch.full((1, 3, 4, 4), 120.0)
+    assert torch.allclose(S.color_jitter(grey, u[:1], 0.125, 0.5, 0.5, 0.05), grey, atol=1e-3)
+    assert not torch.allclose(y, x, atol=1.0)
