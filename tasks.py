@@ -207,10 +207,7 @@ def report(c, path, format=None, compare=None, out=None):
     fmt = _cfg(c, "report_formats", format)
     formats = tuple(f.strip() for f in (fmt.split(",") if isinstance(fmt, str) else fmt) if f.strip())
     result = rep.build_report(paths, out_dir, formats=formats, compare=Path(compare) if compare else None)
-    for source, reason in result.skipped:
-        print(f"  skipped {source}: {reason}")
-    for f in result.files:
-        print(f"wrote {f}")
+    print("\n".join(result.lines()))
 
 
 @task(help={**SELECT_HELP, "level": "quick, standard or burn-in", "baseline": "build references from these hosts",
