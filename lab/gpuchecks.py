@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from dataclasses import dataclass
+from typing import Any
 
 from lab import versions
 from lab.verdict import (FAIL, HOST_METRICS, PASS, UNITS, WARN, _fmt, _host_field, _pct, _range_text, check,
@@ -136,13 +138,28 @@ def _xid_checks(refs: dict, events: list[dict], source: str | None, error: str |
 # --------------------------------------------------------------------------- GPU checks
 
 
-def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None, xid: dict | None) -> list[dict]:
-    """Health, load behaviour and burn-in metrics of one GPU."""
-    c = refs["checks"]
-    mref = refs["models"].get(model) if model else None
-    out: list[dict] = []
+@dataclass
+class GpuFacts:
+    """What the checks of one GPU read: its probe record, its burn-in entry, the host's
+    inventory record, the references, the GPU's references model and the host's XID events."""
+    gpu: dict
+    bg: dict | None
+    host: Any
+    refs: dict
+    model: str | None
+    xid: dict | None
 
-    # model
+    def unpack(self):
+        c = self.refs["checks"]
+        mref = self.refs["models"].get(self.model) if self.model else None
+        load = (self.bg or {}).get("load") or {}
+        return self.gpu, self.bg, self.host, self.refs, self.model, self.xid, c, mref, load
+
+
+def _model_checks(g: GpuFacts) -> list[dict]:
+    """The GPU model against the inventory; a WARN when the references have no such model."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
     want_model = _host_field(host, "gpu_model", "auto") if host is not None else "auto"
     if want_model not in (None, "auto"):
         ok = model_label(gpu.get("name")) == model_label(want_model) or (
@@ -153,8 +170,13 @@ def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None,
     if mref is None:
         out.append(check("references", WARN, gpu.get("name"), "a model in the references",
                          f"no references for {gpu.get('name')}: only health and fleet checks apply"))
+    return out
 
-    # PCIe link
+
+def _pcie_checks(g: GpuFacts) -> list[dict]:
+    """The PCIe link against the inventory's gpulab_pcie, else the model's minimum."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
     pcie = gpu.get("pcie") or {}
     want = _host_field(host, "pcie", None) if host is not None else None
     want_src = "inventory gpulab_pcie"
@@ -191,8 +213,13 @@ def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None,
             g = gen_load or max((x for x in (gen_cur, gen_max) if x is not None), default="?")
             note = f" (Gen{gen_cur} at idle: power saving)" if gen_cur is not None and gen_load is None and gen_cur < want["gen"] else ""
             out.append(check("PCIe link", PASS, measured, exp, f"Gen{g} x{width}{note}"))
+    return out
 
-    # ECC
+
+def _ecc_checks(g: GpuFacts) -> list[dict]:
+    """ECC mode and uncorrected ECC errors."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
     ecc = gpu.get("ecc") or {}
     if ecc.get("enabled") is False and mref and mref.get("ecc_expected"):
         out.append(check("ECC mode", WARN, False, "enabled", "ECC is disabled on a model that has it"))
@@ -206,8 +233,13 @@ def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None,
                              f"{ua} uncorrected ECC error(s) over the GPU's life, none since the driver loaded"))
         else:
             out.append(check("ECC uncorrected", PASS, {"volatile": uv, "aggregate": ua}, "0", "no uncorrected ECC error"))
+    return out
 
-    # retired pages (pre-Ampere) and row remapping (Ampere and later)
+
+def _memory_checks(g: GpuFacts) -> list[dict]:
+    """Retired pages (pre-Ampere) and row remapping (Ampere and later)."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
     rp = gpu.get("retired_pages") or {}
     if any(rp.get(k) is not None for k in ("single_bit", "double_bit", "pending")):
         total = (rp.get("single_bit") or 0) + (rp.get("double_bit") or 0)
@@ -236,13 +268,23 @@ def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None,
         else:
             out.append(check("row remapping", PASS, m, "no failure, none pending",
                              f"{rr.get('correctable') or 0} correctable, 0 uncorrectable remapped rows"))
+    return out
 
-    # XID events of this GPU
+
+def _gpu_xid_checks(g: GpuFacts) -> list[dict]:
+    """The XID events of this GPU."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
     if xid is not None:
         mine = [e for e in xid.get("events", []) if e.get("gpu") == gpu.get("index")]
         out += _xid_checks(refs, mine, xid.get("source"), xid.get("error"), "XID events")
+    return out
 
-    # temperatures
+
+def _thermal_and_load_checks(g: GpuFacts) -> list[dict]:
+    """Temperatures at idle and under load; throttling, SM clock and power under load."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
     tcfg = c["temperature"]
     idle = (bg or {}).get("idle") or {}
     t_idle = idle.get("temp_c_max", gpu.get("temperature_c"))
@@ -301,12 +343,24 @@ def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None,
                 out.append(check("power vs limit", PASS, pw, exp, f"{_fmt(pw)} W max under load, limit {_fmt(lim)} W", "W"))
         if mref and "load_power_w" in mref["metrics"] and pw is not None:
             out.append(judge_metric("load_power_w", pw, mref["metrics"]["load_power_w"], "power under load"))
+    return out
+
+
+def _power_limit_checks(g: GpuFacts) -> list[dict]:
+    """A power limit lowered below the default."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
     dflt = (gpu.get("power") or {}).get("default_limit_w")
     lim = (gpu.get("power") or {}).get("limit_w")
     if dflt and lim and lim < dflt * 0.99:
         out.append(check("power limit", WARN, lim, f"{dflt} W (default)", f"power limit lowered to {lim} W from the default {dflt} W", "W"))
+    return out
 
-    # burn-in metrics vs references
+
+def _metric_checks(g: GpuFacts) -> list[dict]:
+    """The burn-in metrics against the model's references."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
     if bg is not None and mref:
         # A reference is what one GPU does on its own. With all GPUs loaded at
         # once, sharing (PCIe switches, host memory, power) may lower it a
@@ -320,6 +374,17 @@ def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None,
                     ref = {k: v for k, v in ref.items() if k not in ("warn_lower", "warn_upper")}
                 out.append(judge_metric(metric, float(value), ref, metric + suffix))
     return out
+
+
+# The checks of one GPU, in the order a verdict lists them: each a small unit from GpuFacts to check records.
+GPU_CHECKS = (_model_checks, _pcie_checks, _ecc_checks, _memory_checks, _gpu_xid_checks, _thermal_and_load_checks,
+              _power_limit_checks, _metric_checks)
+
+
+def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None, xid: dict | None) -> list[dict]:
+    """Health, load behaviour and burn-in metrics of one GPU (GPU_CHECKS)."""
+    facts = GpuFacts(gpu, bg, host, refs, model, xid)
+    return [record for unit in GPU_CHECKS for record in unit(facts)]
 
 
 def _host_metric_checks(burnin: dict, probe: dict, refs: dict) -> list[dict]:
