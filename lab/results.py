@@ -55,6 +55,7 @@ from lab.resulttree import TreeReader
 from lab.runs import Collection, Run, Skipped, system_label
 from lab.rundirs import _read_json, _read_rundir, _read_text, verify_sums
 from lab.telemetry import read_telemetry
+from runner.rundir import MANIFEST, MLLOG, STATUS
 
 __all__ = ["Collection", "LogFacts", "LogProblem", "Run", "Skipped", "collect", "detect_format",
            "parse_log", "parse_runs", "read_telemetry", "system_label", "verify_sums"]
@@ -182,7 +183,7 @@ def collect(paths, rules: Rules | None = None) -> Collection:
 
 
 def _is_rundir(names: set[str]) -> bool:
-    return "status.json" in names or ("manifest.json" in names and "mllog.log" in names)
+    return STATUS in names or (MANIFEST in names and MLLOG in names)
 
 
 def _walk(ctx: _Context, root: Path):

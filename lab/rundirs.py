@@ -18,9 +18,10 @@ from lab.logfacts import LogProblem, integer as _int, num as _num
 from lab.plainlogs import parse_log
 from lab.runs import Run
 from lab.telemetry import read_telemetry
+from runner.rundir import MANIFEST, MLLOG, OUTCOMES, STATUS, TELEMETRY
 
 MAX_LOG_BYTES = limits.LOG_BYTES
-KEEP_BYTES = {"mllog.log": limits.LOG_BYTES, "telemetry.csv": limits.TELEMETRY_BYTES}
+KEEP_BYTES = {MLLOG: limits.LOG_BYTES, TELEMETRY: limits.TELEMETRY_BYTES}
 
 
 def _read_json(path: Path, root: Path | None = None):
@@ -129,7 +130,7 @@ def _read_rundir(ctx, rundir: Path):
     if not ctx.first_visit(rundir):
         return
     rules = ctx.rules
-    if not os.path.lexists(rundir / "status.json"):
+    if not os.path.lexists(rundir / STATUS):
         entry = ctx.planned_dir(rundir)
         why = "incomplete run directory: no status.json (still running or interrupted)"
         if entry:
@@ -139,7 +140,7 @@ def _read_rundir(ctx, rundir: Path):
         ctx.skip(rundir, why)
         return
     try:
-        status = json.loads(bounded.read_text(rundir / "status.json", root=rundir, limit=limits.JSON_BYTES))
+        status = json.loads(bounded.read_text(rundir / STATUS, root=rundir, limit=limits.JSON_BYTES))
     except bounded.Unreadable as exc:
         ctx.skip(rundir, f"status.json {exc.reason}")
         return
@@ -148,11 +149,10 @@ def _read_rundir(ctx, rundir: Path):
     if not isinstance(status, dict):
         ctx.skip(rundir, "status.json is not a readable JSON object")
         return
-    if status.get("outcome") not in ("success", "target_missed", "failed", "aborted"):
-        ctx.skip(rundir, f"status.json: outcome {status.get('outcome')!r} is not one of "
-                 "success, target_missed, failed, aborted")
+    if status.get("outcome") not in OUTCOMES:
+        ctx.skip(rundir, f"status.json: outcome {status.get('outcome')!r} is not one of {', '.join(OUTCOMES)}")
         return
-    problem, kept = verify_sums(rundir, keep=("mllog.log", "telemetry.csv"))
+    problem, kept = verify_sums(rundir, keep=(MLLOG, TELEMETRY))
     if problem:
         ctx.skip(rundir, problem)
         return
@@ -161,10 +161,10 @@ def _read_rundir(ctx, rundir: Path):
         ctx.skip(rundir, f"node {node_rank} of a {_int(status.get('nnodes')) or '?'}-node run: "
                  "the run is reported from node 0's run directory")
         return
-    manifest = _read_json(rundir / "manifest.json")
+    manifest = _read_json(rundir / MANIFEST)
     notes = []
     if not isinstance(manifest, dict):
-        if (rundir / "manifest.json").exists():
+        if (rundir / MANIFEST).exists():
             notes.append("manifest.json unreadable")
         manifest = {}
     sweep = ctx.sweep(rundir.parent.parent) if (rundir.parent.parent / "sweep.json").is_file() else None
@@ -178,10 +178,10 @@ def _read_rundir(ctx, rundir: Path):
 
     result = status.get("result") if isinstance(status.get("result"), dict) else {}
     log_facts, log_problem = None, None
-    if "mllog.log" in kept:
-        text = kept["mllog.log"].decode("utf-8", errors="replace")
+    if MLLOG in kept:
+        text = kept[MLLOG].decode("utf-8", errors="replace")
     else:
-        text = _read_text(ctx, rundir / "mllog.log") if os.path.lexists(rundir / "mllog.log") else None
+        text = _read_text(ctx, rundir / MLLOG) if os.path.lexists(rundir / MLLOG) else None
     if text is None:
         log_problem = "no mllog.log"
     else:
@@ -245,10 +245,10 @@ def _read_rundir(ctx, rundir: Path):
         stack = "unknown"
     stack_versions = all_versions
 
-    tele = rundir / "telemetry.csv"
+    tele = rundir / TELEMETRY
     energy = power = None
-    if "telemetry.csv" in kept or os.path.lexists(tele):
-        energy, power, tnote = read_telemetry(tele, idx, kept.get("telemetry.csv"))
+    if TELEMETRY in kept or os.path.lexists(tele):
+        energy, power, tnote = read_telemetry(tele, idx, kept.get(TELEMETRY))
         if tnote:
             notes.append(tnote)
 

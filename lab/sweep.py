@@ -60,6 +60,7 @@ from lab.sweepstate import Sweep, _read_json
 from lab.hostrun import (HostLayout, Settings, fetch_run, fetch_verified, run_state, signal_tagged, stop_run,
                          tagged_alive, wait_gone)
 from lab.unitworker import HostLost, Node, UnitWorker, keep_attempt
+from runner.rundir import STATUS
 
 
 __all__ = ["COMPLETE_OUTCOMES", "MODES", "NAME_RE", "SCALES", "SCHEMA", "TOKEN_VAR", "WORKLOAD_RE", "CollectResult",
@@ -247,7 +248,7 @@ def collect(sweep_root: Path, inventory_path: str | Path, *, retries: int = 2) -
         if sweep.verified(run):
             continue
         result.verified += 1
-        status = _read_json(sweep.run_dir(run) / "status.json")
+        status = _read_json(sweep.run_dir(run) / STATUS)
         run.outcome = status.get("outcome")
         if run.outcome in COMPLETE_OUTCOMES:
             run.state, run.reason = "complete", status.get("reason", "")

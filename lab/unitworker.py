@@ -20,6 +20,7 @@ from lab.inventory import Host
 from lab.sweepplan import COMPLETE_OUTCOMES, PlannedRun, TOKEN_VAR, utcnow
 from lab.sweepstate import Sweep, _last_line, _read_json
 from lab.hostrun import HostLayout, Settings, fetch_verified, run_state, stop_run, wait_gone
+from runner.rundir import STATUS
 
 
 def keep_attempt(sweep: Sweep, run: PlannedRun, host: str) -> None:
@@ -325,7 +326,7 @@ class UnitWorker:
                 p = [f"no complete run directory (runner: {_last_line(tail) or 'no output'})"]
             problems += [f"{node.host.name}: {x}" for x in p]
             if rank == 0:
-                status = _read_json(dest / "status.json")
+                status = _read_json(dest / STATUS)
         outcome, why = status.get("outcome"), status.get("reason", "")
         limit = f"{self._limit_s(run) / 60:g} min"
         if ended == "interrupted":
