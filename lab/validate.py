@@ -26,7 +26,8 @@ with ``baseline=True`` it writes a references file built from the hosts
 instead (``build_references``).
 
 Modules: lab.verdict (PASS/WARN/FAIL, check records, ``Verdicts``),
-lab.gpurefs (the references file and model names), lab.gpuchecks (the checks),
+lab.gpurefs (the references file and model names), lab.hostchecks (stack and
+GPU count), lab.gpuchecks (per GPU, XID, host metrics, fleet),
 this module (evaluation, baseline, output, gathering over SSH). The names
 re-exported here (``__all__``) are its public interface.
 """
@@ -41,8 +42,9 @@ from typing import Any, Callable, Iterable
 
 from lab import paths, schema
 from lab.errors import CheckFailed, ConfigError, GpulabError, HostError, RunError
-from lab.gpuchecks import (_burnin_failures, _count_checks, _fleet_checks, _gpu_checks, _host_metric_checks,  # noqa: F401
-                           _stack_checks, _xid_checks, fleet_medians, installed_version, split_snapshot)
+from lab.gpuchecks import (_burnin_failures, _fleet_checks, _gpu_checks, _host_metric_checks, _xid_checks,
+                           fleet_medians, split_snapshot)
+from lab.hostchecks import _count_checks, _stack_checks, installed_version
 from lab.gpurefs import REFERENCES, dump_references, load_references, model_key, model_label  # noqa: F401
 from lab.verdict import (FAIL, GPU_METRICS, HOST_METRICS, NO_GPU, PASS, UNITS, WARN, Verdicts, _fmt,  # noqa: F401
                          _host_field, check, judge_metric, ref_range, worst)

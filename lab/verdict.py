@@ -115,18 +115,13 @@ def judge_metric(name: str, measured: float, ref: dict, label: str | None = None
     label = label or name
     expected = _range_text(r["fail_lo"], r["fail_hi"], unit)
     src = ref["source"]
-    if r["fail_lo"] is not None and measured < r["fail_lo"]:
-        return check(label, FAIL, measured, expected,
-                     f"{_fmt(measured)} {unit} is below {_fmt(r['fail_lo'])} ({_pct(measured, ref['value'])} of {_fmt(ref['value'])}; {src})", unit)
-    if r["fail_hi"] is not None and measured > r["fail_hi"]:
-        return check(label, FAIL, measured, expected,
-                     f"{_fmt(measured)} {unit} is above {_fmt(r['fail_hi'])} ({_pct(measured, ref['value'])} of {_fmt(ref['value'])}; {src})", unit)
-    if r["warn_lo"] is not None and measured < r["warn_lo"]:
-        return check(label, WARN, measured, expected,
-                     f"{_fmt(measured)} {unit} is low: below {_fmt(r['warn_lo'])} ({_pct(measured, ref['value'])} of {_fmt(ref['value'])}; {src})", unit)
-    if r["warn_hi"] is not None and measured > r["warn_hi"]:
-        return check(label, WARN, measured, expected,
-                     f"{_fmt(measured)} {unit} is high: above {_fmt(r['warn_hi'])} ({_pct(measured, ref['value'])} of {_fmt(ref['value'])}; {src})", unit)
+    of = f"({_pct(measured, ref['value'])} of {_fmt(ref['value'])}; {src})"
+    for verdict, bound, below, words in ((FAIL, "fail_lo", True, "is below"), (FAIL, "fail_hi", False, "is above"),
+                                         (WARN, "warn_lo", True, "is low: below"),
+                                         (WARN, "warn_hi", False, "is high: above")):
+        limit = r[bound]
+        if limit is not None and (measured < limit if below else measured > limit):
+            return check(label, verdict, measured, expected, f"{_fmt(measured)} {unit} {words} {_fmt(limit)} {of}", unit)
     return check(label, PASS, measured, expected, f"{_pct(measured, ref['value'])} of reference {_fmt(ref['value'])} {unit} ({src})", unit)
 
 

@@ -2,10 +2,10 @@
 from an HTTP server on the lab's controller address (the `gpulab_mirror` of the hosts),
 go through the real role, the fetch module and runner.datasets on two hosts.
 
-One lab, one sequence: the first run prepares five datasets and a pretrained backbone
-published with an md5 only (no sha256, no size: Detectron's R-50.pkl) on both hosts while the server
-cuts the first transfer of ml-20m.zip to each host mid-file (the download resumes with a
-Range request); the second run changes nothing; a corrupted archive fails naming the file
+One lab, one sequence: the first run prepares five datasets and the two pretrained backbones
+(tiny stand-ins; Detectron's R-50.pkl published with an md5 only, no sha256, no size) on both hosts
+while the server cuts the first transfer of ml-20m.zip to each host mid-file (the download
+resumes with a Range request); the second run changes nothing; a corrupted archive fails naming the file
 and both sums, and is removed; with shared storage one host prepares and both check; archives kept on the
 controller are copied."""
 
@@ -113,17 +113,15 @@ def test_datasets_on_two_hosts(testlab, tmp_path):
         (www / "datasets" / name).mkdir(parents=True)
         for a in entries[name]["artifacts"]:
             os.link(tmp_path / "src" / name / a["file"], www / "datasets" / name / a["file"])
-    weights = bytes(range(256)) * 3000  # a backbone file published with an md5 alone
-    (www / "datasets" / "r50-msra").mkdir(parents=True)
-    (www / "datasets" / "r50-msra" / "R-50.pkl").write_bytes(weights)
-    cat = {"schema": 1, "version": "lab-test-1", "origins": {"nowhere": None},
-           "benchmarks": {"resnet50": "imagenet", "ssd": "coco", "gnmt": "wmt16", "transformer": "wmt17",
-                          "ncf": "ml-20m", "maskrcnn": ["coco", "r50-msra"]},
+    # the benchmarks of inventory/datasets.yml: ssd and maskrcnn also read their pretrained backbone
+    # (tiny stand-ins in the published forms; R-50.pkl with an md5 alone, no sha256, no size)
+    real = yaml.safe_load((REPO / "inventory" / "datasets.yml").read_text())
+    assert set(entries) == set(real["datasets"])
+    assert entries["r50-msra"]["artifacts"][0]["sha256"] is None and entries["r50-msra"]["artifacts"][0]["md5"]
+    weights = (tmp_path / "src" / "r50-msra" / "R-50.pkl").read_bytes()
+    cat = {"schema": 1, "version": "lab-test-1", "origins": {"nowhere": None}, "benchmarks": real["benchmarks"],
            "datasets": {n: {**e, "artifacts": [{**a, "origin": "nowhere"} for a in e["artifacts"]]}
                         for n, e in entries.items()}}
-    cat["datasets"]["r50-msra"] = {"title": "MSRA R-50", "kind": "weights", "artifacts": [
-        {"file": "R-50.pkl", "origin": "nowhere", "sha256": None, "size": None,
-         "md5": hashlib.md5(weights).hexdigest()}]}
     (tmp_path / "catalogue.yml").write_text(yaml.safe_dump(cat, sort_keys=False))
     mirror = Mirror(www, lab.controller)
     try:
@@ -151,6 +149,9 @@ def test_datasets_on_two_hosts(testlab, tmp_path):
                     assert doc["counts"][key] == want, (host, ds, key)
             doc = json.loads(lab.exec(host, f"cat {ROOT}/r50-msra/gpulab-dataset.json").stdout)
             assert doc["files"]["R-50.pkl"] == {"sha256": hashlib.sha256(weights).hexdigest(), "size": len(weights)}
+            (a,) = entries["resnet34-torchvision"]["artifacts"]
+            doc = json.loads(lab.exec(host, f"cat {ROOT}/resnet34-torchvision/gpulab-dataset.json").stdout)
+            assert doc["files"][a["file"]] == {"sha256": a["sha256"], "size": a["size"]}
             got = lab.exec(host, f"sha256sum {ROOT}/.archives/ml-20m.zip").stdout.split()[0]
             assert got == ml["sha256"]
             n = lab.exec(host, f"ls {ROOT}/imagenet/val/n01443537 | wc -l").stdout.strip()
@@ -209,8 +210,9 @@ def test_datasets_on_two_hosts(testlab, tmp_path):
         #    verified and prepared there; a rerun changes nothing
         flat = tmp_path / "flat"
         flat.mkdir()
-        for a in entries["coco"]["artifacts"]:
-            os.link(tmp_path / "src" / "coco" / a["file"], flat / a["file"])
+        for ds in ("coco", "resnet34-torchvision"):  # what ssd reads
+            for a in entries[ds]["artifacts"]:
+                os.link(tmp_path / "src" / ds / a["file"], flat / a["file"])
         inv2 = yaml.safe_load(lab.inventory.read_text())
         inv2["all"].setdefault("vars", {})["datasets_origins"] = {"nowhere": f"controller:{flat}"}
         (tmp_path / "inventory2.yml").write_text(yaml.safe_dump(inv2))

@@ -11,8 +11,10 @@ What the lab hosts cannot be, and how the commands run on them:
   packages of the lab's mirror (declared Ubuntu 18.04, the OS check off, as in
   test_provision.py; nvidia-smi reports each host's GPUs of the inventory); `invoke
   validate` then fails every host with "no NVIDIA GPU", as it must;
-- `invoke datasets` prepares tiny archives in the real formats (a catalogue of the same
-  benchmarks and datasets as inventory/datasets.yml, given as gpulab.datasets_catalogue);
+- `invoke datasets` prepares tiny archives in the real formats and tiny stand-ins of the
+  pretrained backbones in theirs (a catalogue of the same benchmarks and entries as
+  inventory/datasets.yml, given as gpulab.datasets_catalogue; R-50.pkl with an md5 alone,
+  as published), so that the study's data check sees every entry a benchmark reads;
 - the time-to-train sweeps are run as the README writes them with --dry-run (the data
   check passes on every host), then as written with the scale, workloads and seeds
   turned down through INVOKE_GPULAB_* (tiny ncf on the hosts' CPUs), and the throughput
@@ -137,6 +139,10 @@ def walk(testlab, tmp_path_factory):
     entries, _ = build(work / "archives")
     real = yaml.safe_load((REPO / "inventory" / "datasets.yml").read_text())
     assert set(real["datasets"]) == set(entries), "a catalogue entry has no tiny archive to test it with"
+    assert {n: e.get("kind", "data") for n, e in real["datasets"].items()} == \
+        {n: e.get("kind", "data") for n, e in entries.items()}
+    assert {n for n, e in real["datasets"].items() if any(a["sha256"] is None for a in e["artifacts"])} == \
+        {n for n, e in entries.items() if any(a["sha256"] is None for a in e["artifacts"])}
     www = lab.state_dir / "www" / "datasets"
     for name, e in entries.items():
         (www / name).mkdir(parents=True)
@@ -146,7 +152,10 @@ def walk(testlab, tmp_path_factory):
            "datasets": {n: {**e, "artifacts": [{**a, "origin": "nowhere"} for a in e["artifacts"]]}
                         for n, e in entries.items()}}
     (work / "catalogue.yml").write_text(yaml.safe_dump(cat, sort_keys=False))
-    return Walk(lab, work)
+    walk = Walk(lab, work)
+    walk.datasets = list(entries)
+    walk.md5 = entries["r50-msra"]["artifacts"][0]["md5"]
+    return walk
 
 
 def test_1_missing_data_is_refused_before_any_host_is_touched(walk):
@@ -171,9 +180,11 @@ def test_3_datasets(walk):
     p = walk.run(one(r"invoke datasets --names \S+"))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr
     for name in T4 + V100:
-        for ds in ("imagenet", "coco", "wmt16", "wmt17", "ml-20m"):
+        for ds in walk.datasets:  # the five datasets and the backbones of ssd and maskrcnn
             doc = json.loads(walk.lab.exec(name, f"cat /var/lib/gpulab/data/{ds}/gpulab-dataset.json").stdout)
             assert doc["dataset"] == ds and doc["catalogue_version"] == "walkthrough-1"
+        got = walk.lab.exec(name, "md5sum /var/lib/gpulab/data/r50-msra/R-50.pkl").stdout.split()[0]
+        assert got == walk.md5
 
 
 def test_4_validate(walk):
@@ -206,7 +217,7 @@ def test_6_the_time_to_train_sweeps(walk):
         # as written: the whole study passes its data check on every host
         p = walk.run(command, extra=["--dry-run"])
         assert p.returncode == 0, p.stderr
-        assert p.stdout.count("data in /var/lib/gpulab/data: ready (imagenet, coco, wmt16, wmt17, ml-20m)") == 2
+        assert p.stdout.count("data in /var/lib/gpulab/data: ready (imagenet, coco, resnet34-torchvision, r50-msra, wmt16, wmt17, ml-20m)") == 2
         p = walk.run(command, env=SMALL)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr
     for name, hosts in (("r740-t4", T4), ("r740-v100", V100)):

@@ -1,8 +1,10 @@
-"""Tiny archives in the real formats of the six MLPerf datasets, built by the tests.
+"""Tiny archives in the real formats of the MLPerf datasets and of the pretrained
+backbones the catalogue lists, built by the tests.
 
 ``build(dir)`` writes them and returns catalogue entries (as inventory/datasets.yml
-holds them, with the real sha256 and size of each tiny file) plus what a correct
-preparation must find, computed here independently of runner.datasets.
+holds them, with the real sha256 and size of each tiny file; for Detectron's R-50.pkl,
+as published, an md5 alone) plus what a correct preparation must find, computed here
+independently of runner.datasets. Every entry of inventory/datasets.yml has one here.
 """
 
 from __future__ import annotations
@@ -192,6 +194,44 @@ def movielens(d: Path, n_items: int = 1100) -> tuple[dict, dict]:
     return entry, facts
 
 
+def resnet34_torchvision(d: Path) -> tuple[dict, dict]:
+    """A torch.save state dict in torchvision's ResNet names (the stem and one block, few channels),
+    under the published file name; the entry gives its sha256 and size as torchvision's does."""
+    import torch
+
+    g = torch.Generator().manual_seed(34)
+    shapes = {"conv1.weight": (4, 3, 7, 7), "layer1.0.conv1.weight": (4, 4, 3, 3),
+              "layer1.0.conv2.weight": (4, 4, 3, 3), "fc.weight": (5, 4), "fc.bias": (5,)}
+    state = {k: torch.randn(*s, generator=g) for k, s in shapes.items()}
+    for bn in ("bn1", "layer1.0.bn1", "layer1.0.bn2"):
+        state.update({f"{bn}.weight": torch.ones(4), f"{bn}.bias": torch.zeros(4),
+                      f"{bn}.running_mean": torch.zeros(4), f"{bn}.running_var": torch.ones(4)})
+    torch.save(state, d / "resnet34-333f7ec4.pth")
+    entry = {"title": "ResNet-34 ImageNet weights (torchvision)", "kind": "weights",
+             "artifacts": [_sum(d / "resnet34-333f7ec4.pth")]}
+    return entry, {"keys": sorted(state)}
+
+
+def r50_msra(d: Path) -> tuple[dict, dict]:
+    """Detectron's form: a pickle (protocol 2) of {"blobs": {name: numpy array}} in MSRA's blob names.
+    As for the real R-50.pkl, the entry gives an md5 and neither a sha256 nor a size."""
+    import pickle
+
+    rng = np.random.default_rng(50)
+    blobs = {"conv1_w": rng.standard_normal((4, 3, 7, 7)).astype(np.float32),
+             "res_conv1_bn_s": np.ones(4, np.float32), "res_conv1_bn_b": np.zeros(4, np.float32)}
+    for j in "abc":
+        blobs[f"res2_0_branch2{j}_w"] = rng.standard_normal((4, 4, 1, 1)).astype(np.float32)
+        blobs[f"res2_0_branch2{j}_bn_s"] = np.ones(4, np.float32)
+        blobs[f"res2_0_branch2{j}_bn_b"] = np.zeros(4, np.float32)
+    data = pickle.dumps({"blobs": blobs}, protocol=2)
+    (d / "R-50.pkl").write_bytes(data)
+    entry = {"title": "MSRA ResNet-50 ImageNet weights (Detectron R-50.pkl)", "kind": "weights",
+             "artifacts": [{"file": "R-50.pkl", "sha256": None, "size": None,
+                            "md5": hashlib.md5(data).hexdigest()}]}
+    return entry, {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "blobs": sorted(blobs)}
+
+
 def build(d: Path) -> tuple[dict, dict]:
     """All tiny archives under ``d/<dataset>/``; returns (catalogue datasets section, facts per dataset)."""
     entries, facts = {}, {}
@@ -201,6 +241,9 @@ def build(d: Path) -> tuple[dict, dict]:
     for name, size in (("wmt16", 400), ("wmt17", 380)):
         (d / name).mkdir(parents=True, exist_ok=True)
         entries[name], facts[name] = wmt(d / name, name, size)
+    for name, fn in (("resnet34-torchvision", resnet34_torchvision), ("r50-msra", r50_msra)):
+        (d / name).mkdir(parents=True, exist_ok=True)
+        entries[name], facts[name] = fn(d / name)
     return entries, facts
 
 
@@ -208,5 +251,6 @@ def spec(entries: dict, name: str, version: str = "test-1") -> dict:
     """The JSON spec the datasets role hands to ``runner prepare``."""
     e = entries[name]
     return {"name": name, "catalogue_version": version, "title": e["title"],
-            "artifacts": [{k: a[k] for k in ("file", "sha256", "size")} for a in e["artifacts"]],
+            "kind": e.get("kind", "data"),
+            "artifacts": [{k: a[k] for k in ("file", "sha256", "size", "md5") if k in a} for a in e["artifacts"]],
             "params": e.get("params", {}), "expect": e.get("expect", {})}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from runner.datasets import NotPrepared, PrepareError, check, readers
 from runner.datasets.bpe import BPE
@@ -66,6 +67,30 @@ def test_ncf_negatives_are_999_distinct_unrated_items_per_user(prepared, tiny):
         assert len(row) == 999
         assert not row & rated[u]
         assert all(0 <= x < data["items"] for x in row)
+
+
+def test_the_pretrained_backbones_are_put_in_place_in_their_published_forms(tiny, prepared, tmp_path):
+    # every entry of inventory/datasets.yml has a tiny stand-in; the backbones are copied as published
+    # and read by the workloads' loaders: torchvision's state dict, Detectron's pickle of numpy blobs
+    import torch
+
+    from runner.workloads.pretrained import read_detectron_pkl
+
+    d, entries, facts = tiny
+    root, docs = prepared
+    real = yaml.safe_load((REPO / "inventory" / "datasets.yml").read_text())
+    assert set(entries) == set(real["datasets"])
+    for name, file in (("resnet34-torchvision", "resnet34-333f7ec4.pth"), ("r50-msra", "R-50.pkl")):
+        assert (root / name / file).read_bytes() == (d / "arch" / name / file).read_bytes()
+        assert docs[name]["counts"] == {"files": 1} and check(name, root)["dataset"] == name
+    assert sorted(torch.load(root / "resnet34-torchvision" / "resnet34-333f7ec4.pth", weights_only=True)) == \
+        facts["resnet34-torchvision"]["keys"]
+    assert sorted(read_detectron_pkl(root / "r50-msra" / "R-50.pkl")) == facts["r50-msra"]["blobs"]
+    assert docs["r50-msra"]["files"]["R-50.pkl"] == {k: facts["r50-msra"][k] for k in ("sha256", "size")}
+    # only an md5 is given for R-50.pkl, as published: a file that does not match it is refused
+    (tmp_path / "R-50.pkl").write_bytes((d / "arch" / "r50-msra" / "R-50.pkl").read_bytes() + b"x")
+    with pytest.raises(PrepareError, match=r"R-50\.pkl: md5 mismatch: expected " + entries["r50-msra"]["artifacts"][0]["md5"]):
+        prepare(spec(entries, "r50-msra"), tmp_path, tmp_path / "root")
 
 
 def test_ncf_sampling_is_fixed_by_the_seed(tiny):
@@ -168,13 +193,17 @@ def test_detection_workloads_open_the_prepared_coco(prepared, tmp_path):
     assert len(train_idx.cat_ids) == 2 and len(val_idx.ids) == 3 and ids
     with pytest.raises(WorkloadError, match="2 categories, expected 80"):
         D.open_coco(ctx, 81)
-    # through the runner: a full ssd run first needs the backbone its reference loads; without
-    # it the run is refused before anything is written (tests/unit/runner/test_runner_artifacts.py)
+    # through the runner: a full ssd run first needs the backbone its reference loads, the published
+    # file; the tiny stand-in prepared here is not it, so the run is refused before anything is
+    # written (tests/unit/runner/test_runner_artifacts.py)
+    size = (root / "resnet34-torchvision" / "resnet34-333f7ec4.pth").stat().st_size
     out = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     r = subprocess.run([sys.executable, "-m", "runner", "run", "ssd", "--scale", "full", "--data", str(root),
                         "--out", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 2 and "resnet34-333f7ec4.pth: missing" in r.stderr, r.stdout + r.stderr
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        f"runner run: {root}/resnet34-torchvision/resnet34-333f7ec4.pth: {size} bytes, the published file has "
+        f"87306240 (fetch it with `invoke datasets --names resnet34-torchvision` again)"], r.stdout + r.stderr
     assert not out.exists()
 
 
