@@ -44,6 +44,18 @@ CROP_MIN_COVERED, CROP_RATIO, CROP_AREA, CROP_ATTEMPTS = 0.1, (0.75, 1.33), (0.0
 _TRUNCATED_STD = 0.87962566103423978  # the standard deviation of a unit normal truncated at +-2
 
 
+@torch.no_grad()
+def _truncated_normal_(t: torch.Tensor, sd: float) -> None:
+    """N(0, sd) redrawn wherever it falls beyond 2 sd (as TF's truncated_normal; faster than nn.init's)."""
+    flat = t.view(-1)
+    flat.normal_(0.0, sd)
+    idx = (flat.abs() > 2 * sd).nonzero().squeeze(1)
+    while idx.numel():
+        v = torch.randn(idx.numel(), dtype=t.dtype, device=t.device) * sd
+        flat[idx] = v
+        idx = idx[v.abs() > 2 * sd]
+
+
 def reference_init(model: nn.Module) -> None:
     """tf_cnn_benchmarks' initialisation: convolutions by variance scaling (std sqrt(1/fan_in) after
     truncation at 2 sigma), batch norm scale 1 and shift 0 (no zero scale on a block's last norm),
@@ -52,7 +64,7 @@ def reference_init(model: nn.Module) -> None:
         if isinstance(m, (nn.Conv2d, nn.Linear)):
             fan_in = m.weight[0].numel()
             sd = (1.0 / fan_in) ** 0.5 / (_TRUNCATED_STD if isinstance(m, nn.Conv2d) else 1.0)
-            nn.init.trunc_normal_(m.weight, 0.0, sd, -2 * sd, 2 * sd)
+            _truncated_normal_(m.weight, sd)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.modules.batchnorm._BatchNorm):

@@ -133,8 +133,31 @@ def default_boxes(fig: int, feat_sizes, scales, aspect_ratios, steps=None) -> to
     return torch.cat([xy - wh / 2, xy + wh / 2], 1).float()
 
 
+def ssd_loss(ploc, pconf, gloc, glabel, negatives=None):
+    """The reference's loss of a batch, in fp32: smooth L1 over the positives' box codes plus
+    cross-entropy over the positives and the hard negatives (per image the 3 x positives
+    background boxes of highest cross-entropy), per image divided by its positives, mean
+    over the images (an image without positives counts 0).
+
+    ``negatives`` (B, A) bool replaces the hard-negative choice (for studies of it).
+    Returns (loss, the hard negatives used)."""
+    ploc, pconf = ploc.float(), pconf.float()
+    mask = glabel > 0
+    pos = mask.sum(1)
+    sl1 = (F.smooth_l1_loss(ploc, gloc, reduction="none").sum(2) * mask).sum(1)
+    con = F.cross_entropy(pconf.transpose(1, 2), glabel, reduction="none")
+    if negatives is None:
+        rank = con.masked_fill(mask, 0.0).argsort(1, descending=True).argsort(1)
+        negatives = rank < (3 * pos).clamp(max=mask.shape[1])[:, None]
+    closs = (con * (mask | negatives)).sum(1)
+    has = (pos > 0).float()
+    return ((sl1 + closs) * has / pos.float().clamp(min=1e-6)).mean(), negatives
+
+
 class SSDLoss(nn.Module):
-    """Smooth-L1 on matched boxes plus cross-entropy with 3:1 hard negative mining."""
+    """The model and its loss in one module (one compiled graph). The network runs under
+    the caller's autocast; the loss, as in the reference, in fp32 (autocast off), from the
+    heads' outputs cast to fp32. Matching (``match``) runs before, in fp32, outside."""
 
     def __init__(self, model):
         super().__init__()
@@ -142,17 +165,8 @@ class SSDLoss(nn.Module):
 
     def forward(self, x, gloc, glabel):
         ploc, pconf = self.model(x)
-        ploc, pconf = ploc.float(), pconf.float()
-        mask = glabel > 0
-        pos = mask.sum(1)
-        sl1 = (F.smooth_l1_loss(ploc, gloc, reduction="none").sum(2) * mask).sum(1)
-        con = F.cross_entropy(pconf.transpose(1, 2), glabel, reduction="none")
-        neg = con.masked_fill(mask, 0.0)
-        rank = neg.argsort(1, descending=True).argsort(1)
-        neg_mask = rank < (3 * pos).clamp(max=mask.shape[1])[:, None]
-        closs = (con * (mask | neg_mask)).sum(1)
-        has = (pos > 0).float()
-        return ((sl1 + closs) * has / pos.float().clamp(min=1e-6)).mean()
+        with torch.autocast(x.device.type, enabled=False):
+            return ssd_loss(ploc, pconf, gloc, glabel)[0]
 
 
 def match(anchors: torch.Tensor, boxes: torch.Tensor, labels: torch.Tensor, thr=0.5):

@@ -1,6 +1,7 @@
 """SSD (runner/workloads/ssd.py): every scale's geometry, the small model's training step."""
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -176,3 +177,47 @@ def test_color_jitter_factors_act_as_named():
     grey = torch.full((1, 3, 4, 4), 120.0)
     assert torch.allclose(S.color_jitter(grey, u[:1], 0.125, 0.5, 0.5, 0.05), grey, atol=1e-3)
     assert not torch.allclose(y, x, atol=1.0)
+
+
+def test_the_loss_takes_three_hard_negatives_per_positive_by_cross_entropy():
+    import math
+
+    # one image, 6 boxes, box 0 positive (class 1); boxes 1..5 background
+    pconf = torch.tensor([[[0.0, 2.0], [0.0, 1.0], [0.0, 3.0], [0.0, -1.0], [0.0, 2.5], [0.0, 0.5]]])
+    glab = torch.tensor([[1, 0, 0, 0, 0, 0]])
+    ploc = torch.zeros(1, 6, 4)
+    gloc = torch.zeros(1, 6, 4)
+    gloc[0, 0] = torch.tensor([0.5, -2.0, 0.0, 0.25])
+    loss, neg = S.ssd_loss(ploc, pconf, gloc, glab)
+    assert neg.tolist() == [[False, True, True, False, True, False]]  # the 3 highest background CE: 2, 4, 1
+    ce = lambda z, k: math.log(1 + math.exp(z)) - (z if k == 1 else 0.0)  # logits (0, z)
+    sl1 = 0.5 * 0.5 ** 2 + (2.0 - 0.5) + 0.0 + 0.5 * 0.25 ** 2
+    want = sl1 + ce(2.0, 1) + ce(1.0, 0) + ce(3.0, 0) + ce(2.5, 0)
+    assert loss.item() == pytest.approx(want, rel=1e-6)
+    # an image without positives adds 0 to the mean
+    loss2, _ = S.ssd_loss(torch.zeros(2, 6, 4), pconf.repeat(2, 1, 1), gloc.repeat(2, 1, 1),
+                          torch.stack([glab[0], torch.zeros(6, dtype=torch.long)]))
+    assert loss2.item() == pytest.approx(want / 2, rel=1e-6)
+
+
+# --- benchmarks/ssd_bf16.py: the bf16 study of runner/README "ssd under bf16" -----------------
+
+def test_the_bf16_study_runs_every_case_and_its_fp32_floor_is_exact(tmp_path, capsys):
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+    import ssd_bf16
+
+    out = tmp_path / "bf16.json"
+    assert ssd_bf16.main(["--scale", "tiny", "--batch", "2", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    cases = res["cases"]
+    assert list(cases) == ["fp32_repeat", "bf16", "bf16_fp32_negatives", "fp32_input_noise",
+                           "fp32_input_noise_fp32_negatives", "bf16_channels_last_vs_bf16"]
+    assert cases["fp32_repeat"]["lowest"]["cosine"] >= 0.999999 and cases["fp32_repeat"]["negatives_differ"] == 0
+    assert cases["bf16_fp32_negatives"]["negatives_differ"] == 0 and cases["bf16"]["compared"] > 20
+    assert cases["bf16"]["lowest"]["cosine"] < 0.999999  # bf16 does move the gradient
+    assert "fp32_repeat" in capsys.readouterr().out
+    assert ssd_bf16.main(["--batch", "0"]) == 2
+    assert "--batch must be at least 1" in capsys.readouterr().err
