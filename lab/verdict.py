@@ -1,7 +1,8 @@
 """Verdict words and records of `invoke validate`: PASS, WARN and FAIL, one check's
 record (measured value, expected range, reason), a metric judged against a
 reference ``(value, lower, upper, warn_lower, warn_upper, unit)``, and the
-``Verdicts`` a validation returns. Plain data only; the checks are
+``Verdicts`` a validation returns, and their outputs (validate.json,
+validate.html from templates/validate.html.j2, the summary lines). The checks are
 lab.gpuchecks, the references lab.gpurefs, the orchestration lab.validate.
 """
 
@@ -11,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 _RANK = {PASS: 0, WARN: 1, FAIL: 2}
@@ -127,3 +130,49 @@ def judge_metric(name: str, measured: float, ref: dict, label: str | None = None
 
 def _pct(a, b) -> str:
     return f"{100.0 * a / b:.0f}%" if b else "-"
+
+
+# --------------------------------------------------------------------------- output
+
+
+def render_html(verdicts: Verdicts) -> str:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["fmt"] = _fmt_any
+    return env.get_template("validate.html.j2").render(v=verdicts.data)
+
+
+def _fmt_any(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_fmt_any(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_fmt_any(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return _fmt(value)
+
+
+def summary_text(verdicts: Verdicts) -> str:
+    d = verdicts.data
+    lines = [f"validate: {d['verdict']} ({d['summary']['PASS']} pass, {d['summary']['WARN']} warn, "
+             f"{d['summary']['FAIL']} fail of {d['summary']['hosts']} host(s))"]
+    for name, h in d["hosts"].items():
+        lines.append(f"{h['verdict']:4s}  {name}: {h['reason']}")
+        for r in h["reasons"][1:6]:
+            lines.append(f"      {r}")
+        if len(h["reasons"]) > 6:
+            lines.append(f"      ... {len(h['reasons']) - 6} more")
+    return "\n".join(lines)
+
+
+def write_outputs(verdicts: Verdicts, out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    j = out_dir / "validate.json"
+    h = out_dir / "validate.html"
+    tmp = out_dir / ".validate.json.tmp"
+    tmp.write_text(verdicts.to_json() + "\n")
+    tmp.replace(j)
+    h.write_text(render_html(verdicts))
+    return [j, h]
