@@ -221,3 +221,12 @@ def test_the_bf16_study_runs_every_case_and_its_fp32_floor_is_exact(tmp_path, ca
     assert "fp32_repeat" in capsys.readouterr().out
     assert ssd_bf16.main(["--batch", "0"]) == 2
     assert "--batch must be at least 1" in capsys.readouterr().err
+
+
+def test_full_scale_evaluates_in_the_epochs_of_the_reference_s_evaluation_steps():
+    import math
+
+    # the reference evaluates after 120k, 160k, 180k, 200k, 220k and 240k steps of 32 images;
+    # COCO 2017 train has 117,266 images with annotations
+    want = [math.ceil(k * 1000 * 32 / 117266) for k in (120, 160, 180, 200, 220, 240)]
+    assert SCALES["full"]["eval_epochs"] == want == [33, 44, 50, 55, 61, 66]
