@@ -266,3 +266,20 @@ def test_coco_training_items_are_cropped_flipped_resized_with_crowd_boxes_kept(t
             assert b.min() >= 0 and b.max() <= 48 + 1e-4 and (b[:, 2:] >= b[:, :2]).all()
             seen.add((k, len(lab), tuple(np.round(b[0], 1))))
     assert len(seen) > 4  # crops and flips vary with the epoch
+
+
+def test_the_full_scale_trainer_logs_the_recipe_as_mllog_hyperparameters():
+    from runner.workloads.base import bench_context
+
+    ctx, mod = bench_context("ssd", "cpu", False, scale="full", precision="fp32", batch_size=152)
+    tr = mod.build(ctx)
+    hp = tr.hyperparameters()
+    assert hp["global_batch_size"] == 152 and hp["opt_base_learning_rate"] == pytest.approx(0.012)  # round(11.875)
+    assert hp["opt_weight_decay"] == 5e-4 and hp["opt_momentum"] == 0.9
+    assert hp["opt_learning_rate_warmup_steps"] == 300 and hp["opt_learning_rate_warmup_factor"] == 0
+    assert hp["opt_learning_rate_decay_boundary_steps"] == [5120000 // 152, 6400000 // 152]
+    assert hp["num_default_boxes"] == 8732 and hp["max_samples"] == 1
+    assert hp["color_jitter_hue"] == 0.05 and hp["color_jitter_saturation"] == 0.5
+    groups = tr.opt.param_groups  # weight decay on every parameter, BN and biases included
+    assert len(groups) == 1 and groups[0]["weight_decay"] == 5e-4
+    assert sum(p.numel() for p in groups[0]["params"]) == sum(p.numel() for p in tr.model.parameters())
