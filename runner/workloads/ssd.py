@@ -432,7 +432,8 @@ class Trainer:
             self.train_samples, self.eval_samples = len(tr), len(self.eval_items)
             return
         train_idx, self.val_idx, _ = D.open_coco(ctx, self.num_classes)
-        ids = [i for i in train_idx.ids if train_idx.anns[i]]  # the reference: any annotation, crowd included
+        # the reference: the images with any annotation (117,266), crowd boxes trained as objects
+        ids = [i for i in train_idx.ids if train_idx.all_anns[i]]
         self.data = "prepared"
         V.log_note("ssd: " + load_backbone(ctx, model.backbone))  # its sum is checked before the run
         self.train_samples, self.eval_samples = len(ids), len(self.val_idx.ids)

@@ -230,3 +230,56 @@ def test_full_scale_evaluates_in_the_epochs_of_the_reference_s_evaluation_steps(
     # COCO 2017 train has 117,266 images with annotations
     want = [math.ceil(k * 1000 * 32 / 117266) for k in (120, 160, 180, 200, 220, 240)]
     assert SCALES["full"]["eval_epochs"] == want == [33, 44, 50, 55, 61, 66]
+
+
+def test_coco_training_items_are_cropped_flipped_resized_with_crowd_boxes_kept(tmp_path):
+    import json
+
+    import numpy as np
+    from PIL import Image
+
+    from runner.workloads import detection as D
+
+    (tmp_path / "annotations").mkdir()
+    (tmp_path / "train2017").mkdir()
+    images, anns = [], []
+    for i in range(3):
+        Image.new("RGB", (160 + 40 * i, 120), (30 * i, 90, 200)).save(tmp_path / "train2017" / f"{i}.jpg")
+        images.append({"id": i + 1, "file_name": f"{i}.jpg", "width": 160 + 40 * i, "height": 120})
+    anns = [{"id": 1, "image_id": 1, "category_id": 3, "bbox": [10, 20, 60, 50], "iscrowd": 0},
+            {"id": 2, "image_id": 1, "category_id": 7, "bbox": [90, 30, 50, 80], "iscrowd": 1},
+            {"id": 3, "image_id": 2, "category_id": 7, "bbox": [0, 0, 150, 100], "iscrowd": 1}]
+    doc = {"images": images, "annotations": anns, "categories": [{"id": 3, "name": "a"}, {"id": 7, "name": "b"}]}
+    (tmp_path / "annotations" / "instances_train2017.json").write_text(json.dumps(doc))
+    index = D.CocoIndex(tmp_path, "train")
+    ids = [i for i in index.ids if index.all_anns[i]]
+    assert ids == [1, 2]  # image 3 has no annotation; image 2's only box is a crowd box, trained
+    seen = set()
+    for epoch in range(12):
+        ds = S.CocoTrain(index, ids, 48, 1, seed=3)
+        ds.epoch = epoch
+        for k in range(len(ds)):
+            img, t = ds[k]
+            assert img.shape == (48, 48, 3) and img.dtype == torch.uint8
+            b, lab = t["boxes"], t["labels"]
+            assert b.shape == (len(lab), 4) and len(lab) >= 1 and set(lab.tolist()) <= {1, 2}
+            assert b.min() >= 0 and b.max() <= 48 + 1e-4 and (b[:, 2:] >= b[:, :2]).all()
+            seen.add((k, len(lab), tuple(np.round(b[0], 1))))
+    assert len(seen) > 4  # crops and flips vary with the epoch
+
+
+def test_the_full_scale_trainer_logs_the_recipe_as_mllog_hyperparameters():
+    from runner.workloads.base import bench_context
+
+    ctx, mod = bench_context("ssd", "cpu", False, scale="full", precision="fp32", batch_size=152)
+    tr = mod.build(ctx)
+    hp = tr.hyperparameters()
+    assert hp["global_batch_size"] == 152 and hp["opt_base_learning_rate"] == pytest.approx(0.012)  # round(11.875)
+    assert hp["opt_weight_decay"] == 5e-4 and hp["opt_momentum"] == 0.9
+    assert hp["opt_learning_rate_warmup_steps"] == 300 and hp["opt_learning_rate_warmup_factor"] == 0
+    assert hp["opt_learning_rate_decay_boundary_steps"] == [5120000 // 152, 6400000 // 152]
+    assert hp["num_default_boxes"] == 8732 and hp["max_samples"] == 1
+    assert hp["color_jitter_hue"] == 0.05 and hp["color_jitter_saturation"] == 0.5
+    groups = tr.opt.param_groups  # weight decay on every parameter, BN and biases included
+    assert len(groups) == 1 and groups[0]["weight_decay"] == 5e-4
+    assert sum(p.numel() for p in groups[0]["params"]) == sum(p.numel() for p in tr.model.parameters())
