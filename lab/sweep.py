@@ -50,7 +50,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab import checksums, fields, paths, preflight, remote as rmt, study, sweepfile
+from lab import checksums, fields, paths, preflight, remote as rmt, runnerdist, study, sweepfile
 from lab import topology as topo
 from lab.errors import ConfigError
 from lab.inventory import Host
@@ -131,7 +131,7 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
     refused = preflight.refusal(preflight.check(hosts, planned, datasets_catalogue))   # read-only, one command a host
     if refused:
         raise ConfigError(refused)
-    echo(f"sweep {name}: preparing {len(hosts)} host(s) (runner {rmt.local_runner_version()})")
+    echo(f"sweep {name}: preparing {len(hosts)} host(s) (runner {runnerdist.local_version()})")
     prepared = rmt.on_hosts(hosts, prepare_host)
     errors = prepared.reasons()
     topologies = {n: got[2] for n, got in prepared.succeeded.items()}

@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab import bounded, checksums, remote as rmt, sweepfile
+from lab import bounded, checksums, remote as rmt, runnerdist, sweepfile
 from lab.errors import GpulabError
 from lab.sweepplan import PlannedRun, SCHEMA, utcnow
 
@@ -48,7 +48,7 @@ class Sweep:
     def save(self) -> None:
         with self._lock:
             try:
-                controller = rmt.local_runner_version()
+                controller = runnerdist.local_version()
             except GpulabError:
                 controller = None
             doc = {"schema": SCHEMA, "name": self.name, "created": self.created, "updated": utcnow(),

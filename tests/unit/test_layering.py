@@ -1,5 +1,5 @@
 """The import layering of README.md ("Layers"), checked on the source: runner never imports lab,
-lab imports only runner.rundir from runner, tasks.py imports only lab, each lab module only its own
+lab imports only the contracts runner.rundir and runner.source from runner, tasks.py imports only lab, each lab module only its own
 and the allowed layers, and no import cycle among lab modules (function-level imports included)."""
 
 from __future__ import annotations
@@ -64,10 +64,15 @@ def test_runner_never_imports_lab():
     assert {k: v for k, v in bad.items() if v} == {}
 
 
-def test_lab_imports_only_the_run_directory_contract_from_runner():
+def test_lab_imports_only_the_contracts_from_runner():
+    import runner.rundir
+    import runner.source
+
     found = {str(p.relative_to(ROOT)): sorted(m for m in imports(p) if m.split(".")[0] == "runner")
              for p in (ROOT / "lab").rglob("*.py")}
-    allowed = {"runner", "runner.rundir"} | {f"runner.rundir.{n}" for n in dir(__import__("runner.rundir").rundir)}
+    allowed = {"runner"}
+    for mod in (runner.rundir, runner.source):
+        allowed |= {mod.__name__} | {f"{mod.__name__}.{n}" for n in dir(mod)}
     assert {k: v for k, v in found.items() if set(v) - allowed} == {}
 
 
