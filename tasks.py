@@ -124,7 +124,9 @@ def _settings(c, timeout):
                        **config.sweep_settings(_cfg(c, "sweep")))
 
 
-def _sweep(c, hosts, workloads, gpus, seeds, mode, scale, name, dry_run, timeout, nodes=None, cfg_prefix=""):
+def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=None, name=None, dry_run=False,
+           timeout=None, nodes=None, cfg_prefix=""):
+    """The sweep and demo tasks: options (else config, ``cfg_prefix`` first) -> lab.sweep; None for a dry run."""
     from lab import limits, paths, progress, study, sweep as sw
     from lab.errors import ConfigError
 
@@ -171,7 +173,8 @@ def sweep(c, device=None, host=None, limit=None, workloads=None, gpus=None, seed
           name=None, nodes=None, dry_run=False, timeout=None, inventory=None):
     """Run workloads x GPU counts x seeds on the selected hosts (by default the reference study) and collect the runs."""
     hosts = _select(c, inventory, host, device, limit)
-    result = _sweep(c, hosts, workloads, gpus, seeds, mode, scale, name, dry_run, timeout, nodes)
+    result = _sweep(c, hosts, workloads=workloads, gpus=gpus, seeds=seeds, mode=mode, scale=scale, name=name,
+                    dry_run=dry_run, timeout=timeout, nodes=nodes)
     if result is not None and not result.ok:
         raise Exit(code=1)
 
@@ -207,10 +210,7 @@ def report(c, path, format=None, compare=None, out=None):
     fmt = _cfg(c, "report_formats", format)
     formats = tuple(f.strip() for f in (fmt.split(",") if isinstance(fmt, str) else fmt) if f.strip())
     result = rep.build_report(paths, out_dir, formats=formats, compare=Path(compare) if compare else None)
-    for source, reason in result.skipped:
-        print(f"  skipped {source}: {reason}")
-    for f in result.files:
-        print(f"wrote {f}")
+    print("\n".join(result.lines()))
 
 
 @task(help={**SELECT_HELP, "level": "quick, standard or burn-in", "baseline": "build references from these hosts",
@@ -243,7 +243,7 @@ def demo(c, workloads=None, seeds=None, name=None):
 
     hosts = inv.load(_cfg(c, "demo.inventory")).select()
     name = name or "demo-" + sw.default_name()[len("sweep-"):]
-    result = _sweep(c, hosts, workloads, None, seeds, None, None, name, False, None, 1, cfg_prefix="demo.")
+    result = _sweep(c, hosts, workloads=workloads, seeds=seeds, name=name, nodes=1, cfg_prefix="demo.")
     rep_result = rep.build_report([result.sweep.root], result.sweep.root / "report", formats=("html", "md", "json"))
     html = next((f for f in rep_result.files if str(f).endswith(".html")), rep_result.files[0])
     print(f"report: {Path(html).resolve()}")

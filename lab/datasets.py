@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from lab import schema
+from lab import runnerdist, schema
 from lab.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -162,17 +161,6 @@ def host_sources(catalogue: Catalogue, names: list[str], host: str, hostvars: di
     return out
 
 
-def stage_runner(dest: Path) -> Path:
-    """Copy the on-host preparation code (runner/__init__.py, runner/datasets/*.py) to ``dest/runner``."""
-    src = REPO / "runner"
-    out = dest / "runner"
-    (out / "datasets").mkdir(parents=True)
-    shutil.copy2(src / "__init__.py", out / "__init__.py")
-    for f in sorted((src / "datasets").glob("*.py")):
-        shutil.copyfile(f, out / "datasets" / f.name)
-    return dest
-
-
 @dataclass
 class DatasetsResult:
     names: list[str]
@@ -256,7 +244,7 @@ def prepare(hosts, names, *, inventory, catalogue=None, storage: str | None = No
             "datasets_specs": [cat.spec(n) for n in chosen],
             "datasets_fetch": fetch,
             "datasets_sources": p.sources,
-            "datasets_runner_src": str(stage_runner(Path(tmp)) / "runner") + "/",
+            "datasets_runner_src": str(runnerdist.stage(Path(tmp))),
         }
         if p.storage:
             extravars["datasets_storage"] = p.storage

@@ -14,11 +14,12 @@ import re
 
 from lab import limits, paths
 from lab.errors import ConfigError
+from runner import rundir
 
 MODES = ("ttt", "throughput")
 SCALES = ("tiny", "small", "full")
 STATES = ("planned", "running", "complete", "failed", "interrupted")
-OUTCOMES = ("success", "target_missed", "failed", "aborted")
+OUTCOMES = rundir.OUTCOMES   # the runner's status.json outcomes (the run-directory contract)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 WORKLOAD_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 HOST_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@+-]{0,252}$")

@@ -8,10 +8,10 @@ median of its model. lab.validate.evaluate runs them.
 from __future__ import annotations
 
 import math
-import re
 import statistics
+from dataclasses import dataclass
+from typing import Any
 
-from lab import versions
 from lab.verdict import (FAIL, HOST_METRICS, PASS, UNITS, WARN, _fmt, _host_field, _pct, _range_text, check,
                          judge_metric)
 from lab.gpurefs import model_key, model_label
@@ -27,90 +27,7 @@ def split_snapshot(doc: dict) -> tuple[dict, dict | None]:
     return doc, None
 
 
-def _mm(text: str | None) -> tuple[int, int] | None:
-    m = re.match(r"(\d+)\.(\d+)", text or "")
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-# --------------------------------------------------------------------------- host checks
-
-
-SYSTEM_SOURCES = ("package", "header", "library")  # the system's own installation, as the runner's probe names it
-
-
-def installed_version(stack: dict, comp: str) -> str | None:
-    """The cuDNN or NCCL of a probe as `invoke audit` reads it: the system's first, the environment's
-    wheels (``python package nvidia-cudnn-cu13``) or the framework's view only where the system has none.
-
-    A host may have both (a CUDA image with its own cuDNN, and a PyTorch from PyPI with another);
-    the profile's packages are the system's. The runner's ``cudnn``/``nccl`` fields are the
-    framework's view (what a run loaded) and stay in manifests as they are.
-    """
-    found = [f for f in stack.get(f"{comp}_found") or [] if isinstance(f, dict) and f.get("version")]
-    for kinds in (SYSTEM_SOURCES, ("python package",), ("torch",)):
-        for f in found:
-            if str(f.get("source", "")).startswith(kinds):
-                return str(f["version"])
-    return stack.get(comp)
-
-
-def _stack_checks(probe: dict, expected: dict | None) -> list[dict]:
-    stack = probe.get("stack") or {}
-    fw = probe.get("frameworks") or {}
-    out = []
-    found = {
-        "driver": stack.get("driver"),
-        "cuda": stack.get("cuda_toolkit"),
-        "cudnn": installed_version(stack, "cudnn"),
-        "nccl": installed_version(stack, "nccl"),
-        "torch": fw.get("torch"),
-        "tensorflow": fw.get("tensorflow"),
-    }
-    if expected is None:
-        out.append(check("stack", WARN, {k: v for k, v in found.items() if v}, "a stack profile",
-                         "no expected versions for this host's stack profile: versions not checked"))
-    else:
-        for comp, want in expected.items():
-            if want is None:
-                continue
-            have = found.get(comp, fw.get(comp))
-            if have is None:
-                out.append(check(f"stack {comp}", FAIL, None, str(want), f"{comp} {want} expected, not found on the host"))
-            elif versions.agrees(have, want):
-                out.append(check(f"stack {comp}", PASS, have, str(want), f"{comp} {have} as the profile says"))
-            else:
-                out.append(check(f"stack {comp}", FAIL, have, str(want), f"{comp} is {have}, the profile says {want}"))
-    # the driver must support the toolkit
-    drv, tk = _mm(stack.get("cuda_driver")), _mm(stack.get("cuda_toolkit"))
-    if drv and tk:
-        if drv < tk:
-            out.append(check("driver supports CUDA", FAIL, stack.get("cuda_driver"), f">= {tk[0]}.{tk[1]}",
-                             f"driver {stack.get('driver')} supports CUDA up to {stack.get('cuda_driver')}, "
-                             f"the toolkit is {stack.get('cuda_toolkit')}"))
-        else:
-            out.append(check("driver supports CUDA", PASS, stack.get("cuda_driver"), f">= {tk[0]}.{tk[1]}",
-                             f"driver supports CUDA {stack.get('cuda_driver')}, toolkit {stack.get('cuda_toolkit')}"))
-    return out
-
-
-def _count_checks(host, probe: dict, gpus: list[dict]) -> list[dict]:
-    want = _host_field(host, "gpu_count", "auto") if host is not None else "auto"
-    have = probe.get("gpu_count", len(gpus))
-    readable = sum(1 for g in gpus if "error" not in g)
-    out = []
-    if want in (None, "auto"):
-        out.append(check("GPU count", PASS, have, "auto", f"{have} GPU(s) found (inventory says auto)"))
-    elif have < int(want):
-        out.append(check("GPU count", FAIL, have, str(want), f"{have} GPU(s) found, the inventory says {want}: "
-                         f"{int(want) - have} missing"))
-    elif have > int(want):
-        out.append(check("GPU count", FAIL, have, str(want), f"{have} GPU(s) found, the inventory says {want}"))
-    else:
-        out.append(check("GPU count", PASS, have, str(want), f"{have} GPU(s) as the inventory says"))
-    if readable < len(gpus):
-        bad = [g for g in gpus if "error" in g]
-        out.append(check("GPUs readable", FAIL, readable, str(len(gpus)), "; ".join(g["error"] for g in bad)))
-    return out
+# --------------------------------------------------------------------------- XID events (host and GPU)
 
 
 def _xid_name(refs: dict, xid: int) -> str:
@@ -136,13 +53,28 @@ def _xid_checks(refs: dict, events: list[dict], source: str | None, error: str |
 # --------------------------------------------------------------------------- GPU checks
 
 
-def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None, xid: dict | None) -> list[dict]:
-    """Health, load behaviour and burn-in metrics of one GPU."""
-    c = refs["checks"]
-    mref = refs["models"].get(model) if model else None
-    out: list[dict] = []
+@dataclass
+class GpuFacts:
+    """What the checks of one GPU read: its probe record, its burn-in entry, the host's
+    inventory record, the references, the GPU's references model and the host's XID events."""
+    gpu: dict
+    bg: dict | None
+    host: Any
+    refs: dict
+    model: str | None
+    xid: dict | None
 
-    # model
+    def unpack(self):
+        c = self.refs["checks"]
+        mref = self.refs["models"].get(self.model) if self.model else None
+        load = (self.bg or {}).get("load") or {}
+        return self.gpu, self.bg, self.host, self.refs, self.model, self.xid, c, mref, load
+
+
+def _model_checks(g: GpuFacts) -> list[dict]:
+    """The GPU model against the inventory; a WARN when the references have no such model."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
     want_model = _host_field(host, "gpu_model", "auto") if host is not None else "auto"
     if want_model not in (None, "auto"):
         ok = model_label(gpu.get("name")) == model_label(want_model) or (
@@ -153,8 +85,13 @@ def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None,
     if mref is None:
         out.append(check("references", WARN, gpu.get("name"), "a model in the references",
                          f"no references for {gpu.get('name')}: only health and fleet checks apply"))
+    return out
 
-    # PCIe link
+
+def _pcie_checks(g: GpuFacts) -> list[dict]:
+    """The PCIe link against the inventory's gpulab_pcie, else the model's minimum."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
     pcie = gpu.get("pcie") or {}
     want = _host_field(host, "pcie", None) if host is not None else None
     want_src = "inventory gpulab_pcie"
@@ -191,8 +128,13 @@ def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None,
             g = gen_load or max((x for x in (gen_cur, gen_max) if x is not None), default="?")
             note = f" (Gen{gen_cur} at idle: power saving)" if gen_cur is not None and gen_load is None and gen_cur < want["gen"] else ""
             out.append(check("PCIe link", PASS, measured, exp, f"Gen{g} x{width}{note}"))
+    return out
 
-    # ECC
+
+def _ecc_checks(g: GpuFacts) -> list[dict]:
+    """ECC mode and uncorrected ECC errors."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
     ecc = gpu.get("ecc") or {}
     if ecc.get("enabled") is False and mref and mref.get("ecc_expected"):
         out.append(check("ECC mode", WARN, False, "enabled", "ECC is disabled on a model that has it"))
@@ -206,8 +148,13 @@ def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None,
                              f"{ua} uncorrected ECC error(s) over the GPU's life, none since the driver loaded"))
         else:
             out.append(check("ECC uncorrected", PASS, {"volatile": uv, "aggregate": ua}, "0", "no uncorrected ECC error"))
+    return out
 
-    # retired pages (pre-Ampere) and row remapping (Ampere and later)
+
+def _memory_checks(g: GpuFacts) -> list[dict]:
+    """Retired pages (pre-Ampere) and row remapping (Ampere and later)."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
     rp = gpu.get("retired_pages") or {}
     if any(rp.get(k) is not None for k in ("single_bit", "double_bit", "pending")):
         total = (rp.get("single_bit") or 0) + (rp.get("double_bit") or 0)
@@ -236,13 +183,23 @@ def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None,
         else:
             out.append(check("row remapping", PASS, m, "no failure, none pending",
                              f"{rr.get('correctable') or 0} correctable, 0 uncorrectable remapped rows"))
+    return out
 
-    # XID events of this GPU
+
+def _gpu_xid_checks(g: GpuFacts) -> list[dict]:
+    """The XID events of this GPU."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
     if xid is not None:
         mine = [e for e in xid.get("events", []) if e.get("gpu") == gpu.get("index")]
         out += _xid_checks(refs, mine, xid.get("source"), xid.get("error"), "XID events")
+    return out
 
-    # temperatures
+
+def _thermal_and_load_checks(g: GpuFacts) -> list[dict]:
+    """Temperatures at idle and under load; throttling, SM clock and power under load."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
     tcfg = c["temperature"]
     idle = (bg or {}).get("idle") or {}
     t_idle = idle.get("temp_c_max", gpu.get("temperature_c"))
@@ -301,12 +258,24 @@ def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None,
                 out.append(check("power vs limit", PASS, pw, exp, f"{_fmt(pw)} W max under load, limit {_fmt(lim)} W", "W"))
         if mref and "load_power_w" in mref["metrics"] and pw is not None:
             out.append(judge_metric("load_power_w", pw, mref["metrics"]["load_power_w"], "power under load"))
+    return out
+
+
+def _power_limit_checks(g: GpuFacts) -> list[dict]:
+    """A power limit lowered below the default."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
     dflt = (gpu.get("power") or {}).get("default_limit_w")
     lim = (gpu.get("power") or {}).get("limit_w")
     if dflt and lim and lim < dflt * 0.99:
         out.append(check("power limit", WARN, lim, f"{dflt} W (default)", f"power limit lowered to {lim} W from the default {dflt} W", "W"))
+    return out
 
-    # burn-in metrics vs references
+
+def _metric_checks(g: GpuFacts) -> list[dict]:
+    """The burn-in metrics against the model's references."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
     if bg is not None and mref:
         # A reference is what one GPU does on its own. With all GPUs loaded at
         # once, sharing (PCIe switches, host memory, power) may lower it a
@@ -320,6 +289,17 @@ def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None,
                     ref = {k: v for k, v in ref.items() if k not in ("warn_lower", "warn_upper")}
                 out.append(judge_metric(metric, float(value), ref, metric + suffix))
     return out
+
+
+# The checks of one GPU, in the order a verdict lists them: each a small unit from GpuFacts to check records.
+GPU_CHECKS = (_model_checks, _pcie_checks, _ecc_checks, _memory_checks, _gpu_xid_checks, _thermal_and_load_checks,
+              _power_limit_checks, _metric_checks)
+
+
+def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None, xid: dict | None) -> list[dict]:
+    """Health, load behaviour and burn-in metrics of one GPU (GPU_CHECKS)."""
+    facts = GpuFacts(gpu, bg, host, refs, model, xid)
+    return [record for unit in GPU_CHECKS for record in unit(facts)]
 
 
 def _host_metric_checks(burnin: dict, probe: dict, refs: dict) -> list[dict]:

@@ -1,8 +1,8 @@
 """Provisioning and audit: bring hosts to their stack profile, and compare them with it.
 
 ``provision`` checks every host's profile and OS first (lab.stacks: one
-ConfigError line, exit 2, before any host is touched), builds the gpulab wheel
-of this checkout for the hosts' runner environment, runs playbooks/provision.yml
+ConfigError line, exit 2, before any host is touched), builds the runner wheel
+of this checkout (lab.runnerdist) for the hosts' runner environment, runs playbooks/provision.yml
 through lab.ansible and prints a per-host summary (what changed, a needed
 reboot that was skipped, the versions the host reports) and the artifacts folder.
 
@@ -12,75 +12,16 @@ component, expected, found; ``as_json`` prints one JSON document instead.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from lab import ansible, reach, stacks
-from lab.errors import ConfigError, RunError
+from lab import ansible, reach, runnerdist, stacks
 
-REPO = Path(__file__).resolve().parent.parent
 READ_TASK = "Read what is installed"
 REBOOT_TASK = "Record the reboot state"
-WHEEL_SOURCES = ("pyproject.toml", "README.md", "lab", "runner")
-
-
-# ---- the runner wheel of this checkout ---------------------------------------------
-
-def _source_files(repo: Path) -> list[Path]:
-    files = []
-    for name in WHEEL_SOURCES:
-        p = repo / name
-        if p.is_file():
-            files.append(p)
-        elif p.is_dir():
-            files += sorted(f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts
-                            and not f.name.endswith(".pyc"))
-    return files
-
-
-def source_key(repo: Path = REPO) -> str:
-    """Hash of what goes into the wheel: the same checkout gives the same wheel file."""
-    h = hashlib.sha256()
-    for f in _source_files(repo):
-        h.update(str(f.relative_to(repo)).encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
-
-
-def build_wheel(cache_dir: Path | str, repo: Path = REPO) -> Path:
-    """The gpulab wheel of ``repo``, built once per source hash into ``cache_dir/<hash>/``."""
-    out = Path(cache_dir) / source_key(repo)
-    found = sorted(out.glob("gpulab-*.whl"))
-    if found:
-        return found[0].resolve()
-    with tempfile.TemporaryDirectory(prefix="gpulab-wheel-") as tmp:
-        src = Path(tmp) / "src"
-        src.mkdir()
-        for f in _source_files(repo):
-            dest = src / f.relative_to(repo)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, dest)
-        env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-        res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                              "--no-index", "-q", "-w", str(Path(tmp) / "dist"), str(src)],
-                             capture_output=True, text=True, env=env)
-        wheels = sorted((Path(tmp) / "dist").glob("gpulab-*.whl"))
-        if res.returncode != 0 or not wheels:
-            raise RunError(f"building the gpulab wheel failed: {' '.join((res.stderr or res.stdout).split())[-300:]}")
-        out.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(wheels[0], out / wheels[0].name)
-    return (out / wheels[0].name).resolve()
-
-
-def wheel_version(wheel: Path) -> str:
-    return wheel.name.split("-")[1]
 
 
 # ---- provision ---------------------------------------------------------------------
@@ -190,8 +131,8 @@ def provision(hosts, *, inventory, stack: str | None = None, check: bool = False
     up, down = reach.split(hosts, inventory)   # an unreachable host fails; nothing is built or written for it
     if not up:
         return _none_reached("provision.yml", down, plans, stack, check, out)
-    wheel = build_wheel(artifacts / "wheels")
-    extra = {"gpulab_runner_wheel": str(wheel), "gpulab_runner_version": wheel_version(wheel),
+    wheel = runnerdist.build_wheel(artifacts / "wheels")
+    extra = {"gpulab_runner_wheel": str(wheel), "gpulab_runner_version": runnerdist.wheel_version(wheel),
              "gpulab_runner_wheel_id": wheel.parent.name,
              "stack_profile_dir": str(Path(stacks_dir or stacks.STACKS_DIR).resolve())}
     if stack:

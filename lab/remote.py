@@ -17,7 +17,6 @@ yet and raises KeyboardInterrupt at once.
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import io
 import os
 import shlex
@@ -25,12 +24,12 @@ import shutil
 import socket
 import subprocess
 import sys
-import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from lab import runnerdist
 from lab.errors import HostError, RunError, one_line
 from lab.inventory import Host
 
@@ -310,35 +309,6 @@ def on_hosts(hosts: Iterable[Host], fn: Callable[[Host], Any], *, max_workers: i
 
 # --------------------------------------------------------------------------- runner on hosts
 
-RUNNER_DIR = Path(__file__).resolve().parent.parent / "runner"
-
-
-@functools.lru_cache(maxsize=1)
-def local_runner_version() -> str:
-    """``python -m runner --version`` of this checkout, through the runner's own CLI."""
-    p = subprocess.run([sys.executable, "-m", "runner", "--version"], cwd=RUNNER_DIR.parent,
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RunError(f"{RUNNER_DIR}: `python -m runner --version` failed: {p.stderr.strip()}")
-    return p.stdout.strip()
-
-
-def runner_tarball() -> bytes:
-    """The runner package of this checkout as a reproducible .tar.gz."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
-        for path in sorted(RUNNER_DIR.rglob("*")):
-            if "__pycache__" in path.parts or path.suffix == ".pyc" or not path.is_file():
-                continue
-            info = tar.gettarinfo(str(path), arcname="runner/" + path.relative_to(RUNNER_DIR).as_posix())
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            info.mtime = 0
-            with path.open("rb") as fh:
-                tar.addfile(info, fh)
-    return buf.getvalue()
-
-
 @dataclass(frozen=True)
 class RunnerInstall:
     python: str
@@ -364,7 +334,7 @@ def ensure_runner(remote: Remote) -> RunnerInstall:
     the host's runner interpreter (gpulab_python, else python3).
     """
     host = remote.host
-    want = local_runner_version()
+    want = runnerdist.local_version()
     digest = want.rsplit("src=", 1)[-1]
     base = remote.expand(host.workdir.rstrip("/")) + "/runner"
     install = RunnerInstall(runner_python(host), f"{base}/{digest}", want, False)
@@ -373,7 +343,7 @@ def ensure_runner(remote: Remote) -> RunnerInstall:
         return install
     tarball = f"{base}/{digest}.tar.gz"
     remote.run(["mkdir", "-p", base], timeout=60)
-    remote.put(io.BytesIO(runner_tarball()), tarball)
+    remote.put(io.BytesIO(runnerdist.tarball()), tarball)
     tmp = f"{base}/{digest}.tmp"
     remote.run(cmd(["rm", "-rf", tmp], "&&", ["mkdir", "-p", tmp], "&&", ["tar", "-xzf", tarball, "-C", tmp],
                    "&&", ["rm", "-rf", install.pythonpath], "&&", ["mv", tmp, install.pythonpath],

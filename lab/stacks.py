@@ -23,13 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab import schema
+from lab import osfamily, schema
 from lab.errors import ConfigError
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "inventory" / "stacks"
 
-FAMILY = {"Ubuntu": "Debian", "Debian": "Debian",
-          "RedHat": "RedHat", "CentOS": "RedHat", "Rocky": "RedHat", "AlmaLinux": "RedHat"}
+FAMILY = osfamily.FAMILY
 
 COMPONENTS = ("driver", "cuda", "cudnn", "nccl")
 
@@ -37,9 +36,9 @@ COMPONENTS = ("driver", "cuda", "cudnn", "nccl")
 def os_family(os_name: str) -> str:
     """'Ubuntu 18.04' -> 'Debian', 'Rocky 9' -> 'RedHat'."""
     try:
-        return FAMILY[os_name.split()[0]]
-    except (IndexError, KeyError):
-        raise ConfigError(f"unknown OS {os_name!r} (known distributions: {', '.join(FAMILY)})") from None
+        return osfamily.family(os_name)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 OS_RELEASE_IDS = {"ubuntu": "Ubuntu", "debian": "Debian", "rhel": "RedHat", "centos": "CentOS",
@@ -70,11 +69,8 @@ def local_os(os_release: Path | str = "/etc/os-release") -> str:
 
 
 def repo_dist(os_name: str) -> str:
-    """NVIDIA's repository name for an OS release: ubuntu1804, debian12, rhel9."""
-    dist, version = os_name.split()
-    if FAMILY[dist] == "RedHat":
-        return f"rhel{version.split('.')[0]}"
-    return dist.lower() + version.replace(".", "")
+    """NVIDIA's repository name for an OS release: ubuntu1804, debian12, rhel9 (lab.osfamily)."""
+    return osfamily.repo_dist(os_name)
 
 
 @dataclass(frozen=True)

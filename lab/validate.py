@@ -26,7 +26,8 @@ with ``baseline=True`` it writes a references file built from the hosts
 instead (``build_references``).
 
 Modules: lab.verdict (PASS/WARN/FAIL, check records, ``Verdicts``),
-lab.gpurefs (the references file and model names), lab.gpuchecks (the checks),
+lab.gpurefs (the references file and model names), lab.hostchecks (stack and
+GPU count), lab.gpuchecks (per GPU, XID, host metrics, fleet),
 this module (evaluation, baseline, output, gathering over SSH). The names
 re-exported here (``__all__``) are its public interface.
 """
@@ -41,19 +42,19 @@ from typing import Any, Callable, Iterable
 
 from lab import paths, schema
 from lab.errors import CheckFailed, ConfigError, GpulabError, HostError, RunError
-from lab.gpuchecks import (_burnin_failures, _count_checks, _fleet_checks, _gpu_checks, _host_metric_checks,  # noqa: F401
-                           _stack_checks, _xid_checks, fleet_medians, installed_version, split_snapshot)
+from lab.gpuchecks import (_burnin_failures, _fleet_checks, _gpu_checks, _host_metric_checks, _xid_checks,
+                           fleet_medians, split_snapshot)
+from lab.hostchecks import _count_checks, _stack_checks, installed_version
 from lab.gpurefs import REFERENCES, dump_references, load_references, model_key, model_label  # noqa: F401
-from lab.verdict import (FAIL, GPU_METRICS, HOST_METRICS, NO_GPU, PASS, UNITS, WARN, Verdicts, _fmt,  # noqa: F401
-                         _host_field, check, judge_metric, ref_range, worst)
+from lab.verdict import (FAIL, GPU_METRICS, HOST_METRICS, NO_GPU, PASS, UNITS, WARN, Verdicts,  # noqa: F401
+                         _host_field, check, judge_metric, ref_range, render_html, summary_text, worst,
+                         write_outputs)
 
 __all__ = ["FAIL", "GPU_METRICS", "HOST_METRICS", "LEVEL_TIMEOUT_S", "NO_GPU", "PASS", "REFERENCES", "UNITS", "WARN",
            "Verdicts", "build_references", "burnin_argv", "check", "dump_references", "evaluate", "gather_one",
            "installed_version", "judge_metric", "load_references", "model_key", "model_label", "ref_range",
            "render_html", "split_snapshot", "stacks_for", "summary_text", "validate_fleet", "worst", "write_outputs"]
 
-ROOT = Path(__file__).resolve().parent.parent
-TEMPLATES = ROOT / "templates"
 SCHEMA = 1
 LEVEL_TIMEOUT_S = {"quick": 300, "standard": 3600, "burn-in": 6 * 3600}
 
@@ -258,52 +259,6 @@ def build_references(snapshots: dict[str, Any], references: dict, *, hosts: Iter
             entry["metrics"][metric] = m
     schema.check(out, "gpu-references", "baseline references")
     return out
-
-# --------------------------------------------------------------------------- output
-
-
-def render_html(verdicts: Verdicts) -> str:
-    import jinja2
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters["fmt"] = _fmt_any
-    return env.get_template("validate.html.j2").render(v=verdicts.data)
-
-
-def _fmt_any(value) -> str:
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_fmt_any(v)}" for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return ", ".join(_fmt_any(v) for v in value)
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return _fmt(value)
-
-
-def summary_text(verdicts: Verdicts) -> str:
-    d = verdicts.data
-    lines = [f"validate: {d['verdict']} ({d['summary']['PASS']} pass, {d['summary']['WARN']} warn, "
-             f"{d['summary']['FAIL']} fail of {d['summary']['hosts']} host(s))"]
-    for name, h in d["hosts"].items():
-        lines.append(f"{h['verdict']:4s}  {name}: {h['reason']}")
-        for r in h["reasons"][1:6]:
-            lines.append(f"      {r}")
-        if len(h["reasons"]) > 6:
-            lines.append(f"      ... {len(h['reasons']) - 6} more")
-    return "\n".join(lines)
-
-
-def write_outputs(verdicts: Verdicts, out_dir: Path) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    j = out_dir / "validate.json"
-    h = out_dir / "validate.html"
-    tmp = out_dir / ".validate.json.tmp"
-    tmp.write_text(verdicts.to_json() + "\n")
-    tmp.replace(j)
-    h.write_text(render_html(verdicts))
-    return [j, h]
-
 
 # --------------------------------------------------------------------------- gathering
 

@@ -1,7 +1,8 @@
 """Verdict words and records of `invoke validate`: PASS, WARN and FAIL, one check's
 record (measured value, expected range, reason), a metric judged against a
 reference ``(value, lower, upper, warn_lower, warn_upper, unit)``, and the
-``Verdicts`` a validation returns. Plain data only; the checks are
+``Verdicts`` a validation returns, and their outputs (validate.json,
+validate.html from templates/validate.html.j2, the summary lines). The checks are
 lab.gpuchecks, the references lab.gpurefs, the orchestration lab.validate.
 """
 
@@ -11,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 _RANK = {PASS: 0, WARN: 1, FAIL: 2}
@@ -115,20 +118,61 @@ def judge_metric(name: str, measured: float, ref: dict, label: str | None = None
     label = label or name
     expected = _range_text(r["fail_lo"], r["fail_hi"], unit)
     src = ref["source"]
-    if r["fail_lo"] is not None and measured < r["fail_lo"]:
-        return check(label, FAIL, measured, expected,
-                     f"{_fmt(measured)} {unit} is below {_fmt(r['fail_lo'])} ({_pct(measured, ref['value'])} of {_fmt(ref['value'])}; {src})", unit)
-    if r["fail_hi"] is not None and measured > r["fail_hi"]:
-        return check(label, FAIL, measured, expected,
-                     f"{_fmt(measured)} {unit} is above {_fmt(r['fail_hi'])} ({_pct(measured, ref['value'])} of {_fmt(ref['value'])}; {src})", unit)
-    if r["warn_lo"] is not None and measured < r["warn_lo"]:
-        return check(label, WARN, measured, expected,
-                     f"{_fmt(measured)} {unit} is low: below {_fmt(r['warn_lo'])} ({_pct(measured, ref['value'])} of {_fmt(ref['value'])}; {src})", unit)
-    if r["warn_hi"] is not None and measured > r["warn_hi"]:
-        return check(label, WARN, measured, expected,
-                     f"{_fmt(measured)} {unit} is high: above {_fmt(r['warn_hi'])} ({_pct(measured, ref['value'])} of {_fmt(ref['value'])}; {src})", unit)
+    of = f"({_pct(measured, ref['value'])} of {_fmt(ref['value'])}; {src})"
+    for verdict, bound, below, words in ((FAIL, "fail_lo", True, "is below"), (FAIL, "fail_hi", False, "is above"),
+                                         (WARN, "warn_lo", True, "is low: below"),
+                                         (WARN, "warn_hi", False, "is high: above")):
+        limit = r[bound]
+        if limit is not None and (measured < limit if below else measured > limit):
+            return check(label, verdict, measured, expected, f"{_fmt(measured)} {unit} {words} {_fmt(limit)} {of}", unit)
     return check(label, PASS, measured, expected, f"{_pct(measured, ref['value'])} of reference {_fmt(ref['value'])} {unit} ({src})", unit)
 
 
 def _pct(a, b) -> str:
     return f"{100.0 * a / b:.0f}%" if b else "-"
+
+
+# --------------------------------------------------------------------------- output
+
+
+def render_html(verdicts: Verdicts) -> str:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["fmt"] = _fmt_any
+    return env.get_template("validate.html.j2").render(v=verdicts.data)
+
+
+def _fmt_any(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_fmt_any(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_fmt_any(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return _fmt(value)
+
+
+def summary_text(verdicts: Verdicts) -> str:
+    d = verdicts.data
+    lines = [f"validate: {d['verdict']} ({d['summary']['PASS']} pass, {d['summary']['WARN']} warn, "
+             f"{d['summary']['FAIL']} fail of {d['summary']['hosts']} host(s))"]
+    for name, h in d["hosts"].items():
+        lines.append(f"{h['verdict']:4s}  {name}: {h['reason']}")
+        for r in h["reasons"][1:6]:
+            lines.append(f"      {r}")
+        if len(h["reasons"]) > 6:
+            lines.append(f"      ... {len(h['reasons']) - 6} more")
+    return "\n".join(lines)
+
+
+def write_outputs(verdicts: Verdicts, out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    j = out_dir / "validate.json"
+    h = out_dir / "validate.html"
+    tmp = out_dir / ".validate.json.tmp"
+    tmp.write_text(verdicts.to_json() + "\n")
+    tmp.replace(j)
+    h.write_text(render_html(verdicts))
+    return [j, h]

@@ -9,12 +9,10 @@ Bad input: one line on stderr, exit code 2 (``UsageError``).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib
 import sys
-from pathlib import Path
 
-from runner import __version__
+from runner import __version__, source
 
 # command -> (module, one-line help)
 COMMANDS = {
@@ -32,19 +30,9 @@ class UsageError(Exception):
 
 
 def source_digest() -> str:
-    """12 hex digits over the runner's own source files (names and bytes).
-
-    Part of ``--version`` so that the controller notices a host whose runner
-    differs from its checkout even when the version number is the same.
-    """
-    root = Path(__file__).resolve().parent
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        if path.suffix not in (".py", ".yml", ".md") or "__pycache__" in path.parts:
-            continue
-        h.update(path.relative_to(root).as_posix().encode() + b"\0")
-        h.update(path.read_bytes() + b"\0")
-    return h.hexdigest()[:12]
+    """The runner's source digest (runner.source): part of ``--version`` so that the controller
+    notices a host whose runner differs from its checkout even when the version number is the same."""
+    return source.digest()
 
 
 def version_string() -> str:

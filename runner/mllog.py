@@ -21,9 +21,10 @@ SUBMISSION_ORG = "gpulab"
 SCALE_KEY = "gpulab_scale"  # tiny, small or full: logged right after the submission keys
 
 
-def division_of(scale: str, mode: str) -> str:
-    """MLPerf division a run's MLLOG claims: ``closed`` only for a full-scale ttt run."""
-    return "closed" if scale == "full" and mode == "ttt" else "open"
+def division_of(scale: str, mode: str, reference_recipe: bool = True) -> str:
+    """MLPerf division a run's MLLOG claims: ``closed`` only for a full-scale ttt run
+    of a workload whose full scale is the v0.5 reference recipe."""
+    return "closed" if scale == "full" and mode == "ttt" and reference_recipe else "open"
 
 
 class _FlushingHandler(logging.FileHandler):
@@ -78,7 +79,7 @@ class MLLog:
     # --- groups of events every workload logs ---------------------------------
 
     def submission(self, benchmark: str, platform: str, scale: str, mode: str,
-                   status: str = "onprem") -> None:
+                   status: str = "onprem", reference_recipe: bool = True) -> None:
         """The submission keys, and which gpulab scale and mode the run is.
 
         Only a ``full`` scale time-to-train run (the MLPerf v0.5 recipe on the
@@ -86,10 +87,13 @@ class MLLog:
         models on generated data) and throughput runs (synthetic batches, no
         quality target) log ``open`` and say which scale they are in
         ``gpulab_scale`` (metadata: ``mode``, and ``note`` for test scales).
+        A workload whose full scale is not the reference recipe
+        (``reference_recipe=False``: the TensorFlow ResNet-50) logs ``open``
+        at every scale.
         """
         self.event(constants.SUBMISSION_BENCHMARK, benchmark)
         self.event(constants.SUBMISSION_ORG, SUBMISSION_ORG)
-        self.event(constants.SUBMISSION_DIVISION, division_of(scale, mode))
+        self.event(constants.SUBMISSION_DIVISION, division_of(scale, mode, reference_recipe))
         self.event(constants.SUBMISSION_STATUS, status)
         self.event(constants.SUBMISSION_PLATFORM, platform)
         meta = {"mode": mode}

@@ -2,8 +2,9 @@
 
 Full scale reads ImageNet as the datasets playbook prepares it
 (``<data>/imagenet/{train,val}/<wnid>/*.JPEG`` and ``classes.txt``), decodes
-JPEGs with Pillow in DataLoader workers (random-resized crop and flip for
-training, resize and centre crop for evaluation) and normalizes on the device.
+JPEGs with Pillow in DataLoader workers (the reference's distorted crop, flip
+and resize for training, resize and centre crop for evaluation) and subtracts
+the channel means on the device, as the reference.
 Small and tiny scales generate a fixed image classification set: each class is
 a smooth colour pattern, each image a randomly shifted, contrast-scaled and
 noisy copy of its class pattern; a share of the evaluation labels is replaced
@@ -18,6 +19,7 @@ and 60, weight decay on all but batch norm, no label smoothing).
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -34,14 +36,93 @@ from runner.workloads.base import WorkloadError, compile_fn
 DATA_SEED = 20190502
 
 
+# the reference's input: each channel's ImageNet mean subtracted, no division (tf_cnn_benchmarks --ml_perf)
+REFERENCE_MEAN = (123.68, 116.78, 103.94)
+REFERENCE_STD = (1.0, 1.0, 1.0)
+# tf.image.sample_distorted_bounding_box as the reference calls it (preprocessing.py train_image)
+CROP_MIN_COVERED, CROP_RATIO, CROP_AREA, CROP_ATTEMPTS = 0.1, (0.75, 1.33), (0.05, 1.0), 100
+_TRUNCATED_STD = 0.87962566103423978  # the standard deviation of a unit normal truncated at +-2
+
+
+@torch.no_grad()
+def _truncated_normal_(t: torch.Tensor, sd: float) -> None:
+    """N(0, sd) redrawn wherever it falls beyond 2 sd (as TF's truncated_normal; faster than nn.init's)."""
+    flat = t.view(-1)
+    flat.normal_(0.0, sd)
+    idx = (flat.abs() > 2 * sd).nonzero().squeeze(1)
+    while idx.numel():
+        v = torch.randn(idx.numel(), dtype=t.dtype, device=t.device) * sd
+        flat[idx] = v
+        idx = idx[v.abs() > 2 * sd]
+
+
+def reference_init(model: nn.Module) -> None:
+    """tf_cnn_benchmarks' initialisation: convolutions by variance scaling (std sqrt(1/fan_in) after
+    truncation at 2 sigma), batch norm scale 1 and shift 0 (no zero scale on a block's last norm),
+    the classifier truncated normal with sigma sqrt(1/fan_in) and bias 0."""
+    for m in model.modules():
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
+            fan_in = m.weight[0].numel()
+            sd = (1.0 / fan_in) ** 0.5 / (_TRUNCATED_STD if isinstance(m, nn.Conv2d) else 1.0)
+            _truncated_normal_(m.weight, sd)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.modules.batchnorm._BatchNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+
+def distorted_crop(w: int, h: int, rng) -> tuple[int, int, int, int]:
+    """A training crop box (x0, y0, x1, y1) drawn as the reference's sample_distorted_bounding_box with the
+    whole image as the object: aspect ratio uniform in CROP_RATIO, height uniform between the heights that
+    give the extreme areas, kept when it fits, covers CROP_AREA and at least CROP_MIN_COVERED of the image;
+    after CROP_ATTEMPTS misses, the whole image."""
+    lo_area, hi_area = CROP_AREA[0] * w * h, CROP_AREA[1] * w * h
+    for _ in range(CROP_ATTEMPTS):
+        ratio = rng.uniform(*CROP_RATIO)
+        hmin, hmax = int(round((lo_area / ratio) ** 0.5)), int(round((hi_area / ratio) ** 0.5))
+        if round(hmax * ratio) > w:
+            hmax = int((w + 0.5 - 1e-7) / ratio)
+        hmax = min(hmax, h)
+        hmin = min(hmin, hmax)
+        ch = int(rng.integers(hmin, hmax + 1))
+        cw = int(round(ch * ratio))
+        if cw * ch < lo_area:
+            ch += 1
+            cw = int(round(ch * ratio))
+        area = cw * ch
+        if not (0 < cw <= w and 0 < ch <= h and lo_area <= area <= hi_area and area >= CROP_MIN_COVERED * w * h):
+            continue
+        x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+        return x0, y0, x0 + cw, y0 + ch
+    return 0, 0, w, h
+
+
+def open_cropped(path: str, size: int, rng):
+    """The RGB image at ``path`` and its training crop box (``distorted_crop`` on the stored size). A JPEG
+    is decoded at the coarsest scale that still gives the crop ``size`` pixels or more on each side."""
+    from PIL import Image
+
+    img = Image.open(path)
+    w, h = img.size
+    x0, y0, x1, y1 = distorted_crop(w, h, rng)
+    if img.format == "JPEG":
+        img.draft("RGB", (math.ceil(w * size / (x1 - x0)), math.ceil(h * size / (y1 - y0))))
+    fx, fy = img.size[0] / w, img.size[1] / h
+    return img.convert("RGB"), (x0 * fx, y0 * fy, x1 * fx, y1 * fy)
+
+
 class ResNet(nn.Module):
-    def __init__(self, layers=(3, 4, 6, 3), width=64, num_classes=1000, **stem):
+    def __init__(self, layers=(3, 4, 6, 3), width=64, num_classes=1000, init="gpulab", **stem):
         super().__init__()
-        self.trunk = V.ResNetTrunk(V.Bottleneck, layers, width, **stem)
+        self.trunk = V.ResNetTrunk(V.Bottleneck, layers, width, zero_init=init != "reference", **stem)
         self.fc = nn.Linear(self.trunk.channels[-1], num_classes)
-        V.init_convs(self)
-        nn.init.normal_(self.fc.weight, 0, 0.01)
-        nn.init.zeros_(self.fc.bias)
+        if init == "reference":
+            reference_init(self)
+        else:  # the test scales: Kaiming convolutions, zero scale on each block's last norm, N(0, 0.01) classifier
+            V.init_convs(self)
+            nn.init.normal_(self.fc.weight, 0, 0.01)
+            nn.init.zeros_(self.fc.bias)
 
     def forward(self, x):
         x = self.trunk(x)
@@ -115,7 +196,8 @@ def list_split(root: Path, split: str, classes: list[str]) -> tuple[list[str], n
 
 
 class ImageFolder(torch.utils.data.Dataset):
-    """ImageNet JPEGs: random-resized crop + flip (train) or resize + centre crop (eval), uint8 HWC."""
+    """ImageNet JPEGs, uint8 HWC: the reference's distorted crop, flip and bilinear resize (train), or the
+    shorter side to 256 and a centre crop (eval)."""
 
     def __init__(self, paths, labels, size, train, seed):
         self.paths, self.labels, self.size, self.train, self.seed = paths, labels, size, train, seed
@@ -129,21 +211,8 @@ class ImageFolder(torch.utils.data.Dataset):
 
         s = self.size
         if self.train:
-            img = V.decode_rgb(self.paths[i], draft_size=s)
             rng = np.random.default_rng((self.seed * 1000003 + self.epoch * 7919 + i) % (2**63))
-            w, h = img.size
-            box = None
-            for _ in range(10):
-                area = w * h * rng.uniform(0.08, 1.0)
-                ratio = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
-                cw, ch = int(round((area * ratio) ** 0.5)), int(round((area / ratio) ** 0.5))
-                if 0 < cw <= w and 0 < ch <= h:
-                    x0, y0 = rng.integers(0, w - cw + 1), rng.integers(0, h - ch + 1)
-                    box = (x0, y0, x0 + cw, y0 + ch)
-                    break
-            if box is None:
-                c = min(w, h)
-                box = ((w - c) // 2, (h - c) // 2, (w - c) // 2 + c, (h - c) // 2 + c)
+            img, box = open_cropped(self.paths[i], s, rng)
             img = img.resize((s, s), Image.BILINEAR, box=box)
             if rng.uniform() < 0.5:
                 img = img.transpose(Image.FLIP_LEFT_RIGHT)
@@ -197,7 +266,7 @@ class Trainer:
         self.data = None
         if ctx.mode == "ttt":
             self._load_data()
-        model = ResNet(cfg["layers"], cfg["width"], self.classes, **V.stem_options(ctx))
+        model = ResNet(cfg["layers"], cfg["width"], self.classes, cfg.get("init", "gpulab"), **V.stem_options(ctx))
         self.model = V.prepare_model(ctx, model)
         self.net = ctx.wrap(WithLoss(self.model, cfg.get("label_smoothing", 0.0)))
         self.step_model = compile_fn(ctx, self.net)
@@ -286,7 +355,7 @@ class Trainer:
         self.train_sampler.epoch = epoch
         self.train_set.epoch = epoch
         for images, labels in self.train_loader:
-            x = V.to_device_images(ctx, images)
+            x = V.to_device_images(ctx, images, REFERENCE_MEAN, REFERENCE_STD)
             self._train_step(x, labels.to(ctx.device, non_blocking=True))
             ctx.mark_step()
 
@@ -302,7 +371,8 @@ class Trainer:
             batches = [(self.xev[sl][s: s + 256], self.yev[sl][s: s + 256])
                        for s in range(0, sl.stop - sl.start, 256)]
         else:
-            batches = ((V.to_device_images(ctx, im), lb.to(ctx.device)) for im, lb in self.eval_loader)
+            batches = ((V.to_device_images(ctx, im, REFERENCE_MEAN, REFERENCE_STD), lb.to(ctx.device))
+                       for im, lb in self.eval_loader)
         for x, y in batches:
             with ctx.autocast():
                 logits = self.model(x)

@@ -1,22 +1,25 @@
 """SSD300 with a ResNet-34 backbone (MLPerf v0.5 "ssd", COCO box AP 0.50:0.95).
 
-The model of the MLPerf reference: ResNet-34 up to layer3 with layer3 at
-stride 1 (38x38 at 300x300), five extra blocks (1x1 then 3x3, BN, ReLU) down to
-19, 10, 5, 3, 1, 3x3 location and class heads, 8732 default boxes (scales 21..315,
-aspect ratios 2 and 3), box coding with variances 0.1/0.2, IoU-0.5 matching
-plus the best default box of every object, smooth-L1 plus cross-entropy with
-3:1 hard negative mining; inference: softmax, score 0.05, per-class NMS 0.5,
-200 detections per image, COCO AP by pycocotools (runner/workloads/coco_eval.py).
+At full scale the recipe of the v0.5 reference (NVIDIA's PyTorch submission;
+runner/README.md "Fidelity to the MLPerf v0.5 references", ssd, lists each
+element and every deviation): ResNet-34 up to layer3 with layer3 at stride 1
+(38x38 at 300x300), five extra blocks (biased 1x1 and 3x3 convolutions with
+ReLU, no BN) down to 19, 10, 5, 3, 1, 3x3 location and class heads, the
+reference's 8732 default boxes, box coding with variances 0.1/0.2, matching at
+IoU > 0.5 plus the best default box of every object (fp32), smooth-L1 plus
+cross-entropy with 3:1 hard negative mining (fp32); inference: softmax, score
+0.05, per-class NMS 0.5, 200 detections per image, COCO AP by pycocotools
+(runner/workloads/coco_eval.py).
 
 Full scale reads COCO 2017 (train2017 / val2017 and the instances JSON) with
-the SSD random crop (minimum-IoU choices, ``max_samples`` trials), horizontal
-flip and a resize to 300x300; the backbone starts from torchvision's ImageNet
+the reference's SSD random crop, horizontal flip, resize to 300x300 and colour
+jitter (on the device); the backbone starts from torchvision's ImageNet
 ResNet-34 (``resnet34-333f7ec4.pth``, as the reference), a catalogued artifact
 at ``<data>/resnet34-torchvision/`` whose sum the runner checks before a ttt
-run (a missing or wrong file is bad input, never a run from scratch). Small and tiny scales train on generated shapes
-(runner/workloads/detection.py) at 96 and 64 pixels with a narrower, shallower
-backbone and fewer feature levels (``width``, ``layers``, ``extras`` in
-workloads.yml).
+run (a missing or wrong file is bad input, never a run from scratch). Small
+and tiny are test scales: generated shapes (runner/workloads/detection.py) at
+96 and 64 pixels with a narrower, shallower backbone and fewer feature levels
+(``width``, ``layers``, ``extras`` in workloads.yml), their own schedules.
 """
 
 from __future__ import annotations
@@ -133,8 +136,31 @@ def default_boxes(fig: int, feat_sizes, scales, aspect_ratios, steps=None) -> to
     return torch.cat([xy - wh / 2, xy + wh / 2], 1).float()
 
 
+def ssd_loss(ploc, pconf, gloc, glabel, negatives=None):
+    """The reference's loss of a batch, in fp32: smooth L1 over the positives' box codes plus
+    cross-entropy over the positives and the hard negatives (per image the 3 x positives
+    background boxes of highest cross-entropy), per image divided by its positives, mean
+    over the images (an image without positives counts 0).
+
+    ``negatives`` (B, A) bool replaces the hard-negative choice (for studies of it).
+    Returns (loss, the hard negatives used)."""
+    ploc, pconf = ploc.float(), pconf.float()
+    mask = glabel > 0
+    pos = mask.sum(1)
+    sl1 = (F.smooth_l1_loss(ploc, gloc, reduction="none").sum(2) * mask).sum(1)
+    con = F.cross_entropy(pconf.transpose(1, 2), glabel, reduction="none")
+    if negatives is None:
+        rank = con.masked_fill(mask, 0.0).argsort(1, descending=True).argsort(1)
+        negatives = rank < (3 * pos).clamp(max=mask.shape[1])[:, None]
+    closs = (con * (mask | negatives)).sum(1)
+    has = (pos > 0).float()
+    return ((sl1 + closs) * has / pos.float().clamp(min=1e-6)).mean(), negatives
+
+
 class SSDLoss(nn.Module):
-    """Smooth-L1 on matched boxes plus cross-entropy with 3:1 hard negative mining."""
+    """The model and its loss in one module (one compiled graph). The network runs under
+    the caller's autocast; the loss, as in the reference, in fp32 (autocast off), from the
+    heads' outputs cast to fp32. Matching (``match``) runs before, in fp32, outside."""
 
     def __init__(self, model):
         super().__init__()
@@ -142,17 +168,8 @@ class SSDLoss(nn.Module):
 
     def forward(self, x, gloc, glabel):
         ploc, pconf = self.model(x)
-        ploc, pconf = ploc.float(), pconf.float()
-        mask = glabel > 0
-        pos = mask.sum(1)
-        sl1 = (F.smooth_l1_loss(ploc, gloc, reduction="none").sum(2) * mask).sum(1)
-        con = F.cross_entropy(pconf.transpose(1, 2), glabel, reduction="none")
-        neg = con.masked_fill(mask, 0.0)
-        rank = neg.argsort(1, descending=True).argsort(1)
-        neg_mask = rank < (3 * pos).clamp(max=mask.shape[1])[:, None]
-        closs = (con * (mask | neg_mask)).sum(1)
-        has = (pos > 0).float()
-        return ((sl1 + closs) * has / pos.float().clamp(min=1e-6)).mean()
+        with torch.autocast(x.device.type, enabled=False):
+            return ssd_loss(ploc, pconf, gloc, glabel)[0]
 
 
 def match(anchors: torch.Tensor, boxes: torch.Tensor, labels: torch.Tensor, thr=0.5):
@@ -415,7 +432,8 @@ class Trainer:
             self.train_samples, self.eval_samples = len(tr), len(self.eval_items)
             return
         train_idx, self.val_idx, _ = D.open_coco(ctx, self.num_classes)
-        ids = [i for i in train_idx.ids if train_idx.anns[i]]  # the reference: any annotation, crowd included
+        # the reference: the images with any annotation (117,266), crowd boxes trained as objects
+        ids = [i for i in train_idx.ids if train_idx.all_anns[i]]
         self.data = "prepared"
         V.log_note("ssd: " + load_backbone(ctx, model.backbone))  # its sum is checked before the run
         self.train_samples, self.eval_samples = len(ids), len(self.val_idx.ids)

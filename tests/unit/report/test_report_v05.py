@@ -129,6 +129,10 @@ def test_collect_lists_bad_files_as_skipped(tmp_path):
     (tmp_path / "4xT4" / "gnmt" / "result_2.txt").write_bytes(b"")
     (tmp_path / "4xT4" / "binary.log").write_bytes(bytes(range(256)) * 4)
     (tmp_path / "notes.txt").write_text("not a log\n")            # ignored: not named like a log
+    # logger sources of a published tree (their strings hold the markers): not logs
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "mlperf_log.py").write_text('PREFIX = ":::MLPv0.5.0"\nprint(PREFIX + " gnmt run_start")\n')
+    (tmp_path / "code" / "NcfLogger.scala").write_text('val tag = ":::MLPv0.5.0 ncf"\n')
     coll = collect([tmp_path])
     assert [r.source for r in coll.runs] == [str(good)]
     reasons = {s.source.replace(str(tmp_path) + "/", ""): s.reason for s in coll.skipped}

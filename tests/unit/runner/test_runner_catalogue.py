@@ -38,6 +38,8 @@ def _broken(tmp_path, mutate):
      "workloads.resnet50.scales.full: 'compile_mode' must be one of"),
     (lambda d: d["workloads"]["resnet50"]["scales"]["full"].update(inductor=["conv_1x1_as_mm"]),
      "workloads.resnet50.scales.full: 'inductor' must map"),
+    (lambda d: d["workloads"]["resnet50"]["scales"]["full"].update(eval_epochs=[5, 1]),
+     "workloads.resnet50.scales.full: 'eval_epochs' must be a list of increasing positive integers"),
 ])
 def test_catalogue_errors_name_the_place(tmp_path, mutate, words):
     with pytest.raises(workloads.CatalogueError) as exc:

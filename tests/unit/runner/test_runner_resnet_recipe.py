@@ -131,3 +131,76 @@ def test_test_scales_say_they_keep_a_poly_decay():
         hp = r.hyperparameters(gbs)
         assert hp["gpulab_lr_schedule"] == "poly" and hp["sgd_opt_learning_rate_decay_poly_power"] == 2
         assert r.lr(r.total) == pytest.approx(cfg["end_lr"]) and r.lr(r.warmup) == pytest.approx(r.peak)
+
+
+@torch.no_grad()
+def test_the_initialisation_is_the_references(submission):
+    m = submission.model
+    bns = [mod for mod in m.modules() if isinstance(mod, torch.nn.BatchNorm2d)]
+    assert all(bool((b.weight == 1).all()) and bool((b.bias == 0).all()) for b in bns)  # no zero scale
+    convs = [mod for mod in m.modules() if isinstance(mod, torch.nn.Conv2d)]
+    for c in convs:
+        sd = (1 / c.weight[0].numel()) ** 0.5  # variance scaling, fan in, scale 1: after the truncation
+        if c.weight.numel() >= 16384:
+            assert float(c.weight.std()) == pytest.approx(sd, rel=0.05), c
+        assert float(c.weight.abs().max()) <= 2 * sd / 0.8796 + 1e-6
+    sd = (1 / 2048) ** 0.5  # the classifier: truncated_normal_initializer(stddev=sqrt(1/2048)), bias 0
+    assert float(m.fc.weight.std()) == pytest.approx(0.8796 * sd, rel=0.05)
+    assert float(m.fc.weight.abs().max()) <= 2 * sd + 1e-6 and bool((m.fc.bias == 0).all())
+
+
+def test_the_training_crop_is_the_references_distorted_box():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    fracs = []
+    for _ in range(2000):
+        x0, y0, x1, y1 = R.distorted_crop(500, 375, rng)
+        cw, ch = x1 - x0, y1 - y0
+        assert 0 <= x0 < x1 <= 500 and 0 <= y0 < y1 <= 375
+        frac = cw * ch / (500 * 375)
+        assert 0.1 <= frac <= 1.0  # area range [0.05, 1] and at least 0.1 of the image (min_object_covered)
+        if (cw, ch) != (500, 375):
+            assert 0.75 - 1 / ch <= cw / ch <= 1.33 + 1 / ch
+        fracs.append(frac)
+    assert 0.1 < min(fracs) < 0.15 and max(fracs) > 0.9  # the whole range is drawn
+    # a shape no crop of the allowed ratios can cover: after 100 attempts, the whole image
+    assert R.distorted_crop(4, 1000, np.random.default_rng(1)) == (0, 0, 4, 1000)
+
+
+def test_a_jpeg_is_decoded_coarse_only_as_far_as_the_crop_keeps_224_pixels(tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    path = tmp_path / "a.jpg"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (1200, 1600, 3), dtype=np.uint8)).save(path)
+    seen = set()
+    for seed in range(40):
+        box0 = R.distorted_crop(1600, 1200, np.random.default_rng(seed))
+        img, box = R.open_cropped(str(path), 224, np.random.default_rng(seed))
+        f = img.size[0] / 1600
+        assert img.size[1] / 1200 == f and box == tuple(v * f for v in box0)
+        assert min(box[2] - box[0], box[3] - box[1]) >= 224 or f == 1.0  # never coarser than the crop allows
+        assert f == 1.0 or min(box0[2] - box0[0], box0[3] - box0[1]) * f < 2 * 224  # half that would be too coarse
+        seen.add(f)
+    assert len(seen) >= 2  # large crops are decoded at a reduced scale, small ones at full size
+
+
+def test_imagenet_samples_are_224_crops_and_the_input_is_mean_subtracted(tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    paths = []
+    for i, (w, h) in enumerate([(500, 375), (333, 500), (1600, 1200)]):
+        p = tmp_path / f"{i}.JPEG"
+        Image.fromarray(np.random.default_rng(i).integers(0, 255, (h, w, 3), dtype=np.uint8)).save(p)
+        paths.append(str(p))
+    labels = np.arange(3)
+    for train in (True, False):
+        ds = R.ImageFolder(paths, labels, 224, train, seed=1)
+        for i in range(3):
+            x, y = ds[i]
+            assert x.shape == (224, 224, 3) and x.dtype == torch.uint8 and y == i
+    ctx = type("Ctx", (), {"device": torch.device("cpu"), "channels_last": False})()
+    x = R.V.to_device_images(ctx, torch.full((1, 2, 2, 3), 128, dtype=torch.uint8), R.REFERENCE_MEAN, R.REFERENCE_STD)
+    assert x[0, :, 0, 0].tolist() == pytest.approx([128 - 123.68, 128 - 116.78, 128 - 103.94])

@@ -184,3 +184,12 @@ def test_supervisor_imports_no_framework():
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env(), capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_only_a_full_scale_ttt_run_of_the_reference_recipe_claims_the_closed_division():
+    from runner.mllog import division_of
+
+    assert division_of("full", "ttt") == "closed"
+    assert [division_of(s, m) for s, m in (("full", "throughput"), ("small", "ttt"), ("tiny", "ttt"))] == ["open"] * 3
+    # the TensorFlow ResNet-50 keeps the test scales' recipe at full scale
+    assert division_of("full", "ttt", reference_recipe=False) == "open"

@@ -1,6 +1,7 @@
 """SSD (runner/workloads/ssd.py): every scale's geometry, the small model's training step."""
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -176,3 +177,109 @@ def test_color_jitter_factors_act_as_named():
     grey = torch.full((1, 3, 4, 4), 120.0)
     assert torch.allclose(S.color_jitter(grey, u[:1], 0.125, 0.5, 0.5, 0.05), grey, atol=1e-3)
     assert not torch.allclose(y, x, atol=1.0)
+
+
+def test_the_loss_takes_three_hard_negatives_per_positive_by_cross_entropy():
+    import math
+
+    # one image, 6 boxes, box 0 positive (class 1); boxes 1..5 background
+    pconf = torch.tensor([[[0.0, 2.0], [0.0, 1.0], [0.0, 3.0], [0.0, -1.0], [0.0, 2.5], [0.0, 0.5]]])
+    glab = torch.tensor([[1, 0, 0, 0, 0, 0]])
+    ploc = torch.zeros(1, 6, 4)
+    gloc = torch.zeros(1, 6, 4)
+    gloc[0, 0] = torch.tensor([0.5, -2.0, 0.0, 0.25])
+    loss, neg = S.ssd_loss(ploc, pconf, gloc, glab)
+    assert neg.tolist() == [[False, True, True, False, True, False]]  # the 3 highest background CE: 2, 4, 1
+    ce = lambda z, k: math.log(1 + math.exp(z)) - (z if k == 1 else 0.0)  # logits (0, z)
+    sl1 = 0.5 * 0.5 ** 2 + (2.0 - 0.5) + 0.0 + 0.5 * 0.25 ** 2
+    want = sl1 + ce(2.0, 1) + ce(1.0, 0) + ce(3.0, 0) + ce(2.5, 0)
+    assert loss.item() == pytest.approx(want, rel=1e-6)
+    # an image without positives adds 0 to the mean
+    loss2, _ = S.ssd_loss(torch.zeros(2, 6, 4), pconf.repeat(2, 1, 1), gloc.repeat(2, 1, 1),
+                          torch.stack([glab[0], torch.zeros(6, dtype=torch.long)]))
+    assert loss2.item() == pytest.approx(want / 2, rel=1e-6)
+
+
+# --- benchmarks/ssd_bf16.py: the bf16 study of runner/README "ssd under bf16" -----------------
+
+def test_the_bf16_study_runs_every_case_and_its_fp32_floor_is_exact(tmp_path, capsys):
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+    import ssd_bf16
+
+    out = tmp_path / "bf16.json"
+    assert ssd_bf16.main(["--scale", "tiny", "--batch", "1", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    cases = res["cases"]
+    assert list(cases) == ["fp32_repeat", "bf16", "bf16_fp32_negatives", "fp32_input_noise",
+                           "fp32_input_noise_fp32_negatives", "bf16_channels_last_vs_bf16"]
+    assert cases["fp32_repeat"]["lowest"]["cosine"] >= 0.999999 and cases["fp32_repeat"]["negatives_differ"] == 0
+    assert cases["bf16_fp32_negatives"]["negatives_differ"] == 0 and cases["bf16"]["compared"] > 20
+    assert cases["bf16"]["lowest"]["cosine"] < 0.999999  # bf16 does move the gradient
+    assert "fp32_repeat" in capsys.readouterr().out
+    assert ssd_bf16.main(["--batch", "0"]) == 2
+    assert "--batch must be at least 1" in capsys.readouterr().err
+
+
+def test_full_scale_evaluates_in_the_epochs_of_the_reference_s_evaluation_steps():
+    import math
+
+    # the reference evaluates after 120k, 160k, 180k, 200k, 220k and 240k steps of 32 images;
+    # COCO 2017 train has 117,266 images with annotations
+    want = [math.ceil(k * 1000 * 32 / 117266) for k in (120, 160, 180, 200, 220, 240)]
+    assert SCALES["full"]["eval_epochs"] == want == [33, 44, 50, 55, 61, 66]
+
+
+def test_coco_training_items_are_cropped_flipped_resized_with_crowd_boxes_kept(tmp_path):
+    import json
+
+    import numpy as np
+    from PIL import Image
+
+    from runner.workloads import detection as D
+
+    (tmp_path / "annotations").mkdir()
+    (tmp_path / "train2017").mkdir()
+    images, anns = [], []
+    for i in range(3):
+        Image.new("RGB", (160 + 40 * i, 120), (30 * i, 90, 200)).save(tmp_path / "train2017" / f"{i}.jpg")
+        images.append({"id": i + 1, "file_name": f"{i}.jpg", "width": 160 + 40 * i, "height": 120})
+    anns = [{"id": 1, "image_id": 1, "category_id": 3, "bbox": [10, 20, 60, 50], "iscrowd": 0},
+            {"id": 2, "image_id": 1, "category_id": 7, "bbox": [90, 30, 50, 80], "iscrowd": 1},
+            {"id": 3, "image_id": 2, "category_id": 7, "bbox": [0, 0, 150, 100], "iscrowd": 1}]
+    doc = {"images": images, "annotations": anns, "categories": [{"id": 3, "name": "a"}, {"id": 7, "name": "b"}]}
+    (tmp_path / "annotations" / "instances_train2017.json").write_text(json.dumps(doc))
+    index = D.CocoIndex(tmp_path, "train")
+    ids = [i for i in index.ids if index.all_anns[i]]
+    assert ids == [1, 2]  # image 3 has no annotation; image 2's only box is a crowd box, trained
+    seen = set()
+    for epoch in range(12):
+        ds = S.CocoTrain(index, ids, 48, 1, seed=3)
+        ds.epoch = epoch
+        for k in range(len(ds)):
+            img, t = ds[k]
+            assert img.shape == (48, 48, 3) and img.dtype == torch.uint8
+            b, lab = t["boxes"], t["labels"]
+            assert b.shape == (len(lab), 4) and len(lab) >= 1 and set(lab.tolist()) <= {1, 2}
+            assert b.min() >= 0 and b.max() <= 48 + 1e-4 and (b[:, 2:] >= b[:, :2]).all()
+            seen.add((k, len(lab), tuple(np.round(b[0], 1))))
+    assert len(seen) > 4  # crops and flips vary with the epoch
+
+
+def test_the_full_scale_trainer_logs_the_recipe_as_mllog_hyperparameters():
+    from runner.workloads.base import bench_context
+
+    ctx, mod = bench_context("ssd", "cpu", False, scale="full", precision="fp32", batch_size=152)
+    tr = mod.build(ctx)
+    hp = tr.hyperparameters()
+    assert hp["global_batch_size"] == 152 and hp["opt_base_learning_rate"] == pytest.approx(0.012)  # round(11.875)
+    assert hp["opt_weight_decay"] == 5e-4 and hp["opt_momentum"] == 0.9
+    assert hp["opt_learning_rate_warmup_steps"] == 300 and hp["opt_learning_rate_warmup_factor"] == 0
+    assert hp["opt_learning_rate_decay_boundary_steps"] == [5120000 // 152, 6400000 // 152]
+    assert hp["num_default_boxes"] == 8732 and hp["max_samples"] == 1
+    assert hp["color_jitter_hue"] == 0.05 and hp["color_jitter_saturation"] == 0.5
+    groups = tr.opt.param_groups  # weight decay on every parameter, BN and biases included
+    assert len(groups) == 1 and groups[0]["weight_decay"] == 5e-4
+    assert sum(p.numel() for p in groups[0]["params"]) == sum(p.numel() for p in tr.model.parameters())
