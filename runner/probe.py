@@ -9,6 +9,9 @@ Rules this module keeps:
 - It imports no deep-learning framework. Framework versions come from
   ``importlib.metadata``; torch's own view of cuDNN/NCCL is used only when
   torch is already imported by the caller.
+- Where the CUDA toolkit, cuDNN and NCCL headers and libraries are, and how a
+  version is read from each, are runner.stackread's rules (shared with the
+  audit's Ansible module).
 - Every field is read on its own: a call that is not supported (old GPU,
   old driver, old nvidia-ml-py, missing file) gives ``null`` for that field
   and never stops the rest. The reason is kept in the GPU's ``unavailable``
@@ -30,26 +33,12 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from runner import stackread
+
 SCHEMA = 1
 
 # Roots the probe reads; tests point them at a temporary tree.
 ROOT = Path(os.environ.get("GPULAB_PROBE_ROOT", "/"))
-
-CUDA_HOMES = ("usr/local/cuda",)
-HEADER_DIRS = (
-    "usr/include",
-    "usr/include/x86_64-linux-gnu",
-    "usr/include/aarch64-linux-gnu",
-    "usr/local/cuda/include",
-)
-LIB_DIRS = (
-    "usr/lib/x86_64-linux-gnu",
-    "usr/lib/aarch64-linux-gnu",
-    "usr/lib64",
-    "usr/lib",
-    "usr/local/cuda/lib64",
-    "usr/local/cuda/lib",
-)
 
 # Clock event / throttle reason bits (nvml.h). Names are the suffix of
 # nvmlClocksEventReason* / nvmlClocksThrottleReason*.
@@ -181,30 +170,13 @@ def framework_versions() -> dict:
 # stack: driver, CUDA, cuDNN, NCCL
 
 
-def _version_from_defines(text: str, names: tuple[str, str, str]) -> str | None:
-    parts = []
-    for name in names:
-        m = re.search(rf"#define\s+{name}\s+(\d+)", text)
-        if not m:
-            return None
-        parts.append(m.group(1))
-    return ".".join(parts)
+def _header_versions(patterns, defines) -> list[dict]:
+    return [{"version": v, "source": f"header {path}"} for path, v in stackread.headers(ROOT, patterns, defines)]
 
 
 def _lib_versions(prefix: str) -> list[dict]:
-    """``libX.so.A.B.C`` files -> versions (newest first, per directory order)."""
-    found = []
-    for d in LIB_DIRS:
-        base = _p(d)
-        try:
-            names = sorted(os.listdir(base))
-        except OSError:
-            continue
-        for name in names:
-            m = re.fullmatch(rf"{re.escape(prefix)}\.so\.(\d+(?:\.\d+){{1,3}})", name)
-            if m:
-                found.append({"version": m.group(1), "source": f"library {base / name}"})
-    return found
+    """``libX.so.A.B.C`` files -> versions (in the order of stackread.LIB_DIRS)."""
+    return [{"version": v, "source": f"library {path}"} for path, v in stackread.libraries(ROOT, prefix)]
 
 
 def cudnn_versions() -> list[dict]:
@@ -218,17 +190,11 @@ def cudnn_versions() -> list[dict]:
                 found.append({"version": f"{major}.{minor}.{patch}", "source": "torch.backends.cudnn"})
         except Exception:
             pass
-    for dist in ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12", "nvidia-cudnn-cu11"):
+    for dist in stackread.DISTS["cudnn"]:
         v = dist_version(dist)
         if v:
             found.append({"version": v, "source": f"python package {dist}"})
-    for d in HEADER_DIRS:
-        for header in ("cudnn_version.h", "cudnn.h"):
-            text = _read(_p(d) / header)
-            v = text and _version_from_defines(text, ("CUDNN_MAJOR", "CUDNN_MINOR", "CUDNN_PATCHLEVEL"))
-            if v:
-                found.append({"version": v, "source": f"header {_p(d) / header}"})
-                break
+    found.extend(_header_versions(stackread.CUDNN_HEADERS, stackread.CUDNN_DEFINES))
     found.extend(_lib_versions("libcudnn"))
     return found
 
@@ -245,40 +211,19 @@ def nccl_versions() -> list[dict]:
                 found.append({"version": f"{v // 1000}.{(v % 1000) // 100}.{v % 100}", "source": "torch.cuda.nccl"})
         except Exception:
             pass
-    for dist in ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11"):
+    for dist in stackread.DISTS["nccl"]:
         v = dist_version(dist)
         if v:
             found.append({"version": v, "source": f"python package {dist}"})
-    for d in HEADER_DIRS:
-        text = _read(_p(d) / "nccl.h")
-        v = text and _version_from_defines(text, ("NCCL_MAJOR", "NCCL_MINOR", "NCCL_PATCH"))
-        if v:
-            found.append({"version": v, "source": f"header {_p(d) / 'nccl.h'}"})
+    found.extend(_header_versions(stackread.NCCL_HEADERS, stackread.NCCL_DEFINES))
     found.extend(_lib_versions("libnccl"))
     return found
 
 
 def cuda_toolkit_version() -> dict | None:
-    for home in CUDA_HOMES:
-        base = _p(home)
-        text = _read(base / "version.json")
-        if text:
-            try:
-                v = json.loads(text)["cuda"]["version"]
-                return {"version": v, "source": f"{base / 'version.json'}"}
-            except (ValueError, KeyError, TypeError):
-                pass
-        text = _read(base / "version.txt")
-        if text:
-            m = re.search(r"CUDA Version\s+([\d.]+)", text)
-            if m:
-                return {"version": m.group(1), "source": f"{base / 'version.txt'}"}
-        text = _read(base / "include" / "cuda.h")
-        if text:
-            m = re.search(r"#define\s+CUDA_VERSION\s+(\d+)", text)
-            if m:
-                n = int(m.group(1))
-                return {"version": f"{n // 1000}.{(n % 1000) // 10}", "source": f"{base / 'include/cuda.h'}"}
+    version, source = stackread.cuda_version(_p(stackread.CUDA_HOME))
+    if version:
+        return {"version": version, "source": source}
     # no system toolkit: the CUDA a pip-installed framework brings (PyTorch's build, the runtime wheel)
     torch_mod = sys.modules.get("torch")
     try:
@@ -287,7 +232,7 @@ def cuda_toolkit_version() -> dict | None:
         v = None
     if v:
         return {"version": str(v), "source": "torch.version.cuda"}
-    for dist in ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12"):
+    for dist in stackread.DISTS["cuda"]:
         v = dist_version(dist)
         if v:
             return {"version": v, "source": f"python package {dist}"}
