@@ -8,17 +8,25 @@ with the scale's settings, channels-last, the workload's replacement layers,
 fused optimizer, bf16 autocast) from the same weights and runs the same step
 on the same batch, dropout off, optimizer step not taken; every parameter's
 gradient is compared (``gradients.compare``: cosine similarity and norm
-ratio; the thresholds and their reasons are there).
+ratio; the thresholds and their reasons are there). Only when some parameter
+misses the fixed thresholds (and nothing worse is wrong) does the case run a
+third pass, the noise floor: the plain eager model, same weights and batch,
+under the optimized path's precision and TF32 setting; such a parameter
+passes when it is no further from fp32 than that pass allows
+(``gradients.FLOOR_MARGIN``); its row says which rule passed it.
 
     python benchmarks/gradcheck.py [--workloads resnet50,ssd,...] [--scales small,full]
         [--modes throughput[,ttt]] [--device cuda|cpu] [--precision bf16|fp32]
+        [--fp32-cases ssd:small,ssd:full]
         [--backend inductor|aot_eager] [--batch N] [--cache-dir DIR] [--deadline S]
         [--timeout S] [--jobs N] [--out gradcheck.json]
 
 Prints one table row per case (lowest cosine and its parameter) and rewrites
 the JSON after each case: ``{"_meta": {...}, "cases": [{workload, scale,
 mode, precision, batch, passed, parameters, compared, zero_in_both, lowest,
-failures, replacement_modules, loss, seconds, rows}]}``. Exit 0 when every
+floor, failures, replacement_modules, loss, seconds, rows}]}`` (``floor``:
+null when the third pass was not needed, else its margin and the parameters
+it passed; each row's ``rule``: fixed, floor or null, and ``floor_cosine``). Exit 0 when every
 case passed, 1 when one failed or did not finish, 2 on bad input. On a CPU the
 optimized path is compiled and channels-last too (``--backend aot_eager``
 skips Inductor's code generation, which takes minutes on a CPU).
@@ -67,12 +75,20 @@ def check_case(name: str, scale: str, mode: str, device: str, precision: str, ba
                           compile=True if cpu else None, channels_last=True if cpu else None,
                           backend=backend, **common)
     res = G.compare(ref["grads"], opt["grads"], precision)
+    floor_s = 0.0
+    if G.floor_may_help(res):  # the noise-floor pass: plain eager model, the optimized path's numerics
+        gc.collect()
+        fl = G.gradient_step(name, device, False, precision=precision, weights=ref["weights"], tf32=True, **common)
+        res = G.compare(ref["grads"], opt["grads"], precision, floor=fl["grads"])
+        res["floor"]["loss"] = fl["loss"]
+        floor_s = fl["build_s"] + fl["step_s"]
+        del fl
     del ref["weights"], opt["weights"]
     if not cpu:
         torch.cuda.empty_cache()
     res.update({"loss": {"plain": ref["loss"], "optimized": opt["loss"]},
                 "seconds": {"plain": ref["build_s"] + ref["step_s"], "optimized": opt["build_s"] + opt["step_s"],
-                            "optimized_step": opt["step_s"]},
+                            "optimized_step": opt["step_s"], "floor": floor_s},
                 "replacement_modules": sorted(set(opt["modules"]) - set(ref["modules"])),
                 "perturbed": len(ref["perturbed"])})
     return res
@@ -117,7 +133,7 @@ def table(cases: list[dict]) -> list[str]:
     out = [head, "-" * len(head)]
     for c in cases:
         low = c.get("lowest") or {}
-        sec = sum((c.get("seconds") or {}).get(k, 0) for k in ("plain", "optimized"))
+        sec = sum((c.get("seconds") or {}).get(k, 0) for k in ("plain", "optimized", "floor"))
         verdict = "ERROR: " + c["error"] if c.get("error") else ("pass" if c.get("passed") else "FAIL")
         out.append(f"{c['workload']:<12}{c['scale']:<6}{c['mode']:<11}{c.get('precision', ''):<5}"
                    f"{c.get('parameters', 0):>7}{c.get('compared', 0):>5}{len(c.get('zero_in_both', [])):>5}"
@@ -125,6 +141,17 @@ def table(cases: list[dict]) -> list[str]:
                    f"{len(c.get('failures', [])):>5}  {sec:>6.1f}  {verdict}")
         for f in (c.get("failures") or [])[:5]:
             out.append(f"    {f['name']}: {f['why']}")
+        fl = c.get("floor")
+        if fl:
+            rows = [r for r in c.get("rows", []) if r.get("floor_cosine") is not None]
+            passed = [r for r in rows if r.get("rule") == "floor"]
+            out.append(f"    noise floor (plain {c.get('precision')} pass, margin {fl['margin']}): "
+                       f"{len(passed)} of {len(rows)} parameters below the fixed thresholds passed by it")
+            for r in sorted(passed, key=lambda r: r["cosine"])[:5]:
+                out.append(f"    {r['name']}: rule floor, cosine {r['cosine']:.4f} (floor {r['floor_cosine']:.4f}),"
+                           f" norm ratio {r['norm_ratio']:.4f} (floor {r['floor_norm_ratio']:.4f})")
+            if len(passed) > 5:
+                out.append(f"    ... {len(passed) - 5} more passed by the floor (rows in the JSON)")
     return out
 
 
@@ -163,6 +190,9 @@ def parse(argv):
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when available")
     ap.add_argument("--precision", choices=("bf16", "fp32"), default=None,
                     help="of the optimized path (default: bf16 on cuda, fp32 on cpu)")
+    ap.add_argument("--fp32-cases", default="",
+                    help="extra cases workload:scale (throughput mode) whose optimized path runs in fp32: "
+                         "the strict check of compiled + channels-last + replacement layers")
     ap.add_argument("--backend", default=None, help="torch.compile backend (default: Inductor, as the runner)")
     ap.add_argument("--batch", type=int, default=None,
                     help="per-process batch of throughput mode (default: a small one per workload; 0: the scale's)")
@@ -196,6 +226,16 @@ def parse(argv):
     args.workloads = _list(args.workloads, ALL, "--workloads")
     args.scales = _list(args.scales, SCALES, "--scales")
     args.modes = _list(args.modes, MODES, "--modes")
+    extra = []
+    for item in (w.strip() for w in args.fp32_cases.split(",")):
+        if not item:
+            continue
+        w, _, sc = item.partition(":")
+        if w not in ALL or sc not in SCALES:
+            raise ValueError(f"--fp32-cases: {item!r} is not workload:scale (workloads: {', '.join(ALL)}; "
+                             f"scales: {', '.join(SCALES)})")
+        extra.append((w, sc))
+    args.fp32_cases = extra
     return args
 
 
@@ -213,11 +253,16 @@ def main(argv=None) -> int:
     out = Path(args.out)
     cache = Path(args.cache_dir) if args.cache_dir else None
     end = time.time() + args.deadline if args.deadline else None
-    cases = [{"workload": w, "scale": s, "mode": m, "precision": args.precision,
-              "batch": (None if args.batch == 0 else (args.batch or BATCH[args.device][w])) if m == "throughput"
-              else "scale"}
+    def batch(w, m):
+        return (None if args.batch == 0 else (args.batch or BATCH[args.device][w])) if m == "throughput" else "scale"
+
+    cases = [{"workload": w, "scale": s, "mode": m, "precision": args.precision, "batch": batch(w, m)}
              for w in args.workloads for s in args.scales for m in args.modes
              if not (m == "ttt" and s == "full")]  # ttt at full scale reads the prepared data set
+    cases += [{"workload": w, "scale": s, "mode": "throughput", "precision": "fp32", "batch": batch(w, "throughput")}
+              for w, s in args.fp32_cases
+              if not any(c["workload"] == w and c["scale"] == s and c["mode"] == "throughput"
+                         and c["precision"] == "fp32" for c in cases)]
     doc = {"_meta": meta(args), "cases": []}
     done: dict[int, dict] = {}
     lock = threading.Lock()
@@ -230,7 +275,7 @@ def main(argv=None) -> int:
         else:
             timeout = args.timeout if left is None else min(args.timeout, left)
             case.update(run_case(case["workload"], case["scale"], case["mode"], device=args.device,
-                                 precision=args.precision, batch=case["batch"] if case["mode"] == "throughput"
+                                 precision=case["precision"], batch=case["batch"] if case["mode"] == "throughput"
                                  else None, seed=args.seed, backend=args.backend, timeout=timeout, cache=cache))
         with lock:
             done[i] = case

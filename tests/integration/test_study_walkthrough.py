@@ -29,6 +29,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -102,15 +103,37 @@ class Walk:
         self.ran: set[str] = set()
 
     def run(self, command: str, *, extra=(), env=None, timeout=900) -> subprocess.CompletedProcess:
-        argv = shlex.split(command)
-        assert argv[0] == "invoke", command
-        # the README's results/ is the configured results folder (INVOKE_GPULAB_RESULTS here)
-        argv = [re.sub(r"(^|,)results/", rf"\g<1>{self.results}/", a) for a in argv[1:]]
-        self.ran.add(command)
-        p = subprocess.run([str(INVOKE), *argv, *extra], cwd=REPO, env={**self.env, **(env or {})},
-                           capture_output=True, text=True, timeout=timeout)
-        print(f"$ {command} {' '.join(extra)} -> {p.returncode}\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}")
+        (p,) = self.together([(command, extra, env)], timeout=timeout)
         return p
+
+    def together(self, jobs, timeout=900) -> list[subprocess.CompletedProcess]:
+        """Run (command, extra, env) jobs at the same time, as from one shell each; their results in order."""
+        started = []
+        for command, extra, env in jobs:
+            argv = shlex.split(command)
+            assert argv[0] == "invoke", command
+            # the README's results/ is the configured results folder (INVOKE_GPULAB_RESULTS here)
+            argv = [re.sub(r"(^|,)results/", rf"\g<1>{self.results}/", a) for a in argv[1:]]
+            self.ran.add(command)
+            out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+            proc = subprocess.Popen([str(INVOKE), *argv, *extra], cwd=REPO, env={**self.env, **(env or {})},
+                                    stdout=out, stderr=err, text=True)
+            started.append((command, extra, argv, proc, out, err))
+        done = []
+        try:
+            for command, extra, argv, proc, out, err in started:
+                proc.wait(timeout=timeout)
+                out.seek(0), err.seek(0)
+                p = subprocess.CompletedProcess(argv, proc.returncode, out.read(), err.read())
+                print(f"$ {command} {' '.join(extra)} -> {p.returncode}\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}")
+                done.append(p)
+        finally:
+            for _, _, _, proc, out, err in started:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                out.close(), err.close()
+        return done
 
     def untouched(self) -> bool:
         return all(self.lab.exec(n, "test -e /var/lib/gpulab", check=False).returncode != 0 for n in T4 + V100)
@@ -213,12 +236,15 @@ SMALL = {"INVOKE_GPULAB_SCALE": "tiny", "INVOKE_GPULAB_WORKLOADS": "ncf", "INVOK
 
 
 def test_6_the_time_to_train_sweeps(walk):
-    for command in sweeps(r"invoke sweep --device (t4|v100) --name r740-(t4|v100)"):
+    commands = sweeps(r"invoke sweep --device (t4|v100) --name r740-(t4|v100)")
+    for command in commands:
         # as written: the whole study passes its data check on every host
         p = walk.run(command, extra=["--dry-run"])
         assert p.returncode == 0, p.stderr
-        assert p.stdout.count("data in /var/lib/gpulab/data: ready (imagenet, coco, resnet34-torchvision, r50-msra, wmt16, wmt17, ml-20m)") == 2
-        p = walk.run(command, env=SMALL)
+        assert p.stdout.count("data in /var/lib/gpulab/data: ready (imagenet, coco, resnet34-torchvision, r50-msra, "
+                              "wmt16, wmt17, ml-20m)") == 2
+    # the groups at the same time, one shell each, as the README allows
+    for p in walk.together([(command, (), SMALL) for command in commands]):
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr
     for name, hosts in (("r740-t4", T4), ("r740-v100", V100)):
         state = json.loads((walk.results / name / "sweep.json").read_text())
@@ -227,8 +253,8 @@ def test_6_the_time_to_train_sweeps(walk):
 
 
 def test_7_the_throughput_sweeps(walk):
-    for command in sweeps(r"invoke sweep --device (t4|v100) --mode throughput --name \S+"):
-        p = walk.run(command, env={**SMALL, "INVOKE_GPULAB_WORKLOADS": "ncf,gnmt"})
+    commands = sweeps(r"invoke sweep --device (t4|v100) --mode throughput --name \S+")
+    for p in walk.together([(command, (), {**SMALL, "INVOKE_GPULAB_WORKLOADS": "ncf,gnmt"}) for command in commands]):
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr
     for name, hosts in (("r740-t4-throughput", T4), ("r740-v100-throughput", V100)):
         state = json.loads((walk.results / name / "sweep.json").read_text())

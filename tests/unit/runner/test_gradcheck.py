@@ -143,12 +143,14 @@ def gradcheck(*args, timeout=600):
 
 def test_the_script_checks_a_workload_prints_the_table_and_writes_the_json(tmp_path):
     out = tmp_path / "g.json"
-    r = gradcheck("--device", "cpu", "--workloads", "ncf", "--backend", "aot_eager", "--out", out)
+    r = gradcheck("--device", "cpu", "--workloads", "ncf", "--backend", "aot_eager", "--precision", "bf16",
+                  "--fp32-cases", "ncf:tiny", "--jobs", 2, "--out", out)
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(out.read_text())
-    (case,) = doc["cases"]
-    assert case["workload"] == "ncf" and case["scale"] == "tiny" and case["passed"] and case["compared"] == 12
-    assert case["precision"] == "fp32" and case["batch"] == 1024 and case["loss"]["plain"] > 0
+    assert [c["precision"] for c in doc["cases"]] == ["bf16", "fp32"]  # the extra fp32 case after the others
+    for case in doc["cases"]:
+        assert case["workload"] == "ncf" and case["scale"] == "tiny" and case["passed"] and case["compared"] == 12
+        assert case["batch"] == 1024 and case["loss"]["plain"] > 0 and case["floor"] is None
     assert doc["_meta"]["device"] == "cpu" and doc["_meta"]["torch"] == torch.__version__ and doc["_meta"]["passed"]
     assert "gradcheck.py --device cpu" in doc["_meta"]["command"]
     row = [ln for ln in r.stdout.splitlines() if ln.startswith("ncf ")][-1]
@@ -161,6 +163,8 @@ def test_the_script_checks_a_workload_prints_the_table_and_writes_the_json(tmp_p
     (["--modes", "eval"], "--modes: unknown eval"),
     (["--batch", "-1"], "--batch -1: must be 0"),
     (["--jobs", "0"], "--jobs 0: must be at least 1"),
+    (["--fp32-cases", "ssd"], "--fp32-cases: 'ssd' is not workload:scale"),
+    (["--fp32-cases", "ssd:huge"], "--fp32-cases: 'ssd:huge' is not workload:scale"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, argv, says):
     out = tmp_path / "g.json"
@@ -184,3 +188,115 @@ def test_every_workload_at_tiny_scale_passes_in_fp32(tmp_path):
         assert c["loss"]["optimized"] == pytest.approx(c["loss"]["plain"], rel=1e-4), name
     # the optimized resnet50 is another model than the plain one (its stem's replacement layers)
     assert cases["resnet50"]["replacement_modules"], cases["resnet50"]
+
+
+# --- the noise floor ---------------------------------------------------------------------
+
+def test_bf16_level_noise_below_the_fixed_thresholds_passes_by_the_floor_and_says_so():
+    ref = grads()
+    plain_bf16, got = noisy(ref, 0.4, seed=5), noisy(ref, 0.4, seed=6)  # two passes, errors ~40%: cosine ~0.93
+    alone = G.compare(ref, got, "bf16")
+    assert not alone["passed"] and G.floor_may_help(alone) and alone["floor"] is None
+    res = G.compare(ref, got, "bf16", floor=plain_bf16)
+    assert res["passed"], res["failures"]
+    assert res["floor"]["passed_by_floor"] == list(ref) and res["floor"]["margin"] == G.FLOOR_MARGIN
+    for row in res["rows"]:
+        assert row["cosine"] < 0.99 and row["rule"] == "floor" and 0.8 < row["floor_cosine"] < 0.99, row
+        assert row["floor_norm_ratio"] > 0
+    assert res["lowest"]["rule"] == "floor" and res["lowest"]["floor_cosine"] is not None
+    # a parameter that meets the fixed thresholds is passed by them, and needs no floor value
+    got["fc.bias"] = ref["fc.bias"].clone()
+    mixed = G.compare(ref, got, "bf16", floor=plain_bf16)
+    rules = {r["name"]: r["rule"] for r in mixed["rows"]}
+    assert mixed["passed"] and rules == {"conv.weight": "floor", "bn.weight": "floor", "fc.bias": "fixed"}
+    assert "floor_cosine" not in [r for r in mixed["rows"] if r["name"] == "fc.bias"][0]
+    # a floor that is exact (fp32 against fp32) holds the noisy gradient to the fixed thresholds
+    exact = G.compare(ref, got, "bf16", floor={k: v.clone() for k, v in ref.items()})
+    assert {f["name"] for f in exact["failures"]} == {"conv.weight", "bn.weight"}
+    assert all("floor: plain bf16 pass cosine 1.0000" in f["why"] for f in exact["failures"])
+
+
+@pytest.mark.parametrize("break_it, says", [
+    (lambda g, f: torch.zeros_like(g), "zero gradient in the optimized path"),
+    (lambda g, f: -f, "cosine -"),
+    (lambda g, f: 2 * f, "ratio / "),  # the floor's direction, twice its norm: a loss scale not undone
+    (lambda g, f: aimed(g, 0.3), "needs cosine > 0.5 and >= 0."),  # far below the floor (~0.7)
+])
+def test_a_broken_gradient_fails_even_with_a_noisy_floor(break_it, says):
+    ref = grads()
+    plain_bf16 = noisy(ref, 1.0, seed=5)  # as noisy as bf16 gets (ssd's stem: cosine ~0.7)
+    got = noisy(ref, 0.4, seed=6)
+    got["conv.weight"] = break_it(ref["conv.weight"], plain_bf16["conv.weight"])
+    res = G.compare(ref, got, "bf16", floor=plain_bf16)
+    assert not res["passed"] and [f["name"] for f in res["failures"]] == ["conv.weight"], res["failures"]
+    assert says in res["failures"][0]["why"], res["failures"]
+    assert [r["rule"] for r in res["rows"] if r["name"] == "conv.weight"] == [None]
+
+
+def aimed(ref, cosine, seed=11):
+    """A tensor of ref's norm at exactly ``cosine`` to it."""
+    u = ref.double().flatten() / ref.double().norm()
+    w = torch.randn(u.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    w = w - (w @ u) * u
+    v = cosine * u + (1 - cosine ** 2) ** 0.5 * w / w.norm()
+    return (v * ref.double().norm()).reshape(ref.shape).float()
+
+
+def test_a_cosine_at_or_below_one_half_fails_whatever_the_floor():
+    ref = grads()
+    floor = {k: aimed(v, 0.45) for k, v in ref.items()}
+    got = {k: aimed(v, 0.48, seed=12) for k, v in ref.items()}  # above the floor, same norm
+    res = G.compare(ref, got, "bf16", floor=floor)
+    assert not res["passed"] and len(res["failures"]) == 3
+    assert all(r["rule"] is None and r["floor_cosine"] == pytest.approx(0.45) for r in res["rows"])
+    got = {k: aimed(v, 0.55, seed=12) for k, v in ref.items()}
+    assert G.compare(ref, got, "bf16", floor=floor)["passed"]  # above 0.5 and above the floor: passes
+
+
+def _zero_one(real, pname):
+    def step(name, device, optimized, **kw):
+        out = real(name, device, optimized, **kw)
+        if optimized:
+            out["grads"][pname] = torch.zeros_like(out["grads"][pname])
+        return out
+    return step
+
+
+def test_the_floor_pass_runs_only_when_needed_and_a_zeroed_gradient_fails_anyway(monkeypatch):
+    """Real ncf (tiny) on the CPU, optimized path compiled (aot_eager) in bf16 autocast."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpulab_gradcheck", GRADCHECK)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+
+    calls = []
+    real = G.gradient_step
+
+    def counted(name, device, optimized, **kw):
+        calls.append((optimized, kw.get("precision"), kw.get("tf32")))
+        return real(name, device, optimized, **kw)
+
+    monkeypatch.setattr(G, "gradient_step", counted)
+    run = dict(name="ncf", scale="tiny", mode="throughput", device="cpu", precision="bf16", batch=256, seed=4,
+               backend="aot_eager")
+    ok = script.check_case(**run)
+    assert ok["passed"] and ok["floor"] is None and len(calls) == 2, ok["failures"]  # bf16 meets 0.99 here
+    assert all(r["rule"] == "fixed" for r in ok["rows"])
+    # held to an impossible fixed cosine, every parameter needs the floor: the third pass runs
+    monkeypatch.setitem(G.THRESHOLDS, "bf16", {"cosine": 1.5, "norm_ratio": (0.9, 1 / 0.9)})
+    calls.clear()
+    res = script.check_case(**run)
+    assert calls[-1] == (False, "bf16", True) and len(calls) == 3
+    assert res["passed"], res["failures"]
+    assert res["floor"]["passed_by_floor"] == [r["name"] for r in res["rows"]] and len(res["rows"]) == 12
+    assert all(r["rule"] == "floor" and r["floor_cosine"] > 0.99 for r in res["rows"])
+    lines = script.table([{"workload": "ncf", "scale": "tiny", "mode": "throughput", **res}])
+    assert "12 of 12 parameters below the fixed thresholds passed by it" in "\n".join(lines)
+    assert any("rule floor, cosine" in ln and "(floor 0.9" in ln for ln in lines), lines
+    # one parameter's optimized gradient zeroed: fails whatever the floor, and no third pass is spent on it
+    monkeypatch.setattr(G, "gradient_step", _zero_one(counted, "final.weight"))
+    calls.clear()
+    bad = script.check_case(**run)
+    assert not bad["passed"] and len(calls) == 2
+    assert [f["name"] for f in bad["failures"] if "zero gradient" in f["why"]] == ["final.weight"]
