@@ -28,7 +28,7 @@ def dist_version(name: str) -> str | None:
 
 
 def os_release(root: Path) -> dict:
-    text = stackread.read((root / "etc/os-release")) or stackread.read((root / "usr/lib/os-release"))
+    text = stackread.read(root / "etc/os-release") or stackread.read(root / "usr/lib/os-release")
     fields: dict[str, str] = {}
     for line in (text or "").splitlines():
         key, sep, value = line.partition("=")
@@ -45,7 +45,7 @@ def os_release(root: Path) -> dict:
 def cpu_info(root: Path) -> dict:
     model = None
     sockets: set[str] = set()
-    for line in (stackread.read((root / "proc/cpuinfo")) or "").splitlines():
+    for line in (stackread.read(root / "proc/cpuinfo") or "").splitlines():
         key, _, value = line.partition(":")
         key = key.strip()
         if key == "model name" and model is None:
@@ -62,7 +62,7 @@ def cpu_info(root: Path) -> dict:
 
 def memory_info(root: Path) -> dict:
     info: dict[str, int] = {}
-    for line in (stackread.read((root / "proc/meminfo")) or "").splitlines():
+    for line in (stackread.read(root / "proc/meminfo") or "").splitlines():
         m = re.match(r"(\w+):\s+(\d+)\s*kB", line)
         if m:
             info[m.group(1)] = int(m.group(2))
@@ -104,6 +104,13 @@ def _lib_versions(root: Path, prefix: str) -> list[dict]:
     return [{"version": v, "source": f"library {path}"} for path, v in stackread.libraries(root, prefix)]
 
 
+def _packages_headers_libraries(root: Path, dist_version, component: str, headers, defines, lib: str) -> list[dict]:
+    """What NVIDIA's Python packages, the headers and the libraries under ``root`` say of ``component``."""
+    found = [{"version": v, "source": f"python package {dist}"}
+             for dist in stackread.DISTS[component] if (v := dist_version(dist))]
+    return found + _header_versions(root, headers, defines) + _lib_versions(root, lib)
+
+
 def cudnn_versions(root: Path, dist_version: Callable[[str], str | None] = dist_version) -> list[dict]:
     found = []
     torch_mod = sys.modules.get("torch")  # only if the caller imported it
@@ -115,13 +122,8 @@ def cudnn_versions(root: Path, dist_version: Callable[[str], str | None] = dist_
                 found.append({"version": f"{major}.{minor}.{patch}", "source": "torch.backends.cudnn"})
         except Exception:
             pass
-    for dist in stackread.DISTS["cudnn"]:
-        v = dist_version(dist)
-        if v:
-            found.append({"version": v, "source": f"python package {dist}"})
-    found.extend(_header_versions(root, stackread.CUDNN_HEADERS, stackread.CUDNN_DEFINES))
-    found.extend(_lib_versions(root, "libcudnn"))
-    return found
+    return found + _packages_headers_libraries(root, dist_version, "cudnn", stackread.CUDNN_HEADERS,
+                                               stackread.CUDNN_DEFINES, "libcudnn")
 
 
 def nccl_versions(root: Path, dist_version: Callable[[str], str | None] = dist_version) -> list[dict]:
@@ -136,17 +138,12 @@ def nccl_versions(root: Path, dist_version: Callable[[str], str | None] = dist_v
                 found.append({"version": f"{v // 1000}.{(v % 1000) // 100}.{v % 100}", "source": "torch.cuda.nccl"})
         except Exception:
             pass
-    for dist in stackread.DISTS["nccl"]:
-        v = dist_version(dist)
-        if v:
-            found.append({"version": v, "source": f"python package {dist}"})
-    found.extend(_header_versions(root, stackread.NCCL_HEADERS, stackread.NCCL_DEFINES))
-    found.extend(_lib_versions(root, "libnccl"))
-    return found
+    return found + _packages_headers_libraries(root, dist_version, "nccl", stackread.NCCL_HEADERS,
+                                               stackread.NCCL_DEFINES, "libnccl")
 
 
 def cuda_toolkit_version(root: Path, dist_version: Callable[[str], str | None] = dist_version) -> dict | None:
-    version, source = stackread.cuda_version((root / stackread.CUDA_HOME))
+    version, source = stackread.cuda_version(root / stackread.CUDA_HOME)
     if version:
         return {"version": version, "source": source}
     # no system toolkit: the CUDA a pip-installed framework brings (PyTorch's build, the runtime wheel)
@@ -165,7 +162,7 @@ def cuda_toolkit_version(root: Path, dist_version: Callable[[str], str | None] =
 
 
 def proc_driver_version(root: Path) -> str | None:
-    text = stackread.read((root / "proc/driver/nvidia/version"))
+    text = stackread.read(root / "proc/driver/nvidia/version")
     if not text:
         return None
     m = re.search(r"Kernel Module(?: for [\w-]+)?\s+([\d.]+)", text) or re.search(r"\b(\d{3,}\.\d+(?:\.\d+)?)\b", text)
