@@ -9,6 +9,14 @@ Rules this module keeps:
 - It imports no deep-learning framework. Framework versions come from
   ``importlib.metadata``; torch's own view of cuDNN/NCCL is used only when
   torch is already imported by the caller.
+- Where the CUDA toolkit, cuDNN and NCCL headers and libraries are, and how a
+  version is read from each, are runner.stackread's rules (shared with the
+  audit's Ansible module).
+
+Split by concern: runner.probe_host reads the host and its stack from files and
+package metadata (under a root, with a given package-version function),
+runner.probe_gpu reads the GPUs through NVML; this module holds the root
+(``ROOT``, ``GPULAB_PROBE_ROOT``), assembles the document and is the command.
 - Every field is read on its own: a call that is not supported (old GPU,
   old driver, old nvidia-ml-py, missing file) gives ``null`` for that field
   and never stops the rest. The reason is kept in the GPU's ``unavailable``
@@ -24,497 +32,40 @@ import datetime as _dt
 import json
 import os
 import platform
-import re
 import socket
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+from runner import probe_host
+from runner.probe_gpu import FieldReader, NvmlUnavailable, gpu_facts, load_nvml, nvml_reason, parse_indices
+from runner.probe_gpu import THROTTLE_BAD, THROTTLE_BITS, decode_throttle  # noqa: F401  (the probe's names, kept)
+from runner.probe_host import cpu_info, dist_version, framework_versions, memory_info, os_release
 
 SCHEMA = 1
 
 # Roots the probe reads; tests point them at a temporary tree.
 ROOT = Path(os.environ.get("GPULAB_PROBE_ROOT", "/"))
 
-CUDA_HOMES = ("usr/local/cuda",)
-HEADER_DIRS = (
-    "usr/include",
-    "usr/include/x86_64-linux-gnu",
-    "usr/include/aarch64-linux-gnu",
-    "usr/local/cuda/include",
-)
-LIB_DIRS = (
-    "usr/lib/x86_64-linux-gnu",
-    "usr/lib/aarch64-linux-gnu",
-    "usr/lib64",
-    "usr/lib",
-    "usr/local/cuda/lib64",
-    "usr/local/cuda/lib",
-)
-
-# Clock event / throttle reason bits (nvml.h). Names are the suffix of
-# nvmlClocksEventReason* / nvmlClocksThrottleReason*.
-THROTTLE_BITS = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-}
-# Reasons that mean the GPU is held back by power or heat (not by idling
-# or by a clock the operator chose).
-THROTTLE_BAD = frozenset(
-    {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
-)
-
-
-def decode_throttle(mask: int | None) -> list[str] | None:
-    """Names of the set bits of an NVML clock-event mask (unknown bits as hex)."""
-    if mask is None:
-        return None
-    names = [name for bit, name in THROTTLE_BITS.items() if mask & bit]
-    rest = mask & ~sum(THROTTLE_BITS)
-    if rest:
-        names.append(hex(rest))
-    return names
-
 
 # --------------------------------------------------------------------------
-# small readers
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return None
-
-
-def _p(rel: str) -> Path:
-    return ROOT / rel
-
-
-def _text(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.decode(errors="replace").strip("\x00").strip()
-    return value
-
-
-def os_release() -> dict:
-    text = _read(_p("etc/os-release")) or _read(_p("usr/lib/os-release"))
-    fields: dict[str, str] = {}
-    for line in (text or "").splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip():
-            fields[key.strip()] = value.strip().strip('"').strip("'")
-    return {
-        "id": fields.get("ID"),
-        "version_id": fields.get("VERSION_ID"),
-        "pretty_name": fields.get("PRETTY_NAME"),
-        "id_like": fields.get("ID_LIKE"),
-    }
-
-
-def cpu_info() -> dict:
-    model = None
-    sockets: set[str] = set()
-    for line in (_read(_p("proc/cpuinfo")) or "").splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "model name" and model is None:
-            model = value.strip()
-        elif key == "physical id":
-            sockets.add(value.strip())
-    return {
-        "model": model or platform.processor() or None,
-        "logical_cpus": os.cpu_count(),
-        "sockets": len(sockets) or None,
-        "arch": platform.machine() or None,
-    }
-
-
-def memory_info() -> dict:
-    info: dict[str, int] = {}
-    for line in (_read(_p("proc/meminfo")) or "").splitlines():
-        m = re.match(r"(\w+):\s+(\d+)\s*kB", line)
-        if m:
-            info[m.group(1)] = int(m.group(2))
-    total = info.get("MemTotal")
-    avail = info.get("MemAvailable")
-    return {
-        "total_mib": total // 1024 if total is not None else None,
-        "available_mib": avail // 1024 if avail is not None else None,
-    }
-
-
-def dist_version(name: str) -> str | None:
-    """Installed version of a distribution, without importing it."""
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-    except Exception:  # a broken dist-info must not stop the probe
-        return None
-
-
-def framework_versions() -> dict:
-    tf = None
-    for dist in ("tensorflow", "tensorflow-gpu", "tensorflow-cpu", "tf-nightly"):
-        tf = dist_version(dist)
-        if tf:
-            break
-    return {
-        "torch": dist_version("torch"),
-        "tensorflow": tf,
-        "mlperf_logging": dist_version("mlperf-logging") or dist_version("mlperf_logging"),
-        "nvidia_ml_py": dist_version("nvidia-ml-py"),
-        "numpy": dist_version("numpy"),
-    }
-
-
-# --------------------------------------------------------------------------
-# stack: driver, CUDA, cuDNN, NCCL
-
-
-def _version_from_defines(text: str, names: tuple[str, str, str]) -> str | None:
-    parts = []
-    for name in names:
-        m = re.search(rf"#define\s+{name}\s+(\d+)", text)
-        if not m:
-            return None
-        parts.append(m.group(1))
-    return ".".join(parts)
-
-
-def _lib_versions(prefix: str) -> list[dict]:
-    """``libX.so.A.B.C`` files -> versions (newest first, per directory order)."""
-    found = []
-    for d in LIB_DIRS:
-        base = _p(d)
-        try:
-            names = sorted(os.listdir(base))
-        except OSError:
-            continue
-        for name in names:
-            m = re.fullmatch(rf"{re.escape(prefix)}\.so\.(\d+(?:\.\d+){{1,3}})", name)
-            if m:
-                found.append({"version": m.group(1), "source": f"library {base / name}"})
-    return found
+# the stack readers of runner.probe_host, under ROOT and with this module's dist_version
 
 
 def cudnn_versions() -> list[dict]:
-    found = []
-    torch_mod = sys.modules.get("torch")  # only if the caller imported it
-    if torch_mod is not None:
-        try:
-            v = torch_mod.backends.cudnn.version()
-            if v:
-                major, minor, patch = (v // 10000, (v % 10000) // 100, v % 100) if v >= 90000 else (v // 1000, (v % 1000) // 100, v % 100)
-                found.append({"version": f"{major}.{minor}.{patch}", "source": "torch.backends.cudnn"})
-        except Exception:
-            pass
-    for dist in ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12", "nvidia-cudnn-cu11"):
-        v = dist_version(dist)
-        if v:
-            found.append({"version": v, "source": f"python package {dist}"})
-    for d in HEADER_DIRS:
-        for header in ("cudnn_version.h", "cudnn.h"):
-            text = _read(_p(d) / header)
-            v = text and _version_from_defines(text, ("CUDNN_MAJOR", "CUDNN_MINOR", "CUDNN_PATCHLEVEL"))
-            if v:
-                found.append({"version": v, "source": f"header {_p(d) / header}"})
-                break
-    found.extend(_lib_versions("libcudnn"))
-    return found
+    return probe_host.cudnn_versions(ROOT, dist_version)
 
 
 def nccl_versions() -> list[dict]:
-    found = []
-    torch_mod = sys.modules.get("torch")
-    if torch_mod is not None:
-        try:
-            v = torch_mod.cuda.nccl.version()
-            if isinstance(v, tuple):
-                found.append({"version": ".".join(map(str, v)), "source": "torch.cuda.nccl"})
-            elif v:
-                found.append({"version": f"{v // 1000}.{(v % 1000) // 100}.{v % 100}", "source": "torch.cuda.nccl"})
-        except Exception:
-            pass
-    for dist in ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11"):
-        v = dist_version(dist)
-        if v:
-            found.append({"version": v, "source": f"python package {dist}"})
-    for d in HEADER_DIRS:
-        text = _read(_p(d) / "nccl.h")
-        v = text and _version_from_defines(text, ("NCCL_MAJOR", "NCCL_MINOR", "NCCL_PATCH"))
-        if v:
-            found.append({"version": v, "source": f"header {_p(d) / 'nccl.h'}"})
-    found.extend(_lib_versions("libnccl"))
-    return found
+    return probe_host.nccl_versions(ROOT, dist_version)
 
 
 def cuda_toolkit_version() -> dict | None:
-    for home in CUDA_HOMES:
-        base = _p(home)
-        text = _read(base / "version.json")
-        if text:
-            try:
-                v = json.loads(text)["cuda"]["version"]
-                return {"version": v, "source": f"{base / 'version.json'}"}
-            except (ValueError, KeyError, TypeError):
-                pass
-        text = _read(base / "version.txt")
-        if text:
-            m = re.search(r"CUDA Version\s+([\d.]+)", text)
-            if m:
-                return {"version": m.group(1), "source": f"{base / 'version.txt'}"}
-        text = _read(base / "include" / "cuda.h")
-        if text:
-            m = re.search(r"#define\s+CUDA_VERSION\s+(\d+)", text)
-            if m:
-                n = int(m.group(1))
-                return {"version": f"{n // 1000}.{(n % 1000) // 10}", "source": f"{base / 'include/cuda.h'}"}
-    # no system toolkit: the CUDA a pip-installed framework brings (PyTorch's build, the runtime wheel)
-    torch_mod = sys.modules.get("torch")
-    try:
-        v = torch_mod.version.cuda if torch_mod is not None else None
-    except Exception:
-        v = None
-    if v:
-        return {"version": str(v), "source": "torch.version.cuda"}
-    for dist in ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12"):
-        v = dist_version(dist)
-        if v:
-            return {"version": v, "source": f"python package {dist}"}
-    return None
+    return probe_host.cuda_toolkit_version(ROOT, dist_version)
 
 
 def proc_driver_version() -> str | None:
-    text = _read(_p("proc/driver/nvidia/version"))
-    if not text:
-        return None
-    m = re.search(r"Kernel Module(?: for [\w-]+)?\s+([\d.]+)", text) or re.search(r"\b(\d{3,}\.\d+(?:\.\d+)?)\b", text)
-    return m.group(1) if m else None
-
-
-# --------------------------------------------------------------------------
-# NVML
-
-
-class NvmlUnavailable(Exception):
-    """NVML cannot be used here; the message says why."""
-
-
-def load_nvml():
-    """Import and initialise NVML; raise NvmlUnavailable with a plain reason."""
-    try:
-        import pynvml  # nvidia-ml-py
-    except ImportError as exc:
-        raise NvmlUnavailable(f"nvidia-ml-py is not installed ({exc})") from None
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        raise NvmlUnavailable(f"NVML could not start: {_nvml_reason(exc)}") from None
-    return pynvml
-
-
-def _nvml_reason(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text
-
-
-def _is_not_supported(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return "not supported" in text or "not_supported" in text or "function not found" in text
-
-
-class _Reader:
-    """Runs NVML calls one field at a time, remembering why a field is null."""
-
-    def __init__(self, nvml):
-        self.nvml = nvml
-        self.unavailable: dict[str, str] = {}
-
-    def get(self, field: str, fn_name: str | tuple[str, ...], *args, convert: Callable | None = None):
-        names = (fn_name,) if isinstance(fn_name, str) else fn_name
-        last: BaseException | None = None
-        for name in names:
-            fn = getattr(self.nvml, name, None)
-            if fn is None:
-                continue
-            try:
-                value = fn(*args)
-            except Exception as exc:
-                last = exc
-                continue
-            try:
-                return convert(value) if convert else _text(value)
-            except Exception as exc:
-                last = exc
-                continue
-        if last is None:
-            self.unavailable[field] = "not in this nvidia-ml-py"
-        elif not _is_not_supported(last):
-            self.unavailable[field] = _nvml_reason(last)
-        return None
-
-
-def _const(nvml, name: str, default: int) -> int:
-    return getattr(nvml, name, default)
-
-
-def _sysfs_pci(bus_id: str | None) -> dict:
-    if not bus_id:
-        return {"numa_node": None, "cpu_affinity": None}
-    m = re.fullmatch(r"(?:([0-9a-fA-F]+):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])", bus_id.strip())
-    if not m:
-        return {"numa_node": None, "cpu_affinity": None}
-    domain = int(m.group(1) or "0", 16)
-    name = f"{domain:04x}:{m.group(2).lower()}:{m.group(3).lower()}.{m.group(4)}"
-    base = _p("sys/bus/pci/devices") / name
-    node_text = _read(base / "numa_node")
-    node = None
-    if node_text is not None:
-        try:
-            node = int(node_text.strip())
-        except ValueError:
-            node = None
-        if node is not None and node < 0:
-            node = None  # -1: the platform does not say
-    cpus = _read(base / "local_cpulist")
-    return {"numa_node": node, "cpu_affinity": cpus.strip() if cpus else None}
-
-
-def gpu_facts(nvml, index: int) -> dict:
-    """All facts of one GPU; every field read on its own."""
-    r = _Reader(nvml)
-    handle = nvml.nvmlDeviceGetHandleByIndex(index)
-    C = lambda name, default: _const(nvml, name, default)  # noqa: E731
-
-    mw_to_w = lambda v: round(v / 1000.0, 1)  # noqa: E731
-    b_to_mib = lambda v: v // (1024 * 1024)  # noqa: E731
-
-    pci = r.get("pci_bus_id", "nvmlDeviceGetPciInfo", handle, convert=lambda p: _text(getattr(p, "busId", None)))
-    mem = r.get("memory_total_mib", "nvmlDeviceGetMemoryInfo", handle, convert=lambda m: m)
-    ecc_mode = r.get("ecc", "nvmlDeviceGetEccMode", handle, convert=lambda v: v)
-
-    def ecc_count(field, err_type, counter):
-        return r.get(field, "nvmlDeviceGetTotalEccErrors", handle, C(err_type[0], err_type[1]), C(counter[0], counter[1]), convert=int)
-
-    uncorr = ("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
-    corr = ("NVML_MEMORY_ERROR_TYPE_CORRECTED", 0)
-    volatile = ("NVML_VOLATILE_ECC", 0)
-    aggregate = ("NVML_AGGREGATE_ECC", 1)
-
-    retired_sbe = r.get(
-        "retired_pages_sbe", "nvmlDeviceGetRetiredPages", handle,
-        C("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0), convert=len,
-    )
-    retired_dbe = r.get(
-        "retired_pages_dbe", "nvmlDeviceGetRetiredPages", handle,
-        C("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1), convert=len,
-    )
-    retired_pending = r.get(
-        "retired_pages_pending", "nvmlDeviceGetRetiredPagesPendingStatus", handle, convert=lambda v: bool(v)
-    )
-    remap = r.get("row_remap", "nvmlDeviceGetRemappedRows", handle, convert=lambda v: tuple(v))
-    throttle_mask = r.get(
-        "throttle_reasons",
-        ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
-        handle, convert=int,
-    )
-    numa = _sysfs_pci(pci)
-    if numa["numa_node"] is None:
-        numa["numa_node"] = r.get("numa_node", "nvmlDeviceGetNumaNodeId", handle, convert=int)
-
-    gpu = {
-        "index": index,
-        "name": r.get("name", "nvmlDeviceGetName", handle),
-        "uuid": r.get("uuid", "nvmlDeviceGetUUID", handle),
-        "serial": r.get("serial", "nvmlDeviceGetSerial", handle),
-        "board_part_number": r.get("board_part_number", "nvmlDeviceGetBoardPartNumber", handle),
-        "vbios": r.get("vbios", "nvmlDeviceGetVbiosVersion", handle),
-        "pci_bus_id": pci,
-        "memory_total_mib": b_to_mib(mem.total) if mem is not None else None,
-        "memory_used_mib": b_to_mib(mem.used) if mem is not None else None,
-        "pcie": {
-            "gen_current": r.get("pcie.gen_current", "nvmlDeviceGetCurrPcieLinkGeneration", handle, convert=int),
-            "gen_max": r.get("pcie.gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", handle, convert=int),
-            "gen_gpu_max": r.get("pcie.gen_gpu_max", "nvmlDeviceGetGpuMaxPcieLinkGeneration", handle, convert=int),
-            "width_current": r.get("pcie.width_current", "nvmlDeviceGetCurrPcieLinkWidth", handle, convert=int),
-            "width_max": r.get("pcie.width_max", "nvmlDeviceGetMaxPcieLinkWidth", handle, convert=int),
-        },
-        "power": {
-            "limit_w": r.get("power.limit_w", "nvmlDeviceGetEnforcedPowerLimit", handle, convert=mw_to_w),
-            "default_limit_w": r.get("power.default_limit_w", "nvmlDeviceGetPowerManagementDefaultLimit", handle, convert=mw_to_w),
-            "max_limit_w": r.get(
-                "power.max_limit_w", "nvmlDeviceGetPowerManagementLimitConstraints", handle, convert=lambda v: mw_to_w(v[1])
-            ),
-            "draw_w": r.get("power.draw_w", "nvmlDeviceGetPowerUsage", handle, convert=mw_to_w),
-        },
-        "ecc": {
-            "enabled": bool(ecc_mode[0]) if ecc_mode is not None else None,
-            "pending_enabled": bool(ecc_mode[1]) if ecc_mode is not None else None,
-            "uncorrected_volatile": ecc_count("ecc.uncorrected_volatile", uncorr, volatile),
-            "uncorrected_aggregate": ecc_count("ecc.uncorrected_aggregate", uncorr, aggregate),
-            "corrected_volatile": ecc_count("ecc.corrected_volatile", corr, volatile),
-            "corrected_aggregate": ecc_count("ecc.corrected_aggregate", corr, aggregate),
-        },
-        "retired_pages": {
-            "single_bit": retired_sbe,
-            "double_bit": retired_dbe,
-            "pending": retired_pending,
-        },
-        "row_remap": {
-            "correctable": int(remap[0]) if remap else None,
-            "uncorrectable": int(remap[1]) if remap else None,
-            "pending": bool(remap[2]) if remap else None,
-            "failure": bool(remap[3]) if remap else None,
-        },
-        "temperature_c": r.get("temperature_c", "nvmlDeviceGetTemperature", handle, C("NVML_TEMPERATURE_GPU", 0), convert=int),
-        "temperature_slowdown_c": r.get(
-            "temperature_slowdown_c", "nvmlDeviceGetTemperatureThreshold", handle,
-            C("NVML_TEMPERATURE_THRESHOLD_SLOWDOWN", 1), convert=int,
-        ),
-        "temperature_shutdown_c": r.get(
-            "temperature_shutdown_c", "nvmlDeviceGetTemperatureThreshold", handle,
-            C("NVML_TEMPERATURE_THRESHOLD_SHUTDOWN", 0), convert=int,
-        ),
-        "clocks": {
-            "sm_mhz": r.get("clocks.sm_mhz", "nvmlDeviceGetClockInfo", handle, C("NVML_CLOCK_SM", 1), convert=int),
-            "mem_mhz": r.get("clocks.mem_mhz", "nvmlDeviceGetClockInfo", handle, C("NVML_CLOCK_MEM", 2), convert=int),
-            "sm_max_mhz": r.get("clocks.sm_max_mhz", "nvmlDeviceGetMaxClockInfo", handle, C("NVML_CLOCK_SM", 1), convert=int),
-            "mem_max_mhz": r.get("clocks.mem_max_mhz", "nvmlDeviceGetMaxClockInfo", handle, C("NVML_CLOCK_MEM", 2), convert=int),
-        },
-        "throttle_mask": throttle_mask,
-        "throttle_reasons": decode_throttle(throttle_mask),
-        "pstate": r.get("pstate", "nvmlDeviceGetPerformanceState", handle, convert=lambda v: f"P{int(v)}"),
-        "utilization_pct": r.get("utilization_pct", "nvmlDeviceGetUtilizationRates", handle, convert=lambda u: int(u.gpu)),
-        "persistence_mode": r.get("persistence_mode", "nvmlDeviceGetPersistenceMode", handle, convert=lambda v: bool(v)),
-        "compute_mode": r.get("compute_mode", "nvmlDeviceGetComputeMode", handle, convert=int),
-        "mig_mode": r.get("mig_mode", "nvmlDeviceGetMigMode", handle, convert=lambda v: bool(v[0])),
-        "numa_node": numa["numa_node"],
-        "cpu_affinity": numa["cpu_affinity"],
-    }
-    gpu["unavailable"] = dict(sorted(r.unavailable.items()))
-    return gpu
-
-
-def _parse_indices(gpu_indices, count: int) -> list[int]:
-    if gpu_indices is None:
-        return list(range(count))
-    out = []
-    for i in gpu_indices:
-        i = int(i)
-        if not 0 <= i < count:
-            raise ValueError(f"GPU index {i} does not exist on this host ({count} GPU(s))")
-        out.append(i)
-    return out
+    return probe_host.proc_driver_version(ROOT)
 
 
 # --------------------------------------------------------------------------
@@ -531,13 +82,13 @@ def collect(gpu_indices=None, nvml=None) -> dict:
         "schema": SCHEMA,
         "collected_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "host": {"hostname": socket.gethostname(), "fqdn": None},
-        "os": os_release(),
+        "os": os_release(ROOT),
         "kernel": uname.release,
-        "cpu": cpu_info(),
-        "memory": memory_info(),
+        "cpu": cpu_info(ROOT),
+        "memory": memory_info(ROOT),
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "stack": {},
-        "frameworks": framework_versions(),
+        "frameworks": framework_versions(dist_version),
         "nvidia": None,
         "gpu_count": 0,
         "gpus": [],
@@ -574,7 +125,7 @@ def collect(gpu_indices=None, nvml=None) -> dict:
         doc["nvidia"] = f"no NVIDIA driver/GPU found: {exc}"
         return doc
     try:
-        r = _Reader(nvml)
+        r = FieldReader(nvml)
         stack["driver"] = r.get("driver", "nvmlSystemGetDriverVersion")
         if stack["driver"]:
             stack["driver_source"] = "NVML"
@@ -590,17 +141,17 @@ def collect(gpu_indices=None, nvml=None) -> dict:
         try:
             count = int(nvml.nvmlDeviceGetCount())
         except Exception as exc:
-            doc["nvidia"] = f"no NVIDIA driver/GPU found: NVML cannot count GPUs: {_nvml_reason(exc)}"
+            doc["nvidia"] = f"no NVIDIA driver/GPU found: NVML cannot count GPUs: {nvml_reason(exc)}"
             return doc
         doc["gpu_count"] = count
         if count == 0:
             doc["nvidia"] = "no NVIDIA driver/GPU found: the driver reports 0 GPUs"
             return doc
-        for i in _parse_indices(gpu_indices, count):
+        for i in parse_indices(gpu_indices, count):
             try:
-                doc["gpus"].append(gpu_facts(nvml, i))
+                doc["gpus"].append(gpu_facts(nvml, i, ROOT))
             except Exception as exc:  # the handle itself failed (GPU fell off the bus)
-                doc["gpus"].append({"index": i, "error": f"GPU {i} cannot be read: {_nvml_reason(exc)}"})
+                doc["gpus"].append({"index": i, "error": f"GPU {i} cannot be read: {nvml_reason(exc)}"})
         return doc
     finally:
         if owned:

@@ -13,7 +13,7 @@ throttle_reasons, pcie_gen, pcie_width``.
   with MLLOG ``time_ms`` and with the kernel log.
 - ``gpu``: the index as the host numbers it (NVML order).
 - ``throttle_reasons``: the active clock-event reasons, names as in
-  ``runner.probe.THROTTLE_BITS`` joined by ``|``; empty when none.
+  ``runner.probe_gpu.THROTTLE_BITS`` joined by ``|``; empty when none.
 - A value NVML cannot give (not supported, GPU gone) is an empty field.
 - On a host without GPUs (or without a driver) the file holds the header
   only and the sampler does nothing else.
@@ -32,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from runner.probe import THROTTLE_BAD, NvmlUnavailable, decode_throttle, load_nvml
+from runner.probe_gpu import THROTTLE_BAD, NvmlUnavailable, decode_throttle, load_nvml
 
 COLUMNS = [
     "time_s", "gpu", "uuid", "power_w", "temp_c", "sm_clock_mhz", "mem_clock_mhz",
@@ -223,7 +223,7 @@ def summarize(rows: list[dict], since: float | None = None, until: float | None 
 
     ``since``/``until`` (Unix seconds) keep only the samples of a window, such
     as the time a load test ran. Reasons in ``throttle_bad`` are those that
-    mean power or heat held the GPU back (``runner.probe.THROTTLE_BAD``).
+    mean power or heat held the GPU back (``runner.probe_gpu.THROTTLE_BAD``).
     """
     per: dict[int, list[dict]] = {}
     for row in rows:

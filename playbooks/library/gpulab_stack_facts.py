@@ -9,7 +9,9 @@ version.txt behind /usr/local/cuda, the cuDNN and NCCL headers, and the Python
 environment's own imports. Given ``expected`` versions and the inventory's GPU
 model and count, it also returns the drift: [{component, expected, found}],
 judged by gpulab's one version rule (lab/versions.py, shipped to the host as
-module_utils). Where the system has no cuDNN, NCCL or CUDA toolkit of its own,
+module_utils). Where the headers, libraries and version files are and how a
+version is read from each are the runner probe's rules (runner/stackread.py,
+shipped as module_utils too). Where the system has no cuDNN, NCCL or CUDA toolkit of its own,
 the Python environment's NVIDIA wheels (nvidia-cudnn-cu13, nvidia-nccl-cu13...,
 and the CUDA release PyTorch was built with) stand for them, as they do for a
 PyTorch installed from PyPI. Read-only: it supports check mode and changes nothing.
@@ -72,37 +74,12 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils import gpulab_stackread as stackread
 from ansible.module_utils.gpulab_versions import agrees
 
-CUDNN_HEADERS = [
-    "/usr/include/cudnn_version.h", "/usr/include/*-linux-gnu/cudnn_version.h",
-    "/usr/include/*-linux-gnu/cudnn_version_v*.h", "/usr/include/cudnn_version_v*.h",
-    "/usr/include/cudnn.h", "/usr/include/*-linux-gnu/cudnn_v*.h", "/usr/include/cudnn_v*.h",
-    "/usr/local/cuda/include/cudnn_version.h", "/usr/local/cuda/include/cudnn.h",
-]
-NCCL_HEADERS = ["/usr/include/nccl.h", "/usr/local/cuda/include/nccl.h"]
-LIB_DIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/aarch64-linux-gnu", "/usr/lib"]
 PACKAGE_PATTERNS = re.compile(r"^(nvidia-driver|nvidia-utils|libnvidia-compute|cuda-drivers|cuda-toolkit|cuda-[0-9]|"
                               r"libcudnn|libnccl|kmod-nvidia)")
 PACKAGE_VERSION = re.compile(r"^(?:[0-9]+:)?([0-9]+(?:\.[0-9]+)+)")
-
-
-def _read(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def header_version(text, prefix, names):
-    values = []
-    for name in names:
-        m = re.search(r"#define\s+%s_%s\s+\(?([0-9]+)" % (prefix, name), text or "")
-        if not m:
-            return None
-        values.append(m.group(1))
-    return ".".join(values)
 
 
 def packages(module):
@@ -128,7 +105,7 @@ def upstream(version):
     return m.group(1) if m else version
 
 
-def driver_facts(module):
+def driver_facts(module, root="/"):
     """Driver version and GPUs: nvidia-smi, else the loaded module, else the installed NVML library."""
     facts = {"version": None, "source": None, "loaded": False, "gpus": None, "error": None}
     smi = module.get_bin_path("nvidia-smi")
@@ -149,59 +126,31 @@ def driver_facts(module):
     else:
         facts["error"] = "nvidia-smi not found"
     if facts["version"] is None:
-        text = _read("/sys/module/nvidia/version")
+        text = stackread.read(os.path.join(root, "sys/module/nvidia/version"))
         if text and text.strip():
             facts.update(version=text.strip(), source="/sys/module/nvidia/version", loaded=True)
     if facts["version"] is None:
-        found = []
-        for d in LIB_DIRS:
-            for path in glob.glob(os.path.join(d, "libnvidia-ml.so.*.*")):
-                m = re.search(r"libnvidia-ml\.so\.([0-9]+\.[0-9]+(?:\.[0-9]+)?)$", path)
-                if m:
-                    found.append(m.group(1))
+        found = [v for _, v in stackread.libraries(root, "libnvidia-ml")]
         if found:
             facts.update(version=sorted(found)[-1], source="installed libnvidia-ml (driver not loaded)")
     return facts
 
 
-def cuda_version(root):
-    data = _read(os.path.join(root, "version.json"))
-    if data:
-        try:
-            return json.loads(data)["cuda"]["version"]
-        except (ValueError, KeyError, TypeError):
-            pass
-    text = _read(os.path.join(root, "version.txt"))
-    m = re.search(r"CUDA Version ([0-9.]+)", text or "")
-    if m:
-        return m.group(1)
-    m = re.search(r"#define\s+CUDA_VERSION\s+([0-9]+)", _read(os.path.join(root, "include", "cuda.h")) or "")
-    if m:  # a toolkit without version files (some images): 13000 -> 13.0
-        n = int(m.group(1))
-        return "%d.%d" % (n // 1000, (n % 1000) // 10)
-    return None
-
-
-def cuda_facts():
+def cuda_facts(root="/"):
+    home = os.path.join(root, stackread.CUDA_HOME)
     versions = {}
-    for root in sorted(glob.glob("/usr/local/cuda-*")):
-        v = cuda_version(root)
+    for path in sorted(glob.glob(home + "-*")):
+        v = stackread.cuda_version(path)[0]
         if v:
-            versions[os.path.basename(root)] = v
-    default = None
-    if os.path.exists("/usr/local/cuda"):
-        default = cuda_version(os.path.realpath("/usr/local/cuda"))
-    return {"default": default, "default_path": os.path.realpath("/usr/local/cuda")
-            if os.path.exists("/usr/local/cuda") else None, "installed": versions}
+            versions[os.path.basename(path)] = v
+    exists = os.path.exists(home)
+    return {"default": stackread.cuda_version(os.path.realpath(home))[0] if exists else None,
+            "default_path": os.path.realpath(home) if exists else None, "installed": versions}
 
 
-def cudnn_facts(pkgs):
-    headers = {}
-    for pattern in CUDNN_HEADERS:
-        for path in sorted(glob.glob(pattern)):
-            v = header_version(_read(path), "CUDNN", ("MAJOR", "MINOR", "PATCHLEVEL"))
-            if v:
-                headers[os.path.realpath(path)] = v
+def cudnn_facts(pkgs, root="/"):
+    headers = dict((os.path.realpath(path), v)
+                   for path, v in stackread.headers(root, stackread.CUDNN_HEADERS, stackread.CUDNN_DEFINES))
     from_pkgs = sorted({upstream(v) for n, v in pkgs.items() if re.match(r"^libcudnn[0-9]+(-cuda-[0-9]+)?$", n)})
     versions = list(from_pkgs)
     for v in sorted(set(headers.values())):  # tar installs: header only
@@ -210,11 +159,9 @@ def cudnn_facts(pkgs):
     return {"versions": versions, "headers": headers}
 
 
-def nccl_facts(pkgs):
-    for path in NCCL_HEADERS:
-        v = header_version(_read(path), "NCCL", ("MAJOR", "MINOR", "PATCH"))
-        if v:
-            return {"version": v, "header": path}
+def nccl_facts(pkgs, root="/"):
+    for path, v in stackread.headers(root, stackread.NCCL_HEADERS, stackread.NCCL_DEFINES):
+        return {"version": v, "header": path}
     from_pkgs = sorted({upstream(v) for n, v in pkgs.items() if n in ("libnccl2", "libnccl")})
     return {"version": from_pkgs[-1] if from_pkgs else None, "header": None}
 
@@ -238,9 +185,7 @@ try:
     from importlib import metadata
 except ImportError:
     metadata = None
-dists = {"cudnn": ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12", "nvidia-cudnn-cu11"),
-         "nccl": ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11"),
-         "cuda": ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12")}
+dists = json.loads(%r)
 for comp in ("cudnn", "nccl", "cuda"):
     if libs.get(comp):
         continue
@@ -252,7 +197,7 @@ for comp in ("cudnn", "nccl", "cuda"):
         except Exception:
             pass
 print(json.dumps({"frameworks": out, "libraries": libs}))
-"""
+""" % json.dumps(stackread.DISTS)
 
 
 def python_facts(module, env, python, names):

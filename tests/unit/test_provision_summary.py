@@ -16,11 +16,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def facts_module():
-    """The stack facts module, with its module_utils (the version rule) where Ansible would put it."""
+    """The stack facts module, with its module_utils (the version rule, the stack reading rules)
+    where Ansible would put them."""
     import ansible.module_utils
 
-    sys.modules["ansible.module_utils.gpulab_versions"] = versions
-    ansible.module_utils.gpulab_versions = versions
+    from runner import stackread
+
+    for name, mod in (("gpulab_versions", versions), ("gpulab_stackread", stackread)):
+        sys.modules[f"ansible.module_utils.{name}"] = mod
+        setattr(ansible.module_utils, name, mod)
     spec = importlib.util.spec_from_file_location("gpulab_stack_facts",
                                                   REPO / "playbooks" / "library" / "gpulab_stack_facts.py")
     mod = importlib.util.module_from_spec(spec)
@@ -60,10 +64,12 @@ def test_drift_rules(kwargs, expected, model, count, drift):
 
 
 def test_header_versions_are_parsed_like_nvidia_writes_them():
+    from runner import stackread   # the module's and the probe's one header rule
+
     mod = facts_module()
     text = "#define CUDNN_MAJOR 9\n#define CUDNN_MINOR 1\n#define CUDNN_PATCHLEVEL 0\n"
-    assert mod.header_version(text, "CUDNN", ("MAJOR", "MINOR", "PATCHLEVEL")) == "9.1.0"
-    assert mod.header_version("#define NCCL_MAJOR 2\n#define NCCL_MINOR 21\n", "NCCL", ("MAJOR", "MINOR", "PATCH")) is None
+    assert stackread.header_version(text, stackread.CUDNN_DEFINES) == "9.1.0"
+    assert stackread.header_version("#define NCCL_MAJOR 2\n#define NCCL_MINOR 21\n", stackread.NCCL_DEFINES) is None
     assert mod.upstream("7.4.1.5-1+cuda10.0") == "7.4.1.5" and mod.upstream("1:550.144.03-0ubuntu1") == "550.144.03"
 
 

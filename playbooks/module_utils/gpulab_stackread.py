@@ -1,0 +1,1 @@
+../../runner/stackread.py
