@@ -48,6 +48,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchcommon import default_device, name_list, torch_meta  # noqa: E402
 
 ALL = ("resnet50", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
 SCALES = ("tiny", "small", "full")
@@ -162,23 +164,12 @@ def meta(args) -> dict:
          "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:]), "device": args.device,
          "precision": args.precision, "backend": args.backend or "inductor", "seed": args.seed, "jobs": args.jobs,
          "host": platform.node(), "python": platform.python_version()}
-    try:
-        import torch
-
-        m["torch"] = torch.__version__
-        if args.device == "cuda" and torch.cuda.is_available():
-            m["gpu"] = torch.cuda.get_device_name(0)
-    except ImportError:
-        pass
+    m.update(torch_meta(args.device))
     return m
 
 
 def _list(text: str, known: tuple, what: str) -> list[str]:
-    items = [w.strip() for w in text.split(",") if w.strip()]
-    bad = [w for w in items if w not in known]
-    if bad or not items:
-        raise ValueError(f"{what}: unknown {', '.join(bad) or '(none given)'} (known: {', '.join(known)})")
-    return items
+    return name_list(text, known, what)
 
 
 def parse(argv):
@@ -208,12 +199,7 @@ def parse(argv):
     ap.add_argument("--_result", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.device is None:
-        try:
-            import torch
-
-            args.device = "cuda" if torch.cuda.is_available() else "cpu"
-        except ImportError:
-            args.device = "cpu"
+        args.device = default_device()
     args.precision = args.precision or ("bf16" if args.device == "cuda" else "fp32")
     if args.scales is None:
         args.scales = "small,full" if args.device == "cuda" else "tiny"

@@ -68,24 +68,31 @@ def _gather_backward(code: torch.Tensor, grad: torch.Tensor, h: int, w: int) -> 
     return total.to(grad.dtype)
 
 
+def _pool_with_codes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The padded 3x3/2 max (NaN wins) and the int8 window offset of each maximum."""
+    h, w = x.shape[-2:]
+    ho, wo = _half(h), _half(w)
+    xp = F.pad(x, (1, 2 * wo - w, 1, 2 * ho - h), value=float("-inf"))
+    best = code = None
+    for k in range(9):
+        i, j = divmod(k, 3)
+        v = xp[:, :, i:i + 2 * ho - 1:2, j:j + 2 * wo - 1:2]
+        if best is None:
+            best, code = v, torch.zeros(v.shape, dtype=torch.int8, device=v.device)
+            continue
+        take = (v > best) | torch.isnan(v)
+        best = torch.where(take, v, best)
+        code = code.masked_fill(take, k)
+    return best, code
+
+
 class OldMaxPool3x3s2(torch.autograd.Function):
     """The removed Function, as it was in runner/workloads/vision.py."""
 
     @staticmethod
     def forward(ctx, x):
         h, w = x.shape[-2:]
-        ho, wo = _half(h), _half(w)
-        xp = F.pad(x, (1, 2 * wo - w, 1, 2 * ho - h), value=float("-inf"))
-        best = code = None
-        for k in range(9):
-            i, j = divmod(k, 3)
-            v = xp[:, :, i:i + 2 * ho - 1:2, j:j + 2 * wo - 1:2]
-            if best is None:
-                best, code = v, torch.zeros(v.shape, dtype=torch.int8, device=v.device)
-                continue
-            take = (v > best) | torch.isnan(v)
-            best = torch.where(take, v, best)
-            code = code.masked_fill(take, k)
+        best, code = _pool_with_codes(x)
         ctx.save_for_backward(code)
         ctx.in_size = (h, w)
         ctx.channels_last = _is_channels_last(x)
@@ -111,20 +118,7 @@ class OldPool(nn.Module):
 def _offsets(x: torch.Tensor) -> torch.Tensor:
     """The forward's int8 offsets, computed eagerly (input of the 'backward alone' case)."""
     with torch.no_grad():
-        h, w = x.shape[-2:]
-        ho, wo = _half(h), _half(w)
-        xp = F.pad(x, (1, 2 * wo - w, 1, 2 * ho - h), value=float("-inf"))
-        best = code = None
-        for k in range(9):
-            i, j = divmod(k, 3)
-            v = xp[:, :, i:i + 2 * ho - 1:2, j:j + 2 * wo - 1:2]
-            if best is None:
-                best, code = v, torch.zeros(v.shape, dtype=torch.int8, device=v.device)
-                continue
-            take = (v > best) | torch.isnan(v)
-            best = torch.where(take, v, best)
-            code = code.masked_fill(take, k)
-    return code
+        return _pool_with_codes(x)[1]
 
 
 def _stats(got: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, float]:

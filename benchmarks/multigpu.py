@@ -56,6 +56,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchcommon import name_list, recorded_platform  # noqa: E402
 from multigpu_runs import (GRACE_S, MIN_START_S, NO_MULTICAST, ROOT, _tail, child_env, mllog_check,  # noqa: E402,F401
                            run_env, run_one, tagged_pids)
 
@@ -123,11 +124,7 @@ def parse(argv) -> argparse.Namespace:
 
 
 def _list(text: str, known: tuple, what: str) -> list[str]:
-    items = [w.strip() for w in text.split(",") if w.strip()]
-    bad = [w for w in items if w not in known]
-    if bad or not items:
-        raise Refused(f"{what}: unknown {', '.join(bad) or '(none given)'} (known: {', '.join(known)})")
-    return items
+    return name_list(text, known, what, Refused)
 
 
 # --------------------------------------------------------------------------- the parts
@@ -343,17 +340,7 @@ def main(argv=None) -> int:
 
 
 def _platform(runs: Path) -> dict:
-    for man in sorted(runs.glob("*/manifest.json")):
-        try:
-            probe = json.loads(man.read_text()).get("probe") or {}
-        except (OSError, ValueError):
-            continue
-        gpus = probe.get("gpus") or []
-        return {"torch": (probe.get("frameworks") or {}).get("torch"),
-                "gpu": gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None,
-                "driver": (probe.get("stack") or {}).get("driver"),
-                "nccl": (probe.get("stack") or {}).get("nccl")}
-    return {}
+    return recorded_platform(runs, ("driver", "nccl"))
 
 
 if __name__ == "__main__":

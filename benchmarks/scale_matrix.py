@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchcommon import recorded_platform  # noqa: E402
 
 ALL = ("resnet50", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
 SCALES = ("tiny", "small", "full")
@@ -126,17 +128,7 @@ def run_one(args, name, mode, scale, end: float | None) -> dict:
 
 def _platform(args, runs_dir: Path) -> dict:
     """torch, GPU and driver as the runner's own probe recorded them (manifest.json of a run)."""
-    for man in sorted(runs_dir.glob("*/manifest.json")):
-        try:
-            probe = json.loads(man.read_text()).get("probe") or {}
-        except (OSError, ValueError):
-            continue
-        gpus = probe.get("gpus") or []
-        return {"torch": (probe.get("frameworks") or {}).get("torch"),
-                "gpu": gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None,
-                "driver": (probe.get("stack") or {}).get("driver"),
-                "cuda_driver": (probe.get("stack") or {}).get("cuda_driver")}
-    return {}
+    return recorded_platform(runs_dir, ("driver", "cuda_driver"))
 
 
 def parse(argv):

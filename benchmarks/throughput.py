@@ -58,6 +58,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchcommon import default_device, torch_meta  # noqa: E402
 
 ALL = ("resnet50", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
 VARIANTS = ("optimized", "compiled", "baseline")
@@ -310,14 +312,7 @@ def _meta(args) -> dict:
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "host": platform.node(), "python": platform.python_version(),
             "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:])}
-    try:
-        import torch
-
-        meta["torch"] = torch.__version__
-        if args.device == "cuda" and torch.cuda.is_available():
-            meta["gpu"] = torch.cuda.get_device_name(0)
-    except ImportError:
-        pass
+    meta.update(torch_meta(args.device))
     return meta
 
 
@@ -361,12 +356,7 @@ def main(argv=None) -> int:
     ap.add_argument("--_set", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.device is None:
-        try:
-            import torch
-
-            args.device = "cuda" if torch.cuda.is_available() else "cpu"
-        except ImportError:
-            args.device = "cpu"
+        args.device = default_device()
     if args.scale is None:
         args.scale = "full" if args.device == "cuda" else "tiny"
     if args.warmup_steps is None:

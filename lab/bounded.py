@@ -112,6 +112,17 @@ def read_json(path: str | Path, *, root: str | Path | None = None, limit: int = 
         raise Unreadable(path, "is not JSON (nested too deep)") from None
 
 
+def read_or(read, path: str | Path, *, root: str | Path | None, limit: int, missing, unreadable):
+    """``read(path, root=root, limit=limit)`` with its failures turned into the caller's own: the exception
+    ``missing()`` gives when the file is not there, ``unreadable(reason)`` when it cannot be read."""
+    try:
+        return read(path, root=root, limit=limit)
+    except Missing:
+        raise missing() from None
+    except Unreadable as exc:
+        raise unreadable(exc.reason) from None
+
+
 def sha256(path: str | Path, *, root: str | Path | None = None, limit: int = limits.HASH_BYTES) -> str:
     """sha256 of a regular file, streamed; Unreadable past ``limit`` bytes."""
     fd, st = _open(Path(path), root)

@@ -53,12 +53,9 @@ def parse(text: str, source: str = SUMS) -> dict[str, str]:
 def read(run_dir: Path) -> dict[str, str]:
     """The parsed SHA256SUMS of ``run_dir``; Missing, or ValueError (one line) when unreadable or malformed."""
     path = Path(run_dir) / SUMS
-    try:
-        text = bounded.read_text(path, root=run_dir, limit=limits.SUMS_BYTES)
-    except bounded.Missing:
-        raise Missing(f"{SUMS} is missing") from None
-    except bounded.Unreadable as exc:
-        raise ValueError(f"{SUMS} {exc.reason}") from None
+    text = bounded.read_or(bounded.read_text, path, root=run_dir, limit=limits.SUMS_BYTES,
+                           missing=lambda: Missing(f"{SUMS} is missing"),
+                           unreadable=lambda why: ValueError(f"{SUMS} {why}"))
     return parse(text, str(path))
 
 

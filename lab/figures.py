@@ -114,6 +114,11 @@ def draw_all(an, rules, fdir: Path) -> list[dict]:
     units = {s["benchmark"]: s["sample_unit"] for s in systems}
     out = []
 
+    def bar_figure(name: str, file: str, key: str, benches: list, title: str, ylabel, short: str, caption: str):
+        path = fdir / file
+        _bars(systems, key, benches, title, ylabel, path, colors, name_of, _short)
+        out.append({"name": name, "path": path, "title": short, "panels": list(benches), "caption": caption})
+
     if any(s.get("system_key") for s in systems):
         # A published result tree: one bar per system (lab.systemfigs).
         devs = sorted({s["device"] for s in systems})
@@ -139,23 +144,18 @@ def draw_all(an, rules, fdir: Path) -> list[dict]:
         benches = bench_order(rules, [s["benchmark"] for s in systems
                                        if s["score_minutes"] and s["gpus"] is not None])
     if benches:
-        path = fdir / "fig1_time_to_train.png"
-        _bars(systems, "score_minutes", benches,
-              "Figure 1. Time to train (MLPerf score, minutes) by GPU count and device",
-              "minutes", path, colors, name_of, _short)
-        out.append({"name": "fig1", "path": path, "title": "Figure 1. Time to train", "panels": list(benches),
-                    "caption": "MLPerf score in minutes (mean without the fastest and slowest run) "
-                               "per benchmark, GPU count and device. Hatched: too few runs."})
+        bar_figure("fig1", "fig1_time_to_train.png", "score_minutes", benches,
+                   "Figure 1. Time to train (MLPerf score, minutes) by GPU count and device", "minutes",
+                   "Figure 1. Time to train", "MLPerf score in minutes (mean without the fastest and slowest run) "
+                   "per benchmark, GPU count and device. Hatched: too few runs.")
     benches = [] if any(s.get("system_key") for s in systems) else bench_order(
         rules, [s["benchmark"] for s in systems if s["throughput_mean"] and s["gpus"] is not None])
     if benches:
-        path = fdir / "fig2_throughput.png"
-        _bars(systems, "throughput_mean", benches,
-              "Figure 2. Training throughput by GPU count and device",
-              lambda b: f"{units.get(b, 'samples')}/s", path, colors, name_of, _short)
-        out.append({"name": "fig2", "path": path, "title": "Figure 2. Throughput", "panels": list(benches),
-                    "caption": "Mean training throughput of the runs (samples per second; "
-                               "the unit of each benchmark on its axis)."})
+        bar_figure("fig2", "fig2_throughput.png", "throughput_mean", benches,
+                   "Figure 2. Training throughput by GPU count and device",
+                   lambda b: f"{units.get(b, 'samples')}/s", "Figure 2. Throughput",
+                   "Mean training throughput of the runs (samples per second; "
+                   "the unit of each benchmark on its axis).")
     lines = {}
     for r in an.scaling:
         key = (r["benchmark"], name_of(r))
@@ -230,10 +230,8 @@ def draw_all(an, rules, fdir: Path) -> list[dict]:
                                "the epochs to converge behind it."})
     benches = bench_order(rules, [s["benchmark"] for s in systems if s["perf_per_watt"] and s["gpus"] is not None])
     if benches:
-        path = fdir / "fig4_perf_per_watt.png"
-        _bars(systems, "perf_per_watt", benches,
-              "Figure 4. Performance per watt (samples per joule)",
-              lambda b: f"{units.get(b, 'samples')}/J", path, colors, name_of, _short)
-        out.append({"name": "fig4", "path": path, "title": "Figure 4. Performance per watt", "panels": list(benches),
-                    "caption": "Mean throughput divided by the mean measured GPU power (telemetry)."})
+        bar_figure("fig4", "fig4_perf_per_watt.png", "perf_per_watt", benches,
+                   "Figure 4. Performance per watt (samples per joule)",
+                   lambda b: f"{units.get(b, 'samples')}/J", "Figure 4. Performance per watt",
+                   "Mean throughput divided by the mean measured GPU power (telemetry).")
     return out

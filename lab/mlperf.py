@@ -26,13 +26,24 @@ def _norm(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", s)
 
 
+def _add_alias(table: dict[str, str], alias: str, name: str, source: Path) -> None:
+    """Record that ``alias`` names ``name``; ConfigError when it already names another entry."""
+    key = _norm(alias)
+    other = table.get(key)
+    if other and other != name:
+        raise ConfigError(f"{source}: alias {alias!r} names both {other} and {name}")
+    table[key] = name
+
+
 @dataclass(frozen=True)
 class Benchmark:
+    """One benchmark of lab/data/benchmarks.yml (its header says what each field means)."""
     name: str
     title: str
     aliases: tuple[str, ...]
     metric: str
     target: float | dict
+    """the quality target as v0.5 logs write it; a mapping (Mask R-CNN: bbox, segm) must be met in every metric"""
     runs_required: int
     converged_required: int | None
     sample_unit: str
@@ -59,12 +70,7 @@ class Rules:
                 converged_required=b.get("converged_required"), sample_unit=b["sample_unit"],
                 train_samples=b.get("train_samples"))
             for alias in (name, *b["aliases"]):
-                key = _norm(alias)
-                other = self._bench_alias.get(key)
-                if other and other != name:
-                    raise ConfigError(f"{data_dir / 'benchmarks.yml'}: alias {alias!r} "
-                                      f"names both {other} and {name}")
-                self._bench_alias[key] = name
+                _add_alias(self._bench_alias, alias, name, data_dir / "benchmarks.yml")
         self.device_power: dict[str, float | None] = {}
         self._dev_alias: dict[str, str] = {}
         self._lab_alias: set[str] = set()   # keys that only this lab's own hosts use
@@ -73,12 +79,7 @@ class Rules:
             self.device_power[name] = d.get("power_w")
             self._lab_alias.update(_norm(a) for a in d.get("lab_aliases", []))
             for alias in (name, *d["aliases"], *d.get("lab_aliases", [])):
-                key = _norm(alias)
-                other = self._dev_alias.get(key)
-                if other and other != name:
-                    raise ConfigError(f"{data_dir / 'devices.yml'}: alias {alias!r} "
-                                      f"names both {other} and {name}")
-                self._dev_alias[key] = name
+                _add_alias(self._dev_alias, alias, name, data_dir / "devices.yml")
                 parts = re.findall(r"[a-z0-9]+", re.sub(r"nvidia|tesla", " ", alias.lower()))
                 if parts:
                     patterns.append((len("".join(parts)), "[-_ ]*".join(map(re.escape, parts))))

@@ -105,12 +105,9 @@ def check(doc, source: str) -> dict:
 def read(root: Path) -> dict:
     """Read and check ``root/sweep.json``; ConfigError when it is not a sound sweep state."""
     path = Path(root) / STATE_FILE
-    try:
-        doc = bounded.read_json(path, root=root, limit=limits.JSON_BYTES)
-    except bounded.Missing:
-        raise ConfigError(f"{root}: not a sweep directory (no {STATE_FILE})") from None
-    except bounded.Unreadable as exc:
-        raise ConfigError(f"{path}: unreadable sweep state ({exc.reason})") from None
+    doc = bounded.read_or(bounded.read_json, path, root=root, limit=limits.JSON_BYTES,
+                          missing=lambda: ConfigError(f"{root}: not a sweep directory (no {STATE_FILE})"),
+                          unreadable=lambda why: ConfigError(f"{path}: unreadable sweep state ({why})"))
     return check(doc, str(path))
 
 

@@ -13,19 +13,11 @@ sees a truncated or replaced file. Workloads read these files at full scale
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from pathlib import Path
 
-from runner.datasets.common import CHUNK, PrepareError, sha256_file
-
-
-def file_digest(path: Path, algo: str) -> str:
-    h = hashlib.new(algo)
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
+from runner.artifacts import digest as file_digest
+from runner.datasets.common import PrepareError, sha256_file
 
 
 def verify_file(path: Path, artifact: dict) -> None:

@@ -1,0 +1,54 @@
+"""Small pieces that several benchmark scripts share (imported with benchmarks/ on sys.path)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def default_device() -> str:
+    """cuda when torch is there and sees a GPU, else cpu."""
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def torch_meta(device: str) -> dict:
+    """The torch version, and the GPU's name when ``device`` is cuda and one is there; {} without torch."""
+    out = {}
+    try:
+        import torch
+
+        out["torch"] = torch.__version__
+        if device == "cuda" and torch.cuda.is_available():
+            out["gpu"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return out
+
+
+def name_list(text: str, known: tuple, what: str, error: type[Exception] = ValueError) -> list[str]:
+    """The comma-separated names of ``text``; ``error`` (one line) when empty or when one is not in ``known``."""
+    items = [w.strip() for w in text.split(",") if w.strip()]
+    bad = [w for w in items if w not in known]
+    if bad or not items:
+        raise error(f"{what}: unknown {', '.join(bad) or '(none given)'} (known: {', '.join(known)})")
+    return items
+
+
+def recorded_platform(runs_dir: Path, stack_keys: tuple[str, ...]) -> dict:
+    """torch, GPU and the named stack entries as the runner's own probe recorded them (a run's manifest.json)."""
+    for man in sorted(Path(runs_dir).glob("*/manifest.json")):
+        try:
+            probe = json.loads(man.read_text()).get("probe") or {}
+        except (OSError, ValueError):
+            continue
+        gpus = probe.get("gpus") or []
+        stack = probe.get("stack") or {}
+        out = {"torch": (probe.get("frameworks") or {}).get("torch"),
+               "gpu": gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None}
+        out.update({key: stack.get(key) for key in stack_keys})
+        return out
+    return {}
