@@ -59,12 +59,22 @@ class BahdanauAttention(nn.Module):
 
 
 def reverse_within(x, lengths):
-    """Each row's first ``lengths[b]`` steps reversed, the padding after them kept in place."""
+    """Each row's first ``lengths[b]`` steps reversed, the padding after them kept in place.
+
+    The gather runs in fp32 (exact: it only moves values; a no-op for fp32
+    input). Its backward is a ``scatter_add``, an op that CUDA autocast
+    promotes, and torch.compile traces the backward under autocast; under
+    CUDA autocast the cuDNN LSTMs return float16 whatever autocast's dtype,
+    and a float16 gradient reaching ``scatter_add`` under bf16 autocast stops
+    the compile ("Unexpected floating ScalarType in at::autocast::prioritize").
+    Through an fp32 gather that gradient is fp32, which the promotion accepts
+    (runner.workloads.gradients.promote_capture_backend checks this on a CPU).
+    """
     B, S = x.shape[:2]
     t = torch.arange(S, device=x.device).unsqueeze(0)
     L = lengths.unsqueeze(1)
     idx = torch.where(t < L, L - 1 - t, t)
-    return x.gather(1, idx.unsqueeze(-1).expand_as(x))
+    return x.float().gather(1, idx.unsqueeze(-1).expand(B, S, x.shape[-1])).to(x.dtype)
 
 
 class GNMT(nn.Module):

@@ -334,3 +334,52 @@ def compare(ref: dict, got: dict, precision: str = "bf16", floor: dict | None = 
             "floor": None if floor is None else {"margin": FLOOR_MARGIN, "min_cosine": FLOOR_MIN_COSINE,
                                                  "passed_by_floor": by_floor},
             "failures": failures, "rows": rows}
+
+
+# --- CUDA autocast's promoted ops, checked on a CPU -------------------------------------------
+#
+# CUDA autocast runs a few ops at the widest floating type of their inputs ("promote":
+# scatter_add, index_put, addcmul, ...) and accepts among those inputs only fp32, fp64
+# and autocast's own dtype: a float16 input under bf16 autocast stops the step with
+# "Unexpected floating ScalarType in at::autocast::prioritize". Under CUDA autocast the
+# cuDNN RNNs (nn.LSTM) always run in float16, whatever autocast's dtype, so a bf16 run
+# meets such an input wherever an LSTM output (or its gradient) reaches one of these ops,
+# in the forward or, under torch.compile (which traces the backward under the forward's
+# autocast), in the backward. CPU autocast promotes other ops (cat, stack, index_copy), so
+# a CPU run does not fail there; ``autocast_promote_hazards`` finds the cases on a CPU.
+
+#: ops CUDA autocast promotes (its "promote" list; cat and stack promote by themselves)
+CUDA_PROMOTE_OPS = ("addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler",
+                    "index_put", "tensordot", "scatter_add")
+
+
+def promote_capture_backend():
+    """A torch.compile backend (AOTAutograd, eager kernels) that records, in its ``hazards``
+    list, every call of a CUDA-promoted op in the forward and backward graphs that has a
+    bf16 or fp16 input: ``(graph, op, input dtypes)``. On a GPU such an input can be a
+    cuDNN RNN's float16 output under bf16 autocast, which that op refuses."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    hazards: list = []
+    low = (torch.bfloat16, torch.float16)
+
+    def inspect(which):
+        def compiler(gm, example_inputs):
+            for node in gm.graph.nodes:
+                if node.op != "call_function":
+                    continue
+                name = getattr(node.target, "_opname", None) or getattr(node.target, "__name__", "")
+                if name.rstrip("_") not in CUDA_PROMOTE_OPS:
+                    continue
+                dtypes = sorted({str(a.meta["val"].dtype) for a in node.all_input_nodes
+                                 if isinstance(a.meta.get("val"), torch.Tensor)
+                                 and a.meta["val"].is_floating_point()})
+                if any(str(d) in dtypes for d in low):
+                    hazards.append((which, str(node.target), dtypes))
+            return make_boxed_func(gm.forward)
+        return compiler
+
+    backend = aot_autograd(fw_compiler=inspect("forward"), bw_compiler=inspect("backward"))
+    backend.hazards = hazards
+    return backend

@@ -152,8 +152,10 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _pids_mentioning(text: str) -> list[int]:
-    """Processes of the root namespace whose command line mentions text (ssh control masters)."""
+def pids_mentioning(text: str) -> list[int]:
+    """Processes of the root namespace whose command line mentions text (ssh control masters).
+
+    Processes come and go while /proc is listed: one that is gone before its cmdline is read is skipped."""
     out = []
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != os.getpid() and text in _cmdline(int(entry)):
@@ -180,7 +182,7 @@ def _teardown_objects(entry: dict, procs: list[subprocess.Popen] = ()) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
     if entry.get("control_dir"):         # controller-side ssh masters of this lab
-        _kill(_pids_mentioning(entry["control_dir"]), signal.SIGTERM)
+        _kill(pids_mentioning(entry["control_dir"]), signal.SIGTERM)
     for ns in netns:
         wait_for(lambda ns=ns: not _netns_pids(ns), 10, f"processes of {ns} to exit")
     time.sleep(0.2)                      # let closing connections finish while the bridge is up

@@ -1,6 +1,7 @@
 """lab.remote.on_hosts: typed per-host results (Fabric's GroupResult) and Ctrl-C while it waits."""
 
 import _thread
+import signal
 import threading
 import time
 
@@ -33,7 +34,16 @@ def test_each_host_gives_its_value_or_its_error_in_host_order():
     assert got.reasons() == {"b": "b: unreachable", "d": "ValueError: odd answer"}
 
 
-def test_ctrl_c_while_waiting_cancels_the_hosts_not_started_and_raises_at_once():
+@pytest.fixture
+def sigint_as_in_a_terminal():
+    """SIGINT raises KeyboardInterrupt, as for a user at a terminal. A shell that starts the tests in the
+    background starts them with SIGINT ignored, and interrupt_main() then does nothing."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+def test_ctrl_c_while_waiting_cancels_the_hosts_not_started_and_raises_at_once(sigint_as_in_a_terminal):
     started, release = [], threading.Event()
 
     def fn(h):
