@@ -387,14 +387,11 @@ class Trainer:
         return self.batch
 
     def throughput_step(self) -> None:
-        if not hasattr(self, "_synthetic"):
-            ctx = self.ctx
-            g = V.device_generator(ctx, ctx.seed + ctx.rank)
-            x = V.synthetic_images(ctx, self.batch, self.image_size, g)
-            y = torch.randint(0, self.classes, (self.batch,), device=ctx.device, generator=g)
-            self._synthetic = (x, y)
-            self.model.train()
-        self._train_step(*self._synthetic)
+        V.synthetic_step(self, self._synthetic_batch)
+
+    def _synthetic_batch(self, ctx, g):
+        x = V.synthetic_images(ctx, self.batch, self.image_size, g)
+        return x, torch.randint(0, self.classes, (self.batch,), device=ctx.device, generator=g)
 
 
 def build(ctx) -> Trainer:

@@ -238,15 +238,12 @@ class Trainer:
         return self.batch
 
     def throughput_step(self) -> None:
-        if not hasattr(self, "_synthetic"):
-            ctx = self.ctx
-            g = V.device_generator(ctx, ctx.seed + ctx.rank)
-            x = V.synthetic_images(ctx, self.batch, self.size, g)
-            boxes, labels = V.synthetic_boxes(ctx, self.batch, self.num_classes, g, (0.1, 0.8), (0.05, 0.3))
-            boxes = boxes.clamp(0, 1)
-            self._synthetic = (x, boxes, labels)
-            self.model.train()
-        self._train_step(*self._synthetic)
+        V.synthetic_step(self, self._synthetic_batch)
+
+    def _synthetic_batch(self, ctx, g):
+        x = V.synthetic_images(ctx, self.batch, self.size, g)
+        boxes, labels = V.synthetic_boxes(ctx, self.batch, self.num_classes, g, (0.1, 0.8), (0.05, 0.3))
+        return x, boxes.clamp(0, 1), labels
 
 
 def build(ctx) -> Trainer:

@@ -238,6 +238,16 @@ def device_generator(ctx, seed: int) -> torch.Generator:
     return g
 
 
+def synthetic_step(trainer, make) -> None:
+    """One training step of ``trainer`` (throughput mode) on a synthetic batch made once, by
+    ``make(ctx, generator)`` with a generator on the run's device seeded with seed + rank."""
+    if not hasattr(trainer, "_synthetic"):
+        ctx = trainer.ctx
+        trainer._synthetic = make(ctx, device_generator(ctx, ctx.seed + ctx.rank))
+        trainer.model.train()
+    trainer._train_step(*trainer._synthetic)
+
+
 def synthetic_images(ctx, batch: int, size, generator=None) -> torch.Tensor:
     h, w = (size, size) if isinstance(size, int) else size
     x = torch.randn(batch, 3, h, w, device=ctx.device, generator=generator)
