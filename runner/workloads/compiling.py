@@ -1,0 +1,84 @@
+"""torch.compile for the workloads: ``compile_fn`` with the scale's mode and Inductor settings, and the
+``key=value`` parsing of ``GPULAB_INDUCTOR`` (re-exported by runner.workloads.base, where callers read them)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from runner.workloads.errors import WorkloadError
+
+
+def _option_value(text: str):
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text.strip()
+
+
+def key_values(text: str, source: str) -> dict:
+    """``"key=value,key=value"`` -> a dict of typed values (see _option_value); ``source`` names the text in errors."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise WorkloadError(f"{source}: {item!r} is not key=value")
+        out[key.strip()] = _option_value(value)
+    return out
+
+
+def inductor_options(cfg_options: dict | None) -> dict:
+    """The workload's ``inductor:`` settings, with ``GPULAB_INDUCTOR`` ("key=value,...") on top."""
+    return {**(cfg_options or {}), **key_values(os.environ.get("GPULAB_INDUCTOR") or "", "GPULAB_INDUCTOR")}
+
+
+def compile_fn(ctx: "Context", fn, dynamic: bool = False, options: dict | None = None):
+    """``torch.compile(fn)`` when the context compiles, else ``fn``.
+
+    The mode is the scale's ``compile_mode`` (for instance
+    ``max-autotune-no-cudagraphs`` or ``reduce-overhead``);
+    ``GPULAB_COMPILE_MODE`` overrides it. ``options`` (default: the scale's
+    ``inductor:`` mapping), then ``GPULAB_INDUCTOR``, set Inductor's
+    configuration (``torch._inductor.config``, dotted keys such as
+    ``triton.cudagraphs``) for this process, which runs one workload; a
+    setting the running PyTorch release lacks is skipped with a note on
+    stderr (the runner supports releases from ``runner.OLDEST_TORCH`` on).
+    Compiled artifacts land in ``TORCHINDUCTOR_CACHE_DIR`` (set by the
+    supervisor to the sweep's cache), so later runs of a sweep skip the work.
+    """
+    if not ctx.compile:
+        return fn
+    mode = os.environ.get("GPULAB_COMPILE_MODE") or ctx.cfg.get("compile_mode")  # the benchmark may try another
+    from runner.workloads import COMPILE_MODES
+
+    if mode and mode not in COMPILE_MODES:
+        raise WorkloadError(f"compile mode {mode!r} (GPULAB_COMPILE_MODE): use one of {', '.join(COMPILE_MODES)}")
+    opts = inductor_options(ctx.cfg.get("inductor") if options is None else options)
+    if opts:
+        import torch._inductor.config as inductor_config
+
+        for key, value in opts.items():
+            *path, leaf = key.split(".")
+            target = inductor_config
+            try:
+                for part in path:
+                    target = getattr(target, part)
+                getattr(target, leaf)
+            except AttributeError:  # settings come and go between releases: run without it, and say so
+                print(f"note: inductor option {key!r} skipped: torch {torch.__version__} has no such setting",
+                      file=sys.stderr, flush=True)
+                continue
+            setattr(target, leaf, value)
+    kw = {"dynamic": dynamic}
+    if mode and mode != "default":
+        kw["mode"] = mode
+    return torch.compile(fn, **kw)
