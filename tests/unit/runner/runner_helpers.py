@@ -90,3 +90,22 @@ def launched_spec(run_dir: Path) -> str:
 
 
 SIGTERM, SIGINT = signal.SIGTERM, signal.SIGINT
+
+
+def full_scale_trainer(name: str, build, world_size: int, batch: int):
+    """A workload's full-scale trainer built on the CPU by ``build`` (its module's ``build``), as if
+    ``world_size`` processes of ``batch`` each ran it: the global batch and what is derived from it,
+    without a process group."""
+    import torch
+
+    from runner import workloads
+    from runner.mllog import MLLog
+    from runner.workloads.base import Context
+
+    entry = workloads.load()[name]
+    spec = {"workload": name, "scale": "full", "mode": "throughput", "seed": 0, "entry": entry,
+            "compile": False, "optimized": False, "throughput_batch_size": batch}
+    ctx = Context(spec=spec, entry=entry, log=MLLog(None), device=torch.device("cpu"), rank=0,
+                  world_size=world_size, local_rank=0, precision="fp32")
+    ctx.distributed = False  # world_size only sets the global batch here; no process group
+    return build(ctx)

@@ -13,11 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from runner import workloads  # noqa: E402
-from runner.mllog import MLLog  # noqa: E402
 from runner.workloads import maskrcnn as M  # noqa: E402
 from runner.workloads import maskrcnn_data as data  # noqa: E402
 from runner.workloads import maskrcnn_recipe as recipe  # noqa: E402
-from runner.workloads.base import Context  # noqa: E402
+from runner_helpers import full_scale_trainer  # noqa: E402
 from runner.workloads.maskrcnn_heads import Detector  # noqa: E402
 from runner.workloads.maskrcnn_model import STRIDES, grid_anchors  # noqa: E402
 
@@ -65,13 +64,7 @@ def test_anchors_equal_the_reference_formula_at_every_level():
 
 
 def full_trainer(world_size: int, batch: int):
-    entry = workloads.load()["maskrcnn"]
-    spec = {"workload": "maskrcnn", "scale": "full", "mode": "throughput", "seed": 0, "entry": entry,
-            "compile": False, "optimized": False, "throughput_batch_size": batch}
-    ctx = Context(spec=spec, entry=entry, log=MLLog(None), device=torch.device("cpu"), rank=0,
-                  world_size=world_size, local_rank=0, precision="fp32")
-    ctx.distributed = False  # world_size only sets the global batch here; no process group
-    return M.build(ctx)
+    return full_scale_trainer("maskrcnn", M.build, world_size, batch)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from runner.mllog import MLLog  # noqa: E402
 from runner.workloads import base  # noqa: E402
 from runner.workloads import resnet50 as R  # noqa: E402
 from runner.workloads import resnet50_recipe as recipe  # noqa: E402
-from runner.workloads.base import Context  # noqa: E402
+from runner_helpers import full_scale_trainer  # noqa: E402
 
 IMAGENET = 1281167
 # results/8xV100/resnet/result_0.txt: opt_learning_rate logged every 100 steps (step: value). With
@@ -40,13 +40,7 @@ def reference_lr(step, gbs, base_lr=0.06):
 
 
 def full_trainer(world_size: int, batch: int):
-    entry = workloads.load()["resnet50"]
-    spec = {"workload": "resnet50", "scale": "full", "mode": "throughput", "seed": 0, "entry": entry,
-            "compile": False, "optimized": False, "throughput_batch_size": batch}
-    ctx = Context(spec=spec, entry=entry, log=MLLog(None), device=torch.device("cpu"), rank=0,
-                  world_size=world_size, local_rank=0, precision="fp32")
-    ctx.distributed = False  # world_size only sets the global batch here; no process group
-    return R.build(ctx)
+    return full_scale_trainer("resnet50", R.build, world_size, batch)
 
 
 @pytest.fixture(scope="module")
