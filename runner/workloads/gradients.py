@@ -346,7 +346,7 @@ def compare(ref: dict, got: dict, precision: str = "bf16", floor: dict | None = 
 # meets such an input wherever an LSTM output (or its gradient) reaches one of these ops,
 # in the forward or, under torch.compile (which traces the backward under the forward's
 # autocast), in the backward. CPU autocast promotes other ops (cat, stack, index_copy), so
-# a CPU run does not fail there; ``autocast_promote_hazards`` finds the cases on a CPU.
+# a CPU run does not fail there; ``promote_capture_backend`` finds the cases on a CPU.
 
 #: ops CUDA autocast promotes (its "promote" list; cat and stack promote by themselves)
 CUDA_PROMOTE_OPS = ("addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler",
