@@ -18,7 +18,6 @@ import tempfile
 from pathlib import Path
 
 import jinja2
-import jsonschema
 import yaml
 
 from tests.testlab.util import HERE, LabError, cache_dir, digest, flock, run
@@ -30,6 +29,8 @@ PKGFILES = HERE / "pkgfiles"
 
 def load_spec(paths: list[Path] | None = None) -> list[dict]:
     """Expanded package list: one dict per (package, version), all strings rendered."""
+    import jsonschema  # here, not at the top: tests/conftest.py imports the lab, and the GPU tests run without it
+
     schema = yaml.safe_load(SCHEMA.read_text())
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     out: list[dict] = []
