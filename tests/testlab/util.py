@@ -102,6 +102,24 @@ def alive(pid: int, start: int | None) -> bool:
     return now is not None and (start is None or now == start)
 
 
+def exec_done(proc: subprocess.Popen, timeout: float = 30) -> subprocess.Popen:
+    """Wait until a child that Popen just started shows its command line and environment in /proc.
+
+    Popen returns once the child's exec has begun (its close-on-exec pipe closed), but the kernel sets up
+    the new image's arguments and environment a moment later: until then /proc/PID/cmdline and
+    /proc/PID/environ read empty, and a scan of /proc misses the child. Tests that start a process and
+    then look for it call this first."""
+    def shown():
+        if proc.poll() is not None:
+            raise AssertionError(f"process {proc.pid} ({proc.args!r}) exited early with {proc.returncode}")
+        try:
+            return Path(f"/proc/{proc.pid}/cmdline").read_bytes() != b""
+        except OSError:
+            return False
+    wait_for(shown, timeout, f"process {proc.pid} to show its command line in /proc")
+    return proc
+
+
 def wait_for(pred, timeout: float, what: str, interval: float = 0.05):
     deadline = time.monotonic() + timeout
     while True:

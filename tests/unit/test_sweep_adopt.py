@@ -12,6 +12,7 @@ import pytest
 
 from lab import hostlock, remote, sweep
 from lab.inventory import Host
+from tests.testlab.util import exec_done
 
 
 @pytest.fixture
@@ -26,7 +27,7 @@ def test_run_state_by_token(local, tmp_path):
     assert sweep.run_state(local, str(src), "tok-a") == "none"
     src.mkdir(parents=True)
     assert sweep.run_state(local, str(src), "tok-a") == "gone"             # a partial folder, nothing running
-    p = subprocess.Popen(["sleep", "30"], env=dict(os.environ, GPULAB_RUN_TOKEN="tok-a"))
+    p = exec_done(subprocess.Popen(["sleep", "30"], env=dict(os.environ, GPULAB_RUN_TOKEN="tok-a")))
     try:
         assert sweep.run_state(local, str(src), "tok-a") == "running"
         assert sweep.run_state(local, str(src), "tok-other") == "gone"     # another run's processes do not count
@@ -48,7 +49,7 @@ def test_a_lock_left_by_a_dead_controller_is_taken_over_for_its_own_run_only(loc
     gone = hostlock.HostLock(local, workdir, "S")
     gone.owner = gone.owner.replace(f"pid={os.getpid()}", f"pid={dead_pid()}")   # the killed controller
     assert gone.try_acquire("tok-run") is None
-    p = subprocess.Popen(["sleep", "30"], env=dict(os.environ, GPULAB_RUN_TOKEN="tok-run"))  # its run goes on
+    p = exec_done(subprocess.Popen(["sleep", "30"], env=dict(os.environ, GPULAB_RUN_TOKEN="tok-run")))  # runs on
     try:
         resumed = hostlock.HostLock(local, workdir, "S")
         busy = resumed.try_acquire("tok-new")

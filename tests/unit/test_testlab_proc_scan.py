@@ -6,22 +6,16 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 
 from tests.testlab import lab
-from tests.testlab.util import proc_start_time
+from tests.testlab.util import exec_done, proc_start_time
 
 
 def test_a_scan_of_proc_skips_a_process_that_vanished_after_the_listing(monkeypatch):
     marker = f"gpulab-scan-{secrets.token_hex(4)}"
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
     try:
-        # The scan must see the live child first; on a loaded machine that may take a moment (a CI run once saw
-        # an empty scan right after the start), so wait for it within a bound, and say so if the child died.
-        deadline = time.monotonic() + 30
-        while lab.pids_mentioning(marker) != [child.pid] and child.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert child.poll() is None, f"the child exited early with {child.returncode}"
+        exec_done(child)                              # Popen returns before /proc shows its command line
         assert lab.pids_mentioning(marker) == [child.pid]
         listed = os.listdir("/proc")                  # the listing still names the child ...
     finally:

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from runner_helpers import ROOT, env
+from tests.testlab.util import exec_done
 
 SCRIPT = ROOT / "benchmarks" / "multigpu.py"
 
@@ -79,6 +80,7 @@ def test_tagged_processes_are_found_until_they_end():
     mod = module()
     p = subprocess.Popen(["sleep", "30"], env=dict(os.environ, GPULAB_RUN_TOKEN="mg-test-tag"))
     try:
+        exec_done(p)                                  # Popen returns before /proc shows its environment
         assert mod.tagged_pids("mg-test-tag") == [p.pid]
         assert mod.tagged_pids("mg-test-ta") == []  # the whole value, not a prefix
     finally:
