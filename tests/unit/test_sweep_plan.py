@@ -15,6 +15,7 @@ import pytest
 from lab import checksums, hostlock, remote, sweep, topology
 from lab.errors import ConfigError
 from lab.inventory import Host
+from tests.testlab.util import exec_done
 
 
 def host(name="h1", count=3, connection="ssh", workdir="/var/lib/gpulab"):
@@ -242,7 +243,7 @@ def test_host_lock_excludes_a_second_controller_and_takes_over_stale_locks(local
     assert c.try_acquire("tok-c") is None
     # ... but not while a process still carries its run's token
     os.utime(tmp_path / "work; touch $HOME_pwned" / "sweep.lock" / "heartbeat", (old, old))
-    p = subprocess.Popen(["sleep", "30"], env=dict(os.environ, GPULAB_RUN_TOKEN="tok-c"))
+    p = exec_done(subprocess.Popen(["sleep", "30"], env=dict(os.environ, GPULAB_RUN_TOKEN="tok-c")))
     try:
         d = hostlock.HostLock(local, workdir, "sweep-d", stale_s=300)
         busy = d.try_acquire("tok-d")
@@ -263,7 +264,7 @@ def test_stop_run_reaches_every_tagged_process(local):
     env = dict(os.environ, GPULAB_RUN_TOKEN="tok-stop")
     # one process that ignores SIGTERM, in a session of its own (as the runner's workload group is)
     p1 = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 60 & wait"], env=env, start_new_session=True)
-    p2 = subprocess.Popen(["sleep", "60"], env=env)
+    p2 = exec_done(subprocess.Popen(["sleep", "60"], env=env))
     time.sleep(0.3)
     assert set(sweep.tagged_alive(local, "tok-stop")) >= {p1.pid, p2.pid}
     killed = sweep.stop_run(local, "tok-stop", None, grace_s=1.0, poll_s=0.2)
