@@ -28,8 +28,6 @@ from lab.errors import ConfigError
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "inventory" / "stacks"
 
-FAMILY = osfamily.FAMILY
-
 COMPONENTS = ("driver", "cuda", "cudnn", "nccl")
 
 
@@ -68,11 +66,6 @@ def local_os(os_release: Path | str = "/etc/os-release") -> str:
     return f"{dist} {version}"
 
 
-def repo_dist(os_name: str) -> str:
-    """NVIDIA's repository name for an OS release: ubuntu1804, debian12, rhel9 (lab.osfamily)."""
-    return osfamily.repo_dist(os_name)
-
-
 @dataclass(frozen=True)
 class Stack:
     name: str
@@ -109,7 +102,7 @@ def load(name: str, stacks_dir: Path | str | None = None) -> Stack:
     if data["name"] != name:
         raise ConfigError(f"{path}: name: '{data['name']}' does not match the file name '{name}'")
     for os_name in data["supports"]:
-        family = FAMILY[os_name.split()[0]]
+        family = os_family(os_name)
         for section in ("packages", "repositories"):
             if family not in data[section]:
                 raise ConfigError(f"{path}: supports: '{os_name}' is a {family}-family OS but {section} "

@@ -116,7 +116,12 @@ def exec_done(proc: subprocess.Popen, timeout: float = 30) -> subprocess.Popen:
             return Path(f"/proc/{proc.pid}/cmdline").read_bytes() != b""
         except OSError:
             return False
-    wait_for(shown, timeout, f"process {proc.pid} to show its command line in /proc")
+    try:
+        wait_for(shown, timeout, f"process {proc.pid} to show its command line in /proc")
+    except BaseException:
+        proc.kill()                                   # the caller's cleanup never runs: leave nothing behind
+        proc.wait()
+        raise
     return proc
 
 

@@ -11,7 +11,7 @@ import jinja2
 import pytest
 import yaml
 
-from lab import stacks
+from lab import osfamily, stacks
 from lab.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,7 +43,7 @@ def test_every_supported_os_is_covered():
 
 @pytest.mark.parametrize("os_name", SUPPORTED)
 def test_the_playbooks_and_the_controller_agree(os_name):
-    assert role_rule(os_name) == (stacks.os_family(os_name), stacks.repo_dist(os_name))
+    assert role_rule(os_name) == (stacks.os_family(os_name), osfamily.repo_dist(os_name))
 
 
 def test_an_unknown_os_is_refused_on_both_sides():

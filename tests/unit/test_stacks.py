@@ -7,7 +7,7 @@ import shutil
 import pytest
 import yaml
 
-from lab import stacks
+from lab import osfamily, stacks
 from lab.errors import ConfigError
 from lab.inventory import Host
 
@@ -98,7 +98,7 @@ def test_the_profiles_the_runner_runs_under_pin_the_pytorch_ci_tests():
 
 def test_os_family_and_repository_names():
     assert stacks.os_family("Ubuntu 18.04") == "Debian" and stacks.os_family("CentOS 7") == "RedHat"
-    assert [stacks.repo_dist(o) for o in ("Ubuntu 18.04", "Debian 12", "RedHat 7", "Rocky 9")] == \
+    assert [osfamily.repo_dist(o) for o in ("Ubuntu 18.04", "Debian 12", "RedHat 7", "Rocky 9")] == \
         ["ubuntu1804", "debian12", "rhel7", "rhel9"]
 
 
