@@ -8,7 +8,7 @@ installed NVML library when no driver is loaded), CUDA's version.json /
 version.txt behind /usr/local/cuda, the cuDNN and NCCL headers, and the Python
 environment's own imports. Given ``expected`` versions and the inventory's GPU
 model and count, it also returns the drift: [{component, expected, found}],
-judged by gpulab's one version rule (lab/versions.py, shipped to the host as
+judged by gpulab's one version rule (lab/core/versions.py, shipped to the host as
 module_utils). Where the headers, libraries and version files are and how a
 version is read from each are the runner probe's rules (runner/stackread.py,
 shipped as module_utils too). Where the system has no cuDNN, NCCL or CUDA toolkit of its own,

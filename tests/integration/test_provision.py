@@ -57,7 +57,7 @@ def plab(testlab, tmp_path_factory):
     lab.work = tmp_path_factory.mktemp("provision")
     lab.artifacts = lab.work / "artifacts"
     # the same hosts, pv-02 moved to mlperf-v0.5 (declared Ubuntu 18.04)
-    inv = yaml.safe_load(lab.inventory.read_text())
+    inv = yaml.safe_load(lab.hosts.inventory.read_text())
     pv02 = _find_host(inv, "pv-02")
     pv02.update({"gpulab_stack": "mlperf-v0.5", "gpulab_os": "Ubuntu 18.04", "stack_profile_verify_os": False})
     lab.inventory_mlperf = lab.work / "inventory-mlperf.yml"
@@ -72,7 +72,7 @@ def _find_host(inv: dict, name: str) -> dict:
 
 def invoke(lab, *args, inventory=None, env=None, check=True):
     """`invoke ARGS --inventory ...` from the worktree, as a user runs it."""
-    cmd = [str(INVOKE), *args, "--inventory", str(inventory or lab.inventory)]
+    cmd = [str(INVOKE), *args, "--inventory", str(inventory or lab.hosts.inventory)]
     full_env = {**os.environ, **lab.ansible_env(), "PYTHONPATH": str(REPO),
                 "INVOKE_GPULAB_ARTIFACTS": str(lab.artifacts), **(env or {})}
     res = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=600)
@@ -262,8 +262,8 @@ def test_unknown_and_changed_host_keys_are_refused(plab, tmp_path):
     assert counts["pv-01"]["state"] == counts["pv-02"]["state"] == "unreachable"
     assert re.search(rf"reason: .*host key of pv-01 CHANGED.*{re.escape(str(known))}", res.stdout)
     assert re.search(r"reason: .*host key of pv-02 is UNKNOWN", res.stdout)
-    # the strict probe lab.provision uses when Ansible's message hides the key check (pipelining)
-    from lab.ansible import probe_host_key
+    # the strict probe lab.hosts.provision uses when Ansible's message hides the key check (pipelining)
+    from lab.hosts.ansible import probe_host_key
     probe = {n: probe_host_key(n, plab.hosts[n].address, 22, "root", str(plab.private_key), str(known))
              for n in plab.names}
     assert "host key of pv-01 CHANGED" in probe["pv-01"] and "host key of pv-02 is UNKNOWN" in probe["pv-02"]

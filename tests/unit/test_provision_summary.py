@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from lab import ansible, provision, stacks, versions
+from lab.hosts import ansible
+from lab.hosts import provision
+from lab.hosts import stacks
+from lab.core import versions
 from tests.unit.test_stacks import host
 
 REPO = Path(__file__).resolve().parents[2]
