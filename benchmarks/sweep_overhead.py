@@ -50,7 +50,7 @@ def measure(lab: Lab, hosts: list[str], seeds: int, mode: str, results: Path) ->
     invoke = [sys.executable, "-m", "invoke"]
     env = dict(os.environ, PYTHONPATH=str(ROOT), INVOKE_GPULAB_RESULTS=str(results))
     t0 = time.time()
-    p = subprocess.run(invoke + ["sweep", "--inventory", str(lab.hosts.inventory), "--host", ",".join(hosts),
+    p = subprocess.run(invoke + ["sweep", "--inventory", str(lab.inventory), "--host", ",".join(hosts),
                                  "--seeds", str(seeds), "--mode", mode, "--name", name],
                        cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.time() - t0

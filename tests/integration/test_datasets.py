@@ -125,7 +125,7 @@ def test_datasets_on_two_hosts(testlab, tmp_path):
     (tmp_path / "catalogue.yml").write_text(yaml.safe_dump(cat, sort_keys=False))
     mirror = Mirror(www, lab.controller)
     try:
-        inv = yaml.safe_load(lab.hosts.inventory.read_text())
+        inv = yaml.safe_load(lab.inventory.read_text())
         inv["all"].setdefault("vars", {})["gpulab_mirror"] = mirror.url
         (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inv))
         env = {**os.environ, **lab.ansible_env(), "PYTHONPATH": str(REPO)}
@@ -213,7 +213,7 @@ def test_datasets_on_two_hosts(testlab, tmp_path):
         for ds in ("coco", "resnet34-torchvision"):  # what ssd reads
             for a in entries[ds]["artifacts"]:
                 os.link(tmp_path / "src" / ds / a["file"], flat / a["file"])
-        inv2 = yaml.safe_load(lab.hosts.inventory.read_text())
+        inv2 = yaml.safe_load(lab.inventory.read_text())
         inv2["all"].setdefault("vars", {})["datasets_origins"] = {"nowhere": f"controller:{flat}"}
         (tmp_path / "inventory2.yml").write_text(yaml.safe_dump(inv2))
         host = lab.names[1]

@@ -45,7 +45,7 @@ def flab(testlab, tmp_path_factory):
     provisioning_lab.prepare(lab)
     lab.work = tmp_path_factory.mktemp("foundation")
     # the same hosts as CPU hosts, for the sweep
-    inv = yaml.safe_load(lab.hosts.inventory.read_text())
+    inv = yaml.safe_load(lab.inventory.read_text())
     inv["all"]["vars"].update({"gpulab_gpu_model": "cpu", "gpulab_gpu_count": 0})
     lab.cpu_inventory = lab.work / "inventory-cpu.yml"
     lab.cpu_inventory.write_text(yaml.safe_dump(inv))

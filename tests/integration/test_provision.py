@@ -57,7 +57,7 @@ def plab(testlab, tmp_path_factory):
     lab.work = tmp_path_factory.mktemp("provision")
     lab.artifacts = lab.work / "artifacts"
     # the same hosts, pv-02 moved to mlperf-v0.5 (declared Ubuntu 18.04)
-    inv = yaml.safe_load(lab.hosts.inventory.read_text())
+    inv = yaml.safe_load(lab.inventory.read_text())
     pv02 = _find_host(inv, "pv-02")
     pv02.update({"gpulab_stack": "mlperf-v0.5", "gpulab_os": "Ubuntu 18.04", "stack_profile_verify_os": False})
     lab.inventory_mlperf = lab.work / "inventory-mlperf.yml"
@@ -72,7 +72,7 @@ def _find_host(inv: dict, name: str) -> dict:
 
 def invoke(lab, *args, inventory=None, env=None, check=True):
     """`invoke ARGS --inventory ...` from the worktree, as a user runs it."""
-    cmd = [str(INVOKE), *args, "--inventory", str(inventory or lab.hosts.inventory)]
+    cmd = [str(INVOKE), *args, "--inventory", str(inventory or lab.inventory)]
     full_env = {**os.environ, **lab.ansible_env(), "PYTHONPATH": str(REPO),
                 "INVOKE_GPULAB_ARTIFACTS": str(lab.artifacts), **(env or {})}
     res = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=600)

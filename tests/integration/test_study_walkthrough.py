@@ -146,7 +146,7 @@ def walk(testlab, tmp_path_factory):
     provisioning_lab.prepare(lab, ("ubuntu1804",))
     # inventory/hosts.yml as it is, with the lab's addresses, SSH settings and mirror
     inv = yaml.safe_load((REPO / "inventory" / "hosts.yml").read_text())
-    lab_vars = yaml.safe_load(lab.hosts.inventory.read_text())["all"]["vars"]
+    lab_vars = yaml.safe_load(lab.inventory.read_text())["all"]["vars"]
     inv["all"]["vars"].update(lab_vars, gpulab_mirror=lab.http_url, **LAB_ONLY)
     groups = inv["all"]["children"]["r740"]
     groups["vars"].update(gpulab_os="Ubuntu 18.04", stack_profile_verify_os=False)

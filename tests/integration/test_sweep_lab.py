@@ -83,7 +83,7 @@ def lab(testlab):
 
 def test_sweep_survives_a_lost_host_resumes_and_collects_again(lab, tmp_path):
     results = tmp_path / "results"
-    args = ["--inventory", str(lab.hosts.inventory), "--host", "sw-01,sw-02,sw-03", "--seeds", "1", "--name", "s1"]
+    args = ["--inventory", str(lab.inventory), "--host", "sw-01,sw-02,sw-03", "--seeds", "1", "--name", "s1"]
     proc = subprocess.Popen(invoke_cmd() + ["sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env_for(results, reconnect_s=2))
     # kill sw-03's sshd while its run is going: the run goes on there, the controller loses the host
@@ -127,7 +127,7 @@ def test_sweep_survives_a_lost_host_resumes_and_collects_again(lab, tmp_path):
 
     # a corrupted local copy: `invoke collect` fetches it again
     (results / "s1" / "sw-01" / rid / "mllog.log").write_text("corrupted\n")
-    c = subprocess.run(invoke_cmd() + ["collect", str(results / "s1"), "--inventory", str(lab.hosts.inventory)],
+    c = subprocess.run(invoke_cmd() + ["collect", str(results / "s1"), "--inventory", str(lab.inventory)],
                        cwd=ROOT, env=env_for(results), capture_output=True, text=True, timeout=300)
     assert c.returncode == 0, c.stdout + c.stderr
     assert "1 run(s) fetched, 3 verified, 0 problem(s)" in c.stdout
@@ -140,7 +140,7 @@ def test_crash_hang_and_full_disk_are_recorded_with_reasons(lab, tmp_path):
     results = tmp_path / "results"
     # sw-04's workdir is a 4 MiB file system: the runner fits, a run's free-space check does not pass
     lab.exec("sw-04", f"mkdir -p {SMALL_WORKDIR} && mount -t tmpfs -o size=4m tmpfs {SMALL_WORKDIR}")
-    args = ["--inventory", str(lab.hosts.inventory), "--host", "sw-01,sw-02,sw-04", "--seeds", "1", "--name", "s2",
+    args = ["--inventory", str(lab.inventory), "--host", "sw-01,sw-02,sw-04", "--seeds", "1", "--name", "s2",
             "--timeout", "0.4"]
     proc = subprocess.Popen(invoke_cmd() + ["sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,
@@ -171,7 +171,7 @@ def test_crash_hang_and_full_disk_are_recorded_with_reasons(lab, tmp_path):
 
 def test_ctrl_c_stops_every_remote_run_and_saves_the_state(lab, tmp_path):
     results = tmp_path / "results"
-    args = ["--inventory", str(lab.hosts.inventory), "--host", "sw-01,sw-03", "--seeds", "2", "--name", "s3"]
+    args = ["--inventory", str(lab.inventory), "--host", "sw-01,sw-03", "--seeds", "2", "--name", "s3"]
     # as from a terminal: SIGINT at its default even when the tests run in the background (where the shell
     # starts them with SIGINT ignored, and Python would then never raise KeyboardInterrupt)
     proc = subprocess.Popen(invoke_cmd() + ["sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
@@ -208,7 +208,7 @@ def test_a_killed_controller_resumed_reruns_nothing_that_finished_on_the_host(la
     waited for, then fetched; neither starts again."""
     results = tmp_path / "results"
     rid = "ncf-ttt-tiny-cpu-s1"
-    args = ["--inventory", str(lab.hosts.inventory), "--host", "sw-01,sw-03", "--seeds", "1", "--name", "k1"]
+    args = ["--inventory", str(lab.inventory), "--host", "sw-01,sw-03", "--seeds", "1", "--name", "k1"]
     proc = subprocess.Popen(invoke_cmd() + ["sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env_for(results))
     held = set()
@@ -264,7 +264,7 @@ def test_unknown_changed_and_unreachable_hosts_are_refused_and_bad_names_rejecte
     h = lab.hosts
     known = tmp_path / "known_hosts"
     known.write_text(f"sw-03,{h['sw-03'].address} {wrong}\n")          # changed key; sw-01 unknown
-    inv = yaml.safe_load(lab.hosts.inventory.read_text().replace(str(lab.known_hosts), str(known)))
+    inv = yaml.safe_load(lab.inventory.read_text().replace(str(lab.known_hosts), str(known)))
     inv["all"]["hosts"]["ghost"] = {"ansible_host": str(lab.net.network_address + 200)}
     path = tmp_path / "inventory.yml"
     path.write_text(yaml.safe_dump(inv))
@@ -281,7 +281,7 @@ def test_unknown_changed_and_unreachable_hosts_are_refused_and_bad_names_rejecte
     assert lab.exec("sw-01", "test -e /var/lib/gpulab", check=False).returncode != 0   # nothing ran there
 
     # a workload name with shell metacharacters: rejected before any host is touched
-    p = sweep(["--inventory", str(lab.hosts.inventory), "--host", "sw-01", "--workloads",
+    p = sweep(["--inventory", str(lab.inventory), "--host", "sw-01", "--workloads",
                "ncf;touch /tmp/pwned-name", "--seeds", "1", "--name", "evil"], results, timeout=120)
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == ["gpulab: --workloads: 'ncf;touch /tmp/pwned-name' is not a workload name"]
@@ -292,7 +292,7 @@ def test_unknown_changed_and_unreachable_hosts_are_refused_and_bad_names_rejecte
 def test_dry_run_touches_nothing(lab, tmp_path):
     results = tmp_path / "results"
     lab.exec("sw-03", "rm -rf /var/lib/gpulab")
-    p = sweep(["--inventory", str(lab.hosts.inventory), "--host", "sw-03", "--seeds", "mlperf", "--name", "dry",
+    p = sweep(["--inventory", str(lab.inventory), "--host", "sw-03", "--seeds", "mlperf", "--name", "dry",
                "--dry-run"], results, timeout=120)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.strip().splitlines()
@@ -303,7 +303,7 @@ def test_dry_run_touches_nothing(lab, tmp_path):
 
 def test_multi_node_run_with_one_rendezvous(lab, tmp_path):
     results = tmp_path / "results"
-    p = sweep(["--inventory", str(lab.hosts.inventory), "--host", "sw-01,sw-03", "--nodes", "2", "--seeds", "1",
+    p = sweep(["--inventory", str(lab.inventory), "--host", "sw-01,sw-03", "--nodes", "2", "--seeds", "1",
                "--name", "mn"], results)
     assert p.returncode == 0, p.stdout + p.stderr
     rid = "ncf-ttt-tiny-2node-cpu-s1"

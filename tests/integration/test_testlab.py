@@ -27,7 +27,7 @@ def ansible(lab: Lab, tmp_path: Path, module: str, args: str = "", inventory: Pa
     pdd.mkdir()
     r = ansible_runner.run(
         private_data_dir=str(pdd), module=module, module_args=args or None, host_pattern="all",
-        inventory=str(inventory or lab.hosts.inventory), envvars=lab.ansible_env(), quiet=True,
+        inventory=str(inventory or lab.inventory), envvars=lab.ansible_env(), quiet=True,
         timeout=180,
     )
     per_host: dict[str, list] = {}
@@ -103,7 +103,7 @@ def test_changed_or_unknown_host_key_is_refused(testlab, tmp_path):
     known.write_text(f"key-ok,{h['key-ok'].address} {h['key-ok'].host_key_pub}\n"
                      f"key-changed,{h['key-changed'].address} {wrong_key}\n")
     inventory = tmp_path / "inventory.yml"
-    inventory.write_text(lab.hosts.inventory.read_text().replace(str(lab.known_hosts), str(known)))
+    inventory.write_text(lab.inventory.read_text().replace(str(lab.known_hosts), str(known)))
     marker = "/root/a-task-ran-here"
     r, per_host = ansible(lab, tmp_path, "command", f"touch {marker}", inventory=inventory)
     assert r.status == "failed"

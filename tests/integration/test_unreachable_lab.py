@@ -36,7 +36,7 @@ def lab(testlab):
 
 @pytest.fixture
 def inventory(lab, tmp_path):
-    inv = yaml.safe_load(lab.hosts.inventory.read_text())
+    inv = yaml.safe_load(lab.inventory.read_text())
     inv["all"].setdefault("hosts", {})["ghost"] = {"ansible_host": str(lab.net.network_address + 200)}
     path = tmp_path / "inventory.yml"
     path.write_text(yaml.safe_dump(inv))

@@ -26,7 +26,7 @@ def test_validate_gpu_less_and_unreachable_hosts(testlab, tmp_path):
 
     lab = testlab(2, prefix="val", all_vars=LAB_VARS)
     # the lab's inventory plus a host at an address of the lab's network that nobody owns
-    inv = yaml.safe_load(lab.hosts.inventory.read_text())
+    inv = yaml.safe_load(lab.inventory.read_text())
     inv["all"].setdefault("hosts", {})["ghost"] = {"ansible_host": str(lab.net.network_address + 200)}
     path = tmp_path / "inventory.yml"
     path.write_text(yaml.safe_dump(inv))

@@ -73,7 +73,7 @@ def cmd_bench(args) -> int:
                 with tempfile.TemporaryDirectory() as pdd:
                     t0 = time.monotonic()
                     r = ansible_runner.run(private_data_dir=pdd, module="ping", host_pattern="all",
-                                           inventory=str(lab.hosts.inventory), envvars=lab.ansible_env(), quiet=True)
+                                           inventory=str(lab.inventory), envvars=lab.ansible_env(), quiet=True)
                     pings.append(time.monotonic() - t0)
                     if r.status != "successful":
                         print(f"ansible ping failed on {n} hosts", file=sys.stderr)
