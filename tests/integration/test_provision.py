@@ -10,7 +10,8 @@ stack_profile_verify_os is off for that host only).
 What the lab hosts cannot do, and the variables that skip it (real hosts leave
 them on): no running kernel of their own (kernel_prereqs_enabled: false), no
 initramfs (nouveau_rebuild_initramfs: false), no kernel modules
-(nouveau_unload: false), no systemd (nvidia_driver_persistence_mode: false),
+(nouveau_unload: false), no systemd (nvidia_driver_persistence_mode,
+dcgm_service_enabled, fabric_manager_service_enabled: false),
 no reboot (reboot_allowed: false: the summary reports the needed reboot as
 skipped). The lab's mirror is unsigned (nvidia_repo_trusted: true), and the
 runner environment sees the host's Python layer
