@@ -2,7 +2,7 @@
 
     python -m runner burnin --level quick|standard|burn-in [--gpus all|N|I,J] --out DIR [--json]
 
-Measures; does not judge. The controller (``lab.validate``) compares the
+Measures; does not judge. The controller (``lab.validate.fleet``) compares the
 document with references and gives the verdicts.
 
 What it does, in order:
