@@ -45,7 +45,9 @@ from lab.core import schema
 from lab.core.errors import CheckFailed, ConfigError, GpulabError, HostError, RunError
 from lab.validate.gpuchecks import (_burnin_failures, _fleet_checks, _gpu_checks, _host_metric_checks, _xid_checks,
                            fleet_medians, split_snapshot)
+from lab.validate.actions import attach_actions, load_actions
 from lab.validate.hostchecks import _count_checks, _stack_checks, installed_version
+from lab.validate.linkchecks import link_window
 from lab.validate.gpurefs import REFERENCES, dump_references, load_references, model_key, model_label  # noqa: F401
 from lab.validate.verdict import (FAIL, GPU_METRICS, HOST_METRICS, NO_GPU, PASS, UNITS, WARN, Verdicts,  # noqa: F401
                          _host_field, check, judge_metric, ref_range, render_html, summary_text, worst,
@@ -91,8 +93,9 @@ def _host_record(name: str, host, checks: list[dict], gpus: dict) -> dict:
 
 
 def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], references: dict,
-             stacks: dict | None = None, *, level: str | None = None) -> Verdicts:
-    """Verdicts for every host of ``inventory_hosts`` (and any extra host in ``snapshots``)."""
+             stacks: dict | None = None, *, level: str | None = None, actions: dict | None = None) -> Verdicts:
+    """Verdicts for every host of ``inventory_hosts`` (and any extra host in ``snapshots``);
+    each WARN and FAIL with its action from ``actions`` (default: lab/data/actions.yml)."""
     hosts = {(_host_field(h, "name")): h for h in inventory_hosts}
     names = list(hosts) + [n for n in snapshots if n not in hosts]
     # first pass: per GPU model and burn-in entry (for the fleet medians)
@@ -152,7 +155,8 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
                     continue
                 model = model_key(g.get("name"), references)
                 bg = ((burnin or {}).get("gpus") or {}).get(str(idx))
-                gc = _gpu_checks(g, bg, host, references, model, xid)
+                gc = _gpu_checks(g, bg, host, references, model, xid, link_window(probe, burnin, idx),
+                                 len(probe["gpus"]))
                 if burnin is not None:
                     gc += _burnin_failures(burnin, idx)
                 gc += _fleet_checks(model, bg, medians, references)
@@ -175,6 +179,7 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
         "hosts": out_hosts,
         "fleet": medians,
     }
+    attach_actions(data, actions if actions is not None else load_actions())
     return Verdicts(data)
 
 

@@ -164,6 +164,11 @@ def summary_text(verdicts: Verdicts) -> str:
             lines.append(f"      {r}")
         if len(h["reasons"]) > 6:
             lines.append(f"      ... {len(h['reasons']) - 6} more")
+        for a in h.get("actions", [])[:3]:
+            keep = f" (keep: {', '.join(a['evidence'])})" if a["kind"] == "rma" and a["evidence"] else ""
+            lines.append(f"      action for {a['where']}: {a['kind']}: {a['do']}{keep}")
+        if len(h.get("actions", [])) > 3:
+            lines.append(f"      ... {len(h['actions']) - 3} more actions in validate.html")
     return "\n".join(lines)
 
 
