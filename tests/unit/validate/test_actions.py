@@ -9,7 +9,7 @@ import yaml
 from lab.core.errors import ConfigError
 from lab.validate import actions
 
-# every check name gpulab's own checks give (lab.validate: hostchecks, gpuchecks, linkchecks, fleet)
+# every check name gpulab's own checks give (lab.validate: hostchecks, gpuchecks, linkchecks, toolchecks, fleet)
 GPULAB_CHECKS = (
     "reachable", "runner", "GPU present", "GPU count", "GPUs readable", "readable", "stack", "stack driver",
     "driver supports CUDA", "model", "references", "PCIe link", "PCIe replays", "PCIe AER", "NVLink links",
@@ -17,6 +17,8 @@ GPULAB_CHECKS = (
     "load temperature", "throttling", "load SM clock", "power vs limit", "power limit", "burn-in tests",
     "matmul_bf16_tflops", "matmul_fp32_tflops (all GPUs at once)", "memory_bandwidth_gbs", "h2d_bandwidth_gbs",
     "resnet50_images_per_s", "power under load", "memory_bandwidth_gbs vs fleet", "nccl_allreduce_busbw_gbs",
+    "nccl-tests", "nccl-tests busbw", "nccl-tests data check", "nvbandwidth", "nvbandwidth H2D",
+    "nvbandwidth P2P read (slowest peer)",
 )
 
 
