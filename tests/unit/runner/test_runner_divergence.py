@@ -19,7 +19,8 @@ AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
 def test_a_diverging_run_stops_failed_after_the_epoch_with_its_reason():
     # a learning rate far too high: maskrcnn's loss turns NaN within the first epoch
     ctx, module = base.bench_context("maskrcnn", "cpu", scale="tiny", precision="fp32", seed=1, mode="ttt",
-                                     overrides={"lr_per_image": 50.0, "train_images": 48, "eval_images": 4})
+                                     overrides={"lr_per_image": 50.0, "max_lr": 400.0, "train_images": 48,
+                                                "eval_images": 4})
     ctx.spec["max_epochs"] = 6
     out = base.run(ctx, module)
     assert out["outcome"] == "failed", out
