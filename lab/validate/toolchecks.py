@@ -105,7 +105,7 @@ def beside(burnin: dict | None) -> list[dict]:
     nccl = _tool(burnin, "nccl_tests")
     own = ((burnin or {}).get("host_metrics") or {}).get("nccl_allreduce_busbw_gbs")
     if nccl is not None:
-        tool = "nccl-tests all_reduce_perf"
+        tool = "nccl-tests" + (f" {nccl['version']}" if nccl.get("version") else "") + " all_reduce_perf"
         version = nccl_version(nccl.get("nccl_version"))
         rows.append({"figure": "all-reduce bus bandwidth", "gpu": None, "unit": "GB/s", "gpulab": own,
                      "tool": nccl.get("busbw_gbs"), "by": tool + (f" (NCCL {version})" if version else "")})
