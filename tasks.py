@@ -221,10 +221,11 @@ def report(c, path, format=None, compare=None, out=None):
 
 @task(help={**SELECT_HELP, "level": "quick, standard or burn-in", "baseline": "build references from these hosts",
             "json": "print verdicts as JSON", "out": "folder for verdicts and the HTML page",
-            "references": "GPU references YAML (default: gpulab.references)"})
+            "references": "GPU references YAML (default: gpulab.references)",
+            "dcgm_level": "run level of DCGM's dcgmi diag, 1-4, 0 for none (default: gpulab.validate.dcgm_levels)"})
 @_errors
 def validate(c, device=None, host=None, limit=None, level="quick", baseline=False, json=False, out=None,
-             references=None, inventory=None):
+             references=None, inventory=None, dcgm_level=None):
     """Check each host's GPUs for health and performance against references; exit 1 if any host fails."""
     from lab.validate import fleet as val
 
@@ -232,7 +233,8 @@ def validate(c, device=None, host=None, limit=None, level="quick", baseline=Fals
     result = val.validate_fleet(hosts, level=level, baseline=baseline, as_json=json,
                                 out_dir=Path(out) if out else Path(_cfg(c, "results")) / "validate",
                                 references=_cfg(c, "references", references),
-                                inventory=_cfg(c, "inventory", inventory), stacks_dir=_cfg(c, "stacks"))
+                                inventory=_cfg(c, "inventory", inventory), stacks_dir=_cfg(c, "stacks"),
+                                dcgm_level=dcgm_level, dcgm_levels=_cfg(c, "validate.dcgm_levels"))
     if not result.ok:
         raise Exit(code=1)
 
