@@ -71,8 +71,8 @@ def level_for(level: str, configured: dict | None = None, override: Any = None) 
 
 def gather(remote, level: int) -> dict:
     """What DCGM says on this host: installed or not, its version, the diagnostic's output."""
-    probe = remote.run("command -v dcgmi && dcgmi --version", check=False, timeout=60)
-    if probe.code != 0 or not probe.stdout.strip():
+    probe = remote.run("command -v dcgmi && { dcgmi --version || true; }", check=False, timeout=60)
+    if probe.code != 0 or not probe.stdout.strip():      # no dcgmi on the PATH
         return {"installed": False, "level": level}
     m = VERSION.search(probe.stdout)
     out = {"installed": True, "version": m.group(1) if m else None, "level": level,

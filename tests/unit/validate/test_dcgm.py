@@ -215,3 +215,31 @@ def test_validate_fleet_passes_the_dcgm_level_and_checks_it_first(snap, tmp_path
         fleet.validate_fleet([host], level="quick", out_dir=tmp_path / "out2", gather=gather, dcgm_level="x",
                              echo=lambda s: None)
     assert seen == ["quick"] and not (tmp_path / "out2").exists()
+
+
+def test_gather_on_a_host_with_and_without_dcgmi(tmp_path):
+    """dcgm.gather and vendor.gather against this machine's shell, a stand-in dcgmi on the PATH."""
+    from lab.hosts.remote import LocalRemote
+    from lab.validate import vendor
+
+    class Local(LocalRemote):
+        def __init__(self, path):
+            self.name, self.host, self._home, self.path = "local", None, None, path
+
+        def _run(self, text, timeout):
+            return super()._run(f"PATH={self.path}; {text}", timeout)
+
+    assert dcgm.gather(Local("/nonexistent"), 2) == {"installed": False, "level": 2}
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dcgmi").write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then printf '\\ndcgmi  version: 4.5.2\\n\\n'; "
+                                   f"else echo 'Warning: old config'; cat {FIXTURES / 'r2-warn.json'}; exit 226; fi\n")
+    (bin_dir / "dcgmi").chmod(0o755)
+    found = vendor.gather(Local(f"{bin_dir}:/usr/bin:/bin"), 2, tmp_path / "out")
+    assert found["dcgm"]["installed"] and found["dcgm"]["version"] == "4.5.2" and found["dcgm"]["exit_code"] == 226
+    assert found["dcgm"]["argv"] == ["dcgmi", "diag", "-r", "2", "-j"]
+    assert found["fabricmanager"] == {"version": None, "service": "inactive"}
+    saved = json.loads((tmp_path / "out" / "dcgm-diag.json").read_text())     # the document, without the warning
+    assert saved == json.loads((FIXTURES / "r2-warn.json").read_text())
+    _, gpus = dcgm.checks(found["dcgm"], [0], None)
+    assert gpus["0"][1]["verdict"] == "WARN"
