@@ -44,6 +44,7 @@ from typing import Any, Callable, Iterable
 
 from lab.core import paths
 from lab.core import schema
+from lab.core import writes
 from lab.core.errors import CheckFailed, ConfigError, GpulabError, HostError, RunError
 from lab.validate.gpuchecks import (_burnin_failures, _fleet_checks, _gpu_checks, _host_metric_checks, _xid_checks,
                            fleet_medians, split_snapshot)
@@ -371,6 +372,7 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
     refs_path = Path(references) if references else REFERENCES
     refs = load_references(refs_path)
     paths.folder(out_dir, "--out")             # every input is checked before the burn-in starts
+    writes.check_folder(out_dir, "--out")
     dcgm_run = 0 if baseline else dcgm.level_for(level, dcgm_levels, dcgm_level)
     if stacks is None and not baseline:
         stacks = stacks_for(hosts, inventory, stacks_dir)
@@ -381,9 +383,9 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
     snapshots = rem.on_hosts(hosts, lambda h: gather(h, level, stamp, out))
     if baseline:
         data = build_references(snapshots, refs, hosts=[h.name for h in hosts], note=f"level {level}")
-        out.mkdir(parents=True, exist_ok=True)
         path = out / "references-baseline.yml"
-        path.write_text(dump_references(data))
+        writes.folder(out, "--out")
+        writes.write_text(path, dump_references(data), "--out")
         echo(f"wrote {path} (from {len(hosts)} host(s); review it, then copy it over {refs_path})")
         return Verdicts({"hosts": {}, "verdict": PASS}, files=[path])
     verdicts = evaluate(snapshots, hosts, refs, stacks, level=level, tools=tools)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lab.core import writes
+from lab.core.errors import GpulabError
 from lab.validate import dcgm, fabric
 from lab.validate.verdict import worst
 
@@ -25,12 +27,21 @@ def gather(remote, dcgm_level: int, local_dir: Path | None = None) -> dict:
         found = dcgm.gather(remote, dcgm_level)
         out["dcgm"] = found
         if local_dir is not None and found.get("stdout"):
-            local_dir.mkdir(parents=True, exist_ok=True)
-            try:
-                (local_dir / "dcgm-diag.json").write_text(json.dumps(dcgm.document(found["stdout"]), indent=2) + "\n")
-            except ValueError:
-                (local_dir / "dcgm-diag.txt").write_text(found["stdout"])
+            _save(local_dir, found)
     return out
+
+
+def _save(local_dir: Path, found: dict) -> None:
+    """DCGM's document (or dcgmi's text) beside the fetched burn-in; links are refused (lab.core.writes)."""
+    try:
+        text, name = json.dumps(dcgm.document(found["stdout"]), indent=2) + "\n", "dcgm-diag.json"
+    except ValueError:
+        text, name = found["stdout"], "dcgm-diag.txt"
+    try:
+        writes.folder(local_dir, "--out")
+        writes.write_text(local_dir / name, text, "--out")
+    except GpulabError as exc:          # the verdict stands without the copy; say why it is missing
+        found["save_error"] = getattr(exc, "message", None) or str(exc)
 
 
 def checks(snapshot: dict, probe: dict | None, expect: dict | None, gpus: dict) -> list[dict]:
