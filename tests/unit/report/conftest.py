@@ -1,5 +1,6 @@
 """Fixtures of the report tests: the synthetic mini-study and its report; the published
-MLPerf sample trees (shared/mlperf-samples.tar.xz, see test_report_mlperf_trees.py)."""
+MLPerf sample trees (shared/mlperf-samples.tar.xz, see test_report_mlperf_trees.py; the
+rounds v0.7 to v4.0 in shared/mlperf-rounds-samples.tar.xz, see test_report_rounds.py)."""
 
 import os
 import tarfile
@@ -24,23 +25,34 @@ def study_report(mini_study, tmp_path_factory):
 
 REPO = Path(__file__).resolve().parents[3]
 NAME = "mlperf-samples.tar.xz"
+ROUNDS_NAME = "mlperf-rounds-samples.tar.xz"
 
 
-def _archive() -> Path | None:
-    env = os.environ.get("GPULAB_MLPERF_SAMPLES")
-    for p in ([Path(env)] if env else []) + [REPO / "shared" / NAME, REPO.parent / "shared" / NAME]:
+def _archive(name: str = NAME, env_var: str = "GPULAB_MLPERF_SAMPLES") -> Path | None:
+    env = os.environ.get(env_var)
+    for p in ([Path(env)] if env else []) + [REPO / "shared" / name, REPO.parent / "shared" / name]:
         if p.is_file():
             return p
     return None
 
 
-@pytest.fixture(scope="session")
-def trees(tmp_path_factory) -> Path:
-    archive = _archive()
+def _extract(tmp_path_factory, name: str, env_var: str) -> Path:
+    archive = _archive(name, env_var)
     if archive is None:
-        pytest.skip(f"{NAME} not found ($GPULAB_MLPERF_SAMPLES, shared/{NAME}): the published "
+        pytest.skip(f"{name} not found (${env_var}, shared/{name}): the published "
                     "sample logs live in the steering repository's shared/")
     root = tmp_path_factory.mktemp("mlperf")
     with tarfile.open(archive) as tar:
         tar.extractall(root, filter="data")
     return root
+
+
+@pytest.fixture(scope="session")
+def trees(tmp_path_factory) -> Path:
+    return _extract(tmp_path_factory, NAME, "GPULAB_MLPERF_SAMPLES")
+
+
+@pytest.fixture(scope="session")
+def round_trees(tmp_path_factory) -> Path:
+    """training_results_v0.7 ... _v4.0 samples (their README says which files)."""
+    return _extract(tmp_path_factory, ROUNDS_NAME, "GPULAB_MLPERF_ROUNDS_SAMPLES")
