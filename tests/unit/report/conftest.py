@@ -1,8 +1,7 @@
 """Fixtures of the report tests: the synthetic mini-study and its report; the published
-MLPerf sample trees (shared/mlperf-samples.tar.xz, see test_report_mlperf_trees.py; the
-rounds v0.7 to v4.0 in shared/mlperf-rounds-samples.tar.xz, see test_report_rounds.py)."""
+MLPerf sample trees (../shared/mlperf-samples.tar.xz, see test_report_mlperf_trees.py; the
+rounds v0.7 to v4.0 in ../shared/mlperf-rounds-samples.tar.xz, see test_report_rounds.py)."""
 
-import os
 import tarfile
 from pathlib import Path
 
@@ -18,7 +17,7 @@ def mini_study(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def study_report(mini_study, tmp_path_factory):
-    from lab.report import build_report
+    from lab.report.build import build_report
     out = tmp_path_factory.mktemp("ministudy-report") / "report"
     return build_report([mini_study], out), out
 
@@ -28,19 +27,16 @@ NAME = "mlperf-samples.tar.xz"
 ROUNDS_NAME = "mlperf-rounds-samples.tar.xz"
 
 
-def _archive(name: str = NAME, env_var: str = "GPULAB_MLPERF_SAMPLES") -> Path | None:
-    env = os.environ.get(env_var)
-    for p in ([Path(env)] if env else []) + [REPO / "shared" / name, REPO.parent / "shared" / name]:
-        if p.is_file():
-            return p
-    return None
+def _archive(name: str = NAME) -> Path | None:
+    p = REPO.parent / "shared" / name
+    return p if p.is_file() else None
 
 
-def _extract(tmp_path_factory, name: str, env_var: str) -> Path:
-    archive = _archive(name, env_var)
+def _extract(tmp_path_factory, name: str) -> Path:
+    archive = _archive(name)
     if archive is None:
-        pytest.skip(f"{name} not found (${env_var}, shared/{name}): the published "
-                    "sample logs live in the steering repository's shared/")
+        pytest.skip(f"../shared/{name} not found: the published sample logs are in the folder "
+                    "shared/ beside the checkout, which CI provides")
     root = tmp_path_factory.mktemp("mlperf")
     with tarfile.open(archive) as tar:
         tar.extractall(root, filter="data")
@@ -49,10 +45,10 @@ def _extract(tmp_path_factory, name: str, env_var: str) -> Path:
 
 @pytest.fixture(scope="session")
 def trees(tmp_path_factory) -> Path:
-    return _extract(tmp_path_factory, NAME, "GPULAB_MLPERF_SAMPLES")
+    return _extract(tmp_path_factory, NAME)
 
 
 @pytest.fixture(scope="session")
 def round_trees(tmp_path_factory) -> Path:
     """training_results_v0.7 ... _v4.0 samples (their README says which files)."""
-    return _extract(tmp_path_factory, ROUNDS_NAME, "GPULAB_MLPERF_ROUNDS_SAMPLES")
+    return _extract(tmp_path_factory, ROUNDS_NAME)
