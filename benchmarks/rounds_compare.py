@@ -14,7 +14,7 @@ Both sides score the same files:
   rewrites a benchmark's scaling.json). A submitter on which it raises is "aborted" (the
   command line tool would stop the whole round there); a system without systems/<name>.json
   it skips;
-- gpulab's report (lab.results.collect with the round named, lab.analysis.analyse).
+- gpulab's report (lab.results.collect.collect with the round named, lab.report.analysis.analyse).
 
 A row is a submitter folder x system folder x benchmark with a score. "matched": the
 summarizer's rows that gpulab also scores; "equal": within 0.01 minute or 0.1 %. It prints
@@ -122,8 +122,8 @@ def summarizer_side(tree: Path, ruleset: str) -> Side:
 
 def gpulab_side(tree: Path, round_name: str) -> Side:
     """gpulab's report scores of ``tree`` read as round ``round_name``."""
-    from lab.analysis import analyse
-    from lab.results import collect
+    from lab.report.analysis import analyse
+    from lab.results.collect import collect
 
     side = Side()
     t0 = time.perf_counter()
@@ -191,7 +191,7 @@ def main(argv=None) -> int:
     ap.add_argument("--show", type=int, default=20, help="rows of each kind to print (default 20)")
     ap.add_argument("--json", type=Path, help="also write the counts and rows here")
     args = ap.parse_args(argv)
-    from lab.mlperf import default_rules
+    from lab.core.mlperf import default_rules
     table = default_rules().rounds.get(args.round)
     if not table or not table.get("ruleset") or table.get("failed_runs") != "slowest":
         print(f"rounds_compare: {args.round}: not a round that result_summarizer scores (v0.7 on)",

@@ -11,14 +11,23 @@ v0.5 logs (``:::MLPv0.5.0``)  none: mlperf-logging has no v0.5 ruleset (its
                               package ships no checker), so they are "not checked".
 A benchmark that the ruleset does not list (NCF after v0.5) is not checked.
 
+A log of a published round named by its tree (lab.results.roundtree; v0.7 on) is checked
+with that round's ruleset (lab/data/rounds.yml ``ruleset``), whatever its
+benchmark, as mlperf-logging's result_summarizer checks each result file: with
+``training_<ruleset>/common.yaml``, which picks the division's and benchmark's rules.
+
 The checker runs in this process on the lines given (it never opens the file
-and writes no compliance_checker.log); its log output is silenced. The verdict
+and writes no compliance_checker.log); its log output is silenced. The lines
+become the checker's log lines through the ruleset's own ``string_to_logline``,
+each taken from its last ``:::MLLOG`` marker on, as the ruleset's parser takes
+them (without its per-line regular expression, most of the checker's time). The verdict
 is "PASS" or "FAIL" with the checker's first message, or None with the reason
 it was not checked.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,23 +59,25 @@ def ruleset_for(fmt: str, benchmark: str | None) -> tuple[str | None, str]:
     return ruleset, ""
 
 
-def check(text: str, fmt: str, benchmark: str | None) -> Verdict:
-    """Run the checker of ``fmt``'s ruleset on ``text`` (the whole log)."""
-    ruleset, why = ruleset_for(fmt, benchmark)
+def check(text: str, fmt: str, benchmark: str | None, ruleset: str | None = None) -> Verdict:
+    """Run the checker on ``text`` (the whole log): with ``ruleset`` (a round's, "4.0.0") whatever
+    the benchmark, else with ``fmt``'s ruleset where it lists the benchmark."""
     if ruleset is None:
-        return Verdict(None, why)
+        ruleset, why = ruleset_for(fmt, benchmark)
+        if ruleset is None:
+            return Verdict(None, why)
     lines = text.splitlines()
     try:
         from mlperf_logging.compliance_checker import mlp_compliance
-        from mlperf_logging.compliance_checker.mlp_parser import ruleset_060, ruleset_070
+        parser = importlib.import_module("mlperf_logging.compliance_checker.mlp_parser.ruleset_"
+                                         + ruleset.replace(".", ""))
     except ImportError as exc:      # pragma: no cover - a dependency of the project
-        return Verdict(None, f"mlperf-logging not importable ({exc})")
-    parser = ruleset_060 if ruleset == "0.6.0" else ruleset_070
+        return Verdict(None, f"mlperf-logging has no training {ruleset} parser ({exc})")
     config = f"training_{ruleset}/" + ("minigo.yaml" if benchmark == "minigo" and ruleset == "0.6.0"
                                        else "common.yaml")
     checker = mlp_compliance.make_checker("training", ruleset, quiet=True, werror=False)
     with _quiet(), _rules_read_once(mlp_compliance):
-        loglines, errors = parser.parse_generator(iter(lines))
+        loglines, errors = _loglines(parser, lines)
         if errors:
             checker.put_message(f"{len(errors)} log line(s) the checker cannot parse, first: "
                                 f"{errors[0][0][:120]!r}")
@@ -83,6 +94,22 @@ def check(text: str, fmt: str, benchmark: str | None) -> Verdict:
     first = " ".join(str(messages[0]).split())[:200]
     more = f" (+{len(messages) - 1} more)" if len(messages) > 1 else ""
     return Verdict("FAIL", f"training {ruleset}: {first}{more}", ruleset)
+
+
+def _loglines(parser, lines: list[str]) -> tuple[list, list]:
+    """(log lines, [(line, error)]) as the ruleset's parse_generator gives them."""
+    token = parser.TOKEN
+    out, failed = [], []
+    for line in lines:
+        k = line.rfind(token)
+        if k < 0:
+            continue
+        line = (token + line[k + len(token):]).strip()
+        try:
+            out.append(parser.string_to_logline(len(out) + len(failed), line))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:   # the parser's: ValueError
+            failed.append((line, str(exc)))
+    return out, failed
 
 
 class _RuleFiles:

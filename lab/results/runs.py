@@ -56,6 +56,12 @@ class Run:
     clock: str = ""
     compliance: str | None = None  # "PASS", "FAIL" or None (not checked: see compliance_note)
     compliance_note: str = ""
+    compliance_ruleset: str | None = None  # mlperf-logging's ruleset that checked it ("4.0.0")
+    # The published round whose rules score it (lab/data/rounds.yml; None: by its log format or gpulab's).
+    round: str | None = None
+    scaling_factor: float = 1.0   # the benchmark folder's scaling.json (lab.results.roundtree)
+    scaling_note: str = ""
+    system_notes: list[str] = field(default_factory=list)   # what its system description lacks
 
     @property
     def bench_label(self) -> str:

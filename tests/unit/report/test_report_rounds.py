@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from lab.analysis import analyse
-from lab.errors import ConfigError
-from lab.mlperf import default_rules
-from lab.report import build_report
-from lab.results import collect
+from lab.report.analysis import analyse
+from lab.core.errors import ConfigError
+from lab.core.mlperf import default_rules
+from lab.report.build import build_report
+from lab.results.collect import collect
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "benchmarks"))
