@@ -105,7 +105,10 @@ def summarizer_side(tree: Path, ruleset: str) -> Side:
                 with _silenced(buf):
                     strong = rs.summarize_results(str(org), "training", ruleset)[0]
             except Exception as exc:   # the summarizer's own failure on this submitter
-                side.aborted[org.name] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+                cause = exc.__context__ or exc.__cause__   # its FieldError handler itself raises
+                why = " <- ".join(f"{type(e).__name__}: {' '.join(str(e).split())[:120]}"
+                                  for e in (exc, cause) if e is not None)
+                side.aborted[org.name] = why
                 continue
             finally:
                 side.skipped += [f"{org.name}: {line.strip()}" for line in buf.getvalue().splitlines()
