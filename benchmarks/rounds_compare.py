@@ -51,6 +51,7 @@ class Side:
     aborted: dict = field(default_factory=dict)    # submitter folder -> why (summarizer side only)
     skipped: list = field(default_factory=list)    # what the summarizer printed about skipped systems
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
 
 
 def scratch_copy(src: Path, dest: Path) -> Path:
@@ -96,7 +97,7 @@ def summarizer_side(tree: Path, ruleset: str) -> Side:
 
     side = Side()
     benchmarks = get_allowed_benchmarks("training", ruleset)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with tempfile.TemporaryDirectory(prefix="summarizer-") as tmp:
         copy = scratch_copy(tree, Path(tmp) / tree.name)
         for org in _submitters(copy):
@@ -119,7 +120,7 @@ def summarizer_side(tree: Path, ruleset: str) -> Side:
                     v = rec.get(b)
                     if v is not None and not (isinstance(v, float) and math.isnan(v)):
                         side.rows[(org.name, system, b)] = float(v)
-    side.seconds = time.perf_counter() - t0
+    side.seconds, side.cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     return side
 
 
@@ -129,7 +130,7 @@ def gpulab_side(tree: Path, round_name: str) -> Side:
     from lab.results.collect import collect
 
     side = Side()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     runs = collect([tree], round=round_name).runs
     for r in analyse(runs).systems:
         if not r.get("system_key"):
@@ -139,7 +140,7 @@ def gpulab_side(tree: Path, round_name: str) -> Side:
         side.notes[key] = r.get("mark") or ""
         if r.get("score_minutes") is not None:
             side.rows[key] = r["score_minutes"]
-    side.seconds = time.perf_counter() - t0
+    side.seconds, side.cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     return side
 
 
@@ -209,9 +210,9 @@ def main(argv=None) -> int:
         g = gpulab_side(tree, args.round)
     c = compare(s, g)
     print(f"== {args.tree} as {args.round} (ruleset {table['ruleset']})")
-    print(f"summarizer: {c.summarizer_rows} rows in {s.seconds:.1f} s; "
+    print(f"summarizer: {c.summarizer_rows} rows in {s.seconds:.1f} s ({s.cpu_seconds:.1f} s CPU); "
           f"{len(s.aborted)} submitter(s) aborted, {len(s.skipped)} system(s) skipped")
-    print(f"gpulab:     {len(g.rows)} scored rows in {g.seconds:.1f} s")
+    print(f"gpulab:     {len(g.rows)} scored rows in {g.seconds:.1f} s ({g.cpu_seconds:.1f} s CPU)")
     print(f"matched {c.matched} of {c.summarizer_rows}, equal {c.equal} of {c.matched}")
     for name, rows in (("differ", c.differ), ("summarizer only", c.summarizer_only),
                        ("gpulab only", c.gpulab_only)):
@@ -226,7 +227,8 @@ def main(argv=None) -> int:
         args.json.write_text(json.dumps({
             "round": args.round, "ruleset": table["ruleset"], "summarizer_rows": c.summarizer_rows,
             "gpulab_rows": len(g.rows), "matched": c.matched, "equal": c.equal,
-            "summarizer_seconds": s.seconds, "gpulab_seconds": g.seconds, "aborted": s.aborted,
+            "summarizer_seconds": s.seconds, "gpulab_seconds": g.seconds,
+            "summarizer_cpu_seconds": s.cpu_seconds, "gpulab_cpu_seconds": g.cpu_seconds, "aborted": s.aborted,
             "differ": [["/".join(k), a, b] for k, a, b in c.differ],
             "summarizer_only": [["/".join(k), a, b] for k, a, b in c.summarizer_only],
             "gpulab_only": [["/".join(k), a, b] for k, a, b in c.gpulab_only]}, indent=1))
