@@ -85,24 +85,41 @@ def plant(kind: str, model) -> dict:
 
 @contextlib.contextmanager
 def planted(workload: str, kind: str | None, info: dict):
-    """While inside, the workload module's ``build(ctx)`` plants ``kind`` into the trainer's
-    model of an optimized context; ``info`` receives what ``plant`` returned."""
+    """While inside, building the workload's trainer for an optimized context plants ``kind``
+    into its model; ``info`` receives what ``plant`` returned. The trainer is built through
+    the module's ``SPEC`` (a ``WorkloadSpec`` of its trainer class: replaced by one of a
+    subclass that plants after ``__init__``) or, for a module without one, its ``build``."""
     if kind is None:
         yield
         return
     from runner import workloads
 
     module = importlib.import_module(workloads.load()[workload]["module"])
-    real = module.build
+    saved = {k: vars(module)[k] for k in ("SPEC", "build") if k in vars(module)}
 
-    def build(ctx):
-        trainer = real(ctx)
+    def after(ctx, trainer):
         if getattr(ctx, "optimized", True):
             info.update(plant(kind, trainer.model))
         return trainer
 
-    module.build = build
+    if "SPEC" in saved:
+        real_cls = saved["SPEC"].trainer
+
+        def init(self, ctx, *args, **kwargs):
+            real_cls.__init__(self, ctx, *args, **kwargs)
+            after(ctx, self)
+
+        spec = type(saved["SPEC"])(type(f"Planted{real_cls.__name__}", (real_cls,), {"__init__": init}))
+        module.SPEC = spec
+        if "build" in saved:
+            module.build = spec.build
+    elif "build" in saved:
+        real = saved["build"]
+        module.build = lambda ctx: after(ctx, real(ctx))
+    else:
+        raise ValueError(f"{workload}: its module {module.__name__} has neither SPEC nor build")
     try:
         yield
     finally:
-        module.build = real
+        for k, v in saved.items():
+            setattr(module, k, v)

@@ -47,7 +47,8 @@ from lab.validate.gpuchecks import (_burnin_failures, _fleet_checks, _gpu_checks
                            fleet_medians, split_snapshot)
 from lab.validate.actions import attach_actions, load_actions
 from lab.validate.hostchecks import _count_checks, _stack_checks, installed_version
-from lab.validate.linkchecks import link_window
+from lab.validate.linkchecks import guarded, link_window
+from lab.validate.toolchecks import beside, gpu_figures, gpu_tool_checks, host_figures, host_tool_checks
 from lab.validate.gpurefs import REFERENCES, dump_references, load_references, model_key, model_label  # noqa: F401
 from lab.validate.verdict import (FAIL, GPU_METRICS, HOST_METRICS, NO_GPU, PASS, UNITS, WARN, Verdicts,  # noqa: F401
                          _host_field, check, judge_metric, ref_range, render_html, summary_text, worst,
@@ -146,6 +147,7 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
                 if burnin.get("outcome") == "failed":
                     checks += _burnin_failures(burnin, None)
                 checks += _host_metric_checks(burnin, probe, references)
+                checks += guarded("standard tools", host_tool_checks, burnin, probe, references)
             for g in probe["gpus"]:
                 idx = g.get("index")
                 if "error" in g:
@@ -160,12 +162,17 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
                 if burnin is not None:
                     gc += _burnin_failures(burnin, idx)
                 gc += _fleet_checks(model, bg, medians, references)
+                gc += guarded("nvbandwidth", gpu_tool_checks, burnin, idx, references["models"].get(model) if model else None)
                 gpus[str(idx)] = {"index": idx, "name": g.get("name"), "uuid": g.get("uuid"), "serial": g.get("serial"),
                                   "pci_bus_id": g.get("pci_bus_id"), "model": model,
                                   "verdict": worst(c["verdict"] for c in gc), "checks": gc}
         rec = _host_record(name, host, checks, gpus)
         rec["level"] = (burnin or {}).get("level") if isinstance(burnin, dict) else None
         rec["collected_at"] = (probe or {}).get("collected_at") if isinstance(probe, dict) else None
+        try:
+            rec["beside"] = beside(burnin) if isinstance(burnin, dict) else []
+        except (TypeError, KeyError, AttributeError, ValueError):
+            rec["beside"] = []  # malformed tool figures: host_tool_checks says so
         out_hosts[name] = rec
 
     summary = {v: sum(1 for h in out_hosts.values() if h["verdict"] == v) for v in (PASS, WARN, FAIL)}
@@ -236,7 +243,9 @@ def build_references(snapshots: dict[str, Any], references: dict, *, hosts: Iter
             pw = (bg.get("load") or {}).get("power_w_max")
             if pw is not None:
                 values.setdefault(model, {}).setdefault("load_power_w", []).append(float(pw))
-        hm = burnin.get("host_metrics") or {}
+            for metric, v in gpu_figures(burnin, g["index"]).items():
+                values.setdefault(model, {}).setdefault(metric, []).append(v)
+        hm = {**(burnin.get("host_metrics") or {}), **host_figures(burnin, probe)}
         models = {model_key(g.get("name"), references) or model_label(g.get("name"))
                   for g in probe["gpus"] if "error" not in g}
         if len(models) == 1:

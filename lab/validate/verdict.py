@@ -24,12 +24,13 @@ GPU_METRICS = (
     "matmul_fp32_tflops", "matmul_tf32_tflops", "matmul_bf16_tflops", "matmul_fp16_tflops",
     "memory_bandwidth_gbs", "h2d_bandwidth_gbs", "d2h_bandwidth_gbs", "resnet50_images_per_s",
 )
-HOST_METRICS = ("nccl_allreduce_busbw_gbs",)
+HOST_METRICS = ("nccl_allreduce_busbw_gbs", "nccl_tests_busbw_gbs")
 UNITS = {
     "matmul_fp32_tflops": "TFLOP/s", "matmul_tf32_tflops": "TFLOP/s", "matmul_bf16_tflops": "TFLOP/s",
     "matmul_fp16_tflops": "TFLOP/s", "memory_bandwidth_gbs": "GB/s", "h2d_bandwidth_gbs": "GB/s",
     "d2h_bandwidth_gbs": "GB/s", "resnet50_images_per_s": "images/s", "nccl_allreduce_busbw_gbs": "GB/s",
-    "load_power_w": "W",
+    "load_power_w": "W", "nccl_tests_busbw_gbs": "GB/s", "nvbandwidth_h2d_gbs": "GB/s", "nvbandwidth_d2h_gbs": "GB/s",
+    "nvbandwidth_d2d_read_gbs": "GB/s",
 }
 
 

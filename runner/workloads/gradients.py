@@ -116,7 +116,7 @@ def gradient_step(name: str, device, optimized: bool, *, scale: str = "small", s
     batch; ``backend`` replaces torch.compile's (Inductor) with another, for
     instance ``aot_eager`` (Dynamo and AOTAutograd without code generation: a
     quick check on a CPU); ``tf32`` (default: ``optimized``) allows TF32 and
-    cuDNN autotuning on a GPU (the noise-floor pass: the plain model with the
+    cuDNN autotuning on a GPU (the noise pass: the plain model with the
     optimized path's numerics). Returns ``{"grads": {parameter: fp32 CPU tensor or None},
     "weights": state dict (CPU), "perturbed": [names], "loss": float,
     "modules": [class names in the model], "build_s", "step_s"}``.
