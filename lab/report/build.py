@@ -40,6 +40,7 @@ from lab.report.analysis import Analysis, analyse
 from lab.core.errors import ConfigError
 from lab.core.mlperf import Rules, default_rules
 from lab.results.collect import collect
+from lab.results.runs import accelerator_kind, count_header, count_label
 
 FORMATS = ("html", "md", "json", "csv")
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates"
@@ -92,7 +93,9 @@ def key_findings(an: Analysis) -> list[str]:
     for (bench, device, _), rs in lines.items():
         counts = ", ".join(str(r["gpus"]) for r in rs)
         speedups = ", ".join(f"{r['speedup']:.2f}x" for r in rs)
-        text = f"{bench} on {device}: super-linear speedup at {counts} GPUs ({speedups} over {rs[0]['base_gpus']})"
+        unit = count_header(r["accelerator_kind"] for r in rs)
+        unit = "accelerators" if unit == "Accelerators" else unit
+        text = f"{bench} on {device}: super-linear speedup at {counts} {unit} ({speedups} over {rs[0]['base_gpus']})"
         if all(r["epoch_ratio"] for r in rs):
             base_ep = rs[0]["epochs"] * rs[0]["epoch_ratio"]
             per_epoch = ", ".join(f"{r['per_epoch_speedup']:.2f}x" for r in rs)
@@ -131,7 +134,7 @@ def key_findings(an: Analysis) -> list[str]:
 
 SUMMARY_KEYS = ("benchmark", "submitter", "system", "device", "gpus", "nodes", "framework", "stack",
                 "runs", "successes", "runs_required", "scored_runs", "score_minutes", "too_few_runs",
-                "compliance", "mark")
+                "compliance", "compliance_ruleset", "compliance_failures", "mark")
 
 
 def _clean(v):
@@ -190,8 +193,29 @@ def _env() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
         keep_trailing_newline=True)
     env.filters.update(num=fmt_num, minutes=fmt_minutes, ratio=fmt_ratio, pct=fmt_pct, rng=fmt_range,
-                       md=lambda s: str(s).replace("|", "\\|").replace("\n", " "))
+                       md=lambda s: str(s).replace("|", "\\|").replace("\n", " "), count=count_cell)
+    env.filters["by_reason"] = by_reason
+    env.globals["count_header"] = lambda rows: count_header(
+        accelerator_kind(r["device"], r.get("gpus")) for r in rows)
     return env
+
+
+def by_reason(failures: list[str]) -> list[str]:
+    """A record's ``run: reason`` lines with the runs of one reason on one line, in run order."""
+    runs: dict[str, list[str]] = {}
+    for line in failures:
+        run, _, why = line.partition(": ")
+        runs.setdefault(why, []).append(run)
+    return [f"{', '.join(names)}: {why}" for why, names in runs.items()]
+
+
+def count_cell(row: dict, header: str) -> str:
+    """A row's accelerator count under ``header``: the number where the header names the unit,
+    else the count with its unit (``16 TPU chips``, ``CPU``)."""
+    kind = accelerator_kind(row["device"], row.get("gpus"))
+    if header == "Accelerators" or kind == "CPU":
+        return count_label(kind, row.get("gpus"))
+    return "?" if row.get("gpus") is None else f"{row['gpus']:,}"
 
 
 CSV_TABLES = {
@@ -232,6 +256,19 @@ def _rounds(systems: list[dict], rules: Rules) -> list[dict]:
         if s["round"] in rules.rounds:
             out.setdefault(s["round"], rules.rounds[s["round"]].get("ruleset"))
     return [{"round": k, "ruleset": f"training {v}" if v else None} for k, v in sorted(out.items())]
+
+
+def compliance_meta(runs) -> dict:
+    """Which checker judged the runs and by which rulesets; gpulab's exceptions where its runs are in."""
+    from lab.results import compliance
+    used = sorted({r.compliance_ruleset for r in runs if r.compliance_ruleset})
+    out = {"checker": compliance.checker_version(), "rulesets": used, "gpulab": None}
+    if any(r.compliance_ruleset == compliance.gpulab_rules().name for r in runs):
+        g = compliance.gpulab_rules()
+        out["gpulab"] = {"ruleset": g.name, "source": g.source,
+                         "exceptions": [{"benchmarks": list(w.benchmarks), "rules": list(w.rules), "why": w.why}
+                                        for w in g.waivers]}
+    return out
 
 
 def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules | None = None,
@@ -280,10 +317,11 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
                        for n, b in rules.benchmarks.items()},
         "n_runs": len(an.runs), "n_success": sum(1 for r in an.runs if r.success),
         "n_skipped": len(tables["skipped"]),
+        "compliance": compliance_meta(an.runs),
     }
     if "json" in formats:
         doc = _clean({"schema": SUMMARY_SCHEMA, **{k: meta[k] for k in (
-            "generated", "inputs", "compare", "rounds", "n_runs", "n_success", "n_skipped")},
+            "generated", "inputs", "compare", "rounds", "compliance", "n_runs", "n_success", "n_skipped")},
             "ruleset": meta["title"],
             "records": result.summary, "ratios": an.ratios, "ratio_ranges": an.ratio_ranges,
             "scaling": an.scaling, "seed_effects": an.seed_effects, "energy": an.energy,

@@ -53,7 +53,7 @@ class Score:
     compliance: str = "not checked"   # "PASS", "FAIL (n of m)", "not checked"
     compliance_failed: int = 0
     compliance_passed: int = 0
-    ruleset: str | None = None        # the compliance ruleset of the round ("4.0.0")
+    ruleset: str | None = None        # the compliance ruleset its logs were checked with ("training 4.0.0")
     scaling_factor: float = 1.0       # scaling.json's factor, applied to score_s
 
     @property
@@ -186,4 +186,5 @@ def score_round(group: list[Run], rules: Rules, rnd: str) -> Score:
                  runs_required=required, converged_required=None,
                  too_few=mean is None or bool(required and len(files) < required), basis=basis,
                  marks=marks, compliance=verdict, compliance_failed=n_failed,
-                 compliance_passed=len(checked) - n_failed, ruleset=ruleset, scaling_factor=factor)
+                 compliance_passed=len(checked) - n_failed, ruleset=f"training {ruleset}",
+                 scaling_factor=factor)

@@ -108,7 +108,7 @@ def read_plain(ctx, path: Path, root: Path, text: str, explicit: bool):
     if run_file:
         base["system_notes"] += roundtree.summarizer_gaps(tree)
     if problem is not None:
-        verdict = compliance.Verdict("FAIL", f"training {ruleset}: {problem}", ruleset)
+        verdict = compliance.Verdict("FAIL", problem, f"training {ruleset}", (problem,))
     else:
         verdict = compliance.check(text, fmt, bench, ruleset=ruleset)
     factor, scaling_note = ctx.scaling(path.parent, root) if run_file else (1.0, "")
@@ -120,14 +120,13 @@ def read_plain(ctx, path: Path, root: Path, text: str, explicit: bool):
                   facts_from=base["facts_from"], submitter=base["submitter"],
                   system_name=base["system_name"], system_key=base["system_key"],
                   submission=base["submission"], nodes=base["nodes"], framework=base["framework"],
-                  accelerator=base["accelerator"], compliance=verdict.status,
-                  compliance_note=verdict.note, compliance_ruleset=verdict.ruleset,
-                  round=rnd if in_round else None, scaling_factor=factor, scaling_note=scaling_note,
-                  system_notes=list(base["system_notes"]))
+                  accelerator=base["accelerator"], round=rnd if in_round else None,
+                  scaling_factor=factor, scaling_note=scaling_note, system_notes=list(base["system_notes"]))
     if problem is not None:
         ctx.runs.append(Run(source=str(path), fmt=fmt or "mllog", success=False, outcome="failed",
                             reason=problem, notes=notes + list(base["notes"]), order=(natural(rel), 1),
                             **common))
+        ctx.runs[-1].judged(verdict)
         return
     for f in runs:
         source = str(path) if f.runs_in_file == 1 else f"{path}#run{f.run_in_file}"
@@ -141,6 +140,7 @@ def read_plain(ctx, path: Path, root: Path, text: str, explicit: bool):
             target=f.target, samples_per_s=f.samples_per_s,
             throughput_basis=f.throughput_basis, sample_unit=f.sample_unit,
             notes=run_notes, order=(natural(rel), f.run_in_file), clock=f.clock, **common))
+        ctx.runs[-1].judged(verdict)
 
 
 def _system(ctx, path: Path, root: Path, platform: str | None, folders: list[str], tree) -> dict:
