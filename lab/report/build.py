@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import io
 import json
 import math
 from collections import defaultdict
@@ -37,6 +38,7 @@ from pathlib import Path
 import jinja2
 
 from lab.report.analysis import Analysis, analyse
+from lab.core import writes
 from lab.core.errors import ConfigError
 from lab.core.mlperf import Rules, default_rules
 from lab.results.collect import collect
@@ -226,17 +228,36 @@ CSV_TABLES = {
 }
 
 
+def _check_outputs(out_dir: Path, formats) -> None:
+    """Every place the report will write, checked before anything is read or written (no links, no non-files)."""
+    files = [name for fmt, name in (("json", "summary.json"), ("html", "report.html"), ("md", "report.md"))
+             if fmt in formats]
+    folders = []
+    if "csv" in formats:
+        folders.append("tables")
+        files += [f"tables/{name}" for name in CSV_TABLES]
+    if "html" in formats or "md" in formats:
+        folders.append("figures")
+    writes.check(out_dir, files=[], folders=folders, what="report")
+    for name in files:
+        writes.check_file(out_dir / name, "report")
+    if "figures" in folders and (out_dir / "figures").is_dir():
+        for old in (out_dir / "figures").glob("fig*.png"):
+            writes.check_file(old, "report")
+
+
 def _write_csv(path: Path, rows: list[dict]):
     cols: list[str] = []
     for r in rows:
         for k in r:
             if k not in cols:
                 cols.append(k)
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=cols or ["empty"])
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("; ".join(map(str, v)) if isinstance(v, list) else v) for k, v in r.items()})
+    fh = io.StringIO(newline="")
+    w = csv.DictWriter(fh, fieldnames=cols or ["empty"])
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("; ".join(map(str, v)) if isinstance(v, list) else v) for k, v in r.items()})
+    writes.write_text(path, fh.getvalue(), "report")
 
 
 def _title(systems: list[dict], rules: Rules) -> str:
@@ -283,8 +304,7 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
     if not paths:
         raise ConfigError("report: no input path given")
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"{out_dir}: exists and is not a folder")
+    _check_outputs(out_dir, formats)
     rules = rules or default_rules()
     coll = collect(paths, rules, round=round)
     other = collect([Path(compare)], rules, round=round) if compare is not None else None
@@ -292,10 +312,7 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
     result = ReportResult(skipped=[(s.source, s.reason) for s in coll.skipped])
     result.summary = [_clean({k: s[k] for k in (*SUMMARY_KEYS, *[k for k in s if k not in SUMMARY_KEYS])})
                       for s in an.systems]
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"{out_dir}: cannot create the report folder ({exc.strerror or exc})") from None
+    writes.folder(out_dir, "report folder")
     tables = {
         "systems": an.systems, "runs": [r.row() for r in an.runs], "ratios": an.ratios,
         "ratio_ranges": an.ratio_ranges, "scaling": an.scaling, "seeds": an.seeds,
@@ -327,11 +344,11 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
             "scaling": an.scaling, "seed_effects": an.seed_effects, "energy": an.energy,
             "compare": an.compare, "skipped": tables["skipped"]})
         path = out_dir / "summary.json"
-        path.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        writes.write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n", "report")
         result.files.append(path)
     if "csv" in formats:
         tdir = out_dir / "tables"
-        tdir.mkdir(exist_ok=True)
+        writes.folder(tdir, "report")
         for name, key in CSV_TABLES.items():
             if key == "compare" and an.compare is None:
                 continue
@@ -341,9 +358,9 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
     if "html" in formats or "md" in formats:
         from lab.report import figures
         fdir = out_dir / "figures"
-        fdir.mkdir(exist_ok=True)
+        writes.folder(fdir, "report")
         for old in fdir.glob("fig*.png"):
-            old.unlink()
+            old.unlink()   # a link is removed, never followed
         figs = figures.draw_all(an, rules, fdir)
         result.files.extend(f["path"] for f in figs)
         env = _env()
@@ -353,10 +370,10 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
             for f in figs:
                 f["data_uri"] = "data:image/png;base64," + base64.b64encode(f["path"].read_bytes()).decode()
             path = out_dir / "report.html"
-            path.write_text(env.get_template("report.html.j2").render(**ctx), encoding="utf-8")
+            writes.write_text(path, env.get_template("report.html.j2").render(**ctx), "report")
             result.files.append(path)
         if "md" in formats:
             path = out_dir / "report.md"
-            path.write_text(env.get_template("report.md.j2").render(**ctx), encoding="utf-8")
+            writes.write_text(path, env.get_template("report.md.j2").render(**ctx), "report")
             result.files.append(path)
     return result

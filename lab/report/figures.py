@@ -10,6 +10,7 @@ Figure 4: performance per watt, where telemetry exists.
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from lab.report import systemfigs  # noqa: E402
+from lab.core import writes  # noqa: E402
 from lab.core.mlperf import bench_order  # noqa: E402
 from lab.results.runs import count_header, count_label, count_noun  # noqa: E402
 
@@ -62,7 +64,9 @@ def _new_figure(n_panels, title, legend_labels=()):
 
 
 def _save(fig, path: Path):
-    fig.savefig(path, format="png", dpi=DPI)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    writes.write_bytes(path, buf.getvalue(), "report")
 
 
 def _bars(systems, value_key, benches, title, ylabel, path, colors, name_of, label_fmt):

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from lab.core import writes
+
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
@@ -174,11 +176,10 @@ def summary_text(verdicts: Verdicts) -> str:
 
 
 def write_outputs(verdicts: Verdicts, out_dir: Path) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
     j = out_dir / "validate.json"
     h = out_dir / "validate.html"
-    tmp = out_dir / ".validate.json.tmp"
-    tmp.write_text(verdicts.to_json() + "\n")
-    tmp.replace(j)
-    h.write_text(render_html(verdicts))
+    writes.check(out_dir, files=[j.name, h.name], what="--out")
+    writes.folder(out_dir, "--out")
+    writes.write_text(j, verdicts.to_json() + "\n", "--out")
+    writes.write_text(h, render_html(verdicts), "--out")
     return [j, h]
