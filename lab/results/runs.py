@@ -57,9 +57,14 @@ class Run:
     clock: str = ""
     compliance: str | None = None  # "PASS", "FAIL" or None (not checked: see compliance_note)
     compliance_note: str = ""      # FAIL: the failing rules in one short line; else the ruleset or why none
-    compliance_ruleset: str | None = None
+    compliance_ruleset: str | None = None  # mlperf-logging's ruleset that checked it ("4.0.0")
     compliance_failures: list[str] = field(default_factory=list)  # one short line per failing rule
     compliance_waived: list[str] = field(default_factory=list)    # gpulab's exceptions this log used
+    # The published round whose rules score it (lab/data/rounds.yml; None: by its log format or gpulab's).
+    round: str | None = None
+    scaling_factor: float = 1.0   # the benchmark folder's scaling.json (lab.results.roundtree)
+    scaling_note: str = ""
+    system_notes: list[str] = field(default_factory=list)   # what its system description lacks
 
     def judged(self, verdict) -> None:
         """Take a compliance verdict (lab.compliance.Verdict)."""
