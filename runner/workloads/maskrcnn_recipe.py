@@ -65,10 +65,16 @@ def group_lr(step: int, group_base: float, base: float, warmup: int, boundaries,
     return group_base * decay
 
 
-def set_lr(opt, step: int, base: float, warmup: int, boundaries, cfg: dict) -> None:
+def group_rates(opt, step: int, base: float, warmup: int, boundaries, cfg: dict) -> list[float]:
+    """Every parameter group's rate at iteration ``step`` (from 0)."""
     method = cfg.get("warmup_method", "linear")
-    for g in opt.param_groups:
-        g["lr"] = group_lr(step, g["base_lr"], base, warmup, boundaries, method, cfg.get("warmup_factor", 1 / 3))
+    return [group_lr(step, g["base_lr"], base, warmup, boundaries, method, cfg.get("warmup_factor", 1 / 3))
+            for g in opt.param_groups]
+
+
+def set_lr(opt, step: int, base: float, warmup: int, boundaries, cfg: dict) -> None:
+    for g, lr in zip(opt.param_groups, group_rates(opt, step, base, warmup, boundaries, cfg)):
+        g["lr"] = lr
 
 
 def warmup_factor(cfg: dict, base: float) -> float:

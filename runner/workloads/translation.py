@@ -33,6 +33,7 @@ from mlperf_logging.mllog import constants as C
 
 from runner.workloads import bleu
 from runner.workloads.base import WorkloadError, compile_fn
+from runner.workloads.trainer import Trainer as TrainerContract
 from runner.workloads.translation_data import (BOS, DATA_SEED, EOS, N_SPECIAL, PAD, UNK, WordVocab,  # noqa: F401
                                                bucket_length, bucketed_shards, frame_source, generate,
                                                keep_pairs, load_prepared, pad_batch, token_batches)
@@ -98,7 +99,7 @@ def smoothed_loss(logits, target, smoothing: float):
 # The trainer
 # ----------------------------------------------------------------------------------------
 
-class Trainer:
+class Trainer(TrainerContract):
     """Drives a seq2seq model (``make_model(cfg, vocab_size)``) through runner.workloads.base.
 
     The model provides ``forward(src, tgt_in, pad) -> logits [B,T,V]`` and the
@@ -170,11 +171,11 @@ class Trainer:
         self.remain = scaled_steps(int(cfg.get("remain_steps", 0) or 0), cfg, self.global_batch, train_samples)
         self.interval = scaled_steps(int(cfg.get("decay_interval", 0) or 0), cfg, self.global_batch,
                                      train_samples)
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=self.lr, betas=tuple(cfg["betas"]),
-                                    eps=adam_eps, **ctx.fused())
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.lr, betas=tuple(cfg["betas"]),
+                                          eps=adam_eps, **ctx.fused())
         self.scaler = ctx.grad_scaler()
-        self.step_no = 0
-        self._set_lr()
+        self.grad_clip = float(cfg.get("grad_clip") or 0)
+        self.apply_schedule()
 
     # --- schedule -------------------------------------------------------------------------
     def lr_at(self, update: int) -> float:
@@ -185,34 +186,19 @@ class Trainer:
         return gnmt_lr(update, self.lr, self.warmup, self.remain, self.interval, int(cfg.get("decay_steps", 4)),
                        float(cfg.get("decay_factor", 0.5)))
 
-    def _set_lr(self):
-        lr = self.lr_at(self.step_no + 1)
-        for g in self.opt.param_groups:
-            if isinstance(g["lr"], torch.Tensor):
-                g["lr"].fill_(lr)
-            else:
-                g["lr"] = lr
+    def schedule(self, update: int) -> float:
+        return self.lr_at(update + 1)
 
     # --- one step -------------------------------------------------------------------------
     def _forward_loss(self, src, tgt_in, tgt_out, pad: bool):
         logits = self.ddp(src, tgt_in, pad)
         return smoothed_loss(logits, tgt_out, self.smoothing)
 
-    def _step(self, src, tgt_in, tgt_out, pad: bool = True):
-        ctx = self.ctx
-        with ctx.autocast():
-            loss, ntok = self.fwd(src, tgt_in, tgt_out, pad)
-        self.opt.zero_grad(set_to_none=True)
+    def loss(self, src, tgt_in, tgt_out, pad: bool = True):
+        loss, ntok = self.fwd(src, tgt_in, tgt_out, pad)
         # this rank's tokens or sentences; DDP averages over ranks
         denom = ntok.clamp(min=1) if self.loss_per == "token" else src.shape[0]
-        self.scaler.scale(loss / denom).backward()
-        self.scaler.unscale_(self.opt)
-        if self.cfg.get("grad_clip"):
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.cfg["grad_clip"]))
-        self.scaler.step(self.opt)
-        self.scaler.update()
-        self.step_no += 1
-        self._set_lr()
+        return loss / denom
 
     def epoch_batches(self, epoch: int) -> list:
         """This rank's batches of one epoch (lists of training-pair indices)."""
@@ -232,7 +218,7 @@ class Trainer:
         self.model.train()
         for part in self.epoch_batches(epoch):
             S, TI, TO = pad_batch(src, tgt, part, self.buckets, self.src_frame)
-            self._step(torch.from_numpy(S).to(dev, non_blocking=True),
+            self.train_step(torch.from_numpy(S).to(dev, non_blocking=True),
                        torch.from_numpy(TI).to(dev, non_blocking=True),
                        torch.from_numpy(TO).to(dev, non_blocking=True), pad=bool((S == PAD).any()))
             ctx.mark_step()
@@ -282,24 +268,14 @@ class Trainer:
         self.tp_batch = self.ctx.throughput_batch_size(self.batch)
         return self.tp_batch * self.tp_len
 
-    def throughput_step(self) -> None:
-        if not hasattr(self, "_pool"):
-            if not hasattr(self, "tp_len"):
-                self.throughput_batch()
-            dev = self.ctx.device
-            g = torch.Generator(device=dev)
-            g.manual_seed(self.ctx.seed + self.ctx.rank)
-            B, L = self.tp_batch, self.tp_len
-            src = torch.randint(N_SPECIAL, self.vocab_size, (2, B, L), device=dev, generator=g)
-            tgt = torch.randint(N_SPECIAL, self.vocab_size, (2, B, L), device=dev, generator=g)
-            tin = torch.cat([torch.full_like(tgt[:, :, :1], BOS), tgt[:, :, :-1]], dim=2)
-            self._pool = (src, tin, tgt)
-            self._k = 0
-            self.model.train()
-        s, ti, to = self._pool
-        j = self._k % 2
-        self._k += 1
-        self._step(s[j], ti[j], to[j], pad=False)
+    def synthetic_batches(self, g):
+        self.throughput_batch()
+        dev = self.ctx.device
+        B, L = self.tp_batch, self.tp_len
+        src = torch.randint(N_SPECIAL, self.vocab_size, (2, B, L), device=dev, generator=g)
+        tgt = torch.randint(N_SPECIAL, self.vocab_size, (2, B, L), device=dev, generator=g)
+        tin = torch.cat([torch.full_like(tgt[:, :, :1], BOS), tgt[:, :, :-1]], dim=2)
+        return [(src[j], tin[j], tgt[j], False) for j in range(2)]
 
     # --- MLLOG --------------------------------------------------------------------------------
     def common_hyperparameters(self) -> dict:

@@ -238,16 +238,6 @@ def device_generator(ctx, seed: int) -> torch.Generator:
     return g
 
 
-def synthetic_step(trainer, make) -> None:
-    """One training step of ``trainer`` (throughput mode) on a synthetic batch made once, by
-    ``make(ctx, generator)`` with a generator on the run's device seeded with seed + rank."""
-    if not hasattr(trainer, "_synthetic"):
-        ctx = trainer.ctx
-        trainer._synthetic = make(ctx, device_generator(ctx, ctx.seed + ctx.rank))
-        trainer.model.train()
-    trainer._train_step(*trainer._synthetic)
-
-
 def synthetic_images(ctx, batch: int, size, generator=None) -> torch.Tensor:
     h, w = (size, size) if isinstance(size, int) else size
     x = torch.randn(batch, 3, h, w, device=ctx.device, generator=generator)
@@ -299,11 +289,6 @@ def step_lr(step: int, warmup: int, warmup_factor: float, base: float, boundarie
         a = step / warmup
         return base * (warmup_factor * (1 - a) + a)
     return base * factor ** sum(1 for b in boundaries if step >= b)
-
-
-def set_lr(opt, lr: float) -> None:
-    for g in opt.param_groups:
-        g["lr"] = lr * g.get("lr_scale", 1.0)
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:

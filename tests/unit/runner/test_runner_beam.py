@@ -217,7 +217,7 @@ def test_the_trainer_runs_each_update_at_the_schedules_rate():
     tr = gnmt.build(ctx)
     seen = []
     for _ in range(12):
-        seen.append(tr.opt.param_groups[0]["lr"])
+        seen.append(tr.optimizer.param_groups[0]["lr"])
         tr.throughput_step()
     assert seen == pytest.approx([tr.lr_at(n) for n in range(1, 13)])
     assert seen[0] == pytest.approx(tr.lr * 0.01 ** (9 / 10)) and seen[9] == pytest.approx(tr.lr)

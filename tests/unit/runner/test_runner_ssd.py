@@ -280,6 +280,6 @@ def test_the_full_scale_trainer_logs_the_recipe_as_mllog_hyperparameters():
     assert hp["opt_learning_rate_decay_boundary_steps"] == [5120000 // 152, 6400000 // 152]
     assert hp["num_default_boxes"] == 8732 and hp["max_samples"] == 1
     assert hp["color_jitter_hue"] == 0.05 and hp["color_jitter_saturation"] == 0.5
-    groups = tr.opt.param_groups  # weight decay on every parameter, BN and biases included
+    groups = tr.optimizer.param_groups  # weight decay on every parameter, BN and biases included
     assert len(groups) == 1 and groups[0]["weight_decay"] == 5e-4
     assert sum(p.numel() for p in groups[0]["params"]) == sum(p.numel() for p in tr.model.parameters())
