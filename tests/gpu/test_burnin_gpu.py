@@ -28,6 +28,9 @@ def test_quick_is_health_only(tmp_path):
     for g in doc["gpus"].values():
         assert g["idle"]["samples"] >= 2 and g["idle"]["temp_c_max"] is not None
     assert doc["xid"]["source"] or doc["xid"]["error"]
+    after = doc["interconnect_after"]
+    assert "error" not in after and after["collected_at"] >= doc["probe"]["collected_at"]
+    assert set(after["gpus"]) == set(doc["gpus"])
 
 
 @pytest.mark.slow
@@ -44,6 +47,10 @@ def test_standard_on_one_gpu(tmp_path):
     assert g["load"]["samples"] > 10 and g["load"]["power_w_max"] > g["idle"]["power_w_max"]
     rows = (out / "telemetry.csv").read_text().splitlines()
     assert len(rows) > 20
+    # the standard tools: nvbandwidth's figures where provisioning built it, else why not
+    assert doc["tools"]["nccl_tests"] == {"ran": False, "error": "one GPU: no all-reduce"}
+    nvb = doc["tools"]["nvbandwidth"]
+    assert nvb.get("error") or nvb["gpus"]["0"]["h2d_gbs"] > 1
 
 
 @pytest.mark.slow

@@ -1,0 +1,7 @@
+"""Hardware validation: the checks (``gpuchecks``, ``hostchecks``, ``linkchecks``: NVLink, PCIe
+replays, AER), GPU references (``gpurefs``), verdict words, records and rendering (``verdict``),
+the action of every failing check (``actions``, lab/data/actions.yml).
+
+Entry point: ``fleet.validate_fleet`` (invoke validate).
+May import: lab.core, lab.hosts.
+"""
