@@ -29,6 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mlperf_logging.mllog import constants as C
 
+from runner.workloads import schedules as S
 from runner.workloads.base import WorkloadError
 from runner.workloads.trainer import Trainer as TrainerContract
 from runner.workloads.trainer import WorkloadSpec
@@ -172,6 +173,7 @@ class Trainer(TrainerContract):
         self.step_fn = self.ddp
         if ctx.compile and ctx.mode == "throughput":
             self.step_fn = torch.compile(self.ddp)
+        S.check(cfg.get("lr_schedule"), ("constant",), "ncf")  # Adam at the base rate throughout
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg["lr"],
                                     betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"], **ctx.fused())
         self.scaler = ctx.grad_scaler()

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from runner.workloads import detection as D
+from runner.workloads import schedules as S
 from runner.workloads import vision as V
 from runner.workloads.base import WorkloadError, compile_fn
 from runner.workloads.coco_eval import COCOEvaluator
@@ -89,6 +90,7 @@ class Trainer(TrainerContract):
         self.scaler = ctx.grad_scaler()
         self.steps_per_epoch = max(1, self.train_samples // gbs) if ctx.mode == "ttt" else 1
         self.warmup = int(cfg["warmup_steps"])
+        self.lr_schedule = S.check(cfg.get("lr_schedule"), ("warmup_step",), "ssd")
         self.boundaries = decay_boundaries(cfg, gbs, self.steps_per_epoch)
         self.jitter = cfg.get("color_jitter")
 
@@ -146,7 +148,8 @@ class Trainer(TrainerContract):
         return [round(b * gbs / self.train_samples, 2) for b in self.boundaries]
 
     def schedule(self, update: int) -> float:
-        return V.step_lr(update, self.warmup, self.ctx.cfg["warmup_factor"], self.lr, self.boundaries, 0.1)
+        return S.rate(self.lr_schedule, update, warmup=self.warmup, warmup_factor=self.ctx.cfg["warmup_factor"],
+                      base=self.lr, boundaries=self.boundaries, factor=0.1)
 
     def loss(self, x, boxes, labels):
         with torch.autocast(self.ctx.device.type, enabled=False):  # matching in fp32, outside autocast

@@ -9,7 +9,7 @@
 - Loss: label-smoothed cross entropy summed over the target tokens, divided
   by the batch's tokens (``loss_per: token``) or sentences (``loss_per:
   sentence``, GNMT's reference); Adam; the learning-rate schedules of the two
-  references (``gnmt_lr``, ``rsqrt_lr``). Where the catalogue gives
+  references (``lr_schedule`` gnmt or rsqrt: runner.workloads.schedules). Where the catalogue gives
   ``schedule_at`` (the global batch and training-set size its step counts are
   meant for), the step counts are rescaled to this run's global batch and data
   set, so that they cover the same share of the data at any GPU count;
@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from mlperf_logging.mllog import constants as C
 
 from runner.workloads import bleu
+from runner.workloads import schedules as S
 from runner.workloads.base import WorkloadError, compile_fn
 from runner.workloads.trainer import Trainer as TrainerContract
 from runner.workloads.translation_data import (BOS, DATA_SEED, EOS, N_SPECIAL, PAD, UNK, WordVocab,  # noqa: F401
@@ -39,33 +40,6 @@ from runner.workloads.translation_data import (BOS, DATA_SEED, EOS, N_SPECIAL, P
                                                keep_pairs, load_prepared, pad_batch, token_batches)
 
 LR_SCALINGS = ("none", "linear", "sqrt")
-
-
-def gnmt_lr(update: int, base: float, warmup: int, remain: int, interval: int, steps: int,
-            factor: float) -> float:
-    """Rate of update ``update`` (1 = the first), as the GNMT reference's WarmupMultiStepLR.
-
-    Exponential warm-up from ``base / 100`` reaching ``base`` at update
-    ``warmup``; from update ``remain`` on, ``base * factor ** k`` with
-    ``k = min((update - remain) // interval + 1, steps)``.
-    """
-    if warmup > 0 and update <= warmup:
-        return base * math.exp(math.log(0.01) / warmup) ** (warmup - update)
-    if interval > 0 and update >= remain:
-        return base * factor ** min((update - remain) // interval + 1, steps)
-    return base
-
-
-def rsqrt_lr(update: int, base: float, warmup: int) -> float:
-    """Rate of update ``update`` (1 = the first), as fairseq's inverse_sqrt with ``--warmup-init-lr 0``.
-
-    The rate after ``u`` updates is ``base * u / warmup`` while ``u < warmup``,
-    then ``base * sqrt(warmup / u)``; update ``u + 1`` runs with it.
-    """
-    u = update - 1
-    if u < warmup:
-        return base * u / warmup
-    return base * math.sqrt(warmup / u)
 
 
 def scaled_steps(n: int, cfg: dict, global_batch: int, train_samples: int) -> int:
@@ -167,6 +141,7 @@ class Trainer(TrainerContract):
             # the loss joins the graph: log-softmax and label smoothing fuse with the projection
             self.fwd = compile_fn(ctx, self._forward_loss)
         self.lr = scaled_lr(cfg, self.global_batch)
+        self.lr_schedule = S.check(cfg.get("lr_schedule"), ("gnmt", "rsqrt"), ctx.name)
         self.warmup = scaled_steps(int(cfg["warmup_steps"]), cfg, self.global_batch, train_samples)
         self.remain = scaled_steps(int(cfg.get("remain_steps", 0) or 0), cfg, self.global_batch, train_samples)
         self.interval = scaled_steps(int(cfg.get("decay_interval", 0) or 0), cfg, self.global_batch,
@@ -181,10 +156,10 @@ class Trainer(TrainerContract):
     def lr_at(self, update: int) -> float:
         """The rate of update ``update`` (1 = the first) of this run."""
         cfg = self.cfg
-        if cfg.get("schedule") == "rsqrt":
-            return rsqrt_lr(update, self.lr, self.warmup)
-        return gnmt_lr(update, self.lr, self.warmup, self.remain, self.interval, int(cfg.get("decay_steps", 4)),
-                       float(cfg.get("decay_factor", 0.5)))
+        if self.lr_schedule == "rsqrt":
+            return S.rsqrt_lr(update, self.lr, self.warmup)
+        return S.gnmt_lr(update, self.lr, self.warmup, self.remain, self.interval, int(cfg.get("decay_steps", 4)),
+                         float(cfg.get("decay_factor", 0.5)))
 
     def schedule(self, update: int) -> float:
         return self.lr_at(update + 1)
