@@ -195,7 +195,7 @@ class Trainer(TrainerContract):
             S, TI, TO = pad_batch(src, tgt, part, self.buckets, self.src_frame)
             self.train_step(torch.from_numpy(S).to(dev, non_blocking=True),
                        torch.from_numpy(TI).to(dev, non_blocking=True),
-                       torch.from_numpy(TO).to(dev, non_blocking=True), pad=bool((S == PAD).any()))
+                       torch.from_numpy(TO).to(dev, non_blocking=True), bool((S == PAD).any()))
             ctx.mark_step()
 
     @torch.no_grad()
