@@ -1,7 +1,8 @@
 """gpulab's command line: `invoke --list` shows the tasks, `invoke --help TASK` their options.
 
 Each task reads its arguments, falls back to the `gpulab` section of the Invoke
-configuration (invoke.yaml and the usual override layers), calls one function
+configuration (gpulab's defaults, lab/data/settings.yml, at Invoke's collection
+level, under every file and variable a user sets: README "Settings"), calls one function
 of the `lab` package and turns its errors into an exit code: 2 for bad input
 (nothing was touched), 1 for a failed run or check. The configuration section
 is checked when a task starts (lab.core.config); Invoke's own parse errors exit 2
@@ -14,12 +15,22 @@ import functools
 import sys
 from pathlib import Path
 
-from invoke import Exit, task
+from invoke import Collection, Exit, task
 
 from lab.core import cli
 from lab.core.errors import GpulabError
 
 cli.install()
+
+
+def _defaults() -> dict:
+    from lab.core import config
+
+    try:
+        return config.defaults()
+    except GpulabError as exc:
+        print(f"gpulab: {exc.message}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
 
 SELECT_HELP = {
     "host": "host name(s), comma separated",
@@ -30,8 +41,9 @@ SELECT_HELP = {
 
 
 def _cfg(c, key, value=None):
-    """The task argument if given, else gpulab.<key> from the Invoke config."""
-    if value not in (None, ""):
+    """The task argument if given, else gpulab.<key> from the Invoke config; None only where neither has it
+    (0, false and "" are values)."""
+    if value is not None:
         return value
     node = c.config.get("gpulab", {})
     for part in key.split("."):
@@ -135,13 +147,17 @@ def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=
     from lab.sweep import driver as sw
     from lab.core.errors import ConfigError
 
-    pick = lambda key, value: _cfg(c, f"{cfg_prefix}{key}", value) or _cfg(c, key, value)  # noqa: E731
-    nodes = limits.number(pick("nodes", nodes) or 1, "--nodes", limits.NODES)
+    def pick(key, value):
+        found = _cfg(c, f"{cfg_prefix}{key}", value)
+        return _cfg(c, key) if found is None else found
+
+    nodes = pick("nodes", nodes)
+    nodes = limits.number(1 if nodes is None else nodes, "--nodes", limits.NODES)
     settings = _settings(c, timeout)   # checked before anything starts, --dry-run too
     results = paths.folder(_cfg(c, "results"), "config gpulab.results")
     args = dict(workloads=sw.parse_list(pick("workloads", workloads), "workloads"), gpus=pick("gpus", gpus),
                 seeds=pick("seeds", seeds), mode=pick("mode", mode), scale=pick("scale", scale), nodes=nodes)
-    name = name or sw.default_name()
+    name = sw.default_name() if name is None else name
     sw.check_name(name)
     catalogue = _cfg(c, "datasets_catalogue")
     if dry_run:
@@ -221,10 +237,11 @@ def report(c, path, format=None, compare=None, out=None):
 
 @task(help={**SELECT_HELP, "level": "quick, standard or burn-in", "baseline": "build references from these hosts",
             "json": "print verdicts as JSON", "out": "folder for verdicts and the HTML page",
-            "references": "GPU references YAML (default: gpulab.references)"})
+            "references": "GPU references YAML (default: gpulab.references)",
+            "dcgm_level": "run level of DCGM's dcgmi diag, 1-4, 0 for none (default: gpulab.validate.dcgm_levels)"})
 @_errors
 def validate(c, device=None, host=None, limit=None, level="quick", baseline=False, json=False, out=None,
-             references=None, inventory=None):
+             references=None, inventory=None, dcgm_level=None):
     """Check each host's GPUs for health and performance against references; exit 1 if any host fails."""
     from lab.validate import fleet as val
 
@@ -232,7 +249,8 @@ def validate(c, device=None, host=None, limit=None, level="quick", baseline=Fals
     result = val.validate_fleet(hosts, level=level, baseline=baseline, as_json=json,
                                 out_dir=Path(out) if out else Path(_cfg(c, "results")) / "validate",
                                 references=_cfg(c, "references", references),
-                                inventory=_cfg(c, "inventory", inventory), stacks_dir=_cfg(c, "stacks"))
+                                inventory=_cfg(c, "inventory", inventory), stacks_dir=_cfg(c, "stacks"),
+                                dcgm_level=dcgm_level, dcgm_levels=_cfg(c, "validate.dcgm_levels"))
     if not result.ok:
         raise Exit(code=1)
 
@@ -248,7 +266,7 @@ def demo(c, workloads=None, seeds=None, name=None):
     from lab.sweep import driver as sw
 
     hosts = inv.load(_cfg(c, "demo.inventory")).select()
-    name = name or "demo-" + sw.default_name()[len("sweep-"):]
+    name = "demo-" + sw.default_name()[len("sweep-"):] if name is None else name
     result = _sweep(c, hosts, workloads=workloads, seeds=seeds, name=name, nodes=1, cfg_prefix="demo.")
     rep_result = rep.build_report([result.sweep.root], result.sweep.root / "report", formats=("html", "md", "json"))
     html = next((f for f in rep_result.files if str(f).endswith(".html")), rep_result.files[0])
@@ -256,3 +274,9 @@ def demo(c, workloads=None, seeds=None, name=None):
     if not result.ok:
         raise Exit(code=1)
     sys.stdout.flush()
+
+
+# gpulab's defaults sit at Invoke's collection level, the lowest layer after Invoke's own: a user's
+# ~/.invoke.yaml, a lab's invoke.yaml, INVOKE_GPULAB_*, `invoke -f FILE` and the options override them.
+ns = Collection.from_module(sys.modules[__name__])
+ns.configure(_defaults())

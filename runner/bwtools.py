@@ -240,8 +240,10 @@ def run_nccl_tests(gpus: list[int], out: Path, timeout_s: float = 600, max_bytes
     if code != 0:
         return {"ran": True, "error": f"all_reduce_perf {'exit ' + str(code) if code is not None else ''}: "
                                       f"{_last_line(stderr or stdout, 'no output')}".replace(" : ", ": ")}
+    version = re.search(r"^# nccl-tests version (\S+)", stdout, re.M)  # its banner (2.17 and later)
     try:
-        return {"ran": True, "path": exe, **parse_nccl_tests(path.read_text(errors="replace")[:MAX_OUTPUT])}
+        return {"ran": True, "path": exe, "version": version.group(1) if version else None,
+                **parse_nccl_tests(path.read_text(errors="replace")[:MAX_OUTPUT])}
     except (OSError, ToolOutputError) as exc:
         return {"ran": True, "error": f"nccl-tests.json: {exc}"}
 

@@ -1,6 +1,7 @@
 """The action of every failing check of `invoke validate` (lab/data/actions.yml, checked against
-lab/schemas/actions.schema.json): a DCGM result by its ``dcgm_fr`` code, an XID check by the
-XIDs it saw (the most invasive action of them), any other check by its name and verdict (the
+lab/schemas/actions.schema.json): a DCGM result by the DCGM_FR_* names of its errors
+(``dcgm_errors[].name``, ``dcgm_code``; the most invasive action of them), an XID check by the
+XIDs it saw (likewise), any other check by its name and verdict (the
 first matching entry in file order; shell-style patterns), else the table's default. The
 verdicts carry it: each WARN and FAIL record's ``action``, and each host's ``actions`` (those
 of the checks that gave the host its verdict), shown by the summary, validate.html and
@@ -47,8 +48,10 @@ def action_for(record: dict, table: dict) -> dict | None:
     verdict = record.get("verdict")
     if verdict == PASS or verdict is None:
         return None
-    code = record.get("dcgm_fr")
-    if isinstance(code, str) and code in table["dcgm"]:
+    codes = [e.get("name") for e in record.get("dcgm_errors") or [] if isinstance(e, dict)] + [record.get("dcgm_code")]
+    known = [c for c in codes if isinstance(c, str) and c in table["dcgm"]]
+    if known:
+        code = min(known, key=lambda c: ORDER.index(table["dcgm"][c]["action"]))
         return _action(table, table["dcgm"][code], f"dcgm {code}")
     seen = record.get("measured")
     if str(record.get("check", "")).startswith("XID events") and isinstance(seen, list):

@@ -29,8 +29,10 @@ class LinkWindow:
 def link_window(probe: dict, burnin: dict | None, index) -> LinkWindow | None:
     """The load window of one GPU from a burn-in document, or None (no burn-in, older runner,
     counters not read after the load, or times that do not make a window)."""
-    after = (burnin or {}).get("interconnect_after") or {}
-    mine = (after.get("gpus") or {}).get(str(index))
+    after = (burnin or {}).get("interconnect_after")
+    after = after if isinstance(after, dict) else {}
+    gpus = after.get("gpus") if isinstance(after.get("gpus"), dict) else {}
+    mine = gpus.get(str(index))
     start, end = _seconds(probe.get("collected_at")), _seconds(after.get("collected_at"))
     if not isinstance(mine, dict) or start is None or end is None or end <= start:
         return None
@@ -64,7 +66,7 @@ def _inventory_links(host) -> int | None:
     return (getattr(host, "vars", None) or {}).get("gpulab_nvlink_links")
 
 
-def _expected_links(gpu: dict, host, mref: dict | None, model: str | None) -> tuple[int | None, str | None]:
+def _expected_links(host, mref: dict | None, model: str | None) -> tuple[int | None, str | None]:
     want = _inventory_links(host)
     if want is not None:
         return int(want), "inventory gpulab_nvlink_links"
@@ -79,7 +81,7 @@ def nvlink_link_checks(gpu: dict, host, mref: dict | None, model: str | None, gp
     if "nvlink" not in gpu:
         return []  # a probe from a runner that did not read NVLink
     nv = gpu["nvlink"]
-    want, src = _expected_links(gpu, host, mref, model)
+    want, src = _expected_links(host, mref, model)
     from_inventory = src == "inventory gpulab_nvlink_links"
     exp = f"{want} up ({src})" if want is not None else "all links up"
     if nv is None:
@@ -221,10 +223,22 @@ def aer_checks(gpu: dict, limits: dict, window: LinkWindow | None) -> list[dict]
                   f"no uncorrectable PCIe error; {both['correctable']} corrected since boot")]
 
 
+def guarded(label: str, unit, *args) -> list[dict]:
+    """One unit of checks over facts a host sent; facts of the wrong shape give one WARN naming
+    them, never a traceback."""
+    try:
+        return unit(*args)
+    except (TypeError, KeyError, AttributeError, ValueError, IndexError) as exc:
+        return [check(label, WARN, None, "facts of the documented form",
+                      f"not judged: the host's {label} facts are malformed ({type(exc).__name__}: {exc})"[:300])]
+
+
 def interconnect_checks(gpu: dict, host, refs: dict, model: str | None, window: LinkWindow | None,
                         gpus_on_host: int) -> list[dict]:
     """Every interconnect check of one GPU."""
     limits = refs["checks"]["interconnect"]
     mref = refs["models"].get(model) if model else None
-    return (nvlink_link_checks(gpu, host, mref, model, gpus_on_host) + nvlink_error_checks(gpu, limits, window)
-            + pcie_replay_checks(gpu, limits, window) + aer_checks(gpu, limits, window))
+    return (guarded("NVLink links", nvlink_link_checks, gpu, host, mref, model, gpus_on_host)
+            + guarded("NVLink errors", nvlink_error_checks, gpu, limits, window)
+            + guarded("PCIe replays", pcie_replay_checks, gpu, limits, window)
+            + guarded("PCIe AER", aer_checks, gpu, limits, window))

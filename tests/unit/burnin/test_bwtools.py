@@ -86,13 +86,14 @@ def test_stand_in_tools_run_and_their_output_is_kept(tmp_path, monkeypatch):
     tools = tmp_path / "bin"
     tools.mkdir()
     # all_reduce_perf writes its -J file (the last argument) and prints its table
-    _stand_in(tools / "all_reduce_perf", f'for a; do last="$a"; done\ncp {NCCL} "$last"\necho "# Avg bus bandwidth : 292.882"\n')
+    _stand_in(tools / "all_reduce_perf", f'for a; do last="$a"; done\ncp {NCCL} "$last"\n'
+              'echo "# nccl-tests version 2.19.6 nccl-headers=22602 nccl-library=22602"\necho "# Avg bus bandwidth : 292.882"\n')
     _stand_in(tools / "nvbandwidth", f"cat {NVB_JSON}\n")
     monkeypatch.setattr(bwtools, "TOOLS_DIR", tools)
     out = tmp_path / "out"
     out.mkdir()
     n = bwtools.run_nccl_tests([0, 1], out)
-    assert n["ran"] and n["busbw_gbs"] == 481.72 and n["path"] == str(tools / "all_reduce_perf")
+    assert n["ran"] and n["busbw_gbs"] == 481.72 and n["path"] == str(tools / "all_reduce_perf") and n["version"] == "2.19.6"
     assert (out / "nccl-tests.json").exists() and "Avg bus bandwidth" in (out / "nccl-tests.log").read_text()
     v = bwtools.run_nvbandwidth([0], out)
     assert v["ran"] and v["gpus"]["0"]["h2d_gbs"] == 55.31

@@ -9,7 +9,7 @@ import yaml
 from lab.core.errors import ConfigError
 from lab.validate import actions
 
-# every check name gpulab's own checks give (lab.validate: hostchecks, gpuchecks, linkchecks, fleet)
+# every check name gpulab's own checks give (lab.validate: hostchecks, gpuchecks, linkchecks, toolchecks, fleet)
 GPULAB_CHECKS = (
     "reachable", "runner", "GPU present", "GPU count", "GPUs readable", "readable", "stack", "stack driver",
     "driver supports CUDA", "model", "references", "PCIe link", "PCIe replays", "PCIe AER", "NVLink links",
@@ -17,6 +17,10 @@ GPULAB_CHECKS = (
     "load temperature", "throttling", "load SM clock", "power vs limit", "power limit", "burn-in tests",
     "matmul_bf16_tflops", "matmul_fp32_tflops (all GPUs at once)", "memory_bandwidth_gbs", "h2d_bandwidth_gbs",
     "resnet50_images_per_s", "power under load", "memory_bandwidth_gbs vs fleet", "nccl_allreduce_busbw_gbs",
+    "nccl-tests", "nccl-tests busbw", "nccl-tests data check", "nvbandwidth", "nvbandwidth H2D",
+    "nvbandwidth P2P read (slowest peer)",
+    # DCGM and Fabric Manager (lab.validate.dcgm, lab.validate.fabric)
+    "DCGM diagnostic", "DCGM version", "DCGM memtest", "Fabric Manager", "Fabric Manager version", "Fabric Manager service",
 )
 
 
@@ -62,10 +66,14 @@ def test_xid_checks_take_the_most_invasive_action_of_their_xids(table):
     assert actions.action_for(rec("XID events", "WARN", measured=[999]), table)["from"] == "default"
 
 
-def test_dcgm_results_by_their_code(table):
-    a = actions.action_for(rec("DCGM pcie", dcgm_fr="DCGM_FR_NVLINK_DOWN"), table)
+def test_dcgm_results_by_their_codes(table):
+    a = actions.action_for(rec("DCGM pcie", dcgm_code="DCGM_FR_NVLINK_DOWN"), table)
     assert a["kind"] == "reset_gpu" and a["from"] == "dcgm DCGM_FR_NVLINK_DOWN"
-    assert actions.action_for(rec("DCGM x", dcgm_fr="DCGM_FR_NOT_IN_THE_TABLE"), table)["from"] == "default"
+    errors = [{"code": 14, "name": "DCGM_FR_NVLINK_DOWN"}, {"code": 52, "name": "DCGM_FR_FAULTY_MEMORY"}]
+    a = actions.action_for(rec("DCGM memtest", dcgm_code="DCGM_FR_NVLINK_DOWN", dcgm_errors=errors), table)
+    assert a["kind"] == "rma" and a["from"] == "dcgm DCGM_FR_FAULTY_MEMORY"
+    assert actions.action_for(rec("DCGM x", dcgm_code="DCGM_FR_NOT_IN_THE_TABLE"), table)["from"] == "checks DCGM *"
+    assert actions.action_for(rec("DCGM diagnostic", "WARN"), table)["kind"] == "fix_config"  # not run: not installed
 
 
 def test_attach_gives_hosts_the_actions_of_their_verdict(table):

@@ -200,3 +200,20 @@ def test_interconnect_in_the_verdicts_with_actions(snap, refs):
     assert [a["where"] for a in h["actions"]][:2] == ["GPU 0 NVLink links", "GPU 0 NVLink errors"]
     assert "      action for GPU 0 NVLink links: reset_gpu: A link is down" in summary_text(v)
     assert json.loads(v.to_json())["hosts"]["h200-01"]["actions"][0]["kind"] == "reset_gpu"
+
+
+def test_malformed_facts_from_a_host_are_one_warn_each(snap, refs):
+    g0 = snap["probe"]["gpus"][0]
+    g0["nvlink"] = {"links_up": "many", "links_present": [], "errors": 7}
+    g0["aer"] = "broken"
+    g0["pcie"]["replay_count"] = 3
+    snap["interconnect_after"] = ["not", "a", "dict"]
+    snap["tools"] = {"nvbandwidth": {"ran": True, "gpus": {"0": "fast"}}, "nccl_tests": {"ran": True, "busbw_gbs": "x",
+                                                                                         "wrong": {}}}
+    v = run({"h200-01": snap}, refs)
+    c = checks_of(v, gpu=0)
+    for name in ("NVLink links", "NVLink errors", "PCIe AER"):
+        assert c[name]["verdict"] == "WARN" and c[name]["reason"].startswith(f"not judged: the host's {name} facts are malformed")
+    assert c["PCIe replays"]["verdict"] == "PASS"
+    assert c["nvbandwidth"]["verdict"] == "WARN" and v.hosts["h200-01"]["beside"] == []
+    json.loads(v.to_json())
