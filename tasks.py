@@ -216,9 +216,11 @@ def collect(c, path, inventory=None):
 
 @task(help={"path": "a sweep directory, run directories or MLPerf log files (comma separated)",
             "format": "output formats, comma separated: html, md, json, csv",
-            "compare": "another sweep to set side by side", "out": "output folder (default: PATH/report)"})
+            "compare": "another sweep to set side by side", "out": "output folder (default: PATH/report)",
+            "round": "the published MLPerf round of MLLOG result trees, e.g. v4.0 (default: a "
+                     "training_results_vX.Y folder in PATH names it)"})
 @_errors
-def report(c, path, format=None, compare=None, out=None):
+def report(c, path, format=None, compare=None, out=None, round=None):
     """Turn run logs into MLPerf scores, device comparisons, scaling, seed effects and plots."""
     from lab.core import paths as lab_paths
     from lab.report import build as rep
@@ -231,7 +233,8 @@ def report(c, path, format=None, compare=None, out=None):
                                "--out")
     fmt = _cfg(c, "report_formats", format)
     formats = tuple(f.strip() for f in (fmt.split(",") if isinstance(fmt, str) else fmt) if f.strip())
-    result = rep.build_report(paths, out_dir, formats=formats, compare=Path(compare) if compare else None)
+    result = rep.build_report(paths, out_dir, formats=formats, compare=Path(compare) if compare else None,
+                              round=round)
     print("\n".join(result.lines()))
 
 
