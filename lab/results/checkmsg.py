@@ -4,7 +4,7 @@ The checker (``mlp_compliance.ComplianceChecker``) reports each failure as a
 paragraph: the test's source, the whole log line, a dump of its state. A report
 cell needs the rule and what broke it, so each message becomes a ``Failure``:
 the rule file it came from (``common.yaml``, ``closed_resnet.yaml``), the key
-the rule is about and a few words, e.g. ``cache_clear (common.yaml): line 5
+the rule is about and a few words, e.g. ``cache_clear (common.yaml): line 6
 logs null; fails ( v['value'] == True ) and ...``. A message of a form not
 known here keeps its first line.
 """
