@@ -72,6 +72,12 @@ def _check_paths(c, section: dict, arguments: dict) -> None:
         value = _cfg(c, key)
         if isinstance(value, str):
             paths.usable(value, f"config gpulab.{key}")
+    for key in ("results", "artifacts"):   # the folders tasks write into
+        if isinstance(_cfg(c, key), str):
+            paths.output_root(_cfg(c, key), f"config gpulab.{key}")
+    for name, local in (("out", True), ("root", False)):
+        if isinstance(arguments.get(name), str) and arguments[name]:
+            paths.output_root(arguments[name], f"--{name}", local=local)
 
 
 def _errors(fn):

@@ -66,6 +66,25 @@ def usable(path: str | Path, what: str, *, local: bool = True) -> Path:
     return Path(text)
 
 
+# folders no output of gpulab may be, or (SYSTEM_TREES) lie in: a typo of --out or gpulab.results must not
+# spread report files over the system or fill /proc with sweeps
+SYSTEM_FOLDERS = frozenset({"/", "/etc", "/usr", "/var", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/boot",
+                            "/dev", "/proc", "/sys", "/run", "/root", "/home", "/opt", "/srv", "/tmp", "/var/lib",
+                            "/usr/local"})
+SYSTEM_TREES = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/boot", "/dev", "/proc", "/sys")
+
+
+def output_root(path: str | Path, what: str, *, local: bool = True) -> Path:
+    """``path`` as a folder gpulab writes into: not a system folder (/, /etc, ...) nor inside /etc, /usr, /proc,
+    /sys, /dev, ... (``local``: as the path resolves here; otherwise as written, for a folder on a host)."""
+    usable(path, what, local=local)
+    text = os.path.realpath(path) if local else os.path.normpath(str(path))
+    text = "/" + text.strip("/") if text.startswith("/") else text
+    if text in SYSTEM_FOLDERS or any(text == t or text.startswith(t + "/") for t in SYSTEM_TREES):
+        raise ConfigError(f"{what}: {excerpt(str(path), 60)} is a system folder; give a folder of its own")
+    return Path(path)
+
+
 def folder(path: str | Path, what: str) -> Path:
     """``path`` when it is a folder or can be made one (its nearest existing parent is a writable folder).
 

@@ -42,8 +42,12 @@ def describe(error: jsonschema.ValidationError) -> str:
         return f"unknown key(s) {', '.join(extra)}"
     if error.validator == "required":
         return error.message.replace("is a required property", "is missing").replace("'", "")
+    shown = excerpt(repr(error.instance), 60)   # a value quoted, never a whole file
     if error.validator in ("anyOf", "oneOf"):
-        return f"{error.instance!r} is not valid here ({error.schema.get('description', 'see the schema')})"
+        return f"{shown} is not valid here ({error.schema.get('description', 'see the schema')})"
+    full = repr(error.instance)
+    if error.message.startswith(full):
+        return shown + error.message[len(full):]
     return error.message
 
 
