@@ -14,7 +14,7 @@ import functools
 import sys
 from pathlib import Path
 
-from invoke import Exit, task
+from invoke import Collection, Exit, task
 
 from lab import cli
 from lab.errors import GpulabError
@@ -250,3 +250,115 @@ def demo(c, workloads=None, seeds=None, name=None):
     if not result.ok:
         raise Exit(code=1)
     sys.stdout.flush()
+
+
+# --------------------------------------------------------------------------- the lab's memory
+# `invoke history.import PATH`, `invoke history` (the table), `invoke quarantine` (list), `invoke quarantine.add`,
+# `invoke quarantine.release`: sub-collections, so that each action has its own options and --help.
+
+def _history_db(c, url=None):
+    from lab import history
+
+    return history.open_db(history.resolve_url(_cfg(c, "history_url", url), _cfg(c, "results")))
+
+
+def _who(who):
+    import getpass
+
+    if who:
+        return who
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+URL_HELP = "database URL (default: gpulab.history_url, else results/history.sqlite)"
+
+
+def _memory_tasks() -> list[Collection]:
+    @task(name="import", help={"path": "results folders, run directories or validate.json files (comma separated)",
+                               "url": URL_HELP})
+    @_errors
+    def history_import(c, path, url=None):
+        """Load run directories and validate outputs into the history database (importing twice adds nothing)."""
+        from lab import history
+        from lab.errors import ConfigError
+
+        paths = [Path(p) for p in path.split(",") if p.strip()]
+        if not paths:
+            raise ConfigError("history.import: give a results folder, run directories or validate.json files")
+        added, skipped = history.import_paths(paths, history.resolve_url(_cfg(c, "history_url", url),
+                                                                         _cfg(c, "results")))
+        for line in skipped:
+            print(f"  skipped {line}")
+        print(added.line())
+
+    @task(name="show", default=True,
+          help={"host": "only this host", "gpu": "a GPU UUID, or a GPU index of --host", "metric": "check or "
+                "benchmark name (a part of it)", "since": "from this time (2026-12-01 or ISO 8601)",
+                "until": "up to this time", "limit": "at most this many rows (default 200)", "url": URL_HELP})
+    @_errors
+    def history_show(c, host=None, gpu=None, metric=None, since=None, until=None, limit=200, url=None):
+        """The history of checks and runs by GPU, host, metric and time, newest first."""
+        from lab.history import query
+
+        db = _history_db(c, url)
+        try:
+            rows = query.history_rows(db, host=host, gpu=gpu, metric=metric, since=since, until=until, limit=limit)
+        finally:
+            db.close()
+        print("\n".join(query.table(rows)))
+
+    @task(name="list", default=True, help={"url": URL_HELP})
+    @_errors
+    def quarantine_list(c, url=None):
+        """The GPUs and hosts in quarantine: who put them there, when and why."""
+        from lab.history import quarantine as q
+
+        db = _history_db(c, url)
+        try:
+            print("\n".join(q.table(q.active(db))))
+        finally:
+            db.close()
+
+    @task(name="add", help={"target": "HOST or HOST:GPU_INDEX (e.g. r740-03:2)", "reason": "why (one line)",
+                            "action": "what to do about it (e.g. reseat, RMA)", "who": "who (default: $USER)",
+                            "url": URL_HELP})
+    @_errors
+    def quarantine_add(c, target, reason=None, action=None, who=None, url=None):
+        """Keep a GPU or a host out of sweeps until released."""
+        from lab.history import quarantine as q
+
+        tgt = q.parse_target(target)
+        db = _history_db(c, url)
+        try:
+            entry, added = q.add(db, tgt, reason=reason, who=_who(who), action=action)
+        finally:
+            db.close()
+        print(f"{tgt}: quarantined" if added else
+              f"{tgt}: already quarantined since {entry.added_at:%Y-%m-%d %H:%M} by {entry.who}: {entry.reason}")
+
+    @task(name="release", help={"target": "HOST or HOST:GPU_INDEX", "force": "release without a passing validate",
+                                "note": "why (default: the validate that passed)", "who": "who (default: $USER)",
+                                "url": URL_HELP})
+    @_errors
+    def quarantine_release(c, target, force=False, note=None, who=None, url=None):
+        """Return a GPU or host to sweeps: needs a passing validate since it was quarantined, unless --force."""
+        from lab.history import quarantine as q
+
+        tgt = q.parse_target(target)
+        db = _history_db(c, url)
+        try:
+            entry = q.release(db, tgt, who=_who(who), force=force, note=note)
+        finally:
+            db.close()
+        print(f"{tgt}: released ({entry.release_note})")
+
+    return [Collection("history", history_import, history_show),
+            Collection("quarantine", quarantine_list, quarantine_add, quarantine_release)]
+
+
+namespace = Collection.from_module(sys.modules[__name__])
+for _sub in _memory_tasks():
+    namespace.add_collection(_sub)
