@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lab.errors import ConfigError
 from lab.history.db import Database, open_db, resolve_url
 from lab.history.sources import read_sources
 from lab.history.store import Added, add_sources
 
-__all__ = ["Added", "Database", "import_paths", "open_db", "resolve_url"]
+__all__ = ["Added", "Database", "import_paths", "open_db", "record", "resolve_url"]
 
 
 def import_paths(paths, url: str) -> tuple[Added, list[str]]:
@@ -35,3 +36,17 @@ def import_paths(paths, url: str) -> tuple[Added, list[str]]:
         return add_sources(db, src), src.skipped
     finally:
         db.close()
+
+
+def record(paths, url: str) -> str:
+    """What a sweep or a validate adds to the database once its files are written: the line to print.
+
+    A database that fails is said in that line and changes nothing else: the
+    files stay in results/ and ``invoke history.import`` loads them later.
+    """
+    try:
+        added, _ = import_paths(paths, url)
+    except ConfigError as exc:
+        where = ",".join(str(p) for p in paths)
+        return f"history: not recorded: {exc.message}; the files stay (`invoke history.import {where}` later)"
+    return f"history: {added.line()}"

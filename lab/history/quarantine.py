@@ -5,7 +5,7 @@ index on that host; its UUID is recorded where the database knows it).
 ``release`` asks for a passing validate since the quarantine began: the
 database must hold checks of that host (of that GPU, and of the host itself)
 taken after ``added_at``, none of them FAIL; ``force`` releases without.
-``excluded(db, hosts)`` is what a sweep plans around.
+``for_sweep(db, hosts)`` is what a sweep plans around.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from lab.history.store import _aware, now
 
 TARGET_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,254})(?::(\d{1,2}))?$")
 MAX_TEXT = 2000
-WHOLE_HOST = None
 
 
 @dataclass(frozen=True)
@@ -142,14 +141,21 @@ def active(db: Database, hosts=None) -> list[Quarantine]:
     return [r for r in rows if hosts is None or r.host in hosts]
 
 
-def excluded(db: Database, hosts) -> dict[str, set[int] | None]:
-    """Per host with quarantined parts: the GPU indices quarantined, or None for the whole host."""
-    out: dict[str, set[int] | None] = {}
+def for_sweep(db: Database, hosts) -> dict[str, dict]:
+    """What a sweep plans around, per host with quarantined parts: ``{"gpus": [indices] or None (the whole
+    host), "reason": "..."}`` (plain data: lab.sweep knows nothing of the database)."""
+    out: dict[str, dict] = {}
     for r in active(db, set(hosts)):
+        entry = out.setdefault(r.host, {"gpus": [], "reason": []})
         if r.gpu_index is None:
-            out[r.host] = WHOLE_HOST
-        elif out.get(r.host, set()) is not WHOLE_HOST:
-            out.setdefault(r.host, set()).add(r.gpu_index)
+            entry["gpus"] = None
+        elif entry["gpus"] is not None:
+            entry["gpus"].append(r.gpu_index)
+        entry["reason"].append(f"{Target(r.host, r.gpu_index)}: {r.reason}")
+    for entry in out.values():
+        entry["reason"] = "; ".join(entry["reason"])
+        if entry["gpus"] is not None:
+            entry["gpus"] = sorted(set(entry["gpus"]))
     return out
 
 

@@ -152,7 +152,9 @@ def test_quarantine_release_asks_for_a_passing_validate_since(db_url, tmp_path):
         assert added and entry.gpu_index == 2
         assert q.add(d, target, reason="again", who="ops")[1] is False
         q.add(d, q.parse_target("r740-09"), reason="fans", who="ops", at=t0)
-        assert q.excluded(d, ["h200-01", "r740-09", "other"]) == {"h200-01": {2}, "r740-09": None}
+        assert q.for_sweep(d, ["h200-01", "r740-09", "other"]) == {
+            "h200-01": {"gpus": [2], "reason": "h200-01 GPU 2: row remap pending"},
+            "r740-09": {"gpus": None, "reason": "r740-09: fans"}}
         assert "h200-01 GPU 2" in "\n".join(q.table(q.active(d)))
 
         with pytest.raises(CheckFailed, match="no validate of h200-01 GPU 2 since it was quarantined"):
@@ -162,7 +164,7 @@ def test_quarantine_release_asks_for_a_passing_validate_since(db_url, tmp_path):
             q.release(d, target, who="ops")
         history.import_paths([write_validation(tmp_path / "v2", when="2026-12-01T14:00:00Z")], db_url)
         assert "the validate of 2026-12-01 14:00 UTC passed" in q.release(d, target, who="ops").release_note
-        assert q.excluded(d, ["h200-01"]) == {}
+        assert q.for_sweep(d, ["h200-01"]) == {}
         with pytest.raises(ConfigError, match="is not quarantined"):
             q.release(d, target, who="ops")
         assert q.release(d, q.parse_target("r740-09"), who="ops", force=True).release_note == "forced"
