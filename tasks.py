@@ -4,8 +4,8 @@ Each task reads its arguments, falls back to the `gpulab` section of the Invoke
 configuration (invoke.yaml and the usual override layers), calls one function
 of the `lab` package and turns its errors into an exit code: 2 for bad input
 (nothing was touched), 1 for a failed run or check. The configuration section
-is checked when a task starts (lab.config); Invoke's own parse errors exit 2
-too (lab.cli).
+is checked when a task starts (lab.core.config); Invoke's own parse errors exit 2
+too (lab.core.cli).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 from invoke import Collection, Exit, task
 
-from lab import cli
-from lab.errors import GpulabError
+from lab.core import cli
+from lab.core.errors import GpulabError
 
 cli.install()
 
@@ -44,7 +44,7 @@ def _errors(fn):
 
     @functools.wraps(fn)
     def wrapper(c, *args, **kwargs):
-        from lab import config
+        from lab.core import config
 
         try:
             config.check(c.config.get("gpulab"))
@@ -58,7 +58,7 @@ def _errors(fn):
 
 
 def _select(c, inventory, host=None, device=None, limit=None):
-    from lab import inventory as inv
+    from lab.hosts import inventory as inv
 
     return inv.load(_cfg(c, "inventory", inventory)).select(host, device, limit)
 
@@ -71,7 +71,7 @@ def _select(c, inventory, host=None, device=None, limit=None):
 def provision(c, host=None, device=None, limit=None, stack=None, check=False, diff=False,
               datasets=None, inventory=None):
     """Bring hosts to their stack profile with Ansible and read back what is installed."""
-    from lab import provision as prov
+    from lab.hosts import provision as prov
 
     hosts = _select(c, inventory, host, device, limit)
     summary = prov.provision(hosts, inventory=_cfg(c, "inventory", inventory), stack=stack, check=check,
@@ -86,7 +86,7 @@ def provision(c, host=None, device=None, limit=None, stack=None, check=False, di
 @_errors
 def audit(c, host=None, device=None, limit=None, json=False, inventory=None):
     """Compare hosts with their stack profiles and print the drift; exit 1 on drift."""
-    from lab import provision as prov
+    from lab.hosts import provision as prov
 
     hosts = _select(c, inventory, host, device, limit)
     report = prov.audit(hosts, inventory=_cfg(c, "inventory", inventory), as_json=json,
@@ -104,7 +104,7 @@ def audit(c, host=None, device=None, limit=None, json=False, inventory=None):
 def datasets(c, names, host=None, device=None, limit=None, storage=None, root=None, catalogue=None, check=False,
              inventory=None):
     """Fetch, verify and prepare benchmark datasets on hosts; each host checks the result."""
-    from lab import datasets as ds
+    from lab.hosts import datasets as ds
 
     hosts = _select(c, inventory, host, device, limit)
     result = ds.prepare(hosts, names, inventory=_cfg(c, "inventory", inventory),
@@ -117,7 +117,8 @@ def datasets(c, names, host=None, device=None, limit=None, storage=None, root=No
 
 
 def _settings(c, timeout):
-    from lab import config, sweep as sw
+    from lab.core import config
+    from lab.sweep import driver as sw
 
     what = "--timeout" if timeout not in (None, "") else "config gpulab.run_timeout_minutes"
     return sw.Settings(timeout_s=config.timeout_s(_cfg(c, "run_timeout_minutes", timeout), what),
@@ -126,9 +127,13 @@ def _settings(c, timeout):
 
 def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=None, name=None, dry_run=False,
            timeout=None, nodes=None, cfg_prefix=""):
-    """The sweep and demo tasks: options (else config, ``cfg_prefix`` first) -> lab.sweep; None for a dry run."""
-    from lab import limits, paths, progress, study, sweep as sw
-    from lab.errors import ConfigError
+    """The sweep and demo tasks: options (else config, ``cfg_prefix`` first) -> lab.sweep.driver; None for a dry run."""
+    from lab.core import limits
+    from lab.core import paths
+    from lab.sweep import progress
+    from lab.sweep import study
+    from lab.sweep import driver as sw
+    from lab.core.errors import ConfigError
 
     pick = lambda key, value: _cfg(c, f"{cfg_prefix}{key}", value) or _cfg(c, key, value)  # noqa: E731
     nodes = limits.number(pick("nodes", nodes) or 1, "--nodes", limits.NODES)
@@ -183,7 +188,7 @@ def sweep(c, device=None, host=None, limit=None, workloads=None, gpus=None, seed
 @_errors
 def collect(c, path, inventory=None):
     """Fetch again every run of a sweep that is missing or failed verification."""
-    from lab import sweep as sw
+    from lab.sweep import driver as sw
 
     result = sw.collect(Path(path), _cfg(c, "inventory", inventory))
     print(f"{path}: {result.fetched} run(s) fetched, {result.verified} verified, {len(result.problems)} problem(s)")
@@ -199,8 +204,9 @@ def collect(c, path, inventory=None):
 @_errors
 def report(c, path, format=None, compare=None, out=None):
     """Turn run logs into MLPerf scores, device comparisons, scaling, seed effects and plots."""
-    from lab import paths as lab_paths, report as rep
-    from lab.errors import ConfigError
+    from lab.core import paths as lab_paths
+    from lab.report import build as rep
+    from lab.core.errors import ConfigError
 
     paths = [Path(p) for p in path.split(",") if p.strip()]
     if not paths:
@@ -220,7 +226,7 @@ def report(c, path, format=None, compare=None, out=None):
 def validate(c, device=None, host=None, limit=None, level="quick", baseline=False, json=False, out=None,
              references=None, inventory=None):
     """Check each host's GPUs for health and performance against references; exit 1 if any host fails."""
-    from lab import validate as val
+    from lab.validate import fleet as val
 
     hosts = _select(c, inventory, host, device, limit)
     result = val.validate_fleet(hosts, level=level, baseline=baseline, as_json=json,
@@ -237,9 +243,9 @@ def validate(c, device=None, host=None, limit=None, level="quick", baseline=Fals
 @_errors
 def demo(c, workloads=None, seeds=None, name=None):
     """Run a small sweep on this machine (inventory/local.yml), report it and print the report's path."""
-    from lab import inventory as inv
-    from lab import report as rep
-    from lab import sweep as sw
+    from lab.hosts import inventory as inv
+    from lab.report import build as rep
+    from lab.sweep import driver as sw
 
     hosts = inv.load(_cfg(c, "demo.inventory")).select()
     name = name or "demo-" + sw.default_name()[len("sweep-"):]

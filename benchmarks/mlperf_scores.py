@@ -10,7 +10,7 @@ into a temporary folder first, and result files that the git directory does not
 hold (a fetched snapshot keeps no file of 4 MiB or more) are counted per system
 x benchmark, so that a row with too few runs says why.
 
-Runs the report's own reading and scoring (lab.results.collect, lab.analysis.analyse)
+Runs the report's own reading and scoring (lab.results.collect.collect, lab.report.analysis.analyse)
 over each tree, then prints one row per submitter x system x benchmark: runs and
 successes, compliance, the report's score in minutes, the published score where
 ``benchmarks/mlperf_published.csv`` has it, and a status: "equal" (the report's
@@ -34,9 +34,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab.mlperf import default_rules  # noqa: E402
-from lab.analysis import analyse  # noqa: E402
-from lab.results import collect  # noqa: E402
+from lab.core.mlperf import default_rules  # noqa: E402
+from lab.report.analysis import analyse  # noqa: E402
+from lab.results.collect import collect  # noqa: E402
 
 PUBLISHED = Path(__file__).resolve().parent / "mlperf_published.csv"
 TOLERANCE = 0.005          # minutes: the published tables print two decimals

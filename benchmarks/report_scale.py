@@ -2,7 +2,7 @@
 
 Generates a synthetic sweep (gpulab run directories with mllog.log, status.json,
 manifest.json, telemetry.csv and SHA256SUMS, plus plain v0.5 result files) and
-times ``lab.report.build_report`` over it, all formats.
+times ``lab.report.build.build_report`` over it, all formats.
 
     python benchmarks/report_scale.py [--runs 3000] [--v05 500] [--telemetry-samples 120]
                                       [--keep DIR]
@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab.mlperf import default_rules  # noqa: E402
-from lab.analysis import analyse  # noqa: E402
-from lab.report import build_report  # noqa: E402
-from lab.results import collect  # noqa: E402
+from lab.core.mlperf import default_rules  # noqa: E402
+from lab.report.analysis import analyse  # noqa: E402
+from lab.report.build import build_report  # noqa: E402
+from lab.results.collect import collect  # noqa: E402
 
 BENCHES = {  # benchmark: (epochs on 1 GPU, minutes per epoch on 1 T4, samples per epoch)
     "resnet": (61, 10.0, 1_281_167), "ssd": (49, 6.6, 117_266), "maskrcnn": (13, 40.0, 118_287),

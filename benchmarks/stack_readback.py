@@ -51,7 +51,7 @@ REPO = Path(__file__).resolve().parent.parent
 # tests/unit/validate/fixtures/probe-h200-x1.recorded.json): driver 580.159.04, CUDA 13.0
 # (/usr/local/cuda/include/cuda.h), the system's cuDNN 9.14.0 and NCCL 2.28.3 (headers and
 # libraries of the image), PyTorch 2.11.0. Its PyTorch loads the cuDNN 9.19.0.56 and NCCL 2.28.9
-# of its own wheels; the stack facts read the system's first (lab.hostchecks.installed_version, the
+# of its own wheels; the stack facts read the system's first (lab.validate.hostchecks.installed_version, the
 # stack facts module), as a profile's packages are the system's. --real overrides any of them.
 REAL = {"driver": "580.159.04", "cuda": "13.0", "cudnn": "9.14.0", "nccl": "2.28.3", "torch": "2.11.0"}
 WRONG = ("nccl", "2.27.7")  # one component, a real but different release

@@ -2,7 +2,7 @@
 
     python -m runner burnin --level quick|standard|burn-in [--gpus all|N|I,J] --out DIR [--json]
 
-Measures; does not judge. The controller (``lab.validate``) compares the
+Measures; does not judge. The controller (``lab.validate.fleet``) compares the
 document with references and gives the verdicts.
 
 What it does, in order:
@@ -52,6 +52,7 @@ from pathlib import Path
 from runner import probe, telemetry
 from runner.burnin_xid import parse_xids, xid_scan  # noqa: F401 (runner.burnin.parse_xids stays importable)
 from runner.burnin_doc import _now_iso, build_document, human_summary, no_gpu_document, write_outputs
+from runner.probe_link import counters as link_counters
 
 # Durations (seconds) per level. quick: health only, no load.
 LEVELS = {
@@ -266,6 +267,14 @@ def resolve_gpus(text: str, count: int) -> list[int]:
     return idx
 
 
+def interconnect_after(selected: list[int]) -> dict:
+    """The NVLink, PCIe replay and AER counters read again after the load (runner.probe_link)."""
+    try:
+        return link_counters(probe.collect(selected))
+    except Exception as exc:  # a GPU that fell off the bus during the load; the XID scan tells more
+        return {"collected_at": None, "gpus": {}, "error": f"counters not read after the load: {exc}"}
+
+
 def main(args) -> int:
     from runner.cli import UsageError
 
@@ -358,6 +367,7 @@ def main(args) -> int:
     records = [r for r in records if r.get("test") != "device" or not r.get("ok")]
     doc = build_document(args.level, selected, probe_doc, xid_before, xid_after, records, rows, idle_window,
                          sampler, start_iso, t0, notes)
+    doc["interconnect_after"] = interconnect_after(selected)
     write_outputs(out, doc)
     print(json.dumps(doc, sort_keys=True) if args.json else human_summary(doc))
     if doc["outcome"] != "completed":

@@ -1,6 +1,7 @@
 """The probe's GPU facts through NVML: loading NVML, reading each field on its own (a field a
 GPU, driver or nvidia-ml-py lacks is null, with its reason kept), the throttle reason bits, and
-the NUMA placement from sysfs under a root (``/`` on a host; runner.probe passes its own)."""
+the NUMA placement from sysfs under a root (``/`` on a host; runner.probe passes its own).
+The interconnect facts (NVLink, PCIe replay, AER) are runner.probe_link's."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from runner import stackread
+from runner.probe_link import interconnect_facts
 
 # Clock event / throttle reason bits (nvml.h). Names are the suffix of
 # nvmlClocksEventReason* / nvmlClocksThrottleReason*.
@@ -242,6 +244,10 @@ def gpu_facts(nvml, index: int, root: Path = Path("/")) -> dict:
         "numa_node": numa["numa_node"],
         "cpu_affinity": numa["cpu_affinity"],
     }
+    link = interconnect_facts(nvml, handle, pci, root, r.unavailable)
+    gpu["pcie"]["replay_count"] = link["pcie_replay_count"]
+    gpu["nvlink"] = link["nvlink"]
+    gpu["aer"] = link["aer"]
     gpu["unavailable"] = dict(sorted(r.unavailable.items()))
     return gpu
 

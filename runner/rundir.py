@@ -6,7 +6,7 @@ uses it without importing a deep-learning framework.
 
 This module owns the run-directory contract: the file names, the schema
 versions and the one SHA256SUMS grammar (``SUMS_LINE``). The runner writes
-with it; the controller (lab.checksums) reads and verifies with the same
+with it; the controller (lab.results.checksums) reads and verifies with the same
 grammar, so the two sides cannot drift apart.
 """
 

@@ -61,7 +61,7 @@ def max_cpu_procs() -> int:
 
 
 # option -> (lowest, highest) accepted: every count and duration is checked before anything starts
-# (the controller keeps its own ranges, lab/limits.py: the runner never imports lab)
+# (the controller keeps its own ranges, lab/core/limits.py: the runner never imports lab)
 RANGES = {
     "seed": (0, 2**31 - 1),
     "max_minutes": (0.01, 7 * 24 * 60),

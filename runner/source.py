@@ -1,6 +1,6 @@
 """The runner's source: which files make the runner, and their one digest.
 
-One rule for every way the runner reaches a host (lab.runnerdist builds the
+One rule for every way the runner reaches a host (lab.hosts.runnerdist builds the
 sweep's tarball, provisioning's wheel and the datasets role's tree from
 ``files()``) and for what the runner reports about itself
 (``python -m runner --version`` ends in ``src=<digest()>``): the same checkout

@@ -1,7 +1,7 @@
 """Filters of gpulab's playbooks.
 
 ``gpulab_os_family`` and ``gpulab_repo_dist`` are the OS-family rule of
-lab/osfamily.py (its one owner, shared with lab.stacks), loaded from that file
+lab/hosts/osfamily.py (its one owner, shared with lab.hosts.stacks), loaded from that file
 by its path in this checkout, so that the playbooks need no ``lab`` on the
 controller's import path.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def _load_osfamily():
-    path = Path(__file__).resolve().parents[2] / "lab" / "osfamily.py"
+    path = Path(__file__).resolve().parents[2] / "lab" / "hosts" / "osfamily.py"
     spec = importlib.util.spec_from_file_location("gpulab_osfamily", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

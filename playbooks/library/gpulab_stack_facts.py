@@ -6,9 +6,11 @@ Nothing here is taken from the stack profile: versions come from the package
 database (dpkg-query / rpm), nvidia-smi (or the loaded kernel module, or the
 installed NVML library when no driver is loaded), CUDA's version.json /
 version.txt behind /usr/local/cuda, the cuDNN and NCCL headers, and the Python
-environment's own imports. Given ``expected`` versions and the inventory's GPU
+environment's own imports; DCGM from `dcgmi --version`, Fabric Manager from
+`nv-fabricmanager --version` and its service's state (systemd's, or whether its
+process runs where there is no systemd), each else from its package. Given ``expected`` versions and the inventory's GPU
 model and count, it also returns the drift: [{component, expected, found}],
-judged by gpulab's one version rule (lab/versions.py, shipped to the host as
+judged by gpulab's one version rule (lab/core/versions.py, shipped to the host as
 module_utils). Where the headers, libraries and version files are and how a
 version is read from each are the runner probe's rules (runner/stackread.py,
 shipped as module_utils too). Where the system has no cuDNN, NCCL or CUDA toolkit of its own,
@@ -27,8 +29,9 @@ description:
   - Returns them as C(stack) and the differences from O(expected) as C(drift). Changes nothing.
 options:
   expected:
-    description: Component name to expected version (driver, cuda, cudnn, nccl, frameworks, gpulab).
-      A driver version V(550.*) matches any version of that branch.
+    description: Component name to expected version (driver, cuda, cudnn, nccl, dcgm, fabricmanager, frameworks,
+      runner). A driver version V(550.*) matches any version of that branch. V(fabricmanager_service) names the
+      state the nvidia-fabricmanager service must be in (V(active)).
     type: dict
     default: {}
   python_env:
@@ -78,7 +81,11 @@ from ansible.module_utils import gpulab_stackread as stackread
 from ansible.module_utils.gpulab_versions import agrees
 
 PACKAGE_PATTERNS = re.compile(r"^(nvidia-driver|nvidia-utils|libnvidia-compute|cuda-drivers|cuda-toolkit|cuda-[0-9]|"
-                              r"libcudnn|libnccl|kmod-nvidia)")
+                              r"libcudnn|libnccl|kmod-nvidia|datacenter-gpu-manager|nvidia-fabric-?manager)")
+DCGM_PACKAGE = re.compile(r"^datacenter-gpu-manager(-[0-9]+-core)?$")
+FM_PACKAGE = re.compile(r"^nvidia-fabric-?manager(-[0-9]{3})?$")
+FM_SERVICE = "nvidia-fabricmanager"
+FM_COMM = "nv-fabricmanager"[:15]  # the kernel keeps 15 characters of a process name
 PACKAGE_VERSION = re.compile(r"^(?:[0-9]+:)?([0-9]+(?:\.[0-9]+)+)")
 
 
@@ -166,6 +173,56 @@ def nccl_facts(pkgs, root="/"):
     return {"version": from_pkgs[-1] if from_pkgs else None, "header": None}
 
 
+def tool_version(module, argv, pattern):
+    """The version a tool prints (`dcgmi --version`, `nv-fabricmanager --version`), or None."""
+    path = module.get_bin_path(argv[0])
+    if not path:
+        return None
+    rc, out, err = module.run_command([path] + argv[1:])
+    m = re.search(pattern, (out or "") + (err or "")) if rc == 0 else None
+    return m.group(1) if m else None
+
+
+def dcgm_facts(module, pkgs):
+    """DCGM: the version dcgmi prints, else its package's."""
+    from_pkg = sorted(upstream(v) for n, v in pkgs.items() if DCGM_PACKAGE.match(n))
+    found = tool_version(module, ["dcgmi", "--version"], r"dcgmi\s+version:\s*([0-9][0-9.]*)")
+    if found:
+        return {"version": found, "source": "dcgmi --version", "packages": from_pkg}
+    return {"version": from_pkg[-1] if from_pkg else None, "source": "package" if from_pkg else None,
+            "packages": from_pkg}
+
+
+def process_running(comm, root="/"):
+    """Whether a process of that name runs (the kernel's 15-character name in /proc/<pid>/comm)."""
+    for path in glob.glob(os.path.join(root, "proc", "[0-9]*", "comm")):
+        text = stackread.read(path)
+        if text is not None and text.strip() == comm:
+            return True
+    return False
+
+
+def service_state(module, unit, comm, root="/"):
+    """(state, how it was read): systemd's word for the unit where systemd runs, else whether its process runs."""
+    systemctl = module.get_bin_path("systemctl")
+    if systemctl and os.path.isdir(os.path.join(root, "run/systemd/system")):
+        _, out, _ = module.run_command([systemctl, "is-active", unit])
+        return (out or "").strip() or "unknown", "systemctl is-active %s" % unit
+    return ("active" if process_running(comm, root) else "inactive"), "process %s (no systemd)" % comm
+
+
+def fabric_manager_facts(module, pkgs):
+    """Fabric Manager: its version (nv-fabricmanager, else its package) and its service's state."""
+    from_pkg = sorted(upstream(v) for n, v in pkgs.items() if FM_PACKAGE.match(n))
+    found = tool_version(module, ["nv-fabricmanager", "--version"], r"Fabric Manager version is\s*:\s*([0-9][0-9.]*)")
+    version = found or (from_pkg[-1] if from_pkg else None)
+    out = {"version": version, "source": "nv-fabricmanager --version" if found else ("package" if from_pkg else None),
+           "packages": from_pkg, "service": None, "service_source": None}
+    if version:
+        out["service"], out["service_source"] = service_state(module, FM_SERVICE, FM_COMM)
+    return out
+
+
 PROBE = r"""
 import importlib, json, sys
 out = {}
@@ -236,9 +293,16 @@ def drift(stack, expected, gpu_model, gpu_count):
         "driver": stack["driver"]["version"],
         "cuda": stack["cuda"]["default"],
         "nccl": stack["nccl"]["version"],
+        "dcgm": (stack.get("dcgm") or {}).get("version"),
+        "fabricmanager": (stack.get("fabricmanager") or {}).get("version"),
     }
     for comp, exp in sorted(expected.items()):
         exp = str(exp)
+        if comp == "fabricmanager_service":
+            found = (stack.get("fabricmanager") or {}).get("service")
+            if found != exp:
+                out.append({"component": comp, "expected": exp, "found": found or "not installed"})
+            continue
         if comp == "cudnn":
             found = stack["cudnn"]["versions"]
             if not (len(found) == 1 and agrees(found[0], exp)):
@@ -286,6 +350,8 @@ def main():
         "nccl": nccl_facts(pkgs),
         "python": dict(frameworks, env=p["python"] or p["python_env"]),
         "packages": pkgs,
+        "dcgm": dcgm_facts(module, pkgs),
+        "fabricmanager": fabric_manager_facts(module, pkgs),
     }
     from_python_env(stack, libs)
     module.exit_json(changed=False, stack=stack,

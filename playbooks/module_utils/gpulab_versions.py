@@ -1,1 +1,1 @@
-../../lab/versions.py
+../../lab/core/versions.py

@@ -28,6 +28,9 @@ def test_quick_is_health_only(tmp_path):
     for g in doc["gpus"].values():
         assert g["idle"]["samples"] >= 2 and g["idle"]["temp_c_max"] is not None
     assert doc["xid"]["source"] or doc["xid"]["error"]
+    after = doc["interconnect_after"]
+    assert "error" not in after and after["collected_at"] >= doc["probe"]["collected_at"]
+    assert set(after["gpus"]) == set(doc["gpus"])
 
 
 @pytest.mark.slow

@@ -32,6 +32,11 @@ def test_probe_reads_every_gpu():
         assert isinstance(g["throttle_reasons"], list)
         # a data-centre GPU reports ECC; a consumer one says not supported (null)
         assert g["ecc"]["enabled"] in (True, False, None)
+        # interconnect: NVLink (null on a GPU without it), PCIe replay, AER (null with a reason)
+        nv = g["nvlink"]
+        assert nv is None or (nv["links_present"] >= 1 and 0 <= nv["links_up"] <= nv["links_present"])
+        assert g["pcie"]["replay_count"] is None or g["pcie"]["replay_count"] >= 0
+        assert g["aer"] is not None or g["unavailable"]["aer"]
 
 
 def test_probe_one_gpu_only():

@@ -18,7 +18,8 @@ PROVISION_VARS = {
     "gpulab_gpu_model": "T4", "gpulab_gpu_count": 2, "gpulab_stack": "current", "gpulab_os": "Debian 12",
     "gpulab_mirror": lambda lab: lab.http_url,
     "kernel_prereqs_enabled": False, "nouveau_rebuild_initramfs": False, "nouveau_unload": False,
-    "nvidia_driver_persistence_mode": False, "reboot_allowed": False, "nvidia_repo_trusted": True,
+    "nvidia_driver_persistence_mode": False, "dcgm_service_enabled": False, "fabric_manager_service_enabled": False,
+    "reboot_allowed": False, "nvidia_repo_trusted": True,
     "python_env_system_site_packages": True,
 }
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lab import checksums
+from lab.results import checksums
 from tests.integration import provisioning_lab
 from tests.integration.provisioning_lab import PROVISION_VARS
 

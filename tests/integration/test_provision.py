@@ -10,7 +10,8 @@ stack_profile_verify_os is off for that host only).
 What the lab hosts cannot do, and the variables that skip it (real hosts leave
 them on): no running kernel of their own (kernel_prereqs_enabled: false), no
 initramfs (nouveau_rebuild_initramfs: false), no kernel modules
-(nouveau_unload: false), no systemd (nvidia_driver_persistence_mode: false),
+(nouveau_unload: false), no systemd (nvidia_driver_persistence_mode,
+dcgm_service_enabled, fabric_manager_service_enabled: false),
 no reboot (reboot_allowed: false: the summary reports the needed reboot as
 skipped). The lab's mirror is unsigned (nvidia_repo_trusted: true), and the
 runner environment sees the host's Python layer
@@ -262,8 +263,8 @@ def test_unknown_and_changed_host_keys_are_refused(plab, tmp_path):
     assert counts["pv-01"]["state"] == counts["pv-02"]["state"] == "unreachable"
     assert re.search(rf"reason: .*host key of pv-01 CHANGED.*{re.escape(str(known))}", res.stdout)
     assert re.search(r"reason: .*host key of pv-02 is UNKNOWN", res.stdout)
-    # the strict probe lab.provision uses when Ansible's message hides the key check (pipelining)
-    from lab.ansible import probe_host_key
+    # the strict probe lab.hosts.provision uses when Ansible's message hides the key check (pipelining)
+    from lab.hosts.ansible import probe_host_key
     probe = {n: probe_host_key(n, plab.hosts[n].address, 22, "root", str(plab.private_key), str(known))
              for n in plab.names}
     assert "host key of pv-01 CHANGED" in probe["pv-01"] and "host key of pv-02 is UNKNOWN" in probe["pv-02"]

@@ -22,7 +22,7 @@ import yaml
 
 pytest.importorskip("tests.testlab.fixtures", reason="the SSH test lab (tests/testlab) is not in this checkout")
 
-from lab import checksums  # noqa: E402
+from lab.results import checksums  # noqa: E402
 
 pytestmark = pytest.mark.lab
 

@@ -21,7 +21,8 @@ LAB_VARS = {"gpulab_gpu_model": "T4", "gpulab_gpu_count": 4, "gpulab_stack": "cu
 
 
 def test_validate_gpu_less_and_unreachable_hosts(testlab, tmp_path):
-    from lab import inventory, validate
+    from lab.hosts import inventory
+    from lab.validate import fleet
 
     lab = testlab(2, prefix="val", all_vars=LAB_VARS)
     # the lab's inventory plus a host at an address of the lab's network that nobody owns
@@ -31,7 +32,7 @@ def test_validate_gpu_less_and_unreachable_hosts(testlab, tmp_path):
     path.write_text(yaml.safe_dump(inv))
     hosts = inventory.load(path).select()
     lines = []
-    v = validate.validate_fleet(hosts, level="quick", out_dir=tmp_path / "out", stacks={}, echo=lines.append)
+    v = fleet.validate_fleet(hosts, level="quick", out_dir=tmp_path / "out", stacks={}, echo=lines.append)
     assert not v.ok
     for name in lab.names:
         h = v.hosts[name]

@@ -1,4 +1,4 @@
-"""lab.ansible with plain data: runner events in, per-host summary and host key reasons out."""
+"""lab.hosts.ansible with plain data: runner events in, per-host summary and host key reasons out."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 
-from lab import ansible
-from lab.errors import ConfigError
+from lab.hosts import ansible
+from lab.core.errors import ConfigError
 
 
 def ev(name, host, task, **res):

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from lab import bounded, checksums, limits
+from lab.core import bounded
+from lab.results import checksums
+from lab.core import limits
 from runner import rundir as writer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""lab.remote.on_hosts: typed per-host results (Fabric's GroupResult) and Ctrl-C while it waits."""
+"""lab.hosts.remote.on_hosts: typed per-host results (Fabric's GroupResult) and Ctrl-C while it waits."""
 
 import _thread
 import signal
@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from lab import remote
-from lab.errors import HostError
-from lab.inventory import Host
+from lab.hosts import remote
+from lab.core.errors import HostError
+from lab.hosts.inventory import Host
 
 
 def host(name):

@@ -165,9 +165,10 @@ def test_a_sound_state_is_still_collected(lab):
 
 
 def test_every_planned_run_field_has_a_check():
-    """A field added to PlannedRun must be checked when sweep.json is read back (lab.sweepfile)."""
+    """A field added to PlannedRun must be checked when sweep.json is read back (lab.sweep.statefile)."""
     from dataclasses import fields
 
-    from lab import sweep, sweepfile
+    from lab.sweep import driver
+    from lab.sweep import statefile
 
-    assert {f.name for f in fields(sweep.PlannedRun)} == set(sweepfile.RUN_FIELDS)
+    assert {f.name for f in fields(driver.PlannedRun)} == set(statefile.RUN_FIELDS)

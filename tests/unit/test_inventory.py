@@ -1,12 +1,12 @@
-"""lab.inventory: Ansible inventories in, validated Host records out."""
+"""lab.hosts.inventory: Ansible inventories in, validated Host records out."""
 
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from lab import inventory
-from lab.errors import ConfigError
+from lab.hosts import inventory
+from lab.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,6 @@
-"""One OS-family rule (lab/osfamily.py) on both sides: for every OS a stack profile supports, the
+"""One OS-family rule (lab/hosts/osfamily.py) on both sides: for every OS a stack profile supports, the
 stack_profile role's own expressions, rendered with the playbooks' filter plugin, give the family and
-NVIDIA repository name that lab.stacks gives; an unknown OS is refused on both sides."""
+NVIDIA repository name that lab.hosts.stacks gives; an unknown OS is refused on both sides."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import jinja2
 import pytest
 import yaml
 
-from lab import osfamily, stacks
-from lab.errors import ConfigError
+from lab.hosts import osfamily
+from lab.hosts import stacks
+from lab.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 

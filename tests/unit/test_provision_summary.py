@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from lab import ansible, provision, stacks, versions
+from lab.hosts import ansible
+from lab.hosts import provision
+from lab.hosts import stacks
+from lab.core import versions
 from tests.unit.test_stacks import host
 
 REPO = Path(__file__).resolve().parents[2]
@@ -159,3 +162,58 @@ def test_the_probe_reads_frameworks_and_libraries_with_the_given_interpreter():
     doc = json.loads(res.stdout.strip().splitlines()[-1])
     assert doc["frameworks"]["no_such_module"] is None and doc["frameworks"]["json"] is not None
     assert set(doc["libraries"]) <= {"cuda", "cudnn", "cudnn_dist", "nccl", "nccl_dist", "cuda_dist"}
+
+
+@pytest.mark.parametrize("dcgm, fm, drift", [
+    ("4.5.2", {"version": "580.159.04", "service": "active"}, []),
+    ("4.4.1", {"version": "580.159.04", "service": "active"}, [("dcgm", "4.5.2", "4.4.1")]),
+    (None, {"version": "580.159.04", "service": "active"}, [("dcgm", "4.5.2", "none")]),
+    ("4.5.2", {"version": "580.126.20", "service": "active"},  # FM of another version than the driver's
+     [("fabricmanager", "580.159.04", "580.126.20")]),
+    ("4.5.2", {"version": "580.159.04", "service": "failed"}, [("fabricmanager_service", "active", "failed")]),
+    ("4.5.2", {"version": None, "service": None},
+     [("fabricmanager", "580.159.04", "none"), ("fabricmanager_service", "active", "not installed")]),
+])
+def test_dcgm_and_fabric_manager_drift(dcgm, fm, drift):
+    st = dict(stack(driver="580.159.04"), dcgm={"version": dcgm}, fabricmanager=fm)
+    expected = {**EXPECTED, "driver": "580.159.04", "dcgm": "4.5.2", "fabricmanager": "580.159.04",
+                "fabricmanager_service": "active"}
+    found = facts_module().drift(st, expected, "auto", "auto")
+    assert [(d["component"], d["expected"], d["found"]) for d in found] == drift
+
+
+class FakeModule:
+    """What the facts module asks of AnsibleModule: tools on PATH and their output."""
+
+    def __init__(self, tools):
+        self.tools = tools
+
+    def get_bin_path(self, name):
+        return f"/usr/bin/{name}" if name in self.tools else None
+
+    def run_command(self, argv, **_):
+        return self.tools[argv[0].rsplit("/", 1)[-1]]
+
+
+def test_dcgm_and_fabric_manager_versions_and_service_are_read_from_the_host(tmp_path):
+    mod = facts_module()
+    pkgs = {"datacenter-gpu-manager-4-core": "1:4.5.2-1", "datacenter-gpu-manager-4-cuda13": "1:4.5.2-1",
+            "nvidia-fabricmanager-580": "580.159.04-1", "libnccl2": "2.28.9-1+cuda13.0"}
+    tools = {"dcgmi": (0, "\ndcgmi  version: 4.5.2\n\n", ""),
+             "nv-fabricmanager": (0, "Fabric Manager version is : 580.159.04\n", "")}
+    assert mod.dcgm_facts(FakeModule(tools), pkgs) == {"version": "4.5.2", "source": "dcgmi --version",
+                                                       "packages": ["4.5.2"]}
+    assert mod.dcgm_facts(FakeModule({}), {"datacenter-gpu-manager": "1:3.3.9"})["version"] == "3.3.9"
+    assert mod.dcgm_facts(FakeModule({}), {})["version"] is None
+    # no systemd: the service is active when its process runs (/proc/<pid>/comm, 15 characters)
+    (tmp_path / "proc" / "4242").mkdir(parents=True)
+    (tmp_path / "proc" / "4242" / "comm").write_text("nv-fabricmanage\n")
+    assert mod.service_state(FakeModule({}), mod.FM_SERVICE, mod.FM_COMM, str(tmp_path)) == (
+        "active", "process nv-fabricmanage (no systemd)")
+    (tmp_path / "proc" / "4242" / "comm").write_text("sleep\n")
+    assert mod.service_state(FakeModule({}), mod.FM_SERVICE, mod.FM_COMM, str(tmp_path))[0] == "inactive"
+    # with systemd: its word for the unit
+    (tmp_path / "run" / "systemd" / "system").mkdir(parents=True)
+    systemd = FakeModule({"systemctl": (3, "failed\n", "")})
+    assert mod.service_state(systemd, mod.FM_SERVICE, mod.FM_COMM, str(tmp_path)) == (
+        "failed", "systemctl is-active nvidia-fabricmanager")

@@ -1,4 +1,4 @@
-"""One way to put the runner on a host (lab.runnerdist over runner.source): the sweep's tarball,
+"""One way to put the runner on a host (lab.hosts.runnerdist over runner.source): the sweep's tarball,
 provisioning's wheel and the datasets tree hold the same files, and the runner each of them starts
 reports the source digest that the controller computes and that names the wheel's folder. A change
 to any runner file changes all of them together. The wheel ships ``runner`` and never ``lab``."""
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import runnerdist
+from lab.hosts import runnerdist
 from runner import source
 
 REPO = Path(__file__).resolve().parents[2]

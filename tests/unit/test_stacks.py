@@ -7,9 +7,10 @@ import shutil
 import pytest
 import yaml
 
-from lab import osfamily, stacks
-from lab.errors import ConfigError
-from lab.inventory import Host
+from lab.hosts import osfamily
+from lab.hosts import stacks
+from lab.core.errors import ConfigError
+from lab.hosts.inventory import Host
 
 
 def host(name="h1", stack="current", os_name="Ubuntu 22.04"):
@@ -73,7 +74,7 @@ def test_the_profiles_the_runner_runs_under_pin_the_pytorch_ci_tests():
     import os
     import re
 
-    from lab import versions
+    from lab.core import versions
     from tests.testlab.pylayer import tomllib
     from runner import OLDEST_TORCH
 

@@ -2,7 +2,7 @@
 the read-only check of prepared data, and `invoke demo` keeping its own small sweep.
 
 Prepared data here is made by the runner's own preparation code (runner.datasets) from
-tiny archives in the real formats, and probed through lab.remote's local host, which runs
+tiny archives in the real formats, and probed through lab.hosts.remote's local host, which runs
 the same shell command as over SSH."""
 
 from __future__ import annotations
@@ -16,9 +16,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lab import datasets, inventory, preflight, study, sweep
-from lab.errors import ConfigError
-from lab.mlperf import Rules
+from lab.hosts import datasets
+from lab.hosts import inventory
+from lab.sweep import preflight
+from lab.sweep import study
+from lab.sweep import driver
+from lab.core.errors import ConfigError
+from lab.core.mlperf import Rules
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "inventory" / "hosts.yml"
@@ -41,7 +45,7 @@ def runs_required(w):
 @pytest.mark.parametrize("device, counts", [("t4", [1, 2, 3, 4]), ("v100", [1, 2, 3])])
 def test_the_default_plan_of_the_example_lab_is_the_study(device, counts):
     hosts = inventory.load(EXAMPLE).select(device=device)
-    runs = sweep.plan(hosts, ["all"], "all", "auto", "ttt", "full")
+    runs = driver.plan(hosts, ["all"], "all", "auto", "ttt", "full")
     for h in hosts:
         mine = [r for r in runs if r.host == h.name]
         assert list(dict.fromkeys(r.workload for r in mine)) == SIX
@@ -54,14 +58,14 @@ def test_the_default_plan_of_the_example_lab_is_the_study(device, counts):
 
 def test_seeds_auto_and_mlperf_by_mode():
     hosts = inventory.load(EXAMPLE).select(device="v100")
-    thr = sweep.plan(hosts, ["all"], "all", "auto", "throughput", "full")
+    thr = driver.plan(hosts, ["all"], "all", "auto", "throughput", "full")
     assert len(thr) == 2 * 6 * 3 and {r.seed for r in thr} == {1}      # one run per configuration
-    mlperf = sweep.plan(hosts, ["gnmt"], "1", "mlperf", "throughput", "full")
+    mlperf = driver.plan(hosts, ["gnmt"], "1", "mlperf", "throughput", "full")
     assert len(mlperf) == 2 * 10                                        # mlperf means the run count in any mode
     with pytest.raises(ConfigError, match="'all' stands for the study's benchmarks"):
-        sweep.plan(hosts, ["all", "ncf"], "1", 1)
+        driver.plan(hosts, ["all", "ncf"], "1", 1)
     with pytest.raises(ConfigError, match="is not a number of seeds, 'auto' or 'mlperf'"):
-        sweep.plan(hosts, ["ncf"], "1", "most")
+        driver.plan(hosts, ["ncf"], "1", "most")
 
 
 def test_invoke_yaml_defaults_are_the_study_and_the_demo_keeps_its_own():
@@ -88,7 +92,7 @@ def test_throughput_dry_run_of_the_example_lab_through_the_cli():
 
 def test_the_ttt_plan_shows_days_of_machine_time():
     hosts = inventory.load(EXAMPLE).select(device="v100")
-    runs = sweep.plan(hosts, ["all"], "all", "auto", "ttt", "full")
+    runs = driver.plan(hosts, ["all"], "all", "auto", "ttt", "full")
     lines, totals = study.describe(runs, hosts)
     assert lines[0].startswith("r740-03 (3x V100-PCIe): 405 runs, about ") and " d " in lines[0]
     row = next(x for x in lines if x.strip().startswith("ncf"))
@@ -96,7 +100,7 @@ def test_the_ttt_plan_shows_days_of_machine_time():
     assert all(t.minutes > 7 * 24 * 60 and t.unknown == 0 for t in totals)   # more than a week per host
     assert lines[-1].startswith("estimated wall time: ")
     # the study ran each configuration once: about a week on a V100 host (README, "Redo the R740 study")
-    once = study.describe(sweep.plan(hosts, ["all"], "all", "1", "ttt", "full"), hosts)[1]
+    once = study.describe(driver.plan(hosts, ["all"], "all", "1", "ttt", "full"), hosts)[1]
     assert all(6 * 24 * 60 < t.minutes < 8 * 24 * 60 for t in once)
 
 
@@ -124,30 +128,30 @@ def test_estimates_follow_the_data_file():
 
 def test_earlier_runs_of_this_lab_replace_the_figures(tmp_path):
     results = tmp_path / "results"
-    runs = [sweep.PlannedRun("gpu1", "ncf", 2, s, "ttt", "full", state="complete", outcome="success",
+    runs = [driver.PlannedRun("gpu1", "ncf", 2, s, "ttt", "full", state="complete", outcome="success",
                              started=f"2026-12-01T10:{s:02d}:00.000Z", ended=f"2026-12-01T10:{s + 10 * s:02d}:00.000Z")
             for s in (1, 2, 3)]
-    runs.append(sweep.PlannedRun("gpu1", "ncf", 2, 4, "ttt", "full", state="failed",
+    runs.append(driver.PlannedRun("gpu1", "ncf", 2, 4, "ttt", "full", state="failed",
                                  started="2026-12-01T11:00:00Z", ended="2026-12-01T15:00:00Z"))
-    sweep.Sweep(root=results / "old", name="old", runs=runs, hosts={
+    driver.Sweep(root=results / "old", name="old", runs=runs, hosts={
         "gpu1": {"gpu_model": "auto", "topology": {"gpu_count": 2, "gpus": [{"index": 0, "name": "Tesla T4"},
                                                                               {"index": 1, "name": "Tesla T4"}]}}}).save()
     (results / "junk").mkdir()
     (results / "junk" / "sweep.json").write_text("{not json")      # passed over
     past = study.history(results)
     assert past == {("ncf", "ttt", "full", "T4", 2): [10.0, 20.0, 30.0]}   # failed runs do not count
-    run = sweep.PlannedRun("r740-01", "ncf", 2, 9, "ttt", "full")
+    run = driver.PlannedRun("r740-01", "ncf", 2, 9, "ttt", "full")
     assert study.estimate(run, "T4", past) == (20.0, "earlier runs")
     assert study.estimate(run, "V100-PCIe", past)[1] == "lab/data/study.yml"
-    tiny = sweep.PlannedRun("r740-01", "ncf", 2, 1, "ttt", "tiny")
+    tiny = driver.PlannedRun("r740-01", "ncf", 2, 1, "ttt", "tiny")
     assert study.estimate(tiny, "T4", past) == (None, "test scale")
     # run_timeout_minutes: auto -> three times the estimate, at least an hour
     assert study.time_limit_minutes(run, "T4", past) == 60.0
-    long = sweep.PlannedRun("r740-01", "resnet50", 1, 1, "ttt", "full")
+    long = driver.PlannedRun("r740-01", "resnet50", 1, 1, "ttt", "full")
     assert study.time_limit_minutes(long, "V100-PCIe", {}) == pytest.approx(
         3 * study.load().minutes("resnet50", "ttt", "V100-PCIe", 1))
     assert study.time_limit_minutes(long, None, {}) == 10080 and study.time_limit_minutes(tiny, "T4", {}) == 60
-    mask = sweep.PlannedRun("r740-01", "maskrcnn", 1, 1, "ttt", "full")    # 4.4 days: capped at a week
+    mask = driver.PlannedRun("r740-01", "maskrcnn", 1, 1, "ttt", "full")    # 4.4 days: capped at a week
     assert study.load().minutes("maskrcnn", "ttt", "T4", 1) > 4 * 24 * 60
     assert study.time_limit_minutes(mask, "T4", {}) == 7 * 24 * 60
 
@@ -248,11 +252,11 @@ def test_a_manifest_from_another_catalogue_entry_is_stale(data_lab):
     doc["version"] = "study-test-2"
     (data_lab / "catalogue-2.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
     cat = datasets.load_catalogue(data_lab / "catalogue-2.yml")
-    runs = sweep.plan([host], ["ncf"], "1", 1, "ttt", "full")
+    runs = driver.plan([host], ["ncf"], "1", 1, "ttt", "full")
     got = preflight.check([host], runs, cat)["here"]
     assert got.problems == {"ml-20m": "prepared from catalogue 'study-test-1', not from the entry of catalogue "
                                       "'study-test-2' (prepare it again)"}
-    assert preflight.check([host], sweep.plan([host], ["ncf"], "1", 1, "ttt", "small"), cat) == {}
+    assert preflight.check([host], driver.plan([host], ["ncf"], "1", 1, "ttt", "small"), cat) == {}
 
 
 def test_probe_output_and_manifests_are_judged_as_input():
@@ -274,7 +278,7 @@ def test_unreachable_hosts_are_left_to_the_sweep(tmp_path):
     h = inventory.Host(name="gone", address="127.0.0.1", port=1, user="root", connection="ssh", gpu_model="T4",
                        gpu_count=1, stack="current", groups=(), workdir="/var/lib/gpulab", python=None, ssh_key=None,
                        known_hosts=str(tmp_path / "known_hosts"))
-    runs = sweep.plan([h], ["ncf"], "1", 1, "ttt", "full")
+    runs = driver.plan([h], ["ncf"], "1", 1, "ttt", "full")
     got = preflight.check([h], runs)["gone"]
     assert got.error and got.lines()[0].startswith("data in /var/lib/gpulab/data: not checked: ")
     assert preflight.refusal({"gone": got}) is None

@@ -1,6 +1,6 @@
 """What a resumed sweep reads from a host about a run it started before: the run's state by its token, and a
 host lock left by a controller that died, taken over for that run only. The real shell scripts, on this machine
-through lab.remote.LocalRemote (the same code path as over SSH)."""
+through lab.hosts.remote.LocalRemote (the same code path as over SSH)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import sys
 
 import pytest
 
-from lab import hostlock, remote, sweep
-from lab.inventory import Host
+from lab.sweep import hostlock
+from lab.hosts import remote
+from lab.sweep import driver
+from lab.hosts.inventory import Host
 from tests.testlab.util import exec_done
 
 
@@ -24,15 +26,15 @@ def local(tmp_path):
 
 def test_run_state_by_token(local, tmp_path):
     src = tmp_path / "sweeps" / "S" / "run"
-    assert sweep.run_state(local, str(src), "tok-a") == "none"
+    assert driver.run_state(local, str(src), "tok-a") == "none"
     src.mkdir(parents=True)
-    assert sweep.run_state(local, str(src), "tok-a") == "gone"             # a partial folder, nothing running
+    assert driver.run_state(local, str(src), "tok-a") == "gone"             # a partial folder, nothing running
     p = exec_done(subprocess.Popen(["sleep", "30"], env=dict(os.environ, GPULAB_RUN_TOKEN="tok-a")))
     try:
-        assert sweep.run_state(local, str(src), "tok-a") == "running"
-        assert sweep.run_state(local, str(src), "tok-other") == "gone"     # another run's processes do not count
+        assert driver.run_state(local, str(src), "tok-a") == "running"
+        assert driver.run_state(local, str(src), "tok-other") == "gone"     # another run's processes do not count
         (src / "SHA256SUMS").write_text("")
-        assert sweep.run_state(local, str(src), "tok-a") == "done"
+        assert driver.run_state(local, str(src), "tok-a") == "done"
     finally:
         p.kill()
         p.wait()

@@ -85,3 +85,45 @@ def test_nvidia_smi_formats(smi):
     table = smi(gpus=gpus).stdout.splitlines()
     assert "NVIDIA-SMI 550.144.03" in table[2] and "CUDA Version: 12.4" in table[2]
     assert len({len(line) for line in table[1:]}) == 1  # a rectangular table
+
+
+def _script(tmp_path, package, path):
+    pkg = next(p for p in load_spec() if p["name"] == package)
+    script = tmp_path / path.rsplit("/", 1)[-1]
+    script.write_text(next(f["content"] for f in pkg["files"] if f["path"] == path))
+    return script
+
+
+def test_dcgmi_stand_in_answers_like_dcgmi(tmp_path):
+    dcgmi = _script(tmp_path, "datacenter-gpu-manager-4-core", "/usr/bin/dcgmi")
+    spec = tmp_path / "dcgm-diag.json"
+    env = {"GPULAB_FAKE_DCGM": str(spec), "PATH": "/usr/bin:/bin"}
+
+    def call(*args):
+        return subprocess.run([sys.executable, str(dcgmi), *args], capture_output=True, text=True, env=env)
+
+    assert call("--version").stdout == "\ndcgmi  version: 4.5.2\n\n"
+    res = call("diag", "-r", "1", "-j")  # no host engine (no file): dcgmi's two lines, DCGM_ST_CONNECTION_NOT_VALID
+    assert res.returncode == 235 and res.stdout.splitlines()[1].startswith("Error: Unable to connect to host engine.")
+    spec.write_text(json.dumps({"gpus": 2}))
+    tests = {lvl: [t["name"] for c in json.loads(call("diag", "-r", lvl, "-j").stdout)["DCGM Diagnostic"]["test_categories"]
+                   for t in c["tests"]] for lvl in ("1", "2", "3")}
+    assert tests["1"] == ["software"] and set(tests["2"]) == {"software", "pcie", "memory"}
+    assert {"diagnostic", "targeted_stress", "targeted_power", "memory_bandwidth"} <= set(tests["3"])
+    spec.write_text(json.dumps({"gpus": 2, "results": {"memory": {"1": {
+        "status": "Fail", "error_id": 52, "error_category": 10, "error_severity": 2, "warning": "faulty memory"}}}}))
+    res = call("diag", "-r", "2", "-j")
+    assert res.returncode == 205  # an ISOLATE-severity error: DCGM_ST_NVVS_ISOLATE_ERROR
+    doc = json.loads(res.stdout)
+    memory = next(t for c in doc["DCGM Diagnostic"]["test_categories"] for t in c["tests"] if t["name"] == "memory")
+    assert [r["status"] for r in memory["results"]] == ["Pass", "Fail"]
+    assert memory["results"][1]["warnings"][0]["error_id"] == 52 and memory["test_summary"]["status"] == "Fail"
+    assert doc["metadata"]["version"] == "4.5.2"
+    assert call("diag", "-r", "9").returncode == 255
+
+
+def test_fabric_manager_stand_in_prints_its_version(tmp_path):
+    fm = _script(tmp_path, "nvidia-fabricmanager-580", "/usr/bin/nv-fabricmanager")
+    res = subprocess.run([sys.executable, str(fm), "--version"], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout == "Fabric Manager version is : 580.159.04\n"
+    assert subprocess.run([sys.executable, str(fm)], capture_output=True, text=True).returncode == 1

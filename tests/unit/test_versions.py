@@ -1,10 +1,11 @@
-"""The one version rule (lab/versions.py): audit (the stack facts module on a host) and validate agree."""
+"""The one version rule (lab/core/versions.py): audit (the stack facts module on a host) and validate agree."""
 
 from __future__ import annotations
 
 import pytest
 
-from lab import validate, versions
+from lab.validate import fleet
+from lab.core import versions
 from tests.unit.test_provision_summary import REPO, facts_module, stack
 
 CASES = [
@@ -49,7 +50,7 @@ def test_audit_and_validate_judge_alike(found, expected, ok):
                            "cuda_toolkit": found if comp == "cuda" else None,
                            "nccl": found if comp == "nccl" else None},
                  "frameworks": {"torch": found if comp == "torch" else None}}
-        checks = validate._stack_checks(probe, {comp: expected})
+        checks = fleet._stack_checks(probe, {comp: expected})
         verdicts = [c["verdict"] for c in checks if c["check"] == f"stack {comp}"]
         assert (audit_drift == []) is ok, (comp, audit_drift)
         assert verdicts == ["PASS" if ok else "FAIL"], (comp, checks)
@@ -57,7 +58,7 @@ def test_audit_and_validate_judge_alike(found, expected, ok):
 
 def test_the_module_ships_this_very_file():
     shipped = REPO / "playbooks" / "module_utils" / "gpulab_versions.py"
-    assert shipped.resolve() == (REPO / "lab" / "versions.py").resolve()
+    assert shipped.resolve() == (REPO / "lab" / "core" / "versions.py").resolve()
     text = shipped.read_text()
     assert "from __future__" not in text.split('"""', 2)[2]  # runs on Python 3.6 hosts
 
@@ -69,13 +70,13 @@ def test_a_host_with_two_cudnns_is_read_alike_by_audit_and_validate():
     import json
 
     probe = json.loads((REPO / "tests/unit/validate/fixtures/probe-h200-x1.recorded.json").read_text())
-    assert validate.installed_version(probe["stack"], "cudnn") == "9.14.0"
-    assert validate.installed_version(probe["stack"], "nccl") == "2.28.3"
+    assert fleet.installed_version(probe["stack"], "cudnn") == "9.14.0"
+    assert fleet.installed_version(probe["stack"], "nccl") == "2.28.3"
     real = {"driver": "580.159.04", "cuda": "13.0", "cudnn": "9.14.0", "nccl": "2.28.3", "torch": "2.11.0"}
-    assert {c["check"]: c["verdict"] for c in validate._stack_checks(probe, real) if c["check"].startswith("stack")} \
+    assert {c["check"]: c["verdict"] for c in fleet._stack_checks(probe, real) if c["check"].startswith("stack")} \
         == {f"stack {k}": "PASS" for k in real}
     wrong = {**real, "nccl": "2.27.7"}
-    failed = [c["check"] for c in validate._stack_checks(probe, wrong) if c["verdict"] != "PASS"]
+    failed = [c["check"] for c in fleet._stack_checks(probe, wrong) if c["verdict"] != "PASS"]
     assert failed == ["stack nccl"]
     # the audit's module, given the same host: system first, the environment's wheels set aside
     mod = facts_module()
@@ -87,4 +88,4 @@ def test_a_host_with_two_cudnns_is_read_alike_by_audit_and_validate():
     # without a system cuDNN or NCCL, both read the environment's
     bare = {k: v for k, v in probe["stack"].items()}
     bare["cudnn_found"] = [f for f in bare["cudnn_found"] if f["source"].startswith("python package")]
-    assert validate.installed_version(bare, "cudnn") == "9.19.0.56"
+    assert fleet.installed_version(bare, "cudnn") == "9.19.0.56"

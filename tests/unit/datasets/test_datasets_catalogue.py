@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lab import datasets as ds
-from lab.errors import ConfigError
+from lab.hosts import datasets as ds
+from lab.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[3]
 

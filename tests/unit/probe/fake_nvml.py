@@ -89,6 +89,20 @@ class FakeNvml:
     def nvmlDeviceGetClockInfo(self, h, clock): return self._get(h, "clocks")[clock]
     def nvmlDeviceGetMaxClockInfo(self, h, clock): return self._get(h, "max_clocks")[clock]
     def nvmlDeviceGetCurrentClocksEventReasons(self, h): return self._get(h, "throttle")
+    def nvmlDeviceGetPcieReplayCounter(self, h): return self._get(h, "pcie_replay")
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        links = self._get(h, "nvlink")  # list of per-link dicts: up, and counters by NVML number
+        if not 0 <= link < len(links):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        state = links[link]["up"]
+        if isinstance(state, BaseException):
+            raise state
+        return pynvml.NVML_FEATURE_ENABLED if state else pynvml.NVML_FEATURE_DISABLED
+    def nvmlDeviceGetNvLinkErrorCounter(self, h, link, counter):
+        value = self._get(h, "nvlink")[link].get(counter, pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED))
+        if isinstance(value, BaseException):
+            raise value
+        return value
     def nvmlDeviceGetUtilizationRates(self, h):
         g, m = self._get(h, "util")
         return SimpleNamespace(gpu=g, memory=m)
@@ -113,6 +127,9 @@ def h200_like(**over):
         "max_clocks": {1: 1980, 2: 3201},
         "throttle": 0x1,
         "util": (0, 0),
+        "pcie_replay": 0,
+        # 18 NVLink 4 links, all up, no errors (counters by nvmlNvLinkErrorCounter_t number)
+        "nvlink": [{"up": True, 0: 0, 1: 0, 2: 0, 3: 0} for _ in range(18)],
     }
     facts.update(over)
     return facts

@@ -58,7 +58,8 @@ def test_h200_like_gpu_fields():
     g = doc["gpus"][0]
     assert g["name"] == "NVIDIA H200"
     assert g["memory_total_mib"] == 143771
-    assert g["pcie"] == {"gen_current": 5, "gen_max": 5, "gen_gpu_max": None, "width_current": 16, "width_max": 16}
+    assert g["pcie"] == {"gen_current": 5, "gen_max": 5, "gen_gpu_max": None, "width_current": 16, "width_max": 16,
+                        "replay_count": 0}
     assert g["power"]["limit_w"] == 700.0 and g["power"]["draw_w"] == 74.3
     assert g["ecc"]["enabled"] is True
     assert g["ecc"]["uncorrected_volatile"] == 0 and g["ecc"]["corrected_aggregate"] == 3

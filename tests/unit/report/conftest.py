@@ -1,7 +1,6 @@
 """Fixtures of the report tests: the synthetic mini-study and its report; the published
-MLPerf sample trees (shared/mlperf-samples.tar.xz, see test_report_mlperf_trees.py)."""
+MLPerf sample trees (../shared/mlperf-samples.tar.xz, see test_report_mlperf_trees.py)."""
 
-import os
 import tarfile
 from pathlib import Path
 
@@ -17,7 +16,7 @@ def mini_study(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def study_report(mini_study, tmp_path_factory):
-    from lab.report import build_report
+    from lab.report.build import build_report
     out = tmp_path_factory.mktemp("ministudy-report") / "report"
     return build_report([mini_study], out), out
 
@@ -27,19 +26,16 @@ NAME = "mlperf-samples.tar.xz"
 
 
 def _archive() -> Path | None:
-    env = os.environ.get("GPULAB_MLPERF_SAMPLES")
-    for p in ([Path(env)] if env else []) + [REPO / "shared" / NAME, REPO.parent / "shared" / NAME]:
-        if p.is_file():
-            return p
-    return None
+    p = REPO.parent / "shared" / NAME
+    return p if p.is_file() else None
 
 
 @pytest.fixture(scope="session")
 def trees(tmp_path_factory) -> Path:
     archive = _archive()
     if archive is None:
-        pytest.skip(f"{NAME} not found ($GPULAB_MLPERF_SAMPLES, shared/{NAME}): the published "
-                    "sample logs live in the steering repository's shared/")
+        pytest.skip(f"../shared/{NAME} not found: the published sample logs are in the folder "
+                    "shared/ beside the checkout, which CI provides")
     root = tmp_path_factory.mktemp("mlperf")
     with tarfile.open(archive) as tar:
         tar.extractall(root, filter="data")

@@ -1,6 +1,6 @@
 """build_report's contract with its callers (tasks.py): inputs, result object, outputs."""
 
-from lab.report import build_report, default_out_dir
+from lab.report.build import build_report, default_out_dir
 from report_logs import T0, v05_run, write_lines
 
 

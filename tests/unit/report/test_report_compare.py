@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from lab.report import build_report
+from lab.report.build import build_report
 from report_logs import T0, v05_run, write_lines
 
 

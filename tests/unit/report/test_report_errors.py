@@ -4,9 +4,9 @@ import shutil
 
 import pytest
 
-from lab.errors import ConfigError
-from lab.mlperf import DATA_DIR, Rules
-from lab.report import build_report
+from lab.core.errors import ConfigError
+from lab.core.mlperf import DATA_DIR, Rules
+from lab.report.build import build_report
 from report_logs import v05_run, write_lines
 
 

@@ -13,7 +13,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from lab.report import build_report
+from lab.report.build import build_report
 from report_logs import T0, v05_run, write_lines, write_rundir
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

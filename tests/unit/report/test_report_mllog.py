@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from lab.results import collect, parse_log
+from lab.results.collect import collect, parse_log
 from report_logs import T0, write_mllog
 
 

@@ -1,9 +1,8 @@
 """Published MLPerf result trees (v0.5, v0.6, v0.7 samples) read and scored by the report.
 
 The samples are whole, unmodified logs from mlcommons/training_results_v0.5, _v0.6 and
-_v0.7 (which systems and commits: the README beside the archive). Fetched data is kept
-in the steering repository's shared/, not in this one: the archive is looked for at
-$GPULAB_MLPERF_SAMPLES, else shared/mlperf-samples.tar.xz inside or beside the checkout.
+_v0.7 (which systems and commits: the README beside the archive). The archive is
+../shared/mlperf-samples.tar.xz: the folder shared/ beside the checkout, which CI provides.
 
 Expected values, and where each comes from:
 - "published": the MLPerf Training v0.5 results table (Google 8xV100 ResNet 137.80 min).
@@ -22,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from lab import figures
-from lab.mlperf import default_rules
-from lab.analysis import analyse
-from lab.report import build_report
-from lab.results import collect
+from lab.report import figures
+from lab.core.mlperf import default_rules
+from lab.report.analysis import analyse
+from lab.report.build import build_report
+from lab.results.collect import collect
 
 @pytest.fixture(scope="module")
 def v05(trees):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from lab.results import collect, read_telemetry
+from lab.results.collect import collect, read_telemetry
 from report_logs import write_mllog, write_rundir, write_sums
 
 # Run on GPUs 0 and 2 of a 4-GPU host; GPU 1 belongs to another run and is excluded.
@@ -79,12 +79,12 @@ def test_bad_run_directories_are_skipped_with_reasons(tmp_path):
 def test_a_model_has_the_same_name_in_reports_and_verdicts(tmp_path):
     """One device catalogue: a run on a 'Tesla V100-PCIE-16GB' is reported on V100-PCIe, the
     name validate judges that GPU under (its references' model)."""
-    from lab import validate
+    from lab.validate import fleet
 
     write_rundir(tmp_path / "gnmt-1g-s7", gpu_name="Tesla V100-PCIE-16GB")
     (run,) = collect([tmp_path]).runs
     assert run.device == "V100-PCIe"
-    assert validate.model_key("Tesla V100-PCIE-16GB", validate.load_references()) == run.device
+    assert fleet.model_key("Tesla V100-PCIE-16GB", fleet.load_references()) == run.device
 
 
 def test_sweep_host_facts_and_planned_runs_without_directories(tmp_path):

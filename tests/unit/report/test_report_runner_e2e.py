@@ -1,7 +1,7 @@
-"""End to end: real runner runs (ncf, tiny scale, CPU) in a sweep written by lab.sweep, reported.
+"""End to end: real runner runs (ncf, tiny scale, CPU) in a sweep written by lab.sweep.driver, reported.
 
 The run directories are made by `python -m runner run`, the sweep.json by
-lab.sweep's own Sweep.save; nothing here is a stand-in.
+lab.sweep.driver's own Sweep.save; nothing here is a stand-in.
 """
 
 import json
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lab import sweep as sw
-from lab.report import build_report
+from lab.sweep import driver as sw
+from lab.report.build import build_report
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.slow

@@ -4,11 +4,11 @@ import math
 
 import pytest
 
-from lab import stats
-from lab.mlperf import default_rules
-from lab.analysis import device_ratios, scaling, system_rows
-from lab.comparison import seed_tables
-from lab.results import Run
+from lab.report import stats
+from lab.core.mlperf import default_rules
+from lab.report.analysis import device_ratios, scaling, system_rows
+from lab.report.comparison import seed_tables
+from lab.results.collect import Run
 
 RULES = default_rules()
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lab.report import build_report
+from lab.report.build import build_report
 from report_logs import write_rundir
 
 # samples/s per GPU count: V100-PCIe 3x T4 on gnmt, 2.7x on ncf, as the study found

@@ -2,7 +2,7 @@
 
 import pytest
 
-from lab.results import LogProblem, collect, parse_log, parse_runs
+from lab.results.collect import LogProblem, collect, parse_log, parse_runs
 from report_logs import T0, v05_line, v05_run, write_lines
 
 

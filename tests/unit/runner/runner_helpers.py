@@ -55,7 +55,7 @@ def mllog_events(run_dir: Path) -> list[dict]:
 
 def assert_complete(run_dir: Path) -> None:
     """status.json exists and SHA256SUMS verifies with the real sha256sum tool and the controller's verifier."""
-    from lab import checksums
+    from lab.results import checksums
 
     run_dir = Path(run_dir)
     names = {"mllog.log", "stdout.log", "telemetry.csv", "manifest.json", "status.json", "SHA256SUMS"}

@@ -8,7 +8,7 @@ import json
 import pytest
 from snapshots import healthy_path
 
-from lab import validate
+from lab.validate import fleet
 
 
 @pytest.fixture(scope="session")
@@ -24,6 +24,6 @@ def snap(h200_doc) -> dict:
 
 @pytest.fixture(scope="session")
 def refs() -> dict:
-    return validate.load_references()
+    return fleet.load_references()
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab import validate
+from lab.validate import fleet
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -34,8 +34,8 @@ def stack_of(doc: dict) -> dict:
     """The expected versions that agree with the snapshot (what provisioning would have put there)."""
     probe = doc.get("probe", doc)
     s = probe["stack"]
-    want = {"driver": s["driver"], "cuda": s["cuda_toolkit"], "cudnn": validate.installed_version(s, "cudnn"),
-            "nccl": validate.installed_version(s, "nccl")}
+    want = {"driver": s["driver"], "cuda": s["cuda_toolkit"], "cudnn": fleet.installed_version(s, "cudnn"),
+            "nccl": fleet.installed_version(s, "nccl")}
     if probe["frameworks"].get("torch"):
         want["torch"] = probe["frameworks"]["torch"].split("+")[0]
     return {"current": {k: v for k, v in want.items() if v}}
@@ -44,7 +44,7 @@ def stack_of(doc: dict) -> dict:
 def run(docs: dict, refs: dict, hosts=None, stacks=None):
     first = next(d for d in docs.values() if isinstance(d, dict))
     hosts = hosts if hosts is not None else [inventory_for(first, n) for n in docs]
-    return validate.evaluate(docs, hosts, refs, stacks if stacks is not None else stack_of(first))
+    return fleet.evaluate(docs, hosts, refs, stacks if stacks is not None else stack_of(first))
 
 
 def checks_of(verdicts, host="h200-01", gpu=None) -> dict:

@@ -1,6 +1,6 @@
 """validate_fleet end to end on this machine (ansible_connection=local).
 
-The real path: lab.remote installs the runner into the host's work
+The real path: lab.hosts.remote installs the runner into the host's work
 directory, runs `python -m runner burnin --level quick --json` there, reads
 the document and judges it. This machine has no NVIDIA GPU, so the host
 must FAIL with "no NVIDIA GPU" and the pages must say so; on a GPU machine
@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from lab import validate
-from lab.inventory import Host
+from lab.validate import fleet
+from lab.hosts.inventory import Host
 from runner import probe
 
 
@@ -29,7 +29,7 @@ def test_quick_validation_of_this_gpu_less_machine(tmp_path):
     if probe.collect()["gpus"]:
         pytest.skip("this machine has an NVIDIA GPU")
     lines = []
-    v = validate.validate_fleet([_local_host(tmp_path)], level="quick", out_dir=tmp_path / "out", stacks={},
+    v = fleet.validate_fleet([_local_host(tmp_path)], level="quick", out_dir=tmp_path / "out", stacks={},
                                 echo=lines.append)
     assert not v.ok
     h = v.hosts["localhost"]
@@ -45,7 +45,7 @@ def test_quick_validation_of_this_gpu_less_machine(tmp_path):
 
 
 def test_bad_level_is_config_error(tmp_path):
-    from lab.errors import ConfigError
+    from lab.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--level 'slow'"):
-        validate.validate_fleet([_local_host(tmp_path)], level="slow", out_dir=tmp_path / "out", echo=lambda s: None)
+        fleet.validate_fleet([_local_host(tmp_path)], level="slow", out_dir=tmp_path / "out", echo=lambda s: None)

@@ -1,4 +1,4 @@
-"""The checks of lab.validate on a healthy H200 snapshot and on variants of it."""
+"""The checks of lab.validate.fleet on a healthy H200 snapshot and on variants of it."""
 
 import copy
 import json
@@ -6,8 +6,8 @@ import json
 import pytest
 from snapshots import checks_of, findings, inventory_for, run, stack_of
 
-from lab import validate
-from lab.errors import CheckFailed, ConfigError
+from lab.validate import fleet
+from lab.core.errors import CheckFailed, ConfigError
 
 
 def test_healthy_snapshot_passes(snap, refs):
@@ -223,7 +223,7 @@ def test_a_model_has_one_name_in_verdicts_and_reports(snap, refs, tmp_path):
     v = run({"h200-01": snap}, refs, hosts=[inventory_for(snap, gpu_model="V100-PCIE-16GB")])
     assert {g["model"] for g in v.hosts["h200-01"]["gpus"].values()} == {"V100-PCIe"}
     assert checks_of(v, gpu=0)["model"]["verdict"] == "PASS"
-    assert "V100-PCIe" in validate.build_references({"h200-01": snap}, refs)["models"]
+    assert "V100-PCIe" in fleet.build_references({"h200-01": snap}, refs)["models"]
 
 
 def test_wrong_model_and_stack_drift(snap, refs):
@@ -246,7 +246,7 @@ def test_driver_older_than_toolkit(snap, refs):
 
 
 def test_unreachable_and_gpu_less_hosts_fail_without_crash(snap, refs):
-    from lab.errors import HostError
+    from lab.core.errors import HostError
 
     no_gpu = {"schema": 1, "kind": "gpulab-burnin", "level": "quick", "outcome": "no_gpu",
               "probe": {"schema": 1, "gpus": [], "gpu_count": 0, "host": {"hostname": "lab-a"},
@@ -280,7 +280,7 @@ def test_probe_only_snapshot_gets_health_checks(snap, refs):
 def test_html_page(snap, refs):
     snap["probe"]["gpus"][0]["name"] = "NVIDIA H200 <script>"
     v = run({"h200-01": snap}, refs)
-    page = validate.render_html(v)
+    page = fleet.render_html(v)
     assert page.startswith("<!DOCTYPE html>") and "h200-01" in page
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "http://" not in page and "https://" not in page  # offline: no external assets
@@ -289,7 +289,7 @@ def test_html_page(snap, refs):
 
 def test_baseline_from_good_hosts(snap, refs, tmp_path):
     docs = _fleet(snap, 2)
-    out = validate.build_references(docs, refs)
+    out = fleet.build_references(docs, refs)
     m = out["models"]["H200"]["metrics"]
     vals = [g["solo"]["matmul_bf16_tflops"] for d in docs.values() for g in d["gpus"].values()]
     import statistics
@@ -299,8 +299,8 @@ def test_baseline_from_good_hosts(snap, refs, tmp_path):
     assert out["models"]["T4"] == refs["models"]["T4"]  # untouched models are kept
     # the file written loads back through the schema and the healthy host passes against it
     path = tmp_path / "refs.yml"
-    path.write_text(validate.dump_references(out))
-    again = validate.load_references(path)
+    path.write_text(fleet.dump_references(out))
+    again = fleet.load_references(path)
     assert findings(run({"h200-01": snap}, again).hosts["h200-01"]) == []
     slow = copy.deepcopy(snap)
     slow["gpus"]["0"]["solo"]["resnet50_images_per_s"] *= 0.8
@@ -311,13 +311,13 @@ def test_baseline_refuses_bad_hosts(snap, refs):
     bad = copy.deepcopy(snap)
     bad["probe"]["gpus"][0]["ecc"]["uncorrected_volatile"] = 1
     with pytest.raises(CheckFailed, match="not healthy: h200-02: GPU 0 ECC uncorrected"):
-        validate.build_references({"h200-01": snap, "h200-02": bad}, refs)
+        fleet.build_references({"h200-01": snap, "h200-02": bad}, refs)
     with pytest.raises(CheckFailed, match="h200-02: no NVIDIA GPU"):
-        validate.build_references({"h200-01": snap, "h200-02": {"gpus": [], "nvidia": "x"}}, refs)
+        fleet.build_references({"h200-01": snap, "h200-02": {"gpus": [], "nvidia": "x"}}, refs)
     quick = copy.deepcopy(snap)
     quick["level"] = "quick"
     with pytest.raises(CheckFailed, match="no burn-in measurements"):
-        validate.build_references({"h200-01": quick}, refs)
+        fleet.build_references({"h200-01": quick}, refs)
 
 
 def test_bad_references_are_one_line_config_errors(tmp_path, refs):
@@ -328,40 +328,40 @@ def test_bad_references_are_one_line_config_errors(tmp_path, refs):
     p = tmp_path / "gpus.yml"
     p.write_text(yaml.safe_dump(bad))
     with pytest.raises(ConfigError) as e:
-        validate.load_references(p)
+        fleet.load_references(p)
     assert str(p) in str(e.value) and "models.H200.metrics.matmul_bf16_tflops.lower" in str(e.value)
     bad = copy.deepcopy(refs)
     bad["models"]["H200"]["metrics"]["matmul_bf17_tflops"] = bad["models"]["H200"]["metrics"].pop("matmul_bf16_tflops")
     p.write_text(yaml.safe_dump(bad))
     with pytest.raises(ConfigError, match="matmul_bf17_tflops"):
-        validate.load_references(p)
+        fleet.load_references(p)
     bad = copy.deepcopy(refs)
     bad["models"]["H200"]["metrics"]["matmul_bf16_tflops"]["warn_lower"] = 0.9
     p.write_text(yaml.safe_dump(bad))
     with pytest.raises(ConfigError, match="warn_lower 0.9 is wider than lower"):
-        validate.load_references(p)
+        fleet.load_references(p)
     with pytest.raises(ConfigError, match="file not found"):
-        validate.load_references(tmp_path / "none.yml")
+        fleet.load_references(tmp_path / "none.yml")
     bad = copy.deepcopy(refs)
     bad["models"]["H200-SXM"] = bad["models"].pop("H200")
     p.write_text(yaml.safe_dump(bad))
     with pytest.raises(ConfigError, match="models.H200-SXM: not a device name of lab/data/devices.yml "
                                           r"\(it calls this model H200\)"):
-        validate.load_references(p)
+        fleet.load_references(p)
 
 
 def test_model_names():
-    refs = validate.load_references()
-    assert validate.model_key("Tesla T4", refs) == "T4"
-    assert validate.model_key("Tesla V100-PCIE-16GB", refs) == "V100-PCIe"
-    assert validate.model_key("V100-PCIE-32GB", refs) == "V100-PCIe"
-    assert validate.model_key("NVIDIA H200", refs) == "H200"
-    assert validate.model_key("NVIDIA A100-SXM4-80GB", refs) is None
+    refs = fleet.load_references()
+    assert fleet.model_key("Tesla T4", refs) == "T4"
+    assert fleet.model_key("Tesla V100-PCIE-16GB", refs) == "V100-PCIe"
+    assert fleet.model_key("V100-PCIE-32GB", refs) == "V100-PCIe"
+    assert fleet.model_key("NVIDIA H200", refs) == "H200"
+    assert fleet.model_key("NVIDIA A100-SXM4-80GB", refs) is None
 
 
 def test_all_gpus_at_once_only_fail_bounds(snap, refs):
     ref = refs["models"]["H200"]["metrics"]["matmul_bf16_tflops"]
-    r = validate.ref_range(ref)
+    r = fleet.ref_range(ref)
     between = (r["fail_lo"] + r["warn_lo"]) / 2  # a WARN when alone, fine when sharing the host
     snap["gpus"]["0"]["solo"]["matmul_bf16_tflops"] = between
     snap["gpus"]["0"]["concurrent"]["matmul_bf16_tflops"] = between

@@ -1,0 +1,74 @@
+"""The values that name things: one check each, for the command line and for state read back from files.
+
+A sweep name, a host name or a run's workload, mode, scale, GPU count and
+seed becomes a folder under results/, a path on a host or an argument of the
+runner. The same function checks it whether it comes from ``--name`` or from
+``sweep.json`` (lab.sweep.statefile), so a value refused on the command line is
+refused in a file too. Each check returns the value or raises ConfigError
+'<what>: <value> is not ...', ``what`` naming the option or the file and field.
+"""
+
+from __future__ import annotations
+
+import re
+
+from lab.core import limits
+from lab.core import paths
+from lab.core.errors import ConfigError
+from runner import rundir
+
+MODES = ("ttt", "throughput")
+SCALES = ("tiny", "small", "full")
+STATES = ("planned", "running", "complete", "failed", "interrupted")
+OUTCOMES = rundir.OUTCOMES   # the runner's status.json outcomes (the run-directory contract)
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+WORKLOAD_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+HOST_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@+-]{0,252}$")
+TOKEN_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def sweep_name(value, what: str = "--name") -> str:
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise ConfigError(f"{what}: {value!r} is not a sweep name (letters, digits, . _ -)")
+    return value
+
+
+def workload(value, what: str = "--workloads") -> str:
+    if not isinstance(value, str) or not WORKLOAD_RE.match(value):
+        raise ConfigError(f"{what}: {value!r} is not a workload name")
+    return value
+
+
+def host_name(value, what: str = "host") -> str:
+    """An inventory host name that can name a folder: results/<sweep>/<host>/."""
+    if not isinstance(value, str) or not HOST_RE.match(value) or not paths.is_component(value):
+        raise ConfigError(f"{what}: {value!r} is not a host name gpulab can use as a folder name "
+                          f"(letters, digits, . _ - : @ +)")
+    return value
+
+
+def choice(value, options: tuple[str, ...], what: str) -> str:
+    if not isinstance(value, str) or value not in options:
+        raise ConfigError(f"{what}: {value!r} is not one of {', '.join(options)}")
+    return value
+
+
+def seed(value, what: str = "seed") -> int:
+    if not isinstance(value, int):
+        raise ConfigError(f"{what}: {value!r} is not {limits.SEED.describe()}")
+    return limits.number(value, what, limits.SEED)
+
+
+def gpu_count(value, what: str = "gpus") -> int:
+    """GPUs of a planned run: 0 (CPU), -1 (all of a host not probed yet) or 1..limits.GPUS."""
+    if isinstance(value, int) and not isinstance(value, bool) and value in (0, -1):
+        return value
+    if not isinstance(value, int):
+        raise ConfigError(f"{what}: {value!r} is not a GPU count (0, -1 or {limits.GPUS.describe()})")
+    return limits.number(value, what, limits.GPUS)
+
+
+def token(value, what: str = "token") -> str | None:
+    if value is not None and (not isinstance(value, str) or not TOKEN_RE.match(value)):
+        raise ConfigError(f"{what}: {value!r} is not a run token")
+    return value

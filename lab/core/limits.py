@@ -1,0 +1,90 @@
+"""Every count, duration and size the controller accepts, with its range: one table, one checker.
+
+A value from the command line, a config file, an environment variable or a
+file read back (sweep.json) goes through ``check`` before anything starts, so
+that ``--seeds 100000000`` or ``--timeout 0`` is one ConfigError line (exit 2)
+and never a plan built in memory or a run that fails on the host. The runner
+keeps its own ranges for its own options (runner/supervisor.py): it never
+imports ``lab``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lab.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Range:
+    lo: float
+    hi: float
+    unit: str = ""
+    integer: bool = True
+
+    def describe(self) -> str:
+        what = "a whole number" if self.integer else "a number"
+        return f"{what} from {self.lo:g} to {self.hi:g}" + (f" {self.unit}" if self.unit else "")
+
+
+# --- a sweep's plan (command line, invoke.yaml, sweep.json) --------------------------------------
+SEEDS = Range(1, 1000, "seeds")                  # per configuration; MLPerf asks at most 100 (NCF)
+SEED = Range(0, 2**31 - 1)                       # one seed value, as the runner accepts it
+GPUS = Range(1, 64, "GPUs")                      # GPUs of one run on one host
+GPU_INDEX = Range(0, 63)
+NODES = Range(1, 64, "hosts")                    # hosts of one multi-node run
+PLANNED_RUNS = Range(1, 10_000, "runs")          # runs in one sweep, counted before the plan is built
+ATTEMPTS = Range(0, 10_000)
+RUN_TIMEOUT_MINUTES = Range(0.05, 7 * 24 * 60, "minutes", integer=False)   # 3 s .. one week
+RUN_LIMIT_S = Range(RUN_TIMEOUT_MINUTES.lo * 60, RUN_TIMEOUT_MINUTES.hi * 60, "s", integer=False)
+
+# --- how a sweep treats its hosts (gpulab.sweep.*, lab.sweep.driver.Settings) ---------------------------
+SWEEP_SETTINGS = {
+    "min_free_mb": Range(0, 10**8, "MB"),
+    "kill_margin_s": Range(0, 86_400, "s", integer=False),
+    "stop_grace_s": Range(0, 3_600, "s", integer=False),
+    "poll_s": Range(0.01, 60, "s", integer=False),
+    "reconnect_s": Range(0, 3_600, "s", integer=False),
+    "lock_stale_s": Range(1, 7 * 86_400, "s", integer=False),
+    "lock_wait_s": Range(0, 7 * 86_400, "s", integer=False),
+    "rdzv_port": Range(1, 65_535),
+    "fetch_retries": Range(0, 10),
+}
+
+# --- bytes read back from files (lab.core.bounded) -----------------------------------------------------
+JSON_BYTES = 16 << 20          # status.json, manifest.json, sweep.json, systems/*.json
+SUMS_BYTES = 1 << 20           # SHA256SUMS
+DATA_BYTES = 16 << 20          # YAML data files: stacks, references, catalogues
+LOG_BYTES = 512 << 20          # mllog.log and plain MLPerf logs
+TELEMETRY_BYTES = 1 << 30      # telemetry.csv: one row per GPU per second of a long run
+HASH_BYTES = 64 << 30          # a file hashed (streamed, never held) for SHA256SUMS
+
+
+def number(value, what: str, rng: Range) -> int | float:
+    """``value`` (int, float or text) inside ``rng``; ConfigError '<what>: <value> is not ...' otherwise."""
+    bad = ConfigError(f"{what}: {value!r} is not {rng.describe()}")
+    if isinstance(value, bool) or value is None:
+        raise bad
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = int(text) if rng.integer else float(text)
+        except ValueError:
+            raise bad from None
+    if isinstance(value, float):
+        if not math.isfinite(value) or (rng.integer and not value.is_integer()):
+            raise bad
+        if rng.integer:
+            value = int(value)
+    if not isinstance(value, (int, float)) or not rng.lo <= value <= rng.hi:
+        raise bad
+    return value
+
+
+def plan_size(total: int) -> int:
+    """Runs a plan would hold (hosts x workloads x GPU counts x seeds), checked before it is built."""
+    if total > PLANNED_RUNS.hi:
+        raise ConfigError(f"plan: {total} runs (hosts x workloads x GPU counts x seeds), more than "
+                          f"{PLANNED_RUNS.hi:g} in one sweep")
+    return total

@@ -1,0 +1,61 @@
+"""Paths built from values: each part one plain name, the result inside its root.
+
+Whatever names a folder under results/ or under a host's workdir (a sweep
+name, a host name, a run id read back from sweep.json) goes through ``child``,
+so that no value, from the command line or from a file, can reach outside its
+root: not by ``..``, not by ``/``, not by a symbolic link already there.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lab.core.errors import ConfigError
+
+MAX_NAME = 255
+
+
+def is_component(name) -> bool:
+    """One plain file name: not empty, no '/', no NUL, not '.' or '..'."""
+    return (isinstance(name, str) and 0 < len(name) <= MAX_NAME and "/" not in name and "\0" not in name
+            and name not in (".", ".."))
+
+
+def inside(path: str | Path, root: str | Path) -> bool:
+    """Does ``path`` (symbolic links resolved) lie in ``root`` (resolved)?"""
+    real, base = os.path.realpath(path), os.path.realpath(root)
+    return real == base or real.startswith(base.rstrip("/") + "/")
+
+
+def child(root: str | Path, *parts: str, what: str = "path") -> Path:
+    """``root/part/...`` when every part is one plain name and the result stays in ``root``."""
+    for part in parts:
+        if not is_component(part):
+            raise ConfigError(f"{what}: {part!r} is not a plain name (no '/', not '..')")
+    path = Path(root).joinpath(*parts)
+    if not inside(path, root):
+        raise ConfigError(f"{what}: {path} leads outside {root} (a symbolic link)")
+    return path
+
+
+def folder(path: str | Path, what: str) -> Path:
+    """``path`` when it is a folder or can be made one (its nearest existing parent is a writable folder).
+
+    Checked before anything starts, so that a results or output path that is a
+    file, or lies below one, is one ConfigError line and not a traceback after
+    the work was done. Nothing is created here.
+    """
+    path = Path(path)
+    if path.exists() or path.is_symlink():
+        if not path.is_dir():
+            raise ConfigError(f"{what}: {path} exists and is not a folder")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ConfigError(f"{what}: {path} is not writable")
+        return path
+    parent = next((p for p in path.absolute().parents if p.exists()), None)
+    if parent is None or not parent.is_dir():
+        raise ConfigError(f"{what}: {path} cannot be made: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what}: {path} cannot be made: {parent} is not writable")
+    return path

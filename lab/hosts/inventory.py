@@ -1,0 +1,228 @@
+"""The lab's hosts: any Ansible inventory, read through Ansible's own API.
+
+``load(path)`` parses INI, YAML or plugin inventories exactly as
+``ansible-playbook -i path`` would (group_vars/ and host_vars/ beside the file
+included), and ``Inventory.select`` resolves the command-line selectors
+``--host``, ``--device`` and ``--limit`` to ``Host`` records whose gpulab_*
+variables were checked against lab/schemas/hostvars.schema.json. Any problem
+is one ConfigError line naming the file, host or variable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lab.core import bounded
+from lab.core import limits
+from lab.core import schema
+from lab.core.errors import ConfigError
+
+# Make Ansible fail on an unparsable source instead of warning and going on
+# with an empty inventory. Must be set before ansible.constants is imported.
+os.environ.setdefault("ANSIBLE_INVENTORY_UNPARSED_FAILED", "True")
+os.environ.setdefault("ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED", "True")
+
+DEFAULT_WORKDIR = "/var/lib/gpulab"
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+
+
+@dataclass(frozen=True)
+class Host:
+    """One inventory host as gpulab uses it."""
+
+    name: str
+    address: str
+    port: int
+    user: str | None
+    connection: str  # "ssh" or "local"
+    gpu_model: str  # or "auto"
+    gpu_count: int | str  # or "auto"
+    stack: str
+    groups: tuple[str, ...]
+    workdir: str
+    python: str | None
+    ssh_key: str | None
+    known_hosts: str
+    pcie: dict | None = None
+    vars: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def is_local(self) -> bool:
+        return self.connection == "local"
+
+
+def _one_line_parse_error(path: Path, captured: str) -> str:
+    """Condense Ansible's multi-plugin parse warnings into the YAML/INI reason."""
+    text = " ".join(captured.split())
+    m = re.search(r"Syntax Error while loading YAML\.\s+(.*?)\s+The error appears to be in '[^']*': "
+                  r"line (\d+), column (\d+)", text)
+    if m:
+        return f"{path}: line {m.group(2)}, column {m.group(3)}: malformed YAML ({m.group(1)})"
+    m = re.search(r"with (?:yaml|ini) plugin: (.*?)(?: \[WARNING\]|$)", text)
+    reason = m.group(1) if m else "no inventory plugin could parse it"
+    return f"{path}: not a valid inventory ({reason})"
+
+
+def _ssh_option(args: str, option: str) -> str | None:
+    """Value of ``-o Option=value`` in an ssh argument string."""
+    words = shlex.split(args or "")
+    for i, word in enumerate(words):
+        candidate = word[2:] if word.startswith("-o") and len(word) > 2 else (
+            words[i + 1] if word == "-o" and i + 1 < len(words) else None)
+        if candidate and "=" in candidate:
+            key, value = candidate.split("=", 1)
+            if key.strip().lower() == option.lower():
+                return value.strip()
+    return None
+
+
+class Inventory:
+    """An Ansible inventory file (or directory) as gpulab sees it."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        if not self.path.exists():
+            raise ConfigError(f"{self.path}: inventory not found")
+        if not self.path.is_dir():   # Ansible would block on a FIFO and read /dev/zero forever
+            try:           # a text file (INI, YAML, plugin config), or an inventory script Ansible runs
+                data = bounded.read_bytes(self.path, limit=limits.DATA_BYTES)
+                if not os.access(self.path, os.X_OK):
+                    data.decode("utf-8")
+            except bounded.Unreadable as exc:
+                raise ConfigError(f"{self.path}: not an inventory: {exc.reason}") from None
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{self.path}: not an inventory: not UTF-8 text (byte {exc.start})") from None
+        from ansible.errors import AnsibleError
+        from ansible.inventory.manager import InventoryManager
+        from ansible.parsing.dataloader import DataLoader
+        from ansible.vars.manager import VariableManager
+
+        self._loader = DataLoader()
+        captured = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
+                self._inv = InventoryManager(loader=self._loader, sources=[str(self.path)])
+        except AnsibleError:
+            raise ConfigError(_one_line_parse_error(self.path, captured.getvalue())) from None
+        self._vm = VariableManager(loader=self._loader, inventory=self._inv)
+        self.names = [h.name for h in self._inv.get_hosts("all")]
+        if not self.names:
+            raise ConfigError(f"{self.path}: inventory defines no hosts")
+
+    @property
+    def groups(self) -> list[str]:
+        return sorted(g for g in self._inv.groups if g not in ("all", "ungrouped"))
+
+    def raw_vars(self, name: str) -> dict[str, Any]:
+        """All variables of one host as Ansible resolves them (group_vars included)."""
+        host = self._inv.get_host(name)
+        if host is None:
+            raise ConfigError(f"{self.path}: unknown host '{name}'")
+        data = self._vm.get_vars(host=host, include_hostvars=False)
+        from ansible.template import Templar
+
+        templar = Templar(loader=self._loader, variables=data)
+        out = {}
+        for key, value in data.items():
+            if key.startswith("gpulab_") and isinstance(value, str) and "{{" in value:
+                try:
+                    value = templar.template(value)
+                except Exception as exc:  # undefined variable and the like
+                    raise ConfigError(f"{self.path}: host {name}: {key}: cannot template {value!r} ({exc})") from None
+            out[key] = value
+        return out
+
+    def host(self, name: str, *, known_hosts: str | None = None) -> Host:
+        """One host, its gpulab variables checked against the schema."""
+        v = self.raw_vars(name)
+        own = {k: val for k, val in v.items() if k.startswith("gpulab_")}
+        schema.check(own, "hostvars", f"{self.path}: host {name}")
+        connection = v.get("ansible_connection", "ssh")
+        if connection not in ("ssh", "local", "paramiko", "smart"):
+            raise ConfigError(f"{self.path}: host {name}: ansible_connection {connection!r} is not supported "
+                              f"(gpulab drives hosts over SSH or locally)")
+        ssh_args = " ".join(str(v.get(k, "")) for k in ("ansible_ssh_common_args", "ansible_ssh_extra_args"))
+        kh = _ssh_option(ssh_args, "UserKnownHostsFile") or known_hosts or DEFAULT_KNOWN_HOSTS
+        port = v.get("ansible_port", v.get("ansible_ssh_port", 22))
+        try:
+            port = int(port)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{self.path}: host {name}: ansible_port {port!r} is not a number") from None
+        groups = tuple(sorted(g.name for g in self._inv.get_host(name).get_groups()
+                              if g.name not in ("all", "ungrouped")))
+        return Host(
+            name=name,
+            address=str(v.get("ansible_host", name)),
+            port=port,
+            user=v.get("ansible_user"),
+            connection="local" if connection == "local" else "ssh",
+            gpu_model=own["gpulab_gpu_model"],
+            gpu_count=own["gpulab_gpu_count"],
+            stack=own["gpulab_stack"],
+            groups=groups,
+            workdir=own.get("gpulab_workdir", DEFAULT_WORKDIR),
+            python=own.get("gpulab_python"),
+            ssh_key=v.get("ansible_ssh_private_key_file") or v.get("ansible_private_key_file"),
+            known_hosts=os.path.expanduser(kh),
+            pcie=own.get("gpulab_pcie"),
+            vars=own,
+        )
+
+    def _matching(self, limit: str) -> set[str]:
+        """Hosts of an Ansible pattern; ConfigError for an invalid pattern or a part of it that matches nothing."""
+        from ansible.errors import AnsibleError
+        from ansible.inventory.manager import split_host_pattern
+
+        try:
+            with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+                parts = split_host_pattern(limit)
+                for part in parts if len(parts) > 1 else []:   # a list: each name must match something
+                    term = part.lstrip("&!")
+                    if term and not self._inv.list_hosts(term):
+                        raise ConfigError(f"{self.path}: --limit '{limit}': '{term}' matches no host or group")
+                return {h.name for h in self._inv.list_hosts(limit)}
+        except AnsibleError as exc:
+            reason = " ".join(str(exc).split())
+            raise ConfigError(f"{self.path}: --limit '{limit}' is not a valid host pattern ({reason})") from None
+        except re.error as exc:
+            raise ConfigError(f"{self.path}: --limit '{limit}' is not a valid host pattern ({exc})") from None
+
+    def select(self, hosts: str | list[str] | None = None, device: str | None = None,
+               limit: str | None = None, *, known_hosts: str | None = None) -> list[Host]:
+        """Resolve selectors to hosts (intersection of those given; all hosts if none).
+
+        hosts: NAME[,NAME...]; device: a group name (t4, v100...); limit: an
+        Ansible host pattern. Unknown names, groups or empty patterns raise.
+        """
+        chosen = list(self.names)
+        if hosts:
+            wanted = [h.strip() for h in (hosts.split(",") if isinstance(hosts, str) else hosts) if h.strip()]
+            for name in wanted:
+                if name not in self.names:
+                    raise ConfigError(f"{self.path}: unknown host '{name}' (hosts: {', '.join(self.names)})")
+            chosen = [n for n in chosen if n in wanted]
+        if device:
+            if device not in self._inv.groups:
+                raise ConfigError(f"{self.path}: unknown device group '{device}' (groups: {', '.join(self.groups)})")
+            members = {h.name for h in self._inv.groups[device].get_hosts()}
+            chosen = [n for n in chosen if n in members]
+        if limit:
+            matched = self._matching(limit)
+            if not matched:
+                raise ConfigError(f"{self.path}: pattern '{limit}' matches no host")
+            chosen = [n for n in chosen if n in matched]
+        if not chosen:
+            given = ", ".join(f"{k} {v}" for k, v in (("--host", hosts), ("--device", device), ("--limit", limit)) if v)
+            raise ConfigError(f"{self.path}: no host matches {given}")
+        return [self.host(n, known_hosts=known_hosts) for n in chosen]
+
+
+def load(path: Path | str) -> Inventory:
+    return Inventory(path)

@@ -1,0 +1,357 @@
+"""Talking to hosts: Fabric over SSH with strict host keys, or this machine.
+
+Every remote command is built from argument lists quoted with ``shlex`` (see
+``cmd``), so inventory values and command-line values reach remote shells as
+data, never as shell syntax. Host keys are checked against the known_hosts file
+named by the inventory (``-o UserKnownHostsFile=`` in ansible_ssh_common_args)
+or ~/.ssh/known_hosts; unknown and changed keys are refused (paramiko's
+RejectPolicy), as Ansible refuses them with StrictHostKeyChecking=yes.
+
+``connect(host)`` gives a ``Remote`` with ``run``, ``put``, ``get`` and
+``listdir``; ``on_hosts`` runs one function per host in parallel and returns
+a ``HostResults``: each host's value or error, ``.succeeded`` and ``.failed``
+(Fabric's ``GroupResult``). Ctrl-C while it waits cancels the hosts not started
+yet and raises KeyboardInterrupt at once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import io
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from lab.hosts import runnerdist
+from lab.core.errors import HostError, RunError, one_line
+from lab.hosts.inventory import Host
+
+CONNECT_TIMEOUT_S = 10
+
+
+def cmd(*parts: Sequence[str] | str) -> str:
+    """Join argument lists (quoted) and shell operators (given as plain str) into one command.
+
+    >>> cmd(["mkdir", "-p", "a b"], "&&", ["touch", "a b/$x"])
+    "mkdir -p 'a b' && touch 'a b/$x'"
+    """
+    out = []
+    for part in parts:
+        if isinstance(part, str):
+            out.append(part)
+        else:
+            out.append(shlex.join(str(p) for p in part))
+    return " ".join(out)
+
+
+@dataclass
+class Result:
+    command: str
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0
+
+
+class Remote:
+    """One host. Subclasses implement ``_run``, ``put``, ``get``, ``listdir``."""
+
+    def __init__(self, host: Host):
+        self.host = host
+        self.name = host.name
+        self._home: str | None = None
+
+    def run(self, command: str | Sequence[str], *, timeout: float | None = None, check: bool = True) -> Result:
+        """Run a command (an argv list, or a string built with ``cmd``) through /bin/sh."""
+        text = command if isinstance(command, str) else shlex.join(map(str, command))
+        result = self._run(text, timeout)
+        if check and not result.ok:
+            detail = (result.stderr.strip() or result.stdout.strip()).splitlines()
+            raise RunError(f"{self.name}: `{_short(text)}` exited {result.code}"
+                           + (f": {detail[-1]}" if detail else ""))
+        return result
+
+    def expand(self, path: str) -> str:
+        """Resolve a leading ``~/`` against the remote user's home directory."""
+        if path == "~" or path.startswith("~/"):
+            if self._home is None:
+                self._home = self._run('printf %s "$HOME"', 30).stdout.strip()
+            return self._home + path[1:]
+        return path
+
+    def _run(self, text: str, timeout: float | None) -> Result:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def put(self, local: str | Path | io.BytesIO, remote: str) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def get(self, remote: str, local: str | Path) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def listdir(self, remote: str) -> list[str]:  # pragma: no cover
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _short(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class SSHRemote(Remote):
+    """A host reached over SSH through Fabric, host keys checked strictly."""
+
+    def __init__(self, host: Host, *, timeout: float = CONNECT_TIMEOUT_S):
+        super().__init__(host)
+        import paramiko
+        from fabric import Config, Connection
+
+        self._paramiko = paramiko
+        connect_kwargs: dict[str, Any] = {"allow_agent": False, "banner_timeout": timeout, "auth_timeout": timeout}
+        if host.ssh_key:
+            connect_kwargs["key_filename"] = os.path.expanduser(host.ssh_key)
+            connect_kwargs["look_for_keys"] = False
+        config = Config(overrides={"load_ssh_configs": False})
+        self.conn = Connection(host=host.address, user=host.user or "root", port=host.port,
+                               connect_timeout=int(timeout), connect_kwargs=connect_kwargs, config=config)
+        client = self.conn.client
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        if os.path.exists(host.known_hosts):
+            client.load_system_host_keys(host.known_hosts)
+        self._sftp = None
+        self._open()
+
+    def _where(self) -> str:
+        port = "" if self.host.port == 22 else f":{self.host.port}"
+        return f"{self.name} ({self.host.address}{port})"
+
+    def _open(self) -> None:
+        p = self._paramiko
+        try:
+            self.conn.open()
+        except p.BadHostKeyException:
+            raise HostError(f"{self._where()}: host key verification failed: the key it offers differs from "
+                            f"{self.host.known_hosts}; refusing to connect") from None
+        except p.SSHException as exc:
+            if "not found in known_hosts" in str(exc):
+                raise HostError(f"{self._where()}: host key verification failed: host unknown to "
+                                f"{self.host.known_hosts}; refusing to connect") from None
+            if isinstance(exc, p.AuthenticationException):
+                raise HostError(f"{self._where()}: SSH authentication failed for user "
+                                f"{self.host.user or 'root'}") from None
+            raise HostError(f"{self._where()}: unreachable: {exc}") from None
+        except (OSError, socket.timeout, EOFError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            raise HostError(f"{self._where()}: unreachable: {reason}") from None
+
+    def _run(self, text: str, timeout: float | None) -> Result:
+        from invoke.exceptions import CommandTimedOut
+
+        try:
+            r = self.conn.run(text, hide=True, warn=True, timeout=timeout, in_stream=False)
+        except CommandTimedOut:
+            return Result(text, 124, "", f"timed out after {timeout} s")
+        except (self._paramiko.SSHException, OSError, EOFError) as exc:
+            raise HostError(f"{self._where()}: connection lost: {exc or type(exc).__name__}") from None
+        return Result(text, r.exited, r.stdout, r.stderr)
+
+    @property
+    def sftp(self):
+        if self._sftp is None:
+            try:
+                self._sftp = self.conn.sftp()
+            except (self._paramiko.SSHException, OSError, EOFError) as exc:
+                raise HostError(f"{self._where()}: connection lost: {exc or type(exc).__name__}") from None
+        return self._sftp
+
+    def put(self, local, remote: str) -> None:
+        try:
+            if isinstance(local, io.BytesIO):
+                self.sftp.putfo(local, remote)
+            else:
+                self.sftp.put(str(local), remote)
+        except (self._paramiko.SSHException, OSError, EOFError) as exc:
+            raise HostError(f"{self._where()}: cannot write {remote}: {exc or type(exc).__name__}") from None
+
+    def get(self, remote: str, local) -> None:
+        Path(local).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.sftp.get(remote, str(local))
+        except FileNotFoundError:
+            raise RunError(f"{self.name}: {remote} does not exist") from None
+        except (self._paramiko.SSHException, OSError, EOFError) as exc:
+            raise HostError(f"{self._where()}: cannot fetch {remote}: {exc or type(exc).__name__}") from None
+
+    def listdir(self, remote: str) -> list[str]:
+        try:
+            return sorted(self.sftp.listdir(remote))
+        except FileNotFoundError:
+            return []
+        except (self._paramiko.SSHException, OSError, EOFError) as exc:
+            raise HostError(f"{self._where()}: cannot list {remote}: {exc or type(exc).__name__}") from None
+
+    def close(self) -> None:
+        try:
+            if self._sftp is not None:
+                self._sftp.close()
+            self.conn.close()
+        except Exception:  # closing a dead connection is not an error
+            pass
+
+
+class LocalRemote(Remote):
+    """This machine (ansible_connection=local): same interface, no SSH."""
+
+    def _run(self, text: str, timeout: float | None) -> Result:
+        try:
+            p = subprocess.run(["/bin/sh", "-c", text], capture_output=True, text=True, timeout=timeout,
+                               stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return Result(text, 124, "", f"timed out after {timeout} s")
+        return Result(text, p.returncode, p.stdout, p.stderr)
+
+    def put(self, local, remote: str) -> None:
+        Path(remote).parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(local, io.BytesIO):
+            Path(remote).write_bytes(local.getvalue())
+        else:
+            shutil.copyfile(local, remote)
+
+    def get(self, remote: str, local) -> None:
+        Path(local).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copyfile(remote, local)
+        except FileNotFoundError:
+            raise RunError(f"{self.name}: {remote} does not exist") from None
+
+    def listdir(self, remote: str) -> list[str]:
+        try:
+            return sorted(os.listdir(remote))
+        except FileNotFoundError:
+            return []
+
+
+def connect(host: Host, *, timeout: float = CONNECT_TIMEOUT_S) -> Remote:
+    """Open a connection to ``host``; HostError (one line) if that is impossible."""
+    if host.is_local:
+        return LocalRemote(host)
+    return SSHRemote(host, timeout=timeout)
+
+
+@dataclass(eq=False)
+class HostResults(Mapping):
+    """What a fleet operation gave per host, in the order the hosts were given.
+
+    ``succeeded`` maps a host to the value the function returned, ``failed`` to
+    the exception it raised; as a mapping, a host gives either.
+    """
+    order: list[str]
+    succeeded: dict[str, Any] = field(default_factory=dict)
+    failed: dict[str, Exception] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.succeeded[name] if name in self.succeeded else self.failed[name]
+
+    def __iter__(self):
+        return iter(self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def reasons(self) -> dict[str, str]:
+        """One line per failed host (lab.core.errors.one_line), in host order."""
+        return {n: one_line(self.failed[n]) for n in self.order if n in self.failed}
+
+
+def on_hosts(hosts: Iterable[Host], fn: Callable[[Host], Any], *, max_workers: int | None = None) -> HostResults:
+    """Call ``fn(host)`` for every host in parallel; each host's value or exception, reported together.
+
+    Ctrl-C (KeyboardInterrupt in the waiting thread) cancels the calls not
+    started yet and is raised at once; calls already running finish on their own.
+    """
+    hosts = list(hosts)
+    got: dict[str, tuple[bool, Any]] = {}
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers or max(1, len(hosts)))
+    try:
+        futures = {pool.submit(fn, h): h.name for h in hosts}
+        for fut in concurrent.futures.as_completed(futures):
+            try:
+                got[futures[fut]] = (True, fut.result())
+            except Exception as exc:  # recorded per host, reported together
+                got[futures[fut]] = (False, exc)
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    out = HostResults([h.name for h in hosts])
+    for h in hosts:
+        ok, value = got[h.name]
+        (out.succeeded if ok else out.failed)[h.name] = value
+    return out
+
+
+# --------------------------------------------------------------------------- runner on hosts
+
+@dataclass(frozen=True)
+class RunnerInstall:
+    python: str
+    pythonpath: str
+    version: str
+    installed_now: bool
+
+    def argv(self, *args: str) -> list[str]:
+        """argv that runs ``python -m runner ARGS`` with this install."""
+        return ["env", f"PYTHONPATH={self.pythonpath}", self.python, "-m", "runner", *args]
+
+
+def runner_python(host: Host) -> str:
+    if host.python:
+        return host.python
+    return sys.executable if host.is_local else "python3"
+
+
+def ensure_runner(remote: Remote) -> RunnerInstall:
+    """Make the host's runner the same as this checkout's; install it when it differs.
+
+    The runner lives in ``<workdir>/runner/<src digest>/runner`` and runs with
+    the host's runner interpreter (gpulab_python, else python3).
+    """
+    host = remote.host
+    want = runnerdist.local_version()
+    digest = want.rsplit("src=", 1)[-1]
+    base = remote.expand(host.workdir.rstrip("/")) + "/runner"
+    install = RunnerInstall(runner_python(host), f"{base}/{digest}", want, False)
+    got = remote.run(install.argv("--version"), check=False, timeout=60)
+    if got.ok and got.stdout.strip() == want:
+        return install
+    tarball = f"{base}/{digest}.tar.gz"
+    remote.run(["mkdir", "-p", base], timeout=60)
+    remote.put(io.BytesIO(runnerdist.tarball()), tarball)
+    tmp = f"{base}/{digest}.tmp"
+    remote.run(cmd(["rm", "-rf", tmp], "&&", ["mkdir", "-p", tmp], "&&", ["tar", "-xzf", tarball, "-C", tmp],
+                   "&&", ["rm", "-rf", install.pythonpath], "&&", ["mv", tmp, install.pythonpath],
+                   "&&", ["rm", "-f", tarball]), timeout=120)
+    got = remote.run(install.argv("--version"), check=False, timeout=60)
+    if not got.ok:
+        reason = (got.stderr.strip() or got.stdout.strip() or f"exit {got.code}").splitlines()[-1]
+        raise RunError(f"{host.name}: the runner does not start with {install.python}: {reason}")
+    if got.stdout.strip() != want:
+        raise RunError(f"{host.name}: runner version is {got.stdout.strip()!r} after install, expected {want!r}")
+    return RunnerInstall(install.python, install.pythonpath, want, True)

@@ -1,0 +1,123 @@
+"""The runner as it reaches hosts: one file set, one source digest, three carriers.
+
+``runner.source`` decides which files make the runner and their digest (the
+``src=`` of ``python -m runner --version``). Everything that puts the runner on
+a host is built here from that file set, so the digest the host reports is the
+one the controller computed:
+
+* ``tarball()``: the sweep's and validate's copy on PYTHONPATH
+  (``<workdir>/runner/<digest>``, lab.hosts.remote.ensure_runner);
+* ``build_wheel()``: provisioning's wheel, in ``<cache>/<wheel_id>/``, where
+  the wheel id is ``<digest>-<6 hex of pyproject.toml>`` (a change of the
+  runner's dependencies alone also makes a new install). The wheel holds the
+  ``runner`` package only, never ``lab``;
+* ``stage()``: the same tarball as a file, which the datasets role unpacks
+  into its tools folder (``python -m runner.datasets``).
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from runner import source
+
+from lab.core.errors import RunError
+
+REPO = Path(__file__).resolve().parents[2]
+RUNNER_DIR = REPO / "runner"
+
+
+def files() -> list[Path]:
+    """The runner's files of this checkout (runner.source.files)."""
+    return source.files(RUNNER_DIR)
+
+
+def digest() -> str:
+    """The runner's source digest of this checkout (runner.source.digest)."""
+    return source.digest(RUNNER_DIR)
+
+
+@functools.lru_cache(maxsize=1)
+def local_version() -> str:
+    """``python -m runner --version`` of this checkout, through the runner's own CLI."""
+    p = subprocess.run([sys.executable, "-m", "runner", "--version"], cwd=REPO, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RunError(f"{RUNNER_DIR}: `python -m runner --version` failed: {p.stderr.strip()}")
+    return p.stdout.strip()
+
+
+def _copy_tree(dest: Path) -> Path:
+    """The runner's files under ``dest/runner``; returns that folder."""
+    out = Path(dest) / "runner"
+    for f in files():
+        target = out / f.relative_to(RUNNER_DIR)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, target)
+    return out
+
+
+def tarball() -> bytes:
+    """The runner's files as a .tar.gz with the ``runner/`` folder at its top; the same files give
+    the same bytes (no time stamps, owners or gzip date)."""
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in files():
+            info = tar.gettarinfo(str(path), arcname="runner/" + path.relative_to(RUNNER_DIR).as_posix())
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = 0
+            with path.open("rb") as fh:
+                tar.addfile(info, fh)
+    return buf.getvalue()
+
+
+def stage(dest: Path) -> Path:
+    """``dest/runner.tar.gz``, the tarball that the datasets role unpacks on each host; returns its path."""
+    out = Path(dest) / "runner.tar.gz"
+    out.write_bytes(tarball())
+    return out
+
+
+def wheel_id() -> str:
+    """``<digest>-<6 hex of pyproject.toml>``: what identifies a build of the runner's wheel."""
+    meta = hashlib.sha256((REPO / "pyproject.toml").read_bytes()).hexdigest()[:6]
+    return f"{digest()}-{meta}"
+
+
+def build_wheel(cache_dir: Path | str) -> Path:
+    """The runner's wheel of this checkout (the ``runner`` package, no ``lab``), built once per
+    wheel id into ``cache_dir/<wheel_id>/``."""
+    out = Path(cache_dir) / wheel_id()
+    found = sorted(out.glob("gpulab-*.whl"))
+    if found:
+        return found[0].resolve()
+    with tempfile.TemporaryDirectory(prefix="gpulab-wheel-") as tmp:
+        src = Path(tmp) / "src"
+        _copy_tree(src)
+        for name in ("pyproject.toml", "README.md"):  # the package's metadata
+            shutil.copyfile(REPO / name, src / name)
+        env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                              "--no-index", "-q", "-w", str(Path(tmp) / "dist"), str(src)],
+                             capture_output=True, text=True, env=env)
+        wheels = sorted((Path(tmp) / "dist").glob("gpulab-*.whl"))
+        if res.returncode != 0 or not wheels:
+            raise RunError(f"building the runner wheel failed: {' '.join((res.stderr or res.stdout).split())[-300:]}")
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(wheels[0], out / wheels[0].name)
+    return (out / wheels[0].name).resolve()
+
+
+def wheel_version(wheel: Path) -> str:
+    return Path(wheel).name.split("-")[1]

@@ -1,0 +1,95 @@
+"""Per-system bar charts for records of published result trees (lab.report.figures uses them).
+
+A published tree holds many systems of one device at one GPU count (every DGX
+folder, every TPU pod), so bars grouped by GPU count and device would overlap.
+Here each benchmark with a value gets one panel, one horizontal bar per system
+("submitter system (GPUs x device)"), sorted, coloured by device. A panel's
+height follows its number of bars; a range over two decades uses a log axis.
+Hatched: too few runs; cross-hatched: a scored log fails the compliance checker.
+A benchmark without a value gets no panel, a figure without one is not drawn.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+DPI = 96
+BAR_IN = 0.24          # inches per bar
+LABEL_CHARS = 58       # longest system label kept whole
+
+
+def label(s: dict) -> str:
+    who = f"{s['submitter']} " if s.get("submitter") else ""
+    if s["device"] == "CPU" or s["gpus"] == 0:
+        what = "CPU"
+    else:
+        what = f"{'?' if s['gpus'] is None else s['gpus']}x {s['device']}"
+    text = f"{who}{s['system']} ({what})"
+    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
+
+
+def legend_columns(width_in: float, labels) -> int:
+    longest = max((len(x) for x in labels), default=10)
+    return max(1, min(len(list(labels)) or 1, int(width_in / (0.075 * longest + 0.45))))
+
+
+def draw(systems, value_key, benches, title, unit_of, path: Path, colors, fmt) -> list[str]:
+    """Draw the figure; returns the benchmarks that got a panel (none: no figure drawn)."""
+    panels = []
+    for b in benches:
+        rows = sorted((s for s in systems if s["benchmark"] == b and s.get(value_key)),
+                      key=lambda s: s[value_key])
+        if rows:
+            panels.append((b, rows))
+    if not panels:
+        return []
+    width = 11.0
+    heights = [max(1.2, BAR_IN * len(rows) + 0.7) for _, rows in panels]
+    devices = sorted({s["device"] for _, rows in panels for s in rows})
+    ncol = legend_columns(width, devices)
+    legend_in = 0.25 * math.ceil(len(devices) / ncol) + 0.5
+    total = sum(heights) + 0.9 + legend_in
+    fig = Figure(figsize=(width, total), dpi=DPI)
+    FigureCanvasAgg(fig)
+    fig.subplots_adjust(left=4.6 / width, right=1 - 0.5 / width, top=1 - 0.85 / total,
+                        bottom=legend_in / total, hspace=0.9 / (sum(heights) / len(heights)))
+    grid = fig.add_gridspec(len(panels), 1, height_ratios=heights)
+    any_few = any_fail = False
+    for i, (bench, rows) in enumerate(panels):
+        ax = fig.add_subplot(grid[i])
+        vals = [s[value_key] for s in rows]
+        for y, s in enumerate(rows):
+            few = value_key == "score_minutes" and s.get("too_few_runs")
+            fail = value_key == "score_minutes" and s.get("compliance_runs_failed")
+            any_few, any_fail = any_few or bool(few), any_fail or bool(fail)
+            hatch = "xx" if fail else "//" if few else None
+            ax.barh(y, s[value_key], height=0.7, color=colors.get(s["device"], "#8c8c8c"), hatch=hatch,
+                    edgecolor="#333333" if hatch else "white", linewidth=0.5)
+            ax.annotate(fmt(s[value_key]), (s[value_key], y), xytext=(3, 0), textcoords="offset points",
+                        va="center", fontsize=7)
+        ax.set_yticks(range(len(rows)), [label(s) for s in rows], fontsize=7)
+        ax.set_ylim(-0.6, len(rows) - 0.4)
+        if max(vals) / max(min(vals), 1e-12) > 100:
+            ax.set_xscale("log")
+            ax.set_xlim(min(vals) / 1.5, max(vals) * 3)
+        else:
+            ax.set_xlim(0, max(vals) * 1.18)
+        ax.set_title(bench, fontsize=10, loc="left")
+        ax.set_xlabel(unit_of(bench), fontsize=8)
+        ax.tick_params(axis="x", labelsize=8)
+    handles = [Patch(color=colors.get(d, "#8c8c8c"), label=d) for d in devices]
+    if any_few:
+        handles.append(Patch(facecolor="white", edgecolor="#333333", hatch="//", label="too few runs"))
+    if any_fail:
+        handles.append(Patch(facecolor="white", edgecolor="#333333", hatch="xx",
+                             label="fails the compliance checker"))
+    fig.legend(handles=handles, loc="lower center", ncol=legend_columns(width, [h.get_label() for h in handles]),
+               fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=12)
+    fig.savefig(path, format="png", dpi=DPI)
+    return [b for b, _ in panels]

@@ -1,0 +1,101 @@
+"""The controller's one SHA256SUMS verifier, for sweep, collect and report.
+
+The grammar is the runner's (runner.rundir.SUMS_LINE, the run-directory
+contract): ``<sha256> <space or *><relative path>``, what ``sha256sum`` writes
+in text or binary (``-b``) mode. The sums file and every file it lists are
+read through lab.core.bounded: regular files inside the run directory only, with a
+size cap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab.core import bounded
+from lab.core import limits
+from runner.rundir import SUMS, SUMS_LINE, sums_entry
+
+__all__ = ["SUMS", "SUMS_LINE", "Missing", "Checked", "sha256", "parse", "read", "check", "verify"]
+
+
+class Missing(ValueError):
+    """The run directory has no SHA256SUMS (an incomplete run)."""
+
+
+@dataclass
+class Checked:
+    """What ``check`` found: problems (empty when the directory verifies) and
+    the verified bytes of the files it was asked to keep."""
+    problems: list[str] = field(default_factory=list)
+    kept: dict[str, bytes] = field(default_factory=dict)
+    missing: bool = False          # no SHA256SUMS at all
+
+
+def sha256(path: Path, root: Path | None = None) -> str:
+    """sha256 of a regular file (inside ``root`` when given); bounded.Unreadable otherwise."""
+    return bounded.sha256(path, root=root)
+
+
+def parse(text: str, source: str = SUMS) -> dict[str, str]:
+    """Map relative path -> sha256 from SHA256SUMS text, in file order; ValueError on a malformed line."""
+    out = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        entry = sums_entry(line)
+        if entry is None:
+            raise ValueError(f"{source}: line {n}: not '<sha256>  <relative path>'")
+        out[entry[1]] = entry[0]
+    return out
+
+
+def read(run_dir: Path) -> dict[str, str]:
+    """The parsed SHA256SUMS of ``run_dir``; Missing, or ValueError (one line) when unreadable or malformed."""
+    path = Path(run_dir) / SUMS
+    text = bounded.read_or(bounded.read_text, path, root=run_dir, limit=limits.SUMS_BYTES,
+                           missing=lambda: Missing(f"{SUMS} is missing"),
+                           unreadable=lambda why: ValueError(f"{SUMS} {why}"))
+    return parse(text, str(path))
+
+
+def check(run_dir: Path, keep: dict[str, int] | None = None) -> Checked:
+    """Every listed file of ``run_dir`` against its SHA256SUMS.
+
+    ``keep`` maps listed names to a size cap: their bytes are read once, hashed
+    and returned in ``Checked.kept`` (only when the whole directory verifies).
+    """
+    run_dir, keep = Path(run_dir), keep or {}
+    try:
+        listed = read(run_dir)
+    except Missing as exc:
+        return Checked([str(exc)], missing=True)
+    except ValueError as exc:
+        return Checked([str(exc)])
+    out = Checked()
+    for name, digest in listed.items():
+        target = run_dir / name
+        try:
+            if name in keep:
+                data = bounded.read_bytes(target, root=run_dir, limit=keep[name])
+                found = hashlib.sha256(data).hexdigest()
+                out.kept[name] = data
+            else:
+                found = sha256(target, root=run_dir)
+        except bounded.Missing:
+            out.problems.append(f"{name} is listed in {SUMS} but missing")
+            continue
+        except bounded.Unreadable as exc:
+            out.problems.append(f"{name} {exc.reason}")
+            continue
+        if found != digest:
+            out.problems.append(f"{name} does not match {SUMS} (changed after the run)")
+    if out.problems:
+        out.kept = {}
+    return out
+
+
+def verify(run_dir: Path) -> list[str]:
+    """Problems found in ``run_dir`` against its SHA256SUMS; empty when it verifies."""
+    return check(run_dir).problems

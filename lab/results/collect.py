@@ -1,0 +1,241 @@
+"""Find training runs in any tree of logs and read each into one ``Run`` (lab.results.runs).
+
+What is read
+------------
+- gpulab run directories (runner/README.md): a folder with ``status.json`` (and
+  ``manifest.json``, ``mllog.log``, ``telemetry.csv``, ``SHA256SUMS``). The
+  folder is not searched further.
+- Plain MLPerf log files anywhere else (lab.results.plainlogs): every ``*.log``,
+  ``*.txt``, ``*.out``, ``*.err`` or extension-less file that holds ``:::MLLOG``
+  (lab.results.mllog), ``:::MLL`` (v0.6, lab.results.v06log) or ``:::MLPv0.5.0``
+  (lab.results.v05log) lines. In a published MLPerf result tree each log's system is
+  its results folder (lab.results.resulttree).
+- ``sweep.json`` of a sweep directory ``results/<sweep>/``: host facts for its
+  run directories ``<host>/<run id>/``, and planned runs that left no run
+  directory (listed as skipped).
+
+Per run directory
+-----------------
+time to train, epochs, throughput: from mllog.log (lab.results.mllog), where the
+               runner's status.json result gives samples/s and epochs, those.
+energy         telemetry.csv: power_w integrated over time_s (trapezoids) per
+               GPU of the run, summed; average power = sum of per-GPU means.
+compliance     mlperf-logging's checker on mllog.log (lab.results.compliance).
+device         the probe's GPU names in manifest.json (of the run's GPU
+               indices), else sweep.json's host gpu_model, else folder names;
+               GPU count: status.json gpus x nnodes (no GPUs: "CPU", 0); stack:
+               a stack profile name in the probe's stack facts, else sweep.json's
+               host stack (the inventory's gpulab_stack), else the probe's
+               versions ("driver D, cuda C, torch T"). All versions are kept per
+               run (stack_versions) and shown by --compare. host: the sweep's
+               <host>/ folder, else the probe's hostname. Directories of nodes
+               other than 0 of a multi-host run are listed as skipped (node 0's
+               directory is the run).
+
+Bad input never stops a report: a file or folder that cannot be used becomes a
+``Skipped`` entry with a one-line reason. A path that does not exist, or holds
+no run directory and no log file at all, is a ``ConfigError``. Nothing above
+an input path is read.
+
+This module finds the inputs (discovery, sweep.json); a run directory is read
+by lab.results.rundirs, telemetry by lab.results.telemetry, plain logs by lab.results.plainlogs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lab.core import paths
+from lab.core.errors import ConfigError
+from lab.results.logfacts import LogFacts, LogProblem
+from lab.core.mlperf import Rules, default_rules
+from lab.results.plainlogs import detect_format, parse_log, parse_runs, read_plain
+from lab.results.resulttree import TreeReader
+from lab.results.runs import Collection, Run, Skipped, system_label
+from lab.results.rundirs import _read_json, _read_rundir, _read_text, verify_sums
+from lab.results.telemetry import read_telemetry
+from runner.rundir import MANIFEST, MLLOG, STATUS
+
+__all__ = ["Collection", "LogFacts", "LogProblem", "Run", "Skipped", "collect", "detect_format",
+           "parse_log", "parse_runs", "read_telemetry", "system_label", "verify_sums"]
+
+LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ""}
+# Program sources that a result tree ships beside its logs (the loggers mlperf_log.py, NcfLogger.scala):
+# named like logs and holding the markers in their strings, they are never logs themselves.
+SOURCE_SUFFIXES = {".py", ".pyc", ".scala", ".java", ".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".sh", ".go",
+                   ".rs", ".js", ".ts", ".ipynb", ".proto", ".md", ".html"}
+
+# --------------------------------------------------------------------------
+# Discovery
+# --------------------------------------------------------------------------
+
+class _Context:
+    def __init__(self, rules: Rules):
+        self.rules = rules
+        self.runs: list[Run] = []
+        self.skipped: list[Skipped] = []
+        self._sweeps: dict[Path, dict | None] = {}
+        self._systems_dirs: dict[Path, bool] = {}
+        self._json_cache: dict[Path, dict | None] = {}
+        self._seen: set[Path] = set()
+        self.repeats = 0
+        self.planned: dict[Path, dict] = {}
+        self._trees: dict[Path, TreeReader] = {}
+
+    def tree(self, root: Path) -> TreeReader:
+        """The published-result-tree reader of one input path."""
+        if root not in self._trees:
+            self._trees[root] = TreeReader(root, self.rules)
+        return self._trees[root]
+
+    def planned_dir(self, path: Path) -> dict | None:
+        """The sweep.json entry whose run directory ``path`` is, if any."""
+        return self.planned.get(path.resolve()) if self.planned else None
+
+    def first_visit(self, path: Path) -> bool:
+        """False for a file or folder already read (overlapping input paths)."""
+        key = path.resolve()
+        if key in self._seen:
+            self.repeats += 1
+            return False
+        self._seen.add(key)
+        return True
+
+    def skip(self, source, reason):
+        self.skipped.append(Skipped(str(source), reason))
+
+    # sweep.json ----------------------------------------------------------
+    def sweep(self, sweep_dir: Path) -> dict | None:
+        if sweep_dir not in self._sweeps:
+            self._sweeps[sweep_dir] = _load_sweep(sweep_dir / "sweep.json")
+        return self._sweeps[sweep_dir]
+
+    # MLPerf systems/<name>.json --------------------------------------------
+    def systems_file(self, log: Path, root: Path) -> tuple[dict, str] | None:
+        anchors = [p for p in log.parents if _is_within(p, root)]   # never above the input
+        for anchor in anchors:
+            sysdir = anchor / "systems"
+            if sysdir not in self._systems_dirs:
+                self._systems_dirs[sysdir] = sysdir.is_dir()
+            if not self._systems_dirs[sysdir]:
+                continue
+            try:
+                parts = log.relative_to(anchor).parts[:-1]
+            except ValueError:
+                continue
+            for part in parts:
+                f = sysdir / f"{part}.json"
+                if f not in self._json_cache:
+                    self._json_cache[f] = _read_json(f) if f.is_file() else None
+                if isinstance(self._json_cache[f], dict):
+                    return self._json_cache[f], f"{f.name}"
+        return None
+
+
+def _is_within(p: Path, root: Path) -> bool:
+    return p == root or root in p.parents
+
+
+def _load_sweep(path: Path) -> dict | None:
+    doc = _read_json(path)
+    if not isinstance(doc, dict):
+        return None
+    hosts = {}
+    raw_hosts = doc.get("hosts") or {}
+    if isinstance(raw_hosts, list):
+        raw_hosts = {str(h.get("name") or h.get("host")): h for h in raw_hosts if isinstance(h, dict)}
+    if isinstance(raw_hosts, dict):
+        for name, facts in raw_hosts.items():
+            if isinstance(facts, dict):
+                hosts[str(name)] = facts
+    runs = []
+    raw_runs = doc.get("runs", doc.get("plan")) or []
+    if isinstance(raw_runs, dict):
+        raw_runs = [dict(v, id=v.get("id", k)) for k, v in raw_runs.items() if isinstance(v, dict)]
+    for entry in raw_runs if isinstance(raw_runs, list) else []:
+        if isinstance(entry, dict) and (entry.get("id") or entry.get("run_id")) and entry.get("host"):
+            runs.append(entry)
+    return {"hosts": hosts, "runs": runs, "name": doc.get("name") or path.parent.name}
+
+
+def collect(paths, rules: Rules | None = None) -> Collection:
+    """Every run under ``paths`` (folders or files), and everything skipped, with reasons."""
+    rules = rules or default_rules()
+    ctx = _Context(rules)
+    inputs = []
+    for p in paths:
+        p = Path(p)
+        inputs.append(str(p))
+        if not p.exists():
+            raise ConfigError(f"{p}: no such file or directory")
+        before = len(ctx.runs) + len(ctx.skipped) + ctx.repeats
+        if p.is_file():
+            _read_plain(ctx, p, p.parent, explicit=True)
+        else:
+            _walk(ctx, p)
+        if len(ctx.runs) + len(ctx.skipped) + ctx.repeats == before:
+            raise ConfigError(f"{p}: no run directories or MLPerf log files found")
+    ctx.runs.sort(key=lambda r: (r.bench_label, r.submitter or "", r.system_key or "", r.device,
+                                 r.gpus or 0, r.stack, r.order,
+                                 r.start_s if r.start_s is not None else 0.0, r.source))
+    return Collection(runs=ctx.runs, skipped=ctx.skipped, inputs=inputs)
+
+
+def _is_rundir(names: set[str]) -> bool:
+    return STATUS in names or (MANIFEST in names and MLLOG in names)
+
+
+def _walk(ctx: _Context, root: Path):
+    try:
+        names = set(os.listdir(root))
+    except OSError as exc:
+        raise ConfigError(f"{root}: cannot read ({exc.strerror or exc})") from None
+    if _is_rundir(names):
+        _read_rundir(ctx, root)
+        return
+    for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: ctx.skip(
+            e.filename, f"cannot list folder ({e.strerror})")):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
+        here = Path(dirpath)
+        names = set(filenames)
+        if here != root and (_is_rundir(names) or ctx.planned_dir(here)):
+            _read_rundir(ctx, here)
+            dirnames[:] = []
+            continue
+        if "sweep.json" in names:
+            _missing_planned_runs(ctx, here)
+        for name in sorted(filenames):
+            path = here / name
+            if name.endswith(".launch.log") and (here / name[: -len(".launch.log")]).is_dir():
+                continue   # a sweep's launch log beside its run directory: not a training log
+            suffix = path.suffix.lower()
+            if suffix in LOG_SUFFIXES or ("log" in name.lower() and suffix not in SOURCE_SUFFIXES):
+                _read_plain(ctx, path, root, explicit=False)
+
+
+def _missing_planned_runs(ctx: _Context, sweep_dir: Path):
+    sweep = ctx.sweep(sweep_dir)
+    if sweep is None:
+        ctx.skip(sweep_dir / "sweep.json", "sweep.json is not a readable JSON object; "
+                 "its run directories are read without host facts")
+        return
+    for i, entry in enumerate(sweep["runs"]):
+        run_id = entry.get("id") or entry.get("run_id")
+        rundir = paths.child(sweep_dir, entry["host"], run_id,
+                             what=f"{sweep_dir / 'sweep.json'}: runs[{i}] (host {entry['host']!r}, run {run_id!r})")
+        ctx.planned[rundir.resolve()] = entry
+        if rundir.exists():
+            continue
+        state = entry.get("state") or "unknown"
+        why = entry.get("reason")
+        ctx.skip(rundir, f"planned run has no run directory (sweep state: {state}"
+                 + (f"; {why}" if why else "") + ")")
+
+
+def _read_plain(ctx: _Context, path: Path, root: Path, explicit: bool):
+    if not (path.is_file() or path.is_symlink() or explicit) or not ctx.first_visit(path):
+        return
+    text = _read_text(ctx, path, root)
+    if text is not None:
+        read_plain(ctx, path, root, text, explicit)

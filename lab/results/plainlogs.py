@@ -1,0 +1,162 @@
+"""Plain MLPerf log files (not gpulab run directories) -> ``Run``s.
+
+A file holds ``:::MLLOG`` (lab.results.mllog), ``:::MLL`` (v0.6, lab.results.v06log) or
+``:::MLPv0.5.0`` (lab.results.v05log) lines; each run in it becomes one Run. Its
+system is, in this order:
+
+1. the published result tree's results folder (lab.results.resulttree): submitter,
+   system name, device, accelerator count, nodes and framework from
+   ``entry.json`` or ``systems/<system>.json``;
+2. an MLPerf ``systems/<system>.json`` beside ``results/`` (older layout
+   support: accelerator_model_name, accelerators_per_node x number_of_nodes,
+   framework);
+3. the log's submission_platform ("4xNVIDIA T4"), else the folder names from
+   the file up to the input path ("4xT4", "T4_x4", "v100-3gpu", "2gpus").
+
+Every run of a v0.6 or MLLOG file gets the compliance checker's verdict on the
+file (lab.results.compliance); a v0.5 file is "not checked" (no ruleset exists).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from lab.results import compliance
+from lab.results.logfacts import LogFacts, LogProblem, integer
+from lab.results.mllog import MLLOG_PREFIX, parse_mllog
+from lab.core.mlperf import Rules, default_rules
+from lab.results.runs import Run
+from lab.results.v05log import V05_PREFIX, parse_v05
+from lab.results.v06log import is_v06, parse_v06
+
+
+def detect_format(text: str) -> str | None:
+    has = {"mllog": MLLOG_PREFIX in text, "v0.5": V05_PREFIX in text, "v0.6": is_v06(text)}
+    found = [k for k, v in has.items() if v]
+    if len(found) > 1:
+        return "mixed"
+    return found[0] if found else None
+
+
+def parse_runs(text: str, rules: Rules | None = None) -> list[LogFacts]:
+    """Every run in the text of a log; ``LogProblem`` says why there is none."""
+    rules = rules or default_rules()
+    fmt = detect_format(text)
+    if fmt is None:
+        raise LogProblem("no :::MLLOG, :::MLL or :::MLPv0.5.0 lines")
+    if fmt == "mixed":
+        raise LogProblem("mixed log formats: more than one of :::MLLOG, :::MLL and :::MLPv0.5.0")
+    if fmt == "v0.5":
+        return parse_v05(text, rules)
+    parser = {"mllog": parse_mllog, "v0.6": parse_v06}[fmt]
+    return parser(text.splitlines(), rules)
+
+
+def parse_log(text: str, rules: Rules | None = None) -> LogFacts:
+    """The first (usually the only) run in the text of a log."""
+    return parse_runs(text, rules)[0]
+
+
+def natural(s: str) -> tuple:
+    """Sort key: result_2 before result_10."""
+    return tuple((0, int(x), "") if x.isdigit() else (1, 0, x) for x in re.split(r"(\d+)", s) if x)
+
+
+def read_plain(ctx, path: Path, root: Path, text: str, explicit: bool):
+    """Add the runs of one log file to ``ctx.runs`` (or one Skipped entry to ``ctx``)."""
+    rules = ctx.rules
+    fmt = detect_format(text)
+    if fmt is None:
+        # Only files named like logs are worth a line in the report.
+        if explicit or path.suffix.lower() == ".log" or re.match(r"result.*\.txt$", path.name, re.I):
+            ctx.skip(path, "empty file" if not text.strip() else "no :::MLLOG, :::MLL or :::MLPv0.5.0 lines")
+        return
+    try:
+        runs = parse_runs(text, rules)
+    except LogProblem as exc:
+        ctx.skip(path, str(exc))
+        return
+    folders = [path.stem, *[p.name for p in path.parents if p == root or root in p.parents]]
+    bench = runs[0].benchmark
+    if bench is None:
+        bench = next((rules.benchmark(n) for n in folders if rules.benchmark(n)), None)
+        if bench is None:
+            ctx.skip(path, "benchmark not named in the log (submission_benchmark) or its folder names")
+            return
+    tree = ctx.tree(root).system_of(path)
+    base = _system(ctx, path, root, runs[0], folders, tree)
+    verdict = compliance.check(text, fmt, bench)
+    try:
+        rel = str(path.relative_to(root))
+    except ValueError:
+        rel = path.name
+    for f in runs:
+        source = str(path) if f.runs_in_file == 1 else f"{path}#run{f.run_in_file}"
+        notes = list(f.warnings) + list(base["notes"])
+        if f.runs_in_file > 1:
+            notes.append(f"run {f.run_in_file} of {f.runs_in_file} in the file")
+        ctx.runs.append(Run(
+            source=source, fmt=f.fmt, benchmark=bench, device=base["device"], gpus=base["gpus"],
+            stack=base["stack"], seed=f.seed, start_s=f.start_s,
+            success=f.success, outcome=f.outcome, reason=f.reason, ttt_s=f.ttt_s,
+            elapsed_s=f.stop_s - f.start_s, epochs=f.epochs, quality=f.quality,
+            target=f.target, samples_per_s=f.samples_per_s,
+            throughput_basis=f.throughput_basis, sample_unit=f.sample_unit,
+            facts_from=base["facts_from"], notes=notes,
+            submitter=base["submitter"], system_name=base["system_name"], system_key=base["system_key"],
+            submission=base["submission"], nodes=base["nodes"], framework=base["framework"],
+            accelerator=base["accelerator"], order=(natural(rel), f.run_in_file), clock=f.clock,
+            compliance=verdict.status, compliance_note=verdict.note))
+
+
+def _system(ctx, path: Path, root: Path, facts: LogFacts, folders: list[str], tree) -> dict:
+    rules = ctx.rules
+    out = {"submitter": None, "system_name": None, "system_key": None, "submission": None,
+           "nodes": None, "framework": None, "accelerator": None, "notes": []}
+    device = count = stack = None
+    sources = {}
+    if tree is not None:
+        out.update(submitter=tree.submitter, system_name=tree.system, system_key=tree.key,
+                   submission=tree.submission, nodes=tree.nodes, framework=tree.framework,
+                   accelerator=tree.accelerator, notes=list(tree.notes))
+        device, count, stack = tree.device, tree.accelerators, tree.framework
+        for k, v in (("device", device), ("accelerators", count), ("framework", stack)):
+            if v is not None:
+                sources[k] = tree.described_by
+    if device is None or count is None:
+        sysfile = ctx.systems_file(path, root)
+        if sysfile:
+            doc, fname = sysfile
+            if device is None and doc.get("accelerator_model_name"):
+                device = rules.device(doc["accelerator_model_name"])
+                sources["device"] = fname
+            per_node = integer(doc.get("accelerators_per_node"))
+            if count is None and per_node is not None:
+                count = per_node * (integer(doc.get("number_of_nodes")) or 1)
+                sources["GPUs"] = fname
+            if stack is None and doc.get("framework"):
+                stack = str(doc["framework"])
+                sources["stack"] = fname
+    if facts.platform and (device is None or count is None):
+        d, c = rules.find_system(facts.platform)
+        if device is None and d:
+            device, sources["device"] = d, "log submission_platform"
+        if count is None and c is not None:
+            count, sources["GPUs"] = c, "log submission_platform"
+    for name in folders:
+        if device is not None and count is not None:
+            break
+        d, c = rules.find_system(name)
+        if device is None and d:
+            device, sources["device"] = d, f"folder name {name!r}"
+        if count is None and c is not None:
+            count, sources["GPUs"] = c, f"folder name {name!r}"
+    if device is None:
+        device = "unknown"
+        out["notes"].append("device not found in the log, a system description or its folder names")
+    if count is None:
+        out["notes"].append("GPU count not found in the log, a system description or its folder names")
+    out.update(device=device, gpus=count, stack=stack or "unknown",
+               facts_from=", ".join(f"{k}: {v}" for k, v in sources.items() if v))
+    return out

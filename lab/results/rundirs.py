@@ -1,0 +1,312 @@
+"""One gpulab run directory (runner/README.md) read into a ``Run``: SHA256SUMS
+verified first (lab.results.checksums), then status.json, manifest.json (device, stack,
+host: the precedence rules are lab.results.collect' docstring's), mllog.log
+(lab.results.mllog) and telemetry.csv (lab.results.telemetry). lab.results.collect finds the
+directories and passes its discovery context (``ctx``: rules, skip, sweep
+facts) in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from pathlib import Path
+
+from lab.core import bounded
+from lab.results import checksums
+from lab.results import compliance
+from lab.core import limits
+from lab.results.logfacts import LogProblem, integer as _int, num as _num
+from lab.results.plainlogs import parse_log
+from lab.results.runs import Run
+from lab.results.telemetry import read_telemetry
+from runner.rundir import MANIFEST, MLLOG, OUTCOMES, STATUS, TELEMETRY
+
+MAX_LOG_BYTES = limits.LOG_BYTES
+KEEP_BYTES = {MLLOG: limits.LOG_BYTES, TELEMETRY: limits.TELEMETRY_BYTES}
+
+
+def _read_json(path: Path, root: Path | None = None):
+    """A JSON file read with bounds (a regular file inside ``root``, default its folder); None if not."""
+    try:
+        return bounded.read_json(path, root=root or Path(path).parent, limit=limits.JSON_BYTES)
+    except bounded.Unreadable:
+        return None
+
+
+def _read_text(ctx, path: Path, root: Path | None = None) -> str | None:
+    """A log read with bounds (lab.core.bounded: a regular file inside ``root``, capped); skipped if not."""
+    try:
+        return bounded.read_text(path, root=root or path.parent, limit=MAX_LOG_BYTES, errors="replace")
+    except bounded.Unreadable as exc:
+        ctx.skip(path, exc.reason)
+        return None
+
+
+def _first(d: dict, *keys):
+    for k in keys:
+        v = d.get(k)
+        if v not in (None, "", "auto"):
+            return v
+    return None
+
+
+def verify_sums(rundir: Path, keep: tuple[str, ...] = ()) -> tuple[str | None, dict[str, bytes]]:
+    """(None, kept) when SHA256SUMS verifies (lab.results.checksums), else (why not, {}).
+
+    ``kept`` holds the bytes of the files named in ``keep`` that were verified,
+    so that they are read once.
+    """
+    checked = checksums.check(rundir, keep={k: KEEP_BYTES.get(k, MAX_LOG_BYTES) for k in keep})
+    if checked.missing:
+        return "no SHA256SUMS: incomplete run directory", {}
+    if checked.problems:
+        return checked.problems[0], {}
+    return None, checked.kept
+
+
+def _iso_to_unix(s) -> float | None:
+    if not isinstance(s, str):
+        return None
+    try:
+        return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _manifest_gpus(manifest: dict) -> list[dict]:
+    """The per-GPU records of the probe (manifest.json's own ``gpus`` are indices)."""
+    for holder in (manifest.get("probe"), manifest, manifest.get("host")):
+        if isinstance(holder, dict) and isinstance(holder.get("gpus"), list):
+            gpus = [g for g in holder["gpus"] if isinstance(g, dict)]
+            if gpus:
+                return gpus
+    return []
+
+
+def _manifest_stack(manifest: dict) -> tuple[str | None, str | None, str | None]:
+    """(profile name, short version label, all versions) of the manifest's stack facts.
+
+    The runner's manifest holds the probe document: ``probe.stack`` (driver,
+    cuda_toolkit, cudnn, nccl) and ``probe.frameworks`` (torch, tensorflow).
+    A stack with a ``profile`` or ``name`` (a provisioned stack profile) is
+    named by it.
+    """
+    probe = manifest.get("probe") if isinstance(manifest.get("probe"), dict) else {}
+    stack = manifest.get("stack", probe.get("stack"))
+    if isinstance(stack, str):
+        return stack, None, None
+    stack = stack if isinstance(stack, dict) else {}
+    name = _first(stack, "profile", "name", "id")
+    parts = []   # every version; the label keeps driver, CUDA and framework
+    for key, label in (("driver", "driver"), ("cuda_toolkit", "cuda"), ("cuda", "cuda"),
+                       ("cudnn", "cudnn"), ("nccl", "nccl")):
+        v = stack.get(key)
+        if isinstance(v, dict):
+            v = v.get("version")
+        if v and not any(p.startswith(label + " ") for p in parts):
+            parts.append(f"{label} {v}")
+    frameworks = manifest.get("frameworks", probe.get("frameworks"))
+    for fw in ("torch", "tensorflow"):
+        v = (frameworks or {}).get(fw) if isinstance(frameworks, dict) else None
+        v = v or stack.get(fw)
+        if v:
+            parts.append(f"{fw} {v}")
+    short = [p for p in parts if p.split(" ")[0] in ("driver", "cuda", "torch", "tensorflow")]
+    return (str(name) if name else None), (", ".join(short) or None), (", ".join(parts) or None)
+
+
+def _manifest_host(manifest: dict) -> str | None:
+    for holder in (manifest, manifest.get("probe") if isinstance(manifest.get("probe"), dict) else {}):
+        h = holder.get("host")
+        if isinstance(h, dict):
+            h = _first(h, "hostname", "name", "fqdn")
+        elif h is None:
+            h = holder.get("hostname")
+        if h:
+            return str(h)
+    return None
+
+
+def _read_rundir(ctx, rundir: Path):
+    if not ctx.first_visit(rundir):
+        return
+    rules = ctx.rules
+    if not os.path.lexists(rundir / STATUS):
+        entry = ctx.planned_dir(rundir)
+        why = "incomplete run directory: no status.json (still running or interrupted)"
+        if entry:
+            why += f"; sweep state: {entry.get('state') or 'unknown'}"
+            if entry.get("reason"):
+                why += f": {entry['reason']}"
+        ctx.skip(rundir, why)
+        return
+    try:
+        status = json.loads(bounded.read_text(rundir / STATUS, root=rundir, limit=limits.JSON_BYTES))
+    except bounded.Unreadable as exc:
+        ctx.skip(rundir, f"status.json {exc.reason}")
+        return
+    except (ValueError, RecursionError):
+        status = None
+    if not isinstance(status, dict):
+        ctx.skip(rundir, "status.json is not a readable JSON object")
+        return
+    if status.get("outcome") not in OUTCOMES:
+        ctx.skip(rundir, f"status.json: outcome {status.get('outcome')!r} is not one of {', '.join(OUTCOMES)}")
+        return
+    problem, kept = verify_sums(rundir, keep=(MLLOG, TELEMETRY))
+    if problem:
+        ctx.skip(rundir, problem)
+        return
+    node_rank = _int(status.get("node_rank")) or 0
+    if node_rank > 0:
+        ctx.skip(rundir, f"node {node_rank} of a {_int(status.get('nnodes')) or '?'}-node run: "
+                 "the run is reported from node 0's run directory")
+        return
+    manifest = _read_json(rundir / MANIFEST)
+    notes = []
+    if not isinstance(manifest, dict):
+        if (rundir / MANIFEST).exists():
+            notes.append("manifest.json unreadable")
+        manifest = {}
+    sweep = ctx.sweep(rundir.parent.parent) if (rundir.parent.parent / "sweep.json").is_file() else None
+    host = _manifest_host(manifest)
+    host_facts = {}
+    if sweep:
+        # In a sweep, <host>/ is the inventory name: the name the lab uses.
+        host_facts = sweep["hosts"].get(rundir.parent.name) or (sweep["hosts"].get(host) if host else None) or {}
+        if rundir.parent.name in sweep["hosts"] or not host:
+            host = rundir.parent.name
+
+    result = status.get("result") if isinstance(status.get("result"), dict) else {}
+    log_facts, log_problem = None, None
+    if MLLOG in kept:
+        text = kept[MLLOG].decode("utf-8", errors="replace")
+    else:
+        text = _read_text(ctx, rundir / MLLOG) if os.path.lexists(rundir / MLLOG) else None
+    if text is None:
+        log_problem = "no mllog.log"
+    else:
+        try:
+            log_facts = parse_log(text, rules)
+        except LogProblem as exc:
+            log_problem = f"mllog.log: {exc}"
+    if log_problem and status["outcome"] == "success" and status.get("mode", "ttt") == "ttt":
+        ctx.skip(rundir, f"status.json says success but {log_problem}")
+        return
+
+    bench = rules.benchmark(status.get("benchmark")) or rules.benchmark(status.get("workload"))
+    if bench is None and log_facts and log_facts.benchmark:
+        bench = log_facts.benchmark
+    bench = bench or str(status.get("benchmark") or status.get("workload") or "unknown")
+
+    # GPU count and device.
+    idx = status.get("gpus") if isinstance(status.get("gpus"), list) else None
+    nnodes = _int(status.get("nnodes")) or 1
+    sources = {}
+    count = len(idx) * nnodes if idx is not None else _int(status.get("world_size"))
+    if count is not None:
+        sources["GPUs"] = "status.json"
+    device = None
+    if idx == []:
+        device, sources["device"] = "CPU", "status.json (no GPUs)"
+    else:
+        names = []
+        for g in _manifest_gpus(manifest):
+            gi = _int(g.get("index"))
+            if idx is None or gi is None or gi in idx:
+                n = _first(g, "name", "model", "product_name")
+                if n:
+                    names.append(rules.device(n))
+        names = sorted(set(names))
+        if names:
+            device = names[0] if len(names) == 1 else "mixed(" + "+".join(names) + ")"
+            sources["device"] = "manifest.json"
+        elif host_facts and _first(host_facts, "gpu_model", "gpulab_gpu_model", "device", "model"):
+            device = rules.device(_first(host_facts, "gpu_model", "gpulab_gpu_model", "device", "model"))
+            sources["device"] = "sweep.json"
+        else:
+            for name in [rundir.name, rundir.parent.name, rundir.parent.parent.name]:
+                d, c = rules.find_system(name)
+                if d:
+                    device, sources["device"] = d, f"folder name {name!r}"
+                    break
+    if device is None:
+        device = "unknown"
+        notes.append("device not in manifest.json, sweep.json or folder names")
+
+    profile, versions, all_versions = _manifest_stack(manifest)
+    sweep_stack = _first(host_facts, "stack", "gpulab_stack", "stack_profile") if host_facts else None
+    if profile:
+        stack, sources["stack"] = profile, "manifest.json"
+    elif sweep_stack:
+        stack, sources["stack"] = str(sweep_stack), "sweep.json"
+    elif versions:
+        stack, sources["stack"] = versions, "manifest.json"
+    else:
+        stack = "unknown"
+    stack_versions = all_versions
+
+    tele = rundir / TELEMETRY
+    energy = power = None
+    if TELEMETRY in kept or os.path.lexists(tele):
+        energy, power, tnote = read_telemetry(tele, idx, kept.get(TELEMETRY))
+        if tnote:
+            notes.append(tnote)
+
+    run = Run(source=str(rundir), fmt="rundir", benchmark=bench, device=device, gpus=count,
+              stack=stack, scale=status.get("scale"), mode=status.get("mode") or "ttt",
+              host=host, seed=_int(status.get("seed")), outcome=status["outcome"],
+              stack_versions=stack_versions,
+              reason=str(status.get("reason") or ""), energy_j=energy, avg_power_w=power,
+              facts_from=", ".join(f"{k}: {v}" for k, v in sources.items()), notes=notes)
+    if text is not None and log_facts:
+        verdict = compliance.check(text, "rundir", bench)
+        run.compliance, run.compliance_note = verdict.status, verdict.note
+    else:
+        run.compliance_note = "not checked: no readable mllog.log"
+    if log_facts:
+        run.order = ((0, log_facts.start_s),)
+        run.start_s = log_facts.start_s
+        run.elapsed_s = log_facts.stop_s - log_facts.start_s
+        run.success = log_facts.success
+        run.ttt_s = log_facts.ttt_s
+        run.epochs = log_facts.epochs
+        run.quality = log_facts.quality
+        run.samples_per_s = log_facts.samples_per_s
+        run.throughput_basis = log_facts.throughput_basis
+        run.sample_unit = log_facts.sample_unit
+        run.notes.extend(log_facts.warnings)
+        if log_facts.seed is not None and run.seed is None:
+            run.seed = log_facts.seed
+        if log_facts.success != (status["outcome"] == "success") and run.mode == "ttt":
+            run.notes.append(f"mllog.log says {log_facts.outcome}, status.json says {status['outcome']}: "
+                             "the log's clock is used")
+            run.outcome = log_facts.outcome
+            run.reason = log_facts.reason
+    else:
+        run.notes.append(log_problem)
+        run.start_s = _iso_to_unix(status.get("start"))
+        end = _iso_to_unix(status.get("end"))
+        if run.start_s is not None and end is not None:
+            run.elapsed_s = end - run.start_s
+        run.success = status["outcome"] == "success"
+    if run.mode != "ttt":
+        run.ttt_s = None
+        run.success = status["outcome"] == "success"
+        run.outcome = status["outcome"]
+        run.reason = str(status.get("reason") or "")
+    if result:
+        if _num(result.get("epochs")) is not None:
+            run.epochs = _num(result["epochs"])
+        if _num(result.get("samples_per_s")):
+            run.samples_per_s = _num(result["samples_per_s"])
+            run.throughput_basis = "status.json result.samples_per_s"
+            if result.get("sample_unit"):
+                run.sample_unit = str(result["sample_unit"])
+        if result.get("quality") is not None and run.quality is None:
+            run.quality = result["quality"]
+        if result.get("target") is not None:
+            run.target = result["target"]
+    ctx.runs.append(run)

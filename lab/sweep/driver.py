@@ -1,0 +1,265 @@
+"""Sweeps: hosts x workloads x GPU counts x seeds, run on the hosts, collected here.
+
+A sweep is the directory ``results/<sweep>/`` with ``sweep.json`` (the plan,
+each run's state and reason; rewritten atomically) and one run directory per
+planned run under ``<host>/<run id>/``. The run id comes from the plan entry
+(workload, mode, scale, nodes, GPU count, seed), so that running the same
+sweep again finds it: runs already complete and verified are skipped.
+
+How a sweep runs:
+
+* every host is prepared in parallel: connected (strict host keys), its
+  runner installed or upgraded to this checkout's version, its GPU topology
+  probed (lab.sweep.topology picks each run's GPUs: same PCIe root, else NUMA node);
+* one thread per unit (a host, or k hosts for ``--nodes k``), one run at a
+  time, each run under the host's own lock (lab.sweep.hostlock), after a free-space
+  check; the runner starts detached (``setsid nohup``, survives SSH), every
+  process it starts carries a token in its environment
+  (``GPULAB_RUN_TOKEN``), so that stopping a run reaches all of them, even
+  processes that left the runner's process groups;
+* the run is polled; past its time limit (the runner aborts itself at
+  ``--max-minutes``; past a margin the controller stops it: SIGTERM to the
+  runner, then SIGKILL to every tagged process), Ctrl-C stops every run the
+  same way;
+* each run directory is fetched (files listed in SHA256SUMS, or everything
+  there is when the run never finished) and verified; a corrupt copy is
+  fetched again. Each run ends ``complete`` (verified, outcome success or
+  target_missed) or ``failed``/``interrupted`` with a one-line reason;
+* on resume, a run this sweep started before (its token is in sweep.json) is
+  asked of its host first (``UnitWorker._adopt``): finished there and
+  verified, it is fetched and counted; still going, it is waited for (its
+  lock taken over from the controller that is gone) and fetched; only a run
+  that failed or left nothing runs again.
+
+sweep.json is read back through lab.sweep.statefile (checked like the command line,
+run folders kept inside the sweep); run-directory files through lab.core.bounded.
+
+Modules, along the data flow: lab.sweep.plan (the plan), lab.sweep.state
+(sweep.json), lab.sweep.hostrun (a run's processes on a host, fetching it back),
+lab.sweep.unitworker (the thread per unit), this module (preparing the hosts, the
+whole sweep, Ctrl-C, collect). Its public names (``__all__``) include those
+of the modules below it, so ``lab.sweep.driver.X`` keeps working.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab.results import checksums
+from lab.core import fields
+from lab.core import paths
+from lab.sweep import preflight
+from lab.hosts import remote as rmt
+from lab.hosts import runnerdist
+from lab.sweep import study
+from lab.sweep import statefile
+from lab.sweep import topology as topo
+from lab.core.errors import ConfigError
+from lab.hosts.inventory import Host
+from lab.sweep.plan import (COMPLETE_OUTCOMES, MODES, NAME_RE, SCALES, SCHEMA, TOKEN_VAR, WORKLOAD_RE, PlannedRun,
+                           host_gpu_count, parse_gpu_counts, parse_list, plan, seed_count, units_of, utcnow)
+from lab.sweep.state import Sweep, _read_json
+from lab.sweep.hostrun import (HostLayout, Settings, fetch_run, fetch_verified, run_state, signal_tagged, stop_run,
+                         tagged_alive, wait_gone)
+from lab.sweep.unitworker import HostLost, Node, UnitWorker, keep_attempt
+from runner.rundir import STATUS
+
+
+__all__ = ["COMPLETE_OUTCOMES", "MODES", "NAME_RE", "SCALES", "SCHEMA", "TOKEN_VAR", "WORKLOAD_RE", "CollectResult",
+           "HostLayout", "HostLost", "Node", "PlannedRun", "Settings", "Sweep", "SweepResult", "UnitWorker",
+           "check_name", "collect", "default_name", "fetch_run", "fetch_verified", "host_gpu_count", "keep_attempt",
+           "parse_gpu_counts", "parse_list", "plan", "prepare_host", "run_state", "run_sweep", "seed_count",
+           "signal_tagged", "stop_run", "tagged_alive", "units_of", "utcnow", "wait_gone"]
+
+# --------------------------------------------------------------------------- the whole sweep
+
+@dataclass
+class SweepResult:
+    sweep: Sweep
+
+    @property
+    def failed(self) -> list[PlannedRun]:
+        return [r for r in self.sweep.runs if r.state != "complete"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def summary(self) -> list[str]:
+        runs = self.sweep.runs
+        done = [r for r in runs if r.state == "complete"]
+        lines = [f"sweep {self.sweep.name}: {len(done)}/{len(runs)} runs complete "
+                 f"({sum(1 for r in done if r.outcome == 'success')} reached their target); "
+                 f"results in {self.sweep.root}"]
+        lines += [f"  MISSED {r.host} {r.run_id}: {r.reason}" for r in done if r.outcome != "success"]
+        lines += [f"  FAILED {'+'.join(r.hosts)} {r.run_id}: {r.state}: {r.reason}" for r in self.failed]
+        return lines
+
+
+def default_name(now: _dt.datetime | None = None) -> str:
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    return now.strftime("sweep-%Y%m%d-%H%M%S")
+
+
+def check_name(name: str) -> None:
+    fields.sweep_name(name)
+
+
+def prepare_host(host: Host) -> tuple[rmt.Remote, rmt.RunnerInstall, dict]:
+    """Connect, make the runner match this checkout, probe the GPU topology."""
+    remote = rmt.connect(host)
+    try:
+        install = rmt.ensure_runner(remote)
+        return remote, install, topo.discover(remote, install)
+    except BaseException:
+        remote.close()
+        raise
+
+
+def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: str, *, gpus: str | None = None,
+              seeds=1, mode: str = "ttt", scale: str = "tiny", nodes: int = 1, settings: Settings | None = None,
+              progress_factory=None, echo=print, datasets_catalogue=None) -> SweepResult:
+    """Check the prepared data, prepare the hosts, plan, run the plan (units in parallel, one run
+    at a time each), collect."""
+    from lab.sweep import progress as prog
+
+    settings = settings or Settings()
+    check_name(name)
+    workloads = study.expand_workloads(parse_list(workloads, "workloads"))
+    planned = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes)  # bad input before any host is touched
+    root = paths.child(results_dir, name, what="--name")
+    if (root / statefile.STATE_FILE).exists() or (root / statefile.STATE_FILE).is_symlink():
+        Sweep.load(root)   # a saved state to resume is checked before any host is touched too
+    refused = preflight.refusal(preflight.check(hosts, planned, datasets_catalogue))   # read-only, one command a host
+    if refused:
+        raise ConfigError(refused)
+    echo(f"sweep {name}: preparing {len(hosts)} host(s) (runner {runnerdist.local_version()})")
+    prepared = rmt.on_hosts(hosts, prepare_host)
+    errors = prepared.reasons()
+    topologies = {n: got[2] for n, got in prepared.succeeded.items()}
+    runs = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes, topologies=topologies)
+    if settings.timeout_s is None:   # each run's limit from its estimate (the probed GPUs name the device)
+        past = study.history(results_dir)
+        for run in runs:
+            run.limit_s = 60 * study.time_limit_minutes(run, study.unit_device(hosts, run, topologies), past)
+    not_runnable = {(r.host, r.run_id) for r in runs if r.state == "failed"}  # e.g. fewer GPUs than asked
+    options = {"workloads": workloads, "gpus": gpus, "seeds": seeds, "mode": mode, "scale": scale, "nodes": nodes,
+               "timeout_s": settings.timeout_s}
+    sweep = Sweep.open(root, name, runs, options)
+    for h in hosts:
+        entry = sweep.hosts.setdefault(h.name, {})
+        entry.update(address=h.address, gpu_model=h.gpu_model, gpu_count=h.gpu_count, stack=h.stack,
+                     groups=list(h.groups), error=errors.get(h.name))
+        if h.name in topologies:
+            entry.update(topology=topologies[h.name], runner=prepared[h.name][1].version)
+    for run in sweep.runs:
+        bad = [f"{n}: {errors[n]}" for n in run.hosts if n in errors]
+        if bad and run.state != "complete":
+            run.state, run.reason, run.ended = "failed", "; ".join(bad), utcnow()
+    sweep.save()
+    by_name = {h.name: h for h in hosts}
+    workers: list[UnitWorker] = []
+    stop = threading.Event()
+    unit_runs: dict[tuple, list[PlannedRun]] = {}
+    for run in sweep.runs:
+        if (run.host, run.run_id) not in not_runnable or run.state == "complete":
+            unit_runs.setdefault(tuple(run.hosts), []).append(run)
+    todo_units = {u: rs for u, rs in unit_runs.items()
+                  if not any(n in errors for n in u) and any(r.state != "complete" for r in rs)}
+    progress = (progress_factory or prog.Progress)(
+        {"+".join(u): sum(1 for r in rs if r.state != "complete") for u, rs in todo_units.items()})
+    for u, rs in todo_units.items():
+        nodes_ = [Node(by_name[n], prepared[n][0], prepared[n][1], settings, name) for n in u]
+        workers.append(UnitWorker(sweep, nodes_, rs, settings, progress, stop))
+    skipped = sum(1 for r in sweep.runs if r.state == "complete")
+    echo(f"sweep {name}: {len(sweep.runs)} runs on {len(hosts)} host(s)"
+         + (f", {skipped} already complete (resumed)" if skipped else ""))
+    threads = [threading.Thread(target=w, name=f"sweep-{w.unit}", daemon=True) for w in workers]
+    try:
+        with progress:
+            for t in threads:
+                t.start()
+            try:
+                for t in threads:
+                    while t.is_alive():
+                        t.join(0.2)
+            except KeyboardInterrupt:
+                old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the cleanup must not be cut short
+                try:
+                    progress.print("interrupted: stopping the remote runs...")
+                    stop.set()
+                    end = time.monotonic() + settings.stop_grace_s + 60
+                    for t in threads:
+                        t.join(max(0.1, end - time.monotonic()))
+                    for run in sweep.runs:
+                        if run.state == "running":
+                            run.state, run.reason, run.ended = "interrupted", "interrupted (Ctrl-C)", utcnow()
+                    sweep.save()
+                finally:
+                    signal.signal(signal.SIGINT, old)
+                raise
+    finally:
+        for got in prepared.succeeded.values():
+            got[0].close()
+        sweep.save()
+    return SweepResult(sweep)
+
+
+# --------------------------------------------------------------------------- collect
+
+@dataclass
+class CollectResult:
+    fetched: int = 0
+    verified: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def collect(sweep_root: Path, inventory_path: str | Path, *, retries: int = 2) -> CollectResult:
+    """Fetch again every run of a saved sweep whose local copy is missing or fails verification."""
+    from lab.hosts import inventory as inv
+
+    sweep = Sweep.load(sweep_root)
+    result = CollectResult()
+    todo = [r for r in sweep.runs if r.state != "planned" and sweep.verified(r)]
+    result.verified = sum(1 for r in sweep.runs if r.state != "planned") - len(todo)
+    if not todo:
+        return result
+    names = sorted({h for r in todo for h in r.hosts})
+    hosts = {h.name: h for h in inv.load(inventory_path).select(names)}
+    lock = threading.Lock()
+
+    def fetch_host(host: Host) -> None:
+        with rmt.connect(host) as remote:
+            layout = HostLayout(remote.expand(host.workdir.rstrip("/") or "/"), sweep.name)
+            for run in (r for r in todo if host.name in r.hosts):
+                src = layout.run_dir(run)
+                dest = sweep.run_dir(run, host.name)
+                if checksums.SUMS not in remote.listdir(src):
+                    with lock:
+                        result.problems.append(f"{host.name} {run.run_id}: no complete run directory on the host")
+                    continue
+                problems = fetch_verified(remote, src, dest, retries)
+                with lock:
+                    result.fetched += 1
+                    if problems:
+                        result.problems.append(f"{host.name} {run.run_id}: {'; '.join(problems)}")
+
+    for host_name, msg in rmt.on_hosts(hosts.values(), fetch_host).reasons().items():
+        result.problems.append(f"{host_name}: {msg}")
+    for run in todo:
+        if sweep.verified(run):
+            continue
+        result.verified += 1
+        status = _read_json(sweep.run_dir(run) / STATUS)
+        run.outcome = status.get("outcome")
+        if run.outcome in COMPLETE_OUTCOMES:
+            run.state, run.reason = "complete", status.get("reason", "")
+        elif run.state == "complete":
+            run.state, run.reason = "failed", f"run {run.outcome}: {status.get('reason', '')}"
+    sweep.save()
+    return result

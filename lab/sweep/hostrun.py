@@ -1,0 +1,160 @@
+"""One run's processes on a host: the host's sweep folders, the detached runner
+tagged with a token, its state as the host sees it, stopping every tagged
+process, and fetching its run directory back verified (lab.results.checksums).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.results import checksums
+from lab.core import paths
+from lab.hosts import remote as rmt
+from lab.core.errors import ConfigError
+from lab.sweep.plan import PlannedRun
+
+
+# --------------------------------------------------------------------------- on a host
+
+@dataclass
+class Settings:
+    """How a sweep treats its hosts (invoke.yaml gpulab.sweep.*)."""
+
+    timeout_s: float | None = 3600.0   # a run's time limit (--max-minutes for the runner); None: per run
+                                       # from its estimate (lab.sweep.study.time_limit_minutes)
+    kill_margin_s: float = 60.0    # past the limit by this much, the controller stops the run itself
+    stop_grace_s: float = 30.0     # SIGTERM to the runner, then SIGKILL to every tagged process
+    poll_s: float = 0.25
+    reconnect_s: float = 30.0      # a lost host is retried this long before its runs fail
+    min_free_mb: int = 1024        # free space needed in the host's workdir before a run starts
+    lock_stale_s: float = 300.0    # a host lock whose heartbeat is this old (and whose run is gone) is taken over
+    lock_wait_s: float = 3600.0    # how long a run waits for a host another sweep holds
+    rdzv_port: int = 29400         # multi-node rendezvous port on node 0
+    fetch_retries: int = 2         # fetches again when a copy does not verify
+
+
+@dataclass
+class HostLayout:
+    """Where a sweep's files live on one host."""
+
+    workdir: str
+    sweep: str
+
+    @property
+    def base(self) -> str:
+        return f"{self.workdir}/sweeps/{self.sweep}"
+
+    def run_dir(self, run: PlannedRun) -> str:
+        return f"{self.base}/{run.run_id}"
+
+    def launch_log(self, run: PlannedRun) -> str:
+        return f"{self.base}/{run.run_id}.launch.log"
+
+
+# $1 signal, $2 token: signal every process that carries the token; print their pids
+_SIGNAL_TAGGED = r'''
+pids=$(grep -lzxF "GPULAB_RUN_TOKEN=$2" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3)
+[ -n "$pids" ] && kill -s "$1" $pids 2>/dev/null
+echo $pids
+'''
+
+
+# $1 run directory, $2 token, $3 lock dir, $4 runner pid ('' when not known: a run adopted on resume)
+_PROBE = r'''
+[ -n "$3" ] && touch "$3/heartbeat" 2>/dev/null
+if [ -f "$1/SHA256SUMS" ]; then echo done
+elif [ -n "$4" ] && kill -0 "$4" 2>/dev/null; then echo running
+elif [ -z "$4" ] && [ -n "$2" ] && grep -qzxF "GPULAB_RUN_TOKEN=$2" /proc/[0-9]*/environ 2>/dev/null; then echo running
+elif [ -d "$1" ]; then echo gone
+else echo none; fi
+'''
+
+
+def run_state(remote: rmt.Remote, src: str, token: str | None, lock_dir: str = "", pid: str | None = None) -> str:
+    """What a host says of a run: done (SHA256SUMS written), running, gone (left a partial folder) or none."""
+    out = remote.run(["sh", "-c", _PROBE, "gpulab-probe", src, token or "", lock_dir, pid or ""],
+                     timeout=60, check=False).stdout.strip()
+    return out if out in ("done", "running", "gone", "none") else "gone"
+
+
+def signal_tagged(remote: rmt.Remote, token: str, sig: str) -> list[int]:
+    out = remote.run(["sh", "-c", _SIGNAL_TAGGED, "gpulab-stop", sig, token], timeout=60, check=False).stdout
+    return [int(p) for p in out.split() if p.isdigit()]
+
+
+def tagged_alive(remote: rmt.Remote, token: str) -> list[int]:
+    return signal_tagged(remote, token, "0")
+
+
+def stop_run(remote: rmt.Remote, token: str, pid: str | None, grace_s: float, poll_s: float = 0.5) -> bool:
+    """SIGTERM to the runner (it stops its workload and finishes the run directory), then SIGKILL
+    to every process of the run after ``grace_s``. True when something had to be killed."""
+    if pid:
+        remote.run(["kill", "-TERM", pid], check=False, timeout=30)
+    else:
+        signal_tagged(remote, token, "TERM")
+    return wait_gone(remote, token, grace_s, poll_s)
+
+
+def wait_gone(remote: rmt.Remote, token: str, grace_s: float, poll_s: float = 0.5) -> bool:
+    """Wait until no process of the run is left, SIGKILL the rest after ``grace_s``; True when it had to.
+
+    A runner writes SHA256SUMS last, but its interpreter still has to exit after
+    that: a run counts as over only once its processes are gone.
+    """
+    end = time.monotonic() + grace_s
+    while True:
+        if not tagged_alive(remote, token):
+            return False
+        if time.monotonic() >= end:
+            break
+        time.sleep(poll_s)
+    signal_tagged(remote, token, "KILL")
+    return True
+
+
+def fetch_run(remote: rmt.Remote, src: str, dest: Path) -> list[str]:
+    """Copy a remote run directory to ``dest`` (replacing it) and verify it; the problems found.
+
+    Files listed in SHA256SUMS are fetched; for an incomplete run (no sums),
+    every file there is, so that nothing written is lost.
+    """
+    tmp = dest.with_name(f".{dest.name}.partial")
+    if tmp.is_symlink() or not paths.inside(tmp.parent, dest.parent):
+        raise ConfigError(f"{tmp}: a symbolic link where the fetch puts its copy; not followed")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    names = [n for n in remote.listdir(src) if paths.is_component(n)]   # the host's listing is input too
+    if checksums.SUMS in names:
+        remote.get(f"{src}/{checksums.SUMS}", tmp / checksums.SUMS)
+        try:
+            listed = list(checksums.read(tmp))
+        except ValueError:
+            listed = [n for n in names if n != checksums.SUMS]
+        for name in listed:
+            if "/" in name:
+                (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            remote.get(f"{src}/{name}", tmp / name)
+    else:
+        for name in names:
+            remote.get(f"{src}/{name}", tmp / name)
+    problems = checksums.verify(tmp)
+    if dest.is_symlink():
+        dest.unlink()
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+    return problems
+
+
+def fetch_verified(remote: rmt.Remote, src: str, dest: Path, retries: int) -> list[str]:
+    """fetch_run, again while the copy does not verify (a corrupt transfer), at most ``retries`` more."""
+    problems = fetch_run(remote, src, dest)
+    for _ in range(retries):
+        if not problems or checksums.SUMS not in remote.listdir(src):
+            break
+        problems = fetch_run(remote, src, dest)
+    return problems

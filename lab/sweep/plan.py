@@ -1,0 +1,187 @@
+"""A sweep's plan: hosts x workloads x GPU counts x seeds as PlannedRun records
+(stable run ids, per-unit GPU sets from the probed topology), and the checks of
+the options that make it. Plain data; lab.sweep.driver runs it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import asdict, dataclass, field
+from typing import Iterable
+
+from lab.core import fields
+from lab.core import limits
+from lab.sweep import study
+from lab.sweep import statefile
+from lab.sweep import topology as topo
+from lab.sweep import workloads as workload_catalogue
+from lab.core.errors import ConfigError
+from lab.hosts.inventory import Host
+
+
+SCHEMA = statefile.SCHEMA
+MODES, SCALES = fields.MODES, fields.SCALES
+NAME_RE, WORKLOAD_RE = fields.NAME_RE, fields.WORKLOAD_RE
+COMPLETE_OUTCOMES = ("success", "target_missed")
+TOKEN_VAR = "GPULAB_RUN_TOKEN"
+
+
+def utcnow() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+# --------------------------------------------------------------------------- the plan
+
+@dataclass
+class PlannedRun:
+    host: str                 # the host (node 0 of a multi-node run)
+    workload: str
+    gpus: int                 # GPUs per node; 0 = CPU; -1 = all of a host whose count is not known yet
+    seed: int
+    mode: str = "ttt"
+    scale: str = "tiny"
+    state: str = "planned"    # planned | running | complete | failed | interrupted
+    outcome: str | None = None  # the runner's outcome once fetched
+    reason: str = ""
+    started: str | None = None
+    ended: str | None = None
+    nodes: list[str] = field(default_factory=list)    # multi-node: every host, node 0 first
+    gpu_ids: list[int] = field(default_factory=list)  # the GPUs chosen from the topology (per node)
+    attempts: int = 0
+    token: str | None = None
+    limit_s: float | None = None   # this run's time limit; None: Settings.timeout_s
+
+    @property
+    def run_id(self) -> str:
+        g = "cpu" if self.gpus == 0 else ("allgpu" if self.gpus < 0 else f"{self.gpus}gpu")
+        if len(self.nodes) > 1:
+            g = f"{len(self.nodes)}node-{g}"
+        return f"{self.workload}-{self.mode}-{self.scale}-{g}-s{self.seed}"
+
+    @property
+    def hosts(self) -> list[str]:
+        return list(self.nodes) if self.nodes else [self.host]
+
+    def to_json(self) -> dict:
+        return dict(asdict(self), run_id=self.run_id)
+
+    @classmethod
+    def from_json(cls, doc: dict, where: str = "run") -> "PlannedRun":
+        """A run entry of sweep.json, every field checked like its command-line option (lab.sweep.statefile)."""
+        return cls(**statefile.check_run(doc, where))
+
+
+def parse_list(value: str | Iterable[str] | None, what: str) -> list[str]:
+    if value is None:
+        return []
+    items = value.split(",") if isinstance(value, str) else list(value)
+    items = [str(i).strip() for i in items if str(i).strip()]
+    if not items:
+        raise ConfigError(f"--{what}: empty list")
+    return items
+
+
+def host_gpu_count(host: Host, topology: dict | None = None) -> int | None:
+    """GPUs of a host: what its probe found, else the inventory's count; None if unknown (auto)."""
+    if topology is not None and "gpu_count" in topology:
+        return int(topology["gpu_count"])
+    return host.gpu_count if isinstance(host.gpu_count, int) else None
+
+
+def parse_gpu_counts(value: str | None, host: Host, topology: dict | None = None) -> list[int]:
+    """'1,2,3' -> those counts; 'all' (default) -> every count 1..N; a host without GPUs runs count 0."""
+    count = host_gpu_count(host, topology)
+    if value in (None, "", "all"):
+        if count is None:
+            return [-1]
+        return list(range(1, count + 1)) if count else [0]
+    out = []
+    for item in parse_list(value, "gpus"):
+        if not item.isdigit() or int(item) < 1:
+            raise ConfigError(f"--gpus: {item!r} is not a GPU count (use 1,2,... or all)")
+        n = limits.number(item, "--gpus", limits.GPUS)
+        if count is not None and n > count and topology is None:
+            raise ConfigError(f"--gpus: {n} GPUs asked but {host.name} has {count}")
+        if n not in out:
+            out.append(n)
+    return out
+
+
+def seed_count(seeds, workload: str, rules=None, mode: str = "ttt") -> int:
+    """``--seeds K``, ``mlperf`` (the MLPerf run count of the workload's benchmark, lab/data/benchmarks.yml)
+    or ``auto`` (that run count in ttt mode, one run per configuration in throughput mode)."""
+    word = seeds.strip().lower() if isinstance(seeds, str) else None
+    if word == "auto" and mode == "throughput":
+        return 1
+    if word in ("mlperf", "auto"):
+        from lab.core.mlperf import Rules
+
+        rules = rules or Rules()
+        bench = rules.benchmark(workload)
+        if bench is None:
+            raise ConfigError(f"--seeds {word}: workload {workload!r} is no MLPerf benchmark of "
+                              f"lab/data/benchmarks.yml; give a number of seeds")
+        return rules.benchmarks[bench].runs_required
+    try:
+        n = int(seeds)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--seeds: {seeds!r} is not a number of seeds, 'auto' or 'mlperf'") from None
+    if n < 1:
+        raise ConfigError(f"--seeds: {seeds!r} is not a positive number of seeds")
+    return limits.number(n, "--seeds", limits.SEEDS)
+
+
+def units_of(hosts: list[Host], nodes: int) -> list[list[Host]]:
+    """Hosts grouped into the units that run together: single hosts, or k hosts per multi-node run."""
+    if not isinstance(nodes, int) or nodes < 1:
+        raise ConfigError(f"--nodes: {nodes!r} must be a positive number")
+    limits.number(nodes, "--nodes", limits.NODES)
+    for h in hosts:
+        fields.host_name(h.name, f"host {h.name!r}")
+    if nodes == 1:
+        return [[h] for h in hosts]
+    if len(hosts) % nodes:
+        raise ConfigError(f"--nodes {nodes}: {len(hosts)} hosts selected ({', '.join(h.name for h in hosts)}), "
+                          f"not a multiple of {nodes}")
+    if any(h.is_local for h in hosts):
+        raise ConfigError(f"--nodes {nodes}: a multi-node run needs SSH hosts, not local ones")
+    return [hosts[i:i + nodes] for i in range(0, len(hosts), nodes)]
+
+
+def plan(hosts: list[Host], workloads: list[str], gpus: str | None, seeds, mode: str = "ttt",
+         scale: str = "tiny", *, nodes: int = 1, topologies: dict[str, dict] | None = None) -> list[PlannedRun]:
+    """Every unit x workload x GPU count x seed (seeds are 1..K); GPU subsets from the topologies."""
+    if mode not in MODES:
+        raise ConfigError(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
+    if scale not in SCALES:
+        raise ConfigError(f"--scale: {scale!r} is not one of {', '.join(SCALES)}")
+    if not workloads:
+        raise ConfigError("--workloads: empty list")
+    workloads = study.expand_workloads(workloads)
+    for w in workloads:
+        fields.workload(w)
+    counts = {w: seed_count(seeds, w, mode=mode) for w in workloads}
+    workload_catalogue.check(workloads)
+    topologies = topologies or {}
+    units = units_of(hosts, nodes)
+    per_unit = []
+    for unit in units:   # the plan's size is known before a run of it is built
+        per_node = [parse_gpu_counts(gpus, h, topologies.get(h.name)) for h in unit]
+        per_unit.append([n for n in per_node[0] if all(n in other for other in per_node[1:])])
+    limits.plan_size(sum(len(c) * sum(counts.values()) for c in per_unit))
+    runs = []
+    for unit, gpu_counts in zip(units, per_unit):
+        head = unit[0]
+        for w in workloads:
+            for n in gpu_counts:
+                for s in range(1, counts[w] + 1):
+                    run = PlannedRun(head.name, w, n, s, mode, scale,
+                                     nodes=[h.name for h in unit] if len(unit) > 1 else [])
+                    topo_doc = topologies.get(head.name)
+                    if n > 0 and topo_doc is not None:
+                        try:
+                            run.gpu_ids = topo.choose(topo.gpus_of(topo_doc), n)
+                        except ConfigError as exc:
+                            run.state, run.reason = "failed", f"{head.name}: {exc.message} (probe)"
+                    runs.append(run)
+    return runs

@@ -1,0 +1,123 @@
+"""GPU topology of a host, and which GPUs a run of N GPUs gets.
+
+The facts come from the runner's probe (``python -m runner probe --json``:
+per GPU its index, PCI bus id and NUMA node) plus the sysfs path of each GPU's
+PCI device, whose first component (``pci0000:3a``) is its PCIe root complex.
+``choose(topology, n)`` picks N GPUs that share a PCIe root when possible,
+else a NUMA node, else the fewest NUMA nodes; lowest indices first. The choice
+is recorded in sweep.json and passed to the runner as explicit indices.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+
+from lab.hosts import remote as rmt
+from lab.core.errors import ConfigError, RunError
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    bus_id: str | None = None
+    numa: int | None = None
+    root: str | None = None
+    name: str | None = None
+
+
+def sysfs_bus_id(bus_id: str) -> str | None:
+    """NVML's ``00000000:3B:00.0`` -> sysfs ``0000:3b:00.0``."""
+    m = re.fullmatch(r"(?:[0-9A-Fa-f]{4})?([0-9A-Fa-f]{4}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])", bus_id or "")
+    if not m:
+        return None
+    return f"{m.group(1)}:{m.group(2)}:{m.group(3)}.{m.group(4)}".lower()
+
+
+def pcie_root(sysfs_path: str) -> str | None:
+    """``/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0`` -> ``pci0000:3a``."""
+    m = re.search(r"/sys/devices/(pci[0-9a-fA-F]{4}:[0-9a-fA-F]{2})(?:/|$)", sysfs_path or "")
+    return m.group(1) if m else None
+
+
+def from_probe(doc: dict, roots: dict[str, str | None] | None = None) -> list[Gpu]:
+    """GPUs of a probe document; ``roots`` maps a bus id to its PCIe root."""
+    gpus = []
+    for g in doc.get("gpus") or []:
+        if not isinstance(g, dict) or not isinstance(g.get("index"), int) or g.get("error"):
+            continue
+        bus = g.get("pci_bus_id")
+        numa = g.get("numa_node")
+        gpus.append(Gpu(index=g["index"], bus_id=bus, numa=numa if isinstance(numa, int) and numa >= 0 else None,
+                        root=(roots or {}).get(bus), name=g.get("name")))
+    return sorted(gpus, key=lambda g: g.index)
+
+
+def _groups(gpus: list[Gpu], key) -> list[list[Gpu]]:
+    out: dict = {}
+    for g in gpus:
+        k = key(g)
+        if k is not None:
+            out.setdefault(k, []).append(g)
+    return list(out.values())
+
+
+def choose(gpus: list[Gpu], n: int) -> list[int]:
+    """Indices of N GPUs: one PCIe root, else one NUMA node, else the fewest NUMA nodes.
+
+    Among equal candidates the group with the lowest indices wins, and within
+    a group the lowest indices are taken, so the choice is stable.
+    """
+    if n == 0:
+        return []
+    if n > len(gpus):
+        raise ConfigError(f"{n} GPUs asked but the host has {len(gpus)}")
+    for key in (lambda g: g.root, lambda g: g.numa):
+        fits = [grp for grp in _groups(gpus, key) if len(grp) >= n]
+        if fits:
+            best = min(fits, key=lambda grp: (len(grp), grp[0].index))  # the tightest group that fits
+            return [g.index for g in best[:n]]
+    # spread: whole NUMA nodes, largest first, then GPUs without a known node
+    picked: list[Gpu] = []
+    numa_groups = sorted(_groups(gpus, lambda g: g.numa), key=lambda grp: (-len(grp), grp[0].index))
+    rest = [g for g in gpus if g.numa is None]
+    for grp in numa_groups + [rest]:
+        for g in grp:
+            if len(picked) < n:
+                picked.append(g)
+    return sorted(g.index for g in picked)
+
+
+def gpus_arg(indices: list[int]) -> str:
+    """The runner's ``--gpus`` value for explicit indices (``0`` for CPU; one index takes a comma)."""
+    if not indices:
+        return "0"
+    return ",".join(str(i) for i in indices) + ("," if len(indices) == 1 else "")
+
+
+_ROOTS_SCRIPT = 'for b in "$@"; do printf "%s %s\\n" "$b" "$(readlink -f "/sys/bus/pci/devices/$b" 2>/dev/null)"; done'
+
+
+def discover(remote: rmt.Remote, install: rmt.RunnerInstall) -> dict:
+    """The host's topology as recorded in sweep.json: ``{gpu_count, gpus: [Gpu...], nvidia}``."""
+    res = remote.run(install.argv("probe", "--json"), check=False, timeout=120)
+    try:
+        doc = json.loads(res.stdout)
+    except ValueError:
+        detail = (res.stderr.strip() or res.stdout.strip() or f"exit {res.code}").splitlines()[-1]
+        raise RunError(f"{remote.name}: `runner probe` failed: {detail}") from None
+    gpus = from_probe(doc)
+    ids = {g.bus_id: sysfs_bus_id(g.bus_id) for g in gpus if sysfs_bus_id(g.bus_id or "")}
+    roots: dict[str, str | None] = {}
+    if ids:
+        out = remote.run(["sh", "-c", _ROOTS_SCRIPT, "roots", *ids.values()], check=False, timeout=60).stdout
+        by_sysfs = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+        roots = {bus: pcie_root(by_sysfs.get(sid, "")) for bus, sid in ids.items()}
+        gpus = from_probe(doc, roots)
+    return {"gpu_count": len(gpus), "gpus": [asdict(g) for g in gpus], "nvidia": doc.get("nvidia"),
+            "hostname": (doc.get("host") or {}).get("hostname")}
+
+
+def gpus_of(topology: dict) -> list[Gpu]:
+    return [Gpu(**g) for g in topology.get("gpus", [])]

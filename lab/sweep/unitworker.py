@@ -1,0 +1,349 @@
+"""The thread that runs a unit's planned runs (a host, or k hosts for --nodes k)
+one after another: lock, start, poll, stop past the limit or on Ctrl-C, fetch,
+verify, record; and, on resume, adopt a run a previous controller started.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import secrets
+import shlex
+import shutil
+import threading
+import time
+
+from lab.results import checksums
+from lab.sweep import hostlock
+from lab.core import paths
+from lab.sweep import preflight
+from lab.hosts import remote as rmt
+from lab.sweep import topology as topo
+from lab.core.errors import GpulabError, HostError, RunError
+from lab.hosts.inventory import Host
+from lab.sweep.plan import COMPLETE_OUTCOMES, PlannedRun, TOKEN_VAR, utcnow
+from lab.sweep.state import Sweep, _last_line, _read_json
+from lab.sweep.hostrun import HostLayout, Settings, fetch_verified, run_state, stop_run, wait_gone
+from runner.rundir import STATUS
+
+
+def keep_attempt(sweep: Sweep, run: PlannedRun, host: str) -> None:
+    """Move an earlier attempt's local copy to ``.attempts/`` (never deleted; reports skip it)."""
+    d = sweep.run_dir(run, host)
+    if d.exists():
+        dest = paths.child(sweep.root, ".attempts", host, f"{run.run_id}.attempt-{max(1, run.attempts - 1)}",
+                           what=f"{sweep.state_file}: earlier attempt of {host}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(d, dest)
+
+
+class HostLost(Exception):
+    def __init__(self, host: str, message: str):
+        super().__init__(message)
+        self.host, self.message = host, message
+
+
+class Node:
+    """One host of a unit: its connection (re-opened when lost), runner, layout and lock."""
+
+    def __init__(self, host: Host, remote: rmt.Remote, install: rmt.RunnerInstall, settings: Settings,
+                 sweep_name: str):
+        self.host, self.remote, self.install, self.settings = host, remote, install, settings
+        workdir = remote.expand(host.workdir.rstrip("/") or "/")
+        self.layout = HostLayout(workdir, sweep_name)
+        self.lock = hostlock.HostLock(remote, workdir, sweep_name, stale_s=settings.lock_stale_s)
+        self.pid: str | None = None
+        self.lost: str | None = None
+
+    def call(self, fn, *args, **kwargs):
+        """fn(remote, ...) with the connection re-opened while the host stays reachable."""
+        if self.lost:
+            raise HostLost(self.host.name, self.lost)
+        try:
+            return fn(self.remote, *args, **kwargs)
+        except HostError as first:
+            if self.host.is_local:
+                raise
+            end = time.monotonic() + self.settings.reconnect_s
+            last = first
+            while time.monotonic() < end:
+                time.sleep(min(1.0, self.settings.reconnect_s))
+                try:
+                    self.remote.close()
+                    self.remote = rmt.connect(self.host, timeout=max(2.0, min(10.0, self.settings.reconnect_s)))
+                    self.lock.remote = self.remote
+                    return fn(self.remote, *args, **kwargs)
+                except HostError as exc:
+                    last = exc
+            self.lost = f"host lost: {last.message}"
+            raise HostLost(self.host.name, self.lost) from None
+
+
+class UnitWorker:
+    """Runs one unit's share of a sweep (a host, or the hosts of a multi-node run), one run after another."""
+
+    def __init__(self, sweep: Sweep, nodes: list[Node], runs: list[PlannedRun], settings: Settings,
+                 progress, stop: threading.Event):
+        self.sweep, self.nodes, self.runs, self.settings = sweep, nodes, runs, settings
+        self.progress, self.stop = progress, stop
+        self.unit = "+".join(n.host.name for n in nodes)
+        self.done = False
+
+    def __call__(self) -> None:
+        try:
+            todo = [r for r in self.runs if r.state != "complete"]
+            for i, run in enumerate(todo, 1):
+                if self.stop.is_set():
+                    break
+                self.progress.run_started(self.unit, i, len(todo), run.run_id,
+                                          " (resumed: what the host did comes first)" if run.token else "")
+                try:
+                    self._one(run)
+                except HostLost as exc:
+                    self._stop_all(run)
+                    self._end(run, "failed", exc.message)
+                    for rest in todo[i:]:
+                        rest.state, rest.reason = "failed", f"not run: {exc.host} lost ({exc.message})"
+                    self.sweep.save()
+                    self.progress.unit_done(self.unit, f"lost: {exc.host}")
+                    return
+                except GpulabError as exc:
+                    self._end(run, "failed", exc.message)
+                finally:
+                    for node in self.nodes:
+                        try:
+                            node.call(lambda r: node.lock.release())
+                        except (HostLost, GpulabError):
+                            pass
+                self.progress.run_ended(self.unit, run)
+            self.progress.unit_done(self.unit, "interrupted" if self.stop.is_set() else "done")
+        except Exception as exc:  # never lose the state to a bug in one thread
+            for run in self.runs:
+                if run.state == "running":
+                    run.state, run.reason = "failed", f"controller error: {type(exc).__name__}: {exc}"
+            self.sweep.save()
+            raise
+        finally:
+            self.done = True
+
+    def _end(self, run: PlannedRun, state: str, reason: str, outcome: str | None = None) -> None:
+        run.state, run.reason, run.outcome, run.ended = state, reason, outcome, utcnow()
+        self.sweep.save()
+
+    # -- one run -------------------------------------------------------------
+    def _limit_s(self, run: PlannedRun) -> float:
+        return run.limit_s or self.settings.timeout_s or 3600.0
+
+    def _lock_all(self, run: PlannedRun) -> bool:
+        """Take every node's host lock (in name order, so two controllers cannot deadlock)."""
+        deadline = time.monotonic() + self.settings.lock_wait_s
+        for node in sorted(self.nodes, key=lambda n: n.host.name):
+            while True:
+                busy = node.call(lambda r: node.lock.try_acquire(run.token))
+                if busy is None:
+                    break
+                if self.stop.is_set() or time.monotonic() > deadline:
+                    self._end(run, "failed" if not self.stop.is_set() else "interrupted",
+                              f"{node.host.name} busy: lock held by {busy.describe()}")
+                    return False
+                self.progress.status(self.unit, f"waiting for {node.host.name}: held by {busy.describe()}")
+                time.sleep(max(self.settings.poll_s, 2.0))
+        return True
+
+    def _free_space(self, node: Node) -> str | None:
+        base = node.layout.base
+        out = node.call(lambda r: r.run(rmt.cmd(["mkdir", "-p", base], "&&", ["df", "-Pk", base]), timeout=60))
+        lines = out.stdout.strip().splitlines()
+        try:
+            free_mb = int(lines[-1].split()[3]) // 1024
+        except (IndexError, ValueError):
+            return None
+        if free_mb < self.settings.min_free_mb:
+            return (f"disk full: {free_mb} MB free in {base} on {node.host.name}, "
+                    f"{self.settings.min_free_mb} MB needed (gpulab.sweep.min_free_mb)")
+        return None
+
+    def _args(self, run: PlannedRun, node: Node, rank: int) -> list[str]:
+        args = ["run", run.workload, "--out", node.layout.run_dir(run), "--seed", str(run.seed),
+                "--mode", run.mode, "--scale", run.scale,
+                "--gpus", topo.gpus_arg(run.gpu_ids) if run.gpus > 0 and run.gpu_ids else (
+                    str(run.gpus) if run.gpus > 0 else ("all" if run.gpus < 0 else "0")),
+                "--max-minutes", f"{self._limit_s(run) / 60:.4f}",
+                "--cache-dir", f"{node.layout.workdir}/cache"]
+        if preflight.needs_data(run):   # trains on the prepared dataset (`invoke datasets`)
+            args += ["--data", preflight.data_root(node.layout.workdir)]
+        if len(self.nodes) > 1:
+            head = self.nodes[0].host
+            args += ["--nnodes", str(len(self.nodes)), "--node-rank", str(rank),
+                     "--rdzv-endpoint", f"{head.address}:{self.settings.rdzv_port}"]
+        return args
+
+    def _launch(self, run: PlannedRun, node: Node, rank: int) -> str:
+        src, log, base = node.layout.run_dir(run), node.layout.launch_log(run), node.layout.base
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        argv = ["setsid", "nohup", "env", f"{TOKEN_VAR}={run.token}", *node.install.argv(*self._args(run, node, rank))]
+        command = rmt.cmd(["mkdir", "-p", base], "&&",
+                          "{ if", ["test", "-e", src], ";", "then", ["mv", src, f"{src}.attempt-{stamp}"], "; fi; }",
+                          "&&", ["rm", "-f", log], "|| exit 1;",
+                          argv, ">", shlex.quote(log), "2>&1", "<", "/dev/null", "&", "echo", "$!")
+        out = node.call(lambda r: r.run(command, timeout=60))
+        pid = out.stdout.strip()
+        if not pid.isdigit():
+            raise RunError(f"{node.host.name}: could not start {run.run_id}: {out.stderr.strip()}")
+        return pid
+
+    def _poll(self, run: PlannedRun, node: Node) -> str:
+        """done, running or gone; the runner by its pid, or (adopted) by its processes' token."""
+        src = node.layout.run_dir(run)
+        lock = node.lock.path if node.lock.held else ""   # the holder keeps its heartbeat going
+        probe = lambda r: run_state(r, src, run.token, lock, node.pid)  # noqa: E731
+        state = node.call(probe)
+        if state in ("gone", "none"):  # it may have finished between the two tests
+            state = node.call(probe)
+        return "gone" if state == "none" else state
+
+    def _stop_all(self, run: PlannedRun) -> bool:
+        killed = False
+        for node in self.nodes:
+            try:
+                killed |= node.call(lambda r: stop_run(r, run.token, node.pid, self.settings.stop_grace_s,
+                                                       self.settings.poll_s))
+            except HostLost:
+                pass
+        return killed
+
+    def _one(self, run: PlannedRun) -> None:
+        if run.token and self._adopt(run):   # a token: this sweep started the run before
+            return
+        run.token = f"gl-{secrets.token_hex(8)}"
+        run.state, run.started, run.ended, run.reason, run.outcome = "running", utcnow(), None, "", None
+        self.sweep.save()
+        if not self._lock_all(run):
+            return
+        for node in self.nodes:
+            problem = self._free_space(node)
+            if problem:
+                self._end(run, "failed", problem)
+                return
+        run.attempts += 1
+        for rank, node in enumerate(self.nodes):
+            node.pid = None
+        for rank, node in enumerate(self.nodes):
+            node.pid = self._launch(run, node, rank)
+        self.sweep.save()
+        self._watch(run)
+
+    def _watch(self, run: PlannedRun) -> None:
+        """Poll the run on every node until it ends, is stopped or passes its limit; then collect it."""
+        s = self.settings
+        t0 = time.monotonic()
+        deadline = t0 + self._limit_s(run) + s.kill_margin_s
+        ended = "done"
+        pending = list(self.nodes)
+        states: dict[str, str] = {}
+        while pending:
+            for node in list(pending):
+                st = self._poll(run, node)
+                if st in ("done", "gone"):
+                    states[node.host.name] = st
+                    pending.remove(node)
+            if not pending:
+                break
+            if self.stop.is_set():
+                self.progress.status(self.unit, "stopping (Ctrl-C)")
+                self._stop_all(run)
+                ended = "interrupted"
+                break
+            if time.monotonic() > deadline:
+                self.progress.status(self.unit, "stopping (time limit)")
+                ended = "killed" if self._stop_all(run) else "timeout"
+                break
+            self.progress.status(self.unit, f"running {run.run_id}")
+            time.sleep(s.poll_s)
+        if ended == "done":  # finished: let each runner exit (it may still be shutting down) before the next run
+            for node in self.nodes:
+                try:
+                    node.call(lambda r: wait_gone(r, run.token, s.stop_grace_s, s.poll_s))
+                except HostLost:
+                    pass
+        self._collect(run, ended, states, time.monotonic() - t0)
+
+    # -- a run started before (the controller was killed, the host was lost): adopt what the host did --
+    def _adopt(self, run: PlannedRun) -> bool:
+        """True when the host's own record settles the run: a finished run directory that verifies is
+        fetched and counted, a run still going is waited for and then fetched. False: run it again
+        (it failed, or left nothing)."""
+        states = {n.host.name: n.call(lambda r: run_state(r, n.layout.run_dir(run), run.token))
+                  for n in self.nodes}
+        if "running" in states.values():
+            self.progress.print(f"  [{self.unit}] {run.run_id}: still running on the host since before this "
+                                f"resume; waiting for it")
+            if not self._take_over_locks(run):
+                return True     # stopped (Ctrl-C) or another controller holds the host: recorded by _end
+        elif set(states.values()) != {"done"}:
+            return False
+        else:
+            self.progress.print(f"  [{self.unit}] {run.run_id}: finished on the host before this resume; fetching it")
+        run.state, run.reason, run.outcome, run.ended = "running", "", None, None
+        self.sweep.save()
+        for node in self.nodes:
+            node.pid = None
+        self._watch(run)
+        if run.state == "complete":
+            run.reason = (run.reason + "; " if run.reason else "") + "adopted on resume (the host had run it)"
+            self.sweep.save()
+        return run.state != "failed"
+
+    def _take_over_locks(self, run: PlannedRun) -> bool:
+        """Each node's lock, taken over from the controller that started ``run`` and is gone."""
+        deadline = time.monotonic() + self.settings.lock_wait_s
+        for node in sorted(self.nodes, key=lambda n: n.host.name):
+            while True:
+                busy = node.call(lambda r: node.lock.try_acquire(run.token))
+                if busy is not None and busy.orphaned(run.token, self.sweep.name, self.settings.lock_stale_s):
+                    busy = node.call(lambda r: node.lock.take_over(busy, run.token))
+                if busy is None:
+                    break
+                if self.stop.is_set() or time.monotonic() > deadline:
+                    self._end(run, "interrupted" if self.stop.is_set() else "failed",
+                              f"{node.host.name} busy: lock held by {busy.describe()}")
+                    return False
+                self.progress.status(self.unit, f"waiting for {node.host.name}: held by {busy.describe()}")
+                time.sleep(max(self.settings.poll_s, 2.0))
+        return True
+
+    def _collect(self, run: PlannedRun, ended: str, states: dict[str, str], elapsed: float) -> None:
+        problems: list[str] = []
+        status: dict = {}
+        for rank, node in enumerate(self.nodes):
+            keep_attempt(self.sweep, run, node.host.name)
+            dest = self.sweep.run_dir(run, node.host.name)
+            src = node.layout.run_dir(run)
+            self.progress.status(self.unit, f"fetching {node.host.name}")
+            p = node.call(lambda r: fetch_verified(r, src, dest, self.settings.fetch_retries))
+            if p and checksums.SUMS in p[0] and not (dest / checksums.SUMS).exists():
+                log = node.layout.launch_log(run)
+                tail = node.call(lambda r: r.run(["tail", "-n", "5", log], check=False, timeout=60)).stdout
+                node.call(lambda r: r.get(log, dest.with_name(f"{run.run_id}.launch.log")) if r.run(
+                    ["test", "-f", log], check=False, timeout=60).ok else None)
+                p = [f"no complete run directory (runner: {_last_line(tail) or 'no output'})"]
+            problems += [f"{node.host.name}: {x}" for x in p]
+            if rank == 0:
+                status = _read_json(dest / STATUS)
+        outcome, why = status.get("outcome"), status.get("reason", "")
+        limit = f"{self._limit_s(run) / 60:g} min"
+        if ended == "interrupted":
+            self._end(run, "interrupted", "interrupted (Ctrl-C); the run was stopped"
+                      + (f": {why}" if why else ""), outcome)
+        elif ended in ("killed", "timeout"):
+            self._end(run, "failed", f"timed out: still running {elapsed:.0f} s after the start (limit {limit}); "
+                      + ("its processes were killed" if ended == "killed" else "stopped with SIGTERM"), outcome)
+        elif problems:
+            self._end(run, "failed", "; ".join(problems), outcome)
+        elif outcome in COMPLETE_OUTCOMES:
+            self._end(run, "complete", why, outcome)
+        elif outcome == "aborted" and "time limit" in why:
+            self._end(run, "failed", f"timed out: {why} (the runner stopped it)", outcome)
+        else:
+            self._end(run, "failed", f"run {outcome or 'ended without status'}: {why}", outcome)

@@ -1,0 +1,361 @@
+"""Hardware validation: GPU health and burn-in results against references.
+
+The core is ``evaluate`` (pure: plain data in, plain data out):
+
+    evaluate(snapshots, inventory_hosts, references, stacks) -> Verdicts
+
+- ``snapshots``: host name -> the host's ``runner burnin`` document (which
+  holds the probe document), or a bare ``runner probe`` document, or the
+  exception met while gathering it (unreachable host, runner failure).
+- ``inventory_hosts``: ``lab.hosts.inventory.Host`` records or dicts with
+  ``name, gpu_model, gpu_count, pcie, stack``.
+- ``references``: the data of inventory/references/gpus.yml (``load_references``).
+- ``stacks``: expected versions, either per host name or per stack name:
+  ``{"current": {"driver": "580.105.08", "cuda": "12.8.1", "cudnn": "9.8.0.87",
+  "nccl": "2.26.2", "torch": "2.7.1"}}``; a host with no entry gets a WARN.
+
+Every check gives PASS, WARN or FAIL with the measured value, the expected
+range and a reason; a GPU's verdict is its worst check, a host's the worst of
+its own checks and its GPUs'. A host that could not be reached or has no
+NVIDIA GPU is a FAIL with that reason.
+
+``validate_fleet`` gathers the documents over SSH (lab.hosts.remote: install the
+runner, ``python -m runner burnin --level L --json``), evaluates them and
+writes ``validate.json`` and ``validate.html`` (templates/validate.html.j2);
+with ``baseline=True`` it writes a references file built from the hosts
+instead (``build_references``).
+
+Modules: lab.validate.verdict (PASS/WARN/FAIL, check records, ``Verdicts``),
+lab.validate.gpurefs (the references file and model names), lab.validate.hostchecks (stack and
+GPU count), lab.validate.gpuchecks (per GPU, XID, host metrics, fleet),
+this module (evaluation, baseline, output, gathering over SSH). The names
+re-exported here (``__all__``) are its public interface.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from lab.core import paths
+from lab.core import schema
+from lab.core.errors import CheckFailed, ConfigError, GpulabError, HostError, RunError
+from lab.validate.gpuchecks import (_burnin_failures, _fleet_checks, _gpu_checks, _host_metric_checks, _xid_checks,
+                           fleet_medians, split_snapshot)
+from lab.validate.hostchecks import _count_checks, _stack_checks, installed_version
+from lab.validate.gpurefs import REFERENCES, dump_references, load_references, model_key, model_label  # noqa: F401
+from lab.validate.verdict import (FAIL, GPU_METRICS, HOST_METRICS, NO_GPU, PASS, UNITS, WARN, Verdicts,  # noqa: F401
+                         _host_field, check, judge_metric, ref_range, render_html, summary_text, worst,
+                         write_outputs)
+
+__all__ = ["FAIL", "GPU_METRICS", "HOST_METRICS", "LEVEL_TIMEOUT_S", "NO_GPU", "PASS", "REFERENCES", "UNITS", "WARN",
+           "Verdicts", "build_references", "burnin_argv", "check", "dump_references", "evaluate", "gather_one",
+           "installed_version", "judge_metric", "load_references", "model_key", "model_label", "ref_range",
+           "render_html", "split_snapshot", "stacks_for", "summary_text", "validate_fleet", "worst", "write_outputs"]
+
+SCHEMA = 1
+LEVEL_TIMEOUT_S = {"quick": 300, "standard": 3600, "burn-in": 6 * 3600}
+
+# --------------------------------------------------------------------------- evaluate
+
+
+def _expected_stack(stacks: dict | None, host_name: str, host) -> dict | None:
+    if not stacks:
+        return None
+    if host_name in stacks:
+        return stacks[host_name]
+    name = _host_field(host, "stack") if host is not None else None
+    return stacks.get(name) if name else None
+
+
+def _host_record(name: str, host, checks: list[dict], gpus: dict) -> dict:
+    verdict = worst([c["verdict"] for c in checks] + [g["verdict"] for g in gpus.values()])
+    reasons = [f"{c['check']}: {c['reason']}" for c in checks if c["verdict"] == verdict and verdict != PASS]
+    for idx, g in gpus.items():
+        reasons += [f"GPU {idx} {c['check']}: {c['reason']}" for c in g["checks"] if c["verdict"] == verdict and verdict != PASS]
+    return {
+        "host": name,
+        "verdict": verdict,
+        "reason": reasons[0] if reasons else "all checks passed",
+        "reasons": reasons,
+        "expected_model": _host_field(host, "gpu_model") if host is not None else None,
+        "expected_count": _host_field(host, "gpu_count") if host is not None else None,
+        "checks": checks,
+        "gpus": gpus,
+        "counts": {v: sum(1 for c in checks if c["verdict"] == v) + sum(
+            1 for g in gpus.values() for c in g["checks"] if c["verdict"] == v) for v in (PASS, WARN, FAIL)},
+    }
+
+
+def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], references: dict,
+             stacks: dict | None = None, *, level: str | None = None) -> Verdicts:
+    """Verdicts for every host of ``inventory_hosts`` (and any extra host in ``snapshots``)."""
+    hosts = {(_host_field(h, "name")): h for h in inventory_hosts}
+    names = list(hosts) + [n for n in snapshots if n not in hosts]
+    # first pass: per GPU model and burn-in entry (for the fleet medians)
+    parsed: dict[str, tuple] = {}
+    per_gpu: list[tuple[str | None, dict, dict | None]] = []
+    for name in names:
+        snap = snapshots.get(name)
+        if snap is None or isinstance(snap, BaseException) or not isinstance(snap, dict):
+            parsed[name] = (snap, None, None)
+            continue
+        probe, burnin = split_snapshot(snap)
+        parsed[name] = (snap, probe, burnin)
+        for g in probe.get("gpus") or []:
+            if "error" in g:
+                continue
+            bg = ((burnin or {}).get("gpus") or {}).get(str(g.get("index")))
+            per_gpu.append((model_key(g.get("name"), references), g, bg))
+    medians = fleet_medians(per_gpu, references)
+
+    out_hosts = {}
+    for name in names:
+        host = hosts.get(name)
+        snap, probe, burnin = parsed[name]
+        checks: list[dict] = []
+        gpus: dict[str, dict] = {}
+        if snap is None:
+            checks.append(check("reachable", FAIL, None, "a probe document", "no result gathered from this host"))
+        elif isinstance(snap, BaseException):
+            msg = getattr(snap, "message", None) or str(snap) or type(snap).__name__
+            label = "reachable" if isinstance(snap, HostError) or "unreachable" in msg else "runner"
+            checks.append(check(label, FAIL, None, "a probe document", msg))
+        elif probe is None or not isinstance(probe, dict) or "gpus" not in probe:
+            checks.append(check("runner", FAIL, None, "a probe document", "the host's answer is not a probe or burn-in document"))
+        elif not probe.get("gpus"):
+            reason = probe.get("nvidia") or "no GPU reported"
+            detail = reason.split(": ", 1)[1] if reason.startswith("no NVIDIA driver/GPU found: ") else reason
+            checks.append(check("GPU present", FAIL, 0, f"{_host_field(host, 'gpu_count', '>= 1') if host is not None else '>= 1'} GPU(s)",
+                                f"{NO_GPU}: {detail}"))
+        else:
+            checks += _count_checks(host, probe, probe["gpus"])
+            checks += _stack_checks(probe, _expected_stack(stacks, name, host))
+            xid = (burnin or {}).get("xid")
+            if xid is not None:
+                orphans = [e for e in xid.get("events", []) if e.get("gpu") is None]
+                if orphans or xid.get("source") is None:
+                    checks += _xid_checks(references, orphans, xid.get("source"), xid.get("error"), "XID events (other devices)")
+            if burnin is not None:
+                if burnin.get("outcome") == "failed":
+                    checks += _burnin_failures(burnin, None)
+                checks += _host_metric_checks(burnin, probe, references)
+            for g in probe["gpus"]:
+                idx = g.get("index")
+                if "error" in g:
+                    gpus[str(idx)] = {"index": idx, "name": None, "uuid": None, "serial": None, "pci_bus_id": None,
+                                      "model": None, "verdict": FAIL,
+                                      "checks": [check("readable", FAIL, None, "readable", g["error"])]}
+                    continue
+                model = model_key(g.get("name"), references)
+                bg = ((burnin or {}).get("gpus") or {}).get(str(idx))
+                gc = _gpu_checks(g, bg, host, references, model, xid)
+                if burnin is not None:
+                    gc += _burnin_failures(burnin, idx)
+                gc += _fleet_checks(model, bg, medians, references)
+                gpus[str(idx)] = {"index": idx, "name": g.get("name"), "uuid": g.get("uuid"), "serial": g.get("serial"),
+                                  "pci_bus_id": g.get("pci_bus_id"), "model": model,
+                                  "verdict": worst(c["verdict"] for c in gc), "checks": gc}
+        rec = _host_record(name, host, checks, gpus)
+        rec["level"] = (burnin or {}).get("level") if isinstance(burnin, dict) else None
+        rec["collected_at"] = (probe or {}).get("collected_at") if isinstance(probe, dict) else None
+        out_hosts[name] = rec
+
+    summary = {v: sum(1 for h in out_hosts.values() if h["verdict"] == v) for v in (PASS, WARN, FAIL)}
+    data = {
+        "schema": SCHEMA,
+        "kind": "gpulab-validate",
+        "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "level": level,
+        "verdict": worst(h["verdict"] for h in out_hosts.values()) if out_hosts else PASS,
+        "summary": {"hosts": len(out_hosts), **summary},
+        "hosts": out_hosts,
+        "fleet": medians,
+    }
+    return Verdicts(data)
+
+
+# --------------------------------------------------------------------------- baseline
+
+
+def build_references(snapshots: dict[str, Any], references: dict, *, hosts: Iterable[str] | None = None,
+                     note: str | None = None) -> dict:
+    """A references document whose metrics are the medians of known-good hosts.
+
+    Models and metrics seen in the snapshots replace those of ``references``;
+    the rest is kept. Raises CheckFailed when a host is unreachable, has no GPU
+    or fails a health check (a baseline is only made from good hosts).
+    """
+    import copy
+
+    names = list(hosts) if hosts is not None else list(snapshots)
+    bad = []
+    for n in names:
+        snap = snapshots.get(n)
+        if not isinstance(snap, dict):
+            bad.append(f"{n}: {getattr(snap, 'message', None) or snap or 'no result'}")
+            continue
+        probe, burnin = split_snapshot(snap)
+        if not probe.get("gpus"):
+            bad.append(f"{n}: {NO_GPU}")
+        elif burnin is None or burnin.get("level") == "quick":
+            bad.append(f"{n}: no burn-in measurements (run --level standard or burn-in)")
+        elif burnin.get("outcome") != "completed":
+            bad.append(f"{n}: burn-in {burnin.get('outcome')}: {burnin.get('reason')}")
+    if bad:
+        raise CheckFailed("baseline needs known-good hosts with burn-in results; " + "; ".join(bad))
+    # health of the candidates, judged without performance references
+    health_refs = copy.deepcopy(references)
+    for m in health_refs["models"].values():
+        m["metrics"] = {}
+    health = evaluate({n: snapshots[n] for n in names}, [{"name": n} for n in names], health_refs, None)
+    failing = [f"{n}: {h['reason']}" for n, h in health.hosts.items() if h["verdict"] == FAIL]
+    if failing:
+        raise CheckFailed("baseline refused, hosts not healthy: " + "; ".join(failing))
+
+    values: dict[str, dict[str, list[float]]] = {}
+    gpu_names: dict[str, set[str]] = {}
+    for n in names:
+        probe, burnin = split_snapshot(snapshots[n])
+        for g in probe["gpus"]:
+            if "error" in g:
+                continue
+            model = model_key(g.get("name"), references) or model_label(g.get("name"))
+            gpu_names.setdefault(model, set()).add(g.get("name"))
+            bg = (burnin.get("gpus") or {}).get(str(g["index"])) or {}
+            for metric, v in (bg.get("solo") or {}).items():
+                values.setdefault(model, {}).setdefault(metric, []).append(float(v))
+            pw = (bg.get("load") or {}).get("power_w_max")
+            if pw is not None:
+                values.setdefault(model, {}).setdefault("load_power_w", []).append(float(pw))
+        hm = burnin.get("host_metrics") or {}
+        models = {model_key(g.get("name"), references) or model_label(g.get("name"))
+                  for g in probe["gpus"] if "error" not in g}
+        if len(models) == 1:
+            for metric in HOST_METRICS:
+                if metric in hm:
+                    values.setdefault(next(iter(models)), {}).setdefault(metric, []).append(float(hm[metric]))
+
+    out = copy.deepcopy(references)
+    tol = references["baseline"]
+    stamp = _dt.date.today().isoformat()
+    for model, metrics in values.items():
+        entry = out["models"].setdefault(model, {"names": sorted(gpu_names.get(model, [])), "metrics": {}})
+        for metric, vs in sorted(metrics.items()):
+            m = {
+                "value": round(statistics.median(vs), 3),
+                "unit": UNITS.get(metric, ""),
+                "lower": tol["lower"],
+                "upper": tol["upper"],
+                "source": f"baseline {stamp}: median of {len(vs)} measurement(s) on {', '.join(names)}"
+                          + (f" ({note})" if note else ""),
+            }
+            if tol.get("warn_lower") is not None:
+                m["warn_lower"] = tol["warn_lower"]
+            if metric in HOST_METRICS:
+                m["scope"] = "host"
+            entry["metrics"][metric] = m
+    schema.check(out, "gpu-references", "baseline references")
+    return out
+
+# --------------------------------------------------------------------------- gathering
+
+
+def burnin_argv(level: str, remote_dir: str) -> list[str]:
+    return ["burnin", "--level", level, "--out", remote_dir, "--json"]
+
+
+def gather_one(host, level: str, stamp: str, local_dir: Path | None = None, *, connect: Callable | None = None) -> dict:
+    """Run the burn-in on one host and return its document (raises HostError/RunError)."""
+    from lab.hosts import remote as rem
+
+    connect = connect or rem.connect
+    with connect(host) as r:
+        inst = rem.ensure_runner(r)
+        remote_dir = f"{r.expand(host.workdir.rstrip('/'))}/validate/{stamp}"
+        res = r.run(inst.argv(*burnin_argv(level, remote_dir)), check=False, timeout=LEVEL_TIMEOUT_S[level])
+        if res.code not in (0, 1):
+            last = (res.stderr.strip() or res.stdout.strip() or f"exit {res.code}").splitlines()[-1]
+            raise RunError(f"{host.name}: runner burnin exited {res.code}: {last}")
+        try:
+            doc = json.loads(res.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise RunError(f"{host.name}: runner burnin printed no JSON document (exit {res.code})") from None
+        if local_dir is not None:
+            for name in ("burnin.json", "telemetry.csv"):
+                try:
+                    r.get(f"{remote_dir}/{name}", local_dir / host.name / name)
+                except GpulabError:
+                    pass
+        return doc
+
+
+def stacks_for(hosts: Iterable[Any], inventory: Path | str | None = None,
+               stacks_dir: Path | str | None = None) -> dict:
+    """Expected versions per stack name from lab.hosts.stacks profiles; {} when unavailable.
+
+    The profiles are those of ``stacks_dir`` (gpulab.stacks, as `invoke audit` reads them),
+    else beside the inventory (inventory/stacks/) when there are any, else the checkout's.
+    """
+    try:
+        from lab.hosts import stacks as st
+    except ImportError:
+        return {}
+    out = {}
+    sdir = Path(stacks_dir) if stacks_dir else (Path(inventory).parent / "stacks" if inventory else None)
+    if sdir is None or not sdir.is_dir():
+        sdir = None
+    for h in hosts:
+        name = _host_field(h, "stack")
+        if not name or name in out:
+            continue
+        try:
+            prof = st.load(name, sdir)
+        except GpulabError:
+            continue
+        # a branch-only driver ('550.*') agrees with any version of that branch (lab.core.versions)
+        out[name] = prof.expected()
+    return out
+
+
+def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False, as_json: bool = False,
+                   out_dir: Path | str = Path("results/validate"), references: Path | str | None = None,
+                   inventory: Path | str | None = None, stacks: dict | None = None,
+                   echo: Callable[[str], None] = print, gather: Callable | None = None,
+                   stacks_dir: Path | str | None = None) -> Verdicts:
+    """Gather every host's burn-in document, judge them, write validate.json/.html.
+
+    With ``baseline``, write ``references-baseline.yml`` (from these hosts)
+    instead of verdicts. ``gather(host, level, stamp, local_dir)`` may replace
+    the SSH gathering (default ``gather_one``).
+    """
+    from lab.hosts import remote as rem
+
+    if level not in LEVEL_TIMEOUT_S:
+        raise ConfigError(f"--level {level!r}: choose quick, standard or burn-in")
+    refs_path = Path(references) if references else REFERENCES
+    refs = load_references(refs_path)
+    paths.folder(out_dir, "--out")             # every input is checked before the burn-in starts
+    if stacks is None and not baseline:
+        stacks = stacks_for(hosts, inventory, stacks_dir)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = Path(out_dir) / stamp
+    gather = gather or gather_one
+    snapshots = rem.on_hosts(hosts, lambda h: gather(h, level, stamp, out))
+    if baseline:
+        data = build_references(snapshots, refs, hosts=[h.name for h in hosts], note=f"level {level}")
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / "references-baseline.yml"
+        path.write_text(dump_references(data))
+        echo(f"wrote {path} (from {len(hosts)} host(s); review it, then copy it over {refs_path})")
+        return Verdicts({"hosts": {}, "verdict": PASS}, files=[path])
+    verdicts = evaluate(snapshots, hosts, refs, stacks, level=level)
+    verdicts.files = write_outputs(verdicts, out)
+    echo(verdicts.to_json() if as_json else summary_text(verdicts))
+    if not as_json:
+        for f in verdicts.files:
+            echo(f"wrote {f}")
+    return verdicts

@@ -1,0 +1,387 @@
+"""The checks of `invoke validate`, each a function from plain data (a host's
+probe and burn-in documents, the references) to check records (lab.validate.verdict):
+the stack against its profile, GPU count, XID events, per GPU health, load
+behaviour and burn-in metrics, host metrics, and each GPU against the fleet
+median of its model. lab.validate.fleet.evaluate runs them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from lab.validate.verdict import (FAIL, HOST_METRICS, PASS, UNITS, WARN, _fmt, _host_field, _pct, _range_text, check,
+                         judge_metric)
+from lab.validate.gpurefs import model_key, model_label
+
+
+# --------------------------------------------------------------------------- snapshot access
+
+
+def split_snapshot(doc: dict) -> tuple[dict, dict | None]:
+    """(probe document, burn-in document or None) of a snapshot."""
+    if doc.get("kind") == "gpulab-burnin":
+        return doc.get("probe") or {}, doc
+    return doc, None
+
+
+# --------------------------------------------------------------------------- XID events (host and GPU)
+
+
+def _xid_name(refs: dict, xid: int) -> str:
+    return refs["checks"]["xid"].get("names", {}).get(str(xid), "see NVIDIA's XID catalogue")
+
+
+def _xid_checks(refs: dict, events: list[dict], source: str | None, error: str | None, label: str) -> list[dict]:
+    xcfg = refs["checks"]["xid"]
+    events = [e for e in events if e["xid"] not in set(xcfg.get("ignore", []))]
+    if source is None and error:
+        return [check(label, WARN, None, "no XID", f"kernel log not readable: {error}")]
+    if not events:
+        return [check(label, PASS, 0, "no XID", f"no XID event since boot ({source})")]
+    fails = [e for e in events if e["xid"] in set(xcfg["fail"])]
+    seen = sorted({e["xid"] for e in events})
+    text = ", ".join(f"XID {x} ({_xid_name(refs, x)}) x{sum(1 for e in events if e['xid'] == x)}" for x in seen)
+    new = sum(1 for e in events if e.get("during_burnin"))
+    extra = f"; {new} during the burn-in" if new else ""
+    verdict = FAIL if fails else WARN
+    return [check(label, verdict, seen, "no XID", f"{text} since boot{extra}")]
+
+
+# --------------------------------------------------------------------------- GPU checks
+
+
+@dataclass
+class GpuFacts:
+    """What the checks of one GPU read: its probe record, its burn-in entry, the host's
+    inventory record, the references, the GPU's references model and the host's XID events."""
+    gpu: dict
+    bg: dict | None
+    host: Any
+    refs: dict
+    model: str | None
+    xid: dict | None
+
+    def unpack(self):
+        c = self.refs["checks"]
+        mref = self.refs["models"].get(self.model) if self.model else None
+        load = (self.bg or {}).get("load") or {}
+        return self.gpu, self.bg, self.host, self.refs, self.model, self.xid, c, mref, load
+
+
+def _model_checks(g: GpuFacts) -> list[dict]:
+    """The GPU model against the inventory; a WARN when the references have no such model."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
+    want_model = _host_field(host, "gpu_model", "auto") if host is not None else "auto"
+    if want_model not in (None, "auto"):
+        ok = model_label(gpu.get("name")) == model_label(want_model) or (
+            model is not None and model_key(want_model, refs) == model)
+        out.append(check("model", PASS if ok else FAIL, gpu.get("name"), want_model,
+                         f"{gpu.get('name')} as the inventory says" if ok else
+                         f"{gpu.get('name')} found, the inventory says {want_model}"))
+    if mref is None:
+        out.append(check("references", WARN, gpu.get("name"), "a model in the references",
+                         f"no references for {gpu.get('name')}: only health and fleet checks apply"))
+    return out
+
+
+def _pcie_checks(g: GpuFacts) -> list[dict]:
+    """The PCIe link against the inventory's gpulab_pcie, else the model's minimum."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
+    pcie = gpu.get("pcie") or {}
+    want = _host_field(host, "pcie", None) if host is not None else None
+    want_src = "inventory gpulab_pcie"
+    if not want and mref and mref.get("pcie_min"):
+        want, want_src = mref["pcie_min"], f"{model} minimum"
+    load = (bg or {}).get("load") or {}
+    if want:
+        width = pcie.get("width_current")
+        if load.get("pcie_width_min") is not None:
+            width = min(width, load["pcie_width_min"]) if width is not None else load["pcie_width_min"]
+        gen_load = load.get("pcie_gen_max")
+        gen_cur = pcie.get("gen_current")
+        gen_max = pcie.get("gen_max")
+        exp = f">= Gen{want['gen']} x{want['width']} ({want_src})"
+        measured = {"gen_current": gen_cur, "gen_max": gen_max, "gen_under_load": gen_load, "width": width,
+                    "width_max": pcie.get("width_max")}
+        if width is None and gen_cur is None and gen_max is None and gen_load is None:
+            out.append(check("PCIe link", WARN, measured, exp, "PCIe link not readable"))
+        elif width is not None and width < want["width"]:
+            out.append(check("PCIe link", FAIL, measured, exp,
+                             f"link trained down to x{width} (expected x{want['width']}; the GPU can do "
+                             f"x{pcie.get('width_max')})"))
+        elif gen_load is not None and gen_load < want["gen"]:
+            out.append(check("PCIe link", FAIL, measured, exp,
+                             f"link runs at Gen{gen_load} under load (expected Gen{want['gen']})"))
+        elif gen_max is not None and gen_max < want["gen"]:
+            out.append(check("PCIe link", FAIL, measured, exp,
+                             f"link can train only to Gen{gen_max} (expected Gen{want['gen']})"))
+        elif gen_load is None and gen_cur is not None and gen_cur < want["gen"] and not (
+                c.get("pcie", {}).get("idle_gen_ok", True) and gen_max is not None):
+            out.append(check("PCIe link", WARN, measured, exp,
+                             f"link at Gen{gen_cur} now and no load measurement to tell idle power saving from a fault"))
+        else:
+            g = gen_load or max((x for x in (gen_cur, gen_max) if x is not None), default="?")
+            note = f" (Gen{gen_cur} at idle: power saving)" if gen_cur is not None and gen_load is None and gen_cur < want["gen"] else ""
+            out.append(check("PCIe link", PASS, measured, exp, f"Gen{g} x{width}{note}"))
+    return out
+
+
+def _ecc_checks(g: GpuFacts) -> list[dict]:
+    """ECC mode and uncorrected ECC errors."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
+    ecc = gpu.get("ecc") or {}
+    if ecc.get("enabled") is False and mref and mref.get("ecc_expected"):
+        out.append(check("ECC mode", WARN, False, "enabled", "ECC is disabled on a model that has it"))
+    uv, ua = ecc.get("uncorrected_volatile"), ecc.get("uncorrected_aggregate")
+    if uv is not None or ua is not None:
+        if uv:
+            out.append(check("ECC uncorrected", FAIL, {"volatile": uv, "aggregate": ua}, "0",
+                             f"{uv} uncorrected ECC error(s) since the driver loaded"))
+        elif ua:
+            out.append(check("ECC uncorrected", WARN, {"volatile": uv, "aggregate": ua}, "0",
+                             f"{ua} uncorrected ECC error(s) over the GPU's life, none since the driver loaded"))
+        else:
+            out.append(check("ECC uncorrected", PASS, {"volatile": uv, "aggregate": ua}, "0", "no uncorrected ECC error"))
+    return out
+
+
+def _memory_checks(g: GpuFacts) -> list[dict]:
+    """Retired pages (pre-Ampere) and row remapping (Ampere and later)."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
+    rp = gpu.get("retired_pages") or {}
+    if any(rp.get(k) is not None for k in ("single_bit", "double_bit", "pending")):
+        total = (rp.get("single_bit") or 0) + (rp.get("double_bit") or 0)
+        cfg = c["retired_pages"]
+        m = {"single_bit": rp.get("single_bit"), "double_bit": rp.get("double_bit"), "pending": rp.get("pending")}
+        if rp.get("pending"):
+            out.append(check("retired pages", FAIL, m, f"< {cfg['warn']}, none pending",
+                             f"page retirement pending: reset the GPU ({total} retired)"))
+        elif total >= cfg["fail"]:
+            out.append(check("retired pages", FAIL, m, f"< {cfg['fail']}", f"{total} retired pages: replace the GPU"))
+        elif total >= cfg["warn"]:
+            out.append(check("retired pages", WARN, m, f"< {cfg['warn']}", f"{total} retired page(s)"))
+        else:
+            out.append(check("retired pages", PASS, m, f"< {cfg['warn']}", "no retired page"))
+    rr = gpu.get("row_remap") or {}
+    if any(rr.get(k) is not None for k in ("correctable", "uncorrectable", "pending", "failure")):
+        m = dict(rr)
+        if rr.get("failure"):
+            out.append(check("row remapping", FAIL, m, "no failure, none pending", "row remapping failed: replace the GPU"))
+        elif rr.get("pending"):
+            out.append(check("row remapping", FAIL, m, "no failure, none pending",
+                             f"row remap pending ({rr.get('uncorrectable')} uncorrectable): reset the GPU"))
+        elif rr.get("uncorrectable"):
+            out.append(check("row remapping", WARN, m, "0 uncorrectable",
+                             f"{rr['uncorrectable']} row(s) remapped for uncorrectable errors"))
+        else:
+            out.append(check("row remapping", PASS, m, "no failure, none pending",
+                             f"{rr.get('correctable') or 0} correctable, 0 uncorrectable remapped rows"))
+    return out
+
+
+def _gpu_xid_checks(g: GpuFacts) -> list[dict]:
+    """The XID events of this GPU."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
+    if xid is not None:
+        mine = [e for e in xid.get("events", []) if e.get("gpu") == gpu.get("index")]
+        out += _xid_checks(refs, mine, xid.get("source"), xid.get("error"), "XID events")
+    return out
+
+
+def _thermal_and_load_checks(g: GpuFacts) -> list[dict]:
+    """Temperatures at idle and under load; throttling, SM clock and power under load."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
+    tcfg = c["temperature"]
+    idle = (bg or {}).get("idle") or {}
+    t_idle = idle.get("temp_c_max", gpu.get("temperature_c"))
+    if t_idle is not None:
+        exp = f"< {tcfg['idle_warn_c']} C"
+        if t_idle >= tcfg["idle_fail_c"]:
+            out.append(check("idle temperature", FAIL, t_idle, exp, f"{t_idle} C at idle (FAIL from {tcfg['idle_fail_c']} C)", "C"))
+        elif t_idle >= tcfg["idle_warn_c"]:
+            out.append(check("idle temperature", WARN, t_idle, exp, f"{t_idle} C at idle", "C"))
+        else:
+            out.append(check("idle temperature", PASS, t_idle, exp, f"{t_idle} C at idle", "C"))
+    if load.get("samples"):
+        slow = gpu.get("temperature_slowdown_c") or tcfg["slowdown_default_c"]
+        t = load.get("temp_c_max")
+        if t is not None:
+            exp = f"< {slow - tcfg['load_margin_c']} C (slowdown {slow} C)"
+            if t >= slow:
+                out.append(check("load temperature", FAIL, t, exp, f"{t} C under load reaches the slowdown temperature {slow} C", "C"))
+            elif t >= slow - tcfg["load_margin_c"]:
+                out.append(check("load temperature", WARN, t, exp, f"{t} C under load, within {tcfg['load_margin_c']} C of slowdown", "C"))
+            else:
+                out.append(check("load temperature", PASS, t, exp, f"{t} C under load", "C"))
+        # throttling
+        bad_names = set(c["throttle"]["bad"])
+        reasons = load.get("throttle_reasons") or {}
+        bad = {k: v for k, v in reasons.items() if k in bad_names}
+        frac = max(bad.values()) / load["samples"] if bad else 0.0
+        exp = f"none of {', '.join(sorted(bad_names))}"
+        if bad and frac > c["throttle"]["fail_fraction"]:
+            out.append(check("throttling", FAIL, bad, exp,
+                             f"{', '.join(sorted(bad))} active in {frac:.0%} of load samples "
+                             f"(FAIL above {c['throttle']['fail_fraction']:.0%})"))
+        elif bad:
+            out.append(check("throttling", WARN, bad, exp, f"{', '.join(sorted(bad))} seen in {frac:.0%} of load samples"))
+        else:
+            cap = reasons.get("sw_power_cap")
+            note = f"; at its power cap in {cap / load['samples']:.0%} of load samples (normal under full load)" if cap else ""
+            out.append(check("throttling", PASS, {}, exp, f"no thermal or hardware slowdown{note}"))
+        # clocks
+        smax = (gpu.get("clocks") or {}).get("sm_max_mhz")
+        med = load.get("sm_clock_mhz_median")
+        if smax and med is not None:
+            f = c["clocks"]["load_sm_warn_fraction"]
+            exp = f">= {f * smax:.0f} MHz ({f:.0%} of {smax})"
+            v = WARN if med < f * smax else PASS
+            out.append(check("load SM clock", v, med, exp, f"median {med} MHz under load, {med / smax:.0%} of maximum {smax} MHz", "MHz"))
+        # power
+        pw = load.get("power_w_max")
+        lim = (gpu.get("power") or {}).get("limit_w")
+        if pw is not None and lim:
+            over = c["power"]["over_limit_fraction"]
+            exp = f"<= {lim * (1 + over):.0f} W (limit {lim:.0f} W)"
+            if pw > lim * (1 + over):
+                out.append(check("power vs limit", FAIL, pw, exp, f"{_fmt(pw)} W under load exceeds the {_fmt(lim)} W limit", "W"))
+            else:
+                out.append(check("power vs limit", PASS, pw, exp, f"{_fmt(pw)} W max under load, limit {_fmt(lim)} W", "W"))
+        if mref and "load_power_w" in mref["metrics"] and pw is not None:
+            out.append(judge_metric("load_power_w", pw, mref["metrics"]["load_power_w"], "power under load"))
+    return out
+
+
+def _power_limit_checks(g: GpuFacts) -> list[dict]:
+    """A power limit lowered below the default."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
+    dflt = (gpu.get("power") or {}).get("default_limit_w")
+    lim = (gpu.get("power") or {}).get("limit_w")
+    if dflt and lim and lim < dflt * 0.99:
+        out.append(check("power limit", WARN, lim, f"{dflt} W (default)", f"power limit lowered to {lim} W from the default {dflt} W", "W"))
+    return out
+
+
+def _metric_checks(g: GpuFacts) -> list[dict]:
+    """The burn-in metrics against the model's references."""
+    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    out: list[dict] = []
+    if bg is not None and mref:
+        # A reference is what one GPU does on its own. With all GPUs loaded at
+        # once, sharing (PCIe switches, host memory, power) may lower it a
+        # little: there only the FAIL bounds apply.
+        for phase, suffix in (("solo", ""), ("concurrent", " (all GPUs at once)")):
+            for metric, value in sorted((bg.get(phase) or {}).items()):
+                ref = mref["metrics"].get(metric)
+                if ref is None or value is None:
+                    continue
+                if phase == "concurrent":
+                    ref = {k: v for k, v in ref.items() if k not in ("warn_lower", "warn_upper")}
+                out.append(judge_metric(metric, float(value), ref, metric + suffix))
+    return out
+
+
+# The checks of one GPU, in the order a verdict lists them: each a small unit from GpuFacts to check records.
+GPU_CHECKS = (_model_checks, _pcie_checks, _ecc_checks, _memory_checks, _gpu_xid_checks, _thermal_and_load_checks,
+              _power_limit_checks, _metric_checks)
+
+
+def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None, xid: dict | None) -> list[dict]:
+    """Health, load behaviour and burn-in metrics of one GPU (GPU_CHECKS)."""
+    facts = GpuFacts(gpu, bg, host, refs, model, xid)
+    return [record for unit in GPU_CHECKS for record in unit(facts)]
+
+
+def _host_metric_checks(burnin: dict, probe: dict, refs: dict) -> list[dict]:
+    """Host-wide burn-in figures (NCCL all-reduce bus bandwidth) against the references.
+
+    A reference is for all GPUs of the host; a figure measured over fewer, or
+    one whose model has no reference, is shown with "no reference" (WARN).
+    """
+    hm = burnin.get("host_metrics") or {}
+    names = sorted({g.get("name") or "?" for g in probe["gpus"] if "error" not in g})
+    models = sorted({m for m in (model_key(n, refs) for n in names) if m})
+    selected = len(burnin.get("gpus_selected") or [])
+    count = probe.get("gpu_count") or 0
+    out = []
+    for metric in HOST_METRICS:
+        value = hm.get(metric)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        with_ref = [(m, refs["models"][m]["metrics"][metric]) for m in models
+                    if metric in refs["models"][m]["metrics"]]
+        if with_ref and selected == count:
+            out += [judge_metric(metric, float(value), ref) for _m, ref in with_ref]
+            continue
+        unit = UNITS[metric]
+        if with_ref:
+            why = (f"measured over {selected} of the host's {count} GPUs; the reference "
+                   f"({_fmt(with_ref[0][1]['value'])} {unit}) is for all of them")
+        elif models:
+            why = f"no {metric} for {', '.join(models)} in the references"
+        else:
+            why = f"{', '.join(names)} is not in the references"
+        out.append(check(metric, WARN, float(value), "no reference",
+                         f"{_fmt(float(value))} {unit} over {selected} GPUs, not judged: {why}", unit))
+    return out
+
+
+def _burnin_failures(burnin: dict, index: int | None) -> list[dict]:
+    """Failed load tests (crash, wrong results, timeout) of one GPU (None: host-wide tests)."""
+    fails = [r for r in burnin.get("results", []) if not r.get("ok") and r.get("gpu") == index]
+    if not fails:
+        return []
+    text = "; ".join(f"{r.get('test')}{' ' + r['dtype'] if r.get('dtype') else ''} ({r.get('phase')}): {r.get('error')}"
+                     for r in fails[:4])
+    more = f" and {len(fails) - 4} more" if len(fails) > 4 else ""
+    return [check("burn-in tests", FAIL, len(fails), "0 failed", f"{text}{more}")]
+
+
+# --------------------------------------------------------------------------- fleet
+
+
+def fleet_medians(per_gpu: list[tuple[str, dict, dict | None]], refs: dict) -> dict:
+    """model -> metric -> {median, n} over every GPU's solo burn-in metrics."""
+    vals: dict[str, dict[str, list[float]]] = {}
+    for model, _gpu, bg in per_gpu:
+        if bg is None or model is None:
+            continue
+        for metric, v in (bg.get("solo") or {}).items():
+            if isinstance(v, (int, float)) and not math.isnan(v):
+                vals.setdefault(model, {}).setdefault(metric, []).append(float(v))
+    return {m: {k: {"median": statistics.median(v), "n": len(v)} for k, v in d.items()} for m, d in vals.items()}
+
+
+def _fleet_checks(model: str | None, bg: dict | None, medians: dict, refs: dict) -> list[dict]:
+    if bg is None or model is None:
+        return []
+    f = refs["fleet"]
+    out = []
+    for metric, value in sorted((bg.get("solo") or {}).items()):
+        m = medians.get(model, {}).get(metric)
+        if not m or m["n"] < f["min_gpus"] or value is None:
+            continue
+        med = m["median"]
+        unit = UNITS.get(metric)
+        lo = med * (1 - f["lower"]) if f["lower"] is not None else None
+        wlo = med * (1 - f["warn_lower"]) if f["warn_lower"] is not None else None
+        exp = _range_text(lo, None, unit)
+        label = f"{metric} vs fleet"
+        text = f"{_pct(value, med)} of the median {_fmt(med)} of {m['n']} {model} GPUs"
+        if lo is not None and value < lo:
+            out.append(check(label, FAIL, value, exp, f"slow outlier: {text}", unit))
+        elif wlo is not None and value < wlo:
+            out.append(check(label, WARN, value, exp, f"slower than its peers: {text}", unit))
+        else:
+            out.append(check(label, PASS, value, exp, text, unit))
+    return out

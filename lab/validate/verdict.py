@@ -1,0 +1,178 @@
+"""Verdict words and records of `invoke validate`: PASS, WARN and FAIL, one check's
+record (measured value, expected range, reason), a metric judged against a
+reference ``(value, lower, upper, warn_lower, warn_upper, unit)``, and the
+``Verdicts`` a validation returns, and their outputs (validate.json,
+validate.html from templates/validate.html.j2, the summary lines). The checks are
+lab.validate.gpuchecks, the references lab.validate.gpurefs, the orchestration lab.validate.fleet.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+
+PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+_RANK = {PASS: 0, WARN: 1, FAIL: 2}
+NO_GPU = "no NVIDIA GPU"
+
+# metrics of `runner burnin`, all "higher is better"
+GPU_METRICS = (
+    "matmul_fp32_tflops", "matmul_tf32_tflops", "matmul_bf16_tflops", "matmul_fp16_tflops",
+    "memory_bandwidth_gbs", "h2d_bandwidth_gbs", "d2h_bandwidth_gbs", "resnet50_images_per_s",
+)
+HOST_METRICS = ("nccl_allreduce_busbw_gbs",)
+UNITS = {
+    "matmul_fp32_tflops": "TFLOP/s", "matmul_tf32_tflops": "TFLOP/s", "matmul_bf16_tflops": "TFLOP/s",
+    "matmul_fp16_tflops": "TFLOP/s", "memory_bandwidth_gbs": "GB/s", "h2d_bandwidth_gbs": "GB/s",
+    "d2h_bandwidth_gbs": "GB/s", "resnet50_images_per_s": "images/s", "nccl_allreduce_busbw_gbs": "GB/s",
+    "load_power_w": "W",
+}
+
+
+def worst(verdicts: Iterable[str]) -> str:
+    out = PASS
+    for v in verdicts:
+        if _RANK[v] > _RANK[out]:
+            out = v
+    return out
+
+def _host_field(host: Any, name: str, default=None):
+    if isinstance(host, dict):
+        return host.get(name, default)
+    return getattr(host, name, default)
+
+# --------------------------------------------------------------------------- verdict records
+
+
+@dataclass
+class Verdicts:
+    """The outcome of a validation (plain data in ``data``)."""
+
+    data: dict
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(h["verdict"] != FAIL for h in self.data["hosts"].values())
+
+    @property
+    def hosts(self) -> dict:
+        return self.data["hosts"]
+
+    def to_json(self) -> str:
+        return json.dumps(self.data, indent=2, sort_keys=True, default=str)
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if abs(v) >= 1000:
+            return f"{v:,.0f}"
+        if abs(v) >= 100:
+            return f"{v:.0f}"
+        return f"{v:.3g}"
+    return str(v)
+
+
+def check(name: str, verdict: str, measured: Any, expected: str, reason: str, unit: str | None = None, **extra) -> dict:
+    rec = {"check": name, "verdict": verdict, "measured": measured, "expected": expected, "unit": unit, "reason": reason}
+    rec.update(extra)
+    return rec
+
+
+def ref_range(ref: dict) -> dict:
+    """FAIL and WARN bounds of a reference metric (None: open)."""
+    v = ref["value"]
+
+    def lo(f):
+        return None if f is None else v * (1 - f)
+
+    def hi(f):
+        return None if f is None else v * (1 + f)
+
+    return {"fail_lo": lo(ref.get("lower")), "fail_hi": hi(ref.get("upper")),
+            "warn_lo": lo(ref.get("warn_lower")), "warn_hi": hi(ref.get("warn_upper"))}
+
+
+def _range_text(lo, hi, unit) -> str:
+    u = f" {unit}" if unit else ""
+    if lo is not None and hi is not None:
+        return f"{_fmt(lo)}..{_fmt(hi)}{u}"
+    if lo is not None:
+        return f">= {_fmt(lo)}{u}"
+    if hi is not None:
+        return f"<= {_fmt(hi)}{u}"
+    return "any"
+
+
+def judge_metric(name: str, measured: float, ref: dict, label: str | None = None) -> dict:
+    r = ref_range(ref)
+    unit = ref["unit"]
+    label = label or name
+    expected = _range_text(r["fail_lo"], r["fail_hi"], unit)
+    src = ref["source"]
+    of = f"({_pct(measured, ref['value'])} of {_fmt(ref['value'])}; {src})"
+    for verdict, bound, below, words in ((FAIL, "fail_lo", True, "is below"), (FAIL, "fail_hi", False, "is above"),
+                                         (WARN, "warn_lo", True, "is low: below"),
+                                         (WARN, "warn_hi", False, "is high: above")):
+        limit = r[bound]
+        if limit is not None and (measured < limit if below else measured > limit):
+            return check(label, verdict, measured, expected, f"{_fmt(measured)} {unit} {words} {_fmt(limit)} {of}", unit)
+    return check(label, PASS, measured, expected, f"{_pct(measured, ref['value'])} of reference {_fmt(ref['value'])} {unit} ({src})", unit)
+
+
+def _pct(a, b) -> str:
+    return f"{100.0 * a / b:.0f}%" if b else "-"
+
+
+# --------------------------------------------------------------------------- output
+
+
+def render_html(verdicts: Verdicts) -> str:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["fmt"] = _fmt_any
+    return env.get_template("validate.html.j2").render(v=verdicts.data)
+
+
+def _fmt_any(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_fmt_any(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_fmt_any(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return _fmt(value)
+
+
+def summary_text(verdicts: Verdicts) -> str:
+    d = verdicts.data
+    lines = [f"validate: {d['verdict']} ({d['summary']['PASS']} pass, {d['summary']['WARN']} warn, "
+             f"{d['summary']['FAIL']} fail of {d['summary']['hosts']} host(s))"]
+    for name, h in d["hosts"].items():
+        lines.append(f"{h['verdict']:4s}  {name}: {h['reason']}")
+        for r in h["reasons"][1:6]:
+            lines.append(f"      {r}")
+        if len(h["reasons"]) > 6:
+            lines.append(f"      ... {len(h['reasons']) - 6} more")
+    return "\n".join(lines)
+
+
+def write_outputs(verdicts: Verdicts, out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    j = out_dir / "validate.json"
+    h = out_dir / "validate.html"
+    tmp = out_dir / ".validate.json.tmp"
+    tmp.write_text(verdicts.to_json() + "\n")
+    tmp.replace(j)
+    h.write_text(render_html(verdicts))
+    return [j, h]
