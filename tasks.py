@@ -132,7 +132,9 @@ def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=
     from lab.core import paths
     from lab.sweep import progress
     from lab.sweep import study
+    from lab import history
     from lab.sweep import driver as sw
+    from lab.sweep import plan
     from lab.core.errors import ConfigError
 
     pick = lambda key, value: _cfg(c, f"{cfg_prefix}{key}", value) or _cfg(c, key, value)  # noqa: E731
@@ -144,17 +146,23 @@ def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=
     name = name or sw.default_name()
     sw.check_name(name)
     catalogue = _cfg(c, "datasets_catalogue")
+    url = history.resolve_url(_cfg(c, "history_url"), results)
+    held = history.quarantined(url, hosts)   # what the plan leaves out (invoke quarantine)
     if dry_run:
-        lines, refused = study.dry_run(hosts, sw.plan(hosts, **args), name, results_dir=_cfg(c, "results"),
-                                       catalogue=catalogue)
-        print("\n".join(lines))
+        left, topologies, notes = plan.plan_around(hosts, held)
+        if not left:
+            raise ConfigError(f"sweep {name}: every selected host is quarantined: {'; '.join(notes)}")
+        lines, refused = study.dry_run(left, sw.plan(left, topologies=topologies, **args), name,
+                                       results_dir=_cfg(c, "results"), catalogue=catalogue)
+        print("\n".join([lines[0], *(f"quarantine: {n}" for n in notes), *lines[1:]]))
         if refused:
             raise ConfigError(refused)
         return None
     result = sw.run_sweep(hosts, results_dir=results, name=name, settings=settings,
-                          datasets_catalogue=catalogue, **args)
+                          datasets_catalogue=catalogue, quarantine=held, **args)
     progress.final_table(result.sweep.runs)
     print("\n".join(result.summary()))
+    print(history.record([result.sweep.root], url))
     return result
 
 
@@ -226,6 +234,7 @@ def report(c, path, format=None, compare=None, out=None):
 def validate(c, device=None, host=None, limit=None, level="quick", baseline=False, json=False, out=None,
              references=None, inventory=None):
     """Check each host's GPUs for health and performance against references; exit 1 if any host fails."""
+    from lab import history
     from lab.validate import fleet as val
 
     hosts = _select(c, inventory, host, device, limit)
@@ -233,6 +242,10 @@ def validate(c, device=None, host=None, limit=None, level="quick", baseline=Fals
                                 out_dir=Path(out) if out else Path(_cfg(c, "results")) / "validate",
                                 references=_cfg(c, "references", references),
                                 inventory=_cfg(c, "inventory", inventory), stacks_dir=_cfg(c, "stacks"))
+    written = [f for f in result.files if Path(f).name == "validate.json"]
+    if written and not baseline:   # into the history (a database that fails: one line, the file stays)
+        url = history.resolve_url(_cfg(c, "history_url"), _cfg(c, "results"))
+        print(history.record(written, url), file=sys.stderr if json else sys.stdout)
     if not result.ok:
         raise Exit(code=1)
 
@@ -289,7 +302,7 @@ def _memory_tasks() -> list[Collection]:
     def history_import(c, path, url=None):
         """Load run directories and validate outputs into the history database (importing twice adds nothing)."""
         from lab import history
-        from lab.errors import ConfigError
+        from lab.core.errors import ConfigError
 
         paths = [Path(p) for p in path.split(",") if p.strip()]
         if not paths:

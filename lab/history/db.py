@@ -21,8 +21,8 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from lab import paths
-from lab.errors import ConfigError
+from lab.core import paths
+from lab.core.errors import ConfigError
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 DEFAULT_FILE = "history.sqlite"

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import and_, or_, select
 
-from lab import limits
-from lab.errors import CheckFailed, ConfigError
+from lab.core import limits
+from lab.core.errors import CheckFailed, ConfigError
 from lab.history.db import Database
 from lab.history.models import Check, Gpu, Quarantine, RunGpu, Run
 from lab.history.store import _aware, now
@@ -151,7 +151,7 @@ def for_sweep(db: Database, hosts) -> dict[str, dict]:
             entry["gpus"] = None
         elif entry["gpus"] is not None:
             entry["gpus"].append(r.gpu_index)
-        entry["reason"].append(f"{Target(r.host, r.gpu_index)}: {r.reason}")
+        entry["reason"].append(r.reason if r.gpu_index is None else f"GPU {r.gpu_index}: {r.reason}")
     for entry in out.values():
         entry["reason"] = "; ".join(entry["reason"])
         if entry["gpus"] is not None:

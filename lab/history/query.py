@@ -14,8 +14,8 @@ import re
 
 from sqlalchemy import select
 
-from lab import limits
-from lab.errors import ConfigError
+from lab.core import limits
+from lab.core.errors import ConfigError
 from lab.history.db import Database
 from lab.history.models import Check, Gpu, Run, RunGpu
 from lab.history.sources import utc

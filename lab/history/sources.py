@@ -17,10 +17,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab import bounded, limits
-from lab import results as lab_results
-from lab.errors import ConfigError
-from lab.rundirs import _manifest_gpus
+from lab.core import bounded, limits
+from lab.results import collect as lab_results
+from lab.core.errors import ConfigError
+from lab.results.rundirs import manifest_gpus
 from runner.rundir import MANIFEST, STATUS
 
 VALIDATE_FILE = "validate.json"
@@ -105,7 +105,7 @@ def _run_gpus(rundir: Path, indices) -> list[GpuRef]:
         manifest = bounded.read_json(rundir / MANIFEST, root=rundir, limit=limits.JSON_BYTES)
     except (bounded.Unreadable, OSError):
         manifest = None
-    probe = {g.get("index"): g for g in _manifest_gpus(manifest)} if isinstance(manifest, dict) else {}
+    probe = {g.get("index"): g for g in manifest_gpus(manifest)} if isinstance(manifest, dict) else {}
     out = []
     for i in indices:
         g = probe.get(i) or {}

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
-from lab.errors import ConfigError
+from lab.core.errors import ConfigError
 from lab.history.db import Database, _why
 from lab.history.models import Check, Gpu, Run, RunGpu, Validation
 from lab.history.sources import GpuRef, RunRecord, Sources, ValidationRecord

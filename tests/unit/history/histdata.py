@@ -62,7 +62,7 @@ def write_validation(out: Path, host: str = "h200-01", doc: dict | None = None, 
                      when: str | None = None) -> Path:
     """validate.json of one host as `invoke validate` writes it (lab.validate); ``fail_gpu``: that GPU has
     pending row remaps (a FAIL)."""
-    from lab import validate
+    from lab.validate import fleet as validate
 
     doc = copy.deepcopy(doc or burnin_doc())
     if fail_gpu is not None:

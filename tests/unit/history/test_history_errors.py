@@ -17,7 +17,7 @@ from histdata import write_sweep, write_validation
 from pgserver import free_port
 
 from lab import history
-from lab.errors import ConfigError
+from lab.core.errors import ConfigError
 from lab.history import db as hdb
 
 ROOT = Path(__file__).resolve().parents[3]

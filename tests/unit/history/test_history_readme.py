@@ -26,31 +26,34 @@ def readme_commands() -> list[str]:
 
 
 def test_the_readme_walk_runs_as_written(tmp_path):
+    from lab import history
+
     lab = tmp_path / "lab"
-    write_sweep(lab / "results", "sweep-1", {"r740-03": 4}, runs_per_host=3)
+    write_sweep(lab / "results", "sweep-1", {"r740-03": 3}, runs_per_host=3)
     t0 = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)
-    write_validation(lab / "results" / "validate", "r740-03", fail_gpu=2, when=t0.isoformat())
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    write_validation(lab / "results" / "validate" / "t0", "r740-03", fail_gpu=2, when=t0.isoformat())
+    env = dict(os.environ, PYTHONPATH=str(ROOT), INVOKE_GPULAB_INVENTORY=str(ROOT / "inventory" / "hosts.yml"))
     env.pop("INVOKE_GPULAB_RESULTS", None)
     seen = []
     for line in readme_commands():
-        for cmd in line.split(" && "):
-            argv = shlex.split(cmd)
-            assert argv[0] == "invoke", cmd
-            if argv[1] == "validate":   # what it leaves: a passing validate.json, newer than the quarantine
-                write_validation(lab / "results" / "validate", "r740-03",
-                                 when=(dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1)).isoformat())
-                continue
-            p = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *argv[1:]], cwd=lab, env=env,
-                               capture_output=True, text=True, timeout=120)
-            assert p.returncode == 0, (cmd, p.stdout, p.stderr)
-            seen.append((argv[1], p.stdout))
+        argv = shlex.split(line)
+        assert argv[0] == "invoke", line
+        if argv[1] == "validate":   # what it leaves: a passing validate.json, recorded in the history
+            later = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1)).isoformat()
+            done = write_validation(lab / "results" / "validate" / "t1", "r740-03", when=later)
+            seen.append(("validate", history.record([done], f"sqlite:///{lab / 'results' / 'history.sqlite'}")))
+            continue
+        p = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *argv[1:]], cwd=lab, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, (line, p.stdout, p.stderr)
+        seen.append((argv[1], p.stdout))
     out = dict(seen)
-    assert [name for name, _ in seen] == ["history.import", "history", "quarantine.add", "quarantine",
-                                          "history.import", "quarantine.release"]
+    assert [name for name, _ in seen] == ["history.import", "history", "quarantine.add", "quarantine", "sweep",
+                                          "validate", "quarantine.release"]
     assert seen[0][1].startswith("3 run(s) added, 0 already there; 1 validation(s) added")
-    assert seen[4][1].startswith("0 run(s) added, 0 already there; 1 validation(s) added")
     assert "h2d_bandwidth_gbs" in out["history"] and "r740-03" in out["history"]
     assert "r740-03 GPU 2" in out["quarantine"] and "row remap pending" in out["quarantine"]
+    assert "quarantine: r740-03: GPU(s) 2 quarantined (GPU 2: row remap pending): runs use GPU(s) 0,1" \
+        in out["sweep"]
+    assert out["validate"].startswith("history: 0 run(s) added, 0 already there; 1 validation(s) added")
     assert out["quarantine.release"].startswith("r740-03 GPU 2: released (the validate of ")
-    assert (lab / "results" / "history.sqlite").is_file()

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from histdata import gpu_uuid, write_run, write_sweep, write_validation
 
 from lab import history
-from lab.errors import CheckFailed, ConfigError
+from lab.core.errors import CheckFailed, ConfigError
 from lab.history import db as hdb, quarantine as q, query
 from lab.history.models import Base, Check, Gpu, Run, RunGpu, Validation
 
@@ -153,8 +153,8 @@ def test_quarantine_release_asks_for_a_passing_validate_since(db_url, tmp_path):
         assert q.add(d, target, reason="again", who="ops")[1] is False
         q.add(d, q.parse_target("r740-09"), reason="fans", who="ops", at=t0)
         assert q.for_sweep(d, ["h200-01", "r740-09", "other"]) == {
-            "h200-01": {"gpus": [2], "reason": "h200-01 GPU 2: row remap pending"},
-            "r740-09": {"gpus": None, "reason": "r740-09: fans"}}
+            "h200-01": {"gpus": [2], "reason": "GPU 2: row remap pending"},
+            "r740-09": {"gpus": None, "reason": "fans"}}
         assert "h200-01 GPU 2" in "\n".join(q.table(q.active(d)))
 
         with pytest.raises(CheckFailed, match="no validate of h200-01 GPU 2 since it was quarantined"):
