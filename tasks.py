@@ -278,7 +278,11 @@ def demo(c, workloads=None, seeds=None, name=None):
 def _history_db(c, url=None):
     from lab import history
 
-    return history.open_db(history.resolve_url(_cfg(c, "history_url", url), _cfg(c, "results")))
+    configured = _cfg(c, "history_url", url)
+    found = history.resolve_url(configured, _cfg(c, "results"))
+    if not configured:   # the default file: its results folder is made as a sweep makes it
+        history.sqlite_folder(found)
+    return history.open_db(found)
 
 
 def _who(who):
@@ -307,8 +311,9 @@ def _memory_tasks() -> list[Collection]:
         paths = [Path(p) for p in path.split(",") if p.strip()]
         if not paths:
             raise ConfigError("history.import: give a results folder, run directories or validate.json files")
-        added, skipped = history.import_paths(paths, history.resolve_url(_cfg(c, "history_url", url),
-                                                                         _cfg(c, "results")))
+        configured = _cfg(c, "history_url", url)
+        added, skipped = history.import_paths(paths, history.resolve_url(configured, _cfg(c, "results")),
+                                              make_folder=not configured)
         for line in skipped:
             print(f"  skipped {line}")
         print(added.line())
@@ -350,6 +355,7 @@ def _memory_tasks() -> list[Collection]:
         from lab.history import quarantine as q
 
         tgt = q.parse_target(target)
+        q.check_entry(reason, _who(who), action)   # bad input before the database is touched
         db = _history_db(c, url)
         try:
             entry, added = q.add(db, tgt, reason=reason, who=_who(who), action=action)

@@ -23,20 +23,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from lab.core.errors import ConfigError
-from lab.history.db import Database, open_db, resolve_url
+from lab.history.db import Database, open_db, resolve_url, sqlite_folder
 from lab.history.sources import read_sources
 from lab.history.store import Added, add_sources
 
-__all__ = ["Added", "Database", "import_paths", "open_db", "quarantined", "record", "resolve_url"]
+__all__ = ["Added", "Database", "import_paths", "open_db", "quarantined", "record", "resolve_url",
+           "sqlite_folder"]
 
 
-def import_paths(paths, url: str) -> tuple[Added, list[str]]:
+def import_paths(paths, url: str, make_folder: bool = False) -> tuple[Added, list[str]]:
     """Load run directories and validate.json files under ``paths`` into the database at ``url``.
 
-    Everything is read (and checked) before the database is opened; returns
-    what was added and one line per thing skipped.
+    Everything is read (and checked) before the database is opened (and, with
+    ``make_folder``, before a SQLite file's folder is made); returns what was
+    added and one line per thing skipped.
     """
     src = read_sources([Path(p) for p in paths])
+    if make_folder:
+        sqlite_folder(url)
     db = open_db(url)
     try:
         return add_sources(db, src), src.skipped

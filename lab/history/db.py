@@ -32,10 +32,20 @@ PG_MIGRATION_LOCK = 30_000_030   # advisory lock id: one migration at a time on 
 
 
 def default_url(results: str | Path) -> str:
-    """The SQLite file under the results folder (the folder made if needed, as a sweep makes it)."""
+    """The SQLite file under the results folder (checked, not made: see sqlite_folder)."""
     folder = paths.folder(results or "results", "config gpulab.results")
-    folder.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{folder.resolve() / DEFAULT_FILE}"
+
+
+def sqlite_folder(url: str) -> None:
+    """Make the folder of a SQLite database file (the results folder of a fresh lab); other URLs: nothing."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return
+    if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
+        folder = paths.folder(Path(parsed.database).parent, f"history database {shown(url)}")
+        folder.mkdir(parents=True, exist_ok=True)
 
 
 def resolve_url(configured: str | None, results: str | Path) -> str:

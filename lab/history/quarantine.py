@@ -76,10 +76,15 @@ def _gpu_id(s, target: Target) -> int | None:
     return found
 
 
+def check_entry(reason, who, action=None) -> tuple[str, str, str | None]:
+    """The texts of an entry, each one line; ConfigError if one is missing or too long."""
+    return _text(reason, "--reason"), _text(who, "--who"), _text(action, "--action", False)
+
+
 def add(db: Database, target: Target, *, reason: str, who: str, action: str | None = None,
         at: dt.datetime | None = None) -> tuple[Quarantine, bool]:
     """(the entry, True) once added; (the open entry, False) if the target is quarantined already."""
-    reason, who, action = _text(reason, "--reason"), _text(who, "--who"), _text(action, "--action", False)
+    reason, who, action = check_entry(reason, who, action)
     with db.session() as s:
         existing = _open_entries(s, target)
         if existing:
