@@ -1,7 +1,8 @@
 """gpulab's command line: `invoke --list` shows the tasks, `invoke --help TASK` their options.
 
 Each task reads its arguments, falls back to the `gpulab` section of the Invoke
-configuration (invoke.yaml and the usual override layers), calls one function
+configuration (gpulab's defaults, lab/data/settings.yml, at Invoke's collection
+level, under every file and variable a user sets: README "Settings"), calls one function
 of the `lab` package and turns its errors into an exit code: 2 for bad input
 (nothing was touched), 1 for a failed run or check. The configuration section
 is checked when a task starts (lab.core.config); Invoke's own parse errors exit 2
@@ -21,6 +22,16 @@ from lab.core.errors import GpulabError
 
 cli.install()
 
+
+def _defaults() -> dict:
+    from lab.core import config
+
+    try:
+        return config.defaults()
+    except GpulabError as exc:
+        print(f"gpulab: {exc.message}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+
 SELECT_HELP = {
     "host": "host name(s), comma separated",
     "device": "device group of the inventory (t4, v100, ...)",
@@ -30,8 +41,9 @@ SELECT_HELP = {
 
 
 def _cfg(c, key, value=None):
-    """The task argument if given, else gpulab.<key> from the Invoke config."""
-    if value not in (None, ""):
+    """The task argument if given, else gpulab.<key> from the Invoke config; None only where neither has it
+    (0, false and "" are values)."""
+    if value is not None:
         return value
     node = c.config.get("gpulab", {})
     for part in key.split("."):
@@ -137,13 +149,17 @@ def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=
     from lab.sweep import plan
     from lab.core.errors import ConfigError
 
-    pick = lambda key, value: _cfg(c, f"{cfg_prefix}{key}", value) or _cfg(c, key, value)  # noqa: E731
-    nodes = limits.number(pick("nodes", nodes) or 1, "--nodes", limits.NODES)
+    def pick(key, value):
+        found = _cfg(c, f"{cfg_prefix}{key}", value)
+        return _cfg(c, key) if found is None else found
+
+    nodes = pick("nodes", nodes)
+    nodes = limits.number(1 if nodes is None else nodes, "--nodes", limits.NODES)
     settings = _settings(c, timeout)   # checked before anything starts, --dry-run too
     results = paths.folder(_cfg(c, "results"), "config gpulab.results")
     args = dict(workloads=sw.parse_list(pick("workloads", workloads), "workloads"), gpus=pick("gpus", gpus),
                 seeds=pick("seeds", seeds), mode=pick("mode", mode), scale=pick("scale", scale), nodes=nodes)
-    name = name or sw.default_name()
+    name = sw.default_name() if name is None else name
     sw.check_name(name)
     catalogue = _cfg(c, "datasets_catalogue")
     url = history.resolve_url(_cfg(c, "history_url"), results)
@@ -261,7 +277,7 @@ def demo(c, workloads=None, seeds=None, name=None):
     from lab.sweep import driver as sw
 
     hosts = inv.load(_cfg(c, "demo.inventory")).select()
-    name = name or "demo-" + sw.default_name()[len("sweep-"):]
+    name = "demo-" + sw.default_name()[len("sweep-"):] if name is None else name
     result = _sweep(c, hosts, workloads=workloads, seeds=seeds, name=name, nodes=1, cfg_prefix="demo.")
     rep_result = rep.build_report([result.sweep.root], result.sweep.root / "report", formats=("html", "md", "json"))
     html = next((f for f in rep_result.files if str(f).endswith(".html")), rep_result.files[0])
@@ -384,6 +400,9 @@ def _memory_tasks() -> list[Collection]:
             Collection("quarantine", quarantine_list, quarantine_add, quarantine_release)]
 
 
-namespace = Collection.from_module(sys.modules[__name__])
+# gpulab's defaults sit at Invoke's collection level, the lowest layer after Invoke's own: a user's
+# ~/.invoke.yaml, a lab's invoke.yaml, INVOKE_GPULAB_*, `invoke -f FILE` and the options override them.
+ns = Collection.from_module(sys.modules[__name__])
+ns.configure(_defaults())
 for _sub in _memory_tasks():
-    namespace.add_collection(_sub)
+    ns.add_collection(_sub)

@@ -15,6 +15,8 @@ What it does, in order:
    bandwidth, ResNet-50 training throughput;
 4. (standard, burn-in; two GPUs or more) the same on all GPUs at once,
    then NCCL all-reduce bus bandwidth over all of them;
+   nvbandwidth and nccl-tests' all_reduce_perf where provisioning built them
+   (``runner.bwtools``; their JSON kept beside the document);
 5. (burn-in) a sustained bf16 matmul on all GPUs at once for ``--minutes``;
 6. read the kernel log again (XIDs that appeared during the load), stop the
    sampler, and write ``DIR/burnin.json`` (the document), ``DIR/probe.json``
@@ -49,7 +51,7 @@ import sys
 import time
 from pathlib import Path
 
-from runner import probe, telemetry
+from runner import bwtools, probe, telemetry
 from runner.burnin_xid import parse_xids, xid_scan  # noqa: F401 (runner.burnin.parse_xids stays importable)
 from runner.burnin_doc import _now_iso, build_document, human_summary, no_gpu_document, write_outputs
 from runner.probe_link import counters as link_counters
@@ -309,6 +311,7 @@ def main(args) -> int:
     sampler = telemetry.Sampler(selected, out / "telemetry.csv", interval_s=interval)
     sampler.start()
     records: list[dict] = []
+    tools: dict = {}
     try:
         idle_start = time.time()
         time.sleep(cfg["idle_s"])
@@ -348,6 +351,10 @@ def main(args) -> int:
                 records += nccl
             else:
                 notes.append("one GPU: no all-GPU phase and no NCCL test")
+            # the standard tools, where provisioning built them (runner.bwtools)
+            tools["nvbandwidth"] = bwtools.run_nvbandwidth(selected, out)
+            tools["nccl_tests"] = (bwtools.run_nccl_tests(selected, out) if len(selected) > 1 else
+                                   {"ran": False, "error": "one GPU: no all-reduce"})
             # 3. sustained load
             minutes = args.minutes if args.minutes is not None else cfg["burn_minutes"]
             if args.level == "burn-in" and minutes:
@@ -368,6 +375,7 @@ def main(args) -> int:
     doc = build_document(args.level, selected, probe_doc, xid_before, xid_after, records, rows, idle_window,
                          sampler, start_iso, t0, notes)
     doc["interconnect_after"] = interconnect_after(selected)
+    doc["tools"] = tools
     write_outputs(out, doc)
     print(json.dumps(doc, sort_keys=True) if args.json else human_summary(doc))
     if doc["outcome"] != "completed":

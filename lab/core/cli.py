@@ -6,20 +6,33 @@ The README's commands run Invoke's own program (``.venv/bin/invoke``, or
 that does not fit its setting's type ends in a traceback. tasks.py calls
 ``install()`` when Invoke loads it, which is before the task arguments are
 parsed and before the environment is read: from then on a parse error is
-``gpulab: <what>`` and exit 2, and a bad variable is one line naming it and
-exit 2, as every other bad input. Core options Invoke parses before it loads
+``gpulab: <what>`` and exit 2, a bad variable is one line naming it and
+exit 2, and so is a config file whose ``gpulab:`` section does not fit the
+schema (checked layer by layer before each of Invoke's merges) or that Invoke
+cannot read, as every other bad input. A user's ~/.invoke.yaml is read before
+tasks.py loads: a file that is not YAML at all keeps Invoke's own handling. Core options Invoke parses before it loads
 tasks.py (``invoke -f`` without its file) keep Invoke's own handling.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
 from invoke import Exit
+import yaml
+from invoke.config import AmbiguousMergeError
+
+try:   # Invoke 2 reads its files with a vendored PyYAML
+    from invoke.vendor.yaml import YAMLError as _InvokeYAMLError
+except ImportError:   # pragma: no cover - an Invoke that uses PyYAML itself
+    _InvokeYAMLError = yaml.YAMLError
+from invoke.env import Environment
 from invoke.exceptions import AmbiguousEnvVar, ParseError, UncastableEnvVar
 
 from lab.core import config
+from lab.core.errors import ConfigError, excerpt
 
 BAD_INPUT = 2
 
@@ -39,15 +52,43 @@ def _as_exit(fn):
     return wrapped
 
 
-def _env_checked(cfg, load_shell_env):
+def load_env(cfg, environ=None) -> None:
+    """Invoke's Config.load_shell_env, with the ``gpulab`` variables read by lab.core.config.env_section."""
+    environ = os.environ if environ is None else environ
+    cfg.merge()
+    try:
+        gpulab = config.env_section(cfg._config.get("gpulab", {}), environ)
+        others = {k: v for k, v in cfg._config.items() if k != "gpulab"}
+        env = Environment(config=others, prefix=cfg._env_prefix).load()
+    except ConfigError as exc:
+        raise Exit(f"gpulab: {exc.message}", code=BAD_INPUT) from None
+    except (ValueError, UncastableEnvVar, AmbiguousEnvVar) as exc:
+        raise Exit(f"gpulab: environment: {excerpt(exc, 160)}", code=BAD_INPUT) from None
+    if gpulab:
+        env["gpulab"] = gpulab
+    cfg._set(_env=env)
+    cfg.merge()
+
+
+def _layers_checked(cfg, merge):
     def wrapped(*args, **kwargs):
-        problem = config.env_problem(cfg.get("gpulab", {}), os.environ)
+        problem = config.layer_problem(cfg)
         if problem:
             raise Exit(f"gpulab: {problem}", code=BAD_INPUT)
         try:
-            return load_shell_env(*args, **kwargs)
-        except (ValueError, UncastableEnvVar, AmbiguousEnvVar) as exc:
-            raise Exit(f"gpulab: environment: {' '.join(str(exc).split())}", code=BAD_INPUT) from None
+            return merge(*args, **kwargs)
+        except AmbiguousMergeError as exc:   # a key gpulab does not own (run:, tasks:, ...)
+            raise Exit(f"gpulab: config: {excerpt(exc, 160)}", code=BAD_INPUT) from None
+
+    return wrapped
+
+
+def _file_checked(load):
+    def wrapped(*args, **kwargs):
+        try:
+            return load(*args, **kwargs)
+        except (yaml.YAMLError, _InvokeYAMLError, ValueError, TypeError, OSError) as exc:   # a malformed project or -f file
+            raise Exit(f"gpulab: config: {excerpt(exc, 160)}", code=BAD_INPUT) from None
 
     return wrapped
 
@@ -63,4 +104,7 @@ def install(program=None) -> None:
     program.parse_cleanup = _as_exit(program.parse_cleanup)
     cfg = getattr(program, "config", None)
     if cfg is not None:
-        cfg.load_shell_env = _env_checked(cfg, cfg.load_shell_env)
+        cfg.load_shell_env = functools.partial(load_env, cfg)
+        cfg.merge = _layers_checked(cfg, cfg.merge)
+        cfg.load_project = _file_checked(cfg.load_project)
+        cfg.load_runtime = _file_checked(cfg.load_runtime)

@@ -1,11 +1,17 @@
-"""The ``gpulab:`` section of the Invoke configuration: its schema, its environment variables, its typed values.
+"""The ``gpulab:`` section of the Invoke configuration: its defaults, layers, schema, environment variables and values.
 
-invoke.yaml, ~/.invoke.yaml, ``invoke -f FILE`` and ``INVOKE_GPULAB_*``
-variables all end in one section. ``check`` validates it against
-lab/schemas/config.schema.json when a task starts (an unknown key or a wrong
-type is one line naming ``gpulab.<key>``, exit 2); ``env_problem`` finds an
-``INVOKE_GPULAB_*`` variable that names no setting or does not fit its type
-before Invoke casts it (Invoke itself would end in a traceback). The values
+``defaults`` is lab/data/settings.yml, which tasks.py puts at Invoke's
+collection level, below every file and variable a user or a lab sets
+(/etc/invoke.yaml, ~/.invoke.yaml, a project-level invoke.yaml, then
+``INVOKE_GPULAB_*``, ``invoke -f FILE`` and the command line, Invoke's own
+order). ``layer_problem`` checks each layer's section before Invoke merges
+them (a list where the defaults hold a mapping would end Invoke's merge in a
+traceback); ``check`` validates the merged section against
+lab/schemas/config.schema.json once, when a task starts (an unknown key or a wrong
+type is one line naming ``gpulab.<key>``, exit 2); ``env_section`` reads the
+``INVOKE_GPULAB_*`` variables in Invoke's place, typed by the schema rather
+than by the layer below, and refuses one that names no setting or does not
+fit (Invoke itself would end in a traceback). The values
 with ranges (timeouts, sweep settings) are turned into numbers here, with
 lab.core.limits, before anything starts.
 """
@@ -13,15 +19,55 @@ lab.core.limits, before anything starts.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import jsonschema
 
 from lab.core import limits
 from lab.core import schema
-from lab.core.errors import ConfigError
+from lab.core.errors import ConfigError, excerpt
 
-WHERE = "invoke.yaml, ~/.invoke.yaml, invoke -f FILE or INVOKE_GPULAB_*"
+WHERE = "~/.invoke.yaml, invoke.yaml, invoke -f FILE or INVOKE_GPULAB_*"
 ENV_PREFIX = "INVOKE_"
+SETTINGS = Path(__file__).resolve().parents[1] / "data" / "settings.yml"
+# Invoke's file layers, lowest first (invoke.config.Config.merge): attribute and what the user knows it as
+FILE_LAYERS = (("system", "/etc/invoke.yaml"), ("user", "~/.invoke.yaml"), ("project", "invoke.yaml"),
+               ("runtime", "invoke -f FILE"))
+
+
+def defaults() -> dict:
+    """gpulab's own settings (lab/data/settings.yml), checked against the schema: the collection-level layer."""
+    data = schema.read_yaml(SETTINGS)
+    if not isinstance(data, dict) or set(data) != {"gpulab"}:
+        raise ConfigError(f"{SETTINGS}: holds one mapping, gpulab:")
+    return {"gpulab": _checked(data["gpulab"], str(SETTINGS))}
+
+
+def _checked(data, source: str):
+    validator = jsonschema.Draft202012Validator(schema.schema("config"))
+    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        err = errors[0]
+        key = ".".join(["gpulab", *map(str, err.absolute_path)])
+        raise ConfigError(f"config {key}: {excerpt(schema.describe(err), 160)} ({source})")
+    return data
+
+
+def layer_problem(cfg) -> str | None:
+    """The first Invoke layer whose ``gpulab:`` section does not fit the schema, as one line; None if all fit.
+
+    ``cfg`` is an invoke Config; each file layer is checked on its own, before
+    Invoke merges them, so that the line names the file."""
+    for attr, known_as in FILE_LAYERS:
+        data = getattr(cfg, f"_{attr}", None)
+        if not isinstance(data, Mapping) or "gpulab" not in data:
+            continue
+        path = getattr(cfg, f"_{attr}_path", None) or known_as
+        try:
+            _checked(plain(data["gpulab"]), str(path))
+        except ConfigError as exc:
+            return exc.message
+    return None
 
 
 def plain(node):
@@ -34,15 +80,8 @@ def plain(node):
 
 
 def check(section) -> dict:
-    """The gpulab section as plain data; ConfigError naming the first key that does not fit the schema."""
-    data = plain(section if section is not None else {})
-    validator = jsonschema.Draft202012Validator(schema.schema("config"))
-    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
-    if errors:
-        err = errors[0]
-        key = ".".join(["gpulab", *map(str, err.absolute_path)])
-        raise ConfigError(f"config {key}: {schema.describe(err)} ({WHERE})")
-    return data
+    """The merged gpulab section as plain data; ConfigError naming the first key that does not fit the schema."""
+    return _checked(plain(section if section is not None else {}), WHERE)
 
 
 def _leaves(node, path=()):
@@ -53,26 +92,53 @@ def _leaves(node, path=()):
         yield path, node
 
 
-def env_problem(section, environ: Mapping[str, str]) -> str | None:
-    """An INVOKE_GPULAB_* variable that names no gpulab setting or cannot take its type; None if all fit."""
-    known = {(ENV_PREFIX + "_".join(("gpulab", *p))).upper(): (p, v) for p, v in _leaves(plain(section or {}))}
+def _set_leaf(doc: dict, path: tuple, value) -> dict:
+    node = doc
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    node[path[-1]] = value
+    return doc
+
+
+def _takes_text(section: dict, path: tuple, value: str) -> bool:
+    """Whether the schema takes ``value`` as text at ``path`` (a count may be a word, a list a comma list)."""
+    probe = _set_leaf({k: v for k, v in section.items()}, path, value) if len(path) == 1 else \
+        _set_leaf(plain(section), path, value)
+    validator = jsonschema.Draft202012Validator(schema.schema("config"))
+    return not any(tuple(map(str, e.absolute_path)) == path for e in validator.iter_errors(probe))
+
+
+def env_section(section, environ: Mapping[str, str]) -> dict:
+    """The INVOKE_GPULAB_* variables as a gpulab section, each value typed by the schema; ConfigError on one that
+    names no setting or does not fit.
+
+    Invoke would cast a variable to the type of the value below it (a user's
+    ``seeds: 3`` would make INVOKE_GPULAB_SEEDS=mlperf a traceback); here a
+    setting the schema takes as text stays text, and the others are cast as
+    Invoke does (whole numbers, numbers, true/false)."""
+    section = plain(section or {})
+    known = {(ENV_PREFIX + "_".join(("gpulab", *p))).upper(): (p, v) for p, v in _leaves(section)}
+    out: dict = {}
     for var in sorted(v for v in environ if v.upper().startswith(ENV_PREFIX + "GPULAB_")):
         if var not in known:
-            return f"{var}: names no gpulab setting (the settings are the keys of invoke.yaml's gpulab section)"
-        path, default = known[var]
+            raise ConfigError(f"{var}: names no gpulab setting (the settings are the keys of lab/data/settings.yml)")
+        path, below = known[var]
         value = environ[var]
         key = ".".join(("gpulab", *path))
-        if isinstance(default, bool) or default is None or isinstance(default, str):
-            continue
-        if isinstance(default, (int, float)):
+        if isinstance(below, bool):
+            typed = value not in ("0", "")
+        elif below is None or isinstance(below, str) or _takes_text(section, path, value):
+            typed = value
+        elif isinstance(below, (int, float)):
             try:
-                type(default)(value)
+                typed = type(below)(value)
             except ValueError:
-                kind = "a whole number" if isinstance(default, int) else "a number"
-                return f"{var}={value!r}: {key} takes {kind}"
+                kind = "a whole number" if isinstance(below, int) else "a number"
+                raise ConfigError(f"{var}={excerpt(repr(value))}: {key} takes {kind}") from None
         else:
-            return f"{var}: {key} is a {type(default).__name__}, which an environment variable cannot set"
-    return None
+            raise ConfigError(f"{var}: {key} is a {type(below).__name__}, which an environment variable cannot set")
+        _set_leaf(out, path, typed)
+    return out
 
 
 def timeout_s(value, what: str = "--timeout") -> float | None:

@@ -47,3 +47,12 @@ class CheckFailed(GpulabError):
 def one_line(exc: BaseException) -> str:
     """The one line a caller reports for ``exc``: a GpulabError's message, else its type and text."""
     return exc.message if isinstance(exc, GpulabError) else f"{type(exc).__name__}: {exc}"
+
+
+EXCERPT = 80
+
+
+def excerpt(text, limit: int = EXCERPT) -> str:
+    """At most ``limit`` characters of ``text`` on one line: an error quotes a value or a file, never all of it."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."

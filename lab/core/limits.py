@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lab.core.errors import ConfigError
+from lab.core.errors import ConfigError, excerpt
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Range:
         return f"{what} from {self.lo:g} to {self.hi:g}" + (f" {self.unit}" if self.unit else "")
 
 
-# --- a sweep's plan (command line, invoke.yaml, sweep.json) --------------------------------------
+# --- a sweep's plan (command line, settings, sweep.json) --------------------------------------
 SEEDS = Range(1, 1000, "seeds")                  # per configuration; MLPerf asks at most 100 (NCF)
 SEED = Range(0, 2**31 - 1)                       # one seed value, as the runner accepts it
 GPUS = Range(1, 64, "GPUs")                      # GPUs of one run on one host
@@ -63,7 +63,7 @@ HASH_BYTES = 64 << 30          # a file hashed (streamed, never held) for SHA256
 
 def number(value, what: str, rng: Range) -> int | float:
     """``value`` (int, float or text) inside ``rng``; ConfigError '<what>: <value> is not ...' otherwise."""
-    bad = ConfigError(f"{what}: {value!r} is not {rng.describe()}")
+    bad = ConfigError(f"{what}: {excerpt(repr(value), 40)} is not {rng.describe()}")
     if isinstance(value, bool) or value is None:
         raise bad
     if isinstance(value, str):

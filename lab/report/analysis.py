@@ -17,6 +17,7 @@ from lab.report import stats
 from lab.report.comparison import compare_runs, seed_tables
 from lab.core.mlperf import Rules, bench_order, default_rules
 from lab.results.collect import Run
+from lab.results.runs import accelerator_kind
 
 
 @dataclass
@@ -77,6 +78,7 @@ def system_rows(runs: list[Run], rules: Rules) -> list[dict]:
             "submitter": first.submitter, "system": first.system, "system_key": first.system_key,
             "submission": first.submission, "device": device, "gpus": gpus, "nodes": first.nodes,
             "framework": first.framework, "accelerator": first.accelerator, "stack": stack,
+            "accelerator_kind": accelerator_kind(device, gpus),
             "round": sc.round,
             "runs": sc.runs, "successes": sc.successes,
             "runs_required": sc.runs_required, "converged_required": sc.converged_required,
@@ -86,6 +88,11 @@ def system_rows(runs: list[Run], rules: Rules) -> list[dict]:
             "compliance": sc.compliance,
             "compliance_runs_checked": len(checked),
             "compliance_runs_failed": sum(1 for r in checked if r.compliance == "FAIL"),
+            "compliance_ruleset": ", ".join(sorted({r.compliance_ruleset for r in group
+                                                    if r.compliance_ruleset})) or None,
+            "compliance_failures": [f"{r.run_name}: {r.compliance_note}" for r in sc.scored
+                                    if r.compliance == "FAIL"],
+            "compliance_waived": list(dict.fromkeys(w for r in group for w in r.compliance_waived)),
             "ttt_mean_minutes": tmean, "ttt_min_minutes": min(all_t) if all_t else None,
             "ttt_max_minutes": max(all_t) if all_t else None, "ttt_std_minutes": tstd,
             "ttt_cv_pct": (100.0 * tstd / tmean) if (tstd is not None and tmean) else None,
@@ -218,6 +225,7 @@ def scaling(systems: list[dict], rules: Rules) -> list[dict]:
             continue
         for s in ss:
             row = {"benchmark": bench, "device": device, "stack": stack, "gpus": s["gpus"],
+                   "accelerator_kind": s["accelerator_kind"],
                    "ttt_minutes": _ttt_of(s), "throughput": s["throughput_mean"],
                    "epochs": s["epochs_mean"], "too_few_runs": s["too_few_runs"],
                    "base_gpus": None, "ideal": None, "speedup": None, "efficiency": None,

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import io
 import json
 import math
 from collections import defaultdict
@@ -37,9 +38,11 @@ from pathlib import Path
 import jinja2
 
 from lab.report.analysis import Analysis, analyse
+from lab.core import writes
 from lab.core.errors import ConfigError
 from lab.core.mlperf import Rules, default_rules
 from lab.results.collect import collect
+from lab.results.runs import accelerator_kind, count_header, count_label
 
 FORMATS = ("html", "md", "json", "csv")
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates"
@@ -92,7 +95,9 @@ def key_findings(an: Analysis) -> list[str]:
     for (bench, device, _), rs in lines.items():
         counts = ", ".join(str(r["gpus"]) for r in rs)
         speedups = ", ".join(f"{r['speedup']:.2f}x" for r in rs)
-        text = f"{bench} on {device}: super-linear speedup at {counts} GPUs ({speedups} over {rs[0]['base_gpus']})"
+        unit = count_header(r["accelerator_kind"] for r in rs)
+        unit = "accelerators" if unit == "Accelerators" else unit
+        text = f"{bench} on {device}: super-linear speedup at {counts} {unit} ({speedups} over {rs[0]['base_gpus']})"
         if all(r["epoch_ratio"] for r in rs):
             base_ep = rs[0]["epochs"] * rs[0]["epoch_ratio"]
             per_epoch = ", ".join(f"{r['per_epoch_speedup']:.2f}x" for r in rs)
@@ -131,7 +136,7 @@ def key_findings(an: Analysis) -> list[str]:
 
 SUMMARY_KEYS = ("benchmark", "submitter", "system", "device", "gpus", "nodes", "framework", "stack",
                 "runs", "successes", "runs_required", "scored_runs", "score_minutes", "too_few_runs",
-                "compliance", "mark")
+                "compliance", "compliance_ruleset", "compliance_failures", "mark")
 
 
 def _clean(v):
@@ -190,8 +195,29 @@ def _env() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
         keep_trailing_newline=True)
     env.filters.update(num=fmt_num, minutes=fmt_minutes, ratio=fmt_ratio, pct=fmt_pct, rng=fmt_range,
-                       md=lambda s: str(s).replace("|", "\\|").replace("\n", " "))
+                       md=lambda s: str(s).replace("|", "\\|").replace("\n", " "), count=count_cell)
+    env.filters["by_reason"] = by_reason
+    env.globals["count_header"] = lambda rows: count_header(
+        accelerator_kind(r["device"], r.get("gpus")) for r in rows)
     return env
+
+
+def by_reason(failures: list[str]) -> list[str]:
+    """A record's ``run: reason`` lines with the runs of one reason on one line, in run order."""
+    runs: dict[str, list[str]] = {}
+    for line in failures:
+        run, _, why = line.partition(": ")
+        runs.setdefault(why, []).append(run)
+    return [f"{', '.join(names)}: {why}" for why, names in runs.items()]
+
+
+def count_cell(row: dict, header: str) -> str:
+    """A row's accelerator count under ``header``: the number where the header names the unit,
+    else the count with its unit (``16 TPU chips``, ``CPU``)."""
+    kind = accelerator_kind(row["device"], row.get("gpus"))
+    if header == "Accelerators" or kind == "CPU":
+        return count_label(kind, row.get("gpus"))
+    return "?" if row.get("gpus") is None else f"{row['gpus']:,}"
 
 
 CSV_TABLES = {
@@ -202,17 +228,36 @@ CSV_TABLES = {
 }
 
 
+def _check_outputs(out_dir: Path, formats) -> None:
+    """Every place the report will write, checked before anything is read or written (no links, no non-files)."""
+    files = [name for fmt, name in (("json", "summary.json"), ("html", "report.html"), ("md", "report.md"))
+             if fmt in formats]
+    folders = []
+    if "csv" in formats:
+        folders.append("tables")
+        files += [f"tables/{name}" for name in CSV_TABLES]
+    if "html" in formats or "md" in formats:
+        folders.append("figures")
+    writes.check(out_dir, files=[], folders=folders, what="report")
+    for name in files:
+        writes.check_file(out_dir / name, "report")
+    if "figures" in folders and (out_dir / "figures").is_dir():
+        for old in (out_dir / "figures").glob("fig*.png"):
+            writes.check_file(old, "report")
+
+
 def _write_csv(path: Path, rows: list[dict]):
     cols: list[str] = []
     for r in rows:
         for k in r:
             if k not in cols:
                 cols.append(k)
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=cols or ["empty"])
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("; ".join(map(str, v)) if isinstance(v, list) else v) for k, v in r.items()})
+    fh = io.StringIO(newline="")
+    w = csv.DictWriter(fh, fieldnames=cols or ["empty"])
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("; ".join(map(str, v)) if isinstance(v, list) else v) for k, v in r.items()})
+    writes.write_text(path, fh.getvalue(), "report")
 
 
 def _title(systems: list[dict], rules: Rules) -> str:
@@ -220,6 +265,19 @@ def _title(systems: list[dict], rules: Rules) -> str:
     names = sorted({f"MLPerf Training {s['round']} results" if s["round"] in rules.rounds else rules.ruleset
                     for s in systems})
     return ", ".join(names) or rules.ruleset
+
+
+def compliance_meta(runs) -> dict:
+    """Which checker judged the runs and by which rulesets; gpulab's exceptions where its runs are in."""
+    from lab.results import compliance
+    used = sorted({r.compliance_ruleset for r in runs if r.compliance_ruleset})
+    out = {"checker": compliance.checker_version(), "rulesets": used, "gpulab": None}
+    if any(r.compliance_ruleset == compliance.gpulab_rules().name for r in runs):
+        g = compliance.gpulab_rules()
+        out["gpulab"] = {"ruleset": g.name, "source": g.source,
+                         "exceptions": [{"benchmarks": list(w.benchmarks), "rules": list(w.rules), "why": w.why}
+                                        for w in g.waivers]}
+    return out
 
 
 def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules | None = None) -> ReportResult:
@@ -232,8 +290,7 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
     if not paths:
         raise ConfigError("report: no input path given")
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"{out_dir}: exists and is not a folder")
+    _check_outputs(out_dir, formats)
     rules = rules or default_rules()
     coll = collect(paths, rules)
     other = collect([Path(compare)], rules) if compare is not None else None
@@ -241,10 +298,7 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
     result = ReportResult(skipped=[(s.source, s.reason) for s in coll.skipped])
     result.summary = [_clean({k: s[k] for k in (*SUMMARY_KEYS, *[k for k in s if k not in SUMMARY_KEYS])})
                       for s in an.systems]
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"{out_dir}: cannot create the report folder ({exc.strerror or exc})") from None
+    writes.folder(out_dir, "report folder")
     tables = {
         "systems": an.systems, "runs": [r.row() for r in an.runs], "ratios": an.ratios,
         "ratio_ranges": an.ratio_ranges, "scaling": an.scaling, "seeds": an.seeds,
@@ -266,19 +320,20 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
                        for n, b in rules.benchmarks.items()},
         "n_runs": len(an.runs), "n_success": sum(1 for r in an.runs if r.success),
         "n_skipped": len(tables["skipped"]),
+        "compliance": compliance_meta(an.runs),
     }
     if "json" in formats:
         doc = _clean({"schema": SUMMARY_SCHEMA, **{k: meta[k] for k in (
-            "generated", "inputs", "compare", "ruleset", "n_runs", "n_success", "n_skipped")},
+            "generated", "inputs", "compare", "ruleset", "compliance", "n_runs", "n_success", "n_skipped")},
             "records": result.summary, "ratios": an.ratios, "ratio_ranges": an.ratio_ranges,
             "scaling": an.scaling, "seed_effects": an.seed_effects, "energy": an.energy,
             "compare": an.compare, "skipped": tables["skipped"]})
         path = out_dir / "summary.json"
-        path.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        writes.write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n", "report")
         result.files.append(path)
     if "csv" in formats:
         tdir = out_dir / "tables"
-        tdir.mkdir(exist_ok=True)
+        writes.folder(tdir, "report")
         for name, key in CSV_TABLES.items():
             if key == "compare" and an.compare is None:
                 continue
@@ -288,9 +343,9 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
     if "html" in formats or "md" in formats:
         from lab.report import figures
         fdir = out_dir / "figures"
-        fdir.mkdir(exist_ok=True)
+        writes.folder(fdir, "report")
         for old in fdir.glob("fig*.png"):
-            old.unlink()
+            old.unlink()   # a link is removed, never followed
         figs = figures.draw_all(an, rules, fdir)
         result.files.extend(f["path"] for f in figs)
         env = _env()
@@ -300,10 +355,10 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
             for f in figs:
                 f["data_uri"] = "data:image/png;base64," + base64.b64encode(f["path"].read_bytes()).decode()
             path = out_dir / "report.html"
-            path.write_text(env.get_template("report.html.j2").render(**ctx), encoding="utf-8")
+            writes.write_text(path, env.get_template("report.html.j2").render(**ctx), "report")
             result.files.append(path)
         if "md" in formats:
             path = out_dir / "report.md"
-            path.write_text(env.get_template("report.md.j2").render(**ctx), encoding="utf-8")
+            writes.write_text(path, env.get_template("report.md.j2").render(**ctx), "report")
             result.files.append(path)
     return result

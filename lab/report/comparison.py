@@ -76,7 +76,7 @@ def seed_tables(runs: list[Run], rules: Rules) -> tuple[list[dict], list[dict]]:
             by_dev[name].setdefault(r.gpus, []).append(r.epochs)
         parts = []
         for dev in sorted(by_dev):
-            cells = ", ".join(f"{g if g is not None else '?'}: " + "/".join(f"{e:g}" for e in es)
+            cells = ", ".join(("" if g == 0 else f"{g if g is not None else '?'}: ") + "/".join(f"{e:g}" for e in es)
                               for g, es in sorted(by_dev[dev].items(), key=lambda kv: kv[0] or 0))
             parts.append(f"{dev} ({cells})")
         effects.append({

@@ -4,11 +4,13 @@ Figure 1: time to train (MLPerf score) by benchmark x GPU count x device.
 Figure 2: throughput by GPU count.
 Figure 3: scaling curves (speedup against GPU count, ideal line, super-linear
 points ringed and labelled with their epochs to converge).
+Counts are named for what they count (GPUs, TPU chips; a CPU run is "CPU").
 Figure 4: performance per watt, where telemetry exists.
 """
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
@@ -21,7 +23,9 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from lab.report import systemfigs  # noqa: E402
+from lab.core import writes  # noqa: E402
 from lab.core.mlperf import bench_order  # noqa: E402
+from lab.results.runs import count_header, count_label, count_noun  # noqa: E402
 
 PALETTE = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860",
            "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"]
@@ -60,7 +64,9 @@ def _new_figure(n_panels, title, legend_labels=()):
 
 
 def _save(fig, path: Path):
-    fig.savefig(path, format="png", dpi=DPI)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    writes.write_bytes(path, buf.getvalue(), "report")
 
 
 def _bars(systems, value_key, benches, title, ylabel, path, colors, name_of, label_fmt):
@@ -85,7 +91,11 @@ def _bars(systems, value_key, benches, title, ylabel, path, colors, name_of, lab
                 ax.annotate(label_fmt(s[value_key]), (x, s[value_key]), ha="center", va="bottom",
                             fontsize=7, xytext=(0, 1), textcoords="offset points")
                 used.add(name)
-        ax.set_xticks(range(len(counts)), [f"{c} GPU" if c == 1 else f"{c} GPUs" for c in counts])
+        kinds = {s["accelerator_kind"] for s in rows}
+        ax.set_xticks(range(len(counts)), [count_label(next(iter(kinds)), c) if len(kinds) == 1 else str(c)
+                                           for c in counts])
+        if len(kinds) > 1:
+            ax.set_xlabel(count_header(kinds), fontsize=8)
         ax.set_title(bench, fontsize=10)
         ax.set_ylabel(ylabel(bench) if callable(ylabel) else ylabel, fontsize=8)
         ax.tick_params(labelsize=8)
@@ -112,6 +122,7 @@ def draw_all(an, rules, fdir: Path) -> list[dict]:
     names = sorted({name_of(s) for s in systems})
     colors = {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
     units = {s["benchmark"]: s["sample_unit"] for s in systems}
+    noun = count_noun(s["accelerator_kind"] for s in systems)
     out = []
 
     def bar_figure(name: str, file: str, key: str, benches: list, title: str, ylabel, short: str, caption: str):
@@ -145,14 +156,14 @@ def draw_all(an, rules, fdir: Path) -> list[dict]:
                                        if s["score_minutes"] and s["gpus"] is not None])
     if benches:
         bar_figure("fig1", "fig1_time_to_train.png", "score_minutes", benches,
-                   "Figure 1. Time to train (MLPerf score, minutes) by GPU count and device", "minutes",
+                   f"Figure 1. Time to train (MLPerf score, minutes) by {noun} count and device", "minutes",
                    "Figure 1. Time to train", "MLPerf score in minutes (mean without the fastest and slowest run) "
-                   "per benchmark, GPU count and device. Hatched: too few runs.")
+                   f"per benchmark, {noun} count and device. Hatched: too few runs.")
     benches = [] if any(s.get("system_key") for s in systems) else bench_order(
         rules, [s["benchmark"] for s in systems if s["throughput_mean"] and s["gpus"] is not None])
     if benches:
         bar_figure("fig2", "fig2_throughput.png", "throughput_mean", benches,
-                   "Figure 2. Training throughput by GPU count and device",
+                   f"Figure 2. Training throughput by {noun} count and device",
                    lambda b: f"{units.get(b, 'samples')}/s", "Figure 2. Throughput",
                    "Mean training throughput of the runs (samples per second; "
                    "the unit of each benchmark on its axis).")
@@ -163,7 +174,8 @@ def draw_all(an, rules, fdir: Path) -> list[dict]:
     benches = bench_order(rules, [k[0] for k in lines])
     if benches:
         path = fdir / "fig3_scaling.png"
-        fig, axes = _new_figure(len(benches), "Figure 3. Scaling: speedup against GPU count",
+        snoun = count_noun(r["accelerator_kind"] for r in an.scaling)
+        fig, axes = _new_figure(len(benches), f"Figure 3. Scaling: speedup against {snoun} count",
                                 sorted({k[1] for k in lines}) + ["time to train", "throughput", "ideal",
                                                                  "super-linear"])
         for ax, bench in zip(axes, benches):
@@ -206,7 +218,8 @@ def draw_all(an, rules, fdir: Path) -> list[dict]:
             else:
                 ax.set_xticks(ticks)
             ax.set_title(bench, fontsize=10)
-            ax.set_xlabel("GPUs", fontsize=8)
+            ax.set_xlabel(count_header(r["accelerator_kind"] for r in an.scaling if r["benchmark"] == bench),
+                          fontsize=8)
             ax.set_ylabel("speedup (x)", fontsize=8)
             ax.tick_params(labelsize=8)
             if ax.get_yscale() == "log":
@@ -225,7 +238,7 @@ def draw_all(an, rules, fdir: Path) -> list[dict]:
                    ncol=systemfigs.legend_columns(fig.get_figwidth(), [h.get_label() for h in handles]))
         _save(fig, path)
         out.append({"name": "fig3", "path": path, "title": "Figure 3. Scaling", "panels": list(benches),
-                    "caption": "Speedup over the smallest GPU count of each device: time to train "
+                    "caption": f"Speedup over the smallest {snoun} count of each device: time to train "
                                "(solid) and throughput (dashed). Ringed: super-linear, labelled with "
                                "the epochs to converge behind it."})
     benches = bench_order(rules, [s["benchmark"] for s in systems if s["perf_per_watt"] and s["gpus"] is not None])

@@ -11,12 +11,15 @@ A benchmark without a value gets no panel, a figure without one is not drawn.
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+
+from lab.core import writes
 
 DPI = 96
 BAR_IN = 0.24          # inches per bar
@@ -91,5 +94,7 @@ def draw(systems, value_key, benches, title, unit_of, path: Path, colors, fmt) -
     fig.legend(handles=handles, loc="lower center", ncol=legend_columns(width, [h.get_label() for h in handles]),
                fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=12)
-    fig.savefig(path, format="png", dpi=DPI)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    writes.write_bytes(path, buf.getvalue(), "report")
     return [b for b, _ in panels]

@@ -4,24 +4,36 @@ Which ruleset
 -------------
 v0.6 logs (``:::MLL``)        training 0.6.0 (MiniGo by its own minigo.yaml, as
                               the 0.6.0 common rules say).
-MLLOG logs (gpulab's runner,  training 0.7.0: the oldest MLLOG ruleset, the one
-v0.7 on)                      gpulab's runner writes its logs for.
+MLLOG logs (v0.7 on)          training 0.7.0, the oldest MLLOG ruleset.
+gpulab's own logs (run        gpulab's ruleset (lab/data/compliance.yml): training
+directories; MLLOG whose      0.7.0, the one gpulab's runner writes its logs for,
+submission_org is gpulab)     with the rules the v0.5 recipe cannot meet waived
+                              (runner/README.md); the waivers a log needed are
+                              listed with its verdict.
 v0.5 logs (``:::MLPv0.5.0``)  none: mlperf-logging has no v0.5 ruleset (its
                               earliest is 0.6.0, and the 2018 mlperf_compliance
                               package ships no checker), so they are "not checked".
-A benchmark that the ruleset does not list (NCF after v0.5) is not checked.
+A benchmark that the ruleset does not list (NCF after v0.5) is not checked,
+unless gpulab's exceptions name it.
 
 The checker runs in this process on the lines given (it never opens the file
 and writes no compliance_checker.log); its log output is silenced. The verdict
-is "PASS" or "FAIL" with the checker's first message, or None with the reason
-it was not checked.
+is "PASS" or "FAIL", each failing rule in one short line (lab.results.checkmsg), or
+None with the reason it was not checked.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import logging
+import os
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from lab.results import checkmsg
 
 RULESETS = {"v0.6": "0.6.0", "mllog": "0.7.0", "rundir": "0.7.0"}
 _LISTED = {
@@ -29,44 +41,109 @@ _LISTED = {
     "0.7.0": ("resnet", "ssd", "maskrcnn", "gnmt", "transformer", "minigo", "dlrm", "bert"),
 }
 _NONE_FOR = {"v0.5": "mlperf-logging has no v0.5 ruleset (its earliest is 0.6.0)"}
+DATA = Path(__file__).resolve().parents[1] / "data" / "compliance.yml"
 
 
 @dataclass(frozen=True)
 class Verdict:
     status: str | None      # "PASS", "FAIL" or None (not checked)
-    note: str
-    ruleset: str | None = None
+    note: str               # FAIL: the run's failing rules in one short line; else the ruleset or why none
+    ruleset: str | None = None          # "training 0.6.0", "training 0.7.0 + gpulab exceptions"
+    failures: tuple[str, ...] = ()      # one short line per failing rule
+    waived: tuple[str, ...] = ()        # gpulab's exceptions the log needed: "why (waived: rules)"
 
 
-def ruleset_for(fmt: str, benchmark: str | None) -> tuple[str | None, str]:
-    """(ruleset, why none)."""
+@dataclass(frozen=True)
+class Waiver:
+    benchmarks: tuple[str, ...]
+    rules: tuple[str, ...]
+    why: str
+
+    def covers(self, benchmark: str | None, failure: checkmsg.Failure) -> bool:
+        if benchmark not in self.benchmarks:
+            return False
+        for rule in self.rules:
+            file, _, key = rule.partition(" ")
+            if fnmatch.fnmatchcase(failure.file, file) and (not key or key == failure.key):
+                return True
+        return False
+
+
+@dataclass(frozen=True)
+class GpulabRules:
+    """gpulab's own logs' ruleset (lab/data/compliance.yml)."""
+    ruleset: str
+    source: str
+    waivers: tuple[Waiver, ...]
+
+    @property
+    def name(self) -> str:
+        return f"training {self.ruleset} + gpulab exceptions"
+
+    def benchmarks(self) -> set[str]:
+        return {b for w in self.waivers for b in w.benchmarks}
+
+
+@lru_cache(maxsize=1)
+def gpulab_rules() -> GpulabRules:
+    from lab.core.schema import load_yaml
+    doc = load_yaml(DATA, "compliance")
+    return GpulabRules(doc["ruleset"], doc["source"], tuple(
+        Waiver(tuple(e["benchmarks"]), tuple(e["rules"]), e["why"]) for e in doc["exceptions"]))
+
+
+def checker_version() -> str:
+    """``mlperf-logging <version>``: the checker that judged."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return f"mlperf-logging {version('mlperf-logging')}"
+    except PackageNotFoundError:    # pragma: no cover - a dependency of the project
+        return "mlperf-logging (version unknown)"
+
+
+_GPULAB_ORG = re.compile(r'"key":\s*"submission_org",\s*"value":\s*"gpulab"')
+
+
+def gpulab_log(text: str, fmt: str) -> bool:
+    """Written by gpulab's runner: a run directory, or an MLLOG file whose submission_org is gpulab."""
+    return fmt == "rundir" or (fmt == "mllog" and _GPULAB_ORG.search(text[:20000]) is not None)
+
+
+def ruleset_for(fmt: str, benchmark: str | None, gpulab: bool = False) -> tuple[str | None, str]:
+    """(ruleset, why none); ``gpulab``: the log is gpulab's own (lab/data/compliance.yml)."""
     if fmt in _NONE_FOR:
         return None, _NONE_FOR[fmt]
     ruleset = RULESETS.get(fmt)
     if ruleset is None:
         return None, f"no compliance ruleset for {fmt} logs"
-    if benchmark not in _LISTED[ruleset]:
+    if gpulab:
+        ruleset = gpulab_rules().ruleset
+        if benchmark in gpulab_rules().benchmarks():
+            return ruleset, ""
+    if benchmark not in _LISTED.get(ruleset, ()):
         return None, f"mlperf-logging's training {ruleset} ruleset has no {benchmark or 'unnamed'} rules"
     return ruleset, ""
 
 
 def check(text: str, fmt: str, benchmark: str | None) -> Verdict:
     """Run the checker of ``fmt``'s ruleset on ``text`` (the whole log)."""
-    ruleset, why = ruleset_for(fmt, benchmark)
+    gpulab = gpulab_log(text, fmt)
+    ruleset, why = ruleset_for(fmt, benchmark, gpulab)
     if ruleset is None:
         return Verdict(None, why)
-    lines = text.splitlines()
     try:
-        from mlperf_logging.compliance_checker import mlp_compliance
-        from mlperf_logging.compliance_checker.mlp_parser import ruleset_060, ruleset_070
+        from mlperf_logging.compliance_checker import mlp_compliance, mlp_parser
     except ImportError as exc:      # pragma: no cover - a dependency of the project
         return Verdict(None, f"mlperf-logging not importable ({exc})")
-    parser = ruleset_060 if ruleset == "0.6.0" else ruleset_070
+    parser = getattr(mlp_parser, "ruleset_" + ruleset.replace(".", ""), None)
+    if parser is None or not (Path(mlp_compliance.__file__).parent / f"training_{ruleset}").is_dir():
+        return Verdict(None, f"{checker_version()} has no training {ruleset} ruleset")
     config = f"training_{ruleset}/" + ("minigo.yaml" if benchmark == "minigo" and ruleset == "0.6.0"
                                        else "common.yaml")
     checker = mlp_compliance.make_checker("training", ruleset, quiet=True, werror=False)
+    raised_in = _record_rule_files(checker)
     with _quiet(), _rules_read_once(mlp_compliance):
-        loglines, errors = parser.parse_generator(iter(lines))
+        loglines, errors = parser.parse_generator(iter(text.splitlines()))
         if errors:
             checker.put_message(f"{len(errors)} log line(s) the checker cannot parse, first: "
                                 f"{errors[0][0][:120]!r}")
@@ -78,11 +155,46 @@ def check(text: str, fmt: str, benchmark: str | None) -> Verdict:
         finally:
             del mlp_compliance.enqueued_configs[:]
     messages = [*checker.overwritable.values(), *checker.not_overwritable]
-    if not messages:
-        return Verdict("PASS", f"training {ruleset}", ruleset)
-    first = " ".join(str(messages[0]).split())[:200]
-    more = f" (+{len(messages) - 1} more)" if len(messages) > 1 else ""
-    return Verdict("FAIL", f"training {ruleset}: {first}{more}", ruleset)
+    failures = [checkmsg.failure(m, raised_in.get(id(m))) for m in messages]
+    name = f"training {ruleset}"
+    waived = []
+    if gpulab:
+        rules = gpulab_rules()
+        name = rules.name
+        kept, used = [], {}
+        for f in failures:
+            waiver = next((w for w in rules.waivers if w.covers(benchmark, f)), None)
+            if waiver is None:
+                kept.append(f)
+            else:
+                used.setdefault(waiver.why, []).append(f.rule)
+        failures = kept
+        waived = [f"{why} (waived: {', '.join(dict.fromkeys(names))})" for why, names in used.items()]
+    if not failures:
+        return Verdict("PASS", name, name, waived=tuple(waived))
+    lines = tuple(f.line() for f in failures)
+    return Verdict("FAIL", checkmsg.summary(failures), name, lines, tuple(waived))
+
+
+def _record_rule_files(checker) -> dict[int, str]:
+    """Which rule file each of ``checker``'s messages was raised in: the checker keeps only
+    the text, so its ``put_message`` and ``configured_checks`` are wrapped on this instance.
+    A rule file the ruleset lacks (the checker says so, then cannot open it) is skipped."""
+    raised_in: dict[int, str] = {}
+    current = [""]
+    put, configured = checker.put_message, checker.configured_checks
+
+    def put_message(msg, key=None):
+        raised_in[id(msg)] = current[0]
+        put(msg, key)
+
+    def configured_checks(loglines, config_file):
+        current[0] = os.path.basename(config_file)
+        if os.path.exists(config_file):
+            configured(loglines, config_file)
+
+    checker.put_message, checker.configured_checks = put_message, configured_checks
+    return raised_in
 
 
 class _RuleFiles:

@@ -106,8 +106,8 @@ def read_plain(ctx, path: Path, root: Path, text: str, explicit: bool):
             facts_from=base["facts_from"], notes=notes,
             submitter=base["submitter"], system_name=base["system_name"], system_key=base["system_key"],
             submission=base["submission"], nodes=base["nodes"], framework=base["framework"],
-            accelerator=base["accelerator"], order=(natural(rel), f.run_in_file), clock=f.clock,
-            compliance=verdict.status, compliance_note=verdict.note))
+            accelerator=base["accelerator"], order=(natural(rel), f.run_in_file), clock=f.clock))
+        ctx.runs[-1].judged(verdict)
 
 
 def _system(ctx, path: Path, root: Path, facts: LogFacts, folders: list[str], tree) -> dict:

@@ -263,7 +263,7 @@ def _read_rundir(ctx, rundir: Path):
               facts_from=", ".join(f"{k}: {v}" for k, v in sources.items()), notes=notes)
     if text is not None and log_facts:
         verdict = compliance.check(text, "rundir", bench)
-        run.compliance, run.compliance_note = verdict.status, verdict.note
+        run.judged(verdict)
     else:
         run.compliance_note = "not checked: no readable mllog.log"
     if log_facts:

@@ -55,7 +55,21 @@ class Run:
     order: tuple = ()             # position among its system's runs (file order, run in file)
     clock: str = ""
     compliance: str | None = None  # "PASS", "FAIL" or None (not checked: see compliance_note)
-    compliance_note: str = ""
+    compliance_note: str = ""      # FAIL: the failing rules in one short line; else the ruleset or why none
+    compliance_ruleset: str | None = None
+    compliance_failures: list[str] = field(default_factory=list)  # one short line per failing rule
+    compliance_waived: list[str] = field(default_factory=list)    # gpulab's exceptions this log used
+
+    def judged(self, verdict) -> None:
+        """Take a compliance verdict (lab.compliance.Verdict)."""
+        self.compliance, self.compliance_note = verdict.status, verdict.note
+        self.compliance_ruleset = verdict.ruleset
+        self.compliance_failures, self.compliance_waived = list(verdict.failures), list(verdict.waived)
+
+    @property
+    def run_name(self) -> str:
+        """The run as a reader finds it: its log file (``#runN`` within a file) or run directory."""
+        return self.source.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
 
     @property
     def bench_label(self) -> str:
@@ -101,9 +115,45 @@ class Run:
         return d
 
 
+_UNITS = {"GPU": ("GPU", "GPUs"), "TPU": ("TPU chip", "TPU chips")}
+
+
+def accelerator_kind(device: str | None, count: int | None = None) -> str:
+    """What a run's accelerator count counts: "GPU", "TPU" (chips) or "CPU" (none)."""
+    d = str(device or "").strip().lower()
+    if d == "cpu" or count == 0:
+        return "CPU"
+    return "TPU" if "tpu" in d else "GPU"
+
+
+def count_label(kind: str, n: int | None) -> str:
+    """``8 GPUs``, ``1 TPU chip``, ``CPU``."""
+    if kind == "CPU":
+        return "CPU"
+    one, many = _UNITS[kind]
+    return f"? {many}" if n is None else f"{n:,} {one if n == 1 else many}"
+
+
+def count_header(kinds) -> str:
+    """A column or axis of counts of these kinds: "GPUs", "TPU chips", else "Accelerators"."""
+    kinds = set(kinds)
+    if len(kinds) == 1 and kinds <= set(_UNITS):
+        return _UNITS[kinds.pop()][1]
+    return "Accelerators"
+
+
+def count_noun(kinds) -> str:
+    """The thing counted, in running text: "GPU", "TPU chip", else "accelerator"."""
+    kinds = set(kinds)
+    return _UNITS[kinds.pop()][0] if len(kinds) == 1 and kinds <= set(_UNITS) else "accelerator"
+
+
 def system_label(device: str, gpus: int | None, stack: str) -> str:
-    count = "?" if gpus is None else str(gpus)
-    label = f"{count}x {device}"
+    """``4x T4 / <stack>``; a CPU run is ``CPU / <stack>``."""
+    if accelerator_kind(device, gpus) == "CPU":
+        label = "CPU" if str(device or "").lower() in ("cpu", "unknown", "") else f"CPU ({device})"
+    else:
+        label = f"{'?' if gpus is None else gpus}x {device}"
     if stack and stack != "unknown":
         label += f" / {stack}"
     return label

@@ -22,7 +22,7 @@ from lab.sweep.plan import PlannedRun
 
 @dataclass
 class Settings:
-    """How a sweep treats its hosts (invoke.yaml gpulab.sweep.*)."""
+    """How a sweep treats its hosts (gpulab.sweep.*, lab/data/settings.yml)."""
 
     timeout_s: float | None = 3600.0   # a run's time limit (--max-minutes for the runner); None: per run
                                        # from its estimate (lab.sweep.study.time_limit_minutes)

@@ -74,6 +74,10 @@ class PlannedRun:
 def parse_list(value: str | Iterable[str] | None, what: str) -> list[str]:
     if value is None:
         return []
+    if isinstance(value, int) and not isinstance(value, bool):   # `gpus: 2` in a YAML file
+        value = str(value)
+    if not isinstance(value, (str, list, tuple)):
+        raise ConfigError(f"--{what}: {value!r} is not a comma list")
     items = value.split(",") if isinstance(value, str) else list(value)
     items = [str(i).strip() for i in items if str(i).strip()]
     if not items:
@@ -91,7 +95,7 @@ def host_gpu_count(host: Host, topology: dict | None = None) -> int | None:
 def parse_gpu_counts(value: str | None, host: Host, topology: dict | None = None) -> list[int]:
     """'1,2,3' -> those counts; 'all' (default) -> every count 1..N; a host without GPUs runs count 0."""
     count = host_gpu_count(host, topology)
-    if value in (None, "", "all"):
+    if value is None or value == "all":
         if count is None:
             return [-1]
         return list(range(1, count + 1)) if count else [0]

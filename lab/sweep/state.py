@@ -6,12 +6,12 @@ carries over when the same sweep is opened again.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.core import bounded
+from lab.core import writes
 from lab.results import checksums
 from lab.hosts import remote as rmt
 from lab.hosts import runnerdist
@@ -58,10 +58,8 @@ class Sweep:
             doc = {"schema": SCHEMA, "name": self.name, "created": self.created, "updated": utcnow(),
                    "controller": controller, "options": self.options, "hosts": self.hosts,
                    "runs": [r.to_json() for r in self.runs]}
-            self.root.mkdir(parents=True, exist_ok=True)
-            tmp = self.root / f".sweep.json.{os.getpid()}.tmp"
-            tmp.write_text(json.dumps(doc, indent=1) + "\n")
-            os.replace(tmp, self.state_file)
+            writes.folder(self.root, "sweep folder")
+            writes.write_text(self.state_file, json.dumps(doc, indent=1) + "\n", "sweep state")
 
     @classmethod
     def load(cls, root: Path) -> "Sweep":

@@ -1,5 +1,7 @@
-"""Hardware validation: the checks (``gpuchecks``, ``hostchecks``), GPU references (``gpurefs``),
-verdict words, records and rendering (``verdict``).
+"""Hardware validation: the checks (``gpuchecks``, ``hostchecks``, ``linkchecks``: NVLink, PCIe
+replays, AER; ``toolchecks``: nccl-tests and nvbandwidth beside gpulab's figures), GPU
+references (``gpurefs``), verdict words, records and rendering (``verdict``), the action of
+every failing check (``actions``, lab/data/actions.yml).
 
 Entry point: ``fleet.validate_fleet`` (invoke validate).
 May import: lab.core, lab.hosts.

@@ -42,10 +42,14 @@ from typing import Any, Callable, Iterable
 
 from lab.core import paths
 from lab.core import schema
+from lab.core import writes
 from lab.core.errors import CheckFailed, ConfigError, GpulabError, HostError, RunError
 from lab.validate.gpuchecks import (_burnin_failures, _fleet_checks, _gpu_checks, _host_metric_checks, _xid_checks,
                            fleet_medians, split_snapshot)
+from lab.validate.actions import attach_actions, load_actions
 from lab.validate.hostchecks import _count_checks, _stack_checks, installed_version
+from lab.validate.linkchecks import guarded, link_window
+from lab.validate.toolchecks import beside, gpu_figures, gpu_tool_checks, host_figures, host_tool_checks
 from lab.validate.gpurefs import REFERENCES, dump_references, load_references, model_key, model_label  # noqa: F401
 from lab.validate.verdict import (FAIL, GPU_METRICS, HOST_METRICS, NO_GPU, PASS, UNITS, WARN, Verdicts,  # noqa: F401
                          _host_field, check, judge_metric, ref_range, render_html, summary_text, worst,
@@ -91,8 +95,9 @@ def _host_record(name: str, host, checks: list[dict], gpus: dict) -> dict:
 
 
 def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], references: dict,
-             stacks: dict | None = None, *, level: str | None = None) -> Verdicts:
-    """Verdicts for every host of ``inventory_hosts`` (and any extra host in ``snapshots``)."""
+             stacks: dict | None = None, *, level: str | None = None, actions: dict | None = None) -> Verdicts:
+    """Verdicts for every host of ``inventory_hosts`` (and any extra host in ``snapshots``);
+    each WARN and FAIL with its action from ``actions`` (default: lab/data/actions.yml)."""
     hosts = {(_host_field(h, "name")): h for h in inventory_hosts}
     names = list(hosts) + [n for n in snapshots if n not in hosts]
     # first pass: per GPU model and burn-in entry (for the fleet medians)
@@ -143,6 +148,7 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
                 if burnin.get("outcome") == "failed":
                     checks += _burnin_failures(burnin, None)
                 checks += _host_metric_checks(burnin, probe, references)
+                checks += guarded("standard tools", host_tool_checks, burnin, probe, references)
             for g in probe["gpus"]:
                 idx = g.get("index")
                 if "error" in g:
@@ -152,16 +158,22 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
                     continue
                 model = model_key(g.get("name"), references)
                 bg = ((burnin or {}).get("gpus") or {}).get(str(idx))
-                gc = _gpu_checks(g, bg, host, references, model, xid)
+                gc = _gpu_checks(g, bg, host, references, model, xid, link_window(probe, burnin, idx),
+                                 len(probe["gpus"]))
                 if burnin is not None:
                     gc += _burnin_failures(burnin, idx)
                 gc += _fleet_checks(model, bg, medians, references)
+                gc += guarded("nvbandwidth", gpu_tool_checks, burnin, idx, references["models"].get(model) if model else None)
                 gpus[str(idx)] = {"index": idx, "name": g.get("name"), "uuid": g.get("uuid"), "serial": g.get("serial"),
                                   "pci_bus_id": g.get("pci_bus_id"), "model": model,
                                   "verdict": worst(c["verdict"] for c in gc), "checks": gc}
         rec = _host_record(name, host, checks, gpus)
         rec["level"] = (burnin or {}).get("level") if isinstance(burnin, dict) else None
         rec["collected_at"] = (probe or {}).get("collected_at") if isinstance(probe, dict) else None
+        try:
+            rec["beside"] = beside(burnin) if isinstance(burnin, dict) else []
+        except (TypeError, KeyError, AttributeError, ValueError):
+            rec["beside"] = []  # malformed tool figures: host_tool_checks says so
         out_hosts[name] = rec
 
     summary = {v: sum(1 for h in out_hosts.values() if h["verdict"] == v) for v in (PASS, WARN, FAIL)}
@@ -175,6 +187,7 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
         "hosts": out_hosts,
         "fleet": medians,
     }
+    attach_actions(data, actions if actions is not None else load_actions())
     return Verdicts(data)
 
 
@@ -231,7 +244,9 @@ def build_references(snapshots: dict[str, Any], references: dict, *, hosts: Iter
             pw = (bg.get("load") or {}).get("power_w_max")
             if pw is not None:
                 values.setdefault(model, {}).setdefault("load_power_w", []).append(float(pw))
-        hm = burnin.get("host_metrics") or {}
+            for metric, v in gpu_figures(burnin, g["index"]).items():
+                values.setdefault(model, {}).setdefault(metric, []).append(v)
+        hm = {**(burnin.get("host_metrics") or {}), **host_figures(burnin, probe)}
         models = {model_key(g.get("name"), references) or model_label(g.get("name"))
                   for g in probe["gpus"] if "error" not in g}
         if len(models) == 1:
@@ -339,6 +354,7 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
     refs_path = Path(references) if references else REFERENCES
     refs = load_references(refs_path)
     paths.folder(out_dir, "--out")             # every input is checked before the burn-in starts
+    writes.check_folder(out_dir, "--out")
     if stacks is None and not baseline:
         stacks = stacks_for(hosts, inventory, stacks_dir)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -347,9 +363,9 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
     snapshots = rem.on_hosts(hosts, lambda h: gather(h, level, stamp, out))
     if baseline:
         data = build_references(snapshots, refs, hosts=[h.name for h in hosts], note=f"level {level}")
-        out.mkdir(parents=True, exist_ok=True)
         path = out / "references-baseline.yml"
-        path.write_text(dump_references(data))
+        writes.folder(out, "--out")
+        writes.write_text(path, dump_references(data), "--out")
         echo(f"wrote {path} (from {len(hosts)} host(s); review it, then copy it over {refs_path})")
         return Verdicts({"hosts": {}, "verdict": PASS}, files=[path])
     verdicts = evaluate(snapshots, hosts, refs, stacks, level=level)

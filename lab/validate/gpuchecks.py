@@ -15,6 +15,7 @@ from typing import Any
 from lab.validate.verdict import (FAIL, HOST_METRICS, PASS, UNITS, WARN, _fmt, _host_field, _pct, _range_text, check,
                          judge_metric)
 from lab.validate.gpurefs import model_key, model_label
+from lab.validate.linkchecks import LinkWindow, interconnect_checks
 
 
 # --------------------------------------------------------------------------- snapshot access
@@ -63,6 +64,8 @@ class GpuFacts:
     refs: dict
     model: str | None
     xid: dict | None
+    window: LinkWindow | None = None
+    gpus_on_host: int = 1
 
     def unpack(self):
         c = self.refs["checks"]
@@ -129,6 +132,11 @@ def _pcie_checks(g: GpuFacts) -> list[dict]:
             note = f" (Gen{gen_cur} at idle: power saving)" if gen_cur is not None and gen_load is None and gen_cur < want["gen"] else ""
             out.append(check("PCIe link", PASS, measured, exp, f"Gen{g} x{width}{note}"))
     return out
+
+
+def _link_checks(g: GpuFacts) -> list[dict]:
+    """NVLink links and errors, PCIe replays and AER (lab.validate.linkchecks)."""
+    return interconnect_checks(g.gpu, g.host, g.refs, g.model, g.window, g.gpus_on_host)
 
 
 def _ecc_checks(g: GpuFacts) -> list[dict]:
@@ -292,13 +300,14 @@ def _metric_checks(g: GpuFacts) -> list[dict]:
 
 
 # The checks of one GPU, in the order a verdict lists them: each a small unit from GpuFacts to check records.
-GPU_CHECKS = (_model_checks, _pcie_checks, _ecc_checks, _memory_checks, _gpu_xid_checks, _thermal_and_load_checks,
+GPU_CHECKS = (_model_checks, _pcie_checks, _link_checks, _ecc_checks, _memory_checks, _gpu_xid_checks, _thermal_and_load_checks,
               _power_limit_checks, _metric_checks)
 
 
-def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None, xid: dict | None) -> list[dict]:
+def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None, xid: dict | None,
+                window: LinkWindow | None = None, gpus_on_host: int = 1) -> list[dict]:
     """Health, load behaviour and burn-in metrics of one GPU (GPU_CHECKS)."""
-    facts = GpuFacts(gpu, bg, host, refs, model, xid)
+    facts = GpuFacts(gpu, bg, host, refs, model, xid, window, gpus_on_host)
     return [record for unit in GPU_CHECKS for record in unit(facts)]
 
 

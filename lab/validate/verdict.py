@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from lab.core import writes
+
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
@@ -24,12 +26,13 @@ GPU_METRICS = (
     "matmul_fp32_tflops", "matmul_tf32_tflops", "matmul_bf16_tflops", "matmul_fp16_tflops",
     "memory_bandwidth_gbs", "h2d_bandwidth_gbs", "d2h_bandwidth_gbs", "resnet50_images_per_s",
 )
-HOST_METRICS = ("nccl_allreduce_busbw_gbs",)
+HOST_METRICS = ("nccl_allreduce_busbw_gbs", "nccl_tests_busbw_gbs")
 UNITS = {
     "matmul_fp32_tflops": "TFLOP/s", "matmul_tf32_tflops": "TFLOP/s", "matmul_bf16_tflops": "TFLOP/s",
     "matmul_fp16_tflops": "TFLOP/s", "memory_bandwidth_gbs": "GB/s", "h2d_bandwidth_gbs": "GB/s",
     "d2h_bandwidth_gbs": "GB/s", "resnet50_images_per_s": "images/s", "nccl_allreduce_busbw_gbs": "GB/s",
-    "load_power_w": "W",
+    "load_power_w": "W", "nccl_tests_busbw_gbs": "GB/s", "nvbandwidth_h2d_gbs": "GB/s", "nvbandwidth_d2h_gbs": "GB/s",
+    "nvbandwidth_d2d_read_gbs": "GB/s",
 }
 
 
@@ -164,15 +167,19 @@ def summary_text(verdicts: Verdicts) -> str:
             lines.append(f"      {r}")
         if len(h["reasons"]) > 6:
             lines.append(f"      ... {len(h['reasons']) - 6} more")
+        for a in h.get("actions", [])[:3]:
+            keep = f" (keep: {', '.join(a['evidence'])})" if a["kind"] == "rma" and a["evidence"] else ""
+            lines.append(f"      action for {a['where']}: {a['kind']}: {a['do']}{keep}")
+        if len(h.get("actions", [])) > 3:
+            lines.append(f"      ... {len(h['actions']) - 3} more actions in validate.html")
     return "\n".join(lines)
 
 
 def write_outputs(verdicts: Verdicts, out_dir: Path) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
     j = out_dir / "validate.json"
     h = out_dir / "validate.html"
-    tmp = out_dir / ".validate.json.tmp"
-    tmp.write_text(verdicts.to_json() + "\n")
-    tmp.replace(j)
-    h.write_text(render_html(verdicts))
+    writes.check(out_dir, files=[j.name, h.name], what="--out")
+    writes.folder(out_dir, "--out")
+    writes.write_text(j, verdicts.to_json() + "\n", "--out")
+    writes.write_text(h, render_html(verdicts), "--out")
     return [j, h]

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 import time
 
 import torch
@@ -44,6 +45,7 @@ from mlperf_logging.mllog import constants as C
 
 from runner.abort import Aborted
 from runner.workloads.compiling import compile_fn, inductor_options, key_values  # noqa: F401  (read as base.<name>)
+from runner.workloads.divergence import LossWatch, WatchedScaler
 from runner.workloads.errors import WorkloadError
 
 
@@ -74,6 +76,8 @@ class Context:
         self.channels_last = self.cuda
         # False only for the benchmark's plain eager baseline (see bench_step)
         self.optimized = bool(spec.get("optimized", True))
+        self.loss_watch = LossWatch()  # runner/workloads/divergence.py
+        self.notes: list[str] = []  # for status.json's result.notes
 
     # --- numerics ---------------------------------------------------------------
     @property
@@ -85,9 +89,17 @@ class Context:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
 
+    def fall_back(self, precision: str, why: str) -> None:
+        """Run in ``precision`` instead of the one asked, saying ``why`` (stderr and status.json)."""
+        note = f"--precision {self.precision}: {why}; the run uses {precision}"
+        self.precision = precision
+        self.notes.append(note)
+        print(f"[workload] {note}", file=sys.stderr, flush=True)
+
     def grad_scaler(self):
-        enabled = self.precision == "fp16"
-        return torch.amp.GradScaler(self.device.type, enabled=enabled)
+        """The trainer's GradScaler (scaling only with fp16); its ``scale(loss)`` also notes the loss
+        for ``loss_watch`` (every workload's backward pass goes through it)."""
+        return WatchedScaler(self.loss_watch, self.device.type, enabled=self.precision == "fp16")
 
     def throughput_batch_size(self, default: int) -> int:
         """Per-process batch of throughput mode.
@@ -196,9 +208,11 @@ def run(ctx: Context, module) -> dict:
     trainer = module.build(ctx)
     log.event(C.SEED, ctx.seed)
     log.hyperparameters(trainer.hyperparameters())
-    if ctx.mode == "throughput":
-        return _throughput(ctx, trainer)
-    return _ttt(ctx, trainer)
+    out = _throughput(ctx, trainer) if ctx.mode == "throughput" else _ttt(ctx, trainer)
+    out["precision"] = ctx.precision  # the one used (a workload may have fallen back)
+    if ctx.notes:
+        out["result"].setdefault("notes", []).extend(ctx.notes)
+    return out
 
 
 def eval_epochs(cfg: dict, max_epochs: int) -> list[int]:
@@ -233,6 +247,14 @@ def _ttt(ctx: Context, trainer) -> dict:
                 log.start(C.EPOCH_START, metadata={C.EPOCH_NUM: epoch})
                 trainer.train_epoch(epoch)
                 log.end(C.EPOCH_STOP, metadata={C.EPOCH_NUM: epoch})
+                if ctx.loss_watch.diverged(ctx):  # NaN or inf: training cannot recover, stop now
+                    log.end(C.BLOCK_STOP, metadata={C.FIRST_EPOCH_NUM: block_first})
+                    log.end(C.RUN_STOP, metadata={"status": C.ABORTED})
+                    return {
+                        "outcome": "failed",
+                        "reason": f"the training loss became NaN or infinite in epoch {epoch}: the run diverged",
+                        "result": _ttt_result(ctx, trainer, epoch, None, target, time.time() - t0),
+                    }
             log.start(C.EVAL_START, metadata={C.EPOCH_NUM: epoch})
             quality = trainer.evaluate(epoch)
             log.event(C.EVAL_ACCURACY, quality, metadata={C.EPOCH_NUM: epoch})

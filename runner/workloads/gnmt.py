@@ -30,6 +30,7 @@ import torch
 import torch.nn as nn
 from mlperf_logging.mllog import constants as C
 
+from runner.workloads import cpucaps
 from runner.workloads import translation as T
 from runner.workloads.beam_search import gnmt_search
 
@@ -168,6 +169,8 @@ class Trainer(T.Trainer):
     def __init__(self, ctx):
         T.check_bucket_config(ctx.cfg, "gnmt")
         self.beam = beam_config(ctx.cfg)
+        if ctx.precision == "bf16" and not ctx.cuda and cpucaps.bf16_lstm_missing():
+            ctx.fall_back("fp32", cpucaps.bf16_lstm_missing())
         super().__init__(ctx, make_model, ("wmt16_de_en", "wmt16"), adam_eps=float(ctx.cfg.get("eps", 1e-8)))
 
     def decode_eval(self, src):

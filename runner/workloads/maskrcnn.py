@@ -69,7 +69,7 @@ class Trainer:
                 roi_align_fn = compile_fn(ctx, D.multilevel_roi_align)
         self.det = Detector(self.model, cfg, ctx, feature_fn, roi_align_fn)
         gbs = self.batch * ctx.world_size
-        self.lr = round(cfg["lr_per_image"] * gbs, 8)
+        self.lr = recipe.base_lr(cfg, gbs)
         self.opt = torch.optim.SGD(recipe.param_groups(self.model, self.lr, cfg["weight_decay"],
                                                        cfg.get("bias_lr_factor", 2.0),
                                                        cfg.get("weight_decay_bias", 0.0)),

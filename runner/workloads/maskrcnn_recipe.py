@@ -17,7 +17,12 @@ that it holds at any GPU count:
   128), in iterations the images over the global batch, rounded.
 
 Test scales may warm up linearly from ``warmup_factor`` x base (the
-maskrcnn-benchmark default) and decay at ``decay_epochs``.
+maskrcnn-benchmark default) and decay at ``decay_epochs``. Their base rate
+stops at ``max_lr``, the rate of one process: their BatchNorm trains from
+scratch on each process's few images, and the linear rule's 0.04 on two
+processes (tiny) diverged (NaN in the second epoch on seed 3, on AVX2 kernels;
+AVX-512 kernels happened to recover), while one process at 0.02 and two at
+0.02 reach the target.
 """
 
 from __future__ import annotations
@@ -41,6 +46,14 @@ def param_groups(model: nn.Module, lr: float, weight_decay: float, bias_lr_facto
     return [{"params": plain, "lr": lr, "base_lr": lr, "weight_decay": weight_decay},
             {"params": bias, "lr": lr * bias_lr_factor, "base_lr": lr * bias_lr_factor,
              "weight_decay": weight_decay_bias}]
+
+
+def base_lr(cfg: dict, global_batch: int) -> float:
+    """``lr_per_image`` x the global batch, at most ``max_lr`` where the scale sets one."""
+    lr = cfg["lr_per_image"] * global_batch
+    if cfg.get("max_lr") is not None:
+        lr = min(lr, float(cfg["max_lr"]))
+    return round(lr, 8)
 
 
 def decay_steps(cfg: dict, global_batch: int, steps_per_epoch: int) -> list[int]:

@@ -47,6 +47,10 @@ def test_standard_on_one_gpu(tmp_path):
     assert g["load"]["samples"] > 10 and g["load"]["power_w_max"] > g["idle"]["power_w_max"]
     rows = (out / "telemetry.csv").read_text().splitlines()
     assert len(rows) > 20
+    # the standard tools: nvbandwidth's figures where provisioning built it, else why not
+    assert doc["tools"]["nccl_tests"] == {"ran": False, "error": "one GPU: no all-reduce"}
+    nvb = doc["tools"]["nvbandwidth"]
+    assert nvb.get("error") or nvb["gpus"]["0"]["h2d_gbs"] > 1
 
 
 @pytest.mark.slow

@@ -1,33 +1,35 @@
 """Every workload's optimized path against its plain model on a CUDA GPU: whole-model gradients.
 
 For each workload and scale, ``benchmarks/gradcheck.py`` (one child process
-per case) builds the plain model (eager, fp32, NCHW, no compile, no TF32) and
-the optimized one (what the runner runs on a GPU: compiled with the scale's
-settings, channels-last, its replacement layers and custom autograd
-Functions, fused optimizer, bf16 autocast) from the same weights, runs one
-training step of each on the same batch (dropout off, no optimizer step) and
-compares every parameter's gradient: cosine >= 0.99 and norm ratio within
-[0.9, 1/0.9] (``runner.workloads.gradients.THRESHOLDS`` gives the reasons),
-or, for a parameter that misses them, no further from fp32 than the plain
-eager model under the same bf16 autocast (the noise floor: a third pass, run
-only for a case that needs it; ``gradients.FLOOR_MARGIN``). ssd's early
-gradients are that ill-conditioned in bf16 (runner/README "ssd under bf16"),
-so ssd is also checked with its optimized path in fp32 (compiled,
-channels-last: the strict 0.999 check).
+per workload and scale) builds the plain model (eager, fp32, NCHW, no
+compile, no TF32) and the optimized one (what the runner runs on a GPU:
+compiled with the scale's settings, channels-last, its replacement layers
+and custom autograd Functions, fused optimizer) from the same weights, runs
+one training step of each on the same batch (dropout off, no optimizer step)
+and judges the gradients (``runner.workloads.gradjudge``): in bf16 against
+the plain model's own bf16 noise (a third pass), in fp32 with TF32 off as the
+strict structural check. Three more cases plant a fault in the optimized
+resnet50 (``benchmarks/gradplant.py``: the removed offset max pool whose
+compiled backward sent no gradient upstream, one parameter's gradient
+doubled, one parameter cut from the graph); each must fail by its rule.
 All selected cases run in one gradcheck.py call (``--jobs`` at a time: the
-compilation is CPU work); each test then checks its own case.
+compilation is CPU work); each test then checks its own case. The cases
+that deselection (``-m "not long"``) leaves out are not computed.
+
+Marked ``long``: resnet50 at full scale (Inductor's coordinate-descent
+tuning measures every kernel: minutes per compile).
 
 Environment: ``GPULAB_GRADCHECK_WORKLOADS`` (default: all six),
-``GPULAB_GRADCHECK_SCALES`` (default: small,full: the runner compiles every
-scale on a GPU), ``GPULAB_GRADCHECK_MODES`` (default: throughput; ttt adds
-the first batch of the generated data at tiny and small scale),
-``GPULAB_GRADCHECK_FP32`` (default: ssd:small,ssd:full, those of the
-selected workloads and scales; workload:scale pairs, throughput mode, "" for
-none), ``GPULAB_GRADCHECK_JOBS`` (default 3), ``GPULAB_GRADCHECK_DEADLINE`` (seconds
-for all cases; a case not started by then fails as such),
-``GPULAB_GRADCHECK_OUT`` (write every case and the table as JSON there),
-``-n N --dist loadgroup`` (pytest-xdist: the cases stay on one worker),
-``GPULAB_CACHE_DIR`` (compiled-kernel cache to reuse, the runner's layout).
+``GPULAB_GRADCHECK_SCALES`` (default: small,full), ``GPULAB_GRADCHECK_MODES``
+(default: throughput; ttt adds the first batch of the generated data at tiny
+and small scale), ``GPULAB_GRADCHECK_PRECISIONS`` (default: bf16,fp32),
+``GPULAB_GRADCHECK_PLANTS`` (default: resnet50:small: maxpool, scaled and
+detached; "" for none), ``GPULAB_GRADCHECK_JOBS`` (default 4),
+``GPULAB_GRADCHECK_DEADLINE`` (seconds for all cases; a case not started by
+then fails as such), ``GPULAB_GRADCHECK_OUT`` (write every case and the table
+as JSON there), ``-n N --dist loadgroup`` (pytest-xdist: the cases stay on
+one worker), ``GPULAB_CACHE_DIR`` (compiled-kernel cache to reuse, the
+runner's layout).
 """
 
 import contextlib
@@ -61,28 +63,55 @@ def _env_list(key: str, default: str, known: tuple) -> list[str]:
 WORKLOADS = _env_list("GPULAB_GRADCHECK_WORKLOADS", ",".join(gradcheck.ALL), gradcheck.ALL)
 SCALES = _env_list("GPULAB_GRADCHECK_SCALES", "small,full", gradcheck.SCALES)
 MODES = _env_list("GPULAB_GRADCHECK_MODES", "throughput", gradcheck.MODES)
-if "GPULAB_GRADCHECK_FP32" in os.environ:
-    FP32 = list(dict.fromkeys(tuple(x.strip().split(":", 1))
-                              for x in os.environ["GPULAB_GRADCHECK_FP32"].split(",") if x.strip()))
-    _bad = [":".join(x) for x in FP32 if len(x) != 2 or x[0] not in gradcheck.ALL or x[1] not in gradcheck.SCALES]
-    if _bad:
-        raise pytest.UsageError(f"GPULAB_GRADCHECK_FP32: {', '.join(_bad)} is not workload:scale")
-else:
-    FP32 = [("ssd", s) for s in ("small", "full") if "ssd" in WORKLOADS and s in SCALES]
-CASES = [(w, s, m, "bf16") for w in WORKLOADS for s in SCALES for m in MODES if not (m == "ttt" and s == "full")]
-CASES += [(w, s, "throughput", "fp32") for w, s in FP32]
+PRECISIONS = _env_list("GPULAB_GRADCHECK_PRECISIONS", "bf16,fp32", gradcheck.PRECISIONS)
+try:
+    PLANTS = gradcheck._pairs(os.environ.get("GPULAB_GRADCHECK_PLANTS", ",".join(
+        f"resnet50:small:{p}" for p in gradcheck.EXPECT)), "GPULAB_GRADCHECK_PLANTS", 3)
+except ValueError as exc:
+    raise pytest.UsageError(str(exc)) from None
+#: workload:scale groups marked long
+LONG = {("resnet50", "full")}
+
+
+def _param(*values):
+    return pytest.param(*values, marks=[pytest.mark.long] if tuple(values[:2]) in LONG else [])
+
+
+CASES = [_param(w, s, m, p) for w in WORKLOADS for s in SCALES for m in MODES for p in PRECISIONS
+         if not (m == "ttt" and s == "full")]
+
+
+def _selected(session) -> tuple[list, list]:
+    """The (workload, scale, mode, precision) cases and (workload, scale, plant) plants of this
+    module that the session runs (after -m and -k deselection)."""
+    cases, plants = [], []
+    for item in session.items:
+        spec = getattr(item, "callspec", None)
+        if item.module.__name__ != __name__ or spec is None:
+            continue
+        p = spec.params
+        if "precision" in p:
+            cases.append((p["name"], p["scale"], p["mode"], p["precision"]))
+        else:
+            plants.append((p["name"], p["scale"], p["plant"]))
+    return cases, plants
 
 
 @pytest.fixture(scope="module")
 def checked(request, tmp_path_factory):
-    """Every selected case through one benchmarks/gradcheck.py call: {(workload, scale, mode): case}."""
+    """Every selected case through one benchmarks/gradcheck.py call: {(workload, scale, mode,
+    precision, plant): case}."""
+    cases, plants = _selected(request.session)
     target = os.environ.get("GPULAB_GRADCHECK_OUT")
-    # gradcheck.py rewrites its JSON after every case: a call cut short still leaves what was checked
+    # gradcheck.py rewrites its JSON after every group: a call cut short still leaves what was checked
     out = Path(target).resolve() if target else tmp_path_factory.mktemp("gradcheck") / "gradcheck.json"
+    pick = sorted({(w, s) for w, s, _, _ in cases})
+    skip = [f"{w}:{s}" for w in WORKLOADS for s in SCALES if (w, s) not in pick]
     cmd = [sys.executable, str(ROOT / "benchmarks" / "gradcheck.py"), "--device", "cuda",
            "--workloads", ",".join(WORKLOADS), "--scales", ",".join(SCALES), "--modes", ",".join(MODES),
-           "--fp32-cases", ",".join(f"{w}:{s}" for w, s in FP32),
-           "--jobs", os.environ.get("GPULAB_GRADCHECK_JOBS", "3"), "--timeout", "840", "--out", str(out)]
+           "--precisions", ",".join(sorted({c[3] for c in cases}, key=PRECISIONS.index)),
+           "--skip", ",".join(skip), "--plants", ",".join(":".join(p) for p in plants),
+           "--jobs", os.environ.get("GPULAB_GRADCHECK_JOBS", "4"), "--timeout", "840", "--out", str(out)]
     if os.environ.get("GPULAB_GRADCHECK_DEADLINE"):
         cmd += ["--deadline", os.environ["GPULAB_GRADCHECK_DEADLINE"]]
     if os.environ.get("GPULAB_CACHE_DIR"):
@@ -99,12 +128,20 @@ def checked(request, tmp_path_factory):
         doc["_meta"]["gradcheck_command"] = " ".join(["python"] + cmd[1:])
         doc["table"] = lines
         out.write_text(json.dumps(doc, indent=1) + "\n")
-    return {(c["workload"], c["scale"], c["mode"], c["precision"]): c for c in doc["cases"]}
+    return {(c["workload"], c["scale"], c["mode"], c["precision"], c.get("plant")): c for c in doc["cases"]}
 
 
 @pytest.mark.parametrize("name, scale, mode, precision", CASES)
 def test_optimized_gradients_match_the_plain_model(checked, name, scale, mode, precision):
-    case = checked.get((name, scale, mode, precision))
+    case = checked.get((name, scale, mode, precision, None))
     assert case is not None, "gradcheck.py did not report this case"
     assert not case.get("error"), case.get("log_tail") or case["error"]
     assert case["passed"], "\n".join(gradcheck.table([case]))
+
+
+@pytest.mark.parametrize("name, scale, plant", PLANTS)
+def test_a_planted_fault_fails_by_its_rule(checked, name, scale, plant):
+    case = checked.get((name, scale, "throughput", "bf16", plant))
+    assert case is not None, "gradcheck.py did not report this case"
+    assert not case.get("error"), case.get("log_tail") or case["error"]
+    assert not case["passed"] and case["caught"], "\n".join(gradcheck.table([case]))

@@ -1,4 +1,5 @@
-"""gnmt and transformer throughput mode at full model size on a real GPU (skipped without CUDA)."""
+"""gnmt and transformer throughput mode on a real GPU (skipped without CUDA): small scale in the
+timed tests/gpu run, full model size marked ``long``."""
 
 import csv
 import json
@@ -10,10 +11,11 @@ from gpu_helpers import runner as _run
 pytestmark = needs_cuda()
 
 
+@pytest.mark.parametrize("scale", ["small", pytest.param("full", marks=pytest.mark.long)])
 @pytest.mark.parametrize("name", ["gnmt", "transformer"])
-def test_throughput_at_full_size_fills_telemetry_and_manifest(tmp_path, name):
+def test_throughput_fills_telemetry_and_manifest(tmp_path, name, scale):
     out = tmp_path / "run"
-    r = _run("run", name, "--mode", "throughput", "--scale", "full", "--gpus", "1", "--seed", "1",
+    r = _run("run", name, "--mode", "throughput", "--scale", scale, "--gpus", "1", "--seed", "1",
              "--measure-seconds", "3", "--cache-dir", tmp_path / "cache", "--out", out)
     assert r.returncode == 0, r.stdout + r.stderr + (out / "stdout.log").read_text()
     st = json.loads((out / "status.json").read_text())

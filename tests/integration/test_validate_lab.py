@@ -45,6 +45,10 @@ def test_validate_gpu_less_and_unreachable_hosts(testlab, tmp_path):
     summary = lines[0].splitlines()
     assert summary[0] == "validate: FAIL (0 pass, 0 warn, 3 fail of 3 host(s))"
     assert any(ln.startswith("FAIL  ghost: reachable: ghost (") for ln in summary)
+    # each failure with what to do about it (lab/data/actions.yml)
+    assert summary.count("      action for GPU present: reboot: Load the NVIDIA driver (reboot after provisioning); "
+                         "if NVML still sees no GPU, inspect the seating and power") == 2
+    assert any(ln.startswith("      action for reachable: fix_config: Make the host reachable") for ln in summary)
 
     # the same through the invoke task: exit code 1, the verdicts on disk
     p = subprocess.run([sys.executable, "-m", "invoke", "validate", "--inventory", str(path), "--host",
@@ -54,3 +58,5 @@ def test_validate_gpu_less_and_unreachable_hosts(testlab, tmp_path):
     doc = json.loads(p.stdout)
     assert sorted(doc["hosts"]) == sorted(lab.names)
     assert all("no NVIDIA GPU" in h["reason"] for h in doc["hosts"].values())
+    assert all(h["actions"][0]["kind"] == "reboot" and h["checks"][0]["action"]["evidence"] == ["nvidia-bug-report.log.gz"]
+               for h in doc["hosts"].values())

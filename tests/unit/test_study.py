@@ -68,12 +68,12 @@ def test_seeds_auto_and_mlperf_by_mode():
         driver.plan(hosts, ["ncf"], "1", "most")
 
 
-def test_invoke_yaml_defaults_are_the_study_and_the_demo_keeps_its_own():
-    cfg = yaml.safe_load((ROOT / "invoke.yaml").read_text())["gpulab"]
+def test_settings_defaults_are_the_study_and_the_demo_keeps_its_own():
+    cfg = yaml.safe_load((ROOT / "lab" / "data" / "settings.yml").read_text())["gpulab"]
     assert (cfg["workloads"], cfg["seeds"], cfg["gpus"], cfg["mode"], cfg["scale"]) == ("all", "auto", "all", "ttt",
                                                                                         "full")
     demo = cfg["demo"]
-    assert (demo["workloads"], demo["seeds"], demo["mode"], demo["scale"]) == ("ncf", 2, "ttt", "tiny")
+    assert (demo["workloads"], demo["seeds"], demo["mode"], demo["scale"]) == ("ncf", "2", "ttt", "tiny")
 
 
 def test_throughput_dry_run_of_the_example_lab_through_the_cli():

@@ -1,6 +1,11 @@
 """Fixtures of the report tests: the synthetic mini-study and its report; the published
-MLPerf sample trees (../shared/mlperf-samples.tar.xz, see test_report_mlperf_trees.py)."""
+MLPerf sample trees (../shared/mlperf-samples.tar.xz, see test_report_mlperf_trees.py); a sweep of
+real runner runs like `invoke demo`'s."""
 
+import json
+import os
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -39,4 +44,29 @@ def trees(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("mlperf")
     with tarfile.open(archive) as tar:
         tar.extractall(root, filter="data")
+    return root
+
+
+@pytest.fixture(scope="session")
+def runner_sweep(tmp_path_factory):
+    """A sweep like `invoke demo`'s: two real tiny NCF runs of the runner on the CPU, and a third
+    planned run that never ran (the runs cost some seconds each, made once per session)."""
+    from lab.sweep import driver as sw
+    root = tmp_path_factory.mktemp("e2e") / "results" / "demo"
+    planned = [sw.PlannedRun("localhost", "ncf", 0, seed, "ttt", "tiny") for seed in (1, 2)]
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="2",
+               GPULAB_CACHE_DIR=str(tmp_path_factory.mktemp("cache")))
+    for run in planned:
+        out = root / run.host / run.run_id
+        p = subprocess.run([sys.executable, "-m", "runner", "run", "ncf", "--scale", "tiny", "--seed",
+                            str(run.seed), "--gpus", "0", "--out", str(out)],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stdout + p.stderr
+        status = json.loads((out / "status.json").read_text())
+        run.state, run.outcome, run.reason = "complete", status["outcome"], status["reason"]
+    # A third planned run that never ran.
+    planned.append(sw.PlannedRun("localhost", "ncf", 0, 3, "ttt", "tiny", state="failed", reason="interrupted"))
+    sweep = sw.Sweep(root=root, name="demo", runs=planned, hosts={
+        "localhost": {"address": "localhost", "gpu_model": "auto", "gpu_count": "auto", "stack": "current"}})
+    sweep.save()
     return root

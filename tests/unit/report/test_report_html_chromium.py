@@ -28,12 +28,17 @@ class Dom(HTMLParser):
         self.images = []
         self.tables = {}
         self.figures = []
+        self.texts = {}          # text of every element with an id (nested ones included)
+        self._ids = []
         self._table = None
         self._row = None
         self._cell = None
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
+        if a.get("id") and tag not in ("img", "meta", "br"):
+            self._ids.append((tag, a["id"]))
+            self.texts[a["id"]] = []
         if tag == "body":
             self.body = a
         elif tag == "img":
@@ -48,6 +53,9 @@ class Dom(HTMLParser):
             self._cell = []
 
     def handle_endtag(self, tag):
+        if self._ids and self._ids[-1][0] == tag:
+            _, name = self._ids.pop()
+            self.texts[name] = " ".join("".join(self.texts[name]).split())
         if tag in ("td", "th") and self._cell is not None:
             self._row["cells"].append(" ".join("".join(self._cell).split()))
             self._cell = None
@@ -59,6 +67,8 @@ class Dom(HTMLParser):
             self._table = None
 
     def handle_data(self, data):
+        for _, name in self._ids:
+            self.texts[name].append(data)
         if self._cell is not None:
             self._cell.append(data)
 
@@ -79,6 +89,7 @@ def render(html_path, tmp_path) -> Dom:
     assert out.returncode == 0, out.stderr[-2000:]
     dom = Dom()
     dom.feed(out.stdout)
+    dom.html = out.stdout
     return dom
 
 
@@ -134,7 +145,7 @@ def test_scores_table_as_rendered(rendered):
     assert gnmt4["attrs"]["class"] == "warn"
     lab = by[("gnmt", "1x T4 / driver 410.72, cuda 10.0.130, torch 1.0.0")]
     # GPUs, nodes, framework, runs, successes, required, score (3 x 100 s), compliance
-    assert lab["cells"][4:12] == ["1", "—", "—", "3", "3", "10", "5.00", "PASS"]
+    assert lab["cells"][4:12] == ["1", "—", "—", "3", "3", "10", "5.00", "PASS training 0.7.0 + gpulab exceptions"]
 
 
 def test_ratio_scaling_and_seed_tables_as_rendered(rendered):
@@ -174,6 +185,7 @@ def test_published_tree_report_as_rendered(trees, tmp_path):
     assert len(rows) == len(res.summary) == 5
     by = {(r["cells"][1], r["cells"][2]): r["cells"] for r in rows}
     # submitter, system as the tree names them; device, GPUs, nodes, framework from entry.json
-    assert by[("google", "8xV100")][3:7] == ["V100-SXM2", "8", "1", "TensorFlow 1.12.0"]
+    # (TPU and GPU systems in one table: each count names its unit)
+    assert by[("google", "8xV100")][3:7] == ["V100-SXM2", "8 GPUs", "1", "TensorFlow 1.12.0"]
     assert by[("google", "8xV100")][10] == "137.80"
     assert ("google", "tpu (cloud_v2.8/resnet-tpuv2-8)") in by

@@ -182,3 +182,15 @@ def test_the_backbone_follows_msra_resnet_v1_and_frozen_affine_norms(trainers):
     assert trunk.layer2[0].conv1.stride == (2, 2) and trunk.layer2[0].conv2.stride == (1, 1)
     assert trunk.layer1[0].bn1.eps == 0.0 and trunk.layer1[0].bn1.__class__.__name__ == "FrozenBatchNorm2d"
     assert isinstance(trainers[32].det, Detector)
+
+
+def test_test_scales_stop_the_linear_rate_at_max_lr_and_full_scale_does_not():
+    from runner import workloads
+    from runner.workloads import maskrcnn_recipe as R
+
+    scales = workloads.load()["maskrcnn"]["scales"]
+    tiny, small, full = scales["tiny"], scales["small"], scales["full"]
+    assert R.base_lr(tiny, 8) == 0.02 and R.base_lr(tiny, 4) == 0.01       # one process (8), half a batch
+    assert R.base_lr(tiny, 16) == 0.02 and R.base_lr(tiny, 64) == 0.02     # two and eight processes
+    assert R.base_lr(small, 16) == 0.02 and R.base_lr(small, 32) == 0.02
+    assert "max_lr" not in full and R.base_lr(full, 128) == 0.16           # the reference's linear rule

@@ -285,6 +285,8 @@ def test_html_page(snap, refs):
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "http://" not in page and "https://" not in page  # offline: no external assets
     assert 'class="badge FAIL"' in page  # the renamed GPU no longer matches its inventory model
+    # the failing check's action, in its row and in the host's list of actions
+    assert "<h3>Actions</h3>" in page and "GPU 0 model: <b>fix_config</b>: The GPU is not the model" in page
 
 
 def test_baseline_from_good_hosts(snap, refs, tmp_path):

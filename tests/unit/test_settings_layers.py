@@ -1,0 +1,190 @@
+"""The gpulab: settings through Invoke's layers: which layer wins, falsy values, ill-typed sections (README "Settings").
+
+gpulab's defaults (lab/data/settings.yml) sit at Invoke's collection level;
+~/.invoke.yaml, a lab's invoke.yaml beside tasks.py, INVOKE_GPULAB_*, ``invoke
+-f FILE`` and the task's options override them, in that order. The property
+tests build Invoke's Config the way its Program does (same layers, same
+merge) and read a setting the way the tasks do (tasks._cfg); the command-line
+tests run the real program with HOME pointed at a temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from invoke import Config, Context, Exit
+from invoke.config import AmbiguousMergeError
+
+from lab.core import cli, config
+from lab.core.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+import tasks  # noqa: E402
+
+# lowest first, as README "Settings" lists them
+LAYERS = ("user", "project", "env", "runtime", "cli")
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def configured(tmp: Path, layers: dict[str, dict], env: dict[str, str] | None = None) -> Config:
+    """An Invoke Config with gpulab's defaults and ``layers`` = {'user'|'project'|'runtime': gpulab section}."""
+    home, project, etc = tmp / "home", tmp / "project", tmp / "etc"
+    for d in (home, project, etc):
+        d.mkdir(exist_ok=True)
+        for f in d.glob("*.yaml"):
+            f.unlink()
+    files = {"user": home / ".invoke.yaml", "project": project / "invoke.yaml", "runtime": tmp / "runtime.yaml"}
+    files["runtime"].unlink(missing_ok=True)
+    for name, section in layers.items():
+        files[name].write_text(yaml.safe_dump({"gpulab": section}))
+    cfg = Config(system_prefix=f"{etc}/", user_prefix=f"{home}/.", project_location=str(project),
+                 runtime_path=str(files["runtime"]) if "runtime" in layers else None)
+    problem = config.layer_problem(cfg)
+    if problem:
+        raise ConfigError(problem)
+    cfg.load_project()
+    cfg.load_runtime()
+    if config.layer_problem(cfg):
+        raise ConfigError(config.layer_problem(cfg))
+    cfg.load_collection(config.defaults())
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("INVOKE_")}
+    try:
+        cli.load_env(cfg, {**environ, **(env or {})})
+    except Exit as exc:
+        raise ConfigError(exc.message.removeprefix("gpulab: ")) from None
+    return cfg
+
+
+def test_the_defaults_check_and_hold_the_study():
+    cfg = config.defaults()["gpulab"]
+    assert (cfg["workloads"], cfg["seeds"], cfg["gpus"], cfg["mode"], cfg["scale"]) == ("all", "auto", "all", "ttt",
+                                                                                        "full")
+    assert not (ROOT / "invoke.yaml").exists() or "invoke.yaml" in (ROOT / ".gitignore").read_text()
+
+
+# values a user may set, falsy ones included: 0, "", false are values, never "unset"
+VALUES = st.one_of(st.integers(min_value=0, max_value=10**6), st.sampled_from(["", "0", "ncf", "gnmt,ncf", "auto"]),
+                   st.text(alphabet="abcxyz019,", max_size=8))
+
+
+@FAST
+@given(chosen=st.dictionaries(st.sampled_from(LAYERS), VALUES, max_size=len(LAYERS)),
+       key=st.sampled_from(["seeds", "gpus", "nodes", "workloads"]))
+def test_the_highest_layer_that_sets_a_key_wins(tmp_path, chosen, key):
+    files = {name: {key: value} for name, value in chosen.items() if name in ("user", "project", "runtime")}
+    env = {f"INVOKE_GPULAB_{key.upper()}": str(chosen["env"])} if "env" in chosen else {}
+    try:
+        cfg = configured(tmp_path, files, env)
+    except ConfigError as exc:   # a number where the schema wants a comma list
+        assert exc.message.startswith(f"config gpulab.{key}: ") and key == "workloads"
+        assert any(isinstance(v, int) for n, v in chosen.items() if n in files)
+        return
+    cli = chosen.get("cli")
+    got = tasks._cfg(Context(config=cfg), key, None if cli is None else str(cli))
+    winner = next((name for name in reversed(LAYERS) if name in chosen), None)
+    if winner is None:
+        assert got == config.defaults()["gpulab"][key]
+    elif winner in ("env", "cli"):
+        assert str(got) == str(chosen[winner])
+    else:
+        assert got == chosen[winner]   # as the YAML file typed it: 0 stays 0, "" stays ""
+
+
+@FAST
+@given(section=st.dictionaries(
+    st.sampled_from(["sweep", "demo", "gpus", "seeds", "workloads", "mode", "nodes", "run_timeout_minutes"]),
+    st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=5)),
+                 lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                         st.dictionaries(st.sampled_from(["poll_s", "seeds", "x"]), inner,
+                                                         max_size=2)),
+                 max_leaves=6),
+    max_size=3), layer=st.sampled_from(["user", "project", "runtime"]))
+def test_any_section_is_refused_in_one_line_or_merges_and_checks(tmp_path, section, layer):
+    try:
+        cfg = configured(tmp_path, {layer: section})
+    except ConfigError as exc:
+        assert "\n" not in exc.message and len(exc.message) < 400 and exc.message.startswith("config gpulab")
+        return
+    except AmbiguousMergeError:   # pragma: no cover - the property under test
+        pytest.fail(f"Invoke's merge failed on a section layer_problem let through: {section!r}")
+    config.check(cfg.get("gpulab"))
+
+
+def invoke(*args, home: Path, env=None, cwd=ROOT):
+    full = {k: v for k, v in os.environ.items() if not k.startswith("INVOKE_")}
+    full.update(PYTHONPATH=str(ROOT), HOME=str(home), **(env or {}))
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=cwd, capture_output=True, text=True,
+                          env=full, timeout=120)
+
+
+def planned(result) -> list[str]:
+    assert result.returncode == 0, result.stderr
+    return sorted({line.split()[0] for line in result.stdout.splitlines() if line.startswith("  ")
+                   and "GPUs" in line})
+
+
+DRY = ("sweep", "--device", "v100", "--mode", "throughput", "--dry-run", "--name", "layers")
+
+
+def test_each_layer_overrides_the_one_below_on_the_command_line(tmp_path):
+    """The README's order, each step once: defaults < ~/.invoke.yaml < INVOKE_GPULAB_* < -f FILE < --option."""
+    home = tmp_path / "home"
+    home.mkdir()
+    assert len(planned(invoke(*DRY, home=home))) == 6                       # settings.yml: the study's six
+    (home / ".invoke.yaml").write_text("gpulab: {workloads: gnmt}\n")
+    assert planned(invoke(*DRY, home=home)) == ["gnmt"]                     # the user's file wins over the defaults
+    env = {"INVOKE_GPULAB_WORKLOADS": "ncf"}
+    assert planned(invoke(*DRY, home=home, env=env)) == ["ncf"]             # the environment over the user's file
+    (tmp_path / "run.yaml").write_text("gpulab: {workloads: transformer}\n")
+    assert planned(invoke("-f", str(tmp_path / "run.yaml"), *DRY, home=home, env=env)) == ["transformer"]
+    assert planned(invoke("-f", str(tmp_path / "run.yaml"), *DRY, "--workloads", "ssd", home=home,
+                          env=env)) == ["ssd"]                              # the option over everything
+
+
+@pytest.mark.parametrize("where, text, message", [
+    ("user", "gpulab: {sweep: [1, 2]}\n", "config gpulab.sweep: [1, 2] is not of type 'object'"),
+    ("user", "gpulab: [1, 2]\n", "config gpulab: [1, 2] is not of type 'object'"),
+    ("user", "gpulab: {demo: 3}\n", "config gpulab.demo: 3 is not of type 'object'"),
+    ("runtime", "gpulab: {sweep: {poll_s: [1]}}\n", "config gpulab.sweep.poll_s: [1] is not valid here"),
+    ("runtime", "gpulab: {sweep: {poll_s: 1}\n", "gpulab: config: while parsing a flow mapping"),
+    ("runtime", "run: [1]\n", "gpulab: config: Can't cleanly merge"),
+    ("user", "gpulab: {nodes: 0}\n", "--nodes: 0 is not a whole number from 1 to 64 hosts"),
+    ("user", "gpulab: {seeds: 0, workloads: ncf}\n", "--seeds: 0 is not a positive number of seeds"),
+    ("user", "gpulab: {gpus: true}\n", "config gpulab.gpus: True is not valid here"),
+    ("user", "gpulab: {workloads: ''}\n", "--workloads: empty list"),
+    ("user", "gpulab: {sweep: {poll_s: " + "9" * 400 + "}}\n", "config gpulab.sweep.poll_s: "),
+])
+def test_an_ill_typed_layer_is_one_line_and_exit_2(tmp_path, where, text, message):
+    home = tmp_path / "home"
+    home.mkdir()
+    args = DRY
+    if where == "user":
+        (home / ".invoke.yaml").write_text(text)
+    else:
+        (tmp_path / "run.yaml").write_text(text)
+        args = ("-f", str(tmp_path / "run.yaml"), *DRY)
+    r = invoke(*args, home=home)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr
+    assert lines[0].startswith("gpulab: ") and len(lines[0]) < 300 and r.stdout == ""
+
+
+def test_falsy_values_are_values_and_integers_from_yaml_work(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    results = tmp_path / "results"
+    r = invoke("demo", home=home, env={"INVOKE_GPULAB_DEMO_SEEDS": "0", "INVOKE_GPULAB_RESULTS": str(results)})
+    assert r.returncode == 2 and r.stderr.strip() == "gpulab: --seeds: '0' is not a positive number of seeds", r.stderr
+    assert not results.exists()                       # nothing planned, nothing started
+    (home / ".invoke.yaml").write_text("gpulab: {gpus: 2, seeds: 3, workloads: ncf}\n")
+    r = invoke(*DRY, home=home)
+    assert r.returncode == 0, r.stderr
+    assert "  ncf          GPUs 2        x   3 seed(s)     3 runs" in r.stdout
