@@ -224,9 +224,11 @@ def collect(c, path, inventory=None):
 
 @task(help={"path": "a sweep directory, run directories or MLPerf log files (comma separated)",
             "format": "output formats, comma separated: html, md, json, csv",
-            "compare": "another sweep to set side by side", "out": "output folder (default: PATH/report)"})
+            "compare": "another sweep to set side by side", "out": "output folder (default: PATH/report)",
+            "round": "the published MLPerf round of MLLOG result trees, e.g. v4.0 (default: a "
+                     "training_results_vX.Y folder in PATH names it)"})
 @_errors
-def report(c, path, format=None, compare=None, out=None):
+def report(c, path, format=None, compare=None, out=None, round=None):
     """Turn run logs into MLPerf scores, device comparisons, scaling, seed effects and plots."""
     from lab.core import paths as lab_paths
     from lab.report import build as rep
@@ -239,16 +241,18 @@ def report(c, path, format=None, compare=None, out=None):
                                "--out")
     fmt = _cfg(c, "report_formats", format)
     formats = tuple(f.strip() for f in (fmt.split(",") if isinstance(fmt, str) else fmt) if f.strip())
-    result = rep.build_report(paths, out_dir, formats=formats, compare=Path(compare) if compare else None)
+    result = rep.build_report(paths, out_dir, formats=formats, compare=Path(compare) if compare else None,
+                              round=round)
     print("\n".join(result.lines()))
 
 
 @task(help={**SELECT_HELP, "level": "quick, standard or burn-in", "baseline": "build references from these hosts",
             "json": "print verdicts as JSON", "out": "folder for verdicts and the HTML page",
-            "references": "GPU references YAML (default: gpulab.references)"})
+            "references": "GPU references YAML (default: gpulab.references)",
+            "dcgm_level": "run level of DCGM's dcgmi diag, 1-4, 0 for none (default: gpulab.validate.dcgm_levels)"})
 @_errors
 def validate(c, device=None, host=None, limit=None, level="quick", baseline=False, json=False, out=None,
-             references=None, inventory=None):
+             references=None, inventory=None, dcgm_level=None):
     """Check each host's GPUs for health and performance against references; exit 1 if any host fails."""
     from lab import history
     from lab.validate import fleet as val
@@ -257,7 +261,8 @@ def validate(c, device=None, host=None, limit=None, level="quick", baseline=Fals
     result = val.validate_fleet(hosts, level=level, baseline=baseline, as_json=json,
                                 out_dir=Path(out) if out else Path(_cfg(c, "results")) / "validate",
                                 references=_cfg(c, "references", references),
-                                inventory=_cfg(c, "inventory", inventory), stacks_dir=_cfg(c, "stacks"))
+                                inventory=_cfg(c, "inventory", inventory), stacks_dir=_cfg(c, "stacks"),
+                                dcgm_level=dcgm_level, dcgm_levels=_cfg(c, "validate.dcgm_levels"))
     written = [f for f in result.files if Path(f).name == "validate.json"]
     if written and not baseline:   # into the history (a database that fails: one line, the file stays)
         url = history.resolve_url(_cfg(c, "history_url"), _cfg(c, "results"))

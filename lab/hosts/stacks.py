@@ -14,6 +14,11 @@ agree (``stack_profile_verify_os``). A host driven without SSH
 (``ansible_connection: local``, the embedded default) may leave it out: its OS
 is this machine's, read from /etc/os-release the way the playbook's facts name
 it (``Debian 12``, ``Ubuntu 24.04``, ``Rocky 9``).
+
+A profile may pin DCGM (``dcgm: {version, required}``, with ``packages.<family>.dcgm``)
+and say that its hosts have NVSwitches (``nvswitch: true``): then every family's
+``fabricmanager`` packages must be exactly the driver's version (``driver.version``
+required). ``Stack.tools()`` is what `invoke validate` expects of both.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.hosts import osfamily
-from lab.core import schema
+from lab.core import schema, versions
 from lab.core.errors import ConfigError
 
 STACKS_DIR = Path(__file__).resolve().parents[2] / "inventory" / "stacks"
@@ -86,6 +91,12 @@ class Stack:
             out[fw] = version
         return out
 
+    def tools(self) -> dict[str, Any]:
+        """What `invoke validate` expects of DCGM and Fabric Manager on this stack's hosts."""
+        d = self.data
+        return {"dcgm": dict(d["dcgm"]) if "dcgm" in d else None, "nvswitch": bool(d.get("nvswitch", False)),
+                "driver": d["driver"].get("version")}
+
     def covers(self, os_name: str) -> bool:
         return os_name in self.data["supports"]
 
@@ -108,7 +119,27 @@ def load(name: str, stacks_dir: Path | str | None = None) -> Stack:
             if family not in data[section]:
                 raise ConfigError(f"{path}: supports: '{os_name}' is a {family}-family OS but {section} "
                                   f"has no {family} entry")
+    _check_tools(path, data)
     return Stack(name, path, data)
+
+
+def _check_tools(path: Path, data: dict) -> None:
+    """DCGM needs its packages in every family; NVSwitch hosts need Fabric Manager at exactly the driver's version."""
+    for family, pkgs in data["packages"].items():
+        if "dcgm" in data and "dcgm" not in pkgs:
+            raise ConfigError(f"{path}: dcgm: packages.{family} has no dcgm entry")
+        if not data.get("nvswitch"):
+            continue
+        driver = data["driver"].get("version")
+        if not driver:
+            raise ConfigError(f"{path}: nvswitch: true needs driver.version (Fabric Manager must be exactly "
+                              f"the driver's version)")
+        if "fabricmanager" not in pkgs:
+            raise ConfigError(f"{path}: nvswitch: true but packages.{family} has no fabricmanager entry")
+        for p in pkgs["fabricmanager"]:
+            if versions.release(p["version"]) != versions.release(driver):
+                raise ConfigError(f"{path}: packages.{family}.fabricmanager: {p['name']} {p['version']} is not "
+                                  f"the driver's version {driver}")
 
 
 def available(stacks_dir: Path | str | None = None) -> list[str]:

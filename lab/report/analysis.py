@@ -79,7 +79,7 @@ def system_rows(runs: list[Run], rules: Rules) -> list[dict]:
             "submission": first.submission, "device": device, "gpus": gpus, "nodes": first.nodes,
             "framework": first.framework, "accelerator": first.accelerator, "stack": stack,
             "accelerator_kind": accelerator_kind(device, gpus),
-            "round": sc.round,
+            "round": sc.round, "compliance_ruleset": sc.ruleset, "scaling_factor": sc.scaling_factor,
             "runs": sc.runs, "successes": sc.successes,
             "runs_required": sc.runs_required, "converged_required": sc.converged_required,
             "scored_runs": len(sc.scored),

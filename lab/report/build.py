@@ -261,10 +261,22 @@ def _write_csv(path: Path, rows: list[dict]):
 
 
 def _title(systems: list[dict], rules: Rules) -> str:
-    """The rounds the records are scored by: published rounds by name, gpulab's runs by its ruleset."""
-    names = sorted({f"MLPerf Training {s['round']} results" if s["round"] in rules.rounds else rules.ruleset
-                    for s in systems})
+    """The rounds the records are scored by: published rounds by name (and the compliance ruleset
+    their logs are checked with), gpulab's runs by its ruleset."""
+    names = sorted({f"MLPerf Training {r['round']} results" + (f" ({r['ruleset']} ruleset)"
+                                                              if r["ruleset"] else "")
+                    for r in _rounds(systems, rules)}
+                   | {rules.ruleset for s in systems if s["round"] not in rules.rounds})
     return ", ".join(names) or rules.ruleset
+
+
+def _rounds(systems: list[dict], rules: Rules) -> list[dict]:
+    """The published rounds of the records, each with the compliance ruleset its logs are checked with."""
+    out = {}
+    for s in systems:
+        if s["round"] in rules.rounds:
+            out.setdefault(s["round"], rules.rounds[s["round"]].get("ruleset"))
+    return [{"round": k, "ruleset": f"training {v}" if v else None} for k, v in sorted(out.items())]
 
 
 def compliance_meta(runs) -> dict:
@@ -280,8 +292,10 @@ def compliance_meta(runs) -> dict:
     return out
 
 
-def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules | None = None) -> ReportResult:
-    """Read the runs under ``paths`` and write the report to ``out_dir``."""
+def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules | None = None,
+                 round: str | None = None) -> ReportResult:
+    """Read the runs under ``paths`` and write the report to ``out_dir``; ``round``: the published
+    round (lab/data/rounds.yml) whose rules score their MLLOG logs, where the folder names none."""
     formats = tuple(formats)
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
@@ -292,8 +306,8 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
     out_dir = Path(out_dir)
     _check_outputs(out_dir, formats)
     rules = rules or default_rules()
-    coll = collect(paths, rules)
-    other = collect([Path(compare)], rules) if compare is not None else None
+    coll = collect(paths, rules, round=round)
+    other = collect([Path(compare)], rules, round=round) if compare is not None else None
     an = analyse(coll.runs, rules, other.runs if other else None)
     result = ReportResult(skipped=[(s.source, s.reason) for s in coll.skipped])
     result.summary = [_clean({k: s[k] for k in (*SUMMARY_KEYS, *[k for k in s if k not in SUMMARY_KEYS])})
@@ -312,7 +326,7 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
     meta = {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "inputs": coll.inputs, "compare": str(compare) if compare is not None else None,
-        "title": _title(an.systems, rules),
+        "title": _title(an.systems, rules), "rounds": _rounds(an.systems, rules),
         "ruleset": rules.ruleset, "settings": rules.settings,
         "benchmarks": {n: {"title": b.title, "metric": b.metric, "target": b.target,
                            "runs_required": b.runs_required,
@@ -324,7 +338,8 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
     }
     if "json" in formats:
         doc = _clean({"schema": SUMMARY_SCHEMA, **{k: meta[k] for k in (
-            "generated", "inputs", "compare", "ruleset", "compliance", "n_runs", "n_success", "n_skipped")},
+            "generated", "inputs", "compare", "rounds", "compliance", "n_runs", "n_success", "n_skipped")},
+            "ruleset": meta["title"],
             "records": result.summary, "ratios": an.ratios, "ratio_ranges": an.ratio_ranges,
             "scaling": an.scaling, "seed_effects": an.seed_effects, "energy": an.energy,
             "compare": an.compare, "skipped": tables["skipped"]})

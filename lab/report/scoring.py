@@ -14,6 +14,16 @@ lab/data/benchmarks.yml (the v0.5 rules of the reference study).
   fewer than three runs: their mean, marked.
 - Compliance: the scored runs' compliance checker verdicts; a score resting on
   a run whose log fails the checker is marked.
+
+A round that mlperf-logging's result_summarizer scores (rounds.yml ``failed_runs:
+slowest``, v0.7 on; the round of a run is lab.results.roundtree's) is scored as it does
+(``score_round``): every result file is a run; a run that fails the round's
+compliance ruleset (or has no run_start/run_stop) counts among the ``drop`` slowest
+runs that are dropped (unet3d: 4 at each end, otherwise 1); with more such runs
+than ``drop`` there is no score, and none where no run is left to average. The
+time of a run that the ruleset passes is run_start to run_stop. The mean is
+multiplied by the benchmark folder's scaling.json factor. Fewer result files than
+the round requires are marked, and scored as the summarizer scores them.
 """
 
 from __future__ import annotations
@@ -43,6 +53,8 @@ class Score:
     compliance: str = "not checked"   # "PASS", "FAIL (n of m)", "not checked"
     compliance_failed: int = 0
     compliance_passed: int = 0
+    ruleset: str | None = None        # the compliance ruleset its logs were checked with ("training 4.0.0")
+    scaling_factor: float = 1.0       # scaling.json's factor, applied to score_s
 
     @property
     def mark(self) -> str:
@@ -67,6 +79,18 @@ def order_key(r: Run) -> tuple:
 
 def score(group: list[Run], rules: Rules) -> Score:
     """The score of the runs of one benchmark x system (all of one benchmark)."""
+    rounds = {r.round for r in group if r.round}
+    if len(rounds) == 1 and rules.rounds[next(iter(rounds))].get("failed_runs") == "slowest":
+        return score_round(group, rules, rounds.pop())
+    sc = _score(group, rules)
+    sc.ruleset = next((r.compliance_ruleset for r in group if r.compliance_ruleset), None)
+    if any(r.fmt == "mllog" and r.system_key and not r.round for r in group):
+        sc.marks.append("the round of this result tree is not known: scored by gpulab's rules "
+                        "(name it with --round, one of lab/data/rounds.yml)")
+    return sc
+
+
+def _score(group: list[Run], rules: Rules) -> Score:
     ttt = sorted((r for r in group if r.mode == "ttt"), key=order_key)
     bench = group[0].benchmark
     fmts = sorted({r.fmt for r in ttt}) or [group[0].fmt]
@@ -113,3 +137,54 @@ def score(group: list[Run], rules: Rules) -> Score:
                  successes=len(ok), runs_required=required, converged_required=converged,
                  too_few=too_few, basis=basis, marks=marks, compliance=verdict,
                  compliance_failed=len(failed), compliance_passed=len(passed))
+
+
+def score_round(group: list[Run], rules: Rules, rnd: str) -> Score:
+    """A benchmark x system of a round scored as mlperf-logging's result_summarizer scores it."""
+    table = rules.rounds[rnd]
+    bench = group[0].benchmark
+    ruleset = table["ruleset"]
+    drop = table.get("drop", {}).get(bench, 1)
+    required = table["runs_required"].get(bench)
+    files: dict[str, list[Run]] = {}
+    for r in sorted(group, key=order_key):
+        files.setdefault(r.source.split("#run")[0], []).append(r)
+    valid, failed = [], []
+    for runs in files.values():
+        r = runs[0]
+        ok = len(runs) == 1 and r.compliance == "PASS" and r.elapsed_s is not None
+        (valid if ok else failed).append(r)
+    marks = [n for n in dict.fromkeys(n for r in group for n in r.system_notes)]
+    if bench not in table["benchmarks"]:
+        marks.append(f"{bench} is not a benchmark of {rnd}")
+    if required and len(files) < required:
+        marks.append(f"{len(files)} result files of the {required} the {rnd} rules require")
+    ranked = sorted(valid, key=lambda r: r.elapsed_s)
+    kept = ranked[drop:len(ranked) - (drop - len(failed))] if len(failed) <= drop else []
+    if len(failed) > drop:
+        marks.append(f"{len(failed)} runs fail the training {ruleset} ruleset: "
+                     f"more than the {drop} a result may drop")
+    elif failed:
+        marks.append(f"{len(failed)} run(s) failing the training {ruleset} ruleset dropped "
+                     f"as the slowest")
+    if not kept and len(failed) <= drop:
+        marks.append(f"too few valid runs ({len(valid)}) to drop {drop} at each end")
+    factor = group[0].scaling_factor
+    note = group[0].scaling_note
+    if note:
+        marks.append(note)
+    mean = stats.mean([r.elapsed_s for r in kept])
+    basis = (f"{len(files)} runs, the {drop} fastest and {drop} slowest dropped "
+             f"(failing runs among the slowest)" if drop > 1 else
+             f"{len(files)} runs, fastest and slowest dropped (a failing run as the slowest)")
+    checked = [r for r in group if r.compliance in ("PASS", "FAIL")]
+    n_failed = sum(1 for r in checked if r.compliance == "FAIL")
+    verdict = (f"FAIL ({n_failed} of {len(checked)})" if n_failed else
+               "PASS" if checked and len(checked) == len(group) else "not checked")
+    return Score(round=rnd, score_s=None if mean is None else mean * factor, scored=kept,
+                 runs=len(files), successes=sum(1 for r in group if r.success),
+                 runs_required=required, converged_required=None,
+                 too_few=mean is None or bool(required and len(files) < required), basis=basis,
+                 marks=marks, compliance=verdict, compliance_failed=n_failed,
+                 compliance_passed=len(checked) - n_failed, ruleset=f"training {ruleset}",
+                 scaling_factor=factor)

@@ -13,6 +13,10 @@ What is read
 - ``sweep.json`` of a sweep directory ``results/<sweep>/``: host facts for its
   run directories ``<host>/<run id>/``, and planned runs that left no run
   directory (listed as skipped).
+- A published round's tree (lab.results.roundtree: the round named by ``round`` or by a
+  ``training_results_vX.Y`` folder) of v0.7 on: below ``results/`` only the
+  ``results/<system>/<benchmark>/result_*.txt`` files are runs; a folder inside a
+  benchmark folder is listed as skipped once, unread.
 
 Per run directory
 -----------------
@@ -47,6 +51,7 @@ import os
 from pathlib import Path
 
 from lab.core import paths
+from lab.results import roundtree
 from lab.core.errors import ConfigError
 from lab.results.logfacts import LogFacts, LogProblem
 from lab.core.mlperf import Rules, default_rules
@@ -71,8 +76,11 @@ SOURCE_SUFFIXES = {".py", ".pyc", ".scala", ".java", ".c", ".cc", ".cpp", ".cu",
 # --------------------------------------------------------------------------
 
 class _Context:
-    def __init__(self, rules: Rules):
+    def __init__(self, rules: Rules, round_name: str | None = None):
         self.rules = rules
+        self.round_name = round_name
+        self._rounds: dict[Path, str | None] = {}
+        self._scaling: dict[Path, tuple[float, str]] = {}
         self.runs: list[Run] = []
         self.skipped: list[Skipped] = []
         self._sweeps: dict[Path, dict | None] = {}
@@ -88,6 +96,18 @@ class _Context:
         if root not in self._trees:
             self._trees[root] = TreeReader(root, self.rules)
         return self._trees[root]
+
+    def round_of(self, root: Path) -> str | None:
+        """The round of an input path: the one named, else its folder names' (lab.results.roundtree)."""
+        if root not in self._rounds:
+            self._rounds[root] = self.round_name or roundtree.round_of_path(root, self.rules)
+        return self._rounds[root]
+
+    def scaling(self, bench_dir: Path, root: Path) -> tuple[float, str]:
+        """A benchmark folder's scaling.json factor and note, read once."""
+        if bench_dir not in self._scaling:
+            self._scaling[bench_dir] = roundtree.scaling_factor(bench_dir, root)
+        return self._scaling[bench_dir]
 
     def planned_dir(self, path: Path) -> dict | None:
         """The sweep.json entry whose run directory ``path`` is, if any."""
@@ -159,10 +179,11 @@ def _load_sweep(path: Path) -> dict | None:
     return {"hosts": hosts, "runs": runs, "name": doc.get("name") or path.parent.name}
 
 
-def collect(paths, rules: Rules | None = None) -> Collection:
-    """Every run under ``paths`` (folders or files), and everything skipped, with reasons."""
+def collect(paths, rules: Rules | None = None, round: str | None = None) -> Collection:
+    """Every run under ``paths`` (folders or files), and everything skipped, with reasons.
+    ``round``: the published round (lab/data/rounds.yml) whose rules score MLLOG logs."""
     rules = rules or default_rules()
-    ctx = _Context(rules)
+    ctx = _Context(rules, roundtree.known_round(rules, round))
     inputs = []
     for p in paths:
         p = Path(p)
@@ -194,11 +215,18 @@ def _walk(ctx: _Context, root: Path):
     if _is_rundir(names):
         _read_rundir(ctx, root)
         return
+    rnd = ctx.round_of(root)
+    round_tree = roundtree.summarizer_scored(ctx.rules, rnd)
     for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: ctx.skip(
             e.filename, f"cannot list folder ({e.strerror})")):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
         here = Path(dirpath)
         names = set(filenames)
+        if round_tree and roundtree.below_benchmark(here):
+            ctx.skip(here, f"not read: the runs of a {rnd} result tree are the {roundtree.RESULT_FILE} "
+                     "files of a benchmark folder (results/<system>/<benchmark>/)")
+            dirnames[:] = []
+            continue
         if here != root and (_is_rundir(names) or ctx.planned_dir(here)):
             _read_rundir(ctx, here)
             dirnames[:] = []
@@ -211,6 +239,10 @@ def _walk(ctx: _Context, root: Path):
                 continue   # a sweep's launch log beside its run directory: not a training log
             suffix = path.suffix.lower()
             if suffix in LOG_SUFFIXES or ("log" in name.lower() and suffix not in SOURCE_SUFFIXES):
+                if round_tree and roundtree.in_benchmark_folder(path) and not roundtree.is_run_file(path):
+                    ctx.skip(path, f"not a run: a {rnd} result tree's runs are its "
+                             f"{roundtree.RESULT_FILE} files")
+                    continue
                 _read_plain(ctx, path, root, explicit=False)
 
 

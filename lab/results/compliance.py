@@ -16,8 +16,16 @@ v0.5 logs (``:::MLPv0.5.0``)  none: mlperf-logging has no v0.5 ruleset (its
 A benchmark that the ruleset does not list (NCF after v0.5) is not checked,
 unless gpulab's exceptions name it.
 
+A log of a published round named by its tree (lab.results.roundtree; v0.7 on) is
+checked with that round's ruleset (lab/data/rounds.yml ``ruleset``), whatever its
+benchmark, as mlperf-logging's result_summarizer checks each result file: with
+``training_<ruleset>/common.yaml``, which picks the division's and benchmark's rules.
+
 The checker runs in this process on the lines given (it never opens the file
-and writes no compliance_checker.log); its log output is silenced. The verdict
+and writes no compliance_checker.log); its log output is silenced. The lines
+become the checker's log lines through the ruleset's own ``string_to_logline``,
+each taken from its last marker (``:::MLLOG``) on, as the ruleset's parser takes
+them (without its per-line regular expression, most of the checker's time). The verdict
 is "PASS" or "FAIL", each failing rule in one short line (lab.results.checkmsg), or
 None with the reason it was not checked.
 """
@@ -125,12 +133,15 @@ def ruleset_for(fmt: str, benchmark: str | None, gpulab: bool = False) -> tuple[
     return ruleset, ""
 
 
-def check(text: str, fmt: str, benchmark: str | None) -> Verdict:
-    """Run the checker of ``fmt``'s ruleset on ``text`` (the whole log)."""
-    gpulab = gpulab_log(text, fmt)
-    ruleset, why = ruleset_for(fmt, benchmark, gpulab)
+def check(text: str, fmt: str, benchmark: str | None, ruleset: str | None = None) -> Verdict:
+    """Run the checker on ``text`` (the whole log): with ``ruleset`` (a published round's, "4.0.0")
+    whatever the benchmark, else with the ruleset of ``fmt`` (or of gpulab's own logs) where it
+    lists the benchmark."""
+    gpulab = ruleset is None and gpulab_log(text, fmt)
     if ruleset is None:
-        return Verdict(None, why)
+        ruleset, why = ruleset_for(fmt, benchmark, gpulab)
+        if ruleset is None:
+            return Verdict(None, why)
     try:
         from mlperf_logging.compliance_checker import mlp_compliance, mlp_parser
     except ImportError as exc:      # pragma: no cover - a dependency of the project
@@ -143,7 +154,7 @@ def check(text: str, fmt: str, benchmark: str | None) -> Verdict:
     checker = mlp_compliance.make_checker("training", ruleset, quiet=True, werror=False)
     raised_in = _record_rule_files(checker)
     with _quiet(), _rules_read_once(mlp_compliance):
-        loglines, errors = parser.parse_generator(iter(text.splitlines()))
+        loglines, errors = _loglines(parser, text.splitlines())
         if errors:
             checker.put_message(f"{len(errors)} log line(s) the checker cannot parse, first: "
                                 f"{errors[0][0][:120]!r}")
@@ -174,6 +185,22 @@ def check(text: str, fmt: str, benchmark: str | None) -> Verdict:
         return Verdict("PASS", name, name, waived=tuple(waived))
     lines = tuple(f.line() for f in failures)
     return Verdict("FAIL", checkmsg.summary(failures), name, lines, tuple(waived))
+
+
+def _loglines(parser, lines: list[str]) -> tuple[list, list]:
+    """(log lines, [(line, error)]) as the ruleset's parse_generator gives them."""
+    token = parser.TOKEN
+    out, failed = [], []
+    for line in lines:
+        k = line.rfind(token)
+        if k < 0:
+            continue
+        line = (token + line[k + len(token):]).strip()
+        try:
+            out.append(parser.string_to_logline(len(out) + len(failed), line))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:   # the parser's: ValueError
+            failed.append((line, str(exc)))
+    return out, failed
 
 
 def _record_rule_files(checker) -> dict[int, str]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lab.results import compliance
+from lab.results import compliance, roundtree
 from lab.results.logfacts import LogFacts, LogProblem, integer
 from lab.results.mllog import MLLOG_PREFIX, parse_mllog
 from lab.core.mlperf import Rules, default_rules
@@ -64,62 +64,95 @@ def natural(s: str) -> tuple:
 
 
 def read_plain(ctx, path: Path, root: Path, text: str, explicit: bool):
-    """Add the runs of one log file to ``ctx.runs`` (or one Skipped entry to ``ctx``)."""
+    """Add the runs of one log file to ``ctx.runs`` (or one Skipped entry to ``ctx``).
+
+    A result file of a round tree scored as result_summarizer scores (lab.results.roundtree) that
+    holds no readable run is still one run of its benchmark: a failed one."""
     rules = ctx.rules
+    rnd = ctx.round_of(root)
+    run_file = roundtree.summarizer_scored(rules, rnd) and roundtree.is_run_file(path)
     fmt = detect_format(text)
+    runs, problem = [], None
     if fmt is None:
+        problem = "empty file" if not text.strip() else "no :::MLLOG, :::MLL or :::MLPv0.5.0 lines"
+    else:
+        try:
+            runs = parse_runs(text, rules)
+        except LogProblem as exc:
+            problem = str(exc)
+    if problem is not None and not run_file:
         # Only files named like logs are worth a line in the report.
-        if explicit or path.suffix.lower() == ".log" or re.match(r"result.*\.txt$", path.name, re.I):
-            ctx.skip(path, "empty file" if not text.strip() else "no :::MLLOG, :::MLL or :::MLPv0.5.0 lines")
-        return
-    try:
-        runs = parse_runs(text, rules)
-    except LogProblem as exc:
-        ctx.skip(path, str(exc))
+        if fmt is not None or explicit or path.suffix.lower() == ".log" \
+                or re.match(r"result.*\.txt$", path.name, re.I):
+            ctx.skip(path, problem)
         return
     folders = [path.stem, *[p.name for p in path.parents if p == root or root in p.parents]]
-    bench = runs[0].benchmark
+    notes = []
+    if run_file:
+        bench = roundtree.benchmark_folder_name(path, rules)
+        logged = runs[0].benchmark if runs else None
+        if logged is not None and logged != bench:
+            notes.append(f"the log names {logged}; scored as its folder's {bench}")
+    else:
+        bench = runs[0].benchmark
     if bench is None:
         bench = next((rules.benchmark(n) for n in folders if rules.benchmark(n)), None)
         if bench is None:
             ctx.skip(path, "benchmark not named in the log (submission_benchmark) or its folder names")
             return
+    table = rules.rounds.get(rnd) if rnd else None
+    in_round = table is not None and table["format"] == (fmt or "mllog")
+    ruleset = table.get("ruleset") if in_round and roundtree.summarizer_scored(rules, rnd) else None
     tree = ctx.tree(root).system_of(path)
-    base = _system(ctx, path, root, runs[0], folders, tree)
-    verdict = compliance.check(text, fmt, bench)
+    base = _system(ctx, path, root, runs[0].platform if runs else None, folders, tree)
+    if run_file:
+        base["system_notes"] += roundtree.summarizer_gaps(tree)
+    if problem is not None:
+        verdict = compliance.Verdict("FAIL", problem, f"training {ruleset}", (problem,))
+    else:
+        verdict = compliance.check(text, fmt, bench, ruleset=ruleset)
+    factor, scaling_note = ctx.scaling(path.parent, root) if run_file else (1.0, "")
     try:
         rel = str(path.relative_to(root))
     except ValueError:
         rel = path.name
+    common = dict(benchmark=bench, device=base["device"], gpus=base["gpus"], stack=base["stack"],
+                  facts_from=base["facts_from"], submitter=base["submitter"],
+                  system_name=base["system_name"], system_key=base["system_key"],
+                  submission=base["submission"], nodes=base["nodes"], framework=base["framework"],
+                  accelerator=base["accelerator"], round=rnd if in_round else None,
+                  scaling_factor=factor, scaling_note=scaling_note, system_notes=list(base["system_notes"]))
+    if problem is not None:
+        ctx.runs.append(Run(source=str(path), fmt=fmt or "mllog", success=False, outcome="failed",
+                            reason=problem, notes=notes + list(base["notes"]), order=(natural(rel), 1),
+                            **common))
+        ctx.runs[-1].judged(verdict)
+        return
     for f in runs:
         source = str(path) if f.runs_in_file == 1 else f"{path}#run{f.run_in_file}"
-        notes = list(f.warnings) + list(base["notes"])
+        run_notes = list(f.warnings) + notes + list(base["notes"])
         if f.runs_in_file > 1:
-            notes.append(f"run {f.run_in_file} of {f.runs_in_file} in the file")
+            run_notes.append(f"run {f.run_in_file} of {f.runs_in_file} in the file")
         ctx.runs.append(Run(
-            source=source, fmt=f.fmt, benchmark=bench, device=base["device"], gpus=base["gpus"],
-            stack=base["stack"], seed=f.seed, start_s=f.start_s,
+            source=source, fmt=f.fmt, seed=f.seed, start_s=f.start_s,
             success=f.success, outcome=f.outcome, reason=f.reason, ttt_s=f.ttt_s,
             elapsed_s=f.stop_s - f.start_s, epochs=f.epochs, quality=f.quality,
             target=f.target, samples_per_s=f.samples_per_s,
             throughput_basis=f.throughput_basis, sample_unit=f.sample_unit,
-            facts_from=base["facts_from"], notes=notes,
-            submitter=base["submitter"], system_name=base["system_name"], system_key=base["system_key"],
-            submission=base["submission"], nodes=base["nodes"], framework=base["framework"],
-            accelerator=base["accelerator"], order=(natural(rel), f.run_in_file), clock=f.clock))
+            notes=run_notes, order=(natural(rel), f.run_in_file), clock=f.clock, **common))
         ctx.runs[-1].judged(verdict)
 
 
-def _system(ctx, path: Path, root: Path, facts: LogFacts, folders: list[str], tree) -> dict:
+def _system(ctx, path: Path, root: Path, platform: str | None, folders: list[str], tree) -> dict:
     rules = ctx.rules
     out = {"submitter": None, "system_name": None, "system_key": None, "submission": None,
-           "nodes": None, "framework": None, "accelerator": None, "notes": []}
+           "nodes": None, "framework": None, "accelerator": None, "notes": [], "system_notes": []}
     device = count = stack = None
     sources = {}
     if tree is not None:
         out.update(submitter=tree.submitter, system_name=tree.system, system_key=tree.key,
                    submission=tree.submission, nodes=tree.nodes, framework=tree.framework,
-                   accelerator=tree.accelerator, notes=list(tree.notes))
+                   accelerator=tree.accelerator, notes=list(tree.notes), system_notes=list(tree.notes))
         device, count, stack = tree.device, tree.accelerators, tree.framework
         for k, v in (("device", device), ("accelerators", count), ("framework", stack)):
             if v is not None:
@@ -138,8 +171,8 @@ def _system(ctx, path: Path, root: Path, facts: LogFacts, folders: list[str], tr
             if stack is None and doc.get("framework"):
                 stack = str(doc["framework"])
                 sources["stack"] = fname
-    if facts.platform and (device is None or count is None):
-        d, c = rules.find_system(facts.platform)
+    if platform and (device is None or count is None):
+        d, c = rules.find_system(platform)
         if device is None and d:
             device, sources["device"] = d, "log submission_platform"
         if count is None and c is not None:

@@ -51,6 +51,7 @@ class SystemFacts:
     nodes: int | None = None
     framework: str | None = None
     described_by: str | None = None
+    fields: frozenset = frozenset()   # the keys of its description
     notes: list[str] = field(default_factory=list)
 
 
@@ -124,6 +125,7 @@ class TreeReader:
     def _apply(self, facts: SystemFacts, doc: dict, desc: Path):
         rel = desc.relative_to(self.root) if self._inside(desc) else desc.name
         facts.described_by = str(rel)
+        facts.fields = frozenset(doc)
         sub = _first(doc, "submitter", "org", "sumitter")
         if sub:
             facts.submitter = str(sub)

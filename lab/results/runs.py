@@ -9,6 +9,7 @@ name, ``submitter``); for gpulab's own runs and loose logs, the label
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 
 
@@ -56,9 +57,14 @@ class Run:
     clock: str = ""
     compliance: str | None = None  # "PASS", "FAIL" or None (not checked: see compliance_note)
     compliance_note: str = ""      # FAIL: the failing rules in one short line; else the ruleset or why none
-    compliance_ruleset: str | None = None
+    compliance_ruleset: str | None = None  # mlperf-logging's ruleset that checked it ("4.0.0")
     compliance_failures: list[str] = field(default_factory=list)  # one short line per failing rule
     compliance_waived: list[str] = field(default_factory=list)    # gpulab's exceptions this log used
+    # The published round whose rules score it (lab/data/rounds.yml; None: by its log format or gpulab's).
+    round: str | None = None
+    scaling_factor: float = 1.0   # the benchmark folder's scaling.json (lab.results.roundtree)
+    scaling_note: str = ""
+    system_notes: list[str] = field(default_factory=list)   # what its system description lacks
 
     def judged(self, verdict) -> None:
         """Take a compliance verdict (lab.compliance.Verdict)."""
@@ -115,15 +121,22 @@ class Run:
         return d
 
 
-_UNITS = {"GPU": ("GPU", "GPUs"), "TPU": ("TPU chip", "TPU chips")}
+_UNITS = {"GPU": ("GPU", "GPUs"), "TPU": ("TPU chip", "TPU chips"), "TPU core": ("TPU core", "TPU cores")}
 
 
 def accelerator_kind(device: str | None, count: int | None = None) -> str:
-    """What a run's accelerator count counts: "GPU", "TPU" (chips) or "CPU" (none)."""
+    """What a run's accelerator count counts: "GPU", "TPU" (chips), "TPU core" or "CPU" (none).
+
+    A TPU slice's name counts its TensorCores (``tpuv3-8``: 8 cores on 4 chips); a count equal
+    to that number (v0.5 entry.json's num_accelerators) counts cores, any other count chips
+    (the systems files of v0.6 on: ``tpu-v3`` x 16)."""
     d = str(device or "").strip().lower()
     if d == "cpu" or count == 0:
         return "CPU"
-    return "TPU" if "tpu" in d else "GPU"
+    if "tpu" not in d:
+        return "GPU"
+    m = re.search(r"-(\d+)$", d)
+    return "TPU core" if m and count is not None and int(m.group(1)) == count else "TPU"
 
 
 def count_label(kind: str, n: int | None) -> str:
@@ -135,7 +148,7 @@ def count_label(kind: str, n: int | None) -> str:
 
 
 def count_header(kinds) -> str:
-    """A column or axis of counts of these kinds: "GPUs", "TPU chips", else "Accelerators"."""
+    """A column or axis of counts of these kinds: "GPUs", "TPU chips", "TPU cores", else "Accelerators"."""
     kinds = set(kinds)
     if len(kinds) == 1 and kinds <= set(_UNITS):
         return _UNITS[kinds.pop()][1]
@@ -143,7 +156,7 @@ def count_header(kinds) -> str:
 
 
 def count_noun(kinds) -> str:
-    """The thing counted, in running text: "GPU", "TPU chip", else "accelerator"."""
+    """The thing counted, in running text: "GPU", "TPU chip", "TPU core", else "accelerator"."""
     kinds = set(kinds)
     return _UNITS[kinds.pop()][0] if len(kinds) == 1 and kinds <= set(_UNITS) else "accelerator"
 

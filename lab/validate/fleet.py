@@ -28,13 +28,15 @@ instead (``build_references``).
 Modules: lab.validate.verdict (PASS/WARN/FAIL, check records, ``Verdicts``),
 lab.validate.gpurefs (the references file and model names), lab.validate.hostchecks (stack and
 GPU count), lab.validate.gpuchecks (per GPU, XID, host metrics, fleet),
-this module (evaluation, baseline, output, gathering over SSH). The names
+lab.validate.vendor (DCGM's diagnostic, lab.validate.dcgm, and Fabric Manager,
+lab.validate.fabric: gathered after the burn-in, their records beside these), this module (evaluation, baseline, output, gathering over SSH). The names
 re-exported here (``__all__``) are its public interface.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import statistics
 from pathlib import Path
@@ -46,6 +48,7 @@ from lab.core import writes
 from lab.core.errors import CheckFailed, ConfigError, GpulabError, HostError, RunError
 from lab.validate.gpuchecks import (_burnin_failures, _fleet_checks, _gpu_checks, _host_metric_checks, _xid_checks,
                            fleet_medians, split_snapshot)
+from lab.validate import dcgm, vendor
 from lab.validate.actions import attach_actions, load_actions
 from lab.validate.hostchecks import _count_checks, _stack_checks, installed_version
 from lab.validate.linkchecks import guarded, link_window
@@ -95,9 +98,14 @@ def _host_record(name: str, host, checks: list[dict], gpus: dict) -> dict:
 
 
 def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], references: dict,
-             stacks: dict | None = None, *, level: str | None = None, actions: dict | None = None) -> Verdicts:
+             stacks: dict | None = None, *, level: str | None = None, actions: dict | None = None,
+             tools: dict | None = None) -> Verdicts:
     """Verdicts for every host of ``inventory_hosts`` (and any extra host in ``snapshots``);
-    each WARN and FAIL with its action from ``actions`` (default: lab/data/actions.yml)."""
+    each WARN and FAIL with its action from ``actions`` (default: lab/data/actions.yml).
+
+    ``tools``: per host or stack name, what its profile expects of DCGM and Fabric Manager
+    (``Stack.tools()``); their records join every snapshot that carries what ``vendor.gather`` found.
+    """
     hosts = {(_host_field(h, "name")): h for h in inventory_hosts}
     names = list(hosts) + [n for n in snapshots if n not in hosts]
     # first pass: per GPU model and burn-in entry (for the fleet medians)
@@ -167,6 +175,8 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
                 gpus[str(idx)] = {"index": idx, "name": g.get("name"), "uuid": g.get("uuid"), "serial": g.get("serial"),
                                   "pci_bus_id": g.get("pci_bus_id"), "model": model,
                                   "verdict": worst(c["verdict"] for c in gc), "checks": gc}
+        if isinstance(snap, dict):
+            checks += vendor.checks(snap, probe, _expected_stack(tools, name, host), gpus)
         rec = _host_record(name, host, checks, gpus)
         rec["level"] = (burnin or {}).get("level") if isinstance(burnin, dict) else None
         rec["collected_at"] = (probe or {}).get("collected_at") if isinstance(probe, dict) else None
@@ -283,8 +293,10 @@ def burnin_argv(level: str, remote_dir: str) -> list[str]:
     return ["burnin", "--level", level, "--out", remote_dir, "--json"]
 
 
-def gather_one(host, level: str, stamp: str, local_dir: Path | None = None, *, connect: Callable | None = None) -> dict:
-    """Run the burn-in on one host and return its document (raises HostError/RunError)."""
+def gather_one(host, level: str, stamp: str, local_dir: Path | None = None, *, connect: Callable | None = None,
+               dcgm_level: int = 0) -> dict:
+    """Run the burn-in on one host, then DCGM's diagnostic at ``dcgm_level`` (0: none) and read Fabric
+    Manager (lab.validate.vendor); return the burn-in document with theirs (raises HostError/RunError)."""
     from lab.hosts import remote as rem
 
     connect = connect or rem.connect
@@ -305,12 +317,14 @@ def gather_one(host, level: str, stamp: str, local_dir: Path | None = None, *, c
                     r.get(f"{remote_dir}/{name}", local_dir / host.name / name)
                 except GpulabError:
                     pass
+        doc.update(vendor.gather(r, dcgm_level, local_dir / host.name if local_dir is not None else None))
         return doc
 
 
 def stacks_for(hosts: Iterable[Any], inventory: Path | str | None = None,
-               stacks_dir: Path | str | None = None) -> dict:
+               stacks_dir: Path | str | None = None, what: str = "expected") -> dict:
     """Expected versions per stack name from lab.hosts.stacks profiles; {} when unavailable.
+    ``what="tools"``: what each profile expects of DCGM and Fabric Manager instead (``Stack.tools()``).
 
     The profiles are those of ``stacks_dir`` (gpulab.stacks, as `invoke audit` reads them),
     else beside the inventory (inventory/stacks/) when there are any, else the checkout's.
@@ -332,7 +346,7 @@ def stacks_for(hosts: Iterable[Any], inventory: Path | str | None = None,
         except GpulabError:
             continue
         # a branch-only driver ('550.*') agrees with any version of that branch (lab.core.versions)
-        out[name] = prof.expected()
+        out[name] = getattr(prof, what)()
     return out
 
 
@@ -340,8 +354,12 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
                    out_dir: Path | str = Path("results/validate"), references: Path | str | None = None,
                    inventory: Path | str | None = None, stacks: dict | None = None,
                    echo: Callable[[str], None] = print, gather: Callable | None = None,
-                   stacks_dir: Path | str | None = None) -> Verdicts:
+                   stacks_dir: Path | str | None = None, dcgm_level: Any = None,
+                   dcgm_levels: dict | None = None) -> Verdicts:
     """Gather every host's burn-in document, judge them, write validate.json/.html.
+
+    DCGM's diagnostic runs at ``dcgm_level`` (--dcgm-level; 0: not at all), else at the level
+    ``dcgm_levels`` (gpulab.validate.dcgm_levels) gives this validate level (lab.validate.dcgm.LEVELS).
 
     With ``baseline``, write ``references-baseline.yml`` (from these hosts)
     instead of verdicts. ``gather(host, level, stamp, local_dir)`` may replace
@@ -355,11 +373,13 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
     refs = load_references(refs_path)
     paths.folder(out_dir, "--out")             # every input is checked before the burn-in starts
     writes.check_folder(out_dir, "--out")
+    dcgm_run = 0 if baseline else dcgm.level_for(level, dcgm_levels, dcgm_level)
     if stacks is None and not baseline:
         stacks = stacks_for(hosts, inventory, stacks_dir)
+    tools = None if baseline else stacks_for(hosts, inventory, stacks_dir, what="tools")
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(out_dir) / stamp
-    gather = gather or gather_one
+    gather = gather or functools.partial(gather_one, dcgm_level=dcgm_run)
     snapshots = rem.on_hosts(hosts, lambda h: gather(h, level, stamp, out))
     if baseline:
         data = build_references(snapshots, refs, hosts=[h.name for h in hosts], note=f"level {level}")
@@ -368,7 +388,7 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
         writes.write_text(path, dump_references(data), "--out")
         echo(f"wrote {path} (from {len(hosts)} host(s); review it, then copy it over {refs_path})")
         return Verdicts({"hosts": {}, "verdict": PASS}, files=[path])
-    verdicts = evaluate(snapshots, hosts, refs, stacks, level=level)
+    verdicts = evaluate(snapshots, hosts, refs, stacks, level=level, tools=tools)
     verdicts.files = write_outputs(verdicts, out)
     echo(verdicts.to_json() if as_json else summary_text(verdicts))
     if not as_json:

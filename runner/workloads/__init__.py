@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from runner.artifacts import check_entry
+from runner.workloads.schedules import SCHEDULES
 
 CATALOGUE = Path(__file__).with_name("workloads.yml")
 SCALES = ("tiny", "small", "full")
@@ -66,6 +67,8 @@ def _check_entry(name: str, w: dict) -> None:
         _need(s.get("data") in DATA_KINDS, sw, f"'data' must be one of {DATA_KINDS}")
         _need(isinstance(s.get("batch_size"), int) and s["batch_size"] > 0, sw,
               "'batch_size' (per process) must be a positive integer")
+        _need(s.get("lr_schedule") in SCHEDULES, sw,
+              f"'lr_schedule' must be one of {', '.join(SCHEDULES)} (runner/workloads/schedules.py)")
         _need(s.get("compile_mode", "default") in COMPILE_MODES, sw,
               f"'compile_mode' must be one of {', '.join(COMPILE_MODES)}")
         if "pretrained" in s:

@@ -1,15 +1,11 @@
 """What every workload shares: the run context and the two drivers.
 
 Imported only in workload processes (it imports torch). A workload module
-exposes ``build(ctx) -> Trainer``; the trainer provides
-
-- ``hyperparameters() -> dict``: MLLOG keys logged during init (a value, or
-  ``(value, metadata)``);
-- ``train_samples``, ``eval_samples``: sizes of the data sets (ttt mode);
-- ``train_epoch(epoch)``: one pass over this rank's share of the data;
-- ``evaluate(epoch) -> float | dict``: the quality metric, the same on every rank;
-- ``throughput_batch() -> int`` and ``throughput_step()``: one training step on
-  synthetic on-device data, returning nothing; the batch is per process.
+publishes ``SPEC``, a ``runner.workloads.trainer.WorkloadSpec`` naming its
+trainer class, a subclass of ``runner.workloads.trainer.Trainer`` (the
+contract: model, optimizer, scaler, the shared training step, the ttt calls
+``hyperparameters``, ``train_epoch``, ``evaluate`` and the throughput calls
+``throughput_batch``, ``throughput_step``; see that module).
 
 ``run(ctx, module)`` drives ttt or throughput mode and logs the MLPerf events.
 
@@ -20,10 +16,8 @@ synchronizes before reading a clock). ``optimized=True`` is what throughput
 mode runs (``ctx.optimized``: channels-last, torch.compile, fused optimizer,
 the workload's own speed settings); ``optimized=False`` is the plain eager
 baseline of the same model: fp32 weights, bf16 autocast, NCHW, no compile,
-torch.optim defaults. A workload module may define its own
-``bench_step(ctx)`` -> ``(step_fn, samples_per_step)``; otherwise the trainer's
-``throughput_step``/``throughput_batch`` are used. ``bench_context`` builds
-the context both hooks use.
+torch.optim defaults. The step is the trainer's ``throughput_step`` and
+``throughput_batch``. ``bench_context`` builds the context both hooks use.
 
 Gradient hook (benchmarks/gradcheck.py, tests/gpu/test_gradients_gpu.py):
 ``runner.workloads.gradients.gradient_step(name, device, optimized, ...)``
@@ -47,6 +41,7 @@ from runner.abort import Aborted
 from runner.workloads.compiling import compile_fn, inductor_options, key_values  # noqa: F401  (read as base.<name>)
 from runner.workloads.divergence import LossWatch, WatchedScaler
 from runner.workloads.errors import WorkloadError
+from runner.workloads.trainer import spec_of
 
 
 class Context:
@@ -205,7 +200,7 @@ def _fmt(q) -> str:
 def run(ctx: Context, module) -> dict:
     """Drive the workload; returns ``{"outcome", "reason", "result"}``."""
     log = ctx.log
-    trainer = module.build(ctx)
+    trainer = spec_of(module).build(ctx)
     log.event(C.SEED, ctx.seed)
     log.hyperparameters(trainer.hyperparameters())
     out = _throughput(ctx, trainer) if ctx.mode == "throughput" else _ttt(ctx, trainer)
@@ -399,9 +394,7 @@ def bench_step(name: str, device, optimized: bool = True, *, scale: str = "full"
     """
     ctx, module = bench_context(name, device, optimized, scale=scale, precision=precision,
                                 batch_size=batch_size, seed=seed, overrides=overrides)
-    if hasattr(module, "bench_step"):
-        return module.bench_step(ctx)
-    trainer = module.build(ctx)
+    trainer = spec_of(module).build(ctx)
     return trainer.throughput_step, trainer.throughput_batch()
 
 

@@ -33,6 +33,7 @@ from mlperf_logging.mllog import constants as C
 from runner.workloads import cpucaps
 from runner.workloads import translation as T
 from runner.workloads.beam_search import gnmt_search
+from runner.workloads.trainer import WorkloadSpec
 
 
 class BahdanauAttention(nn.Module):
@@ -212,5 +213,5 @@ def beam_config(cfg: dict) -> dict:
     return out
 
 
-def build(ctx) -> Trainer:
-    return Trainer(ctx)
+SPEC = WorkloadSpec(Trainer)
+build = SPEC.build

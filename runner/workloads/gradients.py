@@ -26,9 +26,11 @@ constant initialization some gradients are exactly zero in every path (a
 zero BN scale blocks its whole branch), and the check would prove nothing for
 them. The weights used are returned, so that the other path can load them.
 
-No workload module needs code for this: every trainer keeps its model in
-``.model``, its optimizer in ``.opt`` and its loss scaler in ``.scaler``, and
-runs a step through ``throughput_step()`` or ``train_epoch(epoch)``.
+No workload module needs code for this: every trainer keeps the contract of
+runner.workloads.trainer (its model in ``.model``, one shared optimizer step
+that calls ``gradient_probe(loss)`` with the gradients in place, unscaled,
+before the update), and runs a step through ``throughput_step()`` or
+``train_epoch(epoch)``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import time
 import torch
 
 from runner.workloads.base import WorkloadError, bench_context
+from runner.workloads.trainer import spec_of
 
 #: settings that change the training step but not the gradient being checked
 NEUTRAL = {"dropout": 0.0, "grad_clip": 0}
@@ -134,10 +137,7 @@ def gradient_step(name: str, device, optimized: bool, *, scale: str = "small", s
             ctx.cfg[key] = value
     torch.manual_seed(seed)
     with _compile_backend(backend):
-        trainer = module.build(ctx)
-    for attr in ("model", "opt", "scaler"):
-        if not hasattr(trainer, attr):
-            raise WorkloadError(f"gradient_step: the {name} trainer has no .{attr}")
+        trainer = spec_of(module).build(ctx)
     model = trainer.model
     perturbed = []
     if weights is None:
@@ -150,20 +150,14 @@ def gradient_step(name: str, device, optimized: bool, *, scale: str = "small", s
     grads: dict = {}
     losses: list = []
 
-    def take(*args, **kwargs):
+    def take(loss):
+        losses.append(loss.detach())
         for pname, p in model.named_parameters():
             if p.requires_grad:
                 grads[pname] = None if p.grad is None else p.grad.detach().float().cpu().clone()
         raise _Taken
 
-    real_scale = trainer.scaler.scale
-
-    def scale_and_keep(loss):
-        losses.append(loss.detach())
-        return real_scale(loss)
-
-    trainer.opt.step = take
-    trainer.scaler.scale = scale_and_keep
+    trainer.gradient_probe = take
     t1 = time.time()
     with _numerics(device, optimized if tf32 is None else tf32):
         torch.manual_seed(seed)

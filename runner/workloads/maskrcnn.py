@@ -37,9 +37,11 @@ from runner.workloads.coco_eval import COCOEvaluator
 from runner.workloads.maskrcnn_heads import Detector, paste_masks
 from runner.workloads.maskrcnn_model import MaskRCNN
 from runner.workloads.pretrained import load_backbone
+from runner.workloads.trainer import Trainer as TrainerContract
+from runner.workloads.trainer import WorkloadSpec
 
 
-class Trainer:
+class Trainer(TrainerContract):
     def __init__(self, ctx):
         self.ctx = ctx
         cfg = ctx.cfg
@@ -70,12 +72,11 @@ class Trainer:
         self.det = Detector(self.model, cfg, ctx, feature_fn, roi_align_fn)
         gbs = self.batch * ctx.world_size
         self.lr = recipe.base_lr(cfg, gbs)
-        self.opt = torch.optim.SGD(recipe.param_groups(self.model, self.lr, cfg["weight_decay"],
+        self.optimizer = torch.optim.SGD(recipe.param_groups(self.model, self.lr, cfg["weight_decay"],
                                                        cfg.get("bias_lr_factor", 2.0),
                                                        cfg.get("weight_decay_bias", 0.0)),
                                    lr=self.lr, momentum=cfg["momentum"], **ctx.fused())
         self.scaler = ctx.grad_scaler()
-        self.step = 0
         self.steps_per_epoch = max(1, self.train_samples // gbs) if ctx.mode == "ttt" else 1
         self.warmup = int(cfg["warmup_steps"])
         self.boundaries = recipe.decay_steps(cfg, gbs, self.steps_per_epoch)
@@ -113,19 +114,16 @@ class Trainer:
     def hyperparameters(self) -> dict:
         return recipe.hyperparameters(self.ctx.cfg, self.batch, self.ctx.world_size, self.lr, self.boundaries)
 
-    def _train_step(self, images, sizes, boxes, labels, masks):
-        recipe.set_lr(self.opt, self.step, self.lr, self.warmup, self.boundaries, self.ctx.cfg)
-        self.step += 1
-        with self.ctx.autocast():
-            loss = self.det.loss(images, sizes, boxes, labels, masks, self.mask_stride)
-        self.opt.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()
-        if self.ctx.distributed:
-            self._allreduce_grads()
-        self.scaler.step(self.opt)
-        self.scaler.update()
+    def schedule(self, update: int) -> list[float]:
+        return recipe.group_rates(self.optimizer, update, self.lr, self.warmup, self.boundaries, self.ctx.cfg)
 
-    def _allreduce_grads(self):
+    def loss(self, images, sizes, boxes, labels, masks):
+        return self.det.loss(images, sizes, boxes, labels, masks, self.mask_stride)
+
+    def reduce_gradients(self):
+        """One flat all-reduce of every gradient (the detector calls its modules piecewise: no DDP)."""
+        if not self.ctx.distributed:
+            return
         import torch.distributed as dist
 
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -172,14 +170,14 @@ class Trainer:
                 m = torch.where(f.view(-1, 1, 1, 1), m.flip(3), m)
                 fb = torch.stack([s - b[..., 2], b[..., 1], s - b[..., 0], b[..., 3]], -1)
                 b = torch.where(f.view(-1, 1, 1), fb, b)
-                self._train_step(self._images(x), sizes, b, self.ltr[idx], m)
+                self.train_step(self._images(x), sizes, b, self.ltr[idx], m)
                 ctx.mark_step()
             return
         self.train_sampler.epoch = epoch
         self.train_set.epoch = epoch
         for images, sizes, (b, lab, m) in self.train_loader:
             dev = ctx.device
-            self._train_step(self._images(images, sizes), sizes.to(dev), b.to(dev), lab.to(dev), m.to(dev))
+            self.train_step(self._images(images, sizes), sizes.to(dev), b.to(dev), lab.to(dev), m.to(dev))
             ctx.mark_step()
 
     @torch.no_grad()
@@ -222,26 +220,22 @@ class Trainer:
     def throughput_batch(self) -> int:
         return self.batch
 
-    def throughput_step(self) -> None:
-        if not hasattr(self, "_synthetic"):
-            ctx, cfg = self.ctx, self.ctx.cfg
-            g = V.device_generator(ctx, ctx.seed + ctx.rank)
-            self.det.gen = g
-            h, w = cfg.get("throughput_image", [cfg.get("image_size", 64)] * 2)
-            x = V.synthetic_images(ctx, self.batch, (h, w), g)
-            boxes, labels = V.synthetic_boxes(ctx, self.batch, self.num_classes, g, (0.2, 0.6), (0.1, 0.3))
-            boxes = boxes * torch.tensor([w, h, w, h], device=ctx.device)
-            ms = self.mask_stride
-            yy = (torch.arange((h + ms - 1) // ms, device=ctx.device) + 0.5) * ms
-            xx = (torch.arange((w + ms - 1) // ms, device=ctx.device) + 0.5) * ms
-            bb = boxes[..., None, None]
-            masks = ((yy[:, None] >= bb[..., 1, :, :]) & (yy[:, None] < bb[..., 3, :, :])
-                     & (xx[None] >= bb[..., 0, :, :]) & (xx[None] < bb[..., 2, :, :])).to(torch.uint8)
-            sizes = torch.tensor([[h, w]], device=ctx.device, dtype=torch.float32).expand(self.batch, 2)
-            self._synthetic = (x, sizes, boxes, labels, masks)
-            self.model.train()
-        self._train_step(*self._synthetic)
+    def synthetic_batches(self, g):
+        ctx, cfg = self.ctx, self.ctx.cfg
+        self.det.gen = g
+        h, w = cfg.get("throughput_image", [cfg.get("image_size", 64)] * 2)
+        x = V.synthetic_images(ctx, self.batch, (h, w), g)
+        boxes, labels = V.synthetic_boxes(ctx, self.batch, self.num_classes, g, (0.2, 0.6), (0.1, 0.3))
+        boxes = boxes * torch.tensor([w, h, w, h], device=ctx.device)
+        ms = self.mask_stride
+        yy = (torch.arange((h + ms - 1) // ms, device=ctx.device) + 0.5) * ms
+        xx = (torch.arange((w + ms - 1) // ms, device=ctx.device) + 0.5) * ms
+        bb = boxes[..., None, None]
+        masks = ((yy[:, None] >= bb[..., 1, :, :]) & (yy[:, None] < bb[..., 3, :, :])
+                 & (xx[None] >= bb[..., 0, :, :]) & (xx[None] < bb[..., 2, :, :])).to(torch.uint8)
+        sizes = torch.tensor([[h, w]], device=ctx.device, dtype=torch.float32).expand(self.batch, 2)
+        return [(x, sizes, boxes, labels, masks)]
 
 
-def build(ctx) -> Trainer:
-    return Trainer(ctx)
+SPEC = WorkloadSpec(Trainer)
+build = SPEC.build

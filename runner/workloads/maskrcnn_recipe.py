@@ -27,10 +27,10 @@ AVX-512 kernels happened to recover), while one process at 0.02 and two at
 
 from __future__ import annotations
 
-from bisect import bisect_right
-
 import torch.nn as nn
 from mlperf_logging.mllog import constants as C
+
+from runner.workloads import schedules as S
 
 GAMMA = 0.1
 
@@ -64,24 +64,18 @@ def decay_steps(cfg: dict, global_batch: int, steps_per_epoch: int) -> list[int]
     return [int(e * steps_per_epoch) for e in cfg["decay_epochs"]]
 
 
-def group_lr(step: int, group_base: float, base: float, warmup: int, boundaries, method: str,
-             warmup_factor: float = 1.0 / 3) -> float:
-    """One group's rate at iteration ``step`` (from 0), as WarmupMultiStepLR gives it then."""
-    decay = GAMMA ** bisect_right(boundaries, step)
-    if step < warmup:
-        if method == "mlperf_linear":
-            return (group_base - (warmup - step) * (base / warmup)) * decay
-        if method == "linear":
-            alpha = step / warmup
-            return group_base * (warmup_factor * (1 - alpha) + alpha) * decay
-        raise ValueError(f"warmup_method {method!r}: expected mlperf_linear or linear")
-    return group_base * decay
+def group_rates(opt, step: int, base: float, warmup: int, boundaries, cfg: dict) -> list[float]:
+    """Every parameter group's rate at iteration ``step`` (from 0)."""
+    S.check(cfg.get("lr_schedule"), ("multistep",), "maskrcnn")
+    method = cfg.get("warmup_method", "linear")
+    return [S.rate("multistep", step, group_base=g["base_lr"], base=base, warmup=warmup, boundaries=boundaries,
+                   method=method, warmup_factor=cfg.get("warmup_factor", 1 / 3), gamma=GAMMA)
+            for g in opt.param_groups]
 
 
 def set_lr(opt, step: int, base: float, warmup: int, boundaries, cfg: dict) -> None:
-    method = cfg.get("warmup_method", "linear")
-    for g in opt.param_groups:
-        g["lr"] = group_lr(step, g["base_lr"], base, warmup, boundaries, method, cfg.get("warmup_factor", 1 / 3))
+    for g, lr in zip(opt.param_groups, group_rates(opt, step, base, warmup, boundaries, cfg)):
+        g["lr"] = lr
 
 
 def warmup_factor(cfg: dict, base: float) -> float:

@@ -29,7 +29,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mlperf_logging.mllog import constants as C
 
+from runner.workloads import schedules as S
 from runner.workloads.base import WorkloadError
+from runner.workloads.trainer import Trainer as TrainerContract
+from runner.workloads.trainer import WorkloadSpec
 
 DATA_SEED = 20190501  # generated data is a fixed data set, the same for every run
 
@@ -140,7 +143,7 @@ def hits_at_k(pos_scores: torch.Tensor, neg_scores: torch.Tensor, counts: torch.
     return (ahead & counts).sum(dim=1) < k
 
 
-class Trainer:
+class Trainer(TrainerContract):
     def __init__(self, ctx):
         self.ctx = ctx
         cfg = ctx.cfg
@@ -170,7 +173,8 @@ class Trainer:
         self.step_fn = self.ddp
         if ctx.compile and ctx.mode == "throughput":
             self.step_fn = torch.compile(self.ddp)
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg["lr"],
+        S.check(cfg.get("lr_schedule"), ("constant",), "ncf")  # Adam at the base rate throughout
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg["lr"],
                                     betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"], **ctx.fused())
         self.scaler = ctx.grad_scaler()
         if ctx.mode == "ttt":
@@ -220,15 +224,8 @@ class Trainer:
                                 "with (almost) every item")
         return users, items
 
-    def _step(self, u, i, y):
-        with self.ctx.autocast():
-            logits = self.step_fn(u, i)
-            loss = F.binary_cross_entropy_with_logits(logits.float(), y)
-        self.opt.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()
-        self.scaler.step(self.opt)
-        self.scaler.update()
-        return loss
+    def loss(self, u, i, y):
+        return F.binary_cross_entropy_with_logits(self.step_fn(u, i).float(), y)
 
     def train_epoch(self, epoch: int) -> None:
         ctx, dev = self.ctx, self.ctx.device
@@ -244,7 +241,7 @@ class Trainer:
         self.model.train()
         for s in range(0, mine.numel(), self.batch):
             idx = mine[s: s + self.batch]
-            self._step(users[idx], items[idx], labels[idx])
+            self.train_step(users[idx], items[idx], labels[idx])
             ctx.mark_step()
 
     @torch.no_grad()
@@ -275,22 +272,13 @@ class Trainer:
     def throughput_batch(self) -> int:
         return self.batch
 
-    def throughput_step(self) -> None:
-        if not hasattr(self, "_pool"):
-            dev, cfg = self.ctx.device, self.ctx.cfg
-            g = torch.Generator(device=dev)
-            g.manual_seed(self.ctx.seed + self.ctx.rank)
-            k = 4
-            self._pool = (torch.randint(0, cfg["users"], (k, self.batch), device=dev, generator=g),
-                          torch.randint(0, cfg["items"], (k, self.batch), device=dev, generator=g),
-                          (torch.rand((k, self.batch), device=dev, generator=g) < 0.2).float())
-            self._k = 0
-            self.model.train()
-        u, i, y = self._pool
-        j = self._k % u.shape[0]
-        self._k += 1
-        self._step(u[j], i[j], y[j])
+    def synthetic_batches(self, g):
+        dev, cfg, k = self.ctx.device, self.ctx.cfg, 4
+        u = torch.randint(0, cfg["users"], (k, self.batch), device=dev, generator=g)
+        i = torch.randint(0, cfg["items"], (k, self.batch), device=dev, generator=g)
+        y = (torch.rand((k, self.batch), device=dev, generator=g) < 0.2).float()
+        return [(u[j], i[j], y[j]) for j in range(k)]
 
 
-def build(ctx) -> Trainer:
-    return Trainer(ctx)
+SPEC = WorkloadSpec(Trainer)
+build = SPEC.build

@@ -32,6 +32,8 @@ from mlperf_logging.mllog import constants as C
 from runner.workloads import resnet50_recipe as recipe
 from runner.workloads import vision as V
 from runner.workloads.base import WorkloadError, compile_fn
+from runner.workloads.trainer import Trainer as TrainerContract
+from runner.workloads.trainer import WorkloadSpec
 
 DATA_SEED = 20190502
 
@@ -254,7 +256,7 @@ class EpochSampler(torch.utils.data.Sampler):
 
 # --- trainer -------------------------------------------------------------------------
 
-class Trainer:
+class Trainer(TrainerContract):
     def __init__(self, ctx):
         self.ctx = ctx
         cfg = ctx.cfg
@@ -276,9 +278,8 @@ class Trainer:
         images = self.train_samples if ctx.mode == "ttt" else cfg.get("train_images", gbs)
         self.recipe = recipe.Recipe(cfg, gbs, images)
         self.lr = self.recipe.peak
-        self.opt = self.recipe.optimizer(self.model, ctx.fused())
+        self.optimizer = self.recipe.optimizer(self.model, ctx.fused())
         self.scaler = ctx.grad_scaler()
-        self.step = 0
         self.steps_per_epoch = max(1, self.train_samples // gbs) if ctx.mode == "ttt" else 1
         self.max_epochs = int(ctx.spec.get("max_epochs") or cfg["max_epochs"])
 
@@ -326,15 +327,11 @@ class Trainer:
         return hp
 
     # --- steps ---
-    def _train_step(self, x, y):
-        V.set_lr(self.opt, self.recipe.lr(self.step))
-        self.step += 1
-        with self.ctx.autocast():
-            loss = self.step_model(x, y)
-        self.opt.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()
-        self.scaler.step(self.opt)
-        self.scaler.update()
+    def schedule(self, update: int) -> float:
+        return self.recipe.lr(update)
+
+    def loss(self, x, y):
+        return self.step_model(x, y)
 
     def train_epoch(self, epoch: int) -> None:
         ctx = self.ctx
@@ -349,14 +346,14 @@ class Trainer:
                 x = self.xtr[idx]
                 f = flips[s: s + self.batch].view(-1, 1, 1, 1)
                 x = torch.where(f, x.flip(3), x)
-                self._train_step(x, self.ytr[idx])
+                self.train_step(x, self.ytr[idx])
                 ctx.mark_step()
             return
         self.train_sampler.epoch = epoch
         self.train_set.epoch = epoch
         for images, labels in self.train_loader:
             x = V.to_device_images(ctx, images, REFERENCE_MEAN, REFERENCE_STD)
-            self._train_step(x, labels.to(ctx.device, non_blocking=True))
+            self.train_step(x, labels.to(ctx.device, non_blocking=True))
             ctx.mark_step()
 
     @torch.no_grad()
@@ -386,13 +383,11 @@ class Trainer:
     def throughput_batch(self) -> int:
         return self.batch
 
-    def throughput_step(self) -> None:
-        V.synthetic_step(self, self._synthetic_batch)
-
-    def _synthetic_batch(self, ctx, g):
+    def synthetic_batches(self, g):
+        ctx = self.ctx
         x = V.synthetic_images(ctx, self.batch, self.image_size, g)
-        return x, torch.randint(0, self.classes, (self.batch,), device=ctx.device, generator=g)
+        return [(x, torch.randint(0, self.classes, (self.batch,), device=ctx.device, generator=g))]
 
 
-def build(ctx) -> Trainer:
-    return Trainer(ctx)
+SPEC = WorkloadSpec(Trainer)
+build = SPEC.build

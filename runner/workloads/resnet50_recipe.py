@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 from mlperf_logging.mllog import constants as C
 
+from runner.workloads import schedules as S
 from runner.workloads import vision as V
 
 SCHEDULES = ("step", "poly")
@@ -38,17 +39,6 @@ def warmup_steps(spe: float, warmup_epochs: float) -> int:
 
 def boundary_steps(spe: float, boundary_epochs) -> list[int]:
     return [int(spe * e) for e in boundary_epochs]
-
-
-def step_lr(step: int, peak: float, warmup: int, boundaries, factor: float) -> float:
-    """Linear warm-up from 0, then piecewise constant: ``peak * factor**k`` once ``step`` is past k boundaries.
-
-    A boundary step itself still has the rate before it (the reference's
-    ``tf.train.piecewise_constant`` changes value only after the boundary).
-    """
-    if step < warmup:
-        return peak * step / warmup
-    return peak * factor ** sum(1 for b in boundaries if step > b)
 
 
 def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -68,9 +58,7 @@ class Recipe:
 
     def __init__(self, cfg: dict, global_batch: int, train_images: int):
         self.cfg = cfg
-        self.schedule = cfg.get("lr_schedule", "step")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"resnet50: lr_schedule {self.schedule!r} is not one of {SCHEDULES}")
+        self.schedule = S.check(cfg.get("lr_schedule", "step"), SCHEDULES, "resnet50")
         self.global_batch = global_batch
         self.per_epoch = steps_per_epoch(train_images, global_batch)
         # the peak rate on the mean gradient of the global batch, rounded to 0.001 (the 0.7.0 checker's rule:
@@ -81,14 +69,16 @@ class Recipe:
             self.boundary_epochs = list(cfg["decay_boundary_epochs"])
             self.boundaries = boundary_steps(self.per_epoch, self.boundary_epochs)
             self.factor = cfg["decay_factor"]
+            self.params = {"peak": self.peak, "warmup": self.warmup, "boundaries": self.boundaries,
+                           "factor": self.factor}
         else:
             self.end_lr = cfg.get("end_lr", 0.0001)
             self.total = max(1, int(self.per_epoch)) * cfg.get("decay_epochs", cfg["max_epochs"])
+            self.params = {"total": self.total, "warmup": self.warmup, "base": self.peak, "end": self.end_lr,
+                           "power": 2}
 
     def lr(self, step: int) -> float:
-        if self.schedule == "step":
-            return step_lr(step, self.peak, self.warmup, self.boundaries, self.factor)
-        return V.poly_lr(step, self.total, self.warmup, self.peak, self.end_lr, 2)
+        return S.rate(self.schedule, step, **self.params)
 
     def optimizer(self, model: nn.Module, fused: dict) -> torch.optim.Optimizer:
         cfg = self.cfg

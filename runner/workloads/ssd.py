@@ -31,10 +31,13 @@ import numpy as np
 import torch
 
 from runner.workloads import detection as D
+from runner.workloads import schedules as S
 from runner.workloads import vision as V
 from runner.workloads.base import WorkloadError, compile_fn
 from runner.workloads.coco_eval import COCOEvaluator
 from runner.workloads.pretrained import load_backbone
+from runner.workloads.trainer import Trainer as TrainerContract
+from runner.workloads.trainer import WorkloadSpec
 # GRAY, ssd_crop and ssd_loss are not used here: tests and benchmarks/ssd_bf16.py read them as ssd.<name>
 from runner.workloads.ssd_data import (GRAY, CocoEval, CocoTrain, collate, color_jitter, pad_targets,  # noqa: F401
                                        ssd_crop)
@@ -55,7 +58,7 @@ def decay_boundaries(cfg: dict, global_batch: int, steps_per_epoch: int) -> list
     return [e * steps_per_epoch for e in cfg["decay_epochs"]]
 
 
-class Trainer:
+class Trainer(TrainerContract):
     def __init__(self, ctx):
         self.ctx = ctx
         cfg = ctx.cfg
@@ -82,12 +85,12 @@ class Trainer:
         self.lr = base_lr(cfg["lr_per_32"], gbs)
         # weight decay on every parameter (BN and biases too), as the reference's SGD
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.opt = torch.optim.SGD([{"params": params, "weight_decay": cfg["weight_decay"]}], lr=self.lr,
+        self.optimizer = torch.optim.SGD([{"params": params, "weight_decay": cfg["weight_decay"]}], lr=self.lr,
                                    momentum=cfg["momentum"], **ctx.fused())
         self.scaler = ctx.grad_scaler()
-        self.step = 0
         self.steps_per_epoch = max(1, self.train_samples // gbs) if ctx.mode == "ttt" else 1
         self.warmup = int(cfg["warmup_steps"])
+        self.lr_schedule = S.check(cfg.get("lr_schedule"), ("warmup_step",), "ssd")
         self.boundaries = decay_boundaries(cfg, gbs, self.steps_per_epoch)
         self.jitter = cfg.get("color_jitter")
 
@@ -144,18 +147,14 @@ class Trainer:
         gbs = self.batch * self.ctx.world_size
         return [round(b * gbs / self.train_samples, 2) for b in self.boundaries]
 
-    def _train_step(self, x, boxes, labels):
-        cfg = self.ctx.cfg
-        lr = V.step_lr(self.step, self.warmup, cfg["warmup_factor"], self.lr, self.boundaries, 0.1)
-        V.set_lr(self.opt, lr)
-        self.step += 1
-        gloc, glab = match(self.anchors, boxes, labels)
-        with self.ctx.autocast():
-            loss = self.step_model(x, gloc, glab)
-        self.opt.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()
-        self.scaler.step(self.opt)
-        self.scaler.update()
+    def schedule(self, update: int) -> float:
+        return S.rate(self.lr_schedule, update, warmup=self.warmup, warmup_factor=self.ctx.cfg["warmup_factor"],
+                      base=self.lr, boundaries=self.boundaries, factor=0.1)
+
+    def loss(self, x, boxes, labels):
+        with torch.autocast(self.ctx.device.type, enabled=False):  # matching in fp32, outside autocast
+            gloc, glab = match(self.anchors, boxes, labels)
+        return self.step_model(x, gloc, glab)
 
     def _images(self, u8, g=None):
         """uint8 NHWC -> normalized NCHW on the device; with a generator ``g`` and the scale's
@@ -186,7 +185,7 @@ class Trainer:
                 x = torch.where(f.view(-1, 1, 1, 1), x.flip(3), x)
                 fb = torch.stack([1 - b[..., 2], b[..., 1], 1 - b[..., 0], b[..., 3]], -1)
                 b = torch.where(f.view(-1, 1, 1), fb, b)
-                self._train_step(x, b, self.ltr[idx])
+                self.train_step(x, b, self.ltr[idx])
                 ctx.mark_step()
             return
         self.train_sampler.epoch = epoch
@@ -194,7 +193,7 @@ class Trainer:
         g = V.device_generator(ctx, (ctx.seed * 7919 + epoch) * 1009 + ctx.rank)
         for images, targets in self.train_loader:
             b, lab = pad_targets(targets, (self.size, self.size))
-            self._train_step(self._images(images, g), b.to(ctx.device), lab.to(ctx.device))
+            self.train_step(self._images(images, g), b.to(ctx.device), lab.to(ctx.device))
             ctx.mark_step()
 
     @torch.no_grad()
@@ -237,14 +236,12 @@ class Trainer:
     def throughput_batch(self) -> int:
         return self.batch
 
-    def throughput_step(self) -> None:
-        V.synthetic_step(self, self._synthetic_batch)
-
-    def _synthetic_batch(self, ctx, g):
+    def synthetic_batches(self, g):
+        ctx = self.ctx
         x = V.synthetic_images(ctx, self.batch, self.size, g)
         boxes, labels = V.synthetic_boxes(ctx, self.batch, self.num_classes, g, (0.1, 0.8), (0.05, 0.3))
-        return x, boxes.clamp(0, 1), labels
+        return [(x, boxes.clamp(0, 1), labels)]
 
 
-def build(ctx) -> Trainer:
-    return Trainer(ctx)
+SPEC = WorkloadSpec(Trainer)
+build = SPEC.build

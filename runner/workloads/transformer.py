@@ -29,6 +29,7 @@ from mlperf_logging.mllog import constants as C
 
 from runner.workloads import translation as T
 from runner.workloads.beam_search import fairseq_search
+from runner.workloads.trainer import WorkloadSpec
 
 
 class MHA(nn.Module):
@@ -195,5 +196,5 @@ def beam_config(cfg: dict) -> dict:
     return out
 
 
-def build(ctx) -> Trainer:
-    return Trainer(ctx)
+SPEC = WorkloadSpec(Trainer)
+build = SPEC.build

@@ -9,7 +9,7 @@
 - Loss: label-smoothed cross entropy summed over the target tokens, divided
   by the batch's tokens (``loss_per: token``) or sentences (``loss_per:
   sentence``, GNMT's reference); Adam; the learning-rate schedules of the two
-  references (``gnmt_lr``, ``rsqrt_lr``). Where the catalogue gives
+  references (``lr_schedule`` gnmt or rsqrt: runner.workloads.schedules). Where the catalogue gives
   ``schedule_at`` (the global batch and training-set size its step counts are
   meant for), the step counts are rescaled to this run's global batch and data
   set, so that they cover the same share of the data at any GPU count;
@@ -32,39 +32,14 @@ import torch.nn.functional as F
 from mlperf_logging.mllog import constants as C
 
 from runner.workloads import bleu
+from runner.workloads import schedules as S
 from runner.workloads.base import WorkloadError, compile_fn
+from runner.workloads.trainer import Trainer as TrainerContract
 from runner.workloads.translation_data import (BOS, DATA_SEED, EOS, N_SPECIAL, PAD, UNK, WordVocab,  # noqa: F401
                                                bucket_length, bucketed_shards, frame_source, generate,
                                                keep_pairs, load_prepared, pad_batch, token_batches)
 
 LR_SCALINGS = ("none", "linear", "sqrt")
-
-
-def gnmt_lr(update: int, base: float, warmup: int, remain: int, interval: int, steps: int,
-            factor: float) -> float:
-    """Rate of update ``update`` (1 = the first), as the GNMT reference's WarmupMultiStepLR.
-
-    Exponential warm-up from ``base / 100`` reaching ``base`` at update
-    ``warmup``; from update ``remain`` on, ``base * factor ** k`` with
-    ``k = min((update - remain) // interval + 1, steps)``.
-    """
-    if warmup > 0 and update <= warmup:
-        return base * math.exp(math.log(0.01) / warmup) ** (warmup - update)
-    if interval > 0 and update >= remain:
-        return base * factor ** min((update - remain) // interval + 1, steps)
-    return base
-
-
-def rsqrt_lr(update: int, base: float, warmup: int) -> float:
-    """Rate of update ``update`` (1 = the first), as fairseq's inverse_sqrt with ``--warmup-init-lr 0``.
-
-    The rate after ``u`` updates is ``base * u / warmup`` while ``u < warmup``,
-    then ``base * sqrt(warmup / u)``; update ``u + 1`` runs with it.
-    """
-    u = update - 1
-    if u < warmup:
-        return base * u / warmup
-    return base * math.sqrt(warmup / u)
 
 
 def scaled_steps(n: int, cfg: dict, global_batch: int, train_samples: int) -> int:
@@ -98,7 +73,7 @@ def smoothed_loss(logits, target, smoothing: float):
 # The trainer
 # ----------------------------------------------------------------------------------------
 
-class Trainer:
+class Trainer(TrainerContract):
     """Drives a seq2seq model (``make_model(cfg, vocab_size)``) through runner.workloads.base.
 
     The model provides ``forward(src, tgt_in, pad) -> logits [B,T,V]`` and the
@@ -166,53 +141,39 @@ class Trainer:
             # the loss joins the graph: log-softmax and label smoothing fuse with the projection
             self.fwd = compile_fn(ctx, self._forward_loss)
         self.lr = scaled_lr(cfg, self.global_batch)
+        self.lr_schedule = S.check(cfg.get("lr_schedule"), ("gnmt", "rsqrt"), ctx.name)
         self.warmup = scaled_steps(int(cfg["warmup_steps"]), cfg, self.global_batch, train_samples)
         self.remain = scaled_steps(int(cfg.get("remain_steps", 0) or 0), cfg, self.global_batch, train_samples)
         self.interval = scaled_steps(int(cfg.get("decay_interval", 0) or 0), cfg, self.global_batch,
                                      train_samples)
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=self.lr, betas=tuple(cfg["betas"]),
-                                    eps=adam_eps, **ctx.fused())
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.lr, betas=tuple(cfg["betas"]),
+                                          eps=adam_eps, **ctx.fused())
         self.scaler = ctx.grad_scaler()
-        self.step_no = 0
-        self._set_lr()
+        self.grad_clip = float(cfg.get("grad_clip") or 0)
+        self.apply_schedule()
 
     # --- schedule -------------------------------------------------------------------------
     def lr_at(self, update: int) -> float:
         """The rate of update ``update`` (1 = the first) of this run."""
         cfg = self.cfg
-        if cfg.get("schedule") == "rsqrt":
-            return rsqrt_lr(update, self.lr, self.warmup)
-        return gnmt_lr(update, self.lr, self.warmup, self.remain, self.interval, int(cfg.get("decay_steps", 4)),
-                       float(cfg.get("decay_factor", 0.5)))
+        if self.lr_schedule == "rsqrt":
+            return S.rsqrt_lr(update, self.lr, self.warmup)
+        return S.gnmt_lr(update, self.lr, self.warmup, self.remain, self.interval, int(cfg.get("decay_steps", 4)),
+                         float(cfg.get("decay_factor", 0.5)))
 
-    def _set_lr(self):
-        lr = self.lr_at(self.step_no + 1)
-        for g in self.opt.param_groups:
-            if isinstance(g["lr"], torch.Tensor):
-                g["lr"].fill_(lr)
-            else:
-                g["lr"] = lr
+    def schedule(self, update: int) -> float:
+        return self.lr_at(update + 1)
 
     # --- one step -------------------------------------------------------------------------
     def _forward_loss(self, src, tgt_in, tgt_out, pad: bool):
         logits = self.ddp(src, tgt_in, pad)
         return smoothed_loss(logits, tgt_out, self.smoothing)
 
-    def _step(self, src, tgt_in, tgt_out, pad: bool = True):
-        ctx = self.ctx
-        with ctx.autocast():
-            loss, ntok = self.fwd(src, tgt_in, tgt_out, pad)
-        self.opt.zero_grad(set_to_none=True)
+    def loss(self, src, tgt_in, tgt_out, pad: bool = True):
+        loss, ntok = self.fwd(src, tgt_in, tgt_out, pad)
         # this rank's tokens or sentences; DDP averages over ranks
         denom = ntok.clamp(min=1) if self.loss_per == "token" else src.shape[0]
-        self.scaler.scale(loss / denom).backward()
-        self.scaler.unscale_(self.opt)
-        if self.cfg.get("grad_clip"):
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.cfg["grad_clip"]))
-        self.scaler.step(self.opt)
-        self.scaler.update()
-        self.step_no += 1
-        self._set_lr()
+        return loss / denom
 
     def epoch_batches(self, epoch: int) -> list:
         """This rank's batches of one epoch (lists of training-pair indices)."""
@@ -232,9 +193,9 @@ class Trainer:
         self.model.train()
         for part in self.epoch_batches(epoch):
             S, TI, TO = pad_batch(src, tgt, part, self.buckets, self.src_frame)
-            self._step(torch.from_numpy(S).to(dev, non_blocking=True),
+            self.train_step(torch.from_numpy(S).to(dev, non_blocking=True),
                        torch.from_numpy(TI).to(dev, non_blocking=True),
-                       torch.from_numpy(TO).to(dev, non_blocking=True), pad=bool((S == PAD).any()))
+                       torch.from_numpy(TO).to(dev, non_blocking=True), bool((S == PAD).any()))
             ctx.mark_step()
 
     @torch.no_grad()
@@ -282,24 +243,14 @@ class Trainer:
         self.tp_batch = self.ctx.throughput_batch_size(self.batch)
         return self.tp_batch * self.tp_len
 
-    def throughput_step(self) -> None:
-        if not hasattr(self, "_pool"):
-            if not hasattr(self, "tp_len"):
-                self.throughput_batch()
-            dev = self.ctx.device
-            g = torch.Generator(device=dev)
-            g.manual_seed(self.ctx.seed + self.ctx.rank)
-            B, L = self.tp_batch, self.tp_len
-            src = torch.randint(N_SPECIAL, self.vocab_size, (2, B, L), device=dev, generator=g)
-            tgt = torch.randint(N_SPECIAL, self.vocab_size, (2, B, L), device=dev, generator=g)
-            tin = torch.cat([torch.full_like(tgt[:, :, :1], BOS), tgt[:, :, :-1]], dim=2)
-            self._pool = (src, tin, tgt)
-            self._k = 0
-            self.model.train()
-        s, ti, to = self._pool
-        j = self._k % 2
-        self._k += 1
-        self._step(s[j], ti[j], to[j], pad=False)
+    def synthetic_batches(self, g):
+        self.throughput_batch()
+        dev = self.ctx.device
+        B, L = self.tp_batch, self.tp_len
+        src = torch.randint(N_SPECIAL, self.vocab_size, (2, B, L), device=dev, generator=g)
+        tgt = torch.randint(N_SPECIAL, self.vocab_size, (2, B, L), device=dev, generator=g)
+        tin = torch.cat([torch.full_like(tgt[:, :, :1], BOS), tgt[:, :, :-1]], dim=2)
+        return [(src[j], tin[j], tgt[j], False) for j in range(2)]
 
     # --- MLLOG --------------------------------------------------------------------------------
     def common_hyperparameters(self) -> dict:

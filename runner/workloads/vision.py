@@ -4,7 +4,7 @@ ResNet building blocks (v1.5 bottleneck and the basic block of ResNet-34),
 an exact, faster form of the stem's convolution (SpaceToDepthConv7;
 ``stem_options`` picks it from the scale's settings),
 the speed path (channels-last, torch.compile with a fallback to eager),
-learning-rate schedules, JPEG decoding without torchvision, and the check of
+JPEG decoding without torchvision, and the check of
 a prepared dataset through ``runner.datasets`` when that package is installed.
 """
 
@@ -238,16 +238,6 @@ def device_generator(ctx, seed: int) -> torch.Generator:
     return g
 
 
-def synthetic_step(trainer, make) -> None:
-    """One training step of ``trainer`` (throughput mode) on a synthetic batch made once, by
-    ``make(ctx, generator)`` with a generator on the run's device seeded with seed + rank."""
-    if not hasattr(trainer, "_synthetic"):
-        ctx = trainer.ctx
-        trainer._synthetic = make(ctx, device_generator(ctx, ctx.seed + ctx.rank))
-        trainer.model.train()
-    trainer._train_step(*trainer._synthetic)
-
-
 def synthetic_images(ctx, batch: int, size, generator=None) -> torch.Tensor:
     h, w = (size, size) if isinstance(size, int) else size
     x = torch.randn(batch, 3, h, w, device=ctx.device, generator=generator)
@@ -281,29 +271,6 @@ def step_sgd_hyperparameters(ctx, cfg: dict, batch: int, lr: float) -> dict:
         "opt_learning_rate_warmup_factor": cfg["warmup_factor"],
         "opt_learning_rate_decay_factor": 0.1,
     }
-
-
-# --- schedules ---------------------------------------------------------------------------
-
-def poly_lr(step: int, total: int, warmup: int, base: float, end: float, power: float) -> float:
-    """Linear warm-up to ``base``, then polynomial decay to ``end`` at ``total`` steps."""
-    if warmup > 0 and step < warmup:
-        return base * (step + 1) / warmup
-    t = min(1.0, (step - warmup) / max(1, total - warmup))
-    return end + (base - end) * (1.0 - t) ** power
-
-
-def step_lr(step: int, warmup: int, warmup_factor: float, base: float, boundaries, factor: float) -> float:
-    """Linear warm-up from ``warmup_factor * base``, then ``factor`` at each boundary (in steps)."""
-    if warmup > 0 and step < warmup:
-        a = step / warmup
-        return base * (warmup_factor * (1 - a) + a)
-    return base * factor ** sum(1 for b in boundaries if step >= b)
-
-
-def set_lr(opt, lr: float) -> None:
-    for g in opt.param_groups:
-        g["lr"] = lr * g.get("lr_scale", 1.0)
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:

@@ -5,7 +5,10 @@ stand-in NVIDIA packages of the lab's apt repository, served at the upstream
 path layout under the lab's mirror (gpulab_mirror), and stand-in framework
 wheels from the lab's index. Then one host moves to `mlperf-v0.5`, declared as
 Ubuntu 18.04 (the lab's hosts are Debian 12, so the OS-vs-facts check
-stack_profile_verify_os is off for that host only).
+stack_profile_verify_os is off for that host only). The profiles are a copy of
+inventory/stacks/ whose `current` says its hosts have NVSwitches, so that Fabric
+Manager is provisioned beside DCGM, read back by the audit and checked by
+`invoke validate`, which runs the stand-in dcgmi.
 
 What the lab hosts cannot do, and the variables that skip it (real hosts leave
 them on): no running kernel of their own (kernel_prereqs_enabled: false), no
@@ -23,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,6 +61,11 @@ def plab(testlab, tmp_path_factory):
     provisioning_lab.prepare(lab, ("debian12", "ubuntu1804"))
     lab.work = tmp_path_factory.mktemp("provision")
     lab.artifacts = lab.work / "artifacts"
+    # the profiles, `current` on NVSwitch hosts (Fabric Manager at the driver's version)
+    lab.stacks = lab.work / "stacks"
+    shutil.copytree(REPO / "inventory" / "stacks", lab.stacks)
+    current = yaml.safe_load((lab.stacks / "current.yml").read_text())
+    (lab.stacks / "current.yml").write_text(yaml.safe_dump({**current, "nvswitch": True}))
     # the same hosts, pv-02 moved to mlperf-v0.5 (declared Ubuntu 18.04)
     inv = yaml.safe_load(lab.inventory.read_text())
     pv02 = _find_host(inv, "pv-02")
@@ -75,7 +84,7 @@ def invoke(lab, *args, inventory=None, env=None, check=True):
     """`invoke ARGS --inventory ...` from the worktree, as a user runs it."""
     cmd = [str(INVOKE), *args, "--inventory", str(inventory or lab.inventory)]
     full_env = {**os.environ, **lab.ansible_env(), "PYTHONPATH": str(REPO),
-                "INVOKE_GPULAB_ARTIFACTS": str(lab.artifacts), **(env or {})}
+                "INVOKE_GPULAB_ARTIFACTS": str(lab.artifacts), "INVOKE_GPULAB_STACKS": str(lab.stacks), **(env or {})}
     res = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=600)
     print(f"$ {' '.join(cmd[1:])}  -> {res.returncode}\n{res.stdout}\n{res.stderr}")
     return res
@@ -159,8 +168,17 @@ def test_provision_current_on_two_hosts(plab):
         assert sorted(pkgs) == ["cuda-toolkit-13-0=13.0.2-1", "libcudnn9-cuda-13=9.19.0.56-1",
                                 "libnccl2=2.28.9-1+cuda13.0", "nvidia-driver-580-open=580.159.04-0ubuntu0.24.04.1"]
         assert "hold" in plab.exec(name, "dpkg --get-selections nvidia-driver-580-open").stdout
+        tools = plab.exec(name, "dpkg-query -W -f '${Package}=${Version}\\n' datacenter-gpu-manager-4-core "
+                                "datacenter-gpu-manager-4-cuda13 nvidia-fabricmanager-580").stdout.split()
+        assert sorted(tools) == ["datacenter-gpu-manager-4-core=1:4.5.2-1", "datacenter-gpu-manager-4-cuda13=1:4.5.2-1",
+                                 "nvidia-fabricmanager-580=580.159.04-1"]
+        held = plab.exec(name, "dpkg --get-selections datacenter-gpu-manager-4-core nvidia-fabricmanager-580").stdout
+        assert held.split()[1::2] == ["hold", "hold"]
         stack = stack_json(plab, name)
         assert versions(stack) == CURRENT
+        assert (stack["dcgm"]["version"], stack["dcgm"]["source"]) == ("4.5.2", "dcgmi --version")
+        fm = stack["fabricmanager"]
+        assert (fm["version"], fm["source"], fm["service"]) == ("580.159.04", "nv-fabricmanager --version", "inactive")
         assert stack["stack"] == "current" and stack["drift"] == []
         assert [g["name"] for g in stack["gpus"]] == ["Tesla T4", "Tesla T4"]
         assert stack["python"]["runner"] == subprocess.run(
@@ -224,6 +242,10 @@ def test_moving_a_host_to_mlperf_changes_exactly_what_differs(plab):
     gone = plab.exec("pv-02", "dpkg-query -W -f '${Package} ${db:Status-Abbrev}\\n' 'nvidia-driver-*' 'libcudnn*' "
                               "| awk '$2 ~ /^.i/ {print $1}'").stdout.split()
     assert sorted(gone) == ["libcudnn7", "libcudnn7-dev", "nvidia-driver-410"]
+    # Fabric Manager of branch 580 went with that driver; DCGM (not in mlperf-v0.5) stays as it was
+    assert not plab.exec("pv-02", "dpkg-query -W -f '${db:Status-Abbrev}' nvidia-fabricmanager-580",
+                         check=False).stdout.startswith("ii")
+    assert stack["dcgm"]["version"] == "4.5.2" and stack["fabricmanager"]["version"] is None
     assert "hold" in plab.exec("pv-02", "dpkg --get-selections nvidia-driver-410").stdout
     assert state(plab, "pv-01") == other_before
 
@@ -272,3 +294,36 @@ def test_unknown_and_changed_host_keys_are_refused(plab, tmp_path):
                           str(plab.known_hosts)) is None
     assert known.read_text() == f"pv-01,{plab.hosts['pv-01'].address} {wrong}\n"
     assert {n: state(plab, n) for n in plab.names} == before
+
+
+def test_validate_runs_dcgm_and_checks_fabric_manager(plab, tmp_path):
+    """`invoke validate` on pv-01 (`current`, NVSwitch hosts in this lab's profiles): the stand-in dcgmi's
+    results are check records beside gpulab's own, and Fabric Manager is checked (version, service)."""
+    spec = {"gpus": 2, "driver": "580.159.04", "results": {"memory": {"1": {
+        "status": "Fail", "error_id": 52, "error_category": 10, "error_severity": 2,
+        "warning": "A memory mismatch was detected on GPU 1, but no error was reported by CUDA or NVML."}}}}
+    plab.exec("pv-01", f"echo '{json.dumps(spec)}' > /etc/gpulab-testlab/dcgm-diag.json && "
+                       "nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg")
+
+    def validate(out):
+        res = invoke(plab, "validate", "--host", "pv-01", "--level", "quick", "--dcgm-level", "2", "--json",
+                     "--out", str(out))
+        assert res.returncode == 1, res.stderr            # the lab's hosts have no GPU the runner can use
+        host = json.loads(res.stdout)["hosts"]["pv-01"]
+        return {c["check"]: c for c in host["checks"]}, host
+
+    checks, host = validate(tmp_path / "a")
+    assert host["reason"].startswith("GPU present: no NVIDIA GPU")
+    assert [(n, c["verdict"]) for n, c in checks.items() if n.startswith(("DCGM", "Fabric"))] == [
+        ("DCGM version", "PASS"), ("DCGM software (GPU 0)", "PASS"), ("DCGM software (GPU 1)", "PASS"),
+        ("DCGM pcie (GPU 0)", "PASS"), ("DCGM pcie (GPU 1)", "PASS"), ("DCGM memory (GPU 0)", "PASS"),
+        ("DCGM memory (GPU 1)", "FAIL"), ("Fabric Manager version", "PASS"), ("Fabric Manager service", "PASS")]
+    memory = checks["DCGM memory (GPU 1)"]
+    assert memory["dcgm_code"] == "DCGM_FR_FAULTY_MEMORY" and "memory mismatch" in memory["reason"]
+    saved = list((tmp_path / "a").glob("*/pv-01/dcgm-diag.json"))
+    assert len(saved) == 1 and json.loads(saved[0].read_text())["metadata"]["version"] == "4.5.2"
+    # Fabric Manager stopped: its service check fails, naming the state
+    plab.exec("pv-01", "kill $(grep -lx nv-fabricmanage /proc/[0-9]*/comm | cut -d/ -f3)")
+    checks, _ = validate(tmp_path / "b")
+    assert checks["Fabric Manager service"]["verdict"] == "FAIL"
+    assert checks["Fabric Manager service"]["reason"].startswith("nvidia-fabricmanager is inactive")

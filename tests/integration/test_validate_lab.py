@@ -38,6 +38,8 @@ def test_validate_gpu_less_and_unreachable_hosts(testlab, tmp_path):
         h = v.hosts[name]
         assert h["verdict"] == "FAIL", h
         assert h["reason"].startswith("GPU present: no NVIDIA GPU: "), h["reason"]
+        dcgm = [c for c in h["checks"] if c["check"] == "DCGM diagnostic"]   # nothing of DCGM on these hosts
+        assert [(c["verdict"], c["reason"]) for c in dcgm] == [("WARN", "not run: DCGM not installed")]
         fetched = list((tmp_path / "out").glob(f"*/{name}/burnin.json"))
         assert len(fetched) == 1 and json.loads(fetched[0].read_text())["outcome"] == "no_gpu"
     ghost = v.hosts["ghost"]

@@ -132,6 +132,15 @@ def test_bad_hosts_and_stacks_are_one_line(hosts, stack, message):
     (lambda d: d.update(name="other"), r"current.yml: name: 'other' does not match the file name"),
     (lambda d: d["packages"]["Debian"]["driver"][0].update(name="x; rm -rf /"), r"driver.0.name"),
     (lambda d: d.update(colour="blue"), r"current.yml: unknown key\(s\) colour"),
+    (lambda d: d["packages"]["RedHat"].pop("dcgm"), r"current.yml: dcgm: packages.RedHat has no dcgm entry"),
+    (lambda d: d["dcgm"].update(required="yes"), r"current.yml: dcgm.required: 'yes' is not of type 'boolean'"),
+    (lambda d: d.update(nvswitch=True) or d["driver"].pop("version"),
+     r"current.yml: nvswitch: true needs driver.version \(Fabric Manager must be exactly the driver's version\)"),
+    (lambda d: d.update(nvswitch=True) or d["packages"]["RedHat"].pop("fabricmanager"),
+     r"current.yml: nvswitch: true but packages.RedHat has no fabricmanager entry"),
+    (lambda d: d.update(nvswitch=True) or d["packages"]["Debian"]["fabricmanager"][0].update(version="580.126.20-1"),
+     r"current.yml: packages.Debian.fabricmanager: nvidia-fabricmanager-580 580.126.20-1 is not the driver's "
+     r"version 580.159.04"),
 ])
 def test_bad_profiles_are_one_line(stacks_dir, change, message):
     edit(stacks_dir, "current", change)
@@ -175,3 +184,11 @@ def test_the_local_host_of_the_embedded_default_plans_without_gpulab_os(monkeypa
     assert [(p.host, p.os) for p in stacks.plan([local])] == [("localhost", "Debian 12")]
     with pytest.raises(ConfigError, match=r"host h1: gpulab_os is not set .*only a local host's is detected"):
         stacks.plan([host("h1", os_name=None)])
+
+
+def test_what_validate_expects_of_dcgm_and_fabric_manager(stacks_dir):
+    assert stacks.load("current").tools() == {"dcgm": {"version": "4.5.2", "required": False}, "nvswitch": False,
+                                              "driver": "580.159.04"}
+    assert stacks.load("mlperf-v0.5").tools()["dcgm"] is None
+    edit(stacks_dir, "current", lambda d: d.update(nvswitch=True))      # Fabric Manager at the driver's version
+    assert stacks.load("current", stacks_dir).tools()["nvswitch"] is True

@@ -1,6 +1,7 @@
 """Fixtures of the report tests: the synthetic mini-study and its report; the published
-MLPerf sample trees (../shared/mlperf-samples.tar.xz, see test_report_mlperf_trees.py); a sweep of
-real runner runs like `invoke demo`'s."""
+MLPerf sample trees (../shared/mlperf-samples.tar.xz, see test_report_mlperf_trees.py; the
+rounds v0.7 to v4.0 in ../shared/mlperf-rounds-samples.tar.xz, see test_report_rounds.py); a sweep
+of real runner runs like `invoke demo`'s."""
 
 import json
 import os
@@ -28,23 +29,34 @@ def study_report(mini_study, tmp_path_factory):
 
 REPO = Path(__file__).resolve().parents[3]
 NAME = "mlperf-samples.tar.xz"
+ROUNDS_NAME = "mlperf-rounds-samples.tar.xz"
 
 
-def _archive() -> Path | None:
-    p = REPO.parent / "shared" / NAME
+def _archive(name: str = NAME) -> Path | None:
+    p = REPO.parent / "shared" / name
     return p if p.is_file() else None
 
 
-@pytest.fixture(scope="session")
-def trees(tmp_path_factory) -> Path:
-    archive = _archive()
+def _extract(tmp_path_factory, name: str) -> Path:
+    archive = _archive(name)
     if archive is None:
-        pytest.skip(f"../shared/{NAME} not found: the published sample logs are in the folder "
+        pytest.skip(f"../shared/{name} not found: the published sample logs are in the folder "
                     "shared/ beside the checkout, which CI provides")
     root = tmp_path_factory.mktemp("mlperf")
     with tarfile.open(archive) as tar:
         tar.extractall(root, filter="data")
     return root
+
+
+@pytest.fixture(scope="session")
+def trees(tmp_path_factory) -> Path:
+    return _extract(tmp_path_factory, NAME)
+
+
+@pytest.fixture(scope="session")
+def round_trees(tmp_path_factory) -> Path:
+    """training_results_v0.7 ... _v4.0 samples (their README says which files)."""
+    return _extract(tmp_path_factory, ROUNDS_NAME)
 
 
 @pytest.fixture(scope="session")

@@ -189,3 +189,6 @@ def test_published_tree_report_as_rendered(trees, tmp_path):
     assert by[("google", "8xV100")][3:7] == ["V100-SXM2", "8 GPUs", "1", "TensorFlow 1.12.0"]
     assert by[("google", "8xV100")][10] == "137.80"
     assert ("google", "tpu (cloud_v2.8/resnet-tpuv2-8)") in by
+    # entry.json counts a TPU slice's TensorCores (tpuv3-8: 8), the header no GPU
+    assert by[("google", "tpu (cloud_v3.8/resnet-tpuv3-8)")][3:5] == ["tpuv3-8", "8 TPU cores"]
+    assert dom.tables["scores"][0]["cells"][4] == "Accelerators"

@@ -115,7 +115,7 @@ def test_report_files_carry_the_facts(trees, tmp_path):
                 "successes", "compliance"):
         assert key in rec
     md = (tmp_path / "out" / "report.md").read_text()
-    assert md.startswith("# gpulab report — MLPerf Training v0.6 results\n")
+    assert md.startswith("# gpulab report — MLPerf Training v0.6 results (training 0.6.0 ruleset)\n")
     assert "| resnet | Google | tpu-v3-32 | tpu-v3 | 16 TPU chips | 1 |" in md and "FAIL (5 of 5)" in md
     html = (tmp_path / "out" / "report.html").read_text()
     assert '<span class="badge warn">FAIL (5 of 5)</span>' in html

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 from runner import workloads  # noqa: E402
 from runner.workloads import beam_search as B  # noqa: E402
 from runner.workloads import gnmt, transformer  # noqa: E402
+from runner.workloads import schedules  # noqa: E402
 from runner.workloads import translation as T  # noqa: E402
 
 EN, DE = [4, 5, 6], [7, 8, 9]
@@ -175,7 +176,7 @@ def test_gnmt_schedule_is_the_references_warmup_multistep_at_8_gpus():
     assert T.scaled_steps(full["decay_interval"], full, 1024, 3498161) == 500
 
     def lr(n):
-        return T.gnmt_lr(n, base, 200, 6000, 500, 4, 0.5)
+        return schedules.gnmt_lr(n, base, 200, 6000, 500, 4, 0.5)
 
     assert lr(1) == pytest.approx(base * 0.01 ** (199 / 200))   # seq2seq/train/lr_scheduler.py
     assert lr(100) == pytest.approx(base * 0.1)
@@ -200,10 +201,10 @@ def test_transformer_schedule_is_fairseqs_inverse_sqrt_from_zero():
     full = workloads.load()["transformer"]["scales"]["full"]
     base, warm = full["lr"], full["warmup_steps"]
     assert (base, warm, tuple(full["betas"]), full["eps"]) == (6.4e-4, 3000, (0.9, 0.997), 1e-9)
-    assert T.rsqrt_lr(1, base, warm) == 0.0  # --warmup-init-lr 0: the first update runs at 0
-    assert T.rsqrt_lr(1501, base, warm) == pytest.approx(base / 2)
-    assert T.rsqrt_lr(3001, base, warm) == pytest.approx(base)
-    assert T.rsqrt_lr(12001, base, warm) == pytest.approx(base / 2)
+    assert schedules.rsqrt_lr(1, base, warm) == 0.0  # --warmup-init-lr 0: the first update runs at 0
+    assert schedules.rsqrt_lr(1501, base, warm) == pytest.approx(base / 2)
+    assert schedules.rsqrt_lr(3001, base, warm) == pytest.approx(base)
+    assert schedules.rsqrt_lr(12001, base, warm) == pytest.approx(base / 2)
 
 
 def test_the_trainer_runs_each_update_at_the_schedules_rate():
@@ -217,7 +218,7 @@ def test_the_trainer_runs_each_update_at_the_schedules_rate():
     tr = gnmt.build(ctx)
     seen = []
     for _ in range(12):
-        seen.append(tr.opt.param_groups[0]["lr"])
+        seen.append(tr.optimizer.param_groups[0]["lr"])
         tr.throughput_step()
     assert seen == pytest.approx([tr.lr_at(n) for n in range(1, 13)])
     assert seen[0] == pytest.approx(tr.lr * 0.01 ** (9 / 10)) and seen[9] == pytest.approx(tr.lr)

@@ -96,20 +96,20 @@ def reference_lr(last_epoch, base_lr, warmup_factor, milestones, warmup_iters=62
 def test_every_group_rate_equals_the_reference_at_chosen_steps(trainers, gbs):
     base, factor, steps = NVIDIA[gbs]
     t = trainers[gbs]
-    plain, bias = t.opt.param_groups
+    plain, bias = t.optimizer.param_groups
     for step in (0, 1, 100, 312, 624, 625, 626, steps[0] - 1, steps[0], steps[1] - 1, steps[1], 90000):
-        recipe.set_lr(t.opt, step, t.lr, t.warmup, t.boundaries, t.ctx.cfg)
+        recipe.set_lr(t.optimizer, step, t.lr, t.warmup, t.boundaries, t.ctx.cfg)
         assert plain["lr"] == pytest.approx(reference_lr(step, base, factor, steps), rel=1e-9, abs=1e-15), step
         # SOLVER.BIAS_LR_FACTOR 2: the bias group's own base is 2 x base, its warm-up starts at base
         assert bias["lr"] == pytest.approx(reference_lr(step, 2 * base, factor, steps), rel=1e-9, abs=1e-15), step
-    recipe.set_lr(t.opt, 0, t.lr, t.warmup, t.boundaries, t.ctx.cfg)
+    recipe.set_lr(t.optimizer, 0, t.lr, t.warmup, t.boundaries, t.ctx.cfg)
     assert plain["lr"] == 0.0 and bias["lr"] == pytest.approx(base)
 
 
 def test_biases_get_twice_the_rate_and_no_weight_decay(trainers):
     t = trainers[32]
     named = dict(t.model.named_parameters())
-    plain, bias = t.opt.param_groups
+    plain, bias = t.optimizer.param_groups
     ids = {id(p): n for n, p in named.items()}
     assert {ids[id(p)] for p in bias["params"]} == {n for n, p in named.items() if "bias" in n and p.requires_grad}
     assert all("bias" not in ids[id(p)] for p in plain["params"])

@@ -71,8 +71,8 @@ def test_the_rate_follows_the_global_batch_as_the_reference_formula(gbs):
 
 def test_nesterov_and_weight_decay_on_all_but_batch_norm(submission):
     t = submission
-    decay, no_decay = t.opt.param_groups
-    assert all(g["nesterov"] and g["momentum"] == 0.9 and g["dampening"] == 0 for g in t.opt.param_groups)
+    decay, no_decay = t.optimizer.param_groups
+    assert all(g["nesterov"] and g["momentum"] == 0.9 and g["dampening"] == 0 for g in t.optimizer.param_groups)
     assert decay["weight_decay"] == 1e-4 and no_decay["weight_decay"] == 0.0
     names = {id(p): n for n, p in t.model.named_parameters()}
     bn = {n for m_name, m in t.model.named_modules() if isinstance(m, torch.nn.BatchNorm2d)

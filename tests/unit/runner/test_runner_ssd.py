@@ -8,7 +8,7 @@ import torch
 
 from runner.workloads import load
 from runner.workloads import ssd as S
-from runner.workloads import vision as V
+from runner.workloads import schedules
 from runner.workloads.base import WorkloadError
 
 SCALES = load()["ssd"]["scales"]
@@ -108,10 +108,10 @@ def test_the_reference_learning_rate_and_decay_steps():
     assert S.decay_boundaries(SCALES["tiny"], 32, 24) == [15 * 24, 20 * 24]
     # warm-up linear from 0 over 300 steps
     assert cfg["warmup_factor"] == 0 and cfg["warmup_steps"] == 300
-    assert V.step_lr(150, 300, 0.0, 0.095, [4210, 5263], 0.1) == pytest.approx(0.0475)
-    assert V.step_lr(4209, 300, 0.0, 0.095, [4210, 5263], 0.1) == pytest.approx(0.095)
-    assert V.step_lr(4210, 300, 0.0, 0.095, [4210, 5263], 0.1) == pytest.approx(0.0095)
-    assert V.step_lr(5263, 300, 0.0, 0.095, [4210, 5263], 0.1) == pytest.approx(0.00095)
+    assert schedules.warmup_step_lr(150, 300, 0.0, 0.095, [4210, 5263], 0.1) == pytest.approx(0.0475)
+    assert schedules.warmup_step_lr(4209, 300, 0.0, 0.095, [4210, 5263], 0.1) == pytest.approx(0.095)
+    assert schedules.warmup_step_lr(4210, 300, 0.0, 0.095, [4210, 5263], 0.1) == pytest.approx(0.0095)
+    assert schedules.warmup_step_lr(5263, 300, 0.0, 0.095, [4210, 5263], 0.1) == pytest.approx(0.00095)
 
 
 def test_extra_blocks_are_biased_convolutions_without_batch_norm():
@@ -280,6 +280,6 @@ def test_the_full_scale_trainer_logs_the_recipe_as_mllog_hyperparameters():
     assert hp["opt_learning_rate_decay_boundary_steps"] == [5120000 // 152, 6400000 // 152]
     assert hp["num_default_boxes"] == 8732 and hp["max_samples"] == 1
     assert hp["color_jitter_hue"] == 0.05 and hp["color_jitter_saturation"] == 0.5
-    groups = tr.opt.param_groups  # weight decay on every parameter, BN and biases included
+    groups = tr.optimizer.param_groups  # weight decay on every parameter, BN and biases included
     assert len(groups) == 1 and groups[0]["weight_decay"] == 5e-4
     assert sum(p.numel() for p in groups[0]["params"]) == sum(p.numel() for p in tr.model.parameters())

@@ -1,0 +1,210 @@
+"""DCGM's diagnostic in `invoke validate`: `dcgmi diag -r N -j` on each host, its
+results turned into check records beside gpulab's own, in the same verdict.
+
+The level follows validate's (``LEVELS``: quick 1, standard 2, burn-in 3;
+``gpulab.validate.dcgm_levels`` or ``--dcgm-level`` change it). ``gather`` runs on a
+host (lab.hosts.remote): whether ``dcgmi`` is there, its version, then the
+diagnostic with a time limit per level; it returns plain data that ``checks``
+judges (pure), so hand-written documents in DCGM's JSON form drive the tests.
+
+DCGM's JSON (dcgmi's --json, read from NVIDIA/DCGM's dcgmi/Diag.cpp and
+nvvs/include/NvvsJsonStrings.h): ``{"DCGM Diagnostic": {"test_categories":
+[{"category", "tests": [{"name", "results": [{"entity_group", "entity_id",
+"status", "warnings": [{"warning", "error_id", "error_category",
+"error_severity"}], "info"}], "test_summary": {"status", ...}}]}],
+"runtime_error"}, "entity_groups", "metadata": {"version", ...}}``; DCGM 3
+names the root ``"DCGM GPU Diagnostic"`` and a result's GPU ``gpu_id`` (or the
+GPUs it covers, ``gpu_ids``). Lines before the document (dcgmi's warnings)
+are skipped. Statuses: Pass and Skip are PASS, Warn WARN, Fail FAIL. Each
+warning's ``error_id`` is named by lab/data/dcgm_errors.yml (``DCGM_FR_*``).
+
+A GPU's result joins that GPU's checks; a result of the whole host, of another
+entity or of a GPU the probe does not list joins the host's. Without dcgmi the
+host gets one record "not run: DCGM not installed": WARN, FAIL where the
+host's stack profile requires DCGM (``dcgm: {required: true}``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from lab.core import limits, schema, versions
+from lab.core.errors import ConfigError, GpulabError
+from lab.validate.verdict import FAIL, PASS, WARN, check
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "dcgm_errors.yml"
+LEVELS = {"quick": 1, "standard": 2, "burn-in": 3}
+TIMEOUT_S = {1: 600, 2: 1800, 3: 3 * 3600, 4: 8 * 3600}   # DCGM: seconds, about 2 min, about 15 min, longer
+STATUS = {"pass": PASS, "skip": PASS, "warn": WARN, "fail": FAIL}
+CHECK = "DCGM diagnostic"
+ROOTS = ("DCGM Diagnostic", "DCGM GPU Diagnostic")
+VERSION = re.compile(r"dcgmi\s+version:\s*([0-9][0-9A-Za-z.+-]*)")
+
+
+@functools.lru_cache(maxsize=4)
+def codes(path: Path = DATA) -> dict[str, dict[int, str]]:
+    """{'codes'|'severities'|'categories': {number: DCGM name}} of lab/data/dcgm_errors.yml."""
+    data = schema.load_yaml(path, "dcgm-errors")
+    return {k: {int(n): name for n, name in data[k].items()} for k in ("codes", "severities", "categories")}
+
+
+def level_for(level: str, configured: dict | None = None, override: Any = None) -> int:
+    """The DCGM run level of a validate level: ``override`` (--dcgm-level), else the configured mapping;
+    0 runs no diagnostic."""
+    value = override if override not in (None, "") else (dict(configured or {}) or LEVELS).get(level, LEVELS.get(level))
+    try:
+        n = int(str(value).strip())
+    except (TypeError, ValueError):
+        n = None
+    if n != 0 and n not in TIMEOUT_S:
+        what = "--dcgm-level" if override not in (None, "") else f"gpulab.validate.dcgm_levels.{level}"
+        raise ConfigError(f"{what}: {value!r} is not a DCGM run level (1, 2, 3 or 4; 0: none)")
+    return n
+
+
+# --------------------------------------------------------------------------- on the host
+
+
+def gather(remote, level: int) -> dict:
+    """What DCGM says on this host: installed or not, its version, the diagnostic's output."""
+    probe = remote.run("command -v dcgmi && { dcgmi --version || true; }", check=False, timeout=60)
+    if probe.code != 0 or not probe.stdout.strip():      # no dcgmi on the PATH
+        return {"installed": False, "level": level}
+    m = VERSION.search(probe.stdout)
+    out = {"installed": True, "version": m.group(1) if m else None, "level": level,
+           "argv": ["dcgmi", "diag", "-r", str(level), "-j"]}
+    try:
+        res = remote.run(out["argv"], check=False, timeout=TIMEOUT_S[level])
+    except GpulabError as exc:
+        return {**out, "error": getattr(exc, "message", None) or str(exc)}
+    out.update(exit_code=res.code, stdout=res.stdout[-limits.JSON_BYTES:],
+               stderr=res.stderr[-4096:])
+    if res.code == 124 and not res.stdout.strip():
+        out["error"] = f"dcgmi diag -r {level} did not finish within {TIMEOUT_S[level]} s"
+    return out
+
+
+def document(text: str) -> dict:
+    """The JSON document dcgmi printed, after any warning lines before it; ValueError when there is none."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("{"):
+            doc = json.loads("\n".join(lines[i:]))
+            if isinstance(doc, dict) and any(k in doc for k in ROOTS):
+                return doc
+            break
+    raise ValueError("no DCGM diagnostic document in dcgmi's output")
+
+
+# --------------------------------------------------------------------------- judging
+
+
+def _not_run(reason: str, required: bool) -> dict:
+    verdict = FAIL if required else WARN
+    why = " (the stack profile requires DCGM)" if required else ""
+    return check(CHECK, verdict, None, "DCGM diagnostic results", f"not run: {reason}{why}", source="dcgm")
+
+
+def _entity(result: dict) -> tuple[str, str] | None:
+    """('GPU', '0') / ('NvSwitch', '3') / None (the whole host or several GPUs)."""
+    if "entity_group" in result and "entity_id" in result:
+        return str(result["entity_group"]), str(result["entity_id"])
+    if "gpu_id" in result:
+        return "GPU", str(result["gpu_id"])
+    ids = str(result.get("gpu_ids", "")).split(",")
+    return ("GPU", ids[0].strip()) if len(ids) == 1 and ids[0].strip() else None
+
+
+def _record(test: str, category: str, result: dict, level: int, table: dict, entity: tuple | None,
+            on_gpu: bool) -> dict:
+    status = str(result.get("status", "")).strip()
+    verdict = STATUS.get(status.lower(), FAIL)
+    errors = []
+    for w in result.get("warnings") or []:
+        if not isinstance(w, dict):
+            continue
+        code = w.get("error_id")
+        name = table["codes"].get(code, f"DCGM error {code}") if isinstance(code, int) else None
+        errors.append({"code": code, "name": name, "message": str(w.get("warning") or w.get("warnings") or ""),
+                       "severity": table["severities"].get(w.get("error_severity")),
+                       "category": table["categories"].get(w.get("error_category"))})
+    where = "" if entity is None or on_gpu else f" ({entity[0]} {entity[1]})"
+    if errors:
+        reason = "; ".join(f"{e['name']}: {e['message']}" if e["name"] else e["message"] for e in errors)
+    elif verdict == FAIL and status.lower() not in STATUS:
+        reason = f"status {status or 'missing'!r} is not one DCGM reports"
+    else:
+        reason = {"pass": "passed", "skip": "skipped by DCGM"}.get(status.lower(), status.lower())
+        info = [str(i) for i in result.get("info") or []][:2]
+        reason += f" ({'; '.join(info)})" if info and status.lower() == "pass" else ""
+    return check(f"DCGM {test}{where}", verdict, status or None, "Pass", f"level {level} {category}: {reason}",
+                 source="dcgm", dcgm_level=level, dcgm_test=test,
+                 dcgm_code=next((e["name"] for e in errors if e["name"]), None), dcgm_errors=errors)
+
+
+def checks(gathered: dict | None, gpu_indices: list, expect: dict | None) -> tuple[list[dict], dict[str, list[dict]]]:
+    """(host records, {GPU index: records}) from what ``gather`` found; ``expect`` is the profile's
+    ``dcgm`` entry ({version, required}) or None."""
+    required = bool((expect or {}).get("required"))
+    if not gathered:
+        return [], {}
+    if not gathered.get("installed"):
+        return [_not_run("DCGM not installed", required)], {}
+    level = gathered.get("level")
+    host: list[dict] = []
+    want = (expect or {}).get("version")
+    have = gathered.get("version")
+    if want:
+        ok = versions.agrees(have, want)
+        host.append(check("DCGM version", PASS if ok else FAIL, have, str(want),
+                          f"DCGM {have} as the profile says" if ok else f"DCGM is {have or 'unknown'}, the profile says {want}",
+                          source="dcgm"))
+    if gathered.get("error"):
+        return host + [check(CHECK, FAIL, None, "DCGM diagnostic results", f"level {level}: {gathered['error']}",
+                             source="dcgm", dcgm_level=level)], {}
+    try:
+        doc = document(gathered.get("stdout") or "")
+    except ValueError as exc:
+        last = (gathered.get("stderr") or gathered.get("stdout") or "").strip().splitlines()
+        detail = f": {last[-1][:300]}" if last else ""
+        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        return host + [check(CHECK, FAIL, None, "DCGM diagnostic results",
+                             f"level {level}: dcgmi exited {gathered.get('exit_code')}, {msg}{detail}",
+                             source="dcgm", dcgm_level=level)], {}
+    return _from_document(doc, host, gpu_indices, level)
+
+
+def _from_document(doc: dict, host: list[dict], gpu_indices: list, level) -> tuple[list[dict], dict[str, list[dict]]]:
+    table = codes()
+    root = next(doc[k] for k in ROOTS if k in doc)
+    root = root if isinstance(root, dict) else {}
+    known = {str(i) for i in gpu_indices}
+    per_gpu: dict[str, list[dict]] = {}
+    if root.get("runtime_error"):
+        host.append(check(CHECK, FAIL, None, "DCGM diagnostic results", f"level {level}: {root['runtime_error']}",
+                          source="dcgm", dcgm_level=level))
+    count = 0
+    for cat in root.get("test_categories") or []:
+        if not isinstance(cat, dict):
+            continue
+        for test in cat.get("tests") or []:
+            if not isinstance(test, dict):
+                continue
+            name, category = str(test.get("name", "?")), str(cat.get("category", "?"))
+            results = [r for r in test.get("results") or [] if isinstance(r, dict)]
+            if not results and isinstance(test.get("test_summary"), dict):
+                results = [test["test_summary"]]
+            for r in results:
+                entity = _entity(r)
+                gpu = entity[1] if entity and entity[0] == "GPU" and entity[1] in known else None
+                rec = _record(name, category, r, level, table, entity, gpu is not None)
+                (per_gpu.setdefault(gpu, []) if gpu is not None else host).append(rec)
+                count += 1
+    if not count and not root.get("runtime_error"):
+        host.append(check(CHECK, FAIL, None, "DCGM diagnostic results", f"level {level}: no test results in dcgmi's output",
+                          source="dcgm", dcgm_level=level))
+    return host, per_gpu
