@@ -22,7 +22,7 @@ from typing import Any
 from lab.core import bounded
 from lab.core import limits
 from lab.core import schema
-from lab.core.errors import ConfigError
+from lab.core.errors import ConfigError, excerpt
 
 # Make Ansible fail on an unparsable source instead of warning and going on
 # with an empty inventory. Must be set before ansible.constants is imported.
@@ -135,7 +135,8 @@ class Inventory:
                 try:
                     value = templar.template(value)
                 except Exception as exc:  # undefined variable and the like
-                    raise ConfigError(f"{self.path}: host {name}: {key}: cannot template {value!r} ({exc})") from None
+                    raise ConfigError(f"{self.path}: host {name}: {key}: cannot template {excerpt(repr(value))} "
+                                      f"({excerpt(exc)})") from None
             out[key] = value
         return out
 
@@ -153,8 +154,11 @@ class Inventory:
         port = v.get("ansible_port", v.get("ansible_ssh_port", 22))
         try:
             port = int(port)
+            if not 1 <= port <= 65535:
+                raise ValueError(port)
         except (TypeError, ValueError):
-            raise ConfigError(f"{self.path}: host {name}: ansible_port {port!r} is not a number") from None
+            raise ConfigError(f"{self.path}: host {name}: ansible_port {excerpt(repr(port), 40)} is not a port "
+                              f"(1 to 65535)") from None
         groups = tuple(sorted(g.name for g in self._inv.get_host(name).get_groups()
                               if g.name not in ("all", "ungrouped")))
         return Host(

@@ -69,6 +69,9 @@ def found_versions(stack: dict | None) -> dict[str, Any]:
             out[k] = v
     gpus = stack.get("gpus")
     out["gpus"] = None if gpus is None else len(gpus)
+    fm = stack.get("fabricmanager") or {}
+    out.update(dcgm=(stack.get("dcgm") or {}).get("version"), fabricmanager=fm.get("version"),
+               fabricmanager_service=fm.get("service"))
     return out
 
 

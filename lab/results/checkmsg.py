@@ -4,7 +4,7 @@ The checker (``mlp_compliance.ComplianceChecker``) reports each failure as a
 paragraph: the test's source, the whole log line, a dump of its state. A report
 cell needs the rule and what broke it, so each message becomes a ``Failure``:
 the rule file it came from (``common.yaml``, ``closed_resnet.yaml``), the key
-the rule is about and a few words, e.g. ``cache_clear (common.yaml): line 5
+the rule is about and a few words, e.g. ``cache_clear (common.yaml): line 6
 logs null; fails ( v['value'] == True ) and ...``. A message of a form not
 known here keeps its first line.
 """
@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+
+from lab.core import plaindata
 
 MAX_TEST = 90       # characters of a rule's test kept in a line
 MAX_VALUE = 40      # characters of a logged value kept
@@ -49,7 +51,7 @@ def _logged(full_line: str) -> str | None:
         m = re.search(r":\s*(\{.*\})\s*$", full_line)
         body = m.group(1) if m else ""
     try:
-        value = json.loads(body)["value"]
+        value = plaindata.loads(body)["value"]
     except (ValueError, KeyError, TypeError):
         return None
     return _cut(json.dumps(value), MAX_VALUE)

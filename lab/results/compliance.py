@@ -188,16 +188,17 @@ def check(text: str, fmt: str, benchmark: str | None, ruleset: str | None = None
 
 
 def _loglines(parser, lines: list[str]) -> tuple[list, list]:
-    """(log lines, [(line, error)]) as the ruleset's parse_generator gives them."""
+    """(log lines, [(line, error)]) as the ruleset's parse_generator gives them, each numbered by
+    its line in the file, so that a failing rule's "line N" is where a reader finds it."""
     token = parser.TOKEN
     out, failed = [], []
-    for line in lines:
+    for number, line in enumerate(lines, 1):
         k = line.rfind(token)
         if k < 0:
             continue
         line = (token + line[k + len(token):]).strip()
-        try:
-            out.append(parser.string_to_logline(len(out) + len(failed), line))
+        try:   # numbered by the file's line (the checker's own count starts at 0 among its lines)
+            out.append(parser.string_to_logline(number, line))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:   # the parser's: ValueError
             failed.append((line, str(exc)))
     return out, failed

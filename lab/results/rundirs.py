@@ -8,12 +8,12 @@ facts) in.
 
 from __future__ import annotations
 
-import json
 import os
 from datetime import datetime
 from pathlib import Path
 
 from lab.core import bounded
+from lab.core import plaindata
 from lab.results import checksums
 from lab.results import compliance
 from lab.core import limits
@@ -143,7 +143,7 @@ def _read_rundir(ctx, rundir: Path):
         ctx.skip(rundir, why)
         return
     try:
-        status = json.loads(bounded.read_text(rundir / STATUS, root=rundir, limit=limits.JSON_BYTES))
+        status = plaindata.loads(bounded.read_text(rundir / STATUS, root=rundir, limit=limits.JSON_BYTES))
     except bounded.Unreadable as exc:
         ctx.skip(rundir, f"status.json {exc.reason}")
         return

@@ -44,9 +44,7 @@ of the modules below it, so ``lab.sweep.driver.X`` keeps working.
 from __future__ import annotations
 
 import datetime as _dt
-import signal
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,6 +55,7 @@ from lab.sweep import preflight
 from lab.hosts import remote as rmt
 from lab.hosts import runnerdist
 from lab.sweep import study
+from lab.sweep import supervise
 from lab.sweep import statefile
 from lab.sweep import topology as topo
 from lab.core.errors import ConfigError
@@ -135,79 +134,68 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
     root = paths.child(results_dir, name, what="--name")
     if (root / statefile.STATE_FILE).exists() or (root / statefile.STATE_FILE).is_symlink():
         Sweep.load(root)   # a saved state to resume is checked before any host is touched too
-    refused = preflight.refusal(preflight.check(hosts, planned, datasets_catalogue))   # read-only, one command a host
-    if refused:
-        raise ConfigError(refused)
-    echo(f"sweep {name}: preparing {len(hosts)} host(s) (runner {runnerdist.local_version()})")
-    prepared = rmt.on_hosts(hosts, prepare_host)
-    errors = prepared.reasons()
-    topologies = {n: got[2] for n, got in prepared.succeeded.items()}
-    runs = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes, topologies=topologies)
-    if settings.timeout_s is None:   # each run's limit from its estimate (the probed GPUs name the device)
-        past = study.history(results_dir)
-        for run in runs:
-            run.limit_s = 60 * study.time_limit_minutes(run, study.unit_device(hosts, run, topologies), past)
-    not_runnable = {(r.host, r.run_id) for r in runs if r.state == "failed"}  # e.g. fewer GPUs than asked
-    options = {"workloads": workloads, "gpus": gpus, "seeds": seeds, "mode": mode, "scale": scale, "nodes": nodes,
-               "timeout_s": settings.timeout_s}
-    sweep = Sweep.open(root, name, runs, options)
-    for h in hosts:
-        entry = sweep.hosts.setdefault(h.name, {})
-        entry.update(address=h.address, gpu_model=h.gpu_model, gpu_count=h.gpu_count, stack=h.stack,
-                     groups=list(h.groups), error=errors.get(h.name))
-        if h.name in topologies:
-            entry.update(topology=topologies[h.name], runner=prepared[h.name][1].version)
-    for run in sweep.runs:
-        bad = [f"{n}: {errors[n]}" for n in run.hosts if n in errors]
-        if bad and run.state != "complete":
-            run.state, run.reason, run.ended = "failed", "; ".join(bad), utcnow()
-    sweep.save()
-    by_name = {h.name: h for h in hosts}
-    workers: list[UnitWorker] = []
-    stop = threading.Event()
-    unit_runs: dict[tuple, list[PlannedRun]] = {}
-    for run in sweep.runs:
-        if (run.host, run.run_id) not in not_runnable or run.state == "complete":
-            unit_runs.setdefault(tuple(run.hosts), []).append(run)
-    todo_units = {u: rs for u, rs in unit_runs.items()
-                  if not any(n in errors for n in u) and any(r.state != "complete" for r in rs)}
-    progress = (progress_factory or prog.Progress)(
-        {"+".join(u): sum(1 for r in rs if r.state != "complete") for u, rs in todo_units.items()})
-    for u, rs in todo_units.items():
-        nodes_ = [Node(by_name[n], prepared[n][0], prepared[n][1], settings, name) for n in u]
-        workers.append(UnitWorker(sweep, nodes_, rs, settings, progress, stop))
-    skipped = sum(1 for r in sweep.runs if r.state == "complete")
-    echo(f"sweep {name}: {len(sweep.runs)} runs on {len(hosts)} host(s)"
-         + (f", {skipped} already complete (resumed)" if skipped else ""))
-    threads = [threading.Thread(target=w, name=f"sweep-{w.unit}", daemon=True) for w in workers]
+    lock = supervise.SweepLock(root, name)   # one controller per sweep, taken before any host is touched
     try:
-        with progress:
-            for t in threads:
-                t.start()
-            try:
-                for t in threads:
-                    while t.is_alive():
-                        t.join(0.2)
-            except KeyboardInterrupt:
-                old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the cleanup must not be cut short
-                try:
-                    progress.print("interrupted: stopping the remote runs...")
-                    stop.set()
-                    end = time.monotonic() + settings.stop_grace_s + 60
-                    for t in threads:
-                        t.join(max(0.1, end - time.monotonic()))
-                    for run in sweep.runs:
-                        if run.state == "running":
-                            run.state, run.reason, run.ended = "interrupted", "interrupted (Ctrl-C)", utcnow()
-                    sweep.save()
-                finally:
-                    signal.signal(signal.SIGINT, old)
-                raise
-    finally:
-        for got in prepared.succeeded.values():
-            got[0].close()
+        refused = preflight.refusal(preflight.check(hosts, planned, datasets_catalogue))  # read-only
+        if refused:
+            raise ConfigError(refused)
+        echo(f"sweep {name}: preparing {len(hosts)} host(s) (runner {runnerdist.local_version()})")
+        prepared = rmt.on_hosts(hosts, prepare_host)
+        errors = prepared.reasons()
+        topologies = {n: got[2] for n, got in prepared.succeeded.items()}
+        runs = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes, topologies=topologies)
+        if settings.timeout_s is None:   # each run's limit from its estimate (the probed GPUs name the device)
+            past = study.history(results_dir)
+            for run in runs:
+                run.limit_s = 60 * study.time_limit_minutes(run, study.unit_device(hosts, run, topologies), past)
+        not_runnable = {(r.host, r.run_id) for r in runs if r.state == "failed"}  # e.g. fewer GPUs than asked
+        options = {"workloads": workloads, "gpus": gpus, "seeds": seeds, "mode": mode, "scale": scale, "nodes": nodes,
+                   "timeout_s": settings.timeout_s}
+        sweep = Sweep.open(root, name, runs, options)
+        for h in hosts:
+            entry = sweep.hosts.setdefault(h.name, {})
+            entry.update(address=h.address, gpu_model=h.gpu_model, gpu_count=h.gpu_count, stack=h.stack,
+                         groups=list(h.groups), error=errors.get(h.name))
+            if h.name in topologies:
+                entry.update(topology=topologies[h.name], runner=prepared[h.name][1].version)
+        for run in sweep.runs:
+            bad = [f"{n}: {errors[n]}" for n in run.hosts if n in errors]
+            if bad and run.state != "complete":
+                run.state, run.reason, run.ended = "failed", "; ".join(bad), utcnow()
         sweep.save()
-    return SweepResult(sweep)
+        by_name = {h.name: h for h in hosts}
+        workers: list[UnitWorker] = []
+        stop = threading.Event()
+        unit_runs: dict[tuple, list[PlannedRun]] = {}
+        for run in sweep.runs:
+            if (run.host, run.run_id) not in not_runnable or run.state == "complete":
+                unit_runs.setdefault(tuple(run.hosts), []).append(run)
+        todo_units = {u: rs for u, rs in unit_runs.items()
+                      if not any(n in errors for n in u) and any(r.state != "complete" for r in rs)}
+        progress = (progress_factory or prog.Progress)(
+            {"+".join(u): sum(1 for r in rs if r.state != "complete") for u, rs in todo_units.items()})
+        for u, rs in todo_units.items():
+            nodes_ = [Node(by_name[n], prepared[n][0], prepared[n][1], settings, name) for n in u]
+            workers.append(UnitWorker(sweep, nodes_, rs, settings, progress, stop))
+        skipped = sum(1 for r in sweep.runs if r.state == "complete")
+        echo(f"sweep {name}: {len(sweep.runs)} runs on {len(hosts)} host(s)"
+             + (f", {skipped} already complete (resumed)" if skipped else ""))
+        def interrupted():
+            for run in sweep.runs:
+                if run.state == "running":
+                    run.state, run.reason, run.ended = "interrupted", "interrupted (Ctrl-C)", utcnow()
+            sweep.save()
+
+        try:
+            with progress:
+                supervise.run_workers(workers, stop, settings.stop_grace_s, interrupted, progress.print)
+        finally:
+            for got in prepared.succeeded.values():
+                got[0].close()
+            sweep.save()
+        return SweepResult(sweep)
+    finally:
+        lock.release(drop_if_empty=True)
 
 
 # --------------------------------------------------------------------------- collect

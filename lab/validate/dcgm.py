@@ -93,7 +93,10 @@ def document(text: str) -> dict:
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if line.lstrip().startswith("{"):
-            doc = json.loads("\n".join(lines[i:]))
+            try:
+                doc = json.loads("\n".join(lines[i:]))
+            except RecursionError:
+                raise ValueError("dcgmi's output nests too deep to be DCGM's document") from None
             if isinstance(doc, dict) and any(k in doc for k in ROOTS):
                 return doc
             break
@@ -119,6 +122,10 @@ def _entity(result: dict) -> tuple[str, str] | None:
     return ("GPU", ids[0].strip()) if len(ids) == 1 and ids[0].strip() else None
 
 
+def _named(table: dict, number) -> str | None:
+    return table.get(number) if isinstance(number, int) else None
+
+
 def _record(test: str, category: str, result: dict, level: int, table: dict, entity: tuple | None,
             on_gpu: bool) -> dict:
     status = str(result.get("status", "")).strip()
@@ -127,11 +134,11 @@ def _record(test: str, category: str, result: dict, level: int, table: dict, ent
     for w in result.get("warnings") or []:
         if not isinstance(w, dict):
             continue
-        code = w.get("error_id")
-        name = table["codes"].get(code, f"DCGM error {code}") if isinstance(code, int) else None
+        code = w.get("error_id") if isinstance(w.get("error_id"), int) else None
+        name = table["codes"].get(code, f"DCGM error {code}") if code is not None else None
         errors.append({"code": code, "name": name, "message": str(w.get("warning") or w.get("warnings") or ""),
-                       "severity": table["severities"].get(w.get("error_severity")),
-                       "category": table["categories"].get(w.get("error_category"))})
+                       "severity": _named(table["severities"], w.get("error_severity")),
+                       "category": _named(table["categories"], w.get("error_category"))})
     where = "" if entity is None or on_gpu else f" ({entity[0]} {entity[1]})"
     if errors:
         reason = "; ".join(f"{e['name']}: {e['message']}" if e["name"] else e["message"] for e in errors)
@@ -139,7 +146,8 @@ def _record(test: str, category: str, result: dict, level: int, table: dict, ent
         reason = f"status {status or 'missing'!r} is not one DCGM reports"
     else:
         reason = {"pass": "passed", "skip": "skipped by DCGM"}.get(status.lower(), status.lower())
-        info = [str(i) for i in result.get("info") or []][:2]
+        info = [str(i) for i in result.get("info") or [] if isinstance(i, str)][:2] \
+            if isinstance(result.get("info"), list) else []
         reason += f" ({'; '.join(info)})" if info and status.lower() == "pass" else ""
     return check(f"DCGM {test}{where}", verdict, status or None, "Pass", f"level {level} {category}: {reason}",
                  source="dcgm", dcgm_level=level, dcgm_test=test,
@@ -150,7 +158,7 @@ def checks(gathered: dict | None, gpu_indices: list, expect: dict | None) -> tup
     """(host records, {GPU index: records}) from what ``gather`` found; ``expect`` is the profile's
     ``dcgm`` entry ({version, required}) or None."""
     required = bool((expect or {}).get("required"))
-    if not gathered:
+    if not gathered or not isinstance(gathered, dict):
         return [], {}
     if not gathered.get("installed"):
         return [_not_run("DCGM not installed", required)], {}

@@ -38,7 +38,7 @@ def gather(remote) -> dict:
 
 def checks(gathered: dict | None, nvswitch: bool, driver: str | None) -> list[dict]:
     """Host records: Fabric Manager installed at the driver's version, and its service active."""
-    if not nvswitch or gathered is None:
+    if not nvswitch or not isinstance(gathered, dict):
         return []
     have = gathered.get("version")
     if have is None:

@@ -21,8 +21,9 @@ from lab.validate.verdict import worst
 
 
 def gather(remote, dcgm_level: int, local_dir: Path | None = None) -> dict:
-    """{'fabricmanager': ..., 'dcgm': ...} of one host (no 'dcgm' with level 0: not asked for)."""
-    out = {"fabricmanager": fabric.gather(remote)}
+    """{'fabricmanager': ..., 'dcgm': ...} of one host ('dcgm' None with level 0: not asked for). Both keys
+    are always set, so that nothing of the same name in the host's own burn-in document is judged."""
+    out = {"fabricmanager": fabric.gather(remote), "dcgm": None}
     if dcgm_level:
         found = dcgm.gather(remote, dcgm_level)
         out["dcgm"] = found

@@ -71,6 +71,8 @@ class Context:
         self.channels_last = self.cuda
         # False only for the benchmark's plain eager baseline (see bench_step)
         self.optimized = bool(spec.get("optimized", True))
+        # settled with compile when the trainer is built (runner.workloads.compiling.decide)
+        self.fast_layers = False
         self.loss_watch = LossWatch()  # runner/workloads/divergence.py
         self.notes: list[str] = []  # for status.json's result.notes
 

@@ -1,5 +1,6 @@
-"""torch.compile for the workloads: ``compile_fn`` with the scale's mode and Inductor settings, and the
-``key=value`` parsing of ``GPULAB_INDUCTOR`` (re-exported by runner.workloads.base, where callers read them)."""
+"""The speed path of the workloads, decided in one place: ``decide`` (which options a run takes),
+``compile_fn`` (torch.compile with the scale's mode and Inductor settings) and the ``key=value``
+parsing of ``GPULAB_INDUCTOR`` (re-exported by runner.workloads.base, where callers read them)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,22 @@ def inductor_options(cfg_options: dict | None) -> dict:
     return {**(cfg_options or {}), **key_values(os.environ.get("GPULAB_INDUCTOR") or "", "GPULAB_INDUCTOR")}
 
 
-def compile_fn(ctx: "Context", fn, dynamic: bool = False, options: dict | None = None):
+def decide(ctx, compile_modes) -> None:
+    """Settle the run's speed options on ``ctx`` before its trainer is built (WorkloadSpec.build).
+
+    ``ctx.compile`` (asked by the run: on CUDA unless the spec says otherwise) stays on only in
+    the modes the workload declares compilable (``compile_modes`` of its WorkloadSpec) and
+    where the scale does not say ``compile: false``; what a workload compiles goes through
+    ``compile_fn``. ``ctx.fast_layers`` (the workload's exact, faster replacement layers, such
+    as resnet50's space-to-depth stem) is on for a compiled run of the optimized path:
+    the forms pay once Inductor fuses them. ``ctx.channels_last`` and the fused optimizer
+    (``ctx.fused()``) are the Context's own (CUDA, the optimized path).
+    """
+    ctx.compile = bool(ctx.compile and ctx.mode in compile_modes and ctx.cfg.get("compile", True))
+    ctx.fast_layers = bool(ctx.optimized and ctx.compile)
+
+
+def compile_fn(ctx: "Context", fn, dynamic: bool | None = False, options: dict | None = None):
     """``torch.compile(fn)`` when the context compiles, else ``fn``.
 
     The mode is the scale's ``compile_mode`` (for instance

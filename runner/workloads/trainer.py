@@ -35,6 +35,7 @@ from typing import Callable
 
 import torch
 
+from runner.workloads.compiling import decide
 from runner.workloads.errors import WorkloadError
 
 
@@ -149,15 +150,18 @@ class Trainer(abc.ABC):
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    """What a workload module publishes as ``SPEC``: its trainer class."""
+    """What a workload module publishes as ``SPEC``: its trainer class and the modes in which the
+    parts it hands to ``compile_fn`` compile (the driver decides the rest: compiling.decide)."""
 
     trainer: type
+    compile_modes: tuple = ("ttt", "throughput")
 
     def __post_init__(self):
         if not (isinstance(self.trainer, type) and issubclass(self.trainer, Trainer)):
             raise WorkloadError(f"WorkloadSpec: {self.trainer!r} is not a runner.workloads.trainer.Trainer")
 
     def build(self, ctx) -> Trainer:
+        decide(ctx, self.compile_modes)
         return self.trainer(ctx)
 
 

@@ -132,7 +132,7 @@ class Trainer(TrainerContract):
         self.model = make_model(cfg, vocab_size).to(dev)
         self.ddp = ctx.wrap(self.model)
         self.fwd = self._forward_loss
-        if ctx.compile and cfg.get("compile", True):
+        if ctx.compile:  # off where the scale says compile: false (compiling.decide)
             import torch._dynamo as dynamo
 
             # one graph per (source, target) bucket pair and padding flag: static shapes

@@ -177,8 +177,9 @@ def stem_options(ctx) -> dict:
     """ResNetTrunk's stem keywords from the scale's settings (``space_to_depth_stem``,
     ``stem_pad_channels``) when the model is compiled: the form pays once Inductor
     fuses it (eager, its padding and reshapes cost more than the plain convolution).
-    Eager runs and the benchmark's plain baseline keep the plain stem."""
-    if not (ctx.optimized and ctx.compile):
+    Eager runs and the benchmark's plain baseline keep the plain stem (``ctx.fast_layers``,
+    decided by runner.workloads.compiling.decide)."""
+    if not ctx.fast_layers:
         return {}
     cfg = ctx.cfg
     return {"space_to_depth_stem": bool(cfg.get("space_to_depth_stem", False)),

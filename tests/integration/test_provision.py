@@ -266,6 +266,9 @@ def test_audit_passes_clean_hosts_and_finds_a_hand_installed_cudnn(plab):
     doc = json.loads(res.stdout)
     assert doc["ok"] is False
     assert doc["hosts"]["pv-01"]["drift"] == [{"component": "cudnn", "expected": "9.19.0.56", "found": "9.18.1.3"}]
+    installed = doc["hosts"]["pv-01"]["installed"]       # DCGM and Fabric Manager read back from the host
+    assert (installed["dcgm"], installed["fabricmanager"], installed["fabricmanager_service"]) == (
+        "4.5.2", "580.159.04", "inactive")
 
 
 def test_unknown_and_changed_host_keys_are_refused(plab, tmp_path):

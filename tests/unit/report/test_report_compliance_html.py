@@ -39,13 +39,13 @@ def test_v06_fail_cell_names_the_failing_rule_per_run(v06):
     cell = tpu["Compliance"]
     # Every failing run named, in run order; runs failing for the same reason share its line.
     runs = ", ".join(f"result_{i}.txt" for i in range(5))
-    assert cell.startswith(f"FAIL (5 of 5) training 0.6.0 {runs}: cache_clear (common.yaml): line 5 logs null; "
+    assert cell.startswith(f"FAIL (5 of 5) training 0.6.0 {runs}: cache_clear (common.yaml): line 6 logs null; "
                            "fails ( v['value'] == True )")
     assert cell.count("cache_clear") == 1 and re.search(r"\(\+9 more: block_start, eval_accuracy, block_stop, \+6\)$", cell)
     assert dgx["Compliance"] == "PASS training 0.6.0"
     # Each run's own cell says it too.
     runs = [r for r in by_column(dom, "runs") if r["System"] == "tpu-v3-32"]
-    assert len(runs) == 5 and all(r["Compliance"].startswith("FAIL cache_clear (common.yaml): line 5 logs null")
+    assert len(runs) == 5 and all(r["Compliance"].startswith("FAIL cache_clear (common.yaml): line 6 logs null")
                                   for r in runs)
     # Which checker and ruleset judged.
     text = dom.texts["compliance-rules"]
@@ -68,12 +68,12 @@ def test_v06_markdown_and_json_carry_the_failing_rules(v06):
     rec = next(r for r in doc["records"] if r["system"] == "tpu-v3-32")
     assert rec["compliance"] == "FAIL (5 of 5)" and rec["compliance_ruleset"] == "training 0.6.0"
     assert [f.split(":")[0] for f in rec["compliance_failures"]] == [f"result_{i}.txt" for i in range(5)]
-    assert all(": cache_clear (common.yaml): line 5 logs null" in f for f in rec["compliance_failures"])
+    assert all(": cache_clear (common.yaml): line 6 logs null" in f for f in rec["compliance_failures"])
     md = (out / "report.md").read_text()
     row = next(x for x in md.splitlines() if x.startswith("| resnet | Google | tpu-v3-32 |"))
     assert "| 16 TPU chips |" in row
     runs = ", ".join(f"result_{i}.txt" for i in range(5))
-    assert f"| FAIL (5 of 5) (training 0.6.0)<br>{runs}: cache_clear (common.yaml): line 5 logs null" in row
+    assert f"| FAIL (5 of 5) (training 0.6.0)<br>{runs}: cache_clear (common.yaml): line 6 logs null" in row
     assert f"the checker of {CHECKER}" in md
 
 

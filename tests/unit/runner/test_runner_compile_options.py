@@ -110,11 +110,11 @@ def test_tune_set_passes_settings_to_the_measurement(tmp_path):
     assert "samples_per_s" not in bad and "'mf_size'" in bad["error"], bad
 
 
-def _trainer(name: str, compile_: bool, **settings):
+def _trainer(name: str, compile_: bool, mode: str = "throughput", **settings):
     import importlib
 
     entry = workloads.load()[name]
-    spec = {"workload": name, "scale": "tiny", "mode": "throughput", "seed": 0, "entry": entry, "compile": compile_}
+    spec = {"workload": name, "scale": "tiny", "mode": mode, "seed": 0, "entry": entry, "compile": compile_}
     ctx = base.Context(spec=spec, entry=entry, log=MLLog(None), device=torch.device("cpu"), rank=0,
                        world_size=1, local_rank=0, precision="fp32")
     ctx.cfg.update(settings)
@@ -142,6 +142,22 @@ def test_gnmt_compiled_between_its_lstms_gives_the_eager_loss_and_gradients(monk
         assert int(ntok) == 80
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
     assert torch.allclose(grads[1], grads[0], rtol=1e-4, atol=1e-6)
+
+
+def test_ncf_compiles_through_the_shared_speed_path_in_throughput_mode_only(monkeypatch):
+    """ncf's model compiles with the scale's compile_mode and inductor settings and GPULAB_COMPILE_MODE
+    (compile_fn), in the modes its WorkloadSpec declares (throughput); a ttt run stays eager."""
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: seen.append(kw) or fn)
+    monkeypatch.setenv("GPULAB_COMPILE_MODE", "max-autotune-no-cudagraphs")
+    monkeypatch.delenv("GPULAB_INDUCTOR", raising=False)
+    with inductor_config.patch({"conv_1x1_as_mm": False}):  # restored on exit
+        t = _trainer("ncf", True, inductor={"conv_1x1_as_mm": True})
+        assert inductor_config.conv_1x1_as_mm is True
+    assert seen == [{"dynamic": None, "mode": "max-autotune-no-cudagraphs"}] and t.ctx.compile
+    monkeypatch.delenv("GPULAB_COMPILE_MODE")
+    t = _trainer("ncf", True, mode="ttt")
+    assert len(seen) == 1 and not t.ctx.compile and t.step_fn is t.ddp
 
 
 def test_maskrcnn_compiles_roi_align_in_throughput_mode_when_asked():

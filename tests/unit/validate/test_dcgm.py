@@ -85,6 +85,8 @@ def test_a_runtime_error_or_no_document_fails_the_host():
         "Error: Unable to connect to host engine. Host engine connection invalid/disconnected.")
     host, _ = dcgm.checks({**no_engine, "stdout": '{"DCGM Diagnostic": {"test_categories": [', "exit_code": 0}, [0], None)
     assert host[0]["verdict"] == "FAIL" and "dcgmi exited 0" in host[0]["reason"]
+    host, _ = dcgm.checks({**no_engine, "stdout": '{"a": ' * 100000 + "1" + "}" * 100000}, [0], None)
+    assert host[0]["verdict"] == "FAIL" and "nests too deep" in host[0]["reason"]
     host, _ = dcgm.checks({**no_engine, "stdout": '{"DCGM Diagnostic": {"test_categories": []}}'}, [0], None)
     assert host[0]["reason"] == "level 1: no test results in dcgmi's output"
     host, _ = dcgm.checks({"installed": True, "version": "4.5.2", "level": 3,
@@ -110,10 +112,14 @@ def test_unknown_statuses_and_codes_are_named_not_dropped():
     doc = {"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [{"name": "memory", "results": [
         {"entity_group": "GPU", "entity_group_id": 1, "entity_id": 0, "status": "Exploded"},
         {"entity_group": "GPU", "entity_group_id": 1, "entity_id": 1, "status": "Fail",
-         "warnings": [{"warning": "new", "error_id": 999, "error_category": 99, "error_severity": 9}]}]}]}]}}
-    _, gpus = dcgm.checks({"installed": True, "level": 2, "stdout": json.dumps(doc)}, [0, 1], None)
+         "warnings": [{"warning": "new", "error_id": 999, "error_category": 99, "error_severity": 9}]},
+        {"entity_group": "GPU", "entity_group_id": 1, "entity_id": 2, "status": "Pass", "info": "not a list",
+         "warnings": [{"warning": ["odd"], "error_id": "52", "error_category": [1], "error_severity": {"a": 1}}]}]}]}]}}
+    _, gpus = dcgm.checks({"installed": True, "level": 2, "stdout": json.dumps(doc)}, [0, 1, 2], None)
     assert gpus["0"][0]["verdict"] == "FAIL" and "'Exploded' is not one DCGM reports" in gpus["0"][0]["reason"]
     assert gpus["1"][0]["dcgm_code"] == "DCGM error 999" and gpus["1"][0]["dcgm_errors"][0]["severity"] is None
+    odd = gpus["2"][0]                       # ill-typed fields: kept as text or left out, never a crash
+    assert odd["verdict"] == "PASS" and odd["dcgm_errors"][0]["code"] is None and odd["dcgm_errors"][0]["severity"] is None
 
 
 def test_levels_follow_validate_and_can_be_configured():
