@@ -75,7 +75,7 @@ def _iso_to_unix(s) -> float | None:
         return None
 
 
-def _manifest_gpus(manifest: dict) -> list[dict]:
+def manifest_gpus(manifest: dict) -> list[dict]:
     """The per-GPU records of the probe (manifest.json's own ``gpus`` are indices)."""
     for holder in (manifest.get("probe"), manifest, manifest.get("host")):
         if isinstance(holder, dict) and isinstance(holder.get("gpus"), list):
@@ -213,7 +213,7 @@ def _read_rundir(ctx, rundir: Path):
         device, sources["device"] = "CPU", "status.json (no GPUs)"
     else:
         names = []
-        for g in _manifest_gpus(manifest):
+        for g in manifest_gpus(manifest):
             gi = _int(g.get("index"))
             if idx is None or gi is None or gi in idx:
                 n = _first(g, "name", "model", "product_name")

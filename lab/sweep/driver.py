@@ -61,7 +61,8 @@ from lab.sweep import topology as topo
 from lab.core.errors import ConfigError
 from lab.hosts.inventory import Host
 from lab.sweep.plan import (COMPLETE_OUTCOMES, MODES, NAME_RE, SCALES, SCHEMA, TOKEN_VAR, WORKLOAD_RE, PlannedRun,
-                           host_gpu_count, parse_gpu_counts, parse_list, plan, seed_count, units_of, utcnow)
+                           host_gpu_count, parse_gpu_counts, parse_list, plan, plan_around, seed_count, units_of,
+                           utcnow)
 from lab.sweep.state import Sweep, _read_json
 from lab.sweep.hostrun import (HostLayout, Settings, fetch_run, fetch_verified, run_state, signal_tagged, stop_run,
                          tagged_alive, wait_gone)
@@ -80,6 +81,7 @@ __all__ = ["COMPLETE_OUTCOMES", "MODES", "NAME_RE", "SCALES", "SCHEMA", "TOKEN_V
 @dataclass
 class SweepResult:
     sweep: Sweep
+    quarantined: list[str] = field(default_factory=list)   # hosts left out, GPUs kept out (plan_around)
 
     @property
     def failed(self) -> list[PlannedRun]:
@@ -97,6 +99,7 @@ class SweepResult:
                  f"results in {self.sweep.root}"]
         lines += [f"  MISSED {r.host} {r.run_id}: {r.reason}" for r in done if r.outcome != "success"]
         lines += [f"  FAILED {'+'.join(r.hosts)} {r.run_id}: {r.state}: {r.reason}" for r in self.failed]
+        lines += [f"  QUARANTINE {line}" for line in self.quarantined]
         return lines
 
 
@@ -122,7 +125,8 @@ def prepare_host(host: Host) -> tuple[rmt.Remote, rmt.RunnerInstall, dict]:
 
 def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: str, *, gpus: str | None = None,
               seeds=1, mode: str = "ttt", scale: str = "tiny", nodes: int = 1, settings: Settings | None = None,
-              progress_factory=None, echo=print, datasets_catalogue=None) -> SweepResult:
+              progress_factory=None, echo=print, datasets_catalogue=None,
+              quarantine: dict[str, dict] | None = None) -> SweepResult:
     """Check the prepared data, prepare the hosts, plan, run the plan (units in parallel, one run
     at a time each), collect."""
     from lab.sweep import progress as prog
@@ -130,7 +134,11 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
     settings = settings or Settings()
     check_name(name)
     workloads = study.expand_workloads(parse_list(workloads, "workloads"))
-    planned = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes)  # bad input before any host is touched
+    hosts, early, held = plan_around(hosts, quarantine)   # quarantine: lab.history.quarantine.for_sweep's data
+    if not hosts:
+        raise ConfigError(f"sweep {name}: every selected host is quarantined: {'; '.join(held)}")
+    planned = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes,  # bad input before any host is touched
+                   topologies=early)
     root = paths.child(results_dir, name, what="--name")
     if (root / statefile.STATE_FILE).exists() or (root / statefile.STATE_FILE).is_symlink():
         Sweep.load(root)   # a saved state to resume is checked before any host is touched too
@@ -143,7 +151,10 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
         prepared = rmt.on_hosts(hosts, prepare_host)
         errors = prepared.reasons()
         topologies = {n: got[2] for n, got in prepared.succeeded.items()}
-        runs = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes, topologies=topologies)
+        for line in held:
+            echo(f"sweep {name}: {line}")
+        runs = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes,
+                    topologies=plan_around(hosts, quarantine, topologies)[1])
         if settings.timeout_s is None:   # each run's limit from its estimate (the probed GPUs name the device)
             past = study.history(results_dir)
             for run in runs:
@@ -158,6 +169,8 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
                          groups=list(h.groups), error=errors.get(h.name))
             if h.name in topologies:
                 entry.update(topology=topologies[h.name], runner=prepared[h.name][1].version)
+            if (quarantine or {}).get(h.name):
+                entry["quarantined"] = quarantine[h.name]
         for run in sweep.runs:
             bad = [f"{n}: {errors[n]}" for n in run.hosts if n in errors]
             if bad and run.state != "complete":
@@ -193,7 +206,7 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
             for got in prepared.succeeded.values():
                 got[0].close()
             sweep.save()
-        return SweepResult(sweep)
+        return SweepResult(sweep, quarantined=held)
     finally:
         lock.release(drop_if_empty=True)
 
