@@ -67,6 +67,9 @@ def _errors(fn):
             raise Exit(f"gpulab: {exc.message}", code=exc.exit_code) from None
         except KeyboardInterrupt:
             raise Exit("gpulab: interrupted; state saved", code=130) from None
+        except BrokenPipeError:   # `invoke sweep --dry-run | head`: the reader left; stop quietly as a pipe does
+            cli.quiet_stdout()
+            raise Exit(code=141) from None
 
     return wrapper
 

@@ -110,6 +110,13 @@ def install(program=None) -> None:
         cfg.load_runtime = _file_checked(cfg.load_runtime)
 
 
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null (its reader is gone), so that the last flush at exit raises nothing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 # the task options and settings that name a path: each checked where it enters (lab.core.paths)
 PATH_OPTIONS = {"path": True, "out": True, "compare": True, "references": True, "catalogue": True,
                 "inventory": True, "root": False}   # --root is a folder on the hosts

@@ -87,3 +87,13 @@ def test_on_the_command_line(tmp_path, args, env, message):
                        timeout=120)
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.returncode == 2 and len(lines) == 1 and message in lines[0] and len(lines[0]) < 200, r.stderr
+
+
+def test_a_reader_that_leaves_early_is_no_traceback(tmp_path):
+    """`invoke sweep --dry-run | head -1`: the plan's reader closes the pipe; the task stops as a pipe does."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", "sweep", "--device", "t4", "--mode", "throughput",
+                             "--dry-run"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()   # gone before the plan is printed (as `| head -0`, or a head that left early)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err and err == "", err
