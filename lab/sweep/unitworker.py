@@ -320,9 +320,11 @@ class UnitWorker:
         for node in self.nodes:
             store = compiled.store_dir(self.sweep.root, node.host.stack, node.host.gpu_model)
             fn = compiled.pull if way == "pull" else compiled.push
-            try:
-                names = node.call(lambda r: fn(r, node.layout.workdir, store))
-            except (HostLost, GpulabError):
+            if node.lost:
+                continue
+            try:  # not node.call: a folder the host refuses is no lost connection
+                names = fn(node.remote, node.layout.workdir, store)
+            except (GpulabError, OSError):
                 continue
             if names:
                 self.progress.status(self.unit, f"compiled artifacts {'from' if way == 'pull' else 'to'} "

@@ -61,3 +61,53 @@ def test_only_plain_artifact_names_travel(tmp_path, name):
     if "/" not in name:
         (d / name).write_bytes(b"x")
     assert compiled.pull(a, wa, tmp_path / "store") == []
+
+
+class _Progress:
+    def __init__(self):
+        self.lines = []
+
+    def status(self, unit, text):
+        self.lines.append((unit, text))
+
+
+def _worker(tmp_path, sweep, name, gpu="NVIDIA H200"):
+    import threading
+
+    from lab.hosts.remote import RunnerInstall
+    from lab.sweep.hostrun import Settings
+    from lab.sweep.unitworker import Node, UnitWorker
+
+    r, _ = _host(tmp_path, name, gpu=gpu)
+    node = Node(r.host, r, RunnerInstall("python3", "", "0", False), Settings(), sweep.name)
+    return UnitWorker(sweep, [node], [], Settings(), _Progress(), threading.Event())
+
+
+def test_the_controller_pulls_after_a_run_and_pushes_before_the_next_host_runs(tmp_path):
+    from lab.sweep.state import Sweep
+
+    sweep = Sweep.open(tmp_path / "results" / "S", "S", [], {})
+    first, second, other = (_worker(tmp_path, sweep, "a"), _worker(tmp_path, sweep, "b"),
+                            _worker(tmp_path, sweep, "c", gpu="NVIDIA H100 80GB HBM3"))
+    name = "resnet50.full.ttt.bf16.x1.NVIDIA_H200.torch2.11.bin"
+    _write(tmp_path / "a", name, b"graphs")
+    first._share_compiled("pull")
+    assert first.progress.lines == [("a", "compiled artifacts from a: 1")]
+    second._share_compiled("push")
+    other._share_compiled("push")
+    assert (tmp_path / "b" / "cache" / "artifacts" / name).read_bytes() == b"graphs"
+    assert not (tmp_path / "c" / "cache" / "artifacts").exists()     # another GPU model: not shipped
+    assert (tmp_path / "results" / "S" / compiled.STORE).is_dir()
+
+
+def test_a_failed_share_never_fails_the_run(tmp_path):
+    from lab.sweep.state import Sweep
+
+    sweep = Sweep.open(tmp_path / "results" / "S", "S", [], {})
+    w = _worker(tmp_path, sweep, "a")
+    store = compiled.store_dir(sweep.root, "current", "NVIDIA H200")
+    store.mkdir(parents=True)
+    (store / "x.bin").write_bytes(b"x")
+    (tmp_path / "a" / "cache").write_text("a file where the cache folder belongs")
+    w._share_compiled("push")           # mkdir fails on the host: the run goes on without the artifacts
+    assert w.progress.lines == []
