@@ -12,6 +12,7 @@ too (lab.core.cli).
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from pathlib import Path
 
@@ -51,6 +52,34 @@ def _cfg(c, key, value=None):
     return node
 
 
+# the options and settings that name a path: each checked where it enters (lab.core.paths.usable)
+PATH_OPTIONS = {"path": True, "out": True, "compare": True, "references": True, "catalogue": True,
+                "inventory": True, "root": False}   # --root is a folder on the hosts
+PATH_SETTINGS = ("inventory", "results", "artifacts", "stacks", "references", "datasets_catalogue",
+                 "demo.inventory")
+
+
+def _check_paths(c, section: dict, arguments: dict) -> None:
+    from lab.core import paths
+
+    for name, local in PATH_OPTIONS.items():
+        value = arguments.get(name)
+        if isinstance(value, str):
+            for part in (value.split(",") if name == "path" else [value]):
+                if part.strip():
+                    paths.usable(part, f"--{name}" if name != "path" else "PATH", local=local)
+    for key in PATH_SETTINGS:
+        value = _cfg(c, key)
+        if isinstance(value, str):
+            paths.usable(value, f"config gpulab.{key}")
+    for key in ("results", "artifacts"):   # the folders tasks write into
+        if isinstance(_cfg(c, key), str):
+            paths.output_root(_cfg(c, key), f"config gpulab.{key}")
+    for name, local in (("out", True), ("root", False)):
+        if isinstance(arguments.get(name), str) and arguments[name]:
+            paths.output_root(arguments[name], f"--{name}", local=local)
+
+
 def _errors(fn):
     """Report a GpulabError as one line and exit with its code; no traceback for user mistakes."""
 
@@ -59,7 +88,8 @@ def _errors(fn):
         from lab.core import config
 
         try:
-            config.check(c.config.get("gpulab"))
+            _check_paths(c, config.check(c.config.get("gpulab")), inspect.signature(fn).bind_partial(
+                c, *args, **kwargs).arguments)
             return fn(c, *args, **kwargs)
         except GpulabError as exc:
             raise Exit(f"gpulab: {exc.message}", code=exc.exit_code) from None
@@ -144,7 +174,9 @@ def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=
     from lab.core import paths
     from lab.sweep import progress
     from lab.sweep import study
+    from lab import history
     from lab.sweep import driver as sw
+    from lab.sweep import plan
     from lab.core.errors import ConfigError
 
     def pick(key, value):
@@ -160,17 +192,23 @@ def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=
     name = sw.default_name() if name is None else name
     sw.check_name(name)
     catalogue = _cfg(c, "datasets_catalogue")
+    url = history.resolve_url(_cfg(c, "history_url"), results)
+    held = history.quarantined(url, hosts)   # what the plan leaves out (invoke quarantine)
     if dry_run:
-        lines, refused = study.dry_run(hosts, sw.plan(hosts, **args), name, results_dir=_cfg(c, "results"),
-                                       catalogue=catalogue)
-        print("\n".join(lines))
+        left, topologies, notes = plan.plan_around(hosts, held)
+        if not left:
+            raise ConfigError(f"sweep {name}: every selected host is quarantined: {'; '.join(notes)}")
+        lines, refused = study.dry_run(left, sw.plan(left, topologies=topologies, **args), name,
+                                       results_dir=_cfg(c, "results"), catalogue=catalogue)
+        print("\n".join([lines[0], *(f"quarantine: {n}" for n in notes), *lines[1:]]))
         if refused:
             raise ConfigError(refused)
         return None
     result = sw.run_sweep(hosts, results_dir=results, name=name, settings=settings,
-                          datasets_catalogue=catalogue, **args)
+                          datasets_catalogue=catalogue, quarantine=held, **args)
     progress.final_table(result.sweep.runs)
     print("\n".join(result.summary()))
+    print(history.record([result.sweep.root], url))
     return result
 
 
@@ -246,6 +284,7 @@ def report(c, path, format=None, compare=None, out=None, round=None):
 def validate(c, device=None, host=None, limit=None, level="quick", baseline=False, json=False, out=None,
              references=None, inventory=None, dcgm_level=None):
     """Check each host's GPUs for health and performance against references; exit 1 if any host fails."""
+    from lab import history
     from lab.validate import fleet as val
 
     hosts = _select(c, inventory, host, device, limit)
@@ -254,6 +293,10 @@ def validate(c, device=None, host=None, limit=None, level="quick", baseline=Fals
                                 references=_cfg(c, "references", references),
                                 inventory=_cfg(c, "inventory", inventory), stacks_dir=_cfg(c, "stacks"),
                                 dcgm_level=dcgm_level, dcgm_levels=_cfg(c, "validate.dcgm_levels"))
+    written = [f for f in result.files if Path(f).name == "validate.json"]
+    if written and not baseline:   # into the history (a database that fails: one line, the file stays)
+        url = history.resolve_url(_cfg(c, "history_url"), _cfg(c, "results"))
+        print(history.record(written, url), file=sys.stderr if json else sys.stdout)
     if not result.ok:
         raise Exit(code=1)
 
@@ -279,7 +322,122 @@ def demo(c, workloads=None, seeds=None, name=None):
     sys.stdout.flush()
 
 
+# --------------------------------------------------------------------------- the lab's memory
+# `invoke history.import PATH`, `invoke history` (the table), `invoke quarantine` (list), `invoke quarantine.add`,
+# `invoke quarantine.release`: sub-collections, so that each action has its own options and --help.
+
+def _history_db(c, url=None):
+    from lab import history
+
+    configured = _cfg(c, "history_url", url)
+    found = history.resolve_url(configured, _cfg(c, "results"))
+    if not configured:   # the default file: its results folder is made as a sweep makes it
+        history.sqlite_folder(found)
+    return history.open_db(found)
+
+
+def _who(who):
+    import getpass
+
+    if who:
+        return who
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+URL_HELP = "database URL (default: gpulab.history_url, else results/history.sqlite)"
+
+
+def _memory_tasks() -> list[Collection]:
+    @task(name="import", help={"path": "results folders, run directories or validate.json files (comma separated)",
+                               "url": URL_HELP})
+    @_errors
+    def history_import(c, path, url=None):
+        """Load run directories and validate outputs into the history database (importing twice adds nothing)."""
+        from lab import history
+        from lab.core.errors import ConfigError
+
+        paths = [Path(p) for p in path.split(",") if p.strip()]
+        if not paths:
+            raise ConfigError("history.import: give a results folder, run directories or validate.json files")
+        configured = _cfg(c, "history_url", url)
+        added, skipped = history.import_paths(paths, history.resolve_url(configured, _cfg(c, "results")),
+                                              make_folder=not configured)
+        for line in skipped:
+            print(f"  skipped {line}")
+        print(added.line())
+
+    @task(name="show", default=True,
+          help={"host": "only this host", "gpu": "a GPU UUID, or a GPU index of --host", "metric": "check or "
+                "benchmark name (a part of it)", "since": "from this time (2026-12-01 or ISO 8601)",
+                "until": "up to this time", "limit": "at most this many rows (default 200)", "url": URL_HELP})
+    @_errors
+    def history_show(c, host=None, gpu=None, metric=None, since=None, until=None, limit=200, url=None):
+        """The history of checks and runs by GPU, host, metric and time, newest first."""
+        from lab.history import query
+
+        db = _history_db(c, url)
+        try:
+            rows = query.history_rows(db, host=host, gpu=gpu, metric=metric, since=since, until=until, limit=limit)
+        finally:
+            db.close()
+        print("\n".join(query.table(rows)))
+
+    @task(name="list", default=True, help={"url": URL_HELP})
+    @_errors
+    def quarantine_list(c, url=None):
+        """The GPUs and hosts in quarantine: who put them there, when and why."""
+        from lab.history import quarantine as q
+
+        db = _history_db(c, url)
+        try:
+            print("\n".join(q.table(q.active(db))))
+        finally:
+            db.close()
+
+    @task(name="add", help={"target": "HOST or HOST:GPU_INDEX (e.g. r740-03:2)", "reason": "why (one line)",
+                            "action": "what to do about it (e.g. reseat, RMA)", "who": "who (default: $USER)",
+                            "url": URL_HELP})
+    @_errors
+    def quarantine_add(c, target, reason=None, action=None, who=None, url=None):
+        """Keep a GPU or a host out of sweeps until released."""
+        from lab.history import quarantine as q
+
+        tgt = q.parse_target(target)
+        q.check_entry(reason, _who(who), action)   # bad input before the database is touched
+        db = _history_db(c, url)
+        try:
+            entry, added = q.add(db, tgt, reason=reason, who=_who(who), action=action)
+        finally:
+            db.close()
+        print(f"{tgt}: quarantined" if added else
+              f"{tgt}: already quarantined since {entry.added_at:%Y-%m-%d %H:%M} by {entry.who}: {entry.reason}")
+
+    @task(name="release", help={"target": "HOST or HOST:GPU_INDEX", "force": "release without a passing validate",
+                                "note": "why (default: the validate that passed)", "who": "who (default: $USER)",
+                                "url": URL_HELP})
+    @_errors
+    def quarantine_release(c, target, force=False, note=None, who=None, url=None):
+        """Return a GPU or host to sweeps: needs a passing validate since it was quarantined, unless --force."""
+        from lab.history import quarantine as q
+
+        tgt = q.parse_target(target)
+        db = _history_db(c, url)
+        try:
+            entry = q.release(db, tgt, who=_who(who), force=force, note=note)
+        finally:
+            db.close()
+        print(f"{tgt}: released ({entry.release_note})")
+
+    return [Collection("history", history_import, history_show),
+            Collection("quarantine", quarantine_list, quarantine_add, quarantine_release)]
+
+
 # gpulab's defaults sit at Invoke's collection level, the lowest layer after Invoke's own: a user's
 # ~/.invoke.yaml, a lab's invoke.yaml, INVOKE_GPULAB_*, `invoke -f FILE` and the options override them.
 ns = Collection.from_module(sys.modules[__name__])
 ns.configure(_defaults())
+for _sub in _memory_tasks():
+    ns.add_collection(_sub)

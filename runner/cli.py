@@ -9,7 +9,9 @@ Bad input: one line on stderr, exit code 2 (``UsageError``).
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import sys
 
 from runner import __version__, source
@@ -27,6 +29,32 @@ COMMANDS = {
 
 class UsageError(Exception):
     """Bad input to the runner: reported as one line, exit code 2."""
+
+
+# kernel and system trees no folder of a run may be made in (run --out, --cache-dir)
+SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/usr", "/boot", "/bin", "/sbin", "/lib", "/lib64")
+
+
+def path_problem(value: str, *, made_here: bool = False) -> str | None:
+    """What is wrong with a path option, as '<path>: <why>', checked where it enters: no NUL, names of at
+    most 255 bytes, at most 4095 bytes in all, no symbolic-link loop; ``made_here``: a folder the runner
+    makes, so not a system folder or inside one. None when it may be used."""
+    shown = repr(value if len(value) <= 60 else value[:57] + "...")
+    if not value or "\0" in value:
+        return f"{shown}: not a path"
+    raw = os.fsencode(value)
+    if len(raw) > 4095 or any(len(part) > 255 for part in raw.split(b"/")):
+        return f"{shown}: a name longer than 255 bytes or a path longer than 4095"
+    try:
+        os.stat(value)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{shown}: a symbolic link loop"
+    if made_here:
+        real = os.path.realpath(value)
+        if real == "/" or any(real == t or real.startswith(t + "/") for t in SYSTEM_TREES):
+            return f"{shown}: a system folder; give a folder of its own"
+    return None
 
 
 def source_digest() -> str:

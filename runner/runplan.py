@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from runner import artifacts, launch
-from runner.cli import UsageError
+from runner.cli import UsageError, path_problem
 
 
 def add_arguments(p) -> None:
@@ -53,6 +53,13 @@ def add_arguments(p) -> None:
 
 def fail(msg: str):
     raise UsageError(f"runner run: {msg}")
+
+
+def check_path(value: str, what: str, *, made_here: bool = False) -> Path:
+    problem = path_problem(value, made_here=made_here)
+    if problem:
+        fail(f"{what} {problem}")
+    return Path(value)
 
 
 def max_cpu_procs() -> int:
@@ -147,6 +154,10 @@ def plan(args, host_gpus: int | None = None) -> dict:
     _check_ranges(args)
     if args.precision == "fp16" and not gpus:
         fail("--precision fp16 needs a GPU (this run selects none)")
+    for value, what, made in ((args.out, "--out", True), (args.data, "--data", False),
+                              (args.cache_dir, "--cache-dir", True), (args.python, "--python", False)):
+        if value is not None:
+            check_path(value, what, made_here=made)
     if args.data is not None and not Path(args.data).is_dir():
         fail(f"--data {args.data!r}: no such directory")
     scale_cfg = entry["scales"][args.scale]
@@ -167,6 +178,10 @@ def plan(args, host_gpus: int | None = None) -> dict:
         fail(f"--out {args.out!r}: {parent} is not writable")
     cache = Path(args.cache_dir or os.environ.get("GPULAB_CACHE_DIR")
                  or Path.home() / ".cache" / "gpulab-runner")
+    check_path(str(cache), "--cache-dir", made_here=True)
+    made = next((p for p in cache.absolute().parents if os.path.lexists(p)), None)
+    if made is not None and (not os.path.isdir(made) or not os.access(made, os.W_OK | os.X_OK)):
+        fail(f"--cache-dir {str(cache)[:60]!r}: {made} is not a writable folder")
     return {
         "workload": name, "entry": entry, "python": python, "gpus": gpus, "nprocs": nprocs,
         "world_size": nprocs * args.nnodes, "out": out, "cache_dir": cache,

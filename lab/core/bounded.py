@@ -13,13 +13,13 @@ callers turn that into a skipped run or a ConfigError naming the file.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 from pathlib import Path
 
 from lab.core import limits
 from lab.core import paths
+from lab.core import plaindata
 
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
           stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symbolic link"}
@@ -106,7 +106,7 @@ def read_json(path: str | Path, *, root: str | Path | None = None, limit: int = 
     """The JSON document of a regular file; Unreadable when it is not JSON."""
     text = read_text(path, root=root, limit=limit)
     try:
-        return json.loads(text)
+        return plaindata.loads(text)
     except ValueError as exc:
         raise Unreadable(path, f"is not JSON ({exc})") from None
     except RecursionError:

@@ -87,7 +87,7 @@ def _file_checked(load):
     def wrapped(*args, **kwargs):
         try:
             return load(*args, **kwargs)
-        except (yaml.YAMLError, _InvokeYAMLError, ValueError, TypeError, OSError) as exc:   # a malformed project or -f file
+        except (yaml.YAMLError, _InvokeYAMLError, ValueError, TypeError, OSError) as exc:  # a malformed file
             raise Exit(f"gpulab: config: {excerpt(exc, 160)}", code=BAD_INPUT) from None
 
     return wrapped

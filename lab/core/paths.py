@@ -8,10 +8,11 @@ root: not by ``..``, not by ``/``, not by a symbolic link already there.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
-from lab.core.errors import ConfigError
+from lab.core.errors import ConfigError, excerpt
 
 MAX_NAME = 255
 
@@ -37,6 +38,51 @@ def child(root: str | Path, *parts: str, what: str = "path") -> Path:
     if not inside(path, root):
         raise ConfigError(f"{what}: {path} leads outside {root} (a symbolic link)")
     return path
+
+
+MAX_PATH = 4095
+
+
+def usable(path: str | Path, what: str, *, local: bool = True) -> Path:
+    """A path given as an option or setting, checked where it enters: text without NUL, every name at most
+    255 bytes, the whole at most 4095, and (``local``) no symbolic-link loop on the way. A path that does not
+    exist passes: whoever reads or makes it says so."""
+    text = str(path)
+    if not text or "\0" in text:
+        raise ConfigError(f"{what}: {excerpt(repr(text), 60)} is not a path")
+    raw = os.fsencode(text)
+    if len(raw) > MAX_PATH:
+        raise ConfigError(f"{what}: {excerpt(text, 60)} is longer than {MAX_PATH} bytes")
+    if any(len(part) > MAX_NAME for part in raw.split(b"/")):
+        raise ConfigError(f"{what}: {excerpt(text, 60)} holds a name longer than {MAX_NAME} bytes")
+    if local:
+        try:
+            os.stat(text)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ConfigError(f"{what}: {excerpt(text, 60)}: a symbolic link loop") from None
+            if exc.errno == errno.ENAMETOOLONG:   # pragma: no cover - the byte counts come first
+                raise ConfigError(f"{what}: {excerpt(text, 60)}: name too long") from None
+    return Path(text)
+
+
+# folders no output of gpulab may be, or (SYSTEM_TREES) lie in: a typo of --out or gpulab.results must not
+# spread report files over the system or fill /proc with sweeps
+SYSTEM_FOLDERS = frozenset({"/", "/etc", "/usr", "/var", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/boot",
+                            "/dev", "/proc", "/sys", "/run", "/root", "/home", "/opt", "/srv", "/tmp", "/var/lib",
+                            "/usr/local"})
+SYSTEM_TREES = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/boot", "/dev", "/proc", "/sys")
+
+
+def output_root(path: str | Path, what: str, *, local: bool = True) -> Path:
+    """``path`` as a folder gpulab writes into: not a system folder (/, /etc, ...) nor inside /etc, /usr, /proc,
+    /sys, /dev, ... (``local``: as the path resolves here; otherwise as written, for a folder on a host)."""
+    usable(path, what, local=local)
+    text = os.path.realpath(path) if local else os.path.normpath(str(path))
+    text = "/" + text.strip("/") if text.startswith("/") else text
+    if text in SYSTEM_FOLDERS or any(text == t or text.startswith(t + "/") for t in SYSTEM_TREES):
+        raise ConfigError(f"{what}: {excerpt(str(path), 60)} is a system folder; give a folder of its own")
+    return Path(path)
 
 
 def folder(path: str | Path, what: str) -> Path:

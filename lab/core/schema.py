@@ -18,7 +18,8 @@ import yaml
 
 from lab.core import bounded
 from lab.core import limits
-from lab.core.errors import ConfigError
+from lab.core import plaindata
+from lab.core.errors import ConfigError, excerpt
 
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
 
@@ -41,19 +42,29 @@ def describe(error: jsonschema.ValidationError) -> str:
         return f"unknown key(s) {', '.join(extra)}"
     if error.validator == "required":
         return error.message.replace("is a required property", "is missing").replace("'", "")
+    shown = excerpt(repr(error.instance), 60)   # a value quoted, never a whole file
     if error.validator in ("anyOf", "oneOf"):
-        return f"{error.instance!r} is not valid here ({error.schema.get('description', 'see the schema')})"
+        return f"{shown} is not valid here ({error.schema.get('description', 'see the schema')})"
+    full = repr(error.instance)
+    if error.message.startswith(full):
+        return shown + error.message[len(full):]
     return error.message
 
 
 def check(data: Any, schema_name: str, source: str) -> Any:
-    """Validate ``data``; raise ConfigError '<source>: <where>: <what>' on the first error."""
+    """Validate ``data``; raise ConfigError '<source>: <where>: <what>' on the first error.
+
+    Data larger or deeper than lab.core.plaindata allows (a YAML alias bomb)
+    is refused before the validator walks it or an error message prints it."""
+    if plaindata.size(data) > plaindata.MAX_NODES:
+        raise ConfigError(f"{source}: more than {plaindata.MAX_NODES} values or {plaindata.MAX_DEPTH} levels "
+                          f"(YAML aliases count each time they are used)")
     validator = jsonschema.Draft202012Validator(schema(schema_name))
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         err = errors[0]
         where = f"{_where(err)}: " if err.absolute_path else ""
-        raise ConfigError(f"{source}: {where}{describe(err)}")
+        raise ConfigError(f"{source}: {where}{excerpt(describe(err), 200)}")
     return data
 
 

@@ -21,8 +21,9 @@ from typing import Any
 
 from lab.core import bounded
 from lab.core import limits
+from lab.core import paths
 from lab.core import schema
-from lab.core.errors import ConfigError
+from lab.core.errors import ConfigError, excerpt
 
 # Make Ansible fail on an unparsable source instead of warning and going on
 # with an empty inventory. Must be set before ansible.constants is imported.
@@ -135,7 +136,8 @@ class Inventory:
                 try:
                     value = templar.template(value)
                 except Exception as exc:  # undefined variable and the like
-                    raise ConfigError(f"{self.path}: host {name}: {key}: cannot template {value!r} ({exc})") from None
+                    raise ConfigError(f"{self.path}: host {name}: {key}: cannot template {excerpt(repr(value))} "
+                                      f"({excerpt(exc)})") from None
             out[key] = value
         return out
 
@@ -144,6 +146,8 @@ class Inventory:
         v = self.raw_vars(name)
         own = {k: val for k, val in v.items() if k.startswith("gpulab_")}
         schema.check(own, "hostvars", f"{self.path}: host {name}")
+        if "gpulab_workdir" in own:   # the host's runs and data land there: never /, /etc, /usr, ...
+            paths.output_root(own["gpulab_workdir"], f"{self.path}: host {name}: gpulab_workdir", local=False)
         connection = v.get("ansible_connection", "ssh")
         if connection not in ("ssh", "local", "paramiko", "smart"):
             raise ConfigError(f"{self.path}: host {name}: ansible_connection {connection!r} is not supported "
@@ -153,8 +157,11 @@ class Inventory:
         port = v.get("ansible_port", v.get("ansible_ssh_port", 22))
         try:
             port = int(port)
+            if not 1 <= port <= 65535:
+                raise ValueError(port)
         except (TypeError, ValueError):
-            raise ConfigError(f"{self.path}: host {name}: ansible_port {port!r} is not a number") from None
+            raise ConfigError(f"{self.path}: host {name}: ansible_port {excerpt(repr(port), 40)} is not a port "
+                              f"(1 to 65535)") from None
         groups = tuple(sorted(g.name for g in self._inv.get_host(name).get_groups()
                               if g.name not in ("all", "ungrouped")))
         return Host(
@@ -183,9 +190,15 @@ class Inventory:
         try:
             with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
                 parts = split_host_pattern(limit)
-                for part in parts if len(parts) > 1 else []:   # a list: each name must match something
+                if not parts:
+                    raise ConfigError(f"{self.path}: --limit {excerpt(repr(limit), 60)} is an empty host pattern")
+                for part in parts:   # each term one name or pattern, at most one & or ! before it, matching something
                     term = part.lstrip("&!")
-                    if term and not self._inv.list_hosts(term):
+                    if not term or len(part) - len(term) > 1:
+                        raise ConfigError(f"{self.path}: --limit {excerpt(repr(limit), 60)} is not a valid host "
+                                          f"pattern ({excerpt(repr(part), 40)}: one name or pattern after at most "
+                                          f"one & or !)")
+                    if (len(parts) > 1 or term != part) and not self._inv.list_hosts(term):
                         raise ConfigError(f"{self.path}: --limit '{limit}': '{term}' matches no host or group")
                 return {h.name for h in self._inv.list_hosts(limit)}
         except AnsibleError as exc:
@@ -213,7 +226,7 @@ class Inventory:
                 raise ConfigError(f"{self.path}: unknown device group '{device}' (groups: {', '.join(self.groups)})")
             members = {h.name for h in self._inv.groups[device].get_hosts()}
             chosen = [n for n in chosen if n in members]
-        if limit:
+        if limit is not None:   # --limit '' is a pattern too: an empty one, refused
             matched = self._matching(limit)
             if not matched:
                 raise ConfigError(f"{self.path}: pattern '{limit}' matches no host")

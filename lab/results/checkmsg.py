@@ -15,6 +15,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from lab.core import plaindata
+
 MAX_TEST = 90       # characters of a rule's test kept in a line
 MAX_VALUE = 40      # characters of a logged value kept
 
@@ -49,7 +51,7 @@ def _logged(full_line: str) -> str | None:
         m = re.search(r":\s*(\{.*\})\s*$", full_line)
         body = m.group(1) if m else ""
     try:
-        value = json.loads(body)["value"]
+        value = plaindata.loads(body)["value"]
     except (ValueError, KeyError, TypeError):
         return None
     return _cut(json.dumps(value), MAX_VALUE)

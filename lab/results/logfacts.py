@@ -16,10 +16,10 @@ neither is known the throughput is left out.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 
+from lab.core import plaindata
 from lab.core.mlperf import Rules
 
 
@@ -168,16 +168,15 @@ def samples_per_epoch(bench: str | None, logged, rules: Rules) -> float | None:
 
 def value_of(raw: str | None):
     """A v0.5/v0.6 value: JSON, else a Python literal, else the raw text; (value, parsed)."""
-    import ast
     if raw is None or raw == "":
         return None, True
     try:
-        return json.loads(raw), True
+        return plaindata.loads(raw), True
     except ValueError:
         pass
     try:
-        return ast.literal_eval(raw), True
-    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        return plaindata.literal(raw), True
+    except ValueError:
         return raw, False
 
 

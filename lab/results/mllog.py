@@ -16,14 +16,14 @@ throughput     samples per epoch (lab.results.logfacts.samples_per_epoch) x epoc
 
 from __future__ import annotations
 
-import json
 
 from lab.results.logfacts import (LogFacts, LogProblem, bad_lines_note, check_benchmarks, fmt_quality,
                           integer, num, samples_per_epoch, split_runs, throughput)
 from lab.core.mlperf import Rules
+from lab.core import plaindata
 
 MLLOG_PREFIX = ":::MLLOG"
-_DECODE = json.JSONDecoder().raw_decode
+_DECODE = plaindata.raw_decode
 
 
 def decode_mllog(lines: list[str]) -> tuple[list[tuple], list[int]]:

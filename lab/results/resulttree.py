@@ -24,13 +24,13 @@ regular file inside the input root, at most MAX_DESC_BYTES), never above the roo
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.core import bounded
+from lab.core import plaindata
 from lab.results.logfacts import integer
 from lab.core.mlperf import Rules
 
@@ -174,7 +174,7 @@ def read_description(path: Path, root: Path) -> tuple[dict | None, str | None]:
     except bounded.Unreadable as exc:
         return None, f"{path.name} {exc.reason}"
     try:
-        doc = json.loads(text)
+        doc = plaindata.loads(text)
     except ValueError:
         doc = _key_value_lines(text)
         if doc is None:
@@ -194,7 +194,7 @@ def _key_value_lines(text: str) -> dict | None:
         if not sep:
             return None
         try:
-            v = json.loads(rest)
+            v = plaindata.loads(rest)
         except ValueError:
             return None
         out[key.strip()] = v.get("value") if isinstance(v, dict) else v
@@ -209,8 +209,8 @@ def _literal(v):
     if not isinstance(v, str):
         return v
     try:
-        return ast.literal_eval(v[:MAX_DESC_BYTES])
-    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        return plaindata.literal(v[:MAX_DESC_BYTES])
+    except ValueError:
         return v
 
 

@@ -8,12 +8,12 @@ facts) in.
 
 from __future__ import annotations
 
-import json
 import os
 from datetime import datetime
 from pathlib import Path
 
 from lab.core import bounded
+from lab.core import plaindata
 from lab.results import checksums
 from lab.results import compliance
 from lab.core import limits
@@ -75,7 +75,7 @@ def _iso_to_unix(s) -> float | None:
         return None
 
 
-def _manifest_gpus(manifest: dict) -> list[dict]:
+def manifest_gpus(manifest: dict) -> list[dict]:
     """The per-GPU records of the probe (manifest.json's own ``gpus`` are indices)."""
     for holder in (manifest.get("probe"), manifest, manifest.get("host")):
         if isinstance(holder, dict) and isinstance(holder.get("gpus"), list):
@@ -143,7 +143,7 @@ def _read_rundir(ctx, rundir: Path):
         ctx.skip(rundir, why)
         return
     try:
-        status = json.loads(bounded.read_text(rundir / STATUS, root=rundir, limit=limits.JSON_BYTES))
+        status = plaindata.loads(bounded.read_text(rundir / STATUS, root=rundir, limit=limits.JSON_BYTES))
     except bounded.Unreadable as exc:
         ctx.skip(rundir, f"status.json {exc.reason}")
         return
@@ -213,7 +213,7 @@ def _read_rundir(ctx, rundir: Path):
         device, sources["device"] = "CPU", "status.json (no GPUs)"
     else:
         names = []
-        for g in _manifest_gpus(manifest):
+        for g in manifest_gpus(manifest):
             gi = _int(g.get("index"))
             if idx is None or gi is None or gi in idx:
                 n = _first(g, "name", "model", "product_name")

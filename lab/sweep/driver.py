@@ -44,9 +44,7 @@ of the modules below it, so ``lab.sweep.driver.X`` keeps working.
 from __future__ import annotations
 
 import datetime as _dt
-import signal
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,12 +55,14 @@ from lab.sweep import preflight
 from lab.hosts import remote as rmt
 from lab.hosts import runnerdist
 from lab.sweep import study
+from lab.sweep import supervise
 from lab.sweep import statefile
 from lab.sweep import topology as topo
 from lab.core.errors import ConfigError
 from lab.hosts.inventory import Host
 from lab.sweep.plan import (COMPLETE_OUTCOMES, MODES, NAME_RE, SCALES, SCHEMA, TOKEN_VAR, WORKLOAD_RE, PlannedRun,
-                           host_gpu_count, parse_gpu_counts, parse_list, plan, seed_count, units_of, utcnow)
+                           host_gpu_count, parse_gpu_counts, parse_list, plan, plan_around, seed_count, units_of,
+                           utcnow)
 from lab.sweep.state import Sweep, _read_json
 from lab.sweep.hostrun import (HostLayout, Settings, fetch_run, fetch_verified, run_state, signal_tagged, stop_run,
                          tagged_alive, wait_gone)
@@ -81,6 +81,7 @@ __all__ = ["COMPLETE_OUTCOMES", "MODES", "NAME_RE", "SCALES", "SCHEMA", "TOKEN_V
 @dataclass
 class SweepResult:
     sweep: Sweep
+    quarantined: list[str] = field(default_factory=list)   # hosts left out, GPUs kept out (plan_around)
 
     @property
     def failed(self) -> list[PlannedRun]:
@@ -98,6 +99,7 @@ class SweepResult:
                  f"results in {self.sweep.root}"]
         lines += [f"  MISSED {r.host} {r.run_id}: {r.reason}" for r in done if r.outcome != "success"]
         lines += [f"  FAILED {'+'.join(r.hosts)} {r.run_id}: {r.state}: {r.reason}" for r in self.failed]
+        lines += [f"  QUARANTINE {line}" for line in self.quarantined]
         return lines
 
 
@@ -123,7 +125,8 @@ def prepare_host(host: Host) -> tuple[rmt.Remote, rmt.RunnerInstall, dict]:
 
 def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: str, *, gpus: str | None = None,
               seeds=1, mode: str = "ttt", scale: str = "tiny", nodes: int = 1, settings: Settings | None = None,
-              progress_factory=None, echo=print, datasets_catalogue=None) -> SweepResult:
+              progress_factory=None, echo=print, datasets_catalogue=None,
+              quarantine: dict[str, dict] | None = None) -> SweepResult:
     """Check the prepared data, prepare the hosts, plan, run the plan (units in parallel, one run
     at a time each), collect."""
     from lab.sweep import progress as prog
@@ -131,83 +134,81 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
     settings = settings or Settings()
     check_name(name)
     workloads = study.expand_workloads(parse_list(workloads, "workloads"))
-    planned = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes)  # bad input before any host is touched
+    hosts, early, held = plan_around(hosts, quarantine)   # quarantine: lab.history.quarantine.for_sweep's data
+    if not hosts:
+        raise ConfigError(f"sweep {name}: every selected host is quarantined: {'; '.join(held)}")
+    planned = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes,  # bad input before any host is touched
+                   topologies=early)
     root = paths.child(results_dir, name, what="--name")
     if (root / statefile.STATE_FILE).exists() or (root / statefile.STATE_FILE).is_symlink():
         Sweep.load(root)   # a saved state to resume is checked before any host is touched too
-    refused = preflight.refusal(preflight.check(hosts, planned, datasets_catalogue))   # read-only, one command a host
-    if refused:
-        raise ConfigError(refused)
-    echo(f"sweep {name}: preparing {len(hosts)} host(s) (runner {runnerdist.local_version()})")
-    prepared = rmt.on_hosts(hosts, prepare_host)
-    errors = prepared.reasons()
-    topologies = {n: got[2] for n, got in prepared.succeeded.items()}
-    runs = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes, topologies=topologies)
-    if settings.timeout_s is None:   # each run's limit from its estimate (the probed GPUs name the device)
-        past = study.history(results_dir)
-        for run in runs:
-            run.limit_s = 60 * study.time_limit_minutes(run, study.unit_device(hosts, run, topologies), past)
-    not_runnable = {(r.host, r.run_id) for r in runs if r.state == "failed"}  # e.g. fewer GPUs than asked
-    options = {"workloads": workloads, "gpus": gpus, "seeds": seeds, "mode": mode, "scale": scale, "nodes": nodes,
-               "timeout_s": settings.timeout_s}
-    sweep = Sweep.open(root, name, runs, options)
-    for h in hosts:
-        entry = sweep.hosts.setdefault(h.name, {})
-        entry.update(address=h.address, gpu_model=h.gpu_model, gpu_count=h.gpu_count, stack=h.stack,
-                     groups=list(h.groups), error=errors.get(h.name))
-        if h.name in topologies:
-            entry.update(topology=topologies[h.name], runner=prepared[h.name][1].version)
-    for run in sweep.runs:
-        bad = [f"{n}: {errors[n]}" for n in run.hosts if n in errors]
-        if bad and run.state != "complete":
-            run.state, run.reason, run.ended = "failed", "; ".join(bad), utcnow()
-    sweep.save()
-    by_name = {h.name: h for h in hosts}
-    workers: list[UnitWorker] = []
-    stop = threading.Event()
-    unit_runs: dict[tuple, list[PlannedRun]] = {}
-    for run in sweep.runs:
-        if (run.host, run.run_id) not in not_runnable or run.state == "complete":
-            unit_runs.setdefault(tuple(run.hosts), []).append(run)
-    todo_units = {u: rs for u, rs in unit_runs.items()
-                  if not any(n in errors for n in u) and any(r.state != "complete" for r in rs)}
-    progress = (progress_factory or prog.Progress)(
-        {"+".join(u): sum(1 for r in rs if r.state != "complete") for u, rs in todo_units.items()})
-    for u, rs in todo_units.items():
-        nodes_ = [Node(by_name[n], prepared[n][0], prepared[n][1], settings, name) for n in u]
-        workers.append(UnitWorker(sweep, nodes_, rs, settings, progress, stop))
-    skipped = sum(1 for r in sweep.runs if r.state == "complete")
-    echo(f"sweep {name}: {len(sweep.runs)} runs on {len(hosts)} host(s)"
-         + (f", {skipped} already complete (resumed)" if skipped else ""))
-    threads = [threading.Thread(target=w, name=f"sweep-{w.unit}", daemon=True) for w in workers]
+    lock = supervise.SweepLock(root, name)   # one controller per sweep, taken before any host is touched
     try:
-        with progress:
-            for t in threads:
-                t.start()
-            try:
-                for t in threads:
-                    while t.is_alive():
-                        t.join(0.2)
-            except KeyboardInterrupt:
-                old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the cleanup must not be cut short
-                try:
-                    progress.print("interrupted: stopping the remote runs...")
-                    stop.set()
-                    end = time.monotonic() + settings.stop_grace_s + 60
-                    for t in threads:
-                        t.join(max(0.1, end - time.monotonic()))
-                    for run in sweep.runs:
-                        if run.state == "running":
-                            run.state, run.reason, run.ended = "interrupted", "interrupted (Ctrl-C)", utcnow()
-                    sweep.save()
-                finally:
-                    signal.signal(signal.SIGINT, old)
-                raise
-    finally:
-        for got in prepared.succeeded.values():
-            got[0].close()
+        refused = preflight.refusal(preflight.check(hosts, planned, datasets_catalogue))  # read-only
+        if refused:
+            raise ConfigError(refused)
+        echo(f"sweep {name}: preparing {len(hosts)} host(s) (runner {runnerdist.local_version()})")
+        prepared = rmt.on_hosts(hosts, prepare_host)
+        errors = prepared.reasons()
+        topologies = {n: got[2] for n, got in prepared.succeeded.items()}
+        for line in held:
+            echo(f"sweep {name}: {line}")
+        runs = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes,
+                    topologies=plan_around(hosts, quarantine, topologies)[1])
+        if settings.timeout_s is None:   # each run's limit from its estimate (the probed GPUs name the device)
+            past = study.history(results_dir)
+            for run in runs:
+                run.limit_s = 60 * study.time_limit_minutes(run, study.unit_device(hosts, run, topologies), past)
+        not_runnable = {(r.host, r.run_id) for r in runs if r.state == "failed"}  # e.g. fewer GPUs than asked
+        options = {"workloads": workloads, "gpus": gpus, "seeds": seeds, "mode": mode, "scale": scale, "nodes": nodes,
+                   "timeout_s": settings.timeout_s}
+        sweep = Sweep.open(root, name, runs, options)
+        for h in hosts:
+            entry = sweep.hosts.setdefault(h.name, {})
+            entry.update(address=h.address, gpu_model=h.gpu_model, gpu_count=h.gpu_count, stack=h.stack,
+                         groups=list(h.groups), error=errors.get(h.name))
+            if h.name in topologies:
+                entry.update(topology=topologies[h.name], runner=prepared[h.name][1].version)
+            if (quarantine or {}).get(h.name):
+                entry["quarantined"] = quarantine[h.name]
+        for run in sweep.runs:
+            bad = [f"{n}: {errors[n]}" for n in run.hosts if n in errors]
+            if bad and run.state != "complete":
+                run.state, run.reason, run.ended = "failed", "; ".join(bad), utcnow()
         sweep.save()
-    return SweepResult(sweep)
+        by_name = {h.name: h for h in hosts}
+        workers: list[UnitWorker] = []
+        stop = threading.Event()
+        unit_runs: dict[tuple, list[PlannedRun]] = {}
+        for run in sweep.runs:
+            if (run.host, run.run_id) not in not_runnable or run.state == "complete":
+                unit_runs.setdefault(tuple(run.hosts), []).append(run)
+        todo_units = {u: rs for u, rs in unit_runs.items()
+                      if not any(n in errors for n in u) and any(r.state != "complete" for r in rs)}
+        progress = (progress_factory or prog.Progress)(
+            {"+".join(u): sum(1 for r in rs if r.state != "complete") for u, rs in todo_units.items()})
+        for u, rs in todo_units.items():
+            nodes_ = [Node(by_name[n], prepared[n][0], prepared[n][1], settings, name) for n in u]
+            workers.append(UnitWorker(sweep, nodes_, rs, settings, progress, stop))
+        skipped = sum(1 for r in sweep.runs if r.state == "complete")
+        echo(f"sweep {name}: {len(sweep.runs)} runs on {len(hosts)} host(s)"
+             + (f", {skipped} already complete (resumed)" if skipped else ""))
+        def interrupted():
+            for run in sweep.runs:
+                if run.state == "running":
+                    run.state, run.reason, run.ended = "interrupted", "interrupted (Ctrl-C)", utcnow()
+            sweep.save()
+
+        try:
+            with progress:
+                supervise.run_workers(workers, stop, settings.stop_grace_s, interrupted, progress.print)
+        finally:
+            for got in prepared.succeeded.values():
+                got[0].close()
+            sweep.save()
+        return SweepResult(sweep, quarantined=held)
+    finally:
+        lock.release(drop_if_empty=True)
 
 
 # --------------------------------------------------------------------------- collect

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lab.results import checksums
 from lab.core import paths
+from lab.core import writes
 from lab.hosts import remote as rmt
 from lab.core.errors import ConfigError
 from lab.sweep.plan import PlannedRun
@@ -127,7 +128,7 @@ def fetch_run(remote: rmt.Remote, src: str, dest: Path) -> list[str]:
     if tmp.is_symlink() or not paths.inside(tmp.parent, dest.parent):
         raise ConfigError(f"{tmp}: a symbolic link where the fetch puts its copy; not followed")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    writes.folder(tmp, "fetched run")   # made component by component, never through a link
     names = [n for n in remote.listdir(src) if paths.is_component(n)]   # the host's listing is input too
     if checksums.SUMS in names:
         remote.get(f"{src}/{checksums.SUMS}", tmp / checksums.SUMS)

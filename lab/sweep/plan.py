@@ -152,6 +152,51 @@ def units_of(hosts: list[Host], nodes: int) -> list[list[Host]]:
     return [hosts[i:i + nodes] for i in range(0, len(hosts), nodes)]
 
 
+def plan_around(hosts: list[Host], quarantine: dict[str, dict] | None,
+                topologies: dict[str, dict] | None = None) -> tuple[list[Host], dict[str, dict], list[str]]:
+    """Hosts and GPU sets left once quarantined parts are taken out (lab.history.quarantine.for_sweep's data).
+
+    A host quarantined whole, or with every GPU quarantined, is left out; a host with some GPUs
+    quarantined keeps the others: its topology (probed, else one made of the inventory's GPU count)
+    lists only those, so that GPU counts and subsets are planned from them. Returns (hosts left,
+    topologies, one line per host affected for the plan and the summary).
+    """
+    topologies = dict(topologies or {})
+    left, lines = [], []
+    for h in hosts:
+        q = (quarantine or {}).get(h.name)
+        if not q:
+            left.append(h)
+            continue
+        if q.get("gpus") is None:
+            lines.append(f"{h.name}: skipped: quarantined ({q['reason']})")
+            continue
+        out = set(q["gpus"])
+        doc = topologies.get(h.name)
+        count = host_gpu_count(h, doc)
+        if doc is not None:
+            gpus = [g for g in doc.get("gpus", []) if g.get("index") not in out]
+        elif count is not None:
+            gpus = [asdict(topo.Gpu(index=i, bus_id=None, numa=None, root=None, name=None))
+                    for i in range(count) if i not in out]
+        else:
+            lines.append(f"{h.name}: GPU(s) {_ids(out)} quarantined ({q['reason']}): left out once probed")
+            left.append(h)
+            continue
+        if not gpus and count:
+            lines.append(f"{h.name}: skipped: every GPU quarantined ({q['reason']})")
+            continue
+        topologies[h.name] = dict(doc or {}, gpu_count=len(gpus), gpus=gpus)
+        lines.append(f"{h.name}: GPU(s) {_ids(out)} quarantined ({q['reason']}): runs use GPU(s) "
+                     f"{_ids(g['index'] for g in gpus)}")
+        left.append(h)
+    return left, topologies, lines
+
+
+def _ids(indices) -> str:
+    return ",".join(str(i) for i in sorted(indices)) or "none"
+
+
 def plan(hosts: list[Host], workloads: list[str], gpus: str | None, seeds, mode: str = "ttt",
          scale: str = "tiny", *, nodes: int = 1, topologies: dict[str, dict] | None = None) -> list[PlannedRun]:
     """Every unit x workload x GPU count x seed (seeds are 1..K); GPU subsets from the topologies."""

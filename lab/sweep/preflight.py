@@ -19,12 +19,12 @@ a failed host as it does for every other step.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from lab.hosts import remote as rmt
 from lab.hosts.datasets import Catalogue, load_catalogue
+from lab.core import plaindata
 from lab.core.errors import ConfigError
 
 MANIFEST = "gpulab-dataset.json"
@@ -104,7 +104,7 @@ def judge(catalogue: Catalogue, name: str, text: str | None) -> str | None:
     if text is None:
         return "not prepared"
     try:
-        doc = json.loads(text)
+        doc = plaindata.loads(text)   # a host's manifest: depth and integers bounded
     except ValueError:
         return f"unreadable {MANIFEST}"
     if not isinstance(doc, dict) or doc.get("kind") != "gpulab-dataset" or doc.get("dataset") != name:

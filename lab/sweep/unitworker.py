@@ -16,6 +16,7 @@ import time
 from lab.results import checksums
 from lab.sweep import compiled, hostlock
 from lab.core import paths
+from lab.core import writes
 from lab.sweep import preflight
 from lab.hosts import remote as rmt
 from lab.sweep import topology as topo
@@ -33,7 +34,7 @@ def keep_attempt(sweep: Sweep, run: PlannedRun, host: str) -> None:
     if d.exists():
         dest = paths.child(sweep.root, ".attempts", host, f"{run.run_id}.attempt-{max(1, run.attempts - 1)}",
                            what=f"{sweep.state_file}: earlier attempt of {host}")
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        writes.folder(dest.parent, "earlier attempts", root=sweep.root)
         shutil.rmtree(dest, ignore_errors=True)
         os.replace(d, dest)
 

@@ -2,7 +2,7 @@
 
 check: exit 0 and a summary line (or the manifest with --json) when the dataset
 is complete, 1 with one line on stderr when it is missing or incomplete, 2 for
-an unknown name.
+an unknown name or a --data path that cannot be one (a name over 255 bytes, a link loop).
 """
 
 from __future__ import annotations
@@ -44,6 +44,12 @@ def main(args) -> int:
         resolve(args.name)
     except ValueError as exc:
         print(f"runner datasets check: {exc}", file=sys.stderr)
+        return 2
+    from runner.cli import path_problem
+
+    problem = path_problem(args.data)
+    if problem:
+        print(f"runner datasets check: --data {problem}", file=sys.stderr)
         return 2
     try:
         doc = check(args.name, args.data, deep=args.deep)

@@ -1,0 +1,131 @@
+"""JSON and Python literals read from files and hosts, bounded before and while they are parsed.
+
+Every JSON text gpulab reads (log lines, status.json, entry.json, systems
+files, sweep.json, what a host prints) and every v0.5/v0.6 Python literal goes
+through here, so that a hostile file fails as a ValueError (which each caller
+already turns into its one-line reason) and never as a RecursionError, a
+MemoryError or an OverflowError further on:
+
+* nesting deeper than MAX_DEPTH is refused by a scan of the brackets before
+  the parser sees the text (the parsers recurse per level);
+* an integer of more than MAX_INT_DIGITS digits is refused while parsing (a
+  400-digit ``time_ms`` would overflow the first float or datetime it meets);
+  floats keep Python's own range (1e999 is inf, which the field checks refuse);
+* a literal holds only None, booleans, bounded integers, floats, text, lists,
+  tuples and mappings (``1+2j`` parses as a complex number and is refused).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+
+MAX_DEPTH = 64            # the documents gpulab reads nest a few levels; MLPerf's metadata at most 3
+MAX_INT_DIGITS = 18       # |n| < 10**18: every count, time in ms, seed or epoch fits
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|[\[\]{}()]')
+_OPEN = frozenset("[{(")
+
+
+def depth(text: str, limit: int = MAX_DEPTH) -> int:
+    """How deep brackets nest in ``text`` (outside strings), counted up to ``limit + 1``."""
+    level = deepest = 0
+    for m in _TOKENS.finditer(text):
+        c = m.group()
+        if c in _OPEN:
+            level += 1
+            if level > deepest:
+                deepest = level
+                if deepest > limit:
+                    return deepest
+        elif len(c) == 1:
+            level = max(0, level - 1)
+    return deepest
+
+
+def _check_depth(text: str) -> None:
+    if depth(text) > MAX_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+_DECODER = json.JSONDecoder(parse_int=_int)
+
+
+def loads(text: str):
+    """``json.loads`` with the bounds above; ValueError on any failure."""
+    if not isinstance(text, str):
+        raise ValueError("not text")
+    _check_depth(text)
+    try:
+        return _DECODER.decode(text)
+    except RecursionError:   # pragma: no cover - the depth scan comes first
+        raise ValueError("nested too deep") from None
+
+
+def raw_decode(text: str, start: int = 0):
+    """``JSONDecoder.raw_decode`` with the bounds above: (value, end); ValueError on any failure."""
+    _check_depth(text[start:])
+    try:
+        return _DECODER.raw_decode(text, start)
+    except RecursionError:   # pragma: no cover
+        raise ValueError("nested too deep") from None
+
+
+def checked(value, _level: int = 0):
+    """``value`` when it is plain data within the bounds (types, integer size, depth); ValueError otherwise."""
+    if _level > MAX_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+    if value is None or isinstance(value, (bool, float, str)):
+        return value
+    if isinstance(value, int):
+        if abs(value) >= 10 ** MAX_INT_DIGITS:
+            raise ValueError(f"an integer of more than {MAX_INT_DIGITS} digits")
+        return value
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            checked(v, _level + 1)
+        return value
+    if isinstance(value, dict):
+        for k, v in value.items():
+            checked(k, _level + 1)
+            checked(v, _level + 1)
+        return value
+    raise ValueError(f"a {type(value).__name__} value is not plain data")
+
+
+MAX_NODES = 1_000_000     # values in one document: a YAML alias bomb expands far past this
+
+
+def size(value, limit: int = MAX_NODES) -> int:
+    """Values in ``value`` counted as they would print (a value reached twice counts twice), up to ``limit + 1``;
+    the walk stops there, so a YAML alias bomb (a few lines that expand to billions) is measured in no time."""
+    count, stack = 0, [(value, 0)]
+    while stack:
+        node, level = stack.pop()
+        count += 1
+        if count > limit or level > MAX_DEPTH:
+            return limit + 1
+        if isinstance(node, dict):
+            stack.extend((v, level + 1) for v in node.values())
+            count += len(node)
+        elif isinstance(node, (list, tuple)):
+            stack.extend((v, level + 1) for v in node)
+    return count
+
+
+def literal(text: str):
+    """``ast.literal_eval`` of a v0.5/v0.6 value with the bounds above; ValueError on any failure."""
+    if not isinstance(text, str):
+        raise ValueError("not text")
+    _check_depth(text)
+    try:
+        value = ast.literal_eval(text)
+    except (SyntaxError, MemoryError, RecursionError, TypeError) as exc:
+        raise ValueError(f"not a literal ({type(exc).__name__})") from None
+    return checked(value)

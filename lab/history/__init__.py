@@ -1,0 +1,85 @@
+"""The lab's memory: per-GPU history of validate checks and runs in one SQL database, and quarantine.
+
+SQLite under results/ by default (``results/history.sqlite``: nothing to
+start), or any SQLAlchemy URL a lab shares (``gpulab.history_url``, e.g.
+``postgresql+psycopg://gpulab@dbhost/gpulab``). The schema is versioned with
+Alembic (migrations/ in this package); a database written by a newer gpulab is
+refused. Run directories and validate outputs stay the source of truth: the
+database is rebuilt from them with ``import_paths`` (idempotent).
+
+Modules: db (URL, engine, migrations, failures as one line), models (tables),
+sources (run directories through lab.results, validate.json files -> records),
+store (records -> rows, idempotent, safe with two writers), query (the history
+table), quarantine (list, add, release; what a sweep plans around).
+
+Entry points: ``import_paths`` (invoke history.import), ``record`` (after a
+sweep or a validate), ``query.history_rows`` (invoke history),
+``quarantine.add/release/active/for_sweep`` (invoke quarantine, invoke sweep).
+May import: lab.core, lab.results, runner.rundir.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lab.core.errors import ConfigError
+from lab.history.db import Database, open_db, resolve_url, sqlite_folder
+from lab.history.sources import read_sources
+from lab.history.store import Added, add_sources
+
+__all__ = ["Added", "Database", "import_paths", "open_db", "quarantined", "record", "resolve_url",
+           "sqlite_folder"]
+
+
+def import_paths(paths, url: str, make_folder: bool = False) -> tuple[Added, list[str]]:
+    """Load run directories and validate.json files under ``paths`` into the database at ``url``.
+
+    Everything is read (and checked) before the database is opened (and, with
+    ``make_folder``, before a SQLite file's folder is made); returns what was
+    added and one line per thing skipped.
+    """
+    src = read_sources([Path(p) for p in paths])
+    if make_folder:
+        sqlite_folder(url)
+    db = open_db(url)
+    try:
+        return add_sources(db, src), src.skipped
+    finally:
+        db.close()
+
+
+def record(paths, url: str) -> str:
+    """What a sweep or a validate adds to the database once its files are written: the line to print.
+
+    A database that fails is said in that line and changes nothing else: the
+    files stay in results/ and ``invoke history.import`` loads them later.
+    """
+    try:
+        added, _ = import_paths(paths, url)
+    except ConfigError as exc:
+        where = ",".join(str(p) for p in paths)
+        return f"history: not recorded: {exc.message}; the files stay (`invoke history.import {where}` later)"
+    return f"history: {added.line()}"
+
+
+def quarantined(url: str, hosts) -> dict[str, dict]:
+    """What a sweep of ``hosts`` plans around (quarantine.for_sweep); nothing where no database exists yet.
+
+    A database that exists but cannot be read is a ConfigError: the sweep does
+    not start without knowing what is quarantined.
+    """
+    from sqlalchemy.engine import make_url
+
+    from lab.history import quarantine
+
+    try:
+        parsed = make_url(url)
+        if parsed.get_backend_name() == "sqlite" and parsed.database and not Path(parsed.database).exists():
+            return {}
+    except Exception:   # noqa: BLE001 - open_db says what is wrong with the URL, in one line
+        pass
+    db = open_db(url)
+    try:
+        return quarantine.for_sweep(db, [getattr(h, "name", h) for h in hosts])
+    finally:
+        db.close()

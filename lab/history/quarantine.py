@@ -1,0 +1,176 @@
+"""Quarantine: GPUs and hosts kept out of sweeps, with who, when and why, until released.
+
+A target is ``HOST`` (the whole host) or ``HOST:INDEX`` (one GPU, by its
+index on that host; its UUID is recorded where the database knows it).
+``release`` asks for a passing validate since the quarantine began: the
+database must hold checks of that host (of that GPU, and of the host itself)
+taken after ``added_at``, none of them FAIL; ``force`` releases without.
+``for_sweep(db, hosts)`` is what a sweep plans around.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+
+from sqlalchemy import and_, or_, select
+
+from lab.core import limits
+from lab.core.errors import CheckFailed, ConfigError
+from lab.history.db import Database
+from lab.history.models import Check, Gpu, Quarantine, RunGpu, Run
+from lab.history.store import _aware, now
+
+TARGET_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,254})(?::(\d{1,2}))?$")
+MAX_TEXT = 2000
+
+
+@dataclass(frozen=True)
+class Target:
+    host: str
+    gpu: int | None = None
+
+    def __str__(self) -> str:
+        return self.host if self.gpu is None else f"{self.host} GPU {self.gpu}"
+
+
+def parse_target(text: str) -> Target:
+    m = TARGET_RE.match(text.strip()) if isinstance(text, str) else None
+    if not m:
+        raise ConfigError(f"quarantine: {str(text)[:80]!r} is not HOST or HOST:GPU_INDEX (e.g. r740-03:2)")
+    gpu = None if m.group(2) is None else limits.number(int(m.group(2)), f"quarantine target {text.strip()!r}: GPU index", limits.GPU_INDEX)
+    return Target(m.group(1), gpu)
+
+
+def _text(value, what: str, required: bool = True) -> str | None:
+    if value in (None, "") and not required:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"quarantine: {what} is required (one line saying why)")
+    value = " ".join(value.split())
+    if len(value) > MAX_TEXT:
+        raise ConfigError(f"quarantine: {what} is longer than {MAX_TEXT} characters")
+    return value
+
+
+def _open_entries(s, target: Target | None = None):
+    q = select(Quarantine).where(Quarantine.released_at.is_(None))
+    if target is not None:
+        q = q.where(Quarantine.host == target.host)
+        q = q.where(Quarantine.gpu_index.is_(None) if target.gpu is None else Quarantine.gpu_index == target.gpu)
+    return s.scalars(q.order_by(Quarantine.host, Quarantine.gpu_index, Quarantine.added_at)).all()
+
+
+def _gpu_id(s, target: Target) -> int | None:
+    """The UUID of the GPU last seen at that index of that host (runs first, then checks), where known."""
+    if target.gpu is None:
+        return None
+    q = (select(RunGpu.gpu_id).join(Run, Run.id == RunGpu.run_id)
+         .where(Run.host == target.host, RunGpu.gpu_index == target.gpu, RunGpu.gpu_id.is_not(None))
+         .order_by(Run.at.desc()).limit(1))
+    found = s.scalar(q)
+    if found is None:
+        found = s.scalar(select(Check.gpu_id).where(Check.host == target.host, Check.gpu_index == target.gpu,
+                                                    Check.gpu_id.is_not(None)).order_by(Check.at.desc()).limit(1))
+    return found
+
+
+def check_entry(reason, who, action=None) -> tuple[str, str, str | None]:
+    """The texts of an entry, each one line; ConfigError if one is missing or too long."""
+    return _text(reason, "--reason"), _text(who, "--who"), _text(action, "--action", False)
+
+
+def add(db: Database, target: Target, *, reason: str, who: str, action: str | None = None,
+        at: dt.datetime | None = None) -> tuple[Quarantine, bool]:
+    """(the entry, True) once added; (the open entry, False) if the target is quarantined already."""
+    reason, who, action = check_entry(reason, who, action)
+    with db.session() as s:
+        existing = _open_entries(s, target)
+        if existing:
+            return existing[0], False
+        entry = Quarantine(host=target.host, gpu_index=target.gpu, gpu_id=_gpu_id(s, target), reason=reason,
+                           action=action, who=who, added_at=at or now())
+        s.add(entry)
+    return entry, True
+
+
+def _passing_validate(s, entry: Quarantine) -> tuple[bool, str]:
+    """Whether the newest validate of the target since it was quarantined passed (no FAIL of the host itself
+    or, for a GPU, of that GPU)."""
+    since = _aware(entry.added_at)
+    scope = Check.gpu_index.is_(None) if entry.gpu_index is None else or_(
+        Check.gpu_index.is_(None), Check.gpu_index == entry.gpu_index)
+    newest = s.execute(select(Check.validation_id, Check.at).where(Check.host == entry.host, Check.at > since)
+                       .order_by(Check.at.desc(), Check.validation_id.desc()).limit(1)).first()
+    rows = [] if newest is None else s.execute(
+        select(Check.name, Check.verdict, Check.gpu_index, Check.reason)
+        .where(and_(Check.validation_id == newest.validation_id, Check.host == entry.host, scope))).all()
+    if not rows or (entry.gpu_index is not None and not any(r.gpu_index is not None for r in rows)):
+        return False, f"no validate of {Target(entry.host, entry.gpu_index)} since it was quarantined"
+    failed = [r for r in rows if r.verdict == "FAIL"]
+    when = f"{_aware(newest.at):%Y-%m-%d %H:%M} UTC"
+    if failed:
+        r = failed[0]
+        where = "" if r.gpu_index is None else f"GPU {r.gpu_index} "
+        return False, f"the validate of {when} fails: {where}{r.name}: {r.reason} ({len(failed)} FAIL check(s))"
+    return True, f"the validate of {when} passed ({len(rows)} check(s))"
+
+
+def release(db: Database, target: Target, *, who: str, force: bool = False, note: str | None = None) -> Quarantine:
+    who, note = _text(who, "--who"), _text(note, "--note", False)
+    with db.session() as s:
+        entries = _open_entries(s, target)
+        if not entries:
+            raise ConfigError(f"quarantine release: {target} is not quarantined (`invoke quarantine.list`)")
+        entry = entries[0]
+        if not force:
+            ok, why = _passing_validate(s, entry)
+            if not ok:
+                raise CheckFailed(f"quarantine release: {target}: {why}; run `invoke validate --host "
+                                  f"{target.host}` (it records into the history), or release with --force")
+            note = note or why
+        elif note is None:
+            note = "forced"
+        for e in entries:
+            e.released_at, e.released_by, e.release_note = now(), who, note
+    return entry
+
+
+def active(db: Database, hosts=None) -> list[Quarantine]:
+    with db.session() as s:
+        rows = list(_open_entries(s))
+        uuids = {g.id: g.uuid for g in s.scalars(select(Gpu).where(Gpu.id.in_({r.gpu_id for r in rows if r.gpu_id})))}
+    for r in rows:
+        r.gpu_uuid = uuids.get(r.gpu_id)
+    return [r for r in rows if hosts is None or r.host in hosts]
+
+
+def for_sweep(db: Database, hosts) -> dict[str, dict]:
+    """What a sweep plans around, per host with quarantined parts: ``{"gpus": [indices] or None (the whole
+    host), "reason": "..."}`` (plain data: lab.sweep knows nothing of the database)."""
+    out: dict[str, dict] = {}
+    for r in active(db, set(hosts)):
+        entry = out.setdefault(r.host, {"gpus": [], "reason": []})
+        if r.gpu_index is None:
+            entry["gpus"] = None
+        elif entry["gpus"] is not None:
+            entry["gpus"].append(r.gpu_index)
+        entry["reason"].append(r.reason if r.gpu_index is None else f"GPU {r.gpu_index}: {r.reason}")
+    for entry in out.values():
+        entry["reason"] = "; ".join(entry["reason"])
+        if entry["gpus"] is not None:
+            entry["gpus"] = sorted(set(entry["gpus"]))
+    return out
+
+
+def table(entries) -> list[str]:
+    if not entries:
+        return ["nothing quarantined"]
+    lines = [f"{'target':<24} {'since (UTC)':<17} {'who':<12} reason / action"]
+    for e in entries:
+        target = str(Target(e.host, e.gpu_index))
+        uuid = getattr(e, "gpu_uuid", None)
+        lines.append(f"{target:<24} {_aware(e.added_at):%Y-%m-%d %H:%M} {e.who[:12]:<12} {e.reason}"
+                     + (f" -> {e.action}" if e.action else "") + (f" [{uuid}]" if uuid else ""))
+    return lines

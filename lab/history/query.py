@@ -1,0 +1,121 @@
+"""Reading the history back: validate checks and runs by GPU, host, metric and time, as a terminal table.
+
+``history_rows`` gives plain rows, newest first: one per check of a GPU or
+host (metric: the check's name) and one per run (metric: ``<benchmark>
+throughput``, with its samples/s; the run's GPUs by index and UUID). Filters:
+host, GPU (a UUID, or an index of the selected host), a metric (the rows whose
+metric contains it), and a time range.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+from sqlalchemy import select
+
+from lab.core import limits
+from lab.core.errors import ConfigError
+from lab.history.db import Database
+from lab.history.models import Check, Gpu, Run, RunGpu
+from lab.history.sources import utc
+from lab.history.store import _aware
+
+MAX_ROWS = 10_000
+UUID_RE = re.compile(r"^GPU-[0-9A-Za-z-]{1,90}$")
+
+
+def parse_time(value, what: str) -> dt.datetime | None:
+    if value in (None, ""):
+        return None
+    t = utc(value) if isinstance(value, str) else None
+    if t is None:
+        raise ConfigError(f"{what}: {str(value)[:60]!r} is not a date or time (2026-12-01 or 2026-12-01T10:00Z)")
+    return t
+
+
+def _gpu_filter(gpu, host):
+    """(uuid, index) of --gpu: a GPU UUID, or an index on --host."""
+    if gpu in (None, ""):
+        return None, None
+    gpu = str(gpu).strip()
+    if UUID_RE.match(gpu):
+        return gpu, None
+    if gpu.isdigit():
+        if not host:
+            raise ConfigError("--gpu INDEX needs --host (or give the GPU's UUID)")
+        return None, limits.number(int(gpu), "--gpu", limits.GPU_INDEX)
+    raise ConfigError(f"--gpu: {gpu[:60]!r} is neither a GPU UUID (GPU-...) nor an index")
+
+
+def history_rows(db: Database, *, host=None, gpu=None, metric=None, since=None, until=None,
+                 limit: int = 200) -> list[dict]:
+    limit = limits.number(limit, "--limit", limits.Range(1, MAX_ROWS, "rows"))
+    since, until = parse_time(since, "--since"), parse_time(until, "--until")
+    uuid, index = _gpu_filter(gpu, host)
+    out = []
+    with db.session() as s:
+        q = select(Check, Gpu.uuid).outerjoin(Gpu, Gpu.id == Check.gpu_id)
+        if host:
+            q = q.where(Check.host == host)
+        if uuid:
+            q = q.where(Gpu.uuid == uuid)
+        if index is not None:
+            q = q.where(Check.gpu_index == index)
+        if metric:
+            q = q.where(Check.name.contains(metric, autoescape=True))
+        if since:
+            q = q.where(Check.at >= since)
+        if until:
+            q = q.where(Check.at <= until)
+        for c, u in s.execute(q.order_by(Check.at.desc(), Check.id).limit(limit)):
+            out.append(dict(at=_aware(c.at), host=c.host, gpu=c.gpu_index, uuid=u, metric=c.name,
+                            value=c.value if c.value is not None else c.value_text, unit=c.unit,
+                            verdict=c.verdict, stack=c.stack, source="validate"))
+        q = select(Run)
+        if host:
+            q = q.where(Run.host == host)
+        if uuid or index is not None:
+            sub = select(RunGpu.run_id).outerjoin(Gpu, Gpu.id == RunGpu.gpu_id)
+            sub = sub.where(Gpu.uuid == uuid) if uuid else sub.where(RunGpu.gpu_index == index)
+            q = q.where(Run.id.in_(sub))
+        if metric:
+            q = q.where((Run.benchmark + " throughput").contains(metric, autoescape=True))
+        if since:
+            q = q.where(Run.at >= since)
+        if until:
+            q = q.where(Run.at <= until)
+        runs = s.scalars(q.order_by(Run.at.desc(), Run.id).limit(limit)).all()
+        gpus = {}
+        if runs:
+            for rg, u in s.execute(select(RunGpu, Gpu.uuid).outerjoin(Gpu, Gpu.id == RunGpu.gpu_id)
+                                   .where(RunGpu.run_id.in_([r.id for r in runs]))):
+                gpus.setdefault(rg.run_id, []).append((rg.gpu_index, u))
+        for r in runs:
+            used = sorted(gpus.get(r.id, []))
+            out.append(dict(at=_aware(r.at), host=r.host, gpu=",".join(str(i) for i, _ in used) or None,
+                            uuid=",".join(u for _, u in used if u) or None, metric=f"{r.benchmark} throughput",
+                            value=r.samples_per_s, unit=r.sample_unit and f"{r.sample_unit}/s",
+                            verdict=r.outcome, stack=r.stack, source=r.sweep or "run"))
+    far = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+    out.sort(key=lambda r: (r["at"] or far), reverse=True)
+    return out[:limit]
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def table(rows: list[dict]) -> list[str]:
+    if not rows:
+        return ["no history matches (import results with `invoke history.import results`)"]
+    head = ("time (UTC)", "host", "GPU", "metric", "value", "unit", "verdict", "from")
+    body = [(f"{r['at']:%Y-%m-%d %H:%M}" if r["at"] else "-", r["host"] or "-", _cell(r["gpu"]),
+             r["metric"][:48], _cell(r["value"])[:24], r["unit"] or "", r["verdict"], r["source"][:24]) for r in rows]
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*head)] + [fmt.format(*b) for b in body]

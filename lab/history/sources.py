@@ -1,0 +1,255 @@
+"""What ``invoke history import`` reads: run directories (through lab.results) and validate.json files.
+
+``read_sources(paths)`` returns plain records, nothing written: one
+``RunRecord`` per run directory (node 0's) with the GPUs the run used (UUID
+and serial from its manifest's probe), one ``ValidationRecord`` per
+validate.json with every check of every host and GPU, and one line per thing
+skipped. Every file is read with bounds and checked like any other input;
+a folder that holds neither is bad input.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab.core import bounded, limits
+from lab.results import collect as lab_results
+from lab.core.errors import ConfigError
+from lab.results.rundirs import manifest_gpus
+from runner.rundir import MANIFEST, STATUS
+
+VALIDATE_FILE = "validate.json"
+VALIDATE_KIND = "gpulab-validate"
+VALIDATE_SCHEMAS = (1,)
+MAX_WALK = 200_000     # folders visited looking for validate.json
+SUMS = "SHA256SUMS"
+
+
+@dataclass
+class GpuRef:
+    index: int
+    uuid: str | None = None
+    serial: str | None = None
+    name: str | None = None
+
+
+@dataclass
+class RunRecord:
+    key: str
+    fields: dict
+    gpus: list[GpuRef] = field(default_factory=list)
+
+
+@dataclass
+class CheckRecord:
+    host: str
+    name: str
+    verdict: str
+    gpu: GpuRef | None = None
+    value: float | None = None
+    value_text: str | None = None
+    unit: str | None = None
+    expected: str | None = None
+    reason: str | None = None
+    stack: str | None = None
+    at: dt.datetime | None = None
+
+
+@dataclass
+class ValidationRecord:
+    key: str
+    source: str
+    at: dt.datetime | None
+    level: str | None
+    verdict: str | None
+    checks: list[CheckRecord] = field(default_factory=list)
+
+
+@dataclass
+class Sources:
+    runs: list[RunRecord] = field(default_factory=list)
+    validations: list[ValidationRecord] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def utc(value) -> dt.datetime | None:
+    """An ISO-8601 text or unix seconds as an aware UTC datetime; None if neither."""
+    try:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return dt.datetime.fromtimestamp(float(value), dt.timezone.utc)
+        if isinstance(value, str) and value:
+            t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            return (t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)).astimezone(dt.timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        return None
+    return None
+
+
+def _text(v, n=255) -> str | None:
+    return None if v is None else str(v)[:n]
+
+
+def _int(v) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+# ---------------------------------------------------------------- runs
+
+def _run_gpus(rundir: Path, indices) -> list[GpuRef]:
+    try:
+        manifest = bounded.read_json(rundir / MANIFEST, root=rundir, limit=limits.JSON_BYTES)
+    except (bounded.Unreadable, OSError):
+        manifest = None
+    probe = {g.get("index"): g for g in manifest_gpus(manifest)} if isinstance(manifest, dict) else {}
+    out = []
+    for i in indices:
+        g = probe.get(i) or {}
+        out.append(GpuRef(index=i, uuid=_text(g.get("uuid"), 96), serial=_text(g.get("serial"), 64),
+                          name=_text(g.get("name"), 128)))
+    return out
+
+
+def _run_record(run, out: Sources) -> RunRecord | None:
+    rundir = Path(run.source)
+    try:
+        key = bounded.sha256(rundir / SUMS, root=rundir, limit=limits.SUMS_BYTES)
+        status = bounded.read_json(rundir / STATUS, root=rundir, limit=limits.JSON_BYTES)
+    except (bounded.Unreadable, OSError) as exc:
+        out.skipped.append(f"{rundir}: {getattr(exc, 'reason', exc)}")
+        return None
+    idx = status.get("gpus") if isinstance(status, dict) else None
+    indices = [i for i in idx if _int(i) is not None and limits.GPU_INDEX.lo <= i <= limits.GPU_INDEX.hi] \
+        if isinstance(idx, list) else []
+    sweep = rundir.parent.parent.name if (rundir.parent.parent / "sweep.json").is_file() else None
+    fields = dict(source=str(rundir.resolve()), sweep=_text(sweep), host=_text(run.host), run_name=_text(rundir.name),
+                  benchmark=_text(run.benchmark, 128), device=_text(run.device, 128), gpu_count=run.gpus,
+                  gpu_indices=",".join(str(i) for i in indices), stack=run.stack, stack_versions=run.stack_versions,
+                  scale=_text(run.scale, 16), mode=_text(run.mode, 16), seed=run.seed, outcome=run.outcome,
+                  reason=run.reason, samples_per_s=run.samples_per_s, sample_unit=_text(run.sample_unit, 32),
+                  ttt_s=run.ttt_s, elapsed_s=run.elapsed_s, energy_j=run.energy_j, avg_power_w=run.avg_power_w,
+                  at=utc(run.start_s))
+    return RunRecord(key=key, fields=fields, gpus=_run_gpus(rundir, indices))
+
+
+def _read_runs(path: Path, out: Sources, required: bool) -> None:
+    try:
+        found = lab_results.collect([path])
+    except ConfigError:
+        if required:
+            raise
+        return
+    for run in found.runs:
+        if run.fmt != "rundir":
+            out.skipped.append(f"{run.source}: a plain MLPerf log, not a run directory: not imported")
+            continue
+        rec = _run_record(run, out)
+        if rec:
+            out.runs.append(rec)
+    out.skipped.extend(f"{s.source}: {s.reason}" for s in found.skipped)
+
+
+# ---------------------------------------------------------------- validate.json
+
+def _stack_of(host: dict) -> str | None:
+    parts = []
+    for c in host.get("checks") or []:
+        if not isinstance(c, dict):
+            continue
+        name, measured = c.get("check"), c.get("measured")
+        if name == "stack" and isinstance(measured, dict):
+            parts += [f"{k} {v}" for k, v in sorted(measured.items()) if isinstance(v, (str, int, float))]
+        elif isinstance(name, str) and name.startswith("stack ") and isinstance(measured, (str, int, float)):
+            parts.append(f"{name[6:]} {measured}")
+    return ", ".join(parts) or None
+
+
+def _check(host: str, c, gpu: GpuRef | None, stack, at) -> CheckRecord | None:
+    if not isinstance(c, dict) or not isinstance(c.get("check"), str) or c.get("verdict") not in ("PASS", "WARN", "FAIL"):
+        return None
+    m = c.get("measured")
+    value = float(m) if isinstance(m, (int, float)) and not isinstance(m, bool) else None
+    vtext = None if value is not None or m is None else (m if isinstance(m, str) else json.dumps(m, default=str))
+    return CheckRecord(host=host, name=c["check"][:128], verdict=c["verdict"], gpu=gpu, value=value,
+                       value_text=_text(vtext, 4000), unit=_text(c.get("unit"), 32),
+                       expected=_text(c.get("expected"), 4000), reason=_text(c.get("reason"), 4000), stack=stack, at=at)
+
+
+def read_validation(path: Path) -> ValidationRecord:
+    """One validate.json; ConfigError when it is not one this gpulab reads."""
+    try:
+        raw = bounded.read_bytes(path, root=path.parent, limit=limits.JSON_BYTES)
+        doc = json.loads(raw)
+    except bounded.Unreadable as exc:
+        raise ConfigError(f"{path}: {exc.reason}") from None
+    except (ValueError, RecursionError):
+        raise ConfigError(f"{path}: not JSON") from None
+    if not isinstance(doc, dict) or doc.get("kind") != VALIDATE_KIND:
+        raise ConfigError(f"{path}: not a validate.json (kind {VALIDATE_KIND!r} expected)")
+    if doc.get("schema") not in VALIDATE_SCHEMAS:
+        raise ConfigError(f"{path}: validate.json schema {doc.get('schema')!r} is not one this gpulab reads "
+                          f"({', '.join(map(str, VALIDATE_SCHEMAS))})")
+    hosts = doc.get("hosts")
+    if not isinstance(hosts, dict):
+        raise ConfigError(f"{path}: 'hosts' is not an object")
+    at = utc(doc.get("generated_at"))
+    rec = ValidationRecord(key=hashlib.sha256(raw).hexdigest(), source=str(path.resolve()), at=at,
+                           level=_text(doc.get("level"), 32), verdict=_text(doc.get("verdict"), 8))
+    for name, h in hosts.items():
+        if not isinstance(h, dict):
+            raise ConfigError(f"{path}: host {str(name)[:60]!r} is not an object")
+        host, when, stack = str(name)[:255], utc(h.get("collected_at")) or at, _stack_of(h)
+        for c in h.get("checks") or []:
+            if (r := _check(host, c, None, stack, when)) is not None:
+                rec.checks.append(r)
+        for g in (h.get("gpus") or {}).values() if isinstance(h.get("gpus"), dict) else ():
+            if not isinstance(g, dict) or _int(g.get("index")) is None:
+                continue
+            ref = GpuRef(index=g["index"], uuid=_text(g.get("uuid"), 96), serial=_text(g.get("serial"), 64),
+                         name=_text(g.get("name"), 128))
+            for c in g.get("checks") or []:
+                if (r := _check(host, c, ref, stack, when)) is not None:
+                    rec.checks.append(r)
+    return rec
+
+
+def _validate_files(root: Path) -> list[Path]:
+    found, seen = [], 0
+    for folder, dirs, files in os.walk(root):   # symlinked folders are not followed
+        seen += 1
+        if seen > MAX_WALK:
+            raise ConfigError(f"{root}: more than {MAX_WALK} folders: import a smaller tree")
+        if STATUS in files:
+            dirs[:] = []    # a run directory: lab.results reads it
+            continue
+        dirs.sort()
+        if VALIDATE_FILE in files and not os.path.islink(os.path.join(folder, VALIDATE_FILE)):
+            found.append(Path(folder) / VALIDATE_FILE)
+    return found
+
+
+def read_sources(paths) -> Sources:
+    """Every run directory and validate.json under ``paths``; ConfigError if a path holds neither."""
+    out = Sources()
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise ConfigError(f"{p}: no such file or directory")
+        if p.is_file() and p.suffix == ".json":
+            out.validations.append(read_validation(p))
+            continue
+        before = len(out.runs) + len(out.validations) + len(out.skipped)
+        files = _validate_files(p) if p.is_dir() else []
+        for f in files:
+            try:
+                out.validations.append(read_validation(f))
+            except ConfigError as exc:
+                out.skipped.append(exc.message)
+        _read_runs(p, out, required=not files)
+        if len(out.runs) + len(out.validations) + len(out.skipped) == before:
+            raise ConfigError(f"{p}: no run directories or validate.json files found")
+    return out
