@@ -16,6 +16,7 @@ import re
 import secrets
 from pathlib import Path
 
+from lab.core import writes
 from lab.core.errors import GpulabError
 from lab.hosts import remote as rmt
 
@@ -44,7 +45,7 @@ def pull(remote: rmt.Remote, workdir: str, store: Path) -> list[str]:
     new = sorted(_names(remote.listdir(src)) - have)
     done = []
     for name in new:
-        store.mkdir(parents=True, exist_ok=True)
+        writes.folder(store, "compiled artifacts", root=store.parent.parent)   # <sweep>/.compiled/<group>
         tmp = store / f".{name}.{secrets.token_hex(4)}.tmp"
         try:
             remote.get(f"{src}/{name}", tmp)

@@ -111,3 +111,17 @@ def test_a_failed_share_never_fails_the_run(tmp_path):
     (tmp_path / "a" / "cache").write_text("a file where the cache folder belongs")
     w._share_compiled("push")           # mkdir fails on the host: the run goes on without the artifacts
     assert w.progress.lines == []
+
+
+def test_a_link_planted_where_the_store_belongs_is_refused(tmp_path):
+    from lab.core.errors import ConfigError
+
+    (a, wa) = _host(tmp_path, "a")
+    _write(wa, "x.bin", b"x")
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (sweep / compiled.STORE).symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ConfigError):
+        compiled.pull(a, wa, compiled.store_dir(sweep, "current", "NVIDIA H200"))
+    assert list((tmp_path / "elsewhere").iterdir()) == []
