@@ -52,34 +52,6 @@ def _cfg(c, key, value=None):
     return node
 
 
-# the options and settings that name a path: each checked where it enters (lab.core.paths.usable)
-PATH_OPTIONS = {"path": True, "out": True, "compare": True, "references": True, "catalogue": True,
-                "inventory": True, "root": False}   # --root is a folder on the hosts
-PATH_SETTINGS = ("inventory", "results", "artifacts", "stacks", "references", "datasets_catalogue",
-                 "demo.inventory")
-
-
-def _check_paths(c, section: dict, arguments: dict) -> None:
-    from lab.core import paths
-
-    for name, local in PATH_OPTIONS.items():
-        value = arguments.get(name)
-        if isinstance(value, str):
-            for part in (value.split(",") if name == "path" else [value]):
-                if part.strip():
-                    paths.usable(part, f"--{name}" if name != "path" else "PATH", local=local)
-    for key in PATH_SETTINGS:
-        value = _cfg(c, key)
-        if isinstance(value, str):
-            paths.usable(value, f"config gpulab.{key}")
-    for key in ("results", "artifacts"):   # the folders tasks write into
-        if isinstance(_cfg(c, key), str):
-            paths.output_root(_cfg(c, key), f"config gpulab.{key}")
-    for name, local in (("out", True), ("root", False)):
-        if isinstance(arguments.get(name), str) and arguments[name]:
-            paths.output_root(arguments[name], f"--{name}", local=local)
-
-
 def _errors(fn):
     """Report a GpulabError as one line and exit with its code; no traceback for user mistakes."""
 
@@ -88,8 +60,8 @@ def _errors(fn):
         from lab.core import config
 
         try:
-            _check_paths(c, config.check(c.config.get("gpulab")), inspect.signature(fn).bind_partial(
-                c, *args, **kwargs).arguments)
+            config.check(c.config.get("gpulab"))
+            cli.check_paths(lambda key: _cfg(c, key), inspect.signature(fn).bind_partial(c, *args, **kwargs).arguments)
             return fn(c, *args, **kwargs)
         except GpulabError as exc:
             raise Exit(f"gpulab: {exc.message}", code=exc.exit_code) from None

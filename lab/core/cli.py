@@ -108,3 +108,32 @@ def install(program=None) -> None:
         cfg.merge = _layers_checked(cfg, cfg.merge)
         cfg.load_project = _file_checked(cfg.load_project)
         cfg.load_runtime = _file_checked(cfg.load_runtime)
+
+
+# the task options and settings that name a path: each checked where it enters (lab.core.paths)
+PATH_OPTIONS = {"path": True, "out": True, "compare": True, "references": True, "catalogue": True,
+                "inventory": True, "root": False}   # --root is a folder on the hosts
+PATH_SETTINGS = ("inventory", "results", "artifacts", "stacks", "references", "datasets_catalogue",
+                 "demo.inventory")
+
+
+def check_paths(setting, arguments: dict) -> None:
+    """ConfigError for a task's path option (``arguments``) or path setting (``setting(key)``) with a name over
+    255 bytes or a link loop, and for a folder tasks write into that is a system folder (lab.core.paths)."""
+    from lab.core import paths
+
+    for name, local in PATH_OPTIONS.items():
+        value = arguments.get(name)
+        if isinstance(value, str):
+            for part in (value.split(",") if name == "path" else [value]):
+                if part.strip():
+                    paths.usable(part, f"--{name}" if name != "path" else "PATH", local=local)
+    for key in PATH_SETTINGS:
+        if isinstance(setting(key), str):
+            paths.usable(setting(key), f"config gpulab.{key}")
+    for key in ("results", "artifacts"):   # the folders tasks write into
+        if isinstance(setting(key), str):
+            paths.output_root(setting(key), f"config gpulab.{key}")
+    for name, local in (("out", True), ("root", False)):
+        if isinstance(arguments.get(name), str) and arguments[name]:
+            paths.output_root(arguments[name], f"--{name}", local=local)
