@@ -23,6 +23,12 @@ def is_component(name) -> bool:
             and name not in (".", ".."))
 
 
+def real(path: str | Path) -> Path:
+    """``path`` with its links resolved as far as they go: a link loop stays as it is, never an error
+    (``Path.resolve`` raises RuntimeError on a loop before Python 3.13)."""
+    return Path(os.path.realpath(path))
+
+
 def inside(path: str | Path, root: str | Path) -> bool:
     """Does ``path`` (symbolic links resolved) lie in ``root`` (resolved)?"""
     real, base = os.path.realpath(path), os.path.realpath(root)

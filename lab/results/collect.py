@@ -111,11 +111,11 @@ class _Context:
 
     def planned_dir(self, path: Path) -> dict | None:
         """The sweep.json entry whose run directory ``path`` is, if any."""
-        return self.planned.get(path.resolve()) if self.planned else None
+        return self.planned.get(paths.real(path)) if self.planned else None
 
     def first_visit(self, path: Path) -> bool:
         """False for a file or folder already read (overlapping input paths)."""
-        key = path.resolve()
+        key = paths.real(path)
         if key in self._seen:
             self.repeats += 1
             return False
@@ -256,7 +256,7 @@ def _missing_planned_runs(ctx: _Context, sweep_dir: Path):
         run_id = entry.get("id") or entry.get("run_id")
         rundir = paths.child(sweep_dir, entry["host"], run_id,
                              what=f"{sweep_dir / 'sweep.json'}: runs[{i}] (host {entry['host']!r}, run {run_id!r})")
-        ctx.planned[rundir.resolve()] = entry
+        ctx.planned[paths.real(rundir)] = entry
         if rundir.exists():
             continue
         state = entry.get("state") or "unknown"

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.core import bounded
+from lab.core import paths
 from lab.core import plaindata
 from lab.results.logfacts import integer
 from lab.core.mlperf import Rules
@@ -87,7 +88,7 @@ class TreeReader:
         file itself is refused by read_description)."""
         if not (p == self.root or self.root in p.parents):
             return False
-        real, top = (p if p == self.root else p.parent).resolve(), self.root.resolve()
+        real, top = paths.real(p if p == self.root else p.parent), paths.real(self.root)
         return real == top or top in real.parents
 
     def _read(self, results: Path, sysdir: Path) -> SystemFacts:

@@ -35,6 +35,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from lab.core import bounded
+from lab.core import paths
 from lab.core.errors import ConfigError
 
 ROUND_FOLDER = re.compile(r"^training_results_(v\d+\.\d+)$")
@@ -63,7 +64,7 @@ def known_round(rules, name: str | None, what: str = "--round") -> str | None:
 
 def round_of_path(path: Path, rules) -> str | None:
     """The round named by a folder of ``path`` (``training_results_v4.0``), nearest first."""
-    for part in reversed(Path(path).resolve().parts):
+    for part in reversed(paths.real(path).parts):
         m = ROUND_FOLDER.match(part)
         if m and m.group(1) in rules.rounds:
             return m.group(1)

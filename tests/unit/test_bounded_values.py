@@ -177,3 +177,34 @@ def test_path_options_on_the_command_line(tmp_path, args, message):
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr
     assert "Traceback" not in r.stderr
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(plants=st.lists(st.tuples(st.sampled_from(["", "sub", "sub/deeper"]),
+                                 st.sampled_from(["self-loop", "pair-loop", "up", "x.log-loop"])),
+                       min_size=1, max_size=4))
+def test_link_loops_in_a_report_input_are_skipped_not_fatal(tmp_path, plants):
+    import shutil
+    from lab.report.build import build_report
+
+    sys.path.insert(0, str(ROOT / "tests" / "unit" / "report"))
+    from report_logs import v05_run, write_lines
+
+    base = tmp_path / "in"
+    shutil.rmtree(base, ignore_errors=True)
+    write_lines(base / "a.log", v05_run("gnmt", epochs=1, epoch_s=1.0))
+    for i, (where, kind) in enumerate(plants):
+        folder = base / where
+        folder.mkdir(parents=True, exist_ok=True)
+        name = folder / f"l{i}"
+        if kind == "self-loop":
+            name.symlink_to(name.name)
+        elif kind == "pair-loop":
+            name.symlink_to(f"m{i}")
+            (folder / f"m{i}").symlink_to(name.name)
+        elif kind == "up":
+            name.symlink_to("..")
+        else:
+            (folder / f"l{i}.log").symlink_to(f"l{i}.log")
+    result = build_report([base], tmp_path / "out", formats=("json",))
+    assert len(result.summary) == 1
