@@ -147,6 +147,7 @@ def main(args) -> int:
             "t_launch": t_launch, "compile": (not args.no_compile) and bool(p["gpus"]),
             "measure_s": args.measure_seconds, "max_epochs": args.max_epochs, "warmup_steps": args.warmup_steps,
             "drop_caches": args.scale == "full" and args.mode == "ttt",
+            "cache_dir": str(p["cache_dir"]) if p["cache_dir"] is not None else None,
         }
         spec_path = tmp / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")

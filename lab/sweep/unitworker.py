@@ -14,7 +14,7 @@ import threading
 import time
 
 from lab.results import checksums
-from lab.sweep import hostlock
+from lab.sweep import compiled, hostlock
 from lab.core import paths
 from lab.core import writes
 from lab.sweep import preflight
@@ -228,6 +228,7 @@ class UnitWorker:
                 self._end(run, "failed", problem)
                 return
         run.attempts += 1
+        self._share_compiled("push")
         for rank, node in enumerate(self.nodes):
             node.pid = None
         for rank, node in enumerate(self.nodes):
@@ -314,7 +315,24 @@ class UnitWorker:
                 time.sleep(max(self.settings.poll_s, 2.0))
         return True
 
+    def _share_compiled(self, way: str) -> None:
+        """Pull the hosts' compiled artifacts into the sweep's store, or push the store's to them
+        (lab.sweep.compiled); a failure costs a compilation, never the run."""
+        for node in self.nodes:
+            store = compiled.store_dir(self.sweep.root, node.host.stack, node.host.gpu_model)
+            fn = compiled.pull if way == "pull" else compiled.push
+            if node.lost:
+                continue
+            try:  # not node.call: a folder the host refuses is no lost connection
+                names = fn(node.remote, node.layout.workdir, store)
+            except (GpulabError, OSError):
+                continue
+            if names:
+                self.progress.status(self.unit, f"compiled artifacts {'from' if way == 'pull' else 'to'} "
+                                     f"{node.host.name}: {len(names)}")
+
     def _collect(self, run: PlannedRun, ended: str, states: dict[str, str], elapsed: float) -> None:
+        self._share_compiled("pull")
         problems: list[str] = []
         status: dict = {}
         for rank, node in enumerate(self.nodes):

@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 from mlperf_logging.mllog import constants as C
 
+from runner import compilecache
 from runner.abort import Aborted
 from runner.workloads.compiling import compile_fn, inductor_options, key_values  # noqa: F401  (read as base.<name>)
 from runner.workloads.divergence import LossWatch, WatchedScaler
@@ -66,6 +67,7 @@ class Context:
         self.cuda = device.type == "cuda"
         self.t_launch = float(spec.get("t_launch", time.time()))
         self.first_step_time = None
+        self.artifacts = None  # compiled artifacts file (runner.compilecache), set by run()
         # options of the speed path; a workload may ignore what does not apply
         self.compile = bool(spec.get("compile", self.cuda))
         self.channels_last = self.cuda
@@ -183,6 +185,8 @@ class Context:
         if self.first_step_time is None:
             self.sync()
             self.first_step_time = time.time()
+            if self.artifacts is not None and self.is_main:
+                compilecache.save(self.artifacts)
 
 
 def reached(quality, target, higher_is_better: bool = True) -> bool:
@@ -202,7 +206,12 @@ def _fmt(q) -> str:
 def run(ctx: Context, module) -> dict:
     """Drive the workload; returns ``{"outcome", "reason", "result"}``."""
     log = ctx.log
+    ctx.artifacts = compilecache.for_context(ctx)
+    if ctx.artifacts is not None:
+        compilecache.load(ctx.artifacts)
     trainer = spec_of(module).build(ctx)
+    if not ctx.compile:  # the workload does not compile in this mode (compiling.decide)
+        ctx.artifacts = None
     log.event(C.SEED, ctx.seed)
     log.hyperparameters(trainer.hyperparameters())
     out = _throughput(ctx, trainer) if ctx.mode == "throughput" else _ttt(ctx, trainer)

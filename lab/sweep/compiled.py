@@ -1,0 +1,72 @@
+"""Compiled artifacts shared between the hosts of a sweep (runner/README "Compiled artifacts").
+
+A compiled run's rank 0 writes ``<workdir>/cache/artifacts/<key>.bin`` on its host (runner.compilecache;
+the key names the GPU model, PyTorch build, workload, scale, mode, precision and process count). After
+each run the controller copies the files its first host has and the controller lacks into
+``<sweep folder>/.compiled/<group>/`` (a dot folder: collection skips it), and before each run it
+copies that group's files the host lacks to the host. The group is the host's stack and GPU model,
+so artifacts only travel between hosts of the same GPU model and stack; the runner loads only the
+file of its own key, so a file another configuration wrote is never used.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from pathlib import Path
+
+from lab.core import writes
+from lab.core.errors import GpulabError
+from lab.hosts import remote as rmt
+
+REMOTE_DIR = "cache/artifacts"    # under the host's workdir: the runner's --cache-dir is <workdir>/cache
+STORE = ".compiled"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+_-]{0,250}\.bin$")
+
+
+def group(stack: str, gpu_model: str) -> str:
+    """The store folder's name of hosts with this stack and GPU model."""
+    return re.sub(r"[^A-Za-z0-9.+_-]+", "_", f"{stack}--{gpu_model}").strip("_") or "none"
+
+
+def store_dir(sweep_root: Path, stack: str, gpu_model: str) -> Path:
+    return Path(sweep_root) / STORE / group(stack, gpu_model)
+
+
+def _names(items) -> set[str]:
+    return {n for n in items if _NAME.match(n)}
+
+
+def pull(remote: rmt.Remote, workdir: str, store: Path) -> list[str]:
+    """Copy the host's artifact files that ``store`` lacks into it; the names copied."""
+    src = f"{workdir.rstrip('/')}/{REMOTE_DIR}"
+    have = _names(os.listdir(store)) if store.is_dir() else set()
+    new = sorted(_names(remote.listdir(src)) - have)
+    done = []
+    for name in new:
+        writes.folder(store, "compiled artifacts", root=store.parent.parent)   # <sweep>/.compiled/<group>
+        tmp = store / f".{name}.{secrets.token_hex(4)}.tmp"
+        try:
+            remote.get(f"{src}/{name}", tmp)
+            os.replace(tmp, store / name)    # whole or absent: another host's push never reads half a file
+            done.append(name)
+        except (GpulabError, OSError):
+            tmp.unlink(missing_ok=True)       # gone or unreadable meanwhile: that run compiles, nothing more
+    return done
+
+
+def push(remote: rmt.Remote, workdir: str, store: Path) -> list[str]:
+    """Copy the files of ``store`` the host lacks into its artifacts folder; the names copied."""
+    if not store.is_dir():
+        return []
+    dst = f"{workdir.rstrip('/')}/{REMOTE_DIR}"
+    missing = sorted(_names(os.listdir(store)) - _names(remote.listdir(dst)))
+    if not missing:
+        return []
+    remote.run(["mkdir", "-p", dst], timeout=60)
+    for name in missing:
+        tmp = f"{dst}/.{name}.{secrets.token_hex(4)}.tmp"
+        remote.put(store / name, tmp)
+        remote.run(["mv", "-f", tmp, f"{dst}/{name}"], timeout=60)
+    return missing

@@ -1,0 +1,127 @@
+"""Compiled artifacts shipped between the hosts of a sweep (lab.sweep.compiled), on two local hosts."""
+
+import pytest
+
+from lab.hosts import remote
+from lab.hosts.inventory import Host
+from lab.sweep import compiled
+
+
+def _host(tmp_path, name, stack="current", gpu="NVIDIA H200"):
+    workdir = tmp_path / name
+    workdir.mkdir()
+    return remote.LocalRemote(Host(name=name, address="127.0.0.1", port=22, user=None, connection="local",
+                                   gpu_model=gpu, gpu_count=1, stack=stack, groups=(), workdir=str(workdir),
+                                   python=None, ssh_key=None, known_hosts="/dev/null")), str(workdir)
+
+
+def _write(workdir, name, data):
+    d = compiled.REMOTE_DIR.split("/")
+    path = __import__("pathlib").Path(workdir, *d, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def test_the_first_hosts_artifacts_reach_a_second_host_of_the_same_group(tmp_path):
+    (a, wa), (b, wb) = _host(tmp_path, "a"), _host(tmp_path, "b")
+    store = compiled.store_dir(tmp_path / "sweep", "current", "NVIDIA H200")
+    assert compiled.push(b, wb, store) == []                     # nothing compiled yet: nothing to ship
+    _write(wa, "resnet50.full.ttt.bf16.x1.NVIDIA_H200.torch2.11.bin", b"graphs")
+    _write(wa, ".resnet50.bin.123.tmp", b"half")                 # the runner's unfinished write: never shipped
+    _write(wa, "notes.txt", b"x")
+    assert compiled.pull(a, wa, store) == ["resnet50.full.ttt.bf16.x1.NVIDIA_H200.torch2.11.bin"]
+    assert compiled.pull(a, wa, store) == []                     # already held
+    assert compiled.push(b, wb, store) == ["resnet50.full.ttt.bf16.x1.NVIDIA_H200.torch2.11.bin"]
+    got = tmp_path / "b" / "cache" / "artifacts" / "resnet50.full.ttt.bf16.x1.NVIDIA_H200.torch2.11.bin"
+    assert got.read_bytes() == b"graphs"
+    assert sorted(p.name for p in got.parent.iterdir()) == [got.name]   # no temporary file left
+    assert compiled.push(b, wb, store) == []                     # the host has it: not copied again
+
+
+def test_a_host_keeps_its_own_file_and_groups_stay_apart(tmp_path):
+    (a, wa), (b, wb) = _host(tmp_path, "a"), _host(tmp_path, "b")
+    name = "ncf.full.throughput.bf16.x1.NVIDIA_H200.torch2.11.bin"
+    _write(wa, name, b"from a")
+    own = _write(wb, name, b"from b")
+    store = compiled.store_dir(tmp_path / "sweep", "current", "NVIDIA H200")
+    compiled.pull(a, wa, store)
+    assert compiled.push(b, wb, store) == [] and own.read_bytes() == b"from b"
+    other = compiled.store_dir(tmp_path / "sweep", "current", "NVIDIA H100 80GB HBM3")
+    assert other != store and not other.exists()
+    assert compiled.store_dir(tmp_path / "s", "older", "NVIDIA H200") != store
+    assert compiled.store_dir(tmp_path / "s", "../x", "a/b").parent == tmp_path / "s" / compiled.STORE
+
+
+@pytest.mark.parametrize("name", ["../x.bin", "a/b.bin", ".hidden.bin", "x.txt", "x.bin.tmp"])
+def test_only_plain_artifact_names_travel(tmp_path, name):
+    (a, wa) = _host(tmp_path, "a")
+    d = tmp_path / "a" / "cache" / "artifacts"
+    d.mkdir(parents=True)
+    if "/" not in name:
+        (d / name).write_bytes(b"x")
+    assert compiled.pull(a, wa, tmp_path / "store") == []
+
+
+class _Progress:
+    def __init__(self):
+        self.lines = []
+
+    def status(self, unit, text):
+        self.lines.append((unit, text))
+
+
+def _worker(tmp_path, sweep, name, gpu="NVIDIA H200"):
+    import threading
+
+    from lab.hosts.remote import RunnerInstall
+    from lab.sweep.hostrun import Settings
+    from lab.sweep.unitworker import Node, UnitWorker
+
+    r, _ = _host(tmp_path, name, gpu=gpu)
+    node = Node(r.host, r, RunnerInstall("python3", "", "0", False), Settings(), sweep.name)
+    return UnitWorker(sweep, [node], [], Settings(), _Progress(), threading.Event())
+
+
+def test_the_controller_pulls_after_a_run_and_pushes_before_the_next_host_runs(tmp_path):
+    from lab.sweep.state import Sweep
+
+    sweep = Sweep.open(tmp_path / "results" / "S", "S", [], {})
+    first, second, other = (_worker(tmp_path, sweep, "a"), _worker(tmp_path, sweep, "b"),
+                            _worker(tmp_path, sweep, "c", gpu="NVIDIA H100 80GB HBM3"))
+    name = "resnet50.full.ttt.bf16.x1.NVIDIA_H200.torch2.11.bin"
+    _write(tmp_path / "a", name, b"graphs")
+    first._share_compiled("pull")
+    assert first.progress.lines == [("a", "compiled artifacts from a: 1")]
+    second._share_compiled("push")
+    other._share_compiled("push")
+    assert (tmp_path / "b" / "cache" / "artifacts" / name).read_bytes() == b"graphs"
+    assert not (tmp_path / "c" / "cache" / "artifacts").exists()     # another GPU model: not shipped
+    assert (tmp_path / "results" / "S" / compiled.STORE).is_dir()
+
+
+def test_a_failed_share_never_fails_the_run(tmp_path):
+    from lab.sweep.state import Sweep
+
+    sweep = Sweep.open(tmp_path / "results" / "S", "S", [], {})
+    w = _worker(tmp_path, sweep, "a")
+    store = compiled.store_dir(sweep.root, "current", "NVIDIA H200")
+    store.mkdir(parents=True)
+    (store / "x.bin").write_bytes(b"x")
+    (tmp_path / "a" / "cache").write_text("a file where the cache folder belongs")
+    w._share_compiled("push")           # mkdir fails on the host: the run goes on without the artifacts
+    assert w.progress.lines == []
+
+
+def test_a_link_planted_where_the_store_belongs_is_refused(tmp_path):
+    from lab.core.errors import ConfigError
+
+    (a, wa) = _host(tmp_path, "a")
+    _write(wa, "x.bin", b"x")
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (sweep / compiled.STORE).symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ConfigError):
+        compiled.pull(a, wa, compiled.store_dir(sweep, "current", "NVIDIA H200"))
+    assert list((tmp_path / "elsewhere").iterdir()) == []
