@@ -10,6 +10,7 @@ module sits loose in lab/, and there is no import cycle between packages nor bet
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,17 @@ def imports(path: Path, root: Path = ROOT) -> set[str]:
             out.add(base)
             out.update(f"{base}.{a.name}" for a in node.names)
     return {m for m in out if m.split(".")[0] in ("lab", "runner")}
+
+
+def table_rows(readme: Path) -> dict[str, list[str]]:
+    """package -> its row's cells (package, holds, may import), from README's Layers table."""
+    section = readme.read_text(encoding="utf-8").split("### Layers", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if len(cells) == 3 and cells[0].startswith("`lab."):
+            rows[cells[0].strip("`").removeprefix("lab.")] = cells
+    return rows
 
 
 def read_table(readme: Path) -> dict[str, set[str]]:
@@ -109,6 +121,18 @@ def test_the_table_names_every_lab_package_and_only_real_ones():
     assert set(allowed) == set(packages(ROOT))
     for name, may in allowed.items():
         assert may <= set(allowed) | RUNNER_CONTRACTS, f"README.md Layers: lab.{name} may import an unknown package"
+
+
+def test_each_package_row_names_every_module_of_the_package():
+    """README's Layers table shows the tree: each module of lab/<package>/ is named (in backquotes) in its row."""
+    rows = table_rows(ROOT / "README.md")
+    missing = {}
+    for name in packages(ROOT):
+        named = set(re.findall(r"`(\w+)`", rows[name][1]))
+        mods = {p.stem for p in (ROOT / "lab" / name).glob("*.py") if p.stem != "__init__"}
+        if mods - named:
+            missing[name] = sorted(mods - named)
+    assert missing == {}, "README.md Layers does not name these modules"
 
 
 def test_each_package_has_a_docstring_naming_what_it_owns_and_may_import():
