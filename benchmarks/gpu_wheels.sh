@@ -13,10 +13,11 @@ mkdir -p .whl
 "$PY" -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .whl -r benchmarks/stack_readback.requirements.txt SQLAlchemy==2.0.* alembic \
-    "pycocotools>=2.0.7" "mlperf-logging>=4.1" "sacremoses>=0.1" pytest-timeout
+    "pycocotools>=2.0.7" "mlperf-logging>=4.1" "sacremoses>=0.1"
 # what the GPU machine has (KINDS.md: its Python holds PyTorch and its stack): keep its own
 rm -f .whl/numpy-* .whl/Jinja2-* .whl/jinja2-* .whl/MarkupSafe-* .whl/markupsafe-* .whl/PyYAML-* .whl/pyyaml-* \
-      .whl/typing_extensions-* .whl/packaging-* .whl/pytest-8* .whl/pluggy-* .whl/iniconfig-*
+      .whl/typing_extensions-* .whl/packaging-* .whl/pytest-* .whl/pytest_* .whl/pluggy-* .whl/iniconfig-* \
+      .whl/pygments-* .whl/scipy-* .whl/pandas-* .whl/python_dateutil-* .whl/tzdata-* .whl/six-*   # the machine has them; 64 MiB travel
 du -sh .whl
 if [ "${1:-}" = "--nvbandwidth" ]; then
     ref=${2:?--nvbandwidth REF (a tag, e.g. v0.8)}
