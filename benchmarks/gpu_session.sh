@@ -114,8 +114,14 @@ part() {
         if [ "$DRY" = 0 ] && [ ! -f "$src/CMakeLists.txt" ]; then
             say "nvbandwidth: not run: carry its release source in $src (see benchmarks/gpu_wheels.sh)"; return 0
         fi
+        local boost=""   # nvbandwidth links Boost.Program_options: the machine's, else debs unpacked in .src/boost
+        if [ "$DRY" = 0 ] && [ ! -e /usr/include/boost/program_options.hpp ]; then
+            if [ -e .src/boost/usr/include/boost/program_options.hpp ]; then boost="-DBOOST_ROOT=$ROOT/.src/boost/usr"
+            else say "nvbandwidth: not run: no Boost.Program_options headers (unpack its -dev debs into .src/boost)"
+                 return 0; fi
+        fi
         [ "$DRY" = 1 ] || mkdir -p "$bin"
-        run nvbandwidth-build 240 bash -c "cmake -S $src -B $WORK/nvb-build -DCMAKE_BUILD_TYPE=Release \
+        run nvbandwidth-build 240 bash -c "cmake -S $src -B $WORK/nvb-build -DCMAKE_BUILD_TYPE=Release $boost \
             && cmake --build $WORK/nvb-build -j 16 && cp $WORK/nvb-build/nvbandwidth $bin/"
         run nvbandwidth-run 120 "$bin/nvbandwidth" -j
         run validate-burnin 300 env GPULAB_TOOLS_DIR="$bin" "$PY" -m invoke validate --level burn-in \
