@@ -15,7 +15,7 @@
 #                   folder: time to the first step cold, then warm (560 s)                    issue 33
 #   validate        `invoke validate --level standard --inventory inventory/local.yml` with its JSON and HTML (300 s)
 #                                                                                             issue 29
-#   nvbandwidth     builds nvbandwidth from the source folder carried in .src/nvbandwidth (cmake) and runs
+#   nvbandwidth     builds nvbandwidth from the source carried in .src/nvbandwidth (cmake; Boost from .src/boost-debs where the machine has none) and runs
 #                   it with -j; then `validate --level burn-in` finds it in GPULAB_TOOLS_DIR (400 s) issue 29
 #
 # The call's budget is GPULAB_SESSION_SECONDS (default 570). What the parts write lands in one archive,
@@ -112,19 +112,22 @@ part() {
     nvbandwidth)
         local src=.src/nvbandwidth bin=$WORK/tools/bin
         if [ "$DRY" = 0 ] && [ ! -f "$src/CMakeLists.txt" ]; then
-            say "nvbandwidth: not run: carry its release source in $src (see benchmarks/gpu_wheels.sh)"; return 0
+            say "nvbandwidth: not run: carry its release source in $src (benchmarks/gpu_wheels.sh --nvbandwidth)"; return 0
         fi
-        local boost=""   # nvbandwidth links Boost.Program_options: the machine's, else debs unpacked in .src/boost
+        local boost="" libs=""   # nvbandwidth links Boost.Program_options: the machine's, else the carried debs
         if [ "$DRY" = 0 ] && [ ! -e /usr/include/boost/program_options.hpp ]; then
-            if [ -e .src/boost/usr/include/boost/program_options.hpp ]; then boost="-DBOOST_ROOT=$ROOT/.src/boost/usr"
-            else say "nvbandwidth: not run: no Boost.Program_options headers (unpack its -dev debs into .src/boost)"
+            if ls .src/boost-debs/*.deb > /dev/null 2>&1; then
+                for d in .src/boost-debs/*.deb; do dpkg -x "$d" "$WORK/boost"; done
+                boost="-DBOOST_ROOT=$WORK/boost/usr -DBoost_NO_SYSTEM_PATHS=ON"
+                libs=$WORK/boost/usr/lib/x86_64-linux-gnu
+            else say "nvbandwidth: not run: no Boost.Program_options headers (carry the debs in .src/boost-debs)"
                  return 0; fi
         fi
         [ "$DRY" = 1 ] || mkdir -p "$bin"
         run nvbandwidth-build 240 bash -c "cmake -S $src -B $WORK/nvb-build -DCMAKE_BUILD_TYPE=Release $boost \
             && cmake --build $WORK/nvb-build -j 16 && cp $WORK/nvb-build/nvbandwidth $bin/"
-        run nvbandwidth-run 120 "$bin/nvbandwidth" -j
-        run validate-burnin 300 env GPULAB_TOOLS_DIR="$bin" "$PY" -m invoke validate --level burn-in \
+        run nvbandwidth-run 120 env LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$bin/nvbandwidth" -j
+        run validate-burnin 300 env GPULAB_TOOLS_DIR="$bin" LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$PY" -m invoke validate --level burn-in \
             --inventory inventory/local.yml --json --out "$WORK/validate-burnin" ;;
     *)
         echo "gpu_session: no part named $1 (see the head of $0)" >&2; exit 2 ;;
@@ -139,5 +142,5 @@ done
 setup
 for p in "$@"; do part "$p"; done
 [ "$DRY" = 1 ] && exit 0
-tar -C "$WORK" -czf "$OUT/session.tar.gz" --exclude=ttfs-cache --exclude=nvb-build --exclude=gpucache . \
+tar -C "$WORK" -czf "$OUT/session.tar.gz" --exclude=ttfs-cache --exclude=nvb-build --exclude=boost --exclude=gpucache . \
     && say "archive: $OUT/session.tar.gz ($(du -h "$OUT/session.tar.gz" | cut -f1))"

@@ -5,7 +5,8 @@
 # for `invoke validate` (benchmarks/stack_readback.requirements.txt). numpy, jinja2, PyYAML and the like are
 # there already: their wheels are dropped, so that the machine's own copies stay in use.
 # With --nvbandwidth REF it also exports NVIDIA/nvbandwidth at REF from a local mirror (NVB_GIT, a git
-# directory) into .src/nvbandwidth (git-ignored too; carry it as well) for the `nvbandwidth` part.
+# directory) into .src/nvbandwidth (git-ignored too; carry it as well) for the `nvbandwidth` part, and Debian's
+# Boost.Program_options debs (about 10 MB) into .src/boost-debs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -25,4 +26,8 @@ if [ "${1:-}" = "--nvbandwidth" ]; then
     rm -rf .src/nvbandwidth && mkdir -p .src/nvbandwidth
     git --git-dir "$NVB_GIT" archive "$ref" | tar -x -C .src/nvbandwidth
     echo "nvbandwidth $ref in .src/nvbandwidth"
+    # its one library the GPU machine may lack: Boost.Program_options, as Debian's debs (unpacked there)
+    rm -rf .src/boost-debs && mkdir -p .src/boost-debs
+    (cd .src/boost-debs && apt-get download libboost1.74-dev libboost-program-options1.74-dev \
+        libboost-program-options1.74.0)
 fi
