@@ -36,6 +36,7 @@ class Settings:
     lock_wait_s: float = 3600.0    # how long a run waits for a host another sweep holds
     rdzv_port: int = 29400         # multi-node rendezvous port on node 0
     fetch_retries: int = 2         # fetches again when a copy does not verify
+    health_valid_hours: float = 24.0   # a passing health check this recent (history database) skips the gate
 
 
 @dataclass
