@@ -51,6 +51,7 @@ from pathlib import Path
 from lab.results import checksums
 from lab.core import fields
 from lab.core import paths
+from lab.sweep import pilot
 from lab.sweep import gate
 from lab.sweep import preflight
 from lab.hosts import remote as rmt
@@ -193,9 +194,10 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
                       if not any(n in errors for n in u) and any(r.state != "complete" for r in rs)}
         progress = (progress_factory or prog.Progress)(
             {"+".join(u): sum(1 for r in rs if r.state != "complete") for u, rs in todo_units.items()})
+        pilots = pilot.for_sweep(root, sweep.runs, by_name, settings.pilot_wait_s)   # compile once, then fan out
         for u, rs in todo_units.items():
             nodes_ = [Node(by_name[n], prepared[n][0], prepared[n][1], settings, name) for n in u]
-            workers.append(UnitWorker(sweep, nodes_, rs, settings, progress, stop))
+            workers.append(UnitWorker(sweep, nodes_, rs, settings, progress, stop, pilots))
         skipped = sum(1 for r in sweep.runs if r.state == "complete")
         echo(f"sweep {name}: {len(sweep.runs)} runs on {len(hosts)} host(s)"
              + (f", {skipped} already complete (resumed)" if skipped else ""))
