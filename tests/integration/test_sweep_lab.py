@@ -23,6 +23,8 @@ import yaml
 pytest.importorskip("tests.testlab.fixtures", reason="the SSH test lab (tests/testlab) is not in this checkout")
 
 from lab.results import checksums  # noqa: E402
+from tests.testlab import controllers  # noqa: E402
+from tests.testlab.util import LabError  # noqa: E402
 
 pytestmark = pytest.mark.lab
 
@@ -169,12 +171,26 @@ def test_crash_hang_and_full_disk_are_recorded_with_reasons(lab, tmp_path):
     assert all(f"{h} {rid}" in out for h in ("FAILED sw-01", "FAILED sw-02", "FAILED sw-04"))
 
 
-def test_ctrl_c_stops_every_remote_run_and_saves_the_state(lab, tmp_path):
+@pytest.fixture(scope="module", params=controllers.VERSIONS)
+def controller_python(request) -> str:
+    """The controller's interpreter, one of each Python gpulab supports (tests/testlab/controllers.py)."""
+    try:
+        return controllers.python_for(request.param)
+    except LabError as exc:
+        pytest.skip(str(exc))
+
+
+def test_ctrl_c_stops_every_remote_run_and_saves_the_state(lab, tmp_path, controller_python):
+    """Ctrl-C to `invoke sweep` run by each of Python 3.10-3.13: every running run on the hosts is stopped
+    (SIGTERM, then SIGKILL), the state is saved, exit 130."""
     results = tmp_path / "results"
-    args = ["--inventory", str(lab.inventory), "--host", "sw-01,sw-03", "--seeds", "2", "--name", "s3"]
+    version = subprocess.run([controller_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    sweep_name = "s3-py" + version.replace(".", "")
+    args = ["--inventory", str(lab.inventory), "--host", "sw-01,sw-03", "--seeds", "2", "--name", sweep_name]
     # as from a terminal: SIGINT at its default even when the tests run in the background (where the shell
     # starts them with SIGINT ignored, and Python would then never raise KeyboardInterrupt)
-    proc = subprocess.Popen(invoke_cmd() + ["sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([controller_python, "-m", "invoke", "sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env_for(results, stop_grace_s=10),
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # a tiny run lasts seconds: hold each host's first workload process as soon as it appears, so that
@@ -193,11 +209,11 @@ def test_ctrl_c_stops_every_remote_run_and_saves_the_state(lab, tmp_path):
     assert proc.poll() is None, "the sweep ended before it could be interrupted"
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 130, out
+    assert proc.returncode == 130, f"Python {version}: {out}"
     assert "interrupted" in out
     for name in ("sw-01", "sw-03"):
         assert runner_pids(lab, name) == [] and worker_pids(lab, name) == [], name
-    runs = state(results, "s3")
+    runs = state(results, sweep_name)
     assert {r["state"] for (h, rid), r in runs.items() if rid.endswith("s1")} == {"interrupted"}
     assert {r["state"] for (h, rid), r in runs.items() if rid.endswith("s2")} == {"planned"}
 
