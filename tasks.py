@@ -230,15 +230,17 @@ def validate(c, device=None, host=None, limit=None, level="quick", baseline=Fals
     from lab.validate import fleet as val
 
     hosts = _select(c, inventory, host, device, limit)
+    url = history.resolve_url(setting(c, "history_url"), setting(c, "results"))
     result = val.validate_fleet(hosts, level=level, baseline=baseline, as_json=json,
                                 out_dir=Path(out) if out else Path(setting(c, "results")) / "validate",
                                 references=setting(c, "references", references),
                                 inventory=setting(c, "inventory", inventory), stacks_dir=setting(c, "stacks"),
-                                dcgm_level=dcgm_level, dcgm_levels=setting(c, "validate.dcgm_levels"))
+                                dcgm_level=dcgm_level, dcgm_levels=setting(c, "validate.dcgm_levels"),
+                                past=None if baseline else history.past_reader(url))
     written = [f for f in result.files if Path(f).name == "validate.json"]
-    if written and not baseline:   # into the history (a database that fails: one line, the file stays)
-        url = history.resolve_url(setting(c, "history_url"), setting(c, "results"))
-        print(history.record(written, url), file=sys.stderr if json else sys.stdout)
+    if written and not baseline:   # into the history, then failures quarantined (a database that fails: one line)
+        lines = history.after_validate(written, result.data, url, bool(setting(c, "validate.quarantine")))
+        print("\n".join(lines), file=sys.stderr if json else sys.stdout)
     if not result.ok:
         raise Exit(code=1)
 
