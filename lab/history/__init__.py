@@ -12,12 +12,13 @@ sources (run directories through lab.results, validate.json files -> records),
 store (records -> rows, idempotent, safe with two writers), query (the history
 table), quarantine (list, add, release; what a sweep plans around), past (each
 GPU's own past for validate's trend checks), autoquarantine (quarantine after a
-failing validate), tasks (the command line).
+failing validate), baseline (figures of known-good GPUs for references), tasks
+(the command line).
 
 Entry points: ``tasks`` (the invoke history and quarantine tasks), ``import_paths`` (invoke history.import), ``record`` (after a
 sweep or a validate), ``query.history_rows`` (invoke history),
-``quarantine.add/release/active/for_sweep`` (invoke quarantine, invoke sweep), ``past_reader`` and
-``after_validate`` (invoke validate).
+``quarantine.add/release/active/for_sweep`` (invoke quarantine, invoke sweep), ``past_reader``,
+``after_validate`` and ``known_good`` (invoke validate).
 May import: lab.core, lab.results, runner.rundir.
 """
 
@@ -29,12 +30,12 @@ import importlib
 
 from lab.core.errors import ConfigError
 
-__all__ = ["Added", "Database", "after_validate", "import_paths", "open_db", "past_reader", "quarantined", "record",
-           "resolve_url", "sqlite_folder"]
+__all__ = ["Added", "Database", "after_validate", "import_paths", "known_good", "open_db", "past_reader", "quarantined",
+           "record", "resolve_url", "sqlite_folder"]
 
 # The database modules (SQLAlchemy, Alembic: about half a second) load when first used, not when `invoke`
 # starts and reads tasks.py (lab.history.tasks).
-_LAZY = {"Database": "db", "open_db": "db", "resolve_url": "db", "sqlite_folder": "db",
+_LAZY = {"Database": "db", "open_db": "db", "resolve_url": "db", "shown": "db", "sqlite_folder": "db",
          "read_sources": "sources", "Added": "store", "add_sources": "store"}
 
 
@@ -129,6 +130,21 @@ def after_validate(paths, doc: dict, url: str, quarantine: bool = True) -> list[
             db.close()
     except ConfigError as exc:
         return lines + [f"quarantine: not recorded: {exc.message}"]
+
+
+def known_good(url: str, sources: dict) -> dict:
+    """The figures of known-good GPUs per model and metric (lab.history.baseline), for `invoke validate --baseline
+    --from-history`; {} where no database exists yet. A database that cannot be read: ConfigError."""
+    from lab.history.baseline import known_good as read
+    from lab.history.db import open_db
+
+    if _no_file(url):
+        return {}
+    db = open_db(url)
+    try:
+        return read(db, sources)
+    finally:
+        db.close()
 
 
 def quarantined(url: str, hosts) -> dict[str, dict]:
