@@ -141,13 +141,20 @@ def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=
         if not left:
             raise ConfigError(f"sweep {name}: every selected host is quarantined: {'; '.join(notes)}")
         lines, refused = study.dry_run(left, sw.plan(left, topologies=topologies, **args), name,
-                                       results_dir=setting(c, "results"), catalogue=catalogue)
+                                       results_dir=setting(c, "results"), catalogue=catalogue,
+                                       pilot_wait_s=settings.pilot_wait_s)
         print("\n".join([lines[0], *(f"quarantine: {n}" for n in notes), *lines[1:]]))
         if refused:
             raise ConfigError(refused)
         return None
-    result = sw.run_sweep(hosts, results_dir=results, name=name, settings=settings,
-                          datasets_catalogue=catalogue, quarantine=held, **args)
+    from lab.history import sweeps as memories
+
+    memory = memories.open_for(url, name, make_folder=not setting(c, "history_url"))   # health gate, quarantine
+    try:
+        result = sw.run_sweep(hosts, results_dir=results, name=name, settings=settings,
+                              datasets_catalogue=catalogue, quarantine=held, memory=memory, **args)
+    finally:
+        memory.close()
     progress.final_table(result.sweep.runs)
     print("\n".join(result.summary()))
     print(history.record([result.sweep.root], url))
