@@ -142,7 +142,7 @@ def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=
             raise ConfigError(f"sweep {name}: every selected host is quarantined: {'; '.join(notes)}")
         lines, refused = study.dry_run(left, sw.plan(left, topologies=topologies, **args), name,
                                        results_dir=setting(c, "results"), catalogue=catalogue,
-                                       pilot_wait_s=settings.pilot_wait_s)
+                                       settings=settings)
         print("\n".join([lines[0], *(f"quarantine: {n}" for n in notes), *lines[1:]]))
         if refused:
             raise ConfigError(refused)
