@@ -106,3 +106,37 @@ def test_the_gate_plans_around_what_failed_and_says_so(tmp_path):
         assert any(line.startswith("history: not recorded: history database ") for line in echoed), echoed
     finally:
         memory.close()
+
+
+def test_a_failed_runs_epilogue_quarantines_a_lost_gpu_and_an_xid_since_the_gate(tmp_path):
+    import json
+
+    memory = sweeps.open_for(f"sqlite:///{tmp_path / 'h.sqlite'}", "s1")
+    try:
+        host = t4_hosts()[0]
+        before = doc()
+        memory.record_health(host.name, judge.judge(before, expect_gpus=True), before)   # the gate: passed
+        after = doc(uptime=2000.0)
+        after["gpus"] = [g for g in after["gpus"] if g["index"] != 3]              # GPU 3 fell off the bus
+        after["xid"]["events"] = [{"xid": 79, "pci": "0000:3b:00", "gpu": 0, "uptime_s": 500.0, "text": "old"},
+                                  {"xid": 48, "pci": "0000:3c:00", "gpu": 1, "uptime_s": 1500.0, "text": "DBE"}]
+        run = tmp_path / "r740-01" / "ncf-ttt-tiny-4gpu-s1"
+        run.mkdir(parents=True)
+        (run / "health.json").write_text(json.dumps(after))
+        echoed = []
+        got = gate.after_run(host, run.name, run, [0, 1, 2, 3], memory, echoed.append)
+        assert got == {1: "XID events: XID 48 (double-bit ECC error) x1 since the last health check",
+                       3: "GPU count: GPU 3 lost: NVML no longer lists it"}
+        assert echoed[0].startswith("health r740-01 after ncf-ttt-tiny-4gpu-s1: GPU 1: XID events: XID 48")
+        entries = {e.gpu_index: e for e in q.active(memory.db)}
+        assert sorted(entries) == [1, 3]
+        assert entries[1].reason.startswith("health check after the failed run ncf-ttt-tiny-4gpu-s1: XID events")
+        assert entries[3].action.startswith("reseat: ")
+        pr = pl.PlannedRun(host.name, "ncf", 2, 2, gpu_ids=[2, 3])
+        assert gate.held_reason(pr, {host.name: got}) == (
+            "not run: GPU 3 quarantined during this sweep (GPU count: GPU 3 lost: NVML no longer lists it)")
+        assert gate.held_reason(pl.PlannedRun(host.name, "ncf", 1, 1, gpu_ids=[2]), {host.name: got}) is None
+        # a run without the file (it succeeded, or never finished): nothing
+        assert gate.after_run(host, "x", tmp_path, [0], memory, echoed.append) == {}
+    finally:
+        memory.close()
