@@ -31,7 +31,7 @@ from lab.history.sources import CheckRecord, GpuRef, ValidationRecord, read_sour
 from lab.history.store import _aware, add_sources, add_validation, now
 
 WHO = "gpulab sweep"
-LEVEL = "health"
+LEVEL = quarantine.HEALTH_LEVEL
 MARK = "kernel log mark"
 
 

@@ -13,6 +13,7 @@ plans around what fails, for this sweep only.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -126,6 +127,8 @@ def after_run(host: Host, run_id: str, run_dir: Path, used, memory, echo) -> dic
         return {}
     verdict = _judge(host, doc, memory, echo, used=used)
     echo(f"health {host.name} after {run_id}: {verdict.line()}")
+    # the run's own GPUs (and the host): another GPU's known fault is no news of this run
+    verdict = dataclasses.replace(verdict, failures=[f for f in verdict.failures if f.gpu is None or f.gpu in used])
     _record(host, verdict, doc, memory, echo, after_run=run_id)
     return {f.gpu: f.reason for f in verdict.failures if f.gpu is not None}
 

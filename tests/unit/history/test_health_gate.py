@@ -140,3 +140,18 @@ def test_a_failed_runs_epilogue_quarantines_a_lost_gpu_and_an_xid_since_the_gate
         assert gate.after_run(host, "x", tmp_path, [0], memory, echoed.append) == {}
     finally:
         memory.close()
+
+
+def test_a_passing_health_check_is_no_validate_for_a_release(tmp_path):
+    memory = sweeps.open_for(f"sqlite:///{tmp_path / 'h.sqlite'}", "s1")
+    try:
+        q.add(memory.db, q.Target("r740-01", 2), reason="fan", who="me")
+        d = doc()
+        memory.record_health("r740-01", judge.judge(d, expect_gpus=True), d)   # GPU 2 passes the gate
+        import pytest
+        from lab.core.errors import CheckFailed
+
+        with pytest.raises(CheckFailed, match="no validate of r740-01 GPU 2 since it was quarantined"):
+            q.release(memory.db, q.Target("r740-01", 2), who="me")
+    finally:
+        memory.close()
