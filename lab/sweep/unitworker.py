@@ -388,7 +388,10 @@ class UnitWorker:
             self._end(run, "failed", f"timed out: {why} (the runner stopped it)", outcome)
         else:
             self._end(run, "failed", f"run {outcome or 'ended without status'}: {why}", outcome)
-        self._remember(run)
+        try:
+            self._remember(run)
+        except Exception as exc:  # noqa: BLE001 - the run is recorded in sweep.json already; never lose the unit
+            self.progress.print(f"  [{self.unit}] history: not recorded: {type(exc).__name__}: {exc}")
 
     def _remember(self, run: PlannedRun) -> None:
         """The run into the history as soon as it is collected; after a failure, its health epilogue
