@@ -10,9 +10,10 @@ database is rebuilt from them with ``import_paths`` (idempotent).
 Modules: db (URL, engine, migrations, failures as one line), models (tables),
 sources (run directories through lab.results, validate.json files -> records),
 store (records -> rows, idempotent, safe with two writers), query (the history
-table), quarantine (list, add, release; what a sweep plans around).
+table), quarantine (list, add, release; what a sweep plans around), tasks (the
+command line).
 
-Entry points: ``import_paths`` (invoke history.import), ``record`` (after a
+Entry points: ``tasks`` (the invoke history and quarantine tasks), ``import_paths`` (invoke history.import), ``record`` (after a
 sweep or a validate), ``query.history_rows`` (invoke history),
 ``quarantine.add/release/active/for_sweep`` (invoke quarantine, invoke sweep).
 May import: lab.core, lab.results, runner.rundir.
@@ -22,13 +23,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import importlib
+
 from lab.core.errors import ConfigError
-from lab.history.db import Database, open_db, resolve_url, sqlite_folder
-from lab.history.sources import read_sources
-from lab.history.store import Added, add_sources
 
 __all__ = ["Added", "Database", "import_paths", "open_db", "quarantined", "record", "resolve_url",
            "sqlite_folder"]
+
+# The database modules (SQLAlchemy, Alembic: about half a second) load when first used, not when `invoke`
+# starts and reads tasks.py (lab.history.tasks).
+_LAZY = {"Database": "db", "open_db": "db", "resolve_url": "db", "sqlite_folder": "db",
+         "read_sources": "sources", "Added": "store", "add_sources": "store"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"lab.history.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'lab.history' has no attribute {name!r}")
 
 
 def import_paths(paths, url: str, make_folder: bool = False) -> tuple[Added, list[str]]:
@@ -38,6 +49,10 @@ def import_paths(paths, url: str, make_folder: bool = False) -> tuple[Added, lis
     ``make_folder``, before a SQLite file's folder is made); returns what was
     added and one line per thing skipped.
     """
+    from lab.history.db import open_db, sqlite_folder
+    from lab.history.sources import read_sources
+    from lab.history.store import add_sources
+
     src = read_sources([Path(p) for p in paths])
     if make_folder:
         sqlite_folder(url)
@@ -71,6 +86,7 @@ def quarantined(url: str, hosts) -> dict[str, dict]:
     from sqlalchemy.engine import make_url
 
     from lab.history import quarantine
+    from lab.history.db import open_db
 
     try:
         parsed = make_url(url)

@@ -14,7 +14,7 @@ import threading
 import time
 
 from lab.results import checksums
-from lab.sweep import compiled, hostlock
+from lab.sweep import compiled, hostlock, pilot
 from lab.core import paths
 from lab.core import writes
 from lab.sweep import preflight
@@ -85,26 +85,33 @@ class UnitWorker:
     """Runs one unit's share of a sweep (a host, or the hosts of a multi-node run), one run after another."""
 
     def __init__(self, sweep: Sweep, nodes: list[Node], runs: list[PlannedRun], settings: Settings,
-                 progress, stop: threading.Event):
+                 progress, stop: threading.Event, pilots: pilot.Pilots | None = None):
         self.sweep, self.nodes, self.runs, self.settings = sweep, nodes, runs, settings
         self.progress, self.stop = progress, stop
         self.unit = "+".join(n.host.name for n in nodes)
         self.done = False
+        self.seat = pilot.Seat(pilots, self.unit, nodes[0].host, sweep.root, lambda: self._share_compiled("pull"),
+                               progress.status) if pilots is not None else None   # None: plan order
 
     def __call__(self) -> None:
         try:
             todo = [r for r in self.runs if r.state != "complete"]
-            for i, run in enumerate(todo, 1):
+            left = list(todo)
+            for i in range(1, len(todo) + 1):
                 if self.stop.is_set():
                     break
+                run, role = self.seat.next(left, self.stop) if self.seat else (left[0], "")
+                if run is None:
+                    break
+                left.remove(run)
                 self.progress.run_started(self.unit, i, len(todo), run.run_id,
-                                          " (resumed: what the host did comes first)" if run.token else "")
+                                          " (resumed: what the host did comes first)" if run.token else pilot.NOTE[role])
                 try:
                     self._one(run)
                 except HostLost as exc:
                     self._stop_all(run)
                     self._end(run, "failed", exc.message)
-                    for rest in todo[i:]:
+                    for rest in left:
                         rest.state, rest.reason = "failed", f"not run: {exc.host} lost ({exc.message})"
                     self.sweep.save()
                     self.progress.unit_done(self.unit, f"lost: {exc.host}")
@@ -112,6 +119,8 @@ class UnitWorker:
                 except GpulabError as exc:
                     self._end(run, "failed", exc.message)
                 finally:
+                    if self.seat:
+                        self.seat.ended(run)
                     for node in self.nodes:
                         try:
                             node.call(lambda r: node.lock.release())
@@ -120,6 +129,8 @@ class UnitWorker:
                 self.progress.run_ended(self.unit, run)
             self.progress.unit_done(self.unit, "interrupted" if self.stop.is_set() else "done")
         except Exception as exc:  # never lose the state to a bug in one thread
+            if self.seat:
+                self.seat.ended(None)
             for run in self.runs:
                 if run.state == "running":
                     run.state, run.reason = "failed", f"controller error: {type(exc).__name__}: {exc}"
@@ -244,6 +255,7 @@ class UnitWorker:
         ended = "done"
         pending = list(self.nodes)
         states: dict[str, str] = {}
+        next_check = t0 + pilot.CHECK_S
         while pending:
             for node in list(pending):
                 st = self._poll(run, node)
@@ -262,6 +274,9 @@ class UnitWorker:
                 ended = "killed" if self._stop_all(run) else "timeout"
                 break
             self.progress.status(self.unit, f"running {run.run_id}")
+            if self.seat and self.seat.piloting is not None and time.monotonic() >= next_check:
+                self.seat.check()   # the pilot's artifacts, once written, release the group's other hosts
+                next_check = time.monotonic() + pilot.CHECK_S
             time.sleep(s.poll_s)
         if ended == "done":  # finished: let each runner exit (it may still be shutting down) before the next run
             for node in self.nodes:

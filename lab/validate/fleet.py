@@ -37,12 +37,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
-import json
 import statistics
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from lab.core import paths
+from lab.core import limits, paths, plaindata
 from lab.core import schema
 from lab.core import writes
 from lab.core.errors import CheckFailed, ConfigError, GpulabError, HostError, RunError
@@ -59,7 +58,7 @@ from lab.validate.verdict import (FAIL, GPU_METRICS, HOST_METRICS, NO_GPU, PASS,
                          write_outputs)
 
 __all__ = ["FAIL", "GPU_METRICS", "HOST_METRICS", "LEVEL_TIMEOUT_S", "NO_GPU", "PASS", "REFERENCES", "UNITS", "WARN",
-           "Verdicts", "build_references", "burnin_argv", "check", "dump_references", "evaluate", "gather_one",
+           "Verdicts", "build_references", "burnin_argv", "check", "dump_references", "evaluate", "gather_one", "read_burnin",
            "installed_version", "judge_metric", "load_references", "model_key", "model_label", "ref_range",
            "render_html", "split_snapshot", "stacks_for", "summary_text", "validate_fleet", "worst", "write_outputs"]
 
@@ -293,6 +292,22 @@ def burnin_argv(level: str, remote_dir: str) -> list[str]:
     return ["burnin", "--level", level, "--out", remote_dir, "--json"]
 
 
+def read_burnin(stdout: str, host: str, code: int | None = None) -> dict:
+    """The burn-in document, the last line the runner printed: bounded (lab.core.plaindata, finite numbers
+    only) and a JSON object; RunError naming the host otherwise."""
+    lines = stdout.strip().splitlines()
+    try:
+        if not lines:
+            raise ValueError("nothing printed")
+        doc = plaindata.loads(lines[-1], finite=True, limit=limits.JSON_BYTES)
+        if not isinstance(doc, dict):
+            raise ValueError(f"a JSON {type(doc).__name__}, not an object")
+    except ValueError as exc:
+        raise RunError(f"{host}: runner burnin printed no usable JSON document ({str(exc)[:120]}; "
+                       f"exit {code})") from None
+    return doc
+
+
 def gather_one(host, level: str, stamp: str, local_dir: Path | None = None, *, connect: Callable | None = None,
                dcgm_level: int = 0) -> dict:
     """Run the burn-in on one host, then DCGM's diagnostic at ``dcgm_level`` (0: none) and read Fabric
@@ -307,10 +322,7 @@ def gather_one(host, level: str, stamp: str, local_dir: Path | None = None, *, c
         if res.code not in (0, 1):
             last = (res.stderr.strip() or res.stdout.strip() or f"exit {res.code}").splitlines()[-1]
             raise RunError(f"{host.name}: runner burnin exited {res.code}: {last}")
-        try:
-            doc = json.loads(res.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            raise RunError(f"{host.name}: runner burnin printed no JSON document (exit {res.code})") from None
+        doc = read_burnin(res.stdout, host.name, res.code)
         if local_dir is not None:
             for name in ("burnin.json", "telemetry.csv"):
                 try:
