@@ -278,6 +278,7 @@ def test_audit_passes_clean_hosts_and_finds_a_hand_installed_cudnn(plab):
     installed = doc["hosts"]["pv-01"]["installed"]       # DCGM and Fabric Manager read back from the host
     assert (installed["dcgm"], installed["fabricmanager"], installed["fabricmanager_service"]) == (
         "4.5.2", "580.159.04", "inactive")
+    assert (installed["nccl-tests"], installed["nvbandwidth"]) == ("2.19.6", "0.8")  # from the version markers
 
 
 def test_unknown_and_changed_host_keys_are_refused(plab, tmp_path):
@@ -359,27 +360,30 @@ def test_burnin_finds_the_built_tools(plab, tmp_path):
 
 
 def test_tool_sources_without_a_matching_sum_are_refused(plab, tmp_path):
-    """A wrong SHA256 (bwtools_sha256) and no SHA256 at all (no profile sum, no mirror) each fail pv-01
-    in the bwtools role with one line naming the tool, and leave the built tools as they were. (The
-    profile's role and bwtools alone, as provision.yml runs them: the whole playbook costs a minute.)"""
+    """A wrong SHA256 (bwtools_sha256, pv-01) and no SHA256 at all (no profile sum, no mirror: pv-02) each
+    fail the host in the bwtools role with one line naming the tool, and leave the built tools as they
+    were. (The profile's role and bwtools alone, as provision.yml runs them, on both hosts at once.)"""
     from lab.hosts.ansible import run_playbook
 
     playbook = tmp_path / "bwtools.yml"
     playbook.write_text(yaml.safe_dump([{"name": "Build the tools", "hosts": "all", "gather_facts": True,
                                          "gather_subset": ["min"], "roles": ["stack_profile", "bwtools"]}]))
-    before = plab.exec("pv-01", "sha256sum /opt/gpulab/tools/bin/* /opt/gpulab/tools/*.json").stdout
+    inv = yaml.safe_load(plab.inventory.read_text())
+    _find_host(inv, "pv-01")["bwtools_sha256"] = {"nccl-tests": "0" * 64}
+    _find_host(inv, "pv-02")["bwtools_mirror"] = ""
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inv))
+    tools = "sha256sum /opt/gpulab/tools/bin/* /opt/gpulab/tools/*.json"
+    before = {n: plab.exec(n, tools).stdout for n in plab.names}
+    res = run_playbook(playbook, tmp_path / "inventory.yml", extravars={"stack_profile_dir": str(plab.stacks)},
+                       artifacts_root=tmp_path / "artifacts", quiet=True, envvars=plab.ansible_env())
     url = "/NVIDIA/nccl-tests/archive/refs/tags/v2.19.6.tar.gz"
-    for extra, message in (
-            ({"bwtools_sha256": {"nccl-tests": "0" * 64}},
-             rf"nccl-tests 2\.19\.6: {re.escape(plab.http_url + url)}: The checksum for \S+ did not match 0{{64}}; "
-             rf"it was {plab.tool_sums['nccl-tests']}\.; not built$"),
-            ({"bwtools_mirror": ""},
-             rf"nccl-tests 2\.19\.6: no SHA256 for {re.escape('https://github.com' + url)} \(the stack profile has none, "
-             r"bwtools_sha256 names none, and no gpulab_mirror serves <tarball>\.sha256\): refusing to build unverified "
-             r"sources$")):
-        res = run_playbook(playbook, plab.inventory, ["pv-01"], extravars={"stack_profile_dir": str(plab.stacks), **extra},
-                           artifacts_root=tmp_path / "artifacts", quiet=True, envvars=plab.ansible_env())
-        host = res.hosts["pv-01"]
+    for name, message in (
+            ("pv-01", rf"nccl-tests 2\.19\.6: {re.escape(plab.http_url + url)}: The checksum for \S+ did not match "
+                      rf"0{{64}}; it was {plab.tool_sums['nccl-tests']}\.; not built$"),
+            ("pv-02", rf"nccl-tests 2\.19\.6: no SHA256 for {re.escape('https://github.com' + url)} \(the stack profile "
+                      r"has none, bwtools_sha256 names none, and no gpulab_mirror serves <tarball>\.sha256\): refusing "
+                      r"to build unverified sources$")):
+        host = res.hosts[name]
         assert host.state == "failed" and len(host.failures) == 1, host.failures
         assert re.search(message, host.reason), host.reason
-    assert plab.exec("pv-01", "sha256sum /opt/gpulab/tools/bin/* /opt/gpulab/tools/*.json").stdout == before
+    assert {n: plab.exec(n, tools).stdout for n in plab.names} == before
