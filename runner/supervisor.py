@@ -146,7 +146,7 @@ def main(args) -> int:
             "seed": seed, "data": str(Path(args.data).resolve()) if args.data else None,
             "precision": args.precision, "framework": args.framework, "gpus": p["gpus"],
             "run_dir": str(out.resolve()), "result_path": str(tmp / "result.json"),
-            "t_launch": t_launch, "compile": (not args.no_compile) and bool(p["gpus"]),
+            "t_launch": t_launch, "compile": (not args.no_compile) and (bool(p["gpus"]) or args.compile),
             "measure_s": args.measure_seconds, "max_epochs": args.max_epochs, "warmup_steps": args.warmup_steps,
             "drop_caches": args.scale == "full" and args.mode == "ttt",
             "cache_dir": str(p["cache_dir"]) if p["cache_dir"] is not None else None,
