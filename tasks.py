@@ -142,7 +142,7 @@ def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=
             raise ConfigError(f"sweep {name}: every selected host is quarantined: {'; '.join(notes)}")
         lines, refused = study.dry_run(left, sw.plan(left, topologies=topologies, **args), name,
                                        results_dir=setting(c, "results"), catalogue=catalogue,
-                                       pilot_wait_s=settings.pilot_wait_s)
+                                       settings=settings)
         print("\n".join([lines[0], *(f"quarantine: {n}" for n in notes), *lines[1:]]))
         if refused:
             raise ConfigError(refused)
@@ -228,24 +228,37 @@ def report(c, path, format=None, compare=None, out=None, round=None):
 @task(help={**SELECT_HELP, "level": "quick, standard or burn-in", "baseline": "build references from these hosts",
             "json": "print verdicts as JSON", "out": "folder for verdicts and the HTML page",
             "references": "GPU references YAML (default: gpulab.references)",
-            "dcgm_level": "run level of DCGM's dcgmi diag, 1-4, 0 for none (default: gpulab.validate.dcgm_levels)"})
+            "dcgm_level": "run level of DCGM's dcgmi diag, 1-4, 0 for none (default: gpulab.validate.dcgm_levels)",
+            "from_history": "with --baseline: from the history database's known-good GPUs instead of these hosts"})
 @task_errors
 def validate(c, device=None, host=None, limit=None, level="quick", baseline=False, json=False, out=None,
-             references=None, inventory=None, dcgm_level=None):
+             references=None, inventory=None, dcgm_level=None, from_history=False):
     """Check each host's GPUs for health and performance against references; exit 1 if any host fails."""
     from lab import history
-    from lab.validate import fleet as val
+    from lab.core.errors import ConfigError
+    from lab.validate import fleet as val, gpurefs
 
+    url = history.resolve_url(setting(c, "history_url"), setting(c, "results"))
+    out_dir = Path(out) if out else Path(setting(c, "results")) / "validate"
+    refs = setting(c, "references", references)
+    if from_history:
+        if not baseline:
+            raise ConfigError("validate: --from-history goes with --baseline")
+        stats = history.known_good(url, gpurefs.history_sources())
+        path = gpurefs.baseline_from_history(stats, refs, out_dir, history.shown(url))
+        print(f"wrote {path} (from the history: {sum(len(m) for m in stats.values())} figure(s) of "
+              f"{len(stats)} model(s); review it, then copy it over {refs})")
+        return
     hosts = _select(c, inventory, host, device, limit)
     result = val.validate_fleet(hosts, level=level, baseline=baseline, as_json=json,
-                                out_dir=Path(out) if out else Path(setting(c, "results")) / "validate",
-                                references=setting(c, "references", references),
+                                out_dir=out_dir, references=refs,
                                 inventory=setting(c, "inventory", inventory), stacks_dir=setting(c, "stacks"),
-                                dcgm_level=dcgm_level, dcgm_levels=setting(c, "validate.dcgm_levels"))
+                                dcgm_level=dcgm_level, dcgm_levels=setting(c, "validate.dcgm_levels"),
+                                past=None if baseline else history.past_reader(url))
     written = [f for f in result.files if Path(f).name == "validate.json"]
-    if written and not baseline:   # into the history (a database that fails: one line, the file stays)
-        url = history.resolve_url(setting(c, "history_url"), setting(c, "results"))
-        print(history.record(written, url), file=sys.stderr if json else sys.stdout)
+    if written and not baseline:   # into the history, then failures quarantined (a database that fails: one line)
+        lines = history.after_validate(written, result.data, url, bool(setting(c, "validate.quarantine")))
+        print("\n".join(lines), file=sys.stderr if json else sys.stdout)
     if not result.ok:
         raise Exit(code=1)
 

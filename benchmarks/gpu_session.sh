@@ -13,6 +13,9 @@
 #                   side in one call, no runner runs (560 s)                                 issues 32, 33
 #   ttfs            `python -m runner run resnet50 --mode throughput --scale full` twice with one cache
 #                   folder: time to the first step cold, then warm (560 s)                    issue 33
+#   ttfs-shipped    the same cold run (the pilot of a sweep), then a run whose cache folder holds only the
+#                   pilot's artifacts file, as a second host gets it (runner README "Compiled kernels"):
+#                   its time to the first step and its "compile caches" line (550 s)         issue 33
 #   validate        `invoke validate --level standard --inventory inventory/local.yml` with its JSON and HTML (300 s)
 #                                                                                             issue 29
 #   nvbandwidth     builds nvbandwidth from the source carried in .src/nvbandwidth (cmake; Boost from .src/boost-debs where the machine has none) and runs
@@ -105,6 +108,18 @@ part() {
             --cache-dir "$cache" --measure-seconds 5 --out "$WORK/ttfs-cold"
         run ttfs-warm 250 "$PY" -m runner run resnet50 --mode throughput --scale full --gpus 1 --seed 2 \
             --cache-dir "$cache" --measure-seconds 5 --out "$WORK/ttfs-warm" ;;
+    ttfs-shipped)
+        check_files runner/__main__.py runner/compilecache.py
+        local pilot=$WORK/shipped-pilot-cache second=$WORK/shipped-second-cache
+        run shipped-pilot 300 "$PY" -m runner run resnet50 --mode throughput --scale full --gpus 1 --seed 1 \
+            --cache-dir "$pilot" --measure-seconds 5 --out "$WORK/shipped-pilot"
+        if [ "$DRY" = 0 ]; then   # the second host: an empty cache folder but for the pilot's artifacts
+            mkdir -p "$second/artifacts"
+            cp "$pilot"/artifacts/*.bin "$second/artifacts/" 2> /dev/null || say "shipped: the pilot left no artifacts"
+        fi
+        run shipped-second 250 "$PY" -m runner run resnet50 --mode throughput --scale full --gpus 1 --seed 2 \
+            --cache-dir "$second" --measure-seconds 5 --out "$WORK/shipped-second"
+        [ "$DRY" = 1 ] || say "shipped-second: $(grep -h 'compile caches' "$WORK/shipped-second/stdout.log" 2> /dev/null)" ;;
     validate)
         check_files inventory/local.yml tasks.py
         run validate 300 "$PY" -m invoke validate --level standard --inventory inventory/local.yml --json \
@@ -135,12 +150,12 @@ part() {
 }
 
 for p in "$@"; do   # check every name before anything runs
-    case $p in gpu-tests|maxpool|gpu-tests-long|throughput|ttfs|validate|nvbandwidth) ;;
+    case $p in gpu-tests|maxpool|gpu-tests-long|throughput|ttfs|ttfs-shipped|validate|nvbandwidth) ;;
     *) echo "gpu_session: no part named $p (see the head of $0)" >&2; exit 2 ;; esac
 done
 [ "$DRY" = 1 ] || : > "$SUMMARY"
 setup
 for p in "$@"; do part "$p"; done
 [ "$DRY" = 1 ] && exit 0
-tar -C "$WORK" -czf "$OUT/session.tar.gz" --exclude=ttfs-cache --exclude=nvb-build --exclude=boost --exclude=gpucache . \
+tar -C "$WORK" -czf "$OUT/session.tar.gz" --exclude=ttfs-cache --exclude=shipped-pilot-cache --exclude=shipped-second-cache --exclude=nvb-build --exclude=boost --exclude=gpucache . \
     && say "archive: $OUT/session.tar.gz ($(du -h "$OUT/session.tar.gz" | cut -f1))"

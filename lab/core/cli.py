@@ -9,8 +9,10 @@ parsed and before the environment is read: from then on a parse error is
 ``gpulab: <what>`` and exit 2, a bad variable is one line naming it and
 exit 2, and so is a config file whose ``gpulab:`` section does not fit the
 schema (checked layer by layer before each of Invoke's merges) or that Invoke
-cannot read, as every other bad input. A user's ~/.invoke.yaml is read before
-tasks.py loads: a file that is not YAML at all keeps Invoke's own handling. Core options Invoke parses before it loads
+cannot read, as every other bad input. A user's ~/.invoke.yaml and
+/etc/invoke.yaml are read before tasks.py loads: lab.core.invokeguard (a
+``.pth`` line `.ci/setup` installs) makes one that is not YAML or not a
+mapping one line and exit 2. Core options Invoke parses before it loads
 tasks.py (``invoke -f`` without its file) keep Invoke's own handling.
 """
 

@@ -1,5 +1,5 @@
-"""The lab's memory on the command line: `invoke history`, `history.import`, `quarantine`, `quarantine.add`,
-`quarantine.release`.
+"""The lab's memory on the command line: `invoke history`, `history.import`, `history.page`, `quarantine`,
+`quarantine.add`, `quarantine.release`.
 
 Sub-collections of tasks.py's namespace, so that each action has its own options
 and --help (Invoke cannot parse "history import" with a space). Thin as every
@@ -83,6 +83,21 @@ def history_show(c, host=None, gpu=None, metric=None, since=None, until=None, li
     print("\n".join(query.table(rows)))
 
 
+@task(name="page", help={"out": "the HTML file to write (e.g. results/history.html)", "host": "only this host",
+                         "gpu": "a GPU UUID, or a GPU index of --host", "metric": "check name (a part of it)",
+                         "since": "from this time (2026-12-01 or ISO 8601)", "until": "up to this time",
+                         "url": URL_HELP})
+@task_errors
+def history_page(c, out, host=None, gpu=None, metric=None, since=None, until=None, url=None):
+    """An HTML page of the history: one trend plot per GPU and metric (verdict colours, the GPU's median)."""
+    from lab.history import page
+
+    with database(c, url) as db:
+        path, drawn, found = page.write_page(db, out, host=host, gpu=gpu, metric=metric, since=since, until=until)
+    print(f"wrote {path} ({drawn} plot(s)" + (f" of {found}: narrow it with --host, --gpu, --metric" if found > drawn
+                                               else "") + ")")
+
+
 @task(name="list", default=True, help={"url": URL_HELP})
 @task_errors
 def quarantine_list(c, url=None):
@@ -123,5 +138,5 @@ def quarantine_release(c, target, force=False, note=None, who=None, url=None):
 
 def collections() -> list[Collection]:
     """The sub-collections tasks.py adds to its namespace."""
-    return [Collection("history", history_import, history_show),
+    return [Collection("history", history_import, history_show, history_page),
             Collection("quarantine", quarantine_list, quarantine_add, quarantine_release)]

@@ -78,7 +78,7 @@ def matches(name: str, key) -> bool:
     parts = name.split(".")
     if len(parts) < 6 or parts[:3] != [key.workload, key.scale, key.mode]:
         return False
-    return key.gpus < 0 or parts[4] == f"x{key.gpus * key.nodes}"
+    return key.gpus < 0 or parts[4] == f"x{max(1, key.gpus) * key.nodes}"   # a CPU run is one process a node
 
 
 def held(sweep_root: Path, key) -> bool:

@@ -194,7 +194,7 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
                       if not any(n in errors for n in u) and any(r.state != "complete" for r in rs)}
         progress = (progress_factory or prog.Progress)(
             {"+".join(u): sum(1 for r in rs if r.state != "complete") for u, rs in todo_units.items()})
-        pilots = pilot.for_sweep(root, sweep.runs, by_name, settings.pilot_wait_s)   # compile once, then fan out
+        pilots = pilot.for_sweep(root, sweep.runs, by_name, settings)   # compile once, then fan out
         during: dict[str, dict[int, str]] = {}   # GPUs quarantined by a failed run's epilogue (lab.sweep.gate)
         for u, rs in todo_units.items():
             nodes_ = [Node(by_name[n], prepared[n][0], prepared[n][1], settings, name) for n in u]

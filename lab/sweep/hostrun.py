@@ -38,6 +38,7 @@ class Settings:
     fetch_retries: int = 2         # fetches again when a copy does not verify
     pilot_wait_s: float = 900.0    # compile once, then fan out (lab.sweep.pilot): how long the other hosts of a
                                    # compile group wait for its pilot's artifacts; 0: every host compiles itself
+    compile_cpu: int = 0           # 1: CPU runs compile too (runner --compile) and have pilots like GPU runs
     health_valid_hours: float = 24.0   # a passing health check this recent (history database) skips the gate
 
 

@@ -38,14 +38,15 @@ class Key:
     nodes: int = 1
 
     def label(self) -> str:
-        g = "all GPUs" if self.gpus < 0 else f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}"
+        g = {-1: "all GPUs", 0: "CPU"}.get(self.gpus, f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}")
         n = f" x {self.nodes} nodes" if self.nodes > 1 else ""
         return f"{self.workload} {self.scale} {self.mode} {g}{n} on {self.gpu_model} ({self.stack})"
 
 
-def key_of(run, host) -> Key | None:
-    """The compile group of a planned run on ``host`` (its node 0); None for a run that compiles nothing."""
-    if run.gpus == 0:
+def key_of(run, host, cpu: bool = False) -> Key | None:
+    """The compile group of a planned run on ``host`` (its node 0); None for a run that compiles nothing
+    (a CPU run, unless ``cpu``: gpulab.sweep.compile_cpu)."""
+    if run.gpus == 0 and not cpu:
         return None
     return Key(str(host.stack), str(host.gpu_model), run.workload, run.scale, run.mode, int(run.gpus),
                max(1, len(run.nodes)))
@@ -140,14 +141,15 @@ def ended(groups: dict, unit: str, key, why: str) -> None:
 class Pilots:
     """The compile groups of one sweep, shared by its unit threads."""
 
-    def __init__(self, wait_s: float, ready=(), clock=time.monotonic):
-        self.wait_s, self.clock = float(wait_s), clock
+    def __init__(self, wait_s: float, ready=(), clock=time.monotonic, cpu: bool = False):
+        self.wait_s, self.clock, self.cpu = float(wait_s), clock, bool(cpu)
         self.groups: dict = {k: Group(state="ready") for k in ready}
         self.cv = threading.Condition()
 
     def next(self, unit: str, keys: list, stop: threading.Event, waiting=None) -> Pick | None:
         """Block until ``unit`` may start one of its pending runs; None when ``stop`` is set.
         ``waiting(pick)`` is told each time the unit has to wait (progress lines)."""
+        told = None
         with self.cv:
             while not stop.is_set():
                 now = self.clock()
@@ -157,8 +159,9 @@ class Pilots:
                     return p
                 if p.wake is None:
                     return None
-                if waiting is not None:
+                if waiting is not None and p.waiting_on != told:
                     waiting(p)
+                    told = p.waiting_on
                 self.cv.wait(timeout=max(0.05, min(1.0, p.wake - now)))
             return None
 
@@ -197,7 +200,7 @@ class Seat:
         """(the run to start next, its role); (None, "") when stopped or nothing is left."""
         if not left:
             return None, ""
-        keys = [None if r.token else key_of(r, self.host) for r in left]   # a run to adopt compiles nothing here
+        keys = [None if r.token else key_of(r, self.host, self.pilots.cpu) for r in left]   # a run to adopt compiles nothing here
 
         def waiting(p: Pick) -> None:
             on = "; ".join(f"{k.label()} from {u}" for k, u in p.waiting_on)
@@ -230,10 +233,12 @@ class Seat:
             self.pilots.ended(self.unit, key, f"the pilot's run left no artifacts ({why})")
 
 
-def for_sweep(sweep_root: Path, runs: list, hosts: dict, wait_s: float) -> Pilots:
-    """The sweep's groups; those whose artifacts its store holds already (a resumed sweep) start ready."""
-    keys = {key_of(r, hosts[r.hosts[0]]) for r in runs if r.hosts[0] in hosts} - {None}
-    return Pilots(wait_s, ready=[k for k in keys if compiled.held(sweep_root, k)])
+def for_sweep(sweep_root: Path, runs: list, hosts: dict, settings) -> Pilots:
+    """The sweep's groups (``settings``: lab.sweep.hostrun.Settings); those whose artifacts its store
+    holds already (a resumed sweep) start ready."""
+    cpu = bool(settings.compile_cpu)
+    keys = {key_of(r, hosts[r.hosts[0]], cpu) for r in runs if r.hosts[0] in hosts} - {None}
+    return Pilots(settings.pilot_wait_s, ready=[k for k in keys if compiled.held(sweep_root, k)], cpu=cpu)
 
 
 # --------------------------------------------------------------------------- replay (the plan, tests)
@@ -289,14 +294,14 @@ def simulate(units: dict, wait_s: float, duration=None, fails=frozenset(), ready
     raise RuntimeError("simulate: the units did not finish")   # pick's rule never leaves a unit stuck
 
 
-def describe(runs: list, hosts: dict, wait_s: float) -> list[str]:
+def describe(runs: list, hosts: dict, wait_s: float, cpu: bool = False) -> list[str]:
     """The plan's compile groups and their pilots, for ``invoke sweep --dry-run`` (equal run times)."""
     if wait_s <= 0:
         return ["compile once, then fan out: off (gpulab.sweep.pilot_wait_s 0): every host compiles for itself"]
     units: dict = {}
     for r in runs:
         if r.state != "complete" and r.hosts[0] in hosts:
-            units.setdefault("+".join(r.hosts), []).append(key_of(r, hosts[r.hosts[0]]))
+            units.setdefault("+".join(r.hosts), []).append(key_of(r, hosts[r.hosts[0]], cpu))
     shared = {}
     for u, ks in units.items():
         for k in set(ks) - {None}:

@@ -186,6 +186,8 @@ class UnitWorker:
                     str(run.gpus) if run.gpus > 0 else ("all" if run.gpus < 0 else "0")),
                 "--max-minutes", f"{self._limit_s(run) / 60:.4f}",
                 "--cache-dir", f"{node.layout.workdir}/cache"]
+        if run.gpus == 0 and self.settings.compile_cpu:
+            args.append("--compile")
         if preflight.needs_data(run):   # trains on the prepared dataset (`invoke datasets`)
             args += ["--data", preflight.data_root(node.layout.workdir)]
         if len(self.nodes) > 1:

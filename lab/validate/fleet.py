@@ -47,7 +47,7 @@ from lab.core import writes
 from lab.core.errors import CheckFailed, ConfigError, GpulabError, HostError, RunError
 from lab.validate.gpuchecks import (_burnin_failures, _fleet_checks, _gpu_checks, _host_metric_checks, _xid_checks,
                            fleet_medians, split_snapshot)
-from lab.validate import dcgm, vendor
+from lab.validate import dcgm, trends as trend, vendor
 from lab.validate.actions import attach_actions, load_actions
 from lab.validate.hostchecks import _count_checks, _stack_checks, installed_version
 from lab.validate.linkchecks import guarded, link_window
@@ -98,12 +98,14 @@ def _host_record(name: str, host, checks: list[dict], gpus: dict) -> dict:
 
 def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], references: dict,
              stacks: dict | None = None, *, level: str | None = None, actions: dict | None = None,
-             tools: dict | None = None) -> Verdicts:
+             tools: dict | None = None, past: dict | None = None, trends: dict | None = None) -> Verdicts:
     """Verdicts for every host of ``inventory_hosts`` (and any extra host in ``snapshots``);
     each WARN and FAIL with its action from ``actions`` (default: lab/data/actions.yml).
 
     ``tools``: per host or stack name, what its profile expects of DCGM and Fabric Manager
     (``Stack.tools()``); their records join every snapshot that carries what ``vendor.gather`` found.
+    ``past``: each GPU's own past from the history (lab.validate.trends; None: no trend checks), judged by
+    ``trends`` (default: lab/data/trends.yml).
     """
     hosts = {(_host_field(h, "name")): h for h in inventory_hosts}
     names = list(hosts) + [n for n in snapshots if n not in hosts]
@@ -171,6 +173,8 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
                     gc += _burnin_failures(burnin, idx)
                 gc += _fleet_checks(model, bg, medians, references)
                 gc += guarded("nvbandwidth", gpu_tool_checks, burnin, idx, references["models"].get(model) if model else None)
+                if past is not None:
+                    gc += guarded("trends", trend.gpu_trends, g, bg, past, trends or trend.load_trends())
                 gpus[str(idx)] = {"index": idx, "name": g.get("name"), "uuid": g.get("uuid"), "serial": g.get("serial"),
                                   "pci_bus_id": g.get("pci_bus_id"), "model": model,
                                   "verdict": worst(c["verdict"] for c in gc), "checks": gc}
@@ -367,7 +371,7 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
                    inventory: Path | str | None = None, stacks: dict | None = None,
                    echo: Callable[[str], None] = print, gather: Callable | None = None,
                    stacks_dir: Path | str | None = None, dcgm_level: Any = None,
-                   dcgm_levels: dict | None = None) -> Verdicts:
+                   dcgm_levels: dict | None = None, past: Callable[..., dict] | None = None) -> Verdicts:
     """Gather every host's burn-in document, judge them, write validate.json/.html.
 
     DCGM's diagnostic runs at ``dcgm_level`` (--dcgm-level; 0: not at all), else at the level
@@ -375,7 +379,8 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
 
     With ``baseline``, write ``references-baseline.yml`` (from these hosts)
     instead of verdicts. ``gather(host, level, stamp, local_dir)`` may replace
-    the SSH gathering (default ``gather_one``).
+    the SSH gathering (default ``gather_one``). ``past(uuids, sources, depth)`` gives the gathered GPUs' own
+    past as plain data (lab.validate.trends; the entry point reads it from the history database).
     """
     from lab.hosts import remote as rem
 
@@ -400,7 +405,10 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
         writes.write_text(path, dump_references(data), "--out")
         echo(f"wrote {path} (from {len(hosts)} host(s); review it, then copy it over {refs_path})")
         return Verdicts({"hosts": {}, "verdict": PASS}, files=[path])
-    verdicts = evaluate(snapshots, hosts, refs, stacks, level=level, tools=tools)
+    table = trend.load_trends() if past is not None else None
+    history = past(trend.uuids(snapshots, split_snapshot), trend.sources(table), trend.depth(table)) \
+        if past is not None else None
+    verdicts = evaluate(snapshots, hosts, refs, stacks, level=level, tools=tools, past=history, trends=table)
     verdicts.files = write_outputs(verdicts, out)
     echo(verdicts.to_json() if as_json else summary_text(verdicts))
     if not as_json:

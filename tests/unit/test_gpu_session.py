@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_session.sh"
-PARTS = ("gpu-tests", "maxpool", "gpu-tests-long", "throughput", "ttfs", "validate", "nvbandwidth")
+PARTS = ("gpu-tests", "maxpool", "gpu-tests-long", "throughput", "ttfs", "ttfs-shipped", "validate", "nvbandwidth")
 
 
 def dry_run(*parts: str, env_out: Path) -> subprocess.CompletedProcess:
@@ -52,7 +52,7 @@ def options(argv: list[str]) -> set[str]:
 def test_every_part_is_listed_and_nothing_is_written(tmp_path):
     found = commands(tmp_path)
     assert set(found) == {"gpu-tests", "maxpool", "gpu-tests-long", "throughput", "ttfs-cold", "ttfs-warm",
-                          "validate", "nvbandwidth-build", "nvbandwidth-run", "validate-burnin"}
+                          "shipped-pilot", "shipped-second", "validate", "nvbandwidth-build", "nvbandwidth-run", "validate-burnin"}
     assert not (tmp_path / "out").exists() and not (tmp_path / "out" / "work").exists()
 
 
@@ -66,7 +66,7 @@ def test_an_unknown_part_is_refused_before_anything_runs(tmp_path):
 def test_the_options_each_command_uses_exist(tmp_path):
     found = commands(tmp_path)
     python = [c[c.index("python3"):] for c in found.values() if "python3" in c]
-    assert len(python) == 8
+    assert len(python) == 10
     for argv in python:
         argv = argv[1:]
         if argv[:2] == ["-m", "pytest"]:

@@ -154,7 +154,7 @@ def test_each_layer_overrides_the_one_below_on_the_command_line(tmp_path):
     ("user", "gpulab: [1, 2]\n", "config gpulab: [1, 2] is not of type 'object'"),
     ("user", "gpulab: {demo: 3}\n", "config gpulab.demo: 3 is not of type 'object'"),
     ("runtime", "gpulab: {sweep: {poll_s: [1]}}\n", "config gpulab.sweep.poll_s: [1] is not valid here"),
-    ("runtime", "gpulab: {sweep: {poll_s: 1}\n", "gpulab: config: while parsing a flow mapping"),
+    ("runtime", "gpulab: {sweep: {poll_s: 1}\n", "while parsing a flow mapping"),
     ("runtime", "run: [1]\n", "gpulab: config: Can't cleanly merge"),
     ("user", "gpulab: {nodes: 0}\n", "--nodes: 0 is not a whole number from 1 to 64 hosts"),
     ("user", "gpulab: {seeds: 0, workloads: ncf}\n", "--seeds: 0 is not a positive number of seeds"),

@@ -168,3 +168,16 @@ def test_a_pilots_artifacts_release_the_hosts_waiting_for_them(tmp_path):
     assert got == [(rb, "warm")] and seats[a].piloting is None
     b._share_compiled("push")
     assert (tmp_path / "b" / "cache" / "artifacts" / "resnet50.full.ttt.bf16.x1.NVIDIA_H200.torch2.11.bin").is_file()
+
+
+def test_a_cpu_run_asks_the_runner_to_compile_only_when_the_sweep_says_so(tmp_path):
+    from lab.sweep.hostrun import Settings
+    from lab.sweep.plan import PlannedRun
+    from lab.sweep.state import Sweep
+
+    sweep = Sweep.open(tmp_path / "results" / "S", "S", [], {})
+    w = _worker(tmp_path, sweep, "a")
+    cpu, gpu = PlannedRun("a", "ncf", 0, 1, mode="throughput"), PlannedRun("a", "ncf", 1, 1, mode="throughput")
+    assert "--compile" not in w._args(cpu, w.nodes[0], 0)
+    w.settings = Settings(compile_cpu=1)
+    assert "--compile" in w._args(cpu, w.nodes[0], 0) and "--compile" not in w._args(gpu, w.nodes[0], 0)

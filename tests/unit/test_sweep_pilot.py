@@ -122,3 +122,22 @@ def test_threads_wait_for_the_pilot_and_stop_ends_a_wait():
     p3.next("a", [K[2]], threading.Event())
     p3.ended("a", K[2], "host lost")
     assert p3.next("b", [K[2]], threading.Event()) == pilot.Pick(0, "cold")
+
+
+def test_cpu_runs_compile_and_have_pilots_when_the_sweep_says_so(tmp_path):
+    from lab.hosts.inventory import Host
+    from lab.sweep import compiled
+    from lab.sweep.hostrun import Settings
+    from lab.sweep.plan import PlannedRun
+
+    host = Host(name="a", address="127.0.0.1", port=22, user=None, connection="local", gpu_model="cpu", gpu_count=0,
+                stack="current", groups=(), workdir="/tmp", python=None, ssh_key=None, known_hosts="/dev/null")
+    run = PlannedRun("a", "ncf", 0, 1, mode="throughput")
+    k = pilot.key_of(run, host, cpu=True)
+    assert k.label() == "ncf tiny throughput CPU on cpu (current)" and pilot.key_of(run, host) is None
+    assert compiled.matches("ncf.tiny.throughput.fp32.x1.cpu.torch2.13.0+cpu.nocuda.bin", k)
+    store = compiled.store_dir(tmp_path, "current", "cpu")
+    store.mkdir(parents=True)
+    (store / "ncf.tiny.throughput.fp32.x1.cpu.torch2.13.0+cpu.nocuda.bin").write_bytes(b"x")
+    assert pilot.for_sweep(tmp_path, [run], {"a": host}, Settings(compile_cpu=1)).groups[k].state == "ready"
+    assert pilot.for_sweep(tmp_path, [run], {"a": host}, Settings()).groups == {}
