@@ -50,6 +50,38 @@ def collect(nvml=None) -> dict:
             "xid": xid_scan(doc.get("gpus", []))}
 
 
+def _key(e: dict):
+    return (e.get("pci"), e.get("xid"), e.get("uptime_s"), e.get("text"))
+
+
+def xid_baseline(gpus) -> dict | None:
+    """The kernel log's XIDs when a GPU run starts (None when the scan itself fails)."""
+    try:
+        return xid_scan(gpus or [])
+    except Exception:   # noqa: BLE001 - a run never fails for its epilogue
+        return None
+
+
+def epilogue(out: Path, baseline: dict | None, gpus, failed: bool) -> None:
+    """What a run leaves of its host's health, before SHA256SUMS: ``xid.json`` when XIDs appeared during a
+    GPU run (``baseline`` given), ``health.json`` after a failed or aborted run. Never raises."""
+    from runner import rundir
+
+    try:
+        if baseline is not None:
+            after = xid_scan(gpus or [])
+            seen = {_key(e) for e in baseline.get("events", [])}
+            new = [e for e in after.get("events", []) if _key(e) not in seen]
+            if new:
+                rundir.write_json(out / rundir.XIDS, {"source": after.get("source"), "error": after.get("error"),
+                                                      "events": new})
+        if failed:
+            rundir.write_json(out / rundir.HEALTH, collect())
+    except Exception as exc:   # noqa: BLE001 - said in the run's log, the run directory still completes
+        with open(out / rundir.STDOUT, "a", encoding="utf-8") as f:
+            f.write(f"[runner] health epilogue failed: {type(exc).__name__}: {exc}\n")
+
+
 def add_arguments(parser) -> None:
     pass
 

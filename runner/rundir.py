@@ -36,6 +36,8 @@ TELEMETRY = "telemetry.csv"
 MANIFEST = "manifest.json"
 STATUS = "status.json"
 SUMS = "SHA256SUMS"
+HEALTH = "health.json"     # a failed or aborted run: the health document after it (runner.health)
+XIDS = "xid.json"          # a GPU run during which the kernel log gained XID events: those events
 # One line of SHA256SUMS: what `sha256sum` writes in text mode ("<sha256>  <path>",
 # the runner's own) or in binary mode ("<sha256> *<path>", `sha256sum -b`). Both
 # verify with `sha256sum -c` and hash the same bytes on Linux, so both are accepted.

@@ -140,6 +140,7 @@ def main(args) -> int:
     procs = None
     doc = None
     rc = None
+    xid0, probed = None, []
     try:
         spec = {
             "workload": p["workload"], "entry": p["entry"], "scale": args.scale, "mode": args.mode,
@@ -168,6 +169,11 @@ def main(args) -> int:
             "probe": _probe(p["gpus"]),
         }
         rundir.write_json(out / rundir.MANIFEST, manifest)
+        if p["gpus"]:   # the XIDs the kernel log has now: those that come during the run go into xid.json
+            from runner import health
+
+            probed = manifest["probe"].get("gpus") or []
+            xid0 = health.xid_baseline(probed)
         tele = _Telemetry(p["gpus"], out / rundir.TELEMETRY)
         print(f"[runner] {p['workload']} {args.mode} {args.scale} seed {seed} on "
               f"{'GPUs ' + ','.join(map(str, p['gpus'])) if p['gpus'] else 'CPU'} "
@@ -228,6 +234,10 @@ def main(args) -> int:
             reason=reason, result=result)
         with rundir.open_file(stdout_log, append=True) as f:
             f.write(f"[runner] outcome {outcome}: {reason}\n")
+        if xid0 is not None or outcome in ("failed", "aborted"):
+            from runner import health
+
+            health.epilogue(out, xid0, probed, failed=outcome in ("failed", "aborted"))
         rundir.write_json(out / rundir.STATUS, status)
         rundir.write_sums(out)
         _rmtree(tmp)

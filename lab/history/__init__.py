@@ -10,10 +10,11 @@ database is rebuilt from them with ``import_paths`` (idempotent).
 Modules: db (URL, engine, migrations, failures as one line), models (tables),
 sources (run directories through lab.results, validate.json files -> records),
 store (records -> rows, idempotent, safe with two writers), query (the history
-table), quarantine (list, add, release; what a sweep plans around), past (each
-GPU's own past for validate's trend checks), autoquarantine (quarantine after a
-failing validate), baseline (figures of known-good GPUs for references), tasks
-(the command line).
+table), quarantine (list, add, release; what a sweep plans around), sweeps (what a
+sweep reads and writes as it goes: its health checks, quarantine, each run once
+collected), past (each GPU's own past for validate's trend checks), autoquarantine
+(quarantine after a failing validate), baseline (figures of known-good GPUs for
+references), tasks (the command line).
 
 Entry points: ``tasks`` (the invoke history and quarantine tasks), ``import_paths`` (invoke history.import), ``record`` (after a
 sweep or a validate), ``query.history_rows`` (invoke history),

@@ -2,7 +2,7 @@
 
 ``gpu_past(db, uuids, sources, depth)`` gives, per GPU UUID and key, the
 values of that GPU's earlier validates, newest first, one point per
-validation: ``{"value", "at", "verdict"}`` (the verdict the worst of that
+validation, back to its ``depth``-th passing one: ``{"value", "at", "verdict"}`` (the verdict the worst of that
 key's records in that validation). ``sources`` says which check names each
 key is read from (lab.validate.trends.sources: plain data, so this module
 knows nothing of validate's checks). Rows are input like any file: a value
@@ -77,8 +77,13 @@ def gpu_past(db: Database, uuids, sources: dict[str, list[str]], depth: int) -> 
                 if _RANK[verdict] > _RANK[point[2]]:
                     point[2] = verdict
     for (uuid, key), per_validation in found.items():
-        pts = sorted(per_validation.values(), key=lambda p: p[1], reverse=True)[:depth]
-        out["gpus"].setdefault(uuid, {})[key] = [{"value": v, "at": iso(t), "verdict": vd} for v, t, vd in pts]
+        pts, passing = [], 0
+        for v, t, vd in sorted(per_validation.values(), key=lambda p: p[1], reverse=True):
+            if passing == depth:     # newest first, until ``depth`` passing points: a GPU that kept failing
+                break                # is still judged against the passing points before
+            pts.append({"value": v, "at": iso(t), "verdict": vd})
+            passing += vd == "PASS"
+        out["gpus"].setdefault(uuid, {})[key] = pts
     return out
 
 

@@ -31,7 +31,7 @@ from lab.history.sources import CheckRecord, GpuRef, ValidationRecord, read_sour
 from lab.history.store import _aware, add_sources, add_validation, now
 
 WHO = "gpulab sweep"
-LEVEL = "health"
+LEVEL = quarantine.HEALTH_LEVEL
 MARK = "kernel log mark"
 
 
@@ -85,7 +85,7 @@ class SweepMemory:
         return None if row is None else (row.value_text, row.value)
 
     def record_health(self, host: str, health, doc: dict, *, after_run: str | None = None) -> list[str]:
-        """Record a health check; quarantine what failed it. One line per GPU or host quarantined."""
+        """Record a health check; quarantine the GPUs that failed it. One line per GPU quarantined."""
         at = utc(health.at) or now()
         what = f"after the failed run {after_run}" if after_run else "before the first run"
         raw = json.dumps({"host": host, "doc": doc}, sort_keys=True, default=str).encode()
@@ -103,7 +103,7 @@ class SweepMemory:
             add_validation(self.db, rec)
             done = set()
             for f in health.failures:
-                if f.gpu in done:
+                if f.gpu is None or f.gpu in done:   # a host (no NVML): said, recorded, kept out by hand only
                     continue
                 done.add(f.gpu)
                 target = quarantine.Target(host, f.gpu)

@@ -195,9 +195,10 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
         progress = (progress_factory or prog.Progress)(
             {"+".join(u): sum(1 for r in rs if r.state != "complete") for u, rs in todo_units.items()})
         pilots = pilot.for_sweep(root, sweep.runs, by_name, settings)   # compile once, then fan out
+        during: dict[str, dict[int, str]] = {}   # GPUs quarantined by a failed run's epilogue (lab.sweep.gate)
         for u, rs in todo_units.items():
             nodes_ = [Node(by_name[n], prepared[n][0], prepared[n][1], settings, name) for n in u]
-            workers.append(UnitWorker(sweep, nodes_, rs, settings, progress, stop, pilots))
+            workers.append(UnitWorker(sweep, nodes_, rs, settings, progress, stop, pilots, memory, during))
         skipped = sum(1 for r in sweep.runs if r.state == "complete")
         echo(f"sweep {name}: {len(sweep.runs)} runs on {len(hosts)} host(s)"
              + (f", {skipped} already complete (resumed)" if skipped else ""))
@@ -214,6 +215,8 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
             for got in prepared.succeeded.values():
                 got[0].close()
             sweep.save()
+        held += [f"{h}: GPU {i} quarantined after a failed run ({why})" for h, got in sorted(during.items())
+                 for i, why in sorted(got.items())]
         return SweepResult(sweep, quarantined=held)
     finally:
         lock.release(drop_if_empty=True)

@@ -13,12 +13,16 @@ plans around what fails, for this sweep only.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from pathlib import Path
 
+from lab.core import bounded, limits
 from lab.core.errors import GpulabError, RunError
 from lab.hosts import remote as rmt
 from lab.hosts.inventory import Host
 from lab.validate import health as judge
+from runner.rundir import HEALTH
 
 MAX_DOC = 4 << 20
 
@@ -64,14 +68,14 @@ def needed(hosts: list[Host], memory, hours: float, echo) -> set[str]:
     return out
 
 
-def _judge(host: Host, doc: dict, memory, echo):
+def _judge(host: Host, doc: dict, memory, echo, used=()):
     mark = None
     if memory is not None:
         try:
             mark = memory.mark(host.name)
         except GpulabError as exc:
             echo(f"history: not read: {exc.message}")
-    return judge.judge(doc, expect_gpus=expects_gpus(host), mark=mark)
+    return judge.judge(doc, expect_gpus=expects_gpus(host), mark=mark, used=used)
 
 
 def _record(host: Host, verdict, doc: dict, memory, echo, after_run: str | None = None) -> None:
@@ -107,3 +111,31 @@ def apply(hosts: list[Host], docs: dict[str, dict], memory, quarantine: dict | N
             entry["gpus"] = sorted(entry["gpus"] + [f.gpu])
             entry["reason"] = "; ".join(x for x in (entry["reason"], f"GPU {f.gpu}: health check: {f.reason}") if x)
     return out
+
+
+def after_run(host: Host, run_id: str, run_dir: Path, used, memory, echo) -> dict[int, str]:
+    """A failed run's epilogue: its ``health.json`` (written by the runner, listed in SHA256SUMS) judged
+    and recorded; the GPUs that failed it (an XID since the last check, a GPU lost, a pending remap...)
+    are quarantined. Returns {GPU index: reason} for the rest of the sweep to plan around."""
+    try:
+        doc = bounded.read_json(run_dir / HEALTH, root=run_dir, limit=limits.JSON_BYTES)
+    except (bounded.Unreadable, OSError):
+        return {}
+    problem = judge.check_document(doc)
+    if problem:
+        echo(f"health {host.name} after {run_id}: {HEALTH}: {problem}")
+        return {}
+    verdict = _judge(host, doc, memory, echo, used=used)
+    echo(f"health {host.name} after {run_id}: {verdict.line()}")
+    # the run's own GPUs (and the host): another GPU's known fault is no news of this run
+    verdict = dataclasses.replace(verdict, failures=[f for f in verdict.failures if f.gpu is None or f.gpu in used])
+    _record(host, verdict, doc, memory, echo, after_run=run_id)
+    return {f.gpu: f.reason for f in verdict.failures if f.gpu is not None}
+
+
+def held_reason(run, held: dict[str, dict[int, str]]) -> str | None:
+    """Why a planned run may not start: a GPU of it quarantined during this sweep (None: it may)."""
+    hit = {i: why for h in run.hosts for i, why in held.get(h, {}).items() if i in run.gpu_ids}
+    if not hit:
+        return None
+    return "not run: " + "; ".join(f"GPU {i} quarantined during this sweep ({why})" for i, why in sorted(hit.items()))

@@ -14,7 +14,7 @@ import threading
 import time
 
 from lab.results import checksums
-from lab.sweep import compiled, hostlock, pilot
+from lab.sweep import compiled, gate, hostlock, pilot
 from lab.core import paths
 from lab.core import writes
 from lab.sweep import preflight
@@ -85,8 +85,11 @@ class UnitWorker:
     """Runs one unit's share of a sweep (a host, or the hosts of a multi-node run), one run after another."""
 
     def __init__(self, sweep: Sweep, nodes: list[Node], runs: list[PlannedRun], settings: Settings,
-                 progress, stop: threading.Event, pilots: pilot.Pilots | None = None):
+                 progress, stop: threading.Event, pilots: pilot.Pilots | None = None, memory=None,
+                 held: dict[str, dict[int, str]] | None = None):
         self.sweep, self.nodes, self.runs, self.settings = sweep, nodes, runs, settings
+        self.memory = memory   # the history's side of the sweep (lab.sweep.gate); None: no database
+        self.held = held if held is not None else {}   # host -> {GPU: why}: quarantined during this sweep
         self.progress, self.stop = progress, stop
         self.unit = "+".join(n.host.name for n in nodes)
         self.done = False
@@ -229,6 +232,10 @@ class UnitWorker:
 
     def _one(self, run: PlannedRun) -> None:
         if run.token and self._adopt(run):   # a token: this sweep started the run before
+            return
+        held = gate.held_reason(run, self.held)
+        if held:
+            self._end(run, "failed", held)
             return
         run.token = f"gl-{secrets.token_hex(8)}"
         run.state, run.started, run.ended, run.reason, run.outcome = "running", utcnow(), None, "", None
@@ -383,3 +390,22 @@ class UnitWorker:
             self._end(run, "failed", f"timed out: {why} (the runner stopped it)", outcome)
         else:
             self._end(run, "failed", f"run {outcome or 'ended without status'}: {why}", outcome)
+        try:
+            self._remember(run)
+        except Exception as exc:  # noqa: BLE001 - the run is recorded in sweep.json already; never lose the unit
+            self.progress.print(f"  [{self.unit}] history: not recorded: {type(exc).__name__}: {exc}")
+
+    def _remember(self, run: PlannedRun) -> None:
+        """The run into the history as soon as it is collected; after a failure, its health epilogue
+        (lab.sweep.gate.after_run). A database that fails: one line, the run stays in results/."""
+        for node in self.nodes if run.state != "complete" else ():
+            got = gate.after_run(node.host, run.run_id, self.sweep.run_dir(run, node.host.name), run.gpu_ids,
+                                 self.memory, lambda line: self.progress.print(f"  [{self.unit}] {line}"))
+            self.held.setdefault(node.host.name, {}).update(got)
+        first = self.sweep.run_dir(run, self.nodes[0].host.name)
+        if self.memory is not None and (first / STATUS).is_file():
+            try:
+                self.memory.record_run(first)
+            except GpulabError as exc:
+                self.progress.print(f"  [{self.unit}] history: not recorded: {exc.message}; {run.run_id} stays in "
+                                    f"results/ (`invoke history.import` later)")

@@ -388,6 +388,7 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
         raise ConfigError(f"--level {level!r}: choose quick, standard or burn-in")
     refs_path = Path(references) if references else REFERENCES
     refs = load_references(refs_path)
+    table = trend.load_trends() if past is not None else None
     paths.folder(out_dir, "--out")             # every input is checked before the burn-in starts
     writes.check_folder(out_dir, "--out")
     dcgm_run = 0 if baseline else dcgm.level_for(level, dcgm_levels, dcgm_level)
@@ -405,7 +406,6 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
         writes.write_text(path, dump_references(data), "--out")
         echo(f"wrote {path} (from {len(hosts)} host(s); review it, then copy it over {refs_path})")
         return Verdicts({"hosts": {}, "verdict": PASS}, files=[path])
-    table = trend.load_trends() if past is not None else None
     history = past(trend.uuids(snapshots, split_snapshot), trend.sources(table), trend.depth(table)) \
         if past is not None else None
     verdicts = evaluate(snapshots, hosts, refs, stacks, level=level, tools=tools, past=history, trends=table)

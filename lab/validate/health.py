@@ -72,10 +72,10 @@ def _action_text(record: dict, table: dict) -> str | None:
     return f"{act['kind']}: {act['do']}" if act else None
 
 
-def judge(doc: dict, *, expect_gpus: bool, mark=None, refs: dict | None = None,
+def judge(doc: dict, *, expect_gpus: bool, mark=None, used=(), refs: dict | None = None,
           table: dict | None = None) -> Health:
     """The verdict of one health document (check_document first); ``expect_gpus``: the inventory says
-    the host has GPUs, so NVML must answer."""
+    the host has GPUs, so NVML must answer; ``used``: the GPUs a run had (one NVML no longer lists is lost)."""
     refs, table = refs or load_references(), table or load_actions()
     h = Health(ok=True, boot_id=doc.get("boot_id"), uptime_s=doc.get("uptime_s"), at=doc.get("collected_at"))
     nvidia = doc.get("nvidia")
@@ -99,6 +99,9 @@ def judge(doc: dict, *, expect_gpus: bool, mark=None, refs: dict | None = None,
                 if c["check"] == "XID events":
                     c["reason"] = c["reason"].replace(" since boot", since)
         h.gpus[idx] = {"uuid": g.get("uuid"), "serial": g.get("serial"), "name": g.get("name"), "checks": checks}
+    for idx in sorted(set(used) - set(h.gpus)):
+        h.gpus[idx] = {"uuid": None, "serial": None, "name": None, "checks": [check(
+            "GPU count", FAIL, doc.get("gpu_count"), f"GPU {idx} listed", f"GPU {idx} lost: NVML no longer lists it")]}
     for c in h.host_checks:
         if c["verdict"] == FAIL:
             h.failures.append(Failure(None, f"{c['check']}: {c['reason']}", _action_text(c, table)))

@@ -115,6 +115,11 @@ def test_failing_points_are_not_the_yardstick(db_url, tmp_path):
         history.record([write_val(tmp_path / f"bad{day}", doc_with(bw), f"2026-11-{day:02d}T10:00:00Z")], db_url)
     bw = judge(db_url, doc_with(bw=2050.0))[0][f"{BW} trend"]
     assert (bw["verdict"], bw["median"], bw["past_points"]) == ("FAIL", 4190.0, 3)
+    # a GPU that keeps failing is still judged against the passing points before (past the window's depth)
+    for day in range(7, 14):
+        history.record([write_val(tmp_path / f"bad{day}", doc_with(2000.0), f"2026-11-{day:02d}T10:00:00Z")], db_url)
+    bw = judge(db_url, doc_with(bw=2050.0))[0][f"{BW} trend"]
+    assert (bw["verdict"], bw["median"], bw["past_points"]) == ("FAIL", 4190.0, 3)
 
 
 def hostile_rows(url, uuid):

@@ -76,7 +76,9 @@ def assert_complete(run_dir: Path) -> None:
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     listed = {ln.split("  ", 1)[1] for ln in (run_dir / "SHA256SUMS").read_text().splitlines()}
-    assert listed == names - {"SHA256SUMS"}
+    outcome = json.loads((run_dir / "status.json").read_text())["outcome"]
+    extra = {"health.json"} if outcome in ("failed", "aborted") else set()   # the health epilogue (runner.health)
+    assert listed - {"xid.json"} == names - {"SHA256SUMS"} | extra
     assert checksums.verify(run_dir) == []
 
 
