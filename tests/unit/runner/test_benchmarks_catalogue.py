@@ -22,7 +22,7 @@ from runner_helpers import ROOT, env  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 TOY = HERE / "toy_catalogue.yml"
-SCRIPTS = ("throughput", "gradcheck", "multigpu", "scale_matrix")
+SCRIPTS = ("throughput", "gradcheck", "multigpu", "scale_matrix", "tune")
 
 
 def toy_env(catalogue: Path = TOY) -> dict:
@@ -114,3 +114,9 @@ def test_a_catalogue_that_does_not_check_stops_each_script_in_one_line(tmp_path,
     assert r.stderr.strip().endswith("toy.yml: workloads.toy: 'bench.gradcheck_batch.cpu' must be an integer >= 1 "
                                      "(not 0)"), r.stderr
     assert r.stderr.count("\n") == 1 and not out.exists()
+
+
+def test_tune_knows_the_workloads_of_the_catalogue(tmp_path):
+    r = script("tune", "--device", "cpu", "--variant", "toy", "--variant", "toys", "--out", tmp_path / "t.json")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and not (tmp_path / "t.json").exists()
+    assert "tune.py: --variant: unknown workload 'toys' (known: ncf, " in r.stderr and ", toy)" in r.stderr
