@@ -11,15 +11,15 @@ too (lab.core.cli).
 
 from __future__ import annotations
 
-import functools
-import inspect
 import sys
 from pathlib import Path
 
 from invoke import Collection, Exit, task
 
 from lab.core import cli
+from lab.core.cli import setting, task_errors
 from lab.core.errors import GpulabError
+from lab.history import tasks as history_tasks
 
 cli.install()
 
@@ -41,73 +41,40 @@ SELECT_HELP = {
 }
 
 
-def _cfg(c, key, value=None):
-    """The task argument if given, else gpulab.<key> from the Invoke config; None only where neither has it
-    (0, false and "" are values)."""
-    if value is not None:
-        return value
-    node = c.config.get("gpulab", {})
-    for part in key.split("."):
-        node = node.get(part) if hasattr(node, "get") else None
-    return node
-
-
-def _errors(fn):
-    """Report a GpulabError as one line and exit with its code; no traceback for user mistakes."""
-
-    @functools.wraps(fn)
-    def wrapper(c, *args, **kwargs):
-        from lab.core import config
-
-        try:
-            config.check(c.config.get("gpulab"))
-            cli.check_paths(lambda key: _cfg(c, key), inspect.signature(fn).bind_partial(c, *args, **kwargs).arguments)
-            return fn(c, *args, **kwargs)
-        except GpulabError as exc:
-            raise Exit(f"gpulab: {exc.message}", code=exc.exit_code) from None
-        except KeyboardInterrupt:
-            raise Exit("gpulab: interrupted; state saved", code=130) from None
-        except BrokenPipeError:   # `invoke sweep --dry-run | head`: the reader left; stop quietly as a pipe does
-            cli.quiet_stdout()
-            raise Exit(code=141) from None
-
-    return wrapper
-
-
 def _select(c, inventory, host=None, device=None, limit=None):
     from lab.hosts import inventory as inv
 
-    return inv.load(_cfg(c, "inventory", inventory)).select(host, device, limit)
+    return inv.load(setting(c, "inventory", inventory)).select(host, device, limit)
 
 
 @task(help={**SELECT_HELP, "stack": "stack profile to apply instead of each host's gpulab_stack",
             "check": "dry run: report what would change, change nothing",
             "diff": "show file and package differences",
             "datasets": "also fetch and prepare these datasets (comma list)"})
-@_errors
+@task_errors
 def provision(c, host=None, device=None, limit=None, stack=None, check=False, diff=False,
               datasets=None, inventory=None):
     """Bring hosts to their stack profile with Ansible and read back what is installed."""
     from lab.hosts import provision as prov
 
     hosts = _select(c, inventory, host, device, limit)
-    summary = prov.provision(hosts, inventory=_cfg(c, "inventory", inventory), stack=stack, check=check,
-                             diff=diff, datasets=datasets, datasets_catalogue=_cfg(c, "datasets_catalogue"),
-                             artifacts=_cfg(c, "artifacts"),
-                             stacks_dir=_cfg(c, "stacks"))
+    summary = prov.provision(hosts, inventory=setting(c, "inventory", inventory), stack=stack, check=check,
+                             diff=diff, datasets=datasets, datasets_catalogue=setting(c, "datasets_catalogue"),
+                             artifacts=setting(c, "artifacts"),
+                             stacks_dir=setting(c, "stacks"))
     if not summary.ok:
         raise Exit(code=1)
 
 
 @task(help={**SELECT_HELP, "json": "print the drift as JSON"})
-@_errors
+@task_errors
 def audit(c, host=None, device=None, limit=None, json=False, inventory=None):
     """Compare hosts with their stack profiles and print the drift; exit 1 on drift."""
     from lab.hosts import provision as prov
 
     hosts = _select(c, inventory, host, device, limit)
-    report = prov.audit(hosts, inventory=_cfg(c, "inventory", inventory), as_json=json,
-                        artifacts=_cfg(c, "artifacts"), stacks_dir=_cfg(c, "stacks"))
+    report = prov.audit(hosts, inventory=setting(c, "inventory", inventory), as_json=json,
+                        artifacts=setting(c, "artifacts"), stacks_dir=setting(c, "stacks"))
     if not report.ok:
         raise Exit(code=1)
 
@@ -117,16 +84,16 @@ def audit(c, host=None, device=None, limit=None, json=False, inventory=None):
             "root": "data root on the hosts (default: <gpulab_workdir>/data)",
             "catalogue": "dataset catalogue (default: gpulab.datasets_catalogue)",
             "check": "dry run: report what would be fetched, change nothing"})
-@_errors
+@task_errors
 def datasets(c, names, host=None, device=None, limit=None, storage=None, root=None, catalogue=None, check=False,
              inventory=None):
     """Fetch, verify and prepare benchmark datasets on hosts; each host checks the result."""
     from lab.hosts import datasets as ds
 
     hosts = _select(c, inventory, host, device, limit)
-    result = ds.prepare(hosts, names, inventory=_cfg(c, "inventory", inventory),
-                        catalogue=_cfg(c, "datasets_catalogue", catalogue), storage=storage, root=root,
-                        check=check, artifacts=_cfg(c, "artifacts"))
+    result = ds.prepare(hosts, names, inventory=setting(c, "inventory", inventory),
+                        catalogue=setting(c, "datasets_catalogue", catalogue), storage=storage, root=root,
+                        check=check, artifacts=setting(c, "artifacts"))
     for line in result.lines:
         print(line)
     if not result.ok:
@@ -138,8 +105,8 @@ def _settings(c, timeout):
     from lab.sweep import driver as sw
 
     what = "--timeout" if timeout not in (None, "") else "config gpulab.run_timeout_minutes"
-    return sw.Settings(timeout_s=config.timeout_s(_cfg(c, "run_timeout_minutes", timeout), what),
-                       **config.sweep_settings(_cfg(c, "sweep")))
+    return sw.Settings(timeout_s=config.timeout_s(setting(c, "run_timeout_minutes", timeout), what),
+                       **config.sweep_settings(setting(c, "sweep")))
 
 
 def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=None, name=None, dry_run=False,
@@ -155,32 +122,39 @@ def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=
     from lab.core.errors import ConfigError
 
     def pick(key, value):
-        found = _cfg(c, f"{cfg_prefix}{key}", value)
-        return _cfg(c, key) if found is None else found
+        found = setting(c, f"{cfg_prefix}{key}", value)
+        return setting(c, key) if found is None else found
 
     nodes = pick("nodes", nodes)
     nodes = limits.number(1 if nodes is None else nodes, "--nodes", limits.NODES)
     settings = _settings(c, timeout)   # checked before anything starts, --dry-run too
-    results = paths.folder(_cfg(c, "results"), "config gpulab.results")
+    results = paths.folder(setting(c, "results"), "config gpulab.results")
     args = dict(workloads=sw.parse_list(pick("workloads", workloads), "workloads"), gpus=pick("gpus", gpus),
                 seeds=pick("seeds", seeds), mode=pick("mode", mode), scale=pick("scale", scale), nodes=nodes)
     name = sw.default_name() if name is None else name
     sw.check_name(name)
-    catalogue = _cfg(c, "datasets_catalogue")
-    url = history.resolve_url(_cfg(c, "history_url"), results)
+    catalogue = setting(c, "datasets_catalogue")
+    url = history.resolve_url(setting(c, "history_url"), results)
     held = history.quarantined(url, hosts)   # what the plan leaves out (invoke quarantine)
     if dry_run:
         left, topologies, notes = plan.plan_around(hosts, held)
         if not left:
             raise ConfigError(f"sweep {name}: every selected host is quarantined: {'; '.join(notes)}")
         lines, refused = study.dry_run(left, sw.plan(left, topologies=topologies, **args), name,
-                                       results_dir=_cfg(c, "results"), catalogue=catalogue)
+                                       results_dir=setting(c, "results"), catalogue=catalogue,
+                                       settings=settings)
         print("\n".join([lines[0], *(f"quarantine: {n}" for n in notes), *lines[1:]]))
         if refused:
             raise ConfigError(refused)
         return None
-    result = sw.run_sweep(hosts, results_dir=results, name=name, settings=settings,
-                          datasets_catalogue=catalogue, quarantine=held, **args)
+    from lab.history import sweeps as memories
+
+    memory = memories.open_for(url, name, make_folder=not setting(c, "history_url"))   # health gate, quarantine
+    try:
+        result = sw.run_sweep(hosts, results_dir=results, name=name, settings=settings,
+                              datasets_catalogue=catalogue, quarantine=held, memory=memory, **args)
+    finally:
+        memory.close()
     progress.final_table(result.sweep.runs)
     print("\n".join(result.summary()))
     print(history.record([result.sweep.root], url))
@@ -202,7 +176,7 @@ SWEEP_HELP = {**SELECT_HELP,
 
 
 @task(help=SWEEP_HELP)
-@_errors
+@task_errors
 def sweep(c, device=None, host=None, limit=None, workloads=None, gpus=None, seeds=None, mode=None, scale=None,
           name=None, nodes=None, dry_run=False, timeout=None, inventory=None):
     """Run workloads x GPU counts x seeds on the selected hosts (by default the reference study) and collect the runs."""
@@ -214,12 +188,12 @@ def sweep(c, device=None, host=None, limit=None, workloads=None, gpus=None, seed
 
 
 @task(help={"path": "a sweep directory (results/<sweep>)", "inventory": SELECT_HELP["inventory"]})
-@_errors
+@task_errors
 def collect(c, path, inventory=None):
     """Fetch again every run of a sweep that is missing or failed verification."""
     from lab.sweep import driver as sw
 
-    result = sw.collect(Path(path), _cfg(c, "inventory", inventory))
+    result = sw.collect(Path(path), setting(c, "inventory", inventory))
     print(f"{path}: {result.fetched} run(s) fetched, {result.verified} verified, {len(result.problems)} problem(s)")
     for p in result.problems:
         print(f"  {p}")
@@ -232,7 +206,7 @@ def collect(c, path, inventory=None):
             "compare": "another sweep to set side by side", "out": "output folder (default: PATH/report)",
             "round": "the published MLPerf round of MLLOG result trees, e.g. v4.0 (default: a "
                      "training_results_vX.Y folder in PATH names it)"})
-@_errors
+@task_errors
 def report(c, path, format=None, compare=None, out=None, round=None):
     """Turn run logs into MLPerf scores, device comparisons, scaling, seed effects and plots."""
     from lab.core import paths as lab_paths
@@ -244,7 +218,7 @@ def report(c, path, format=None, compare=None, out=None, round=None):
         raise ConfigError(f"report: {path!r}: give a sweep directory, run directories or MLPerf log files")
     out_dir = lab_paths.folder(Path(out) if out else (paths[0] if paths[0].is_dir() else paths[0].parent) / "report",
                                "--out")
-    fmt = _cfg(c, "report_formats", format)
+    fmt = setting(c, "report_formats", format)
     formats = tuple(f.strip() for f in (fmt.split(",") if isinstance(fmt, str) else fmt) if f.strip())
     result = rep.build_report(paths, out_dir, formats=formats, compare=Path(compare) if compare else None,
                               round=round)
@@ -254,24 +228,37 @@ def report(c, path, format=None, compare=None, out=None, round=None):
 @task(help={**SELECT_HELP, "level": "quick, standard or burn-in", "baseline": "build references from these hosts",
             "json": "print verdicts as JSON", "out": "folder for verdicts and the HTML page",
             "references": "GPU references YAML (default: gpulab.references)",
-            "dcgm_level": "run level of DCGM's dcgmi diag, 1-4, 0 for none (default: gpulab.validate.dcgm_levels)"})
-@_errors
+            "dcgm_level": "run level of DCGM's dcgmi diag, 1-4, 0 for none (default: gpulab.validate.dcgm_levels)",
+            "from_history": "with --baseline: from the history database's known-good GPUs instead of these hosts"})
+@task_errors
 def validate(c, device=None, host=None, limit=None, level="quick", baseline=False, json=False, out=None,
-             references=None, inventory=None, dcgm_level=None):
+             references=None, inventory=None, dcgm_level=None, from_history=False):
     """Check each host's GPUs for health and performance against references; exit 1 if any host fails."""
     from lab import history
-    from lab.validate import fleet as val
+    from lab.core.errors import ConfigError
+    from lab.validate import fleet as val, gpurefs
 
+    url = history.resolve_url(setting(c, "history_url"), setting(c, "results"))
+    out_dir = Path(out) if out else Path(setting(c, "results")) / "validate"
+    refs = setting(c, "references", references)
+    if from_history:
+        if not baseline:
+            raise ConfigError("validate: --from-history goes with --baseline")
+        stats = history.known_good(url, gpurefs.history_sources())
+        path = gpurefs.baseline_from_history(stats, refs, out_dir, history.shown(url))
+        print(f"wrote {path} (from the history: {sum(len(m) for m in stats.values())} figure(s) of "
+              f"{len(stats)} model(s); review it, then copy it over {refs})")
+        return
     hosts = _select(c, inventory, host, device, limit)
     result = val.validate_fleet(hosts, level=level, baseline=baseline, as_json=json,
-                                out_dir=Path(out) if out else Path(_cfg(c, "results")) / "validate",
-                                references=_cfg(c, "references", references),
-                                inventory=_cfg(c, "inventory", inventory), stacks_dir=_cfg(c, "stacks"),
-                                dcgm_level=dcgm_level, dcgm_levels=_cfg(c, "validate.dcgm_levels"))
+                                out_dir=out_dir, references=refs,
+                                inventory=setting(c, "inventory", inventory), stacks_dir=setting(c, "stacks"),
+                                dcgm_level=dcgm_level, dcgm_levels=setting(c, "validate.dcgm_levels"),
+                                past=None if baseline else history.past_reader(url))
     written = [f for f in result.files if Path(f).name == "validate.json"]
-    if written and not baseline:   # into the history (a database that fails: one line, the file stays)
-        url = history.resolve_url(_cfg(c, "history_url"), _cfg(c, "results"))
-        print(history.record(written, url), file=sys.stderr if json else sys.stdout)
+    if written and not baseline:   # into the history, then failures quarantined (a database that fails: one line)
+        lines = history.after_validate(written, result.data, url, bool(setting(c, "validate.quarantine")))
+        print("\n".join(lines), file=sys.stderr if json else sys.stdout)
     if not result.ok:
         raise Exit(code=1)
 
@@ -279,14 +266,14 @@ def validate(c, device=None, host=None, limit=None, level="quick", baseline=Fals
 @task(help={"workloads": "workloads to run (default: gpulab.demo.workloads)",
             "seeds": "seeds per workload (default: gpulab.demo.seeds)",
             "name": "sweep name (default: demo-<UTC time>)"})
-@_errors
+@task_errors
 def demo(c, workloads=None, seeds=None, name=None):
     """Run a small sweep on this machine (inventory/local.yml), report it and print the report's path."""
     from lab.hosts import inventory as inv
     from lab.report import build as rep
     from lab.sweep import driver as sw
 
-    hosts = inv.load(_cfg(c, "demo.inventory")).select()
+    hosts = inv.load(setting(c, "demo.inventory")).select()
     name = "demo-" + sw.default_name()[len("sweep-"):] if name is None else name
     result = _sweep(c, hosts, workloads=workloads, seeds=seeds, name=name, nodes=1, cfg_prefix="demo.")
     rep_result = rep.build_report([result.sweep.root], result.sweep.root / "report", formats=("html", "md", "json"))
@@ -297,122 +284,9 @@ def demo(c, workloads=None, seeds=None, name=None):
     sys.stdout.flush()
 
 
-# --------------------------------------------------------------------------- the lab's memory
-# `invoke history.import PATH`, `invoke history` (the table), `invoke quarantine` (list), `invoke quarantine.add`,
-# `invoke quarantine.release`: sub-collections, so that each action has its own options and --help.
-
-def _history_db(c, url=None):
-    from lab import history
-
-    configured = _cfg(c, "history_url", url)
-    found = history.resolve_url(configured, _cfg(c, "results"))
-    if not configured:   # the default file: its results folder is made as a sweep makes it
-        history.sqlite_folder(found)
-    return history.open_db(found)
-
-
-def _who(who):
-    import getpass
-
-    if who:
-        return who
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
-
-
-URL_HELP = "database URL (default: gpulab.history_url, else results/history.sqlite)"
-
-
-def _memory_tasks() -> list[Collection]:
-    @task(name="import", help={"path": "results folders, run directories or validate.json files (comma separated)",
-                               "url": URL_HELP})
-    @_errors
-    def history_import(c, path, url=None):
-        """Load run directories and validate outputs into the history database (importing twice adds nothing)."""
-        from lab import history
-        from lab.core.errors import ConfigError
-
-        paths = [Path(p) for p in path.split(",") if p.strip()]
-        if not paths:
-            raise ConfigError("history.import: give a results folder, run directories or validate.json files")
-        configured = _cfg(c, "history_url", url)
-        added, skipped = history.import_paths(paths, history.resolve_url(configured, _cfg(c, "results")),
-                                              make_folder=not configured)
-        for line in skipped:
-            print(f"  skipped {line}")
-        print(added.line())
-
-    @task(name="show", default=True,
-          help={"host": "only this host", "gpu": "a GPU UUID, or a GPU index of --host", "metric": "check or "
-                "benchmark name (a part of it)", "since": "from this time (2026-12-01 or ISO 8601)",
-                "until": "up to this time", "limit": "at most this many rows (default 200)", "url": URL_HELP})
-    @_errors
-    def history_show(c, host=None, gpu=None, metric=None, since=None, until=None, limit=200, url=None):
-        """The history of checks and runs by GPU, host, metric and time, newest first."""
-        from lab.history import query
-
-        db = _history_db(c, url)
-        try:
-            rows = query.history_rows(db, host=host, gpu=gpu, metric=metric, since=since, until=until, limit=limit)
-        finally:
-            db.close()
-        print("\n".join(query.table(rows)))
-
-    @task(name="list", default=True, help={"url": URL_HELP})
-    @_errors
-    def quarantine_list(c, url=None):
-        """The GPUs and hosts in quarantine: who put them there, when and why."""
-        from lab.history import quarantine as q
-
-        db = _history_db(c, url)
-        try:
-            print("\n".join(q.table(q.active(db))))
-        finally:
-            db.close()
-
-    @task(name="add", help={"target": "HOST or HOST:GPU_INDEX (e.g. r740-03:2)", "reason": "why (one line)",
-                            "action": "what to do about it (e.g. reseat, RMA)", "who": "who (default: $USER)",
-                            "url": URL_HELP})
-    @_errors
-    def quarantine_add(c, target, reason=None, action=None, who=None, url=None):
-        """Keep a GPU or a host out of sweeps until released."""
-        from lab.history import quarantine as q
-
-        tgt = q.parse_target(target)
-        q.check_entry(reason, _who(who), action)   # bad input before the database is touched
-        db = _history_db(c, url)
-        try:
-            entry, added = q.add(db, tgt, reason=reason, who=_who(who), action=action)
-        finally:
-            db.close()
-        print(f"{tgt}: quarantined" if added else
-              f"{tgt}: already quarantined since {entry.added_at:%Y-%m-%d %H:%M} by {entry.who}: {entry.reason}")
-
-    @task(name="release", help={"target": "HOST or HOST:GPU_INDEX", "force": "release without a passing validate",
-                                "note": "why (default: the validate that passed)", "who": "who (default: $USER)",
-                                "url": URL_HELP})
-    @_errors
-    def quarantine_release(c, target, force=False, note=None, who=None, url=None):
-        """Return a GPU or host to sweeps: needs a passing validate since it was quarantined, unless --force."""
-        from lab.history import quarantine as q
-
-        tgt = q.parse_target(target)
-        db = _history_db(c, url)
-        try:
-            entry = q.release(db, tgt, who=_who(who), force=force, note=note)
-        finally:
-            db.close()
-        print(f"{tgt}: released ({entry.release_note})")
-
-    return [Collection("history", history_import, history_show),
-            Collection("quarantine", quarantine_list, quarantine_add, quarantine_release)]
-
-
 # gpulab's defaults sit at Invoke's collection level, the lowest layer after Invoke's own: a user's
 # ~/.invoke.yaml, a lab's invoke.yaml, INVOKE_GPULAB_*, `invoke -f FILE` and the options override them.
 ns = Collection.from_module(sys.modules[__name__])
 ns.configure(_defaults())
-for _sub in _memory_tasks():
+for _sub in history_tasks.collections():   # `invoke history`, `history.import`, `quarantine`, `quarantine.add|release`
     ns.add_collection(_sub)

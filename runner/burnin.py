@@ -282,6 +282,8 @@ def main(args) -> int:
 
     cfg = LEVELS[args.level]
     out = Path(args.out)
+    if os.path.islink(out):
+        raise UsageError(f"runner burnin: --out {out} is a symbolic link; the runner writes only into a real folder")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"runner burnin: --out {out} exists and is not an empty directory")
     if args.minutes is not None and not (0 < args.minutes <= MAX_BURN_MINUTES):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import time
 from pathlib import Path
 
@@ -143,10 +142,8 @@ def no_gpu_document(level, probe_doc, xid, start_iso, t0) -> dict:
 
 
 def write_outputs(out: Path, doc: dict) -> None:
-    (out / "probe.json").write_text(json.dumps(doc["probe"], indent=2, sort_keys=True) + "\n")
-    tmp = out / "burnin.json.tmp"
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, out / "burnin.json")
+    rundir.write_new(out / "probe.json", (json.dumps(doc["probe"], indent=2, sort_keys=True) + "\n").encode())
+    rundir.write_new(out / "burnin.json", (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
     rundir.write_sums(out)
 
 

@@ -21,6 +21,7 @@ COMMANDS = {
     "run": ("runner.supervisor", "run a workload and leave a complete run directory"),
     "list": ("runner.workloads", "list the registered workloads"),
     "probe": ("runner.probe", "print one JSON document describing this host's GPUs and stack"),
+    "health": ("runner.health", "print the quick health facts a sweep checks (GPUs through NVML, XIDs)"),
     "burnin": ("runner.burnin", "measure GPU health and performance for hardware validation"),
     "prepare": ("runner.datasets.prepare", "prepare a dataset into the form the workloads read"),
     "datasets": ("runner.datasets.cli", "check, prepare or list the prepared datasets"),

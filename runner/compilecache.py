@@ -102,3 +102,15 @@ def for_context(ctx) -> Path | None:
     return path_for(cache, key(gpu=gpu, torch_version=torch.__version__, cuda=torch.version.cuda,
                                workload=ctx.spec["workload"], scale=ctx.scale, mode=ctx.mode,
                                precision=ctx.precision, world_size=ctx.world_size))
+
+
+def summary() -> str:
+    """One line for stdout.log: how many graphs this process compiled and how many came from the caches
+    (Inductor's FX graph cache and the AOTAutograd cache; a run that loaded another host's artifacts
+    compiles none)."""
+    from torch._dynamo.utils import counters
+
+    ind, aot = counters["inductor"], counters["aot_autograd"]
+    return (f"[runner] compile caches: fxgraph {ind.get('fxgraph_cache_miss', 0)} compiled, "
+            f"{ind.get('fxgraph_cache_hit', 0)} from the cache; aot_autograd {aot.get('autograd_cache_miss', 0)} "
+            f"compiled, {aot.get('autograd_cache_hit', 0)} from the cache")

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from runner import rundir
+
 
 class LaunchError(Exception):
     """Bad GPU or launch request: one line, exit code 2."""
@@ -157,7 +159,7 @@ class Processes:
 
     def __init__(self, cmd: list[str], env: dict, log_path: Path, cwd: Path | None = None):
         self.cmd = cmd
-        self._log = open(log_path, "ab", buffering=0)
+        self._log = rundir.open_file(log_path, append=True, binary=True, buffering=0)
         self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, cwd=cwd, preexec_fn=_preexec)
 

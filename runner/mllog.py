@@ -14,8 +14,10 @@ import os
 import socket
 from pathlib import Path
 
-from mlperf_logging.mllog.mllog import MLLogger as _MLLogger
 from mlperf_logging.mllog import constants
+from mlperf_logging.mllog.mllog import MLLogger as _MLLogger
+
+from runner import rundir
 
 SUBMISSION_ORG = "gpulab"
 SCALE_KEY = "gpulab_scale"  # tiny, small or full: logged right after the submission keys
@@ -28,6 +30,10 @@ def division_of(scale: str, mode: str, reference_recipe: bool = True) -> str:
 
 
 class _FlushingHandler(logging.FileHandler):
+    def _open(self):   # the log file is opened without following a link planted at its name
+        return rundir.open_file(self.baseFilename, append=self.mode.startswith("a"), encoding=self.encoding,
+                                errors=self.errors)
+
     def emit(self, record):
         super().emit(record)
         self.flush()

@@ -13,10 +13,14 @@ grammar, so the two sides cannot drift apart.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import re
+import secrets
+import stat
 from pathlib import Path
 
 # Version of the contract documented in runner/README.md (command line + files).
@@ -32,6 +36,8 @@ TELEMETRY = "telemetry.csv"
 MANIFEST = "manifest.json"
 STATUS = "status.json"
 SUMS = "SHA256SUMS"
+HEALTH = "health.json"     # a failed or aborted run: the health document after it (runner.health)
+XIDS = "xid.json"          # a GPU run during which the kernel log gained XID events: those events
 # One line of SHA256SUMS: what `sha256sum` writes in text mode ("<sha256>  <path>",
 # the runner's own) or in binary mode ("<sha256> *<path>", `sha256sum -b`). Both
 # verify with `sha256sum -c` and hash the same bytes on Linux, so both are accepted.
@@ -56,20 +62,95 @@ def iso(unix_s: float) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
 
 
-def write_json(path: Path, obj) -> None:
-    """Write JSON atomically (temporary file + rename), flushed to disk."""
+# ---------------------------------------------------------------- writing, never through a link
+# Every file of a run directory is opened with O_NOFOLLOW (a symbolic link planted at its name is an
+# error, never followed) and must be a regular file (a FIFO planted there is refused, not blocked on);
+# whole files are written to a fresh temporary name (O_EXCL) and renamed into place. The controller's
+# own writes follow the same rule in lab.core.writes: the runner does not import lab.
+
+RUN_FILES = (MLLOG, STDOUT, TELEMETRY, MANIFEST, STATUS, SUMS)
+_OPEN = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def open_file(path: Path | str, append: bool = False, binary: bool = False, **kwargs):
+    """``open(path, "w"/"a"[+"b"])`` that refuses a link or a non-regular file at ``path`` (OSError)."""
+    fd = os.open(path, _OPEN | (os.O_APPEND if append else 0), 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        if not append:
+            os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    if binary:
+        return os.fdopen(fd, "ab" if append else "wb", **kwargs)
+    kwargs.setdefault("encoding", "utf-8")
+    return os.fdopen(fd, "a" if append else "w", **kwargs)
+
+
+def write_new(path: Path | str, data: bytes) -> None:
+    """Write ``data`` to a fresh temporary name beside ``path`` (O_EXCL | O_NOFOLLOW), flushed to disk, and
+    rename it over ``path`` (a rename replaces a name: it never writes through a link there)."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    for _ in range(16):
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except FileExistsError:
+            continue
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        return
+    raise OSError(errno.EEXIST, "no free temporary name", str(path))
+
+
+def run_dir_problem(out: Path | str) -> str | None:
+    """Why ``out`` cannot be a run directory: a link or a non-folder there, or a link or non-regular file
+    where one of the run's files belongs; None when it can (absent, or a real folder)."""
+    out = Path(out)
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{out} cannot be read ({exc.strerror or exc})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{out} is a symbolic link; the runner writes only into a real folder"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{out} exists and is not a folder"
+    for name in RUN_FILES:
+        try:
+            st = os.lstat(out / name)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return f"{out / name} cannot be read ({exc.strerror or exc})"
+        if stat.S_ISLNK(st.st_mode):
+            return f"{out / name} is a symbolic link; the runner does not write through links"
+        if not stat.S_ISREG(st.st_mode):
+            return f"{out / name} exists and is not a regular file"
+    return None
+
+
+def write_json(path: Path, obj) -> None:
+    """Write JSON atomically (a fresh temporary file + rename), flushed to disk; never through a link."""
+    write_new(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode("utf-8"))
 
 
 def write_telemetry_header(path: Path) -> None:
-    with open(path, "w", encoding="utf-8") as f:
+    with open_file(path) as f:
         f.write(",".join(TELEMETRY_COLUMNS) + "\n")
 
 
@@ -84,7 +165,7 @@ def sha256_file(path: Path) -> str:
 def _listed_files(run_dir: Path) -> list[str]:
     out = []
     for p in sorted(run_dir.rglob("*")):
-        if p.is_file() and p.name != SUMS and not p.name.endswith(".tmp"):
+        if p.is_file() and not p.is_symlink() and p.name != SUMS and not p.name.endswith(".tmp"):
             out.append(p.relative_to(run_dir).as_posix())
     return out
 
@@ -93,12 +174,7 @@ def write_sums(run_dir: Path) -> None:
     """Write SHA256SUMS (``sha256sum -c`` text format) for every other file."""
     run_dir = Path(run_dir)
     lines = [f"{sha256_file(run_dir / rel)}  {rel}\n" for rel in _listed_files(run_dir)]
-    tmp = run_dir / (SUMS + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(lines)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, run_dir / SUMS)
+    write_new(run_dir / SUMS, "".join(lines).encode("utf-8"))
 
 
 def sums_entry(line: str) -> tuple[str, str] | None:

@@ -41,6 +41,9 @@ def add_arguments(p) -> None:
                         "(default: $GPULAB_CACHE_DIR or ~/.cache/gpulab-runner)")
     p.add_argument("--no-compile", action="store_true",
                    help="do not use torch.compile (eager mode)")
+    p.add_argument("--compile", action="store_true",
+                   help="use torch.compile on the CPU too (a GPU run compiles unless --no-compile; needs a "
+                        "C++ compiler and Python's headers on the host)")
     p.add_argument("--max-epochs", type=int, default=None, metavar="N",
                    help="ttt mode: stop after N epochs even below the target (default: per workload and scale)")
     p.add_argument("--measure-seconds", type=float, default=None, metavar="S",
@@ -152,6 +155,8 @@ def plan(args, host_gpus: int | None = None) -> dict:
     if args.warmup_steps is not None and args.warmup_steps < 1:
         fail(f"--warmup-steps {args.warmup_steps}: must be at least 1")
     _check_ranges(args)
+    if args.compile and args.no_compile:
+        fail("--compile and --no-compile: choose one")
     if args.precision == "fp16" and not gpus:
         fail("--precision fp16 needs a GPU (this run selects none)")
     for value, what, made in ((args.out, "--out", True), (args.data, "--data", False),

@@ -117,9 +117,12 @@ def main(args) -> int:
     p = plan(args)
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     out: Path = p["out"]
+    problem = rundir.run_dir_problem(out)   # a link or a FIFO planted where the run writes: nothing started
+    if problem:
+        _fail(f"--out {args.out!r}: {problem}")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / rundir.STDOUT).touch()
+        rundir.open_file(out / rundir.STDOUT, append=True).close()
     except OSError as exc:   # e.g. under /proc: nothing is written, nothing started
         _fail(f"--out {args.out!r}: cannot create the run directory there ({exc.strerror or exc})")
     start_iso = rundir.iso(t_launch)
@@ -133,18 +136,18 @@ def main(args) -> int:
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     tmp = Path(tempfile.mkdtemp(prefix="gpulab-run-"))
     stdout_log = out / rundir.STDOUT
-    stdout_log.touch()
     tele = None
     procs = None
     doc = None
     rc = None
+    xid0, probed = None, []
     try:
         spec = {
             "workload": p["workload"], "entry": p["entry"], "scale": args.scale, "mode": args.mode,
             "seed": seed, "data": str(Path(args.data).resolve()) if args.data else None,
             "precision": args.precision, "framework": args.framework, "gpus": p["gpus"],
             "run_dir": str(out.resolve()), "result_path": str(tmp / "result.json"),
-            "t_launch": t_launch, "compile": (not args.no_compile) and bool(p["gpus"]),
+            "t_launch": t_launch, "compile": (not args.no_compile) and (bool(p["gpus"]) or args.compile),
             "measure_s": args.measure_seconds, "max_epochs": args.max_epochs, "warmup_steps": args.warmup_steps,
             "drop_caches": args.scale == "full" and args.mode == "ttt",
             "cache_dir": str(p["cache_dir"]) if p["cache_dir"] is not None else None,
@@ -166,6 +169,11 @@ def main(args) -> int:
             "probe": _probe(p["gpus"]),
         }
         rundir.write_json(out / rundir.MANIFEST, manifest)
+        if p["gpus"]:   # the XIDs the kernel log has now: those that come during the run go into xid.json
+            from runner import health
+
+            probed = manifest["probe"].get("gpus") or []
+            xid0 = health.xid_baseline(probed)
         tele = _Telemetry(p["gpus"], out / rundir.TELEMETRY)
         print(f"[runner] {p['workload']} {args.mode} {args.scale} seed {seed} on "
               f"{'GPUs ' + ','.join(map(str, p['gpus'])) if p['gpus'] else 'CPU'} "
@@ -193,7 +201,7 @@ def main(args) -> int:
     except Exception as exc:  # a fault of the runner itself: still leave a complete run directory
         import traceback
 
-        with open(stdout_log, "a", encoding="utf-8") as f:
+        with rundir.open_file(stdout_log, append=True) as f:
             f.write("[runner] " + traceback.format_exc().replace("\n", "\n[runner] ") + "\n")
         internal.append(f"runner error: {type(exc).__name__}: {exc}")
     finally:
@@ -208,8 +216,7 @@ def main(args) -> int:
         else:
             outcome, reason = _outcome(abort_reason, doc, rc, args.node_rank, stdout_log)
         mlpath = out / rundir.MLLOG
-        if not mlpath.exists():
-            mlpath.touch()
+        rundir.open_file(mlpath, append=True).close()
         if outcome == "aborted":
             from runner.mllog import close_aborted
 
@@ -225,8 +232,12 @@ def main(args) -> int:
             world_size=p["world_size"], nnodes=args.nnodes, node_rank=args.node_rank,
             start=start_iso, end=rundir.utc_now(), exit_code=exit_code, outcome=outcome,
             reason=reason, result=result)
-        with open(stdout_log, "a", encoding="utf-8") as f:
+        with rundir.open_file(stdout_log, append=True) as f:
             f.write(f"[runner] outcome {outcome}: {reason}\n")
+        if xid0 is not None or outcome in ("failed", "aborted"):
+            from runner import health
+
+            health.epilogue(out, xid0, probed, failed=outcome in ("failed", "aborted"))
         rundir.write_json(out / rundir.STATUS, status)
         rundir.write_sums(out)
         _rmtree(tmp)

@@ -32,6 +32,7 @@ import threading
 import time
 from pathlib import Path
 
+from runner import rundir
 from runner.probe_gpu import THROTTLE_BAD, NvmlUnavailable, decode_throttle, load_nvml
 
 COLUMNS = [
@@ -107,7 +108,7 @@ class Sampler:
         if self._thread is not None or self._file is not None:
             raise RuntimeError("Sampler already started")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "w", newline="")
+        self._file = rundir.open_file(self.path, newline="")
         self._writer = csv.writer(self._file)
         self._writer.writerow(COLUMNS)
         self._file.flush()

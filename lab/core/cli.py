@@ -9,14 +9,17 @@ parsed and before the environment is read: from then on a parse error is
 ``gpulab: <what>`` and exit 2, a bad variable is one line naming it and
 exit 2, and so is a config file whose ``gpulab:`` section does not fit the
 schema (checked layer by layer before each of Invoke's merges) or that Invoke
-cannot read, as every other bad input. A user's ~/.invoke.yaml is read before
-tasks.py loads: a file that is not YAML at all keeps Invoke's own handling. Core options Invoke parses before it loads
+cannot read, as every other bad input. A user's ~/.invoke.yaml and
+/etc/invoke.yaml are read before tasks.py loads: lab.core.invokeguard (a
+``.pth`` line `.ci/setup` installs) makes one that is not YAML or not a
+mapping one line and exit 2. Core options Invoke parses before it loads
 tasks.py (``invoke -f`` without its file) keep Invoke's own handling.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 
@@ -32,7 +35,7 @@ from invoke.env import Environment
 from invoke.exceptions import AmbiguousEnvVar, ParseError, UncastableEnvVar
 
 from lab.core import config
-from lab.core.errors import ConfigError, excerpt
+from lab.core.errors import ConfigError, GpulabError, excerpt
 
 BAD_INPUT = 2
 
@@ -144,3 +147,39 @@ def check_paths(setting, arguments: dict) -> None:
     for name, local in (("out", True), ("root", False)):
         if isinstance(arguments.get(name), str) and arguments[name]:
             paths.output_root(arguments[name], f"--{name}", local=local)
+
+
+# --------------------------------------------------------------------------- what every task shares
+
+
+def setting(c, key, value=None):
+    """The task argument if given, else gpulab.<key> (dotted) from the Invoke config; None only where neither
+    has it (0, false and "" are values)."""
+    if value is not None:
+        return value
+    node = c.config.get("gpulab", {})
+    for part in key.split("."):
+        node = node.get(part) if hasattr(node, "get") else None
+    return node
+
+
+def task_errors(fn):
+    """Check the config section and the path options, run the task, and end it as gpulab ends every command:
+    a GpulabError is one line and its exit code (2 bad input, 1 a failed run or check), Ctrl-C is 130, a
+    reader that left the pipe is 141, quietly. No traceback for a user's mistake."""
+
+    @functools.wraps(fn)
+    def wrapper(c, *args, **kwargs):
+        try:
+            config.check(c.config.get("gpulab"))
+            check_paths(lambda key: setting(c, key), inspect.signature(fn).bind_partial(c, *args, **kwargs).arguments)
+            return fn(c, *args, **kwargs)
+        except GpulabError as exc:
+            raise Exit(f"gpulab: {exc.message}", code=exc.exit_code) from None
+        except KeyboardInterrupt:
+            raise Exit("gpulab: interrupted; state saved", code=130) from None
+        except BrokenPipeError:   # `invoke sweep --dry-run | head`: the reader left; stop quietly as a pipe does
+            quiet_stdout()
+            raise Exit(code=141) from None
+
+    return wrapper

@@ -50,6 +50,9 @@ SWEEP_SETTINGS = {
     "lock_wait_s": Range(0, 7 * 86_400, "s", integer=False),
     "rdzv_port": Range(1, 65_535),
     "fetch_retries": Range(0, 10),
+    "pilot_wait_s": Range(0, 7 * 86_400, "s", integer=False),
+    "compile_cpu": Range(0, 1),
+    "health_valid_hours": Range(0, 8_760, "h", integer=False),
 }
 
 # --- bytes read back from files (lab.core.bounded) -----------------------------------------------------

@@ -10,7 +10,15 @@ MemoryError or an OverflowError further on:
   the parser sees the text (the parsers recurse per level);
 * an integer of more than MAX_INT_DIGITS digits is refused while parsing (a
   400-digit ``time_ms`` would overflow the first float or datetime it meets);
-  floats keep Python's own range (1e999 is inf, which the field checks refuse);
+  20 digits hold every unsigned 64-bit value NVML and DCGM print
+  (18446744073709551615), so a reader that stores an integer in a narrower
+  type (SQLite's signed 64 bits) checks its own range;
+* floats keep Python's own range (1e999 is inf), except in a document read
+  with ``finite=True`` (what a host prints about itself: a probe, a burn-in,
+  DCGM's diagnostic), where inf, -inf and NaN (also JSON's non-standard
+  ``NaN``/``Infinity`` words) are refused: a measurement that is not a finite
+  number would compare as neither above nor below its reference;
+* text longer than ``limit`` characters is refused before it is scanned;
 * a literal holds only None, booleans, bounded integers, floats, text, lists,
   tuples and mappings (``1+2j`` parses as a complex number and is refused).
 """
@@ -19,10 +27,11 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 
 MAX_DEPTH = 64            # the documents gpulab reads nest a few levels; MLPerf's metadata at most 3
-MAX_INT_DIGITS = 18       # |n| < 10**18: every count, time in ms, seed or epoch fits
+MAX_INT_DIGITS = 20       # |n| < 10**20: every uint64 (NVML, DCGM), count, time in ms, seed or epoch fits
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|[\[\]{}()]')
 _OPEN = frozenset("[{(")
 
@@ -54,16 +63,32 @@ def _int(text: str) -> int:
     return int(text)
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"a number out of range ({text[:24]})")
+    return value
+
+
+def _constant(name: str):
+    raise ValueError(f"{name} is not a finite number")
+
+
 _DECODER = json.JSONDecoder(parse_int=_int)
+_FINITE = json.JSONDecoder(parse_int=_int, parse_float=_finite, parse_constant=_constant)
 
 
-def loads(text: str):
-    """``json.loads`` with the bounds above; ValueError on any failure."""
+def loads(text: str, *, finite: bool = False, limit: int | None = None):
+    """``json.loads`` with the bounds above; ValueError on any failure.
+
+    ``finite``: refuse inf and NaN; ``limit``: refuse text of more than ``limit`` characters."""
     if not isinstance(text, str):
         raise ValueError("not text")
+    if limit is not None and len(text) > limit:
+        raise ValueError(f"more than {limit} characters")
     _check_depth(text)
     try:
-        return _DECODER.decode(text)
+        return (_FINITE if finite else _DECODER).decode(text)
     except RecursionError:   # pragma: no cover - the depth scan comes first
         raise ValueError("nested too deep") from None
 

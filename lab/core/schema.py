@@ -84,6 +84,8 @@ def read_yaml(path: Path | str) -> Any:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{path}: {where}malformed YAML ({problem})") from None
+    except RecursionError:   # PyYAML composes nested nodes recursively: flow or block nesting this deep
+        raise ConfigError(f"{path}: YAML nested too deep") from None
 
 
 def load_yaml(path: Path | str, schema_name: str) -> Any:

@@ -36,30 +36,27 @@ def _lstat(path: Path):
         raise ConfigError(f"{path}: cannot be written ({exc.strerror or exc})") from None
 
 
-def check_folder(path: str | Path, what: str = "output folder") -> Path:
-    """``path`` when it is a real folder or does not exist yet (no link, no file in its place)."""
+def _existing(path: str | Path, what: str, is_kind, kind: str, link_says: str) -> Path:
+    """``path`` when nothing is there yet or what is there is of ``kind`` (never a link)."""
     path = Path(path)
     st = _lstat(path)
     if st is None:
         return path
     if stat.S_ISLNK(st.st_mode):
-        raise ConfigError(f"{what}: {path} is a symbolic link; gpulab writes only into real folders")
-    if not stat.S_ISDIR(st.st_mode):
-        raise ConfigError(f"{path}: exists and is not a folder")
+        raise ConfigError(f"{what}: {path} is a symbolic link; {link_says}")
+    if not is_kind(st.st_mode):
+        raise ConfigError(f"{what}: {path} exists and is not {kind}")
     return path
+
+
+def check_folder(path: str | Path, what: str = "output folder") -> Path:
+    """``path`` when it is a real folder or does not exist yet (no link, no file in its place)."""
+    return _existing(path, what, stat.S_ISDIR, "a folder", "gpulab writes only into real folders")
 
 
 def check_file(path: str | Path, what: str = "output") -> Path:
     """``path`` when it is a regular file (to be replaced) or does not exist yet."""
-    path = Path(path)
-    st = _lstat(path)
-    if st is None:
-        return path
-    if stat.S_ISLNK(st.st_mode):
-        raise ConfigError(f"{what}: {path} is a symbolic link; gpulab does not write through links")
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"{what}: {path} exists and is not a regular file")
-    return path
+    return _existing(path, what, stat.S_ISREG, "a regular file", "gpulab does not write through links")
 
 
 def check(root: str | Path, files=(), folders=(), what: str = "output") -> None:

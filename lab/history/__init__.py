@@ -10,11 +10,16 @@ database is rebuilt from them with ``import_paths`` (idempotent).
 Modules: db (URL, engine, migrations, failures as one line), models (tables),
 sources (run directories through lab.results, validate.json files -> records),
 store (records -> rows, idempotent, safe with two writers), query (the history
-table), quarantine (list, add, release; what a sweep plans around).
+table), quarantine (list, add, release; what a sweep plans around), sweeps (what a
+sweep reads and writes as it goes: its health checks, quarantine, each run once
+collected), past (each GPU's own past for validate's trend checks), autoquarantine
+(quarantine after a failing validate), baseline (figures of known-good GPUs for
+references), tasks (the command line).
 
-Entry points: ``import_paths`` (invoke history.import), ``record`` (after a
+Entry points: ``tasks`` (the invoke history and quarantine tasks), ``import_paths`` (invoke history.import), ``record`` (after a
 sweep or a validate), ``query.history_rows`` (invoke history),
-``quarantine.add/release/active/for_sweep`` (invoke quarantine, invoke sweep).
+``quarantine.add/release/active/for_sweep`` (invoke quarantine, invoke sweep), ``past_reader``,
+``after_validate`` and ``known_good`` (invoke validate).
 May import: lab.core, lab.results, runner.rundir.
 """
 
@@ -22,13 +27,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab.core.errors import ConfigError
-from lab.history.db import Database, open_db, resolve_url, sqlite_folder
-from lab.history.sources import read_sources
-from lab.history.store import Added, add_sources
+import importlib
 
-__all__ = ["Added", "Database", "import_paths", "open_db", "quarantined", "record", "resolve_url",
-           "sqlite_folder"]
+from lab.core.errors import ConfigError
+
+__all__ = ["Added", "Database", "after_validate", "import_paths", "known_good", "open_db", "past_reader", "quarantined",
+           "record", "resolve_url", "sqlite_folder"]
+
+# The database modules (SQLAlchemy, Alembic: about half a second) load when first used, not when `invoke`
+# starts and reads tasks.py (lab.history.tasks).
+_LAZY = {"Database": "db", "open_db": "db", "resolve_url": "db", "shown": "db", "sqlite_folder": "db",
+         "read_sources": "sources", "Added": "store", "add_sources": "store"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"lab.history.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'lab.history' has no attribute {name!r}")
 
 
 def import_paths(paths, url: str, make_folder: bool = False) -> tuple[Added, list[str]]:
@@ -38,6 +53,10 @@ def import_paths(paths, url: str, make_folder: bool = False) -> tuple[Added, lis
     ``make_folder``, before a SQLite file's folder is made); returns what was
     added and one line per thing skipped.
     """
+    from lab.history.db import open_db, sqlite_folder
+    from lab.history.sources import read_sources
+    from lab.history.store import add_sources
+
     src = read_sources([Path(p) for p in paths])
     if make_folder:
         sqlite_folder(url)
@@ -62,6 +81,73 @@ def record(paths, url: str) -> str:
     return f"history: {added.line()}"
 
 
+def _no_file(url: str) -> bool:
+    """Whether ``url`` is a SQLite file that does not exist yet (a lab with no history)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+        return parsed.get_backend_name() == "sqlite" and bool(parsed.database) and not Path(parsed.database).exists()
+    except Exception:   # noqa: BLE001 - open_db says what is wrong with the URL, in one line
+        return False
+
+
+def past_reader(url: str):
+    """``read(uuids, sources, depth)``: the GPUs' own past for validate's trend checks (lab.history.past), as
+    plain data; a database that cannot be read gives ``{"gpus": {}, "error": its line}`` (validate then says
+    "not judged" and goes on), one that does not exist yet no points."""
+    def read(uuids, sources, depth) -> dict:
+        from lab.history import past
+        from lab.history.db import open_db
+
+        if _no_file(url):
+            return {"gpus": {}, "error": None, "left_out": 0}
+        try:
+            db = open_db(url)
+            try:
+                return past.gpu_past(db, uuids, sources, depth)
+            finally:
+                db.close()
+        except ConfigError as exc:
+            return {"gpus": {}, "error": exc.message, "left_out": 0}
+    return read
+
+
+def after_validate(paths, doc: dict, url: str, quarantine: bool = True) -> list[str]:
+    """What a validate adds to the lab's memory once validate.json is written: its checks (``record``), then,
+    with ``quarantine``, each failing host or GPU quarantined (lab.history.autoquarantine); the lines to print.
+    A database that fails is said in a line; the files stay to be imported later."""
+    from lab.history.autoquarantine import quarantine_failures
+    from lab.history.db import open_db
+
+    lines = [record(paths, url)]
+    if not quarantine or lines[0].startswith("history: not recorded"):
+        return lines
+    try:
+        db = open_db(url)
+        try:
+            return lines + quarantine_failures(db, doc)
+        finally:
+            db.close()
+    except ConfigError as exc:
+        return lines + [f"quarantine: not recorded: {exc.message}"]
+
+
+def known_good(url: str, sources: dict) -> dict:
+    """The figures of known-good GPUs per model and metric (lab.history.baseline), for `invoke validate --baseline
+    --from-history`; {} where no database exists yet. A database that cannot be read: ConfigError."""
+    from lab.history.baseline import known_good as read
+    from lab.history.db import open_db
+
+    if _no_file(url):
+        return {}
+    db = open_db(url)
+    try:
+        return read(db, sources)
+    finally:
+        db.close()
+
+
 def quarantined(url: str, hosts) -> dict[str, dict]:
     """What a sweep of ``hosts`` plans around (quarantine.for_sweep); nothing where no database exists yet.
 
@@ -71,6 +157,7 @@ def quarantined(url: str, hosts) -> dict[str, dict]:
     from sqlalchemy.engine import make_url
 
     from lab.history import quarantine
+    from lab.history.db import open_db
 
     try:
         parsed = make_url(url)

@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from lab.core import paths
+from lab.core import paths, writes
 from lab.core.errors import ConfigError
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -44,8 +44,19 @@ def sqlite_folder(url: str) -> None:
     except ArgumentError:
         return
     if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
-        folder = paths.folder(Path(parsed.database).parent, f"history database {shown(url)}")
-        folder.mkdir(parents=True, exist_ok=True)
+        what = f"history database {shown(url)}"
+        writes.folder(paths.folder(Path(parsed.database).parent, what), what)
+
+
+SQLITE_FILES = ("", "-journal", "-wal", "-shm")   # the database and the files SQLite makes beside it
+
+
+def sqlite_files(db: str | Path, what: str) -> None:
+    """A SQLite database file and its journals: each a regular file or absent, never a link (SQLite opens
+    them following links: a link planted there would have it write wherever it points); ConfigError.
+    The folder is the user's, as for sweeps (lab.core.writes: a results folder may be a link to a data disk)."""
+    for suffix in SQLITE_FILES:
+        writes.check_file(f"{db}{suffix}", what)
 
 
 def resolve_url(configured: str | None, results: str | Path) -> str:
@@ -99,6 +110,7 @@ def _engine(url: str) -> Engine:
             raise ConfigError(f"history database {shown(url)}: a SQLite database needs a file path")
         if not Path(db).parent.is_dir():
             raise ConfigError(f"history database {shown(url)}: folder {Path(db).parent} does not exist")
+        sqlite_files(db, f"history database {shown(url)}")
         args = {"timeout": LOCK_WAIT_S}
     elif backend == "postgresql":
         if parsed.drivername == "postgresql":

@@ -19,11 +19,12 @@ from sqlalchemy import and_, or_, select
 from lab.core import limits
 from lab.core.errors import CheckFailed, ConfigError
 from lab.history.db import Database
-from lab.history.models import Check, Gpu, Quarantine, RunGpu, Run
+from lab.history.models import Check, Gpu, Quarantine, RunGpu, Run, Validation
 from lab.history.store import _aware, now
 
 TARGET_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,254})(?::(\d{1,2}))?$")
 MAX_TEXT = 2000
+HEALTH_LEVEL = "health"   # lab.history.sweeps: a sweep's health check, recorded as a validation of this level
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,10 @@ def _passing_validate(s, entry: Quarantine) -> tuple[bool, str]:
     since = _aware(entry.added_at)
     scope = Check.gpu_index.is_(None) if entry.gpu_index is None else or_(
         Check.gpu_index.is_(None), Check.gpu_index == entry.gpu_index)
-    newest = s.execute(select(Check.validation_id, Check.at).where(Check.host == entry.host, Check.at > since)
-                       .order_by(Check.at.desc(), Check.validation_id.desc()).limit(1)).first()
+    newest = s.execute(select(Check.validation_id, Check.at).join(Validation, Validation.id == Check.validation_id)
+                       .where(Check.host == entry.host, Check.at > since,
+                              or_(Validation.level.is_(None), Validation.level != HEALTH_LEVEL))   # a validate, not a
+                       .order_by(Check.at.desc(), Check.validation_id.desc()).limit(1)).first()   # sweep's health check
     rows = [] if newest is None else s.execute(
         select(Check.name, Check.verdict, Check.gpu_index, Check.reason)
         .where(and_(Check.validation_id == newest.validation_id, Check.host == entry.host, scope))).all()

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.core import bounded, limits
+from lab.core import bounded, limits, plaindata
 from lab.results import collect as lab_results
 from lab.core.errors import ConfigError
 from lab.results.rundirs import manifest_gpus
@@ -94,8 +94,11 @@ def _text(v, n=255) -> str | None:
     return None if v is None else str(v)[:n]
 
 
+INT64 = 2 ** 63     # SQL INTEGER is signed 64-bit; JSON integers may be longer (lab.core.plaindata: 20 digits)
+
+
 def _int(v) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) and -INT64 <= v < INT64 else None
 
 
 # ---------------------------------------------------------------- runs
@@ -127,9 +130,9 @@ def _run_record(run, out: Sources) -> RunRecord | None:
         if isinstance(idx, list) else []
     sweep = rundir.parent.parent.name if (rundir.parent.parent / "sweep.json").is_file() else None
     fields = dict(source=str(rundir.resolve()), sweep=_text(sweep), host=_text(run.host), run_name=_text(rundir.name),
-                  benchmark=_text(run.benchmark, 128), device=_text(run.device, 128), gpu_count=run.gpus,
+                  benchmark=_text(run.benchmark, 128), device=_text(run.device, 128), gpu_count=_int(run.gpus),
                   gpu_indices=",".join(str(i) for i in indices), stack=run.stack, stack_versions=run.stack_versions,
-                  scale=_text(run.scale, 16), mode=_text(run.mode, 16), seed=run.seed, outcome=run.outcome,
+                  scale=_text(run.scale, 16), mode=_text(run.mode, 16), seed=_int(run.seed), outcome=run.outcome,
                   reason=run.reason, samples_per_s=run.samples_per_s, sample_unit=_text(run.sample_unit, 32),
                   ttt_s=run.ttt_s, elapsed_s=run.elapsed_s, energy_j=run.energy_j, avg_power_w=run.avg_power_w,
                   at=utc(run.start_s))
@@ -183,11 +186,11 @@ def read_validation(path: Path) -> ValidationRecord:
     """One validate.json; ConfigError when it is not one this gpulab reads."""
     try:
         raw = bounded.read_bytes(path, root=path.parent, limit=limits.JSON_BYTES)
-        doc = json.loads(raw)
+        doc = plaindata.loads(raw.decode("utf-8"))
     except bounded.Unreadable as exc:
         raise ConfigError(f"{path}: {exc.reason}") from None
-    except (ValueError, RecursionError):
-        raise ConfigError(f"{path}: not JSON") from None
+    except ValueError as exc:   # also UnicodeDecodeError; depth and integer size are bounded
+        raise ConfigError(f"{path}: not JSON ({str(exc)[:120]})") from None
     if not isinstance(doc, dict) or doc.get("kind") != VALIDATE_KIND:
         raise ConfigError(f"{path}: not a validate.json (kind {VALIDATE_KIND!r} expected)")
     if doc.get("schema") not in VALIDATE_SCHEMAS:

@@ -9,7 +9,11 @@
 * Every run keeps ansible-runner's artifacts (events, stdout, command line,
   status) in ``<artifacts_root>/<UTC yyyymmdd-HHMMSS>-<playbook stem>/``,
   named by ``PlaybookResult.artifacts``; the private data directory itself is
-  a temporary directory.
+  a temporary directory (private to this user, a fresh random name). The
+  artifacts root is made with lab.core.writes (a link or a file there is bad
+  input, exit 2) and each run's folder with an exclusive ``mkdir`` (a name
+  already taken, by a folder or a planted link, is passed over), so
+  ansible-runner writes only into a folder this run made.
 * Live progress: one line per host and task from the runner's events
   (``on_event`` receives each line's data, or the line is printed).
 * ``PlaybookResult.hosts`` is a per-host summary (ok / changed / failed /
@@ -32,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from lab.core import writes
 from lab.core.errors import ConfigError, RunError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -202,10 +207,26 @@ def artifacts_folder(root: Path | str, playbook: Path | str, now: _dt.datetime |
     now = now or _dt.datetime.now(_dt.timezone.utc)
     base = Path(root) / f"{now.strftime('%Y%m%d-%H%M%S')}-{Path(playbook).stem}"
     path, n = base, 1
-    while path.exists():
+    while os.path.lexists(path):
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
+
+
+def make_artifacts_folder(root: Path | str, playbook: Path | str) -> Path:
+    """Make ``root`` (lab.core.writes: no link, no file there) and a new folder of ``artifacts_folder``'s name
+    in it; ``mkdir`` never follows a link, and a name taken meanwhile gives the next one."""
+    root = writes.folder(root, "artifacts folder")
+    for _ in range(100):
+        path = artifacts_folder(root, playbook)
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise ConfigError(f"artifacts folder: {path} cannot be made ({exc.strerror or exc})") from None
+    raise ConfigError(f"artifacts folder: {root}: no free name for this run's artifacts")
 
 
 def default_progress(line: dict) -> None:
@@ -304,8 +325,7 @@ def run_playbook(playbook: Path | str, inventory: Path | str, hosts: list[str] |
     for name in hosts or []:
         if not re.fullmatch(r"[A-Za-z0-9_.:\[\]-]+", name):
             raise ConfigError(f"host name {name!r} is not usable in a --limit pattern")
-    folder = artifacts_folder(artifacts_root, playbook)
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    folder = make_artifacts_folder(artifacts_root, playbook)
     cmdline = []
     if check:
         cmdline.append("--check")

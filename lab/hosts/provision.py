@@ -72,6 +72,8 @@ def found_versions(stack: dict | None) -> dict[str, Any]:
     fm = stack.get("fabricmanager") or {}
     out.update(dcgm=(stack.get("dcgm") or {}).get("version"), fabricmanager=fm.get("version"),
                fabricmanager_service=fm.get("service"))
+    for name, tool in sorted((stack.get("tools") or {}).items()):  # nccl-tests, nvbandwidth (role bwtools)
+        out[name] = tool.get("version") if not tool.get("problem") else f"{tool.get('version')} ({tool['problem']})"
     return out
 
 

@@ -24,6 +24,7 @@ from lab.core import plaindata
 
 MLLOG_PREFIX = ":::MLLOG"
 _DECODE = plaindata.raw_decode
+MAX_TIME_MS = 10 ** 15     # unix time in ms until the year 33658: a larger time_ms is not a time
 
 
 def decode_mllog(lines: list[str]) -> tuple[list[tuple], list[int]]:
@@ -46,7 +47,10 @@ def decode_mllog(lines: list[str]) -> tuple[list[tuple], list[int]]:
             if line[end:].strip():
                 raise ValueError("text after the JSON object")
             key = ev["key"]
-            t = float(ev["time_ms"]) / 1000.0
+            t = num(ev["time_ms"])
+            if t is None or not 0 <= t < MAX_TIME_MS:
+                raise ValueError("time_ms is not a time")
+            t /= 1000.0
         except (ValueError, KeyError, TypeError, IndexError):
             bad.append(i)
             continue

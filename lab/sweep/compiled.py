@@ -70,3 +70,21 @@ def push(remote: rmt.Remote, workdir: str, store: Path) -> list[str]:
         remote.put(store / name, tmp)
         remote.run(["mv", "-f", tmp, f"{dst}/{name}"], timeout=60)
     return missing
+
+
+def matches(name: str, key) -> bool:
+    """Whether an artifacts file (named by runner.compilecache.key: workload.scale.mode.precision.x<processes>.
+    ...) holds the graphs of compile group ``key`` (lab.sweep.pilot.Key; the store folder fixes stack and GPU)."""
+    parts = name.split(".")
+    if len(parts) < 6 or parts[:3] != [key.workload, key.scale, key.mode]:
+        return False
+    return key.gpus < 0 or parts[4] == f"x{max(1, key.gpus) * key.nodes}"   # a CPU run is one process a node
+
+
+def held(sweep_root: Path, key) -> bool:
+    """Whether the sweep's store holds artifacts of compile group ``key``."""
+    store = store_dir(sweep_root, key.stack, key.gpu_model)
+    try:
+        return any(matches(n, key) for n in _names(os.listdir(store)))
+    except OSError:
+        return False

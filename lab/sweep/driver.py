@@ -51,6 +51,8 @@ from pathlib import Path
 from lab.results import checksums
 from lab.core import fields
 from lab.core import paths
+from lab.sweep import pilot
+from lab.sweep import gate
 from lab.sweep import preflight
 from lab.hosts import remote as rmt
 from lab.hosts import runnerdist
@@ -112,12 +114,13 @@ def check_name(name: str) -> None:
     fields.sweep_name(name)
 
 
-def prepare_host(host: Host) -> tuple[rmt.Remote, rmt.RunnerInstall, dict]:
-    """Connect, make the runner match this checkout, probe the GPU topology."""
+def prepare_host(host: Host, health: bool = False) -> tuple[rmt.Remote, rmt.RunnerInstall, dict, dict | None]:
+    """Connect, make the runner match this checkout, probe the GPU topology; with ``health``, read the
+    host's health document for the gate (lab.sweep.gate)."""
     remote = rmt.connect(host)
     try:
         install = rmt.ensure_runner(remote)
-        return remote, install, topo.discover(remote, install)
+        return remote, install, topo.discover(remote, install), gate.read(remote, install) if health else None
     except BaseException:
         remote.close()
         raise
@@ -126,9 +129,10 @@ def prepare_host(host: Host) -> tuple[rmt.Remote, rmt.RunnerInstall, dict]:
 def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: str, *, gpus: str | None = None,
               seeds=1, mode: str = "ttt", scale: str = "tiny", nodes: int = 1, settings: Settings | None = None,
               progress_factory=None, echo=print, datasets_catalogue=None,
-              quarantine: dict[str, dict] | None = None) -> SweepResult:
-    """Check the prepared data, prepare the hosts, plan, run the plan (units in parallel, one run
-    at a time each), collect."""
+              quarantine: dict[str, dict] | None = None, memory=None) -> SweepResult:
+    """Check the prepared data, prepare the hosts (and their health gate), plan, run the plan (units in
+    parallel, one run at a time each), collect. ``memory``: the history's side of the sweep
+    (lab.history.sweeps.SweepMemory; None: no database)."""
     from lab.sweep import progress as prog
 
     settings = settings or Settings()
@@ -148,13 +152,16 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
         if refused:
             raise ConfigError(refused)
         echo(f"sweep {name}: preparing {len(hosts)} host(s) (runner {runnerdist.local_version()})")
-        prepared = rmt.on_hosts(hosts, prepare_host)
+        gated = gate.needed(hosts, memory, settings.health_valid_hours, echo)
+        prepared = rmt.on_hosts(hosts, lambda h: prepare_host(h, h.name in gated))
         errors = prepared.reasons()
         topologies = {n: got[2] for n, got in prepared.succeeded.items()}
+        quarantine = gate.apply(hosts, {n: got[3] for n, got in prepared.succeeded.items() if got[3]}, memory,
+                                quarantine, echo)
+        left, planned_topologies, held = plan_around(hosts, quarantine, topologies)
         for line in held:
-            echo(f"sweep {name}: {line}")
-        runs = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes,
-                    topologies=plan_around(hosts, quarantine, topologies)[1])
+            echo(f"sweep {name}: quarantine: {line}")
+        runs = plan(left, workloads, gpus, seeds, mode, scale, nodes=nodes, topologies=planned_topologies)
         if settings.timeout_s is None:   # each run's limit from its estimate (the probed GPUs name the device)
             past = study.history(results_dir)
             for run in runs:
@@ -187,9 +194,11 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
                       if not any(n in errors for n in u) and any(r.state != "complete" for r in rs)}
         progress = (progress_factory or prog.Progress)(
             {"+".join(u): sum(1 for r in rs if r.state != "complete") for u, rs in todo_units.items()})
+        pilots = pilot.for_sweep(root, sweep.runs, by_name, settings)   # compile once, then fan out
+        during: dict[str, dict[int, str]] = {}   # GPUs quarantined by a failed run's epilogue (lab.sweep.gate)
         for u, rs in todo_units.items():
             nodes_ = [Node(by_name[n], prepared[n][0], prepared[n][1], settings, name) for n in u]
-            workers.append(UnitWorker(sweep, nodes_, rs, settings, progress, stop))
+            workers.append(UnitWorker(sweep, nodes_, rs, settings, progress, stop, pilots, memory, during))
         skipped = sum(1 for r in sweep.runs if r.state == "complete")
         echo(f"sweep {name}: {len(sweep.runs)} runs on {len(hosts)} host(s)"
              + (f", {skipped} already complete (resumed)" if skipped else ""))
@@ -206,6 +215,8 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
             for got in prepared.succeeded.values():
                 got[0].close()
             sweep.save()
+        held += [f"{h}: GPU {i} quarantined after a failed run ({why})" for h, got in sorted(during.items())
+                 for i, why in sorted(got.items())]
         return SweepResult(sweep, quarantined=held)
     finally:
         lock.release(drop_if_empty=True)

@@ -36,6 +36,10 @@ class Settings:
     lock_wait_s: float = 3600.0    # how long a run waits for a host another sweep holds
     rdzv_port: int = 29400         # multi-node rendezvous port on node 0
     fetch_retries: int = 2         # fetches again when a copy does not verify
+    pilot_wait_s: float = 900.0    # compile once, then fan out (lab.sweep.pilot): how long the other hosts of a
+                                   # compile group wait for its pilot's artifacts; 0: every host compiles itself
+    compile_cpu: int = 0           # 1: CPU runs compile too (runner --compile) and have pilots like GPU runs
+    health_valid_hours: float = 24.0   # a passing health check this recent (history database) skips the gate
 
 
 @dataclass

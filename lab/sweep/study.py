@@ -24,6 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from lab.core import bounded
+from lab.sweep import pilot
 from lab.sweep import preflight
 from lab.core.errors import ConfigError
 from lab.core.mlperf import default_rules
@@ -299,8 +300,10 @@ def describe(runs: list, hosts: list, *, past: dict | None = None, data=None) ->
     return lines, totals
 
 
-def dry_run(hosts: list, runs: list, name: str, *, results_dir=None, catalogue=None) -> tuple[list[str], str | None]:
-    """What ``invoke sweep --dry-run`` prints, and the refusal line when a host lacks prepared data.
+def dry_run(hosts: list, runs: list, name: str, *, results_dir=None, catalogue=None,
+            settings=None) -> tuple[list[str], str | None]:
+    """What ``invoke sweep --dry-run`` prints (with the pilot of each compile group, lab.sweep.pilot),
+    and the refusal line when a host lacks prepared data. ``settings``: lab.sweep.hostrun.Settings (None: no pilots).
 
     The only contact with the hosts is lab.sweep.preflight's read-only probe (for runs that read prepared data)."""
     data = preflight.check(hosts, runs, catalogue)
@@ -310,4 +313,6 @@ def dry_run(hosts: list, runs: list, name: str, *, results_dir=None, catalogue=N
     units = len({tuple(r.hosts) for r in runs})
     head = f"sweep {name}: mode {modes}, scale {scales}; {len(runs)} runs on {units} unit(s)"
     tail = f"{len(runs)} runs planned for sweep {name} on {units} unit(s); nothing started (--dry-run)"
-    return [head, *lines, tail], preflight.refusal(data)
+    pilots = pilot.describe(runs, {h.name: h for h in hosts}, settings.pilot_wait_s if settings else 0,
+                            bool(settings and settings.compile_cpu))
+    return [head, *lines, *pilots, tail], preflight.refusal(data)

@@ -10,11 +10,11 @@ is recorded in sweep.json and passed to the runner as explicit indices.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass
 
 from lab.hosts import remote as rmt
+from lab.core import limits, plaindata
 from lab.core.errors import ConfigError, RunError
 
 
@@ -39,6 +39,43 @@ def pcie_root(sysfs_path: str) -> str | None:
     """``/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0`` -> ``pci0000:3a``."""
     m = re.search(r"/sys/devices/(pci[0-9a-fA-F]{4}:[0-9a-fA-F]{2})(?:/|$)", sysfs_path or "")
     return m.group(1) if m else None
+
+
+def _text_or_none(v, n: int) -> bool:
+    return v is None or (isinstance(v, str) and len(v) <= n)
+
+
+def read_probe(text: str, host: str) -> dict:
+    """The probe document a host printed (``runner probe --json``), bounded and checked where the
+    topology reads it; RunError naming the host and the fault otherwise."""
+    try:
+        doc = plaindata.loads(text, finite=True, limit=limits.JSON_BYTES)
+    except ValueError as exc:
+        raise RunError(f"{host}: `runner probe` printed no usable JSON document ({str(exc)[:120]})") from None
+    gpus = doc.get("gpus") if isinstance(doc, dict) else None
+    fault = ("is not a JSON object" if not isinstance(doc, dict)
+             else "has no list of GPUs" if not isinstance(gpus, list)
+             else f"lists more than {limits.GPUS.hi} GPUs" if len(gpus) > limits.GPUS.hi
+             else "has a 'host' that is not an object" if not isinstance(doc.get("host") or {}, dict)
+             else None)
+    seen: set[int] = set()
+    for g in gpus if fault is None else ():
+        if not isinstance(g, dict) or g.get("error"):
+            continue
+        i = g.get("index")
+        if isinstance(i, bool) or not isinstance(i, int) or not limits.GPU_INDEX.lo <= i <= limits.GPU_INDEX.hi \
+                or i in seen:
+            fault = f"has a GPU index {str(i)[:24]} (a distinct integer {limits.GPU_INDEX.lo}..{limits.GPU_INDEX.hi} expected)"
+            break
+        seen.add(i)
+        numa = g.get("numa_node")
+        if not (_text_or_none(g.get("pci_bus_id"), 64) and _text_or_none(g.get("name"), 256)
+                and (numa is None or (isinstance(numa, int) and not isinstance(numa, bool) and -1 <= numa < 4096))):
+            fault = f"has GPU {i} with a pci_bus_id, name or numa_node of the wrong type or size"
+            break
+    if fault:
+        raise RunError(f"{host}: the document `runner probe` printed {fault}")
+    return doc
 
 
 def from_probe(doc: dict, roots: dict[str, str | None] | None = None) -> list[Gpu]:
@@ -103,10 +140,12 @@ def discover(remote: rmt.Remote, install: rmt.RunnerInstall) -> dict:
     """The host's topology as recorded in sweep.json: ``{gpu_count, gpus: [Gpu...], nvidia}``."""
     res = remote.run(install.argv("probe", "--json"), check=False, timeout=120)
     try:
-        doc = json.loads(res.stdout)
-    except ValueError:
+        doc = read_probe(res.stdout, remote.name)
+    except RunError:
+        if res.code == 0:
+            raise
         detail = (res.stderr.strip() or res.stdout.strip() or f"exit {res.code}").splitlines()[-1]
-        raise RunError(f"{remote.name}: `runner probe` failed: {detail}") from None
+        raise RunError(f"{remote.name}: `runner probe` failed: {detail[:300]}") from None
     gpus = from_probe(doc)
     ids = {g.bus_id: sysfs_bus_id(g.bus_id) for g in gpus if sysfs_bus_id(g.bus_id or "")}
     roots: dict[str, str | None] = {}

@@ -14,7 +14,7 @@ import threading
 import time
 
 from lab.results import checksums
-from lab.sweep import compiled, hostlock
+from lab.sweep import compiled, gate, hostlock, pilot
 from lab.core import paths
 from lab.core import writes
 from lab.sweep import preflight
@@ -85,26 +85,36 @@ class UnitWorker:
     """Runs one unit's share of a sweep (a host, or the hosts of a multi-node run), one run after another."""
 
     def __init__(self, sweep: Sweep, nodes: list[Node], runs: list[PlannedRun], settings: Settings,
-                 progress, stop: threading.Event):
+                 progress, stop: threading.Event, pilots: pilot.Pilots | None = None, memory=None,
+                 held: dict[str, dict[int, str]] | None = None):
         self.sweep, self.nodes, self.runs, self.settings = sweep, nodes, runs, settings
+        self.memory = memory   # the history's side of the sweep (lab.sweep.gate); None: no database
+        self.held = held if held is not None else {}   # host -> {GPU: why}: quarantined during this sweep
         self.progress, self.stop = progress, stop
         self.unit = "+".join(n.host.name for n in nodes)
         self.done = False
+        self.seat = pilot.Seat(pilots, self.unit, nodes[0].host, sweep.root, lambda: self._share_compiled("pull"),
+                               progress.status) if pilots is not None else None   # None: plan order
 
     def __call__(self) -> None:
         try:
             todo = [r for r in self.runs if r.state != "complete"]
-            for i, run in enumerate(todo, 1):
+            left = list(todo)
+            for i in range(1, len(todo) + 1):
                 if self.stop.is_set():
                     break
+                run, role = self.seat.next(left, self.stop) if self.seat else (left[0], "")
+                if run is None:
+                    break
+                left.remove(run)
                 self.progress.run_started(self.unit, i, len(todo), run.run_id,
-                                          " (resumed: what the host did comes first)" if run.token else "")
+                                          " (resumed: what the host did comes first)" if run.token else pilot.NOTE[role])
                 try:
                     self._one(run)
                 except HostLost as exc:
                     self._stop_all(run)
                     self._end(run, "failed", exc.message)
-                    for rest in todo[i:]:
+                    for rest in left:
                         rest.state, rest.reason = "failed", f"not run: {exc.host} lost ({exc.message})"
                     self.sweep.save()
                     self.progress.unit_done(self.unit, f"lost: {exc.host}")
@@ -112,6 +122,8 @@ class UnitWorker:
                 except GpulabError as exc:
                     self._end(run, "failed", exc.message)
                 finally:
+                    if self.seat:
+                        self.seat.ended(run)
                     for node in self.nodes:
                         try:
                             node.call(lambda r: node.lock.release())
@@ -120,6 +132,8 @@ class UnitWorker:
                 self.progress.run_ended(self.unit, run)
             self.progress.unit_done(self.unit, "interrupted" if self.stop.is_set() else "done")
         except Exception as exc:  # never lose the state to a bug in one thread
+            if self.seat:
+                self.seat.ended(None)
             for run in self.runs:
                 if run.state == "running":
                     run.state, run.reason = "failed", f"controller error: {type(exc).__name__}: {exc}"
@@ -172,6 +186,8 @@ class UnitWorker:
                     str(run.gpus) if run.gpus > 0 else ("all" if run.gpus < 0 else "0")),
                 "--max-minutes", f"{self._limit_s(run) / 60:.4f}",
                 "--cache-dir", f"{node.layout.workdir}/cache"]
+        if run.gpus == 0 and self.settings.compile_cpu:
+            args.append("--compile")
         if preflight.needs_data(run):   # trains on the prepared dataset (`invoke datasets`)
             args += ["--data", preflight.data_root(node.layout.workdir)]
         if len(self.nodes) > 1:
@@ -217,6 +233,10 @@ class UnitWorker:
     def _one(self, run: PlannedRun) -> None:
         if run.token and self._adopt(run):   # a token: this sweep started the run before
             return
+        held = gate.held_reason(run, self.held)
+        if held:
+            self._end(run, "failed", held)
+            return
         run.token = f"gl-{secrets.token_hex(8)}"
         run.state, run.started, run.ended, run.reason, run.outcome = "running", utcnow(), None, "", None
         self.sweep.save()
@@ -244,6 +264,7 @@ class UnitWorker:
         ended = "done"
         pending = list(self.nodes)
         states: dict[str, str] = {}
+        next_check = t0 + pilot.CHECK_S
         while pending:
             for node in list(pending):
                 st = self._poll(run, node)
@@ -262,6 +283,9 @@ class UnitWorker:
                 ended = "killed" if self._stop_all(run) else "timeout"
                 break
             self.progress.status(self.unit, f"running {run.run_id}")
+            if self.seat and self.seat.piloting is not None and time.monotonic() >= next_check:
+                self.seat.check()   # the pilot's artifacts, once written, release the group's other hosts
+                next_check = time.monotonic() + pilot.CHECK_S
             time.sleep(s.poll_s)
         if ended == "done":  # finished: let each runner exit (it may still be shutting down) before the next run
             for node in self.nodes:
@@ -366,3 +390,22 @@ class UnitWorker:
             self._end(run, "failed", f"timed out: {why} (the runner stopped it)", outcome)
         else:
             self._end(run, "failed", f"run {outcome or 'ended without status'}: {why}", outcome)
+        try:
+            self._remember(run)
+        except Exception as exc:  # noqa: BLE001 - the run is recorded in sweep.json already; never lose the unit
+            self.progress.print(f"  [{self.unit}] history: not recorded: {type(exc).__name__}: {exc}")
+
+    def _remember(self, run: PlannedRun) -> None:
+        """The run into the history as soon as it is collected; after a failure, its health epilogue
+        (lab.sweep.gate.after_run). A database that fails: one line, the run stays in results/."""
+        for node in self.nodes if run.state != "complete" else ():
+            got = gate.after_run(node.host, run.run_id, self.sweep.run_dir(run, node.host.name), run.gpu_ids,
+                                 self.memory, lambda line: self.progress.print(f"  [{self.unit}] {line}"))
+            self.held.setdefault(node.host.name, {}).update(got)
+        first = self.sweep.run_dir(run, self.nodes[0].host.name)
+        if self.memory is not None and (first / STATUS).is_file():
+            try:
+                self.memory.record_run(first)
+            except GpulabError as exc:
+                self.progress.print(f"  [{self.unit}] history: not recorded: {exc.message}; {run.run_id} stays in "
+                                    f"results/ (`invoke history.import` later)")

@@ -9,11 +9,11 @@ the two, and never reads the runner's own files.
 from __future__ import annotations
 
 import functools
-import json
 import subprocess
 import sys
 from pathlib import Path
 
+from lab.core import limits, plaindata
 from lab.core.errors import ConfigError, RunError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ def names() -> tuple[str, ...]:
     p = subprocess.run([sys.executable, "-m", "runner", "list", "--json"], cwd=REPO, capture_output=True,
                        text=True, timeout=120, stdin=subprocess.DEVNULL)
     try:
-        doc = json.loads(p.stdout) if p.returncode == 0 else None
+        doc = plaindata.loads(p.stdout, limit=limits.JSON_BYTES) if p.returncode == 0 else None
         found = tuple(str(e["name"]) for e in doc)
     except (TypeError, ValueError, KeyError):
         detail = (p.stderr.strip() or p.stdout.strip() or f"exit {p.returncode}").splitlines()[-1]

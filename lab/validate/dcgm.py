@@ -32,7 +32,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lab.core import limits, schema, versions
+from lab.core import limits, plaindata, schema, versions
 from lab.core.errors import ConfigError, GpulabError
 from lab.validate.verdict import FAIL, PASS, WARN, check
 
@@ -93,10 +93,7 @@ def document(text: str) -> dict:
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if line.lstrip().startswith("{"):
-            try:
-                doc = json.loads("\n".join(lines[i:]))
-            except RecursionError:
-                raise ValueError("dcgmi's output nests too deep to be DCGM's document") from None
+            doc = plaindata.loads("\n".join(lines[i:]), finite=True, limit=limits.JSON_BYTES)
             if isinstance(doc, dict) and any(k in doc for k in ROOTS):
                 return doc
             break

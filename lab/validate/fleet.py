@@ -37,18 +37,17 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
-import json
 import statistics
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from lab.core import paths
+from lab.core import limits, paths, plaindata
 from lab.core import schema
 from lab.core import writes
 from lab.core.errors import CheckFailed, ConfigError, GpulabError, HostError, RunError
 from lab.validate.gpuchecks import (_burnin_failures, _fleet_checks, _gpu_checks, _host_metric_checks, _xid_checks,
                            fleet_medians, split_snapshot)
-from lab.validate import dcgm, vendor
+from lab.validate import dcgm, trends as trend, vendor
 from lab.validate.actions import attach_actions, load_actions
 from lab.validate.hostchecks import _count_checks, _stack_checks, installed_version
 from lab.validate.linkchecks import guarded, link_window
@@ -59,7 +58,7 @@ from lab.validate.verdict import (FAIL, GPU_METRICS, HOST_METRICS, NO_GPU, PASS,
                          write_outputs)
 
 __all__ = ["FAIL", "GPU_METRICS", "HOST_METRICS", "LEVEL_TIMEOUT_S", "NO_GPU", "PASS", "REFERENCES", "UNITS", "WARN",
-           "Verdicts", "build_references", "burnin_argv", "check", "dump_references", "evaluate", "gather_one",
+           "Verdicts", "build_references", "burnin_argv", "check", "dump_references", "evaluate", "gather_one", "read_burnin",
            "installed_version", "judge_metric", "load_references", "model_key", "model_label", "ref_range",
            "render_html", "split_snapshot", "stacks_for", "summary_text", "validate_fleet", "worst", "write_outputs"]
 
@@ -99,12 +98,14 @@ def _host_record(name: str, host, checks: list[dict], gpus: dict) -> dict:
 
 def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], references: dict,
              stacks: dict | None = None, *, level: str | None = None, actions: dict | None = None,
-             tools: dict | None = None) -> Verdicts:
+             tools: dict | None = None, past: dict | None = None, trends: dict | None = None) -> Verdicts:
     """Verdicts for every host of ``inventory_hosts`` (and any extra host in ``snapshots``);
     each WARN and FAIL with its action from ``actions`` (default: lab/data/actions.yml).
 
     ``tools``: per host or stack name, what its profile expects of DCGM and Fabric Manager
     (``Stack.tools()``); their records join every snapshot that carries what ``vendor.gather`` found.
+    ``past``: each GPU's own past from the history (lab.validate.trends; None: no trend checks), judged by
+    ``trends`` (default: lab/data/trends.yml).
     """
     hosts = {(_host_field(h, "name")): h for h in inventory_hosts}
     names = list(hosts) + [n for n in snapshots if n not in hosts]
@@ -172,6 +173,8 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
                     gc += _burnin_failures(burnin, idx)
                 gc += _fleet_checks(model, bg, medians, references)
                 gc += guarded("nvbandwidth", gpu_tool_checks, burnin, idx, references["models"].get(model) if model else None)
+                if past is not None:
+                    gc += guarded("trends", trend.gpu_trends, g, bg, past, trends or trend.load_trends())
                 gpus[str(idx)] = {"index": idx, "name": g.get("name"), "uuid": g.get("uuid"), "serial": g.get("serial"),
                                   "pci_bus_id": g.get("pci_bus_id"), "model": model,
                                   "verdict": worst(c["verdict"] for c in gc), "checks": gc}
@@ -293,6 +296,22 @@ def burnin_argv(level: str, remote_dir: str) -> list[str]:
     return ["burnin", "--level", level, "--out", remote_dir, "--json"]
 
 
+def read_burnin(stdout: str, host: str, code: int | None = None) -> dict:
+    """The burn-in document, the last line the runner printed: bounded (lab.core.plaindata, finite numbers
+    only) and a JSON object; RunError naming the host otherwise."""
+    lines = stdout.strip().splitlines()
+    try:
+        if not lines:
+            raise ValueError("nothing printed")
+        doc = plaindata.loads(lines[-1], finite=True, limit=limits.JSON_BYTES)
+        if not isinstance(doc, dict):
+            raise ValueError(f"a JSON {type(doc).__name__}, not an object")
+    except ValueError as exc:
+        raise RunError(f"{host}: runner burnin printed no usable JSON document ({str(exc)[:120]}; "
+                       f"exit {code})") from None
+    return doc
+
+
 def gather_one(host, level: str, stamp: str, local_dir: Path | None = None, *, connect: Callable | None = None,
                dcgm_level: int = 0) -> dict:
     """Run the burn-in on one host, then DCGM's diagnostic at ``dcgm_level`` (0: none) and read Fabric
@@ -307,10 +326,7 @@ def gather_one(host, level: str, stamp: str, local_dir: Path | None = None, *, c
         if res.code not in (0, 1):
             last = (res.stderr.strip() or res.stdout.strip() or f"exit {res.code}").splitlines()[-1]
             raise RunError(f"{host.name}: runner burnin exited {res.code}: {last}")
-        try:
-            doc = json.loads(res.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            raise RunError(f"{host.name}: runner burnin printed no JSON document (exit {res.code})") from None
+        doc = read_burnin(res.stdout, host.name, res.code)
         if local_dir is not None:
             for name in ("burnin.json", "telemetry.csv"):
                 try:
@@ -355,7 +371,7 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
                    inventory: Path | str | None = None, stacks: dict | None = None,
                    echo: Callable[[str], None] = print, gather: Callable | None = None,
                    stacks_dir: Path | str | None = None, dcgm_level: Any = None,
-                   dcgm_levels: dict | None = None) -> Verdicts:
+                   dcgm_levels: dict | None = None, past: Callable[..., dict] | None = None) -> Verdicts:
     """Gather every host's burn-in document, judge them, write validate.json/.html.
 
     DCGM's diagnostic runs at ``dcgm_level`` (--dcgm-level; 0: not at all), else at the level
@@ -363,7 +379,8 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
 
     With ``baseline``, write ``references-baseline.yml`` (from these hosts)
     instead of verdicts. ``gather(host, level, stamp, local_dir)`` may replace
-    the SSH gathering (default ``gather_one``).
+    the SSH gathering (default ``gather_one``). ``past(uuids, sources, depth)`` gives the gathered GPUs' own
+    past as plain data (lab.validate.trends; the entry point reads it from the history database).
     """
     from lab.hosts import remote as rem
 
@@ -371,6 +388,7 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
         raise ConfigError(f"--level {level!r}: choose quick, standard or burn-in")
     refs_path = Path(references) if references else REFERENCES
     refs = load_references(refs_path)
+    table = trend.load_trends() if past is not None else None
     paths.folder(out_dir, "--out")             # every input is checked before the burn-in starts
     writes.check_folder(out_dir, "--out")
     dcgm_run = 0 if baseline else dcgm.level_for(level, dcgm_levels, dcgm_level)
@@ -388,7 +406,9 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
         writes.write_text(path, dump_references(data), "--out")
         echo(f"wrote {path} (from {len(hosts)} host(s); review it, then copy it over {refs_path})")
         return Verdicts({"hosts": {}, "verdict": PASS}, files=[path])
-    verdicts = evaluate(snapshots, hosts, refs, stacks, level=level, tools=tools)
+    history = past(trend.uuids(snapshots, split_snapshot), trend.sources(table), trend.depth(table)) \
+        if past is not None else None
+    verdicts = evaluate(snapshots, hosts, refs, stacks, level=level, tools=tools, past=history, trends=table)
     verdicts.files = write_outputs(verdicts, out)
     echo(verdicts.to_json() if as_json else summary_text(verdicts))
     if not as_json:

@@ -8,7 +8,9 @@ installed NVML library when no driver is loaded), CUDA's version.json /
 version.txt behind /usr/local/cuda, the cuDNN and NCCL headers, and the Python
 environment's own imports; DCGM from `dcgmi --version`, Fabric Manager from
 `nv-fabricmanager --version` and its service's state (systemd's, or whether its
-process runs where there is no systemd), each else from its package. Given ``expected`` versions and the inventory's GPU
+process runs where there is no systemd), each else from its package; the standard bandwidth tools
+(nccl-tests, nvbandwidth) from the version markers the bwtools role writes beside them, each binary's
+SHA256 checked against its marker. Given ``expected`` versions and the inventory's GPU
 model and count, it also returns the drift: [{component, expected, found}],
 judged by gpulab's one version rule (lab/core/versions.py, shipped to the host as
 module_utils). Where the headers, libraries and version files are and how a
@@ -29,8 +31,8 @@ description:
   - Returns them as C(stack) and the differences from O(expected) as C(drift). Changes nothing.
 options:
   expected:
-    description: Component name to expected version (driver, cuda, cudnn, nccl, dcgm, fabricmanager, frameworks,
-      runner). A driver version V(550.*) matches any version of that branch. V(fabricmanager_service) names the
+    description: Component name to expected version (driver, cuda, cudnn, nccl, dcgm, fabricmanager, nccl-tests,
+      nvbandwidth, frameworks, runner). A driver version V(550.*) matches any version of that branch. V(fabricmanager_service) names the
       state the nvidia-fabricmanager service must be in (V(active)).
     type: dict
     default: {}
@@ -53,6 +55,10 @@ options:
     description: GPU count the inventory names (V(auto) skips the check).
     type: str
     default: auto
+  tools_dir:
+    description: Folder of the built tools' version markers (V(<tool>.json), written by the bwtools role).
+    type: path
+    default: /opt/gpulab/tools
   stack:
     description: Name of the stack profile, recorded in the result.
     type: str
@@ -78,6 +84,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils import gpulab_stackread as stackread
+from ansible.module_utils import gpulab_tools
 from ansible.module_utils.gpulab_versions import agrees
 
 PACKAGE_PATTERNS = re.compile(r"^(nvidia-driver|nvidia-utils|libnvidia-compute|cuda-drivers|cuda-toolkit|cuda-[0-9]|"
@@ -303,6 +310,11 @@ def drift(stack, expected, gpu_model, gpu_count):
             if found != exp:
                 out.append({"component": comp, "expected": exp, "found": found or "not installed"})
             continue
+        if comp in gpulab_tools.TOOL_NAMES:
+            found = gpulab_tools.found((stack.get("tools") or {}).get(comp))
+            if found != exp:
+                out.append({"component": comp, "expected": exp, "found": found or "not built"})
+            continue
         if comp == "cudnn":
             found = stack["cudnn"]["versions"]
             if not (len(found) == 1 and agrees(found[0], exp)):
@@ -333,6 +345,7 @@ def main():
             gpu_model=dict(type="str", default="auto"),
             gpu_count=dict(type="str", default="auto"),
             stack=dict(type="str", default=""),
+            tools_dir=dict(type="path", default="/opt/gpulab/tools"),
         ),
         supports_check_mode=True,
     )
@@ -352,6 +365,7 @@ def main():
         "packages": pkgs,
         "dcgm": dcgm_facts(module, pkgs),
         "fabricmanager": fabric_manager_facts(module, pkgs),
+        "tools": gpulab_tools.built_tools(p["tools_dir"]),
     }
     from_python_env(stack, libs)
     module.exit_json(changed=False, stack=stack,

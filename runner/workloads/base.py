@@ -218,6 +218,8 @@ def run(ctx: Context, module) -> dict:
     log.event(C.SEED, ctx.seed)
     log.hyperparameters(trainer.hyperparameters())
     out = _throughput(ctx, trainer) if ctx.mode == "throughput" else _ttt(ctx, trainer)
+    if ctx.compile and ctx.is_main:
+        print(compilecache.summary(), flush=True)
     out["precision"] = ctx.precision  # the one used (a workload may have fallen back)
     if ctx.notes:
         out["result"].setdefault("notes", []).extend(ctx.notes)

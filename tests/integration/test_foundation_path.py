@@ -13,7 +13,8 @@ verify role can check count and model), while the sweep's inventory declares
 them CPU hosts (`gpulab_gpu_model: cpu`, count 0), which is what the runner
 finds there. The steps a namespace host cannot take (kernel modules, systemd,
 initramfs, reboot) are switched off by their opt-out variables, as in
-test_provision.py.
+test_provision.py. The bandwidth tools are not built here (`bwtools_tools: {}`, which the
+audit then does not expect either): test_provision.py builds them, and this path stays fast.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ RUN_ID = "ncf-ttt-tiny-cpu-s1"
 
 @pytest.fixture(scope="module")
 def flab(testlab, tmp_path_factory):
-    lab = testlab(names=["fp-01", "fp-02"], prefix="fp", all_vars=PROVISION_VARS)
+    lab = testlab(names=["fp-01", "fp-02"], prefix="fp", all_vars={**PROVISION_VARS, "bwtools_tools": {}})
     provisioning_lab.prepare(lab)
     lab.work = tmp_path_factory.mktemp("foundation")
     # the same hosts as CPU hosts, for the sweep

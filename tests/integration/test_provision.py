@@ -8,7 +8,9 @@ Ubuntu 18.04 (the lab's hosts are Debian 12, so the OS-vs-facts check
 stack_profile_verify_os is off for that host only). The profiles are a copy of
 inventory/stacks/ whose `current` says its hosts have NVSwitches, so that Fabric
 Manager is provisioned beside DCGM, read back by the audit and checked by
-`invoke validate`, which runs the stand-in dcgmi.
+`invoke validate`, which runs the stand-in dcgmi. The mirror also serves stand-in release
+tarballs of nccl-tests and nvbandwidth (tests/testlab/sourcetars.py, with their .sha256: the
+profile has no sums), which the bwtools role builds with the hosts' compilers, CMake and Boost.
 
 What the lab hosts cannot do, and the variables that skip it (real hosts leave
 them on): no running kernel of their own (kernel_prereqs_enabled: false), no
@@ -37,6 +39,7 @@ import yaml
 
 from tests.integration import provisioning_lab
 from tests.integration.provisioning_lab import PROVISION_VARS
+from tests.testlab import sourcetars
 
 pytestmark = pytest.mark.lab
 
@@ -66,6 +69,8 @@ def plab(testlab, tmp_path_factory):
     shutil.copytree(REPO / "inventory" / "stacks", lab.stacks)
     current = yaml.safe_load((lab.stacks / "current.yml").read_text())
     (lab.stacks / "current.yml").write_text(yaml.safe_dump({**current, "nvswitch": True}))
+    # the stand-in release tarballs of the profile's tools, at GitHub's paths under the mirror
+    lab.tool_sums = sourcetars.build(lab.state_dir / "www", current["tools"])
     # the same hosts, pv-02 moved to mlperf-v0.5 (declared Ubuntu 18.04)
     inv = yaml.safe_load(lab.inventory.read_text())
     pv02 = _find_host(inv, "pv-02")
@@ -180,6 +185,10 @@ def test_provision_current_on_two_hosts(plab):
         fm = stack["fabricmanager"]
         assert (fm["version"], fm["source"], fm["service"]) == ("580.159.04", "nv-fabricmanager --version", "inactive")
         assert stack["stack"] == "current" and stack["drift"] == []
+        tools = {n: (t["version"], t["problem"], t["sha256"]) for n, t in stack["tools"].items()}
+        assert tools == {"nccl-tests": ("2.19.6", None, plab.tool_sums["nccl-tests"]),
+                         "nvbandwidth": ("0.8", None, plab.tool_sums["nvbandwidth"])}
+        assert plab.exec(name, "ls /opt/gpulab/tools/bin").stdout.split() == ["all_reduce_perf", "nvbandwidth"]
         assert [g["name"] for g in stack["gpus"]] == ["Tesla T4", "Tesla T4"]
         assert stack["python"]["runner"] == subprocess.run(
             [sys.executable, "-c", "import runner; print(runner.__version__)"], cwd=REPO, capture_output=True,
@@ -269,6 +278,7 @@ def test_audit_passes_clean_hosts_and_finds_a_hand_installed_cudnn(plab):
     installed = doc["hosts"]["pv-01"]["installed"]       # DCGM and Fabric Manager read back from the host
     assert (installed["dcgm"], installed["fabricmanager"], installed["fabricmanager_service"]) == (
         "4.5.2", "580.159.04", "inactive")
+    assert (installed["nccl-tests"], installed["nvbandwidth"]) == ("2.19.6", "0.8")  # from the version markers
 
 
 def test_unknown_and_changed_host_keys_are_refused(plab, tmp_path):
@@ -330,3 +340,50 @@ def test_validate_runs_dcgm_and_checks_fabric_manager(plab, tmp_path):
     checks, _ = validate(tmp_path / "b")
     assert checks["Fabric Manager service"]["verdict"] == "FAIL"
     assert checks["Fabric Manager service"]["reason"].startswith("nvidia-fabricmanager is inactive")
+
+
+def test_burnin_finds_the_built_tools(plab, tmp_path):
+    """runner.bwtools on pv-01 finds the binaries the role built in /opt/gpulab/tools/bin and reads their
+    output (the stand-ins print the real forms for the host's two fake GPUs)."""
+    code = ("import json, pathlib, sys; from runner import bwtools; out = pathlib.Path(sys.argv[1]); "
+            "print(json.dumps({'nccl': bwtools.run_nccl_tests([0, 1], out, max_bytes='64M'), "
+            "'nvb': bwtools.run_nvbandwidth([0, 1], out)}))")
+    res = plab.ssh("pv-01", f"mkdir -p /tmp/bw && /var/lib/gpulab/envs/current/bin/python -c \"{code}\" /tmp/bw")
+    doc = json.loads(res.stdout)
+    nccl, nvb = doc["nccl"], doc["nvb"]
+    assert (nccl["path"], nccl["version"], nccl["ngpus"], nccl["nccl_version"]) == (
+        "/opt/gpulab/tools/bin/all_reduce_perf", "2.19.6", 2, 22809)
+    assert nccl["busbw_gbs"] > 30 and nccl["wrong"] == 0
+    assert (nvb["path"], nvb["version"]) == ("/opt/gpulab/tools/bin/nvbandwidth", "v0.8")
+    assert nvb["gpus"] == {"0": {"h2d_gbs": 25.0, "d2h_gbs": 25.0, "d2d_read_min_gbs": 200.0},
+                           "1": {"h2d_gbs": 25.0, "d2h_gbs": 25.0, "d2d_read_min_gbs": 200.0}}
+
+
+def test_tool_sources_without_a_matching_sum_are_refused(plab, tmp_path):
+    """A wrong SHA256 (bwtools_sha256, pv-01) and no SHA256 at all (no profile sum, no mirror: pv-02) each
+    fail the host in the bwtools role with one line naming the tool, and leave the built tools as they
+    were. (The profile's role and bwtools alone, as provision.yml runs them, on both hosts at once.)"""
+    from lab.hosts.ansible import run_playbook
+
+    playbook = tmp_path / "bwtools.yml"
+    playbook.write_text(yaml.safe_dump([{"name": "Build the tools", "hosts": "all", "gather_facts": True,
+                                         "gather_subset": ["min"], "roles": ["stack_profile", "bwtools"]}]))
+    inv = yaml.safe_load(plab.inventory.read_text())
+    _find_host(inv, "pv-01")["bwtools_sha256"] = {"nccl-tests": "0" * 64}
+    _find_host(inv, "pv-02")["bwtools_mirror"] = ""
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inv))
+    tools = "sha256sum /opt/gpulab/tools/bin/* /opt/gpulab/tools/*.json"
+    before = {n: plab.exec(n, tools).stdout for n in plab.names}
+    res = run_playbook(playbook, tmp_path / "inventory.yml", extravars={"stack_profile_dir": str(plab.stacks)},
+                       artifacts_root=tmp_path / "artifacts", quiet=True, envvars=plab.ansible_env())
+    url = "/NVIDIA/nccl-tests/archive/refs/tags/v2.19.6.tar.gz"
+    for name, message in (
+            ("pv-01", rf"nccl-tests 2\.19\.6: {re.escape(plab.http_url + url)}: The checksum for \S+ did not match "
+                      rf"0{{64}}; it was {plab.tool_sums['nccl-tests']}\.; not built$"),
+            ("pv-02", rf"nccl-tests 2\.19\.6: no SHA256 for {re.escape('https://github.com' + url)} \(the stack profile "
+                      r"has none, bwtools_sha256 names none, and no gpulab_mirror serves <tarball>\.sha256\): refusing "
+                      r"to build unverified sources$")):
+        host = res.hosts[name]
+        assert host.state == "failed" and len(host.failures) == 1, host.failures
+        assert re.search(message, host.reason), host.reason
+    assert {n: plab.exec(n, tools).stdout for n in plab.names} == before

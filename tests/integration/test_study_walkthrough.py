@@ -211,10 +211,13 @@ def test_3_datasets(walk):
 
 
 def test_4_validate(walk):
-    p = walk.run(one(r"invoke validate --level standard"))
+    # its history apart: a failing validate quarantines each host, and the sweeps below must still run here
+    history = f"sqlite:///{walk.work / 'validate-history.sqlite'}"
+    p = walk.run(one(r"invoke validate --level standard"), env={"INVOKE_GPULAB_HISTORY_URL": history})
     assert p.returncode == 1, p.stdout + p.stderr           # no host of the lab has a GPU the runner can use
     for name in T4 + V100:
         assert re.search(rf"^FAIL\s+{name}: GPU present: no NVIDIA GPU", p.stdout, re.M), p.stdout
+        assert re.search(rf"^quarantined {name}: validate \S+: GPU present: no NVIDIA GPU", p.stdout, re.M), p.stdout
 
 
 def test_5_the_dry_runs_print_what_the_readme_shows(walk):

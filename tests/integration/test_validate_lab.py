@@ -6,6 +6,8 @@ for must FAIL as unreachable, in the same run, without a crash."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -52,13 +54,23 @@ def test_validate_gpu_less_and_unreachable_hosts(testlab, tmp_path):
                          "if NVML still sees no GPU, inspect the seating and power") == 2
     assert any(ln.startswith("      action for reachable: fix_config: Make the host reachable") for ln in summary)
 
-    # the same through the invoke task: exit code 1, the verdicts on disk
+    # the same through the invoke task: exit code 1, the verdicts on disk, into a history of its own
+    env = {**os.environ, "INVOKE_GPULAB_HISTORY_URL": f"sqlite:///{tmp_path / 'history.sqlite'}"}
     p = subprocess.run([sys.executable, "-m", "invoke", "validate", "--inventory", str(path), "--host",
                         ",".join(lab.names), "--json", "--out", str(tmp_path / "task")],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 1, p.stderr
     doc = json.loads(p.stdout)
     assert sorted(doc["hosts"]) == sorted(lab.names)
     assert all("no NVIDIA GPU" in h["reason"] for h in doc["hosts"].values())
     assert all(h["actions"][0]["kind"] == "reboot" and h["checks"][0]["action"]["evidence"] == ["nvidia-bug-report.log.gz"]
                for h in doc["hosts"].values())
+    # each failing host quarantined with its reason and action (said beside --json, on stderr)
+    assert "history: 0 run(s) added, 0 already there; 1 validation(s) added" in p.stderr, p.stderr
+    for name in lab.names:
+        assert re.search(rf"^quarantined {name}: validate \S+: GPU present: no NVIDIA GPU: .*; action: reboot: "
+                         "Load the NVIDIA driver", p.stderr, re.M), p.stderr
+    listed = subprocess.run([sys.executable, "-m", "invoke", "quarantine"], capture_output=True, text=True,
+                            timeout=120, env=env)
+    assert listed.returncode == 0 and all(f"{n} " in listed.stdout for n in lab.names), listed.stdout
+    assert listed.stdout.count("gpulab valid") == len(lab.names)

@@ -38,9 +38,13 @@ SUITE = "bookworm"
 # and restarted on its own). python3-venv, python3-pip: the provisioning
 # installs the runner into a venv with pip from the served wheelhouse; a real
 # host gets them from its distribution, a lab host cannot reach one.
+# build-essential, cmake, libboost-program-options-dev: what the build_tools role installs
+# (its vars/Debian.yml) to build nccl-tests and nvbandwidth from source; present here
+# because a lab host reaches no Debian mirror (the role finds them installed).
 INCLUDE = [
     "openssh-server", "python3", "python3-apt", "procps", "iproute2",
     "tini", "python3-venv", "python3-pip",
+    "build-essential", "cmake", "libboost-program-options-dev",
 ]
 
 CLEAN_SCRIPT = r"""

@@ -7,7 +7,7 @@ set -eu
 # command -> Debian package
 need="debootstrap:debootstrap dpkg-deb:dpkg dpkg-scanpackages:dpkg-dev apt-ftparchive:apt-utils
 zstd:zstd ssh:openssh-client ssh-keygen:openssh-client ssh-keyscan:openssh-client ip:iproute2
-unshare:util-linux nsenter:util-linux tar:tar"
+unshare:util-linux nsenter:util-linux tar:tar cc:gcc"
 missing=""
 for pair in $need; do
   cmd=${pair%%:*}; pkg=${pair#*:}

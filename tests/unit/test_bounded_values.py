@@ -76,20 +76,40 @@ def test_a_v05_value_that_is_not_plain_data_stays_raw_text(text):
 MLLOG_FIELDS = st.sampled_from(["time_ms", "value", "epoch_num", "seed"])
 
 
-@FAST
-@given(field=MLLOG_FIELDS, digits=st.integers(19, 1000), depth=st.integers(65, 5000))
-def test_a_hostile_mllog_line_is_a_bad_line_and_the_others_count(field, digits, depth):
-    good = ':::MLLOG {"namespace": "", "time_ms": 1000, "event_type": "POINT_IN_TIME", "key": "run_start", ' \
-           '"value": null, "metadata": {"file": "x.py", "lineno": 1}}'
-    huge = "9" * digits
+GOOD_MLLOG = ':::MLLOG {"namespace": "", "time_ms": 1000, "event_type": "POINT_IN_TIME", "key": "run_start", ' \
+             '"value": null, "metadata": {"file": "x.py", "lineno": 1}}'
+
+
+def _with(field: str, value: str) -> str:
     if field in ("time_ms", "value"):
-        line = good.replace('"time_ms": 1000' if field == "time_ms" else '"value": null',
-                            f'"time_ms": {huge}' if field == "time_ms" else f'"value": {huge}')
-    else:
-        line = good.replace('"lineno": 1', f'"lineno": 1, "{field}": {huge}')
-    deep = good.replace('"value": null', '"value": ' + "[" * depth + "]" * depth)
-    events, bad = decode_mllog([good, line, deep])
+        return GOOD_MLLOG.replace('"time_ms": 1000' if field == "time_ms" else '"value": null', f'"{field}": {value}')
+    return GOOD_MLLOG.replace('"lineno": 1', f'"lineno": 1, "{field}": {value}')
+
+
+@FAST
+@given(field=MLLOG_FIELDS, extra=st.integers(1, 1000), depth=st.integers(65, 5000))
+def test_a_hostile_mllog_line_is_a_bad_line_and_the_others_count(field, extra, depth):
+    # an integer too long to parse anywhere; a time_ms past 10**15 ms (year 33658) is no time either
+    digits = (15 if field == "time_ms" else plaindata.MAX_INT_DIGITS) + extra
+    deep = GOOD_MLLOG.replace('"value": null', '"value": ' + "[" * depth + "]" * depth)
+    events, bad = decode_mllog([GOOD_MLLOG, _with(field, "9" * digits), deep])
     assert len(events) == 1 and bad == [2, 3]
+
+
+@FAST
+@given(t=st.sampled_from(["1e999", "-1e999", "NaN", "Infinity", "-1", '"soon"', "true", "null", "[1]"]))
+def test_a_time_ms_that_is_not_a_time_is_a_bad_line(t):
+    events, bad = decode_mllog([GOOD_MLLOG, _with("time_ms", t)])
+    assert len(events) == 1 and bad == [2]
+
+
+@FAST
+@given(n=st.integers(-(2 ** 64 - 1), 2 ** 64 - 1), field=st.sampled_from(["value", "epoch_num", "seed"]))
+def test_every_64_bit_integer_parses(n, field):
+    # NVML and DCGM print unsigned 64-bit values; a seed from time.time_ns() has 19 digits
+    assert plaindata.loads(f'{{"v": {n}}}') == {"v": n}
+    events, bad = decode_mllog([_with(field, str(n))])
+    assert not bad and len(events) == 1
 
 
 @FAST
@@ -102,7 +122,7 @@ def test_a_hostile_systems_or_entry_file_is_a_reason_not_a_traceback(tmp_path, k
     f.write_text(text + "\n")
     doc, why = resulttree.read_description(f, tmp_path)
     assert (doc is None and why) or (isinstance(doc, dict) and all(
-        not isinstance(v, int) or abs(v) < 10 ** 18 for v in doc.values()))
+        not isinstance(v, int) or abs(v) < 10 ** plaindata.MAX_INT_DIGITS for v in doc.values()))
 
 
 def inventory_file(tmp: Path, gpulab_vars: str) -> Path:

@@ -157,3 +157,97 @@ def test_a_clean_write_replaces_a_file_and_leaves_no_temporary(tmp_path):
     writes.write_text(out / "x.txt", "one\n")
     writes.write_text(out / "x.txt", "two\n")
     assert (out / "x.txt").read_text() == "two\n" and sorted(os.listdir(out)) == ["x.txt"]
+
+
+# ------------------------------------------------------------- ansible-runner's artifacts
+
+PLAY = """- name: Say hello
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Print a line
+      ansible.builtin.debug:
+        msg: hello
+"""
+
+
+def _play(tmp: Path) -> tuple[Path, Path]:
+    play, inv = tmp / "play" / "hello.yml", tmp / "play" / "hosts.yml"
+    play.parent.mkdir()
+    play.write_text(PLAY)
+    inv.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+                   "      ansible_python_interpreter: \"{{ ansible_playbook_python }}\"\n")
+    return play, inv
+
+
+@pytest.mark.parametrize("kind", [k for k in PLANTS if k != "folder"])
+def test_an_artifacts_root_that_is_not_a_real_folder_is_refused_before_ansible_runs(tmp_path, kind):
+    from lab.hosts import ansible
+
+    work, outside = scene(tmp_path)
+    play, inv = _play(tmp_path)
+    plant(work / "artifacts", kind, outside)
+    before, victims = snapshot(work), snapshot(outside)
+    with pytest.raises(ConfigError) as exc:
+        ansible.run_playbook(play, inv, ["localhost"], artifacts_root=work / "artifacts", quiet=True)
+    assert exc.value.exit_code == 2 and "\n" not in exc.value.message and "artifacts" in exc.value.message
+    assert snapshot(work) == before and snapshot(outside) == victims
+
+
+def test_a_link_planted_at_a_runs_artifacts_name_is_passed_over_never_written_through(tmp_path):
+    import datetime as dt
+
+    from lab.hosts import ansible
+
+    work, outside = scene(tmp_path)
+    play, inv = _play(tmp_path)
+    root = work / "artifacts"
+    root.mkdir()
+    now = dt.datetime.now(dt.timezone.utc)
+    kinds = ["link-to-folder", "dangling", "loop"]
+    for s in range(-2, 60):   # every name the next minute can give this playbook's run
+        name = (now + dt.timedelta(seconds=s)).strftime("%Y%m%d-%H%M%S") + "-hello"
+        plant(root / name, kinds[s % 3], outside)
+    planted, victims = snapshot(root), snapshot(outside)
+    result = ansible.run_playbook(play, inv, ["localhost"], artifacts_root=root, quiet=True)
+    assert result.ok and result.artifacts.parent == root and not result.artifacts.is_symlink()
+    assert result.artifacts.name.endswith("-hello-2") and (result.artifacts / "stdout").is_file()
+    assert snapshot(outside) == victims
+    assert {k: v for k, v in snapshot(root).items() if k in planted} == planted
+
+
+# ------------------------------------------------------------- the history database
+
+@FAST
+@given(suffix=st.sampled_from(["", "-journal", "-wal", "-shm"]), kind=st.sampled_from(PLANTS),
+       how=st.sampled_from(["default", "url"]))
+def test_a_link_planted_at_the_history_database_or_its_journals_is_refused(tmp_path, suffix, kind, how):
+    from lab import history
+    from lab.history import db as hdb
+
+    work, outside = scene(tmp_path)
+    results = work / "results"
+    results.mkdir()
+    if kind == "file" and suffix == "":
+        return   # a database file that is not a database: the corrupt-file case (test_history_errors)
+    if kind == "file":
+        return   # a leftover journal file is SQLite's to read
+    plant(results / f"{hdb.DEFAULT_FILE}{suffix}", kind, outside)
+    url = history.resolve_url(None if how == "default" else f"sqlite:///{results / hdb.DEFAULT_FILE}", results)
+    before, victims = snapshot(work), snapshot(outside)
+    with pytest.raises(ConfigError) as exc:
+        history.sqlite_folder(url)
+        history.open_db(url).close()
+    assert exc.value.exit_code == 2 and "\n" not in exc.value.message
+    assert snapshot(work) == before and snapshot(outside) == victims
+
+
+def test_the_history_database_is_made_in_a_real_results_folder(tmp_path):
+    from lab import history
+    from lab.history import db as hdb
+
+    work, outside = scene(tmp_path)
+    url = history.resolve_url(None, work / "results")
+    history.sqlite_folder(url)
+    history.open_db(url).close()
+    assert (work / "results" / hdb.DEFAULT_FILE).is_file() and not (work / "results").is_symlink()

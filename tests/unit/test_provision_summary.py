@@ -25,7 +25,10 @@ def facts_module():
 
     from runner import stackread
 
-    for name, mod in (("gpulab_versions", versions), ("gpulab_stackread", stackread)):
+    tools = importlib.util.module_from_spec(importlib.util.spec_from_file_location(
+        "gpulab_tools", REPO / "playbooks" / "module_utils" / "gpulab_tools.py"))
+    tools.__spec__.loader.exec_module(tools)
+    for name, mod in (("gpulab_versions", versions), ("gpulab_stackread", stackread), ("gpulab_tools", tools)):
         sys.modules[f"ansible.module_utils.{name}"] = mod
         setattr(ansible.module_utils, name, mod)
     spec = importlib.util.spec_from_file_location("gpulab_stack_facts",

@@ -4,7 +4,7 @@ gpulab's defaults (lab/data/settings.yml) sit at Invoke's collection level;
 ~/.invoke.yaml, a lab's invoke.yaml beside tasks.py, INVOKE_GPULAB_*, ``invoke
 -f FILE`` and the task's options override them, in that order. The property
 tests build Invoke's Config the way its Program does (same layers, same
-merge) and read a setting the way the tasks do (tasks._cfg); the command-line
+merge) and read a setting the way the tasks do (lab.core.cli.setting); the command-line
 tests run the real program with HOME pointed at a temporary folder.
 """
 
@@ -87,8 +87,8 @@ def test_the_highest_layer_that_sets_a_key_wins(tmp_path, chosen, key):
         assert exc.message.startswith(f"config gpulab.{key}: ") and key == "workloads"
         assert any(isinstance(v, int) for n, v in chosen.items() if n in files)
         return
-    cli = chosen.get("cli")
-    got = tasks._cfg(Context(config=cfg), key, None if cli is None else str(cli))
+    given = chosen.get("cli")
+    got = cli.setting(Context(config=cfg), key, None if given is None else str(given))
     winner = next((name for name in reversed(LAYERS) if name in chosen), None)
     if winner is None:
         assert got == config.defaults()["gpulab"][key]
@@ -154,7 +154,7 @@ def test_each_layer_overrides_the_one_below_on_the_command_line(tmp_path):
     ("user", "gpulab: [1, 2]\n", "config gpulab: [1, 2] is not of type 'object'"),
     ("user", "gpulab: {demo: 3}\n", "config gpulab.demo: 3 is not of type 'object'"),
     ("runtime", "gpulab: {sweep: {poll_s: [1]}}\n", "config gpulab.sweep.poll_s: [1] is not valid here"),
-    ("runtime", "gpulab: {sweep: {poll_s: 1}\n", "gpulab: config: while parsing a flow mapping"),
+    ("runtime", "gpulab: {sweep: {poll_s: 1}\n", "while parsing a flow mapping"),
     ("runtime", "run: [1]\n", "gpulab: config: Can't cleanly merge"),
     ("user", "gpulab: {nodes: 0}\n", "--nodes: 0 is not a whole number from 1 to 64 hosts"),
     ("user", "gpulab: {seeds: 0, workloads: ncf}\n", "--seeds: 0 is not a positive number of seeds"),

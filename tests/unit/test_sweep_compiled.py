@@ -125,3 +125,59 @@ def test_a_link_planted_where_the_store_belongs_is_refused(tmp_path):
     with pytest.raises(ConfigError):
         compiled.pull(a, wa, compiled.store_dir(sweep, "current", "NVIDIA H200"))
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_the_controller_reads_the_runners_artifact_names_by_compile_group():
+    from runner import compilecache
+    from lab.sweep.pilot import Key
+
+    k = Key("current", "NVIDIA H200", "resnet50", "full", "ttt", 2, 2)
+    name = compilecache.key(gpu="NVIDIA H200", torch_version="2.11.0+cu128", cuda="12.8", workload="resnet50",
+                            scale="full", mode="ttt", precision="bf16", world_size=4)   # 2 GPUs x 2 nodes
+    assert compiled.matches(name, k)
+    for other in (dict(workload="ssd"), dict(scale="small"), dict(mode="throughput"), dict(world_size=2)):
+        assert not compiled.matches(compilecache.key(**{**dict(gpu="g", torch_version="2.11", cuda=None,
+                                                               workload="resnet50", scale="full", mode="ttt",
+                                                               precision="bf16", world_size=4), **other}), k)
+
+
+def test_a_pilots_artifacts_release_the_hosts_waiting_for_them(tmp_path):
+    import threading
+
+    from lab.sweep import pilot
+    from lab.sweep.plan import PlannedRun
+    from lab.sweep.state import Sweep
+
+    sweep = Sweep.open(tmp_path / "results" / "S", "S", [], {})
+    pilots = pilot.Pilots(wait_s=600)
+    a, b = _worker(tmp_path, sweep, "a"), _worker(tmp_path, sweep, "b")
+    seats = {w: pilot.Seat(pilots, w.unit, w.nodes[0].host, sweep.root, lambda w=w: w._share_compiled("pull"),
+                           w.progress.status) for w in (a, b)}
+    ra, rb = PlannedRun("a", "resnet50", 1, 1, scale="full"), PlannedRun("b", "resnet50", 1, 1, scale="full")
+    assert seats[a].next([ra], threading.Event()) == (ra, "pilot")
+    got = []
+    t = threading.Thread(target=lambda: got.append(seats[b].next([rb], threading.Event())))
+    t.start()
+    seats[a].check()                           # nothing written yet: b keeps waiting
+    t.join(0.5)
+    assert got == [] and ("b", "waiting for compiled artifacts: resnet50 full ttt 1 GPU on NVIDIA H200 "
+                                "(current) from a") in b.progress.lines
+    _write(tmp_path / "a", "resnet50.full.ttt.bf16.x1.NVIDIA_H200.torch2.11.bin", b"graphs")
+    seats[a].check()                           # the first compiled step wrote them: pulled, b goes
+    t.join(5)
+    assert got == [(rb, "warm")] and seats[a].piloting is None
+    b._share_compiled("push")
+    assert (tmp_path / "b" / "cache" / "artifacts" / "resnet50.full.ttt.bf16.x1.NVIDIA_H200.torch2.11.bin").is_file()
+
+
+def test_a_cpu_run_asks_the_runner_to_compile_only_when_the_sweep_says_so(tmp_path):
+    from lab.sweep.hostrun import Settings
+    from lab.sweep.plan import PlannedRun
+    from lab.sweep.state import Sweep
+
+    sweep = Sweep.open(tmp_path / "results" / "S", "S", [], {})
+    w = _worker(tmp_path, sweep, "a")
+    cpu, gpu = PlannedRun("a", "ncf", 0, 1, mode="throughput"), PlannedRun("a", "ncf", 1, 1, mode="throughput")
+    assert "--compile" not in w._args(cpu, w.nodes[0], 0)
+    w.settings = Settings(compile_cpu=1)
+    assert "--compile" in w._args(cpu, w.nodes[0], 0) and "--compile" not in w._args(gpu, w.nodes[0], 0)

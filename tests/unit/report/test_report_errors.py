@@ -46,7 +46,7 @@ def test_out_dir_is_a_file(tmp_path):
     (tmp_path / "out").write_text("x")
     with pytest.raises(ConfigError) as exc:
         build_report([tmp_path / "l"], tmp_path / "out")
-    assert str(exc.value) == f"{tmp_path / 'out'}: exists and is not a folder"
+    assert str(exc.value) == f"report: {tmp_path / 'out'} exists and is not a folder"
 
 
 @pytest.mark.parametrize("old, new, message", [

@@ -32,6 +32,18 @@ def start(*args) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def two_gloo_workers(worker: str, cwd: Path, result: str, timeout: int = 300) -> list[dict]:
+    """Run tests/unit/runner/``worker`` as two ranks under torch.distributed.run (gloo on the CPU, one thread
+    each) in ``cwd``; each rank writes ``result.format(rank=...)`` there: the two results, rank 0 first."""
+    e = env()
+    e["OMP_NUM_THREADS"] = "1"
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                        str(ROOT / "tests" / "unit" / "runner" / worker)], cwd=cwd, env=e, capture_output=True,
+                       text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    return [json.loads((cwd / result.format(rank=rank)).read_text()) for rank in (0, 1)]
+
+
 def wait_for(path: Path, text: str, timeout: float = 120) -> None:
     end = time.time() + timeout
     while time.time() < end:
@@ -64,7 +76,9 @@ def assert_complete(run_dir: Path) -> None:
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     listed = {ln.split("  ", 1)[1] for ln in (run_dir / "SHA256SUMS").read_text().splitlines()}
-    assert listed == names - {"SHA256SUMS"}
+    outcome = json.loads((run_dir / "status.json").read_text())["outcome"]
+    extra = {"health.json"} if outcome in ("failed", "aborted") else set()   # the health epilogue (runner.health)
+    assert listed - {"xid.json"} == names - {"SHA256SUMS"} | extra
     assert checksums.verify(run_dir) == []
 
 

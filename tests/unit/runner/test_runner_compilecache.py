@@ -33,7 +33,7 @@ step(torch.randn(4, 8)).square().sum().backward()
 ctx = types.SimpleNamespace(first_step_time=None, artifacts=art, is_main=True, sync=lambda: None)
 base.Context.mark_step(ctx)
 print(json.dumps({"loaded": loaded, "inductor": dict(counters["inductor"]), "aot": dict(counters["aot_autograd"]),
-                  "grad": net[0].weight.grad.abs().sum().item()}))
+                  "grad": net[0].weight.grad.abs().sum().item(), "summary": compilecache.summary()}))
 """
 
 
@@ -59,6 +59,7 @@ def test_a_second_host_loads_the_first_hosts_artifacts_and_compiles_nothing(tmp_
     assert second["inductor"].get("fxgraph_cache_miss", 0) == 0, second
     assert second["aot"].get("autograd_cache_hit", 0) >= 1 or second["inductor"].get("fxgraph_cache_hit", 0) >= 1, second
     assert second["grad"] == first["grad"]
+    assert "fxgraph 0 compiled" in second["summary"] and "fxgraph 0 compiled" not in first["summary"], second
     assert art.read_bytes() == saved                # kept: the first run's file is not rewritten
 
 
@@ -97,3 +98,11 @@ def test_a_run_keeps_its_artifacts_in_the_cache_folder_only_when_compiled(tmp_pa
     assert compilecache.for_context(_ctx(tmp_path)) is None                  # no cache folder
     assert compilecache.for_context(_ctx(tmp_path, cache_dir=str(tmp_path), compile=False)) is None
 
+
+
+def test_compile_and_no_compile_together_are_bad_input(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "runner", "run", "ncf", "--scale", "tiny", "--compile", "--no-compile",
+                        "--out", str(tmp_path / "run")], cwd=ROOT, env=env(), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2 and "--compile and --no-compile: choose one" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()

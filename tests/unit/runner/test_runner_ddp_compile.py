@@ -9,27 +9,18 @@ are the same on both ranks. Inductor's kernels on a GPU are left to the GPU
 gradient check and benchmarks/multigpu.py.
 """
 
-import json
-import subprocess
-import sys
 
 import pytest
 
-from runner_helpers import ROOT, env
+from runner_helpers import two_gloo_workers
 
 pytest.importorskip("torch")
 
 
 @pytest.mark.slow
 def test_gnmt_compiled_under_ddp_has_the_eager_ddp_gradients(tmp_path):
-    worker = ROOT / "tests" / "unit" / "runner" / "ddp_compile_worker.py"
-    e = env()
-    e["OMP_NUM_THREADS"] = "1"
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                        str(worker)], cwd=tmp_path, env=e, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
-    res = [json.loads((tmp_path / f"result-{rank}.json").read_text()) for rank in (0, 1)]
-    assert sorted(x["rank"] for x in res) == [0, 1], r.stdout
+    res = two_gloo_workers("ddp_compile_worker.py", tmp_path, "result-{rank}.json", timeout=600)
+    assert sorted(x["rank"] for x in res) == [0, 1], res
     for x in res:
         assert x["grad_norm"] > 0 and x["params"] > 30
         assert x["graphs"] >= 2, x  # compiled, in pieces (graph breaks at the LSTMs)

@@ -1,13 +1,12 @@
 """A run whose training loss turns NaN or infinite stops at the end of that epoch, failed, with
 the reason; ranks agree on it; bf16 on a CPU whose oneDNN has no bf16 LSTM falls back to fp32."""
 
-import json
 import subprocess
 import sys
 
 import pytest
 
-from runner_helpers import ROOT, env, status
+from runner_helpers import ROOT, env, status, two_gloo_workers
 
 torch = pytest.importorskip("torch")
 
@@ -40,13 +39,7 @@ def test_a_finite_run_is_not_stopped():
 
 @pytest.mark.slow
 def test_every_rank_stops_when_one_rank_sees_a_nan_loss(tmp_path):
-    worker = ROOT / "tests" / "unit" / "runner" / "loss_watch_worker.py"
-    e = env()
-    e["OMP_NUM_THREADS"] = "1"
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                        str(worker)], cwd=tmp_path, env=e, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
-    res = [json.loads((tmp_path / f"watch-{rank}.json").read_text()) for rank in (0, 1)]
+    res = two_gloo_workers("loss_watch_worker.py", tmp_path, "watch-{rank}.json")
     assert [x["answers"] for x in res] == [[True, False], [True, False]]
     assert [x["grad_finite"] for x in res] == [True, False]  # rank 0's own losses were finite
 

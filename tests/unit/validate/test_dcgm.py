@@ -86,7 +86,7 @@ def test_a_runtime_error_or_no_document_fails_the_host():
     host, _ = dcgm.checks({**no_engine, "stdout": '{"DCGM Diagnostic": {"test_categories": [', "exit_code": 0}, [0], None)
     assert host[0]["verdict"] == "FAIL" and "dcgmi exited 0" in host[0]["reason"]
     host, _ = dcgm.checks({**no_engine, "stdout": '{"a": ' * 100000 + "1" + "}" * 100000}, [0], None)
-    assert host[0]["verdict"] == "FAIL" and "nests too deep" in host[0]["reason"]
+    assert host[0]["verdict"] == "FAIL" and "nested deeper than 64 levels" in host[0]["reason"]
     host, _ = dcgm.checks({**no_engine, "stdout": '{"DCGM Diagnostic": {"test_categories": []}}'}, [0], None)
     assert host[0]["reason"] == "level 1: no test results in dcgmi's output"
     host, _ = dcgm.checks({"installed": True, "version": "4.5.2", "level": 3,

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# The GPU work that is still to be recorded (issues 32, 33, 29), as named parts that one device call runs in
+# order within its time limit. Run from the repository root on the GPU machine:
+#
+#   bash benchmarks/gpu_session.sh [--dry-run] PART [PART ...]
+#
+# Parts (the seconds are each part's own limit; a part gets less when the call's budget runs short):
+#   gpu-tests       tests/gpu -m "not long": the gradient check of all six in bf16 and fp32, the planted
+#                   faults, the other GPU tests at small scale (545 s)                      issue 32
+#   maxpool         benchmarks/maxpool_diag.py: whether the removed pool's fault still reproduces (120 s)
+#   gpu-tests-long  tests/gpu -m long: resnet50 full, the full-scale runner runs (580 s)     issue 32
+#   throughput      benchmarks/throughput.py, all six: optimized, plain torch.compile and eager side by
+#                   side in one call, no runner runs (560 s)                                 issues 32, 33
+#   ttfs            `python -m runner run resnet50 --mode throughput --scale full` twice with one cache
+#                   folder: time to the first step cold, then warm (560 s)                    issue 33
+#   ttfs-shipped    the same cold run (the pilot of a sweep), then a run whose cache folder holds only the
+#                   pilot's artifacts file, as a second host gets it (runner README "Compiled kernels"):
+#                   its time to the first step and its "compile caches" line (550 s)         issue 33
+#   validate        `invoke validate --level standard --inventory inventory/local.yml` with its JSON and HTML (300 s)
+#                                                                                             issue 29
+#   nvbandwidth     builds nvbandwidth from the source carried in .src/nvbandwidth (cmake; Boost from .src/boost-debs where the machine has none) and runs
+#                   it with -j; then `validate --level burn-in` finds it in GPULAB_TOOLS_DIR (400 s) issue 29
+#
+# The call's budget is GPULAB_SESSION_SECONDS (default 570). What the parts write lands in one archive,
+# $OUT/session.tar.gz, with $OUT/summary.txt beside it (the device returns at most 8 files). Wheels the GPU
+# machine lacks travel in .whl/ (carry it): benchmarks/gpu_wheels.sh fetches them where PyPI answers.
+# GPULAB_COMMIT names the checkout in machine.txt (the device's copy has no .git). --dry-run prints each
+# part's commands and checks that the files and options they name exist, without running them (CI does).
+set -u -o pipefail
+
+DRY=0
+if [ "${1:-}" = "--dry-run" ]; then DRY=1; shift; fi
+[ $# -gt 0 ] || { echo "gpu_session: name the parts to run (see the head of $0)" >&2; exit 2; }
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT" || exit 2
+OUT=${OUT:-/tmp/gpu-session-out}
+WORK=${GPULAB_SESSION_WORK:-/tmp/gpu-session}
+BUDGET=${GPULAB_SESSION_SECONDS:-570}
+START=$(date +%s)
+PY=${PYTHON:-python3}
+SUMMARY="$OUT/summary.txt"
+[ "$DRY" = 1 ] || mkdir -p "$OUT" "$WORK"
+
+left() { echo $(( BUDGET - ($(date +%s) - START) - 15 )); }   # 15 s for the archive at the end
+limit() { local want=$1 l; l=$(left); [ "$l" -lt "$want" ] && echo "$l" || echo "$want"; }
+
+say() { if [ "$DRY" = 1 ]; then echo "$*"; else echo "$*" | tee -a "$SUMMARY"; fi; }
+
+# run NAME SECONDS COMMAND...: COMMAND under timeout, output in $WORK/NAME.log, one summary line
+run() {
+    local name=$1 want=$2; shift 2
+    if [ "$DRY" = 1 ]; then printf '%s (%ss):' "$name" "$want"; printf ' %q' "$@"; echo; return 0; fi
+    local t; t=$(limit "$want")
+    if [ "$t" -lt 30 ]; then say "$name: not run (budget spent: ${t}s left)"; return 0; fi
+    local t0=$SECONDS rc=0
+    timeout --kill-after=10 "$t" "$@" > "$WORK/$name.log" 2>&1 || rc=$?
+    say "$name: exit $rc in $((SECONDS - t0))s (limit ${t}s); last line: $(tail -n 1 "$WORK/$name.log" | cut -c1-200)"
+}
+
+check_files() {   # --dry-run: every file a part names exists
+    local f
+    for f in "$@"; do [ -e "$ROOT/$f" ] || { echo "gpu_session: $f is missing" >&2; exit 2; }; done
+}
+
+setup() {
+    if [ "$DRY" = 1 ]; then echo "setup: wheels from .whl into /tmp/site; machine.txt"; return 0; fi
+    if ls .whl/*.whl > /dev/null 2>&1; then
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            .whl/*.whl || { say "setup: the wheels in .whl did not install"; exit 1; }
+        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+        export PATH=/tmp/site/bin:$PATH
+    fi
+    export PYTHONUNBUFFERED=1 GPULAB_CACHE_DIR=${GPULAB_CACHE_DIR:-/tmp/gpucache}
+    {
+        echo "commit: ${GPULAB_COMMIT:-unknown (set GPULAB_COMMIT)}"
+        date -u +"date: %Y-%m-%dT%H:%M:%SZ"
+        nvidia-smi --query-gpu=name,driver_version,memory.total,pci.bus_id --format=csv,noheader 2>&1
+        "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__,
+"cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "nccl", torch.cuda.nccl.version())' 2>&1
+        echo "cores: $(nproc)"
+    } > "$WORK/machine.txt"
+    say "setup: $(head -n 3 "$WORK/machine.txt" | tr '\n' ' ')"
+}
+
+part() {
+    case $1 in
+    gpu-tests)
+        check_files tests/gpu
+        run gpu-tests 545 env GPULAB_GRADCHECK_OUT="$WORK/gradcheck.json" GPULAB_GRADCHECK_DEADLINE=400 \
+            GPULAB_GRADCHECK_JOBS=5 "$PY" -m pytest tests/gpu -m "not long" -n 4 --dist loadgroup -v -rA --durations=0 \
+            --timeout 420 -p no:cacheprovider --junitxml "$WORK/junit.xml" ;;
+    maxpool)
+        check_files benchmarks/maxpool_diag.py
+        run maxpool 120 "$PY" benchmarks/maxpool_diag.py ;;
+    gpu-tests-long)
+        check_files tests/gpu
+        run gpu-tests-long 580 env GPULAB_GRADCHECK_OUT="$WORK/gradcheck-long.json" "$PY" -m pytest tests/gpu -m long -n 3 --dist loadgroup -v -rA --durations=0 \
+            --timeout 560 -p no:cacheprovider --junitxml "$WORK/junit-long.xml" ;;
+    throughput)
+        check_files benchmarks/throughput.py
+        run throughput 560 "$PY" benchmarks/throughput.py --workloads resnet50,ssd,maskrcnn,gnmt,transformer,ncf \
+            --no-runner-runs --measure-seconds 5 --deadline 540 --out "$WORK/throughput.json" ;;
+    ttfs)
+        check_files runner/__main__.py
+        local cache=$WORK/ttfs-cache
+        run ttfs-cold 300 "$PY" -m runner run resnet50 --mode throughput --scale full --gpus 1 --seed 1 \
+            --cache-dir "$cache" --measure-seconds 5 --out "$WORK/ttfs-cold"
+        run ttfs-warm 250 "$PY" -m runner run resnet50 --mode throughput --scale full --gpus 1 --seed 2 \
+            --cache-dir "$cache" --measure-seconds 5 --out "$WORK/ttfs-warm" ;;
+    ttfs-shipped)
+        check_files runner/__main__.py runner/compilecache.py
+        local pilot=$WORK/shipped-pilot-cache second=$WORK/shipped-second-cache
+        run shipped-pilot 300 "$PY" -m runner run resnet50 --mode throughput --scale full --gpus 1 --seed 1 \
+            --cache-dir "$pilot" --measure-seconds 5 --out "$WORK/shipped-pilot"
+        if [ "$DRY" = 0 ]; then   # the second host: an empty cache folder but for the pilot's artifacts
+            mkdir -p "$second/artifacts"
+            cp "$pilot"/artifacts/*.bin "$second/artifacts/" 2> /dev/null || say "shipped: the pilot left no artifacts"
+        fi
+        run shipped-second 250 "$PY" -m runner run resnet50 --mode throughput --scale full --gpus 1 --seed 2 \
+            --cache-dir "$second" --measure-seconds 5 --out "$WORK/shipped-second"
+        [ "$DRY" = 1 ] || say "shipped-second: $(grep -h 'compile caches' "$WORK/shipped-second/stdout.log" 2> /dev/null)" ;;
+    validate)
+        check_files inventory/local.yml tasks.py
+        run validate 300 "$PY" -m invoke validate --level standard --inventory inventory/local.yml --json \
+            --out "$WORK/validate" ;;
+    nvbandwidth)
+        local src=.src/nvbandwidth bin=$WORK/tools/bin
+        if [ "$DRY" = 0 ] && [ ! -f "$src/CMakeLists.txt" ]; then
+            say "nvbandwidth: not run: carry its release source in $src (benchmarks/gpu_wheels.sh --nvbandwidth)"; return 0
+        fi
+        local boost="" libs=""   # nvbandwidth links Boost.Program_options: the machine's, else the carried debs
+        if [ "$DRY" = 0 ] && [ ! -e /usr/include/boost/program_options.hpp ]; then
+            if ls .src/boost-debs/*.deb > /dev/null 2>&1; then
+                for d in .src/boost-debs/*.deb; do dpkg -x "$d" "$WORK/boost"; done
+                boost="-DBOOST_ROOT=$WORK/boost/usr -DBoost_NO_SYSTEM_PATHS=ON"
+                libs=$WORK/boost/usr/lib/x86_64-linux-gnu
+            else say "nvbandwidth: not run: no Boost.Program_options headers (carry the debs in .src/boost-debs)"
+                 return 0; fi
+        fi
+        [ "$DRY" = 1 ] || mkdir -p "$bin"
+        run nvbandwidth-build 240 bash -c "cmake -S $src -B $WORK/nvb-build -DCMAKE_BUILD_TYPE=Release $boost \
+            && cmake --build $WORK/nvb-build -j 16 && cp $WORK/nvb-build/nvbandwidth $bin/"
+        run nvbandwidth-run 120 env LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$bin/nvbandwidth" -j
+        run validate-burnin 300 env GPULAB_TOOLS_DIR="$bin" LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$PY" -m invoke validate --level burn-in \
+            --inventory inventory/local.yml --json --out "$WORK/validate-burnin" ;;
+    *)
+        echo "gpu_session: no part named $1 (see the head of $0)" >&2; exit 2 ;;
+    esac
+}
+
+for p in "$@"; do   # check every name before anything runs
+    case $p in gpu-tests|maxpool|gpu-tests-long|throughput|ttfs|ttfs-shipped|validate|nvbandwidth) ;;
+    *) echo "gpu_session: no part named $p (see the head of $0)" >&2; exit 2 ;; esac
+done
+[ "$DRY" = 1 ] || : > "$SUMMARY"
+setup
+for p in "$@"; do part "$p"; done
+[ "$DRY" = 1 ] && exit 0
+tar -C "$WORK" -czf "$OUT/session.tar.gz" --exclude=ttfs-cache --exclude=shipped-pilot-cache --exclude=shipped-second-cache --exclude=nvb-build --exclude=boost --exclude=gpucache . \
+    && say "archive: $OUT/session.tar.gz ($(du -h "$OUT/session.tar.gz" | cut -f1))"

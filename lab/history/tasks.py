@@ -1,0 +1,142 @@
+"""The lab's memory on the command line: `invoke history`, `history.import`, `history.page`, `quarantine`,
+`quarantine.add`, `quarantine.release`.
+
+Sub-collections of tasks.py's namespace, so that each action has its own options
+and --help (Invoke cannot parse "history import" with a space). Thin as every
+task is: parse, call lab.history, print, exit code (lab.core.cli.task_errors).
+The database modules are imported when a task runs, not when `invoke` starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from invoke import Collection, task
+
+from lab.core.cli import setting, task_errors
+
+URL_HELP = "database URL (default: gpulab.history_url, else results/history.sqlite)"
+TARGET_HELP = "HOST or HOST:GPU_INDEX (e.g. r740-03:2)"
+WHO_HELP = "who (default: $USER)"
+
+
+@contextlib.contextmanager
+def database(c, url=None):
+    """The history database of gpulab.history_url (or --url), else results/history.sqlite (its results
+    folder made as a sweep makes it); closed when the block ends."""
+    from lab import history
+
+    configured = setting(c, "history_url", url)
+    found = history.resolve_url(configured, setting(c, "results"))
+    if not configured:
+        history.sqlite_folder(found)
+    db = history.open_db(found)
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+def by_whom(given=None) -> str:
+    """--who, else the login name, else "unknown"."""
+    import getpass
+
+    if given:
+        return given
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+@task(name="import", help={"path": "results folders, run directories or validate.json files (comma separated)",
+                           "url": URL_HELP})
+@task_errors
+def history_import(c, path, url=None):
+    """Load run directories and validate outputs into the history database (importing twice adds nothing)."""
+    from lab import history
+    from lab.core.errors import ConfigError
+
+    paths = [Path(p) for p in path.split(",") if p.strip()]
+    if not paths:
+        raise ConfigError("history.import: give a results folder, run directories or validate.json files")
+    configured = setting(c, "history_url", url)
+    added, skipped = history.import_paths(paths, history.resolve_url(configured, setting(c, "results")),
+                                          make_folder=not configured)
+    for line in skipped:
+        print(f"  skipped {line}")
+    print(added.line())
+
+
+@task(name="show", default=True,
+      help={"host": "only this host", "gpu": "a GPU UUID, or a GPU index of --host", "metric": "check or "
+            "benchmark name (a part of it)", "since": "from this time (2026-12-01 or ISO 8601)",
+            "until": "up to this time", "limit": "at most this many rows (default 200)", "url": URL_HELP})
+@task_errors
+def history_show(c, host=None, gpu=None, metric=None, since=None, until=None, limit=200, url=None):
+    """The history of checks and runs by GPU, host, metric and time, newest first."""
+    from lab.history import query
+
+    with database(c, url) as db:
+        rows = query.history_rows(db, host=host, gpu=gpu, metric=metric, since=since, until=until, limit=limit)
+    print("\n".join(query.table(rows)))
+
+
+@task(name="page", help={"out": "the HTML file to write (e.g. results/history.html)", "host": "only this host",
+                         "gpu": "a GPU UUID, or a GPU index of --host", "metric": "check name (a part of it)",
+                         "since": "from this time (2026-12-01 or ISO 8601)", "until": "up to this time",
+                         "url": URL_HELP})
+@task_errors
+def history_page(c, out, host=None, gpu=None, metric=None, since=None, until=None, url=None):
+    """An HTML page of the history: one trend plot per GPU and metric (verdict colours, the GPU's median)."""
+    from lab.history import page
+
+    with database(c, url) as db:
+        path, drawn, found = page.write_page(db, out, host=host, gpu=gpu, metric=metric, since=since, until=until)
+    print(f"wrote {path} ({drawn} plot(s)" + (f" of {found}: narrow it with --host, --gpu, --metric" if found > drawn
+                                               else "") + ")")
+
+
+@task(name="list", default=True, help={"url": URL_HELP})
+@task_errors
+def quarantine_list(c, url=None):
+    """The GPUs and hosts in quarantine: who put them there, when and why."""
+    from lab.history import quarantine as q
+
+    with database(c, url) as db:
+        print("\n".join(q.table(q.active(db))))
+
+
+@task(name="add", help={"target": TARGET_HELP, "reason": "why (one line)",
+                        "action": "what to do about it (e.g. reseat, RMA)", "who": WHO_HELP, "url": URL_HELP})
+@task_errors
+def quarantine_add(c, target, reason=None, action=None, who=None, url=None):
+    """Keep a GPU or a host out of sweeps until released."""
+    from lab.history import quarantine as q
+
+    tgt, by = q.parse_target(target), by_whom(who)
+    q.check_entry(reason, by, action)   # bad input before the database is touched
+    with database(c, url) as db:
+        entry, added = q.add(db, tgt, reason=reason, who=by, action=action)
+    print(f"{tgt}: quarantined" if added else
+          f"{tgt}: already quarantined since {entry.added_at:%Y-%m-%d %H:%M} by {entry.who}: {entry.reason}")
+
+
+@task(name="release", help={"target": TARGET_HELP, "force": "release without a passing validate",
+                            "note": "why (default: the validate that passed)", "who": WHO_HELP, "url": URL_HELP})
+@task_errors
+def quarantine_release(c, target, force=False, note=None, who=None, url=None):
+    """Return a GPU or host to sweeps: needs a passing validate since it was quarantined, unless --force."""
+    from lab.history import quarantine as q
+
+    tgt, by = q.parse_target(target), by_whom(who)
+    with database(c, url) as db:
+        entry = q.release(db, tgt, who=by, force=force, note=note)
+    print(f"{tgt}: released ({entry.release_note})")
+
+
+def collections() -> list[Collection]:
+    """The sub-collections tasks.py adds to its namespace."""
+    return [Collection("history", history_import, history_show, history_page),
+            Collection("quarantine", quarantine_list, quarantine_add, quarantine_release)]
