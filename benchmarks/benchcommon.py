@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 
@@ -27,6 +28,26 @@ def torch_meta(device: str) -> dict:
     except ImportError:
         pass
     return out
+
+
+def catalogue(error: type[Exception] = ValueError) -> dict:
+    """The runner's workload catalogue (runner/workloads/workloads.yml, with the extra file that
+    GPULAB_RUNNER_CATALOGUE names), checked: where the benchmarks take their workload list and their
+    per-workload settings. ``error`` (one line) when it does not check."""
+    root = str(Path(__file__).resolve().parent.parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)  # this checkout's runner
+    from runner import workloads
+
+    try:
+        return workloads.load()
+    except workloads.CatalogueError as exc:
+        raise error(str(exc)) from None
+
+
+def workload_names(error: type[Exception] = ValueError) -> tuple[str, ...]:
+    """Every workload of the catalogue, in its order."""
+    return tuple(catalogue(error))
 
 
 def name_list(text: str, known: tuple, what: str, error: type[Exception] = ValueError) -> list[str]:

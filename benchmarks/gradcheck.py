@@ -55,21 +55,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from benchcommon import default_device, name_list, torch_meta  # noqa: E402
+from benchcommon import catalogue, default_device, name_list, torch_meta  # noqa: E402
 from gradplant import EXPECT, planted  # noqa: E402
 
-ALL = ("resnet50", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
 SCALES = ("tiny", "small", "full")
 MODES = ("throughput", "ttt")
 PRECISIONS = ("bf16", "fp32")
-#: per-process batch of the check (throughput mode): small enough to compile and run
-#: quickly at full model size, large enough that every head receives a gradient
-BATCH = {"cuda": {"resnet50": 32, "ssd": 16, "maskrcnn": 2, "gnmt": 64, "transformer": 64, "ncf": 65536},
-         "cpu": {"resnet50": 4, "ssd": 8, "maskrcnn": 2, "gnmt": 8, "transformer": 8, "ncf": 1024}}
-#: rough seconds of one group (bf16 and fp32) on one H200 with others beside it, for the order
-#: in which groups start (the longest first keeps --jobs busy to the end)
-COST = {"full": {"resnet50": 600, "ssd": 190, "maskrcnn": 190, "transformer": 140, "gnmt": 70, "ncf": 45},
-        "small": {"resnet50": 100, "ssd": 100, "maskrcnn": 100, "transformer": 60, "gnmt": 25, "ncf": 30}}
+#: the workloads, the per-process batch of the check (throughput mode) and the rough seconds of one
+#: group (bf16 and fp32, for the order in which groups start: the longest first keeps --jobs busy to
+#: the end) come from the runner's catalogue: each entry's 'bench' (gradcheck_batch, gradcheck_s);
+#: a workload without them runs its scale's throughput batch and counts 10 s
+DEFAULT_COST_S = 10
 
 
 def check_group(name: str, scale: str, mode: str, device: str, precisions: list, batch: int | None,
@@ -202,18 +198,18 @@ def meta(args) -> dict:
     return m
 
 
-def _pairs(text: str, what: str, parts: int) -> list[tuple]:
+def _pairs(text: str, what: str, parts: int, names: tuple) -> list[tuple]:
     """workload:scale (parts 2) or workload:scale:plant (parts 3) items of a comma-separated list."""
     out = []
     for item in (w.strip() for w in text.split(",")):
         if not item:
             continue
         bits = item.split(":")
-        known = len(bits) == parts and bits[0] in ALL and bits[1] in SCALES and (parts == 2 or bits[2] in EXPECT)
+        known = len(bits) == parts and bits[0] in names and bits[1] in SCALES and (parts == 2 or bits[2] in EXPECT)
         if not known:
             shape = "workload:scale" + (":plant" if parts == 3 else "")
             extra = f"; plants: {', '.join(EXPECT)}" if parts == 3 else ""
-            raise ValueError(f"{what}: {item!r} is not {shape} (workloads: {', '.join(ALL)}; "
+            raise ValueError(f"{what}: {item!r} is not {shape} (workloads: {', '.join(names)}; "
                              f"scales: {', '.join(SCALES)}{extra})")
         out.append(tuple(bits))
     return out
@@ -221,7 +217,8 @@ def _pairs(text: str, what: str, parts: int) -> list[tuple]:
 
 def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", default=",".join(ALL), help="comma-separated (default: all six)")
+    ap.add_argument("--workloads", default=None,
+                    help="comma-separated (default: every workload of the runner's catalogue)")
     ap.add_argument("--scales", default=None, help="comma-separated (default: small,full on cuda, tiny on cpu)")
     ap.add_argument("--modes", default="throughput",
                     help="throughput (synthetic batch) and/or ttt (first batch of the generated data; not full)")
@@ -260,12 +257,14 @@ def parse(argv):
         raise ValueError(f"--batch {args.batch}: must be 0 (the scale's) or more")
     if args.backend == "inductor":
         args.backend = None
-    args.workloads = name_list(args.workloads, ALL, "--workloads")
+    args.catalogue = catalogue()
+    known = tuple(args.catalogue)
+    args.workloads = name_list(args.workloads or ",".join(known), known, "--workloads")
     args.scales = name_list(args.scales, SCALES, "--scales")
     args.modes = name_list(args.modes, MODES, "--modes")
     args.precisions = name_list(args.precisions, PRECISIONS, "--precisions") if args.precisions.strip() else []
-    args.skip = _pairs(args.skip, "--skip", 2)
-    args.plants = _pairs(args.plants, "--plants", 3)
+    args.skip = _pairs(args.skip, "--skip", 2, known)
+    args.plants = _pairs(args.plants, "--plants", 3, known)
     return args
 
 
@@ -273,7 +272,8 @@ def plan(args) -> list[dict]:
     """The groups (one child process each), the longest first: {workload, scale, mode, precisions,
     plant, batch}."""
     def batch(w, m):
-        return (None if args.batch == 0 else (args.batch or BATCH[args.device][w])) if m == "throughput" else "scale"
+        own = args.catalogue[w].get("bench", {}).get("gradcheck_batch", {}).get(args.device)
+        return (None if args.batch == 0 else (args.batch or own)) if m == "throughput" else "scale"
 
     groups = [{"workload": w, "scale": s, "mode": m, "precisions": list(args.precisions), "plant": None,
                "batch": batch(w, m)}
@@ -284,7 +284,8 @@ def plan(args) -> list[dict]:
                 "batch": batch(w, "throughput")} for w, s, p in args.plants]
 
     def cost(g):
-        return COST.get(g["scale"], {}).get(g["workload"], 10) * (1 if g["plant"] is None else 0.5)
+        own = args.catalogue[g["workload"]].get("bench", {}).get("gradcheck_s", {})
+        return own.get(g["scale"], DEFAULT_COST_S) * (1 if g["plant"] is None else 0.5)
 
     return sorted(groups, key=cost, reverse=True)
 

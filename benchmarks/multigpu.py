@@ -56,11 +56,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchcommon import name_list, recorded_platform  # noqa: E402
+from benchcommon import name_list, recorded_platform, workload_names  # noqa: E402
 from multigpu_runs import (GRACE_S, MIN_START_S, NO_MULTICAST, ROOT, _tail, child_env, mllog_check,  # noqa: E402,F401
                            run_env, run_one, tagged_pids)
 
-ALL = ("resnet50", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
 PARTS = ("scaling", "ttt", "validate", "sweep")
 SWEEP_WORKLOADS = "ncf,resnet50"
 # the controller's packages (pyproject.toml, extra "controller"), by import name
@@ -90,7 +89,8 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--out", required=True, help="folder for multigpu.json, runs/ and results/ (new or empty)")
     ap.add_argument("--parts", default=None,
                     help=f"comma-separated, of {', '.join(PARTS)} (default: all; scaling,ttt with --device cpu)")
-    ap.add_argument("--workloads", default=",".join(ALL), help="for scaling and ttt (default: all six)")
+    ap.add_argument("--workloads", default=None,
+                    help="for scaling and ttt (default: every workload of the runner's catalogue)")
     ap.add_argument("--gpus", type=int, default=2, help="GPUs of the multi-GPU runs (default 2)")
     ap.add_argument("--deadline", type=float, default=None, help="seconds for the whole call")
     ap.add_argument("--cache-dir", default=None,
@@ -104,7 +104,8 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: gloo processes (tests)")
     args = ap.parse_args(argv)
     args.parts = _list(args.parts or ("scaling,ttt" if args.device == "cpu" else ",".join(PARTS)), PARTS, "--parts")
-    args.workloads = _list(args.workloads, ALL, "--workloads")
+    known = workload_names(Refused)
+    args.workloads = _list(args.workloads or ",".join(known), known, "--workloads")
     if args.gpus < 2:
         raise Refused(f"--gpus {args.gpus}: the multi-GPU runs need at least 2")
     for opt in ("deadline", "measure_seconds", "run_minutes"):

@@ -44,9 +44,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from benchcommon import recorded_platform  # noqa: E402
+from benchcommon import recorded_platform, workload_names  # noqa: E402
 
-ALL = ("resnet50", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
 SCALES = ("tiny", "small", "full")
 MIN_START_S = 45.0   # no run starts with less time left before the deadline
 GRACE_S = 60.0       # after --max-minutes: the runner's abort grace, then the run directory
@@ -133,7 +132,8 @@ def _platform(args, runs_dir: Path) -> dict:
 
 def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", default=",".join(ALL), help="comma-separated (default: all six)")
+    ap.add_argument("--workloads", default=None,
+                    help="comma-separated (default: every workload of the runner's catalogue)")
     ap.add_argument("--ttt-scales", default=None, help="ttt runs (default: tiny,small on cuda, tiny on cpu; 'none')")
     ap.add_argument("--throughput-scales", default=None,
                     help="throughput runs (default: small on cuda, tiny on cpu; 'none')")
@@ -151,7 +151,8 @@ def parse(argv):
     if args.device is None:
         args.device = "cuda" if shutil.which("nvidia-smi") and _gpu_seen() else "cpu"
     cuda = args.device == "cuda"
-    args.workloads = _list(args.workloads, ALL, "--workloads")
+    known = workload_names()
+    args.workloads = _list(args.workloads or ",".join(known), known, "--workloads")
     args.ttt_scales = _list(args.ttt_scales or ("tiny,small" if cuda else "tiny"), SCALES, "--ttt-scales")
     args.throughput_scales = _list(args.throughput_scales or ("small" if cuda else "tiny"), SCALES,
                                    "--throughput-scales")

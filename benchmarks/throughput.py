@@ -59,9 +59,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from benchcommon import default_device, torch_meta  # noqa: E402
+from benchcommon import default_device, torch_meta, workload_names  # noqa: E402
 
-ALL = ("resnet50", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
 VARIANTS = ("optimized", "compiled", "baseline")
 #: the "compiled" variant: scale settings that make the optimized path more than a plain
 #: torch.compile of the model (only those a scale has are replaced)
@@ -331,7 +330,8 @@ def _names(text: str, known: tuple, what: str, default: list[str]) -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", default=",".join(ALL), help="comma-separated (default: all six)")
+    ap.add_argument("--workloads", default="all",
+                    help="comma-separated, or all: every workload of the runner's catalogue (the default)")
     ap.add_argument("--variants", default=",".join(VARIANTS),
                     help="of optimized,compiled,baseline, or none (default: all three)")
     ap.add_argument("--runner-runs", default="all",
@@ -368,9 +368,10 @@ def main(argv=None) -> int:
         Path(args._result).write_text(json.dumps(r))
         return 0
     try:
-        args.workloads = _names(args.workloads, ALL, "--workloads", list(ALL))
+        known = workload_names()
+        args.workloads = _names(args.workloads, known, "--workloads", list(known))
         args.variants = _names(args.variants, VARIANTS, "--variants", list(VARIANTS))
-        args.runner_runs = _names(args.runner_runs, ALL, "--runner-runs", args.workloads)
+        args.runner_runs = _names(args.runner_runs, known, "--runner-runs", args.workloads)
         if args.deadline is not None and not args.deadline > 0:
             raise ValueError(f"--deadline {args.deadline}: must be positive")
     except ValueError as exc:

@@ -35,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import throughput  # noqa: E402  (benchmarks/throughput.py: measure_one in a child process)
+from benchcommon import workload_names  # noqa: E402
 
 from runner.workloads import base  # noqa: E402  (throughput put the project on sys.path)
 
@@ -95,6 +96,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         variants = [parse_variant(t) for t in args.variant]
+        known = workload_names()  # the runner's catalogue
+        unknown = [v["workload"] for v in variants if v["workload"] not in known]
+        if unknown:
+            raise ValueError(f"unknown workload {unknown[0]!r} (known: {', '.join(known)})")
     except ValueError as exc:
         print(f"tune.py: --variant: {exc}", file=sys.stderr)
         return 2

@@ -10,14 +10,21 @@ the worker process imports a workload's module.
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import yaml
 
 from runner.artifacts import check_entry
+from runner.workloads import settings as S
 from runner.workloads.schedules import SCHEDULES
 
 CATALOGUE = Path(__file__).with_name("workloads.yml")
+#: names an extra catalogue file (the same format) whose workloads join the built-in ones
+EXTRA_ENV = "GPULAB_RUNNER_CATALOGUE"
+MAX_BYTES = 1 << 20
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 SCALES = ("tiny", "small", "full")
 MODES = ("ttt", "throughput")
 FRAMEWORKS = ("pytorch", "tensorflow")
@@ -31,16 +38,40 @@ class CatalogueError(Exception):
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
+ENTRY_KEYS = ("benchmark", "title", "module", "tf_module", "metric", "sample_unit", "frameworks",
+              "compliance", "higher_is_better", "settings", "bench", "scales")
+#: an entry's 'bench': what the benchmark scripts (benchmarks/) need to know of a workload
+BENCH = {
+    "gradcheck_batch": {"cuda": "int 1..", "cpu": "int 1.."},  # gradcheck.py's per-process batch
+    "gradcheck_s": "map of number 0..",                         # its rough seconds per scale (the order)
+}
+
+
 def _need(cond: bool, where: str, what: str) -> None:
     if not cond:
-        raise CatalogueError(f"{CATALOGUE.name}: {where}: {what}")
+        raise CatalogueError(f"{where}: {what}")  # load() puts the file's name first
 
 
 def _check_entry(name: str, w: dict) -> None:
     where = f"workloads.{name}"
     _need(isinstance(w, dict), where, "must be a mapping")
+    unknown = [str(k)[:40] for k in w if k not in ENTRY_KEYS]
+    _need(not unknown, where, f"unknown key {unknown[0]!r} (known: {', '.join(ENTRY_KEYS)})" if unknown else "")
+    bad = S.check(BENCH, w.get("bench", {}), "bench")
+    _need(bad is None, where, bad or "")
+    _need(set(w.get("bench", {}).get("gradcheck_s", {})) <= set(SCALES), where,
+          f"'bench.gradcheck_s' maps scales ({', '.join(SCALES)}) to seconds")
+    own = w.get("settings", {})
+    _need(isinstance(own, dict), where, "'settings' must map setting names to declarations")
+    try:
+        declared = S.declarations(own)
+    except S.DeclarationError as exc:
+        raise CatalogueError(f"{where}.settings: {exc}") from None
     for key in ("benchmark", "title", "module", "metric", "sample_unit"):
         _need(isinstance(w.get(key), str) and w[key] != "", where, f"'{key}' must be a non-empty string")
+    for key in ("module", "tf_module"):
+        _need(key not in w or (isinstance(w[key], str) and _MODULE.fullmatch(w[key])), where,
+              f"'{key}' must be a module's import path (package.module)")
     _need(isinstance(w.get("frameworks"), list) and w["frameworks"]
           and all(f in FRAMEWORKS for f in w["frameworks"]),
           where, f"'frameworks' must be a list of {FRAMEWORKS}")
@@ -78,19 +109,48 @@ def _check_entry(name: str, w: dict) -> None:
         _need(isinstance(ind, dict) and all(isinstance(k, str) and isinstance(v, (bool, int, float, str))
                                             for k, v in ind.items()), sw,
               "'inductor' must map torch._inductor.config settings to plain values")
+        bad = S.check_scale(s, declared)
+        _need(bad is None, sw, bad or "")
 
 
-def load(path: Path = CATALOGUE) -> dict:
-    """The validated catalogue: ``{name: entry}``."""
+def _read(path: Path) -> dict:
+    """The checked workloads of one catalogue file (CatalogueError naming the file)."""
+    path = Path(path)
     try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise CatalogueError(f"{Path(path).name}: cannot be read: {exc}".splitlines()[0]) from exc
-    _need(isinstance(doc, dict) and doc.get("schema") == 1, "top level", "'schema: 1' expected")
-    ws = doc.get("workloads")
-    _need(isinstance(ws, dict) and ws, "top level", "'workloads' must be a non-empty mapping")
-    for name, entry in ws.items():
-        _check_entry(name, entry)
+        if not path.is_file():
+            raise OSError("not a regular file")
+        if path.stat().st_size > MAX_BYTES:
+            raise OSError(f"larger than {MAX_BYTES} bytes")
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise CatalogueError(f"{path.name}: cannot be read: {exc}".splitlines()[0]) from exc
+    try:
+        _need(isinstance(doc, dict) and doc.get("schema") == 1, "top level", "'schema: 1' expected")
+        ws = doc.get("workloads")
+        _need(isinstance(ws, dict) and ws, "top level", "'workloads' must be a non-empty mapping")
+        for name, entry in ws.items():
+            _need(isinstance(name, str) and re.fullmatch(r"[a-z][a-z0-9_-]{0,39}", name) is not None,
+                  f"workloads.{str(name)[:40]}", "a workload's name is 1 to 40 of a-z, 0-9, _ and -, "
+                  "starting with a letter")
+            _check_entry(name, entry)
+    except CatalogueError as exc:
+        raise CatalogueError(f"{path.name}: {exc}") from None
+    return ws
+
+
+def load(path: Path = CATALOGUE, extra: str | None = None) -> dict:
+    """The validated catalogue: ``{name: entry}``; with the workloads of the extra catalogue file
+    ``extra`` (default: the environment's ``GPULAB_RUNNER_CATALOGUE``, if set) after the built-in
+    ones, checked as strictly. An extra workload may not take a built-in one's name."""
+    ws = _read(path)
+    extra = os.environ.get(EXTRA_ENV) if extra is None else extra
+    if extra:
+        more = _read(Path(extra))
+        taken = [name for name in more if name in ws]
+        if taken:
+            raise CatalogueError(f"{Path(extra).name} ({EXTRA_ENV}): workloads.{taken[0]}: "
+                                 f"that name is a workload of {Path(path).name} already")
+        ws = {**ws, **more}
     return ws
 
 

@@ -42,6 +42,7 @@ from runner.abort import Aborted
 from runner.workloads.compiling import compile_fn, inductor_options, key_values  # noqa: F401  (read as base.<name>)
 from runner.workloads.divergence import LossWatch, WatchedScaler
 from runner.workloads.errors import WorkloadError
+from runner.workloads.settings import Settings, declarations
 from runner.workloads.trainer import spec_of
 
 
@@ -55,7 +56,9 @@ class Context:
         self.mode = spec["mode"]
         self.seed = int(spec["seed"])
         self.data = spec.get("data")
-        self.cfg = dict(entry["scales"][self.scale])
+        # the scale's settings, as declared in workloads.yml (a read of an undeclared name fails)
+        self.cfg = Settings(entry["scales"][self.scale], declarations(entry.get("settings", {})),
+                            f"{self.name} ({self.scale} scale)")
         self.log = log
         self.device = device
         self.rank = rank
@@ -390,7 +393,7 @@ def bench_context(name: str, device, optimized: bool = True, *, scale: str = "fu
         if key not in ctx.cfg:
             raise WorkloadError(f"setting {key!r}: the {scale} scale of {name} has none of that name "
                                 f"(it has {', '.join(sorted(ctx.cfg))})")
-        ctx.cfg[key] = value
+        ctx.cfg[key] = value  # checked against its declaration (WorkloadError)
     return ctx, importlib.import_module(entry["module"])
 
 

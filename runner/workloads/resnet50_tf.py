@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from runner.workloads.settings import Settings, declarations
+
 DATA_SEED = 20190502
 MEAN = np.array([0.485, 0.456, 0.406], np.float32) * 255
 STD = np.array([0.229, 0.224, 0.225], np.float32) * 255
@@ -149,7 +151,8 @@ def run_tf(spec, log, rank=0, world_size=1) -> dict:
     from runner.mllog import platform_name
 
     entry = spec["entry"]
-    cfg = dict(entry["scales"][spec["scale"]])
+    cfg = Settings(entry["scales"][spec["scale"]], declarations(entry.get("settings", {})),
+                   f"{spec['workload']} ({spec['scale']} scale)")
     mode = spec["mode"]
     seed = int(spec["seed"])
     gpus = tf.config.list_physical_devices("GPU")

@@ -143,8 +143,10 @@ class Trainer(TrainerContract):
         self.lr = scaled_lr(cfg, self.global_batch)
         self.lr_schedule = S.check(cfg.get("lr_schedule"), ("gnmt", "rsqrt"), ctx.name)
         self.warmup = scaled_steps(int(cfg["warmup_steps"]), cfg, self.global_batch, train_samples)
-        self.remain = scaled_steps(int(cfg.get("remain_steps", 0) or 0), cfg, self.global_batch, train_samples)
-        self.interval = scaled_steps(int(cfg.get("decay_interval", 0) or 0), cfg, self.global_batch,
+        gnmt = self.lr_schedule == "gnmt"  # its decay settings are gnmt's (workloads.yml declares them there)
+        self.remain = scaled_steps(int(cfg.get("remain_steps", 0) or 0) if gnmt else 0, cfg, self.global_batch,
+                                   train_samples)
+        self.interval = scaled_steps(int(cfg.get("decay_interval", 0) or 0) if gnmt else 0, cfg, self.global_batch,
                                      train_samples)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.lr, betas=tuple(cfg["betas"]),
                                           eps=adam_eps, **ctx.fused())
