@@ -60,13 +60,14 @@ def _env_list(key: str, default: str, known: tuple) -> list[str]:
     return items
 
 
-WORKLOADS = _env_list("GPULAB_GRADCHECK_WORKLOADS", ",".join(gradcheck.ALL), gradcheck.ALL)
+KNOWN = tuple(gradcheck.catalogue(pytest.UsageError))   # the runner's catalogue, as gradcheck.py reads it
+WORKLOADS = _env_list("GPULAB_GRADCHECK_WORKLOADS", ",".join(KNOWN), KNOWN)
 SCALES = _env_list("GPULAB_GRADCHECK_SCALES", "small,full", gradcheck.SCALES)
 MODES = _env_list("GPULAB_GRADCHECK_MODES", "throughput", gradcheck.MODES)
 PRECISIONS = _env_list("GPULAB_GRADCHECK_PRECISIONS", "bf16,fp32", gradcheck.PRECISIONS)
 try:
     PLANTS = gradcheck._pairs(os.environ.get("GPULAB_GRADCHECK_PLANTS", ",".join(
-        f"resnet50:small:{p}" for p in gradcheck.EXPECT)), "GPULAB_GRADCHECK_PLANTS", 3)
+        f"resnet50:small:{p}" for p in gradcheck.EXPECT)), "GPULAB_GRADCHECK_PLANTS", 3, KNOWN)
 except ValueError as exc:
     raise pytest.UsageError(str(exc)) from None
 #: workload:scale groups marked long
