@@ -29,7 +29,8 @@ Modules: lab.validate.verdict (PASS/WARN/FAIL, check records, ``Verdicts``),
 lab.validate.gpurefs (the references file and model names), lab.validate.hostchecks (stack and
 GPU count), lab.validate.gpuchecks (per GPU, XID, host metrics, fleet),
 lab.validate.vendor (DCGM's diagnostic, lab.validate.dcgm, and Fabric Manager,
-lab.validate.fabric: gathered after the burn-in, their records beside these), this module (evaluation, baseline, output, gathering over SSH). The names
+lab.validate.fabric: gathered after the burn-in, their records beside these), lab.validate.burnindoc (the
+document read back, checked), this module (evaluation, baseline, output, gathering over SSH). The names
 re-exported here (``__all__``) are its public interface.
 """
 
@@ -41,7 +42,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from lab.core import limits, paths, plaindata
+from lab.core import paths
 from lab.core import schema
 from lab.core import writes
 from lab.core.errors import CheckFailed, ConfigError, GpulabError, HostError, RunError
@@ -49,6 +50,7 @@ from lab.validate.gpuchecks import (_burnin_failures, _fleet_checks, _gpu_checks
                            fleet_medians, split_snapshot)
 from lab.validate import dcgm, trends as trend, vendor
 from lab.validate.actions import attach_actions, load_actions
+from lab.validate.burnindoc import malformed, read_burnin
 from lab.validate.hostchecks import _count_checks, _stack_checks, installed_version
 from lab.validate.linkchecks import guarded, link_window
 from lab.validate.toolchecks import beside, gpu_figures, gpu_tool_checks, host_figures, host_tool_checks
@@ -63,6 +65,7 @@ __all__ = ["FAIL", "GPU_METRICS", "HOST_METRICS", "LEVEL_TIMEOUT_S", "NO_GPU", "
            "render_html", "split_snapshot", "stacks_for", "summary_text", "validate_fleet", "worst", "write_outputs"]
 
 SCHEMA = 1
+MALFORMED = (TypeError, KeyError, AttributeError, ValueError, IndexError)  # a document of an unread shape
 LEVEL_TIMEOUT_S = {"quick": 300, "standard": 3600, "burn-in": 6 * 3600}
 
 # --------------------------------------------------------------------------- evaluate
@@ -117,13 +120,16 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
         if snap is None or isinstance(snap, BaseException) or not isinstance(snap, dict):
             parsed[name] = (snap, None, None)
             continue
-        probe, burnin = split_snapshot(snap)
+        try:
+            probe, burnin = split_snapshot(snap)
+            mine = [(model_key(g.get("name"), references), g, ((burnin or {}).get("gpus") or {}).get(str(g.get("index"))))
+                    for g in probe.get("gpus") or [] if "error" not in g]
+            fleet_medians(mine, references)
+        except MALFORMED as exc:
+            parsed[name] = (snap, exc, None)
+            continue
         parsed[name] = (snap, probe, burnin)
-        for g in probe.get("gpus") or []:
-            if "error" in g:
-                continue
-            bg = ((burnin or {}).get("gpus") or {}).get(str(g.get("index")))
-            per_gpu.append((model_key(g.get("name"), references), g, bg))
+        per_gpu += mine
     medians = fleet_medians(per_gpu, references)
 
     out_hosts = {}
@@ -132,52 +138,57 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
         snap, probe, burnin = parsed[name]
         checks: list[dict] = []
         gpus: dict[str, dict] = {}
-        if snap is None:
-            checks.append(check("reachable", FAIL, None, "a probe document", "no result gathered from this host"))
-        elif isinstance(snap, BaseException):
-            msg = getattr(snap, "message", None) or str(snap) or type(snap).__name__
-            label = "reachable" if isinstance(snap, HostError) or "unreachable" in msg else "runner"
-            checks.append(check(label, FAIL, None, "a probe document", msg))
-        elif probe is None or not isinstance(probe, dict) or "gpus" not in probe:
-            checks.append(check("runner", FAIL, None, "a probe document", "the host's answer is not a probe or burn-in document"))
-        elif not probe.get("gpus"):
-            reason = probe.get("nvidia") or "no GPU reported"
-            detail = reason.split(": ", 1)[1] if reason.startswith("no NVIDIA driver/GPU found: ") else reason
-            checks.append(check("GPU present", FAIL, 0, f"{_host_field(host, 'gpu_count', '>= 1') if host is not None else '>= 1'} GPU(s)",
-                                f"{NO_GPU}: {detail}"))
-        else:
-            checks += _count_checks(host, probe, probe["gpus"])
-            checks += _stack_checks(probe, _expected_stack(stacks, name, host))
-            xid = (burnin or {}).get("xid")
-            if xid is not None:
-                orphans = [e for e in xid.get("events", []) if e.get("gpu") is None]
-                if orphans or xid.get("source") is None:
-                    checks += _xid_checks(references, orphans, xid.get("source"), xid.get("error"), "XID events (other devices)")
-            if burnin is not None:
-                if burnin.get("outcome") == "failed":
-                    checks += _burnin_failures(burnin, None)
-                checks += _host_metric_checks(burnin, probe, references)
-                checks += guarded("standard tools", host_tool_checks, burnin, probe, references)
-            for g in probe["gpus"]:
-                idx = g.get("index")
-                if "error" in g:
-                    gpus[str(idx)] = {"index": idx, "name": None, "uuid": None, "serial": None, "pci_bus_id": None,
-                                      "model": None, "verdict": FAIL,
-                                      "checks": [check("readable", FAIL, None, "readable", g["error"])]}
-                    continue
-                model = model_key(g.get("name"), references)
-                bg = ((burnin or {}).get("gpus") or {}).get(str(idx))
-                gc = _gpu_checks(g, bg, host, references, model, xid, link_window(probe, burnin, idx),
-                                 len(probe["gpus"]))
+        try:
+            if isinstance(probe, BaseException):
+                raise probe
+            if snap is None:
+                checks.append(check("reachable", FAIL, None, "a probe document", "no result gathered from this host"))
+            elif isinstance(snap, BaseException):
+                msg = getattr(snap, "message", None) or str(snap) or type(snap).__name__
+                label = "reachable" if isinstance(snap, HostError) or "unreachable" in msg else "runner"
+                checks.append(check(label, FAIL, None, "a probe document", msg))
+            elif probe is None or not isinstance(probe, dict) or "gpus" not in probe:
+                checks.append(check("runner", FAIL, None, "a probe document", "the host's answer is not a probe or burn-in document"))
+            elif not probe.get("gpus"):
+                reason = probe.get("nvidia") or "no GPU reported"
+                detail = reason.split(": ", 1)[1] if reason.startswith("no NVIDIA driver/GPU found: ") else reason
+                checks.append(check("GPU present", FAIL, 0, f"{_host_field(host, 'gpu_count', '>= 1') if host is not None else '>= 1'} GPU(s)",
+                                    f"{NO_GPU}: {detail}"))
+            else:
+                checks += _count_checks(host, probe, probe["gpus"])
+                checks += _stack_checks(probe, _expected_stack(stacks, name, host))
+                xid = (burnin or {}).get("xid")
+                if xid is not None:
+                    orphans = [e for e in xid.get("events", []) if e.get("gpu") is None]
+                    if orphans or xid.get("source") is None:
+                        checks += _xid_checks(references, orphans, xid.get("source"), xid.get("error"), "XID events (other devices)")
                 if burnin is not None:
-                    gc += _burnin_failures(burnin, idx)
-                gc += _fleet_checks(model, bg, medians, references)
-                gc += guarded("nvbandwidth", gpu_tool_checks, burnin, idx, references["models"].get(model) if model else None)
-                if past is not None:
-                    gc += guarded("trends", trend.gpu_trends, g, bg, past, trends or trend.load_trends())
-                gpus[str(idx)] = {"index": idx, "name": g.get("name"), "uuid": g.get("uuid"), "serial": g.get("serial"),
-                                  "pci_bus_id": g.get("pci_bus_id"), "model": model,
-                                  "verdict": worst(c["verdict"] for c in gc), "checks": gc}
+                    if burnin.get("outcome") == "failed":
+                        checks += _burnin_failures(burnin, None)
+                    checks += _host_metric_checks(burnin, probe, references)
+                    checks += guarded("standard tools", host_tool_checks, burnin, probe, references)
+                for g in probe["gpus"]:
+                    idx = g.get("index")
+                    if "error" in g:
+                        gpus[str(idx)] = {"index": idx, "name": None, "uuid": None, "serial": None, "pci_bus_id": None,
+                                          "model": None, "verdict": FAIL,
+                                          "checks": [check("readable", FAIL, None, "readable", g["error"])]}
+                        continue
+                    model = model_key(g.get("name"), references)
+                    bg = ((burnin or {}).get("gpus") or {}).get(str(idx))
+                    gc = _gpu_checks(g, bg, host, references, model, xid, link_window(probe, burnin, idx),
+                                     len(probe["gpus"]))
+                    if burnin is not None:
+                        gc += _burnin_failures(burnin, idx)
+                    gc += _fleet_checks(model, bg, medians, references)
+                    gc += guarded("nvbandwidth", gpu_tool_checks, burnin, idx, references["models"].get(model) if model else None)
+                    if past is not None:
+                        gc += guarded("trends", trend.gpu_trends, g, bg, past, trends or trend.load_trends())
+                    gpus[str(idx)] = {"index": idx, "name": g.get("name"), "uuid": g.get("uuid"), "serial": g.get("serial"),
+                                      "pci_bus_id": g.get("pci_bus_id"), "model": model,
+                                      "verdict": worst(c["verdict"] for c in gc), "checks": gc}
+        except MALFORMED as exc:
+            checks, gpus, probe, burnin = [malformed(exc)], {}, None, None
         if isinstance(snap, dict):
             checks += vendor.checks(snap, probe, _expected_stack(tools, name, host), gpus)
         rec = _host_record(name, host, checks, gpus)
@@ -185,7 +196,7 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
         rec["collected_at"] = (probe or {}).get("collected_at") if isinstance(probe, dict) else None
         try:
             rec["beside"] = beside(burnin) if isinstance(burnin, dict) else []
-        except (TypeError, KeyError, AttributeError, ValueError):
+        except MALFORMED:
             rec["beside"] = []  # malformed tool figures: host_tool_checks says so
         out_hosts[name] = rec
 
@@ -294,22 +305,6 @@ def build_references(snapshots: dict[str, Any], references: dict, *, hosts: Iter
 
 def burnin_argv(level: str, remote_dir: str) -> list[str]:
     return ["burnin", "--level", level, "--out", remote_dir, "--json"]
-
-
-def read_burnin(stdout: str, host: str, code: int | None = None) -> dict:
-    """The burn-in document, the last line the runner printed: bounded (lab.core.plaindata, finite numbers
-    only) and a JSON object; RunError naming the host otherwise."""
-    lines = stdout.strip().splitlines()
-    try:
-        if not lines:
-            raise ValueError("nothing printed")
-        doc = plaindata.loads(lines[-1], finite=True, limit=limits.JSON_BYTES)
-        if not isinstance(doc, dict):
-            raise ValueError(f"a JSON {type(doc).__name__}, not an object")
-    except ValueError as exc:
-        raise RunError(f"{host}: runner burnin printed no usable JSON document ({str(exc)[:120]}; "
-                       f"exit {code})") from None
-    return doc
 
 
 def gather_one(host, level: str, stamp: str, local_dir: Path | None = None, *, connect: Callable | None = None,

@@ -1,0 +1,127 @@
+"""Issue 27: a burn-in document read back from a host is hostile input. Any document either evaluates
+or is one RunError naming the host and the field; a real document still evaluates as before."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from snapshots import healthy_path, inventory_for, stack_of
+
+from lab.core.errors import GpulabError, RunError
+from lab.validate import fleet
+
+DOC = json.loads(healthy_path().read_text())
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False, allow_infinity=False)
+                    | st.text(max_size=8),
+                    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
+                    max_leaves=8)
+
+
+def _paths(node, here=()):
+    yield here
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _paths(v, here + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node[:3]):
+            yield from _paths(v, here + (i,))
+
+
+PATHS = [p for p in _paths(DOC) if p and p[0] != "_fixture"]
+
+
+def _replace(doc, path, value):
+    doc = copy.deepcopy(doc)
+    node = doc
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    return doc
+
+
+def run(docs, refs):
+    """evaluate with the inventory and stacks of the untouched document (the fleet's own, not the host's)."""
+    return fleet.evaluate(docs, [inventory_for(DOC, n) for n in docs], refs, stack_of(DOC))
+
+
+def _one_line(doc):
+    return json.dumps(doc, allow_nan=False) + "\n"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cuts=st.lists(st.tuples(st.sampled_from(PATHS), JSON), min_size=1, max_size=3))
+def test_any_mutated_burnin_document_evaluates_or_is_one_line(refs, cuts):
+    doc = DOC
+    for path, value in cuts:
+        try:
+            doc = _replace(doc, path, value)
+        except (KeyError, IndexError, TypeError):
+            pass  # an earlier cut removed the path
+    try:
+        got = fleet.read_burnin("log line\n" + _one_line(doc), "h200-01", 0)
+    except RunError as exc:
+        assert "\n" not in exc.message and exc.message.startswith("h200-01: runner burnin printed")
+        return
+    try:
+        verdicts = run({"h200-01": got}, refs)
+    except GpulabError:
+        return
+    assert verdicts.hosts["h200-01"]["verdict"] in ("PASS", "WARN", "FAIL")
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.tuples(st.sampled_from(PATHS), JSON), min_size=1, max_size=3))
+def test_evaluate_never_raises_on_a_document_read_without_the_gate(refs, cuts):
+    """A document handed straight to evaluate (not through read_burnin) gives a FAIL record, no traceback."""
+    doc = DOC
+    for path, value in cuts:
+        try:
+            doc = _replace(doc, path, value)
+        except (KeyError, IndexError, TypeError):
+            pass
+    try:
+        verdicts = run({"h200-01": doc}, refs)
+    except GpulabError:
+        return
+    assert verdicts.hosts["h200-01"]["verdict"] in ("PASS", "WARN", "FAIL")
+
+
+def test_a_real_document_reads_back_and_evaluates_as_before(refs):
+    got = fleet.read_burnin(_one_line(DOC), "h200-01", 0)
+    assert got == DOC
+    before, after = run({"h200-01": DOC}, refs).data, run({"h200-01": got}, refs).data
+    before.pop("generated_at"), after.pop("generated_at")
+    assert before == after
+
+
+@pytest.mark.parametrize("path, value, field", [
+    (("gpus", "0"), ["not", "an", "object"], "gpus.0"),
+    (("gpus", "0", "load", "samples"), -4, "gpus.0.load.samples"),
+    (("gpus", "0", "load", "power_w_max"), "698 W", "gpus.0.load.power_w_max"),
+    (("probe", "gpus"), "none", "probe.gpus"),
+    (("xid", "events"), [{"gpu": 0}], "xid.events.0"),
+    (("results",), {"ok": True}, "results"),
+    (("gpus_selected",), [10**12], "gpus_selected.0"),
+])
+def test_a_hostile_field_is_one_line_naming_host_and_field(path, value, field):
+    with pytest.raises(RunError) as exc:
+        fleet.read_burnin(_one_line(_replace(DOC, path, value)), "h200-01", 0)
+    msg = exc.value.message
+    assert msg.startswith("h200-01: runner burnin printed a malformed burn-in document: ") and f" {field}: " in msg
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize("path, value", [
+    (("gpus", "0", "load"), "hot"), (("probe", "gpus", 0, "pcie"), [5, 16]), (("xid",), {"events": "none"}),
+    (("results",), [7]), (("probe",), "a probe"),
+])
+def test_an_ungated_hostile_document_is_a_runner_fail(refs, path, value):
+    host = run({"h200-01": _replace(DOC, path, value)}, refs).hosts["h200-01"]
+    assert host["verdict"] == "FAIL"
+    assert any(c["check"] == "runner" and "malformed" in c["reason"] for c in host["checks"])
