@@ -18,6 +18,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+from runner import boundjson
+
 TOOLS_DIR = Path(os.environ.get("GPULAB_TOOLS_DIR", "/opt/gpulab/tools/bin"))
 MAX_OUTPUT = 16 * 1024 * 1024  # bytes of a tool's output read back
 
@@ -61,9 +63,9 @@ def parse_nccl_tests(text: str) -> dict:
     any size; ``avg_busbw_gbs`` the tool's own average; ``wrong`` the elements that failed its
     check (None when it did not check)."""
     try:
-        doc = json.loads(text)
+        doc = boundjson.loads(text)
     except ValueError as exc:
-        raise ToolOutputError(f"not JSON ({exc.msg} at line {exc.lineno})") from None
+        raise ToolOutputError(f"not JSON ({exc})"[:200]) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise ToolOutputError("no results list: not an nccl-tests -J file")
     rows = []
@@ -174,7 +176,7 @@ def parse_nvbandwidth(text: str) -> dict:
     stripped = text.lstrip()
     if stripped.startswith("{"):
         try:
-            parsed = _nvb_json(json.loads(stripped))
+            parsed = _nvb_json(boundjson.loads(stripped))
         except ValueError as exc:
             if isinstance(exc, ToolOutputError):
                 raise

@@ -17,6 +17,8 @@ import time
 import zipfile
 from pathlib import Path
 
+from runner import boundjson
+
 MANIFEST = "gpulab-dataset.json"
 MANIFEST_SCHEMA = 1
 CHUNK = 1 << 20
@@ -153,7 +155,7 @@ def spec_digest(spec: dict) -> str:
 def read_manifest(ds_dir: Path) -> dict | None:
     path = ds_dir / MANIFEST
     try:
-        doc = json.loads(path.read_text())
+        doc = boundjson.read(path)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:

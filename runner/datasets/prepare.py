@@ -21,6 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from runner import boundjson
 from runner.datasets import DATASETS, check, module, resolve
 from runner.datasets.common import (MANIFEST, NotPrepared, PrepareError, expect_counts, manifest_doc, read_manifest,
                                     sha256_file, spec_digest, write_json_atomic)
@@ -28,7 +29,7 @@ from runner.datasets.common import (MANIFEST, NotPrepared, PrepareError, expect_
 
 def load_spec(path: Path | str) -> dict:
     try:
-        spec = json.loads(Path(path).read_text())
+        spec = boundjson.read(path)
     except FileNotFoundError:
         raise ValueError(f"{path}: spec file not found") from None
     except (OSError, ValueError) as exc:
