@@ -9,7 +9,6 @@ the controller judges. A tool that is not there, fails or prints something unrea
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re

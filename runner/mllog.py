@@ -8,7 +8,6 @@ aborted run keeps everything it logged.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -17,7 +16,7 @@ from pathlib import Path
 from mlperf_logging.mllog import constants
 from mlperf_logging.mllog.mllog import MLLogger as _MLLogger
 
-from runner import rundir
+from runner import boundjson, rundir
 
 SUBMISSION_ORG = "gpulab"
 SCALE_KEY = "gpulab_scale"  # tiny, small or full: logged right after the submission keys
@@ -130,10 +129,11 @@ def has_run_stop(path: Path) -> bool:
     for line in text.splitlines():
         if line.startswith(":::MLLOG "):
             try:
-                if json.loads(line[9:]).get("key") == constants.RUN_STOP:
-                    return True
+                event = boundjson.loads(line[9:])
             except ValueError:
                 continue
+            if isinstance(event, dict) and event.get("key") == constants.RUN_STOP:
+                return True
     return False
 
 

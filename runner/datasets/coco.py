@@ -11,11 +11,11 @@ Every image an instances file lists must be in its folder and vice versa.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 
+from runner import boundjson
 from runner.datasets.common import CHUNK, NotPrepared, PrepareError, sha256_file, tree_digest, zip_open
 
 SPLITS = ("train2017", "val2017")
@@ -44,7 +44,7 @@ def prepare(spec: dict, archives: Path, dest: Path) -> tuple[dict, dict]:
     for split in SPLITS:
         ann = ann_dir / f"instances_{split}.json"
         try:
-            doc = json.loads(ann.read_text(encoding="utf-8"))
+            doc = boundjson.read(ann, boundjson.ANNOTATION_CHARS)
             listed = {im["file_name"] for im in doc["images"]}
             n_ann, n_cat = len(doc["annotations"]), len(doc["categories"])
         except (ValueError, KeyError, TypeError) as exc:

@@ -11,7 +11,6 @@ by pycocotools).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from runner import boundjson
 from runner.workloads.base import WorkloadError
 from runner.workloads.detection_shapes import generate_shapes  # noqa: F401  (read as D.generate_shapes)
 
@@ -272,7 +272,7 @@ class CocoIndex:
         if not self.image_dir.is_dir():
             raise WorkloadError(f"coco data: {self.image_dir} is missing")
         try:
-            doc = json.loads(ann.read_text(encoding="utf-8"))
+            doc = boundjson.read(ann, boundjson.ANNOTATION_CHARS)
         except ValueError as exc:
             raise WorkloadError(f"coco data: {ann} is not valid JSON ({exc})") from exc
         self.cat_ids = sorted(c["id"] for c in doc["categories"])

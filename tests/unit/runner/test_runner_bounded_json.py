@@ -67,3 +67,13 @@ def test_a_hostile_spec_or_manifest_is_one_value_error_line(tmp_path, text):
     with pytest.raises(common.NotPrepared) as exc:
         common.read_manifest(tmp_path)
     assert "unreadable manifest" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_hostile_mllog_line_is_skipped_not_a_traceback(tmp_path):
+    from runner import mllog
+
+    log = tmp_path / "mlperf.log"
+    log.write_text(":::MLLOG " + DEEP + "\n:::MLLOG [1, 2]\n:::MLLOG " + HUGE_INT + '\n:::MLLOG "run_stop"\n')
+    assert mllog.has_run_stop(log) is False
+    log.write_text(log.read_text() + ':::MLLOG {"key": "run_stop", "value": null}\n')
+    assert mllog.has_run_stop(log) is True
