@@ -85,6 +85,21 @@ def number(value, what: str, rng: Range) -> int | float:
     return value
 
 
+MEASUREMENT_ABS = 1e12   # no figure of a GPU check is this large: a value beyond it is not a measurement
+
+
+def measurement(v) -> float | None:
+    """A finite float of a stored figure (a database cell, a past record), else None: a text, a bool, a
+    NaN, an infinity or an absurd size is no measurement and is left out, never an error."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except (OverflowError, ValueError):
+        return None
+    return f if math.isfinite(f) and abs(f) <= MEASUREMENT_ABS else None
+
+
 def plan_size(total: int) -> int:
     """Runs a plan would hold (hosts x workloads x GPU counts x seeds), checked before it is built."""
     if total > PLANNED_RUNS.hi:

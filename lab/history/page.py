@@ -26,7 +26,7 @@ from lab.core import paths, writes
 from lab.history.db import Database
 from lab.history.models import Check, Gpu
 from lab.history.past import _float, iso, number, when
-from lab.history.query import _gpu_filter, parse_time
+from lab.history.query import _gpu_filter, check_filter, parse_time
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 COLOURS = {"PASS": "#55a868", "WARN": "#f5c242", "FAIL": "#c44e52"}
@@ -44,14 +44,7 @@ def series(db: Database, *, host=None, gpu=None, metric=None, since=None, until=
     q = (select(Check.validation_id, Check.host, Check.gpu_index, Gpu.uuid, Gpu.serial, Check.name, Check.verdict,
                 Check.unit, type_coerce(Check.value, String), type_coerce(Check.at, String))
          .outerjoin(Gpu, Gpu.id == Check.gpu_id).where(Check.gpu_index.is_not(None), Check.value.is_not(None)))
-    if host:
-        q = q.where(Check.host == host)
-    if uuid:
-        q = q.where(Gpu.uuid == uuid)
-    if index is not None:
-        q = q.where(Check.gpu_index == index)
-    if metric:
-        q = q.where(Check.name.contains(metric, autoescape=True))
+    q = check_filter(q, host, uuid, index, metric)
     left_out = 0
     groups: dict[tuple, dict] = {}
     with db.session() as s:

@@ -13,29 +13,20 @@ counted, never a traceback.
 from __future__ import annotations
 
 import datetime as dt
-import math
 
 from sqlalchemy import String, select, type_coerce
 
+from lab.core import limits
 from lab.history.db import Database
 from lab.history.models import Check, Gpu
 from lab.history.sources import utc
 
 MAX_ROWS = 200_000
-MAX_ABS = 1e12      # no figure of a GPU check is this large: a row beyond it is not a measurement
 MAX_UUIDS = 4096
 _RANK = {"PASS": 0, "WARN": 1, "FAIL": 2}
 
 
-def number(v) -> float | None:
-    """A finite float of a database cell, else None (a text, a NaN, an infinity, a bool, an absurd size)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    try:
-        f = float(v)
-    except (OverflowError, ValueError):
-        return None
-    return f if math.isfinite(f) and abs(f) <= MAX_ABS else None
+number = limits.measurement   # a finite float of a database cell, else None
 
 
 def when(v) -> dt.datetime | None:

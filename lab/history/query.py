@@ -48,6 +48,19 @@ def _gpu_filter(gpu, host):
     raise ConfigError(f"--gpu: {gpu[:60]!r} is neither a GPU UUID (GPU-...) nor an index")
 
 
+def check_filter(q, host, uuid, index, metric):
+    """``q`` (a select over Check joined to Gpu) narrowed to a host, a GPU (UUID or index) and a metric."""
+    if host:
+        q = q.where(Check.host == host)
+    if uuid:
+        q = q.where(Gpu.uuid == uuid)
+    if index is not None:
+        q = q.where(Check.gpu_index == index)
+    if metric:
+        q = q.where(Check.name.contains(metric, autoescape=True))
+    return q
+
+
 def history_rows(db: Database, *, host=None, gpu=None, metric=None, since=None, until=None,
                  limit: int = 200) -> list[dict]:
     limit = limits.number(limit, "--limit", limits.Range(1, MAX_ROWS, "rows"))
@@ -56,14 +69,7 @@ def history_rows(db: Database, *, host=None, gpu=None, metric=None, since=None, 
     out = []
     with db.session() as s:
         q = select(Check, Gpu.uuid).outerjoin(Gpu, Gpu.id == Check.gpu_id)
-        if host:
-            q = q.where(Check.host == host)
-        if uuid:
-            q = q.where(Gpu.uuid == uuid)
-        if index is not None:
-            q = q.where(Check.gpu_index == index)
-        if metric:
-            q = q.where(Check.name.contains(metric, autoescape=True))
+        q = check_filter(q, host, uuid, index, metric)
         if since:
             q = q.where(Check.at >= since)
         if until:

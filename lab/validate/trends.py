@@ -24,17 +24,15 @@ the measured value, so the next validate has one more point.
 from __future__ import annotations
 
 import functools
-import math
 import statistics
 from pathlib import Path
 
-from lab.core import schema
+from lab.core import limits, schema
 from lab.validate.verdict import FAIL, PASS, UNITS, WARN, _fmt, check
 
 TRENDS = Path(__file__).resolve().parents[1] / "data" / "trends.yml"
 IDLE, ECC = "idle temperature", "ECC corrected"
 SUFFIX = " trend"
-MAX_ABS = 1e12      # a past value beyond this is not a measurement: left out
 
 
 @functools.lru_cache(maxsize=8)
@@ -63,14 +61,7 @@ def depth(table: dict) -> int:
     return max(table["figures"]["window"], table["idle_temperature"]["window"], table["ecc_corrected"]["min_points"])
 
 
-def _number(v) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    try:
-        f = float(v)
-    except (OverflowError, ValueError):
-        return None
-    return f if math.isfinite(f) and abs(f) <= MAX_ABS else None
+_number = limits.measurement   # a finite float of a past record, else None
 
 
 def points(past: dict | None, uuid: str | None, key: str) -> list[dict]:
