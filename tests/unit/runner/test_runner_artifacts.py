@@ -101,6 +101,7 @@ def test_throughput_at_full_scale_does_not_need_the_backbone(tmp_path):
     class A:  # the parsed command line of `runner run maskrcnn --scale full --mode throughput`
         workload, framework, python, gpus, cpu_procs, nnodes, node_rank = "maskrcnn", "pytorch", None, "0", None, 1, 0
         rdzv_endpoint = seed = max_minutes = measure_seconds = max_epochs = warmup_steps = cache_dir = None
+        compile = no_compile = False
         precision, scale, mode, data, out = "auto", "full", "throughput", str(tmp_path), str(tmp_path / "run")
 
     assert supervisor.plan(A, host_gpus=0)["workload"] == "maskrcnn"
