@@ -9,8 +9,14 @@
 #                   faults, the other GPU tests at small scale (545 s)                      issue 32
 #   maxpool         benchmarks/maxpool_diag.py: whether the removed pool's fault still reproduces (120 s)
 #   gpu-tests-long  tests/gpu -m long: resnet50 full, the full-scale runner runs (580 s)     issue 32
-#   throughput      benchmarks/throughput.py, all six: optimized, plain torch.compile and eager side by
-#                   side in one call, no runner runs (560 s)                                 issues 32, 33
+#   stem            benchmarks/stem_precision.py: the ResNet stem's fp32 gradients (plain, fast eager, fast
+#                   compiled) against float64, TF32 off and on (150 s)                        issue 47
+#   throughput-W    benchmarks/throughput.py for one workload W (resnet50, ssd, maskrcnn, gnmt, transformer,
+#                   ncf): the cold and warm `runner run` (time to the first step), then optimized, plain
+#                   torch.compile and eager side by side. Each part's limit is planned from the times
+#                   measured on an H100 (2026-12-06: build and first step per child, see THROUGHPUT_S
+#                   below) with a margin, so that any one part fits a 10-minute call; the six together
+#                   do not (about 25 minutes): give each call the parts that fit.    issues 32, 33, 47
 #   ttfs            `python -m runner run resnet50 --mode throughput --scale full` twice with one cache
 #                   folder: time to the first step cold, then warm (560 s)                    issue 33
 #   ttfs-shipped    the same cold run (the pilot of a sweep), then a run whose cache folder holds only the
@@ -83,6 +89,16 @@ setup() {
     say "setup: $(head -n 3 "$WORK/machine.txt" | tr '\n' ' ')"
 }
 
+# THROUGHPUT_S: a throughput-W part's limit in seconds. Measured on one H100 (2026-12-06, s of build and first
+# step of each child, cold cache): resnet50 compiled 70 (the optimized path as much again for its runner runs, the
+# space-to-depth stem), baseline 16; ssd 18-66, 15; maskrcnn 20-59, eager ~30; gnmt 13-30, 7; transformer 18-56,
+# 11; ncf 10-20, 6. A part runs two `runner run`s (cold, warm), then three children, each with 15 warm-up steps
+# and 5 s measured; the limit is about 1.5 times that sum.
+throughput_s() {
+    case $1 in resnet50) echo 420 ;; maskrcnn) echo 360 ;; ssd|transformer) echo 300 ;; gnmt) echo 240 ;;
+               ncf) echo 200 ;; *) echo 0 ;; esac
+}
+
 part() {
     case $1 in
     gpu-tests)
@@ -97,10 +113,16 @@ part() {
         check_files tests/gpu
         run gpu-tests-long 580 env GPULAB_GRADCHECK_OUT="$WORK/gradcheck-long.json" "$PY" -m pytest tests/gpu -m long -n 3 --dist loadgroup -v -rA --durations=0 \
             --timeout 560 -p no:cacheprovider --junitxml "$WORK/junit-long.xml" ;;
-    throughput)
+    stem)
+        check_files benchmarks/stem_precision.py
+        run stem 150 "$PY" benchmarks/stem_precision.py --json "$WORK/stem-precision.json" ;;
+    throughput-*)
         check_files benchmarks/throughput.py
-        run throughput 560 "$PY" benchmarks/throughput.py --workloads resnet50,ssd,maskrcnn,gnmt,transformer,ncf \
-            --no-runner-runs --measure-seconds 5 --deadline 540 --out "$WORK/throughput.json" ;;
+        local w=${1#throughput-} t
+        t=$(throughput_s "$w")
+        [ "$DRY" = 1 ] || t=$(limit "$t")   # the deadline inside follows the part's limit
+        run "throughput-$w" "$t" "$PY" benchmarks/throughput.py --workloads "$w" --runner-runs "$w" \
+            --measure-seconds 5 --deadline $((t - 20)) --workdir "$WORK/bench-$w" --out "$WORK/throughput-$w.json" ;;
     ttfs)
         check_files runner/__main__.py
         local cache=$WORK/ttfs-cache
@@ -150,12 +172,13 @@ part() {
 }
 
 for p in "$@"; do   # check every name before anything runs
-    case $p in gpu-tests|maxpool|gpu-tests-long|throughput|ttfs|ttfs-shipped|validate|nvbandwidth) ;;
+    case $p in gpu-tests|maxpool|gpu-tests-long|stem|ttfs|ttfs-shipped|validate|nvbandwidth) ;;
+    throughput-resnet50|throughput-ssd|throughput-maskrcnn|throughput-gnmt|throughput-transformer|throughput-ncf) ;;
     *) echo "gpu_session: no part named $p (see the head of $0)" >&2; exit 2 ;; esac
 done
 [ "$DRY" = 1 ] || : > "$SUMMARY"
 setup
 for p in "$@"; do part "$p"; done
 [ "$DRY" = 1 ] && exit 0
-tar -C "$WORK" -czf "$OUT/session.tar.gz" --exclude=ttfs-cache --exclude=shipped-pilot-cache --exclude=shipped-second-cache --exclude=nvb-build --exclude=boost --exclude=gpucache . \
+tar -C "$WORK" -czf "$OUT/session.tar.gz" --exclude=ttfs-cache --exclude=shipped-pilot-cache --exclude=shipped-second-cache --exclude=nvb-build --exclude=boost --exclude=gpucache --exclude='bench-*' . \
     && say "archive: $OUT/session.tar.gz ($(du -h "$OUT/session.tar.gz" | cut -f1))"

@@ -14,6 +14,8 @@ For each workload, in one invocation on a GPU machine:
   same batch;
 - ``baseline``: the same model as a plain eager loop (fp32 weights, bf16
   autocast, NCHW, no compile, torch.optim defaults);
+- ``speed_settings``: what the optimized path has beyond the compiled one
+  (``{}``: nothing; the two are then the same program, measured twice);
 - ``ratio`` = optimized / baseline, ``ratio_to_compiled`` = optimized /
   compiled, ``compiled_ratio`` = compiled / baseline (ratios survive machine
   noise; the three are measured in the same call);
@@ -76,6 +78,15 @@ def plain_compile_overrides(name: str, scale: str) -> dict:
 
     cfg = workloads.load()[name]["scales"][scale]
     return {k: v for k, v in PLAIN_COMPILE.items() if k in cfg}
+
+
+def speed_settings(name: str, scale: str) -> dict:
+    """The settings of the scale that make its optimized path more than a plain torch.compile (the
+    values PLAIN_COMPILE would replace); {} where the optimized path is plain torch.compile."""
+    from runner import workloads
+
+    cfg = workloads.load()[name]["scales"][scale]
+    return {k: cfg[k] for k, v in plain_compile_overrides(name, scale).items() if cfg[k] != v}
 
 
 def _env(cache: Path | None = None) -> dict:
@@ -251,7 +262,7 @@ def run(args, write=None) -> dict:
             print(f"[bench] {name}: not registered", flush=True)
             continue
         unit = f"{catalogue[name]['sample_unit']}/s"
-        row: dict = {"unit": unit, "errors": {}}
+        row: dict = {"unit": unit, "speed_settings": speed_settings(name, args.scale), "errors": {}}
         doc[name] = row
         cache = work / f"runner-cache-{name}"
         if name in args.runner_runs:

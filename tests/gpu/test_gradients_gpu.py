@@ -16,8 +16,8 @@ All selected cases run in one gradcheck.py call (``--jobs`` at a time: the
 compilation is CPU work); each test then checks its own case. The cases
 that deselection (``-m "not long"``) leaves out are not computed.
 
-Marked ``long``: resnet50 at full scale (Inductor's coordinate-descent
-tuning measures every kernel: minutes per compile).
+Marked ``long``: resnet50 at full scale (its full-size compilation in two
+precisions, with the plain passes, is the longest group).
 
 Environment: ``GPULAB_GRADCHECK_WORKLOADS`` (default: all six),
 ``GPULAB_GRADCHECK_SCALES`` (default: small,full), ``GPULAB_GRADCHECK_MODES``

@@ -30,24 +30,50 @@ def stems(dev):
     return plain.to(dev, memory_format=cl), fast.to(dev, memory_format=cl)
 
 
+#: the norm-relative distance from the float64 stem that fp32 arithmetic stays under. Measured by
+#: benchmarks/stem_precision.py (figures in benchmarks/recorded/): fp32 lands near 1e-5 or below, TF32
+#: near 3e-4 and above. The element-wise rtol = atol = 1e-3 this test had was no such bound: the conv
+#: weight gradient's elements span 0 to ~1000 and its fp32 rounding is ~1e-2 absolute for all of them,
+#: so elements near zero failed it (also on the CPU, eager, where no TF32 exists).
+FP32_REL = 1e-4
+
+
+def _rel(a, ref) -> float:
+    return float((a.double() - ref).norm() / ref.norm())
+
+
 def test_compiled_fast_stem_matches_the_plain_stem_in_fp32():
+    """TF32 off: the compiled fast stem is as close to the float64 stem as fp32 arithmetic gets (the
+    plain stem in fp32 is held to the same bound, so the bound is fp32's own).
+
+    The gradients are compared through convolution, batch norm and ReLU: the max pool's gradient goes to
+    each window's largest element, so a rounding-level change of the forward can hand a near-tied window
+    to another element and move a whole output gradient (a real, legitimate difference between any two
+    fp32 forms and float64, not an error of either). The pool's compiled backward has its own test below.
+    """
     dev = torch.device("cuda")
-    tf32 = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
+    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     try:
-        plain, fast = stems(dev)
+        (ref, _), (plain, fast) = stems(dev), stems(dev)
+        ref = ref.to(torch.float64)
         x = torch.randn(8, 3, 224, 224, device=dev).contiguous(memory_format=torch.channels_last)
-        ya, yb = plain(x), torch.compile(fast)(x)
-        torch.testing.assert_close(yb, ya, rtol=1e-4, atol=1e-4)
-        g = torch.randn_like(ya)
-        (ya * g).sum().backward()
-        (yb * g).sum().backward()
+        with torch.no_grad():
+            y_ref = ref(x.double())
+            for form, y in (("plain", plain(x)), ("fast", torch.compile(fast)(x))):
+                assert _rel(y, y_ref) < FP32_REL, (form, "output", _rel(y, y_ref))
+        ys = [ref[:3](x.double()), plain[:3](x), torch.compile(fast[:3])(x)]
+        g = torch.randn_like(ys[0])
+        for y in ys:
+            (y * g.to(y.dtype)).sum().backward()
         for i, name in ((0, "weight"), (1, "weight"), (1, "bias")):
-            a, b = getattr(plain[i], name).grad, getattr(fast[i], name).grad
-            assert b.abs().sum() > 0, (i, name)
-            torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-3, msg=f"{i}.{name}")
+            r = getattr(ref[i], name).grad
+            for form, m in (("plain", plain), ("fast", fast)):
+                got = getattr(m[i], name).grad
+                assert got.abs().sum() > 0, (form, i, name)
+                assert _rel(got, r) < FP32_REL, (form, f"{i}.{name}", _rel(got, r))
     finally:
-        torch.backends.cudnn.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
 def test_compiled_fast_stem_in_bf16_stays_as_close_as_the_plain_stem_in_bf16():

@@ -4,8 +4,8 @@ Each runs ``python -m runner run NAME --mode throughput --scale S`` on GPU 0
 for a few seconds (bf16, channels-last, compiled, synthetic data) and leaves a
 run directory whose telemetry and manifest carry the GPU's facts. No speed is
 asserted here: benchmarks/throughput.py measures speed. At small scale in the
-timed tests/gpu run; at full model size marked ``long`` (resnet50's full
-compile tunes every kernel: minutes on an empty cache).
+timed tests/gpu run; at full model size marked ``long`` (each full-size
+compile takes about a minute on an empty cache).
 """
 
 import csv

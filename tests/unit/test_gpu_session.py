@@ -18,7 +18,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_session.sh"
-PARTS = ("gpu-tests", "maxpool", "gpu-tests-long", "throughput", "ttfs", "ttfs-shipped", "validate", "nvbandwidth")
+WORKLOADS = ("resnet50", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
+PARTS = ("gpu-tests", "maxpool", "gpu-tests-long", "stem", *(f"throughput-{w}" for w in WORKLOADS), "ttfs",
+         "ttfs-shipped", "validate", "nvbandwidth")
 
 
 def dry_run(*parts: str, env_out: Path) -> subprocess.CompletedProcess:
@@ -32,7 +34,7 @@ def commands(tmp_path) -> dict[str, list[str]]:
     assert r.returncode == 0, r.stderr
     found = {}
     for line in r.stdout.splitlines():
-        m = re.match(r"^([a-z-]+) \(\d+s\): (.*)$", line)
+        m = re.match(r"^([a-z0-9-]+) \(\d+s\): (.*)$", line)
         if m:
             found[m.group(1)] = shlex.split(m.group(2))
     return found
@@ -51,22 +53,37 @@ def options(argv: list[str]) -> set[str]:
 
 def test_every_part_is_listed_and_nothing_is_written(tmp_path):
     found = commands(tmp_path)
-    assert set(found) == {"gpu-tests", "maxpool", "gpu-tests-long", "throughput", "ttfs-cold", "ttfs-warm",
-                          "shipped-pilot", "shipped-second", "validate", "nvbandwidth-build", "nvbandwidth-run", "validate-burnin"}
+    assert set(found) == {"gpu-tests", "maxpool", "gpu-tests-long", "stem", "ttfs-cold", "ttfs-warm",
+                          "shipped-pilot", "shipped-second", "validate", "nvbandwidth-build", "nvbandwidth-run",
+                          "validate-burnin", *(f"throughput-{w}" for w in WORKLOADS)}
     assert not (tmp_path / "out").exists() and not (tmp_path / "out" / "work").exists()
 
 
-def test_an_unknown_part_is_refused_before_anything_runs(tmp_path):
-    r = dry_run("gpu-tests", "nosuch", env_out=tmp_path)
+@pytest.mark.parametrize("bad", ["nosuch", "throughput", "throughput-bert"])
+def test_an_unknown_part_is_refused_before_anything_runs(tmp_path, bad):
+    r = dry_run("gpu-tests", bad, env_out=tmp_path)
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.strip().startswith("gpu_session: no part named nosuch")
+    assert r.stderr.strip().startswith(f"gpu_session: no part named {bad}")
+
+
+def test_each_throughput_part_is_planned_to_fit_one_call(tmp_path):
+    """One workload a part; its deadline inside the part's limit, and the limit inside a 10-minute call."""
+    found = commands(tmp_path)
+    for w in WORKLOADS:
+        argv = found[f"throughput-{w}"]
+        assert argv[argv.index("--workloads") + 1] == w and argv[argv.index("--runner-runs") + 1] == w
+    r = dry_run(*(f"throughput-{w}" for w in WORKLOADS), env_out=tmp_path / "out")
+    for line in r.stdout.splitlines()[1:]:
+        limit = int(re.match(r"^throughput-[a-z0-9]+ \((\d+)s\)", line).group(1))
+        deadline = float(shlex.split(line)[shlex.split(line).index("--deadline") + 1])
+        assert 0 < deadline < limit <= 570, line
 
 
 @pytest.mark.slow
 def test_the_options_each_command_uses_exist(tmp_path):
     found = commands(tmp_path)
     python = [c[c.index("python3"):] for c in found.values() if "python3" in c]
-    assert len(python) == 10
+    assert len(python) == 16
     for argv in python:
         argv = argv[1:]
         if argv[:2] == ["-m", "pytest"]:

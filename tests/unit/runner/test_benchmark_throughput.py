@@ -21,6 +21,7 @@ def test_smoke_run_on_cpu_writes_the_document(tmp_path):
     doc = json.loads(out.read_text())
     row = doc["transformer"]
     assert "errors" not in row, row
+    assert row["speed_settings"] == {}
     assert row["unit"] == "tokens/s" and row["optimized"] > 0 and row["baseline"] > 0 and row["compiled"] > 0
     assert row["ratio"] == pytest.approx(row["optimized"] / row["baseline"], rel=1e-2)
     assert row["ratio_to_compiled"] == pytest.approx(row["optimized"] / row["compiled"], rel=1e-2)
@@ -38,11 +39,16 @@ def test_the_plain_compiled_variant_drops_the_workload_speed_settings():
     import throughput
 
     r50 = throughput.plain_compile_overrides("resnet50", "full")
-    assert r50["space_to_depth_stem"] is False and r50["inductor"] == {} and r50["compile_mode"] == "default"
+    assert r50["space_to_depth_stem"] is False and r50.get("inductor", {}) == {} and r50["compile_mode"] == "default"
     assert set(r50) <= set(throughput.PLAIN_COMPILE) and set(r50) <= set(_scale("resnet50", "full"))
     assert throughput.plain_compile_overrides("maskrcnn", "full")["compile_roi_align"] is False
     assert throughput.plain_compile_overrides("gnmt", "small") == {"compile": True}  # compiled like the others
     assert throughput.plain_compile_overrides("ncf", "full") == {}
+    # what the optimized path has beyond plain torch.compile, recorded in each row
+    assert throughput.speed_settings("resnet50", "full") == {"space_to_depth_stem": True, "stem_pad_channels": 16}
+    assert throughput.speed_settings("maskrcnn", "full") == {"compile_roi_align": True}
+    for name in ("ssd", "gnmt", "transformer", "ncf"):
+        assert throughput.speed_settings(name, "full") == {}, name
 
 
 def _scale(name, scale):
