@@ -44,7 +44,8 @@ def stems(dev, dtype=torch.float32):
 def grads(model, x, g):
     y = model(x)
     (y * g.to(y.dtype)).sum().backward()
-    out = {"out": y.detach().double(), **{n: getattr(model[i], k).grad.detach().double() for n, i, k in PARAMS}}
+    layers = getattr(model, "_orig_mod", model)   # a compiled module's layers
+    out = {"out": y.detach().double(), **{n: getattr(layers[i], k).grad.detach().double() for n, i, k in PARAMS}}
     for p in model.parameters():
         p.grad = None
     return out
