@@ -257,7 +257,9 @@ def validate(c, device=None, host=None, limit=None, level="quick", baseline=Fals
                                 past=None if baseline else history.past_reader(url))
     written = [f for f in result.files if Path(f).name == "validate.json"]
     if written and not baseline:   # into the history, then failures quarantined (a database that fails: one line)
-        lines = history.after_validate(written, result.data, url, bool(setting(c, "validate.quarantine")))
+        # the default database (no gpulab.history_url) lives under results/: made there on a fresh checkout
+        lines = history.after_validate(written, result.data, url, bool(setting(c, "validate.quarantine")),
+                                       make_folder=not setting(c, "history_url"))
         print("\n".join(lines), file=sys.stderr if json else sys.stdout)
     if not result.ok:
         raise Exit(code=1)

@@ -12,8 +12,12 @@ import subprocess
 
 # ---------------------------------------------------------------- XID events
 
+# The driver's line (NVIDIA/open-gpu-kernel-modules src/nvidia/src/kernel/gpu/rc/kernel_rc.c,
+# XID_PRINT_WITH_ATTR): "NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]): %d, [pid=%s, name=%s, ]msg";
+# a GPU in MIG mode names its GPU instance and compute instance in the parenthesis (tests/samples/xid).
 XID_RE = re.compile(
-    r"(?:\[\s*(?P<uptime>\d+\.\d+)\]\s*)?.*?NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?\): "
+    r"(?:\[\s*(?P<uptime>\d+\.\d+)\]\s*)?.*?NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?"
+    r"(?: GPU-I:(?P<gi>\d+))?(?: GPU-CI:(?P<ci>\d+))?\): "
     r"(?P<xid>\d+),\s*(?P<text>.*)$"
 )
 
@@ -42,6 +46,8 @@ def parse_xids(text: str, gpus: list[dict] | None = None) -> list[dict]:
             "gpu": by_pci.get(pci_key(m.group("pci"))),
             "uptime_s": float(m.group("uptime")) if m.group("uptime") else None,
             "text": m.group("text").strip()[:300],
+            **({"mig": {"gpu_instance": int(m.group("gi")),
+                        **({"compute_instance": int(m.group("ci"))} if m.group("ci") else {})}} if m.group("gi") else {}),
         })
     return events
 

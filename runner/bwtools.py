@@ -30,6 +30,16 @@ class ToolOutputError(ValueError):
     """A tool's output is not of the form it documents; the message is one line."""
 
 
+def _missing(exe_name: str, tool: str) -> dict:
+    """A tool that is not there; ``expected`` when provisioning built it here (its version marker,
+    ``<tools>/<tool>.json`` of the bwtools role, is beside the bin folder): then it went missing."""
+    marker = TOOLS_DIR.parent / f"{tool}.json"
+    built = marker.is_file()
+    return {"ran": False, "expected": built,
+            "error": f"{exe_name} not found (in {TOOLS_DIR} or on PATH)" + (f", although {marker} says it was built"
+                                                                              if built else "")}
+
+
 def find(name: str) -> str | None:
     """The tool's path: GPULAB_TOOLS_DIR first, then PATH."""
     own = TOOLS_DIR / name
@@ -93,6 +103,7 @@ def parse_nccl_tests(text: str) -> dict:
     avg = doc.get("average_bus_bandwidth") if isinstance(doc.get("average_bus_bandwidth"), dict) else {}
     oob = doc.get("out_of_bounds") if isinstance(doc.get("out_of_bounds"), dict) else {}
     size, at_max = max(rows)
+    okay = avg.get("okay")  # nccl-tests writes its booleans as the strings "true"/"false" ("unchecked": no minimum)
     return {
         "file_version": doc.get("version"),
         "nccl_version": doc.get("nccl_version"),
@@ -103,6 +114,9 @@ def parse_nccl_tests(text: str) -> dict:
         "avg_busbw_gbs": _num(avg.get("bandwidth"), "average_bus_bandwidth.bandwidth"),
         "wrong": wrong,
         "out_of_bounds": oob.get("count"),
+        # the footer is written last (src/util.cu writeResultFooter): without it the file stops mid-run
+        "complete": "out_of_bounds" in doc,
+        "min_bw_failed": okay in (False, "false"),
     }
 
 
@@ -168,18 +182,35 @@ def _off_diagonal(matrix: list[list], index: int) -> list[float]:
     return [v for j, v in enumerate(matrix[index]) if j != index and v is not None] if index < len(matrix) else []
 
 
+# what nvbandwidth v0.8 prints when its check of a copy's destination fails: the compare kernel's
+# printf (kernels.cu memcmpKernelDevice) before the document, and ASSERT(h_errorFlag == 0)
+# (memcpy.cpp memcmpPatternHelper; error_handling.h) as the document's "error"
+CORRUPTION_LINE = "Invalid value when checking the pattern"
+CORRUPTION_ASSERT = "h_errorFlag == 0"
+
+
+def _json_start(text: str) -> int | None:
+    """Offset of the line that opens nvbandwidth's JSON document ('{' at the start of a line:
+    jsoncpp's toStyledString), after any lines the tool or its kernels printed before it."""
+    m = re.search(r"^\{", text, re.M)
+    return m.start() if m else None
+
+
 def parse_nvbandwidth(text: str) -> dict:
     """Figures of nvbandwidth's output (its ``-j`` JSON, or its plain text), per GPU index:
     ``h2d_gbs`` and ``d2h_gbs`` (copy engine, host memory <-> the GPU), ``d2d_read_min_gbs`` (the
-    slowest peer the GPU reads from, copy engine: the P2P link)."""
-    stripped = text.lstrip()
-    if stripped.startswith("{"):
+    slowest peer the GPU reads from, copy engine: the P2P link) and ``d2d_no_peer`` (the GPUs it
+    has no figure for: nvbandwidth's "N/A", no peer access). ``before``: lines printed before the
+    document; ``corruption``: the tool's data check failed (the testcase and its words)."""
+    start = _json_start(text)
+    before = [ln.strip() for ln in text[:start or 0].splitlines() if ln.strip()][:20]
+    if start is not None:
         try:
-            parsed = _nvb_json(boundjson.loads(stripped))
+            parsed = _nvb_json(boundjson.loads(text[start:]))
         except ValueError as exc:
             if isinstance(exc, ToolOutputError):
                 raise
-            raise ToolOutputError(f"not JSON ({exc})") from None
+            raise ToolOutputError(f"not JSON ({exc})"[:200]) from None
     else:
         parsed = _nvb_text(text)
     gpus: dict[str, dict] = {}
@@ -196,7 +227,18 @@ def parse_nvbandwidth(text: str) -> dict:
             peers = _off_diagonal(m, i)
             if peers:
                 gpus.setdefault(str(i), {})["d2d_read_min_gbs"] = min(peers)
-    return {"version": parsed["version"], "driver": parsed["driver"], "error": parsed["error"],
+            missing = [j for j, v in enumerate(m[i]) if j != i and v is None]
+            if missing:
+                gpus.setdefault(str(i), {})["d2d_no_peer"] = missing
+    error = parsed["error"].strip() if isinstance(parsed["error"], str) else parsed["error"]
+    corruption = None
+    if any(CORRUPTION_LINE in ln for ln in before) or (isinstance(error, str) and CORRUPTION_ASSERT in error):
+        running = [k for k, v in cases.items() if v["status"] == "Running"]
+        corruption = {"testcase": running[-1] if running else None,
+                      "detail": "; ".join([ln for ln in before if CORRUPTION_LINE in ln or "offset" in ln][:2])
+                      or (error or "")[:300]}
+    return {"version": parsed["version"], "driver": parsed["driver"], "error": error, "before": before,
+            "corruption": corruption,
             "testcases": {k: {"status": v["status"], "error": v["error"]} for k, v in cases.items()},
             "matrices": {k: v["matrix"] for k, v in cases.items() if v["matrix"]}, "gpus": gpus}
 
@@ -218,8 +260,8 @@ def _run(argv: list[str], timeout_s: float, env: dict | None = None) -> tuple[in
             os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        p.communicate()
-        return None, "", f"timed out after {timeout_s:g} s"
+        out, err = p.communicate()
+        return None, out[:MAX_OUTPUT].decode(errors="replace"), f"timed out after {timeout_s:g} s and was killed"
     return p.returncode, out[:MAX_OUTPUT].decode(errors="replace"), err[-4000:].decode(errors="replace")
 
 
@@ -232,34 +274,63 @@ def run_nccl_tests(gpus: list[int], out: Path, timeout_s: float = 600, max_bytes
     """``all_reduce_perf -b 8 -e MAX -f 2 -g N -J out/nccl-tests.json`` on the selected GPUs."""
     exe = find("all_reduce_perf")
     if exe is None:
-        return {"ran": False, "error": f"all_reduce_perf not found (in {TOOLS_DIR} or on PATH)"}
+        return _missing("all_reduce_perf", "nccl-tests")
     path = out / "nccl-tests.json"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
     code, stdout, stderr = _run([exe, "-b", "8", "-e", max_bytes, "-f", "2", "-g", str(len(gpus)), "-J", str(path)],
                                 timeout_s, env)
     (out / "nccl-tests.log").write_text(stdout + stderr)
-    if code != 0:
-        return {"ran": True, "error": f"all_reduce_perf {'exit ' + str(code) if code is not None else ''}: "
-                                      f"{_last_line(stderr or stdout, 'no output')}".replace(" : ", ": ")}
+    return nccl_result(code, stdout, stderr, path, exe)
+
+
+def nccl_result(code: int | None, stdout: str, stderr: str, path: Path, exe: str | None = None) -> dict:
+    """What one all_reduce_perf run gave: its figures whenever its -J file is complete, even after a
+    non-zero exit (nccl-tests exits 7, testNumResults, when its data check found wrong elements or
+    the average bus bandwidth is below NCCL_TESTS_MIN_BW, after writing every result: src/common.cu);
+    ``error`` only when no complete results are there (the tool's own last line, or the time limit)."""
+    said = _last_line(stderr if code is None else (stderr or stdout), "no output")
     version = re.search(r"^# nccl-tests version (\S+)", stdout, re.M)  # its banner (2.17 and later)
+    base = {"ran": True, "path": exe, "version": version.group(1) if version else None, "exit_code": code}
     try:
-        return {"ran": True, "path": exe, "version": version.group(1) if version else None,
-                **parse_nccl_tests(path.read_text(errors="replace")[:MAX_OUTPUT])}
+        figures = parse_nccl_tests(path.read_text(errors="replace")[:MAX_OUTPUT]) if path.is_file() else None
     except (OSError, ToolOutputError) as exc:
-        return {"ran": True, "error": f"nccl-tests.json: {exc}"}
+        figures, why = None, f"nccl-tests.json: {exc}"
+    else:
+        why = None if figures is None else ("nccl-tests.json stops before its footer (the run did not finish)"
+                                            if not figures["complete"] else None)
+    if figures is not None and why is None:
+        return {**base, **figures, "tool_said": None if code == 0 else said}
+    if code == 0:
+        return {**base, "error": why or "nccl-tests.json was not written"}
+    head = f"all_reduce_perf exit {code}" if code is not None else "all_reduce_perf"
+    return {**base, "error": f"{head}: {said}" + (f" ({why})" if why else "")}
 
 
 def run_nvbandwidth(gpus: list[int], out: Path, timeout_s: float = 600) -> dict:
     """``nvbandwidth -j -t <the testcases>``; its JSON kept as out/nvbandwidth.json."""
     exe = find("nvbandwidth")
     if exe is None:
-        return {"ran": False, "error": f"nvbandwidth not found (in {TOOLS_DIR} or on PATH)"}
+        return _missing("nvbandwidth", "nvbandwidth")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
     code, stdout, stderr = _run([exe, "-j", "-t", *NVB_TESTCASES], timeout_s, env)
     (out / "nvbandwidth.json").write_text(stdout)
-    if code != 0 and not stdout.strip():
-        return {"ran": True, "error": f"nvbandwidth: {_last_line(stderr, 'exit ' + str(code))}"}
+    return nvbandwidth_result(code, stdout, stderr, exe)
+
+
+def nvbandwidth_result(code: int | None, stdout: str, stderr: str, exe: str | None = None) -> dict:
+    """What one nvbandwidth run gave: its figures and its own ``error`` (the document's "error":
+    nvbandwidth records a failed CUDA/NVML call or check there, prints the document and exits 1:
+    error_handling.h, json_output.cpp); ``corruption`` when its data check failed."""
+    base = {"ran": True, "path": exe, "exit_code": code}
+    if code is None:
+        return {**base, "error": f"nvbandwidth {stderr.strip()}" + ("" if not stdout.strip() else
+                                                                   " (its output stops mid-document)")}
+    if not stdout.strip():
+        return {**base, "error": f"nvbandwidth: {_last_line(stderr, 'exit ' + str(code) + ', no output')}"}
     try:
-        return {"ran": True, "path": exe, **parse_nvbandwidth(stdout)}
+        parsed = parse_nvbandwidth(stdout)
     except ToolOutputError as exc:
-        return {"ran": True, "error": f"nvbandwidth.json: {exc}"}
+        return {**base, "error": f"nvbandwidth.json: {exc}"}
+    if code != 0 and not parsed["error"]:
+        parsed["error"] = f"exit {code}: {_last_line(stderr, 'no message')}"
+    return {**base, **parsed}

@@ -67,14 +67,16 @@ def import_paths(paths, url: str, make_folder: bool = False) -> tuple[Added, lis
         db.close()
 
 
-def record(paths, url: str) -> str:
+def record(paths, url: str, make_folder: bool = False) -> str:
     """What a sweep or a validate adds to the database once its files are written: the line to print.
+    ``make_folder``: the default database's results folder is made (a fresh checkout), after the files
+    are read.
 
     A database that fails is said in that line and changes nothing else: the
     files stay in results/ and ``invoke history.import`` loads them later.
     """
     try:
-        added, _ = import_paths(paths, url)
+        added, _ = import_paths(paths, url, make_folder)
     except ConfigError as exc:
         where = ",".join(str(p) for p in paths)
         return f"history: not recorded: {exc.message}; the files stay (`invoke history.import {where}` later)"
@@ -113,14 +115,14 @@ def past_reader(url: str):
     return read
 
 
-def after_validate(paths, doc: dict, url: str, quarantine: bool = True) -> list[str]:
+def after_validate(paths, doc: dict, url: str, quarantine: bool = True, make_folder: bool = False) -> list[str]:
     """What a validate adds to the lab's memory once validate.json is written: its checks (``record``), then,
     with ``quarantine``, each failing host or GPU quarantined (lab.history.autoquarantine); the lines to print.
     A database that fails is said in a line; the files stay to be imported later."""
     from lab.history.autoquarantine import quarantine_failures
     from lab.history.db import open_db
 
-    lines = [record(paths, url)]
+    lines = [record(paths, url, make_folder)]
     if not quarantine or lines[0].startswith("history: not recorded"):
         return lines
     try:

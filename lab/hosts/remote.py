@@ -315,10 +315,13 @@ class RunnerInstall:
     pythonpath: str
     version: str
     installed_now: bool
+    inherited: str = ""      # on this machine (a local host): the controller's own PYTHONPATH, after the runner's
 
     def argv(self, *args: str) -> list[str]:
-        """argv that runs ``python -m runner ARGS`` with this install."""
-        return ["env", f"PYTHONPATH={self.pythonpath}", self.python, "-m", "runner", *args]
+        """argv that runs ``python -m runner ARGS`` with this install (and, on a local host, the Python
+        path the controller was started with: what the runner's workloads import is found as it was)."""
+        path = self.pythonpath + (os.pathsep + self.inherited if self.inherited else "")
+        return ["env", f"PYTHONPATH={path}", self.python, "-m", "runner", *args]
 
 
 def runner_python(host: Host) -> str:
@@ -337,7 +340,8 @@ def ensure_runner(remote: Remote) -> RunnerInstall:
     want = runnerdist.local_version()
     digest = want.rsplit("src=", 1)[-1]
     base = remote.expand(host.workdir.rstrip("/")) + "/runner"
-    install = RunnerInstall(runner_python(host), f"{base}/{digest}", want, False)
+    inherited = os.environ.get("PYTHONPATH", "") if host.is_local else ""
+    install = RunnerInstall(runner_python(host), f"{base}/{digest}", want, False, inherited)
     got = remote.run(install.argv("--version"), check=False, timeout=60)
     if got.ok and got.stdout.strip() == want:
         return install
@@ -354,4 +358,4 @@ def ensure_runner(remote: Remote) -> RunnerInstall:
         raise RunError(f"{host.name}: the runner does not start with {install.python}: {reason}")
     if got.stdout.strip() != want:
         raise RunError(f"{host.name}: runner version is {got.stdout.strip()!r} after install, expected {want!r}")
-    return RunnerInstall(install.python, install.pythonpath, want, True)
+    return RunnerInstall(install.python, install.pythonpath, want, True, inherited)

@@ -15,8 +15,22 @@ nvvs/include/NvvsJsonStrings.h): ``{"DCGM Diagnostic": {"test_categories":
 "runtime_error"}, "entity_groups", "metadata": {"version", ...}}``; DCGM 3
 names the root ``"DCGM GPU Diagnostic"`` and a result's GPU ``gpu_id`` (or the
 GPUs it covers, ``gpu_ids``). Lines before the document (dcgmi's warnings)
-are skipped. Statuses: Pass and Skip are PASS, Warn WARN, Fail FAIL. Each
-warning's ``error_id`` is named by lab/data/dcgm_errors.yml (``DCGM_FR_*``).
+are skipped. Each warning's ``error_id`` is named by lab/data/dcgm_errors.yml
+(``DCGM_FR_*``). tests/samples/dcgm holds both forms as dcgmi prints them.
+
+How dcgmi's JSON is read (what its writer does, and the verdict of each):
+- Its statuses are Pass, Skip and Fail only: a warning is printed "Fail"
+  (HelperDisplayDiagResult without DDR_DISPLAY_WARN). A Fail whose errors are all
+  of the codes DCGM's plugins report as warnings (``warnings`` of
+  dcgm_errors.yml, each with its source line) is a WARN; any other error, a FAIL.
+- A plugin sets one result for every GPU of a test (SetResult), and the error
+  goes to the entity it names: a GPU whose Fail carries no error of its own while
+  the test's error belongs to another GPU or to no GPU is that other record's
+  finding, not this GPU's (PASS, saying so): one GPU's setting fails no other GPU.
+- Errors of no GPU (DCGM 4 puts them in the test's ``test_summary``: a Fabric
+  Manager training error, a denylisted driver, a device-count mismatch) become
+  one host record of that test with their DCGM_FR codes, so the action is the
+  code's. A Fail with no error anywhere is a FAIL that says so.
 
 A GPU's result joins that GPU's checks; a result of the whole host, of another
 entity or of a GPU the probe does not list joins the host's. Without dcgmi the
@@ -46,10 +60,13 @@ VERSION = re.compile(r"dcgmi\s+version:\s*([0-9][0-9A-Za-z.+-]*)")
 
 
 @functools.lru_cache(maxsize=4)
-def codes(path: Path = DATA) -> dict[str, dict[int, str]]:
-    """{'codes'|'severities'|'categories': {number: DCGM name}} of lab/data/dcgm_errors.yml."""
+def codes(path: Path = DATA) -> dict:
+    """{'codes'|'severities'|'categories': {number: DCGM name}, 'warnings': {DCGM_FR names}} of
+    lab/data/dcgm_errors.yml."""
     data = schema.load_yaml(path, "dcgm-errors")
-    return {k: {int(n): name for n, name in data[k].items()} for k in ("codes", "severities", "categories")}
+    out: dict = {k: {int(n): name for n, name in data[k].items()} for k in ("codes", "severities", "categories")}
+    out["warnings"] = frozenset(data.get("warnings") or {})
+    return out
 
 
 def level_for(level: str, configured: dict | None = None, override: Any = None) -> int:
@@ -123,24 +140,39 @@ def _named(table: dict, number) -> str | None:
     return table.get(number) if isinstance(number, int) else None
 
 
-def _record(test: str, category: str, result: dict, level: int, table: dict, entity: tuple | None,
-            on_gpu: bool) -> dict:
-    status = str(result.get("status", "")).strip()
-    verdict = STATUS.get(status.lower(), FAIL)
-    errors = []
-    for w in result.get("warnings") or []:
+def _errors(result: dict, table: dict) -> list[dict]:
+    """The errors of one result (DCGM 4: ``warnings[].warning``; DCGM 3.3's Deployment: ``warnings[].warnings``)."""
+    out = []
+    for w in result.get("warnings") or [] if isinstance(result.get("warnings"), list) else []:
         if not isinstance(w, dict):
             continue
-        code = w.get("error_id") if isinstance(w.get("error_id"), int) else None
+        code = w.get("error_id") if isinstance(w.get("error_id"), int) and not isinstance(w.get("error_id"), bool) else None
         name = table["codes"].get(code, f"DCGM error {code}") if code is not None else None
-        errors.append({"code": code, "name": name, "message": str(w.get("warning") or w.get("warnings") or ""),
-                       "severity": _named(table["severities"], w.get("error_severity")),
-                       "category": _named(table["categories"], w.get("error_category"))})
+        out.append({"code": code, "name": name, "message": str(w.get("warning") or w.get("warnings") or "")[:500],
+                    "severity": _named(table["severities"], w.get("error_severity")),
+                    "category": _named(table["categories"], w.get("error_category"))})
+    return out
+
+
+def _record(test: str, category: str, result: dict, level: int, table: dict, entity: tuple | None,
+            on_gpu: bool, elsewhere: str | None = None) -> dict:
+    """One result as a check record; ``elsewhere``: where the test's errors are when not in this result."""
+    status = str(result.get("status", "")).strip()
+    verdict = STATUS.get(status.lower(), FAIL)
+    errors = _errors(result, table)
+    if status.lower() == "fail" and errors and all(e["name"] in table["warnings"] for e in errors):
+        verdict = WARN          # what DCGM's plugin reported as a warning (dcgmi's JSON prints it "Fail")
     where = "" if entity is None or on_gpu else f" ({entity[0]} {entity[1]})"
     if errors:
         reason = "; ".join(f"{e['name']}: {e['message']}" if e["name"] else e["message"] for e in errors)
     elif verdict == FAIL and status.lower() not in STATUS:
         reason = f"status {status or 'missing'!r} is not one DCGM reports"
+    elif status.lower() == "fail" and elsewhere:
+        verdict = PASS
+        reason = (f"DCGM marks the whole test Fail (one result for every GPU); its error is {elsewhere}'s, "
+                  "judged there, not this GPU's")
+    elif status.lower() == "fail":
+        reason = "DCGM reports Fail with no error"
     else:
         reason = {"pass": "passed", "skip": "skipped by DCGM"}.get(status.lower(), status.lower())
         info = [str(i) for i in result.get("info") or [] if isinstance(i, str)][:2] \
@@ -200,13 +232,20 @@ def _from_document(doc: dict, host: list[dict], gpu_indices: list, level) -> tup
             if not isinstance(test, dict):
                 continue
             name, category = str(test.get("name", "?")), str(cat.get("category", "?"))
-            results = [r for r in test.get("results") or [] if isinstance(r, dict)]
-            if not results and isinstance(test.get("test_summary"), dict):
-                results = [test["test_summary"]]
+            results = [r for r in test.get("results") or [] if isinstance(r, dict)] \
+                if isinstance(test.get("results"), list) else []
+            summary = test.get("test_summary") if isinstance(test.get("test_summary"), dict) else None
+            if summary is not None and (not results or _errors(summary, table)):
+                results.append({**summary, "_summary": True})   # errors of no GPU: the host's, with their codes
+            owners = [r for r in results if _errors(r, table)]
             for r in results:
-                entity = _entity(r)
+                entity = None if r.get("_summary") else _entity(r)
                 gpu = entity[1] if entity and entity[0] == "GPU" and entity[1] in known else None
-                rec = _record(name, category, r, level, table, entity, gpu is not None)
+                others = [o for o in owners if o is not r]
+                elsewhere = None if not others else ", ".join(
+                    "no GPU (the host)" if o.get("_summary") or _entity(o) is None else " ".join(_entity(o))
+                    for o in others)
+                rec = _record(name, category, r, level, table, entity, gpu is not None, elsewhere)
                 (per_gpu.setdefault(gpu, []) if gpu is not None else host).append(rec)
                 count += 1
     if not count and not root.get("runtime_error"):

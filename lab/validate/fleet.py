@@ -16,8 +16,9 @@ The core is ``evaluate`` (pure: plain data in, plain data out):
 
 Every check gives PASS, WARN or FAIL with the measured value, the expected
 range and a reason; a GPU's verdict is its worst check, a host's the worst of
-its own checks and its GPUs'. A host that could not be reached or has no
-NVIDIA GPU is a FAIL with that reason.
+its own checks and its GPUs'. A host that could not be reached, or has no
+NVIDIA GPU although its inventory expects some, is a FAIL with that reason; a host whose
+inventory expects none (gpu_count 0, or auto with no model) and has none is a CPU host (PASS).
 
 ``validate_fleet`` gathers the documents over SSH (lab.hosts.remote: install the
 runner, ``python -m runner burnin --level L --json``), evaluates them and
@@ -30,7 +31,8 @@ lab.validate.gpurefs (the references file and model names), lab.validate.hostche
 GPU count), lab.validate.gpuchecks (per GPU, XID, host metrics, fleet),
 lab.validate.vendor (DCGM's diagnostic, lab.validate.dcgm, and Fabric Manager,
 lab.validate.fabric: gathered after the burn-in, their records beside these), lab.validate.burnindoc (the
-document read back, checked), this module (evaluation, baseline, output, gathering over SSH). The names
+document read back, checked), lab.validate.gathering (the burn-in and the vendor tools gathered over SSH;
+the stack profiles' expectations), this module (evaluation, baseline, output). The names
 re-exported here (``__all__``) are its public interface.
 """
 
@@ -45,13 +47,14 @@ from typing import Any, Callable, Iterable
 from lab.core import paths
 from lab.core import schema
 from lab.core import writes
-from lab.core.errors import CheckFailed, ConfigError, GpulabError, HostError, RunError
+from lab.core.errors import CheckFailed, ConfigError, HostError
 from lab.validate.gpuchecks import (_burnin_failures, _fleet_checks, _gpu_checks, _host_metric_checks, _xid_checks,
                            fleet_medians, split_snapshot)
 from lab.validate import dcgm, trends as trend, vendor
 from lab.validate.actions import attach_actions, load_actions
 from lab.validate.burnindoc import malformed, read_burnin
-from lab.validate.hostchecks import _count_checks, _stack_checks, installed_version
+from lab.validate.gathering import LEVEL_TIMEOUT_S, burnin_argv, gather_one, stacks_for
+from lab.validate.hostchecks import _count_checks, _stack_checks, installed_version, no_gpu_checks
 from lab.validate.linkchecks import guarded, link_window
 from lab.validate.toolchecks import beside, gpu_figures, gpu_tool_checks, host_figures, host_tool_checks
 from lab.validate.gpurefs import REFERENCES, dump_references, load_references, model_key, model_label  # noqa: F401
@@ -66,7 +69,6 @@ __all__ = ["FAIL", "GPU_METRICS", "HOST_METRICS", "LEVEL_TIMEOUT_S", "NO_GPU", "
 
 SCHEMA = 1
 MALFORMED = (TypeError, KeyError, AttributeError, ValueError, IndexError)  # a document of an unread shape
-LEVEL_TIMEOUT_S = {"quick": 300, "standard": 3600, "burn-in": 6 * 3600}
 
 # --------------------------------------------------------------------------- evaluate
 
@@ -150,10 +152,7 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
             elif probe is None or not isinstance(probe, dict) or "gpus" not in probe:
                 checks.append(check("runner", FAIL, None, "a probe document", "the host's answer is not a probe or burn-in document"))
             elif not probe.get("gpus"):
-                reason = probe.get("nvidia") or "no GPU reported"
-                detail = reason.split(": ", 1)[1] if reason.startswith("no NVIDIA driver/GPU found: ") else reason
-                checks.append(check("GPU present", FAIL, 0, f"{_host_field(host, 'gpu_count', '>= 1') if host is not None else '>= 1'} GPU(s)",
-                                    f"{NO_GPU}: {detail}"))
+                checks += no_gpu_checks(host, probe)     # a CPU host where the inventory expects no GPU
             else:
                 checks += _count_checks(host, probe, probe["gpus"])
                 checks += _stack_checks(probe, _expected_stack(stacks, name, host))
@@ -189,7 +188,8 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
                                       "verdict": worst(c["verdict"] for c in gc), "checks": gc}
         except MALFORMED as exc:
             checks, gpus, probe, burnin = [malformed(exc)], {}, None, None
-        if isinstance(snap, dict):
+        cpu_host = any(c.get("cpu_host") for c in checks)
+        if isinstance(snap, dict) and not cpu_host:      # DCGM and Fabric Manager have nothing to judge on a CPU host
             checks += vendor.checks(snap, probe, _expected_stack(tools, name, host), gpus)
         rec = _host_record(name, host, checks, gpus)
         rec["level"] = (burnin or {}).get("level") if isinstance(burnin, dict) else None
@@ -299,67 +299,6 @@ def build_references(snapshots: dict[str, Any], references: dict, *, hosts: Iter
             entry["metrics"][metric] = m
     schema.check(out, "gpu-references", "baseline references")
     return out
-
-# --------------------------------------------------------------------------- gathering
-
-
-def burnin_argv(level: str, remote_dir: str) -> list[str]:
-    return ["burnin", "--level", level, "--out", remote_dir, "--json"]
-
-
-def gather_one(host, level: str, stamp: str, local_dir: Path | None = None, *, connect: Callable | None = None,
-               dcgm_level: int = 0) -> dict:
-    """Run the burn-in on one host, then DCGM's diagnostic at ``dcgm_level`` (0: none) and read Fabric
-    Manager (lab.validate.vendor); return the burn-in document with theirs (raises HostError/RunError)."""
-    from lab.hosts import remote as rem
-
-    connect = connect or rem.connect
-    with connect(host) as r:
-        inst = rem.ensure_runner(r)
-        remote_dir = f"{r.expand(host.workdir.rstrip('/'))}/validate/{stamp}"
-        res = r.run(inst.argv(*burnin_argv(level, remote_dir)), check=False, timeout=LEVEL_TIMEOUT_S[level])
-        if res.code not in (0, 1):
-            last = (res.stderr.strip() or res.stdout.strip() or f"exit {res.code}").splitlines()[-1]
-            raise RunError(f"{host.name}: runner burnin exited {res.code}: {last}")
-        doc = read_burnin(res.stdout, host.name, res.code)
-        if local_dir is not None:
-            for name in ("burnin.json", "telemetry.csv"):
-                try:
-                    r.get(f"{remote_dir}/{name}", local_dir / host.name / name)
-                except GpulabError:
-                    pass
-        doc.update(vendor.gather(r, dcgm_level, local_dir / host.name if local_dir is not None else None))
-        return doc
-
-
-def stacks_for(hosts: Iterable[Any], inventory: Path | str | None = None,
-               stacks_dir: Path | str | None = None, what: str = "expected") -> dict:
-    """Expected versions per stack name from lab.hosts.stacks profiles; {} when unavailable.
-    ``what="tools"``: what each profile expects of DCGM and Fabric Manager instead (``Stack.tools()``).
-
-    The profiles are those of ``stacks_dir`` (gpulab.stacks, as `invoke audit` reads them),
-    else beside the inventory (inventory/stacks/) when there are any, else the checkout's.
-    """
-    try:
-        from lab.hosts import stacks as st
-    except ImportError:
-        return {}
-    out = {}
-    sdir = Path(stacks_dir) if stacks_dir else (Path(inventory).parent / "stacks" if inventory else None)
-    if sdir is None or not sdir.is_dir():
-        sdir = None
-    for h in hosts:
-        name = _host_field(h, "stack")
-        if not name or name in out:
-            continue
-        try:
-            prof = st.load(name, sdir)
-        except GpulabError:
-            continue
-        # a branch-only driver ('550.*') agrees with any version of that branch (lab.core.versions)
-        out[name] = getattr(prof, what)()
-    return out
-
 
 def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False, as_json: bool = False,
                    out_dir: Path | str = Path("results/validate"), references: Path | str | None = None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from lab.core import versions
-from lab.validate.verdict import FAIL, PASS, WARN, _host_field, check
+from lab.validate.verdict import FAIL, NO_GPU, PASS, WARN, _host_field, check
 
 
 def _mm(text: str | None) -> tuple[int, int] | None:
@@ -95,3 +95,32 @@ def _count_checks(host, probe: dict, gpus: list[dict]) -> list[dict]:
     return out
 
 
+
+
+def expects_gpus(host) -> bool:
+    """Whether the inventory expects this host to have GPUs: a count of one or more, or a GPU model named
+    (``auto`` for both, or a count of 0, expects none: a CPU host)."""
+    if host is None:
+        return True
+    count = _host_field(host, "gpu_count", "auto")
+    model = _host_field(host, "gpu_model", "auto")
+    if count not in (None, "auto"):
+        try:
+            return int(count) > 0
+        except (TypeError, ValueError):
+            return True
+    return model not in (None, "", "auto", "none")
+
+
+def no_gpu_checks(host, probe: dict) -> list[dict]:
+    """A host whose probe found no GPU: a CPU host where the inventory expects none (PASS, saying so),
+    else the FAIL "GPU present" with the probe's reason."""
+    reason = probe.get("nvidia") or "no GPU reported"
+    detail = reason.split(": ", 1)[1] if reason.startswith("no NVIDIA driver/GPU found: ") else reason
+    if not expects_gpus(host):
+        want = _host_field(host, "gpu_count", "auto")
+        return [check("GPU count", PASS, 0, str(want), f"no GPU ({detail}); the inventory expects none "
+                      f"(gpu_count {want}, gpu_model {_host_field(host, 'gpu_model', 'auto')}): validated as a CPU host",
+                      cpu_host=True)]
+    want = _host_field(host, "gpu_count", ">= 1") if host is not None else ">= 1"
+    return [check("GPU present", FAIL, 0, f"{want} GPU(s)", f"{NO_GPU}: {detail}")]

@@ -4,6 +4,19 @@ runner/bwtools.py) judged against the references (``nccl_tests_busbw_gbs``,
 ``nvbandwidth_*_gbs`` of inventory/references/gpus.yml, each with its source), and shown beside
 gpulab's own figure of the same path (``beside``: one row per figure, in validate.json and
 validate.html).
+
+The rules for what the tools said (their output as tests/samples/ shows it, from each tool's source):
+- a tool that finds the fault it exists to find is that check's FAIL, whatever its exit code:
+  nccl-tests' data check (wrong elements; it exits 7 with every result written) is "nccl-tests data
+  check", nvbandwidth's check of the copied data (its error ``h_errorFlag == 0``, the compare
+  kernel's lines before its document) is "nvbandwidth data check", each with the tool's own words;
+- a GPU without peer access (nvbandwidth's "N/A", or its device-to-device testcase waived on a host
+  of several GPUs) FAILs "nvbandwidth P2P read (slowest peer)" where the references give its model
+  a GPU-to-GPU figure (a GPU that reaches no peer is the one at fault: the peers it leaves N/A are
+  not failed for it);
+- a tool that could not run (gone where provisioning built it, timed out and killed, its own
+  error, output that stops or cannot be read) is a WARN that says why, never a PASS; a tool that
+  provisioning did not build here (``bwtools_tools: {}``) and that is not there gives no record.
 """
 
 from __future__ import annotations
@@ -21,9 +34,13 @@ NCCL_METRIC = "nccl_tests_busbw_gbs"
 
 
 def _tool(burnin: dict | None, name: str) -> dict | None:
-    """The tool's figures, or None when it did not run or gave none."""
+    """The tool's figures, or None when it did not run or gave none (a tool that failed after
+    writing its figures keeps them: its error is judged beside them)."""
     t = ((burnin or {}).get("tools") or {}).get(name)
-    return t if isinstance(t, dict) and t.get("ran") and not t.get("error") else None
+    if not isinstance(t, dict) or not t.get("ran"):
+        return None
+    has = t.get("busbw_gbs") is not None if name == "nccl_tests" else bool(t.get("gpus"))
+    return t if has or not t.get("error") else None
 
 
 def nccl_version(code) -> str | None:
@@ -49,8 +66,13 @@ def host_figures(burnin: dict | None, probe: dict) -> dict:
     return {NCCL_METRIC: float(value)} if ok else {}
 
 
+P2P_METRIC, P2P_LABEL = "nvbandwidth_d2d_read_gbs", "nvbandwidth P2P read (slowest peer)"
+P2P_CASE = "device_to_device_memcpy_read_ce"
+
+
 def gpu_tool_checks(burnin: dict | None, index, model_ref: dict | None) -> list[dict]:
-    """nvbandwidth's figures of one GPU against its model's references (where they have one)."""
+    """nvbandwidth's figures of one GPU against its model's references (where they have one); a GPU
+    without peer access where the references require GPU-to-GPU bandwidth FAILs."""
     nvb = _tool(burnin, "nvbandwidth")
     figures = ((nvb or {}).get("gpus") or {}).get(str(index)) or {}
     out = []
@@ -59,18 +81,60 @@ def gpu_tool_checks(burnin: dict | None, index, model_ref: dict | None) -> list[
         value = figures.get(key)
         if ref is not None and isinstance(value, (int, float)):
             out.append(judge_metric(metric, float(value), ref, label))
+    ref = ((model_ref or {}).get("metrics") or {}).get(P2P_METRIC)
+    ngpus = len((burnin or {}).get("gpus") or {})
+    if nvb is not None and ref is not None and ngpus > 1:
+        everyone = nvb.get("gpus") or {}
+        peerless = {j for j in range(ngpus) if len((everyone.get(str(j)) or {}).get("d2d_no_peer") or []) >= ngpus - 1}
+        mine = figures.get("d2d_no_peer") or []
+        # the GPU that reaches no peer is the one at fault; its peers are not failed for it
+        missing = mine if int(index) in peerless else [j for j in mine if j not in peerless]
+        waived = ((nvb.get("testcases") or {}).get(P2P_CASE) or {}).get("status") == "Waived"
+        if missing or waived:
+            what = ("nvbandwidth waived its GPU-to-GPU testcase: no GPU pair of the host has peer access" if waived
+                    else f"no peer access to GPU {', '.join(map(str, missing))} (nvbandwidth: N/A)")
+            out.append(check(P2P_LABEL, FAIL, None, f">= {_fmt(ref['value'] * (1 - (ref.get('lower') or 0)))} GB/s "
+                             "to every peer", f"{what}: the references require GPU-to-GPU bandwidth of this model "
+                             f"({ref['source']})", "GB/s"))
     return out
 
 
-def host_tool_checks(burnin: dict, probe: dict, refs: dict) -> list[dict]:
-    """A tool that ran and failed; nccl-tests' own data check and its bus bandwidth against
-    the references (a reference is for all GPUs of the host); figures no reference judges."""
-    tools = burnin.get("tools") or {}
+def _said(t: dict) -> str:
+    code = t.get("exit_code")
+    return f" (exit {code}: {t['tool_said']})" if code not in (0, None) and t.get("tool_said") else \
+        (f" (exit {code})" if code not in (0, None) else "")
+
+
+def _not_run(tools: dict, expected: set | None) -> list[dict]:
+    """WARNs for tools that could not run or gave no figures (the rule in the module's text)."""
     out = []
     for name, label in (("nvbandwidth", "nvbandwidth"), ("nccl_tests", "nccl-tests")):
         t = tools.get(name)
-        if isinstance(t, dict) and t.get("ran") and t.get("error"):
-            out.append(check(label, WARN, None, "runs and reports", f"{label} failed: {t['error']}"))
+        if not isinstance(t, dict):
+            continue
+        if not t.get("ran"):
+            if t.get("expected") or (expected is not None and label in expected):
+                out.append(check(label, WARN, None, "runs and reports", f"not run: {t.get('error') or 'not started'}"))
+            continue
+        if t.get("error") and not (t.get("corruption") and name == "nvbandwidth"):
+            keeps = " (its figures are judged)" if _tool({"tools": tools}, name) is not None else ""
+            out.append(check(label, WARN, None, "runs and reports", f"{label} failed: {t['error']}{keeps}"))
+    return out
+
+
+def host_tool_checks(burnin: dict, probe: dict, refs: dict, expected: set | None = None) -> list[dict]:
+    """A tool that could not run or failed; the tools' own data checks; nccl-tests' bus bandwidth
+    against the references (a reference is for all GPUs of the host); figures no reference judges.
+    ``expected``: the tools the host's stack profile builds (None: not known)."""
+    tools = burnin.get("tools") or {}
+    out = _not_run(tools, expected)
+    nvb_any = tools.get("nvbandwidth") if isinstance(tools.get("nvbandwidth"), dict) else {}
+    if nvb_any.get("ran") and nvb_any.get("corruption"):
+        c = nvb_any["corruption"]
+        out.append(check("nvbandwidth data check", FAIL, c.get("testcase"), "the copied data as written",
+                         f"nvbandwidth's check of the copied data failed in {c.get('testcase') or 'a testcase'}: "
+                         f"{c.get('detail') or ''}; its error: {(nvb_any.get('error') or '').strip()[:200]}"
+                         f"{_said(nvb_any)}: the GPUs, their memory or links corrupt data"))
     names = sorted({g.get("name") or "?" for g in probe.get("gpus") or [] if "error" not in g})
     models = sorted({m for m in (model_key(n, refs) for n in names) if m})
     nccl = _tool(burnin, "nccl_tests")
@@ -78,7 +142,15 @@ def host_tool_checks(burnin: dict, probe: dict, refs: dict) -> list[dict]:
         if nccl.get("wrong") or nccl.get("out_of_bounds"):
             out.append(check("nccl-tests data check", FAIL, {"wrong": nccl.get("wrong"), "out_of_bounds": nccl.get("out_of_bounds")},
                              "0 wrong elements", f"all_reduce_perf found {nccl.get('wrong') or 0} wrong element(s) "
-                             f"and {nccl.get('out_of_bounds') or 0} out-of-bounds value(s): the GPUs or links corrupt data"))
+                             f"and {nccl.get('out_of_bounds') or 0} out-of-bounds value(s){_said(nccl)}: the GPUs or "
+                             "links corrupt data"))
+        elif nccl.get("min_bw_failed"):
+            out.append(check("nccl-tests busbw", FAIL, nccl.get("avg_busbw_gbs"), "NCCL_TESTS_MIN_BW",
+                             f"its average bus bandwidth {_fmt(nccl.get('avg_busbw_gbs'))} GB/s is below the minimum "
+                             f"the host set (NCCL_TESTS_MIN_BW){_said(nccl)}", "GB/s"))
+        elif nccl.get("exit_code") not in (0, None):
+            out.append(check("nccl-tests", WARN, None, "exit 0", f"all_reduce_perf wrote all its results and "
+                             f"found no wrong element, but{_said(nccl)}"))
         value = nccl.get("busbw_gbs")
         with_ref = [refs["models"][m]["metrics"][NCCL_METRIC] for m in models if NCCL_METRIC in refs["models"][m]["metrics"]]
         count = probe.get("gpu_count") or 0

@@ -9,8 +9,11 @@
 # (DCGM_ST_NVVS_ISOLATE_ERROR). The file, written by a test:
 #   {"gpus": 2, "driver": "580.159.04",
 #    "results": {"memory": {"1": {"status": "Fail", "error_id": 52, "error_category": 10,
-#                                 "error_severity": 2, "warning": "..."}}}}
-# Every test of the level on every GPU passes unless "results" says otherwise.
+#                                 "error_severity": 2, "warning": "..."},
+#                        "software": {"host": {"status": "Fail", "error_id": 23, ...}}}}
+# Every test of the level on every GPU passes unless "results" says otherwise. As the real dcgmi
+# (dcgmi/Diag.cpp, tests/samples/dcgm/SOURCE.md): a warning prints "Fail" in the JSON, an error goes
+# to the result of the entity it names, and only errors of no GPU ("host") go to test_summary.
 import json
 import os
 import sys
@@ -60,21 +63,27 @@ def diag(args):
     categories, codes = [], []
     for category, test in [t for lvl in LEVELS[:int(level)] for t in lvl]:
         results, worst, summary_warnings = [], "Pass", []
+        host = given.get(test, {}).get("host")
+        if host and "warning" in host:
+            w = {"warning": host["warning"], "error_id": int(host.get("error_id", 0)),
+                 "error_category": int(host.get("error_category", 0)), "error_severity": int(host.get("error_severity", 0))}
+            summary_warnings.append(w)
+            codes.append(w["error_severity"])
         for g in gpus:
-            r = dict(given.get(test, {}).get(str(g)) or {"status": "Pass"})
-            entry = {"entity_group": "GPU", "entity_group_id": 1, "entity_id": g, "status": r.get("status", "Pass")}
+            r = dict(given.get(test, {}).get(str(g)) or {"status": (host or {}).get("status", "Pass")})
+            status = "Fail" if r.get("status") == "Warn" and as_json else r.get("status", "Pass")
+            entry = {"entity_group": "GPU", "entity_group_id": 1, "entity_id": g, "status": status}
             if "warning" in r:
                 w = {"warning": r["warning"], "error_id": int(r.get("error_id", 0)),
                      "error_category": int(r.get("error_category", 0)), "error_severity": int(r.get("error_severity", 0))}
                 entry["warnings"] = [w]
-                summary_warnings.append(w)
                 codes.append(w["error_severity"])
             if "info" in r:
                 entry["info"] = [r["info"]]
             results.append(entry)
             if RANK.get(entry["status"], 2) > RANK[worst]:
                 worst = entry["status"]
-        summary = {"status": worst}
+        summary = {"status": "Fail" if worst == "Warn" and as_json else worst}
         if summary_warnings:
             summary["warnings"] = summary_warnings
         cat = next((c for c in categories if c["category"] == category), None)

@@ -20,7 +20,8 @@ NVB_TEXT = FIXTURES / "nvbandwidth-h200x1.handmade.txt"
 def test_nccl_tests_figures():
     f = bwtools.parse_nccl_tests(NCCL.read_text())
     assert f == {"file_version": 3, "nccl_version": 22602, "ngpus": 8, "max_bytes": 8589934592, "busbw_gbs": 481.72,
-                 "busbw_peak_gbs": 481.72, "avg_busbw_gbs": 292.882, "wrong": 0, "out_of_bounds": 0}
+                 "busbw_peak_gbs": 481.72, "avg_busbw_gbs": 292.882, "wrong": 0, "out_of_bounds": 0,
+                 "complete": True, "min_bw_failed": False}
 
 
 def test_nccl_tests_unchecked_nan_and_in_place_only():
@@ -107,14 +108,17 @@ def test_missing_failing_and_garbled_tools_are_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     out = tmp_path / "out"
     out.mkdir()
-    assert bwtools.run_nccl_tests([0], out) == {"ran": False, "error": f"all_reduce_perf not found (in {tools} or on PATH)"}
+    assert bwtools.run_nccl_tests([0], out) == {"ran": False, "expected": False,
+                                                "error": f"all_reduce_perf not found (in {tools} or on PATH)"}
     _stand_in(tools / "all_reduce_perf", 'echo "Test NCCL failure common.cu:1005 \'unhandled cuda error\'" >&2\nexit 3\n')
     r = bwtools.run_nccl_tests([0], out)
-    assert r == {"ran": True, "error": "all_reduce_perf exit 3: Test NCCL failure common.cu:1005 'unhandled cuda error'"}
+    assert r["ran"] and r["exit_code"] == 3 and "busbw_gbs" not in r
+    assert r["error"] == "all_reduce_perf exit 3: Test NCCL failure common.cu:1005 'unhandled cuda error'"
     _stand_in(tools / "nvbandwidth", "echo 'garbage'\n")
     r = bwtools.run_nvbandwidth([0], out)
     assert r["ran"] and r["error"].startswith("nvbandwidth.json: no 'Running <testcase>.' line")
     _stand_in(tools / "nvbandwidth", "/bin/sleep 30 &\n/bin/sleep 30\n")  # a child that outlives the tool: killed too
     t0 = time.monotonic()
     r = bwtools.run_nvbandwidth([0], out, timeout_s=0.5)
-    assert r == {"ran": True, "error": "nvbandwidth: timed out after 0.5 s"} and time.monotonic() - t0 < 10
+    assert r["ran"] and r["exit_code"] is None and time.monotonic() - t0 < 10
+    assert r["error"] == "nvbandwidth timed out after 0.5 s and was killed"

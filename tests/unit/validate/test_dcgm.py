@@ -1,5 +1,5 @@
-"""DCGM's diagnostic and Fabric Manager in `invoke validate`, from hand-written outputs in
-DCGM's JSON form (fixtures/dcgm/README.md) and plain data."""
+"""DCGM's diagnostic and Fabric Manager in `invoke validate`, from dcgmi's output as its writer prints it
+(tests/samples/dcgm/SOURCE.md: DCGM 3.3.9 and 4.2.3) and plain data."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from snapshots import findings, inventory_for, stack_of
 
 from lab.core.errors import ConfigError
 from lab.validate import dcgm, fabric, fleet
+from lab.validate.actions import action_for, load_actions
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "dcgm"
+FIXTURES = Path(__file__).resolve().parents[2] / "samples" / "dcgm"   # as dcgmi prints (SOURCE.md there)
 REQUIRED = {"version": "4.5.2", "required": True}
 OPTIONAL = {"version": "4.5.2", "required": False}
 
@@ -30,52 +31,70 @@ def by_name(records: list[dict]) -> dict:
 
 
 def test_a_passing_diagnostic_gives_one_pass_record_per_test_on_its_gpu():
-    host, gpus = dcgm.checks(gathered("r2-pass.json"), [0], OPTIONAL)
+    host, gpus = dcgm.checks(gathered("v4-r2-pass.json"), [0, 1], OPTIONAL)
     assert by_name(host)["DCGM version"]["verdict"] == "PASS" and len(host) == 1
     recs = by_name(gpus["0"])
     assert list(recs) == ["DCGM software", "DCGM pcie", "DCGM memory"]
-    assert {r["verdict"] for r in recs.values()} == {"PASS"}
-    assert recs["DCGM memory"]["reason"] == "level 2 Hardware: passed (Allocated 147334834176 bytes (97.3%))"
+    assert {r["verdict"] for g in gpus.values() for r in g} == {"PASS"}
+    assert recs["DCGM pcie"]["reason"] == "level 2 Integration: passed (GPU 0 GPU to Host bandwidth:\t\t55.21 GB/s)"
     assert recs["DCGM memory"]["source"] == "dcgm" and recs["DCGM memory"]["dcgm_code"] is None
 
 
-def test_a_warning_carries_its_dcgm_code_and_message():
-    _, gpus = dcgm.checks(gathered("r2-warn.json", code=226), [0], OPTIONAL)
-    pcie = by_name(gpus["0"])["DCGM pcie"]
-    assert pcie["verdict"] == "WARN" and pcie["measured"] == "Warn"
-    assert pcie["dcgm_code"] == "DCGM_FR_PCIE_REPLAY_VIOLATION"
-    assert pcie["reason"].startswith("level 2 Integration: DCGM_FR_PCIE_REPLAY_VIOLATION: GPU 0 had 112 PCIe replays")
-    assert pcie["dcgm_errors"] == [{"code": 104, "name": "DCGM_FR_PCIE_REPLAY_VIOLATION",
-                                    "message": pcie["dcgm_errors"][0]["message"],
-                                    "severity": "DCGM_ERROR_MONITOR", "category": "DCGM_FR_EC_HARDWARE_PCIE"}]
+def test_real_dcgmi_prints_a_warning_as_fail_and_one_gpus_setting_fails_no_other_gpu():
+    """dcgmi's JSON has no "Warn": DCGM's software plugin warns about GPU 1's persistence mode with one
+    result for every GPU, all printed "Fail", the error on GPU 1 alone (tests/samples/dcgm)."""
+    _, gpus = dcgm.checks(gathered("v4-r1-persistence-gpu1.json", level=1, code=226), [0, 1], OPTIONAL)
+    sw0, sw1 = by_name(gpus["0"])["DCGM software"], by_name(gpus["1"])["DCGM software"]
+    assert sw1["verdict"] == "WARN" and sw1["measured"] == "Fail" and sw1["dcgm_code"] == "DCGM_FR_PERSISTENCE_MODE"
+    assert sw1["reason"].startswith("level 1 Deployment: DCGM_FR_PERSISTENCE_MODE: Persistence mode for GPU 1 is disabled.")
+    assert sw1["dcgm_errors"] == [{"code": 29, "name": "DCGM_FR_PERSISTENCE_MODE", "message": sw1["dcgm_errors"][0]["message"],
+                                   "severity": "DCGM_ERROR_CONFIG", "category": "DCGM_FR_EC_SOFTWARE_OTHER"}]
+    assert sw0["verdict"] == "PASS" and sw0["measured"] == "Fail" and "its error is GPU 1's" in sw0["reason"]
+    assert sw0["dcgm_code"] is None
 
 
-def test_a_failure_fails_its_gpu_and_other_entities_are_the_hosts():
-    host, gpus = dcgm.checks(gathered("r3-fail.json", level=3, code=205), [0], OPTIONAL)
-    recs = by_name(gpus["0"])
-    assert recs["DCGM memory"]["verdict"] == "FAIL"
-    assert recs["DCGM memory"]["dcgm_code"] == "DCGM_FR_FAULTY_MEMORY"
-    assert recs["DCGM memory"]["dcgm_errors"][0]["severity"] == "DCGM_ERROR_ISOLATE"
-    assert recs["DCGM targeted_power"]["verdict"] == "PASS"
-    assert recs["DCGM targeted_power"]["reason"] == "level 3 Stress: skipped by DCGM"
-    assert by_name(host)["DCGM nvswitch_health (Switch 0)"]["verdict"] == "PASS"
+def test_a_failure_fails_its_gpu_only():
+    host, gpus = dcgm.checks(gathered("v4-r2-memory-gpu0.json", code=205), [0, 1], OPTIONAL)
+    mem0, mem1 = by_name(gpus["0"])["DCGM memory"], by_name(gpus["1"])["DCGM memory"]
+    assert mem0["verdict"] == "FAIL" and mem0["dcgm_code"] == "DCGM_FR_VOLATILE_DBE_DETECTED"
+    assert mem0["dcgm_errors"][0]["severity"] == "DCGM_ERROR_RESET" and mem1["verdict"] == "PASS"
+    # a GPU the probe does not list: the host's record, naming it
+    host, gpus = dcgm.checks(gathered("v4-r2-memory-gpu0.json", code=205), [1], OPTIONAL)
+    assert by_name(host)["DCGM memory (GPU 0)"]["verdict"] == "FAIL" and by_name(gpus["1"])["DCGM memory"]["verdict"] == "PASS"
+
+
+@pytest.mark.parametrize("sample, test, code, verdict", [
+    ("v4-r2-fabric-training.json", "memory", "DCGM_FR_FABRIC_MANAGER_TRAINING_ERROR", "FAIL"),
+    ("v4-r1-denylist.json", "software", "DCGM_FR_DENYLISTED_DRIVER", "FAIL")])
+def test_dcgm_4_errors_of_no_gpu_keep_their_code_on_the_host(sample, test, code, verdict):
+    """DCGM 4 writes an error of no GPU in the test's test_summary only; every GPU's result is "Fail"
+    without an error of its own. The host record carries the code (so the action is the code's)."""
+    host, gpus = dcgm.checks(gathered(sample, code=226), [0, 1], OPTIONAL)
+    rec = by_name(host)[f"DCGM {test}"]
+    assert rec["verdict"] == verdict and rec["dcgm_code"] == code and code in rec["reason"]
+    for g in ("0", "1"):
+        r = by_name(gpus[g])[f"DCGM {test}"]
+        assert r["verdict"] == "PASS" and "no GPU (the host)" in r["reason"]
+    table = load_actions()
+    assert action_for(rec, table)["from"] == f"dcgm {code}"
 
 
 def test_dcgm_3_form_after_warning_lines():
-    host, gpus = dcgm.checks(gathered("v3-fail.txt", level=1, version="3.3.9"), [0, 1], {"version": "3.3.9"})
-    assert by_name(host)["DCGM Denylist"]["verdict"] == "PASS"            # gpu_ids "0,1": the host's
-    page = by_name(gpus["1"])["DCGM Page Retirement/Row Remap"]
-    assert page["verdict"] == "FAIL" and page["dcgm_code"] == "DCGM_FR_DBE_PENDING_PAGE_RETIREMENTS"
-    assert page["dcgm_errors"][0]["severity"] == "DCGM_ERROR_RESET"
+    host, gpus = dcgm.checks(gathered("v3-r2-remap-gpu0.txt", version="3.3.9"), [0, 1], {"version": "3.3.9"})
+    assert by_name(host)["DCGM Denylist"]["verdict"] == "PASS"            # no gpu_id: the host's
+    remap = by_name(gpus["0"])["DCGM Page Retirement/Row Remap"]
+    assert remap["verdict"] == "FAIL" and remap["dcgm_code"] == "DCGM_FR_ROW_REMAP_FAILURE"
+    assert by_name(gpus["1"])["DCGM Persistence Mode"]["verdict"] == "WARN"
+    assert by_name(gpus["1"])["DCGM PCIe"]["verdict"] == "PASS"
     # a GPU the probe does not list: the host's record, naming it
-    host, gpus = dcgm.checks(gathered("v3-fail.txt", level=1), [0], None)
-    assert "1" not in gpus and by_name(host)["DCGM Page Retirement/Row Remap (GPU 1)"]["verdict"] == "FAIL"
+    host, gpus = dcgm.checks(gathered("v3-r2-remap-gpu0.txt"), [1], None)
+    assert "0" not in gpus and by_name(host)["DCGM Page Retirement/Row Remap (GPU 0)"]["verdict"] == "FAIL"
 
 
 def test_a_runtime_error_or_no_document_fails_the_host():
-    host, gpus = dcgm.checks(gathered("runtime-error.json", code=226), [0], None)
+    host, gpus = dcgm.checks(gathered("v4-runtime-error.json", code=226), [0], None)
     assert gpus == {} and [(r["check"], r["verdict"]) for r in host] == [("DCGM diagnostic", "FAIL")]
-    assert "GPU 0 is in use by another process" in host[0]["reason"]
+    assert "unable to establish a connection" in host[0]["reason"]
     no_engine = {"installed": True, "version": "4.5.2", "level": 1, "exit_code": 235, "stderr": "",
                  "stdout": "Error: unable to establish a connection to the specified host: localhost\n"
                            "Error: Unable to connect to host engine. Host engine connection invalid/disconnected.\n"}
@@ -103,7 +122,7 @@ def test_without_dcgm_one_record_warn_or_fail_when_required():
 
 
 def test_a_dcgm_of_another_version_than_the_profiles_fails():
-    host, _ = dcgm.checks(gathered("r2-pass.json", version="4.4.1"), [0], OPTIONAL)
+    host, _ = dcgm.checks(gathered("v4-r2-pass.json", version="4.4.1"), [0], OPTIONAL)
     assert by_name(host)["DCGM version"]["verdict"] == "FAIL"
     assert by_name(host)["DCGM version"]["reason"] == "DCGM is 4.4.1, the profile says 4.5.2"
 
@@ -154,6 +173,16 @@ def test_the_test_labs_stand_in_prints_what_the_parser_reads(tmp_path):
     _, gpus = dcgm.checks({"installed": True, "level": 2, "exit_code": res.returncode, "stdout": res.stdout}, [0], None)
     assert [(r["check"], r["verdict"]) for r in gpus["0"]] == [
         ("DCGM software", "PASS"), ("DCGM pcie", "PASS"), ("DCGM memory", "FAIL")]
+    # as the real one: a warning prints "Fail", an error of no GPU goes to the test's summary only
+    spec.write_text(json.dumps({"gpus": 2, "results": {"software": {
+        "1": {"status": "Warn", "error_id": 29, "error_category": 8, "error_severity": 5, "warning": "pm off"},
+        "host": {"status": "Fail", "error_id": 23, "error_category": 3, "error_severity": 5, "warning": "nouveau"}}}}))
+    res = subprocess.run([sys.executable, str(script), "diag", "-r", "1", "-j"], capture_output=True, text=True,
+                         env={"GPULAB_FAKE_DCGM": str(spec), "PATH": "/usr/bin:/bin"})
+    assert '"Warn"' not in res.stdout
+    host, gpus = dcgm.checks({"installed": True, "level": 1, "exit_code": res.returncode, "stdout": res.stdout}, [0, 1], None)
+    assert by_name(host)["DCGM software"]["dcgm_code"] == "DCGM_FR_DENYLISTED_DRIVER"
+    assert gpus["1"][0]["verdict"] == "WARN" and gpus["0"][0]["verdict"] == "PASS"
 
 
 @pytest.mark.parametrize("found, nvswitch, driver, verdicts", [
@@ -173,7 +202,7 @@ def test_fabric_manager_on_nvswitch_hosts(found, nvswitch, driver, verdicts):
 
 
 @pytest.mark.parametrize("fixture, level, gpu_verdict", [
-    ("r2-pass.json", 2, "PASS"), ("r2-warn.json", 2, "WARN"), ("r3-fail.json", 3, "FAIL")])
+    ("v4-r2-pass.json", 2, "PASS"), ("v4-r1-persistence-gpu1.json", 1, "PASS"), ("v4-r2-memory-gpu0.json", 2, "FAIL")])
 def test_dcgm_records_join_gpulabs_own_in_one_verdict(snap, refs, fixture, level, gpu_verdict):
     driver = snap["probe"]["stack"]["driver"]
     snap.update(dcgm=gathered(fixture, level=level),
@@ -184,13 +213,15 @@ def test_dcgm_records_join_gpulabs_own_in_one_verdict(snap, refs, fixture, level
     own = [f for f in findings(h) if "DCGM" not in f]
     assert own == []                                              # gpulab's own checks as before
     g0 = {c["check"]: c for c in h["gpus"]["0"]["checks"]}
-    assert "matmul_bf16_tflops" in g0 and "DCGM memory" in g0    # side by side on the GPU
-    assert h["gpus"]["0"]["verdict"] == gpu_verdict and h["verdict"] == gpu_verdict
+    assert "matmul_bf16_tflops" in g0 and ("DCGM memory" in g0 or "DCGM software" in g0)   # side by side
+    assert h["gpus"]["0"]["verdict"] == gpu_verdict
+    # GPU 1 of the samples is not the snapshot's: its persistence-mode warning is the host's record
+    assert h["verdict"] == ("WARN" if "persistence" in fixture else gpu_verdict)
     host = {c["check"]: c for c in h["checks"]}
     assert host["Fabric Manager version"]["verdict"] == "PASS"   # the running driver's (the probe's), not the profile's
     assert host["Fabric Manager service"]["verdict"] == "PASS"
     if gpu_verdict == "FAIL":
-        assert h["reason"].startswith("GPU 0 DCGM memory: level 3 Hardware: DCGM_FR_FAULTY_MEMORY: A memory mismatch")
+        assert h["reason"].startswith("GPU 0 DCGM memory: level 2 Hardware: DCGM_FR_VOLATILE_DBE_DETECTED: Detected 2")
 
 
 def test_without_dcgm_the_host_warns_or_fails_as_its_profile_says(snap, refs):
@@ -239,13 +270,13 @@ def test_gather_on_a_host_with_and_without_dcgmi(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "dcgmi").write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then printf '\\ndcgmi  version: 4.5.2\\n\\n'; "
-                                   f"else echo 'Warning: old config'; cat {FIXTURES / 'r2-warn.json'}; exit 226; fi\n")
+                                   f"else echo 'Warning: old config'; cat {FIXTURES / 'v4-r1-persistence-gpu1.json'}; exit 226; fi\n")
     (bin_dir / "dcgmi").chmod(0o755)
     found = vendor.gather(Local(f"{bin_dir}:/usr/bin:/bin"), 2, tmp_path / "out")
     assert found["dcgm"]["installed"] and found["dcgm"]["version"] == "4.5.2" and found["dcgm"]["exit_code"] == 226
     assert found["dcgm"]["argv"] == ["dcgmi", "diag", "-r", "2", "-j"]
     assert found["fabricmanager"] == {"version": None, "service": "inactive"}
     saved = json.loads((tmp_path / "out" / "dcgm-diag.json").read_text())     # the document, without the warning
-    assert saved == json.loads((FIXTURES / "r2-warn.json").read_text())
-    _, gpus = dcgm.checks(found["dcgm"], [0], None)
-    assert gpus["0"][1]["verdict"] == "WARN"
+    assert saved == json.loads((FIXTURES / "v4-r1-persistence-gpu1.json").read_text())
+    _, gpus = dcgm.checks(found["dcgm"], [0, 1], None)
+    assert gpus["1"][0]["verdict"] == "WARN" and gpus["0"][0]["verdict"] == "PASS"
