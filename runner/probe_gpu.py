@@ -5,6 +5,8 @@ The interconnect facts (NVLink, PCIe replay, AER) are runner.probe_link's."""
 
 from __future__ import annotations
 
+import ctypes
+
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -248,8 +250,32 @@ def gpu_facts(nvml, index: int, root: Path = Path("/")) -> dict:
     gpu["pcie"]["replay_count"] = link["pcie_replay_count"]
     gpu["nvlink"] = link["nvlink"]
     gpu["aer"] = link["aer"]
+    gpu["fabric"] = fabric_facts(nvml, handle, r.unavailable)
     gpu["unavailable"] = dict(sorted(r.unavailable.items()))
     return gpu
+
+
+# NVML's GPU fabric registration (nvml.h nvmlGpuFabricInfo_t: state NOT_SUPPORTED 0, NOT_STARTED 1,
+# IN_PROGRESS 2, COMPLETED 3; status, an nvmlReturn_t, "must be checked only if state returns complete"):
+# on an NVSwitch system a GPU whose registration did not complete cannot run CUDA work across the fabric.
+FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
+
+
+def fabric_facts(nvml, handle, unavailable: dict) -> dict | None:
+    """{state, state_name, status, clique_id} of the GPU's fabric registration; None where NVML has none
+    (an older driver or nvidia-ml-py: the reason in ``unavailable['fabric']``)."""
+    try:
+        info = nvml.c_nvmlGpuFabricInfo_t()
+        nvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
+    except AttributeError:
+        unavailable["fabric"] = "not in this nvidia-ml-py"
+        return None
+    except Exception as exc:    # noqa: BLE001 - NVML's errors, each said as a reason
+        unavailable["fabric"] = nvml_reason(exc)
+        return None
+    state = int(info.state) & 0xFF
+    return {"state": state, "state_name": FABRIC_STATES.get(state, f"state {state}"), "status": int(info.status),
+            "clique_id": int(info.cliqueId)}
 
 
 def parse_indices(gpu_indices, count: int) -> list[int]:

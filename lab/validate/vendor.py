@@ -49,6 +49,10 @@ def checks(snapshot: dict, probe: dict | None, expect: dict | None, gpus: dict) 
     """The host's records of DCGM and Fabric Manager; DCGM's GPU results go into ``gpus`` (index -> GPU record)."""
     expect = expect or {}
     host, per_gpu = dcgm.checks(snapshot.get("dcgm"), list(gpus), expect.get("dcgm"))
+    for g in (probe or {}).get("gpus") or []:     # each GPU's fabric registration (NVSwitch hosts)
+        idx = str(g.get("index"))
+        if idx in gpus and "error" not in g:
+            per_gpu.setdefault(idx, []).extend(fabric.gpu_checks(g, bool(expect.get("nvswitch"))))
     for idx, recs in per_gpu.items():
         gpus[idx]["checks"] = gpus[idx]["checks"] + recs
         gpus[idx]["verdict"] = worst(c["verdict"] for c in gpus[idx]["checks"])

@@ -207,6 +207,8 @@ def test_dcgm_records_join_gpulabs_own_in_one_verdict(snap, refs, fixture, level
     driver = snap["probe"]["stack"]["driver"]
     snap.update(dcgm=gathered(fixture, level=level),
                 fabricmanager={"version": driver, "service": "active"})
+    for g in snap["probe"]["gpus"]:
+        g["fabric"] = {"state": 3, "state_name": "completed", "status": 0, "clique_id": 32766}
     tools = {"current": {"dcgm": OPTIONAL, "nvswitch": True, "driver": "580.159.04"}}
     v = fleet.evaluate({"h200-01": snap}, [inventory_for(snap)], refs, stack_of(snap), level="standard", tools=tools)
     h = v.hosts["h200-01"]
@@ -222,6 +224,35 @@ def test_dcgm_records_join_gpulabs_own_in_one_verdict(snap, refs, fixture, level
     assert host["Fabric Manager service"]["verdict"] == "PASS"
     if gpu_verdict == "FAIL":
         assert h["reason"].startswith("GPU 0 DCGM memory: level 2 Hardware: DCGM_FR_VOLATILE_DBE_DETECTED: Detected 2")
+
+
+@pytest.mark.parametrize("fabric_info, unavailable, verdict", [
+    ({"state": 3, "state_name": "completed", "status": 0, "clique_id": 4}, None, "PASS"),
+    ({"state": 2, "state_name": "in progress", "status": 0, "clique_id": 0}, None, "FAIL"),
+    ({"state": 1, "state_name": "not started", "status": 0, "clique_id": 0}, None, "FAIL"),
+    ({"state": 3, "state_name": "completed", "status": 999, "clique_id": 0}, None, "FAIL"),
+    (None, "Function Not Found", "WARN"),
+    ({"state": 0, "state_name": "not supported", "status": 0, "clique_id": 0}, None, None)])
+def test_fabric_manager_is_judged_by_each_gpus_registration(snap, refs, fabric_info, unavailable, verdict):
+    """An active nvidia-fabricmanager at the driver's version is not enough: each GPU of an NVSwitch host
+    must have completed its fabric registration (NVML's GPU fabric info, nvidia-smi -q "Fabric")."""
+    snap["fabricmanager"] = {"version": snap["probe"]["stack"]["driver"], "service": "active"}
+    for g in snap["probe"]["gpus"]:
+        g["fabric"] = fabric_info
+        if unavailable:
+            g.setdefault("unavailable", {})["fabric"] = unavailable
+    tools = {"current": {"dcgm": None, "nvswitch": True, "driver": "580.159.04"}}
+    h = fleet.evaluate({"h200-01": snap}, [inventory_for(snap)], refs, stack_of(snap), tools=tools).hosts["h200-01"]
+    assert {c["check"]: c["verdict"] for c in h["checks"]}["Fabric Manager service"] == "PASS"
+    rec = {c["check"]: c for c in h["gpus"]["0"]["checks"]}.get("Fabric registration")
+    if verdict is None:
+        assert rec is None                       # before Hopper: no registration to judge
+        return
+    assert rec["verdict"] == verdict
+    if verdict == "FAIL":
+        assert h["verdict"] == "FAIL" and rec["action"]["kind"] == "fix_config"
+    if verdict == "WARN":
+        assert "Function Not Found" in rec["reason"]
 
 
 def test_without_dcgm_the_host_warns_or_fails_as_its_profile_says(snap, refs):
@@ -280,3 +311,20 @@ def test_gather_on_a_host_with_and_without_dcgmi(tmp_path):
     assert saved == json.loads((FIXTURES / "v4-r1-persistence-gpu1.json").read_text())
     _, gpus = dcgm.checks(found["dcgm"], [0, 1], None)
     assert gpus["1"][0]["verdict"] == "WARN" and gpus["0"][0]["verdict"] == "PASS"
+
+
+def test_the_probe_reads_each_gpus_fabric_registration_from_nvml():
+    import pynvml
+
+    from runner.probe_gpu import fabric_facts
+
+    class Nvml:
+        c_nvmlGpuFabricInfo_t = pynvml.c_nvmlGpuFabricInfo_t
+
+        def nvmlDeviceGetGpuFabricInfo(self, handle, ref):
+            ref._obj.state, ref._obj.status, ref._obj.cliqueId = 2, 0, 7
+
+    unavailable: dict = {}
+    assert fabric_facts(Nvml(), None, unavailable) == {"state": 2, "state_name": "in progress", "status": 0,
+                                                       "clique_id": 7}
+    assert fabric_facts(object(), None, unavailable) is None and unavailable == {"fabric": "not in this nvidia-ml-py"}
