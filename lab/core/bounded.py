@@ -92,6 +92,24 @@ def read_bytes(path: str | Path, *, root: str | Path | None = None, limit: int =
         os.close(fd)
 
 
+def read_head(path: str | Path, *, root: str | Path | None = None, limit: int = 64 << 10) -> bytes:
+    """The first ``limit`` bytes (or fewer) of a regular file (inside ``root`` when given)."""
+    fd, _st = _open(Path(path), root)
+    try:
+        chunks, total = [], 0
+        while total < limit:
+            block = os.read(fd, min(1 << 20, limit - total))
+            if not block:
+                break
+            chunks.append(block)
+            total += len(block)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise Unreadable(path, f"cannot read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+
+
 def read_text(path: str | Path, *, root: str | Path | None = None, limit: int = limits.JSON_BYTES,
               errors: str = "strict") -> str:
     """UTF-8 text of a regular file; with errors="strict" a byte that is not UTF-8 is Unreadable."""

@@ -80,6 +80,8 @@ def system_rows(runs: list[Run], rules: Rules) -> list[dict]:
             "framework": first.framework, "accelerator": first.accelerator, "stack": stack,
             "accelerator_kind": accelerator_kind(device, gpus),
             "round": sc.round, "compliance_ruleset": sc.ruleset, "scaling_factor": sc.scaling_factor,
+            "batch_size": sc.batch_size, "samples_to_converge": sc.samples_to_converge,
+            "energy_j": sc.energy_j,
             "runs": sc.runs, "successes": sc.successes,
             "runs_required": sc.runs_required, "converged_required": sc.converged_required,
             "scored_runs": len(sc.scored),

@@ -54,12 +54,15 @@ class ReportResult:
     files: list[Path] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     summary: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)     # what was found of the inputs (a round detected)
 
     def lines(self) -> list[str]:
-        """What a command line prints: the files, the counts, every skipped input."""
+        """What a command line prints: the files, what was found of the inputs, the counts,
+        every skipped input."""
         runs = sum(r["runs"] for r in self.summary)
         few = sum(1 for r in self.summary if r["too_few_runs"])
         out = [f"wrote {p}" for p in self.files if p.suffix in (".html", ".md", ".json")]
+        out += self.notes
         out.append(f"{len(self.summary)} benchmark x system record(s) from {runs} run(s)"
                    + (f", {few} with too few runs" if few else "")
                    + f"; {len(self.skipped)} input(s) skipped" + (":" if self.skipped else ""))
@@ -309,7 +312,7 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
     coll = collect(paths, rules, round=round)
     other = collect([Path(compare)], rules, round=round) if compare is not None else None
     an = analyse(coll.runs, rules, other.runs if other else None)
-    result = ReportResult(skipped=[(s.source, s.reason) for s in coll.skipped])
+    result = ReportResult(skipped=[(s.source, s.reason) for s in coll.skipped], notes=list(coll.notes))
     result.summary = [_clean({k: s[k] for k in (*SUMMARY_KEYS, *[k for k in s if k not in SUMMARY_KEYS])})
                       for s in an.systems]
     writes.folder(out_dir, "report folder")
@@ -327,6 +330,7 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "inputs": coll.inputs, "compare": str(compare) if compare is not None else None,
         "title": _title(an.systems, rules), "rounds": _rounds(an.systems, rules),
+        "round_detected": list(coll.notes),
         "ruleset": rules.ruleset, "settings": rules.settings,
         "benchmarks": {n: {"title": b.title, "metric": b.metric, "target": b.target,
                            "runs_required": b.runs_required,
@@ -338,7 +342,7 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
     }
     if "json" in formats:
         doc = _clean({"schema": SUMMARY_SCHEMA, **{k: meta[k] for k in (
-            "generated", "inputs", "compare", "rounds", "compliance", "n_runs", "n_success", "n_skipped")},
+            "generated", "inputs", "compare", "rounds", "round_detected", "compliance", "n_runs", "n_success", "n_skipped")},
             "ruleset": meta["title"],
             "records": result.summary, "ratios": an.ratios, "ratio_ranges": an.ratio_ranges,
             "scaling": an.scaling, "seed_effects": an.seed_effects, "energy": an.energy,

@@ -55,6 +55,10 @@ class Score:
     compliance_passed: int = 0
     ruleset: str | None = None        # the compliance ruleset its logs were checked with ("training 4.0.0")
     scaling_factor: float = 1.0       # scaling.json's factor, applied to score_s
+    # result_summarizer's detailed columns (a round's closed division; energy where power logs are)
+    batch_size: float | None = None
+    samples_to_converge: float | None = None
+    energy_j: float | None = None
 
     @property
     def mark(self) -> str:
@@ -174,6 +178,10 @@ def score_round(group: list[Run], rules: Rules, rnd: str) -> Score:
     if note:
         marks.append(note)
     mean = stats.mean([r.elapsed_s for r in kept])
+    # the summarizer takes them from its RCP checker, which has no rounds before the RCPs (v1.0)
+    gbs, samples = ((None, None) if table["rcp"].startswith("none") else
+                    _rcp_columns(list(files.values()), bench, drop))
+    energy = _energy(valid, failed, drop, factor, marks)
     basis = (f"{len(files)} runs, the {drop} fastest and {drop} slowest dropped "
              f"(failing runs among the slowest)" if drop > 1 else
              f"{len(files)} runs, fastest and slowest dropped (a failing run as the slowest)")
@@ -187,4 +195,40 @@ def score_round(group: list[Run], rules: Rules, rnd: str) -> Score:
                  too_few=mean is None or bool(required and len(files) < required), basis=basis,
                  marks=marks, compliance=verdict, compliance_failed=n_failed,
                  compliance_passed=len(checked) - n_failed, ruleset=f"training {ruleset}",
-                 scaling_factor=factor)
+                 scaling_factor=factor, batch_size=gbs, samples_to_converge=samples, energy_j=energy)
+
+
+def _rcp_columns(files: list[list[Run]], bench: str, drop: int) -> tuple[float | None, float | None]:
+    """result_summarizer's GBS and samples_to_converge of a closed-division benchmark folder
+    (lab.results.roundfacts): one batch size across its files (else -1), and the mean
+    convergence point with one dropped at each end, none where more runs than ``drop`` did not
+    converge or a file could not be read."""
+    first = [runs[0] for runs in files]
+    if not first or first[0].division != "closed" or any(r.rcp_error for r in first):
+        return None, None
+    sizes = {r.rcp_batch_size for r in first}
+    if len(sizes) > 1 or None in sizes:
+        return -1.0, None
+    if sum(1 for r in first if not r.rcp_converged) > drop:
+        return sizes.pop(), None
+    points = sorted(r.rcp_point for r in first)
+    return sizes.pop(), (stats.mean(points[1:-1]) if len(points) >= 3 else None)
+
+
+def _energy(valid: list[Run], failed: list[Run], drop: int, factor: float, marks: list[str]) -> float | None:
+    """Energy to train (joules) as result_summarizer scores it from the power logs: each valid
+    run's energy, ordered by the runs' times, the same runs dropped as for the time, x factor."""
+    with_power = [r for r in valid + failed if r.power_rate is not None or r.power_note]
+    if not with_power:
+        return None
+    bad = next((r for r in valid if r.power_rate is None), None)
+    if bad is not None:
+        marks.append(f"no energy: {bad.power_note or 'no power logs for ' + bad.run_name}")
+        return None
+    if len(failed) > drop:
+        return None
+    ranked = sorted(valid, key=lambda r: r.elapsed_s)
+    kept = ranked[drop:len(ranked) - (drop - len(failed))]
+    if not kept:
+        return None
+    return stats.mean([r.power_rate * r.elapsed_s * 1000 for r in kept]) * factor

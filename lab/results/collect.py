@@ -51,7 +51,7 @@ import os
 from pathlib import Path
 
 from lab.core import paths
-from lab.results import roundtree
+from lab.results import rounddetect, roundtree
 from lab.core.errors import ConfigError
 from lab.results.logfacts import LogFacts, LogProblem
 from lab.core.mlperf import Rules, default_rules
@@ -83,6 +83,7 @@ class _Context:
         self._scaling: dict[Path, tuple[float, str]] = {}
         self.runs: list[Run] = []
         self.skipped: list[Skipped] = []
+        self.notes: list[str] = []
         self._sweeps: dict[Path, dict | None] = {}
         self._systems_dirs: dict[Path, bool] = {}
         self._json_cache: dict[Path, dict | None] = {}
@@ -98,9 +99,16 @@ class _Context:
         return self._trees[root]
 
     def round_of(self, root: Path) -> str | None:
-        """The round of an input path: the one named, else its folder names' (lab.results.roundtree)."""
+        """The round of an input path: the one named, else its folder names' (lab.results.roundtree),
+        else its logs' (lab.results.rounddetect, which says what it found in ``notes``)."""
         if root not in self._rounds:
-            self._rounds[root] = self.round_name or roundtree.round_of_path(root, self.rules)
+            rnd = self.round_name or roundtree.round_of_path(root, self.rules)
+            if rnd is None:
+                found = rounddetect.detect(root, self.rules)
+                rnd = found.round
+                if found.line:
+                    self.notes.append(found.line)
+            self._rounds[root] = rnd
         return self._rounds[root]
 
     def scaling(self, bench_dir: Path, root: Path) -> tuple[float, str]:
@@ -200,7 +208,7 @@ def collect(paths, rules: Rules | None = None, round: str | None = None) -> Coll
     ctx.runs.sort(key=lambda r: (r.bench_label, r.submitter or "", r.system_key or "", r.device,
                                  r.gpus or 0, r.stack, r.order,
                                  r.start_s if r.start_s is not None else 0.0, r.source))
-    return Collection(runs=ctx.runs, skipped=ctx.skipped, inputs=inputs)
+    return Collection(runs=ctx.runs, skipped=ctx.skipped, inputs=inputs, notes=ctx.notes)
 
 
 def _is_rundir(names: set[str]) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lab.results import compliance, roundtree
+from lab.results import compliance, roundfacts, roundtree
 from lab.results.logfacts import LogFacts, LogProblem, integer
 from lab.results.mllog import MLLOG_PREFIX, parse_mllog
 from lab.core.mlperf import Rules, default_rules
@@ -112,6 +112,7 @@ def read_plain(ctx, path: Path, root: Path, text: str, explicit: bool):
     else:
         verdict = compliance.check(text, fmt, bench, ruleset=ruleset)
     factor, scaling_note = ctx.scaling(path.parent, root) if run_file else (1.0, "")
+    extra = _round_facts(path, root, text, ruleset, tree) if run_file and ruleset else {}
     try:
         rel = str(path.relative_to(root))
     except ValueError:
@@ -121,7 +122,8 @@ def read_plain(ctx, path: Path, root: Path, text: str, explicit: bool):
                   system_name=base["system_name"], system_key=base["system_key"],
                   submission=base["submission"], nodes=base["nodes"], framework=base["framework"],
                   accelerator=base["accelerator"], round=rnd if in_round else None,
-                  scaling_factor=factor, scaling_note=scaling_note, system_notes=list(base["system_notes"]))
+                  scaling_factor=factor, scaling_note=scaling_note, system_notes=list(base["system_notes"]),
+                  **extra)
     if problem is not None:
         ctx.runs.append(Run(source=str(path), fmt=fmt or "mllog", success=False, outcome="failed",
                             reason=problem, notes=notes + list(base["notes"]), order=(natural(rel), 1),
@@ -141,6 +143,27 @@ def read_plain(ctx, path: Path, root: Path, text: str, explicit: bool):
             throughput_basis=f.throughput_basis, sample_unit=f.sample_unit,
             notes=run_notes, order=(natural(rel), f.run_in_file), clock=f.clock, **common))
         ctx.runs[-1].judged(verdict)
+
+
+def _round_facts(path: Path, root: Path, text: str, ruleset: str, tree) -> dict:
+    """The division, batch size, convergence point and power rate of a round's result file
+    (lab.results.roundfacts), as Run fields."""
+    point = roundfacts.rcp_point(text, ruleset)
+    try:
+        bs = float(point.batch_size)
+    except (TypeError, ValueError, OverflowError):
+        bs = None
+    error = point.error
+    try:
+        value = None if error else float(point.point)
+    except (TypeError, ValueError, OverflowError):
+        value, error = None, f"convergence point {point.point!r} is not a number"[:160]
+    out = dict(division=tree.division if tree is not None else None, rcp_batch_size=bs,
+               rcp_point=value, rcp_converged=point.converged, rcp_error=error)
+    if (path.parent / "power").is_dir():
+        rate = roundfacts.power_rate(path.parent, roundfacts.result_name(path), root)
+        out.update(power_rate=rate.rate, power_note=rate.why)
+    return out
 
 
 def _system(ctx, path: Path, root: Path, platform: str | None, folders: list[str], tree) -> dict:

@@ -51,6 +51,7 @@ class SystemFacts:
     accelerators: int | None = None
     nodes: int | None = None
     framework: str | None = None
+    division: str | None = None
     described_by: str | None = None
     fields: frozenset = frozenset()   # the keys of its description
     notes: list[str] = field(default_factory=list)
@@ -132,6 +133,8 @@ class TreeReader:
             facts.submitter = str(sub)
         if doc.get("framework"):
             facts.framework = str(doc["framework"])
+        if isinstance(doc.get("division"), str):
+            facts.division = doc["division"]
         nodes = doc.get("nodes")
         if isinstance(nodes, dict):
             nodes = [nodes]

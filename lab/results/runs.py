@@ -65,6 +65,15 @@ class Run:
     scaling_factor: float = 1.0   # the benchmark folder's scaling.json (lab.results.roundtree)
     scaling_note: str = ""
     system_notes: list[str] = field(default_factory=list)   # what its system description lacks
+    # What result_summarizer reports beside the time (lab.results.roundfacts): its system's division,
+    # the file's batch size and point of convergence, the energy rate from its power logs.
+    division: str | None = None
+    rcp_batch_size: float | None = None
+    rcp_point: float | None = None      # None: the file could not be read for it (rcp_error)
+    rcp_converged: bool = False
+    rcp_error: str = ""
+    power_rate: float | None = None     # joules per ms of the run; None: no power logs (power_note)
+    power_note: str = ""
 
     def judged(self, verdict) -> None:
         """Take a compliance verdict (lab.compliance.Verdict)."""
@@ -183,6 +192,7 @@ class Collection:
     runs: list[Run]
     skipped: list[Skipped]
     inputs: list[str]
+    notes: list[str] = field(default_factory=list)   # what was found of the inputs (a round detected)
 
 
 def _jsonable(v):

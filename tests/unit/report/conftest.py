@@ -1,6 +1,7 @@
 """Fixtures of the report tests: the synthetic mini-study and its report; the published
 MLPerf sample trees (../shared/mlperf-samples.tar.xz, see test_report_mlperf_trees.py; the
-rounds v0.7 to v4.0 in ../shared/mlperf-rounds-samples.tar.xz, see test_report_rounds.py); a sweep
+rounds v0.7 to v4.0 in ../shared/mlperf-rounds-samples.tar.xz, see test_report_rounds.py; v5.0 and
+v5.1 in ../shared/mlperf-rounds5-samples.tar.xz, see test_report_rounds5.py); a sweep
 of real runner runs like `invoke demo`'s."""
 
 import json
@@ -30,6 +31,7 @@ def study_report(mini_study, tmp_path_factory):
 REPO = Path(__file__).resolve().parents[3]
 NAME = "mlperf-samples.tar.xz"
 ROUNDS_NAME = "mlperf-rounds-samples.tar.xz"
+ROUNDS5_NAME = "mlperf-rounds5-samples.tar.xz"
 
 
 def _archive(name: str = NAME) -> Path | None:
@@ -57,6 +59,29 @@ def trees(tmp_path_factory) -> Path:
 def round_trees(tmp_path_factory) -> Path:
     """training_results_v0.7 ... _v4.0 samples (their README says which files)."""
     return _extract(tmp_path_factory, ROUNDS_NAME)
+
+
+@pytest.fixture(scope="session")
+def rounds5_trees(tmp_path_factory) -> Path:
+    """training_results_v5.0 and _v5.1 samples (their README says which files)."""
+    return _extract(tmp_path_factory, ROUNDS5_NAME)
+
+
+@pytest.fixture(scope="session")
+def summarized(round_trees, rounds5_trees):
+    """mlperf-logging's result_summarizer on each sample round's tree (benchmarks/rounds_compare.py,
+    in this process), computed once per test session and round."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import rounds_compare
+    from functools import lru_cache
+    from lab.core.mlperf import default_rules
+
+    @lru_cache(maxsize=None)
+    def side(rnd: str):
+        trees = rounds5_trees if rnd in ("v5.0", "v5.1") else round_trees
+        return rounds_compare.summarizer_side(trees / f"training_results_{rnd}",
+                                              default_rules().rounds[rnd]["ruleset"])
+    return side
 
 
 @pytest.fixture(scope="session")

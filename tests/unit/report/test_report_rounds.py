@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -38,15 +37,6 @@ def ruleset(rnd: str) -> str:
     return default_rules().rounds[rnd]["ruleset"]
 
 
-@pytest.fixture(scope="session")
-def summarized(round_trees):
-    """The summarizer's side of each sample round, computed once per session."""
-    @lru_cache(maxsize=None)
-    def side(rnd: str):
-        return rounds_compare.summarizer_side(round_trees / f"training_results_{rnd}", ruleset(rnd))
-    return side
-
-
 def records(tree: Path, **kw) -> dict:
     return {(Path(r["system_key"]).parts[0], Path(r["system_key"]).parts[-1], r["benchmark"]): r
             for r in analyse(collect([tree], **kw).runs).systems}
@@ -65,7 +55,8 @@ def test_round_table_agrees_with_mlperf_loggings_benchmark_meta():
     from mlperf_logging.compliance_checker.mlp_compliance import rule_choices
     counts = get_result_file_counts("training")
     scored = {n: t for n, t in default_rules().rounds.items() if t["failed_runs"] == "slowest"}
-    assert sorted(scored) == ["v0.7", "v1.0", "v1.1", "v2.0", "v2.1", "v3.0", "v3.1", "v4.0", "v4.1"]
+    assert sorted(scored) == ["v0.7", "v1.0", "v1.1", "v2.0", "v2.1", "v3.0", "v3.1", "v4.0", "v4.1",
+                              "v5.0", "v5.1", "v6.0"]
     for name, t in scored.items():
         assert t["ruleset"] in rule_choices(), name
         assert sorted(t["benchmarks"]) == sorted(set(get_allowed_benchmarks("training", t["ruleset"]))), name
@@ -216,13 +207,19 @@ def test_a_scaling_file_that_cannot_be_used_is_not_applied(round_trees, tmp_path
 
 
 def test_a_round_named_on_the_command_line(round_trees, summarized, tmp_path):
-    """The tree under another folder name: no round found (the record says so) until one is named."""
+    """The tree under another folder name: its logs say the round (one line says how), and it
+    scores as with the round named."""
     tree = Path(shutil.copytree(round_trees / "training_results_v0.7", tmp_path / "somewhere"))
     (key, theirs), = summarized("v0.7").rows.items()
-    unknown = records(tree)[key]
-    assert unknown["round"] != "v0.7" and "--round" in unknown["mark"]
+    coll = collect([tree])
+    (line,) = coll.notes
+    assert line.startswith("round v0.7 (training 0.7.0 ruleset) detected from the logs") and "gnmt" in line
+    found = {(Path(r["system_key"]).parts[0], Path(r["system_key"]).parts[-1], r["benchmark"]): r
+             for r in analyse(coll.runs).systems}[key]
     named = records(tree, round="v0.7")[key]
-    assert named["round"] == "v0.7" and rounds_compare.equal(named["score_minutes"], theirs)
+    assert found["round"] == named["round"] == "v0.7"
+    assert found["score_minutes"] == named["score_minutes"]
+    assert rounds_compare.equal(named["score_minutes"], theirs)
     with pytest.raises(ConfigError, match="v9.9: not a round"):
         collect([tree], round="v9.9")
 
