@@ -34,7 +34,7 @@ except ImportError:   # pragma: no cover - an Invoke that uses PyYAML itself
 from invoke.env import Environment
 from invoke.exceptions import AmbiguousEnvVar, ParseError, UncastableEnvVar
 
-from lab.core import config
+from lab.core import advice, config
 from lab.core.errors import ConfigError, GpulabError, excerpt
 
 BAD_INPUT = 2
@@ -73,6 +73,52 @@ def load_env(cfg, environ=None) -> None:
     cfg.merge()
 
 
+HELP = "--help"
+
+
+def _help_not_a_value(program, parse_tasks):
+    """Invoke's parser gives a task's missing positional argument (``invoke report --help``) or a flag waiting
+    for its value (``invoke sweep --name --help``) the next word, ``--help`` included, and the task would then
+    run with it. After Invoke's own parse, such a value is turned back into what the user asked for: Invoke's
+    per-task help, set as its parser sets it for ``--help`` after a task (the core ``help`` argument holds the
+    task's name; ``parse_cleanup`` prints it and exits 0). tests/unit/test_task_help.py holds Invoke to this."""
+
+    def asked(ctx) -> bool:
+        if ctx is None or not any(arg.value == HELP for arg in ctx.args.values()):
+            return False
+        program.core[0].args["help"].value = ctx.name
+        return True
+
+    def wrapped(*args, **kwargs):
+        try:
+            parse_tasks(*args, **kwargs)
+        except ParseError as exc:   # `invoke report --out --help`: the positional is missing after all
+            if asked(getattr(exc, "context", None)):
+                program.tasks = []
+                return
+            raise
+        any(asked(ctx) for ctx in program.tasks)
+
+    return wrapped
+
+
+def _flushed(fn):
+    """``fn`` (Invoke's parse_cleanup: help, --list), its output flushed: a reader that left the pipe
+    (``invoke validate --help | head``) ends it quietly, exit 141, as a task ends (task_errors)."""
+
+    def wrapped(*args, **kwargs):
+        try:
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                sys.stdout.flush()
+        except BrokenPipeError:
+            quiet_stdout()
+            raise Exit(code=141) from None
+
+    return wrapped
+
+
 def _layers_checked(cfg, merge):
     def wrapped(*args, **kwargs):
         problem = config.layer_problem(cfg)
@@ -103,8 +149,8 @@ def install(program=None) -> None:
     if program is None or getattr(program, "_gpulab_hooks", False):
         return
     program._gpulab_hooks = True
-    program.parse_tasks = _as_exit(program.parse_tasks)
-    program.parse_cleanup = _as_exit(program.parse_cleanup)
+    program.parse_tasks = _as_exit(_help_not_a_value(program, program.parse_tasks))
+    program.parse_cleanup = _as_exit(_flushed(program.parse_cleanup))
     cfg = getattr(program, "config", None)
     if cfg is not None:
         cfg.load_shell_env = functools.partial(load_env, cfg)
@@ -163,6 +209,16 @@ def setting(c, key, value=None):
     return node
 
 
+def _config_file() -> str | None:
+    """The file of Invoke's ``-f/--config`` (Program.args, the core arguments it parsed), else None."""
+    program = getattr(sys.modules.get("invoke.main"), "program", None)
+    try:
+        value = program.args.config.value
+    except (AttributeError, KeyError, TypeError):   # no program ran (a task called as a library)
+        return None
+    return value if isinstance(value, str) and value else None
+
+
 def task_errors(fn):
     """Check the config section and the path options, run the task, and end it as gpulab ends every command:
     a GpulabError is one line and its exit code (2 bad input, 1 a failed run or check), Ctrl-C is 130, a
@@ -172,10 +228,14 @@ def task_errors(fn):
     def wrapper(c, *args, **kwargs):
         try:
             config.check(c.config.get("gpulab"))
-            check_paths(lambda key: setting(c, key), inspect.signature(fn).bind_partial(c, *args, **kwargs).arguments)
-            return fn(c, *args, **kwargs)
+            arguments = inspect.signature(fn).bind_partial(c, *args, **kwargs).arguments
+            check_paths(lambda key: setting(c, key), arguments)
+            advice.remember(config=_config_file(), inventory=setting(c, "inventory", arguments.get("inventory")))
+            result = fn(c, *args, **kwargs)
+            sys.stdout.flush()   # here, not at exit: a reader that left is a BrokenPipeError handled below
+            return result
         except GpulabError as exc:
-            raise Exit(f"gpulab: {exc.message}", code=exc.exit_code) from None
+            raise Exit(f"gpulab: {advice.carry(exc.message)}", code=exc.exit_code) from None
         except KeyboardInterrupt:
             raise Exit("gpulab: interrupted; state saved", code=130) from None
         except BrokenPipeError:   # `invoke sweep --dry-run | head`: the reader left; stop quietly as a pipe does

@@ -28,7 +28,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import importlib
+import shlex
 
+from lab.core import advice
 from lab.core.errors import ConfigError
 
 __all__ = ["Added", "Database", "after_validate", "import_paths", "known_good", "open_db", "past_reader", "quarantined",
@@ -79,7 +81,8 @@ def record(paths, url: str, make_folder: bool = False) -> str:
         added, _ = import_paths(paths, url, make_folder)
     except ConfigError as exc:
         where = ",".join(str(p) for p in paths)
-        return f"history: not recorded: {exc.message}; the files stay (`invoke history.import {where}` later)"
+        return advice.carry(f"history: not recorded: {exc.message}; the files stay "
+                            f"(`invoke history.import {shlex.quote(where)}` later)")
     return f"history: {added.line()}"
 
 

@@ -131,7 +131,8 @@ def release(db: Database, target: Target, *, who: str, force: bool = False, note
             ok, why = _passing_validate(s, entry)
             if not ok:
                 raise CheckFailed(f"quarantine release: {target}: {why}; run `invoke validate --host "
-                                  f"{target.host}` (it records into the history), or release with --force")
+                                  f"{target.host}` (it records into the history), then `invoke quarantine.release "
+                                  f"{target}`, or release with --force")
             note = note or why
         elif note is None:
             note = "forced"

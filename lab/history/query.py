@@ -14,6 +14,7 @@ import re
 
 from sqlalchemy import select
 
+from lab.core import advice
 from lab.core import limits
 from lab.core.errors import ConfigError
 from lab.history.db import Database
@@ -118,7 +119,7 @@ def _cell(v) -> str:
 
 def table(rows: list[dict]) -> list[str]:
     if not rows:
-        return ["no history matches (import results with `invoke history.import results`)"]
+        return [advice.carry("no history matches (import results with `invoke history.import results`)")]
     head = ("time (UTC)", "host", "GPU", "metric", "value", "unit", "verdict", "from")
     body = [(f"{r['at']:%Y-%m-%d %H:%M}" if r["at"] else "-", r["host"] or "-", _cell(r["gpu"]),
              r["metric"][:48], _cell(r["value"])[:24], r["unit"] or "", r["verdict"], r["source"][:24]) for r in rows]

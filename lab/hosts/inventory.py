@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import ipaddress
 import os
 import re
 import shlex
@@ -31,6 +32,10 @@ os.environ.setdefault("ANSIBLE_INVENTORY_UNPARSED_FAILED", "True")
 os.environ.setdefault("ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED", "True")
 
 DEFAULT_WORKDIR = "/var/lib/gpulab"
+# addresses reserved for documentation (RFC 5737, RFC 3849): the example lab (inventory/hosts.yml) uses them,
+# and gpulab never opens a connection to one
+DOCUMENTATION_NETS = tuple(ipaddress.ip_network(n) for n in
+                           ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32"))
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
 
@@ -235,6 +240,31 @@ class Inventory:
             given = ", ".join(f"{k} {v}" for k, v in (("--host", hosts), ("--device", device), ("--limit", limit)) if v)
             raise ConfigError(f"{self.path}: no host matches {given}")
         return [self.host(n, known_hosts=known_hosts) for n in chosen]
+
+
+def documentation_address(address: str) -> bool:
+    """True for an address of the documentation ranges (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24,
+    2001:db8::/32), written as an IP address (IPv4-mapped IPv6 and a zone index included)."""
+    try:
+        ip = ipaddress.ip_address(str(address).strip("[]").split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return any(ip in net for net in DOCUMENTATION_NETS)
+
+
+def refuse_examples(hosts, inventory: Path | str | None = None) -> None:
+    """ConfigError (one line) when any host to be contacted has a documentation address: that is the example
+    inventory (inventory/hosts.yml), not a lab; nothing is contacted. Local hosts are never refused."""
+    bad = [h for h in hosts if not h.is_local and documentation_address(h.address)]
+    if not bad:
+        return
+    where = f"{inventory}: " if inventory else ""
+    shown = ", ".join(f"{h.name} ({h.address})" for h in bad[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
+    raise ConfigError(f"{where}{shown}: documentation address(es) (RFC 5737/3849): this is the example inventory, "
+                      f"not a lab, and gpulab does not connect to it; name your lab's inventory with "
+                      f"--inventory FILE (or the setting gpulab.inventory, e.g. INVOKE_GPULAB_INVENTORY=FILE)")
 
 
 def load(path: Path | str) -> Inventory:

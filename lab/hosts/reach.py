@@ -14,7 +14,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from lab.hosts import ansible
+from lab.hosts import ansible, inventory as inv
 from lab.core.errors import RunError
 
 TASK = "Connect"
@@ -25,6 +25,7 @@ def split(hosts: list, inventory: Path | str) -> tuple[list, dict[str, ansible.H
     import ansible_runner
 
     remote = [h for h in hosts if not h.is_local]
+    inv.refuse_examples(remote, inventory)   # the example lab's documentation addresses: never contacted
     if not remote:
         return list(hosts), {}
     down: dict[str, str] = {}

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from lab.hosts import runnerdist
+from lab.hosts import inventory, runnerdist
 from lab.core.errors import HostError, RunError, one_line
 from lab.hosts.inventory import Host
 
@@ -249,7 +249,9 @@ class LocalRemote(Remote):
 
 
 def connect(host: Host, *, timeout: float = CONNECT_TIMEOUT_S) -> Remote:
-    """Open a connection to ``host``; HostError (one line) if that is impossible."""
+    """Open a connection to ``host``; HostError (one line) if that is impossible, ConfigError for a host of the
+    documentation address ranges (the example inventory: never contacted)."""
+    inventory.refuse_examples([host])
     if host.is_local:
         return LocalRemote(host)
     return SSHRemote(host, timeout=timeout)

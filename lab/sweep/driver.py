@@ -61,7 +61,7 @@ from lab.sweep import supervise
 from lab.sweep import statefile
 from lab.sweep import topology as topo
 from lab.core.errors import ConfigError
-from lab.hosts.inventory import Host
+from lab.hosts.inventory import Host, refuse_examples
 from lab.sweep.plan import (COMPLETE_OUTCOMES, MODES, NAME_RE, SCALES, SCHEMA, TOKEN_VAR, WORKLOAD_RE, PlannedRun,
                            host_gpu_count, parse_gpu_counts, parse_list, plan, plan_around, seed_count, units_of,
                            utcnow)
@@ -143,6 +143,7 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
         raise ConfigError(f"sweep {name}: every selected host is quarantined: {'; '.join(held)}")
     planned = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes,  # bad input before any host is touched
                    topologies=early)
+    refuse_examples(hosts)   # the example lab's documentation addresses: one line, nothing contacted or written
     root = paths.child(results_dir, name, what="--name")
     if (root / statefile.STATE_FILE).exists() or (root / statefile.STATE_FILE).is_symlink():
         Sweep.load(root)   # a saved state to resume is checked before any host is touched too
@@ -243,6 +244,7 @@ def collect(sweep_root: Path, inventory_path: str | Path, *, retries: int = 2) -
         return result
     names = sorted({h for r in todo for h in r.hosts})
     hosts = {h.name: h for h in inv.load(inventory_path).select(names)}
+    inv.refuse_examples(hosts.values(), inventory_path)
     lock = threading.Lock()
 
     def fetch_host(host: Host) -> None:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 from pathlib import Path
 
+from lab.core import advice
 from lab.core import bounded, limits
 from lab.core.errors import GpulabError, RunError
 from lab.hosts import remote as rmt
@@ -102,8 +104,8 @@ def apply(hosts: list[Host], docs: dict[str, dict], memory, quarantine: dict | N
         _record(h, verdict, doc, memory, echo)
         for f in verdict.failures:
             if f.gpu is None:
-                echo(f"health {h.name}: {f.reason}: not quarantined (no GPU to name); "
-                     f"`invoke quarantine.add {h.name}` keeps the host out")
+                echo(advice.carry(f"health {h.name}: {f.reason}: not quarantined (no GPU to name); "
+                                  f"`invoke quarantine.add {h.name} --reason {shlex.quote(f.reason[:80])}` keeps the host out"))
                 continue
             entry = out.setdefault(h.name, {"gpus": [], "reason": ""})
             if entry["gpus"] is None or f.gpu in entry["gpus"]:

@@ -22,7 +22,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from lab.core import advice
 from lab.hosts import remote as rmt
+from lab.hosts.inventory import refuse_examples
 from lab.hosts.datasets import Catalogue, load_catalogue
 from lab.core import plaindata
 from lab.core.errors import ConfigError
@@ -169,6 +171,7 @@ def check(hosts, runs, catalogue: Catalogue | str | None = None) -> dict[str, Ho
     todo = [h for h in hosts if need.get(h.name)]
     if not todo:
         return {}
+    refuse_examples(todo)   # the example lab: one line, nothing contacted
     got = rmt.on_hosts(todo, lambda h: probe_host(h, need[h.name], cat))
     failed = got.reasons()
     return {h.name: got.succeeded[h.name] if h.name in got.succeeded
@@ -184,6 +187,6 @@ def refusal(results: dict[str, HostData]) -> str | None:
         f"{r.host}: " + ", ".join(f"{d} ({', '.join(r.needed[d])}) {why}" for d, why in r.problems.items())
         + f" in {r.root}" for r in bad)
     workloads = list(dict.fromkeys(w for r in bad for d in r.problems for w in r.needed[d]))
-    return (f"prepared data missing for full-scale time-to-train runs: {per_host}; prepare it with "
-            f"`invoke datasets --host {','.join(r.host for r in bad)} --names {','.join(workloads)}` "
-            f"(nothing was started)")
+    return advice.carry(f"prepared data missing for full-scale time-to-train runs: {per_host}; prepare it with "
+                        f"`invoke datasets --host {','.join(r.host for r in bad)} --names {','.join(workloads)}` "
+                        f"(nothing was started)")

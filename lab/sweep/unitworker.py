@@ -13,6 +13,7 @@ import shutil
 import threading
 import time
 
+from lab.core import advice
 from lab.results import checksums
 from lab.sweep import compiled, gate, hostlock, pilot
 from lab.core import paths
@@ -407,5 +408,5 @@ class UnitWorker:
             try:
                 self.memory.record_run(first)
             except GpulabError as exc:
-                self.progress.print(f"  [{self.unit}] history: not recorded: {exc.message}; {run.run_id} stays in "
-                                    f"results/ (`invoke history.import` later)")
+                self.progress.print(advice.carry(f"  [{self.unit}] history: not recorded: {exc.message}; {run.run_id} "
+                                                 f"stays in results/ (`invoke history.import {self.sweep.root}` later)"))

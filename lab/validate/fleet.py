@@ -331,6 +331,8 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
     tools = None if baseline else stacks_for(hosts, inventory, stacks_dir, what="tools")
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(out_dir) / stamp
+    if gather is None:   # over SSH: never to the example lab's documentation addresses
+        rem.inventory.refuse_examples(hosts, inventory)
     gather = gather or functools.partial(gather_one, dcgm_level=dcgm_run)
     snapshots = rem.on_hosts(hosts, lambda h: gather(h, level, stamp, out))
     if baseline:

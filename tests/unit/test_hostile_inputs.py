@@ -120,7 +120,7 @@ def checkout():
 @pytest.mark.parametrize("task, args", CASES, ids=[f"{t} {' '.join(a)[:60]}" for t, a in CASES])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(place, checkout, task, args):
     argv = [a.format(**place["files"]) for a in args]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(place["home"]),
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(place["home"]), INVOKE_GPULAB_INVENTORY=str(ROOT / "inventory" / "hosts.yml"),
                INVOKE_GPULAB_RESULTS=str(place["results"]), INVOKE_GPULAB_ARTIFACTS=str(place["artifacts"]))
     home_before = sorted({p.name for p in place["home"].iterdir()} | {".ansible"})
     p = subprocess.run([sys.executable, "-m", "invoke", task, *argv], cwd=ROOT, env=env, capture_output=True,

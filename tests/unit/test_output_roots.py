@@ -82,7 +82,7 @@ def test_an_error_quotes_an_excerpt_of_a_file_not_the_file(tmp_path):
 ])
 def test_on_the_command_line(tmp_path, args, env, message):
     argv = [a.format(tmp=tmp_path) for a in args]
-    full = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path), **env)
+    full = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path), INVOKE_GPULAB_INVENTORY=str(ROOT / "inventory" / "hosts.yml"), **env)
     r = subprocess.run([sys.executable, "-m", "invoke", *argv], cwd=ROOT, env=full, capture_output=True, text=True,
                        timeout=120)
     lines = [line for line in r.stderr.splitlines() if line.strip()]
@@ -91,7 +91,7 @@ def test_on_the_command_line(tmp_path, args, env, message):
 
 def test_a_reader_that_leaves_early_is_no_traceback(tmp_path):
     """`invoke sweep --dry-run | head -1`: the plan's reader closes the pipe; the task stops as a pipe does."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path), INVOKE_GPULAB_INVENTORY=str(ROOT / "inventory" / "hosts.yml"))
     proc = subprocess.Popen([sys.executable, "-m", "invoke", "sweep", "--device", "t4", "--mode", "throughput",
                              "--dry-run"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.close()   # gone before the plan is printed (as `| head -0`, or a head that left early)

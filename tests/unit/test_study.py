@@ -30,7 +30,7 @@ SIX = ["resnet50", "ssd", "maskrcnn", "gnmt", "transformer", "ncf"]
 
 
 def invoke(*args, env=None, timeout=300):
-    full_env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    full_env = dict(os.environ, PYTHONPATH=str(ROOT), INVOKE_GPULAB_INVENTORY=str(ROOT / "inventory" / "hosts.yml"), **(env or {}))
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
                           env=full_env, timeout=timeout)
 
@@ -229,7 +229,8 @@ def test_missing_data_is_refused_before_any_host_is_touched(data_lab, tmp_path):
     assert out[-1] == "330 runs planned for sweep s1 on 1 unit(s); nothing started (--dry-run)"
     err = dry.stderr.strip().splitlines()
     assert err == [f"gpulab: prepared data missing for full-scale time-to-train runs: here: wmt16 (gnmt) not "
-                   f"prepared in {root}; prepare it with `invoke datasets --host here --names gnmt` "
+                   f"prepared in {root}; prepare it with `invoke datasets --host here --names gnmt --inventory "
+                   f"{data_lab / 'inventory.yml'}` "   # the advice carries the inventory it was given
                    f"(nothing was started)"]
     real = invoke("sweep", *common, env=env)
     assert real.returncode == 2 and real.stderr.strip().splitlines() == err, real.stdout + real.stderr

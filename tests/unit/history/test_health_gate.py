@@ -219,6 +219,7 @@ def test_a_host_without_nvml_is_recorded_but_not_quarantined(tmp_path):
         echoed = []
         assert gate.apply(t4_hosts()[:1], {"r740-01": d}, memory, None, echoed.append) == {}
         assert echoed[-1] == ("health r740-01: GPU present: no NVIDIA driver/GPU found: NVML could not start: not "
-                              "quarantined (no GPU to name); `invoke quarantine.add r740-01` keeps the host out")
+                              "quarantined (no GPU to name); `invoke quarantine.add r740-01 --reason 'GPU present: no NVIDIA "
+                              "driver/GPU found: NVML could not start'` keeps the host out")
     finally:
         memory.close()

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def invoke(*args, results: Path):
-    env = dict(os.environ, INVOKE_GPULAB_RESULTS=str(results), PYTHONPATH=str(ROOT))
+    env = dict(os.environ, INVOKE_GPULAB_RESULTS=str(results), PYTHONPATH=str(ROOT), INVOKE_GPULAB_INVENTORY=str(ROOT / "inventory" / "hosts.yml"))
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
                           env=env, timeout=120)
 

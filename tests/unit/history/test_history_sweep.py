@@ -72,7 +72,7 @@ def test_the_dry_run_plans_around_the_quarantine_in_the_database(tmp_path):
         q.add(db, q.parse_target("r740-02"), reason="fans", who="ops")
     finally:
         db.close()
-    env = dict(os.environ, INVOKE_GPULAB_RESULTS=str(tmp_path), PYTHONPATH=str(ROOT))
+    env = dict(os.environ, INVOKE_GPULAB_RESULTS=str(tmp_path), PYTHONPATH=str(ROOT), INVOKE_GPULAB_INVENTORY=str(ROOT / "inventory" / "hosts.yml"))
     p = subprocess.run([sys.executable, "-m", "invoke", "sweep", "--device", "t4", "--mode", "throughput",
                         "--dry-run", "--name", "q1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
