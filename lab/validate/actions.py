@@ -1,8 +1,8 @@
 """The action of every failing check of `invoke validate` (lab/data/actions.yml, checked against
 lab/schemas/actions.schema.json): a DCGM result by the DCGM_FR_* names of its errors
 (``dcgm_errors[].name``, ``dcgm_code``; the most invasive action of them), an XID check by the
-XIDs it saw (likewise), any other check by its name and verdict (the
-first matching entry in file order; shell-style patterns), else the table's default. The
+XIDs it saw (likewise), any other check by its declared id (lab.validate.catalogue: its ``action``
+key under ``checks``) and verdict, else the table's default. Every record gets its ``check_id``. The
 verdicts carry it: each WARN and FAIL record's ``action``, and each host's ``actions`` (those
 of the checks that gave the host its verdict), shown by the summary, validate.html and
 validate.json.
@@ -11,11 +11,11 @@ validate.json.
 from __future__ import annotations
 
 import functools
-from fnmatch import fnmatchcase
 from pathlib import Path
 
 from lab.core import schema
 from lab.core.errors import ConfigError
+from lab.validate import catalogue
 from lab.validate.verdict import PASS
 
 ACTIONS = Path(__file__).resolve().parents[1] / "data" / "actions.yml"
@@ -62,9 +62,10 @@ def action_for(record: dict, table: dict) -> dict | None:
             out["xids"] = {x: e["action"] for x, e in known}
             return out
     key = verdict.lower()
-    for pattern, by_verdict in table["checks"].items():
-        if key in by_verdict and fnmatchcase(str(record.get("check", "")), pattern):
-            return _action(table, by_verdict[key], f"checks {pattern}")
+    entry = catalogue.entry_for(str(record.get("check", "")))     # the check's declared id and its action key
+    by_verdict = table["checks"].get(entry["action"]) if entry else None
+    if isinstance(by_verdict, dict) and key in by_verdict:
+        return _action(table, by_verdict[key], f"checks {entry['action']}")
     return _action(table, table["default"][key], "default")
 
 
@@ -76,6 +77,8 @@ def attach_actions(data: dict, table: dict) -> dict:
         where += [(f"GPU {idx} {c['check']}", c) for idx, g in host.get("gpus", {}).items() for c in g.get("checks", [])]
         actions, seen = [], set()
         for label, rec in where:
+            entry = catalogue.entry_for(str(rec.get("check", "")))
+            rec["check_id"] = entry["id"] if entry else None
             act = action_for(rec, table)
             if act is None:
                 continue

@@ -63,7 +63,7 @@ def test_xid_checks_take_the_most_invasive_action_of_their_xids(table):
     a = actions.action_for(rec("XID events (other devices)", "FAIL", measured=[64, 79]), table)
     assert a["kind"] == "rma" and "nvidia-bug-report.log.gz" in a["evidence"]
     # an XID nobody describes: the check's own entry, else the default
-    assert actions.action_for(rec("XID events", "WARN", measured=[999]), table)["from"] == "default"
+    assert actions.action_for(rec("XID events", "WARN", measured=[999]), table)["from"] == "checks XID events"
 
 
 def test_dcgm_results_by_their_codes(table):
