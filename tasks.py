@@ -204,8 +204,8 @@ def collect(c, path, inventory=None):
 @task(help={"path": "a sweep directory, run directories or MLPerf log files (comma separated)",
             "format": "output formats, comma separated: html, md, json, csv",
             "compare": "another sweep to set side by side", "out": "output folder (default: PATH/report)",
-            "round": "the published MLPerf round of MLLOG result trees, e.g. v4.0 (default: a "
-                     "training_results_vX.Y folder in PATH names it)"})
+            "round": "the published MLPerf round of MLLOG result trees, e.g. v5.1 (default: a "
+                     "training_results_vX.Y folder in PATH names it, else the logs say it)"})
 @task_errors
 def report(c, path, format=None, compare=None, out=None, round=None):
     """Turn run logs into MLPerf scores, device comparisons, scaling, seed effects and plots."""

@@ -1,7 +1,7 @@
 """gpulab's scores of a published MLPerf Training round (v0.7 on) beside mlperf-logging's
 result_summarizer's, row by row.
 
-    python benchmarks/rounds_compare.py TREE --round v4.0 [--show N] [--json FILE]
+    python benchmarks/rounds_compare.py TREE [--round v4.0] [--detect] [--show N] [--json FILE]
 
 TREE is a round's result tree (``training_results_v4.0/``: one folder per submitter with
 ``results/`` and ``systems/``), or the bare git directory of one
@@ -15,11 +15,18 @@ Both sides score the same files:
   command line tool would stop the whole round there); a system without systems/<name>.json
   it skips;
 - gpulab's report (lab.results.collect.collect with the round named, lab.report.analysis.analyse).
+  Without --round the round is gpulab's: the folder name, else the logs (lab.results.rounddetect),
+  and the summarizer is told that round's ruleset. With --detect gpulab reads a hard-linked copy
+  in a folder named neutrally, without the round: it finds the round from the logs (the line it
+  printed is shown).
 
 A row is a submitter folder x system folder x benchmark with a score. "matched": the
 summarizer's rows that gpulab also scores; "equal": within 0.01 minute or 0.1 %. It prints
-the counts, every row that differs or that one side lacks, and how long each side took.
-The functions are also what tests/unit/report/test_report_rounds.py compares with.
+the counts, every row that differs or that one side lacks, and how long each side took (wall
+and CPU seconds). The summarizer's detailed columns (GBS, samples_to_converge, Energy,
+rcp_scaling_factor) are compared with the records' batch_size, samples_to_converge, energy_j
+and scaling_factor for every benchmark folder the summarizer reports (equal: 1e-6 relative).
+The functions are also what tests/unit/report/test_report_rounds*.py compare with.
 """
 
 from __future__ import annotations

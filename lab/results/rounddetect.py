@@ -18,7 +18,7 @@ decide, and the report says which in one line:
    first of those rounds published on or after it; logs newer than the newest such
    round's results are read as that round, and the line says so.
 
-Only the first HEAD_BYTES of at most DATED_PER_FOLDER result files per benchmark
+Only the first HEAD_BYTES (8 KiB, else 1 MiB) of at most DATED_PER_FOLDER result files per benchmark
 folder are read (lab.core.bounded: regular files inside the input root). A tree
 with no such MLLOG file has no round here (v0.5/v0.6 logs are scored by their format).
 """
@@ -37,11 +37,12 @@ from pathlib import Path
 from lab.core import bounded
 from lab.core.errors import ConfigError
 
-HEAD_BYTES = 64 << 10
+HEAD_BYTES = (8 << 10, 1 << 20)     # read first; read again where the first MLLOG line is further on
 DATED_PER_FOLDER = 5
 MAX_FOLDERS = 20000
 _MARK = b":::MLLOG"
-_TIME = re.compile(rb'"time_ms"\s*:\s*([0-9]{9,16})')
+_TIME = re.compile(rb'"time_ms"\s*:\s*([0-9]{9,16})(?![0-9])')
+MAX_TIME_MS = 10 ** 15     # lab.results.mllog's bound: a larger time_ms is not a time
 
 
 @dataclass(frozen=True)
@@ -86,16 +87,22 @@ def _below_results(folder: Path) -> int | None:
 
 def first_time_ms(path: Path, root: Path) -> int | None:
     """time_ms of the file's first :::MLLOG line; None: no such line in its head, or unreadable."""
-    try:
-        head = bounded.read_head(path, root=root, limit=HEAD_BYTES)
-    except bounded.Unreadable:
-        return None
-    k = head.find(_MARK)
+    for limit in HEAD_BYTES:
+        try:
+            head = bounded.read_head(path, root=root, limit=limit)
+        except bounded.Unreadable:
+            return None
+        k = head.find(_MARK)
+        if k >= 0 and head.find(b"\n", k) >= 0:
+            break
+        if len(head) < limit:
+            break
     if k < 0:
         return None
     line = head[k:head.find(b"\n", k) if head.find(b"\n", k) >= 0 else len(head)]
     m = _TIME.search(line)
-    return int(m.group(1)) if m else None
+    t = int(m.group(1)) if m else None
+    return t if t is not None and _day(t) is not None and t < MAX_TIME_MS else None
 
 
 def _day(ms: int) -> date | None:

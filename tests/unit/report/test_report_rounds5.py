@@ -12,7 +12,9 @@ tree and session).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from lab.core.errors import ConfigError
 from lab.core.mlperf import default_rules
 from lab.report.analysis import analyse
 from lab.report.build import build_report
+from lab.results import rounddetect
 from lab.results.collect import collect
 
 REPO = Path(__file__).resolve().parents[3]
@@ -76,6 +79,13 @@ def test_every_summarizer_row_and_column_equals_the_report(trees_of, summarized,
 
 
 @pytest.mark.parametrize("rnd", OLDER)
+def test_older_rounds_are_found_from_their_logs(trees_of, rnd, tmp_path):
+    found = rounddetect.detect(neutral(trees_of(rnd), tmp_path), default_rules())
+    assert found.round == rnd and found.line.startswith(f"round {rnd} (training {ruleset(rnd)} ruleset)")
+
+
+# v2.0's 40 unet3d runs are scored row by row in test_report_rounds.py (named); found above.
+@pytest.mark.parametrize("rnd", [r for r in OLDER if r != "v2.0"])
 def test_older_rounds_in_a_neutral_folder_score_as_named(trees_of, summarized, rnd, tmp_path):
     s = summarized(rnd)
     found = rounds_compare.gpulab_side(neutral(trees_of(rnd), tmp_path), None)
@@ -169,3 +179,33 @@ def test_power_logs_that_cannot_be_used_give_no_energy(trees_of, tmp_path):
     link.symlink_to(target)
     (rec,) = analyse(collect([tree]).runs).systems
     assert rec["energy_j"] is None and "outside" in rec["mark"]
+
+
+def test_invoke_report_refuses_a_tree_of_two_rounds_in_one_line(trees_of, tmp_path):
+    mixed = tmp_path / "mixed"
+    shutil.copytree(trees_of("v0.7"), mixed, dirs_exist_ok=True)
+    shutil.copytree(trees_of("v5.1"), mixed, dirs_exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=str(REPO), INVOKE_GPULAB_RESULTS=str(tmp_path / "results"))
+    p = subprocess.run([sys.executable, "-m", "invoke", "report", str(mixed), "--format", "json"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr + p.stdout, p.stderr
+    assert "several MLPerf rounds" in lines[0] and "--round" in lines[0]
+    assert not (mixed / "report").exists()
+
+
+def test_result_files_that_cannot_be_dated_do_not_stop_the_detection(trees_of, tmp_path):
+    """A FIFO, a link out of the tree, a time_ms of no time: those files are not dated; the others
+    still say the round, and nothing outside the tree is read."""
+    tree = neutral(trees_of("v5.1"), tmp_path)
+    (bench,) = {p.parent for p in tree.glob("*/results/*/*/result_*.txt")}
+    files = sorted(bench.glob("result_*.txt"))
+    files[0].unlink()
+    os.mkfifo(files[0])
+    outside = tmp_path / "outside.txt"
+    outside.write_text(_mllog(10 ** 12, "cache_clear", True))     # 2001: would move the median
+    files[1].unlink()
+    files[1].symlink_to(outside)
+    files[2].write_text(_mllog(10 ** 16, "cache_clear", True) + files[2].read_text())
+    found = rounddetect.detect(tree, default_rules())
+    assert found.round == "v5.1" and "median first time_ms of 2 result file(s)" in found.line
