@@ -110,7 +110,7 @@ def _settings(c, timeout):
 
 
 def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=None, name=None, dry_run=False,
-           timeout=None, nodes=None, cfg_prefix=""):
+           timeout=None, nodes=None, cfg_prefix="", recipe=None):
     """The sweep and demo tasks: options (else config, ``cfg_prefix`` first) -> lab.sweep.driver; None for a dry run."""
     from lab.core import limits
     from lab.core import paths
@@ -131,6 +131,11 @@ def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=
     results = paths.folder(setting(c, "results"), "config gpulab.results")
     args = dict(workloads=sw.parse_list(pick("workloads", workloads), "workloads"), gpus=pick("gpus", gpus),
                 seeds=pick("seeds", seeds), mode=pick("mode", mode), scale=pick("scale", scale), nodes=nodes)
+    if recipe is not None:   # invoke tune's recipe file: its settings for every run of its workload
+        from lab.sweep import recipe as recipes
+
+        args["recipes"] = recipes.for_runs(recipes.load(recipe), study.expand_workloads(args["workloads"]),
+                                           args["scale"])
     name = sw.default_name() if name is None else name
     sw.check_name(name)
     catalogue = setting(c, "datasets_catalogue")
@@ -143,7 +148,9 @@ def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=
         lines, refused = study.dry_run(left, sw.plan(left, topologies=topologies, **args), name,
                                        results_dir=setting(c, "results"), catalogue=catalogue,
                                        settings=settings)
-        print("\n".join([lines[0], *(f"quarantine: {n}" for n in notes), *lines[1:]]))
+        given = [f"recipe: {recipe}: {w}: " + ", ".join(f"{k}={v}" for k, v in sorted(r.items()))
+                 for w, r in (args.get("recipes") or {}).items()]
+        print("\n".join([lines[0], *given, *(f"quarantine: {n}" for n in notes), *lines[1:]]))
         if refused:
             raise ConfigError(refused)
         return None
@@ -172,19 +179,57 @@ SWEEP_HELP = {**SELECT_HELP,
               "dry_run": "print the plan with estimated wall times and the prepared data of each host "
                          "(one read-only command per host); start nothing",
               "timeout": "minutes before a run is stopped, or 'auto': three times each run's estimate "
-                         "(lab/data/study.yml)"}
+                         "(lab/data/study.yml)",
+              "recipe": "a recipe file (invoke tune writes one): its settings replace the catalogue's for "
+                        "every run of its workload"}
 
 
 @task(help=SWEEP_HELP)
 @task_errors
 def sweep(c, device=None, host=None, limit=None, workloads=None, gpus=None, seeds=None, mode=None, scale=None,
-          name=None, nodes=None, dry_run=False, timeout=None, inventory=None):
+          name=None, nodes=None, dry_run=False, timeout=None, inventory=None, recipe=None):
     """Run workloads x GPU counts x seeds on the selected hosts (by default the reference study) and collect the runs."""
     hosts = _select(c, inventory, host, device, limit)
     result = _sweep(c, hosts, workloads=workloads, gpus=gpus, seeds=seeds, mode=mode, scale=scale, name=name,
-                    dry_run=dry_run, timeout=timeout, nodes=nodes)
+                    dry_run=dry_run, timeout=timeout, nodes=nodes, recipe=recipe)
     if result is not None and not result.ok:
         raise Exit(code=1)
+
+
+@task(help={**SELECT_HELP, "workload": "the workload to tune (lab/data/tune_space.yml has its search space)",
+            "scale": "tiny, small or full (default: gpulab.scale)",
+            "name": "study name (default: tune-<workload>-<scale>-<device>); the same name resumes it",
+            "seeds": "K: seeds per trial (default: gpulab.tune.seeds)",
+            "trials": "trials with a result to reach (default: gpulab.tune.trials)",
+            "baseline": "a recipe file: the reference recipe the search starts from and is compared with "
+                        "(default: the scale's own settings)",
+            "space": "search space file (default: lab/data/tune_space.yml)",
+            "open": "also search settings outside the MLPerf v0.5 closed rules (the space's open entries)",
+            "gpus": "GPU count per run (default: every count, as a sweep plans it)",
+            "timeout": "minutes before a run is stopped, or 'auto' (as invoke sweep)",
+            "max_epochs": "every run's epoch limit (default: the scale's); a run that misses counts 2 x this"})
+@task_errors
+def tune(c, workload, scale=None, device=None, host=None, limit=None, name=None, seeds=None, trials=None,
+         baseline=None, space=None, open=False, gpus=None, timeout=None, inventory=None, max_epochs=None):
+    """Search a workload's hyperparameters for seed-stable convergence: trials are sweeps of K seeds on the fleet."""
+    from lab import history
+    from lab.core import config, paths
+    from lab.tune import entry, search, trials as tunetrials
+
+    hosts = _select(c, inventory, host, device, limit)
+    tune_settings = config.tune_settings(setting(c, "tune"))
+    req = entry.request(workload, scale=setting(c, "scale", scale), name=name, device=device or host or limit,
+                        seeds=seeds, trials=trials, tune_settings=tune_settings, space_file=space, open_=open,
+                        baseline=baseline, gpus=gpus, wave=len(hosts), max_epochs=max_epochs)
+    settings = _settings(c, timeout)
+    results = paths.folder(setting(c, "results"), "config gpulab.results")
+    url = history.resolve_url(setting(c, "history_url"), results)
+    storage, req.storage_shown = entry.storage_for(url)
+    backend = tunetrials.SshBackend(hosts, results / req.name, settings, url,
+                                    make_folder=not setting(c, "history_url"),
+                                    quarantine=history.quarantined(url, hosts))
+    result = search.tune(req, storage, backend, results)
+    print("\n".join(result.lines))
 
 
 @task(help={"path": "a sweep directory (results/<sweep>)", "inventory": SELECT_HELP["inventory"]})

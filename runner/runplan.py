@@ -52,6 +52,49 @@ def add_arguments(p) -> None:
                    help="throughput mode: untimed steps first (default: per workload)")
     p.add_argument("--cpu-procs", type=int, default=None, metavar="N",
                    help="testing: run N gloo processes on CPU (only when no GPU is selected)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="set",
+                   help="replace one of the scale's settings (a name the workload declares in workloads.yml; "
+                        "VALUE is JSON, else text), e.g. lr=0.003; repeat for more (a recipe of invoke tune)")
+
+
+#: settings --set may not change: the quality bar and what data a run reads belong to the benchmark
+NOT_SETTABLE = ("target", "data", "pretrained", "max_epochs")
+MAX_SETS = 64
+
+
+def parse_sets(items: list[str], entry: dict, name: str) -> dict:
+    """``--set KEY=VALUE`` options -> {key: value}, each checked against the workload's declarations."""
+    import json
+
+    from runner.workloads.settings import DeclarationError, declarations, problem
+
+    if len(items) > MAX_SETS:
+        fail(f"--set: {len(items)} settings given, at most {MAX_SETS}")
+    try:
+        declared = declarations(entry.get("settings", {}))
+    except DeclarationError as exc:
+        fail(f"workload {name!r}: {exc}")
+    out: dict = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            fail(f"--set {item[:60]!r}: expected KEY=VALUE")
+        if key in NOT_SETTABLE:
+            fail(f"--set {key}: not a setting a run may change ({', '.join(NOT_SETTABLE)} belong to the benchmark)")
+        if key not in declared:
+            fail(f"--set {key[:40]!r}: workload {name} declares no such setting")
+        if len(text) > 4096:
+            fail(f"--set {key}: value longer than 4096 characters")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        bad = problem(declared[key], value, key)
+        if bad:
+            fail(f"--set: {bad}")
+        out[key] = value
+    return out
 
 
 def fail(msg: str):
@@ -187,7 +230,9 @@ def plan(args, host_gpus: int | None = None) -> dict:
     made = next((p for p in cache.absolute().parents if os.path.lexists(p)), None)
     if made is not None and (not os.path.isdir(made) or not os.access(made, os.W_OK | os.X_OK)):
         fail(f"--cache-dir {str(cache)[:60]!r}: {made} is not a writable folder")
+    settings = parse_sets(args.set or [], entry, name)
     return {
+        "settings": settings,
         "workload": name, "entry": entry, "python": python, "gpus": gpus, "nprocs": nprocs,
         "world_size": nprocs * args.nnodes, "out": out, "cache_dir": cache,
     }

@@ -151,6 +151,7 @@ def main(args) -> int:
             "measure_s": args.measure_seconds, "max_epochs": args.max_epochs, "warmup_steps": args.warmup_steps,
             "drop_caches": args.scale == "full" and args.mode == "ttt",
             "cache_dir": str(p["cache_dir"]) if p["cache_dir"] is not None else None,
+            "settings": p.get("settings") or {},   # --set: replaces the scale's settings (checked by runplan)
         }
         spec_path = tmp / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")

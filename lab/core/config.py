@@ -148,6 +148,17 @@ def timeout_s(value, what: str = "--timeout") -> float | None:
     return float(limits.number(value, what, limits.RUN_TIMEOUT_MINUTES)) * 60
 
 
+def tune_settings(section) -> dict:
+    """gpulab.tune.* as numbers inside their ranges (lab.core.limits.TUNE_SETTINGS)."""
+    out = {}
+    for key, value in (plain(section) or {}).items():
+        rng = limits.TUNE_SETTINGS.get(key)
+        if rng is None:
+            raise ConfigError(f"config gpulab.tune.{key}: no such setting ({WHERE})")
+        out[key] = limits.number(value, f"config gpulab.tune.{key}", rng)
+    return out
+
+
 def sweep_settings(section) -> dict:
     """gpulab.sweep.* as numbers inside their ranges (lab.core.limits.SWEEP_SETTINGS)."""
     out = {}

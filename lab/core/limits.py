@@ -29,6 +29,7 @@ class Range:
 
 
 # --- a sweep's plan (command line, settings, sweep.json) --------------------------------------
+MAX_EPOCHS = Range(1, 10000, "epochs")           # runner run --max-epochs
 SEEDS = Range(1, 1000, "seeds")                  # per configuration; MLPerf asks at most 100 (NCF)
 SEED = Range(0, 2**31 - 1)                       # one seed value, as the runner accepts it
 GPUS = Range(1, 64, "GPUs")                      # GPUs of one run on one host
@@ -53,6 +54,15 @@ SWEEP_SETTINGS = {
     "pilot_wait_s": Range(0, 7 * 86_400, "s", integer=False),
     "compile_cpu": Range(0, 1),
     "health_valid_hours": Range(0, 8_760, "h", integer=False),
+}
+
+TUNE_SETTINGS = {   # gpulab.tune.* (lab.tune)
+    "seeds": Range(1, 1000, "seeds"),
+    "trials": Range(1, 10_000, "trials"),
+    "p_threshold": Range(0.001, 0.5, "", integer=False),
+    "retries": Range(0, 10),
+    "heartbeat_s": Range(0.1, 3_600, "s", integer=False),
+    "stale_s": Range(1, 7 * 86_400, "s", integer=False),
 }
 
 # --- bytes read back from files (lab.core.bounded) -----------------------------------------------------

@@ -96,6 +96,9 @@ def _why(exc: BaseException) -> str:
     return text_[:300] or type(orig).__name__
 
 
+why = _why   # what a database failure means, in one line (lab.tune.storage too)
+
+
 def _engine(url: str) -> Engine:
     try:
         parsed = make_url(url)

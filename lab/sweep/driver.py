@@ -129,10 +129,12 @@ def prepare_host(host: Host, health: bool = False) -> tuple[rmt.Remote, rmt.Runn
 def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: str, *, gpus: str | None = None,
               seeds=1, mode: str = "ttt", scale: str = "tiny", nodes: int = 1, settings: Settings | None = None,
               progress_factory=None, echo=print, datasets_catalogue=None,
-              quarantine: dict[str, dict] | None = None, memory=None) -> SweepResult:
+              quarantine: dict[str, dict] | None = None, memory=None, recipes: dict[str, dict] | None = None,
+              spread: bool = False, max_epochs: int | None = None) -> SweepResult:
     """Check the prepared data, prepare the hosts (and their health gate), plan, run the plan (units in
     parallel, one run at a time each), collect. ``memory``: the history's side of the sweep
-    (lab.history.sweeps.SweepMemory; None: no database)."""
+    (lab.history.sweeps.SweepMemory; None: no database). ``recipes``, ``spread``, ``max_epochs``: see
+    lab.sweep.plan.plan (a recipe's settings per workload; seeds spread over the units; an epoch limit)."""
     from lab.sweep import progress as prog
 
     settings = settings or Settings()
@@ -141,8 +143,9 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
     hosts, early, held = plan_around(hosts, quarantine)   # quarantine: lab.history.quarantine.for_sweep's data
     if not hosts:
         raise ConfigError(f"sweep {name}: every selected host is quarantined: {'; '.join(held)}")
+    shape = dict(recipes=recipes, spread=spread, max_epochs=max_epochs)
     planned = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes,  # bad input before any host is touched
-                   topologies=early)
+                   topologies=early, **shape)
     refuse_examples(hosts)   # the example lab's documentation addresses: one line, nothing contacted or written
     root = paths.child(results_dir, name, what="--name")
     if (root / statefile.STATE_FILE).exists() or (root / statefile.STATE_FILE).is_symlink():
@@ -162,14 +165,15 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
         left, planned_topologies, held = plan_around(hosts, quarantine, topologies)
         for line in held:
             echo(f"sweep {name}: quarantine: {line}")
-        runs = plan(left, workloads, gpus, seeds, mode, scale, nodes=nodes, topologies=planned_topologies)
+        runs = plan(left, workloads, gpus, seeds, mode, scale, nodes=nodes, topologies=planned_topologies, **shape)
         if settings.timeout_s is None:   # each run's limit from its estimate (the probed GPUs name the device)
             past = study.history(results_dir)
             for run in runs:
                 run.limit_s = 60 * study.time_limit_minutes(run, study.unit_device(hosts, run, topologies), past)
         not_runnable = {(r.host, r.run_id) for r in runs if r.state == "failed"}  # e.g. fewer GPUs than asked
         options = {"workloads": workloads, "gpus": gpus, "seeds": seeds, "mode": mode, "scale": scale, "nodes": nodes,
-                   "timeout_s": settings.timeout_s}
+                   "timeout_s": settings.timeout_s, "recipes": recipes or {}, "spread": spread,
+                   "max_epochs": max_epochs}
         sweep = Sweep.open(root, name, runs, options)
         for h in hosts:
             entry = sweep.hosts.setdefault(h.name, {})

@@ -50,6 +50,8 @@ class PlannedRun:
     attempts: int = 0
     token: str | None = None
     limit_s: float | None = None   # this run's time limit; None: Settings.timeout_s
+    settings: dict = field(default_factory=dict)   # a recipe's settings: `runner run --set` (lab.sweep.recipe)
+    max_epochs: int | None = None  # ttt: the run's own epoch limit (`runner run --max-epochs`); None: the scale's
 
     @property
     def run_id(self) -> str:
@@ -198,8 +200,14 @@ def _ids(indices) -> str:
 
 
 def plan(hosts: list[Host], workloads: list[str], gpus: str | None, seeds, mode: str = "ttt",
-         scale: str = "tiny", *, nodes: int = 1, topologies: dict[str, dict] | None = None) -> list[PlannedRun]:
-    """Every unit x workload x GPU count x seed (seeds are 1..K); GPU subsets from the topologies."""
+         scale: str = "tiny", *, nodes: int = 1, topologies: dict[str, dict] | None = None,
+         recipes: dict[str, dict] | None = None, spread: bool = False,
+         max_epochs: int | None = None) -> list[PlannedRun]:
+    """Every unit x workload x GPU count x seed (seeds are 1..K); GPU subsets from the topologies.
+
+    ``recipes``: workload -> a recipe's settings for its runs; ``spread``: each workload x GPU count x seed
+    runs on one unit only (round robin over the units: a tune trial's seeds over the fleet), not on every one;
+    ``max_epochs``: every run's epoch limit."""
     if mode not in MODES:
         raise ConfigError(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
     if scale not in SCALES:
@@ -219,13 +227,16 @@ def plan(hosts: list[Host], workloads: list[str], gpus: str | None, seeds, mode:
         per_unit.append([n for n in per_node[0] if all(n in other for other in per_node[1:])])
     limits.plan_size(sum(len(c) * sum(counts.values()) for c in per_unit))
     runs = []
-    for unit, gpu_counts in zip(units, per_unit):
+    for u, (unit, gpu_counts) in enumerate(zip(units, per_unit)):
         head = unit[0]
         for w in workloads:
             for n in gpu_counts:
                 for s in range(1, counts[w] + 1):
+                    if spread and (s - 1) % len(units) != u:
+                        continue
                     run = PlannedRun(head.name, w, n, s, mode, scale,
-                                     nodes=[h.name for h in unit] if len(unit) > 1 else [])
+                                     nodes=[h.name for h in unit] if len(unit) > 1 else [],
+                                     settings=dict((recipes or {}).get(w) or {}), max_epochs=max_epochs)
                     topo_doc = topologies.get(head.name)
                     if n > 0 and topo_doc is not None:
                         try:

@@ -82,8 +82,8 @@ class Sweep:
             saved = {(r.host, r.run_id): r for r in old.runs}
             for run in runs:
                 prev = saved.get((run.host, run.run_id))
-                if prev is None:
-                    continue
+                if prev is None or (prev.settings, prev.max_epochs) != (run.settings, run.max_epochs):
+                    continue   # another recipe or epoch limit: a run of its own, never the old one's result
                 run.attempts, run.token = prev.attempts, prev.token
                 if prev.state == "complete" and not sweep.verified(prev):
                     run.state, run.outcome, run.reason = "complete", prev.outcome, prev.reason

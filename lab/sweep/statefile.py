@@ -17,6 +17,7 @@ from lab.core import fields
 from lab.core import limits
 from lab.core import paths
 from lab.core.errors import ConfigError
+from lab.sweep import recipe
 
 STATE_FILE = "sweep.json"
 SCHEMA = 1
@@ -48,6 +49,17 @@ def _list(value, what: str) -> list:
     return value
 
 
+def _settings(value, what: str) -> dict:
+    """A run's recipe settings (lab.sweep.recipe): names and plain values; the runner checks them again."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{what}: {type(value).__name__} is not a mapping of settings")
+    for key, v in value.items():
+        if not isinstance(key, str) or not recipe.KEY_RE.match(key) or key in recipe.NOT_SETTABLE:
+            raise ConfigError(f"{what}: {str(key)[:40]!r} is not a setting a run may change")
+        recipe.plain(v, f"{what}.{key}")
+    return value
+
+
 # field of a planned run -> its check (value, what) -> value; lab.sweep.driver.PlannedRun has these fields
 RUN_FIELDS = {
     "host": fields.host_name,
@@ -66,6 +78,8 @@ RUN_FIELDS = {
     "attempts": lambda v, w: _int(v, w, limits.ATTEMPTS),
     "token": fields.token,
     "limit_s": lambda v, w: None if v is None else _number(v, w, limits.RUN_LIMIT_S),
+    "settings": lambda v, w: _settings(v, w),
+    "max_epochs": lambda v, w: None if v is None else _int(v, w, limits.MAX_EPOCHS),
 }
 REQUIRED = ("host", "workload", "gpus", "seed")
 

@@ -19,6 +19,7 @@ from lab.sweep import compiled, gate, hostlock, pilot
 from lab.core import paths
 from lab.core import writes
 from lab.sweep import preflight
+from lab.sweep import recipe
 from lab.hosts import remote as rmt
 from lab.sweep import topology as topo
 from lab.core.errors import GpulabError, HostError, RunError
@@ -189,6 +190,9 @@ class UnitWorker:
                 "--cache-dir", f"{node.layout.workdir}/cache"]
         if run.gpus == 0 and self.settings.compile_cpu:
             args.append("--compile")
+        if run.max_epochs is not None and run.mode == "ttt":
+            args += ["--max-epochs", str(run.max_epochs)]
+        args += recipe.set_args(run.settings)   # a recipe's settings (invoke sweep --recipe, invoke tune)
         if preflight.needs_data(run):   # trains on the prepared dataset (`invoke datasets`)
             args += ["--data", preflight.data_root(node.layout.workdir)]
         if len(self.nodes) > 1:

@@ -20,17 +20,34 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @functools.lru_cache(maxsize=1)
-def names() -> tuple[str, ...]:
-    """The registered workload names, in catalogue order."""
+def catalogue() -> dict[str, dict]:
+    """name -> the runner's entry (``declared``: the settings ``run --set`` may name; ``settings``: per scale)."""
     p = subprocess.run([sys.executable, "-m", "runner", "list", "--json"], cwd=REPO, capture_output=True,
                        text=True, timeout=120, stdin=subprocess.DEVNULL)
     try:
         doc = plaindata.loads(p.stdout, limit=limits.JSON_BYTES) if p.returncode == 0 else None
-        found = tuple(str(e["name"]) for e in doc)
+        found = {str(e["name"]): e for e in doc}
     except (TypeError, ValueError, KeyError):
         detail = (p.stderr.strip() or p.stdout.strip() or f"exit {p.returncode}").splitlines()[-1]
         raise RunError(f"`python -m runner list --json` failed: {detail}") from None
     return found
+
+
+def names() -> tuple[str, ...]:
+    """The registered workload names, in catalogue order."""
+    return tuple(catalogue())
+
+
+def scale_settings(workload: str, scale: str) -> dict:
+    """The settings of one scale of a registered workload, as the runner's catalogue has them."""
+    check([workload], "workload")
+    return dict((catalogue()[workload].get("settings") or {}).get(scale) or {})
+
+
+def declared(workload: str) -> set[str]:
+    """The settings ``runner run --set`` may name for ``workload``."""
+    check([workload], "workload")
+    return set(catalogue()[workload].get("declared") or ())
 
 
 def check(workloads: list[str], what: str = "--workloads") -> list[str]:

@@ -173,6 +173,8 @@ def main(args) -> int:
                 "metric": w["metric"], "frameworks": w["frameworks"],
                 "compliance_checked": w["compliance"], "sample_unit": w["sample_unit"],
                 "targets": {s: w["scales"][s]["target"] for s in SCALES},
+                "declared": sorted(set(w.get("settings", {})) | set(S.COMMON)),   # what `run --set` may name
+                "settings": {s: w["scales"][s] for s in SCALES},                 # each scale's own values
             })
         print(json.dumps(out, indent=2))
         return 0

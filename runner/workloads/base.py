@@ -59,6 +59,7 @@ class Context:
         # the scale's settings, as declared in workloads.yml (a read of an undeclared name fails)
         self.cfg = Settings(entry["scales"][self.scale], declarations(entry.get("settings", {})),
                             f"{self.name} ({self.scale} scale)")
+        self.cfg.update(spec.get("settings") or {})   # runner run --set (each checked against its declaration)
         self.log = log
         self.device = device
         self.rank = rank

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TASKS = {"provision", "sweep", "collect", "report", "validate", "audit", "demo", "datasets"}
+TASKS = {"provision", "sweep", "collect", "report", "validate", "audit", "demo", "datasets", "tune"}
 
 
 def invoke(*args, env=None):

@@ -1,0 +1,75 @@
+"""``invoke tune``'s request checked and put together: options and settings in, the search run.
+
+Everything is checked before a host is touched or anything is written (bad input: ConfigError, exit 2):
+the workload and scale, the study name, K seeds and the trial count (gpulab.tune.*), the space file, a
+baseline recipe (its workload, scale and values inside the space), the database URL.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from lab.core import fields
+from lab.core import limits
+from lab.core.errors import ConfigError
+from lab.sweep import recipe as recipes
+from lab.sweep import workloads as catalogue
+from lab.tune import space as spaces
+from lab.tune import storage as tunestorage
+from lab.tune.search import TuneRequest
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,57}$")   # + "-t0000" stays a sweep name
+
+
+def default_name(workload: str, scale: str, device: str | None) -> str:
+    return f"tune-{workload}-{scale}-{re.sub(r'[^A-Za-z0-9._-]', '_', device or 'fleet')}"[:58]
+
+
+def request(workload: str, *, scale: str, name: str | None, device: str | None, seeds, trials,
+            tune_settings: dict, space_file: str | Path | None = None, open_: bool = False,
+            baseline: str | None = None, gpus: str | None = None, wave: int = 1,
+            max_epochs=None) -> TuneRequest:
+    fields.workload(workload, "WORKLOAD")
+    catalogue.check([workload], "WORKLOAD")
+    fields.choice(scale, fields.SCALES, "--scale")
+    name = name or default_name(workload, scale, device)
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ConfigError(f"--name: {name!r} is not a study name (letters, digits, . _ -; at most 58)")
+    k = limits.number(tune_settings.get("seeds", 5) if seeds is None else seeds, "--seeds",
+                      limits.TUNE_SETTINGS["seeds"])
+    n = limits.number(tune_settings.get("trials", 20) if trials is None else trials, "--trials",
+                      limits.TUNE_SETTINGS["trials"])
+    space = spaces.load(workload, scale, space_file or spaces.SPACE, open_)
+    limit = catalogue.scale_settings(workload, scale).get("max_epochs")
+    if not isinstance(limit, int) or limit < 1:
+        raise ConfigError(f"workload {workload}: the {scale} scale has no epoch limit (max_epochs)")
+    if max_epochs is not None:   # a cheaper search: every run stops here (a miss counts 2 x this)
+        limit = min(limit, limits.number(max_epochs, "--max-epochs", limits.MAX_EPOCHS))
+    base, base_from = space.reference(), "the scale's own settings (runner/workloads/workloads.yml)"
+    if baseline is not None:
+        rec = recipes.load(baseline)
+        if (rec.workload, rec.scale) != (workload, scale):
+            raise ConfigError(f"--baseline {baseline}: a recipe of {rec.workload} at the {rec.scale} scale, "
+                              f"not {workload} at {scale}")
+        space.check_values(rec.settings, f"--baseline {baseline}")
+        base.update(rec.settings)
+        base_from = f"{baseline} over the scale's own settings"
+    for p in space.params:
+        v = base[p.name]
+        if p.kind != "choice" and not (p.low <= v <= p.high):
+            raise ConfigError(f"reference recipe ({base_from}): {p.name} {v!r} lies outside the space "
+                              f"{p.low:g}..{p.high:g} ({space.path})")
+        if p.kind == "choice" and v not in p.choices:
+            raise ConfigError(f"reference recipe ({base_from}): {p.name} {v!r} is none of the space's choices")
+    return TuneRequest(name=name, space=space, seeds=k, trials=n, limit=limit, baseline=base,
+                       baseline_from=base_from, wave=max(1, wave),
+                       p_threshold=float(tune_settings.get("p_threshold", 0.1)),
+                       retries=int(tune_settings.get("retries", 1)),
+                       heartbeat_s=float(tune_settings.get("heartbeat_s", 30)),
+                       stale_s=float(tune_settings.get("stale_s", 600)), gpus=gpus, device=device or "")
+
+
+def storage_for(history_url: str):
+    """(Optuna storage, its URL for messages) for the lab's database."""
+    return tunestorage.open_storage(history_url), tunestorage.shown(history_url)
