@@ -1,5 +1,6 @@
 """Shared fixtures. The test lab (real SSH hosts in network namespaces): tests/testlab/."""
 
+from tests.crashguard import pytest_cmdline_main  # noqa: F401  (one crash is one failed test)
 from tests.testlab.fixtures import clean_leftovers_at_start, testlab, testlab_images  # noqa: F401
 
 

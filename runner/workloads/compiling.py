@@ -55,6 +55,33 @@ def decide(ctx, compile_modes) -> None:
     """
     ctx.compile = bool(ctx.compile and ctx.mode in compile_modes and ctx.cfg.get("compile", True))
     ctx.fast_layers = bool(ctx.optimized and ctx.compile)
+    cpu_layout(ctx)
+
+
+def cpu_layout(ctx) -> None:
+    """Channels-last stays off in CPU bf16 runs where oneDNN's kernel would kill the process.
+
+    The one owner of that rule (runner/README "CPU runs and oneDNN"): ``ctx.channels_last`` off,
+    and for a compiled run Inductor's layout optimization too (on a CPU it turns every
+    convolution channels-last), both said once on stderr and in ``ctx.notes``; the run goes on
+    in NCHW. Elsewhere (GPU, fp32, AVX2) nothing changes.
+    """
+    if ctx.device.type != "cpu" or ctx.precision != "bf16" or not (ctx.channels_last or ctx.compile):
+        return
+    from runner.workloads import cpucaps
+
+    why = cpucaps.bf16_channels_last_crash()
+    if why is None:
+        return
+    ctx.channels_last = False
+    if ctx.compile:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.layout_optimization = False  # this process runs one workload
+    note = f"channels-last off: {why}; the run uses the NCHW layout"
+    if note not in ctx.notes:
+        ctx.notes.append(note)
+        print(f"[workload] {note}", file=sys.stderr, flush=True)
 
 
 def compile_fn(ctx: "Context", fn, dynamic: bool | None = False, options: dict | None = None):

@@ -218,6 +218,13 @@ def test_the_bf16_study_runs_every_case_and_its_fp32_floor_is_exact(tmp_path, ca
     assert cases["fp32_repeat"]["lowest"]["cosine"] >= 0.999999 and cases["fp32_repeat"]["negatives_differ"] == 0
     assert cases["bf16_fp32_negatives"]["negatives_differ"] == 0 and cases["bf16"]["compared"] > 20
     assert cases["bf16"]["lowest"]["cosine"] < 0.999999  # bf16 does move the gradient
+    from runner.workloads import cpucaps
+
+    why = cpucaps.bf16_channels_last_crash()  # AVX-512 oneDNN: that pass would kill the process
+    if why:
+        assert cases["bf16_channels_last_vs_bf16"] == {"skipped": why}
+    else:
+        assert cases["bf16_channels_last_vs_bf16"]["compared"] == cases["bf16"]["compared"]
     assert "fp32_repeat" in capsys.readouterr().out
     assert ssd_bf16.main(["--batch", "0"]) == 2
     assert "--batch must be at least 1" in capsys.readouterr().err

@@ -1,0 +1,94 @@
+"""tests/crashguard.py: a test that kills the interpreter is one failed test, and the session goes on.
+
+Each case runs a small pytest session in a temporary folder with the guard loaded as tests/conftest.py
+loads it, as a user would start it (``python -m pytest``)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CONFTEST = "from tests.crashguard import pytest_cmdline_main  # noqa: F401\n"
+MIXED = '''
+import os, pytest
+from pathlib import Path
+
+def ran(name):
+    with open(Path(__file__).parent / "ran.txt", "a") as f:
+        f.write(name + "\\n")
+
+def test_one():
+    ran("one")
+
+def test_abort():
+    ran("abort")
+    os.abort()
+
+@pytest.mark.skip(reason="not here")
+def test_skipped():
+    ran("skipped")
+
+def test_fails():
+    ran("fails")
+    assert False
+
+@pytest.mark.parametrize("x", [1, 2])
+def test_par(x):
+    ran(f"par{x}")
+'''
+LAST = '''
+import os, signal
+from test_a import ran
+
+def test_before():
+    ran("before")
+
+def test_segv():
+    ran("segv")
+    os.kill(os.getpid(), signal.SIGSEGV)
+'''
+
+
+def session(tmp: Path, files: dict, *args) -> subprocess.CompletedProcess:
+    (tmp / "conftest.py").write_text(CONFTEST)
+    for name, text in files.items():
+        (tmp / name).write_text(text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GPULAB_CRASHGUARD"))}
+    env["PYTHONPATH"] = str(ROOT)
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # quicker starts; the guard needs no plugin
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=tmp, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_an_abort_and_a_segfault_are_two_failed_tests_and_every_other_test_runs_once(tmp_path):
+    r = session(tmp_path, {"test_a.py": MIXED, "test_b.py": LAST}, "-ra")
+    out = r.stdout
+    assert r.returncode == 1, out + r.stderr
+    # every test ran once, in order, the ones after each crash included
+    assert (tmp_path / "ran.txt").read_text().split() == ["one", "abort", "fails", "par1", "par2", "before", "segv"]
+    assert "FAILED test_a.py::test_abort - killed by SIGABRT" in out
+    assert "FAILED test_b.py::test_segv - killed by SIGSEGV" in out
+    # an ordinary failure in a session that crashed later: its report is printed by the guard
+    assert "FAILED test_a.py::test_fails (call)" in out and "assert False" in out
+    closing = out.strip().splitlines()[-1]
+    assert "3 failed, 4 passed, 1 skipped in " in closing, out
+    assert "test_a.py::test_abort killed by SIGABRT; test_b.py::test_segv killed by SIGSEGV" in closing
+    assert "Fatal Python error: Aborted" in r.stderr  # the crashed test's own traceback is kept
+    # -x: the crash is the first failure, nothing after it runs
+    (tmp_path / "ran.txt").unlink()
+    r = session(tmp_path, {}, "-x")
+    assert r.returncode == 1 and (tmp_path / "ran.txt").read_text().split() == ["one", "abort"], r.stdout
+    assert "1 failed, 1 passed in " in r.stdout.strip().splitlines()[-1]
+
+
+def test_without_a_crash_the_exit_code_and_output_are_pytest_s_own(tmp_path):
+    r = session(tmp_path, {"test_ok.py": "def test_ok():\n    pass\n"})
+    assert r.returncode == 0 and "crash guard" not in r.stdout + r.stderr, r.stdout
+    assert r.stdout.strip().splitlines()[-1].startswith("=") and "1 passed" in r.stdout
+    r = session(tmp_path, {"test_ok.py": "def test_ok():\n    assert False\n"})
+    assert r.returncode == 1 and "crash guard" not in r.stdout + r.stderr
+    (tmp_path / "test_ok.py").unlink()
+    r = session(tmp_path, {})
+    assert r.returncode == 5 and "no tests ran" in r.stdout  # "no tests" is not hidden
