@@ -24,6 +24,7 @@ pytest.importorskip("tests.testlab.fixtures", reason="the SSH test lab (tests/te
 
 from lab.results import checksums  # noqa: E402
 from tests.testlab import controllers  # noqa: E402
+from tests.testlab.fixtures import lab_required  # noqa: E402
 from tests.testlab.util import LabError  # noqa: E402
 
 pytestmark = pytest.mark.lab
@@ -176,7 +177,11 @@ def controller_python(request) -> str:
     """The controller's interpreter, one of each Python gpulab supports (tests/testlab/controllers.py)."""
     try:
         return controllers.python_for(request.param)
-    except LabError as exc:
+    except controllers.NoInterpreter as exc:  # the machine has none: a visible skip
+        pytest.skip(str(exc))
+    except LabError as exc:  # the environment could not be made (venv, pip): an error in CI, never a skip
+        if lab_required():
+            pytest.fail(f"GPULAB_REQUIRE_LAB is set but {exc}", pytrace=False)
         pytest.skip(str(exc))
 
 

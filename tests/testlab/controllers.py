@@ -32,6 +32,10 @@ except ImportError:  # Python 3.10: the test extra brings tomli
 VERSIONS = ("3.10", "3.11", "3.12", "3.13")
 
 
+class NoInterpreter(LabError):
+    """This machine has no interpreter of the version: a fact of the machine (the test skips, and says so)."""
+
+
 def _version_of(python: str) -> str | None:
     try:
         p = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
@@ -61,12 +65,13 @@ def requirements() -> list[str]:
 
 
 def python_for(version: str) -> str:
-    """An interpreter of ``version`` that can run the controller; LabError when none can be had here."""
+    """An interpreter of ``version`` that can run the controller; NoInterpreter when this machine has none
+    of that version, LabError when its environment cannot be made (venv, pip)."""
     if "%d.%d" % sys.version_info[:2] == version:
         return sys.executable
     base = find(version)
     if base is None:
-        raise LabError(f"no Python {version} on this machine (looked in ~/.pyenv/versions, PATH, /usr/bin, "
+        raise NoInterpreter(f"no Python {version} on this machine (looked in ~/.pyenv/versions, PATH, /usr/bin, "
                        f"/usr/local/bin)")
     venv = cache_dir() / "controllers" / f"py{version}-{digest(base, REPO / 'pyproject.toml')}"
     py = venv / "bin" / "python"

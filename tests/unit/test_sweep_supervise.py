@@ -5,9 +5,7 @@ on CPython 3.11+: the workers are waited for on Events instead)."""
 from __future__ import annotations
 
 import _thread
-import glob
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +19,7 @@ import pytest
 from lab.core.errors import ConfigError
 from lab.hosts import inventory
 from lab.sweep import driver, supervise
+from tests.testlab import controllers
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -104,24 +103,24 @@ def test_ctrl_c_waits_for_every_worker_to_stop_its_run(sigint_raises, when):
     assert log[4] == ("saved", None)
 
 
-def interpreters() -> list[str]:
-    """This Python and every other supported one found here (3.10-3.13: pyenv's, or on PATH): the Thread.join
-    behaviour that broke Ctrl-C differs between them."""
-    found = {f"{sys.version_info[0]}.{sys.version_info[1]}": sys.executable}
-    for minor in (10, 11, 12, 13):
-        v = f"3.{minor}"
-        candidates = [*sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{v}.*/bin/python{v}"))),
-                      shutil.which(f"python{v}")]
-        for c in candidates:   # pyenv's shims need a version chosen: its interpreters themselves instead
-            if v not in found and c and "/shims/" not in c and os.access(c, os.X_OK):
-                found[v] = c
-    return [found[v] for v in sorted(found)]
+def interpreter(version: str) -> str:
+    """This Python, or another supported one found here (tests/testlab/controllers.find: pyenv's, PATH,
+    /usr/bin): the Thread.join behaviour that broke Ctrl-C differs between them. A version this machine has
+    no interpreter for is a visible skip."""
+    if "%d.%d" % sys.version_info[:2] == version:
+        return sys.executable
+    found = controllers.find(version)
+    if found is None:
+        pytest.skip(f"no Python {version} on this machine (looked in ~/.pyenv/versions, PATH, /usr/bin, "
+                    f"/usr/local/bin)")
+    return found
 
 
-@pytest.mark.parametrize("python", interpreters())
-def test_ctrl_c_from_a_real_signal_stops_the_running_process(tmp_path, python):
+@pytest.mark.parametrize("version", controllers.VERSIONS)
+def test_ctrl_c_from_a_real_signal_stops_the_running_process(tmp_path, version):
     """A controller process on each Python found here, a worker watching a child process: SIGINT to the
     controller, and the child is stopped (SIGTERM) before the controller exits."""
+    python = interpreter(version)
     pidfile = tmp_path / "child.pid"
     script = textwrap.dedent(f"""
         import signal, subprocess, sys, threading
