@@ -89,6 +89,33 @@ def measure(dev, batch: int, tf32: bool) -> dict:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
+def old_test_draw(dev) -> dict:
+    """The draw of tests/gpu/test_stem_gpu.py's earlier fp32 test (input and output gradient from the
+    global generator after ``stems``), TF32 off: its element-wise check, the forms' distance from
+    float64 and the max pool windows whose winner differs from float64."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        ref = stems(dev, torch.float64)[0]
+        plain, fast = stems(dev)   # seeds 0, as the test did, then draws as it did
+        x = torch.randn(8, 3, 224, 224, device=dev).contiguous(memory_format=torch.channels_last)
+        with torch.no_grad():
+            shape = plain(x).shape
+        g = torch.randn(shape, device=dev).double()
+        r = grads(ref, x.double(), g)
+        forms = {"plain": grads(plain, x, g), "fast eager": grads(stems(dev)[1], x, g)}
+        if dev.type == "cuda":
+            forms["fast compiled"] = grads(torch.compile(fast), x, g)
+        out = compare(forms, r)
+        win = pool_winners(ref, x.double())
+        out["max pool windows won by another element than in float64"] = {
+            "plain": int((pool_winners(plain, x) != win).sum()),
+            "fast eager": int((pool_winners(stems(dev)[1], x) != win).sum())}
+        return out
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 def compare(forms, ref) -> dict:
     out = {}
     for form, got in forms.items():
@@ -114,9 +141,12 @@ def main(argv=None) -> int:
     dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     doc = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
            "torch": torch.__version__, "batch": args.batch}
-    for tf32 in (False, True) if dev.type == "cuda" else (False,):
-        key = "tf32_on" if tf32 else "tf32_off"
-        doc[key] = measure(dev, args.batch, tf32)
+    runs = [("tf32_off", lambda: measure(dev, args.batch, False))]
+    if dev.type == "cuda":
+        runs.append(("tf32_on", lambda: measure(dev, args.batch, True)))
+    runs.append(("old_test", lambda: old_test_draw(dev)))
+    for key, fn in runs:
+        doc[key] = fn()
         for form, row in doc[key].items():
             if form.startswith("max pool"):
                 print(f"{key:8} {form}: {row}", flush=True)

@@ -28,6 +28,16 @@ Design. Rounding noise and real faults look different at two scales:
    2^-24 there, so ``d <= FP32_DISTANCE`` (measured at most 0.0036, ssd
    full, where cuDNN's algorithm choice reorders sums) and each parameter's
    own relative error is held to ``FP32_PARAM_ERROR`` (measured at most 0.008).
+   A model can amplify fp32 rounding past that bound: resnet50 full (the
+   reference initialisation, no zero-initialised residual batch norm; its plain
+   bf16 pass is 1.3 from fp32) measured 0.021 on one H100, every parameter at
+   cosine >= 0.9997 and scale 1 +- 0.004, the error growing from 2e-5 at the
+   classifier to 0.01 in layer4 and 0.02 below, the stem no different. So
+   with an fp32 ``noise`` pass (the plain model in fp32 with the optimized
+   path's channels-last layout, TF32 off: the same function summed in another
+   order) the bound is ``max(FP32_DISTANCE, NOISE_FACTOR * d_noise + NOISE_ABS)``:
+   the fixed bound for well-conditioned models, the model's own fp32 spread
+   where it is larger.
 2. Each parameter alone, where noise cannot explain the finding whatever the
    conditioning: a missing gradient (a parameter cut from the graph), a
    gradient where the plain model has none, a shape mismatch, a non-finite
@@ -159,7 +169,7 @@ def judge(ref: dict, got: dict, precision: str = "bf16", noise: dict | None = No
     elif sums["ref"] > 0:
         d = math.sqrt(sums["got"] / sums["ref"])
         distance["optimized"] = d
-        if strict:
+        if strict and (noise is None or any(r["noise_error"] is None for r in rows)):
             distance["limit"] = FP32_DISTANCE
         elif noise is None or any(r["noise_error"] is None for r in rows):
             _fail(failures, "*", "noise", f"no usable plain {precision} pass for every parameter: "
@@ -167,9 +177,11 @@ def judge(ref: dict, got: dict, precision: str = "bf16", noise: dict | None = No
         else:
             distance["noise"] = math.sqrt(sums["noise"] / sums["ref"])
             distance["limit"] = NOISE_FACTOR * distance["noise"] + NOISE_ABS
+            if strict:
+                distance["limit"] = max(FP32_DISTANCE, distance["limit"])
         if distance["limit"] is not None and d > distance["limit"]:
-            base = "" if strict else (f" ({NOISE_FACTOR:g} x the plain {precision} pass's "
-                                      f"{distance['noise']:.4g} + {NOISE_ABS:g})")
+            base = "" if distance["noise"] is None else (f" ({NOISE_FACTOR:g} x the plain {precision} pass's "
+                                                          f"{distance['noise']:.4g} + {NOISE_ABS:g})")
             _fail(failures, "*", "distance", f"whole-model relative distance {d:.4g} > {distance['limit']:.4g}"
                   + base)
     low = min(rows, key=lambda r: r["cosine"], default=None)
