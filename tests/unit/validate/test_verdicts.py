@@ -358,7 +358,8 @@ def test_model_names():
     assert fleet.model_key("Tesla V100-PCIE-16GB", refs) == "V100-PCIe"
     assert fleet.model_key("V100-PCIE-32GB", refs) == "V100-PCIe"
     assert fleet.model_key("NVIDIA H200", refs) == "H200"
-    assert fleet.model_key("NVIDIA A100-SXM4-80GB", refs) is None
+    assert fleet.model_key("NVIDIA A100-SXM4-80GB", refs) == "A100-SXM4"   # DCGM's floors (issue 48)
+    assert fleet.model_key("NVIDIA RTX 4090", refs) is None
 
 
 def test_all_gpus_at_once_only_fail_bounds(snap, refs):
