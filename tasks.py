@@ -47,6 +47,21 @@ def _select(c, inventory, host=None, device=None, limit=None):
     return inv.load(setting(c, "inventory", inventory)).select(host, device, limit)
 
 
+def _changes_hosts(c, inventory, task: str) -> None:
+    """Provisioning and data preparation change the hosts: on the embedded default (this machine, used because
+    no inventory was named) they ask for the inventory to be named, so that a README line run as it stands
+    never installs a stack on the machine it was typed on."""
+    from lab.core import config
+    from lab.core.errors import ConfigError
+
+    if inventory is None and not config.user_set(c.config, "inventory"):
+        default = setting(c, "inventory")
+        raise ConfigError(f"{task} changes the hosts it runs on, and no inventory was named (the default, {default}, "
+                          f"is this machine): name it, `invoke {task} --inventory {default}` to change this machine, "
+                          f"or your lab's inventory (--inventory FILE, or the setting gpulab.inventory); "
+                          f"--check changes nothing")
+
+
 @task(help={**SELECT_HELP, "stack": "stack profile to apply instead of each host's gpulab_stack",
             "check": "dry run: report what would change, change nothing",
             "diff": "show file and package differences",
@@ -58,6 +73,8 @@ def provision(c, host=None, device=None, limit=None, stack=None, check=False, di
     from lab.hosts import provision as prov
 
     hosts = _select(c, inventory, host, device, limit)
+    if not check:
+        _changes_hosts(c, inventory, "provision")
     summary = prov.provision(hosts, inventory=setting(c, "inventory", inventory), stack=stack, check=check,
                              diff=diff, datasets=datasets, datasets_catalogue=setting(c, "datasets_catalogue"),
                              artifacts=setting(c, "artifacts"),
@@ -91,6 +108,8 @@ def datasets(c, names, host=None, device=None, limit=None, storage=None, root=No
     from lab.hosts import datasets as ds
 
     hosts = _select(c, inventory, host, device, limit)
+    if not check:
+        _changes_hosts(c, inventory, "datasets")
     result = ds.prepare(hosts, names, inventory=setting(c, "inventory", inventory),
                         catalogue=setting(c, "datasets_catalogue", catalogue), storage=storage, root=root,
                         check=check, artifacts=setting(c, "artifacts"))

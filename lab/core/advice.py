@@ -2,9 +2,11 @@
 
 A line of advice names a command in backquotes (```invoke datasets --host h1 --names ncf```).
 ``carry(text)`` rewrites every such command to the inventory and the settings file the running task uses:
-``invoke -f FILE`` when Invoke was given one, and ``--inventory PATH`` for the tasks that take an inventory
-and were not given one. ``remember`` is called once per task (lab.core.cli.task_errors) with what Invoke
-parsed; a library call that set nothing gets the commands unchanged.
+``invoke -f FILE`` when Invoke was given one, and ``--inventory PATH`` (when the command was given one) for the
+tasks that take an inventory and were not given one: what lives only on the command line. Settings that
+persist (a lab's invoke.yaml, ``INVOKE_GPULAB_*``) apply to the pasted command as they did to the first.
+``remember`` is called once per task (lab.core.cli.task_errors) with what Invoke parsed; a library call
+that set nothing gets the commands unchanged.
 """
 
 from __future__ import annotations

@@ -230,7 +230,7 @@ def task_errors(fn):
             config.check(c.config.get("gpulab"))
             arguments = inspect.signature(fn).bind_partial(c, *args, **kwargs).arguments
             check_paths(lambda key: setting(c, key), arguments)
-            advice.remember(config=_config_file(), inventory=setting(c, "inventory", arguments.get("inventory")))
+            advice.remember(config=_config_file(), inventory=arguments.get("inventory"))   # what pasting needs again
             result = fn(c, *args, **kwargs)
             sys.stdout.flush()   # here, not at exit: a reader that left is a BrokenPipeError handled below
             return result

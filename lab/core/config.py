@@ -70,6 +70,18 @@ def layer_problem(cfg) -> str | None:
     return None
 
 
+def user_set(cfg, key: str) -> bool:
+    """Whether a layer above gpulab's defaults (a file of FILE_LAYERS, an INVOKE_GPULAB_* variable, overrides)
+    sets ``gpulab.<key>`` (dotted), whatever its value."""
+    for attr in (*(a for a, _ in FILE_LAYERS), "env", "overrides"):
+        node = getattr(cfg, f"_{attr}", None)
+        for part in ("gpulab", *key.split(".")):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if node is not None:
+            return True
+    return False
+
+
 def plain(node):
     """Invoke's config proxies as plain dicts and lists."""
     if isinstance(node, Mapping) or (hasattr(node, "keys") and hasattr(node, "__getitem__")):

@@ -18,7 +18,8 @@ from lab.core import advice
 from lab.core import limits
 from lab.core.errors import ConfigError
 from lab.history.db import Database
-from lab.history.models import Check, Gpu, Run, RunGpu
+from lab.history.models import Check, Gpu, Run, RunGpu, Validation
+from lab.history.quarantine import HEALTH_LEVEL
 from lab.history.sources import utc
 from lab.history.store import _aware
 
@@ -62,6 +63,14 @@ def check_filter(q, host, uuid, index, metric):
     return q
 
 
+def check_source(level: str | None) -> str:
+    """What recorded a check, as `invoke history` and the history page name it: a sweep's health gate
+    (lab.history.sweeps, level ``health``) or an `invoke validate` (its level)."""
+    if level == HEALTH_LEVEL:
+        return "sweep health gate"
+    return f"validate {level}" if level else "validate"
+
+
 def history_rows(db: Database, *, host=None, gpu=None, metric=None, since=None, until=None,
                  limit: int = 200) -> list[dict]:
     limit = limits.number(limit, "--limit", limits.Range(1, MAX_ROWS, "rows"))
@@ -69,16 +78,17 @@ def history_rows(db: Database, *, host=None, gpu=None, metric=None, since=None, 
     uuid, index = _gpu_filter(gpu, host)
     out = []
     with db.session() as s:
-        q = select(Check, Gpu.uuid).outerjoin(Gpu, Gpu.id == Check.gpu_id)
+        q = (select(Check, Gpu.uuid, Validation.level).outerjoin(Gpu, Gpu.id == Check.gpu_id)
+             .join(Validation, Validation.id == Check.validation_id))
         q = check_filter(q, host, uuid, index, metric)
         if since:
             q = q.where(Check.at >= since)
         if until:
             q = q.where(Check.at <= until)
-        for c, u in s.execute(q.order_by(Check.at.desc(), Check.id).limit(limit)):
+        for c, u, level in s.execute(q.order_by(Check.at.desc(), Check.id).limit(limit)):
             out.append(dict(at=_aware(c.at), host=c.host, gpu=c.gpu_index, uuid=u, metric=c.name,
                             value=c.value if c.value is not None else c.value_text, unit=c.unit,
-                            verdict=c.verdict, stack=c.stack, source="validate"))
+                            verdict=c.verdict, stack=c.stack, source=check_source(level)))
         q = select(Run)
         if host:
             q = q.where(Run.host == host)

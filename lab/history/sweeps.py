@@ -1,8 +1,9 @@
 """What a sweep reads from and writes to the history as it goes (lab.sweep calls it through tasks.py,
 as plain data: lab.sweep knows nothing of the database).
 
-* ``recent_pass(host, hours)``: whether a health check of the host passed within the window
-  (``gpulab.sweep.health_valid_hours``): then the sweep's health gate does not run there again;
+* ``recent_pass(host, hours)``: whether the host's newest check (a sweep's health check or a validate:
+  one verdict, the newest decides) passed within the window (``gpulab.sweep.health_valid_hours``): then
+  the sweep's health gate does not run there again;
 * ``mark(host)``: the boot id and uptime of the host's last health check (XIDs after it are new);
 * ``record_health(host, health, ...)``: a health check (lab.validate.health.Health) as one
   validation of level ``health`` (its checks, the GPUs by UUID, the kernel log mark), and each GPU
@@ -68,12 +69,19 @@ class SweepMemory:
                          .order_by(Validation.at.desc(), Validation.id.desc()).limit(1)).first()
 
     def recent_pass(self, host: str, hours: float) -> bool:
+        """One verdict, the newest: the host's newest check of either kind (a sweep's health check or an
+        `invoke validate`) passed, and within ``hours``. A newer failing check, whichever kind, runs the gate."""
         if hours <= 0:
             return False
         with self._lock, self.db.session() as s:
-            newest = self._newest_health(s, host)
-        return (newest is not None and newest.verdict == "PASS" and newest.at is not None
-                and _aware(newest.at) >= now() - dt.timedelta(hours=hours))
+            newest = s.execute(select(Validation.id, Validation.at)
+                               .join(Check, Check.validation_id == Validation.id).where(Check.host == host)
+                               .order_by(Validation.at.desc(), Validation.id.desc()).limit(1)).first()
+            if newest is None or newest.at is None:
+                return False
+            failed = s.execute(select(Check.id).where(Check.validation_id == newest.id, Check.host == host,
+                                                      Check.verdict == "FAIL").limit(1)).first()
+        return failed is None and _aware(newest.at) >= now() - dt.timedelta(hours=hours)
 
     def mark(self, host: str) -> tuple[str | None, float | None] | None:
         with self._lock, self.db.session() as s:

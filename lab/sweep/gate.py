@@ -24,17 +24,15 @@ from lab.core.errors import GpulabError, RunError
 from lab.hosts import remote as rmt
 from lab.hosts.inventory import Host
 from lab.validate import health as judge
+from lab.validate import hostchecks
 from runner.rundir import HEALTH
 
 MAX_DOC = 4 << 20
 
 
 def expects_gpus(host: Host) -> bool:
-    """The inventory says the host has GPUs: a count above 0, or a model named (not cpu, not auto) and a
-    count other than 0. A host of `auto` and `auto` may have none."""
-    if isinstance(host.gpu_count, int) and not isinstance(host.gpu_count, bool):
-        return host.gpu_count > 0
-    return str(host.gpu_model).lower() not in ("cpu", "auto")
+    """The inventory says the host has GPUs: validate's own rule (lab.validate.hostchecks.expects_gpus)."""
+    return hostchecks.expects_gpus(host)
 
 
 def read(remote: rmt.Remote, install: rmt.RunnerInstall) -> dict:

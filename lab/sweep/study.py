@@ -117,6 +117,8 @@ def expand_workloads(workloads: list[str]) -> list[str]:
 
 # --------------------------------------------------------------------------- earlier runs
 
+HOST = "host"   # first member of history()'s per-host keys
+
 def _parse_time(value) -> _dt.datetime | None:
     if not isinstance(value, str):
         return None
@@ -139,8 +141,8 @@ def _device_of(host_doc: dict, gpus: int, rules) -> str | None:
 
 
 def history(results_dir: Path | str | None) -> dict[tuple, list[float]]:
-    """Minutes of the complete runs of every sweep under ``results_dir``, by
-    (workload, mode, scale, device, GPUs). Unreadable or odd files are passed over."""
+    """Minutes of the complete runs of every sweep under ``results_dir``, by (workload, mode, scale, device,
+    GPUs), and by ("host", host, workload, mode, scale, GPUs). Unreadable or odd files are passed over."""
     out: dict[tuple, list[float]] = defaultdict(list)
     root = Path(results_dir) if results_dir else None
     if root is None or not root.is_dir():
@@ -161,12 +163,25 @@ def history(results_dir: Path | str | None) -> dict[tuple, list[float]]:
             if t0 is None or t1 is None or t1 <= t0 or not isinstance(gpus, int) or gpus < 0 \
                     or not isinstance(host, dict):
                 continue
+            minutes = (t1 - t0).total_seconds() / 60.0
+            # the same host's own runs, by GPU count: what estimates a host whose model or count is 'auto'
+            out[(HOST, r["host"], r.get("workload"), r.get("mode"), r.get("scale"), gpus)].append(minutes)
             device = _device_of(host, gpus, rules)
-            if device is None:
-                continue
-            key = (r.get("workload"), r.get("mode"), r.get("scale"), device, gpus)
-            out[key].append((t1 - t0).total_seconds() / 60.0)
+            if device is not None:
+                out[(r.get("workload"), r.get("mode"), r.get("scale"), device, gpus)].append(minutes)
     return out
+
+
+def _host_past(run, past: dict) -> float | None:
+    """Minutes of ``run`` from its first host's own earlier runs of the same workload, mode and scale: of
+    the same GPU count, or for a count not known yet ('all' on a host of 'auto') the sum over the counts
+    that host ran (each count's median), as 'all' expands to them."""
+    if not getattr(run, "hosts", None):
+        return None
+    own = {k[5]: v for k, v in past.items() if k[:5] == (HOST, run.hosts[0], run.workload, run.mode, run.scale) and v}
+    if run.gpus >= 0:
+        return statistics.median(own[run.gpus]) if run.gpus in own else None
+    return sum(statistics.median(v) for v in own.values()) if own else None
 
 
 # --------------------------------------------------------------------------- the plan
@@ -185,6 +200,10 @@ def estimate(run, device: str | None, past: dict, study: Study | None = None) ->
     key = (run.workload, run.mode, run.scale, "CPU" if run.gpus == 0 else device, run.gpus)
     if past.get(key):
         return statistics.median(past[key]), "earlier runs"
+    if device is None or run.gpus < 0:   # 'auto': what this host itself took before
+        own = _host_past(run, past)
+        if own is not None:
+            return own, "earlier runs on this host"
     if run.scale != "full":
         return None, "test scale"
     study = study or load()

@@ -99,7 +99,8 @@ def _count_checks(host, probe: dict, gpus: list[dict]) -> list[dict]:
 
 def expects_gpus(host) -> bool:
     """Whether the inventory expects this host to have GPUs: a count of one or more, or a GPU model named
-    (``auto`` for both, or a count of 0, expects none: a CPU host)."""
+    (``auto`` for both, a count of 0 or the model CPU expects none: a CPU host). The sweep's health gate
+    asks the same (lab.sweep.gate): one rule for both verdicts."""
     if host is None:
         return True
     count = _host_field(host, "gpu_count", "auto")
@@ -109,7 +110,7 @@ def expects_gpus(host) -> bool:
             return int(count) > 0
         except (TypeError, ValueError):
             return True
-    return model not in (None, "", "auto", "none")
+    return str(model).lower() not in ("", "auto", "none", "cpu")   # CPU: lab/data/devices.yml's CPU device
 
 
 def no_gpu_checks(host, probe: dict) -> list[dict]:

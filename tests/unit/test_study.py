@@ -139,7 +139,8 @@ def test_earlier_runs_of_this_lab_replace_the_figures(tmp_path):
     (results / "junk").mkdir()
     (results / "junk" / "sweep.json").write_text("{not json")      # passed over
     past = study.history(results)
-    assert past == {("ncf", "ttt", "full", "T4", 2): [10.0, 20.0, 30.0]}   # failed runs do not count
+    assert past == {("ncf", "ttt", "full", "T4", 2): [10.0, 20.0, 30.0],    # failed runs do not count
+                    ("host", "gpu1", "ncf", "ttt", "full", 2): [10.0, 20.0, 30.0]}
     run = driver.PlannedRun("r740-01", "ncf", 2, 9, "ttt", "full")
     assert study.estimate(run, "T4", past) == (20.0, "earlier runs")
     assert study.estimate(run, "V100-PCIe", past)[1] == "lab/data/study.yml"
@@ -285,15 +286,25 @@ def test_unreachable_hosts_are_left_to_the_sweep(tmp_path):
     assert preflight.refusal({"gone": got}) is None
 
 
-# --------------------------------------------------------------------------- the demo
+# the demo's small sweep (its two seeds, the report's path): tests/integration/test_readme_walk.py runs it
+# as the README's quick start writes it
 
-@pytest.mark.slow
-def test_invoke_demo_keeps_its_small_sweep(tmp_path):
-    env = {"INVOKE_GPULAB_RESULTS": str(tmp_path / "results"), "HOME": str(tmp_path / "home"),
-           "OMP_NUM_THREADS": "2"}
-    r = invoke("demo", "--name", "demo-test", env=env, timeout=900)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    state = json.loads((tmp_path / "results" / "demo-test" / "sweep.json").read_text())
-    assert sorted(x["run_id"] for x in state["runs"]) == ["ncf-ttt-tiny-cpu-s1", "ncf-ttt-tiny-cpu-s2"]
-    assert r.stdout.strip().splitlines()[-1] == \
-        f"report: {tmp_path / 'results' / 'demo-test' / 'report' / 'report.html'}"
+
+def test_a_host_of_auto_model_is_estimated_from_its_own_earlier_runs(tmp_path):
+    """The demo's settings right after the demo ran: this machine (GPU model and count 'auto') has done them."""
+    results = tmp_path / "results"
+    runs = [driver.PlannedRun("localhost", "ncf", 0, s, "ttt", "tiny", state="complete", outcome="success",
+                              started="2026-12-01T10:00:00Z", ended=f"2026-12-01T10:0{s}:00Z") for s in (1, 3)]
+    driver.Sweep(root=results / "demo-1", name="demo-1", runs=runs,
+                 hosts={"localhost": {"gpu_model": "auto", "topology": {"gpu_count": 0, "gpus": []}}}).save()
+    past = study.history(results)
+    host = inventory.load(ROOT / "inventory" / "local.yml").select()[0]
+    planned = driver.plan([host], ["ncf"], "all", 2, "ttt", "tiny")
+    assert [r.gpus for r in planned] == [-1, -1]                          # 'all' on 'auto': not known yet
+    assert study.estimate(planned[0], None, past) == (2.0, "earlier runs on this host")
+    lines, _ = study.describe(planned, [host], past=past)
+    assert lines[0] == "localhost (GPU model auto): 2 runs, about 4 min"
+    assert "(earlier runs on this host)" in lines[1] and "unknown" not in " ".join(lines)
+    other = driver.PlannedRun("elsewhere", "ncf", -1, 1, "ttt", "tiny")
+    assert study.estimate(other, None, past) == (None, "test scale")     # another host's past is not this one's
+
