@@ -158,7 +158,7 @@ def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=
     name = sw.default_name() if name is None else name
     sw.check_name(name)
     catalogue = setting(c, "datasets_catalogue")
-    url = history.resolve_url(setting(c, "history_url"), results)
+    url = history_tasks.url_for(c)
     held = history.quarantined(url, hosts)   # what the plan leaves out (invoke quarantine)
     if dry_run:
         left, topologies, notes = plan.plan_around(hosts, held)
@@ -302,7 +302,7 @@ def validate(c, device=None, host=None, limit=None, level="quick", baseline=Fals
     from lab.core.errors import ConfigError
     from lab.validate import fleet as val, gpurefs
 
-    url = history.resolve_url(setting(c, "history_url"), setting(c, "results"))
+    url = history_tasks.url_for(c)
     out_dir = Path(out) if out else Path(setting(c, "results")) / "validate"
     refs = setting(c, "references", references)
     if from_history:
@@ -322,7 +322,8 @@ def validate(c, device=None, host=None, limit=None, level="quick", baseline=Fals
     written = [f for f in result.files if Path(f).name == "validate.json"]
     if written and not baseline:   # into the history, then failures quarantined (a database that fails: one line)
         # the default database (no gpulab.history_url) lives under results/: made there on a fresh checkout
-        lines = history.after_validate(written, result.data, url, bool(setting(c, "validate.quarantine")),
+        quarantine = cli.config.flag(setting(c, "validate.quarantine"), "config gpulab.validate.quarantine")
+        lines = history.after_validate(written, result.data, url, quarantine,
                                        make_folder=not setting(c, "history_url"))
         print("\n".join(lines), file=sys.stderr if json else sys.stdout)
     if not result.ok:

@@ -35,7 +35,7 @@ from invoke.env import Environment
 from invoke.exceptions import AmbiguousEnvVar, ParseError, UncastableEnvVar
 
 from lab.core import advice, config
-from lab.core.errors import ConfigError, GpulabError, excerpt
+from lab.core.errors import ConfigError, GpulabError, excerpt, printable
 
 BAD_INPUT = 2
 
@@ -45,7 +45,10 @@ def _as_exit(fn):
         try:
             return fn(*args, **kwargs)
         except ParseError as exc:
-            raise Exit(f"gpulab: {' '.join(str(exc).split())} (see `invoke --help` and `invoke --list`)",
+            raise Exit(f"gpulab: {printable(excerpt(exc, 300))} (see `invoke --help` and `invoke --list`)",
+                       code=BAD_INPUT) from None
+        except ValueError as exc:   # Invoke's int() of a 5,000-digit option value
+            raise Exit(f"gpulab: an option's value is not a number this command takes ({printable(excerpt(exc, 120))})",
                        code=BAD_INPUT) from None
         except Exit as exc:   # `invoke --list NOSUCH`: Invoke says so and exits 1
             if exc.code != 1 or not exc.message:
@@ -235,7 +238,7 @@ def task_errors(fn):
             sys.stdout.flush()   # here, not at exit: a reader that left is a BrokenPipeError handled below
             return result
         except GpulabError as exc:
-            raise Exit(f"gpulab: {advice.carry(exc.message)}", code=exc.exit_code) from None
+            raise Exit(f"gpulab: {printable(advice.carry(exc.message))}", code=exc.exit_code) from None
         except KeyboardInterrupt:
             raise Exit("gpulab: interrupted; state saved", code=130) from None
         except BrokenPipeError:   # `invoke sweep --dry-run | head`: the reader left; stop quietly as a pipe does

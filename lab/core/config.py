@@ -138,7 +138,7 @@ def env_section(section, environ: Mapping[str, str]) -> dict:
         value = environ[var]
         key = ".".join(("gpulab", *path))
         if isinstance(below, bool):
-            typed = value not in ("0", "")
+            typed = flag(value, f"{var} ({key})", layer="environment variable")
         elif below is None or isinstance(below, str) or _takes_text(section, path, value):
             typed = value
         elif isinstance(below, (int, float)):
@@ -151,6 +151,24 @@ def env_section(section, environ: Mapping[str, str]) -> dict:
             raise ConfigError(f"{var}: {key} is a {type(below).__name__}, which an environment variable cannot set")
         _set_leaf(out, path, typed)
     return out
+
+
+FLAG_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+FLAG_HELP = "true/false, yes/no, on/off or 1/0"
+
+
+def flag(value, what: str, layer: str | None = WHERE) -> bool:
+    """A yes/no setting as Invoke users write it (``true/false``, ``yes/no``, ``on/off``, ``1/0``, any case, in a
+    file, a variable or on the command line) as a bool; anything else is one ConfigError line naming ``what``
+    (the setting or variable) and the layer."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in FLAG_WORDS:
+        return FLAG_WORDS[value.strip().lower()]
+    where = f" ({layer})" if layer else ""
+    raise ConfigError(f"{what}: {excerpt(repr(value), 40)} is not {FLAG_HELP}{where}")
 
 
 def timeout_s(value, what: str = "--timeout") -> float | None:

@@ -56,3 +56,10 @@ def excerpt(text, limit: int = EXCERPT) -> str:
     """At most ``limit`` characters of ``text`` on one line: an error quotes a value or a file, never all of it."""
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def printable(text) -> str:
+    """``text`` for a terminal: control characters (an escape sequence's ESC among them) and text that is not
+    valid UTF-8 (a lone surrogate of a non-UTF-8 file name) shown as \\x.. / \\udc.., never sent raw."""
+    text = str(text)
+    return text if text.isprintable() else "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)

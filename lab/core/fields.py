@@ -14,7 +14,7 @@ import re
 
 from lab.core import limits
 from lab.core import paths
-from lab.core.errors import ConfigError
+from lab.core.errors import ConfigError, excerpt
 from runner import rundir
 
 MODES = ("ttt", "throughput")
@@ -27,35 +27,41 @@ HOST_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@+-]{0,252}$")
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
+def _shown(value) -> str:
+    """A refused value in an error line: at most 60 characters of its repr (a 5,000-character option is not
+    quoted whole)."""
+    return excerpt(repr(value), 60)
+
+
 def sweep_name(value, what: str = "--name") -> str:
     if not isinstance(value, str) or not NAME_RE.match(value):
-        raise ConfigError(f"{what}: {value!r} is not a sweep name (letters, digits, . _ -)")
+        raise ConfigError(f"{what}: {_shown(value)} is not a sweep name (letters, digits, . _ -)")
     return value
 
 
 def workload(value, what: str = "--workloads") -> str:
     if not isinstance(value, str) or not WORKLOAD_RE.match(value):
-        raise ConfigError(f"{what}: {value!r} is not a workload name")
+        raise ConfigError(f"{what}: {_shown(value)} is not a workload name")
     return value
 
 
 def host_name(value, what: str = "host") -> str:
     """An inventory host name that can name a folder: results/<sweep>/<host>/."""
     if not isinstance(value, str) or not HOST_RE.match(value) or not paths.is_component(value):
-        raise ConfigError(f"{what}: {value!r} is not a host name gpulab can use as a folder name "
+        raise ConfigError(f"{what}: {_shown(value)} is not a host name gpulab can use as a folder name "
                           f"(letters, digits, . _ - : @ +)")
     return value
 
 
 def choice(value, options: tuple[str, ...], what: str) -> str:
     if not isinstance(value, str) or value not in options:
-        raise ConfigError(f"{what}: {value!r} is not one of {', '.join(options)}")
+        raise ConfigError(f"{what}: {_shown(value)} is not one of {', '.join(options)}")
     return value
 
 
 def seed(value, what: str = "seed") -> int:
     if not isinstance(value, int):
-        raise ConfigError(f"{what}: {value!r} is not {limits.SEED.describe()}")
+        raise ConfigError(f"{what}: {_shown(value)} is not {limits.SEED.describe()}")
     return limits.number(value, what, limits.SEED)
 
 
@@ -64,11 +70,11 @@ def gpu_count(value, what: str = "gpus") -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value in (0, -1):
         return value
     if not isinstance(value, int):
-        raise ConfigError(f"{what}: {value!r} is not a GPU count (0, -1 or {limits.GPUS.describe()})")
+        raise ConfigError(f"{what}: {_shown(value)} is not a GPU count (0, -1 or {limits.GPUS.describe()})")
     return limits.number(value, what, limits.GPUS)
 
 
 def token(value, what: str = "token") -> str | None:
     if value is not None and (not isinstance(value, str) or not TOKEN_RE.match(value)):
-        raise ConfigError(f"{what}: {value!r} is not a run token")
+        raise ConfigError(f"{what}: {_shown(value)} is not a run token")
     return value

@@ -88,13 +88,9 @@ def record(paths, url: str, make_folder: bool = False) -> str:
 
 def _no_file(url: str) -> bool:
     """Whether ``url`` is a SQLite file that does not exist yet (a lab with no history)."""
-    from sqlalchemy.engine import make_url
+    from lab.history.db import missing_file
 
-    try:
-        parsed = make_url(url)
-        return parsed.get_backend_name() == "sqlite" and bool(parsed.database) and not Path(parsed.database).exists()
-    except Exception:   # noqa: BLE001 - open_db says what is wrong with the URL, in one line
-        return False
+    return missing_file(url)
 
 
 def past_reader(url: str):
@@ -119,23 +115,33 @@ def past_reader(url: str):
 
 
 def after_validate(paths, doc: dict, url: str, quarantine: bool = True, make_folder: bool = False) -> list[str]:
-    """What a validate adds to the lab's memory once validate.json is written: its checks (``record``), then,
-    with ``quarantine``, each failing host or GPU quarantined (lab.history.autoquarantine); the lines to print.
-    A database that fails is said in a line; the files stay to be imported later."""
-    from lab.history.autoquarantine import quarantine_failures
-    from lab.history.db import open_db
+    """What a validate adds to the lab's memory once validate.json is written: its checks and, with
+    ``quarantine``, each failing host or GPU quarantined (lab.history.autoquarantine), in one transaction;
+    the lines to print. ``make_folder``: the default database's results folder is made (a fresh checkout),
+    after the files are read. A database that fails is said in a line, nothing is written; the files stay
+    to be imported later."""
+    from lab.history.autoquarantine import quarantine_in
+    from lab.history.db import open_db, sqlite_folder
+    from lab.history.sources import read_sources
+    from lab.history.store import RETRIES, write_sources
 
-    lines = [record(paths, url, make_folder)]
-    if not quarantine or lines[0].startswith("history: not recorded"):
-        return lines
+    def write(s):
+        added = write_sources(s, src)
+        return [f"history: {added.line()}"] + (quarantine_in(s, doc) if quarantine else [])
+
+    where = ",".join(str(p) for p in paths)
     try:
+        src = read_sources([Path(p) for p in paths])
+        if make_folder:
+            sqlite_folder(url)
         db = open_db(url)
         try:
-            return lines + quarantine_failures(db, doc)
+            return db.transaction(write, RETRIES)
         finally:
             db.close()
     except ConfigError as exc:
-        return lines + [f"quarantine: not recorded: {exc.message}"]
+        return [advice.carry(f"history: not recorded: {exc.message}; the files stay "
+                             f"(`invoke history.import {shlex.quote(where)}` later)")]
 
 
 def known_good(url: str, sources: dict) -> dict:
@@ -159,17 +165,11 @@ def quarantined(url: str, hosts) -> dict[str, dict]:
     A database that exists but cannot be read is a ConfigError: the sweep does
     not start without knowing what is quarantined.
     """
-    from sqlalchemy.engine import make_url
-
     from lab.history import quarantine
     from lab.history.db import open_db
 
-    try:
-        parsed = make_url(url)
-        if parsed.get_backend_name() == "sqlite" and parsed.database and not Path(parsed.database).exists():
-            return {}
-    except Exception:   # noqa: BLE001 - open_db says what is wrong with the URL, in one line
-        pass
+    if _no_file(url):
+        return {}
     db = open_db(url)
     try:
         return quarantine.for_sweep(db, [getattr(h, "name", h) for h in hosts])

@@ -43,7 +43,7 @@ def failures(doc: dict) -> list[tuple[q.Target, str, str | None]]:
     hosts = doc.get("hosts") if isinstance(doc, dict) else None
     stamp = doc.get("generated_at") if isinstance(doc.get("generated_at"), str) else None
     for name, h in (hosts or {}).items() if isinstance(hosts, dict) else ():
-        if not isinstance(h, dict) or h.get("verdict") != "FAIL" or not q.TARGET_RE.match(str(name)):
+        if not isinstance(h, dict) or h.get("verdict") != "FAIL" or not q.is_host(name):
             continue
         rec = _first_fail(h.get("checks"))
         if rec is not None:
@@ -52,7 +52,7 @@ def failures(doc: dict) -> list[tuple[q.Target, str, str | None]]:
         gpus = h.get("gpus") if isinstance(h.get("gpus"), dict) else {}
         for g in gpus.values():
             idx = g.get("index") if isinstance(g, dict) else None
-            if not isinstance(idx, int) or isinstance(idx, bool) or not 0 <= idx <= 99:
+            if not isinstance(idx, int) or isinstance(idx, bool) or not 0 <= idx <= q.limits.GPU_INDEX.hi:
                 continue
             rec = _first_fail(g.get("checks"))
             if g.get("verdict") == "FAIL" and rec is not None:
@@ -65,10 +65,15 @@ def _target_text(t: q.Target) -> str:
 
 
 def quarantine_failures(db: Database, doc: dict, who: str = WHO) -> list[str]:
-    """Quarantine each failure of ``doc``; the summary's lines (one per target)."""
+    """Quarantine each failure of ``doc`` (one transaction); the summary's lines (one per target)."""
+    return db.transaction(lambda s: quarantine_in(s, doc, who), 8)
+
+
+def quarantine_in(s, doc: dict, who: str = WHO) -> list[str]:
+    """``quarantine_failures`` inside the caller's transaction (validate records its checks in the same one)."""
     lines = []
     for target, reason, action in failures(doc):
-        entry, added = q.add(db, target, reason=reason, who=who, action=action)
+        entry, added = q.add_in(s, target, reason=reason, who=who, action=action)
         if added:
             lines.append(f"quarantined {_target_text(target)}: {reason}" + (f"; action: {action}" if action else ""))
         else:

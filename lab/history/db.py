@@ -16,19 +16,22 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
 
-from lab.core import paths, writes
-from lab.core.errors import ConfigError
+from lab.core import limits, paths, writes
+from lab.core.errors import ConfigError, excerpt
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 DEFAULT_FILE = "history.sqlite"
 LOCK_WAIT_S = 30            # how long a writer waits for a SQLite file another one holds
 CONNECT_TIMEOUT_S = 10      # how long a server may take to answer
 PG_MIGRATION_LOCK = 30_000_030   # advisory lock id: one migration at a time on a shared server
+WAIT = limits.Range(0.1, 86_400, "s", integer=False)   # gpulab.history_lock_timeout_s, _statement_timeout_s
+VERSION_TABLE = "alembic_version"
 
 
 def default_url(results: str | Path) -> str:
@@ -59,19 +62,32 @@ def sqlite_files(db: str | Path, what: str) -> None:
         writes.check_file(f"{db}{suffix}", what)
 
 
-def resolve_url(configured: str | None, results: str | Path) -> str:
-    """``gpulab.history_url`` if set, else the SQLite file results/history.sqlite."""
+def resolve_url(configured: str | None, results: str | Path, lock_s=None, statement_s=None) -> str:
+    """``gpulab.history_url`` if set, else the SQLite file results/history.sqlite. A PostgreSQL URL carries the
+    waits (gpulab.history_lock_timeout_s, history_statement_timeout_s: lock_timeout and statement_timeout of
+    each connection), so that another session holding a lock is one line after that wait, never a hang."""
     if configured in (None, ""):
         return default_url(results)
     if not isinstance(configured, str):
-        raise ConfigError(f"config gpulab.history_url: {configured!r} is not a database URL")
-    return configured.strip()
+        raise ConfigError(f"config gpulab.history_url: {excerpt(repr(configured), 60)} is not a database URL")
+    url = configured.strip()
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError, TypeError):
+        return url   # open_db says so in one line
+    if parsed.get_backend_name() != "postgresql" or "options" in parsed.query:
+        return url
+    waits = []
+    for name, value, default in (("lock_timeout", lock_s, LOCK_WAIT_S), ("statement_timeout", statement_s, 600)):
+        secs = limits.number(default if value in (None, "") else value, f"config gpulab.history_{name}_s", WAIT)
+        waits.append(f"-c {name}={int(secs * 1000)}")
+    return parsed.update_query_dict({"options": " ".join(waits)}).render_as_string(hide_password=False)
 
 
 def shown(url) -> str:
-    """The URL for messages: never its password."""
+    """The URL for messages: never its password (nor the waits resolve_url added), at most 200 characters."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        return excerpt(make_url(url).difference_update_query(["options"]).render_as_string(hide_password=True), 200)
     except (ArgumentError, ValueError, TypeError):
         return "<unparsable URL>"
 
@@ -82,6 +98,10 @@ def _why(exc: BaseException) -> str:
     low = text_.lower()
     if "file is not a database" in low or "database disk image is malformed" in low:
         return "not a readable SQLite database (corrupt, or another kind of file)"
+    if "lock timeout" in low:
+        return "waited longer than gpulab.history_lock_timeout_s for a lock another session holds"
+    if "statement timeout" in low:
+        return "a statement ran longer than gpulab.history_statement_timeout_s"
     if "database is locked" in low:
         return f"locked by another process for more than {LOCK_WAIT_S} s"
     if "unable to open database file" in low:
@@ -102,8 +122,8 @@ why = _why   # what a database failure means, in one line (lab.tune.storage too)
 def _engine(url: str) -> Engine:
     try:
         parsed = make_url(url)
-    except ArgumentError:
-        raise ConfigError(f"history database {url!r}: not an SQLAlchemy URL "
+    except (ArgumentError, ValueError, TypeError):
+        raise ConfigError(f"history database {excerpt(repr(url), 80)}: not an SQLAlchemy URL "
                           "(sqlite:///path or postgresql+psycopg://user@host/db)") from None
     backend = parsed.get_backend_name()
     args: dict = {}
@@ -121,20 +141,41 @@ def _engine(url: str) -> Engine:
         args = {"connect_timeout": CONNECT_TIMEOUT_S}
     try:
         engine = create_engine(parsed, connect_args=args, pool_pre_ping=True)
-    except (NoSuchModuleError, ArgumentError, ImportError) as exc:
-        raise ConfigError(f"history database {shown(url)}: {' '.join(str(exc).split())[:200]}") from None
+    except (NoSuchModuleError, ArgumentError, ImportError, ValueError, TypeError) as exc:
+        raise ConfigError(f"history database {shown(url)}: {excerpt(exc, 200)}") from None
     if backend == "sqlite":
-        @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn, _record):
-            dbapi_conn.isolation_level = None    # SQLAlchemy's BEGIN below, not the driver's own
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA foreign_keys=ON")
-            cur.close()
-
-        @event.listens_for(engine, "begin")
-        def _begin(conn):
-            conn.exec_driver_sql("BEGIN IMMEDIATE")   # a writer takes the lock at its start: no upgrade deadlock
+        _sqlite_events(engine)
     return engine
+
+
+def _sqlite_events(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_conn, _record):
+        dbapi_conn.isolation_level = None    # SQLAlchemy's BEGIN below, not the driver's own
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")   # a writer takes the lock at its start: no upgrade deadlock
+
+
+def _empty() -> Engine:
+    """An empty database in memory: what a reading command sees where no SQLite file exists yet (none is made)."""
+    engine = create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
+    _sqlite_events(engine)
+    return engine
+
+
+def missing_file(url: str) -> bool:
+    """Whether ``url`` is a SQLite file that does not exist yet (a lab with no history)."""
+    try:
+        parsed = make_url(url)
+        return parsed.get_backend_name() == "sqlite" and bool(parsed.database) and parsed.database != ":memory:" \
+            and not Path(parsed.database).exists() and not Path(parsed.database).is_symlink()
+    except (ArgumentError, ValueError, TypeError):
+        return False
 
 
 def _alembic_config(connection):
@@ -175,17 +216,80 @@ class Database:
 
     @contextlib.contextmanager
     def session(self):
-        """A session whose failures are one line (ConfigError); commits on success."""
+        """One transaction whose failures are one line (ConfigError) and leave the database as it was; commits
+        on success. A stored value this gpulab cannot read back (another program's, or an older gpulab's) is
+        one line too."""
         with self.sessions() as s:
             try:
                 yield s
                 s.commit()
-            except DBAPIError as exc:
+            except BaseException as exc:
                 s.rollback()
-                raise ConfigError(f"history database {self.name}: {_why(exc)}") from None
+                self._fail(exc)
+                raise
+
+    def transaction(self, write, retries: int = 1):
+        """``write(session)`` as one transaction, started again (up to ``retries`` times) after it lost a race
+        on a unique key to another writer, whose rows it then finds; its result. Failures as ``session``."""
+        for attempt in range(retries):
+            with self.sessions() as s:
+                try:
+                    result = write(s)
+                    s.commit()
+                    return result
+                except IntegrityError:
+                    s.rollback()
+                    if attempt < retries - 1:
+                        continue
+                    raise ConfigError(f"history database {self.name}: another writer kept adding the same "
+                                      "rows; nothing was changed, try again") from None
+                except BaseException as exc:
+                    s.rollback()
+                    self._fail(exc)
+                    raise
+        raise ConfigError(f"history database {self.name}: nothing to do")   # pragma: no cover - retries >= 1
+
+    def _fail(self, exc: BaseException) -> None:
+        if isinstance(exc, SQLAlchemyError):
+            raise ConfigError(f"history database {self.name}: {_why(exc)}; nothing was changed") from None
+        if isinstance(exc, (ValueError, TypeError, OverflowError)):
+            raise ConfigError(f"history database {self.name}: a stored value cannot be read back "
+                              f"({excerpt(exc, 120)}); nothing was changed") from None
+
+    def file(self) -> Path | None:
+        """The SQLite file of this database (None: a server's, or none made yet)."""
+        try:
+            parsed = make_url(self.url)
+        except (ArgumentError, ValueError, TypeError):
+            return None
+        if parsed.get_backend_name() != "sqlite" or not parsed.database or not Path(parsed.database).exists():
+            return None
+        return Path(parsed.database)
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _revision(conn, name: str) -> str | None:
+    """The schema revision a database holds (None: a new one), read as any input: a SQLite file with tables of
+    another program, or a schema-version table gpulab did not write (not one row of text), is refused."""
+    tables = set(inspect(conn).get_table_names())
+    if VERSION_TABLE not in tables:
+        if tables and conn.dialect.name == "sqlite":
+            raise ConfigError(f"history database {name}: holds tables gpulab did not make "
+                              f"({excerpt(', '.join(sorted(tables)), 80)}): not a gpulab history database; "
+                              "give another file")
+        return None
+    try:
+        rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
+    except DBAPIError:
+        rows = None
+    rev = rows[0][0] if rows and len(rows) == 1 else None
+    if not isinstance(rev, str) or not 0 < len(rev) <= 32 or not rev.isprintable():
+        raise ConfigError(f"history database {name}: its schema-version table {VERSION_TABLE} is not one gpulab "
+                          f"wrote ({'unreadable' if rows is None else f'{len(rows)} row(s)'}"
+                          f"{'' if rev is None else ', ' + excerpt(repr(rev), 40)}): not a gpulab history database")
+    return rev
 
 
 def _upgrade(engine: Engine, name: str) -> None:
@@ -194,24 +298,34 @@ def _upgrade(engine: Engine, name: str) -> None:
     scripts = _scripts()
     known = {s.revision for s in scripts.walk_revisions()}
     with engine.connect() as conn:
-        rev = current(conn)
+        rev = _revision(conn, name)
         conn.rollback()
     if rev is not None and rev not in known:
-        raise ConfigError(f"history database {name}: schema revision {rev!r} is newer than this gpulab "
-                          f"knows (head {scripts.get_current_head()!r}): use the gpulab that wrote it")
+        raise ConfigError(f"history database {name}: schema revision {excerpt(repr(rev), 40)} is newer than this "
+                          f"gpulab knows (head {scripts.get_current_head()!r}): use the gpulab that wrote it")
     if rev == scripts.get_current_head():
         return
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_MIGRATION_LOCK})
-        if current(conn) != scripts.get_current_head():   # another writer may have done it meanwhile
+        if _revision(conn, name) != scripts.get_current_head():   # another writer may have done it meanwhile
             command.upgrade(_alembic_config(conn), "head")
 
 
-def open_db(url: str) -> Database:
-    """The database at ``url``, at this gpulab's schema; ConfigError (exit 2, one line) if it cannot be."""
-    engine = _engine(url)
+def open_db(url: str, *, create: bool = True, default: bool = False) -> Database:
+    """The database at ``url``, at this gpulab's schema; ConfigError (exit 2, one line) if it cannot be.
+
+    ``create=False`` (the commands that only read, or refuse): where ``url`` is a SQLite file that does not
+    exist, an empty database in memory stands in for it and no file is made; its folder must exist unless
+    it is the ``default`` one (results/, made by the first command that adds)."""
     name = shown(url)
+    if not create and default and missing_file(url):
+        engine = _empty()
+    else:
+        engine = _engine(url)   # the URL checked (its folder there, no link in the file's place) either way
+        if not create and missing_file(url):
+            engine.dispose()
+            engine = _empty()
     try:
         for attempt in range(3):
             try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import DateTime, Float, ForeignKey, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy import DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint, func, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING = {"ix": "ix_%(table_name)s_%(column_0_name)s", "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -114,7 +114,10 @@ class Quarantine(Base):
     """A GPU (gpu_index set) or a whole host kept out of sweeps until released."""
 
     __tablename__ = "quarantine"
-    __table_args__ = (UniqueConstraint("host", "gpu_index", "added_at", name="uq_quarantine_entry"),)
+    __table_args__ = (UniqueConstraint("host", "gpu_index", "added_at", name="uq_quarantine_entry"),
+                      # one open entry per target, kept by the database (migration 0002), not by a read first
+                      Index("uq_quarantine_open", "host", func.coalesce(text("gpu_index"), -1), unique=True,
+                            sqlite_where=text("released_at IS NULL"), postgresql_where=text("released_at IS NULL")))
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     host: Mapped[str] = mapped_column(String(255), index=True)
     gpu_index: Mapped[int | None] = mapped_column(Integer)

@@ -17,12 +17,14 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import io
+import os
 import statistics
 from pathlib import Path
 
 from sqlalchemy import String, select, type_coerce
 
 from lab.core import paths, writes
+from lab.core.errors import ConfigError
 from lab.history.db import Database
 from lab.history.models import Check, Gpu
 from lab.history.past import _float, iso, number, when
@@ -124,11 +126,32 @@ def render(groups: list[dict], left_out: int, filters: dict, total: int) -> str:
         generated=iso(dt.datetime.now(dt.timezone.utc)))
 
 
+HTML_STARTS = (b"<!doctype html", b"<html")
+WHAT = "history page"
+
+
+def check_out(out: str | Path, db: Database | None = None) -> Path:
+    """``out`` when the page may be written there: its folder not a system folder and writable, and nothing
+    there yet or an HTML page (which is replaced); never the database itself nor any other file (a typo of
+    OUT must not overwrite results/history.sqlite). ConfigError otherwise, before anything is read."""
+    out = Path(out)
+    paths.output_root(out.parent, f"{WHAT} {out}: its folder")   # not a system folder
+    paths.folder(out.parent, WHAT)
+    writes.check_file(out, WHAT)
+    if db is not None and (target := db.file()) is not None and out.exists() and os.path.samefile(out, target):
+        raise ConfigError(f"{WHAT}: {out} is the history database itself; give a file name ending in .html")
+    if out.exists():
+        with open(out, "rb") as fh:
+            head = fh.read(512).lstrip().lower()
+        if not head.startswith(HTML_STARTS):
+            raise ConfigError(f"{WHAT}: {out} exists and is not an HTML page (gpulab replaces only a page it "
+                              "wrote); give another file name ending in .html")
+    return out
+
+
 def write_page(db: Database, out: str | Path, **filters) -> tuple[Path, int, int]:
     """Write the page to ``out`` (a file); (its path, the plots drawn, the series found)."""
-    out = Path(out)
-    paths.folder(out.parent, "history page")   # not a system folder
-    writes.check_file(out, "history page")     # bad input before anything is read or drawn
+    out = check_out(out, db)   # bad input before anything is read or drawn
     groups, left_out = series(db, **filters)
     shown = groups[:MAX_PLOTS]
     for i, g in enumerate(shown):

@@ -15,16 +15,27 @@ import re
 from dataclasses import dataclass
 
 from sqlalchemy import and_, or_, select
+from sqlalchemy.exc import IntegrityError
 
-from lab.core import limits
-from lab.core.errors import CheckFailed, ConfigError
+from lab.core import fields, limits
+from lab.core.errors import CheckFailed, ConfigError, excerpt
 from lab.history.db import Database
 from lab.history.models import Check, Gpu, Quarantine, RunGpu, Run, Validation
 from lab.history.store import _aware, now
+from lab.history.values import FUTURE_SLACK, clean_text, printable
 
-TARGET_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,254})(?::(\d{1,2}))?$")
+GPU_SUFFIX = re.compile(r"^(.+):(\d{1,2})$")
 MAX_TEXT = 2000
 HEALTH_LEVEL = "health"   # lab.history.sweeps: a sweep's health check, recorded as a validation of this level
+
+
+def is_host(name) -> bool:
+    """Whether ``name`` is a host name (lab.core.fields.host_name: the grammar of the inventory and the sweep)."""
+    try:
+        fields.host_name(name)
+    except ConfigError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -37,11 +48,19 @@ class Target:
 
 
 def parse_target(text: str) -> Target:
-    m = TARGET_RE.match(text.strip()) if isinstance(text, str) else None
-    if not m:
-        raise ConfigError(f"quarantine: {str(text)[:80]!r} is not HOST or HOST:GPU_INDEX (e.g. r740-03:2)")
-    gpu = None if m.group(2) is None else limits.number(int(m.group(2)), f"quarantine target {text.strip()!r}: GPU index", limits.GPU_INDEX)
-    return Target(m.group(1), gpu)
+    """HOST or HOST:GPU_INDEX, the host by the one grammar of host names (lab.core.fields.host_name: what the
+    inventory and a sweep accept); a host whose name itself ends in ':<digits>' is quarantined as HOST:INDEX."""
+    bad = ConfigError(f"quarantine: {excerpt(repr(text), 80)} is not HOST or HOST:GPU_INDEX (e.g. r740-03:2)")
+    if not isinstance(text, str) or not text.strip():
+        raise bad
+    text = text.strip()
+    m = GPU_SUFFIX.match(text)
+    host, gpu = (m.group(1), m.group(2)) if m else (text, None)
+    if not is_host(host):
+        raise bad
+    if gpu is not None:
+        gpu = limits.number(int(gpu), f"quarantine target {excerpt(repr(text), 80)}: GPU index", limits.GPU_INDEX)
+    return Target(host, gpu)
 
 
 def _text(value, what: str, required: bool = True) -> str | None:
@@ -52,7 +71,7 @@ def _text(value, what: str, required: bool = True) -> str | None:
     value = " ".join(value.split())
     if len(value) > MAX_TEXT:
         raise ConfigError(f"quarantine: {what} is longer than {MAX_TEXT} characters")
-    return value
+    return clean_text(value, f"quarantine: {what}")
 
 
 def _open_entries(s, target: Target | None = None):
@@ -82,18 +101,38 @@ def check_entry(reason, who, action=None) -> tuple[str, str, str | None]:
     return _text(reason, "--reason"), _text(who, "--who"), _text(action, "--action", False)
 
 
+def check_release(who, note=None) -> tuple[str, str | None]:
+    return _text(who, "--who"), _text(note, "--note", False)
+
+
 def add(db: Database, target: Target, *, reason: str, who: str, action: str | None = None,
         at: dt.datetime | None = None) -> tuple[Quarantine, bool]:
     """(the entry, True) once added; (the open entry, False) if the target is quarantined already."""
-    reason, who, action = check_entry(reason, who, action)
+    check_entry(reason, who, action)
     with db.session() as s:
+        return add_in(s, target, reason=reason, who=who, action=action, at=at)
+
+
+def add_in(s, target: Target, *, reason: str, who: str, action: str | None = None,
+           at: dt.datetime | None = None) -> tuple[Quarantine, bool]:
+    """``add`` inside the caller's transaction (a validate or a sweep's health check records its checks and
+    what they quarantine at once). One open entry per target is the database's rule (the partial unique index
+    uq_quarantine_open): of two writers at once, the second finds the first's entry."""
+    reason, who, action = check_entry(reason, who, action)
+    fields.host_name(target.host, "quarantine target")
+    for _ in range(2):
         existing = _open_entries(s, target)
         if existing:
             return existing[0], False
         entry = Quarantine(host=target.host, gpu_index=target.gpu, gpu_id=_gpu_id(s, target), reason=reason,
                            action=action, who=who, added_at=at or now())
-        s.add(entry)
-    return entry, True
+        try:
+            with s.begin_nested():
+                s.add(entry)
+        except IntegrityError:   # another writer's entry of this target, committed meanwhile: it stands
+            continue
+        return entry, True
+    raise ConfigError(f"quarantine: {target}: another writer keeps changing it; try again")
 
 
 def _passing_validate(s, entry: Quarantine) -> tuple[bool, str]:
@@ -103,7 +142,7 @@ def _passing_validate(s, entry: Quarantine) -> tuple[bool, str]:
     scope = Check.gpu_index.is_(None) if entry.gpu_index is None else or_(
         Check.gpu_index.is_(None), Check.gpu_index == entry.gpu_index)
     newest = s.execute(select(Check.validation_id, Check.at).join(Validation, Validation.id == Check.validation_id)
-                       .where(Check.host == entry.host, Check.at > since,
+                       .where(Check.host == entry.host, Check.at > since, Check.at <= now() + FUTURE_SLACK,
                               or_(Validation.level.is_(None), Validation.level != HEALTH_LEVEL))   # a validate, not a
                        .order_by(Check.at.desc(), Check.validation_id.desc()).limit(1)).first()   # sweep's health check
     rows = [] if newest is None else s.execute(
@@ -121,7 +160,7 @@ def _passing_validate(s, entry: Quarantine) -> tuple[bool, str]:
 
 
 def release(db: Database, target: Target, *, who: str, force: bool = False, note: str | None = None) -> Quarantine:
-    who, note = _text(who, "--who"), _text(note, "--note", False)
+    who, note = check_release(who, note)
     with db.session() as s:
         entries = _open_entries(s, target)
         if not entries:
@@ -173,8 +212,10 @@ def table(entries) -> list[str]:
         return ["nothing quarantined"]
     lines = [f"{'target':<24} {'since (UTC)':<17} {'who':<12} reason / action"]
     for e in entries:
-        target = str(Target(e.host, e.gpu_index))
+        target = printable(Target(e.host, e.gpu_index))
         uuid = getattr(e, "gpu_uuid", None)
-        lines.append(f"{target:<24} {_aware(e.added_at):%Y-%m-%d %H:%M} {e.who[:12]:<12} {e.reason}"
-                     + (f" -> {e.action}" if e.action else "") + (f" [{uuid}]" if uuid else ""))
+        since = _aware(e.added_at)
+        since = f"{since:%Y-%m-%d %H:%M}" if isinstance(since, dt.datetime) else "-"
+        lines.append(printable(f"{target:<24} {since:<16} {str(e.who)[:12]:<12} {e.reason}"
+                               + (f" -> {e.action}" if e.action else "") + (f" [{uuid}]" if uuid else "")))
     return lines

@@ -15,8 +15,9 @@ import re
 from sqlalchemy import select
 
 from lab.core import advice
-from lab.core import limits
-from lab.core.errors import ConfigError
+from lab.core import fields, limits
+from lab.core.errors import ConfigError, excerpt, printable
+from lab.history import values
 from lab.history.db import Database
 from lab.history.models import Check, Gpu, Run, RunGpu, Validation
 from lab.history.quarantine import HEALTH_LEVEL
@@ -53,12 +54,16 @@ def _gpu_filter(gpu, host):
 def check_filter(q, host, uuid, index, metric):
     """``q`` (a select over Check joined to Gpu) narrowed to a host, a GPU (UUID or index) and a metric."""
     if host:
+        fields.host_name(host, "--host")   # the one grammar of host names
         q = q.where(Check.host == host)
     if uuid:
         q = q.where(Gpu.uuid == uuid)
     if index is not None:
         q = q.where(Check.gpu_index == index)
     if metric:
+        if not isinstance(metric, str) or len(metric) > 128 or not values.text_ok(metric):
+            raise ConfigError(f"--metric: {excerpt(ascii(metric), 60)} is not a check name (text, at most 128 "
+                              "characters)")
         q = q.where(Check.name.contains(metric, autoescape=True))
     return q
 
@@ -119,20 +124,22 @@ def history_rows(db: Database, *, host=None, gpu=None, metric=None, since=None, 
     return out[:limit]
 
 
-def _cell(v) -> str:
-    if v is None:
+def _cell(v, n: int = 48) -> str:
+    """A stored value for the terminal: control characters escaped (lab.core.errors.printable), cut to ``n``."""
+    if v is None or v == "":
         return "-"
     if isinstance(v, float):
         return f"{v:.4g}"
-    return str(v)
+    return printable(v)[:n]
 
 
 def table(rows: list[dict]) -> list[str]:
     if not rows:
         return [advice.carry("no history matches (import results with `invoke history.import results`)")]
     head = ("time (UTC)", "host", "GPU", "metric", "value", "unit", "verdict", "from")
-    body = [(f"{r['at']:%Y-%m-%d %H:%M}" if r["at"] else "-", r["host"] or "-", _cell(r["gpu"]),
-             r["metric"][:48], _cell(r["value"])[:24], r["unit"] or "", r["verdict"], r["source"][:24]) for r in rows]
+    body = [(f"{r['at']:%Y-%m-%d %H:%M}" if r["at"] else "-", _cell(r["host"], 64), _cell(r["gpu"]),
+             _cell(r["metric"]), _cell(r["value"], 24), _cell(r["unit"], 16), _cell(r["verdict"], 8),
+             _cell(r["source"], 24)) for r in rows]
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return [fmt.format(*head)] + [fmt.format(*b) for b in body]

@@ -17,9 +17,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.core import bounded, limits, plaindata
+from lab.core import bounded, fields, limits, plaindata
 from lab.results import collect as lab_results
-from lab.core.errors import ConfigError
+from lab.core.errors import ConfigError, excerpt
+from lab.history import values
+from lab.history.models import Run
 from lab.results.rundirs import manifest_gpus
 from runner.rundir import MANIFEST, STATUS
 
@@ -78,14 +80,16 @@ class Sources:
 
 
 def utc(value) -> dt.datetime | None:
-    """An ISO-8601 text or unix seconds as an aware UTC datetime; None if neither."""
+    """An ISO-8601 text or unix seconds as an aware UTC datetime within lab.history.values.DATES; None if
+    neither (a time that does not parse, or one out of that range, is no time)."""
     try:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return dt.datetime.fromtimestamp(float(value), dt.timezone.utc)
-        if isinstance(value, str) and value:
+            return values.in_range(dt.datetime.fromtimestamp(float(value), dt.timezone.utc))
+        if isinstance(value, str) and value and len(value) <= 64 and value.isascii():
             t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-            return (t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)).astimezone(dt.timezone.utc)
-    except (ValueError, OverflowError, OSError):
+            t = (t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)).astimezone(dt.timezone.utc)
+            return values.in_range(t)
+    except (ValueError, OverflowError, OSError, TypeError):
         return None
     return None
 
@@ -94,11 +98,7 @@ def _text(v, n=255) -> str | None:
     return None if v is None else str(v)[:n]
 
 
-INT64 = 2 ** 63     # SQL INTEGER is signed 64-bit; JSON integers may be longer (lab.core.plaindata: 20 digits)
-
-
-def _int(v) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) and -INT64 <= v < INT64 else None
+_int = values.whole   # SQL's INTEGER (PostgreSQL's 32 bits); JSON integers may be longer (plaindata: 20 digits)
 
 
 # ---------------------------------------------------------------- runs
@@ -110,20 +110,32 @@ def _run_gpus(rundir: Path, indices) -> list[GpuRef]:
         manifest = None
     probe = {g.get("index"): g for g in manifest_gpus(manifest)} if isinstance(manifest, dict) else {}
     out = []
-    for i in indices:
-        g = probe.get(i) or {}
+    for i in dict.fromkeys(indices):   # an index listed twice: once
+        g = probe.get(i) if isinstance(probe.get(i), dict) else {}
         out.append(GpuRef(index=i, uuid=_text(g.get("uuid"), 96), serial=_text(g.get("serial"), 64),
                           name=_text(g.get("name"), 128)))
     return out
 
 
+def _key(rundir: Path) -> str:
+    """The sha256 of SHA256SUMS; where SHA256SUMS does not list status.json (it lists nothing, say), of it and
+    status.json together: two runs with an empty list are two runs, not one."""
+    sums = bounded.read_bytes(rundir / SUMS, root=rundir, limit=limits.SUMS_BYTES)
+    listed = any(line.split()[-1:] in ([STATUS.encode()], [b"*" + STATUS.encode()]) for line in sums.splitlines())
+    if listed:
+        return hashlib.sha256(sums).hexdigest()
+    status = bounded.read_bytes(rundir / STATUS, root=rundir, limit=limits.JSON_BYTES)
+    return hashlib.sha256(sums + b"\0" + STATUS.encode() + b"\0" + status).hexdigest()
+
+
 def _run_record(run, out: Sources) -> RunRecord | None:
     rundir = Path(run.source)
+    where = values.printable(rundir)
     try:
-        key = bounded.sha256(rundir / SUMS, root=rundir, limit=limits.SUMS_BYTES)
+        key = _key(rundir)
         status = bounded.read_json(rundir / STATUS, root=rundir, limit=limits.JSON_BYTES)
-    except (bounded.Unreadable, OSError) as exc:
-        out.skipped.append(f"{rundir}: {getattr(exc, 'reason', exc)}")
+    except (bounded.Unreadable, OSError, ValueError) as exc:
+        out.skipped.append(f"{where}: {values.printable(getattr(exc, 'reason', exc))}")
         return None
     idx = status.get("gpus") if isinstance(status, dict) else None
     indices = [i for i in idx if _int(i) is not None and limits.GPU_INDEX.lo <= i <= limits.GPU_INDEX.hi] \
@@ -133,10 +145,21 @@ def _run_record(run, out: Sources) -> RunRecord | None:
                   benchmark=_text(run.benchmark, 128), device=_text(run.device, 128), gpu_count=_int(run.gpus),
                   gpu_indices=",".join(str(i) for i in indices), stack=run.stack, stack_versions=run.stack_versions,
                   scale=_text(run.scale, 16), mode=_text(run.mode, 16), seed=_int(run.seed), outcome=run.outcome,
-                  reason=run.reason, samples_per_s=run.samples_per_s, sample_unit=_text(run.sample_unit, 32),
-                  ttt_s=run.ttt_s, elapsed_s=run.elapsed_s, energy_j=run.energy_j, avg_power_w=run.avg_power_w,
-                  at=utc(run.start_s))
-    return RunRecord(key=key, fields=fields, gpus=_run_gpus(rundir, indices))
+                  reason=run.reason, samples_per_s=values.finite(run.samples_per_s),
+                  sample_unit=_text(run.sample_unit, 32), ttt_s=values.finite(run.ttt_s),
+                  elapsed_s=values.finite(run.elapsed_s), energy_j=values.finite(run.energy_j),
+                  avg_power_w=values.finite(run.avg_power_w), at=utc(run.start_s))
+    gpus = _run_gpus(rundir, indices)
+    try:   # a value no database column takes (a folder name that is not UTF-8, say): this run is skipped
+        values.checked(Run, dict(fields), where)
+        for g in gpus:
+            for v in (g.uuid, g.serial, g.name):
+                if v is not None:
+                    values.clean_text(v, f"{where}: GPU {g.index}")
+    except ConfigError as exc:
+        out.skipped.append(exc.message)
+        return None
+    return RunRecord(key=key, fields=fields, gpus=gpus)
 
 
 def _read_runs(path: Path, out: Sources, required: bool) -> None:
@@ -160,7 +183,7 @@ def _read_runs(path: Path, out: Sources, required: bool) -> None:
 
 def _stack_of(host: dict) -> str | None:
     parts = []
-    for c in host.get("checks") or []:
+    for c in host.get("checks") if isinstance(host.get("checks"), list) else ():
         if not isinstance(c, dict):
             continue
         name, measured = c.get("check"), c.get("measured")
@@ -175,7 +198,7 @@ def _check(host: str, c, gpu: GpuRef | None, stack, at) -> CheckRecord | None:
     if not isinstance(c, dict) or not isinstance(c.get("check"), str) or c.get("verdict") not in ("PASS", "WARN", "FAIL"):
         return None
     m = c.get("measured")
-    value = float(m) if isinstance(m, (int, float)) and not isinstance(m, bool) else None
+    value = values.finite(m)
     vtext = None if value is not None or m is None else (m if isinstance(m, str) else json.dumps(m, default=str))
     return CheckRecord(host=host, name=c["check"][:128], verdict=c["verdict"], gpu=gpu, value=value,
                        value_text=_text(vtext, 4000), unit=_text(c.get("unit"), 32),
@@ -184,6 +207,9 @@ def _check(host: str, c, gpu: GpuRef | None, stack, at) -> CheckRecord | None:
 
 def read_validation(path: Path) -> ValidationRecord:
     """One validate.json; ConfigError when it is not one this gpulab reads."""
+    if not values.text_ok(str(path.resolve())):
+        raise ConfigError(f"{values.printable(path)}: its path is not valid UTF-8 text (a folder of non-UTF-8 "
+                          "bytes): rename it to import it")
     try:
         raw = bounded.read_bytes(path, root=path.parent, limit=limits.JSON_BYTES)
         doc = plaindata.loads(raw.decode("utf-8"))
@@ -204,20 +230,35 @@ def read_validation(path: Path) -> ValidationRecord:
                            level=_text(doc.get("level"), 32), verdict=_text(doc.get("verdict"), 8))
     for name, h in hosts.items():
         if not isinstance(h, dict):
-            raise ConfigError(f"{path}: host {str(name)[:60]!r} is not an object")
-        host, when, stack = str(name)[:255], utc(h.get("collected_at")) or at, _stack_of(h)
-        for c in h.get("checks") or []:
+            raise ConfigError(f"{path}: host {excerpt(ascii(name), 60)} is not an object")
+        fields.host_name(name, f"{path}: host")
+        host, when, stack = name, utc(h.get("collected_at")) or at, _stack_of(h)
+        for c in h.get("checks") if isinstance(h.get("checks"), list) else ():
             if (r := _check(host, c, None, stack, when)) is not None:
                 rec.checks.append(r)
         for g in (h.get("gpus") or {}).values() if isinstance(h.get("gpus"), dict) else ():
-            if not isinstance(g, dict) or _int(g.get("index")) is None:
+            if not isinstance(g, dict) or _int(g.get("index")) is None \
+                    or not limits.GPU_INDEX.lo <= g["index"] <= limits.GPU_INDEX.hi:
                 continue
             ref = GpuRef(index=g["index"], uuid=_text(g.get("uuid"), 96), serial=_text(g.get("serial"), 64),
                          name=_text(g.get("name"), 128))
-            for c in g.get("checks") or []:
+            for c in g.get("checks") if isinstance(g.get("checks"), list) else ():
                 if (r := _check(host, c, ref, stack, when)) is not None:
                     rec.checks.append(r)
+    _texts_ok(path, rec)
     return rec
+
+
+def _texts_ok(path: Path, rec: ValidationRecord) -> None:
+    """ConfigError naming the file where a text of it is one no database stores (not valid UTF-8, a NUL)."""
+    for v in (rec.source, rec.level, rec.verdict):
+        if v is not None:
+            values.clean_text(v, str(path))
+    for c in rec.checks:
+        for v in (c.host, c.name, c.value_text, c.unit, c.expected, c.reason, c.stack,
+                  *((c.gpu.uuid, c.gpu.serial, c.gpu.name) if c.gpu else ())):
+            if v is not None:
+                values.clean_text(v, f"{path}: host {c.host}: {c.name[:60]}")
 
 
 def _validate_files(root: Path) -> list[Path]:

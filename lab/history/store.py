@@ -1,10 +1,16 @@
-"""Writing records (lab.history.sources) into the database: idempotent, one transaction per run or validation.
+"""Writing records (lab.history.sources) into the database: idempotent, one transaction per import.
 
-A run is known by the sha256 of its SHA256SUMS, a validation by that of its
-validate.json: adding one that is there already adds nothing. Each run (with
-its GPUs) and each validation (with its checks) is one transaction, so a
-failure part-way leaves whole ones behind; two writers at once meet on the
-unique keys, and the one that loses retries and finds the other's rows.
+A run is known by the sha256 of its SHA256SUMS (lab.history.sources keys a
+run whose SHA256SUMS lists nothing by its status.json too), a validation by
+that of its validate.json: adding one that is there already adds nothing.
+Everything one import (or one recorded sweep run, validate or health check)
+adds is one transaction: a failure part-way leaves the database as it was and
+is one ConfigError line. Two writers at once meet on the unique keys; the one
+that loses starts its transaction again and finds the other's rows.
+
+Every row is checked against its table before it is written
+(lab.history.values.checked). Writes are in bulk
+(GPUs looked up once per import, checks inserted many rows a statement).
 """
 
 from __future__ import annotations
@@ -12,16 +18,16 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from sqlalchemy import select
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
-from lab.core.errors import ConfigError
-from lab.history.db import Database, _why
+from lab.history.db import Database
 from lab.history.models import Check, Gpu, Run, RunGpu, Validation
-from lab.history.sources import GpuRef, RunRecord, Sources, ValidationRecord
+from lab.history.sources import RunRecord, Sources, ValidationRecord
+from lab.history.values import FUTURE_SLACK, checked, clean_text, printable  # noqa: F401 - shared with callers
 
 RETRIES = 8
+CHUNK = 500                      # keys per IN (...), rows per INSERT
 
 
 @dataclass
@@ -41,95 +47,142 @@ def now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def _gpu(s: Session, ref: GpuRef | None, host: str | None, at: dt.datetime | None) -> int | None:
-    """The id of the GPU with ``ref``'s UUID, added if new; its serial, name and last host kept current."""
-    if ref is None or not ref.uuid:
-        return None
-    gpu = s.scalar(select(Gpu).where(Gpu.uuid == ref.uuid))
-    if gpu is None:
-        gpu = Gpu(uuid=ref.uuid, serial=ref.serial, name=ref.name, host=host, first_seen=at, last_seen=at)
-        s.add(gpu)
-        s.flush()
-        return gpu.id
-    last = _aware(gpu.last_seen)
-    if at is not None and (last is None or at >= last):
-        gpu.last_seen, gpu.host = at, host or gpu.host
-        gpu.serial, gpu.name = ref.serial or gpu.serial, ref.name or gpu.name
-    first = _aware(gpu.first_seen)
-    if at is not None and (first is None or at < first):
-        gpu.first_seen = at
-    return gpu.id
-
-
 def _aware(t: dt.datetime | None) -> dt.datetime | None:
     """SQLite gives back naive datetimes: they were written as UTC."""
     return t.replace(tzinfo=dt.timezone.utc) if t is not None and t.tzinfo is None else t
 
 
-def _once(db: Database, write) -> bool:
-    """Run ``write(session)`` in one transaction, again after a lost race; its result (True: added)."""
-    for attempt in range(RETRIES):
-        with db.sessions() as s:
-            try:
-                added = write(s)
-                s.commit()
-                return added
-            except IntegrityError:
-                s.rollback()
-                if attempt == RETRIES - 1:
-                    raise
-            except DBAPIError as exc:
-                s.rollback()
-                raise ConfigError(f"history database {db.name}: {_why(exc)}") from None
-    return False
+def _present(s: Session, column, keys) -> set:
+    keys, found = sorted(set(keys)), set()
+    for i in range(0, len(keys), CHUNK):
+        found.update(s.scalars(select(column).where(column.in_(keys[i:i + CHUNK]))))
+    return found
+
+
+class _Gpus:
+    """The GPUs one import names, by UUID: looked up in one pass, new ones added together (one statement per
+    CHUNK), each GPU's serial, name and last host kept from its newest sighting."""
+
+    def __init__(self, s: Session, src: Sources):
+        self.s = s
+        uuids = {g.uuid for r in src.runs for g in r.gpus if g.uuid}
+        uuids |= {c.gpu.uuid for v in src.validations for c in v.checks if c.gpu and c.gpu.uuid}
+        self.known: dict[str, Gpu] = {}
+        self.new: dict[str, dict] = {}
+        self.ids: dict[str, int] = {}
+        uuids = sorted(uuids)
+        for i in range(0, len(uuids), CHUNK):
+            for g in s.scalars(select(Gpu).where(Gpu.uuid.in_(uuids[i:i + CHUNK]))):
+                self.known[g.uuid] = g
+                self.ids[g.uuid] = g.id
+
+    def seen(self, ref, host, at) -> str | None:
+        """Note a sighting of ``ref`` on ``host`` at ``at``; its UUID (None: a GPU without one)."""
+        if ref is None or not ref.uuid:
+            return None
+        gpu = self.known.get(ref.uuid)
+        if gpu is None and ref.uuid not in self.new:
+            self.new[ref.uuid] = checked(Gpu, dict(uuid=ref.uuid, serial=ref.serial, name=ref.name, host=host,
+                                                   first_seen=at, last_seen=at), f"GPU {ref.uuid}")
+            return ref.uuid
+        row = self.new.get(ref.uuid)
+        last = row["last_seen"] if row is not None else _aware(gpu.last_seen)
+        first = row["first_seen"] if row is not None else _aware(gpu.first_seen)
+        update = {}
+        if at is not None and (last is None or at >= last):
+            update = dict(last_seen=at, host=host or (row["host"] if row else gpu.host),
+                          serial=ref.serial or (row["serial"] if row else gpu.serial),
+                          name=ref.name or (row["name"] if row else gpu.name))
+        if at is not None and (first is None or at < first):
+            update["first_seen"] = at
+        checked(Gpu, update, f"GPU {ref.uuid}")
+        if row is not None:
+            row.update(update)
+        else:
+            for k, v in update.items():
+                setattr(gpu, k, v)
+        return ref.uuid
+
+    def id(self, uuid: str | None) -> int | None:
+        return None if uuid is None else self.ids[uuid]
+
+    def write(self) -> None:
+        rows = list(self.new.values())
+        _insert(self.s, Gpu, rows)
+        uuids = sorted(self.new)
+        for i in range(0, len(uuids), CHUNK):
+            self.ids.update(self.s.execute(select(Gpu.uuid, Gpu.id).where(Gpu.uuid.in_(uuids[i:i + CHUNK]))).all())
+
+
+def write_sources(s: Session, src: Sources) -> Added:
+    """Everything of ``src`` not there yet, inside the caller's transaction; what was added."""
+    out = Added()
+    gpus = _Gpus(s, src)
+    have = _present(s, Run.key, [r.key for r in src.runs])
+    runs: list[tuple[Run, dict]] = []
+    for rec in src.runs:
+        if rec.key in have:
+            out.runs_present += 1
+            continue
+        have.add(rec.key)
+        what = rec.fields.get("source") or rec.key
+        run = Run(**checked(Run, dict(key=rec.key, imported_at=now(), **rec.fields), what))
+        s.add(run)
+        host, at = rec.fields.get("host"), rec.fields.get("at")
+        used: dict = {}
+        for g in rec.gpus:
+            used.setdefault(g.index, gpus.seen(g, host, at))   # an index twice in a status: once
+        runs.append((run, used))
+        out.runs += 1
+    have = _present(s, Validation.key, [v.key for v in src.validations])
+    vals: list[tuple[Validation, list]] = []
+    for rec in src.validations:
+        if rec.key in have:
+            out.validations_present += 1
+            continue
+        have.add(rec.key)
+        v = Validation(**checked(Validation, dict(key=rec.key, source=rec.source, at=rec.at, level=rec.level,
+                                                  verdict=rec.verdict, imported_at=now()), rec.source))
+        s.add(v)
+        vals.append((v, [(c, gpus.seen(c.gpu, c.host, c.at)) for c in rec.checks]))
+        out.validations += 1
+        out.checks += len(rec.checks)
+    s.flush()   # ids of the new runs and validations
+    gpus.write()
+    _insert(s, RunGpu, [checked(RunGpu, dict(run_id=run.id, gpu_index=i, gpu_id=gpus.id(u)), run.source)
+                        for run, used in runs for i, u in used.items()])
+    rows = []
+    for v, checks in vals:
+        for c, u in checks:
+            rows.append(checked(Check, dict(
+                validation_id=v.id, host=c.host, gpu_id=gpus.id(u), gpu_index=c.gpu.index if c.gpu else None,
+                stack=c.stack, name=c.name, verdict=c.verdict, value=c.value, value_text=c.value_text, unit=c.unit,
+                expected=c.expected, reason=c.reason, at=c.at), v.source))
+    _insert(s, Check, rows)
+    return out
+
+
+def _insert(s: Session, model, rows: list[dict]) -> None:
+    """Core executemany (one statement per CHUNK rows, every row with every column)."""
+    table = model.__table__
+    keys = [c.name for c in table.columns if c.name != "id"]
+    conn = s.connection()
+    for i in range(0, len(rows), CHUNK):
+        conn.execute(insert(table), [{k: r.get(k) for k in keys} for r in rows[i:i + CHUNK]])
+
+
+def add_sources(db: Database, src: Sources) -> Added:
+    """Everything of ``src`` in one transaction (an import: all of it or, on a failure, nothing)."""
+    return db.transaction(lambda s: write_sources(s, src), RETRIES)
 
 
 def add_run(db: Database, rec: RunRecord) -> bool:
-    def write(s: Session) -> bool:
-        if s.scalar(select(Run.id).where(Run.key == rec.key)) is not None:
-            return False
-        host, at = rec.fields.get("host"), rec.fields.get("at")
-        run = Run(key=rec.key, imported_at=now(), **rec.fields)
-        s.add(run)
-        s.flush()
-        for g in rec.gpus:
-            s.add(RunGpu(run_id=run.id, gpu_index=g.index, gpu_id=_gpu(s, g, host, at)))
-        return True
-
-    return _once(db, write)
+    return add_sources(db, Sources(runs=[rec])).runs == 1
 
 
 def add_validation(db: Database, rec: ValidationRecord) -> int | None:
     """The number of checks added; None if this validation was there already."""
-    def write(s: Session):
-        if s.scalar(select(Validation.id).where(Validation.key == rec.key)) is not None:
-            return None
-        v = Validation(key=rec.key, source=rec.source, at=rec.at, level=rec.level, verdict=rec.verdict,
-                       imported_at=now())
-        s.add(v)
-        s.flush()
-        for c in rec.checks:
-            s.add(Check(validation_id=v.id, host=c.host, gpu_id=_gpu(s, c.gpu, c.host, c.at),
-                        gpu_index=c.gpu.index if c.gpu else None, stack=c.stack, name=c.name, verdict=c.verdict,
-                        value=c.value, value_text=c.value_text, unit=c.unit, expected=c.expected,
-                        reason=c.reason, at=c.at))
-        return len(rec.checks)
-
-    return _once(db, write)
+    added = add_sources(db, Sources(validations=[rec]))
+    return added.checks if added.validations else None
 
 
-def add_sources(db: Database, src: Sources) -> Added:
-    out = Added()
-    for rec in src.runs:
-        if add_run(db, rec):
-            out.runs += 1
-        else:
-            out.runs_present += 1
-    for v in src.validations:
-        n = add_validation(db, v)
-        if n is None:
-            out.validations_present += 1
-        else:
-            out.validations += 1
-            out.checks += n
-    return out

@@ -28,8 +28,10 @@ from sqlalchemy import select
 from lab.history import quarantine
 from lab.history.db import Database
 from lab.history.models import Check, Validation
+from lab.history.values import finite
 from lab.history.sources import CheckRecord, GpuRef, ValidationRecord, read_sources, utc
-from lab.history.store import _aware, add_sources, add_validation, now
+from lab.history.sources import Sources
+from lab.history.store import FUTURE_SLACK, RETRIES, _aware, add_sources, now, write_sources
 
 WHO = "gpulab sweep"
 LEVEL = quarantine.HEALTH_LEVEL
@@ -65,7 +67,8 @@ class SweepMemory:
     def _newest_health(self, s, host: str):
         return s.execute(select(Validation.id, Validation.at, Validation.verdict)
                          .join(Check, Check.validation_id == Validation.id)
-                         .where(Validation.level == LEVEL, Check.host == host)
+                         .where(Validation.level == LEVEL, Check.host == host,
+                                Validation.at <= now() + FUTURE_SLACK)   # a record dated ahead counts for nothing
                          .order_by(Validation.at.desc(), Validation.id.desc()).limit(1)).first()
 
     def recent_pass(self, host: str, hours: float) -> bool:
@@ -106,20 +109,22 @@ class SweepMemory:
         for idx, g in sorted(health.gpus.items()):
             ref = GpuRef(index=idx, uuid=g.get("uuid"), serial=g.get("serial"), name=g.get("name"))
             rec.checks += [_record(host, c, ref, at) for c in g["checks"]]
-        lines = []
-        with self._lock:
-            add_validation(self.db, rec)
-            done = set()
+        def write(s) -> list[str]:   # the checks and what they quarantine: one transaction
+            lines, done = [], set()
+            write_sources(s, Sources(validations=[rec]))
             for f in health.failures:
                 if f.gpu is None or f.gpu in done:   # a host (no NVML): said, recorded, kept out by hand only
                     continue
                 done.add(f.gpu)
                 target = quarantine.Target(host, f.gpu)
-                entry, added = quarantine.add(self.db, target, reason=f"health check {what}: {f.reason}",
-                                              who=WHO, action=f.action)
+                entry, added = quarantine.add_in(s, target, reason=f"health check {what}: {f.reason}"[:2000],
+                                                 who=WHO, action=(f.action or "")[:2000] or None)
                 lines.append(f"{target}: quarantined ({f.reason}" + (f"; action {f.action}" if f.action else "")
                              + ")" if added else f"{target}: already quarantined ({entry.reason})")
-        return lines
+            return lines
+
+        with self._lock:
+            return self.db.transaction(write, RETRIES)
 
     def record_run(self, run_dir: Path) -> None:
         with self._lock:
@@ -128,7 +133,7 @@ class SweepMemory:
 
 def _record(host: str, c: dict, gpu: GpuRef | None, at) -> CheckRecord:
     m = c.get("measured")
-    value = float(m) if isinstance(m, (int, float)) and not isinstance(m, bool) else None
+    value = finite(m)
     text = None if value is not None or m is None else (m if isinstance(m, str) else json.dumps(m, default=str))
     return CheckRecord(host=host, name=c["check"], verdict=c["verdict"], gpu=gpu, value=value, value_text=text,
                        unit=c.get("unit"), expected=c.get("expected"), reason=c.get("reason"), at=at)

@@ -21,17 +21,26 @@ TARGET_HELP = "HOST or HOST:GPU_INDEX (e.g. r740-03:2)"
 WHO_HELP = "who (default: $USER)"
 
 
-@contextlib.contextmanager
-def database(c, url=None):
-    """The history database of gpulab.history_url (or --url), else results/history.sqlite (its results
-    folder made as a sweep makes it); closed when the block ends."""
+def url_for(c, url=None) -> str:
+    """--url, else gpulab.history_url, else results/history.sqlite; a PostgreSQL URL with the waits of
+    gpulab.history_lock_timeout_s and history_statement_timeout_s (lab.history.db.resolve_url)."""
     from lab import history
 
-    configured = setting(c, "history_url", url)
-    found = history.resolve_url(configured, setting(c, "results"))
-    if not configured:
+    return history.resolve_url(setting(c, "history_url", url), setting(c, "results"),
+                               setting(c, "history_lock_timeout_s"), setting(c, "history_statement_timeout_s"))
+
+
+@contextlib.contextmanager
+def database(c, url=None, *, create: bool = False):
+    """The history database of gpulab.history_url (or --url), else results/history.sqlite; closed when the block
+    ends. Only ``create`` (a command that adds) makes a SQLite file and its results folder (as a sweep makes
+    it); a command that reads, or refuses, leaves no file behind (lab.history.db.open_db)."""
+    from lab import history
+
+    found, default = url_for(c, url), not setting(c, "history_url", url)
+    if create and default:
         history.sqlite_folder(found)
-    db = history.open_db(found)
+    db = history.open_db(found, create=create, default=default)
     try:
         yield db
     finally:
@@ -61,11 +70,11 @@ def history_import(c, path, url=None):
     paths = [Path(p) for p in path.split(",") if p.strip()]
     if not paths:
         raise ConfigError("history.import: give a results folder, run directories or validate.json files")
-    configured = setting(c, "history_url", url)
-    added, skipped = history.import_paths(paths, history.resolve_url(configured, setting(c, "results")),
-                                          make_folder=not configured)
+    added, skipped = history.import_paths(paths, url_for(c, url), make_folder=not setting(c, "history_url", url))
+    from lab.history.values import printable
+
     for line in skipped:
-        print(f"  skipped {line}")
+        print(f"  skipped {printable(line)}")
     print(added.line())
 
 
@@ -92,6 +101,7 @@ def history_page(c, out, host=None, gpu=None, metric=None, since=None, until=Non
     """An HTML page of the history: one trend plot per GPU and metric (verdict colours, the GPU's median)."""
     from lab.history import page
 
+    page.check_out(out)   # bad input before the database is touched
     with database(c, url) as db:
         path, drawn, found = page.write_page(db, out, host=host, gpu=gpu, metric=metric, since=since, until=until)
     print(f"wrote {path} ({drawn} plot(s)" + (f" of {found}: narrow it with --host, --gpu, --metric" if found > drawn
@@ -117,7 +127,7 @@ def quarantine_add(c, target, reason=None, action=None, who=None, url=None):
 
     tgt, by = q.parse_target(target), by_whom(who)
     q.check_entry(reason, by, action)   # bad input before the database is touched
-    with database(c, url) as db:
+    with database(c, url, create=True) as db:
         entry, added = q.add(db, tgt, reason=reason, who=by, action=action)
     print(f"{tgt}: quarantined" if added else
           f"{tgt}: already quarantined since {entry.added_at:%Y-%m-%d %H:%M} by {entry.who}: {entry.reason}")
@@ -131,6 +141,7 @@ def quarantine_release(c, target, force=False, note=None, who=None, url=None):
     from lab.history import quarantine as q
 
     tgt, by = q.parse_target(target), by_whom(who)
+    q.check_release(by, note)   # bad input before the database is touched
     with database(c, url) as db:
         entry = q.release(db, tgt, who=by, force=force, note=note)
     print(f"{tgt}: released ({entry.release_note})")

@@ -39,7 +39,7 @@ def test_a_new_database_is_at_the_head_revision_and_the_models_equal_the_migrati
     d = hdb.open_db(db_url)
     try:
         with d.engine.connect() as conn:
-            assert hdb.current(conn) == hdb.head() == "0001"
+            assert hdb.current(conn) == hdb.head() == "0002"
             diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
         assert diff == []
     finally:
@@ -139,7 +139,7 @@ def test_a_database_of_a_newer_schema_is_refused(db_url):
     with eng.begin() as conn:
         conn.execute(sa.text("UPDATE alembic_version SET version_num = '0099'"))
     eng.dispose()
-    with pytest.raises(ConfigError, match=r"schema revision '0099' is newer than this gpulab knows \(head '0001'\)"):
+    with pytest.raises(ConfigError, match=r"schema revision '0099' is newer than this gpulab knows \(head '0002'\)"):
         hdb.open_db(db_url)
 
 
@@ -172,7 +172,16 @@ def test_quarantine_release_asks_for_a_passing_validate_since(db_url, tmp_path):
         d.close()
 
 
-@pytest.mark.parametrize("bad", ["", "a b", "h:99", "h:x", "../h", "h:1:2"])
+@pytest.mark.parametrize("bad", ["", "a b", "h:99", "h;x", "../h", "-h", "h\x1b[2J", "h\udcff", "x" * 5000])
 def test_a_bad_quarantine_target_is_one_line(bad):
-    with pytest.raises(ConfigError, match="quarantine"):
+    with pytest.raises(ConfigError, match="quarantine") as err:
         q.parse_target(bad)
+    assert len(err.value.message) < 200 and err.value.message.isprintable()
+
+
+@pytest.mark.parametrize("name", ["r740_01", "gpu@lab", "node+1", "_n", "a:b"])
+def test_a_host_the_sweep_takes_can_be_quarantined(name):
+    from lab.core import fields
+
+    assert fields.host_name(name) == name   # the inventory's and the sweep's grammar
+    assert q.parse_target(name) == q.Target(name) and q.parse_target(f"{name}:3") == q.Target(name, 3)
