@@ -48,8 +48,8 @@ def _as_exit(fn):
             raise Exit(f"gpulab: {printable(excerpt(exc, 300))} (see `invoke --help` and `invoke --list`)",
                        code=BAD_INPUT) from None
         except ValueError as exc:   # Invoke's int() of a 5,000-digit option value
-            raise Exit(f"gpulab: an option's value is not a number this command takes ({printable(excerpt(exc, 120))})",
-                       code=BAD_INPUT) from None
+            raise Exit(f"gpulab: an option's value is not a number this command takes "
+                       f"({printable(excerpt(exc, 120))})", code=BAD_INPUT) from None
         except Exit as exc:   # `invoke --list NOSUCH`: Invoke says so and exits 1
             if exc.code != 1 or not exc.message:
                 raise
