@@ -78,7 +78,8 @@ class SweepMemory:
             return False
         with self._lock, self.db.session() as s:
             newest = s.execute(select(Validation.id, Validation.at)
-                               .join(Check, Check.validation_id == Validation.id).where(Check.host == host)
+                               .join(Check, Check.validation_id == Validation.id)
+                               .where(Check.host == host, Validation.at <= now() + FUTURE_SLACK)   # not ahead
                                .order_by(Validation.at.desc(), Validation.id.desc()).limit(1)).first()
             if newest is None or newest.at is None:
                 return False
