@@ -318,6 +318,7 @@ def validate(c, device=None, host=None, limit=None, level="quick", baseline=Fals
                                 out_dir=out_dir, references=refs,
                                 inventory=setting(c, "inventory", inventory), stacks_dir=setting(c, "stacks"),
                                 dcgm_level=dcgm_level, dcgm_levels=setting(c, "validate.dcgm_levels"),
+                                limits=setting(c, "validate.time_limits"),
                                 past=None if baseline else history.past_reader(url))
     written = [f for f in result.files if Path(f).name == "validate.json"]
     if written and not baseline:   # into the history, then failures quarantined (a database that fails: one line)

@@ -242,6 +242,8 @@ def add_arguments(parser) -> None:
                         help="--scale passed to `runner run resnet50` (default small)")
     parser.add_argument("--interval", type=float, default=None, help="telemetry interval in seconds (default 1, 0.5 for standard)")
     parser.add_argument("--python", default=sys.executable, help="interpreter for the load workers (needs torch)")
+    parser.add_argument("--tool-timeout", type=float, default=600.0,
+                        help="seconds each standard tool (nccl-tests, nvbandwidth) may run before it is killed (default 600)")
 
 
 def resolve_gpus(text: str, count: int) -> list[int]:
@@ -290,6 +292,8 @@ def main(args) -> int:
         raise UsageError(f"runner burnin: --minutes {args.minutes:g} is not in (0, {MAX_BURN_MINUTES}]")
     if args.interval is not None and not (0.05 <= args.interval <= 60):
         raise UsageError(f"runner burnin: --interval {args.interval:g} is not in [0.05, 60]")
+    if not (0 < args.tool_timeout <= 7 * 24 * 3600):
+        raise UsageError(f"runner burnin: --tool-timeout {args.tool_timeout:g} is not in (0, 604800] seconds")
     t0 = time.time()
     start_iso = _now_iso()
     probe_all = probe.collect()
@@ -354,8 +358,9 @@ def main(args) -> int:
             else:
                 notes.append("one GPU: no all-GPU phase and no NCCL test")
             # the standard tools, where provisioning built them (runner.bwtools)
-            tools["nvbandwidth"] = bwtools.run_nvbandwidth(selected, out)
-            tools["nccl_tests"] = (bwtools.run_nccl_tests(selected, out) if len(selected) > 1 else
+            tools["nvbandwidth"] = bwtools.run_nvbandwidth(selected, out, timeout_s=args.tool_timeout)
+            tools["nccl_tests"] = (bwtools.run_nccl_tests(selected, out, timeout_s=args.tool_timeout)
+                                   if len(selected) > 1 else
                                    {"ran": False, "error": "one GPU: no all-reduce"})
             # 3. sustained load
             minutes = args.minutes if args.minutes is not None else cfg["burn_minutes"]

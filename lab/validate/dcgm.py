@@ -86,8 +86,10 @@ def level_for(level: str, configured: dict | None = None, override: Any = None) 
 # --------------------------------------------------------------------------- on the host
 
 
-def gather(remote, level: int) -> dict:
-    """What DCGM says on this host: installed or not, its version, the diagnostic's output."""
+def gather(remote, level: int, timeout_s: float | None = None) -> dict:
+    """What DCGM says on this host: installed or not, its version, the diagnostic's output; the diagnostic
+    is stopped at ``timeout_s`` (gpulab.validate.time_limits.dcgm_s; default TIMEOUT_S of its level)."""
+    limit = timeout_s or TIMEOUT_S[level]
     probe = remote.run("command -v dcgmi && { dcgmi --version || true; }", check=False, timeout=60)
     if probe.code != 0 or not probe.stdout.strip():      # no dcgmi on the PATH
         return {"installed": False, "level": level}
@@ -95,13 +97,13 @@ def gather(remote, level: int) -> dict:
     out = {"installed": True, "version": m.group(1) if m else None, "level": level,
            "argv": ["dcgmi", "diag", "-r", str(level), "-j"]}
     try:
-        res = remote.run(out["argv"], check=False, timeout=TIMEOUT_S[level])
+        res = remote.run(out["argv"], check=False, timeout=limit)
     except GpulabError as exc:
         return {**out, "error": getattr(exc, "message", None) or str(exc)}
     out.update(exit_code=res.code, stdout=res.stdout[-limits.JSON_BYTES:],
                stderr=res.stderr[-4096:])
-    if res.code == 124 and not res.stdout.strip():
-        out["error"] = f"dcgmi diag -r {level} did not finish within {TIMEOUT_S[level]} s"
+    if res.code == 124:
+        out["error"] = f"dcgmi diag -r {level} did not finish within {limit:g} s and was stopped"
     return out
 
 

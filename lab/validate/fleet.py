@@ -53,7 +53,7 @@ from lab.validate.gpuchecks import (_burnin_failures, _fleet_checks, _gpu_checks
 from lab.validate import dcgm, trends as trend, vendor
 from lab.validate.actions import attach_actions, load_actions
 from lab.validate.burnindoc import malformed, read_burnin
-from lab.validate.gathering import LEVEL_TIMEOUT_S, burnin_argv, gather_one, stacks_for
+from lab.validate.gathering import LEVEL_TIMEOUT_S, burnin_argv, gather_one, stacks_for, time_limits
 from lab.validate.hostchecks import _count_checks, _stack_checks, installed_version, no_gpu_checks
 from lab.validate.linkchecks import guarded, link_window
 from lab.validate.toolchecks import beside, gpu_figures, gpu_tool_checks, host_figures, host_tool_checks
@@ -305,7 +305,8 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
                    inventory: Path | str | None = None, stacks: dict | None = None,
                    echo: Callable[[str], None] = print, gather: Callable | None = None,
                    stacks_dir: Path | str | None = None, dcgm_level: Any = None,
-                   dcgm_levels: dict | None = None, past: Callable[..., dict] | None = None) -> Verdicts:
+                   dcgm_levels: dict | None = None, past: Callable[..., dict] | None = None,
+                   limits: dict | None = None) -> Verdicts:
     """Gather every host's burn-in document, judge them, write validate.json/.html.
 
     DCGM's diagnostic runs at ``dcgm_level`` (--dcgm-level; 0: not at all), else at the level
@@ -326,6 +327,7 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
     paths.folder(out_dir, "--out")             # every input is checked before the burn-in starts
     writes.check_folder(out_dir, "--out")
     dcgm_run = 0 if baseline else dcgm.level_for(level, dcgm_levels, dcgm_level)
+    limits = time_limits(limits)             # gpulab.validate.time_limits, checked before anything runs
     if stacks is None and not baseline:
         stacks = stacks_for(hosts, inventory, stacks_dir)
     tools = None if baseline else stacks_for(hosts, inventory, stacks_dir, what="tools")
@@ -333,7 +335,7 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
     out = Path(out_dir) / stamp
     if gather is None:   # over SSH: never to the example lab's documentation addresses
         rem.inventory.refuse_examples(hosts, inventory)
-    gather = gather or functools.partial(gather_one, dcgm_level=dcgm_run)
+    gather = gather or functools.partial(gather_one, dcgm_level=dcgm_run, limits=limits)
     snapshots = rem.on_hosts(hosts, lambda h: gather(h, level, stamp, out))
     if baseline:
         data = build_references(snapshots, refs, hosts=[h.name for h in hosts], note=f"level {level}")

@@ -9,28 +9,74 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from lab.core.errors import GpulabError, RunError
+from lab.core.errors import ConfigError, GpulabError, RunError
 from lab.validate import vendor
 from lab.validate.burnindoc import read_burnin
 from lab.validate.verdict import _host_field
 
 LEVEL_TIMEOUT_S = {"quick": 300, "standard": 3600, "burn-in": 6 * 3600}
+# gpulab.validate.time_limits: every external step's hard limit, in seconds (lab/data/settings.yml)
+DEFAULT_LIMITS = {"burnin_s": dict(LEVEL_TIMEOUT_S), "dcgm_s": {1: 600, 2: 1800, 3: 3 * 3600, 4: 8 * 3600},
+                  "tools_s": 600}
+MAX_S = 7 * 24 * 3600
 
-def burnin_argv(level: str, remote_dir: str) -> list[str]:
-    return ["burnin", "--level", level, "--out", remote_dir, "--json"]
+
+def _seconds(value, where: str) -> float:
+    try:
+        out = float(str(value).strip())
+    except (TypeError, ValueError):
+        out = None
+    if out is None or not (0 < out <= MAX_S) or isinstance(value, bool):
+        raise ConfigError(f"{where}: {value!r} is not a time limit in seconds (0 < s <= {MAX_S})")
+    return out
+
+
+def time_limits(configured: dict | None = None) -> dict:
+    """The hard time limits of validate's external steps: gpulab.validate.time_limits over the defaults
+    (``burnin_s`` per validate level, ``dcgm_s`` per DCGM run level, ``tools_s`` for each standard tool
+    inside the burn-in); a bad value is one ConfigError line naming the setting."""
+    base = "gpulab.validate.time_limits"
+    out = {"burnin_s": dict(DEFAULT_LIMITS["burnin_s"]), "dcgm_s": dict(DEFAULT_LIMITS["dcgm_s"]),
+           "tools_s": DEFAULT_LIMITS["tools_s"]}
+    conf = dict(configured or {})
+    unknown = sorted(set(conf) - set(out))
+    if unknown:
+        raise ConfigError(f"{base}: unknown key(s) {', '.join(map(str, unknown))} (burnin_s, dcgm_s, tools_s)")
+    for key in ("burnin_s", "dcgm_s"):
+        given = conf.get(key) or {}
+        if not hasattr(given, "items"):
+            raise ConfigError(f"{base}.{key}: a mapping expected")
+        for k, v in dict(given).items():
+            kk = k if key == "burnin_s" else (int(k) if str(k).strip().isdigit() else k)
+            if kk not in out[key]:
+                raise ConfigError(f"{base}.{key}: {k!r} is not one of {', '.join(map(str, out[key]))}")
+            out[key][kk] = _seconds(v, f"{base}.{key}.{k}")
+    if conf.get("tools_s") is not None:
+        out["tools_s"] = _seconds(conf["tools_s"], f"{base}.tools_s")
+    return out
+
+def burnin_argv(level: str, remote_dir: str, tools_s: float | None = None) -> list[str]:
+    tail = ["--tool-timeout", f"{tools_s:g}"] if tools_s is not None else []
+    return ["burnin", "--level", level, "--out", remote_dir, "--json", *tail]
 
 
 def gather_one(host, level: str, stamp: str, local_dir: Path | None = None, *, connect: Callable | None = None,
-               dcgm_level: int = 0) -> dict:
+               dcgm_level: int = 0, limits: dict | None = None) -> dict:
     """Run the burn-in on one host, then DCGM's diagnostic at ``dcgm_level`` (0: none) and read Fabric
-    Manager (lab.validate.vendor); return the burn-in document with theirs (raises HostError/RunError)."""
+    Manager (lab.validate.vendor); return the burn-in document with theirs (raises HostError/RunError).
+    ``limits``: ``time_limits()``; a burn-in that does not end in its limit is killed and reported."""
     from lab.hosts import remote as rem
 
+    limits = limits or time_limits()
     connect = connect or rem.connect
     with connect(host) as r:
         inst = rem.ensure_runner(r)
         remote_dir = f"{r.expand(host.workdir.rstrip('/'))}/validate/{stamp}"
-        res = r.run(inst.argv(*burnin_argv(level, remote_dir)), check=False, timeout=LEVEL_TIMEOUT_S[level])
+        limit = limits["burnin_s"][level]
+        res = r.run(inst.argv(*burnin_argv(level, remote_dir, limits["tools_s"])), check=False, timeout=limit)
+        if res.code == 124:
+            raise RunError(f"{host.name}: runner burnin --level {level} did not end within {limit:g} s "
+                           "(gpulab.validate.time_limits.burnin_s) and was stopped")
         if res.code not in (0, 1):
             last = (res.stderr.strip() or res.stdout.strip() or f"exit {res.code}").splitlines()[-1]
             raise RunError(f"{host.name}: runner burnin exited {res.code}: {last}")
@@ -41,7 +87,8 @@ def gather_one(host, level: str, stamp: str, local_dir: Path | None = None, *, c
                     r.get(f"{remote_dir}/{name}", local_dir / host.name / name)
                 except GpulabError:
                     pass
-        doc.update(vendor.gather(r, dcgm_level, local_dir / host.name if local_dir is not None else None))
+        doc.update(vendor.gather(r, dcgm_level, local_dir / host.name if local_dir is not None else None,
+                                 dcgm_timeout=limits["dcgm_s"].get(dcgm_level)))
         return doc
 
 

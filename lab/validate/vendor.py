@@ -20,12 +20,12 @@ from lab.validate import dcgm, fabric
 from lab.validate.verdict import worst
 
 
-def gather(remote, dcgm_level: int, local_dir: Path | None = None) -> dict:
+def gather(remote, dcgm_level: int, local_dir: Path | None = None, dcgm_timeout: float | None = None) -> dict:
     """{'fabricmanager': ..., 'dcgm': ...} of one host ('dcgm' None with level 0: not asked for). Both keys
     are always set, so that nothing of the same name in the host's own burn-in document is judged."""
     out = {"fabricmanager": fabric.gather(remote), "dcgm": None}
     if dcgm_level:
-        found = dcgm.gather(remote, dcgm_level)
+        found = dcgm.gather(remote, dcgm_level, dcgm_timeout)
         out["dcgm"] = found
         if local_dir is not None and found.get("stdout"):
             _save(local_dir, found)
