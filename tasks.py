@@ -14,10 +14,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from invoke import Collection, Exit, task
+from invoke import Collection, Exit
 
 from lab.core import cli
-from lab.core.cli import setting, task_errors
+from lab.core.cli import setting, task, task_errors
 from lab.core.errors import GpulabError
 from lab.history import tasks as history_tasks
 

@@ -23,7 +23,8 @@ import inspect
 import os
 import sys
 
-from invoke import Exit
+from invoke import Exit, Task
+from invoke import task as invoke_task
 import yaml
 from invoke.config import AmbiguousMergeError
 
@@ -199,6 +200,32 @@ def check_paths(setting, arguments: dict) -> None:
 
 
 # --------------------------------------------------------------------------- what every task shares
+
+# One short flag per option, the same in every task (Invoke would give each task's options the first free
+# letter of their names, so that -u was --url in one task and --until in another); an option not named here
+# has its long form only.
+SHORT_FLAGS = {"host": "h", "device": "d", "limit": "l", "inventory": "i", "url": "u", "name": "n",
+               "workloads": "w", "gpus": "g", "seeds": "s", "mode": "m", "out": "o", "format": "f", "json": "j",
+               "check": "c", "dry_run": "r", "timeout": "t"}
+
+
+class GpulabTask(Task):
+    """Invoke's Task (given to ``@task`` as its documented ``klass``) with gpulab's short flags: SHORT_FLAGS
+    for every task, nothing else (tests/unit/test_task_help.py holds Invoke to ``arg_opts``)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["auto_shortflags"] = False
+        super().__init__(*args, **kwargs)
+
+    def arg_opts(self, name, default, taken_names):
+        opts = super().arg_opts(name, default, taken_names)
+        letter = SHORT_FLAGS.get(name)
+        if letter and not opts.get("positional") and letter not in taken_names:
+            opts["names"] = [*opts["names"], letter]
+        return opts
+
+
+task = functools.partial(invoke_task, klass=GpulabTask)
 
 
 def setting(c, key, value=None):

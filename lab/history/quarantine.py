@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sqlalchemy import and_, or_, select
 from sqlalchemy.exc import IntegrityError
 
-from lab.core import fields, limits
+from lab.core import fields, limits, term
 from lab.core.errors import CheckFailed, ConfigError, excerpt
 from lab.history.db import Database
 from lab.history.models import Check, Gpu, Quarantine, RunGpu, Run, Validation
@@ -210,12 +210,11 @@ def for_sweep(db: Database, hosts) -> dict[str, dict]:
 def table(entries) -> list[str]:
     if not entries:
         return ["nothing quarantined"]
-    lines = [f"{'target':<24} {'since (UTC)':<17} {'who':<12} reason / action"]
+    rows = []
     for e in entries:
-        target = printable(Target(e.host, e.gpu_index))
         uuid = getattr(e, "gpu_uuid", None)
         since = _aware(e.added_at)
         since = f"{since:%Y-%m-%d %H:%M}" if isinstance(since, dt.datetime) else "-"
-        lines.append(printable(f"{target:<24} {since:<16} {str(e.who)[:12]:<12} {e.reason}"
-                               + (f" -> {e.action}" if e.action else "") + (f" [{uuid}]" if uuid else "")))
-    return lines
+        rows.append(tuple(printable(x) for x in (Target(e.host, e.gpu_index), since, e.who,
+                                                  f"{e.reason}" + (f" [{uuid}]" if uuid else ""), e.action or "-")))
+    return term.table(("target", "since (UTC)", "who", "reason", "action"), rows)

@@ -14,7 +14,7 @@ import re
 
 from sqlalchemy import select
 
-from lab.core import advice
+from lab.core import advice, term
 from lab.core import fields, limits
 from lab.core.errors import ConfigError, excerpt, printable
 from lab.history import values
@@ -125,21 +125,26 @@ def history_rows(db: Database, *, host=None, gpu=None, metric=None, since=None, 
 
 
 def _cell(v, n: int = 48) -> str:
-    """A stored value for the terminal: control characters escaped (lab.core.errors.printable), cut to ``n``."""
+    """A stored value for the terminal: a number whole, text with control characters escaped
+    (lab.core.errors.printable) and at most ``n`` characters, a cut one ending in "..."."""
     if v is None or v == "":
         return "-"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return printable(v)[:n]
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return term.number(v)   # whole: never cut, never in exponent form
+    return excerpt(printable(v), n)   # stored text: escaped, and a long one said to be cut ("...")
+
+
+def _value(v, unit) -> str:
+    """The value with its unit."""
+    text = _cell(v, 64)
+    return f"{text} {_cell(unit, 24)}" if unit and v not in (None, "") else text
 
 
 def table(rows: list[dict]) -> list[str]:
     if not rows:
         return [advice.carry("no history matches (import results with `invoke history.import results`)")]
-    head = ("time (UTC)", "host", "GPU", "metric", "value", "unit", "verdict", "from")
+    head = ("time (UTC)", "host", "GPU", "verdict", "metric", "value", "from")
     body = [(f"{r['at']:%Y-%m-%d %H:%M}" if r["at"] else "-", _cell(r["host"], 64), _cell(r["gpu"]),
-             _cell(r["metric"]), _cell(r["value"], 24), _cell(r["unit"], 16), _cell(r["verdict"], 8),
-             _cell(r["source"], 24)) for r in rows]
-    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return [fmt.format(*head)] + [fmt.format(*b) for b in body]
+             _cell(r["verdict"], 16), _cell(r["metric"], 96), _value(r["value"], r["unit"]), _cell(r["source"], 64))
+            for r in rows]
+    return term.table(head, body, verdict_col=3)

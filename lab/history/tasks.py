@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from invoke import Collection, task
+from invoke import Collection
 
-from lab.core.cli import setting, task_errors
+from lab.core.cli import setting, task, task_errors
 
 URL_HELP = "database URL (default: gpulab.history_url, else results/history.sqlite)"
 TARGET_HELP = "HOST or HOST:GPU_INDEX (e.g. r740-03:2)"

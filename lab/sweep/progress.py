@@ -14,6 +14,11 @@ import time
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
+
+# the state and outcome words in colour (rich leaves colour out off a terminal and under NO_COLOR)
+STYLES = {"complete": "green", "success": "green", "target_missed": "yellow", "failed": "bold red",
+          "interrupted": "yellow"}
 
 
 class Progress:
@@ -91,5 +96,7 @@ def final_table(runs, console: Console | None = None) -> None:
         t.add_column(col, overflow="fold")
     for r in runs:
         where = ",".join(r.nodes) if r.nodes else r.host
-        t.add_row(where, r.run_id, r.state, r.outcome or "", ",".join(map(str, r.gpu_ids)) or "cpu", r.reason or "")
+        t.add_row(where, r.run_id, Text(r.state, style=STYLES.get(r.state, "")),
+                  Text(r.outcome or "", style=STYLES.get(r.outcome or "", "")), ",".join(map(str, r.gpu_ids)) or "cpu",
+                  r.reason or "")
     console.print(t)

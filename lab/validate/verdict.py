@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from lab.core import term
 from lab.core import writes
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
@@ -159,10 +160,10 @@ def _fmt_any(value) -> str:
 
 def summary_text(verdicts: Verdicts) -> str:
     d = verdicts.data
-    lines = [f"validate: {d['verdict']} ({d['summary']['PASS']} pass, {d['summary']['WARN']} warn, "
+    lines = [f"validate: {term.verdict(d['verdict'])} ({d['summary']['PASS']} pass, {d['summary']['WARN']} warn, "
              f"{d['summary']['FAIL']} fail of {d['summary']['hosts']} host(s))"]
-    for name, h in d["hosts"].items():
-        lines.append(f"{h['verdict']:4s}  {name}: {h['reason']}")
+    for name, h in d["hosts"].items():   # the word is the verdict; colour only where a terminal wants it
+        lines.append(f"{term.verdict(h['verdict'], 4)}  {name}: {h['reason']}")
         for r in h["reasons"][1:6]:
             lines.append(f"      {r}")
         if len(h["reasons"]) > 6:

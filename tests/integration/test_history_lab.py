@@ -77,7 +77,8 @@ def test_the_readme_walk_on_a_lab_host_with_a_pending_row_remap(testlab, tmp_pat
         assert p.returncode == 0, p.stdout + p.stderr
     assert imp.stdout.startswith("1 run(s) added, 0 already there")
     assert add.stdout.strip() == "r740-03 GPU 2: quarantined"
-    assert "r740-03 GPU 2" in listed.stdout and "row remap pending -> reset the GPU, then validate" in listed.stdout
+    assert "r740-03 GPU 2" in listed.stdout and "row remap pending" in listed.stdout \
+        and "reset the GPU, then validate" in listed.stdout
     assert "quarantine: r740-03: GPU(s) 2 quarantined (GPU 2: row remap pending): runs use GPU(s) 0,1" in dry.stdout
 
     # the gated sweep: GPU 1 fails the health check, is quarantined and planned around; the plan and the summary

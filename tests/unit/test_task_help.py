@@ -135,3 +135,36 @@ def test_invokes_program_shows_task_help_from_the_core_help_value(capsys):
         program.parse_cleanup()
     assert done.value.code == 0 and "Usage: " in capsys.readouterr().out and program.args.help.value == "report"
     assert callable(Program.parse_tasks) and callable(Program.parse_cleanup) and callable(Program.print_task_help)
+
+
+def test_a_short_flag_means_one_option_in_every_task():
+    """-u is --url wherever it exists (it was --until in `invoke history`); every short flag is gpulab's table's,
+    given through Invoke's documented ``@task(klass=...)`` and Task.arg_opts."""
+    import importlib.util
+
+    from lab.core import cli
+
+    spec = importlib.util.spec_from_file_location("gpulab_tasks_for_flags", ROOT / "tasks.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module   # tasks.py builds its namespace from its own module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    seen: dict[str, set[str]] = {}
+
+    def walk(coll):
+        for t in coll.tasks.values():
+            assert isinstance(t, cli.GpulabTask), t.name
+            for arg in t.get_arguments():
+                long, *short = arg.names
+                for s in short:
+                    seen.setdefault(s, set()).add(long)
+        for sub in coll.collections.values():
+            walk(sub)
+
+    walk(module.ns)
+    assert all(len(longs) == 1 for longs in seen.values()), seen
+    table = {s: k.replace("_", "-") for k, s in cli.SHORT_FLAGS.items()}
+    assert {s: longs.pop() for s, longs in seen.items()} == {s: table[s] for s in seen}
+    assert {"u", "h", "i", "n", "r"} <= set(seen) and table["u"] == "url"
