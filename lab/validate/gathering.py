@@ -17,7 +17,7 @@ from lab.validate.verdict import _host_field
 LEVEL_TIMEOUT_S = {"quick": 300, "standard": 3600, "burn-in": 6 * 3600}
 # gpulab.validate.time_limits: every external step's hard limit, in seconds (lab/data/settings.yml)
 DEFAULT_LIMITS = {"burnin_s": dict(LEVEL_TIMEOUT_S), "dcgm_s": {1: 600, 2: 1800, 3: 3 * 3600, 4: 8 * 3600},
-                  "tools_s": 600}
+                  "tools_s": 600, "burn_minutes": None}
 MAX_S = 7 * 24 * 3600
 
 
@@ -37,11 +37,12 @@ def time_limits(configured: dict | None = None) -> dict:
     inside the burn-in); a bad value is one ConfigError line naming the setting."""
     base = "gpulab.validate.time_limits"
     out = {"burnin_s": dict(DEFAULT_LIMITS["burnin_s"]), "dcgm_s": dict(DEFAULT_LIMITS["dcgm_s"]),
-           "tools_s": DEFAULT_LIMITS["tools_s"]}
+           "tools_s": DEFAULT_LIMITS["tools_s"], "burn_minutes": None}
     conf = dict(configured or {})
     unknown = sorted(set(conf) - set(out))
     if unknown:
-        raise ConfigError(f"{base}: unknown key(s) {', '.join(map(str, unknown))} (burnin_s, dcgm_s, tools_s)")
+        raise ConfigError(f"{base}: unknown key(s) {', '.join(map(str, unknown))} (burnin_s, dcgm_s, tools_s, "
+                          "burn_minutes)")
     for key in ("burnin_s", "dcgm_s"):
         given = conf.get(key) or {}
         if not hasattr(given, "items"):
@@ -53,10 +54,17 @@ def time_limits(configured: dict | None = None) -> dict:
             out[key][kk] = _seconds(v, f"{base}.{key}.{k}")
     if conf.get("tools_s") is not None:
         out["tools_s"] = _seconds(conf["tools_s"], f"{base}.tools_s")
+    if conf.get("burn_minutes") is not None:      # the burn-in level's sustained load (runner burnin --minutes)
+        minutes = _seconds(conf["burn_minutes"], f"{base}.burn_minutes")
+        if minutes > 60:
+            raise ConfigError(f"{base}.burn_minutes: {conf['burn_minutes']!r} is more than 60 minutes")
+        out["burn_minutes"] = minutes
     return out
 
-def burnin_argv(level: str, remote_dir: str, tools_s: float | None = None) -> list[str]:
+def burnin_argv(level: str, remote_dir: str, tools_s: float | None = None, burn_minutes: float | None = None) -> list[str]:
     tail = ["--tool-timeout", f"{tools_s:g}"] if tools_s is not None else []
+    if burn_minutes is not None and level == "burn-in":
+        tail += ["--minutes", f"{burn_minutes:g}"]
     return ["burnin", "--level", level, "--out", remote_dir, "--json", *tail]
 
 
@@ -73,7 +81,8 @@ def gather_one(host, level: str, stamp: str, local_dir: Path | None = None, *, c
         inst = rem.ensure_runner(r)
         remote_dir = f"{r.expand(host.workdir.rstrip('/'))}/validate/{stamp}"
         limit = limits["burnin_s"][level]
-        res = r.run(inst.argv(*burnin_argv(level, remote_dir, limits["tools_s"])), check=False, timeout=limit)
+        argv = burnin_argv(level, remote_dir, limits["tools_s"], limits.get("burn_minutes"))
+        res = r.run(inst.argv(*argv), check=False, timeout=limit)
         if res.code == 124:
             raise RunError(f"{host.name}: runner burnin --level {level} did not end within {limit:g} s "
                            "(gpulab.validate.time_limits.burnin_s) and was stopped")

@@ -70,6 +70,8 @@ def no_install(monkeypatch):
 
 
 def test_the_settings_give_every_limit_and_bad_ones_are_one_line():
+    assert gathering.burnin_argv("burn-in", "/d", 7, 2.0)[-4:] == ["--tool-timeout", "7", "--minutes", "2"]
+    assert "--minutes" not in gathering.burnin_argv("standard", "/d", 7, 2.0)
     lim = gathering.time_limits({"burnin_s": {"quick": 42}, "dcgm_s": {"2": "90"}, "tools_s": 7})
     assert lim["burnin_s"] == {"quick": 42.0, "standard": 3600, "burn-in": 21600}
     assert lim["dcgm_s"][2] == 90.0 and lim["dcgm_s"][3] == 10800 and lim["tools_s"] == 7.0
@@ -77,7 +79,8 @@ def test_the_settings_give_every_limit_and_bad_ones_are_one_line():
                        ({"burnin_s": {"slow": 1}}, "burnin_s: 'slow' is not one of"),
                        ({"dcgm_s": {"9": 1}}, "dcgm_s: '9' is not one of"),
                        ({"burnin_s": {"quick": "soon"}}, "burnin_s.quick: 'soon' is not a time limit"),
-                       ({"tool_s": 5}, "unknown key(s) tool_s")):
+                       ({"tool_s": 5}, "unknown key(s) tool_s"),
+                       ({"burn_minutes": 90}, "burn_minutes: 90 is more than 60 minutes")):
         with pytest.raises(ConfigError, match="^gpulab.validate.time_limits") as exc:
             gathering.time_limits(bad)
         assert words in exc.value.message
