@@ -189,3 +189,35 @@ def test_aer_counters_as_the_kernel_writes_them(case, totals):
     assert tuple(counters[k]["total"] for k in ("correctable", "nonfatal", "fatal")) == totals
     if case == "corrected":
         assert counters["correctable"]["counts"] == {"RxErr": 3, "BadTLP": 12, "BadDLLP": 1}
+
+
+def test_the_test_labs_all_reduce_perf_stand_in_ends_a_data_check_failure_as_the_real_one(tools, refs, monkeypatch):
+    """tests/testlab's C stand-in (what the integration tests build on their hosts) writes what the
+    samples show: its data-check failure is read and judged as the real tool's."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler here")
+    src = Path(__file__).resolve().parents[2] / "testlab" / "toolsrc" / "nccl-tests" / "src"
+    build = tools.parent / "build"
+    build.mkdir()
+    (build / "nccl.h").write_text("#define NCCL_VERSION_CODE 22809\n")
+    (build / "common.h").write_text((src / "common.h").read_text().replace("@VERSION@", "2.19.6"))
+    shutil.copy(src / "all_reduce.c", build / "all_reduce.c")
+    subprocess.run([cc, "-O0", "-I", str(build), "-o", str(tools / "all_reduce_perf"), str(build / "all_reduce.c")],
+                   check=True, capture_output=True, timeout=120)
+    gpus = tools.parent / "gpus.json"
+    gpus.write_text('{"gpus": [{"name": "NVIDIA H100 80GB HBM3"}, {"name": "NVIDIA H100 80GB HBM3"}]}')
+    monkeypatch.setenv("GPULAB_FAKE_GPUS", str(gpus))
+    out = tools.parent / "out"
+    good = bwtools.run_nccl_tests([0, 1], out, max_bytes="64M")
+    assert good["exit_code"] == 0 and good["wrong"] == 0 and good["complete"] and "error" not in good
+    monkeypatch.setenv("GPULAB_FAKE_NWRONG", "2")
+    (out / "nccl-tests.json").unlink()
+    t = bwtools.run_nccl_tests([0, 1], out, max_bytes="64M")
+    assert t["exit_code"] == 7 and t["wrong"] == 2 and t["out_of_bounds"] == 1 and "error" not in t
+    doc, probe = burnin(2, nccl_tests=t)
+    c = by_name(toolchecks.host_tool_checks(doc, probe, refs))["nccl-tests data check"]
+    assert c["verdict"] == "FAIL" and "Test failure common.cu:1454" in c["reason"]
