@@ -9,7 +9,10 @@ each test's start and finish to a state file (JSON lines). When the child
 dies by a signal, the parent records the test in progress as failed (its node
 id and the signal), starts a new child with every finished test and the
 crashed one deselected, and so on until a child ends by itself; at the end it
-prints one combined line (``N failed, N passed, ...``) and exits 1. When no
+prints the failures that a crashed child never reported, a ``FAILED`` line per
+crashed test and one combined line (``N failed, N passed, ...``), and exits 1
+(or the last child's own code when that is 2 or more). A SIGTERM, SIGHUP or
+Ctrl-C to the parent is passed on and ends the run: nothing resumes. When no
 child crashes the parent exits with the child's own code (5 for "no tests"
 included) and adds nothing to the output. Cost: one more interpreter start
 and pytest configuration (about a second), none per test.
@@ -100,17 +103,29 @@ def summary_line(counts: dict[str, int], seconds: float, crashed: list[tuple[str
     return f"{', '.join(parts) or 'no tests ran'} in {seconds:.2f}s (crash guard: {killed})"
 
 
-def _run_child(args: list[str], cwd: str, state: Path, skip: Path | None) -> int:
+def _run_child(args: list[str], cwd: str, state: Path, skip: Path | None) -> tuple[int, bool]:
+    """(the child's return code, whether this process was told to stop meanwhile: Ctrl-C, SIGTERM, SIGHUP)."""
     # unbuffered: what a child printed before it died reaches the log
     env = {**os.environ, STATE: str(state), "PYTHONUNBUFFERED": "1"}
     if skip is not None:
         env[SKIP] = str(skip)
     child = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env)
-    while True:
-        try:
-            return child.wait()
-        except KeyboardInterrupt:  # Ctrl-C reaches the child too (same process group): wait for its report
-            continue
+    told = []
+
+    def forward(signum, frame):  # a stop meant for the session: the child gets it, nothing resumes after
+        told.append(signum)
+        child.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        while True:
+            try:
+                return child.wait(), bool(told)
+            except KeyboardInterrupt:  # Ctrl-C reaches the child too (same process group): wait for its report
+                told.append(signal.SIGINT)
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 def supervise(args: list[str], cwd: str, maxfail: int = 0) -> int:
@@ -123,14 +138,14 @@ def supervise(args: list[str], cwd: str, maxfail: int = 0) -> int:
         skip_file = None
         for attempt in range(1, 100_000):
             state = Path(tmp, f"state-{attempt}.jsonl")
-            rc = _run_child(args, cwd, state, skip_file)
+            rc, told = _run_child(args, cwd, state, skip_file)
             finished, running, failures = read_state(state)
             done.update(finished)
             if rc < 0:  # this child never printed its failures: they are printed at the end
                 lost += failures
-            if rc >= 0:
+            if rc >= 0 or told:  # ended by itself, or stopped as this process was told to
                 if not crashed:
-                    return rc  # no crash: the child's own code and output, nothing added
+                    return rc if rc >= 0 else 128 - rc  # no crash: the child's own code and output
                 break
             sig = signal_name(rc)
             if running is None:  # outside any test (collection, session teardown): nothing to resume past
@@ -156,7 +171,7 @@ def supervise(args: list[str], cwd: str, maxfail: int = 0) -> int:
     counts = _count(done, crashed)
     line = summary_line(counts, time.time() - t0, crashed)
     print(f"{'=' * 10} {line} {'=' * 10}", flush=True)
-    return rc if rc not in (0, 1, 5) and rc >= 0 else 1
+    return rc if rc not in (0, 1, 5) and rc >= 0 else 2 if told and rc < 0 else 1
 
 
 # --- the child's side -------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Command line of the test lab, for building, debugging and measuring by hand.
 
-    python -m tests.testlab build              # build or check the cached layers and apt repository
+    python -m tests.testlab build              # build or check the cached layers, apt repository and
+                                               # the controller environments of each Python (meanwhile)
     python -m tests.testlab up -n 2            # start a lab, print how to reach it, wait for Ctrl-C
     python -m tests.testlab status             # labs in the registry, their owners, leftovers
     python -m tests.testlab clean              # tear down labs whose owner process is dead
@@ -10,22 +11,36 @@
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import signal
 import sys
 import tempfile
 import time
 
-from tests.testlab import aptrepo, image
+from tests.testlab import aptrepo, controllers, image
 from tests.testlab.lab import Lab, _entry_alive, _read_entries, cleanup_stale, lab_objects
+from tests.testlab.util import LabError
 
 
 def cmd_build(args) -> int:
-    for what, fn in (("rootfs", image.ensure_rootfs), ("pylayer", image.ensure_pylayer),
-                     ("apt repository", aptrepo.ensure_repo)):
-        t0 = time.monotonic()
-        result = fn()
-        print(f"{what:15} {time.monotonic() - t0:6.1f}s  {result}")
+    # the Ctrl-C test's controller environments (pip, mostly waiting on the index) are made meanwhile
+    t_all = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(controllers.VERSIONS)) as pool:
+        venvs = {v: pool.submit(controllers.python_for, v) for v in controllers.VERSIONS}
+        for what, fn in (("rootfs", image.ensure_rootfs), ("pylayer", image.ensure_pylayer),
+                         ("apt repository", aptrepo.ensure_repo)):
+            t0 = time.monotonic()
+            result = fn()
+            print(f"{what:15} {time.monotonic() - t0:6.1f}s  {result}")
+        for version, fut in venvs.items():
+            try:
+                result = fut.result()
+            except controllers.NoInterpreter as exc:  # a skip in the test, which says so
+                result = f"none: {exc}"
+            except LabError as exc:  # the test tries again and fails with it (an error in CI, not here)
+                result = f"FAILED: {exc}"
+            print(f"controller {version:4} {time.monotonic() - t_all:6.1f}s  {result}")
     return 0
 
 

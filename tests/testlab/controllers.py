@@ -80,7 +80,8 @@ def python_for(version: str) -> str:
             return str(py)
         shutil.rmtree(venv, ignore_errors=True)
         steps = [[base, "-m", "venv", str(venv)],
-                 [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements()]]
+                 [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile",
+                  *requirements()]]  # no byte-compiling: Python compiles the few modules the test imports
         for argv in steps:
             p = subprocess.run(argv, capture_output=True, text=True, timeout=1500, stdin=subprocess.DEVNULL)
             if p.returncode != 0:

@@ -4,9 +4,13 @@ Each case runs a small pytest session in a temporary folder with the guard loade
 loads it, as a user would start it (``python -m pytest``)."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,15 +55,15 @@ def test_segv():
 '''
 
 
-def session(tmp: Path, files: dict, *args) -> subprocess.CompletedProcess:
+def session(tmp: Path, files: dict, *args, start=subprocess.run, **kw):
     (tmp / "conftest.py").write_text(CONFTEST)
     for name, text in files.items():
         (tmp / name).write_text(text)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GPULAB_CRASHGUARD"))}
     env["PYTHONPATH"] = str(ROOT)
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # quicker starts; the guard needs no plugin
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=tmp, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return start([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=tmp, env=env,
+                 **(kw or {"capture_output": True, "text": True, "timeout": 120}))
 
 
 def test_an_abort_and_a_segfault_are_two_failed_tests_and_every_other_test_runs_once(tmp_path):
@@ -92,3 +96,22 @@ def test_without_a_crash_the_exit_code_and_output_are_pytest_s_own(tmp_path):
     (tmp_path / "test_ok.py").unlink()
     r = session(tmp_path, {})
     assert r.returncode == 5 and "no tests ran" in r.stdout  # "no tests" is not hidden
+
+
+def test_sigterm_to_pytest_stops_the_session_and_nothing_resumes(tmp_path):
+    sleeper = ("import os, time\nfrom pathlib import Path\n\n"
+               "def test_sleeps():\n    Path('pid').write_text(str(os.getpid()))\n    time.sleep(120)\n\n"
+               "def test_after():\n    Path('after').write_text('ran')\n")
+    proc = session(tmp_path, {"test_s.py": sleeper}, start=subprocess.Popen, stdout=subprocess.PIPE,
+                   stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 90
+    while not (tmp_path / "pid").is_file() or not (tmp_path / "pid").read_text():
+        assert time.monotonic() < deadline and proc.poll() is None, "the test never started"
+        time.sleep(0.1)
+    child = int((tmp_path / "pid").read_text())
+    proc.send_signal(signal.SIGTERM)  # to the supervisor only: it passes the stop on
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    assert not (tmp_path / "after").exists() and "crash guard" not in out, out
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
