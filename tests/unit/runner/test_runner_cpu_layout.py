@@ -30,6 +30,17 @@ def test_bf16_channels_last_steps_train_here_or_the_layout_is_held_off_with_one_
         assert err.count("[workload] channels-last off: ") == 1
     else:
         assert ctx.channels_last is True and ctx.notes == [] and "channels-last off" not in err
+    # a compiled run: Inductor's layout optimization (channels-last on a CPU) goes off with it
+    import torch._inductor.config as inductor_config
+
+    saved = inductor_config.layout_optimization
+    try:
+        inductor_config.layout_optimization = True
+        ctxc, _ = B.bench_context("ssd", "cpu", True, scale="tiny", precision="bf16", compile=True)
+        spec_of(module).build(ctxc)  # torch.compile is lazy: nothing compiles here
+        assert ctxc.compile is True and inductor_config.layout_optimization is (why is None)
+    finally:
+        inductor_config.layout_optimization = saved
     # fp32 keeps channels-last everywhere (its kernels are fine)
     ctx32, _ = B.bench_context("ssd", "cpu", True, scale="tiny", precision="fp32", channels_last=True)
     spec_of(module).build(ctx32)
