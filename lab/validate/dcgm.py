@@ -35,7 +35,10 @@ How dcgmi's JSON is read (what its writer does, and the verdict of each):
 A GPU's result joins that GPU's checks; a result of the whole host, of another
 entity or of a GPU the probe does not list joins the host's. Without dcgmi the
 host gets one record "not run: DCGM not installed": WARN, FAIL where the
-host's stack profile requires DCGM (``dcgm: {required: true}``).
+host's stack profile requires DCGM (``dcgm: {required: true}``). With dcgmi there but
+no results from it (no host engine answers, its runtime_error, output that cannot be
+read, or the diagnostic stopped at its time limit, gpulab.validate.time_limits.dcgm_s)
+the host FAILs "DCGM diagnostic" with dcgmi's own last line: never a PASS.
 """
 
 from __future__ import annotations
