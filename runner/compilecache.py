@@ -14,10 +14,11 @@ others of the same GPU model and stack, so that a sweep compiles once.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import sys
 from pathlib import Path
+
+from runner import rundir
 
 ARTIFACTS = "artifacts"
 
@@ -80,9 +81,7 @@ def save(path: Path) -> bool:
         if not got or not got[0]:
             return False
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(got[0])
-        os.replace(tmp, path)  # whole or absent: a concurrent run sees no half-written file
+        rundir.write_new(path, got[0])  # whole or absent: a concurrent run sees no half-written file
     except (OSError, RuntimeError) as exc:
         print(f"note: compiled artifacts not saved to {path}: {exc}", file=sys.stderr, flush=True)
         return False

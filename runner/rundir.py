@@ -12,6 +12,7 @@ grammar, so the two sides cannot drift apart.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
 import fcntl
@@ -65,8 +66,8 @@ def iso(unix_s: float) -> str:
 # ---------------------------------------------------------------- writing, never through a link
 # Every file of a run directory is opened with O_NOFOLLOW (a symbolic link planted at its name is an
 # error, never followed) and must be a regular file (a FIFO planted there is refused, not blocked on);
-# whole files are written to a fresh temporary name (O_EXCL) and renamed into place. The controller's
-# own writes follow the same rule in lab.core.writes: the runner does not import lab.
+# whole files are written to a fresh temporary name (O_EXCL) and renamed into place (``new_file``: the one
+# such writer; the controller's lab.core.writes uses it too, as lab.core may import this module).
 
 RUN_FILES = (MLLOG, STDOUT, TELEMETRY, MANIFEST, STATUS, SUMS)
 _OPEN = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -90,21 +91,26 @@ def open_file(path: Path | str, append: bool = False, binary: bool = False, **kw
     return os.fdopen(fd, "a" if append else "w", **kwargs)
 
 
-def write_new(path: Path | str, data: bytes) -> None:
-    """Write ``data`` to a fresh temporary name beside ``path`` (O_EXCL | O_NOFOLLOW), flushed to disk, and
-    rename it over ``path`` (a rename replaces a name: it never writes through a link there)."""
+@contextlib.contextmanager
+def new_file(path: Path | str, mode: int = 0o644, sync: bool = True):
+    """The one way gpulab writes a whole file (the runner here, the controller through lab.core.writes, the
+    compiled-artifact store through lab.sweep.compiled): a binary file object on a fresh temporary name beside
+    ``path`` (O_CREAT | O_EXCL | O_NOFOLLOW: never a name planted there, never through a link), flushed to disk
+    (``sync``) and renamed over ``path`` when the block ends (a rename replaces a name, it never writes through
+    a link there); on an error the temporary file is removed and ``path`` is as it was. OSError otherwise."""
     path = Path(path)
     for _ in range(16):
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        tmp = path.with_name(f".{path.name[:200]}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        except FileExistsError:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        except FileExistsError:   # a name planted there (a file, a link): take another
             continue
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                yield f
                 f.flush()
-                os.fsync(f.fileno())
+                if sync:
+                    os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException:
             try:
@@ -114,6 +120,12 @@ def write_new(path: Path | str, data: bytes) -> None:
             raise
         return
     raise OSError(errno.EEXIST, "no free temporary name", str(path))
+
+
+def write_new(path: Path | str, data: bytes, mode: int = 0o644, sync: bool = True) -> None:
+    """Write ``data`` as a whole file at ``path`` through ``new_file``."""
+    with new_file(path, mode, sync) as f:
+        f.write(data)
 
 
 def run_dir_problem(out: Path | str) -> str | None:

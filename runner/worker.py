@@ -18,16 +18,13 @@ import time
 import traceback
 from pathlib import Path
 
-from runner import abort
+from runner import abort, rundir
 
 
 def _write_result(path: str | None, doc: dict) -> None:
     if not path:
         return
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f)
-    os.replace(tmp, path)
+    rundir.write_new(path, json.dumps(doc).encode("utf-8"), sync=False)
 
 
 def _drop_caches() -> bool:

@@ -11,20 +11,21 @@ ConfigError line (exit 2), raised by ``check`` before anything is written.
 
 The folders above an output root are the user's (a results folder may well
 be a link to a data disk); the root itself and everything gpulab makes below
-it are checked.
+it are checked. The file itself is written by runner.rundir.new_file, the one
+function that writes a whole file without following a link, for the runner
+and the controller alike (lab.core may import that contract module; the
+runner may not import lab).
 """
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import os
-import secrets
 import stat
 from pathlib import Path
 
 from lab.core.errors import ConfigError
-
-_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+from runner import rundir
 
 
 def _lstat(path: Path):
@@ -95,32 +96,30 @@ def folder(path: str | Path, what: str = "output folder", root: str | Path | Non
 
 
 def write_bytes(path: str | Path, data: bytes, what: str = "output", mode: int = 0o644) -> Path:
-    """Write ``data`` to ``path`` as a new file renamed into place; ConfigError if a link or non-file is there."""
+    """Write ``data`` to ``path`` as a new file renamed into place (runner.rundir.new_file, the one such writer);
+    ConfigError if a link or non-file is there."""
     path = Path(path)
     check_folder(path.parent, what)
     check_file(path, what)
-    for _ in range(16):
-        tmp = path.parent / f".{path.name[:200]}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        try:
-            fd = os.open(tmp, _FLAGS, mode)
-        except FileExistsError:   # a name planted there (a link, a file): take another
-            continue
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                continue
-            raise ConfigError(f"{what}: {path} cannot be written ({exc.strerror or exc})") from None
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        return path
-    raise ConfigError(f"{what}: {path}: no free temporary name beside it")
+    try:
+        rundir.write_new(path, data, mode, sync=False)
+    except OSError as exc:
+        raise ConfigError(f"{what}: {path} cannot be written ({exc.strerror or exc})") from None
+    return path
+
+
+@contextlib.contextmanager
+def new_file(path: str | Path, what: str = "output"):
+    """A binary file object whose content becomes ``path`` when the block ends (runner.rundir.new_file: never
+    through a link, whole or absent); ConfigError if a link or non-file is there or it cannot be made."""
+    path = Path(path)
+    check_folder(path.parent, what)
+    check_file(path, what)
+    try:
+        with rundir.new_file(path, sync=False) as fh:
+            yield fh
+    except OSError as exc:
+        raise ConfigError(f"{what}: {path} cannot be written ({exc.strerror or exc})") from None
 
 
 def write_text(path: str | Path, text: str, what: str = "output") -> Path:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from lab.hosts import inventory, runnerdist
+from lab.core import writes
 from lab.core.errors import HostError, RunError, one_line
 from lab.hosts.inventory import Host
 
@@ -183,7 +184,7 @@ class SSHRemote(Remote):
 
     def put(self, local, remote: str) -> None:
         try:
-            if isinstance(local, io.BytesIO):
+            if hasattr(local, "read"):   # io.BytesIO, or a file opened without following a link
                 self.sftp.putfo(local, remote)
             else:
                 self.sftp.put(str(local), remote)
@@ -193,7 +194,8 @@ class SSHRemote(Remote):
     def get(self, remote: str, local) -> None:
         Path(local).parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.sftp.get(remote, str(local))
+            with writes.new_file(local, f"copy of {self.name}:{remote}") as fh:   # never through a planted link
+                self.sftp.getfo(remote, fh)
         except FileNotFoundError:
             raise RunError(f"{self.name}: {remote} does not exist") from None
         except (self._paramiko.SSHException, OSError, EOFError) as exc:
@@ -231,13 +233,17 @@ class LocalRemote(Remote):
         Path(remote).parent.mkdir(parents=True, exist_ok=True)
         if isinstance(local, io.BytesIO):
             Path(remote).write_bytes(local.getvalue())
+        elif hasattr(local, "read"):
+            with open(remote, "wb") as out:
+                shutil.copyfileobj(local, out)
         else:
             shutil.copyfile(local, remote)
 
     def get(self, remote: str, local) -> None:
         Path(local).parent.mkdir(parents=True, exist_ok=True)
         try:
-            shutil.copyfile(remote, local)
+            with open(remote, "rb") as src, writes.new_file(local, f"copy of {self.name}:{remote}") as fh:
+                shutil.copyfileobj(src, fh)
         except FileNotFoundError:
             raise RunError(f"{self.name}: {remote} does not exist") from None
 

@@ -139,21 +139,23 @@ class TreeReader:
         if isinstance(nodes, dict):
             nodes = [nodes]
         if isinstance(nodes, list) and nodes:
-            accel, count, n_nodes = None, 0, 0
+            accel, count, n_nodes, unknown = None, 0, 0, False
             for node in nodes:
                 if not isinstance(node, dict):
                     continue
-                nn = integer(node.get("num_nodes")) or 1
-                na = integer(node.get("num_accelerators"))
+                nn = _count(node.get("num_nodes"), NODES) or 1
+                na = _count(node.get("num_accelerators"), ACCELERATORS)
                 n_nodes += nn
                 if na is not None:
                     count += nn * na
+                elif node.get("num_accelerators") is not None:   # given, but not a count: not known
+                    unknown = True
                 accel = accel or node.get("accelerator")
             facts.nodes = n_nodes or None
-            self._device(facts, accel, count)
+            self._device(facts, accel, None if unknown else count)
         elif doc.get("accelerator_model_name") is not None or doc.get("accelerators_per_node") is not None:
-            nn = integer(_first(doc, "number_of_nodes", "number of nodes")) or 1
-            per = integer(doc.get("accelerators_per_node"))
+            nn = _count(_first(doc, "number_of_nodes", "number of nodes"), NODES) or 1
+            per = _count(doc.get("accelerators_per_node"), ACCELERATORS)
             facts.nodes = nn
             self._device(facts, doc.get("accelerator_model_name"), None if per is None else per * nn)
 
@@ -166,6 +168,17 @@ class TreeReader:
         facts.accelerator = name
         facts.device = self.rules.device(name, published=True)
         facts.accelerators = count
+
+
+NODES = (1, 100_000)            # hosts of one system
+ACCELERATORS = (0, 1_024)       # accelerators of one host
+
+
+def _count(v, bounds: tuple[int, int]) -> int | None:
+    """A count of a system description within ``bounds``; None (not given) for a negative, fractional or absurd
+    one (-3, 1e308): such a count is not taken as it is."""
+    n = integer(v)
+    return n if n is not None and bounds[0] <= n <= bounds[1] else None
 
 
 def read_description(path: Path, root: Path) -> tuple[dict | None, str | None]:

@@ -41,6 +41,7 @@ from lab.core.errors import ConfigError
 ROUND_FOLDER = re.compile(r"^training_results_(v\d+\.\d+)$")
 RESULT_FILE = "result_*.txt"
 SCALING_FILE = "scaling.json"
+SCALING_RANGE = (0.01, 100.0)   # the rules' factors are near 1; one beyond these makes no score
 SCALING_BYTES = 64 << 10
 # What mlperf-logging's result_summarizer (4.1.68) reads of systems/<system>.json; one missing
 # field stops it for the whole submitter.
@@ -131,4 +132,7 @@ def scaling_factor(bench_dir: Path, root: Path) -> tuple[float, str]:
     f = doc.get("scaling_factor") if isinstance(doc, dict) else None
     if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or f <= 0:
         return 1.0, f"{SCALING_FILE} has no positive number scaling_factor: not applied"
+    if not SCALING_RANGE[0] <= f <= SCALING_RANGE[1]:   # 5e-324 or 1e300: a score made zero or infinite
+        return 1.0, (f"{SCALING_FILE} scaling_factor {f:.3g} is outside {SCALING_RANGE[0]:g}..{SCALING_RANGE[1]:g}: "
+                     "not applied")
     return float(f), f"score x {f:.6g} ({SCALING_FILE})"

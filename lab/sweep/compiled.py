@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import stat
 from pathlib import Path
 
 from lab.core import writes
@@ -46,14 +47,25 @@ def pull(remote: rmt.Remote, workdir: str, store: Path) -> list[str]:
     done = []
     for name in new:
         writes.folder(store, "compiled artifacts", root=store.parent.parent)   # <sweep>/.compiled/<group>
-        tmp = store / f".{name}.{secrets.token_hex(4)}.tmp"
-        try:
-            remote.get(f"{src}/{name}", tmp)
-            os.replace(tmp, store / name)    # whole or absent: another host's push never reads half a file
+        try:   # whole or absent (lab.core.writes.new_file), never through a link planted in the store
+            remote.get(f"{src}/{name}", store / name)
             done.append(name)
         except (GpulabError, OSError):
-            tmp.unlink(missing_ok=True)       # gone or unreadable meanwhile: that run compiles, nothing more
+            pass                              # gone or unreadable meanwhile: that run compiles, nothing more
     return done
+
+
+def _open_plain(path: Path):
+    """``path`` opened for reading when it is a regular file, never following a link (a link planted in the
+    store is not shipped: the file it points to may be anything of the controller's); None otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
 
 
 def push(remote: rmt.Remote, workdir: str, store: Path) -> list[str]:
@@ -65,11 +77,17 @@ def push(remote: rmt.Remote, workdir: str, store: Path) -> list[str]:
     if not missing:
         return []
     remote.run(["mkdir", "-p", dst], timeout=60)
+    done = []
     for name in missing:
+        fh = _open_plain(store / name)
+        if fh is None:
+            continue
         tmp = f"{dst}/.{name}.{secrets.token_hex(4)}.tmp"
-        remote.put(store / name, tmp)
+        with fh:
+            remote.put(fh, tmp)
         remote.run(["mv", "-f", tmp, f"{dst}/{name}"], timeout=60)
-    return missing
+        done.append(name)
+    return done
 
 
 def matches(name: str, key) -> bool:

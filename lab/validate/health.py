@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lab.core import schema
+from lab.core.errors import ConfigError
+
 from lab.validate.actions import action_for, load_actions
 from lab.validate.gpuchecks import GpuFacts, _ecc_checks, _gpu_xid_checks, _memory_checks
 from lab.validate.gpurefs import load_references
@@ -57,6 +60,10 @@ def check_document(doc) -> str | None:
         return "its 'gpus' is not a list of GPUs with indices"
     if not isinstance(doc.get("xid"), dict) or not isinstance(doc["xid"].get("events", []), list):
         return "its 'xid' is not an object with events"
+    try:   # its probe part (GPUs, ECC, row remapping, ...) has the burn-in document's probe shape
+        schema.check(doc, "burnin", "health document")
+    except ConfigError as exc:
+        return exc.message
     return None
 
 

@@ -17,7 +17,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from runner import boundjson
+from runner import boundjson, rundir
 
 MANIFEST = "gpulab-dataset.json"
 MANIFEST_SCHEMA = 1
@@ -54,9 +54,7 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def write_json_atomic(path: Path, doc) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    rundir.write_new(path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8"))
 
 
 def _safe_member(root: Path, name: str) -> Path:

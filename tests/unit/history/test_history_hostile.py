@@ -26,7 +26,7 @@ from lab.history import quarantine as q
 from lab.history import query, sweeps
 from lab.history import tasks as htasks
 from lab.history.models import Check, Quarantine, Run, Validation
-from lab.history.sources import CheckRecord, GpuRef, Sources, ValidationRecord, read_sources
+from lab.history.sources import CheckRecord, ValidationRecord, read_sources
 from lab.history.store import add_sources
 
 
