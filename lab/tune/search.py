@@ -142,7 +142,7 @@ def study_attrs(req: TuneRequest) -> dict:
 
 
 def open_study(req: TuneRequest, storage) -> optuna.Study:
-    sampler = optuna.samplers.TPESampler(seed=req.sampler_seed)
+    sampler = optuna.samplers.TPESampler(seed=req.sampler_seed)   # replaced below once the study is known
     with warnings.catch_warnings():   # experimental in Optuna 5.1: its interface is pinned by pyproject's optuna
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         pruner = optuna.pruners.WilcoxonPruner(p_threshold=req.p_threshold)
@@ -157,6 +157,9 @@ def open_study(req: TuneRequest, storage) -> optuna.Study:
     elif have != want:
         diff = ", ".join(f"{k} {have[k]!r} (now {want[k]!r})" for k in want if have[k] != want[k])
         raise ConfigError(f"tune {req.name}: the study was made with {diff}; give another --name")
+    # a resumed study must not draw again what the crashed controller drew: the sampler's seed moves on
+    # with the trials the study already has (reproducible for a given history, never a repeat)
+    study.sampler = optuna.samplers.TPESampler(seed=req.sampler_seed + len(study.get_trials(deepcopy=False)))
     return study
 
 

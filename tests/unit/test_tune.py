@@ -278,6 +278,8 @@ def test_a_killed_controller_leaves_a_stale_trial_that_the_next_one_resumes(tmp_
     t1 = result.study.trials[1]
     assert t1.state in (TrialState.COMPLETE, TrialState.PRUNED) and "gpulab_stale" in t1.user_attrs
     assert fleet.calls[2].sweep == "t1-t0001"        # the same sweep: its runs are adopted, not run again
+    # the resumed controller's sampler does not draw the dead one's sets again
+    assert result.study.trials[2].params != result.study.trials[1].params
     assert sum(1 for t in result.study.trials if t.user_attrs.get(search.BASELINE)) == 1
     assert len(result.study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))) == 3
 
