@@ -128,8 +128,18 @@ def _settings(c, timeout):
                        **config.sweep_settings(setting(c, "sweep")))
 
 
+def _backend(c, backend):
+    """--backend, else gpulab.sweep.backend, as (ssh|slurm|auto, gpulab.slurm.* as SlurmSettings)."""
+    from lab.core import config
+    from lab.sweep import slurmworker
+
+    chosen = config.backend(backend if backend not in (None, "") else (setting(c, "sweep.backend") or "ssh"),
+                            "--backend" if backend not in (None, "") else "config gpulab.sweep.backend")
+    return chosen, slurmworker.SlurmSettings(**config.slurm_settings(setting(c, "slurm")))
+
+
 def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=None, name=None, dry_run=False,
-           timeout=None, nodes=None, cfg_prefix="", recipe=None):
+           timeout=None, nodes=None, cfg_prefix="", recipe=None, backend=None):
     """The sweep and demo tasks: options (else config, ``cfg_prefix`` first) -> lab.sweep.driver; None for a dry run."""
     from lab.core import limits
     from lab.core import paths
@@ -147,6 +157,7 @@ def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=
     nodes = pick("nodes", nodes)
     nodes = limits.number(1 if nodes is None else nodes, "--nodes", limits.NODES)
     settings = _settings(c, timeout)   # checked before anything starts, --dry-run too
+    backend, slurm_settings = _backend(c, backend)
     results = paths.folder(setting(c, "results"), "config gpulab.results")
     args = dict(workloads=sw.parse_list(pick("workloads", workloads), "workloads"), gpus=pick("gpus", gpus),
                 seeds=pick("seeds", seeds), mode=pick("mode", mode), scale=pick("scale", scale), nodes=nodes)
@@ -178,7 +189,8 @@ def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=
     memory = memories.open_for(url, name, make_folder=not setting(c, "history_url"))   # health gate, quarantine
     try:
         result = sw.run_sweep(hosts, results_dir=results, name=name, settings=settings,
-                              datasets_catalogue=catalogue, quarantine=held, memory=memory, **args)
+                              datasets_catalogue=catalogue, quarantine=held, memory=memory, backend=backend,
+                              slurm_settings=slurm_settings, **args)
     finally:
         memory.close()
     progress.final_table(result.sweep.runs)
@@ -200,17 +212,19 @@ SWEEP_HELP = {**SELECT_HELP,
               "timeout": "minutes before a run is stopped, or 'auto': three times each run's estimate "
                          "(lab/data/study.yml)",
               "recipe": "a recipe file (invoke tune writes one): its settings replace the catalogue's for "
-                        "every run of its workload"}
+                        "every run of its workload",
+              "backend": "how runs start: ssh (gpulab's own controller), slurm (job arrays through sbatch here) or "
+                         "auto (slurm where `sinfo` answers); default: gpulab.sweep.backend"}
 
 
 @task(help=SWEEP_HELP)
 @task_errors
 def sweep(c, device=None, host=None, limit=None, workloads=None, gpus=None, seeds=None, mode=None, scale=None,
-          name=None, nodes=None, dry_run=False, timeout=None, inventory=None, recipe=None):
+          name=None, nodes=None, dry_run=False, timeout=None, inventory=None, recipe=None, backend=None):
     """Run workloads x GPU counts x seeds on the selected hosts (by default the reference study) and collect the runs."""
     hosts = _select(c, inventory, host, device, limit)
     result = _sweep(c, hosts, workloads=workloads, gpus=gpus, seeds=seeds, mode=mode, scale=scale, name=name,
-                    dry_run=dry_run, timeout=timeout, nodes=nodes, recipe=recipe)
+                    dry_run=dry_run, timeout=timeout, nodes=nodes, recipe=recipe, backend=backend)
     if result is not None and not result.ok:
         raise Exit(code=1)
 

@@ -1,7 +1,7 @@
 """Shared fixtures. The test lab (real SSH hosts in network namespaces): tests/testlab/."""
 
 from tests.crashguard import pytest_cmdline_main  # noqa: F401  (one crash is one failed test)
-from tests.testlab.fixtures import clean_leftovers_at_start, testlab, testlab_images  # noqa: F401
+from tests.testlab.fixtures import clean_leftovers_at_start, slurmlab, testlab, testlab_images  # noqa: F401
 
 
 def pytest_sessionstart(session):

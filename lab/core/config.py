@@ -18,6 +18,7 @@ lab.core.limits, before anything starts.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -189,10 +190,39 @@ def tune_settings(section) -> dict:
     return out
 
 
-def sweep_settings(section) -> dict:
-    """gpulab.sweep.* as numbers inside their ranges (lab.core.limits.SWEEP_SETTINGS)."""
+def backend(value, what: str = "config gpulab.sweep.backend") -> str:
+    """ssh, slurm or auto."""
+    if not isinstance(value, str) or value.strip().lower() not in limits.BACKENDS:
+        raise ConfigError(f"{what}: {str(value)[:40]!r} is not one of {', '.join(limits.BACKENDS)}")
+    return value.strip().lower()
+
+
+def slurm_settings(section) -> dict:
+    """gpulab.slurm.*: texts (one word each: partition, account, qos; a constraint expression) and numbers."""
     out = {}
     for key, value in (plain(section) or {}).items():
+        where = f"config gpulab.slurm.{key}"
+        if key in ("partition", "account", "qos", "constraint"):
+            text = "" if value is None else value
+            if not isinstance(text, str) or len(text) > 500 or not re.fullmatch(r"[A-Za-z0-9_.,:|&*\[\]!-]*", text):
+                raise ConfigError(f"{where}: {str(value)[:60]!r} is not a Slurm name or constraint")
+            out[key] = text
+        elif key == "time_limit_minutes" and isinstance(value, str) and value.strip().lower() == "auto":
+            out[key] = None
+        elif key in limits.SLURM_SETTINGS:
+            out[key] = limits.number(value, where, limits.SLURM_SETTINGS[key])
+        else:
+            raise ConfigError(f"{where}: no such setting ({WHERE})")
+    return out
+
+
+def sweep_settings(section) -> dict:
+    """gpulab.sweep.* as numbers inside their ranges (lab.core.limits.SWEEP_SETTINGS); ``backend`` is
+    read by ``backend()``."""
+    out = {}
+    for key, value in (plain(section) or {}).items():
+        if key == "backend":
+            continue
         rng = limits.SWEEP_SETTINGS.get(key)
         if rng is None:
             raise ConfigError(f"config gpulab.sweep.{key}: no such setting ({WHERE})")

@@ -55,6 +55,12 @@ SWEEP_SETTINGS = {
     "compile_cpu": Range(0, 1),
     "health_valid_hours": Range(0, 8_760, "h", integer=False),
 }
+BACKENDS = ("ssh", "slurm", "auto")               # gpulab.sweep.backend, --backend
+SLURM_SETTINGS = {                                # gpulab.slurm.* that are numbers (lab.sweep.slurmworker)
+    "time_limit_minutes": RUN_TIMEOUT_MINUTES,
+    "max_running": Range(1, 10_000, "tasks"),
+    "poll_s": Range(0.1, 600, "s", integer=False),
+}
 
 TUNE_SETTINGS = {   # gpulab.tune.* (lab.tune)
     "seeds": Range(1, 1000, "seeds"),

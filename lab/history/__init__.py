@@ -20,7 +20,7 @@ Entry points: ``tasks`` (the invoke history and quarantine tasks), ``import_path
 sweep or a validate), ``query.history_rows`` (invoke history),
 ``quarantine.add/release/active/for_sweep`` (invoke quarantine, invoke sweep), ``past_reader``,
 ``after_validate`` and ``known_good`` (invoke validate).
-May import: lab.core, lab.results, runner.rundir.
+May import: lab.core, lab.hosts (the quarantine tasks drain and resume Slurm nodes), lab.results, runner.rundir.
 """
 
 from __future__ import annotations

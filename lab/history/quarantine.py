@@ -159,6 +159,16 @@ def _passing_validate(s, entry: Quarantine) -> tuple[bool, str]:
     return True, f"the validate of {when} passed ({len(rows)} check(s))"
 
 
+def passed_since(db: Database, host: str, since: dt.datetime | None) -> tuple[bool, str]:
+    """Whether a validate of ``host`` passed after ``since`` (a drain gpulab made on the node itself, which
+    the database does not hold); (False, why) without a time."""
+    if since is None:
+        return False, f"no time of the drain of {host} known"
+    probe = Quarantine(host=host, gpu_index=None, reason="", who="", added_at=since)
+    with db.session() as s:
+        return _passing_validate(s, probe)
+
+
 def release(db: Database, target: Target, *, who: str, force: bool = False, note: str | None = None) -> Quarantine:
     who, note = check_release(who, note)
     with db.session() as s:

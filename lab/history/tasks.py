@@ -5,6 +5,13 @@ Sub-collections of tasks.py's namespace, so that each action has its own options
 and --help (Invoke cannot parse "history import" with a space). Thin as every
 task is: parse, call lab.history, print, exit code (lab.core.cli.task_errors).
 The database modules are imported when a task runs, not when `invoke` starts.
+
+On a Slurm cluster (``gpulab.sweep.backend: slurm``, or ``auto`` where ``sinfo`` answers here),
+quarantine and Slurm's drain are one state seen from two sides: quarantining a whole host drains its
+node with a reason that starts ``gpulab:``, ``invoke quarantine`` lists the drained nodes too (gpulab's
+and anyone's), and a release resumes a node gpulab drained (never one drained with another reason).
+A quarantined GPU of a host that stays up drains nothing: Slurm cannot drain one GPU, and gpulab's own
+Slurm sweeps leave that host out (lab.sweep.driver.slurm_held).
 """
 
 from __future__ import annotations
@@ -108,14 +115,41 @@ def history_page(c, out, host=None, gpu=None, metric=None, since=None, until=Non
                                                else "") + ")")
 
 
+def on_slurm(c) -> bool:
+    """Whether this lab's hosts are Slurm nodes (gpulab.sweep.backend slurm, or auto with sinfo answering)."""
+    from lab.hosts import slurm
+
+    chosen = str(setting(c, "sweep.backend") or "ssh").strip().lower()
+    return chosen == "slurm" or (chosen == "auto" and slurm.available())
+
+
+def drained_lines(entries) -> list[str]:
+    """Slurm nodes drained or down, gpulab's quarantine aside: one line each (an admin's reason as it is)."""
+    from lab.hosts import slurm
+
+    from lab.history.values import printable
+
+    held = {e.host for e in entries if e.gpu_index is None}
+    return [f"{printable(n.name):<24} Slurm {printable(n.state.lower())}: {printable(n.reason or 'no reason')}"
+            + (" (gpulab's drain)" if n.ours else "") for n in slurm.nodes().values()
+            if n.drained and n.name not in held]
+
+
 @task(name="list", default=True, help={"url": URL_HELP})
 @task_errors
 def quarantine_list(c, url=None):
-    """The GPUs and hosts in quarantine: who put them there, when and why."""
+    """The GPUs and hosts in quarantine: who put them there, when and why (and, on Slurm, drained nodes)."""
     from lab.history import quarantine as q
 
     with database(c, url) as db:
-        print("\n".join(q.table(q.active(db))))
+        entries = q.active(db)
+    lines = q.table(entries)
+    if on_slurm(c):
+        drained = drained_lines(entries)
+        if drained and not entries:
+            lines = []
+        lines += drained
+    print("\n".join(lines))
 
 
 @task(name="add", help={"target": TARGET_HELP, "reason": "why (one line)",
@@ -131,6 +165,11 @@ def quarantine_add(c, target, reason=None, action=None, who=None, url=None):
         entry, added = q.add(db, tgt, reason=reason, who=by, action=action)
     print(f"{tgt}: quarantined" if added else
           f"{tgt}: already quarantined since {entry.added_at:%Y-%m-%d %H:%M} by {entry.who}: {entry.reason}")
+    if tgt.gpu is None and on_slurm(c):
+        from lab.hosts import slurm
+
+        done = slurm.drain(tgt.host, slurm.reason_line("quarantine", entry.reason, entry.action))
+        print(f"{tgt}: Slurm node {done}")
 
 
 @task(name="release", help={"target": TARGET_HELP, "force": "release without a passing validate",
@@ -142,9 +181,26 @@ def quarantine_release(c, target, force=False, note=None, who=None, url=None):
 
     tgt, by = q.parse_target(target), by_whom(who)
     q.check_release(by, note)   # bad input before the database is touched
+    node = None
+    if tgt.gpu is None and on_slurm(c):
+        from lab.hosts import slurm
+
+        node = slurm.nodes().get(slurm.check_node(tgt.host))
     with database(c, url) as db:
+        if node is not None and node.ours and not q.active(db, {tgt.host}):   # drained on the node (its health
+            if not force:                                                   # check), not quarantined here
+                ok, why = q.passed_since(db, tgt.host, slurm.reason_time(tgt.host))
+                if not ok:
+                    from lab.core.errors import CheckFailed
+
+                    raise CheckFailed(f"quarantine release: {tgt}: Slurm node drained by gpulab ({node.reason}); "
+                                      f"{why}; run `invoke validate --host {tgt.host}`, or release with --force")
+            print(f"{tgt}: Slurm node {slurm.resume(tgt.host)}")
+            return
         entry = q.release(db, tgt, who=by, force=force, note=note)
     print(f"{tgt}: released ({entry.release_note})")
+    if node is not None:
+        print(f"{tgt}: Slurm node {slurm.resume(tgt.host)}")
 
 
 def collections() -> list[Collection]:

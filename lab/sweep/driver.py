@@ -52,6 +52,8 @@ from lab.results import checksums
 from lab.core import fields
 from lab.core import paths
 from lab.sweep import pilot
+from lab.sweep import slurmworker
+from lab.hosts import slurm
 from lab.sweep import gate
 from lab.sweep import preflight
 from lab.hosts import remote as rmt
@@ -126,21 +128,60 @@ def prepare_host(host: Host, health: bool = False) -> tuple[rmt.Remote, rmt.Runn
         raise
 
 
+def resolve_backend(backend: str) -> str:
+    """ssh or slurm: ``auto`` is Slurm where ``sinfo`` answers on this machine; ``slurm`` needs it to answer."""
+    if backend not in ("ssh", "slurm", "auto"):
+        raise ConfigError(f"--backend: {str(backend)[:40]!r} is not one of ssh, slurm, auto")
+    if backend == "ssh":
+        return "ssh"
+    if slurm.available():
+        return "slurm"
+    if backend == "auto":
+        return "ssh"
+    raise ConfigError("--backend slurm: no Slurm controller answers `sinfo` on this machine (SLURM_CONF, munge)")
+
+
+def slurm_held(hosts: list[Host], quarantine: dict[str, dict] | None) -> dict[str, dict]:
+    """What a Slurm sweep plans around: gpulab's quarantine, every host that is no node of the cluster or is
+    drained or down there (whoever drained it), and, whole, a host with a quarantined GPU: Slurm hands out
+    a node's GPUs itself, so gpulab's jobs cannot avoid one GPU (README "On a Slurm cluster")."""
+    held = {h: dict(q) for h, q in (quarantine or {}).items()}
+    known = slurm.nodes()
+    for h in hosts:
+        node = known.get(h.name)   # Slurm's node names are the inventory's
+        q = held.get(h.name)
+        if node is None:
+            held[h.name] = {"gpus": None, "reason": "no node of this Slurm cluster (scontrol show node)"}
+        elif node.drained:
+            held[h.name] = {"gpus": None, "reason": f"Slurm: {node.state.lower()}: {node.reason or 'no reason'}"}
+        elif q and q.get("gpus") is not None:
+            held[h.name] = {"gpus": None, "reason": f"{q['reason']}; Slurm picks a node's GPUs itself: the "
+                                                    f"host is left out of gpulab's Slurm jobs"}
+    return held
+
+
 def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: str, *, gpus: str | None = None,
               seeds=1, mode: str = "ttt", scale: str = "tiny", nodes: int = 1, settings: Settings | None = None,
               progress_factory=None, echo=print, datasets_catalogue=None,
               quarantine: dict[str, dict] | None = None, memory=None, recipes: dict[str, dict] | None = None,
-              spread: bool = False, max_epochs: int | None = None) -> SweepResult:
+              spread: bool = False, max_epochs: int | None = None, backend: str = "ssh",
+              slurm_settings: slurmworker.SlurmSettings | None = None) -> SweepResult:
     """Check the prepared data, prepare the hosts (and their health gate), plan, run the plan (units in
     parallel, one run at a time each), collect. ``memory``: the history's side of the sweep
     (lab.history.sweeps.SweepMemory; None: no database). ``recipes``, ``spread``, ``max_epochs``: see
-    lab.sweep.plan.plan (a recipe's settings per workload; seeds spread over the units; an epoch limit)."""
+    lab.sweep.plan.plan (a recipe's settings per workload; seeds spread over the units; an epoch limit).
+    ``backend``: how the units' runs start (ssh: gpulab's own controller, lab.sweep.unitworker; slurm: job
+    arrays, lab.sweep.slurmworker; auto)."""
     from lab.sweep import progress as prog
 
     settings = settings or Settings()
     check_name(name)
+    backend = resolve_backend(backend)
+    if backend == "slurm":
+        quarantine = slurm_held(hosts, quarantine)
     workloads = study.expand_workloads(parse_list(workloads, "workloads"))
     hosts, early, held = plan_around(hosts, quarantine)   # quarantine: lab.history.quarantine.for_sweep's data
+    left_out = [line for line in held if ": skipped: " in line]   # hosts planned around before any is touched
     if not hosts:
         raise ConfigError(f"sweep {name}: every selected host is quarantined: {'; '.join(held)}")
     shape = dict(recipes=recipes, spread=spread, max_epochs=max_epochs)
@@ -156,6 +197,8 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
         if refused:
             raise ConfigError(refused)
         echo(f"sweep {name}: preparing {len(hosts)} host(s) (runner {runnerdist.local_version()})")
+        for line in left_out:
+            echo(f"sweep {name}: quarantine: {line}")
         gated = gate.needed(hosts, memory, settings.health_valid_hours, echo)
         prepared = rmt.on_hosts(hosts, lambda h: prepare_host(h, h.name in gated))
         errors = prepared.reasons()
@@ -173,7 +216,7 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
         not_runnable = {(r.host, r.run_id) for r in runs if r.state == "failed"}  # e.g. fewer GPUs than asked
         options = {"workloads": workloads, "gpus": gpus, "seeds": seeds, "mode": mode, "scale": scale, "nodes": nodes,
                    "timeout_s": settings.timeout_s, "recipes": recipes or {}, "spread": spread,
-                   "max_epochs": max_epochs}
+                   "max_epochs": max_epochs, "backend": backend}
         sweep = Sweep.open(root, name, runs, options)
         for h in hosts:
             entry = sweep.hosts.setdefault(h.name, {})
@@ -203,9 +246,14 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
         during: dict[str, dict[int, str]] = {}   # GPUs quarantined by a failed run's epilogue (lab.sweep.gate)
         for u, rs in todo_units.items():
             nodes_ = [Node(by_name[n], prepared[n][0], prepared[n][1], settings, name) for n in u]
-            workers.append(UnitWorker(sweep, nodes_, rs, settings, progress, stop, pilots, memory, during))
+            if backend == "slurm":
+                workers.append(slurmworker.SlurmUnitWorker(sweep, nodes_, rs, settings, progress, stop, pilots, memory,
+                                                           during, slurm_settings=slurm_settings))
+            else:
+                workers.append(UnitWorker(sweep, nodes_, rs, settings, progress, stop, pilots, memory, during))
         skipped = sum(1 for r in sweep.runs if r.state == "complete")
-        echo(f"sweep {name}: {len(sweep.runs)} runs on {len(hosts)} host(s)"
+        echo(f"sweep {name}: {len(sweep.runs)} runs on {len(hosts)} host(s)" + (" as Slurm jobs" if backend == "slurm"
+                                                                                else "")
              + (f", {skipped} already complete (resumed)" if skipped else ""))
         def interrupted():
             for run in sweep.runs:
@@ -220,8 +268,8 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
             for got in prepared.succeeded.values():
                 got[0].close()
             sweep.save()
-        held += [f"{h}: GPU {i} quarantined after a failed run ({why})" for h, got in sorted(during.items())
-                 for i, why in sorted(got.items())]
+        held = left_out + held + [f"{h}: GPU {i} quarantined after a failed run ({why})"
+                                  for h, got in sorted(during.items()) for i, why in sorted(got.items())]
         return SweepResult(sweep, quarantined=held)
     finally:
         lock.release(drop_if_empty=True)

@@ -52,6 +52,7 @@ class PlannedRun:
     limit_s: float | None = None   # this run's time limit; None: Settings.timeout_s
     settings: dict = field(default_factory=dict)   # a recipe's settings: `runner run --set` (lab.sweep.recipe)
     max_epochs: int | None = None  # ttt: the run's own epoch limit (`runner run --max-epochs`); None: the scale's
+    slurm_job: str | None = None   # the Slurm backend: "<array job id>_<task id>" (lab.sweep.slurmworker)
 
     @property
     def run_id(self) -> str:

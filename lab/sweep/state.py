@@ -84,7 +84,7 @@ class Sweep:
                 prev = saved.get((run.host, run.run_id))
                 if prev is None or (prev.settings, prev.max_epochs) != (run.settings, run.max_epochs):
                     continue   # another recipe or epoch limit: a run of its own, never the old one's result
-                run.attempts, run.token = prev.attempts, prev.token
+                run.attempts, run.token, run.slurm_job = prev.attempts, prev.token, prev.slurm_job
                 if prev.state == "complete" and not sweep.verified(prev):
                     run.state, run.outcome, run.reason = "complete", prev.outcome, prev.reason
                     run.started, run.ended, run.gpu_ids = prev.started, prev.ended, prev.gpu_ids

@@ -10,6 +10,7 @@ naming the file and the field (exit 2), before a host is touched.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from lab.core import bounded
@@ -80,7 +81,14 @@ RUN_FIELDS = {
     "limit_s": lambda v, w: None if v is None else _number(v, w, limits.RUN_LIMIT_S),
     "settings": lambda v, w: _settings(v, w),
     "max_epochs": lambda v, w: None if v is None else _int(v, w, limits.MAX_EPOCHS),
+    "slurm_job": lambda v, w: None if v is None else _slurm_job(v, w),
 }
+
+
+def _slurm_job(value, what: str) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"\d{1,12}_\d{1,6}", value):
+        raise ConfigError(f"{what}: {str(value)[:40]!r} is not a Slurm array task (<job id>_<task id>)")
+    return value
 REQUIRED = ("host", "workload", "gpus", "seed")
 
 

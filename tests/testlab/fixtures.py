@@ -51,6 +51,25 @@ def testlab_images():
     return {"rootfs": rootfs, "pylayer": pylayer, "wheelhouse": wheelhouse, "apt_repo": repo}
 
 
+SLURM_LAB_VARS = {"gpulab_gpu_model": "cpu", "gpulab_gpu_count": 0, "gpulab_stack": "current"}
+
+
+@pytest.fixture(scope="session")
+def slurmlab(testlab):
+    """One Slurm lab per session (tests/testlab/slurm.py): two compute hosts node-01, node-02 (CPU hosts of the
+    inventory) and the controller host; ``lab.cluster`` is its Slurm (``.env``: SLURM_CONF for the commands
+    of this machine). Tests that change nodes or queue call ``lab.cluster.reset()`` first."""
+    import shutil
+
+    missing = [t for t in ("sbatch", "sinfo", "scontrol", "scancel", "squeue", "munged") if shutil.which(t) is None]
+    if missing:
+        why = f"the Slurm lab needs {' '.join(missing)} here (tests/testlab/install-deps.sh: slurm-client, munge)"
+        if lab_required():
+            pytest.fail(f"GPULAB_REQUIRE_LAB is set but {why}", pytrace=False)
+        pytest.skip(why)
+    return testlab(names=["node-01", "node-02"], prefix="sl", slurm=True, all_vars=SLURM_LAB_VARS)
+
+
 @pytest.fixture(scope="session")
 def testlab(testlab_images):
     labs: list[Lab] = []

@@ -1,13 +1,15 @@
 #!/bin/sh
 # Install the Debian tools the gpulab test lab needs on the controller (CI calls this).
 # Idempotent: apt-get runs only when something is missing. Needs root.
+# slurm-client and munge: the Slurm commands of the controller machine and its own munged, for the lab's
+# real Slurm (tests/testlab/slurm.py; the hosts get slurmd, slurmctld and munge in a layer of their own).
 # Python packages the lab code uses come from the project's extras (controller + test):
 # pyyaml, jinja2, jsonschema, ansible-runner, ansible-core, pytest.
 set -eu
 # command -> Debian package
 need="debootstrap:debootstrap dpkg-deb:dpkg dpkg-scanpackages:dpkg-dev apt-ftparchive:apt-utils
 zstd:zstd ssh:openssh-client ssh-keygen:openssh-client ssh-keyscan:openssh-client ip:iproute2
-unshare:util-linux nsenter:util-linux tar:tar cc:gcc"
+unshare:util-linux nsenter:util-linux tar:tar cc:gcc sbatch:slurm-client munged:munge"
 missing=""
 for pair in $need; do
   cmd=${pair%%:*}; pkg=${pair#*:}

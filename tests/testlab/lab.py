@@ -36,6 +36,7 @@ from pathlib import Path
 import yaml
 
 from tests.testlab import aptrepo, image
+from tests.testlab import slurm as slurm_mod
 from tests.testlab.util import LabError, alive, flock, proc_start_time, run, run_dir, wait_for
 
 NETWORK = os.environ.get("GPULAB_TESTLAB_NET", "10.213.0.0/16")
@@ -174,6 +175,9 @@ def _kill(pids, sig=signal.SIGKILL):
 def _teardown_objects(entry: dict, procs: list[subprocess.Popen] = ()) -> None:
     """Remove everything one lab entry names, in the order that works."""
     netns = entry.get("netns", [])
+    for pid, start in entry.get("pids", []):   # root-namespace helpers (a Slurm lab's munged), checked by start time
+        if alive(pid, start):
+            _kill([pid])
     for ns in netns:                     # all hosts first (their PID 1 dies, the kernel kills the rest)
         _kill(_netns_pids(ns))
     for proc in procs:
@@ -284,7 +288,7 @@ class Lab:
     """
 
     def __init__(self, names, *, groups=None, host_vars=None, group_vars=None, all_vars=None,
-                 state_dir=None, package_specs=None, tmpfs_size="2g", shm_size="512m", bare=False):
+                 state_dir=None, package_specs=None, tmpfs_size="2g", shm_size="512m", bare=False, slurm=False):
         names = list(names)
         if not names or len(set(names)) != len(names):
             raise LabError(f"host names must be unique and non-empty: {names}")
@@ -301,6 +305,12 @@ class Lab:
         self.tmpfs_size = tmpfs_size
         self.shm_size = shm_size
         self.bare = bare  # hosts of the Debian rootfs alone, without the shared Python layer
+        # slurm: one more host (slurm.CONTROLLER, not in the inventory) runs slurmctld, every host slurmd
+        # (tests/testlab/slurm.py); self.cluster is the running Slurm after up()
+        self.slurm = slurm
+        if slurm and slurm_mod.CONTROLLER in names:
+            raise LabError(f"{slurm_mod.CONTROLLER} is the Slurm controller host of a Slurm lab")
+        self.cluster = None
         self.hosts: dict[str, Host] = {}
         self.id = None
         self.timings: dict[str, float] = {}
@@ -378,6 +388,10 @@ class Lab:
         self.timings["images_s"] = time.monotonic() - t0
         self._layers = [rootfs] if self.bare else [pylayer, rootfs]
         self._images = [pylayer.name, rootfs.name]
+        if self.slurm:
+            layer = slurm_mod.ensure_layer()
+            self._layers.insert(0, layer)
+            self._images.append(layer.name)
         self._allocate(repo, wheelhouse)
         try:
             self._make_network()
@@ -391,6 +405,8 @@ class Lab:
                 self._wait_host(host)
             self.write_known_hosts()
             self.write_inventory()
+            if self.slurm:
+                self.cluster = slurm_mod.Cluster(self).start()
         except BaseException:
             self.down()
             raise
@@ -422,7 +438,8 @@ class Lab:
                 shutil.rmtree(self.state_dir, ignore_errors=True)
             self.state_dir.mkdir(parents=True, exist_ok=True)
             self.state_dir.chmod(0o700)
-            self.hosts = {name: Host(self, k, name) for k, name in enumerate(self.names)}
+            every = self.names + ([slurm_mod.CONTROLLER] if self.slurm else [])
+            self.hosts = {name: Host(self, k, name) for k, name in enumerate(every)}
             self._entry = {
                 "id": self.id, "octet": i, "subnet": str(subnet), "bridge": self.bridge,
                 "netns": [h.netns for h in self.hosts.values()],
@@ -432,12 +449,21 @@ class Lab:
                 "control_dir": str(self.control_dir),
                 "owner_pid": os.getpid(), "owner_start": proc_start_time(os.getpid()),
                 "layers": self._images + [repo.name, wheelhouse.name],
+                "pids": [],   # processes of the root namespace the lab started (the Slurm lab's munged)
                 "created": time.time(),
             }
             path = _registry() / f"{self.id}.json"
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(self._entry, indent=1))
             tmp.rename(path)
+
+    def _register_pid(self, pid: int) -> None:
+        """A process of the root namespace that teardown (also of a crashed owner) must end."""
+        self._entry.setdefault("pids", []).append([pid, proc_start_time(pid)])
+        path = _registry() / f"{self.id}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self._entry, indent=1))
+        tmp.rename(path)
 
     def _make_network(self) -> None:
         run(["ip", "link", "add", self.bridge, "type", "bridge"])
@@ -647,7 +673,7 @@ class Lab:
         def host_entry(name):
             return {"ansible_host": self.hosts[name].address, **resolved(self.host_vars.get(name, {}))}
         inv: dict = {"all": {"vars": all_vars}}
-        loose = [n for n in self.names if n not in grouped]
+        loose = [n for n in self.names if n not in grouped]   # a Slurm lab's controller host is not written
         if loose:
             inv["all"]["hosts"] = {n: host_entry(n) for n in loose}
         children = {}
@@ -669,6 +695,9 @@ class Lab:
         """Stop every host, then remove links, namespaces, bridge, route, registry entry."""
         if not self._entry:
             return
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = None
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()

@@ -1,0 +1,230 @@
+"""The lab's Slurm as gpulab talks to it: the client commands (``sinfo``, ``sbatch``, ``scontrol``,
+``scancel``) of the controller machine (or of a node), each with a hard time limit, and their
+output parsed into plain data.
+
+* ``available()``: does ``sinfo`` answer here (``gpulab.sweep.backend: auto`` picks Slurm then);
+* ``nodes()``: every node's state and reason (``scontrol show node -o``: one line per node);
+* ``drain(node, reason)`` / ``resume(node)``: the only two changes gpulab makes to a node;
+  ``ours(reason)``: a reason gpulab wrote (it starts ``gpulab:``), the only kind gpulab ever
+  touches again;
+* ``submit(script, options)``: ``sbatch --parsable``, the job id;
+* ``tasks(job_ids)``: each array task's state, reason, exit code and node (``scontrol show job -o``:
+  the records of finished jobs stay there ``MinJobAge`` seconds; no accounting database needed);
+* ``cancel(job_ids)``: ``scancel`` of those jobs only.
+
+Slurm's own settings (``SLURM_CONF``, the munge socket) come from the environment, as for any Slurm
+command. Nothing here builds a shell line: every command is an argument list.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from lab.core.errors import ConfigError, HostError, one_line
+
+TIMEOUT_S = 30
+PREFIX = "gpulab:"          # the start of every drain reason gpulab writes
+MAX_REASON = 200            # Slurm keeps longer reasons, sinfo -R cuts them: one readable line
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+JOB_RE = re.compile(r"^\d{1,12}$")
+# scontrol's one-line records: Key=value pairs separated by spaces; a value may hold spaces only in the
+# keys that take free text (Reason, Comment, Command...), so a value runs to the next " Key=".
+_PAIR = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9:/_]*)=(.*?)(?=\s[A-Za-z][A-Za-z0-9:/_]*=|$)")
+
+
+def _bin(name: str) -> str | None:
+    return shutil.which(name)
+
+
+def run(args: list[str], *, timeout: float = TIMEOUT_S, check: bool = True, stdin: str | None = None):
+    """One Slurm command; HostError (one line) when it is missing, times out or (``check``) fails."""
+    exe = _bin(args[0])
+    if exe is None:
+        raise HostError(f"slurm: {args[0]} is not installed here (Slurm's client commands are needed)")
+    try:
+        res = subprocess.run([exe, *args[1:]], input=stdin, capture_output=True, text=True, timeout=timeout,
+                             env=os.environ.copy())
+    except subprocess.TimeoutExpired:
+        raise HostError(f"slurm: {' '.join(args[:3])} did not answer within {timeout:g} s") from None
+    if check and res.returncode != 0:
+        why = one_line(res.stderr.strip() or res.stdout.strip() or f"exit {res.returncode}")
+        raise HostError(f"slurm: {' '.join(args[:3])}: {why}")
+    return res
+
+
+def available(timeout: float = 10) -> bool:
+    """Whether a Slurm controller answers ``sinfo`` from here."""
+    if _bin("sinfo") is None:
+        return False
+    try:
+        return run(["sinfo", "-h", "-o", "%P"], timeout=timeout, check=False).returncode == 0
+    except HostError:
+        return False
+
+
+def records(text: str) -> list[dict[str, str]]:
+    """``scontrol show ... -o`` output: one dict per line."""
+    out = []
+    for line in text.splitlines():
+        if "=" in line:
+            out.append({k: v.strip() for k, v in _PAIR.findall(line.strip())})
+    return out
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    state: str          # scontrol's State, e.g. IDLE, MIXED+DRAIN, DOWN*+DRAIN
+    reason: str         # "" when none
+    gres: str = ""
+    stamp: str = ""     # when the reason was set: the ``[user@time]`` scontrol adds (the controller's local time)
+
+    @property
+    def drained(self) -> bool:
+        return any(s in self.state.upper() for s in ("DRAIN", "DOWN", "FAIL"))
+
+    @property
+    def ours(self) -> bool:
+        return ours(self.reason)
+
+
+def ours(reason: str | None) -> bool:
+    return bool(reason) and reason.startswith(PREFIX)
+
+
+_STAMP = re.compile(r"\s*\[[^\]@]*@([0-9T:-]+)\]$")
+
+
+def _reason_text(reason: str) -> tuple[str, str]:
+    """A reason as scontrol shows it: (the text without the ``[user@time]`` stamp it adds, the time)."""
+    m = _STAMP.search(reason or "")
+    return ((reason or "")[:m.start()].strip(), m.group(1)) if m else ((reason or "").strip(), "")
+
+
+def reason_time(name: str) -> _dt.datetime | None:
+    """When the node's reason was set (aware, from the controller's local time), None when unknown."""
+    node = nodes().get(check_node(name))
+    try:
+        return _dt.datetime.strptime(node.stamp, "%Y-%m-%dT%H:%M:%S").astimezone(_dt.timezone.utc)
+    except (AttributeError, ValueError):
+        return None
+
+
+def nodes() -> dict[str, Node]:
+    out = {}
+    for rec in records(run(["scontrol", "show", "node", "-o"]).stdout):
+        name = rec.get("NodeName")
+        if name:
+            reason, stamp = ("", "") if rec.get("Reason") in (None, "(null)") else _reason_text(rec.get("Reason", ""))
+            out[name] = Node(name, rec.get("State", ""), reason, rec.get("Gres", ""), stamp)
+    return out
+
+
+def check_node(name: str) -> str:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ConfigError(f"slurm: {str(name)[:80]!r} is not a node name")
+    return name
+
+
+def reason_line(check: str, why: str, action: str | None) -> str:
+    """``gpulab: <check>: <why> -> <action>``, one line of at most MAX_REASON characters."""
+    text = " ".join(f"{PREFIX} {check}: {why}".split()) + (f" -> {' '.join(action.split())}" if action else "")
+    text = text.replace('"', "'")
+    return text if len(text) <= MAX_REASON else text[:MAX_REASON - 3] + "..."
+
+
+def drain(name: str, reason: str) -> str:
+    """Drain a node with ``reason`` (gpulab's, it starts ``gpulab:``) unless someone else drained it.
+
+    Returns what was done: "drained", "kept" (drained by gpulab already), or "left: <their reason>"."""
+    check_node(name)
+    if not ours(reason):
+        raise ConfigError(f"slurm: a drain reason of gpulab starts {PREFIX!r}")
+    node = nodes().get(name)
+    if node is None:
+        raise ConfigError(f"slurm: no node {name!r} in this cluster (scontrol show node)")
+    if node.reason and not node.ours:
+        return f"left: drained by someone else ({node.reason})"
+    if node.drained and node.ours:
+        return "kept"
+    run(["scontrol", "update", f"nodename={name}", "state=drain", f"reason={reason}"])
+    return "drained"
+
+
+def resume(name: str) -> str:
+    """Resume a node gpulab drained; "resumed", "not drained", or "left: <their reason>"."""
+    check_node(name)
+    node = nodes().get(name)
+    if node is None:
+        raise ConfigError(f"slurm: no node {name!r} in this cluster (scontrol show node)")
+    if not node.drained and not node.reason:
+        return "not drained"
+    if not node.ours:
+        return f"left: drained by someone else ({node.reason})"
+    run(["scontrol", "update", f"nodename={name}", "state=resume"])
+    return "resumed"
+
+
+def submit(script: str, options: list[str]) -> str:
+    """``sbatch --parsable OPTIONS`` with the script on stdin; the job id."""
+    res = run(["sbatch", "--parsable", *options], stdin=script)
+    job = res.stdout.strip().split(";")[0]
+    if not JOB_RE.match(job):
+        raise HostError(f"slurm: sbatch answered {one_line(res.stdout)[:80]!r}, not a job id")
+    return job
+
+
+@dataclass(frozen=True)
+class Task:
+    job: str            # the array's job id
+    task: int
+    state: str          # PENDING RUNNING COMPLETED FAILED TIMEOUT CANCELLED PREEMPTED NODE_FAIL OUT_OF_MEMORY ...
+    reason: str         # Slurm's Reason (None -> "")
+    exit_code: str      # "0:0"
+    nodes: str          # NodeList ("(null)" -> "")
+
+    @property
+    def finished(self) -> bool:
+        return self.state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
+                                  "RESIZING", "SIGNALING", "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED")
+
+
+def _task_ids(text: str) -> list[int]:
+    """ArrayTaskId: ``3``, or a pending range ``1-3%1`` / ``1,4-5``."""
+    ids = []
+    for part in text.split("%")[0].split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            ids += list(range(int(lo), int(hi or lo) + 1))
+    return ids
+
+
+def tasks(job_ids: list[str]) -> dict[tuple[str, int], Task]:
+    """Each task of those array jobs that Slurm still knows; a job id it no longer knows gives nothing."""
+    out = {}
+    for job in job_ids:
+        if not JOB_RE.match(str(job)):
+            raise ConfigError(f"slurm: {str(job)[:40]!r} is not a job id")
+        res = run(["scontrol", "show", "job", "-o", str(job)], check=False)
+        if res.returncode != 0:   # "Invalid job id specified": gone past MinJobAge
+            continue
+        for rec in records(res.stdout):
+            if rec.get("ArrayJobId") != str(job):
+                continue
+            reason = "" if rec.get("Reason") in (None, "None", "(null)") else rec.get("Reason", "")
+            node = "" if rec.get("NodeList") in (None, "(null)") else rec.get("NodeList", "")
+            for t in _task_ids(rec.get("ArrayTaskId", "")):
+                out[(str(job), t)] = Task(str(job), t, rec.get("JobState", ""), reason, rec.get("ExitCode", ""), node)
+    return out
+
+
+def cancel(job_ids: list[str]) -> None:
+    """``scancel`` of these jobs (and nothing else)."""
+    ids = [str(j) for j in job_ids if JOB_RE.match(str(j))]
+    if ids:
+        run(["scancel", *ids], check=False)

@@ -1,0 +1,261 @@
+"""The Slurm backend of a sweep: a unit's planned runs as one Slurm job array per GPU count.
+
+The plan is the same list of run units as gpulab's own SSH controller runs (lab.sweep.plan); only
+how a unit's runs start differs. For a unit (a host, or the k hosts of a multi-node run) the runs of
+one GPU count become one ``sbatch --array=0-N%K`` job: task i is run i, pinned to the unit's nodes
+(``--nodelist``, ``--nodes k``), with ``--gres=gpu:N`` (none for CPU runs) so that Slurm, not gpulab,
+hands out the GPUs; partition, account, QOS, constraint and time limit come from ``gpulab.slurm``.
+Each task runs ``python -m runner run ... --out <the same run directory>`` on its node (one task per
+node through ``srun`` for a multi-node run: the runner's own rendezvous, its node rank, node count and
+endpoint taken from Slurm's ``SLURM_NODEID``, ``SLURM_NNODES`` and the job's first node). The run
+directories are fetched back over SSH and checked exactly as the SSH backend does (UnitWorker._collect),
+so collect, report and the history do not know which backend ran a unit.
+
+sweep.json records each run's ``slurm_job`` (``<array job id>_<task>``). On resume, a task Slurm still
+runs is waited for, a finished one is collected, and only a run that never ran is submitted again.
+Ctrl-C cancels the jobs this sweep submitted (``scancel`` of their ids) and nothing else. A task that
+Slurm ended (time limit, preemption, node failure, cancelled) is recorded with Slurm's state and reason
+(``scontrol show job``: no accounting database needed).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import shlex
+import time
+from dataclasses import dataclass
+
+from lab.core.errors import GpulabError, HostError
+from lab.hosts import slurm
+from lab.sweep.plan import PlannedRun, TOKEN_VAR, utcnow
+from lab.sweep.hostrun import run_state
+from lab.sweep.unitworker import Node, UnitWorker
+
+ENDED_BY_SLURM = ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "CANCELLED", "OUT_OF_MEMORY", "DEADLINE", "BOOT_FAIL",
+                  "REVOKED")
+
+
+@dataclass
+class SlurmSettings:
+    """gpulab.slurm.*: where and how a sweep's jobs are submitted."""
+
+    partition: str = ""
+    account: str = ""
+    qos: str = ""
+    constraint: str = ""
+    time_limit_minutes: float | None = None   # None: each array's longest run limit plus the kill margin
+    max_running: int = 1                      # the array's %K: tasks of one unit running at once
+    poll_s: float = 2.0                       # seconds between two looks at the queue
+
+
+def node_name(node: Node) -> str:
+    """The host's Slurm node name: its inventory name (quarantine and drain use the same names)."""
+    return slurm.check_node(node.host.name)
+
+
+class SlurmUnitWorker(UnitWorker):
+    """A unit's runs as Slurm array jobs (see the module docstring); the same callable as UnitWorker."""
+
+    def __init__(self, *args, slurm_settings: SlurmSettings | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seat = None   # Slurm orders the tasks; compiled artifacts are still pushed and pulled
+        self.ss = slurm_settings or SlurmSettings()
+        self.jobs: set[str] = set()
+
+    # -- the unit -------------------------------------------------------------
+    def __call__(self) -> None:
+        try:
+            todo = [r for r in self.runs if r.state != "complete"]
+            watched = self._adopt_all(todo)
+            fresh = [r for r in todo if r not in watched and r.state != "failed"]
+            if fresh and not self.stop.is_set():
+                watched += self._submit(fresh)
+            self._watch_all(watched)
+            self.progress.unit_done(self.unit, "interrupted" if self.stop.is_set() else "done")
+        except GpulabError as exc:
+            for run in self.runs:
+                if run.state in ("running", "planned"):
+                    self._end(run, "failed", f"slurm: {exc.message}")
+            self.progress.unit_done(self.unit, "failed")
+        except Exception as exc:  # never lose the state to a bug in one thread
+            for run in self.runs:
+                if run.state == "running":
+                    run.state, run.reason = "failed", f"controller error: {type(exc).__name__}: {exc}"
+            self.sweep.save()
+            raise
+        finally:
+            self.done = True
+
+    def _job_of(self, run: PlannedRun) -> tuple[str, int] | None:
+        if not run.slurm_job:
+            return None
+        job, _, task = run.slurm_job.partition("_")
+        return job, int(task)
+
+    def _adopt_all(self, todo: list[PlannedRun]) -> list[PlannedRun]:
+        """Runs this sweep submitted before that Slurm still has, or that left a finished run directory."""
+        mine = [r for r in todo if r.token and r.slurm_job]
+        if not mine:
+            return []
+        known = slurm.tasks(sorted({self._job_of(r)[0] for r in mine}))
+        out = []
+        for run in mine:
+            task = known.get(self._job_of(run))
+            head = self.nodes[0]
+            on_host = head.call(lambda r: run_state(r, head.layout.run_dir(run), run.token))
+            if (task is not None and not task.finished) or on_host == "done":   # else: it failed or never ran
+                self.jobs.add(self._job_of(run)[0])
+                run.state, run.ended = "running", None
+                self.progress.print(f"  [{self.unit}] {run.run_id}: Slurm task {run.slurm_job} of this sweep "
+                                    f"({task.state if task else 'finished'}): adopted on resume")
+                out.append(run)
+        self.sweep.save()
+        return out
+
+    # -- submitting -------------------------------------------------------------
+    def _args(self, run: PlannedRun, node: Node, rank: int) -> list[str]:
+        args = super()._args(run, node, 0)
+        if run.gpus > 0:   # Slurm gives the job its GPUs (CUDA_VISIBLE_DEVICES): the runner takes the count
+            args[args.index("--gpus") + 1] = str(run.gpus)
+        if len(self.nodes) > 1:   # the rendezvous from Slurm's allocation, filled in by the task's shell
+            i = args.index("--nnodes")
+            del args[i:i + 6]
+        return args
+
+    def _script(self, runs: list[PlannedRun]) -> str:
+        head = self.nodes[0]
+        lines = ["#!/bin/sh", "# gpulab sweep " + self.sweep.name + ": one task per planned run", "set -u",
+                 'case "${SLURM_ARRAY_TASK_ID:-}" in']
+        for i, run in enumerate(runs):
+            argv = head.install.argv(*self._args(run, head, 0))
+            lines.append(f"{i}) TOKEN={shlex.quote(run.token)}; OUT={shlex.quote(head.layout.run_dir(run))}; "
+                         f"LOG={shlex.quote(head.layout.launch_log(run))}; set -- {shlex.join(argv)} ;;")
+        lines += ['*) echo "gpulab: no planned run for array task ${SLURM_ARRAY_TASK_ID:-?}" >&2; exit 2 ;;',
+                  "esac", f"export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin {TOKEN_VAR}=$TOKEN",
+                  f"mkdir -p {shlex.quote(head.layout.base)} || exit 1",
+                  'if [ -e "$OUT" ]; then mv "$OUT" "$OUT.attempt-$(date -u +%Y%m%dT%H%M%S)"; fi']
+        if len(self.nodes) == 1:
+            lines.append('exec "$@" > "$LOG" 2>&1 < /dev/null')
+        else:   # one task per node; the runner's own rendezvous on the job's first node
+            port = self.settings.rdzv_port
+            lines.append('exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c \'head=$(scontrol show '
+                         'hostnames "$SLURM_JOB_NODELIST" | head -n 1); exec "$@" --nnodes "$SLURM_NNODES" '
+                         f'--node-rank "$SLURM_NODEID" --rdzv-endpoint "$head:{port}"\' sh "$@" '
+                         '> "$LOG" 2>&1 < /dev/null')
+        return "\n".join(lines) + "\n"
+
+    def _options(self, runs: list[PlannedRun]) -> list[str]:
+        head = self.nodes[0]
+        limit_s = max(self._limit_s(r) for r in runs) + self.settings.kill_margin_s
+        minutes = self.ss.time_limit_minutes or max(1, math.ceil(limit_s / 60))
+        opts = [f"--job-name=gpulab-{self.sweep.name}", f"--array=0-{len(runs) - 1}%{max(1, self.ss.max_running)}",
+                f"--nodelist={','.join(node_name(n) for n in self.nodes)}", f"--nodes={len(self.nodes)}",
+                "--ntasks-per-node=1", f"--time={int(math.ceil(minutes))}", "--export=NONE",
+                f"--chdir={head.layout.base}", f"--output={head.layout.base}/slurm-%A_%a.out"]
+        if runs[0].gpus > 0:
+            opts.append(f"--gres=gpu:{runs[0].gpus}")
+        for key in ("partition", "account", "qos", "constraint"):
+            value = getattr(self.ss, key)
+            if value:
+                opts.append(f"--{key}={value}")
+        return opts
+
+    def _submit(self, runs: list[PlannedRun]) -> list[PlannedRun]:
+        """One array per GPU count; each run's task id recorded in sweep.json before the next look."""
+        for node in self.nodes:
+            problem = self._free_space(node)   # also makes the sweep's folder (Slurm writes its output there)
+            if problem:
+                for run in runs:
+                    self._end(run, "failed", problem)
+                return []
+        self._share_compiled("push")
+        groups: dict[int, list[PlannedRun]] = {}
+        for run in runs:
+            groups.setdefault(run.gpus, []).append(run)
+        submitted = []
+        for gpus, group in groups.items():
+            for run in group:
+                run.token = f"gl-{secrets.token_hex(8)}"
+                run.attempts += 1
+            job = slurm.submit(self._script(group), self._options(group))
+            self.jobs.add(job)
+            for i, run in enumerate(group):
+                run.slurm_job = f"{job}_{i}"
+                run.state, run.started, run.ended, run.outcome = "running", utcnow(), None, None
+                run.reason = f"queued in Slurm (job {job}_{i})"
+            self.sweep.save()
+            self.progress.print(f"  [{self.unit}] Slurm job {job}: {len(group)} run(s) "
+                                f"({'CPU' if gpus == 0 else f'{gpus} GPU(s) each'})")
+            submitted += group
+        return submitted
+
+    # -- watching -------------------------------------------------------------
+    def _watch_all(self, runs: list[PlannedRun]) -> None:
+        pending = {r.slurm_job: r for r in runs}
+        started = {}
+        done_count = 0
+        while pending:
+            if self.stop.is_set():
+                self._interrupt(list(pending.values()))
+                return
+            try:
+                known = slurm.tasks(sorted(self.jobs))
+                drained = {n for n, node in slurm.nodes().items() if node.drained}
+                reasons = {n: node.reason for n, node in slurm.nodes().items()}
+            except HostError as exc:   # the controller is slow or restarting: look again
+                self.progress.status(self.unit, f"Slurm: {exc.message}")
+                time.sleep(self.ss.poll_s)
+                continue
+            for key, run in list(pending.items()):
+                task = known.get(self._job_of(run))
+                if task is not None and not task.finished:
+                    if task.state == "RUNNING" and key not in started:
+                        started[key] = time.monotonic()
+                        run.reason = f"running in Slurm (job {key} on {task.nodes})"
+                        self.progress.run_started(self.unit, done_count + 1, len(runs), run.run_id, "")
+                    if task.state == "PENDING":
+                        mine = [node_name(n) for n in self.nodes]
+                        gone = [n for n in mine if n in drained]
+                        if gone:   # its nodes were drained: it will not start; give it back
+                            slurm.cancel([key])
+                            self._end(run, "failed", f"not run: Slurm node {gone[0]} drained "
+                                      f"({reasons.get(gone[0]) or 'no reason'})")
+                            del pending[key]
+                            done_count += 1
+                            self.progress.run_ended(self.unit, run)
+                    continue
+                del pending[key]
+                done_count += 1
+                self._finish(run, task, time.monotonic() - started.get(key, time.monotonic()))
+                self.progress.run_ended(self.unit, run)
+            if pending:
+                time.sleep(self.ss.poll_s)
+
+    def _finish(self, run: PlannedRun, task, elapsed: float) -> None:
+        """Fetch and check the run directory (as the SSH backend does); a task Slurm ended keeps Slurm's word."""
+        self._collect(run, "done", {}, elapsed)
+        if task is not None and task.state.split()[0] in ENDED_BY_SLURM:
+            why = f"Slurm ended task {run.slurm_job}: {task.state}" + (f" ({task.reason})" if task.reason else "")
+            self._end(run, "failed", why + (f"; {run.reason}" if run.reason else ""), run.outcome)
+        elif task is None and run.state != "complete":
+            self._end(run, "failed", f"Slurm no longer knows task {run.slurm_job}; {run.reason}", run.outcome)
+
+    def _interrupt(self, runs: list[PlannedRun]) -> None:
+        """Ctrl-C: cancel this sweep's jobs (only those), then record what each run left."""
+        self.progress.status(self.unit, "cancelling the Slurm jobs (Ctrl-C)")
+        slurm.cancel(sorted(self.jobs))
+        deadline = time.monotonic() + self.settings.stop_grace_s + 10
+        while time.monotonic() < deadline:
+            try:
+                known = slurm.tasks(sorted(self.jobs))
+            except HostError:
+                break
+            if all(t.finished for t in known.values()):
+                break
+            time.sleep(0.5)
+        for run in runs:
+            run.state, run.reason, run.ended = "interrupted", f"interrupted (Ctrl-C); Slurm job {run.slurm_job} " \
+                                                              f"cancelled", utcnow()
+        self.sweep.save()
+

@@ -1,0 +1,102 @@
+"""``python -m lab.validate.nodehealth``: the node side of gpulab's health in Slurm, run by slurmd as
+``HealthCheckProgram`` (and, with ``--prolog``, as a prolog).
+
+It runs this node's ``python -m runner health`` (the runner the sweep or the provisioning put here:
+``--runner-python``, ``--runner-path``), judges the document with the sweep gate's judge
+(lab.validate.health: validate's own checks, the actions of lab/data/actions.yml) and, on FAIL,
+drains this node with ``gpulab: <check>: <reason> -> <action>`` (lab.hosts.slurm.drain): a node an
+admin drained with a reason of their own is left as it is. It never resumes a node: that takes a
+passing ``invoke validate`` and ``invoke quarantine.release`` (README "On a Slurm cluster").
+
+Exit status: 0 when the node passed, or failed and was drained (slurmd ignores a health program's
+status); ``--prolog``: 1 on FAIL, so that Slurm requeues the job that was about to start. One line on
+stdout says what was found and done; a document the judge cannot read is a FAIL of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+
+from lab.core.errors import GpulabError
+from lab.hosts import slurm
+from lab.validate import health
+
+TIMEOUT_S = 120
+
+
+def collect(python: str, path: str | None) -> dict:
+    env = dict(os.environ)
+    if path:
+        env["PYTHONPATH"] = path
+    try:
+        res = subprocess.run([python, "-m", "runner", "health"], capture_output=True, text=True,
+                             timeout=TIMEOUT_S, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"_error": f"runner health did not run: {type(exc).__name__}: {exc}"[:300]}
+    if res.returncode != 0:
+        return {"_error": f"runner health exited {res.returncode}: {(res.stderr.strip().splitlines() or [''])[-1]}"[:300]}
+    try:
+        return json.loads(res.stdout[:4 << 20])
+    except ValueError:
+        return {"_error": "runner health printed no JSON document"}
+
+
+def gres_gpus(node: slurm.Node | None) -> int:
+    """GPUs Slurm schedules on this node (its Gres ``gpu:N`` or ``gpu:type:N``)."""
+    total = 0
+    for item in (node.gres if node else "").split(","):
+        parts = item.split("(")[0].split(":")
+        if parts[0] == "gpu" and parts[-1].isdigit():
+            total += int(parts[-1])
+    return total
+
+
+def verdict(doc: dict, expect_gpus: bool) -> tuple[str, str, str | None] | None:
+    """None when the node passes; else (check, reason, action) of its first failure."""
+    if "_error" in doc:
+        return "health", doc["_error"], None
+    bad = health.check_document(doc)
+    if bad:
+        return "health", f"runner health: {bad}", None
+    judged = health.judge(doc, expect_gpus=expect_gpus)
+    if judged.ok:
+        return None
+    first = judged.failures[0]
+    check, _, why = first.reason.partition(": ")
+    where = "" if first.gpu is None else f"GPU {first.gpu} "
+    more = f" (+{len(judged.failures) - 1} more)" if len(judged.failures) > 1 else ""
+    return check, f"{where}{why}{more}", first.action
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lab.validate.nodehealth", description=__doc__.splitlines()[0])
+    ap.add_argument("--node", help="this node's Slurm name (default: SLURMD_NODENAME, else the host name)")
+    ap.add_argument("--runner-python", default=sys.executable, help="the Python that runs `-m runner`")
+    ap.add_argument("--runner-path", default=None, help="PYTHONPATH of the runner (its install folder)")
+    ap.add_argument("--prolog", action="store_true", help="exit 1 on FAIL (Slurm requeues the job)")
+    args = ap.parse_args(argv)
+    name = args.node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    try:
+        slurm.check_node(name)
+        node = slurm.nodes().get(name)
+        doc = collect(args.runner_python, args.runner_path)
+        failed = verdict(doc, expect_gpus=gres_gpus(node) > 0)
+        if failed is None:
+            print(f"gpulab health {name}: PASS")
+            return 0
+        reason = slurm.reason_line(*failed)
+        done = slurm.drain(name, reason)
+    except GpulabError as exc:
+        print(f"gpulab health {name}: {exc.message}")
+        return 1 if args.prolog else 0
+    print(f"gpulab health {name}: FAIL: {reason}: {done}")
+    return 1 if args.prolog else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

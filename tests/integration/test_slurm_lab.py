@@ -1,0 +1,235 @@
+"""gpulab on the test lab's real Slurm (Debian's slurmctld, slurmd and munge 22.05: tests/testlab/slurm.py).
+
+One Slurm lab per session (the ``slurmlab`` fixture): compute hosts node-01 and node-02, the
+controller host beside them, the Slurm commands of this machine pointed at it by SLURM_CONF.
+
+* The README's "On a Slurm cluster" commands, read from the README and run as written: a tiny ncf
+  sweep as Slurm job arrays on both nodes (its report has the rows of the SSH backend's report of the
+  same sweep), node-02's health check failing (the stand-in NVML reports uncorrected ECC errors) and
+  draining it with gpulab's reason, `sinfo -R`, `invoke quarantine`, a release that asks for a
+  validate and a forced one that resumes the node.
+* Ctrl-C of the controller cancels the jobs it submitted, and an admin's job keeps running.
+* An admin's own drain reason is never touched (health check, release); a sweep leaves a drained node
+  out and finishes on the other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tests.testlab.fixtures", reason="the SSH test lab (tests/testlab) is not in this checkout")
+
+from lab.results import checksums  # noqa: E402
+from tests.testlab import fakenvml  # noqa: E402
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+INVOKE = Path(sys.executable).parent / "invoke"
+RID = "ncf-ttt-tiny-cpu-s1"
+BAD_GPU = [{"name": "Tesla T4", "memory_mib": 15360, "ecc_uncorrected": 3}]
+ECC = "gpulab: ECC uncorrected: GPU 0 3 uncorrected ECC error(s)"
+
+
+def invoke_cmd() -> list[str]:
+    return [str(INVOKE)] if INVOKE.exists() else [sys.executable, "-m", "invoke"]
+
+
+def readme() -> tuple[str, list[str]]:
+    """(the settings block, the commands) of the README's "On a Slurm cluster"."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## On a Slurm cluster\n", 1)[1].split("\n## ", 1)[0]
+    settings = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    return settings, [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def env_for(lab, results: Path, **extra) -> dict:
+    env = {**os.environ, **lab.cluster.env, "PYTHONPATH": str(ROOT), "INVOKE_GPULAB_INVENTORY": str(lab.inventory),
+           "INVOKE_GPULAB_RESULTS": str(results), "INVOKE_GPULAB_SLURM_POLL_S": "0.5"}
+    env.pop("INVOKE_GPULAB_HISTORY_URL", None)
+    env.update(extra)
+    return env
+
+
+def invoke(lab, results: Path, *args, timeout=600, **extra) -> subprocess.CompletedProcess:
+    p = subprocess.run(invoke_cmd() + ["-r", str(ROOT), *args], cwd=results.parent, capture_output=True, text=True,
+                       env=env_for(lab, results, **extra), timeout=timeout)
+    print(f"$ invoke {shlex.join(args)} -> {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-2000:]}")
+    return p
+
+
+def wait_until(cond, what, limit=60.0, step=0.25):
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        value = cond()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+def node(lab, name) -> dict:
+    out = lab.cluster.command("scontrol", "show", "node", "-o", name).stdout
+    return dict(re.findall(r"(?:^|\s)(State|Reason)=(.*?)(?=\s[A-Za-z/:]+=|$)", out.strip()))
+
+
+def break_gpu(lab, name, tmp_path) -> None:
+    """The node's stand-in NVML reports a GPU with uncorrected ECC errors; gpulab's health check on it."""
+    lab.cluster.install_health(name, ROOT)
+    fakenvml.install(lab, name, fakenvml.build(tmp_path), json.dumps(BAD_GPU))
+
+
+def fix_gpu(lab, name) -> None:
+    """The GPU fixed: NVML gone again (a CPU host: the check passes)."""
+    lab.exec(name, "rm -f /usr/lib/libnvidia-ml.so.1 /etc/gpulab-testlab/fake-gpus.json")
+
+
+def report_rows(results: Path, sweep: str) -> list[dict]:
+    """The report's records without what depends on the wall clock (minutes, energy, dates)."""
+    doc = json.loads((results / sweep / "report" / "summary.json").read_text())
+    timed = re.compile(r"minutes|seconds|cv_pct|_std|_s$|time|energy|joule|watt|throughput|samples_per|date|at$")
+    return [{k: v for k, v in r.items() if not timed.search(k)} for r in doc["records"]]
+
+
+def test_the_readme_on_a_slurm_cluster_and_the_ssh_backend_agree(slurmlab, tmp_path):
+    lab = slurmlab
+    lab.cluster.reset()
+    results = tmp_path / "results"
+    settings, commands = readme()
+    cfg = tmp_path / "invoke.yaml"
+    cfg.write_text(settings)
+    ran = []
+    for line in commands:
+        argv = shlex.split(line)
+        if argv[0] == "invoke":
+            p = invoke(lab, results, "-f", str(cfg), *argv[1:])
+        else:
+            if argv[:2] == ["sinfo", "-R"]:   # between the sweep and sinfo -R: node-02's GPU fails its check
+                break_gpu(lab, "node-02", tmp_path)
+                wait_until(lambda: node(lab, "node-02").get("Reason", "").startswith(ECC), "the health drain", 30)
+                fix_gpu(lab, "node-02")   # the hardware fixed: the check passes again, and resumes nothing
+                time.sleep(6)
+                assert "DRAIN" in node(lab, "node-02")["State"]
+            p = lab.cluster.command(*argv, check=False)
+            print(f"$ {line} -> {p.returncode}\n{p.stdout}{p.stderr}")
+        ran.append((argv, p))
+    assert [a[:2] for a, _ in ran] == [["invoke", "sweep"], ["sinfo", "-R"], ["invoke", "quarantine"],
+                                      ["invoke", "quarantine.release"], ["invoke", "quarantine.release"]]
+    sweep, sinfo, listed, refused, forced = (p for _, p in ran)
+
+    # the sweep: one array per node, both runs complete, run directories verified, task ids in sweep.json
+    assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+    assert "sweep on-slurm: 2 runs on 2 host(s) as Slurm jobs" in sweep.stdout
+    assert len(re.findall(r"Slurm job (\d+): 1 run\(s\) \(CPU\)", sweep.stdout)) == 2
+    doc = json.loads((results / "on-slurm" / "sweep.json").read_text())
+    assert doc["options"]["backend"] == "slurm"
+    jobs = {r["host"]: r["slurm_job"] for r in doc["runs"]}
+    assert [r["state"] for r in doc["runs"]] == ["complete", "complete"] and set(jobs) == {"node-01", "node-02"}
+    assert all(re.fullmatch(r"\d+_0", j) for j in jobs.values()) and len(set(jobs.values())) == 2
+    for h in ("node-01", "node-02"):
+        assert checksums.verify(results / "on-slurm" / h / RID) == []
+
+    # what the admin sees, and gpulab's view of it
+    assert sinfo.returncode == 0 and re.search(r"^gpulab: ECC uncorrec\s+root\s+\S+\s+node-02$", sinfo.stdout, re.M)
+    assert listed.returncode == 0 and f"node-02 " in listed.stdout and "Slurm idle+drain: " + ECC in listed.stdout
+    assert "(gpulab's drain)" in listed.stdout and "node-01" not in listed.stdout
+    assert refused.returncode == 1 and "quarantine release: node-02: Slurm node drained by gpulab" in refused.stderr
+    assert forced.returncode == 0 and forced.stdout.strip() == "node-02: Slurm node resumed", forced.stdout
+    assert wait_until(lambda: node(lab, "node-02")["State"] == "IDLE", "node-02 to be idle", 15)
+    assert lab.cluster.command("sinfo", "-R", "-h").stdout.strip() == ""
+
+    # the same sweep through gpulab's own SSH controller: the report has the same rows (same score rule)
+    ssh = invoke(lab, results, "sweep", "--backend", "ssh", "--host", "node-01,node-02", "--workloads", "ncf",
+                 "--scale", "tiny", "--seeds", "1", "--name", "on-ssh")
+    assert ssh.returncode == 0, ssh.stdout + ssh.stderr
+    for name in ("on-slurm", "on-ssh"):
+        rep = invoke(lab, results, "report", str(results / name), "--format", "json")
+        assert rep.returncode == 0, rep.stderr
+    slurm_rows, ssh_rows = report_rows(results, "on-slurm"), report_rows(results, "on-ssh")
+    assert slurm_rows and slurm_rows == ssh_rows
+    assert slurm_rows[0]["runs"] == 2 and slurm_rows[0]["score_basis"].startswith("mean of 2")
+
+    # resume: nothing left to submit
+    again = invoke(lab, results, "-f", str(cfg), *shlex.split(commands[0])[1:])
+    assert again.returncode == 0 and "2 already complete (resumed)" in again.stdout
+    assert not re.search(r"Slurm job \d", again.stdout)
+
+
+def test_ctrl_c_cancels_the_sweeps_jobs_and_nothing_else(slurmlab, tmp_path):
+    lab = slurmlab
+    lab.cluster.reset()
+    results = tmp_path / "results"
+    theirs = lab.cluster.command("sbatch", "--parsable", "--nodelist=node-01", "--job-name=admins-own",
+                                 "--output=/dev/null", "--wrap", "sleep 600").stdout.strip()
+    proc = subprocess.Popen(invoke_cmd() + ["-r", str(ROOT), "sweep", "--backend", "slurm", "--workloads", "ncf",
+                                            "--scale", "tiny", "--seeds", "1", "--name", "cc"],
+                            cwd=tmp_path, env=env_for(lab, results), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+    def ours_running():
+        out = lab.cluster.command("squeue", "-h", "-n", "gpulab-cc", "-o", "%i %T").stdout.split("\n")
+        return sum(1 for line in out if line.endswith(" RUNNING")) == 2
+    try:
+        wait_until(lambda: ours_running() or proc.poll() is not None, "both tasks running", 120)
+        wait_until(lambda: lab.exec("node-01", "pgrep -f '[r]unner run' || true").stdout.strip(), "the runner", 60)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    print(out)
+    assert proc.returncode == 130, out
+    queue = lab.cluster.command("squeue", "-h", "-o", "%i %j %T").stdout
+    assert "gpulab-cc" not in queue and f"{theirs} admins-own RUNNING" in queue, queue
+    runs = json.loads((results / "cc" / "sweep.json").read_text())["runs"]
+    assert [r["state"] for r in runs] == ["interrupted", "interrupted"], runs
+    assert all(r["reason"].startswith("interrupted (Ctrl-C); Slurm job ") for r in runs)
+    for h in ("node-01", "node-02"):
+        wait_until(lambda h=h: not lab.exec(h, "pgrep -f '[r]unner run' || true").stdout.strip(),
+                   f"the runner on {h} to end", 30)
+    lab.cluster.command("scancel", theirs)
+
+
+def test_an_admins_drain_is_kept_and_a_sweep_finishes_on_the_other_node(slurmlab, tmp_path):
+    lab = slurmlab
+    lab.cluster.reset()
+    results = tmp_path / "results"
+    admin = "swapping a disk (ticket 4711)"
+    lab.cluster.command("scontrol", "update", "nodename=node-01", "state=drain", f"reason={admin}")
+    for h in ("node-01", "node-02"):
+        break_gpu(lab, h, tmp_path)
+    wait_until(lambda: node(lab, "node-02").get("Reason", "").startswith(ECC), "node-02's health drain", 30)
+    wait_until(lambda: "left: drained by someone else" in lab.exec(
+        "node-01", "cat /var/log/slurm/gpulab-health.log 2>/dev/null || true").stdout, "node-01's health check", 30)
+    assert node(lab, "node-01")["Reason"].startswith(admin + " [root@")
+    # a release of the admin's node: not gpulab's to resume
+    p = invoke(lab, results, "quarantine.release", "node-01", "--force", INVOKE_GPULAB_SWEEP_BACKEND="slurm")
+    assert p.returncode == 2 and "node-01 is not quarantined" in p.stderr, p.stderr
+    assert node(lab, "node-01")["Reason"].startswith(admin + " [root@")
+    listed = invoke(lab, results, "quarantine", INVOKE_GPULAB_SWEEP_BACKEND="auto")
+    assert f"node-01                  Slurm idle+drain: {admin}" in listed.stdout and "node-02" in listed.stdout
+
+    # the admin is done: node-01 fixed and resumed; node-02 stays drained by gpulab; the sweep runs on node-01
+    fix_gpu(lab, "node-01")   # and no check of the broken GPU still under way when the admin resumes it
+    wait_until(lambda: not lab.exec("node-01", "pgrep -f '[l]ab.validate.nodehealth' || true").stdout.strip(),
+               "node-01's health check in progress to end", 30)
+    lab.cluster.command("scontrol", "update", "nodename=node-01", "state=resume")
+    p = invoke(lab, results, "sweep", "--backend", "slurm", "--workloads", "ncf", "--scale", "tiny", "--seeds", "1",
+               "--name", "one-left")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"QUARANTINE node-02: skipped: quarantined (Slurm: idle+drain: {ECC}" in p.stdout
+    (run,) = json.loads((results / "one-left" / "sweep.json").read_text())["runs"]
+    assert run["host"] == "node-01" and run["state"] == "complete" and run["slurm_job"], run
+    assert "DRAIN" in node(lab, "node-02")["State"]
