@@ -23,7 +23,10 @@ runs that are dropped (unet3d: 4 at each end, otherwise 1); with more such runs
 than ``drop`` there is no score, and none where no run is left to average. The
 time of a run that the ruleset passes is run_start to run_stop. The mean is
 multiplied by the benchmark folder's scaling.json factor. Fewer result files than
-the round requires are marked, and scored as the summarizer scores them.
+the round requires are marked, and scored as the summarizer scores them. The summarizer's
+detailed columns come with it (lab.results.roundfacts reads them per file): the batch size
+and samples to converge of a closed-division folder in a round with RCPs (v1.0 on), and the
+energy to train where the folder has power logs, averaged over the runs the time keeps.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ The round of a tree
 -------------------
 Named by the caller (``invoke report --round v4.0``), else by a folder of the input
 path named as the round's results repository (``training_results_v4.0``, nearest
-first). Only rounds of lab/data/rounds.yml are known; an MLLOG log of no known round
-is scored by gpulab's own rules and checked with the oldest MLLOG ruleset
+first), else read from the tree's logs (lab.results.rounddetect). Only rounds of
+lab/data/rounds.yml are known; an MLLOG log of no known round is scored by gpulab's own rules and checked with the oldest MLLOG ruleset
 (lab.results.compliance), and its record says that the round is unknown.
 
 The runs of a round tree
