@@ -60,12 +60,14 @@ def signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
-def read_state(path: Path) -> tuple[dict[str, list[str]], str | None, list[dict]]:
+def read_state(path: Path) -> tuple[dict[str, list[str]], str | None, list[dict], bool]:
     """(finished node id -> its outcome categories, the node id started but not finished or None,
-    the failure reports ``{"node", "when", "text"}`` of the finished tests)."""
+    the failure reports ``{"node", "when", "text"}`` of the finished tests, whether the session reached
+    its end: pytest's own exit, for any reason, pytest.exit and Ctrl-C included)."""
     done: dict[str, list[str]] = {}
     running = None
     failures: list[dict] = []
+    ended = False
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
@@ -82,7 +84,9 @@ def read_state(path: Path) -> tuple[dict[str, list[str]], str | None, list[dict]
             failures += [{"node": rec["done"], **f} for f in rec.get("failures", [])]
             if running == rec["done"]:
                 running = None
-    return done, running, failures
+        elif "end" in rec:
+            ended = True
+    return done, running, failures, ended
 
 
 def _count(done: dict[str, list[str]], crashed: list[tuple[str, str]]) -> dict[str, int]:
@@ -99,7 +103,7 @@ def summary_line(counts: dict[str, int], seconds: float, crashed: list[tuple[str
     parts = [f"{counts[k]} {'errors' if k == 'error' and counts[k] != 1 else k}"
              for k in _ORDER if counts.get(k)]
     parts += [f"{v} {k}" for k, v in sorted(counts.items()) if k not in _ORDER and v]
-    killed = "; ".join(f"{node} killed by {sig}" for node, sig in crashed)
+    killed = "; ".join(f"{node} {how}" for node, how in crashed)
     return f"{', '.join(parts) or 'no tests ran'} in {seconds:.2f}s (crash guard: {killed})"
 
 
@@ -139,20 +143,21 @@ def supervise(args: list[str], cwd: str, maxfail: int = 0) -> int:
         for attempt in range(1, 100_000):
             state = Path(tmp, f"state-{attempt}.jsonl")
             rc, told = _run_child(args, cwd, state, skip_file)
-            finished, running, failures = read_state(state)
+            finished, running, failures, ended = read_state(state)
             done.update(finished)
-            if rc < 0:  # this child never printed its failures: they are printed at the end
+            crash = not told and (rc < 0 or not ended)  # a signal, or an exit that skipped pytest's end
+            if crash:  # this child never printed its failures: they are printed at the end
                 lost += failures
-            if rc >= 0 or told:  # ended by itself, or stopped as this process was told to
+            else:
                 if not crashed:
                     return rc if rc >= 0 else 128 - rc  # no crash: the child's own code and output
                 break
-            sig = signal_name(rc)
+            how = f"killed by {signal_name(rc)}" if rc < 0 else f"ended by exit code {rc} before pytest's end"
             if running is None:  # outside any test (collection, session teardown): nothing to resume past
-                crashed.append(("(outside any test)", sig))
+                crashed.append(("(outside any test)", how))
                 break
-            crashed.append((running, sig))
-            print(f"\ncrash guard: {running} killed the test process by {sig}; it counts as failed, "
+            crashed.append((running, how))
+            print(f"\ncrash guard: the test process running {running} was {how}; it counts as failed, "
                   f"the rest of the session goes on in a new process", file=sys.stderr, flush=True)
             nfail = sum(cat in ("failed", "error") for outs in done.values() for cat in outs) + len(crashed)
             if maxfail and nfail >= maxfail:
@@ -166,12 +171,14 @@ def supervise(args: list[str], cwd: str, maxfail: int = 0) -> int:
         print(f"{'_' * 10} {f['node']} ({f['when']}) {'_' * 10}\n{f['text']}", flush=True)
     for f in lost:
         print(f"FAILED {f['node']} ({f['when']})", flush=True)
-    for node, sig in crashed:
-        print(f"FAILED {node} - killed by {sig} (crash guard: the session went on without it)", flush=True)
+    for node, how in crashed:
+        print(f"FAILED {node} - {how} (crash guard: the session went on without it)", flush=True)
     counts = _count(done, crashed)
     line = summary_line(counts, time.time() - t0, crashed)
     print(f"{'=' * 10} {line} {'=' * 10}", flush=True)
-    return rc if rc not in (0, 1, 5) and rc >= 0 else 2 if told and rc < 0 else 1
+    if told:
+        return 2
+    return rc if not crash and rc not in (0, 1, 5) else 1  # 2 and up: what stopped the last child
 
 
 # --- the child's side -------------------------------------------------------------------------
@@ -204,6 +211,10 @@ class Child:
             self.outcomes.setdefault(report.nodeid, []).append(cat)
         if report.failed:
             self.failures.setdefault(report.nodeid, []).append({"when": report.when, "text": report.longreprtext})
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session, exitstatus):
+        self._write({"end": int(exitstatus)})
 
     def pytest_runtest_logfinish(self, nodeid):
         self._write({"done": nodeid, "outcomes": self.outcomes.pop(nodeid, []),

@@ -49,6 +49,10 @@ from test_a import ran
 def test_before():
     ran("before")
 
+def test_exits():
+    ran("exits")
+    os._exit(7)
+
 def test_segv():
     ran("segv")
     os.kill(os.getpid(), signal.SIGSEGV)
@@ -71,14 +75,17 @@ def test_an_abort_and_a_segfault_are_two_failed_tests_and_every_other_test_runs_
     out = r.stdout
     assert r.returncode == 1, out + r.stderr
     # every test ran once, in order, the ones after each crash included
-    assert (tmp_path / "ran.txt").read_text().split() == ["one", "abort", "fails", "par1", "par2", "before", "segv"]
+    assert (tmp_path / "ran.txt").read_text().split() == ["one", "abort", "fails", "par1", "par2", "before", "exits",
+                                                            "segv"]
     assert "FAILED test_a.py::test_abort - killed by SIGABRT" in out
     assert "FAILED test_b.py::test_segv - killed by SIGSEGV" in out
+    assert "FAILED test_b.py::test_exits - ended by exit code 7 before pytest's end" in out
     # an ordinary failure in a session that crashed later: its report is printed by the guard
     assert "FAILED test_a.py::test_fails (call)" in out and "assert False" in out
     closing = out.strip().splitlines()[-1]
-    assert "3 failed, 4 passed, 1 skipped in " in closing, out
-    assert "test_a.py::test_abort killed by SIGABRT; test_b.py::test_segv killed by SIGSEGV" in closing
+    assert "4 failed, 4 passed, 1 skipped in " in closing, out
+    assert ("test_a.py::test_abort killed by SIGABRT; test_b.py::test_exits ended by exit code 7 before pytest's end; "
+            "test_b.py::test_segv killed by SIGSEGV") in closing
     assert "Fatal Python error: Aborted" in r.stderr  # the crashed test's own traceback is kept
     # -x: the crash is the first failure, nothing after it runs
     (tmp_path / "ran.txt").unlink()
@@ -93,6 +100,8 @@ def test_without_a_crash_the_exit_code_and_output_are_pytest_s_own(tmp_path):
     assert r.stdout.strip().splitlines()[-1].startswith("=") and "1 passed" in r.stdout
     r = session(tmp_path, {"test_ok.py": "def test_ok():\n    assert False\n"})
     assert r.returncode == 1 and "crash guard" not in r.stdout + r.stderr
+    r = session(tmp_path, {"test_ok.py": "import pytest\n\ndef test_ok():\n    pytest.exit('stop here', 3)\n"})
+    assert r.returncode == 3 and "crash guard" not in r.stdout + r.stderr  # pytest.exit is pytest's own end
     (tmp_path / "test_ok.py").unlink()
     r = session(tmp_path, {})
     assert r.returncode == 5 and "no tests ran" in r.stdout  # "no tests" is not hidden
