@@ -5,9 +5,11 @@ can kill the interpreter (a segmentation fault or abort in a C++ kernel);
 without this plugin that ends the whole run at that test. With it, the
 ``pytest`` process the user started (the parent) starts the real session as a
 child ``python -m pytest`` with the same arguments and waits. The child writes
-each test's start and finish to a state file (JSON lines). When the child
-dies by a signal, the parent records the test in progress as failed (its node
-id and the signal), starts a new child with every finished test and the
+each test's start and finish and its session's end to a state file (JSON
+lines). When the child dies by a signal, or ends without reaching pytest's
+own end (``os._exit`` in a test; ``pytest.exit`` and Ctrl-C do reach it), the
+parent records the test in progress as failed (its node id and the signal or
+exit code), starts a new child with every finished test and the
 crashed one deselected, and so on until a child ends by itself; at the end it
 prints the failures that a crashed child never reported, a ``FAILED`` line per
 crashed test and one combined line (``N failed, N passed, ...``), and exits 1
