@@ -282,8 +282,18 @@ def _rounds(systems: list[dict], rules: Rules) -> list[dict]:
     return [{"round": k, "ruleset": f"training {v}" if v else None} for k, v in sorted(out.items())]
 
 
+def _target_text(target) -> str:
+    """A benchmark's quality target as text: a number, or each part of a target of several ("box AP 0.377,
+    mask AP 0.339" for Mask R-CNN's {'bbox': 0.377, 'segm': 0.339})."""
+    names = {"bbox": "box AP", "segm": "mask AP"}
+    if isinstance(target, dict):
+        return ", ".join(f"{names.get(k, k)} {v}" for k, v in target.items())
+    return str(target)
+
+
 def compliance_meta(runs) -> dict:
-    """Which checker judged the runs and by which rulesets; gpulab's exceptions where its runs are in."""
+    """Which checker judged the runs and by which rulesets; gpulab's exceptions where its runs are in, each
+    only where a benchmark it is for was run."""
     from lab.results import compliance
     used = sorted({r.compliance_ruleset for r in runs if r.compliance_ruleset})
     out = {"checker": compliance.checker_version(), "rulesets": used, "gpulab": None}
@@ -291,7 +301,7 @@ def compliance_meta(runs) -> dict:
         g = compliance.gpulab_rules()
         out["gpulab"] = {"ruleset": g.name, "source": g.source,
                          "exceptions": [{"benchmarks": list(w.benchmarks), "rules": list(w.rules), "why": w.why}
-                                        for w in g.waivers]}
+                                        for w in g.waivers if set(w.benchmarks) & {r.benchmark for r in runs}]}
     return out
 
 
@@ -333,9 +343,10 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
         "round_detected": list(coll.notes),
         "ruleset": rules.ruleset, "settings": rules.settings,
         "benchmarks": {n: {"title": b.title, "metric": b.metric, "target": b.target,
-                           "runs_required": b.runs_required,
+                           "target_text": _target_text(b.target), "runs_required": b.runs_required,
                            "converged_required": b.converged_required, "sample_unit": b.sample_unit}
-                       for n, b in rules.benchmarks.items()},
+                       for n, b in rules.benchmarks.items() if n in {r.benchmark for r in an.runs}},
+        "csv": "csv" in formats,   # the Markdown names tables/*.csv only where they are written
         "n_runs": len(an.runs), "n_success": sum(1 for r in an.runs if r.success),
         "n_skipped": len(tables["skipped"]),
         "compliance": compliance_meta(an.runs),

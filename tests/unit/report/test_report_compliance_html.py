@@ -101,3 +101,37 @@ def test_demo_sweep_shows_its_runs_checked_with_the_ruleset_and_exceptions(runne
     assert "| CPU / current | CPU | CPU |" in (out / "report.md").read_text()
     (rec,) = doc["records"]
     assert rec["system"] == "CPU / current" and rec["compliance"] == "PASS"
+
+
+@pytest.mark.slow
+def test_demo_report_fits_the_window_and_says_only_what_it_ran(runner_sweep, tmp_path):
+    """The demo's report at 1280 px: the main table's verdict columns (CV, epochs, throughput, the "too few runs"
+    mark) in view without a horizontal scroll, seen in a screenshot; no waiver of a benchmark not run, no Python
+    dict in the Method, no link to tables/*.csv it did not write."""
+    import subprocess
+
+    from PIL import Image
+
+    from test_report_html_chromium import CHROMIUM
+
+    out = tmp_path / "report"
+    build_report([runner_sweep], out, formats=("html", "md", "json"))
+    dom = render(out / "report.html", tmp_path)
+    assert dom.body.get("data-scores-overflow") == "0" and dom.body.get("data-page-overflow") == "0"
+    (row,) = by_column(dom, "scores")
+    assert row["Mark"].startswith("too few runs") and row["CV"].endswith("%")
+    md = (out / "report.md").read_text()
+    assert "tables/" not in md and "tables/" not in dom.html and "{'" not in md + dom.html
+    assert "waived" in dom.texts["gpulab-exceptions"] and "resnet" not in dom.texts["gpulab-exceptions"]
+    assert "Targets and run counts: ncf HR@10 0.635" in md and "maskrcnn" not in md
+    png = tmp_path / "report.png"
+    r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        f"--user-data-dir={tmp_path / 'shot'}", "--window-size=1280,1400",
+                        "--proxy-server=127.0.0.1:9", f"--screenshot={png}", (out / "report.html").as_uri()],
+                       capture_output=True, text=True, timeout=180, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0 and png.exists(), r.stderr[-2000:]
+    img = Image.open(png).convert("RGB")
+    px, (w, h) = img.load(), img.size
+    badge = [(x, y) for y in range(0, h, 2) for x in range(0, w, 2)
+             if all(abs(a - b) <= 8 for a, b in zip(px[x, y], (245, 194, 66)))]   # the "too few runs" badge
+    assert badge and max(x for x, _ in badge) < w - 16, "the Mark column is not in view"
