@@ -24,6 +24,7 @@ from lab.hosts import runnerdist
 from lab.hosts import stacks
 
 READ_TASK = "Read what is installed"
+SLURM_TASK = "Report Slurm's node side"   # playbooks/roles/slurm_node/tasks/audit.yml
 REBOOT_TASK = "Record the reboot state"
 
 
@@ -88,6 +89,13 @@ def explain_unreachable(result: ansible.PlaybookResult, hosts) -> None:
             s.failures[0] = ansible.TaskFailure(s.failures[0].task, reason)
 
 
+def slurm_drift(res: dict | None) -> list[dict]:
+    """The slurm_node role's audit entries (what it would install and is missing), each checked as data."""
+    got = ((res or {}).get("ansible_facts") or {}).get("slurm_node_drift") or []
+    return [{k: str(d[k])[:200] for k in ("component", "expected", "found")} for d in got
+            if isinstance(d, dict) and all(k in d for k in ("component", "expected", "found"))][:10]
+
+
 def outcomes(result: ansible.PlaybookResult, plans: list[stacks.HostPlan], stack_override: str | None
              ) -> list[HostOutcome]:
     out = []
@@ -98,7 +106,8 @@ def outcomes(result: ansible.PlaybookResult, plans: list[stacks.HostPlan], stack
         out.append(HostOutcome(name=p.host, stack=stack_override or p.stack.name, state=s.state if (s.ok or s.changed or s.failed
                                                                  or s.unreachable) else "not run",
                                changed=s.changed, reason=s.reason, reboot=reboot,
-                               found=found_versions(read.get("stack")), drift=list(read.get("drift") or [])))
+                               found=found_versions(read.get("stack")), drift=list(read.get("drift") or [])
+                               + slurm_drift(result.result(p.host, SLURM_TASK))))
     return out
 
 

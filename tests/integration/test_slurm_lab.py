@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytest.importorskip("tests.testlab.fixtures", reason="the SSH test lab (tests/testlab) is not in this checkout")
 
@@ -233,3 +234,51 @@ def test_an_admins_drain_is_kept_and_a_sweep_finishes_on_the_other_node(slurmlab
     (run,) = json.loads((results / "one-left" / "sweep.json").read_text())["runs"]
     assert run["host"] == "node-01" and run["state"] == "complete" and run["slurm_job"], run
     assert "DRAIN" in node(lab, "node-02")["State"]
+
+
+def test_the_slurm_node_role_sets_up_a_node_and_its_health_check_idempotently(slurmlab, tmp_path):
+    """playbooks/roles/slurm_node on node-01 with real Ansible: Slurm's node side as gpulab manages it (the
+    lab's munge key and slurm.conf, gres.conf of the probed GPUs; no systemd here: services off) and the
+    health check from a bundle; a second run changes nothing, the node stays idle, the check passes."""
+    from lab.hosts.ansible import run_playbook
+
+    lab = slurmlab
+    lab.cluster.reset()
+    bundle = tmp_path / "health.tar.gz"
+    subprocess.run(["tar", "-C", str(ROOT), "--exclude=__pycache__", "-czf", str(bundle), "lab", "runner",
+                    "inventory/references"], check=True)
+    playbook = tmp_path / "slurm.yml"
+    playbook.write_text(yaml.safe_dump([{"name": "Slurm node", "hosts": "node-01", "gather_facts": True,
+                                         "gather_subset": ["min"], "roles": ["slurm_node"]}]))
+    extravars = {"gpulab_slurm": True, "slurm_node_manage": True, "slurm_node_services": False,
+                 "slurm_node_munge_key_file": str(lab.cluster.dir / "munge.key"),
+                 "slurm_node_conf_file": str(lab.cluster.dir / "hosts-slurm.conf"),
+                 "slurm_node_health_bundle": str(bundle),
+                 "slurm_node_pip_args": ["--no-index", "--find-links", lab.find_links_url, "--trusted-host",
+                                         lab.controller]}
+    envvars = {**lab.ansible_env(), "ANSIBLE_ROLES_PATH": str(ROOT / "playbooks" / "roles")}
+    runs = [run_playbook(playbook, lab.inventory, extravars=extravars, artifacts_root=tmp_path / "artifacts",
+                         quiet=True, envvars=envvars) for _ in range(2)]
+    assert runs[0].ok and runs[0].changed >= 1, runs[0].hosts
+    assert runs[1].ok and runs[1].changed == 0, runs[1].hosts      # idempotent
+    assert lab.exec("node-01", "cat /etc/slurm/gres.conf").stdout.startswith("# Ansible managed")
+    assert lab.exec("node-01", "stat -c '%U %a' /etc/munge/munge.key").stdout.split() == ["munge", "400"]
+    lab.exec("node-01", "/usr/local/sbin/gpulab-slurm-health")   # what slurmd runs
+    assert "gpulab health node-01: PASS" in lab.exec("node-01", "cat /var/log/slurm/gpulab-health.log").stdout
+    assert node(lab, "node-01")["State"] == "IDLE"
+
+    # the audit's part (playbooks/audit.yml imports it): node-01 has everything, node-02 lacks the health check
+    from lab.hosts import provision
+
+    audit = tmp_path / "audit.yml"
+    audit.write_text(yaml.safe_dump([{"name": "Audit", "hosts": "node-01,node-02", "gather_facts": True,
+                                      "gather_subset": ["min"], "tasks": [{"name": "Read Slurm's node side",
+                                      "ansible.builtin.import_role": {"name": "slurm_node", "tasks_from": "audit"}}]}]))
+    res = run_playbook(audit, lab.inventory, extravars=extravars, artifacts_root=tmp_path / "artifacts", quiet=True,
+                       envvars=envvars)
+    assert res.ok and res.changed == 0, res.hosts
+    assert provision.slurm_drift(res.result("node-01", provision.SLURM_TASK)) == []
+    drift = provision.slurm_drift(res.result("node-02", provision.SLURM_TASK))
+    assert {"component": "slurm health check", "expected": "installed", "found": "missing"} in drift, drift
+    assert all(d["component"].startswith("slurm health") for d in drift), drift
+    lab.cluster.reset()

@@ -172,6 +172,7 @@ class Cluster:
         keyfile.chmod(0o400)
         self.conf.write_text(slurm_conf(self.lab, self.computes, str(self.socket)))
         host_conf = slurm_conf(self.lab, self.computes)
+        (self.dir / "hosts-slurm.conf").write_text(host_conf)   # what the hosts have (the slurm_node role's input)
         self.munge_proc = subprocess.Popen(
             ["munged", "--foreground", f"--socket={self.socket}", f"--key-file={keyfile}",
              f"--pid-file={self.dir / 'munge' / 'munged.pid'}", f"--seed-file={self.dir / 'munge' / 'munged.seed'}",
