@@ -106,6 +106,43 @@ def validate_doc(tmp_path_factory) -> dict:
     return json.loads((out / "validate.json").read_text())
 
 
+def _set(doc, path, value):
+    node = doc
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    return doc
+
+
+# the red team's cases (each a traceback or a half-written database on ac25178), then Hypothesis's
+KNOWN_VALIDATE = [
+    (("hosts", "h200-01", "checks", 0, "check"), "bad \udc80 name"),
+    (("hosts", "h200-01", "gpus", "0", "uuid"), "GPU-\udc80"),
+    (("hosts", "h200-01", "gpus", "0", "index"), 2 ** 40),
+    (("hosts", "h200-01", "checks", 0, "reason"), "a\x00b"),
+    (("hosts", "h200-01", "gpus", "0", "checks"), 7),
+    (("hosts", "h200-01", "checks"), {"not": "a list"}),
+]
+
+
+@pytest.mark.parametrize("path, value", KNOWN_VALIDATE)
+def test_a_known_hostile_validate_json(db_url, tmp_path, validate_doc, path, value):
+    path_ = tmp_path / "validate.json"
+    path_.write_text(json.dumps(_set(copy.deepcopy(validate_doc), path, value)))
+    import_or_refuse(db_url, [path_])
+
+
+KNOWN_STATUS = [("gpus", [0, 0]), ("gpus", [2 ** 63]), ("seed", 2 ** 40), ("start", "0001-01-01T00:00:00Z")]
+
+
+@pytest.mark.parametrize("key, value", KNOWN_STATUS)
+def test_a_known_hostile_run_status(db_url, tmp_path, key, value):
+    d = write_run(tmp_path / "runs" / "sw", "r740-01", "ncf-s1", gpus=(0, 1))
+    (d / writer.STATUS).write_text(json.dumps(_set(json.loads((d / writer.STATUS).read_text()), (key,), value)))
+    writer.write_sums(d)
+    import_or_refuse(db_url, [tmp_path / "runs"])
+
+
 @FEW
 @given(data=st.data())
 def test_a_hostile_validate_json(db_url, tmp_path_factory, validate_doc, data):
@@ -209,6 +246,11 @@ def test_a_hostile_systems_json(tmp_path_factory, doc):
 
 SETTING_KEYS = ("results", "history_url", "history_lock_timeout_s", "seeds", "gpus", "mode", "workloads",
                 "validate", "sweep", "nodes", "run_timeout_minutes")
+
+
+@pytest.mark.parametrize("word", ["off", "no", "0", 0, "yes"])
+def test_a_yes_no_word_in_a_file_layer_is_taken(word):
+    assert config._checked({"validate": {"quarantine": word}}, "invoke.yaml")
 
 
 @settings(max_examples=80, deadline=None, derandomize=True)
