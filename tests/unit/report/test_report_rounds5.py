@@ -209,3 +209,16 @@ def test_result_files_that_cannot_be_dated_do_not_stop_the_detection(trees_of, t
     files[2].write_text(_mllog(10 ** 16, "cache_clear", True) + files[2].read_text())
     found = rounddetect.detect(tree, default_rules())
     assert found.round == "v5.1" and "median first time_ms of 2 result file(s)" in found.line
+
+
+def test_rounds_are_published_in_order_and_new_benchmarks_name_their_round(trees_of, tmp_path):
+    """The publication days date the logs: each round's after the one before. A benchmark of one
+    round alone (v6.0's gpt_oss_20b) names it whatever the logs' dates."""
+    rounds = default_rules().rounds
+    days = [rounddetect.published_day(t["published"]) for t in rounds.values()]
+    assert days == sorted(days) and len(set(days)) == len(days)
+    tree = neutral(trees_of("v5.1"), tmp_path)
+    (bench,) = {p.parent for p in tree.glob("*/results/*/*/result_*.txt")}
+    bench.rename(bench.parent / "gpt_oss_20b")
+    found = rounddetect.detect(tree, default_rules())
+    assert found.round == "v6.0" and found.line.endswith("benchmark folders gpt_oss_20b, of v6.0 alone")
