@@ -139,7 +139,7 @@ class SlurmUnitWorker(UnitWorker):
             lines.append('exec "$@" > "$LOG" 2>&1 < /dev/null')
         else:   # one task per node; the runner's own rendezvous on the job's first node
             port = self.settings.rdzv_port
-            lines.append('exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c \'head=$(scontrol show '
+            lines.append('exec srun --export=ALL --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c \'head=$(scontrol show '
                          'hostnames "$SLURM_JOB_NODELIST" | head -n 1); exec "$@" --nnodes "$SLURM_NNODES" '
                          f'--node-rank "$SLURM_NODEID" --rdzv-endpoint "$head:{port}"\' sh "$@" '
                          '> "$LOG" 2>&1 < /dev/null')

@@ -282,3 +282,22 @@ def test_the_slurm_node_role_sets_up_a_node_and_its_health_check_idempotently(sl
     assert {"component": "slurm health check", "expected": "installed", "found": "missing"} in drift, drift
     assert all(d["component"].startswith("slurm health") for d in drift), drift
     lab.cluster.reset()
+
+
+def test_a_multi_node_run_takes_its_rendezvous_from_the_slurm_allocation(slurmlab, tmp_path):
+    """--nodes 2 through Slurm: one job of two nodes, srun starts one runner per node, the runner's own
+    rendezvous on the job's first node (its rank and count from SLURM_NODEID and SLURM_NNODES)."""
+    lab = slurmlab
+    lab.cluster.reset()
+    results = tmp_path / "results"
+    p = invoke(lab, results, "sweep", "--backend", "slurm", "--host", "node-01,node-02", "--nodes", "2",
+               "--workloads", "ncf", "--scale", "tiny", "--seeds", "1", "--name", "mn")
+    assert p.returncode == 0, p.stdout + p.stderr
+    (run,) = json.loads((results / "mn" / "sweep.json").read_text())["runs"]
+    assert run["nodes"] == ["node-01", "node-02"] and run["state"] == "complete" and run["slurm_job"], run
+    for rank, h in enumerate(("node-01", "node-02")):
+        d = results / "mn" / h / "ncf-ttt-tiny-2node-cpu-s1"
+        assert checksums.verify(d) == []
+        st = json.loads((d / "status.json").read_text())
+        assert (st["nnodes"], st["node_rank"], st["world_size"]) == (2, rank, 2)
+        assert "--rdzv-endpoint=node-01:29400" in json.loads((d / "manifest.json").read_text())["launch"]
