@@ -88,6 +88,9 @@ def parse_list(value: str | Iterable[str] | None, what: str) -> list[str]:
     return items
 
 
+FROM_INVENTORY = "from_inventory"   # a topology plan_around made of the inventory's GPU count, not a probe
+
+
 def host_gpu_count(host: Host, topology: dict | None = None) -> int | None:
     """GPUs of a host: what its probe found, else the inventory's count; None if unknown (auto)."""
     if topology is not None and "gpu_count" in topology:
@@ -107,8 +110,12 @@ def parse_gpu_counts(value: str | None, host: Host, topology: dict | None = None
         if not item.isdigit() or int(item) < 1:
             raise ConfigError(f"--gpus: {item!r} is not a GPU count (use 1,2,... or all)")
         n = limits.number(item, "--gpus", limits.GPUS)
-        if count is not None and n > count and topology is None:
+        inventory = host.gpu_count if isinstance(host.gpu_count, int) else None
+        if topology is None and count is not None and n > count:
             raise ConfigError(f"--gpus: {n} GPUs asked but {host.name} has {count}")
+        if topology is not None and topology.get(FROM_INVENTORY) and inventory is not None and n > inventory:
+            # a topology plan_around made of the inventory's count (GPUs quarantined): the host has no more
+            raise ConfigError(f"--gpus: {n} GPUs asked but {host.name} has {inventory}")
         if n not in out:
             out.append(n)
     return out
@@ -189,7 +196,7 @@ def plan_around(hosts: list[Host], quarantine: dict[str, dict] | None,
         if not gpus and count:
             lines.append(f"{h.name}: skipped: every GPU quarantined ({q['reason']})")
             continue
-        topologies[h.name] = dict(doc or {}, gpu_count=len(gpus), gpus=gpus)
+        topologies[h.name] = dict(doc or {FROM_INVENTORY: True}, gpu_count=len(gpus), gpus=gpus)
         lines.append(f"{h.name}: GPU(s) {_ids(out)} quarantined ({q['reason']}): runs use GPU(s) "
                      f"{_ids(g['index'] for g in gpus)}")
         left.append(h)

@@ -49,6 +49,15 @@ def test_plan_around_leaves_quarantined_gpus_out_of_every_subset():
     assert [r.gpu_ids for r in runs if r.host == "r740-02"] == [[0, 1]]
 
 
+def test_a_quarantine_does_not_lift_the_more_gpus_than_the_host_has_check():
+    hosts = t4_hosts()   # 4x T4 each, by the inventory
+    with pytest.raises(ConfigError, match="--gpus: 8 GPUs asked but r740-01 has 4"):
+        pl.plan(hosts, ["ncf"], "8", 1, "throughput", "full")
+    left, topologies, _ = pl.plan_around(hosts, {"r740-01": {"gpus": [2], "reason": "x"}})
+    with pytest.raises(ConfigError, match="--gpus: 8 GPUs asked but r740-01 has 4"):   # ac25178 planned it
+        pl.plan(left, ["ncf"], "8", 1, "throughput", "full", topologies=topologies)
+
+
 def test_a_host_with_no_gpu_left_is_skipped_and_named():
     hosts = t4_hosts()
     held = {"r740-01": {"gpus": [0, 1, 2, 3], "reason": "PSU"}, "r740-02": {"gpus": None, "reason": "fans"}}
