@@ -96,3 +96,16 @@ def test_settings_backend_and_slurm_section():
                        ({"nodes": 2}, "no such setting"), ({"account": ["a"]}, "is not a Slurm name")):
         with pytest.raises(ConfigError, match=match):
             config.slurm_settings(bad)
+
+
+def test_the_inventory_variable_gpulab_slurm_is_a_boolean(tmp_path):
+    from lab.hosts import inventory
+
+    base = ("all:\n  hosts:\n    n1:\n      ansible_host: 127.0.0.1\n      gpulab_gpu_model: cpu\n"
+            "      gpulab_gpu_count: 0\n      gpulab_stack: current\n")
+    path = tmp_path / "hosts.yml"
+    path.write_text(base + "      gpulab_slurm: true\n")
+    assert inventory.load(path).select(["n1"])[0].vars["gpulab_slurm"] is True
+    path.write_text(base + "      gpulab_slurm: maybe\n")
+    with pytest.raises(ConfigError, match="host n1: gpulab_slurm: 'maybe' is not of type 'boolean'"):
+        inventory.load(path).select(["n1"])
