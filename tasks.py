@@ -255,6 +255,7 @@ def tune(c, workload, scale=None, device=None, host=None, limit=None, name=None,
                         seeds=seeds, trials=trials, tune_settings=tune_settings, space_file=space, open_=open,
                         baseline=baseline, gpus=gpus, wave=len(hosts), max_epochs=max_epochs)
     settings = _settings(c, timeout)
+    entry.check_plan(hosts, req)   # --gpus and the hosts as a trial's sweep plans them: before anything is written
     results = paths.folder(setting(c, "results"), "config gpulab.results")
     url = history.resolve_url(setting(c, "history_url"), results)
     storage, req.storage_shown = entry.storage_for(url)

@@ -70,6 +70,15 @@ def request(workload: str, *, scale: str, name: str | None, device: str | None, 
                        stale_s=float(tune_settings.get("stale_s", 600)), gpus=gpus, device=device or "")
 
 
+def check_plan(hosts, req: TuneRequest) -> None:
+    """A trial's sweep planned once without touching a host: bad --gpus or hosts are ConfigError now, not
+    after the study was written."""
+    from lab.sweep import plan
+
+    plan.plan(hosts, [req.space.workload], req.gpus, req.seeds, "ttt", req.space.scale,
+              recipes={req.space.workload: dict(req.baseline)}, spread=True, max_epochs=req.limit)
+
+
 def storage_for(history_url: str):
     """(Optuna storage, its URL for messages) for the lab's database."""
     return tunestorage.open_storage(history_url), tunestorage.shown(history_url)
