@@ -242,6 +242,12 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
                       if not any(n in errors for n in u) and any(r.state != "complete" for r in rs)}
         progress = (progress_factory or prog.Progress)(
             {"+".join(u): sum(1 for r in rs if r.state != "complete") for u, rs in todo_units.items()})
+        if isinstance(getattr(progress, "estimates", None), dict):   # the live table's ETA: each run's estimate
+            past = study.history(results_dir)
+            for run in runs:
+                minutes, _ = study.estimate(run, study.unit_device(hosts, run, topologies), past)
+                if minutes is not None:
+                    progress.estimates[run.run_id] = 60.0 * minutes
         pilots = pilot.for_sweep(root, sweep.runs, by_name, settings)   # compile once, then fan out
         during: dict[str, dict[int, str]] = {}   # GPUs quarantined by a failed run's epilogue (lab.sweep.gate)
         for u, rs in todo_units.items():

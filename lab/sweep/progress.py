@@ -29,6 +29,7 @@ class Progress:
         self.console = Console(file=self.stream, highlight=False, soft_wrap=True)
         self.live_mode = self.console.is_terminal if live is None else live
         self.rows = {u: {"i": 0, "n": n, "run": "", "doing": "waiting", "since": None} for u, n in units.items()}
+        self.estimates: dict[str, float] = {}   # run id -> its estimated seconds (lab.sweep.study.estimate)
         self._lock = threading.Lock()
         self._live: Live | None = None
 
@@ -57,7 +58,9 @@ class Progress:
         with self._lock:
             self.rows[unit].update(i=i, n=n, run=run_id, doing="running", since=time.monotonic())
         if self._live is None:
-            self.print(f"  [{unit}] {i}/{n} {run_id} started{where}")
+            est = self.estimates.get(run_id)
+            self.print(f"  [{unit}] {i}/{n} {run_id} started{where}"
+                       + (f" (estimate {_duration(est)})" if est is not None else ""))
 
     def status(self, unit: str, doing: str) -> None:
         with self._lock:
@@ -78,14 +81,28 @@ class Progress:
 
     def _table(self) -> Table:
         t = Table(title="sweep", expand=False)
-        for col in ("host", "run", "workload run", "doing", "elapsed"):
+        for col in ("host", "run", "of", "doing", "elapsed", "ETA"):
             t.add_column(col)
         now = time.monotonic()
         with self._lock:
             for unit, r in self.rows.items():
-                el = f"{now - r['since']:.0f} s" if r["since"] is not None else ""
-                t.add_row(unit, f"{r['i']} of {r['n']}" if r["i"] else f"0 of {r['n']}", r["run"], r["doing"], el)
+                running = r["since"] is not None
+                el = now - r["since"] if running else None
+                est = self.estimates.get(r["run"]) if running else None
+                eta = "" if not running else ("no estimate" if est is None else
+                                              f"{_duration(est - el)} left" if est > el else "past its estimate")
+                t.add_row(unit, r["run"] or "-", f"{r['i']} of {r['n']}", r["doing"],
+                          _duration(el) if el is not None else "", eta)
         return t
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def final_table(runs, console: Console | None = None) -> None:

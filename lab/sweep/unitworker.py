@@ -287,7 +287,7 @@ class UnitWorker:
                 self.progress.status(self.unit, "stopping (time limit)")
                 ended = "killed" if self._stop_all(run) else "timeout"
                 break
-            self.progress.status(self.unit, f"running {run.run_id}")
+            self.progress.status(self.unit, "running")   # the run's name has its own column
             if self.seat and self.seat.piloting is not None and time.monotonic() >= next_check:
                 self.seat.check()   # the pilot's artifacts, once written, release the group's other hosts
                 next_check = time.monotonic() + pilot.CHECK_S

@@ -3,15 +3,16 @@
 A copy of the checkout (what a fresh clone holds: tracked files and new ones git does not ignore) is walked
 from the README's first code block to its last: every line of an ``sh`` block and every ``$ `` line of a
 ``console`` block, as a newcomer types them, in a shell per command with the README's own environment
-(``. .venv/bin/activate`` puts the checkout's invoke on PATH). Two commands are not run here, and say so:
+(``. .venv/bin/activate`` puts the checkout's invoke on PATH). Three kinds of command are not run here, and say so:
 ``.ci/setup`` (the checkout's .venv stands in: tests/integration/test_new_user.py runs the quick start's
-``.ci/setup`` on a bare Debian host) and ``.venv/bin/python -m pytest`` (the suite this test is part of).
+``.ci/setup`` on a bare Debian host), ``.venv/bin/python -m pytest`` (the suite this test is part of) and
+Slurm's ``sinfo`` (no Slurm here: tests/integration/test_slurm_lab.py runs it on its cluster).
 Commands written for a lab (the R740 study, the lab's memory) run too, on this machine's default inventory,
 where they must end as bad input (one line) or run (test_study_walkthrough.py and test_history_readme.py run
 them against hosts named as the README's).
 
 It fails on any traceback, on any file written into the copy outside results/ (Python's own __pycache__
-aside), and on any packet to an address other than loopback: the walk runs in a network namespace of its own
+and the files the README itself has the newcomer write with a shell redirection aside), and on any packet to an address other than loopback: the walk runs in a network namespace of its own
 whose only way out is a veth pair that counts what it sends.
 """
 
@@ -33,19 +34,32 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 SKIPPED = {".ci/setup": "the checkout's .venv stands in; tests/integration/test_new_user.py runs .ci/setup",
-           ".venv/bin/python -m pytest": "the test suite itself"}
+           ".venv/bin/python -m pytest": "the test suite itself",
+           "sinfo ": "Slurm's own command: needs a Slurm cluster (tests/integration/test_slurm_lab.py has one)"}
 
 
 def commands(readme: str) -> list[str]:
     """Every command of the README's sh and console blocks, in the order they appear."""
     out = []
     for kind, body in re.findall(r"^```(sh|console)\n(.*?)^```$", readme, re.S | re.M):
-        for line in body.splitlines():
+        lines = body.splitlines()
+        while lines:
+            line = lines.pop(0)
             if kind == "console":
                 line = line[2:] if line.startswith("$ ") else ""
-            if line.strip() and not line.lstrip().startswith("#"):
-                out.append(line.strip())
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            heredoc = re.search(r"<<-?\s*'?([A-Za-z_]+)'?\s*$", line) if kind == "sh" else None
+            if heredoc:   # the lines up to its end word belong to this command
+                end = lines.index(heredoc.group(1))
+                line, lines = "\n".join([line, *lines[:end + 1]]), lines[end + 1:]
+            out.append(line.strip())
     return out
+
+
+def own_files(readme: str) -> set[str]:
+    """Files the README has the newcomer write with a shell redirection (``cat > poor-ncf.yml``): theirs."""
+    return {m for c in commands(readme) for m in re.findall(r"(?<![<>])>\s*([^\s<>&|;]+)", c.split("\n")[0])}
 
 
 def steps(command: str) -> list[tuple[str, str | None]]:
@@ -107,7 +121,8 @@ def walk(clone: Path, report: Path) -> None:
             done.append({"command": part, "rc": p.returncode, "seconds": round(time.monotonic() - started, 1),
                          "stdout": p.stdout[-3000:], "stderr": p.stderr[-3000:], "packets": sent() - base})
     after = snapshot(clone)
-    written = sorted(k for k in after.keys() | files.keys() if after.get(k) != files.get(k))
+    mine = own_files((clone / "README.md").read_text())
+    written = sorted(k for k in after.keys() | files.keys() if after.get(k) != files.get(k) and k not in mine)
     report.write_text(json.dumps({"steps": done, "written": written, "packets": sent() - base}))
 
 

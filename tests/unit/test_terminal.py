@@ -125,3 +125,32 @@ def test_invoke_history_in_colour_on_a_terminal_only(tmp_path):
     piped = subprocess.run([sys.executable, "-m", "invoke", "history", "--url", url], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=120)
     assert piped.returncode == 0 and "\x1b[" not in piped.stdout and "FAIL" in piped.stdout
+
+
+def test_the_live_sweep_table_names_each_run_once_with_its_eta():
+    """The live table: the run's name in one column (not again in what it does), elapsed and the time left by
+    its estimate; a run past it says so; one without an estimate says that."""
+    import time as _time
+
+    from rich.console import Console
+
+    from lab.sweep import progress as prog
+
+    p = prog.Progress({"h1": 2, "h2": 1}, live=False, stream=io.StringIO())
+    p.estimates["ncf-ttt-tiny-cpu-s1"] = 600.0
+    p.run_started("h1", 1, 2, "ncf-ttt-tiny-cpu-s1")
+    p.status("h1", "running")
+    p.run_started("h2", 1, 1, "gnmt-ttt-tiny-cpu-s1")
+    p.rows["h2"]["since"] = _time.monotonic() - 120
+    out = io.StringIO()
+    Console(file=out, width=160, color_system=None).print(p._table())
+    text = out.getvalue()
+    (h1,) = [ln for ln in text.splitlines() if " h1 " in ln]
+    assert h1.count("ncf-ttt-tiny-cpu-s1") == 1 and "running" in h1 and "10 min left" in h1 and "1 of 2" in h1
+    (h2,) = [ln for ln in text.splitlines() if " h2 " in ln]
+    assert "no estimate" in h2 and "2 min" in h2
+    p.estimates["gnmt-ttt-tiny-cpu-s1"] = 60.0
+    out = io.StringIO()
+    Console(file=out, width=160, color_system=None).print(p._table())
+    assert "past its estimate" in out.getvalue()
+    assert "(estimate 10 min)" in p.stream.getvalue()

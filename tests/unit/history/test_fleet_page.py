@@ -147,6 +147,7 @@ def test_a_machine_without_gpu_history_is_told_what_to_do(tmp_path):
     text = " ".join(out.read_text().split())
     assert (drawn, found) == (0, 0) and 'id="no-gpu-history"' in text
     assert "No GPU has been checked yet" in text and "<code>invoke validate</code> records its verdicts" in text
+    assert 'id="empty"' not in text   # not the import it may have just run
 
 
 if __name__ == "__main__":   # the screenshots of the closing note, and the size the page was timed at

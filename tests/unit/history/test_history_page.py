@@ -130,6 +130,6 @@ def test_bad_filters_are_one_line(tmp_path):
         with pytest.raises(ConfigError, match="--gpu INDEX needs --host"):
             page.write_page(d, tmp_path / "h.html", gpu="2")
         out, drawn, found = page.write_page(d, tmp_path / "h.html")
-        assert (drawn, found) == (0, 0) and "No numeric check of a GPU matches" in out.read_text()
+        assert (drawn, found) == (0, 0) and "No GPU has been checked yet" in out.read_text()   # and what records them
     finally:
         d.close()
