@@ -301,3 +301,22 @@ def test_a_multi_node_run_takes_its_rendezvous_from_the_slurm_allocation(slurmla
         st = json.loads((d / "status.json").read_text())
         assert (st["nnodes"], st["node_rank"], st["world_size"]) == (2, rank, 2)
         assert "--rdzv-endpoint=node-01:29400" in json.loads((d / "manifest.json").read_text())["launch"]
+
+
+def test_a_crashed_slurm_labs_munged_is_cleaned_up(testlab_images, tmp_path):
+    """The root namespace's munged of a Slurm lab whose owner was SIGKILLed goes with the rest of it."""
+    from tests.testlab.lab import cleanup_stale, lab_objects
+
+    script = ("import sys, time; from tests.testlab.lab import Lab; lab = Lab(['cr-01'], slurm=True).up(); "
+              "print(lab.id, lab.cluster.munge_proc.pid, flush=True); time.sleep(600)")
+    owner = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        lab_id, munged = owner.stdout.readline().split()
+    finally:
+        owner.kill()
+        owner.wait()
+    assert Path(f"/proc/{munged}/cmdline").read_bytes().startswith(b"munged")
+    assert lab_id in cleanup_stale()
+    wait_until(lambda: not Path(f"/proc/{munged}").exists(), "the crashed lab's munged to end", 10)
+    assert lab_objects(lab_id) == {"netns": [], "links": [], "pids": []}
