@@ -240,13 +240,16 @@ def sweep(c, device=None, host=None, limit=None, workloads=None, gpus=None, seed
             "open": "also search settings outside the MLPerf v0.5 closed rules (the space's open entries)",
             "gpus": "GPU count per run (default: every count, as a sweep plans it)",
             "timeout": "minutes before a run is stopped, or 'auto' (as invoke sweep)",
-            "max_epochs": "every run's epoch limit (default: the scale's); a run that misses counts 2 x this"})
+            "max_epochs": "every run's epoch limit (default: the scale's); a run that misses counts 2 x this",
+            "backend": "how a trial's runs start: ssh, slurm or auto (as invoke sweep; default: gpulab.sweep.backend)"})
 @task_errors
 def tune(c, workload, scale=None, device=None, host=None, limit=None, name=None, seeds=None, trials=None,
-         baseline=None, space=None, open=False, gpus=None, timeout=None, inventory=None, max_epochs=None):
+         baseline=None, space=None, open=False, gpus=None, timeout=None, inventory=None, max_epochs=None,
+         backend=None):
     """Search a workload's hyperparameters for seed-stable convergence: trials are sweeps of K seeds on the fleet."""
     from lab import history
     from lab.core import config, paths
+    from lab.sweep import driver as sw
     from lab.tune import entry, search, trials as tunetrials
 
     hosts = _select(c, inventory, host, device, limit)
@@ -255,14 +258,17 @@ def tune(c, workload, scale=None, device=None, host=None, limit=None, name=None,
                         seeds=seeds, trials=trials, tune_settings=tune_settings, space_file=space, open_=open,
                         baseline=baseline, gpus=gpus, wave=len(hosts), max_epochs=max_epochs)
     settings = _settings(c, timeout)
+    kind, slurm_settings = _backend(c, backend)
+    kind = sw.resolve_backend(kind)   # slurm without a controller here: one line before the study is written
     entry.check_plan(hosts, req)   # --gpus and the hosts as a trial's sweep plans them: before anything is written
     results = paths.folder(setting(c, "results"), "config gpulab.results")
     url = history.resolve_url(setting(c, "history_url"), results)
     storage, req.storage_shown = entry.storage_for(url)
-    backend = tunetrials.SshBackend(hosts, results / req.name, settings, url,
-                                    make_folder=not setting(c, "history_url"),
-                                    quarantine=history.quarantined(url, hosts))
-    result = search.tune(req, storage, backend, results)
+    trials_on = tunetrials.SweepBackend(hosts, results / req.name, settings, url,
+                                        make_folder=not setting(c, "history_url"),
+                                        quarantine=history.quarantined(url, hosts), kind=kind,
+                                        slurm_settings=slurm_settings)
+    result = search.tune(req, storage, trials_on, results)
     print("\n".join(result.lines))
 
 

@@ -2,9 +2,9 @@
 
 A backend is a callable ``backend(request) -> list[SeedResult]``: it runs the request's seeds through a
 sweep (the same run machinery, run directories, checks and history as ``invoke sweep``) and says per seed
-what happened. ``SshBackend`` is gpulab's own SSH controller (lab.sweep.driver.run_sweep); a lab whose
-sweeps run under a scheduler passes its own backend to lab.tune.search.tune, which does not know which
-one ran a trial. The same request (the same sweep name) resumes: runs complete and verified are kept,
+what happened. ``SweepBackend`` runs it with lab.sweep.driver.run_sweep through the sweep's own backend
+(gpulab's SSH controller or Slurm job arrays: ``invoke tune --backend``, as ``invoke sweep``);
+lab.tune.search.tune does not know which one ran a trial. The same request (the same sweep name) resumes: runs complete and verified are kept,
 runs still going on a host are adopted, only failed ones run again (lab.sweep).
 """
 
@@ -54,8 +54,9 @@ def seed_results(sweep_root: Path, runs) -> list[SeedResult]:
 
 
 @dataclass
-class SshBackend:
-    """Trials through gpulab's SSH controller: lab.sweep.driver.run_sweep with the seeds spread over hosts."""
+class SweepBackend:
+    """Trials as sweeps of lab.sweep.driver.run_sweep, seeds spread over the hosts; ``kind`` is the sweep's own
+    backend (ssh: gpulab's SSH controller; slurm: job arrays; auto), as ``invoke sweep --backend``."""
 
     hosts: list
     results_dir: Path
@@ -64,6 +65,8 @@ class SshBackend:
     make_folder: bool = True       # the SQLite file's folder may be made (the default database)
     echo: Callable = print
     quarantine: dict | None = None
+    kind: str = "ssh"
+    slurm_settings: object = None
 
     def __call__(self, request: TrialRequest) -> list[SeedResult]:
         from lab import history
@@ -76,7 +79,8 @@ class SshBackend:
                                       gpus=request.gpus, seeds=request.seeds, mode="ttt", scale=request.scale,
                                       settings=self.settings, memory=memory, quarantine=self.quarantine,
                                       recipes={request.workload: request.settings}, spread=True,
-                                      max_epochs=request.max_epochs, echo=self.echo,
+                                      max_epochs=request.max_epochs, echo=self.echo, backend=self.kind,
+                                      slurm_settings=self.slurm_settings,
                                       progress_factory=lambda units: progress.Progress(units, live=False))
         finally:
             memory.close()

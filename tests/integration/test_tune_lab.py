@@ -154,7 +154,8 @@ def test_bad_tune_input_is_one_line_and_writes_nothing(lab, tmp_path):
                         (["tune", "resnet50", "--scale", "tiny"], "no search space for workload 'resnet50'"),
                         (["tune", "ncf", "--baseline", str(tmp_path / "none.yml")], "file not found"),
                         (["tune", "ncf", "--name", "../x"], "is not a study name"),
-                        (["tune", "ncf", "--gpus", "two"], "--gpus")):
+                        (["tune", "ncf", "--gpus", "two"], "--gpus"),
+                        (["tune", "ncf", "--backend", "nope"], "--backend")):
         p = run_invoke(words + inv, ROOT, env, timeout=120)
         assert p.returncode == 2 and says in p.stderr, (words, p.stdout, p.stderr)
         assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
