@@ -86,6 +86,20 @@ def run_state(remote: rmt.Remote, src: str, token: str | None, lock_dir: str = "
     return out if out in ("done", "running", "gone", "none") else "gone"
 
 
+# the number of the last epoch the run's MLLOG started (runner: epoch_start with metadata epoch_num), from the
+# log's last 256 kB: read only, for the live table
+_EPOCH = ('f="$1/$2"; [ -f "$f" ] || exit 0; '
+          'tail -c 262144 "$f" | grep -o \'"epoch_num": *[0-9]*\' | tail -n 1 | grep -o \'[0-9]*$\'')
+
+
+def last_epoch(remote: rmt.Remote, src: str) -> int | None:
+    """The run's current epoch as its MLLOG says (None: none started yet, or no log)."""
+    from runner.rundir import MLLOG
+
+    out = remote.run(["sh", "-c", _EPOCH, "gpulab-epoch", src, MLLOG], timeout=30, check=False).stdout.strip()
+    return int(out) if out.isdigit() and len(out) < 7 else None
+
+
 def signal_tagged(remote: rmt.Remote, token: str, sig: str) -> list[int]:
     out = remote.run(["sh", "-c", _SIGNAL_TAGGED, "gpulab-stop", sig, token], timeout=60, check=False).stdout
     return [int(p) for p in out.split() if p.isdigit()]

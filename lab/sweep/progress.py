@@ -28,7 +28,8 @@ class Progress:
         self.stream = stream or sys.stdout
         self.console = Console(file=self.stream, highlight=False, soft_wrap=True)
         self.live_mode = self.console.is_terminal if live is None else live
-        self.rows = {u: {"i": 0, "n": n, "run": "", "doing": "waiting", "since": None} for u, n in units.items()}
+        self.rows = {u: {"i": 0, "n": n, "run": "", "doing": "waiting", "since": None, "epoch": None}
+                     for u, n in units.items()}
         self.estimates: dict[str, float] = {}   # run id -> its estimated seconds (lab.sweep.study.estimate)
         self._lock = threading.Lock()
         self._live: Live | None = None
@@ -56,7 +57,7 @@ class Progress:
     # -- events ------------------------------------------------------------
     def run_started(self, unit: str, i: int, n: int, run_id: str, where: str = "") -> None:
         with self._lock:
-            self.rows[unit].update(i=i, n=n, run=run_id, doing="running", since=time.monotonic())
+            self.rows[unit].update(i=i, n=n, run=run_id, doing="running", since=time.monotonic(), epoch=None)
         if self._live is None:
             est = self.estimates.get(run_id)
             self.print(f"  [{unit}] {i}/{n} {run_id} started{where}"
@@ -75,13 +76,18 @@ class Progress:
             detail = run.state + (f" ({run.outcome})" if run.outcome else "") + (f": {run.reason}" if run.reason else "")
             self.print(f"  [{unit}] {run.run_id} {detail}")
 
+    def epoch(self, unit: str, epoch: int | None) -> None:
+        """The running run's current epoch (its MLLOG's last epoch_start), for the live table."""
+        with self._lock:
+            self.rows[unit]["epoch"] = epoch
+
     def unit_done(self, unit: str, note: str = "done") -> None:
         with self._lock:
             self.rows[unit].update(doing=note, since=None)
 
     def _table(self) -> Table:
         t = Table(title="sweep", expand=False)
-        for col in ("host", "run", "of", "doing", "elapsed", "ETA"):
+        for col in ("host", "run", "of", "doing", "epoch", "elapsed", "ETA"):
             t.add_column(col)
         now = time.monotonic()
         with self._lock:
@@ -91,7 +97,8 @@ class Progress:
                 est = self.estimates.get(r["run"]) if running else None
                 eta = "" if not running else ("no estimate" if est is None else
                                               f"{_duration(est - el)} left" if est > el else "past its estimate")
-                t.add_row(unit, r["run"] or "-", f"{r['i']} of {r['n']}", r["doing"],
+                epoch = "" if not running else ("-" if r["epoch"] is None else str(r["epoch"]))
+                t.add_row(unit, r["run"] or "-", f"{r['i']} of {r['n']}", r["doing"], epoch,
                           _duration(el) if el is not None else "", eta)
         return t
 

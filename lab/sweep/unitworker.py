@@ -26,8 +26,10 @@ from lab.core.errors import GpulabError, HostError, RunError
 from lab.hosts.inventory import Host
 from lab.sweep.plan import COMPLETE_OUTCOMES, PlannedRun, TOKEN_VAR, utcnow
 from lab.sweep.state import Sweep, _last_line, _read_json
-from lab.sweep.hostrun import HostLayout, Settings, fetch_verified, run_state, stop_run, wait_gone
+from lab.sweep.hostrun import HostLayout, Settings, fetch_verified, last_epoch, run_state, stop_run, wait_gone
 from runner.rundir import STATUS
+
+EPOCH_S = 5.0   # how often the live table asks a running run's epoch (one read-only command)
 
 
 def keep_attempt(sweep: Sweep, run: PlannedRun, host: str) -> None:
@@ -270,6 +272,7 @@ class UnitWorker:
         pending = list(self.nodes)
         states: dict[str, str] = {}
         next_check = t0 + pilot.CHECK_S
+        next_epoch = t0
         while pending:
             for node in list(pending):
                 st = self._poll(run, node)
@@ -288,6 +291,10 @@ class UnitWorker:
                 ended = "killed" if self._stop_all(run) else "timeout"
                 break
             self.progress.status(self.unit, "running")   # the run's name has its own column
+            if getattr(self.progress, "live_mode", False) and time.monotonic() >= next_epoch:   # the live table's
+                next_epoch = time.monotonic() + EPOCH_S                                       # epoch column
+                head = self.nodes[0]
+                self.progress.epoch(self.unit, head.call(lambda r: last_epoch(r, head.layout.run_dir(run))))
             if self.seat and self.seat.piloting is not None and time.monotonic() >= next_check:
                 self.seat.check()   # the pilot's artifacts, once written, release the group's other hosts
                 next_check = time.monotonic() + pilot.CHECK_S

@@ -154,3 +154,30 @@ def test_the_live_sweep_table_names_each_run_once_with_its_eta():
     Console(file=out, width=160, color_system=None).print(p._table())
     assert "past its estimate" in out.getvalue()
     assert "(estimate 10 min)" in p.stream.getvalue()
+
+
+def test_the_live_table_reads_the_running_epoch_from_the_runs_mllog(tmp_path):
+    """lab.sweep.hostrun.last_epoch: one read-only command on the host (here this machine) for the live table."""
+    from lab.hosts import inventory, remote
+    from lab.sweep import progress as prog
+    from lab.sweep.hostrun import last_epoch
+
+    run = tmp_path / "run"
+    run.mkdir()
+    host = inventory.load(ROOT / "inventory" / "local.yml").select()[0]
+    with remote.connect(host) as r:
+        assert last_epoch(r, str(run)) is None                        # no log yet
+        (run / "mllog.log").write_text(
+            ':::MLLOG {"key": "epoch_start", "value": null, "metadata": {"epoch_num": 1}}\n'
+            ':::MLLOG {"key": "eval_accuracy", "value": 0.5, "metadata": {"epoch_num": 1}}\n'
+            ':::MLLOG {"key": "epoch_start", "value": null, "metadata": {"epoch_num": 2}}\n')
+        assert last_epoch(r, str(run)) == 2
+    p = prog.Progress({"h1": 1}, live=False, stream=io.StringIO())
+    p.run_started("h1", 1, 1, "ncf-ttt-tiny-cpu-s1")
+    p.epoch("h1", 2)
+    from rich.console import Console
+
+    out = io.StringIO()
+    Console(file=out, width=160, color_system=None).print(p._table())
+    (row,) = [ln for ln in out.getvalue().splitlines() if " h1 " in ln]
+    assert " 2 " in row and "epoch" in out.getvalue()
