@@ -308,3 +308,27 @@ def test_a_big_validate_json_is_not_one_query_per_check(tmp_path):
         d.close()
     assert added.checks == n > 10_000
     assert len(statements) < 200, len(statements)
+
+
+def test_an_older_database_with_two_open_entries_of_one_target_is_migrated_to_one(db_url):
+    """A database of revision 0001 (before the unique index) that two concurrent adds left with two open
+    entries of one target: migration 0002 keeps the first open, releases the other with a note."""
+    from alembic import command
+    from sqlalchemy import create_engine
+
+    engine = create_engine(db_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.begin() as conn:
+        command.upgrade(hdb._alembic_config(conn), "0001")
+        for who in ("a", "b"):
+            conn.execute(insert(Quarantine).values(host="r740-01", gpu_index=1, reason=f"by {who}", who=who,
+                                                   added_at=dt.datetime.now(dt.timezone.utc)))
+    engine.dispose()
+    d = hdb.open_db(db_url)
+    try:
+        entries = q.active(d)
+        assert [(e.host, e.gpu_index, e.reason) for e in entries] == [("r740-01", 1, "by a")]
+        with d.session() as s:
+            released = s.scalars(select(Quarantine).where(Quarantine.released_at.is_not(None))).all()
+        assert [(e.who, e.released_by) for e in released] == [("b", "gpulab migration 0002")]
+    finally:
+        d.close()
