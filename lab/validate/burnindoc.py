@@ -2,16 +2,24 @@
 
 ``read_burnin`` takes the last line ``runner burnin --json`` printed, bounded by lab.core.plaindata
 (finite numbers only) and checked against lab/schemas/burnin.schema.json (the shape of the fields
-lab.validate's checks read), so that a document either evaluates or is one RunError naming the host and
-the field. ``malformed`` is the one FAIL record of a host whose document still held a shape the checks
-could not read (a document handed to ``evaluate`` without ``read_burnin``).
+lab.validate's checks read). A value the schema refuses where the schema allows "not measured" (null)
+is set to null and named in the document's ``unreadable`` list, so that one hostile value costs that
+value alone and the host's other figures are still judged (``unreadable_check``: one WARN that names
+them); a document whose shape cannot be read even so is one RunError naming the host and the field.
+``malformed`` is the one FAIL record of a host whose document still held a shape the checks could not
+read (a document handed to ``evaluate`` without ``read_burnin``).
 """
 
 from __future__ import annotations
 
+import jsonschema
+
 from lab.core import limits, plaindata, schema
 from lab.core.errors import ConfigError, RunError
-from lab.validate.verdict import FAIL, check
+from lab.validate.verdict import FAIL, WARN, check
+
+UNREADABLE = "unreadable"     # the document's key for the values read_burnin left out
+MAX_SALVAGED = 64             # values left out before the document counts as malformed as a whole
 
 
 def read_burnin(stdout: str, host: str, code: int | None = None) -> dict:
@@ -27,11 +35,52 @@ def read_burnin(stdout: str, host: str, code: int | None = None) -> dict:
     except ValueError as exc:
         raise RunError(f"{host}: runner burnin printed no usable JSON document ({str(exc)[:120]}; "
                        f"exit {code})") from None
-    try:
-        schema.check(doc, "burnin", "burn-in document")
-    except ConfigError as exc:
-        raise RunError(f"{host}: runner burnin printed a malformed {exc.message} (exit {code})") from None
+    doc.pop(UNREADABLE, None)     # the runner never writes it: only this reader says what it left out
+    left_out: list[str] = []
+    validator = jsonschema.Draft202012Validator(schema.schema("burnin"))
+    while True:
+        try:
+            schema.check(doc, "burnin", "burn-in document")
+            break
+        except ConfigError as exc:
+            if len(left_out) >= MAX_SALVAGED or not _null_first_refused(doc, validator):
+                raise RunError(f"{host}: runner burnin printed a malformed {exc.message} (exit {code})") from None
+            left_out.append(exc.message[len("burn-in document: "):][:160])
+    if left_out:
+        doc[UNREADABLE] = left_out
     return doc
+
+
+def _null_first_refused(doc: dict, validator) -> bool:
+    """Set the value that lab.core.schema.check reports first to null, where its own schema is a scalar's
+    that allows null (a figure, a count, a text) inside an object; False where that cannot help."""
+    errors = sorted(validator.iter_errors(doc), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if not errors:
+        return False
+    err = errors[0]
+    types = err.schema.get("type") if isinstance(err.schema, dict) else None
+    if len(err.absolute_path) < 2 or not isinstance(types, list) or "null" not in types \
+            or {"object", "array"} & set(types):      # a scalar's slot only: a whole section is never left out
+        return False
+    *head, last = list(err.absolute_path)
+    parent = doc
+    for key in head:
+        parent = parent[key]
+    if not isinstance(parent, dict) or parent.get(last) is None:
+        return False
+    parent[last] = None
+    return True
+
+
+def unreadable_check(doc: dict) -> list[dict]:
+    """One WARN naming the values of a host's burn-in document that were left out (none: nothing)."""
+    left = doc.get(UNREADABLE) if isinstance(doc, dict) else None
+    if not left:
+        return []
+    shown = "; ".join(str(x) for x in left[:5]) + (f"; and {len(left) - 5} more" if len(left) > 5 else "")
+    return [check("burn-in document", WARN, len(left), "every value of the documented form",
+                  f"{len(left)} value(s) of the burn-in document were unreadable and left out, "
+                  f"the rest judged: {shown}"[:300])]
 
 
 def malformed(exc: BaseException) -> dict:

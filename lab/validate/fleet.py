@@ -52,7 +52,7 @@ from lab.validate.gpuchecks import (_burnin_failures, _fleet_checks, _gpu_checks
                            fleet_medians, split_snapshot)
 from lab.validate import dcgm, trends as trend, vendor
 from lab.validate.actions import attach_actions, load_actions
-from lab.validate.burnindoc import malformed, read_burnin
+from lab.validate.burnindoc import malformed, read_burnin, unreadable_check
 from lab.validate.gathering import LEVEL_TIMEOUT_S, burnin_argv, gather_one, stacks_for, time_limits
 from lab.validate.hostchecks import _count_checks, _stack_checks, installed_version, no_gpu_checks
 from lab.validate.linkchecks import guarded, link_window
@@ -162,6 +162,7 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
                     if orphans or xid.get("source") is None:
                         checks += _xid_checks(references, orphans, xid.get("source"), xid.get("error"), "XID events (other devices)")
                 if burnin is not None:
+                    checks += unreadable_check(burnin)
                     if burnin.get("outcome") == "failed":
                         checks += _burnin_failures(burnin, None)
                     checks += _host_metric_checks(burnin, probe, references)

@@ -102,8 +102,6 @@ def test_a_real_document_reads_back_and_evaluates_as_before(refs):
 
 @pytest.mark.parametrize("path, value, field", [
     (("gpus", "0"), ["not", "an", "object"], "gpus.0"),
-    (("gpus", "0", "load", "samples"), -4, "gpus.0.load.samples"),
-    (("gpus", "0", "load", "power_w_max"), "698 W", "gpus.0.load.power_w_max"),
     (("probe", "gpus"), "none", "probe.gpus"),
     (("xid", "events"), [{"gpu": 0}], "xid.events.0"),
     (("results",), {"ok": True}, "results"),
@@ -115,6 +113,52 @@ def test_a_hostile_field_is_one_line_naming_host_and_field(path, value, field):
     msg = exc.value.message
     assert msg.startswith("h200-01: runner burnin printed a malformed burn-in document: ") and f" {field}: " in msg
     assert "\n" not in msg
+
+
+@pytest.mark.parametrize("path, value, field", [
+    (("gpus", "0", "load", "samples"), -4, "gpus.0.load.samples"),
+    (("gpus", "0", "load", "power_w_max"), "698 W", "gpus.0.load.power_w_max"),
+])
+def test_one_hostile_value_costs_that_value_alone(refs, path, value, field):
+    """Issue 45: a value of the wrong form where the document may say "not measured" is left out and
+    named; every other figure of the host is still read and judged."""
+    got = fleet.read_burnin(_one_line(_replace(DOC, path, value)), "h200-01", 0)
+    node = got
+    for k in path:
+        node = node[k]
+    assert node is None
+    assert len(got["unreadable"]) == 1 and got["unreadable"][0].startswith(field + ": ")
+    intact = {k: v for k, v in got.items() if k != "unreadable"}
+    assert intact == _replace(DOC, path, None)
+    host = run({"h200-01": got}, refs).hosts["h200-01"]
+    warn = [c for c in host["checks"] if c["check"] == "burn-in document"]
+    assert len(warn) == 1 and warn[0]["verdict"] == "WARN" and field in warn[0]["reason"]
+    assert warn[0]["action"]["kind"] == "fix_config"
+    assert host["verdict"] != "PASS"
+    clean = run({"h200-01": DOC}, refs).hosts["h200-01"]
+    assert set(host["gpus"]) == set(clean["gpus"])
+    load_phase = {"load temperature", "throttling", "load SM clock", "power vs limit", "power under load"}
+    for g, rec in clean["gpus"].items():     # only the checks that read the load phase's figures may go
+        kept = {(c["check"], c["verdict"]) for c in host["gpus"][g]["checks"]}
+        lost = {(c["check"], c["verdict"]) for c in rec["checks"]} - kept
+        assert {name for name, _ in lost} <= load_phase, lost
+        assert len(kept) >= 5
+
+
+def test_a_document_of_many_hostile_values_is_malformed_as_a_whole():
+    doc = copy.deepcopy(DOC)
+    phase = doc["gpus"]["0"]["load"]
+    for i in range(80):
+        phase[f"x{i}"] = "hostile"
+    with pytest.raises(RunError, match="^h200-01: runner burnin printed a malformed burn-in document: "):
+        fleet.read_burnin(_one_line(doc), "h200-01", 0)
+
+
+def test_the_runner_cannot_name_its_own_unreadable_values():
+    doc = copy.deepcopy(DOC)
+    doc["unreadable"] = ["everything"]
+    got = fleet.read_burnin(_one_line(doc), "h200-01", 0)
+    assert "unreadable" not in got
 
 
 @pytest.mark.parametrize("path, value", [
