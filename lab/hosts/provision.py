@@ -154,6 +154,8 @@ def provision(hosts, *, inventory, stack: str | None = None, check: bool = False
              "stack_profile_dir": str(Path(stacks_dir or stacks.STACKS_DIR).resolve())}
     if stack:
         extra["gpulab_stack"] = stack
+    if any(h.vars.get("gpulab_slurm") is True for h in up):   # Slurm nodes: the health check's bundle
+        extra["slurm_node_health_bundle"] = str(runnerdist.health_bundle(artifacts / "health"))
     extra.update(extravars or {})
     out(f"provision: {len(hosts)} host(s): " + ", ".join(f"{p.host} -> {stack or p.stack.name} ({p.os})"
                                                          for p in plans))

@@ -82,6 +82,38 @@ def tarball() -> bytes:
     return buf.getvalue()
 
 
+def health_files() -> list[Path]:
+    """What a Slurm node's health check runs (python -m lab.validate.nodehealth, the slurm_node role):
+    the runner's files, gpulab's ``lab`` package (its Python files, data and schemas) and the GPU references."""
+    lab_dir = REPO / "lab"
+    own = [p for p in sorted(lab_dir.rglob("*")) if p.is_file() and "__pycache__" not in p.parts
+           and p.suffix in (".py", ".yml", ".yaml", ".json")]
+    return files() + own + [REPO / "inventory" / "references" / "gpus.yml"]
+
+
+def health_bundle(dest: Path) -> Path:
+    """``dest/gpulab-health-<digest>.tar.gz`` of health_files() (paths from the checkout's top), the same
+    files giving the same bytes; built once per content."""
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in health_files():
+            info = tar.gettarinfo(str(path), arcname=path.relative_to(REPO).as_posix())
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = 0
+            with path.open("rb") as fh:
+                tar.addfile(info, fh)
+    data = buf.getvalue()
+    out = Path(dest) / f"gpulab-health-{hashlib.sha256(data).hexdigest()[:12]}.tar.gz"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, out)
+    return out
+
+
 def stage(dest: Path) -> Path:
     """``dest/runner.tar.gz``, the tarball that the datasets role unpacks on each host; returns its path."""
     out = Path(dest) / "runner.tar.gz"

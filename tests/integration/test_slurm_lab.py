@@ -244,9 +244,9 @@ def test_the_slurm_node_role_sets_up_a_node_and_its_health_check_idempotently(sl
 
     lab = slurmlab
     lab.cluster.reset()
-    bundle = tmp_path / "health.tar.gz"
-    subprocess.run(["tar", "-C", str(ROOT), "--exclude=__pycache__", "-czf", str(bundle), "lab", "runner",
-                    "inventory/references"], check=True)
+    from lab.hosts import runnerdist
+
+    bundle = runnerdist.health_bundle(tmp_path / "health")   # what `invoke provision` hands the role
     playbook = tmp_path / "slurm.yml"
     playbook.write_text(yaml.safe_dump([{"name": "Slurm node", "hosts": "node-01", "gather_facts": True,
                                          "gather_subset": ["min"], "roles": ["slurm_node"]}]))

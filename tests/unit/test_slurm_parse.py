@@ -109,3 +109,20 @@ def test_the_inventory_variable_gpulab_slurm_is_a_boolean(tmp_path):
     path.write_text(base + "      gpulab_slurm: maybe\n")
     with pytest.raises(ConfigError, match="host n1: gpulab_slurm: 'maybe' is not of type 'boolean'"):
         inventory.load(path).select(["n1"])
+
+
+def test_the_health_bundle_holds_what_nodehealth_runs_and_is_reproducible(tmp_path):
+    import tarfile
+
+    from lab.hosts import runnerdist
+
+    first = runnerdist.health_bundle(tmp_path / "a")
+    again = runnerdist.health_bundle(tmp_path / "b")
+    assert first.name == again.name and first.read_bytes() == again.read_bytes()
+    with tarfile.open(first) as tar:
+        names = tar.getnames()
+        assert all(m.uid == 0 and m.mtime == 0 for m in tar.getmembers())
+    for need in ("lab/validate/nodehealth.py", "lab/hosts/slurm.py", "lab/data/actions.yml", "runner/health.py",
+                 "inventory/references/gpus.yml"):
+        assert need in names, need
+    assert not any("__pycache__" in n or n.startswith(("tests/", "/")) or ".." in n for n in names)
