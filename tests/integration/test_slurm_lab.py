@@ -320,3 +320,30 @@ def test_a_crashed_slurm_labs_munged_is_cleaned_up(testlab_images, tmp_path):
     assert lab_id in cleanup_stale()
     wait_until(lambda: not Path(f"/proc/{munged}").exists(), "the crashed lab's munged to end", 10)
     assert lab_objects(lab_id) == {"netns": [], "links": [], "pids": []}
+
+
+def test_a_task_that_slurm_ends_is_recorded_with_slurms_word(slurmlab, tmp_path):
+    """An admin cancels the sweep's running task (as Slurm ends one at its time limit or on preemption):
+    the run fails with Slurm's state for that task, read from scontrol show job."""
+    lab = slurmlab
+    lab.cluster.reset()
+    results = tmp_path / "results"
+    proc = subprocess.Popen(invoke_cmd() + ["-r", str(ROOT), "sweep", "--backend", "slurm", "--host", "node-01",
+                                            "--workloads", "ncf", "--scale", "tiny", "--seeds", "1", "--name", "ended"],
+                            cwd=tmp_path, env=env_for(lab, results), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        job = wait_until(lambda: lab.cluster.command("squeue", "-h", "-n", "gpulab-ended", "-t", "RUNNING",
+                                                     "-o", "%i").stdout.strip() or proc.poll() is not None,
+                         "the task to run", 120)
+        assert proc.poll() is None, proc.stdout.read()
+        lab.cluster.command("scancel", job)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    print(out)
+    assert proc.returncode == 1, out
+    (run,) = json.loads((results / "ended" / "sweep.json").read_text())["runs"]
+    assert run["state"] == "failed" and run["reason"].startswith(f"Slurm ended task {run['slurm_job']}: CANCELLED"), run
