@@ -98,12 +98,14 @@ def test_full_scale_ttt_without_the_backbone_is_bad_input(tmp_path, name, file):
 def test_throughput_at_full_scale_does_not_need_the_backbone(tmp_path):
     from runner import supervisor
 
-    class A:  # the parsed command line of `runner run maskrcnn --scale full --mode throughput`
-        workload, framework, python, gpus, cpu_procs, nnodes, node_rank = "maskrcnn", "pytorch", None, "0", None, 1, 0
-        rdzv_endpoint = seed = max_minutes = measure_seconds = max_epochs = warmup_steps = cache_dir = None
-        compile = no_compile = False
-        precision, scale, mode, data, out = "auto", "full", "throughput", str(tmp_path), str(tmp_path / "run")
+    import argparse
 
+    # the parsed command line of `runner run maskrcnn --scale full --mode throughput`, by the runner's own parser
+    # (a hand-made one fell behind each new option: --compile, then --set)
+    parser = argparse.ArgumentParser(prog="runner run")
+    supervisor.add_arguments(parser)
+    A = parser.parse_args(["maskrcnn", "--gpus", "0", "--scale", "full", "--mode", "throughput",
+                           "--data", str(tmp_path), "--out", str(tmp_path / "run")])
     assert supervisor.plan(A, host_gpus=0)["workload"] == "maskrcnn"
 
 
