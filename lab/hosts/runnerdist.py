@@ -31,6 +31,7 @@ from pathlib import Path
 
 from runner import source
 
+from lab.core import writes
 from lab.core.errors import RunError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -108,9 +109,7 @@ def health_bundle(dest: Path) -> Path:
     out = Path(dest) / f"gpulab-health-{hashlib.sha256(data).hexdigest()[:12]}.tar.gz"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, out)
+        writes.write_bytes(out, data, "the Slurm health check's bundle")   # the one writer: whole, never via a link
     return out
 
 

@@ -116,7 +116,7 @@ def test_demo_report_fits_the_window_and_says_only_what_it_ran(runner_sweep, tmp
 
     out = tmp_path / "report"
     build_report([runner_sweep], out, formats=("html", "md", "json"))
-    dom = render(out / "report.html", tmp_path)
+    dom = render(out / "report.html", tmp_path, window="1280,1400")   # the width the README and the screenshot claim
     assert dom.body.get("data-scores-overflow") == "0" and dom.body.get("data-page-overflow") == "0"
     (row,) = by_column(dom, "scores")
     assert row["Mark"].startswith("too few runs") and row["CV"].endswith("%")

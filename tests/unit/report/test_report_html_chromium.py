@@ -73,7 +73,9 @@ class Dom(HTMLParser):
             self._cell.append(data)
 
 
-def render(html_path, tmp_path) -> Dom:
+def render(html_path, tmp_path, window: str | None = None) -> Dom:
+    """The page as headless Chromium laid it out (its DOM after the load script); ``window`` "W,H" sets the
+    window the layout is measured in (Chromium's default otherwise)."""
     if CHROMIUM is None:
         if os.environ.get("CI") or os.environ.get("GPULAB_REQUIRE_LAB", "") not in ("", "0"):
             pytest.fail("chromium is not installed (apt-get install -y chromium)")
@@ -84,6 +86,7 @@ def render(html_path, tmp_path) -> Dom:
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-extensions", "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
          f"--user-data-dir={profile}", "--virtual-time-budget=5000", "--dump-dom",
+         *([f"--window-size={window}"] if window else []),
          html_path.resolve().as_uri()],
         capture_output=True, text=True, timeout=180, env={**os.environ, "HOME": str(tmp_path)})
     assert out.returncode == 0, out.stderr[-2000:]
