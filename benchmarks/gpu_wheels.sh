@@ -14,7 +14,7 @@ mkdir -p .whl
 "$PY" -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .whl -r benchmarks/stack_readback.requirements.txt SQLAlchemy==2.0.* alembic \
-    "pycocotools>=2.0.7" "mlperf-logging>=4.1" "sacremoses>=0.1"
+    "pycocotools>=2.0.7" "mlperf-logging>=4.1" "sacremoses>=0.1" optuna==5.1.0
 # what the GPU machine has (KINDS.md: its Python holds PyTorch and its stack): keep its own
 rm -f .whl/numpy-* .whl/Jinja2-* .whl/jinja2-* .whl/MarkupSafe-* .whl/markupsafe-* .whl/PyYAML-* .whl/pyyaml-* \
       .whl/typing_extensions-* .whl/packaging-* .whl/pytest-* .whl/pytest_* .whl/pluggy-* .whl/iniconfig-* \
