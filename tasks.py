@@ -145,7 +145,7 @@ def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=
     from lab.core import paths
     from lab.sweep import progress
     from lab.sweep import study
-    from lab import history
+    from lab.history import memory as history
     from lab.sweep import driver as sw
     from lab.sweep import plan
     from lab.core.errors import ConfigError
@@ -247,7 +247,7 @@ def tune(c, workload, scale=None, device=None, host=None, limit=None, name=None,
          baseline=None, space=None, open=False, gpus=None, timeout=None, inventory=None, max_epochs=None,
          backend=None):
     """Search a workload's hyperparameters for seed-stable convergence: trials are sweeps of K seeds on the fleet."""
-    from lab import history
+    from lab.history import db as historydb, memory as history
     from lab.core import config, paths
     from lab.sweep import driver as sw
     from lab.tune import entry, search, trials as tunetrials
@@ -262,7 +262,7 @@ def tune(c, workload, scale=None, device=None, host=None, limit=None, name=None,
     kind = sw.resolve_backend(kind)   # slurm without a controller here: one line before the study is written
     entry.check_plan(hosts, req)   # --gpus and the hosts as a trial's sweep plans them: before anything is written
     results = paths.folder(setting(c, "results"), "config gpulab.results")
-    url = history.resolve_url(setting(c, "history_url"), results)
+    url = historydb.resolve_url(setting(c, "history_url"), results)
     storage, req.storage_shown = entry.storage_for(url)
     trials_on = tunetrials.SweepBackend(hosts, results / req.name, settings, url,
                                         make_folder=not setting(c, "history_url"),
@@ -319,8 +319,8 @@ def report(c, path, format=None, compare=None, out=None, round=None):
 def validate(c, device=None, host=None, limit=None, level="quick", baseline=False, json=False, out=None,
              references=None, inventory=None, dcgm_level=None, from_history=False):
     """Check each host's GPUs for health and performance against references; exit 1 if any host fails."""
-    from lab import history
     from lab.core.errors import ConfigError
+    from lab.history import db as historydb, memory as history
     from lab.validate import fleet as val, gpurefs
 
     url = history_tasks.url_for(c)
@@ -330,7 +330,7 @@ def validate(c, device=None, host=None, limit=None, level="quick", baseline=Fals
         if not baseline:
             raise ConfigError("validate: --from-history goes with --baseline")
         stats = history.known_good(url, gpurefs.history_sources())
-        path = gpurefs.baseline_from_history(stats, refs, out_dir, history.shown(url))
+        path = gpurefs.baseline_from_history(stats, refs, out_dir, historydb.shown(url))
         print(f"wrote {path} (from the history: {sum(len(m) for m in stats.values())} figure(s) of "
               f"{len(stats)} model(s); review it, then copy it over {refs})")
         return

@@ -31,9 +31,9 @@ WHO_HELP = "who (default: $USER)"
 def url_for(c, url=None) -> str:
     """--url, else gpulab.history_url, else results/history.sqlite; a PostgreSQL URL with the waits of
     gpulab.history_lock_timeout_s and history_statement_timeout_s (lab.history.db.resolve_url)."""
-    from lab import history
+    from lab.history import db as historydb
 
-    return history.resolve_url(setting(c, "history_url", url), setting(c, "results"),
+    return historydb.resolve_url(setting(c, "history_url", url), setting(c, "results"),
                                setting(c, "history_lock_timeout_s"), setting(c, "history_statement_timeout_s"))
 
 
@@ -42,12 +42,12 @@ def database(c, url=None, *, create: bool = False):
     """The history database of gpulab.history_url (or --url), else results/history.sqlite; closed when the block
     ends. Only ``create`` (a command that adds) makes a SQLite file and its results folder (as a sweep makes
     it); a command that reads, or refuses, leaves no file behind (lab.history.db.open_db)."""
-    from lab import history
+    from lab.history import db as historydb
 
     found, default = url_for(c, url), not setting(c, "history_url", url)
     if create and default:
-        history.sqlite_folder(found)
-    db = history.open_db(found, create=create, default=default)
+        historydb.sqlite_folder(found)
+    db = historydb.open_db(found, create=create, default=default)
     try:
         yield db
     finally:
@@ -71,13 +71,13 @@ def by_whom(given=None) -> str:
 @task_errors
 def history_import(c, path, url=None):
     """Load run directories and validate outputs into the history database (importing twice adds nothing)."""
-    from lab import history
     from lab.core.errors import ConfigError
+    from lab.history import memory
 
     paths = [Path(p) for p in path.split(",") if p.strip()]
     if not paths:
         raise ConfigError("history.import: give a results folder, run directories or validate.json files")
-    added, skipped = history.import_paths(paths, url_for(c, url), make_folder=not setting(c, "history_url", url))
+    added, skipped = memory.import_paths(paths, url_for(c, url), make_folder=not setting(c, "history_url", url))
     from lab.history.values import printable
 
     for line in skipped:

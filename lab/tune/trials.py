@@ -69,7 +69,7 @@ class SweepBackend:
     slurm_settings: object = None
 
     def __call__(self, request: TrialRequest) -> list[SeedResult]:
-        from lab import history
+        from lab.history import memory as history
         from lab.history import sweeps as memories
         from lab.sweep import progress
 

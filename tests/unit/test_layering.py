@@ -110,9 +110,10 @@ def cycles(graph: dict[str, set[str]]) -> list[str]:
 
 
 def module_graph(root: Path) -> dict[str, set[str]]:
-    """lab module (dotted) -> lab modules it imports, at any depth of the file."""
-    mods = {".".join(p.relative_to(root).with_suffix("").parts): p for p in (root / "lab").rglob("*.py")
-            if p.name != "__init__.py"}
+    """lab module (dotted; a package's ``__init__`` by the package's name) -> lab modules it imports, at any depth
+    of the file. ``from lab.x import y`` imports the package lab.x (its ``__init__`` runs) and lab.x.y."""
+    mods = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in (root / "lab").rglob("*.py")}
     return {m: {d for d in imports(p, root) if d in mods and d != m} for m, p in mods.items()}
 
 
@@ -147,6 +148,22 @@ def test_every_lab_import_follows_the_table_and_packages_form_no_cycle():
 
 def test_no_import_cycles_among_lab_modules():
     assert cycles(module_graph(ROOT)) == []
+
+
+def code_in_init(path: Path) -> list[str]:
+    """What a package's ``__init__.py`` holds beyond its docstring (and ``from __future__``): one entry a statement."""
+    body = ast.parse(path.read_text(encoding="utf-8"), str(path)).body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return [f"{path.name}:{node.lineno}: {type(node).__name__}" for node in body
+            if not (isinstance(node, ast.ImportFrom) and node.module == "__future__")]
+
+
+def test_each_lab_package_init_only_names_its_public_surface():
+    """lab/<package>/__init__.py is its docstring (what it owns, its entry points, what it may import): no code that
+    runs on import, no re-exports, so that importing one module of a package loads only that module's imports."""
+    found = {str(p.relative_to(ROOT)): code_in_init(p) for p in sorted((ROOT / "lab").glob("*/__init__.py"))}
+    assert {k: v for k, v in found.items() if v} == {}
 
 
 def test_runner_never_imports_lab():
@@ -205,3 +222,13 @@ def test_a_module_cycle_is_found(tmp_path):
                             "lab/core/a.py": "def f():\n    from lab.core import b\n",
                             "lab/core/b.py": "from lab.core.a import f\n"})
     assert cycles(module_graph(root)) == ["lab.core.a -> lab.core.b -> lab.core.a"]
+
+
+def test_a_cycle_through_a_package_init_is_found(tmp_path):
+    """The cycle issue 44 found: the package's ``__init__`` calls a module that imports the package back."""
+    root = _tree(tmp_path, {"lab/__init__.py": "", "lab/history/__init__.py": "def f():\n    from lab.history import auto\n",
+                            "lab/history/auto.py": "from lab.history import quarantine\n",
+                            "lab/history/quarantine.py": ""})
+    assert cycles(module_graph(root)) == ["lab.history -> lab.history.auto -> lab.history"]
+    assert code_in_init(root / "lab/history/__init__.py") == ["__init__.py:1: FunctionDef"]
+    assert code_in_init(root / "lab/__init__.py") == []

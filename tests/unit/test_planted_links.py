@@ -222,7 +222,6 @@ def test_a_link_planted_at_a_runs_artifacts_name_is_passed_over_never_written_th
 @given(suffix=st.sampled_from(["", "-journal", "-wal", "-shm"]), kind=st.sampled_from(PLANTS),
        how=st.sampled_from(["default", "url"]))
 def test_a_link_planted_at_the_history_database_or_its_journals_is_refused(tmp_path, suffix, kind, how):
-    from lab import history
     from lab.history import db as hdb
 
     work, outside = scene(tmp_path)
@@ -233,21 +232,20 @@ def test_a_link_planted_at_the_history_database_or_its_journals_is_refused(tmp_p
     if kind == "file":
         return   # a leftover journal file is SQLite's to read
     plant(results / f"{hdb.DEFAULT_FILE}{suffix}", kind, outside)
-    url = history.resolve_url(None if how == "default" else f"sqlite:///{results / hdb.DEFAULT_FILE}", results)
+    url = hdb.resolve_url(None if how == "default" else f"sqlite:///{results / hdb.DEFAULT_FILE}", results)
     before, victims = snapshot(work), snapshot(outside)
     with pytest.raises(ConfigError) as exc:
-        history.sqlite_folder(url)
-        history.open_db(url).close()
+        hdb.sqlite_folder(url)
+        hdb.open_db(url).close()
     assert exc.value.exit_code == 2 and "\n" not in exc.value.message
     assert snapshot(work) == before and snapshot(outside) == victims
 
 
 def test_the_history_database_is_made_in_a_real_results_folder(tmp_path):
-    from lab import history
     from lab.history import db as hdb
 
     work, outside = scene(tmp_path)
-    url = history.resolve_url(None, work / "results")
-    history.sqlite_folder(url)
-    history.open_db(url).close()
+    url = hdb.resolve_url(None, work / "results")
+    hdb.sqlite_folder(url)
+    hdb.open_db(url).close()
     assert (work / "results" / hdb.DEFAULT_FILE).is_file() and not (work / "results").is_symlink()

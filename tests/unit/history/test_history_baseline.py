@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from test_history_trends import doc_with, write_val
 
-from lab import history
+from lab.history import memory as history
 from lab.core.errors import CheckFailed
 from lab.history import db as hdb, quarantine as q
 from lab.history.models import Check

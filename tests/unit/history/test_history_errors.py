@@ -16,7 +16,7 @@ import pytest
 from histdata import write_sweep, write_validation
 from pgserver import free_port
 
-from lab import history
+from lab.history import memory as history
 from lab.core.errors import ConfigError
 from lab.history import db as hdb
 

@@ -27,7 +27,7 @@ def readme_commands() -> list[str]:
 
 
 def test_the_readme_walk_runs_as_written(tmp_path):
-    from lab import history
+    from lab.history import memory as history
 
     lab = tmp_path / "lab"
     write_sweep(lab / "results", "sweep-1", {"r740-03": 3}, runs_per_host=3)

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from histdata import gpu_uuid, write_run, write_sweep, write_validation
 
-from lab import history
+from lab.history import memory as history
 from lab.core.errors import CheckFailed, ConfigError
 from lab.history import db as hdb, quarantine as q, query
 from lab.history.models import Base, Check, Gpu, Run, RunGpu, Validation
@@ -107,7 +107,7 @@ def hdb_aware(t):
 
 WRITER = """
 import sys
-from lab import history
+from lab.history import memory as history
 added, _ = history.import_paths(sys.argv[2:], sys.argv[1])
 print(added.runs, added.runs_present)
 """

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from lab.core.errors import ConfigError
-from lab.history import open_db, quarantine as q
+from lab.history import quarantine as q
+from lab.history.db import open_db
 from lab.hosts import inventory
 from lab.sweep import driver as sw, plan as pl, topology as topo
 

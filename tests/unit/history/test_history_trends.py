@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 from histdata import burnin_doc, write_validation
 
-from lab import history
+from lab.history import memory as history
 from lab.core.errors import CheckFailed
 from lab.history import db as hdb, quarantine as q
 from lab.history.models import Gpu, Validation

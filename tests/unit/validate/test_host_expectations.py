@@ -67,7 +67,7 @@ def test_the_local_runner_sees_the_controllers_python_path(tmp_path, monkeypatch
 def test_validate_records_into_the_default_database_on_a_fresh_checkout(refs, tmp_path):
     """results/ of a fresh checkout does not exist: the default database is made there (issue 48's H100
     run: "history: not recorded: ... folder <checkout>/results does not exist")."""
-    from lab import history
+    from lab.history import memory as history
     from lab.validate.verdict import write_outputs
 
     v = fleet.evaluate({"cpu-01": dict(NO_GPU_PROBE)}, [host()], refs, None, level="quick")
