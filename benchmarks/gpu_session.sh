@@ -26,6 +26,12 @@
 #                                                                                             issue 29
 #   nvbandwidth     builds nvbandwidth from the source carried in .src/nvbandwidth (cmake; Boost from .src/boost-debs where the machine has none) and runs
 #                   it with -j; then `validate --level burn-in` finds it in GPULAB_TOOLS_DIR (400 s) issue 29
+#   tune            `invoke tune ncf --scale small` on this machine's GPU (inventory/local.yml: localhost, no SSH),
+#                   3 seeds a trial, the first trial the reference recipe (workloads.yml), the study in SQLite
+#                   under $WORK/tune-results: one `invoke tune --trials k` per k = 1, 2, ... (each adds one
+#                   trial and rewrites report.md, report.json and recipe.yml), while the part's time (400 s)
+#                   holds another trial as long as the last one. GPULAB_TUNE_SCALE, _SEEDS, _TRIALS (the most
+#                   trials, 10), _SECONDS shrink it (e.g. a tiny CPU try of the part where no GPU is)  issue 41
 #
 # The call's budget is GPULAB_SESSION_SECONDS (default 570). What the parts write lands in one archive,
 # $OUT/session.tar.gz, with $OUT/summary.txt beside it (the device returns at most 8 files). Wheels the GPU
@@ -60,8 +66,10 @@ run() {
     local t; t=$(limit "$want")
     if [ "$t" -lt 30 ]; then say "$name: not run (budget spent: ${t}s left)"; return 0; fi
     local t0=$SECONDS rc=0
+    RAN_S=0 RAN_RC=
     timeout --kill-after=10 "$t" "$@" > "$WORK/$name.log" 2>&1 || rc=$?
-    say "$name: exit $rc in $((SECONDS - t0))s (limit ${t}s); last line: $(tail -n 1 "$WORK/$name.log" | cut -c1-200)"
+    RAN_S=$((SECONDS - t0)) RAN_RC=$rc
+    say "$name: exit $rc in ${RAN_S}s (limit ${t}s); last line: $(tail -n 1 "$WORK/$name.log" | cut -c1-200)"
 }
 
 check_files() {   # --dry-run: every file a part names exists
@@ -98,6 +106,41 @@ setup() {
 throughput_s() {
     case $1 in resnet50) echo 420 ;; maskrcnn) echo 360 ;; ssd|transformer) echo 300 ;; gnmt) echo 240 ;;
                ncf) echo 200 ;; *) echo 0 ;; esac
+}
+
+# tune: one study, grown one trial per `invoke tune` call, so that the report and the recipe are written after
+# every trial and a call cut short by the time limit costs only its own trial. A next call starts only while
+# the part's time left holds 1.2 x the last call's time plus 20 s (the first: the reference recipe's runner
+# install, health check and seeds).
+tune_part() {
+    local scale=${GPULAB_TUNE_SCALE:-small} seeds=${GPULAB_TUNE_SEEDS:-3} most=${GPULAB_TUNE_TRIALS:-10}
+    local want=${GPULAB_TUNE_SECONDS:-400} results=$WORK/tune-results k end last=0 log=
+    local name=tune-ncf-$scale-gpu
+    tune_cmd() {
+        printf '%s\n' env INVOKE_GPULAB_RESULTS="$results" "$PY" -m invoke tune ncf --host localhost \
+            --scale "$scale" --seeds "$seeds" --trials "$1" --name "$name" --inventory inventory/local.yml
+    }
+    if [ "$DRY" = 1 ]; then
+        echo "tune: one call per --trials 1..$most while the part's time holds another trial; the last:"
+        local -a argv; mapfile -t argv < <(tune_cmd "$most")
+        run tune "$want" "${argv[@]}"; return 0
+    fi
+    end=$(( $(date +%s) + $(limit "$want") ))
+    for k in $(seq 1 "$most"); do
+        local left=$(( end - $(date +%s) ))
+        if [ "$k" -gt 1 ] && [ "$left" -lt $(( last * 12 / 10 + 20 )) ]; then
+            say "tune: stopped after $((k - 1)) trial(s): ${left}s left of the part, the last trial took ${last}s"; break
+        fi
+        local -a argv; mapfile -t argv < <(tune_cmd "$k")
+        run "tune-$k" "$left" "${argv[@]}"
+        last=$RAN_S log=$WORK/tune-$k.log
+        [ "$RAN_RC" = 0 ] || { say "tune: --trials $k exited ${RAN_RC:-(not run)}: the study stops here"; break; }
+    done
+    if [ -f "$results/$name/report.md" ]; then
+        cp "$results/$name/report.md" "$WORK/tune-report.md"
+        cp "$results/$name/recipe.yml" "$WORK/tune-recipe.yml" 2> /dev/null
+        say "tune: $(grep -h ': best trial ' "$log" 2> /dev/null | tail -n 1 | cut -c1-200)"
+    else say "tune: no report was written (see $WORK/tune-*.log)"; fi
 }
 
 part() {
@@ -167,13 +210,16 @@ part() {
         run nvbandwidth-run 120 env LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$bin/nvbandwidth" -j
         run validate-burnin 300 env GPULAB_TOOLS_DIR="$bin" LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$PY" -m invoke validate --level burn-in \
             --inventory inventory/local.yml --json --out "$WORK/validate-burnin" ;;
+    tune)
+        check_files tasks.py inventory/local.yml lab/data/tune_space.yml lab/tune/search.py
+        tune_part ;;
     *)
         echo "gpu_session: no part named $1 (see the head of $0)" >&2; exit 2 ;;
     esac
 }
 
 for p in "$@"; do   # check every name before anything runs
-    case $p in gpu-tests|maxpool|gpu-tests-long|stem|ttfs|ttfs-shipped|validate|nvbandwidth) ;;
+    case $p in gpu-tests|maxpool|gpu-tests-long|stem|ttfs|ttfs-shipped|validate|nvbandwidth|tune) ;;
     throughput-resnet50|throughput-ssd|throughput-maskrcnn|throughput-gnmt|throughput-transformer|throughput-ncf) ;;
     *) echo "gpu_session: no part named $p (see the head of $0)" >&2; exit 2 ;; esac
 done

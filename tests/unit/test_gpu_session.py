@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_session.sh"
 WORKLOADS = ("resnet50", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
 PARTS = ("gpu-tests", "maxpool", "gpu-tests-long", "stem", *(f"throughput-{w}" for w in WORKLOADS), "ttfs",
-         "ttfs-shipped", "validate", "nvbandwidth")
+         "ttfs-shipped", "validate", "nvbandwidth", "tune")
 
 
 def dry_run(*parts: str, env_out: Path) -> subprocess.CompletedProcess:
@@ -55,7 +55,7 @@ def test_every_part_is_listed_and_nothing_is_written(tmp_path):
     found = commands(tmp_path)
     assert set(found) == {"gpu-tests", "maxpool", "gpu-tests-long", "stem", "ttfs-cold", "ttfs-warm",
                           "shipped-pilot", "shipped-second", "validate", "nvbandwidth-build", "nvbandwidth-run",
-                          "validate-burnin", *(f"throughput-{w}" for w in WORKLOADS)}
+                          "validate-burnin", "tune", *(f"throughput-{w}" for w in WORKLOADS)}
     assert not (tmp_path / "out").exists() and not (tmp_path / "out" / "work").exists()
 
 
@@ -79,11 +79,29 @@ def test_each_throughput_part_is_planned_to_fit_one_call(tmp_path):
         assert 0 < deadline < limit <= 570, line
 
 
+def test_the_tune_part_searches_ncf_small_on_this_machine_into_work(tmp_path):
+    """Issue 41's GPU search: ncf at the small scale on localhost (no SSH), the reference recipe first, the
+    study's SQLite file and its report under the session's work folder (they come back in its archive)."""
+    argv = commands(tmp_path)["tune"]
+    work = tmp_path / "out" / "work"
+    assert argv[:2] == ["env", f"INVOKE_GPULAB_RESULTS={work}/tune-results"]
+    assert argv[argv.index("python3") + 1:argv.index("python3") + 5] == ["-m", "invoke", "tune", "ncf"]
+    opt = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
+    assert opt["--host"] == "localhost" and opt["--inventory"] == "inventory/local.yml"
+    assert opt["--scale"] == "small" and int(opt["--seeds"]) >= 3 and "--baseline" not in opt
+    r = subprocess.run(["bash", str(SCRIPT), "--dry-run", "tune"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60, env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "o2"),
+                                        "GPULAB_SESSION_WORK": str(tmp_path / "w2"), "GPULAB_TUNE_SCALE": "tiny",
+                                        "GPULAB_TUNE_SEEDS": "2", "GPULAB_TUNE_TRIALS": "2"})
+    assert r.returncode == 0, r.stderr
+    assert "--scale tiny --seeds 2 --trials 2 --name tune-ncf-tiny-gpu" in r.stdout, r.stdout
+
+
 @pytest.mark.slow
 def test_the_options_each_command_uses_exist(tmp_path):
     found = commands(tmp_path)
     python = [c[c.index("python3"):] for c in found.values() if "python3" in c]
-    assert len(python) == 16
+    assert len(python) == 17
     for argv in python:
         argv = argv[1:]
         if argv[:2] == ["-m", "pytest"]:
@@ -95,8 +113,8 @@ def test_the_options_each_command_uses_exist(tmp_path):
             text = help_of(["-m", "runner", "run"])
         elif argv[:2] == ["-m", "invoke"]:
             text = help_of(["-m", "invoke", argv[2]])
-            levels = argv[argv.index("--level") + 1]
-            assert levels in ("standard", "burn-in")
+            if argv[2] == "validate":
+                assert argv[argv.index("--level") + 1] in ("standard", "burn-in")
         else:
             assert (ROOT / argv[0]).is_file(), argv[0]
             text = help_of([argv[0]])
