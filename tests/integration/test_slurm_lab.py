@@ -236,6 +236,32 @@ def test_an_admins_drain_is_kept_and_a_sweep_finishes_on_the_other_node(slurmlab
     assert "DRAIN" in node(lab, "node-02")["State"]
 
 
+def test_gpulabs_prolog_drains_a_failing_node_before_a_job_starts_there(slurmlab, tmp_path):
+    """The health check as a prolog (``--prolog``): on node-02, whose stand-in NVML reports uncorrected ECC
+    errors, it drains the node with gpulab's reason (Slurm keeps it: the node was drained before the prolog
+    failed) and the job does not run there (Slurm requeues it, held); on healthy node-01 the job runs."""
+    lab = slurmlab
+    lab.cluster.reset()
+    for h in ("node-01", "node-02"):
+        lab.cluster.install_health(h, ROOT, program=False, prolog=True)
+    fakenvml.install(lab, "node-02", fakenvml.build(tmp_path), json.dumps(BAD_GPU))
+    jobs = {h: lab.cluster.command("sbatch", "--parsable", f"--nodelist={h}", "--output=/dev/null", "--wrap",
+                                   "touch /tmp/ran-$SLURM_JOB_ID").stdout.strip() for h in ("node-01", "node-02")}
+
+    def job(h):
+        out = lab.cluster.command("scontrol", "show", "job", "-o", jobs[h]).stdout
+        return dict(re.findall(r"(?:^|\s)(JobState|Reason)=(\S+)", out))
+    assert wait_until(lambda: job("node-01")["JobState"] == "COMPLETED", "the job on node-01", 60)
+    assert lab.exec("node-01", f"test -e /tmp/ran-{jobs['node-01']} && echo ran").stdout.strip() == "ran"
+    wait_until(lambda: job("node-02")["Reason"] == "launch_failed_requeued_held", "the job on node-02 held", 60)
+    assert job("node-02")["JobState"] == "PENDING"
+    assert node(lab, "node-02")["Reason"].startswith(ECC) and "DRAIN" in node(lab, "node-02")["State"]
+    assert lab.exec("node-02", f"test -e /tmp/ran-{jobs['node-02']} || echo not-run").stdout.strip() == "not-run"
+    log = lab.exec("node-02", "cat /var/log/slurm/gpulab-health.log").stdout
+    assert f"gpulab health node-02: FAIL: {ECC}" in log and ": drained" in log, log
+    lab.cluster.reset()
+
+
 def test_the_slurm_node_role_sets_up_a_node_and_its_health_check_idempotently(slurmlab, tmp_path):
     """playbooks/roles/slurm_node on node-01 with real Ansible: Slurm's node side as gpulab manages it (the
     lab's munge key and slurm.conf, gres.conf of the probed GPUs; no systemd here: services off) and the

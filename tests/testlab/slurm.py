@@ -34,12 +34,23 @@ CTLD_PORT, SLURMD_PORT = 6817, 6818   # inside the host namespaces only
 HEALTH_PROGRAM = "/usr/local/sbin/gpulab-slurm-health"   # slurm.conf's HealthCheckProgram (absent: no check)
 HEALTH_INTERVAL_S = 5
 HEALTH_HOME = "/opt/gpulab-health"
-HEALTH_SCRIPT = f"""#!/bin/sh
-# gpulab's node health check (lab.validate.nodehealth), as Slurm's HealthCheckProgram
+PROLOG_DIR = "/etc/slurm/prolog.d"   # slurm.conf's Prolog=/etc/slurm/prolog.d/* (the lab's 00-testlab: never empty)
+PROLOG = f"{PROLOG_DIR}/gpulab-health"   # gpulab's prolog when a test installs it (absent: the lab's alone)
+
+
+def health_script(prolog: bool = False) -> str:
+    """gpulab's node health check (lab.validate.nodehealth) as Slurm runs it: HealthCheckProgram, or a prolog
+    (``--prolog``: exit 1 on FAIL). slurmd gives a prolog no PATH: the script sets it."""
+    what = "a prolog (Prolog=)" if prolog else "Slurm's HealthCheckProgram"
+    return f"""#!/bin/sh
+# gpulab's node health check (lab.validate.nodehealth), as {what}
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin PYTHONPATH={HEALTH_HOME}/src:{HEALTH_HOME}/deps
-cd {HEALTH_HOME}/src && exec /usr/bin/python3 -m lab.validate.nodehealth --runner-python /usr/bin/python3 \\
-    --runner-path {HEALTH_HOME}/src >> /var/log/slurm/gpulab-health.log 2>&1
+cd {HEALTH_HOME}/src && exec /usr/bin/python3 -m lab.validate.nodehealth{' --prolog' if prolog else ''} \\
+    --runner-python /usr/bin/python3 --runner-path {HEALTH_HOME}/src >> /var/log/slurm/gpulab-health.log 2>&1
 """
+
+
+HEALTH_SCRIPT = health_script()
 
 BUILD_SCRIPT = r"""
 set -eu
@@ -132,7 +143,7 @@ def slurm_conf(lab, computes: list[str], auth_socket: str | None = None) -> str:
         "MessageTimeout=10", "SchedulerParameters=sched_interval=2",
         "GresTypes=gpu",
         f"HealthCheckProgram={HEALTH_PROGRAM}", f"HealthCheckInterval={HEALTH_INTERVAL_S}", "HealthCheckNodeState=ANY",
-        "PrologFlags=Alloc",
+        "PrologFlags=Alloc", f"Prolog={PROLOG_DIR}/*",
     ]
     cpus = os.cpu_count() or 2
     for name in computes:
@@ -186,6 +197,8 @@ class Cluster:
                           "chown munge:munge /etc/munge/munge.key /run/munge; chmod 400 /etc/munge/munge.key; "
                           f"cat > /etc/slurm/slurm.conf <<'EOF'\n{host_conf}EOF\n"
                           ": > /etc/slurm/gres.conf; "
+                          f"mkdir -p {PROLOG_DIR}; printf '#!/bin/sh\\nexit 0\\n' > {PROLOG_DIR}/00-testlab; "
+                          f"chmod 755 {PROLOG_DIR}/00-testlab; "
                           "su -s /bin/sh munge -c /usr/sbin/munged", input=b64)
         wait_for(self.socket.exists, 10, "the controller's munged socket")
         self.lab.exec(CONTROLLER, "slurmctld")
@@ -196,10 +209,11 @@ class Cluster:
         wait_for(self._nodes_idle, 60, "the Slurm nodes to come up idle", 0.3)
         return self
 
-    def install_health(self, name: str, repo: Path, program: bool = True) -> None:
+    def install_health(self, name: str, repo: Path, program: bool = True, prolog: bool = False) -> None:
         """gpulab's node health check on compute host ``name`` as a provisioning would put it there: this
         checkout's lab, runner and GPU references under /opt/gpulab-health/src, jsonschema from the lab's
-        wheelhouse in /opt/gpulab-health/deps; with ``program``, the HealthCheckProgram that runs it."""
+        wheelhouse in /opt/gpulab-health/deps; with ``program``, the HealthCheckProgram that runs it; with
+        ``prolog``, the prolog that runs it before each job on the node (PROLOG)."""
         tar = subprocess.run(["tar", "-C", str(repo), "--exclude=__pycache__", "-czf", "-", "lab", "runner",
                               "inventory/references"],
                              capture_output=True, check=True).stdout
@@ -209,9 +223,9 @@ class Cluster:
         self.lab.exec(name, f"test -d {HEALTH_HOME}/deps/jsonschema || python3 -m pip install -q "
                       f"--break-system-packages --no-index --find-links {self.lab.find_links_url} --trusted-host "
                       f"{self.lab.controller} --target {HEALTH_HOME}/deps jsonschema", timeout=300)
-        if program:
-            self.lab.exec(name, f"cat > {HEALTH_PROGRAM}.tmp && chmod 755 {HEALTH_PROGRAM}.tmp && "
-                          f"mv {HEALTH_PROGRAM}.tmp {HEALTH_PROGRAM}", input=HEALTH_SCRIPT)
+        for path, wanted, text in ((HEALTH_PROGRAM, program, HEALTH_SCRIPT), (PROLOG, prolog, health_script(True))):
+            if wanted:
+                self.lab.exec(name, f"cat > {path}.tmp && chmod 755 {path}.tmp && mv {path}.tmp {path}", input=text)
 
     def command(self, *args: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
         """A Slurm command of the root namespace against this cluster (sinfo, squeue, scontrol...)."""
@@ -230,15 +244,27 @@ class Cluster:
         states = self.node_states()
         return all(states.get(n) == "idle" for n in self.computes)
 
+    def checking(self, name: str) -> bool:
+        """Whether a health check (the HealthCheckProgram or gpulab's prolog) is running on host ``name``."""
+        return bool(self.lab.exec(name, "pgrep -f '[g]pulab-slurm-health|prolog[.]d/[g]pulab|[l]ab[.]validate[.]nodehealth' "
+                                  "|| true", check=False).stdout.strip())
+
     def reset(self) -> None:
-        """Between tests: cancel every job, remove the health program and stand-in NVML, resume every node."""
+        """Between tests: cancel every job, remove the health check and stand-in NVML, wait for a check that
+        was under way to end (it may still drain its node), resume every node."""
         self.command("scancel", "-u", "root", check=False)
         for name in self.computes:
-            self.lab.exec(name, f"rm -f {HEALTH_PROGRAM} /var/log/slurm/gpulab-health.log /usr/lib/libnvidia-ml.so.1 "
-                          "/etc/gpulab-testlab/fake-gpus.json", check=False)
+            self.lab.exec(name, f"rm -f {HEALTH_PROGRAM} {PROLOG} /var/log/slurm/gpulab-health.log "
+                          "/usr/lib/libnvidia-ml.so.1 /etc/gpulab-testlab/fake-gpus.json", check=False)
+        for name in self.computes:
+            wait_for(lambda name=name: not self.checking(name), 120, f"the health check under way on {name} to end",
+                     0.3)
         wait_for(lambda: not self.command("squeue", "-h", check=False).stdout.strip(), 30, "the queue to empty", 0.3)
         self.command("scontrol", "update", f"nodename={','.join(self.computes)}", "state=resume", check=False)
-        wait_for(self._nodes_idle, 30, "the Slurm nodes to be idle again", 0.3)
+        try:
+            wait_for(self._nodes_idle, 60, "the Slurm nodes to be idle again", 0.3)
+        except LabError as exc:
+            raise LabError(f"{exc}: {self.node_states()}") from None
 
     def log(self, name: str) -> str:
         which = "slurmctld" if name == CONTROLLER else "slurmd"
