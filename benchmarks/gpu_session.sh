@@ -31,7 +31,8 @@
 #                   under $WORK/tune-results: one `invoke tune --trials k` per k = 1, 2, ... (each adds one
 #                   trial and rewrites report.md, report.json and recipe.yml), while the part's time (400 s)
 #                   holds another trial as long as the last one. GPULAB_TUNE_SCALE, _SEEDS, _TRIALS (the most
-#                   trials, 10), _SECONDS shrink it (e.g. a tiny CPU try of the part where no GPU is)  issue 41
+#                   trials, 10), _SECONDS shrink it, _GPUS= (empty) leaves out --gpus 1 (a tiny CPU try of the
+#                   part where no GPU is)                                                     issue 41
 #
 # The call's budget is GPULAB_SESSION_SECONDS (default 570). What the parts write lands in one archive,
 # $OUT/session.tar.gz, with $OUT/summary.txt beside it (the device returns at most 8 files). Wheels the GPU
@@ -115,10 +116,11 @@ throughput_s() {
 tune_part() {
     local scale=${GPULAB_TUNE_SCALE:-small} seeds=${GPULAB_TUNE_SEEDS:-3} most=${GPULAB_TUNE_TRIALS:-10}
     local want=${GPULAB_TUNE_SECONDS:-400} results=$WORK/tune-results k end last=0 log=
-    local name=tune-ncf-$scale-gpu
+    local name=tune-ncf-$scale-gpu gpus=${GPULAB_TUNE_GPUS-1}   # 1 GPU a run (empty: every count; a CPU host)
     tune_cmd() {
         printf '%s\n' env INVOKE_GPULAB_RESULTS="$results" "$PY" -m invoke tune ncf --host localhost \
-            --scale "$scale" --seeds "$seeds" --trials "$1" --name "$name" --inventory inventory/local.yml
+            --scale "$scale" --seeds "$seeds" --trials "$1" --name "$name" --inventory inventory/local.yml \
+            ${gpus:+--gpus} ${gpus:+"$gpus"}
     }
     if [ "$DRY" = 1 ]; then
         echo "tune: one call per --trials 1..$most while the part's time holds another trial; the last:"

@@ -89,12 +89,14 @@ def test_the_tune_part_searches_ncf_small_on_this_machine_into_work(tmp_path):
     opt = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
     assert opt["--host"] == "localhost" and opt["--inventory"] == "inventory/local.yml"
     assert opt["--scale"] == "small" and int(opt["--seeds"]) >= 3 and "--baseline" not in opt
+    assert opt["--gpus"] == "1"      # one GPU a run, on any machine: the trials compare like with like
     r = subprocess.run(["bash", str(SCRIPT), "--dry-run", "tune"], cwd=ROOT, capture_output=True, text=True,
                        timeout=60, env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "o2"),
                                         "GPULAB_SESSION_WORK": str(tmp_path / "w2"), "GPULAB_TUNE_SCALE": "tiny",
-                                        "GPULAB_TUNE_SEEDS": "2", "GPULAB_TUNE_TRIALS": "2"})
+                                        "GPULAB_TUNE_SEEDS": "2", "GPULAB_TUNE_TRIALS": "2",
+                                        "GPULAB_TUNE_GPUS": ""})
     assert r.returncode == 0, r.stderr
-    assert "--scale tiny --seeds 2 --trials 2 --name tune-ncf-tiny-gpu" in r.stdout, r.stdout
+    assert "--scale tiny --seeds 2 --trials 2 --name tune-ncf-tiny-gpu --inventory inventory/local.yml\n" in r.stdout
 
 
 @pytest.mark.slow
