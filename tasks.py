@@ -6,7 +6,7 @@ level, under every file and variable a user sets: README "Settings"), calls one 
 of the `lab` package and turns its errors into an exit code: 2 for bad input
 (nothing was touched), 1 for a failed run or check. The configuration section
 is checked when a task starts (lab.core.config); Invoke's own parse errors exit 2
-too (lab.core.cli).
+too (lab.core.program, whose Program ``gpulab`` runs these tasks as well).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from invoke import Collection, Exit
 from lab.core import cli
 from lab.core.cli import setting, task, task_errors
 from lab.core.errors import GpulabError
+from lab.core.program import adopt
 from lab.history import tasks as history_tasks
 
-cli.install()
+adopt()   # `invoke ...`: Invoke's own program goes on as gpulab's (lab/core/program.py)
 
 
 def _defaults() -> dict:

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from invoke import Config, Context, Exit
 from invoke.config import AmbiguousMergeError
 
-from lab.core import cli, config
+from lab.core import cli, config, program
 from lab.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +57,7 @@ def configured(tmp: Path, layers: dict[str, dict], env: dict[str, str] | None = 
     cfg.load_collection(config.defaults())
     environ = {k: v for k, v in os.environ.items() if not k.startswith("INVOKE_")}
     try:
-        cli.load_env(cfg, {**environ, **(env or {})})
+        program.load_env(cfg, {**environ, **(env or {})})
     except Exit as exc:
         raise ConfigError(exc.message.removeprefix("gpulab: ")) from None
     return cfg

@@ -1,8 +1,8 @@
 """`invoke TASK --help` is Invoke's help for every task and writes nothing; output into a closed pipe ends quietly.
 
 Invoke's parser hands a task's missing positional argument the next word, ``--help`` included
-(``invoke report --help`` ran the report on a path named ``--help``); lab.core.cli turns such a value back
-into Invoke's per-task help. The last tests hold Invoke to what that relies on, so that an Invoke release
+(``invoke report --help`` ran the report on a path named ``--help``); lab.core.program's GpulabProgram turns
+such a value back into Invoke's per-task help. The last tests hold Invoke to what that relies on, so that an Invoke release
 that changes it fails here rather than in a user's terminal.
 """
 
@@ -102,7 +102,7 @@ def test_a_closed_pipe_ends_quietly(tmp_path, args):
 
 
 def test_invokes_parser_still_gives_a_missing_positional_the_help_word():
-    """The behaviour lab.core.cli corrects; should Invoke stop doing it, this says the shim can go."""
+    """The behaviour lab.core.program corrects; should Invoke stop doing it, this says the correction can go."""
     ctx = ParserContext(name="report", args=[Argument(names=("path",), positional=True)])
     init = ParserContext(args=[Argument(names=("help", "h"), optional=True)])
     result = Parser(contexts=[ctx], initial=init).parse_argv(["report", "--help"])
@@ -115,7 +115,7 @@ def test_invokes_parser_still_gives_a_missing_positional_the_help_word():
 
 
 def test_invokes_program_shows_task_help_from_the_core_help_value(capsys):
-    """What the shim sets (the core ``help`` argument to the task's name, after parse_tasks) is what Invoke's
+    """What GpulabProgram sets (the core ``help`` argument to the task's name, after parse_tasks) is what Invoke's
     parse_cleanup prints per-task help from; Program.tasks holds the parsed contexts with their args."""
     from invoke import Collection, Exit, task
 
