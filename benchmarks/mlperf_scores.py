@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import subprocess
 import sys
 import tempfile
@@ -34,9 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab.core.mlperf import default_rules  # noqa: E402
-from lab.report.analysis import analyse  # noqa: E402
-from lab.results.collect import collect  # noqa: E402
+from lab.core.mlperf import default_rules
+from lab.report.analysis import analyse
+from lab.results.collect import collect
 
 PUBLISHED = Path(__file__).resolve().parent / "mlperf_published.csv"
 TOLERANCE = 0.005          # minutes: the published tables print two decimals

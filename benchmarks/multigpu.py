@@ -56,8 +56,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchcommon import name_list, recorded_platform, workload_names  # noqa: E402
-from multigpu_runs import (GRACE_S, MIN_START_S, NO_MULTICAST, ROOT, _tail, child_env, mllog_check,  # noqa: E402,F401
+from benchcommon import name_list, recorded_platform, workload_names
+from multigpu_runs import (GRACE_S, MIN_START_S, NO_MULTICAST, ROOT, _tail, child_env, mllog_check,  # noqa: F401
                            run_env, run_one, tagged_pids)
 
 PARTS = ("scaling", "ttt", "validate", "sweep")

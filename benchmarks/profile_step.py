@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import throughput  # noqa: E402  (benchmarks/throughput.py: the warmed-up benchmark step; puts the project on sys.path)
-from runner.workloads import base  # noqa: E402
+import throughput
+from runner.workloads import base
 
 CATEGORIES = (
     # (category, substrings of a lower-cased kernel name); the first match wins

@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab.core.mlperf import default_rules  # noqa: E402
-from lab.report.analysis import analyse  # noqa: E402
-from lab.report.build import build_report  # noqa: E402
-from lab.results.collect import collect  # noqa: E402
+from lab.core.mlperf import default_rules
+from lab.report.analysis import analyse
+from lab.report.build import build_report
+from lab.results.collect import collect
 
 BENCHES = {  # benchmark: (epochs on 1 GPU, minutes per epoch on 1 T4, samples per epoch)
     "resnet": (61, 10.0, 1_281_167), "ssd": (49, 6.6, 117_266), "maskrcnn": (13, 40.0, 118_287),

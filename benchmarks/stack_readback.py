@@ -422,7 +422,7 @@ def main(argv=None) -> int:
             summary["error"] = f"out of time (--budget {args.budget:g} s) in: {', '.join(timed_out)}"
         summary["step"] = "done"
         return 0 if summary["ok"] else 1
-    except Exception as e:  # noqa: BLE001 - any failure is recorded with its step, never lost
+    except Exception as e:  # any failure is recorded with its step, never lost
         summary["error"] = f"{type(e).__name__}: {e}"
         return 1
     finally:

@@ -20,11 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
-from runner.workloads import vision as V  # noqa: E402
+from runner.workloads import vision as V
 
 PARAMS = (("0.weight", 0, "weight"), ("1.weight", 1, "weight"), ("1.bias", 1, "bias"))
 

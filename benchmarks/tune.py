@@ -34,10 +34,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import throughput  # noqa: E402  (benchmarks/throughput.py: measure_one in a child process)
-from benchcommon import workload_names  # noqa: E402
+import throughput
+from benchcommon import workload_names
 
-from runner.workloads import base  # noqa: E402  (throughput put the project on sys.path)
+from runner.workloads import base
 
 KEYS = ("batch", "mode", "inductor", "set")
 

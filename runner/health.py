@@ -58,7 +58,7 @@ def xid_baseline(gpus) -> dict | None:
     """The kernel log's XIDs when a GPU run starts (None when the scan itself fails)."""
     try:
         return xid_scan(gpus or [])
-    except Exception:   # noqa: BLE001 - a run never fails for its epilogue
+    except Exception:   # a run never fails for its epilogue
         return None
 
 
@@ -77,7 +77,7 @@ def epilogue(out: Path, baseline: dict | None, gpus, failed: bool) -> None:
                                                       "events": new})
         if failed:
             rundir.write_json(out / rundir.HEALTH, collect())
-    except Exception as exc:   # noqa: BLE001 - said in the run's log, the run directory still completes
+    except Exception as exc:   # said in the run's log, the run directory still completes
         with open(out / rundir.STDOUT, "a", encoding="utf-8") as f:
             f.write(f"[runner] health epilogue failed: {type(exc).__name__}: {exc}\n")
 

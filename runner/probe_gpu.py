@@ -270,7 +270,7 @@ def fabric_facts(nvml, handle, unavailable: dict) -> dict | None:
     except AttributeError:
         unavailable["fabric"] = "not in this nvidia-ml-py"
         return None
-    except Exception as exc:    # noqa: BLE001 - NVML's errors, each said as a reason
+    except Exception as exc:    # NVML's errors, each said as a reason
         unavailable["fabric"] = nvml_reason(exc)
         return None
     state = int(info.state) & 0xFF

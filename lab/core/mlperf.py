@@ -137,10 +137,6 @@ class Rules:
                 count = int(c.group(1))
         return device, count
 
-    def find_benchmark(self, text: str) -> str | None:
-        """A benchmark named by a whole folder name (``gnmt``, ``rnn_translator``)."""
-        return self.benchmark(text)
-
     # -- quality -----------------------------------------------------------
     @staticmethod
     def meets(value, target) -> bool | None:

@@ -77,7 +77,7 @@ def _file_loaded(load, path):
             raise                                   # Invoke's "no such file": that layer is empty
         raise Exit(f"gpulab: config file {path}: cannot be read ({exc.strerror or _reason(exc)})",
                    code=BAD_INPUT) from None
-    except Exception as exc:   # noqa: BLE001 - any parse failure of a user's file (RecursionError too)
+    except Exception as exc:   # any parse failure of a user's file (RecursionError too)
         raise Exit(f"gpulab: config file {path}: not readable as a config file ({_reason(exc)})",
                    code=BAD_INPUT) from None
     if data is not None and not isinstance(data, dict):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import io
 import os
 import statistics
 from pathlib import Path
@@ -99,7 +98,7 @@ def overview(db: Database, *, host=None, since=None, until=None) -> dict:
         rows = s.execute(q.order_by(Check.id).limit(MAX_ROWS)).all()
     held = quarantine.active(db)
     newest: dict[tuple, tuple] = {}
-    for h, idx, name, verdict, reason, vid, at, level in rows:
+    for h, idx, _name, _verdict, _reason, vid, at, level in rows:
         t = when(at)
         if t is None or (since and t < since) or (until and t > until):
             continue
@@ -108,7 +107,7 @@ def overview(db: Database, *, host=None, since=None, until=None) -> dict:
             newest[key] = (t, vid, level)
     cells: dict[tuple, dict] = {}
     trends = []
-    for h, idx, name, verdict, reason, vid, at, level in rows:
+    for h, idx, name, verdict, reason, vid, _at, level in rows:
         mark = newest.get((h, idx))
         if mark is None or mark[1] != vid:
             continue

@@ -16,7 +16,7 @@ import math
 
 from sqlalchemy import DateTime, Float, Integer, String, Text
 
-from lab.core.errors import ConfigError, excerpt, printable  # noqa: F401 - printable: the history's tables use it
+from lab.core.errors import ConfigError, excerpt, printable
 
 INT32 = 2 ** 31                  # PostgreSQL's INTEGER is 32 bits (SQLite's 64): the smaller bound for both
 DATES = (dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc), dt.datetime(2200, 1, 1, tzinfo=dt.timezone.utc))

@@ -48,7 +48,7 @@ def system_rows(runs: list[Run], rules: Rules) -> list[dict]:
     for r in runs:
         groups[r.group_key].append(r)
     rows = []
-    for key, group in groups.items():
+    for group in groups.values():
         first = group[0]
         sc = scoring.score(group, rules)
         rule = rules.benchmarks.get(first.benchmark)
@@ -79,7 +79,7 @@ def system_rows(runs: list[Run], rules: Rules) -> list[dict]:
             "submission": first.submission, "device": device, "gpus": gpus, "nodes": first.nodes,
             "framework": first.framework, "accelerator": first.accelerator, "stack": stack,
             "accelerator_kind": accelerator_kind(device, gpus),
-            "round": sc.round, "compliance_ruleset": sc.ruleset, "scaling_factor": sc.scaling_factor,
+            "round": sc.round, "scaling_factor": sc.scaling_factor,
             "batch_size": sc.batch_size, "samples_to_converge": sc.samples_to_converge,
             "energy_j": sc.energy_j,
             "runs": sc.runs, "successes": sc.successes,

@@ -70,11 +70,6 @@ class ReportResult:
         return out
 
 
-def default_out_dir(paths) -> Path:
-    """``<first input folder>/report`` (a file's folder for a file)."""
-    first = Path(list(paths)[0])
-    return (first if first.is_dir() else first.parent) / "report"
-
 def key_findings(an: Analysis) -> list[str]:
     """The study's findings, as sentences computed from the tables."""
     out = []

@@ -17,15 +17,15 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
-from lab.report import systemfigs  # noqa: E402
-from lab.core import writes  # noqa: E402
-from lab.core.mlperf import bench_order  # noqa: E402
-from lab.results.runs import count_header, count_label, count_noun  # noqa: E402
+from lab.report import systemfigs
+from lab.core import writes
+from lab.core.mlperf import bench_order
+from lab.results.runs import count_header, count_label, count_noun
 
 PALETTE = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860",
            "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"]

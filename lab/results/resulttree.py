@@ -24,7 +24,6 @@ regular file inside the input root, at most MAX_DESC_BYTES), never above the roo
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -143,9 +143,6 @@ class HostLock:
             return None
         return busy
 
-    def set_token(self, token: str) -> None:
-        self.remote.run(["sh", "-c", 'printf "%s\\n" "$2" > "$1/token"', "hostlock", self.path, token], timeout=60)
-
     def release(self) -> None:
         if self.held:
             self.held = False

@@ -13,7 +13,6 @@ from pathlib import Path
 from lab.core import bounded
 from lab.core import writes
 from lab.results import checksums
-from lab.hosts import remote as rmt
 from lab.hosts import runnerdist
 from lab.sweep import statefile
 from lab.core.errors import GpulabError

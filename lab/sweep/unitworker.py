@@ -256,7 +256,7 @@ class UnitWorker:
                 return
         run.attempts += 1
         self._share_compiled("push")
-        for rank, node in enumerate(self.nodes):
+        for node in self.nodes:
             node.pid = None
         for rank, node in enumerate(self.nodes):
             node.pid = self._launch(run, node, rank)
@@ -404,7 +404,7 @@ class UnitWorker:
             self._end(run, "failed", f"run {outcome or 'ended without status'}: {why}", outcome)
         try:
             self._remember(run)
-        except Exception as exc:  # noqa: BLE001 - the run is recorded in sweep.json already; never lose the unit
+        except Exception as exc:  # the run is recorded in sweep.json already; never lose the unit
             self.progress.print(f"  [{self.unit}] history: not recorded: {type(exc).__name__}: {exc}")
 
     def _remember(self, run: PlannedRun) -> None:

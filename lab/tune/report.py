@@ -19,7 +19,6 @@ import json
 from pathlib import Path
 
 import optuna
-from optuna.trial import TrialState
 
 from lab.core import writes
 from lab.hosts import runnerdist

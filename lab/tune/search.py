@@ -121,7 +121,7 @@ class Heartbeat:
         while not self.stop.wait(self.every_s):
             try:
                 self.beat()
-            except Exception:   # a database that hiccups: the next beat tries again   # noqa: BLE001
+            except Exception:   # a database that hiccups: the next beat tries again
                 pass
 
     def __enter__(self):

@@ -57,8 +57,8 @@ from lab.validate.gathering import LEVEL_TIMEOUT_S, burnin_argv, gather_one, sta
 from lab.validate.hostchecks import _count_checks, _stack_checks, installed_version, no_gpu_checks
 from lab.validate.linkchecks import guarded, link_window
 from lab.validate.toolchecks import beside, gpu_figures, gpu_tool_checks, host_figures, host_tool_checks
-from lab.validate.gpurefs import REFERENCES, dump_references, load_references, model_key, model_label  # noqa: F401
-from lab.validate.verdict import (FAIL, GPU_METRICS, HOST_METRICS, NO_GPU, PASS, UNITS, WARN, Verdicts,  # noqa: F401
+from lab.validate.gpurefs import REFERENCES, dump_references, load_references, model_key, model_label
+from lab.validate.verdict import (FAIL, GPU_METRICS, HOST_METRICS, NO_GPU, PASS, UNITS, WARN, Verdicts,
                          _host_field, check, judge_metric, ref_range, render_html, summary_text, worst,
                          write_outputs)
 

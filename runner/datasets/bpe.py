@@ -150,11 +150,11 @@ class BPE:
             return hit
         syms = _symbols(word, self.alphabet)
         while len(syms) > 1:
-            best, at = None, -1
+            best = None
             for k in range(len(syms) - 1):
                 r = self.ranks.get((syms[k], syms[k + 1]))
                 if r is not None and (best is None or r < best):
-                    best, at = r, k
+                    best = r
             if best is None:
                 break
             a, b = self.merges[best]

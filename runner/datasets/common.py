@@ -49,10 +49,6 @@ def sha256_file(path: Path | str) -> str:
     return h.hexdigest()
 
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def write_json_atomic(path: Path, doc) -> None:
     rundir.write_new(path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8"))
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from runner import boundjson
 from runner.datasets import DATASETS, check, module, resolve
 from runner.datasets.common import (MANIFEST, NotPrepared, PrepareError, expect_counts, manifest_doc, read_manifest,
-                                    sha256_file, spec_digest, write_json_atomic)
+                                    spec_digest, write_json_atomic)
 
 
 def load_spec(path: Path | str) -> dict:
@@ -104,9 +104,3 @@ def main(args) -> int:
     print(json.dumps({"dataset": doc["dataset"], "changed": changed, "path": str(Path(args.data) / doc["dataset"]),
                       "counts": doc["counts"]}, sort_keys=True))
     return 0
-
-
-def verify_archive(path: Path, sha256: str) -> None:
-    found = sha256_file(path)
-    if found != sha256:
-        raise PrepareError(f"{path}: sha256 mismatch: expected {sha256}, found {found}")

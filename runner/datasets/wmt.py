@@ -115,4 +115,4 @@ def prepare(spec: dict, archives: Path, dest: Path) -> tuple[dict, dict]:
 
 
 def files() -> list[str]:
-    return ["vocab.json"] + [f"{s}.{l}.{k}.npy" for s in SPLITS for l in LANGS for k in ("ids", "offsets")]
+    return ["vocab.json"] + [f"{s}.{lang}.{k}.npy" for s in SPLITS for lang in LANGS for k in ("ids", "offsets")]

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import sys
 import time
 
@@ -413,10 +412,3 @@ def bench_step(name: str, device, optimized: bool = True, *, scale: str = "full"
                                 batch_size=batch_size, seed=seed, overrides=overrides)
     trainer = spec_of(module).build(ctx)
     return trainer.throughput_step, trainer.throughput_batch()
-
-
-def env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default

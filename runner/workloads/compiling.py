@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import torch
 
 from runner.workloads.errors import WorkloadError
+
+if TYPE_CHECKING:
+    from runner.workloads.base import Context
 
 
 def _option_value(text: str):
@@ -84,7 +88,7 @@ def cpu_layout(ctx) -> None:
         print(f"[workload] {note}", file=sys.stderr, flush=True)
 
 
-def compile_fn(ctx: "Context", fn, dynamic: bool | None = False, options: dict | None = None):
+def compile_fn(ctx: Context, fn, dynamic: bool | None = False, options: dict | None = None):
     """``torch.compile(fn)`` when the context compiles, else ``fn``.
 
     The mode is the scale's ``compile_mode`` (for instance

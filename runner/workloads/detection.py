@@ -55,7 +55,10 @@ def encode(boxes: torch.Tensor, anchors: torch.Tensor, weights) -> torch.Tensor:
                         ww * torch.log(bw.clamp(min=1e-6) / aw), wh * torch.log(bh.clamp(min=1e-6) / ah)], -1)
 
 
-def decode(deltas: torch.Tensor, anchors: torch.Tensor, weights, clip=math.log(1000.0 / 16)) -> torch.Tensor:
+BOX_CLIP = math.log(1000.0 / 16)  # the largest log-scale of a decoded box's size
+
+
+def decode(deltas: torch.Tensor, anchors: torch.Tensor, weights, clip=BOX_CLIP) -> torch.Tensor:
     wx, wy, ww, wh = weights
     deltas = deltas.float()
     aw, ah = anchors[..., 2] - anchors[..., 0], anchors[..., 3] - anchors[..., 1]

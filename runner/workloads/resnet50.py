@@ -27,7 +27,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from mlperf_logging.mllog import constants as C
 
 from runner.workloads import resnet50_recipe as recipe
 from runner.workloads import vision as V

@@ -103,6 +103,7 @@ class Trainer(abc.ABC):
 
     def reduce_gradients(self) -> None:
         """After the backward pass: a workload that averages its own gradients does it here."""
+        return None
 
     # --- the shared step ------------------------------------------------------------------
     def apply_schedule(self) -> None:

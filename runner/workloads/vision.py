@@ -10,7 +10,6 @@ a prepared dataset through ``runner.datasets`` when that package is installed.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 
@@ -274,17 +273,6 @@ def step_sgd_hyperparameters(ctx, cfg: dict, batch: int, lr: float) -> dict:
     }
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """No weight decay on biases and normalization parameters (1-d tensors)."""
-    decay, no_decay = [], []
-    for p in model.parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if p.ndim <= 1 else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
-
-
 def round_lr(lr: float, quantum: float) -> float:
     """``lr`` rounded to a multiple of ``quantum`` (the MLPerf rules ask for such values)."""
     return round(max(quantum, round(lr / quantum) * quantum), 10)
@@ -330,7 +318,3 @@ def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
 
 def log_note(msg: str) -> None:
     print(f"[workload] {msg}", file=sys.stderr, flush=True)
-
-
-def ceil_div(a: int, b: int) -> int:
-    return int(math.ceil(a / b))

@@ -26,8 +26,8 @@ import pytest
 
 pytest.importorskip("tests.testlab.fixtures", reason="the SSH test lab (tests/testlab) is not in this checkout")
 
-from lab.results import checksums  # noqa: E402
-from tests.testlab import fakenvml  # noqa: E402
+from lab.results import checksums
+from tests.testlab import fakenvml
 
 pytestmark = pytest.mark.lab
 

@@ -30,8 +30,8 @@ import yaml
 
 pytest.importorskip("tests.testlab.fixtures", reason="the SSH test lab (tests/testlab) is not in this checkout")
 
-from lab.results import checksums  # noqa: E402
-from tests.testlab import fakenvml  # noqa: E402
+from lab.results import checksums
+from tests.testlab import fakenvml
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -143,7 +143,7 @@ def test_the_readme_on_a_slurm_cluster_and_the_ssh_backend_agree(slurmlab, tmp_p
 
     # what the admin sees, and gpulab's view of it
     assert sinfo.returncode == 0 and re.search(r"^gpulab: ECC uncorrec\s+root\s+\S+\s+node-02$", sinfo.stdout, re.M)
-    assert listed.returncode == 0 and f"node-02 " in listed.stdout and "Slurm idle+drain: " + ECC in listed.stdout
+    assert listed.returncode == 0 and "node-02 " in listed.stdout and "Slurm idle+drain: " + ECC in listed.stdout
     assert "(gpulab's drain)" in listed.stdout and "node-01" not in listed.stdout
     assert refused.returncode == 1 and "quarantine release: node-02: Slurm node drained by gpulab" in refused.stderr
     assert forced.returncode == 0 and forced.stdout.strip() == "node-02: Slurm node resumed", forced.stdout

@@ -37,8 +37,8 @@ import yaml
 
 pytest.importorskip("tests.testlab.fixtures", reason="the SSH test lab (tests/testlab) is not in this checkout")
 
-from tests.integration import provisioning_lab  # noqa: E402
-from tests.unit.datasets.dataset_archives import build  # noqa: E402
+from tests.integration import provisioning_lab
+from tests.unit.datasets.dataset_archives import build
 
 pytestmark = pytest.mark.lab
 

@@ -22,10 +22,10 @@ import yaml
 
 pytest.importorskip("tests.testlab.fixtures", reason="the SSH test lab (tests/testlab) is not in this checkout")
 
-from lab.results import checksums  # noqa: E402
-from tests.testlab import controllers  # noqa: E402
-from tests.testlab.fixtures import lab_required  # noqa: E402
-from tests.testlab.util import LabError  # noqa: E402
+from lab.results import checksums
+from tests.testlab import controllers
+from tests.testlab.fixtures import lab_required
+from tests.testlab.util import LabError
 
 pytestmark = pytest.mark.lab
 

@@ -20,7 +20,6 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 from tests.testlab.util import REPO, LabError, cache_dir, digest, flock
 

@@ -159,7 +159,7 @@ def test_config_files_are_read_through_the_per_suffix_loader(tmp_path, suffix):
     class Seeing(Config):
         pass
 
-    def loader(self, p, _base=getattr(Config, f"_load_{suffix}")):
+    def loader(self, p, _base=getattr(Config, f"_load_{suffix}")):  # noqa: B008  (bound once, at definition)
         used.append(p)
         return _base(self, p)
 

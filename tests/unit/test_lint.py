@@ -74,3 +74,19 @@ def test_syntax_check_of_the_playbooks_and_the_redhat_task_files(tmp_path):
     play.write_text(f"- name: Broken\n  hosts: all\n  tasks:\n    - name: Import\n      ansible.builtin.import_tasks: {broken}\n")
     res = run([tool("ansible-playbook"), "--syntax-check", "-i", str(inventory), str(play)], env=env)
     assert res.returncode != 0 and "no_such_" in res.stdout + res.stderr
+
+
+def test_ruff_check_passes():
+    """pyproject's [tool.ruff.lint] rules over every Python file of the project."""
+    res = run([tool("ruff"), "check", "--no-cache", "--output-format", "concise", "."])
+    assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-2000:]
+
+
+def test_ruff_check_finds_a_planted_error_and_an_idle_noqa(tmp_path):
+    # the rules are live (not a formality): an undefined name, and a noqa that silences nothing, each fail
+    planted = tmp_path / "planted.py"
+    planted.write_text("import os  # noqa: F401\n\nprint(os.sep, undefined_name)\n")
+    res = run([tool("ruff"), "check", "--no-cache", "--config", str(REPO / "pyproject.toml"),
+               "--output-format", "concise", str(planted)])
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "F821" in res.stdout and "RUF100" in res.stdout, res.stdout

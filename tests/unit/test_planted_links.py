@@ -24,7 +24,7 @@ from lab.sweep.state import Sweep
 from lab.validate.verdict import PASS, Verdicts, write_outputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "report"))
-from report_logs import v05_run, write_lines  # noqa: E402
+from report_logs import v05_run, write_lines
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 PLANTS = ("link-to-file", "link-to-folder", "dangling", "loop", "fifo", "folder", "file")

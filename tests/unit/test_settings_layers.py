@@ -27,7 +27,7 @@ from lab.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-import tasks  # noqa: E402
+import tasks  # noqa: E402, F401  (its import configures the lab's Invoke, as `invoke` does)
 
 # lowest first, as README "Settings" lists them
 LAYERS = ("user", "project", "env", "runtime", "cli")

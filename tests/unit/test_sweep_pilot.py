@@ -41,7 +41,7 @@ def test_every_run_runs_once_one_cold_compile_per_group_and_no_host_idles_with_w
             if x != (pu, pi):
                 assert starts[x][0] >= min(starts[(pu, pi)][0] + dur(pu, pi), starts[(pu, pi)][0] + wait_s) - 1e-9
     # a unit waits only while every run it has left belongs to a group another unit is piloting right now
-    for t, u, keys in r.idle:
+    for t, u, _keys in r.idle:
         left = [units[u][i] for i in range(len(units[u])) if starts[(u, i)][0] > t]
         assert left and None not in left
         for k in left:

@@ -48,7 +48,7 @@ def test_every_task_argument_has_help():
 def test_bad_input_is_one_line_and_exit_2(args, message):
     r = invoke(*args)
     assert r.returncode == 2, r.stderr
-    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0] and lines[0].startswith("gpulab: ")
     assert "Traceback" not in r.stderr
 

@@ -60,7 +60,7 @@ class PgServer:
                         "--no-sync")
         if res.returncode != 0:
             raise RuntimeError(f"initdb failed: {res.stderr.strip()[-500:]}")
-        for attempt in range(3):
+        for _attempt in range(3):
             self.port = free_port()
             opts = (f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=off "
                     "-c shared_buffers=16MB -c max_connections=40")

@@ -9,7 +9,6 @@ import re
 import sqlite3
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest

@@ -4,7 +4,6 @@ idempotence, two writers at once, a newer schema refused, quarantine."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import subprocess
 import sys

@@ -1,6 +1,6 @@
 """build_report's contract with its callers (tasks.py): inputs, result object, outputs."""
 
-from lab.report.build import build_report, default_out_dir
+from lab.report.build import build_report
 from report_logs import T0, v05_run, write_lines
 
 
@@ -32,9 +32,3 @@ def test_result_lines_name_files_counts_and_skips(tmp_path):
         "cut off",
     ]
     assert (tmp_path / "out" / "tables" / "compare.csv").read_text().startswith("benchmark,device,gpus")
-
-
-def test_default_out_dir(tmp_path):
-    f = write_lines(tmp_path / "sw" / "a.log", ["x"])
-    assert default_out_dir([tmp_path / "sw"]) == tmp_path / "sw" / "report"
-    assert default_out_dir([f]) == tmp_path / "sw" / "report"

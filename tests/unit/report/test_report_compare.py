@@ -26,7 +26,7 @@ def compared(tmp_path):
                                              ("transformer", 1): [50]})
     after = write_set(tmp_path / "after", {("gnmt", 1): [110, 111, 112], ("resnet", 1): [101, 99, 103],
                                            ("transformer", 1): [40], ("ssd", 1): [20, 21]})
-    res = build_report([after], tmp_path / "out", formats=("json", "md"), compare=before)
+    build_report([after], tmp_path / "out", formats=("json", "md"), compare=before)
     doc = json.loads((tmp_path / "out" / "summary.json").read_text())
     return {r["benchmark"]: r for r in doc["compare"]}, tmp_path / "out"
 

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from runner_helpers import ROOT, env  # noqa: E402
+from runner_helpers import ROOT, env
 
 
 def test_smoke_run_on_cpu_writes_the_document(tmp_path):

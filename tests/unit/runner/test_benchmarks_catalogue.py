@@ -17,8 +17,8 @@ import yaml
 
 pytest.importorskip("torch")
 
-from runner import workloads  # noqa: E402
-from runner_helpers import ROOT, env  # noqa: E402
+from runner import workloads
+from runner_helpers import ROOT, env
 
 HERE = Path(__file__).resolve().parent
 TOY = HERE / "toy_catalogue.yml"

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("sacrebleu")
 pytest.importorskip("sacremoses")
 
-from runner.workloads import bleu  # noqa: E402
+from runner.workloads import bleu
 
 # newstest-like German with what tokenizers disagree on: punctuation, quotes, numbers,
 # hyphenated compounds, apostrophes, umlauts and capitals

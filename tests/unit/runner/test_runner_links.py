@@ -66,7 +66,7 @@ def _bounded(fn, seconds: float = 10.0):
     def target():
         try:
             out.append(("ok", fn()))
-        except BaseException as exc:   # noqa: BLE001 - handed back to the test
+        except BaseException as exc:   # handed back to the test
             out.append(("raised", exc))
 
     t = threading.Thread(target=target, daemon=True)

@@ -185,7 +185,6 @@ def test_the_backbone_follows_msra_resnet_v1_and_frozen_affine_norms(trainers):
 
 
 def test_test_scales_stop_the_linear_rate_at_max_lr_and_full_scale_does_not():
-    from runner import workloads
     from runner.workloads import maskrcnn_recipe as R
 
     scales = workloads.load()["maskrcnn"]["scales"]

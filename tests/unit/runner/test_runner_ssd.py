@@ -190,7 +190,10 @@ def test_the_loss_takes_three_hard_negatives_per_positive_by_cross_entropy():
     gloc[0, 0] = torch.tensor([0.5, -2.0, 0.0, 0.25])
     loss, neg = S.ssd_loss(ploc, pconf, gloc, glab)
     assert neg.tolist() == [[False, True, True, False, True, False]]  # the 3 highest background CE: 2, 4, 1
-    ce = lambda z, k: math.log(1 + math.exp(z)) - (z if k == 1 else 0.0)  # logits (0, z)
+
+    def ce(z, k):  # logits (0, z)
+        return math.log(1 + math.exp(z)) - (z if k == 1 else 0.0)
+
     sl1 = 0.5 * 0.5 ** 2 + (2.0 - 0.5) + 0.0 + 0.5 * 0.25 ** 2
     want = sl1 + ce(2.0, 1) + ce(1.0, 0) + ce(3.0, 0) + ce(2.5, 0)
     assert loss.item() == pytest.approx(want, rel=1e-6)

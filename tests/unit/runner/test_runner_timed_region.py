@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch._dynamo.callback")
 
-from runner_helpers import ROOT, env  # noqa: E402
+from runner_helpers import ROOT, env
 
 # a tiny compiled resnet50 ttt run on the CPU, one epoch; the first compilation records the MLLOG keys
 # written so far

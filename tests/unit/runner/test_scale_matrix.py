@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from runner_helpers import ROOT, env  # noqa: E402
+from runner_helpers import ROOT, env
 
 SCRIPT = ROOT / "benchmarks" / "scale_matrix.py"
 
