@@ -19,6 +19,12 @@ child crashes the parent exits with the child's own code (5 for "no tests"
 included) and adds nothing to the output. Cost: one more interpreter start
 and pytest configuration (about a second), none per test.
 
+``--processes N`` (N > 1): N children at once, each watched as above, share the
+session's test files (tests/sharing.py: whole files, the test lab's in process
+1); their output lines come through the parent, each with ``[n] ``, each with
+OMP_NUM_THREADS of the cores split between them, and the parent always ends with
+one closing line over all of them (``... (N processes)``) and one JUnit XML.
+
 Loaded by tests/conftest.py (its hooks are imported there). Off in a child,
 with ``--collect-only``, ``--help``, ``--version``, ``--fixtures`` and
 ``--markers``, under pytest-xdist, and with ``GPULAB_CRASHGUARD=off``. The
@@ -28,16 +34,20 @@ start, so a pytest that a test starts supervises its own session.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import pytest
+
+from tests import sharing
 
 STATE = "GPULAB_CRASHGUARD_STATE"     # set for a child: where it writes its progress
 SKIP = "GPULAB_CRASHGUARD_DESELECT"   # set for a resumed child: node ids (JSON lines) not to run again
@@ -100,73 +110,142 @@ def _count(done: dict[str, list[str]], crashed: list[tuple[str, str]]) -> dict[s
     return counts
 
 
-def summary_line(counts: dict[str, int], seconds: float, crashed: list[tuple[str, str]]) -> str:
-    """pytest's closing line over all children, with the crashes named."""
+def summary_line(counts: dict[str, int], seconds: float, crashed: list[tuple[str, str]], processes: int = 1) -> str:
+    """pytest's closing line over all children, with the crashes and the number of processes at once named."""
     parts = [f"{counts[k]} {'errors' if k == 'error' and counts[k] != 1 else k}"
              for k in _ORDER if counts.get(k)]
     parts += [f"{v} {k}" for k, v in sorted(counts.items()) if k not in _ORDER and v]
-    killed = "; ".join(f"{node} {how}" for node, how in crashed)
-    return f"{', '.join(parts) or 'no tests ran'} in {seconds:.2f}s (crash guard: {killed})"
+    notes = [f"{processes} processes"] if processes > 1 else []
+    if crashed:
+        notes.append("crash guard: " + "; ".join(f"{node} {how}" for node, how in crashed))
+    return f"{', '.join(parts) or 'no tests ran'} in {seconds:.2f}s" + "".join(f" ({n})" for n in notes)
 
 
-def _run_child(args: list[str], cwd: str, state: Path, skip: Path | None) -> tuple[int, bool]:
-    """(the child's return code, whether this process was told to stop meanwhile: Ctrl-C, SIGTERM, SIGHUP)."""
-    # unbuffered: what a child printed before it died reaches the log
-    env = {**os.environ, STATE: str(state), "PYTHONUNBUFFERED": "1"}
-    if skip is not None:
-        env[SKIP] = str(skip)
-    child = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env)
-    told = []
+_live: list[subprocess.Popen] = []  # the children running now
+_told: list[int] = []                # the stops this process was told (Ctrl-C, SIGTERM, SIGHUP)
+_print = threading.Lock()
 
-    def forward(signum, frame):  # a stop meant for the session: the child gets it, nothing resumes after
-        told.append(signum)
+
+def _forward(signum, frame):  # a stop meant for the session: the children get it, nothing resumes after
+    _told.append(signum)
+    for child in _live.copy():  # a copy: the children's threads change the list
         child.send_signal(signum)
 
-    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGHUP)}
+
+def _run_child(args: list[str], cwd: str, state: Path, skip: Path | None, env_extra: dict,
+               prefix: str | None) -> int:
+    """The child's return code. ``prefix``: the child's output goes through this process, each line
+    with it (a shared session's processes); None: the child writes to this process's own stdout and stderr."""
+    # unbuffered: what a child printed before it died reaches the log
+    env = {**os.environ, **env_extra, STATE: str(state), "PYTHONUNBUFFERED": "1"}
+    if skip is not None:
+        env[SKIP] = str(skip)
+    pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT} if prefix is not None else {}
+    child = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env, **pipe)
+    _live.append(child)
     try:
+        if prefix is not None:
+            for line in child.stdout:
+                with _print:
+                    sys.stdout.buffer.write(prefix.encode() + line)
+                    sys.stdout.buffer.flush()
         while True:
             try:
-                return child.wait(), bool(told)
+                return child.wait()
             except KeyboardInterrupt:  # Ctrl-C reaches the child too (same process group): wait for its report
-                told.append(signal.SIGINT)
+                _told.append(signal.SIGINT)
+    finally:
+        _live.remove(child)
+
+
+class _Slot:
+    """One process number of the session: its children one after another (a new one after each crash)."""
+
+    def __init__(self, n: int, args: list[str], cwd: str, tmp: str, maxfail: int, env: dict, shared: bool,
+                 xml: Path | None = None):
+        self.n, self.args, self.cwd, self.tmp, self.maxfail, self.env = n, args, cwd, tmp, maxfail, env
+        self.xml = xml  # a shared session's --junitxml: each child writes its own part, merged at the end
+        self.prefix = f"[{n}] " if shared else None
+        self.crashed: list[tuple[str, str]] = []
+        self.done: dict[str, list[str]] = {}
+        self.lost: list[dict] = []
+        self.xml_parts: list[Path] = []
+        self.rc, self.crash = 0, False
+
+    def run(self) -> None:
+        skip_file = None
+        for attempt in range(1, 100_000):
+            state = Path(self.tmp, f"state-{self.n}-{attempt}.jsonl")
+            env = dict(self.env)
+            if self.xml is not None:
+                self.xml_parts.append(Path(f"{self.xml}.{self.n}.{attempt}"))
+                env[sharing.XML] = str(self.xml_parts[-1])
+            self.rc = _run_child(self.args, self.cwd, state, skip_file, env, self.prefix)
+            finished, running, failures, ended = read_state(state)
+            self.done.update(finished)
+            # a signal, or an exit that skipped pytest's end
+            self.crash = not _told and (self.rc < 0 or not ended)
+            if not self.crash:
+                return
+            self.lost += failures  # this child never printed its failures: they are printed at the end
+            how = f"killed by {signal_name(self.rc)}" if self.rc < 0 else \
+                f"ended by exit code {self.rc} before pytest's end"
+            if running is None:  # outside any test (collection, session teardown): nothing to resume past
+                self.crashed.append(("(outside any test)", how))
+                return
+            self.crashed.append((running, how))
+            with _print:
+                print(f"\n{self.prefix or ''}crash guard: the test process running {running} was {how}; it counts "
+                      "as failed, the rest of the session goes on in a new process", file=sys.stderr, flush=True)
+            nfail = sum(cat in ("failed", "error") for outs in self.done.values() for cat in outs) + len(self.crashed)
+            if self.maxfail and nfail >= self.maxfail:
+                return
+            skip_file = Path(self.tmp, f"deselect-{self.n}.jsonl")
+            skip_file.write_text("".join(json.dumps(n) + "\n" for n in [*self.done, *(c for c, _ in self.crashed)]),
+                                 encoding="utf-8")
+
+
+def supervise(args: list[str], cwd: str, maxfail: int = 0, processes: int = 1, xmlpath: str | None = None) -> int:
+    """Run the session in children until each ends by itself; the exit code as described above.
+    ``processes`` > 1: that many children at once share the session's files (tests/sharing.py)."""
+    t0 = time.time()
+    shared = processes > 1
+    old = {s: signal.signal(s, _forward) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        with tempfile.TemporaryDirectory(prefix="gpulab-crashguard-") as tmp:
+            claims = Path(tmp, "claims")
+            claims.mkdir()
+            xml = Path(cwd, xmlpath) if shared and xmlpath else None
+            env = {}
+            if shared:  # the cores split between the processes (runner.launch's rule for CPU ranks): N x 2
+                # threads on 2 cores leave OpenMP threads spinning for descheduled peers
+                from runner.launch import cpu_threads_per_process
+                env = {sharing.CLAIMS: str(claims),
+                       "OMP_NUM_THREADS": str(cpu_threads_per_process(os.environ.get("OMP_NUM_THREADS"), processes))}
+            slots = [_Slot(n, args, cwd, tmp, maxfail, {**env, sharing.SLOT: str(n)} if shared else {}, shared, xml)
+                     for n in range(1, processes + 1)]
+            if not shared:
+                slots[0].run()
+            else:
+                threads = [threading.Thread(target=s.run, daemon=True) for s in slots]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    while t.is_alive():
+                        try:
+                            t.join()
+                        except KeyboardInterrupt:  # the children have it too (same process group)
+                            _told.append(signal.SIGINT)
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-
-
-def supervise(args: list[str], cwd: str, maxfail: int = 0) -> int:
-    """Run the session in children until one ends by itself; the exit code as described above."""
-    t0 = time.time()
-    crashed: list[tuple[str, str]] = []
-    done: dict[str, list[str]] = {}
-    lost: list[dict] = []
-    with tempfile.TemporaryDirectory(prefix="gpulab-crashguard-") as tmp:
-        skip_file = None
-        for attempt in range(1, 100_000):
-            state = Path(tmp, f"state-{attempt}.jsonl")
-            rc, told = _run_child(args, cwd, state, skip_file)
-            finished, running, failures, ended = read_state(state)
-            done.update(finished)
-            crash = not told and (rc < 0 or not ended)  # a signal, or an exit that skipped pytest's end
-            if crash:  # this child never printed its failures: they are printed at the end
-                lost += failures
-            else:
-                if not crashed:
-                    return rc if rc >= 0 else 128 - rc  # no crash: the child's own code and output
-                break
-            how = f"killed by {signal_name(rc)}" if rc < 0 else f"ended by exit code {rc} before pytest's end"
-            if running is None:  # outside any test (collection, session teardown): nothing to resume past
-                crashed.append(("(outside any test)", how))
-                break
-            crashed.append((running, how))
-            print(f"\ncrash guard: the test process running {running} was {how}; it counts as failed, "
-                  f"the rest of the session goes on in a new process", file=sys.stderr, flush=True)
-            nfail = sum(cat in ("failed", "error") for outs in done.values() for cat in outs) + len(crashed)
-            if maxfail and nfail >= maxfail:
-                break
-            skip_file = Path(tmp, "deselect.jsonl")
-            skip_file.write_text("".join(json.dumps(n) + "\n" for n in [*done, *(c for c, _ in crashed)]),
-                                 encoding="utf-8")
+    crashed = [c for s in slots for c in s.crashed]
+    if not shared and not crashed:
+        rc = slots[0].rc
+        return rc if rc >= 0 else 128 - rc  # no crash: the child's own code and output
+    if shared and xmlpath:
+        sharing.merge_junit(Path(cwd, xmlpath), [p for s in slots for p in s.xml_parts], time.time() - t0)
+    lost = [f for s in slots for f in s.lost]
     if lost:
         print(f"{'=' * 10} failures in a session that crashed later (its own summary never came) {'=' * 10}")
     for f in lost:
@@ -175,12 +254,18 @@ def supervise(args: list[str], cwd: str, maxfail: int = 0) -> int:
         print(f"FAILED {f['node']} ({f['when']})", flush=True)
     for node, how in crashed:
         print(f"FAILED {node} - {how} (crash guard: the session went on without it)", flush=True)
-    counts = _count(done, crashed)
-    line = summary_line(counts, time.time() - t0, crashed)
+    done = {k: v for s in slots for k, v in s.done.items()}
+    line = summary_line(_count(done, crashed), time.time() - t0, crashed, processes)
     print(f"{'=' * 10} {line} {'=' * 10}", flush=True)
-    if told:
+    if _told:
         return 2
-    return rc if not crash and rc not in (0, 1, 5) else 1  # 2 and up: what stopped the last child
+    codes = [s.rc if s.rc >= 0 else 128 - s.rc for s in slots if not s.crash]
+    worst = [c for c in codes if c not in (0, 1, 5)]
+    if worst:  # 2 and up: what stopped a child
+        return worst[0]
+    if crashed or 1 in codes:
+        return 1
+    return 5 if codes and all(c == 5 for c in codes) else 0
 
 
 # --- the child's side -------------------------------------------------------------------------
@@ -232,8 +317,22 @@ def pytest_cmdline_main(config):
         skip = os.environ.pop(SKIP, None)
         nodes = {json.loads(x) for x in Path(skip).read_text(encoding="utf-8").splitlines()} if skip else set()
         config.pluginmanager.register(Child(config, state, nodes), "gpulab-crashguard-child")
+        sharing.start_child(config)
         return None
     if _unsupervised(config):
         return None
     return supervise(list(config.invocation_params.args), str(config.invocation_params.dir),
-                     maxfail=getattr(config.option, "maxfail", 0) or 0)
+                     maxfail=getattr(config.option, "maxfail", 0) or 0, processes=getattr(config.option, "gpulab_processes", 1),
+                     xmlpath=getattr(config.option, "xmlpath", None))
+
+
+def _processes(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= 16:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of processes from 1 to 16")
+    return int(value)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--processes", type=_processes, default=1, dest="gpulab_processes", metavar="N",
+                     help="run the session in N pytest processes at once, each taking whole test files (the test "
+                          "lab's files all in the first); each is watched by the crash guard (tests/crashguard.py)")

@@ -8,13 +8,14 @@ import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-CONFTEST = "from tests.crashguard import pytest_cmdline_main  # noqa: F401\n"
+CONFTEST = "from tests.crashguard import pytest_addoption, pytest_cmdline_main  # noqa: F401\n"
 MIXED = '''
 import os, pytest
 from pathlib import Path
@@ -124,3 +125,60 @@ def test_sigterm_to_pytest_stops_the_session_and_nothing_resumes(tmp_path):
     assert not (tmp_path / "after").exists() and "crash guard" not in out, out
     with pytest.raises(ProcessLookupError):
         os.kill(child, 0)
+
+
+SHARED = '''
+import os, time, pytest
+from pathlib import Path
+
+@pytest.fixture(scope="module")
+def made(request):
+    with open(Path(__file__).parent / "made.txt", "a") as f:
+        f.write(f"{Path(__file__).stem}\\n")
+
+@pytest.mark.parametrize("x", range(3))
+def test_t(made, x, request):
+    with open(Path(__file__).parent / "ran.txt", "a") as f:
+        f.write(f"{Path(__file__).stem}-{x} {os.getpid()}\\n")
+    time.sleep(0.2)
+    CRASH
+'''
+LAB = '''
+import pytest
+from pathlib import Path
+
+@pytest.mark.lab
+def test_lab(request):
+    Path("lab-slot").write_text(str(request.config.pluginmanager.get_plugin("gpulab-crashguard-sharer").slot))
+'''
+
+
+def test_two_processes_share_the_files_and_a_crash_is_still_one_failed_test(tmp_path):
+    """--processes 2: every test runs once, a file's tests in one process (its module fixture made once), the lab's
+    file in process 1; an abort is one failed test; one closing line and one JUnit XML for the whole session."""
+    files = {f"test_s{i}.py": SHARED.replace("CRASH", "os.abort() if x == 1 else None" if i == 2 else "")
+             for i in range(1, 6)}
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers = lab: the test lab\n")
+    r = session(tmp_path, {**files, "test_lab.py": LAB}, "--processes", "2", "--junitxml", "out.xml")
+    out = r.stdout
+    assert r.returncode == 1, out + r.stderr
+    ran = (tmp_path / "ran.txt").read_text().split("\n")[:-1]
+    assert sorted(line.split()[0] for line in ran) == sorted(f"test_s{i}-{x}" for i in range(1, 6) for x in range(3))
+    pids = {}
+    for line in ran:
+        name, pid = line.split()
+        pids.setdefault(name.split("-")[0], set()).add(pid)
+    assert all(len(p) == 1 for name, p in pids.items() if name != "test_s2"), pids  # s2 resumes in a new process
+    made = (tmp_path / "made.txt").read_text().split()
+    assert sorted(made) == sorted([f"test_s{i}" for i in range(1, 6)] + ["test_s2"]), made
+    assert (tmp_path / "lab-slot").read_text() == "1"
+    assert "FAILED test_s2.py::test_t[1] - killed by SIGABRT" in out
+    closing = out.strip().splitlines()[-1]
+    assert "1 failed, 15 passed in " in closing and "(2 processes)" in closing, out
+    assert all(line.startswith(("[1] ", "[2] ")) for line in out.splitlines()[:5]), out
+    suite = ET.parse(tmp_path / "out.xml").getroot().find("testsuite")
+    assert int(suite.get("tests")) >= 14 and not list(tmp_path.glob("out.xml.*")), suite.attrib
+    r = session(tmp_path, {f"test_s{i}.py": "def test_ok():\n    pass\n" for i in range(1, 6)}, "--processes", "2")
+    assert r.returncode == 0 and "6 passed in " in r.stdout.strip().splitlines()[-1], r.stdout
+    r = session(tmp_path, {}, "--processes", "0")
+    assert r.returncode == 4 and "'0' is not a number of processes from 1 to 16" in r.stderr, r.stderr
