@@ -30,7 +30,7 @@ PARAMS = (("0.weight", 0, "weight"), ("1.weight", 1, "weight"), ("1.bias", 1, "b
 
 
 def stems(dev, dtype=torch.float32):
-    """The plain stem and the fast one with the same weights (tests/gpu/test_stem_gpu.py builds the same)."""
+    """The plain stem and the fast one with the same weights (tests/gpu/test_stem_gpu.py uses these too)."""
     torch.manual_seed(0)
     plain = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
                           nn.MaxPool2d(3, 2, 1))

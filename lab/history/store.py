@@ -114,17 +114,23 @@ class _Gpus:
             self.ids.update(self.s.execute(select(Gpu.uuid, Gpu.id).where(Gpu.uuid.in_(uuids[i:i + CHUNK]))).all())
 
 
+def _absent(s: Session, column, records, out: Added, present: str):
+    """The records whose key is not in ``column`` yet (each key once); the others counted in ``out.<present>``."""
+    have = _present(s, column, [r.key for r in records])
+    for rec in records:
+        if rec.key in have:
+            setattr(out, present, getattr(out, present) + 1)
+            continue
+        have.add(rec.key)
+        yield rec
+
+
 def write_sources(s: Session, src: Sources) -> Added:
     """Everything of ``src`` not there yet, inside the caller's transaction; what was added."""
     out = Added()
     gpus = _Gpus(s, src)
-    have = _present(s, Run.key, [r.key for r in src.runs])
     runs: list[tuple[Run, dict]] = []
-    for rec in src.runs:
-        if rec.key in have:
-            out.runs_present += 1
-            continue
-        have.add(rec.key)
+    for rec in _absent(s, Run.key, src.runs, out, "runs_present"):
         what = rec.fields.get("source") or rec.key
         run = Run(**checked(Run, dict(key=rec.key, imported_at=now(), **rec.fields), what))
         s.add(run)
@@ -134,13 +140,8 @@ def write_sources(s: Session, src: Sources) -> Added:
             used.setdefault(g.index, gpus.seen(g, host, at))   # an index twice in a status: once
         runs.append((run, used))
         out.runs += 1
-    have = _present(s, Validation.key, [v.key for v in src.validations])
     vals: list[tuple[Validation, list]] = []
-    for rec in src.validations:
-        if rec.key in have:
-            out.validations_present += 1
-            continue
-        have.add(rec.key)
+    for rec in _absent(s, Validation.key, src.validations, out, "validations_present"):
         v = Validation(**checked(Validation, dict(key=rec.key, source=rec.source, at=rec.at, level=rec.level,
                                                   verdict=rec.verdict, imported_at=now()), rec.source))
         s.add(v)

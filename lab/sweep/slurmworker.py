@@ -79,10 +79,7 @@ class SlurmUnitWorker(UnitWorker):
                     self._end(run, "failed", f"slurm: {exc.message}")
             self.progress.unit_done(self.unit, "failed")
         except Exception as exc:  # never lose the state to a bug in one thread
-            for run in self.runs:
-                if run.state == "running":
-                    run.state, run.reason = "failed", f"controller error: {type(exc).__name__}: {exc}"
-            self.sweep.save()
+            self._fail_running(exc)
             raise
         finally:
             self.done = True

@@ -138,13 +138,17 @@ class UnitWorker:
         except Exception as exc:  # never lose the state to a bug in one thread
             if self.seat:
                 self.seat.ended(None)
-            for run in self.runs:
-                if run.state == "running":
-                    run.state, run.reason = "failed", f"controller error: {type(exc).__name__}: {exc}"
-            self.sweep.save()
+            self._fail_running(exc)
             raise
         finally:
             self.done = True
+
+    def _fail_running(self, exc: Exception) -> None:
+        """A bug in this thread: its running runs are failed with the error, and the state is saved."""
+        for run in self.runs:
+            if run.state == "running":
+                run.state, run.reason = "failed", f"controller error: {type(exc).__name__}: {exc}"
+        self.sweep.save()
 
     def _end(self, run: PlannedRun, state: str, reason: str, outcome: str | None = None) -> None:
         run.state, run.reason, run.outcome, run.ended = state, reason, outcome, utcnow()

@@ -16,18 +16,7 @@ torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from runner.workloads import vision as V  # noqa: E402
-
-
-def stems(dev):
-    torch.manual_seed(0)
-    plain = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
-                          nn.MaxPool2d(3, 2, 1))
-    fast = nn.Sequential(V.SpaceToDepthConv7(3, 64, pad_channels=16), nn.BatchNorm2d(64), nn.ReLU(),
-                         nn.MaxPool2d(3, 2, 1))
-    fast.load_state_dict(plain.state_dict())
-    cl = torch.channels_last
-    return plain.to(dev, memory_format=cl), fast.to(dev, memory_format=cl)
+from benchmarks.stem_precision import stems  # noqa: E402  (the plain and the fast stem, same weights)
 
 
 #: the norm-relative distance from the float64 stem that fp32 arithmetic stays under. Measured by

@@ -32,6 +32,7 @@ pytest.importorskip("tests.testlab.fixtures", reason="the SSH test lab (tests/te
 
 from lab.results import checksums
 from tests.testlab import fakenvml
+from tests.testlab.util import reaped, wait_until
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -68,16 +69,6 @@ def invoke(lab, results: Path, *args, timeout=600, **extra) -> subprocess.Comple
                        env=env_for(lab, results, **extra), timeout=timeout)
     print(f"$ invoke {shlex.join(args)} -> {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-2000:]}")
     return p
-
-
-def wait_until(cond, what, limit=60.0, step=0.25):
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        value = cond()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"gave up waiting for {what}")
 
 
 def node(lab, name) -> dict:
@@ -181,15 +172,11 @@ def test_ctrl_c_cancels_the_sweeps_jobs_and_nothing_else(slurmlab, tmp_path):
     def ours_running():
         out = lab.cluster.command("squeue", "-h", "-n", "gpulab-cc", "-o", "%i %T").stdout.split("\n")
         return sum(1 for line in out if line.endswith(" RUNNING")) == 2
-    try:
+    with reaped(proc):
         wait_until(lambda: ours_running() or proc.poll() is not None, "both tasks running", 120)
         wait_until(lambda: lab.exec("node-01", "pgrep -f '[r]unner run' || true").stdout.strip(), "the runner", 60)
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     print(out)
     assert proc.returncode == 130, out
     queue = lab.cluster.command("squeue", "-h", "-o", "%i %j %T").stdout
@@ -358,17 +345,13 @@ def test_a_task_that_slurm_ends_is_recorded_with_slurms_word(slurmlab, tmp_path)
                                             "--workloads", "ncf", "--scale", "tiny", "--seeds", "1", "--name", "ended"],
                             cwd=tmp_path, env=env_for(lab, results), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
-    try:
+    with reaped(proc):
         job = wait_until(lambda: lab.cluster.command("squeue", "-h", "-n", "gpulab-ended", "-t", "RUNNING",
                                                      "-o", "%i").stdout.strip() or proc.poll() is not None,
                          "the task to run", 120)
         assert proc.poll() is None, proc.stdout.read()
         lab.cluster.command("scancel", job)
         out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     print(out)
     assert proc.returncode == 1, out
     (run,) = json.loads((results / "ended" / "sweep.json").read_text())["runs"]

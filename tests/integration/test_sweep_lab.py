@@ -14,7 +14,6 @@ import os
 import signal
 import sys
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,7 @@ pytest.importorskip("tests.testlab.fixtures", reason="the SSH test lab (tests/te
 from lab.results import checksums
 from tests.testlab import controllers
 from tests.testlab.fixtures import lab_required
-from tests.testlab.util import LabError
+from tests.testlab.util import LabError, wait_until
 
 pytestmark = pytest.mark.lab
 
@@ -58,15 +57,6 @@ def sweep(args, results: Path, *, timeout=900, **settings) -> subprocess.Complet
 def state(results: Path, name: str) -> dict:
     doc = json.loads((results / name / "sweep.json").read_text())
     return {(r["host"], r["run_id"]): r for r in doc["runs"]}
-
-
-def wait_until(cond, what, limit=600, step=0.2):
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(step)
-    raise AssertionError(f"gave up waiting for {what}")
 
 
 def runner_pids(lab, name) -> list[str]:

@@ -17,7 +17,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import optuna
@@ -25,6 +24,7 @@ import pytest
 import yaml
 
 pytest.importorskip("tests.testlab.fixtures", reason="the SSH test lab (tests/testlab) is not in this checkout")
+from tests.testlab.util import wait_until
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -57,15 +57,6 @@ def lab(testlab):
 
 def run_invoke(words, cwd: Path, env: dict, timeout=900) -> subprocess.CompletedProcess:
     return subprocess.run(invoke_cmd() + words, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def wait_until(cond, what, limit=600, step=0.3):
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(step)
-    raise AssertionError(f"gave up waiting for {what}")
 
 
 def test_readme_tuning_walkthrough_finds_a_better_recipe_prunes_and_survives_a_controller_kill(lab, tmp_path):

@@ -125,6 +125,28 @@ def exec_done(proc: subprocess.Popen, timeout: float = 30) -> subprocess.Popen:
     return proc
 
 
+@contextlib.contextmanager
+def reaped(proc: subprocess.Popen):
+    """The block runs with ``proc``; whatever happens in it, ``proc`` is killed and waited for if still alive."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def wait_until(cond, what: str, limit: float = 600, step: float = 0.25):
+    """``cond()``'s first true value, asked every ``step`` s; a test failure after ``limit`` s."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        value = cond()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
 def wait_for(pred, timeout: float, what: str, interval: float = 0.05):
     deadline = time.monotonic() + timeout
     while True:
