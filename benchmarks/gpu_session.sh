@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU work that is still to be recorded (issues 32, 33, 29), as named parts that one device call runs in
+# The GPU work that is still to be recorded (issues 32, 33, 29, 47), as named parts that one device call runs in
 # order within its time limit. Run from the repository root on the GPU machine:
 #
 #   bash benchmarks/gpu_session.sh [--dry-run] PART [PART ...]
@@ -12,14 +12,22 @@
 #   stem            benchmarks/stem_precision.py: the ResNet stem's fp32 gradients (plain, fast eager, fast
 #                   compiled) against float64, TF32 off and on (150 s)                        issue 47
 #   throughput-W    benchmarks/throughput.py for one workload W (resnet50, ssd, maskrcnn, gnmt, transformer,
-#                   ncf): the cold and warm `runner run` (time to the first step), then optimized, plain
-#                   torch.compile and eager side by side. Each part's limit is planned from the times
-#                   measured on an H100 (2026-12-06: build and first step per child, see THROUGHPUT_S
-#                   below) with a margin, so that any one part fits a 10-minute call; the six together
-#                   do not (about 25 minutes): give each call the parts that fit.    issues 32, 33, 47
-#   ttfs            `python -m runner run resnet50 --mode throughput --scale full` twice with one cache
-#                   folder: time to the first step cold, then warm (560 s)                    issue 33
-#   ttfs-shipped    the same cold run (the pilot of a sweep), then a run whose cache folder holds only the
+#                   ncf): the cold and warm `runner run` (time to the first step), then the runner's path,
+#                   plain torch.compile and eager side by side (ssd, gnmt, transformer, ncf: the runner's
+#                   path is the plain torch.compile, measured once as "compiled"). Each part's limit is
+#                   planned from the times measured on an H100 (2026-12-06: build and first step per child,
+#                   see THROUGHPUT_S below) with a margin, so that any one part fits a 10-minute call; the
+#                   six together do not (about 25 minutes): give each call the parts that fit. issues 32, 33, 47
+#   ttfs-W          `python -m runner run W --mode throughput --scale full` twice with one cache folder
+#                   (emptied first): time to the first step cold, then warm, for one workload W (as
+#                   throughput-W; limits in TTFS_S below); the summary line has both figures. The six
+#                   together take about 11 minutes on an H100: two calls (e.g. ncf gnmt transformer ssd,
+#                   then resnet50 maskrcnn)                                                     issues 33, 47
+#   profile-W       benchmarks/profile_step.py W at full scale: where the runner's step spends its time
+#                   (GEMM / convolution, elementwise and normalization, optimizer, memory, GPU idle), as
+#                   profile-W.json and the table profile-W.md. It reuses ttfs-W's compiled kernels when
+#                   ttfs-W ran first in the call (run ttfs-W, then profile-W)                   issue 47
+#   ttfs-shipped    ttfs-resnet50's cold run (the pilot of a sweep), then a run whose cache folder holds only the
 #                   pilot's artifacts file, as a second host gets it (runner README "Compiled kernels"):
 #                   its time to the first step and its "compile caches" line (550 s)         issue 33
 #   validate        `invoke validate --level standard --inventory inventory/local.yml` with its JSON and HTML (300 s)
@@ -145,6 +153,30 @@ tune_part() {
     else say "tune: no report was written (see $WORK/tune-*.log)"; fi
 }
 
+# TTFS_S: a ttfs-W part's limits in seconds, "cold warm": about twice the first steps measured (H100
+# 2026-12-06: resnet50 75.9 s cold, 31.4 s warm; H200 2026-12-03: transformer 63.7 / 19.4 s, maskrcnn 88.9 s,
+# gnmt 25.6 s, ncf 30.9 s cold) plus the run's start, short measurement and end.
+ttfs_s() {
+    case $1 in resnet50|maskrcnn) echo "240 150" ;; ssd|transformer) echo "200 120" ;; gnmt|ncf) echo "150 100" ;;
+               *) echo "0 0" ;; esac
+}
+# PROFILE_S: a profile-W part's limit: the build (warm after ttfs-W, cold otherwise), 15 + 30 + 5 steps
+profile_s() {
+    case $1 in resnet50|maskrcnn) echo 240 ;; ssd|transformer) echo 180 ;; gnmt|ncf) echo 120 ;; *) echo 0 ;; esac
+}
+
+# first_steps W: the summary line of ttfs-W (the time to the first step of each run, from its status.json)
+first_steps() {
+    local w=$1 which t line="ttfs-$1: first step"
+    for which in cold warm; do
+        t=$("$PY" -c 'import json, sys; r = json.load(open(sys.argv[1])).get("result") or {}
+print("%.1f s" % r["time_to_first_step_s"])' "$WORK/ttfs-$w-$which/status.json" 2> /dev/null) || t="not recorded"
+        line="$line $t $which"
+        [ "$which" = cold ] && line="$line,"
+    done
+    say "$line (issue 47: at most 90 s cold, 15 s warm)"
+}
+
 part() {
     case $1 in
     gpu-tests)
@@ -169,13 +201,25 @@ part() {
         [ "$DRY" = 1 ] || t=$(limit "$t")   # the deadline inside follows the part's limit
         run "throughput-$w" "$t" "$PY" benchmarks/throughput.py --workloads "$w" --runner-runs "$w" \
             --measure-seconds 5 --deadline $((t - 20)) --workdir "$WORK/bench-$w" --out "$WORK/throughput-$w.json" ;;
-    ttfs)
+    ttfs-resnet50|ttfs-ssd|ttfs-maskrcnn|ttfs-gnmt|ttfs-transformer|ttfs-ncf)
         check_files runner/__main__.py
-        local cache=$WORK/ttfs-cache
-        run ttfs-cold 300 "$PY" -m runner run resnet50 --mode throughput --scale full --gpus 1 --seed 1 \
-            --cache-dir "$cache" --measure-seconds 5 --out "$WORK/ttfs-cold"
-        run ttfs-warm 250 "$PY" -m runner run resnet50 --mode throughput --scale full --gpus 1 --seed 2 \
-            --cache-dir "$cache" --measure-seconds 5 --out "$WORK/ttfs-warm" ;;
+        local w=${1#ttfs-} cache cold warm
+        cache=$WORK/ttfs-cache-$w
+        read -r cold warm <<< "$(ttfs_s "$w")"
+        [ "$DRY" = 1 ] || rm -rf "$cache" "$WORK/ttfs-$w-cold" "$WORK/ttfs-$w-warm"   # cold means cold
+        run "ttfs-$w-cold" "$cold" "$PY" -m runner run "$w" --mode throughput --scale full --gpus 1 --seed 1 \
+            --cache-dir "$cache" --warmup-steps 3 --measure-seconds 2 --out "$WORK/ttfs-$w-cold"
+        run "ttfs-$w-warm" "$warm" "$PY" -m runner run "$w" --mode throughput --scale full --gpus 1 --seed 2 \
+            --cache-dir "$cache" --warmup-steps 3 --measure-seconds 2 --out "$WORK/ttfs-$w-warm"
+        [ "$DRY" = 1 ] || first_steps "$w" ;;
+    profile-*)
+        check_files benchmarks/profile_step.py
+        local w=${1#profile-} cache
+        cache=$WORK/ttfs-cache-$w   # ttfs-W's kernels when it ran first; else this part compiles into it
+        run "profile-$w" "$(profile_s "$w")" env TORCHINDUCTOR_CACHE_DIR="$cache/inductor" \
+            TRITON_CACHE_DIR="$cache/triton" TORCHINDUCTOR_FX_GRAPH_CACHE=1 TORCHINDUCTOR_AUTOGRAD_CACHE=1 \
+            "$PY" benchmarks/profile_step.py "$w" --device cuda --scale full --warmup-steps 15 --steps 30 \
+            --profile-steps 5 --top 25 --out "$WORK/profile-$w.json" --table "$WORK/profile-$w.md" ;;
     ttfs-shipped)
         check_files runner/__main__.py runner/compilecache.py
         local pilot=$WORK/shipped-pilot-cache second=$WORK/shipped-second-cache
@@ -221,13 +265,15 @@ part() {
 }
 
 for p in "$@"; do   # check every name before anything runs
-    case $p in gpu-tests|maxpool|gpu-tests-long|stem|ttfs|ttfs-shipped|validate|nvbandwidth|tune) ;;
+    case $p in gpu-tests|maxpool|gpu-tests-long|stem|ttfs-shipped|validate|nvbandwidth|tune) ;;
     throughput-resnet50|throughput-ssd|throughput-maskrcnn|throughput-gnmt|throughput-transformer|throughput-ncf) ;;
+    ttfs-resnet50|ttfs-ssd|ttfs-maskrcnn|ttfs-gnmt|ttfs-transformer|ttfs-ncf) ;;
+    profile-resnet50|profile-ssd|profile-maskrcnn|profile-gnmt|profile-transformer|profile-ncf) ;;
     *) echo "gpu_session: no part named $p (see the head of $0)" >&2; exit 2 ;; esac
 done
 [ "$DRY" = 1 ] || : > "$SUMMARY"
 setup
 for p in "$@"; do part "$p"; done
 [ "$DRY" = 1 ] && exit 0
-tar -C "$WORK" -czf "$OUT/session.tar.gz" --exclude=ttfs-cache --exclude=shipped-pilot-cache --exclude=shipped-second-cache --exclude=nvb-build --exclude=boost --exclude=gpucache --exclude='bench-*' . \
+tar -C "$WORK" -czf "$OUT/session.tar.gz" --exclude='ttfs-cache*' --exclude=shipped-pilot-cache --exclude=shipped-second-cache --exclude=nvb-build --exclude=boost --exclude=gpucache --exclude='bench-*' . \
     && say "archive: $OUT/session.tar.gz ($(du -h "$OUT/session.tar.gz" | cut -f1))"

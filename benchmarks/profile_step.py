@@ -1,16 +1,28 @@
 """Where one training step's time goes: a kernel-time profile of a workload's throughput step.
 
 Builds the same step as benchmarks/throughput.py (``runner.workloads.base.bench_step``:
-the runner's optimized path, or ``--baseline`` for the plain eager loop), runs
+the runner's throughput path, or ``--baseline`` for the plain eager loop), runs
 ``--warmup-steps`` untimed steps (compilation, cuDNN algorithm search), times
 ``--steps`` steps, then records ``--profile-steps`` more under torch.profiler
-and sums the device time of every kernel into categories:
+and sums the device time of every kernel into categories (the first that matches
+a kernel's name):
 
-- ``convolution``: cuDNN / CUTLASS convolution kernels (forward, data and weight gradients);
-- ``matmul``: cuBLAS / cuBLASLt GEMMs (including convolutions lowered to matmuls);
-- ``fused (triton)``: the kernels torch.compile generates (batch norm, activations, losses);
 - ``optimizer``: multi-tensor and fused optimizer kernels;
-- ``copy``: memory copies and fills; ``other``: the rest (eager elementwise kernels ...).
+- ``fused (triton)``: the kernels torch.compile generates (normalization, activations, residuals, losses);
+- ``attention``: flash / memory-efficient / cuDNN attention (``scaled_dot_product_attention``);
+- ``recurrent``: cuDNN's RNN kernels (gnmt's LSTMs);
+- ``convolution``: cuDNN / CUTLASS convolution kernels (forward, data and weight gradients);
+- ``matmul``: cuBLAS / cuBLASLt / CUTLASS GEMMs (including convolutions lowered to matmuls);
+- ``gather / embedding``: embedding lookups and their backward, index and scatter kernels, sorts;
+- ``copy``: memory copies and fills;
+- ``elementwise (eager)``: ATen's own elementwise, reduction, normalization and softmax kernels
+  (on a CPU: every other ATen operator); ``other``: the rest.
+
+Kernel time per step below the step time is time the GPU waits (host work, kernel
+launches, data): ``gpu_idle_ms_per_step``. ``--table`` writes a short Markdown table
+of the same: groups (GEMM / convolution / attention / RNN, elementwise and
+normalization, optimizer, memory, GPU idle) as shares of the step, the categories and
+the top kernels.
 
 JSON (``--out``): samples/s of the timed steps, the step time, the summed kernel
 time per step (less than the step time when the GPU waits on the host), the
@@ -20,7 +32,7 @@ runner.workloads.base.compile_fn), ``--cudnn-benchmark-limit`` as
 ``torch.backends.cudnn.benchmark_limit`` (0: try every cuDNN algorithm).
 
     python benchmarks/profile_step.py resnet50 --out profile-resnet50.json [--batch 512]
-        [--trace trace.json]
+        [--table profile-resnet50.md] [--trace trace.json]
 
 On a CPU (``--device cpu``, scale tiny) the categories are CPU operator times.
 """
@@ -42,9 +54,24 @@ CATEGORIES = (
     # (category, substrings of a lower-cased kernel name); the first match wins
     ("optimizer", ("multi_tensor", "fused_sgd", "fusedsgd", "_fused_adam", "fused_adam", "foreach")),
     ("fused (triton)", ("triton_",)),
+    ("attention", ("flash", "fmha", "attention", "sdpa")),
+    ("recurrent", ("rnn", "lstm", "persist")),
     ("convolution", ("conv", "cudnn", "xmma", "implicit_gemm", "dgrad", "wgrad", "fprop", "sm90_xmma")),
-    ("matmul", ("gemm", "nvjet", "cublas", "cutlass", "matmul")),
+    ("matmul", ("gemm", "nvjet", "cublas", "cutlass", "matmul", "aten::mm", "aten::addmm", "aten::bmm")),
+    ("gather / embedding", ("embedding", "index", "gather", "scatter", "segment", "radixsort", "sort")),
     ("copy", ("memcpy", "memset", "copy_", "fill")),
+    ("elementwise (eager)", ("elementwise", "reduce_kernel", "norm", "softmax", "aten::")),
+)
+#: a GEMM that is no convolution (cuBLAS's sm90_xmma_gemm_* kernels) is a matmul, not a convolution
+CONV_MARKS = ("conv", "implicit", "dgrad", "wgrad", "fprop")
+NORM_MARKS = ("bn_", "batchnorm", "batch_norm")
+#: --table's groups of categories (the step's GPU idle time is a row of its own)
+GROUPS = (
+    ("GEMM / convolution / attention / RNN", ("matmul", "convolution", "attention", "recurrent")),
+    ("elementwise and normalization (Triton, eager)", ("fused (triton)", "elementwise (eager)")),
+    ("optimizer", ("optimizer",)),
+    ("memory (gathers, embeddings, copies)", ("gather / embedding", "copy")),
+    ("other kernels", ("other",)),
 )
 
 
@@ -52,6 +79,10 @@ def category(name: str) -> str:
     low = name.lower()
     for cat, keys in CATEGORIES:
         if any(k in low for k in keys):
+            if cat == "convolution" and any(m in low for m in NORM_MARKS):
+                return "elementwise (eager)"  # cuDNN's batch norm (the eager baseline)
+            if cat == "convolution" and "gemm" in low and not any(m in low for m in CONV_MARKS):
+                return "matmul"
             return cat
     return "other"
 
@@ -116,10 +147,15 @@ def profile(args) -> dict:
             us = e.self_cpu_time_total
         events.append((e.key, float(us), int(e.count)))
     doc = summarize(events, args.profile_steps, args.top)
-    doc = {"workload": args.workload, "variant": "baseline" if args.baseline else "optimized",
+    step_ms = step_s * 1000
+    # "optimized" where the runner's path has speed settings of its own, else "compiled" (plain torch.compile)
+    variant = "baseline" if args.baseline else throughput.runner_variant(args.workload, args.scale)
+    doc = {"workload": args.workload, "variant": variant,
            "samples_per_step": per_step, "samples_per_s": round(per_step / step_s, 1),
-           "step_ms": round(step_s * 1000, 3), "build_and_first_step_s": round(first, 2),
+           "step_ms": round(step_ms, 3), "build_and_first_step_s": round(first, 2),
            "timed_steps": args.steps, "profiled_steps": args.profile_steps, **doc}
+    # the GPU's idle time per step: host work, launches and data between kernels (0 where streams overlap)
+    doc["gpu_idle_ms_per_step"] = round(max(0.0, step_ms - doc["kernel_ms_per_step"]), 3) if cuda else None
     doc["settings"] = {"device": str(dev), "scale": args.scale, "torch": torch.__version__,
                        "compile_mode": os.environ.get("GPULAB_COMPILE_MODE") or None,
                        "inductor": os.environ.get("GPULAB_INDUCTOR") or None,
@@ -129,6 +165,42 @@ def profile(args) -> dict:
         doc["settings"]["cudnn"] = torch.backends.cudnn.version()
         doc["max_memory_gib"] = round(torch.cuda.max_memory_allocated(dev) / 2**30, 2)
     return doc
+
+
+def table(doc: dict, top: int = 10) -> str:
+    """A short Markdown table of a profile document: groups as shares of the step, categories, top kernels."""
+    cats = doc["categories"]
+    idle = doc.get("gpu_idle_ms_per_step")
+    # on a GPU the shares are of the step (kernels + idle; overlapping streams can only add up to more);
+    # on a CPU of the summed operator time (threads and the profiler make it no part of the step)
+    whole = max(doc["step_ms"], doc["kernel_ms_per_step"]) if idle is not None else doc["kernel_ms_per_step"]
+    whole = whole or 1.0
+    st = doc["settings"]
+    lines = [f"# {doc['workload']} ({doc['variant']}), scale {st['scale']}, {st.get('gpu') or st['device']}, "
+             f"torch {st['torch']}",
+             "",
+             f"{doc['samples_per_s']:,} samples/s at {doc['samples_per_step']:,} a step; step {doc['step_ms']} ms, "
+             f"kernels {doc['kernel_ms_per_step']} ms/step ({doc['profiled_steps']} steps profiled, "
+             f"{doc['timed_steps']} timed); build and first step {doc['build_and_first_step_s']} s",
+             "",
+             "| where the step's time goes | ms/step | share of the "
+             + ("step |" if idle is not None else "operator time (CPU) |"),
+             "|---|---:|---:|"]
+    for group, members in GROUPS:
+        ms = sum(cats[c]["ms_per_step"] for c in members if c in cats)
+        if ms:
+            lines.append(f"| {group} | {ms:.3f} | {100 * ms / whole:.1f} % |")
+    lines.append(f"| GPU idle (host work, launches, data) | {idle:.3f} | {100 * idle / whole:.1f} % |" if idle is not None
+                 else "| GPU idle (host work, launches, data) | not measured (CPU) | |")
+    lines += ["", "| category | ms/step | share of kernel time |", "|---|---:|---:|"]
+    lines += [f"| {c} | {v['ms_per_step']:.3f} | {100 * v['share']:.1f} % |" for c, v in cats.items()]
+    lines += ["", f"| top kernel ({min(top, len(doc['top_kernels']))}) | category | ms/step | calls/step | share |",
+              "|---|---|---:|---:|---:|"]
+    for k in doc["top_kernels"][:top]:
+        name = k["name"].replace("|", "/")[:100]
+        lines.append(f"| `{name}` | {k['category']} | {k['ms_per_step']:.3f} | {k['calls_per_step']:g} | "
+                     f"{100 * k['share']:.1f} % |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
@@ -152,6 +224,7 @@ def main(argv=None) -> int:
                     help="replace settings of the workload's scale for this profile (as tune.py's set=)")
     ap.add_argument("--trace", default=None, help="also write a Chrome trace here")
     ap.add_argument("--out", default=None, help="JSON output (default: stdout only)")
+    ap.add_argument("--table", default=None, help="also write a short Markdown table here")
     args = ap.parse_args(argv)
     if args.workload not in workloads.load():
         print(f"profile_step.py: workload {args.workload!r} is not registered "
@@ -161,6 +234,10 @@ def main(argv=None) -> int:
                         ("--steps", args.steps)):
         if value is not None and value < 1:
             print(f"profile_step.py: {flag} {value}: must be at least 1", file=sys.stderr)
+            return 2
+    for flag, path in (("--out", args.out), ("--table", args.table)):
+        if path and not Path(path).resolve().parent.is_dir():
+            print(f"profile_step.py: {flag} {path}: its folder does not exist", file=sys.stderr)
             return 2
     try:
         args.overrides = base.key_values(args.set or "", "--set")
@@ -187,8 +264,11 @@ def main(argv=None) -> int:
     text = json.dumps(doc, indent=2) + "\n"
     if args.out:
         Path(args.out).write_text(text)
+    if args.table:
+        Path(args.table).write_text(table(doc))
     print(f"[profile] {args.workload} {doc['variant']}: {doc['samples_per_s']:,} samples/s, "
-          f"step {doc['step_ms']} ms, kernels {doc['kernel_ms_per_step']} ms/step", flush=True)
+          f"step {doc['step_ms']} ms, kernels {doc['kernel_ms_per_step']} ms/step, "
+          f"GPU idle {doc['gpu_idle_ms_per_step'] if gpu else 'n/a (CPU)'} ms/step", flush=True)
     for cat, v in doc["categories"].items():
         print(f"[profile]   {cat:<16} {v['ms_per_step']:>9.3f} ms/step  {100 * v['share']:5.1f} %", flush=True)
     return 0

@@ -1,4 +1,4 @@
-"""Throughput of the runner's workloads: the optimized path against a plain compiled model and a plain eager loop.
+"""Throughput of the runner's workloads: its throughput path against a plain compiled model and a plain eager loop.
 
 For each workload, in one invocation on a GPU machine:
 
@@ -14,8 +14,12 @@ For each workload, in one invocation on a GPU machine:
   same batch;
 - ``baseline``: the same model as a plain eager loop (fp32 weights, bf16
   autocast, NCHW, no compile, torch.optim defaults);
-- ``speed_settings``: what the optimized path has beyond the compiled one
-  (``{}``: nothing; the two are then the same program, measured twice);
+- ``speed_settings``: what the optimized path has beyond the compiled one.
+  ``{}`` (ssd, gnmt, transformer and ncf at full scale): the runner's
+  throughput path *is* the plain ``torch.compile``, so there is no
+  "optimized" variant to measure: the row has ``runner_path: "compiled"``,
+  no ``optimized``, ``ratio`` or ``ratio_to_compiled``, and ``--variants
+  optimized`` measures ``compiled`` (once);
 - ``ratio`` = optimized / baseline, ``ratio_to_compiled`` = optimized /
   compiled, ``compiled_ratio`` = compiled / baseline (ratios survive machine
   noise; the three are measured in the same call);
@@ -23,16 +27,17 @@ For each workload, in one invocation on a GPU machine:
   WORKLOAD --mode throughput`` to the end of its first training step, twice:
   ``cold`` (an empty ``--cache-dir``) and ``warm`` (the same cache dir, as the
   second run of a sweep), with that run's own samples/s. These runs come
-  first: the optimized measurement then reuses their compiled graphs (the
-  same step at the same batch) instead of compiling again.
+  first: the measurement of the runner's own path (``runner_path``) then
+  reuses their compiled graphs (the same step at the same batch) instead of
+  compiling again.
 
 Each measurement runs in a child process of its own (a failure or an
 out-of-memory in one does not end the others; its error is recorded).
 ``GPULAB_COMPILE_MODE`` and ``GPULAB_INDUCTOR`` reach only the optimized
 path. Output, rewritten after every measurement: JSON ``{workload: {optimized,
 compiled, baseline, ratio, ratio_to_compiled, compiled_ratio, unit, batch,
-time_to_first_step_s: {cold, warm}, runner_samples_per_s: {cold, warm},
-errors}, "_meta": {...}}``.
+speed_settings, runner_path, time_to_first_step_s: {cold, warm},
+runner_samples_per_s: {cold, warm}, errors}, "_meta": {...}}``.
 
     python benchmarks/throughput.py [--workloads resnet50,ssd,maskrcnn,gnmt,transformer,ncf]
         [--variants optimized,compiled,baseline|none] [--runner-runs all|none|W,W]
@@ -87,6 +92,26 @@ def speed_settings(name: str, scale: str) -> dict:
 
     cfg = workloads.load()[name]["scales"][scale]
     return {k: cfg[k] for k, v in plain_compile_overrides(name, scale).items() if cfg[k] != v}
+
+
+def runner_variant(name: str, scale: str) -> str:
+    """The variant that is the runner's own throughput path: "optimized", or "compiled" where the
+    scale has no speed settings (and no GPULAB_COMPILE_MODE / GPULAB_INDUCTOR override reaches it):
+    then the runner runs a plain torch.compile and that is what it is called."""
+    if speed_settings(name, scale) or any(os.environ.get(k) for k in SPEED_ENV):
+        return "optimized"
+    return "compiled"
+
+
+def variants_for(name: str, scale: str, asked) -> list[str]:
+    """``asked`` in order, "optimized" read as "compiled" where the two are one program (measured once)."""
+    plain = runner_variant(name, scale) == "compiled"
+    out: list[str] = []
+    for v in asked:
+        v = "compiled" if plain and v == "optimized" else v
+        if v not in out:
+            out.append(v)
+    return out
 
 
 def _env(cache: Path | None = None) -> dict:
@@ -262,8 +287,12 @@ def run(args, write=None) -> dict:
             print(f"[bench] {name}: not registered", flush=True)
             continue
         unit = f"{catalogue[name]['sample_unit']}/s"
-        row: dict = {"unit": unit, "speed_settings": speed_settings(name, args.scale), "errors": {}}
+        row: dict = {"unit": unit, "speed_settings": speed_settings(name, args.scale),
+                     "runner_path": runner_variant(name, args.scale), "errors": {}}
         doc[name] = row
+        if row["runner_path"] == "compiled" and name in args.workloads:
+            print(f"[bench] {name}: the runner's throughput path is plain torch.compile (no speed settings): "
+                  "measured once, as 'compiled'", flush=True)
         cache = work / f"runner-cache-{name}"
         if name in args.runner_runs:
             shutil.rmtree(cache, ignore_errors=True)
@@ -283,13 +312,13 @@ def run(args, write=None) -> dict:
                 row["time_to_first_step_s"] = first
                 row["runner_samples_per_s"] = sps
                 write(doc)
-        for variant in args.variants if name in args.workloads else ():
+        for variant in variants_for(name, args.scale, args.variants) if name in args.workloads else ():
             budget = _left(end, args.timeout)
             if budget is None:
                 r = {"error": "not started: deadline"}
             else:
-                # the optimized step is the runner's: it finds its graphs in the runner runs' cache
-                use = cache if variant == "optimized" and cache.is_dir() else bench_cache
+                # the runner's own step finds its graphs in the runner runs' cache
+                use = cache if variant == row["runner_path"] and cache.is_dir() else bench_cache
                 r = run_child(name, variant, device=args.device, scale=args.scale, measure_s=args.measure_seconds,
                               warmup=args.warmup_steps, timeout=budget, cache=use)
             if "error" in r:
@@ -301,8 +330,9 @@ def run(args, write=None) -> dict:
                 row[f"{variant}_detail"] = r
             print(f"[bench] {name} {variant}: {row[variant]} {unit}"
                   + (f" ({row['errors'][variant]})" if variant in row["errors"] else ""), flush=True)
-            row["ratio"] = _ratio(row.get("optimized"), row.get("baseline"))
-            row["ratio_to_compiled"] = _ratio(row.get("optimized"), row.get("compiled"))
+            if row["runner_path"] == "optimized":
+                row["ratio"] = _ratio(row.get("optimized"), row.get("baseline"))
+                row["ratio_to_compiled"] = _ratio(row.get("optimized"), row.get("compiled"))
             row["compiled_ratio"] = _ratio(row.get("compiled"), row.get("baseline"))
             write(doc)
         if not row["errors"]:

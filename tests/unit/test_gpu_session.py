@@ -19,8 +19,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_session.sh"
 WORKLOADS = ("resnet50", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
-PARTS = ("gpu-tests", "maxpool", "gpu-tests-long", "stem", *(f"throughput-{w}" for w in WORKLOADS), "ttfs",
-         "ttfs-shipped", "validate", "nvbandwidth", "tune")
+PARTS = ("gpu-tests", "maxpool", "gpu-tests-long", "stem", *(f"throughput-{w}" for w in WORKLOADS),
+         *(f"ttfs-{w}" for w in WORKLOADS), *(f"profile-{w}" for w in WORKLOADS), "ttfs-shipped", "validate",
+         "nvbandwidth", "tune")
 
 
 def dry_run(*parts: str, env_out: Path) -> subprocess.CompletedProcess:
@@ -53,13 +54,14 @@ def options(argv: list[str]) -> set[str]:
 
 def test_every_part_is_listed_and_nothing_is_written(tmp_path):
     found = commands(tmp_path)
-    assert set(found) == {"gpu-tests", "maxpool", "gpu-tests-long", "stem", "ttfs-cold", "ttfs-warm",
-                          "shipped-pilot", "shipped-second", "validate", "nvbandwidth-build", "nvbandwidth-run",
-                          "validate-burnin", "tune", *(f"throughput-{w}" for w in WORKLOADS)}
+    assert set(found) == {"gpu-tests", "maxpool", "gpu-tests-long", "stem", "shipped-pilot", "shipped-second",
+                          "validate", "nvbandwidth-build", "nvbandwidth-run", "validate-burnin", "tune",
+                          *(f"throughput-{w}" for w in WORKLOADS), *(f"ttfs-{w}-cold" for w in WORKLOADS),
+                          *(f"ttfs-{w}-warm" for w in WORKLOADS), *(f"profile-{w}" for w in WORKLOADS)}
     assert not (tmp_path / "out").exists() and not (tmp_path / "out" / "work").exists()
 
 
-@pytest.mark.parametrize("bad", ["nosuch", "throughput", "throughput-bert"])
+@pytest.mark.parametrize("bad", ["nosuch", "throughput", "throughput-bert", "ttfs", "ttfs-bert", "profile-"])
 def test_an_unknown_part_is_refused_before_anything_runs(tmp_path, bad):
     r = dry_run("gpu-tests", bad, env_out=tmp_path)
     assert r.returncode == 2 and r.stdout == ""
@@ -99,11 +101,34 @@ def test_the_tune_part_searches_ncf_small_on_this_machine_into_work(tmp_path):
     assert "--scale tiny --seeds 2 --trials 2 --name tune-ncf-tiny-gpu --inventory inventory/local.yml\n" in r.stdout
 
 
+def test_first_steps_and_profiles_of_every_workload(tmp_path):
+    """ttfs-W: a cold and a warm full-scale runner run of W with one cache; profile-W: profile_step.py of W at full
+    scale reading that cache, writing its JSON and table into the session's work folder (the archive)."""
+    found = commands(tmp_path)
+    work = str(tmp_path / "out" / "work")
+    for w in WORKLOADS:
+        cold, warm = found[f"ttfs-{w}-cold"], found[f"ttfs-{w}-warm"]
+        for argv in (cold, warm):
+            assert argv[argv.index("run") + 1] == w and argv[argv.index("--scale") + 1] == "full"
+            assert argv[argv.index("--cache-dir") + 1] == f"{work}/ttfs-cache-{w}"
+        assert cold[cold.index("--out") + 1] != warm[warm.index("--out") + 1]
+        prof = found[f"profile-{w}"]
+        assert f"TORCHINDUCTOR_CACHE_DIR={work}/ttfs-cache-{w}/inductor" in prof
+        assert prof[prof.index("benchmarks/profile_step.py") + 1] == w
+        assert prof[prof.index("--table") + 1] == f"{work}/profile-{w}.md"
+        assert prof[prof.index("--out") + 1] == f"{work}/profile-{w}.json"
+    # the planned call of issue 47: four workloads' first steps and profiles within one call's budget
+    r = dry_run(*(f"{p}-{w}" for w in ("ncf", "gnmt", "transformer", "ssd") for p in ("ttfs", "profile")),
+                env_out=tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    assert [ln.split(" ")[0] for ln in r.stdout.splitlines()[1:]] == [
+        n for w in ("ncf", "gnmt", "transformer", "ssd") for n in (f"ttfs-{w}-cold", f"ttfs-{w}-warm", f"profile-{w}")]
+
+
 @pytest.mark.slow
 def test_the_options_each_command_uses_exist(tmp_path):
     found = commands(tmp_path)
     python = [c[c.index("python3"):] for c in found.values() if "python3" in c]
-    assert len(python) == 17
     for argv in python:
         argv = argv[1:]
         if argv[:2] == ["-m", "pytest"]:
