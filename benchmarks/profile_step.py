@@ -176,12 +176,12 @@ def table(doc: dict, top: int = 10) -> str:
     whole = max(doc["step_ms"], doc["kernel_ms_per_step"]) if idle is not None else doc["kernel_ms_per_step"]
     whole = whole or 1.0
     st = doc["settings"]
-    lines = [f"# {doc['workload']} ({doc['variant']}), scale {st['scale']}, {st.get('gpu') or st['device']}, "
-             f"torch {st['torch']}",
+    lines = [(f"# {doc['workload']} ({doc['variant']}), scale {st['scale']}, {st.get('gpu') or st['device']}, "
+              f"torch {st['torch']}"),
              "",
-             f"{doc['samples_per_s']:,} samples/s at {doc['samples_per_step']:,} a step; step {doc['step_ms']} ms, "
-             f"kernels {doc['kernel_ms_per_step']} ms/step ({doc['profiled_steps']} steps profiled, "
-             f"{doc['timed_steps']} timed); build and first step {doc['build_and_first_step_s']} s",
+             (f"{doc['samples_per_s']:,} samples/s at {doc['samples_per_step']:,} a step; step {doc['step_ms']} ms, "
+              f"kernels {doc['kernel_ms_per_step']} ms/step ({doc['profiled_steps']} steps profiled, "
+              f"{doc['timed_steps']} timed); build and first step {doc['build_and_first_step_s']} s"),
              "",
              "| where the step's time goes | ms/step | share of the "
              + ("step |" if idle is not None else "operator time (CPU) |"),

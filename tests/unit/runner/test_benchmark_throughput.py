@@ -161,8 +161,8 @@ def test_profile_categories_and_table_of_gpu_kernel_names():
                                         (["ncf", "--batch", "0"], "--batch 0: must be at least 1"),
                                         (["ncf", "--set", "bogus=1"], "setting 'bogus': the tiny scale of ncf"),
                                         (["ncf", "--set", "nokey"], "--set: 'nokey' is not key=value"),
-                                        (["ncf", "--table", "/nonexistent/t.md"], "--table /nonexistent/t.md: its "
-                                         "folder does not exist")])
+                                        (["ncf", "--table", "/nonexistent/t.md"],
+                                         "--table /nonexistent/t.md: its folder does not exist")])
 def test_profile_step_bad_input_is_one_line_exit_2(tmp_path, argv, says):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_step.py"), *argv, "--device", "cpu",
                         "--out", str(tmp_path / "p.json")],
