@@ -32,7 +32,7 @@
 #                   its time to the first step and its "compile caches" line (550 s)         issue 33
 #   validate        `invoke validate --level standard --inventory inventory/local.yml` with its JSON and HTML (300 s)
 #                                                                                             issue 29
-#   nvbandwidth     builds nvbandwidth from the source carried in .src/nvbandwidth (cmake; Boost from .src/boost-debs where the machine has none) and runs
+#   nvbandwidth     builds nvbandwidth from the source carried in .src/nvbandwidth (cmake; Boost from .src/boost-debs where the machine has no Boost.Program_options CMake package) and runs
 #                   it with -j; then `validate --level burn-in` finds it in GPULAB_TOOLS_DIR (400 s) issue 29
 #   tune            `invoke tune ncf --scale small` on this machine's GPU (inventory/local.yml: localhost, no SSH),
 #                   3 seeds a trial, the first trial the reference recipe (workloads.yml), the study in SQLite
@@ -241,11 +241,14 @@ part() {
         if [ "$DRY" = 0 ] && [ ! -f "$src/CMakeLists.txt" ]; then
             say "nvbandwidth: not run: carry its release source in $src (benchmarks/gpu_wheels.sh --nvbandwidth)"; return 0
         fi
-        local boost="" libs=""   # nvbandwidth links Boost.Program_options: the machine's, else the carried debs
-        if [ "$DRY" = 0 ] && [ ! -e /usr/include/boost/program_options.hpp ]; then
+        # nvbandwidth links Boost.Program_options statically: the machine's where its CMake package is there, else
+        # the carried debs. Boost's headers alone are not enough: the H100 of 2026-12-06 had Boost 1.83's headers and
+        # BoostConfig.cmake but no boost_program_options package, and CMake 4 (no FindBoost) stopped there.
+        local boost="" libs=""
+        if [ "$DRY" = 0 ] && ! ls -d /usr/lib/*/cmake/boost_program_options-*/ > /dev/null 2>&1; then
             if ls .src/boost-debs/*.deb > /dev/null 2>&1; then
                 for d in .src/boost-debs/*.deb; do dpkg -x "$d" "$WORK/boost"; done
-                boost="-DBOOST_ROOT=$WORK/boost/usr -DBoost_NO_SYSTEM_PATHS=ON"
+                boost="-DBoost_DIR=$(echo "$WORK"/boost/usr/lib/x86_64-linux-gnu/cmake/Boost-*) -DBoost_NO_SYSTEM_PATHS=ON"
                 libs=$WORK/boost/usr/lib/x86_64-linux-gnu
             else say "nvbandwidth: not run: no Boost.Program_options headers (carry the debs in .src/boost-debs)"
                  return 0; fi
