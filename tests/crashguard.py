@@ -221,7 +221,10 @@ def supervise(args: list[str], cwd: str, maxfail: int = 0, processes: int = 1, x
                 # threads on 2 cores leave OpenMP threads spinning for descheduled peers
                 from runner.launch import cpu_threads_per_process
                 env = {sharing.CLAIMS: str(claims),
-                       "OMP_NUM_THREADS": str(cpu_threads_per_process(os.environ.get("OMP_NUM_THREADS"), processes))}
+                       "OMP_NUM_THREADS": str(cpu_threads_per_process(os.environ.get("OMP_NUM_THREADS"), processes)),
+                       # Hypothesis's cache (.hypothesis/ in the working folder) not in a checkout a test watches
+                       "HYPOTHESIS_STORAGE_DIRECTORY": os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY")
+                       or str(Path(tmp, "hypothesis"))}
             slots = [_Slot(n, args, cwd, tmp, maxfail, {**env, sharing.SLOT: str(n)} if shared else {}, shared, xml)
                      for n in range(1, processes + 1)]
             if not shared:

@@ -6,8 +6,10 @@ empty file named after it in a folder the guard gives, created with O_EXCL) runs
 file, so module fixtures are made once and a file's tests keep their order. The test lab's files
 (a test that uses the ``testlab``, ``testlab_images`` or ``slurmlab`` fixture or is marked ``lab``)
 are claimed by process 1 alone, first: no two labs (network namespaces, SSH hosts, Ansible runs) are
-built at once and the lab walks never compete with each other for the cores; process 1 takes
-ordinary files once the lab's are done. A process started again after a crash (the guard's
+built at once and the lab walks never compete with each other for the cores. Files marked
+``checkout`` (they compare the whole checkout before and after) are process 1's too, after the
+lab's: the lab's tests write artifacts/ and results/ into the checkout, never beside them.
+Process 1 takes ordinary files once its own are done. A process started again after a crash (the guard's
 resume) first finishes the files its process number had claimed. Each process writes its own JUnit
 XML (``--junitxml``); the guard merges them into the file asked for (``merge_junit``).
 """
@@ -31,6 +33,10 @@ def is_lab(item) -> bool:
     """A test of the SSH test lab: it uses the lab's fixtures (directly or through another fixture) or is
     marked ``lab``."""
     return item.get_closest_marker("lab") is not None or bool(LAB_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+def watches_checkout(item) -> bool:
+    return item.get_closest_marker("checkout") is not None
 
 
 def file_of(item) -> str:
@@ -63,11 +69,13 @@ class Sharer:
 
     def order(self, files: dict[str, list]) -> list[str]:
         """The files this process asks for, in order: those its number already holds (a resumed process),
-        then for process 1 the lab's files and then the others, for the others the others."""
+        then for process 1 the lab's files, those that watch the checkout and then the others, for the
+        others the others."""
         lab = [k for k, items in files.items() if any(is_lab(i) for i in items)]
-        rest = [k for k in files if k not in lab]
+        watch = [k for k, items in files.items() if k not in lab and any(watches_checkout(i) for i in items)]
+        rest = [k for k in files if k not in lab and k not in watch]
         held = [k for k in files if self.owner(k) == self.slot]
-        wanted = (lab + rest) if self.slot == 1 else rest
+        wanted = (lab + watch + rest) if self.slot == 1 else rest
         return held + [k for k in wanted if k not in held]
 
     @pytest.hookimpl(tryfirst=True)

@@ -147,19 +147,21 @@ LAB = '''
 import pytest
 from pathlib import Path
 
-@pytest.mark.lab
-def test_lab(request):
-    Path("lab-slot").write_text(str(request.config.pluginmanager.get_plugin("gpulab-crashguard-sharer").slot))
+@pytest.mark.MARK
+def test_pinned(request):
+    Path("MARK-slot").write_text(str(request.config.pluginmanager.get_plugin("gpulab-crashguard-sharer").slot))
 '''
 
 
 def test_two_processes_share_the_files_and_a_crash_is_still_one_failed_test(tmp_path):
     """--processes 2: every test runs once, a file's tests in one process (its module fixture made once), the lab's
-    file in process 1; an abort is one failed test; one closing line and one JUnit XML for the whole session."""
+    file and the one marked checkout in process 1; an abort is one failed test; one closing line and one JUnit XML
+    for the whole session."""
     files = {f"test_s{i}.py": SHARED.replace("CRASH", "os.abort() if x == 1 else None" if i == 2 else "")
              for i in range(1, 6)}
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers = lab: the test lab\n")
-    r = session(tmp_path, {**files, "test_lab.py": LAB}, "--processes", "2", "--junitxml", "out.xml")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    lab: the test lab\n    checkout: watches it\n")
+    pinned = {"test_lab.py": LAB.replace("MARK", "lab"), "test_watch.py": LAB.replace("MARK", "checkout")}
+    r = session(tmp_path, {**files, **pinned}, "--processes", "2", "--junitxml", "out.xml")
     out = r.stdout
     assert r.returncode == 1, out + r.stderr
     ran = (tmp_path / "ran.txt").read_text().split("\n")[:-1]
@@ -171,14 +173,17 @@ def test_two_processes_share_the_files_and_a_crash_is_still_one_failed_test(tmp_
     assert all(len(p) == 1 for name, p in pids.items() if name != "test_s2"), pids  # s2 resumes in a new process
     made = (tmp_path / "made.txt").read_text().split()
     assert sorted(made) == sorted([f"test_s{i}" for i in range(1, 6)] + ["test_s2"]), made
-    assert (tmp_path / "lab-slot").read_text() == "1"
+    assert (tmp_path / "lab-slot").read_text() == (tmp_path / "checkout-slot").read_text() == "1"
     assert "FAILED test_s2.py::test_t[1] - killed by SIGABRT" in out
     closing = out.strip().splitlines()[-1]
-    assert "1 failed, 15 passed in " in closing and "(2 processes)" in closing, out
+    assert "1 failed, 16 passed in " in closing and "(2 processes)" in closing, out
     assert all(line.startswith(("[1] ", "[2] ")) for line in out.splitlines()[:5]), out
     suite = ET.parse(tmp_path / "out.xml").getroot().find("testsuite")
-    assert int(suite.get("tests")) >= 14 and not list(tmp_path.glob("out.xml.*")), suite.attrib
+    # the children that ended wrote theirs (a crashed one writes none), merged into one file and its counts
+    cases = suite.findall("testcase")
+    assert int(suite.get("tests")) == len(cases) >= 1 and not list(tmp_path.glob("out.xml.*")), suite.attrib
+    assert {c.get("classname") for c in cases} <= {f"test_s{i}" for i in range(1, 6)} | {"test_lab", "test_watch"}
     r = session(tmp_path, {f"test_s{i}.py": "def test_ok():\n    pass\n" for i in range(1, 6)}, "--processes", "2")
-    assert r.returncode == 0 and "6 passed in " in r.stdout.strip().splitlines()[-1], r.stdout
+    assert r.returncode == 0 and "7 passed in " in r.stdout.strip().splitlines()[-1], r.stdout
     r = session(tmp_path, {}, "--processes", "0")
     assert r.returncode == 4 and "'0' is not a number of processes from 1 to 16" in r.stderr, r.stderr

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.checkout  # git status of the whole checkout (tests/sharing.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # bad values by kind; FILES are made by the fixture (a FIFO, a binary file, a folder, ...)

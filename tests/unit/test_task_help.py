@@ -29,6 +29,9 @@ import invoke.main
 from invoke import Program
 from invoke.main import program as first
 
+pytestmark = pytest.mark.checkout  # git status of the whole checkout (tests/sharing.py)
+
+
 def run(argv):
     p = Program(version=first.version, binary=first._binary, binary_names=first._binary_names)
     invoke.main.program = p
