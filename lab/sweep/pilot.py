@@ -10,8 +10,9 @@ collected the pilot's artifacts (``ready``: the others load them), or when the p
 without any, failed, lost its host, or passed ``wait_s`` after its start (``released``: each host
 compiles for itself, as without a pilot). ``wait_s`` 0 turns the whole rule off.
 
-``pick`` is the rule, plain data in and out; ``Pilots`` holds the groups for the sweep's threads
-(lab.sweep.unitworker); ``simulate`` replays a plan with equal run times for ``invoke sweep --dry-run``.
+``pick`` is the rule, plain data in and out (``claim``: the same rule for a unit that submits its runs
+to Slurm in batches); ``Pilots`` holds the groups for the sweep's threads (lab.sweep.unitworker,
+lab.sweep.slurmworker); ``simulate`` replays a plan with equal run times for ``invoke sweep --dry-run``.
 Runs on the CPU have no group: the runner compiles only on GPUs (runner/README "Compiled kernels").
 """
 
@@ -123,6 +124,22 @@ def start(groups: dict, unit: str, key, role: str, now: float, wait_s: float) ->
         g.state, g.why = "released", f"no artifacts from {g.pilot} within {wait_s:g} s"
 
 
+def claim(unit: str, keys: list, groups: dict, now: float, wait_s: float) -> tuple[list[tuple[int, str]], Pick]:
+    """What a unit that hands all its runs to a scheduler at once (the Slurm backend) may submit now:
+    ``pick``'s rule run by run until it says wait, each pick recorded (``start``). Returns the (index,
+    role) pairs to submit, in plan order, and the last pick (its ``wake`` and ``waiting_on`` when runs are
+    left waiting for another unit's pilot)."""
+    left, go = list(range(len(keys))), []
+    while left:
+        p = pick(unit, [keys[i] for i in left], groups, now, wait_s)
+        if p.index is None:
+            return sorted(go), p
+        i = left.pop(p.index)
+        start(groups, unit, keys[i], p.role, now, wait_s)
+        go.append((i, p.role))
+    return sorted(go), Pick(None)
+
+
 def artifacts(groups: dict, key) -> None:
     """The controller holds ``key``'s artifacts: the group's waiting units may start, warm."""
     g = groups.setdefault(key, Group())
@@ -164,6 +181,11 @@ class Pilots:
                     told = p.waiting_on
                 self.cv.wait(timeout=max(0.05, min(1.0, p.wake - now)))
             return None
+
+    def claim(self, unit: str, keys: list) -> tuple[list[tuple[int, str]], Pick]:
+        """``claim`` on the sweep's groups, without blocking (the Slurm backend polls its queue anyway)."""
+        with self.cv:
+            return claim(unit, keys, self.groups, self.clock(), self.wait_s)
 
     def pilots(self, unit: str, key) -> bool:
         with self.cv:

@@ -11,6 +11,13 @@ endpoint taken from Slurm's ``SLURM_NODEID``, ``SLURM_NNODES`` and the job's fir
 directories are fetched back over SSH and checked exactly as the SSH backend does (UnitWorker._collect),
 so collect, report and the history do not know which backend ran a unit.
 
+Compile once, then fan out (lab.sweep.pilot) holds here too: a unit submits at once the runs the rule
+lets go (runs of groups it pilots, of groups whose artifacts the sweep holds, of no group); a run of a
+group another unit pilots is held back on the controller, not in Slurm, until the controller has pulled
+that pilot's artifacts (pushed to the unit's hosts right before its next array is submitted), or the
+pilot ended without them or passed ``pilot_wait_s``. (A Slurm dependency could order the jobs but not
+carry the artifacts from one host to the other: the controller does that between the two.)
+
 sweep.json records each run's ``slurm_job`` (``<array job id>_<task>``). On resume, a task Slurm still
 runs is waited for, a finished one is collected, and only a run that never ran is submitted again.
 Ctrl-C cancels the jobs this sweep submitted (``scancel`` of their ids) and nothing else. A task that
@@ -28,6 +35,7 @@ from dataclasses import dataclass
 
 from lab.core.errors import GpulabError, HostError
 from lab.hosts import slurm
+from lab.sweep import compiled, pilot
 from lab.sweep.plan import PlannedRun, TOKEN_VAR, utcnow
 from lab.sweep.hostrun import run_state
 from lab.sweep.unitworker import Node, UnitWorker
@@ -57,9 +65,12 @@ def node_name(node: Node) -> str:
 class SlurmUnitWorker(UnitWorker):
     """A unit's runs as Slurm array jobs (see the module docstring); the same callable as UnitWorker."""
 
-    def __init__(self, *args, slurm_settings: SlurmSettings | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.seat = None   # Slurm orders the tasks; compiled artifacts are still pushed and pulled
+    def __init__(self, sweep, nodes, runs, settings, progress, stop, pilots: pilot.Pilots | None = None, memory=None,
+                 held=None, slurm_settings: SlurmSettings | None = None):
+        super().__init__(sweep, nodes, runs, settings, progress, stop, None, memory, held)
+        self.pilots = pilots     # compile once, then fan out: claimed in batches (lab.sweep.pilot.claim)
+        self.piloting: dict = {}  # compile group -> the run of this unit that compiles it for the others
+        self._told: tuple = ()    # the pilots this unit last said it waits for
         self.ss = slurm_settings or SlurmSettings()
         self.jobs: set[str] = set()
 
@@ -69,16 +80,16 @@ class SlurmUnitWorker(UnitWorker):
             todo = [r for r in self.runs if r.state != "complete"]
             watched = self._adopt_all(todo)
             fresh = [r for r in todo if r not in watched and r.state != "failed"]
-            if fresh and not self.stop.is_set():
-                watched += self._submit(fresh)
-            self._watch_all(watched)
+            self._watch_all(watched, fresh)
             self.progress.unit_done(self.unit, "interrupted" if self.stop.is_set() else "done")
         except GpulabError as exc:
+            self._pilots_gone(f"slurm: {exc.message}")
             for run in self.runs:
                 if run.state in ("running", "planned"):
                     self._end(run, "failed", f"slurm: {exc.message}")
             self.progress.unit_done(self.unit, "failed")
         except Exception as exc:  # never lose the state to a bug in one thread
+            self._pilots_gone("controller error")
             self._fail_running(exc)
             raise
         finally:
@@ -187,15 +198,78 @@ class SlurmUnitWorker(UnitWorker):
             submitted += group
         return submitted
 
+    # -- compile once, then fan out ------------------------------------------------
+    def _claim(self, waiting: list[PlannedRun]) -> list[PlannedRun]:
+        """The waiting runs that may be submitted now (lab.sweep.pilot's rule): a run of a group nobody
+        started (this unit pilots it: its first run of the group compiles it for every unit), of a group
+        whose artifacts the sweep holds or that was released, or of no group. A run of a group another
+        unit pilots waits until the controller holds that pilot's artifacts (they are pushed to this
+        unit's hosts right before its array is submitted) or the pilot ended or passed pilot_wait_s."""
+        if self.pilots is None:
+            return list(waiting)
+        keys = [pilot.key_of(r, self.nodes[0].host, self.pilots.cpu) for r in waiting]
+        go, last = self.pilots.claim(self.unit, keys)
+        for i, role in go:
+            if role == "pilot":
+                self.piloting[keys[i]] = waiting[i]
+                self.progress.print(f"  [{self.unit}] {waiting[i].run_id}{pilot.NOTE['pilot']}")
+        if last.waiting_on and last.waiting_on != self._told:
+            self._told = last.waiting_on
+            on = "; ".join(f"{k.label()} from {u}" for k, u in last.waiting_on)
+            self.progress.status(self.unit, f"waiting for compiled artifacts: {on}")
+        return [waiting[i] for i, _ in go]
+
+    def _check_pilots(self, ended: PlannedRun | None = None) -> None:
+        """Pull this unit's new artifacts; a group the sweep now holds lets its waiting units go. A pilot
+        run that ended (``ended``) without them releases its group (the others compile for themselves)."""
+        if not self.piloting:
+            return
+        if ended is None:
+            self._share_compiled("pull")
+        for key, run in list(self.piloting.items()):
+            if compiled.held(self.sweep.root, key):
+                self.pilots.artifacts(key)
+                del self.piloting[key]
+            elif run is ended:
+                self.pilots.ended(self.unit, key, f"the pilot's run left no artifacts ({run.run_id} {run.state}: "
+                                  f"{run.reason})")
+                del self.piloting[key]
+
+    def _pilots_gone(self, why: str) -> None:
+        """This unit stops: the groups it pilots are released at once (nobody waits out pilot_wait_s)."""
+        for key in list(self.piloting):
+            self.pilots.ended(self.unit, key, why)
+        self.piloting = {}
+
     # -- watching -------------------------------------------------------------
-    def _watch_all(self, runs: list[PlannedRun]) -> None:
+    def _watch_all(self, runs: list[PlannedRun], waiting: list[PlannedRun] = ()) -> None:
+        """Submit what may go (the pilot rule), then follow every task until it ends; runs that wait for
+        another unit's pilot are submitted as soon as they may (a later array of this unit)."""
         pending = {r.slurm_job: r for r in runs}
+        waiting = list(waiting)
         started = {}
         done_count = 0
-        while pending:
+        total = len(runs) + len(waiting)
+        next_check = time.monotonic() + pilot.CHECK_S
+        while pending or waiting:
             if self.stop.is_set():
+                self._pilots_gone("interrupted (Ctrl-C)")
                 self._interrupt(list(pending.values()))
                 return
+            go = self._claim(waiting) if waiting else []
+            if go:
+                waiting = [r for r in waiting if r not in go]
+                submitted = self._submit(go)
+                pending.update({r.slurm_job: r for r in submitted})
+                for run in go:
+                    if run not in submitted:   # not submitted (no room on a host): ended there
+                        done_count += 1
+                        self._check_pilots(ended=run)
+                        self.progress.run_ended(self.unit, run)
+            if not pending:
+                if waiting:
+                    time.sleep(self.ss.poll_s)
+                continue
             try:
                 known = slurm.tasks(sorted(self.jobs))
                 drained = {n for n, node in slurm.nodes().items() if node.drained}
@@ -210,7 +284,7 @@ class SlurmUnitWorker(UnitWorker):
                     if task.state == "RUNNING" and key not in started:
                         started[key] = time.monotonic()
                         run.reason = f"running in Slurm (job {key} on {task.nodes})"
-                        self.progress.run_started(self.unit, done_count + 1, len(runs), run.run_id, "")
+                        self.progress.run_started(self.unit, done_count + 1, total, run.run_id, "")
                     if task.state == "PENDING":
                         mine = [node_name(n) for n in self.nodes]
                         gone = [n for n in mine if n in drained]
@@ -220,13 +294,18 @@ class SlurmUnitWorker(UnitWorker):
                                       f"({reasons.get(gone[0]) or 'no reason'})")
                             del pending[key]
                             done_count += 1
+                            self._check_pilots(ended=run)
                             self.progress.run_ended(self.unit, run)
                     continue
                 del pending[key]
                 done_count += 1
                 self._finish(run, task, time.monotonic() - started.get(key, time.monotonic()))
+                self._check_pilots(ended=run)   # _finish pulled the host's artifacts with the run
                 self.progress.run_ended(self.unit, run)
-            if pending:
+            if self.piloting and started and time.monotonic() >= next_check:
+                self._check_pilots()   # the pilot's artifacts, once written, release the group's other units
+                next_check = time.monotonic() + pilot.CHECK_S
+            if pending or waiting:
                 time.sleep(self.ss.poll_s)
 
     def _finish(self, run: PlannedRun, task, elapsed: float) -> None:

@@ -181,3 +181,41 @@ def test_a_cpu_run_asks_the_runner_to_compile_only_when_the_sweep_says_so(tmp_pa
     assert "--compile" not in w._args(cpu, w.nodes[0], 0)
     w.settings = Settings(compile_cpu=1)
     assert "--compile" in w._args(cpu, w.nodes[0], 0) and "--compile" not in w._args(gpu, w.nodes[0], 0)
+
+
+def test_slurm_units_submit_a_groups_runs_after_its_pilots_artifacts(tmp_path):
+    """The Slurm backend keeps the pilot rule: b's run of the group a pilots is held back (not submitted)
+    until the controller pulled a's artifacts; a pilot run that ends without any releases its group."""
+    from lab.sweep import pilot
+    from lab.sweep.plan import PlannedRun
+    from lab.sweep.slurmworker import SlurmUnitWorker
+    from lab.sweep.state import Sweep
+
+    sweep = Sweep.open(tmp_path / "results" / "S", "S", [], {})
+    pilots = pilot.Pilots(wait_s=600)
+
+    def slurm_worker(name):
+        w = _worker(tmp_path, sweep, name)
+        w.progress.print = lambda line: w.progress.lines.append((name, line))
+        return SlurmUnitWorker(sweep, w.nodes, [], w.settings, w.progress, w.stop, pilots)
+    a, b = slurm_worker("a"), slurm_worker("b")
+    ra, rb = PlannedRun("a", "resnet50", 1, 1, scale="full"), PlannedRun("b", "resnet50", 1, 1, scale="full")
+    other = PlannedRun("b", "ssd", 1, 1, scale="full")
+    assert a._claim([ra]) == [ra] and ("a", "  [a] resnet50-ttt-full-1gpu-s1 (pilot: compiles it for the hosts "
+                                            "of its GPU model and stack)") in a.progress.lines
+    assert b._claim([rb, other]) == [other]            # b pilots ssd meanwhile; resnet50 waits for a
+    assert ("b", "waiting for compiled artifacts: resnet50 full ttt 1 GPU on NVIDIA H200 (current) from a") \
+        in b.progress.lines
+    a._check_pilots()                                   # nothing written yet on a: b keeps waiting
+    assert b._claim([rb]) == []
+    name = "resnet50.full.ttt.bf16.x1.NVIDIA_H200.torch2.11.bin"
+    _write(tmp_path / "a", name, b"graphs")
+    a._check_pilots()                                   # pulled: the group is ready, b's run may go
+    assert a.piloting == {} and b._claim([rb]) == [rb]
+    b._share_compiled("push")                           # what _submit does right before sbatch
+    assert (tmp_path / "b" / "cache" / "artifacts" / name).read_bytes() == b"graphs"
+
+    # b's ssd pilot ends without artifacts: a's ssd run goes at once and compiles for itself
+    other.state, other.reason = "failed", "run failed"
+    b._check_pilots(ended=other)
+    assert b.piloting == {} and a._claim([PlannedRun("a", "ssd", 1, 1, scale="full")])[0].workload == "ssd"

@@ -141,3 +141,17 @@ def test_cpu_runs_compile_and_have_pilots_when_the_sweep_says_so(tmp_path):
     (store / "ncf.tiny.throughput.fp32.x1.cpu.torch2.13.0+cpu.nocuda.bin").write_bytes(b"x")
     assert pilot.for_sweep(tmp_path, [run], {"a": host}, Settings(compile_cpu=1)).groups[k].state == "ready"
     assert pilot.for_sweep(tmp_path, [run], {"a": host}, Settings()).groups == {}
+
+
+def test_a_unit_that_submits_in_batches_claims_what_may_go_and_waits_for_the_rest():
+    """pilot.claim (the Slurm backend): pick's rule run by run, for units that submit several runs at once."""
+    groups: dict = {}
+    go, last = pilot.claim("a", [K[0], None, K[0], K[1]], groups, 0.0, 600)
+    assert go == [(0, "pilot"), (1, "plain"), (2, "cold"), (3, "pilot")] and last.index is None and not last.waiting_on
+    go, last = pilot.claim("b", [K[0], K[2], None], groups, 1.0, 600)   # K[0]: a pilots it; K[2]: nobody yet
+    assert go == [(1, "pilot"), (2, "plain")] and last.waiting_on == ((K[0], "a"),) and last.wake == 600.0
+    assert pilot.claim("b", [K[0]], groups, 2.0, 600)[0] == []                      # still piloting: wait
+    pilot.artifacts(groups, K[0])
+    assert pilot.claim("b", [K[0]], groups, 3.0, 600)[0] == [(0, "warm")]         # the artifacts: go, warm
+    assert pilot.claim("c", [K[1]], groups, 700.0, 600)[0] == [(0, "cold")]       # a's K[1] past the wait
+    assert pilot.claim("d", [K[0], K[1]], {}, 0.0, 0)[0] == [(0, "plain"), (1, "plain")]   # the rule off
