@@ -52,10 +52,10 @@ def _changes_hosts(c, inventory, task: str) -> None:
     """Provisioning and data preparation change the hosts: on the embedded default (this machine, used because
     no inventory was named) they ask for the inventory to be named, so that a README line run as it stands
     never installs a stack on the machine it was typed on."""
-    from lab.core import config
+    from lab.core import program
     from lab.core.errors import ConfigError
 
-    if inventory is None and not config.user_set(c.config, "inventory"):
+    if inventory is None and not program.user_set(c.config, "inventory"):
         default = setting(c, "inventory")
         raise ConfigError(f"{task} changes the hosts it runs on, and no inventory was named (the default, {default}, "
                           f"is this machine): name it, `invoke {task} --inventory {default}` to change this machine, "

@@ -4,9 +4,9 @@
 collection level, below every file and variable a user or a lab sets
 (/etc/invoke.yaml, ~/.invoke.yaml, a project-level invoke.yaml, then
 ``INVOKE_GPULAB_*``, ``invoke -f FILE`` and the command line, Invoke's own
-order). ``layer_problem`` checks each layer's section before Invoke merges
+order). ``check_layer`` checks each layer's section before Invoke merges
 them (a list where the defaults hold a mapping would end Invoke's merge in a
-traceback); ``check`` validates the merged section against
+traceback; lab.core.program finds the layers); ``check`` validates the merged section against
 lab/schemas/config.schema.json once, when a task starts (an unknown key or a wrong
 type is one line naming ``gpulab.<key>``, exit 2); ``env_section`` reads the
 ``INVOKE_GPULAB_*`` variables in Invoke's place, typed by the schema rather
@@ -31,9 +31,6 @@ from lab.core.errors import ConfigError, excerpt
 WHERE = "~/.invoke.yaml, invoke.yaml, invoke -f FILE or INVOKE_GPULAB_*"
 ENV_PREFIX = "INVOKE_"
 SETTINGS = Path(__file__).resolve().parents[1] / "data" / "settings.yml"
-# Invoke's file layers, lowest first (invoke.config.Config.merge): attribute and what the user knows it as
-FILE_LAYERS = (("system", "/etc/invoke.yaml"), ("user", "~/.invoke.yaml"), ("project", "invoke.yaml"),
-               ("runtime", "invoke -f FILE"))
 
 
 def defaults() -> dict:
@@ -54,33 +51,10 @@ def _checked(data, source: str):
     return data
 
 
-def layer_problem(cfg) -> str | None:
-    """The first Invoke layer whose ``gpulab:`` section does not fit the schema, as one line; None if all fit.
-
-    ``cfg`` is an invoke Config; each file layer is checked on its own, before
-    Invoke merges them, so that the line names the file."""
-    for attr, known_as in FILE_LAYERS:
-        data = getattr(cfg, f"_{attr}", None)
-        if not isinstance(data, Mapping) or "gpulab" not in data:
-            continue
-        path = getattr(cfg, f"_{attr}_path", None) or known_as
-        try:
-            _checked(plain(data["gpulab"]), str(path))
-        except ConfigError as exc:
-            return exc.message
-    return None
-
-
-def user_set(cfg, key: str) -> bool:
-    """Whether a layer above gpulab's defaults (a file of FILE_LAYERS, an INVOKE_GPULAB_* variable, overrides)
-    sets ``gpulab.<key>`` (dotted), whatever its value."""
-    for attr in (*(a for a, _ in FILE_LAYERS), "env", "overrides"):
-        node = getattr(cfg, f"_{attr}", None)
-        for part in ("gpulab", *key.split(".")):
-            node = node.get(part) if isinstance(node, Mapping) else None
-        if node is not None:
-            return True
-    return False
+def check_layer(section, where: str) -> None:
+    """ConfigError naming the first key of one layer's ``gpulab:`` section (``where``: its file) that does not fit
+    the schema."""
+    _checked(plain(section), where)
 
 
 def plain(node):

@@ -31,7 +31,7 @@ Beyond Invoke's documented API this module relies on (RELIES_ON below, each held
 by tests/unit/test_invoke_program.py; pyproject pins the Invoke releases it was
 checked with): ``invoke.main.program``, assigning ``__class__``, the Config's
 ``_config`` and ``_set`` (as Invoke's own load_shell_env uses them), its
-per-suffix loaders ``_load_yaml``/``_load_yml``/``_load_json``/``_load_py``, the
+layers' data and files (``_user``, ``_user_path``, ...: ``layers``), its per-suffix loaders ``_load_yaml``/``_load_yml``/``_load_json``/``_load_py``, the
 core ``help`` argument's value, and ParseError's ``context``.
 """
 
@@ -40,6 +40,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from collections.abc import Mapping
 
 from invoke import Config, Exit, Program
 from invoke.config import AmbiguousMergeError
@@ -59,6 +60,7 @@ RELIES_ON = {
     "Program.run": "calls parse_tasks, parse_cleanup, update_config and execute on self after loading tasks.py",
     "Config._config, Config._set(_env=...)": "the merged data and the environment layer (Invoke's load_shell_env)",
     "Config._load_yaml/_load_yml/_load_json/_load_py(path)": "the loader of each config file, by suffix",
+    "Config._<layer> and Config._<file layer>_path": "each layer's data and file, as Config.merge reads them",
     "Program.core[0].args['help']": "the core --help value parse_cleanup prints a task's help from",
     "ParseError.context": "the task context a parse error happened in",
 }
@@ -86,6 +88,42 @@ def _file_loaded(load, path):
     return data
 
 
+# Invoke's layers above the collection's, lowest first (Config.merge): name, what a user knows it as (files)
+LAYERS = (("system", "/etc/invoke.yaml"), ("user", "~/.invoke.yaml"), ("project", "invoke.yaml"), ("env", None),
+          ("runtime", "invoke -f FILE"), ("overrides", None))
+
+
+def layers(cfg: Config) -> list[tuple[str, str, object]]:
+    """``cfg``'s layers above gpulab's defaults, lowest first: (name, its file or what it is known as, its data)."""
+    found = vars(cfg)   # Config keeps its layers as real attributes, not settings
+    return [(name, str(found.get(f"_{name}_path") or known_as or name), found.get(f"_{name}"))
+            for name, known_as in LAYERS]
+
+
+def layer_problem(cfg: Config) -> str | None:
+    """The first file layer whose ``gpulab:`` section does not fit the schema, as one line naming the file;
+    None if all fit. Each is checked on its own, before Invoke merges them."""
+    for name, where, data in layers(cfg):
+        if dict(LAYERS)[name] is None or not isinstance(data, Mapping) or "gpulab" not in data:
+            continue
+        try:
+            config.check_layer(data["gpulab"], where)
+        except ConfigError as exc:
+            return exc.message
+    return None
+
+
+def user_set(cfg: Config, key: str) -> bool:
+    """Whether a layer above gpulab's defaults (a file, an INVOKE_GPULAB_* variable, the overrides) sets
+    ``gpulab.<key>`` (dotted), whatever its value."""
+    for _, _, node in layers(cfg):
+        for part in ("gpulab", *key.split(".")):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if node is not None:
+            return True
+    return False
+
+
 def load_env(cfg: Config, environ) -> None:
     """Invoke's environment layer, with the ``gpulab`` variables typed by lab.core.config.env_section."""
     cfg.merge()
@@ -110,7 +148,7 @@ class GpulabConfig(Config):
     prefix = "invoke"   # /etc/invoke.yaml, ~/.invoke.yaml, invoke.yaml beside tasks.py, INVOKE_*
 
     def merge(self) -> None:
-        problem = config.layer_problem(self)
+        problem = layer_problem(self)
         if problem:
             raise Exit(f"gpulab: {problem}", code=BAD_INPUT)
         try:

@@ -150,6 +150,24 @@ def test_config_keeps_its_data_environment_layer_and_prefixes_where_load_env_fin
     assert list(inspect.signature(Config.load_runtime).parameters) == ["self", "merge"]
 
 
+def test_config_keeps_each_layer_and_its_file_where_layers_reads_them(tmp_path):
+    (tmp_path / "run.yaml").write_text("gpulab: {seeds: 3}\n")
+    cfg = Config(lazy=True, runtime_path=str(tmp_path / "run.yaml"), overrides={"gpulab": {"gpus": "1"}})
+    cfg.load_runtime()
+    cfg._set(_env={"gpulab": {"nodes": 2}})
+    got = {name: (where, data) for name, where, data in gp.layers(cfg)}
+    assert got["runtime"] == (str(tmp_path / "run.yaml"), {"gpulab": {"seeds": 3}})
+    assert got["env"][1] == {"gpulab": {"nodes": 2}} and got["overrides"][1] == {"gpulab": {"gpus": "1"}}
+    assert got["user"][0] == "~/.invoke.yaml"   # not read (lazy): named as the user knows it
+    assert gp.user_set(cfg, "seeds") and gp.user_set(cfg, "nodes") and gp.user_set(cfg, "gpus")
+    assert not gp.user_set(cfg, "mode")
+    # lowest first, as Config.merge applies them
+    source = inspect.getsource(Config.merge)
+    at = [source.index(f'"{name}"') if name in ("system", "user", "project", "runtime") else
+          source.index(f"self._{name})") for name, _ in gp.LAYERS]
+    assert at == sorted(at)
+
+
 @pytest.mark.parametrize("suffix", ["yaml", "yml", "json", "py"])
 def test_config_files_are_read_through_the_per_suffix_loader(tmp_path, suffix):
     path = tmp_path / f"run.{suffix}"
@@ -200,12 +218,14 @@ def test_the_help_value_and_parse_error_context_are_where_the_program_sets_and_r
 
 def test_every_reliance_is_held_by_a_test_here():
     env = test_config_keeps_its_data_environment_layer_and_prefixes_where_load_env_finds_them
+    layers = test_config_keeps_each_layer_and_its_file_where_layers_reads_them
     loaders = test_config_files_are_read_through_the_per_suffix_loader
     helped = test_the_help_value_and_parse_error_context_are_where_the_program_sets_and_reads_them
     covered = {
         "invoke.main.program": test_invokes_own_program_is_a_plain_program_made_with_the_documented_arguments,
         "Program.run": test_program_run_calls_its_steps_on_self_in_order,
         "Config._config, Config._set(_env=...)": env,
+        "Config._<layer> and Config._<file layer>_path": layers,
         "Config._load_yaml/_load_yml/_load_json/_load_py(path)": loaders,
         "Program.core[0].args['help']": helped,
         "ParseError.context": helped,

@@ -47,13 +47,13 @@ def configured(tmp: Path, layers: dict[str, dict], env: dict[str, str] | None = 
         files[name].write_text(yaml.safe_dump({"gpulab": section}))
     cfg = Config(system_prefix=f"{etc}/", user_prefix=f"{home}/.", project_location=str(project),
                  runtime_path=str(files["runtime"]) if "runtime" in layers else None)
-    problem = config.layer_problem(cfg)
+    problem = program.layer_problem(cfg)
     if problem:
         raise ConfigError(problem)
     cfg.load_project()
     cfg.load_runtime()
-    if config.layer_problem(cfg):
-        raise ConfigError(config.layer_problem(cfg))
+    if program.layer_problem(cfg):
+        raise ConfigError(program.layer_problem(cfg))
     cfg.load_collection(config.defaults())
     environ = {k: v for k, v in os.environ.items() if not k.startswith("INVOKE_")}
     try:
