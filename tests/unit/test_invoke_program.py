@@ -177,9 +177,11 @@ def test_config_files_are_read_through_the_per_suffix_loader(tmp_path, suffix):
     class Seeing(Config):
         pass
 
-    def loader(self, p, _base=getattr(Config, f"_load_{suffix}")):  # noqa: B008  (bound once, at definition)
+    base = getattr(Config, f"_load_{suffix}")
+
+    def loader(self, p):
         used.append(p)
-        return _base(self, p)
+        return base(self, p)
 
     setattr(Seeing, f"_load_{suffix}", loader)
     assert list(inspect.signature(getattr(Config, f"_load_{suffix}")).parameters) == ["self", "path"]
