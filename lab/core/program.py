@@ -202,6 +202,11 @@ class GpulabProgram(Program):
         _running = self
         super().run(argv, exit)
 
+    def parse_collection(self) -> None:
+        """Invoke's, with no tasks.py in reach (``gpulab`` run outside the checkout) one line, exit 2. Under
+        ``invoke`` this step has run before tasks.py adopts the program: Invoke's own message, exit 1."""
+        _one_line(super().parse_collection, self.binary_names[0])
+
     def parse_tasks(self) -> None:
         _one_line(self._parse_tasks_for_help, self.binary_names[0])
 

@@ -100,6 +100,10 @@ def test_only_gpulab_reaches_the_files_invoke_reads_before_tasks_py(project, tmp
     (tmp_path / ".invoke.yaml").write_text("- a\n- b\n")
     line = one_line(run("gpulab", project, "hello", "x", home=tmp_path))
     assert line == f"gpulab: config file {tmp_path / '.invoke.yaml'}: holds a list, not a mapping of settings"
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()
+    line = one_line(run("gpulab", empty, "--search-root", str(empty), "--list", home=empty))
+    assert line == "gpulab: Can't find any collection named 'tasks'!", line
 
 
 # ------------------------------------------------------------------------- what lab/core/program.py relies on
