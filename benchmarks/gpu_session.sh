@@ -34,13 +34,14 @@
 #                                                                                             issue 29
 #   nvbandwidth     builds nvbandwidth from the source carried in .src/nvbandwidth (cmake; Boost from .src/boost-debs where the machine has no Boost.Program_options CMake package) and runs
 #                   it with -j; then `validate --level burn-in` finds it in GPULAB_TOOLS_DIR (400 s) issue 29
-#   tune            `invoke tune ncf --scale small` on this machine's GPU (inventory/local.yml: localhost, no SSH),
-#                   3 seeds a trial, the first trial the reference recipe (workloads.yml), the study in SQLite
-#                   under $WORK/tune-results: one `invoke tune --trials k` per k = 1, 2, ... (each adds one
-#                   trial and rewrites report.md, report.json and recipe.yml), while the part's time (400 s)
-#                   holds another trial as long as the last one. GPULAB_TUNE_SCALE, _SEEDS, _TRIALS (the most
-#                   trials, 10), _SECONDS shrink it, _GPUS= (empty) leaves out --gpus 1 (a tiny CPU try of the
-#                   part where no GPU is)                                                     issue 41
+#   tune            `invoke tune ncf --scale small` on this machine's GPU (inventory/local.yml: localhost, no SSH;
+#                   --gpus 1), 3 seeds a trial, the first trial the reference recipe (workloads.yml), the study
+#                   in SQLite under $WORK/tune-results: one `invoke tune --trials k` per k = 1, 2, ... (each adds
+#                   one trial and rewrites report.md, report.json and recipe.yml, copied to $WORK/<study>-report.md
+#                   and -recipe.yml), while the part's time (400 s) holds another trial as long as the last one.
+#                   GPULAB_TUNE_SCALE, _SEEDS, _TRIALS (the most trials, 10), _SECONDS shrink it; _GPUS= (empty)
+#                   leaves out --gpus 1 (a tiny CPU try of the part where no GPU is); GPULAB_TUNE_WORKLOAD=gnmt
+#                   GPULAB_TUNE_SCALE=tiny searches GNMT (13 epochs to its target on an H200 at tiny)  issue 41
 #
 # The call's budget is GPULAB_SESSION_SECONDS (default 570). What the parts write lands in one archive,
 # $OUT/session.tar.gz, with $OUT/summary.txt beside it (the device returns at most 8 files). Wheels the GPU
@@ -122,11 +123,11 @@ throughput_s() {
 # the part's time left holds 1.2 x the last call's time plus 20 s (the first: the reference recipe's runner
 # install, health check and seeds).
 tune_part() {
-    local scale=${GPULAB_TUNE_SCALE:-small} seeds=${GPULAB_TUNE_SEEDS:-3} most=${GPULAB_TUNE_TRIALS:-10}
-    local want=${GPULAB_TUNE_SECONDS:-400} results=$WORK/tune-results k end last=0 log=
-    local name=tune-ncf-$scale-gpu gpus=${GPULAB_TUNE_GPUS-1}   # 1 GPU a run (empty: every count; a CPU host)
+    local workload=${GPULAB_TUNE_WORKLOAD:-ncf} scale=${GPULAB_TUNE_SCALE:-small} seeds=${GPULAB_TUNE_SEEDS:-3}
+    local most=${GPULAB_TUNE_TRIALS:-10} want=${GPULAB_TUNE_SECONDS:-400} results=$WORK/tune-results k end last=0 log=
+    local name=tune-$workload-$scale-gpu gpus=${GPULAB_TUNE_GPUS-1}   # 1 GPU a run (empty: every count; a CPU host)
     tune_cmd() {
-        printf '%s\n' env INVOKE_GPULAB_RESULTS="$results" "$PY" -m invoke tune ncf --host localhost \
+        printf '%s\n' env INVOKE_GPULAB_RESULTS="$results" "$PY" -m invoke tune "$workload" --host localhost \
             --scale "$scale" --seeds "$seeds" --trials "$1" --name "$name" --inventory inventory/local.yml \
             ${gpus:+--gpus} ${gpus:+"$gpus"}
     }
@@ -147,8 +148,8 @@ tune_part() {
         [ "$RAN_RC" = 0 ] || { say "tune: --trials $k exited ${RAN_RC:-(not run)}: the study stops here"; break; }
     done
     if [ -f "$results/$name/report.md" ]; then
-        cp "$results/$name/report.md" "$WORK/tune-report.md"
-        cp "$results/$name/recipe.yml" "$WORK/tune-recipe.yml" 2> /dev/null
+        cp "$results/$name/report.md" "$WORK/$name-report.md"
+        cp "$results/$name/recipe.yml" "$WORK/$name-recipe.yml" 2> /dev/null
         say "tune: $(grep -h ': best trial ' "$log" 2> /dev/null | tail -n 1 | cut -c1-200)"
     else say "tune: no report was written (see $WORK/tune-*.log)"; fi
 }

@@ -96,9 +96,10 @@ def test_the_tune_part_searches_ncf_small_on_this_machine_into_work(tmp_path):
                        timeout=60, env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "o2"),
                                         "GPULAB_SESSION_WORK": str(tmp_path / "w2"), "GPULAB_TUNE_SCALE": "tiny",
                                         "GPULAB_TUNE_SEEDS": "2", "GPULAB_TUNE_TRIALS": "2",
-                                        "GPULAB_TUNE_GPUS": ""})
+                                        "GPULAB_TUNE_GPUS": "", "GPULAB_TUNE_WORKLOAD": "gnmt"})
     assert r.returncode == 0, r.stderr
-    assert "--scale tiny --seeds 2 --trials 2 --name tune-ncf-tiny-gpu --inventory inventory/local.yml\n" in r.stdout
+    assert ("tune gnmt --host localhost --scale tiny --seeds 2 --trials 2 --name tune-gnmt-tiny-gpu --inventory "
+            "inventory/local.yml\n") in r.stdout, r.stdout
 
 
 def test_first_steps_and_profiles_of_every_workload(tmp_path):
