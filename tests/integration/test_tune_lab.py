@@ -6,7 +6,8 @@ finds a set that converges in fewer epochs on both seeds, and survives a control
 during its third trial: the next `invoke tune` finds that trial stale and resumes it, its sweep adopting
 the runs that went on on the hosts (none is run twice), and prunes it by its epoch cap. (Optuna's sampler
 is seeded: the sets drawn, and so the trials, are the same on every run of this test.) The recipe it
-writes then drives a sweep (`--recipe`), whose runs' manifests carry its settings.
+writes then drives a sweep (`--recipe`), whose runs' manifests carry its settings. The same search runs
+through Slurm on the Slurm lab (its session fixture): a trial's seeds are Slurm array tasks.
 """
 
 from __future__ import annotations
@@ -171,3 +172,44 @@ def test_a_transformer_search_runs_its_v05_settings_on_the_hosts(lab, tmp_path):
         assert sorted(doc["options"]["set"]) == ["batch_size=32", "lr=0.005", "warmup_steps=30"]
         assert doc["options"]["max_epochs"] == 1
     assert (results / name / "recipe.yml").is_file()
+
+
+def test_a_search_through_slurm_runs_its_trials_as_job_arrays(slurmlab, tmp_path):
+    """`invoke tune --backend slurm` on the Slurm lab (node-01, node-02; its session fixture): a trial's seeds
+    are Slurm array tasks, one per node, whose job ids the trial's sweep records, and the study's result is
+    what it is over SSH (the trial's per-seed epochs and cost, the report, the recipe). One trial (the
+    reference recipe) keeps it lean: the sampled trials' path is the SSH walk-through's."""
+    lab = slurmlab
+    lab.cluster.reset()
+    results = tmp_path / "results"
+    env = {**os.environ, **lab.cluster.env, "PYTHONPATH": str(ROOT), "INVOKE_GPULAB_RESULTS": str(results),
+           "INVOKE_GPULAB_SLURM_POLL_S": "0.5"}
+    env.pop("INVOKE_GPULAB_HISTORY_URL", None)
+    name = "tune-on-slurm"
+    p = run_invoke(["tune", "ncf", "--backend", "slurm", "--scale", "tiny", "--seeds", "2", "--trials", "1",
+                    "--max-epochs", "3", "--name", name, "--inventory", str(lab.inventory)], ROOT, env)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    assert "2 runs on 2 host(s) as Slurm jobs" in out, out           # both seeds at once, one a node
+    assert len(re.findall(r"Slurm job (\d+): 1 run\(s\) \(CPU\)", out)) == 2, out
+    study = optuna.load_study(study_name=name,
+                              storage=optuna.storages.RDBStorage(f"sqlite:///{results / 'history-tune.sqlite'}"))
+    [trial] = study.get_trials()
+    assert trial.user_attrs["gpulab_baseline"] and trial.state == optuna.trial.TrialState.COMPLETE
+    summary = trial.user_attrs["gpulab_summary"]
+    assert trial.value == summary["cost"] and sorted(summary["epochs"]) == ["1", "2"]
+    assert all(1 <= e <= 3 for e in summary["epochs"].values()), summary
+    doc = json.loads((results / name / f"{name}-t0000" / "sweep.json").read_text())
+    assert doc["options"]["backend"] == "slurm"
+    assert sorted(r["host"] for r in doc["runs"]) == ["node-01", "node-02"]
+    assert sorted(r["seed"] for r in doc["runs"]) == [1, 2] and {r["state"] for r in doc["runs"]} == {"complete"}
+    jobs = [r["slurm_job"] for r in doc["runs"]]
+    assert all(re.fullmatch(r"\d+_0", j) for j in jobs) and len(set(jobs)) == 2, jobs
+    for m in (results / name / f"{name}-t0000").glob("*/*/manifest.json"):
+        opts = json.loads(m.read_text())["options"]
+        assert sorted(opts["set"]) == ["batch_size=2048", "beta1=0.9", "beta2=0.999", "lr=0.01"]
+        assert opts["max_epochs"] == 3
+    assert not lab.cluster.command("squeue", "-h").stdout.strip()    # nothing left in the queue
+    rec = yaml.safe_load((results / name / "recipe.yml").read_text())
+    assert rec["settings"] == trial.params and rec["provenance"]["trial"] == 0
+    assert "reference recipe (trial 0)" in (results / name / "report.md").read_text()
