@@ -252,8 +252,10 @@ def test_gpulabs_prolog_drains_a_failing_node_before_a_job_starts_there(slurmlab
 def test_the_slurm_node_role_sets_up_a_node_and_its_health_check_idempotently(slurmlab, tmp_path):
     """playbooks/roles/slurm_node on node-01 with real Ansible: Slurm's node side as gpulab manages it (the
     lab's munge key and slurm.conf, gres.conf of the probed GPUs; no systemd here: services off) and the
-    health check from a bundle; a second run changes nothing, the node stays idle, the check passes."""
+    health check from a bundle, as HealthCheckProgram and as a prolog; a second run changes nothing, the
+    node stays idle, the check passes."""
     from lab.hosts.ansible import run_playbook
+    from tests.testlab import slurm as lab_slurm
 
     lab = slurmlab
     lab.cluster.reset()
@@ -266,7 +268,7 @@ def test_the_slurm_node_role_sets_up_a_node_and_its_health_check_idempotently(sl
     extravars = {"gpulab_slurm": True, "slurm_node_manage": True, "slurm_node_services": False,
                  "slurm_node_munge_key_file": str(lab.cluster.dir / "munge.key"),
                  "slurm_node_conf_file": str(lab.cluster.dir / "hosts-slurm.conf"),
-                 "slurm_node_health_bundle": str(bundle),
+                 "slurm_node_health_bundle": str(bundle), "slurm_node_prolog": lab_slurm.PROLOG,
                  "slurm_node_pip_args": ["--no-index", "--find-links", lab.find_links_url, "--trusted-host",
                                          lab.controller]}
     envvars = {**lab.ansible_env(), "ANSIBLE_ROLES_PATH": str(ROOT / "playbooks" / "roles")}
@@ -278,6 +280,8 @@ def test_the_slurm_node_role_sets_up_a_node_and_its_health_check_idempotently(sl
     assert lab.exec("node-01", "stat -c '%U %a' /etc/munge/munge.key").stdout.split() == ["munge", "400"]
     lab.exec("node-01", "/usr/local/sbin/gpulab-slurm-health")   # what slurmd runs
     assert "gpulab health node-01: PASS" in lab.exec("node-01", "cat /var/log/slurm/gpulab-health.log").stdout
+    prolog = lab.exec("node-01", f"cat {lab_slurm.PROLOG}; env -i {lab_slurm.PROLOG} && echo prolog-ok").stdout
+    assert "nodehealth --prolog" in prolog and prolog.endswith("prolog-ok\n"), prolog   # slurmd gives no PATH
     assert node(lab, "node-01")["State"] == "IDLE"
 
     # the audit's part (playbooks/audit.yml imports it): node-01 has everything, node-02 lacks the health check
