@@ -38,7 +38,8 @@ from lab.hosts import slurm
 from lab.sweep import compiled, pilot
 from lab.sweep.plan import PlannedRun, TOKEN_VAR, utcnow
 from lab.sweep.hostrun import run_state
-from lab.sweep.unitworker import Node, UnitWorker
+from lab.sweep.node import Node
+from lab.sweep.unitworker import UnitWorker
 
 ENDED_BY_SLURM = ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "CANCELLED", "OUT_OF_MEMORY", "DEADLINE", "BOOT_FAIL",
                   "REVOKED")

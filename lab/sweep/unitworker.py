@@ -15,18 +15,18 @@ import time
 
 from lab.core import advice
 from lab.results import checksums
-from lab.sweep import compiled, gate, hostlock, pilot
+from lab.sweep import compiled, gate, pilot
 from lab.core import paths
 from lab.core import writes
 from lab.sweep import preflight
 from lab.sweep import recipe
 from lab.hosts import remote as rmt
 from lab.sweep import topology as topo
-from lab.core.errors import GpulabError, HostError, RunError
-from lab.hosts.inventory import Host
+from lab.core.errors import GpulabError, RunError
 from lab.sweep.plan import COMPLETE_OUTCOMES, PlannedRun, TOKEN_VAR, utcnow
 from lab.sweep.state import Sweep, _last_line, _read_json
-from lab.sweep.hostrun import HostLayout, Settings, fetch_verified, last_epoch, run_state, stop_run, wait_gone
+from lab.sweep.hostrun import Settings, fetch_verified, last_epoch, run_state, stop_run, wait_gone
+from lab.sweep.node import HostLost, Node
 from runner.rundir import STATUS
 
 EPOCH_S = 5.0   # how often the live table asks a running run's epoch (one read-only command)
@@ -41,48 +41,6 @@ def keep_attempt(sweep: Sweep, run: PlannedRun, host: str) -> None:
         writes.folder(dest.parent, "earlier attempts", root=sweep.root)
         shutil.rmtree(dest, ignore_errors=True)
         os.replace(d, dest)
-
-
-class HostLost(Exception):
-    def __init__(self, host: str, message: str):
-        super().__init__(message)
-        self.host, self.message = host, message
-
-
-class Node:
-    """One host of a unit: its connection (re-opened when lost), runner, layout and lock."""
-
-    def __init__(self, host: Host, remote: rmt.Remote, install: rmt.RunnerInstall, settings: Settings,
-                 sweep_name: str):
-        self.host, self.remote, self.install, self.settings = host, remote, install, settings
-        workdir = remote.expand(host.workdir.rstrip("/") or "/")
-        self.layout = HostLayout(workdir, sweep_name)
-        self.lock = hostlock.HostLock(remote, workdir, sweep_name, stale_s=settings.lock_stale_s)
-        self.pid: str | None = None
-        self.lost: str | None = None
-
-    def call(self, fn, *args, **kwargs):
-        """fn(remote, ...) with the connection re-opened while the host stays reachable."""
-        if self.lost:
-            raise HostLost(self.host.name, self.lost)
-        try:
-            return fn(self.remote, *args, **kwargs)
-        except HostError as first:
-            if self.host.is_local:
-                raise
-            end = time.monotonic() + self.settings.reconnect_s
-            last = first
-            while time.monotonic() < end:
-                time.sleep(min(1.0, self.settings.reconnect_s))
-                try:
-                    self.remote.close()
-                    self.remote = rmt.connect(self.host, timeout=max(2.0, min(10.0, self.settings.reconnect_s)))
-                    self.lock.remote = self.remote
-                    return fn(self.remote, *args, **kwargs)
-                except HostError as exc:
-                    last = exc
-            self.lost = f"host lost: {last.message}"
-            raise HostLost(self.host.name, self.lost) from None
 
 
 class UnitWorker:

@@ -13,7 +13,7 @@ import torch
 from runner.workloads.errors import WorkloadError
 
 if TYPE_CHECKING:
-    from runner.workloads.base import Context
+    from runner.workloads.context import Context
 
 
 def _option_value(text: str):

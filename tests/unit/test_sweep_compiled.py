@@ -76,7 +76,8 @@ def _worker(tmp_path, sweep, name, gpu="NVIDIA H200"):
 
     from lab.hosts.remote import RunnerInstall
     from lab.sweep.hostrun import Settings
-    from lab.sweep.unitworker import Node, UnitWorker
+    from lab.sweep.node import Node
+    from lab.sweep.unitworker import UnitWorker
 
     r, _ = _host(tmp_path, name, gpu=gpu)
     node = Node(r.host, r, RunnerInstall("python3", "", "0", False), Settings(), sweep.name)

@@ -1,0 +1,93 @@
+"""Sizes a maintainer can hold in mind: every Python module of lab/, runner/ and tasks.py under
+MODULE_LINES lines, every function (and method) under FUNCTION_LINES (ast: end_lineno - lineno + 1,
+decorators not counted). TOO_LONG names the functions not split yet, each with its length today: the
+test fails when one grows, when one is split (take it off the list), and for any other function."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULE_LINES = 400
+FUNCTION_LINES = 80
+
+#: "path:function" -> its length today (to be split; the list only shrinks)
+TOO_LONG: dict[str, int] = {
+    "lab/history/migrations/versions/0001_initial.py:upgrade": 109,
+    "lab/report/build.py:build_report": 87,
+    "lab/report/figures.py:draw_all": 132,
+    "lab/results/plainlogs.py:read_plain": 80,
+    "lab/results/rundirs.py:_read_rundir": 181,
+    "lab/sweep/driver.py:run_sweep": 119,
+    "lab/validate/fleet.py:build_references": 81,
+    "lab/validate/fleet.py:evaluate": 113,
+    "runner/burnin.py:main": 110,
+    "runner/probe.py:collect": 87,
+    "runner/probe_gpu.py:gpu_facts": 118,
+    "runner/runplan.py:plan": 101,
+    "runner/supervisor.py:main": 134,
+    "runner/workloads/gradjudge.py:judge": 95,
+    "runner/workloads/resnet50_tf.py:run_tf": 123,
+}
+
+
+def sources(root: Path) -> list[Path]:
+    return sorted(p for d in ("lab", "runner") for p in (root / d).rglob("*.py")) + [root / "tasks.py"]
+
+
+def module_lines(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+def function_lines(path: Path, root: Path) -> dict[str, int]:
+    """``path:qualified.name`` -> lines of each function and method in ``path``."""
+    rel = path.relative_to(root).as_posix()
+    out: dict[str, int] = {}
+
+    def visit(node, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    out[f"{rel}:{name}"] = child.end_lineno - child.lineno + 1
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(path.read_text(encoding="utf-8"), str(path)), "")
+    return out
+
+
+def over(root: Path) -> tuple[dict[str, int], dict[str, int]]:
+    modules = {p.relative_to(root).as_posix(): n for p in sources(root) if (n := module_lines(p)) >= MODULE_LINES}
+    functions = {k: n for p in sources(root) for k, n in function_lines(p, root).items() if n >= FUNCTION_LINES}
+    return modules, functions
+
+
+def test_every_module_is_under_the_limit():
+    modules, _ = over(ROOT)
+    assert modules == {}, f"modules of {MODULE_LINES} lines or more (split along a seam): {modules}"
+
+
+def test_every_function_is_under_the_limit_but_the_listed_ones_and_those_do_not_grow():
+    _, functions = over(ROOT)
+    new = {k: n for k, n in functions.items() if k not in TOO_LONG}
+    grown = {k: (TOO_LONG[k], n) for k, n in functions.items() if k in TOO_LONG and n > TOO_LONG[k]}
+    split = sorted(k for k in TOO_LONG if k not in functions)
+    assert new == {}, f"functions of {FUNCTION_LINES} lines or more: {new}"
+    assert grown == {}, f"listed functions that grew (listed, now): {grown}"
+    assert split == [], f"now under {FUNCTION_LINES} lines or gone: take them off TOO_LONG: {split}"
+
+
+def test_the_measure_counts_what_it_says(tmp_path):
+    # a planted long module and a long nested method are found (the test is not a formality)
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "runner").mkdir()
+    (tmp_path / "tasks.py").write_text("")
+    body = "".join(f"        x{i} = {i}\n" for i in range(FUNCTION_LINES))
+    (tmp_path / "lab" / "big.py").write_text("class A:\n    def f(self):\n" + body + "\n" * MODULE_LINES)
+    (tmp_path / "runner" / "ok.py").write_text("def g():\n    return 1\n")
+    modules, functions = over(tmp_path)
+    assert modules == {"lab/big.py": 2 + FUNCTION_LINES + MODULE_LINES}
+    assert functions == {"lab/big.py:A.f": FUNCTION_LINES + 1}
