@@ -141,15 +141,12 @@ def _backend(c, backend):
 
 def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=None, name=None, dry_run=False,
            timeout=None, nodes=None, cfg_prefix="", recipe=None, backend=None):
-    """The sweep and demo tasks: options (else config, ``cfg_prefix`` first) -> lab.sweep.driver; None for a dry run."""
-    from lab.core import limits
-    from lab.core import paths
-    from lab.sweep import progress
-    from lab.sweep import study
-    from lab.history import memory as history
-    from lab.sweep import driver as sw
-    from lab.sweep import plan
+    """The sweep and demo tasks: options (else config, ``cfg_prefix`` first) -> lab.commands.sweep; None for a
+    dry run."""
+    from lab.commands import sweep as cmd
+    from lab.core import limits, paths
     from lab.core.errors import ConfigError
+    from lab.sweep import progress
 
     def pick(key, value):
         found = setting(c, f"{cfg_prefix}{key}", value)
@@ -160,44 +157,22 @@ def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=
     settings = _settings(c, timeout)   # checked before anything starts, --dry-run too
     backend, slurm_settings = _backend(c, backend)
     results = paths.folder(setting(c, "results"), "config gpulab.results")
-    args = dict(workloads=sw.parse_list(pick("workloads", workloads), "workloads"), gpus=pick("gpus", gpus),
-                seeds=pick("seeds", seeds), mode=pick("mode", mode), scale=pick("scale", scale), nodes=nodes)
-    if recipe is not None:   # invoke tune's recipe file: its settings for every run of its workload
-        from lab.sweep import recipe as recipes
-
-        args["recipes"] = recipes.for_runs(recipes.load(recipe), study.expand_workloads(args["workloads"]),
-                                           args["scale"])
-    name = sw.default_name() if name is None else name
-    sw.check_name(name)
-    catalogue = setting(c, "datasets_catalogue")
-    url = history_tasks.url_for(c)
-    held = history.quarantined(url, hosts)   # what the plan leaves out (invoke quarantine)
+    req = cmd.Request(workloads=pick("workloads", workloads), gpus=pick("gpus", gpus), seeds=pick("seeds", seeds),
+                      mode=pick("mode", mode), scale=pick("scale", scale), nodes=nodes, name=name, recipe=recipe)
+    where = dict(results_dir=results, history_url=history_tasks.url_for(c), settings=settings,
+                 catalogue=setting(c, "datasets_catalogue"))
     if dry_run:
-        left, topologies, notes = plan.plan_around(hosts, held)
-        if not left:
-            raise ConfigError(f"sweep {name}: every selected host is quarantined: {'; '.join(notes)}")
-        lines, refused = study.dry_run(left, sw.plan(left, topologies=topologies, **args), name,
-                                       results_dir=setting(c, "results"), catalogue=catalogue,
-                                       settings=settings)
-        given = [f"recipe: {recipe}: {w}: " + ", ".join(f"{k}={v}" for k, v in sorted(r.items()))
-                 for w, r in (args.get("recipes") or {}).items()]
-        print("\n".join([lines[0], *given, *(f"quarantine: {n}" for n in notes), *lines[1:]]))
-        if refused:
-            raise ConfigError(refused)
+        planned = cmd.dry_run(hosts, req, **where)
+        print("\n".join(planned.lines))
+        if planned.refused:
+            raise ConfigError(planned.refused)
         return None
-    from lab.history import sweeps as memories
-
-    memory = memories.open_for(url, name, make_folder=not setting(c, "history_url"))   # health gate, quarantine
-    try:
-        result = sw.run_sweep(hosts, results_dir=results, name=name, settings=settings,
-                              datasets_catalogue=catalogue, quarantine=held, memory=memory, backend=backend,
-                              slurm_settings=slurm_settings, **args)
-    finally:
-        memory.close()
-    progress.final_table(result.sweep.runs)
-    print("\n".join(result.summary()))
-    print(history.record([result.sweep.root], url))
-    return result
+    done = cmd.sweep(hosts, req, **where, make_folder=not setting(c, "history_url"), backend=backend,
+                     slurm_settings=slurm_settings)
+    progress.final_table(done.result.sweep.runs)
+    print("\n".join(done.result.summary()))
+    print(done.history_line)
+    return done.result
 
 
 SWEEP_HELP = {**SELECT_HELP,
@@ -277,9 +252,9 @@ def tune(c, workload, scale=None, device=None, host=None, limit=None, name=None,
 @task_errors
 def collect(c, path, inventory=None):
     """Fetch again every run of a sweep that is missing or failed verification."""
-    from lab.sweep import driver as sw
+    from lab.commands import sweep as cmd
 
-    result = sw.collect(Path(path), setting(c, "inventory", inventory))
+    result = cmd.collect(path, setting(c, "inventory", inventory))
     print(f"{path}: {result.fetched} run(s) fetched, {result.verified} verified, {len(result.problems)} problem(s)")
     for p in result.problems:
         print(f"  {p}")
@@ -295,19 +270,11 @@ def collect(c, path, inventory=None):
 @task_errors
 def report(c, path, format=None, compare=None, out=None, round=None):
     """Turn run logs into MLPerf scores, device comparisons, scaling, seed effects and plots."""
-    from lab.core import paths as lab_paths
-    from lab.report import build as rep
-    from lab.core.errors import ConfigError
+    from lab.commands import report as cmd
 
-    paths = [Path(p) for p in path.split(",") if p.strip()]
-    if not paths:
-        raise ConfigError(f"report: {path!r}: give a sweep directory, run directories or MLPerf log files")
-    out_dir = lab_paths.folder(Path(out) if out else (paths[0] if paths[0].is_dir() else paths[0].parent) / "report",
-                               "--out")
     fmt = setting(c, "report_formats", format)
     formats = tuple(f.strip() for f in (fmt.split(",") if isinstance(fmt, str) else fmt) if f.strip())
-    result = rep.build_report(paths, out_dir, formats=formats, compare=Path(compare) if compare else None,
-                              round=round)
+    result = cmd.report(path.split(","), out=out, formats=formats, compare=compare, round=round)
     print("\n".join(result.lines()))
 
 
@@ -320,9 +287,8 @@ def report(c, path, format=None, compare=None, out=None, round=None):
 def validate(c, device=None, host=None, limit=None, level="quick", baseline=False, json=False, out=None,
              references=None, inventory=None, dcgm_level=None, from_history=False):
     """Check each host's GPUs for health and performance against references; exit 1 if any host fails."""
+    from lab.commands import validate as cmd
     from lab.core.errors import ConfigError
-    from lab.history import db as historydb, memory as history
-    from lab.validate import fleet as val, gpurefs
 
     url = history_tasks.url_for(c)
     out_dir = Path(out) if out else Path(setting(c, "results")) / "validate"
@@ -330,26 +296,20 @@ def validate(c, device=None, host=None, limit=None, level="quick", baseline=Fals
     if from_history:
         if not baseline:
             raise ConfigError("validate: --from-history goes with --baseline")
-        stats = history.known_good(url, gpurefs.history_sources())
-        path = gpurefs.baseline_from_history(stats, refs, out_dir, historydb.shown(url))
-        print(f"wrote {path} (from the history: {sum(len(m) for m in stats.values())} figure(s) of "
-              f"{len(stats)} model(s); review it, then copy it over {refs})")
+        made = cmd.baseline_from_history(url, refs, out_dir)
+        print(f"wrote {made.path} (from the history: {made.figures} figure(s) of {made.models} model(s); "
+              f"review it, then copy it over {refs})")
         return
     hosts = _select(c, inventory, host, device, limit)
-    result = val.validate_fleet(hosts, level=level, baseline=baseline, as_json=json,
-                                out_dir=out_dir, references=refs,
-                                inventory=setting(c, "inventory", inventory), stacks_dir=setting(c, "stacks"),
-                                dcgm_level=dcgm_level, dcgm_levels=setting(c, "validate.dcgm_levels"),
-                                limits=setting(c, "validate.time_limits"),
-                                past=None if baseline else history.past_reader(url))
-    written = [f for f in result.files if Path(f).name == "validate.json"]
-    if written and not baseline:   # into the history, then failures quarantined (a database that fails: one line)
-        # the default database (no gpulab.history_url) lives under results/: made there on a fresh checkout
-        quarantine = cli.config.flag(setting(c, "validate.quarantine"), "config gpulab.validate.quarantine")
-        lines = history.after_validate(written, result.data, url, quarantine,
-                                       make_folder=not setting(c, "history_url"))
-        print("\n".join(lines), file=sys.stderr if json else sys.stdout)
-    if not result.ok:
+    # the default database (no gpulab.history_url) lives under results/: made there on a fresh checkout
+    done = cmd.validate(hosts, history_url=url, level=level, baseline=baseline, as_json=json, out_dir=out_dir,
+                        references=refs, inventory=setting(c, "inventory", inventory), stacks_dir=setting(c, "stacks"),
+                        dcgm_level=dcgm_level, dcgm_levels=setting(c, "validate.dcgm_levels"),
+                        limits=setting(c, "validate.time_limits"), quarantine=setting(c, "validate.quarantine"),
+                        make_folder=not setting(c, "history_url"))
+    if done.history_lines:   # into the history, then failures quarantined (a database that fails: one line)
+        print("\n".join(done.history_lines), file=sys.stderr if json else sys.stdout)
+    if not done.ok:
         raise Exit(code=1)
 
 
@@ -359,14 +319,14 @@ def validate(c, device=None, host=None, limit=None, level="quick", baseline=Fals
 @task_errors
 def demo(c, workloads=None, seeds=None, name=None):
     """Run a small sweep on this machine (inventory/local.yml), report it and print the report's path."""
+    from lab.commands import report as cmd
     from lab.hosts import inventory as inv
-    from lab.report import build as rep
     from lab.sweep import driver as sw
 
     hosts = inv.load(setting(c, "demo.inventory")).select()
     name = "demo-" + sw.default_name()[len("sweep-"):] if name is None else name
     result = _sweep(c, hosts, workloads=workloads, seeds=seeds, name=name, nodes=1, cfg_prefix="demo.")
-    rep_result = rep.build_report([result.sweep.root], result.sweep.root / "report", formats=("html", "md", "json"))
+    rep_result = cmd.report([result.sweep.root], out=result.sweep.root / "report", formats=("html", "md", "json"))
     html = next((f for f in rep_result.files if str(f).endswith(".html")), rep_result.files[0])
     print(f"report: {Path(html).resolve()}")
     if not result.ok:

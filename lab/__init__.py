@@ -9,6 +9,8 @@
   checksums, telemetry, compliance.
 - ``lab.report``: reports: analysis, scoring, statistics, comparison, figures, rendering.
 - ``lab.validate``: hardware validation: checks, references, verdicts.
+- ``lab.commands``: the commands that join stages (sweep, dry run, collect, report, validate) as functions of
+  plain arguments with typed results: what tasks.py calls.
 
 Data files shared by the stages: ``lab/data/*.yml`` and their schemas ``lab/schemas/*.json``.
 Which package may import which: README "Layers" (checked by tests/unit/test_layering.py).

@@ -4,6 +4,6 @@ one run's processes on a host (``hostrun``, ``hostlock``), the thread per unit (
 prepared-data check (``preflight``) and what the terminal shows (``progress``).
 
 Entry points: ``driver.run_sweep`` (invoke sweep, demo), ``driver.collect`` (invoke collect),
-``study.dry_run`` (invoke sweep --dry-run).
+``study.dry_run`` (invoke sweep --dry-run), each through lab.commands.sweep.
 May import: lab.core, lab.hosts, lab.results (checksums); from runner only ``runner.rundir``.
 """

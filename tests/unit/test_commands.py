@@ -1,0 +1,88 @@
+"""The lab's commands as functions (lab.commands): a dry run, a report and a validate's baseline start without
+Invoke, from plain arguments, and give what the task prints as typed results."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.commands import report as report_cmd, sweep as sweep_cmd
+from lab.core.errors import ConfigError
+from lab.history import quarantine as q
+from lab.history.db import open_db
+from lab.hosts import inventory
+from lab.sweep.hostrun import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "inventory" / "hosts.yml"
+
+
+def t4_hosts():
+    return inventory.load(EXAMPLE).select(device="t4")   # r740-01, r740-02: 4x T4 each (never contacted)
+
+
+def test_a_dry_run_starts_without_invoke(tmp_path):
+    """The entry point called from a plain Python process: Invoke is never imported, nothing is written, and the
+    plan is the one `invoke sweep --device t4 --mode throughput --dry-run` prints (tests/unit/test_study.py)."""
+    code = f"""
+import json, sys
+from pathlib import Path
+from lab.commands import sweep
+from lab.hosts import inventory
+from lab.sweep.hostrun import Settings
+hosts = inventory.load({str(EXAMPLE)!r}).select(device="t4")
+req = sweep.Request(workloads="all", gpus="all", seeds="auto", mode="throughput", scale="full", name="fig2")
+out = sweep.dry_run(hosts, req, results_dir=Path({str(tmp_path / 'results')!r}),
+                    history_url="sqlite:///{tmp_path / 'results' / 'history.sqlite'}", settings=Settings())
+print(json.dumps({{"lines": out.lines, "refused": out.refused, "name": out.name,
+                  "invoke": sorted(m for m in sys.modules if m.split(".")[0] == "invoke")}}))
+"""
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got["invoke"] == [] and got["refused"] is None and got["name"] == "fig2"
+    assert got["lines"][0] == "sweep fig2: mode throughput, scale full; 48 runs on 2 unit(s)"
+    assert got["lines"][-1] == "48 runs planned for sweep fig2 on 2 unit(s); nothing started (--dry-run)"
+    assert not (tmp_path / "results").exists()   # a dry run writes nothing, the history's folder included
+
+
+def test_the_dry_run_plans_around_the_quarantine_and_refuses_when_none_is_left(tmp_path):
+    url = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    db = open_db(url)
+    try:
+        q.add(db, q.parse_target("r740-01:2"), reason="row remap pending", who="ops")
+        q.add(db, q.parse_target("r740-02"), reason="fans", who="ops")
+    finally:
+        db.close()
+    req = sweep_cmd.Request(workloads="ncf", gpus="all", seeds=1, mode="throughput", scale="full", name="q1")
+    out = sweep_cmd.dry_run(t4_hosts(), req, results_dir=tmp_path, history_url=url, settings=Settings())
+    assert out.lines[:3] == [
+        "sweep q1: mode throughput, scale full; 3 runs on 1 unit(s)",
+        "quarantine: r740-01: GPU(s) 2 quarantined (GPU 2: row remap pending): runs use GPU(s) 0,1,3",
+        "quarantine: r740-02: skipped: quarantined (fans)"]
+    hosts = [h for h in t4_hosts() if h.name == "r740-02"]
+    with pytest.raises(ConfigError, match="sweep q1: every selected host is quarantined: r740-02: skipped"):
+        sweep_cmd.dry_run(hosts, req, results_dir=tmp_path, history_url=url, settings=Settings())
+    with pytest.raises(ConfigError, match="--mode: 'fast' is not one of ttt, throughput"):   # bad input: one line
+        sweep_cmd.dry_run(hosts, sweep_cmd.Request(workloads="ncf", mode="fast"), results_dir=tmp_path,
+                          history_url="sqlite:///" + str(tmp_path / "none" / "h.sqlite"), settings=Settings())
+    assert not (tmp_path / "none").exists()   # and nothing written, the history's folder included
+
+
+def test_a_request_left_empty_is_the_reference_study():
+    """None is gpulab's setting: the study's six benchmarks, every GPU count, one seed in throughput mode, full
+    scale (as `invoke sweep --mode throughput` with no other option)."""
+    out = sweep_cmd.dry_run(t4_hosts(), sweep_cmd.Request(mode="throughput", name="s0"), results_dir=None,
+                            history_url="sqlite:////nonexistent/history.sqlite", settings=Settings())
+    assert out.lines[0] == "sweep s0: mode throughput, scale full; 48 runs on 2 unit(s)"
+
+
+def test_a_report_with_no_input_is_one_line_and_writes_nothing(tmp_path):
+    with pytest.raises(ConfigError, match=r"report: ' , ': give a sweep directory"):
+        report_cmd.report([" ", " "], out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
