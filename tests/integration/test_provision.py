@@ -25,6 +25,7 @@ runner environment sees the host's Python layer
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -357,6 +358,47 @@ def test_burnin_finds_the_built_tools(plab, tmp_path):
     assert (nvb["path"], nvb["version"]) == ("/opt/gpulab/tools/bin/nvbandwidth", "v0.8")
     assert nvb["gpus"] == {"0": {"h2d_gbs": 25.0, "d2h_gbs": 25.0, "d2d_read_min_gbs": 200.0},
                            "1": {"h2d_gbs": 25.0, "d2h_gbs": 25.0, "d2d_read_min_gbs": 200.0}}
+    _faulty_nvbandwidth_gets_validate_s_verdicts(plab)
+
+
+def _faulty_nvbandwidth_gets_validate_s_verdicts(plab):
+    """The built stand-in with faults planted in the host's fake-gpus.json prints nvbandwidth's other real
+    forms (tests/samples/nvbandwidth/SOURCE.md); runner.bwtools reads them there and lab.validate judges
+    them: a failed data check (its lines before the document) FAILs "nvbandwidth data check"; a GPU without
+    peer access ("N/A" in its row and column) FAILs its P2P check where the references require P2P bandwidth
+    (H200), and its peers do not."""
+    from lab.validate import gpurefs, toolchecks
+
+    h200 = {"name": "NVIDIA H200", "memory_mib": 143771}
+    code = ("import json, pathlib, sys; from runner import bwtools; out = pathlib.Path(sys.argv[1]); "
+            "print(json.dumps(bwtools.run_nvbandwidth(list(range(int(sys.argv[2]))), out)))")
+    refs = gpurefs.load_references()
+
+    def run(gpus):
+        plab.exec("pv-01", f"echo '{json.dumps(gpus)}' > /etc/gpulab-testlab/fake-gpus.json")
+        res = plab.ssh("pv-01", f"/var/lib/gpulab/envs/current/bin/python -c \"{code}\" /tmp/bw {len(gpus)}")
+        nvb = json.loads(res.stdout)
+        probe = {"gpu_count": len(gpus), "gpus": [{"index": i, "name": g["name"]} for i, g in enumerate(gpus)]}
+        return {"gpus": {str(i): {} for i in range(len(gpus))}, "tools": {"nvbandwidth": nvb}}, probe
+
+    try:
+        doc, probe = run([h200, {**h200, "corrupts_in": "device_to_host_memcpy_ce"}])
+        nvb = doc["tools"]["nvbandwidth"]
+        assert nvb["exit_code"] == 1 and nvb["corruption"]["testcase"] == "device_to_host_memcpy_ce", nvb
+        checks = {c["check"]: c for c in toolchecks.host_tool_checks(doc, probe, refs)}
+        assert checks["nvbandwidth data check"]["verdict"] == "FAIL", checks
+        assert "Invalid value when checking the pattern" in checks["nvbandwidth data check"]["reason"]
+        assert "nvbandwidth" not in checks  # the data check, not "the tool failed"
+        doc, probe = run([h200, h200, {**h200, "peer_access": False}])
+        # H200's reference with its P2P floor under the stand-in's 200 GB/s: only the missing peer access fails
+        ref = copy.deepcopy(refs["models"]["H200"])
+        ref["metrics"][toolchecks.P2P_METRIC].update(value=150.0, source="the test: below the stand-in's figure")
+        p2p = {i: {c["check"]: c for c in toolchecks.gpu_tool_checks(doc, i, ref)}[toolchecks.P2P_LABEL]
+               for i in range(3)}
+        assert [p2p[i]["verdict"] for i in range(3)] == ["PASS", "PASS", "FAIL"], p2p
+        assert "no peer access to GPU 0, 1 (nvbandwidth: N/A)" in p2p[2]["reason"]
+    finally:
+        plab.exec("pv-01", f"echo '{json.dumps(provisioning_lab.GPUS)}' > /etc/gpulab-testlab/fake-gpus.json")
 
 
 def test_tool_sources_without_a_matching_sum_are_refused(plab, tmp_path):
