@@ -19,6 +19,8 @@ from invoke import Program
 from invoke.exceptions import ParseError
 from invoke.parser import Argument, Parser, ParserContext
 
+pytestmark = pytest.mark.checkout  # git status of the whole checkout (tests/sharing.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # one interpreter runs `invoke TASK --help` (and `invoke TASK --OPTION --help` for a task's first value option)
@@ -28,9 +30,6 @@ import contextlib, io, json, sys
 import invoke.main
 from invoke import Program
 from invoke.main import program as first
-
-pytestmark = pytest.mark.checkout  # git status of the whole checkout (tests/sharing.py)
-
 
 def run(argv):
     p = Program(version=first.version, binary=first._binary, binary_names=first._binary_names)
