@@ -22,7 +22,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -109,9 +108,11 @@ def test_the_readme_on_a_slurm_cluster_and_the_ssh_backend_agree(slurmlab, tmp_p
         else:
             if argv[:2] == ["sinfo", "-R"]:   # between the sweep and sinfo -R: node-02's GPU fails its check
                 break_gpu(lab, "node-02", tmp_path)
-                wait_until(lambda: node(lab, "node-02").get("Reason", "").startswith(ECC), "the health drain", 30)
+                wait_until(lambda: node(lab, "node-02").get("Reason", "").startswith(ECC), "the health drain", 90)
                 fix_gpu(lab, "node-02")   # the hardware fixed: the check passes again, and resumes nothing
-                time.sleep(6)
+                lab.exec("node-02", ": > /var/log/slurm/gpulab-health.log")   # (a check under way may still fail)
+                wait_until(lambda: "gpulab health node-02: PASS" in lab.exec(
+                    "node-02", "cat /var/log/slurm/gpulab-health.log").stdout, "a passing check after the fix", 90)
                 assert "DRAIN" in node(lab, "node-02")["State"]
             p = lab.cluster.command(*argv, check=False)
             print(f"$ {line} -> {p.returncode}\n{p.stdout}{p.stderr}")
@@ -138,7 +139,7 @@ def test_the_readme_on_a_slurm_cluster_and_the_ssh_backend_agree(slurmlab, tmp_p
     assert "(gpulab's drain)" in listed.stdout and "node-01" not in listed.stdout
     assert refused.returncode == 1 and "quarantine release: node-02: Slurm node drained by gpulab" in refused.stderr
     assert forced.returncode == 0 and forced.stdout.strip() == "node-02: Slurm node resumed", forced.stdout
-    assert wait_until(lambda: node(lab, "node-02")["State"] == "IDLE", "node-02 to be idle", 15)
+    assert wait_until(lambda: node(lab, "node-02")["State"] == "IDLE", "node-02 to be idle", 30)
     assert lab.cluster.command("sinfo", "-R", "-h").stdout.strip() == ""
 
     # the same sweep through gpulab's own SSH controller: the report has the same rows (same score rule)
@@ -198,9 +199,9 @@ def test_an_admins_drain_is_kept_and_a_sweep_finishes_on_the_other_node(slurmlab
     lab.cluster.command("scontrol", "update", "nodename=node-01", "state=drain", f"reason={admin}")
     for h in ("node-01", "node-02"):
         break_gpu(lab, h, tmp_path)
-    wait_until(lambda: node(lab, "node-02").get("Reason", "").startswith(ECC), "node-02's health drain", 30)
+    wait_until(lambda: node(lab, "node-02").get("Reason", "").startswith(ECC), "node-02's health drain", 90)
     wait_until(lambda: "left: drained by someone else" in lab.exec(
-        "node-01", "cat /var/log/slurm/gpulab-health.log 2>/dev/null || true").stdout, "node-01's health check", 30)
+        "node-01", "cat /var/log/slurm/gpulab-health.log 2>/dev/null || true").stdout, "node-01's health check", 90)
     assert node(lab, "node-01")["Reason"].startswith(admin + " [root@")
     # a release of the admin's node: not gpulab's to resume
     p = invoke(lab, results, "quarantine.release", "node-01", "--force", INVOKE_GPULAB_SWEEP_BACKEND="slurm")
@@ -211,8 +212,7 @@ def test_an_admins_drain_is_kept_and_a_sweep_finishes_on_the_other_node(slurmlab
 
     # the admin is done: node-01 fixed and resumed; node-02 stays drained by gpulab; the sweep runs on node-01
     fix_gpu(lab, "node-01")   # and no check of the broken GPU still under way when the admin resumes it
-    wait_until(lambda: not lab.exec("node-01", "pgrep -f '[l]ab.validate.nodehealth' || true").stdout.strip(),
-               "node-01's health check in progress to end", 30)
+    wait_until(lambda: not lab.cluster.checking("node-01"), "node-01's health check in progress to end", 90)
     lab.cluster.command("scontrol", "update", "nodename=node-01", "state=resume")
     p = invoke(lab, results, "sweep", "--backend", "slurm", "--workloads", "ncf", "--scale", "tiny", "--seeds", "1",
                "--name", "one-left")
