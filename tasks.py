@@ -16,7 +16,6 @@ from pathlib import Path
 
 from invoke import Collection, Exit
 
-from lab.core import cli
 from lab.core.cli import setting, task, task_errors
 from lab.core.errors import GpulabError
 from lab.core.program import adopt
@@ -122,11 +121,11 @@ def datasets(c, names, host=None, device=None, limit=None, storage=None, root=No
 
 def _settings(c, timeout):
     from lab.core import config
-    from lab.sweep import driver as sw
+    from lab.sweep import hostrun
 
     what = "--timeout" if timeout not in (None, "") else "config gpulab.run_timeout_minutes"
-    return sw.Settings(timeout_s=config.timeout_s(setting(c, "run_timeout_minutes", timeout), what),
-                       **config.sweep_settings(setting(c, "sweep")))
+    return hostrun.Settings(timeout_s=config.timeout_s(setting(c, "run_timeout_minutes", timeout), what),
+                            **config.sweep_settings(setting(c, "sweep")))
 
 
 def _backend(c, backend):

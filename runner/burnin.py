@@ -53,7 +53,7 @@ from pathlib import Path
 
 from runner import bwtools, probe, telemetry
 from runner.burnin_xid import parse_xids, xid_scan  # noqa: F401 (runner.burnin.parse_xids stays importable)
-from runner.burnin_doc import _now_iso, build_document, human_summary, no_gpu_document, write_outputs
+from runner.burnin_doc import now_iso, build_document, human_summary, no_gpu_document, write_outputs
 from runner.probe_link import counters as link_counters
 
 # Durations (seconds) per level. quick: health only, no load.
@@ -295,7 +295,7 @@ def main(args) -> int:
     if not (0 < args.tool_timeout <= 7 * 24 * 3600):
         raise UsageError(f"runner burnin: --tool-timeout {args.tool_timeout:g} is not in (0, 604800] seconds")
     t0 = time.time()
-    start_iso = _now_iso()
+    start_iso = now_iso()
     probe_all = probe.collect()
     count = len(probe_all["gpus"])
     if count == 0:

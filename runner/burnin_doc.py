@@ -31,7 +31,7 @@ def metric_name(test: str, dtype: str | None = None) -> str:
 LOAD_TESTS = {"matmul", "membw", "resnet50", "burn"}
 
 
-def _now_iso() -> str:
+def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -112,7 +112,7 @@ def build_document(level, selected, probe_doc, xid_before, xid_after, records, r
         "level": level,
         "gpus_selected": selected,
         "start": start_iso,
-        "end": _now_iso(),
+        "end": now_iso(),
         "duration_s": round(time.time() - t0, 1),
         "outcome": outcome,
         "reason": reason,
@@ -134,7 +134,7 @@ def no_gpu_document(level, probe_doc, xid, start_iso, t0) -> dict:
     return {
         "schema": SCHEMA, "kind": "gpulab-burnin", "runner_version": __version__,
         "host": probe_doc["host"]["hostname"], "level": level, "gpus_selected": [],
-        "start": start_iso, "end": _now_iso(), "duration_s": round(time.time() - t0, 1),
+        "start": start_iso, "end": now_iso(), "duration_s": round(time.time() - t0, 1),
         "outcome": "no_gpu", "reason": reason, "notes": [], "probe": probe_doc, "xid": xid,
         "gpus": {}, "host_metrics": {}, "results": [],
         "telemetry": {"file": "telemetry.csv", "interval_s": None, "samples": 0, "note": reason, "error": None},

@@ -54,7 +54,7 @@ class SweepDone:
 @dataclass
 class _Resolved:
     name: str
-    args: dict   # lab.sweep.driver.plan's and run_sweep's keyword arguments
+    args: dict   # lab.sweep.plan.plan's and lab.sweep.driver.run_sweep's keyword arguments
     recipes: dict   # workload -> a recipe's settings (--recipe)
 
 
@@ -83,7 +83,7 @@ def dry_run(hosts: list, req: Request, *, results_dir: Path, history_url: str, s
     left, topologies, notes = plan.plan_around(hosts, held)
     if not left:
         raise ConfigError(f"sweep {r.name}: every selected host is quarantined: {'; '.join(notes)}")
-    lines, refused = study.dry_run(left, driver.plan(left, topologies=topologies, **r.args), r.name,
+    lines, refused = study.dry_run(left, plan.plan(left, topologies=topologies, **r.args), r.name,
                                    results_dir=results_dir, catalogue=catalogue, settings=settings)
     given = [f"recipe: {req.recipe}: {w}: " + ", ".join(f"{k}={v}" for k, v in sorted(rec.items()))
              for w, rec in r.recipes.items()]

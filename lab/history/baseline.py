@@ -24,7 +24,7 @@ from lab.core.mlperf import default_rules
 from lab.history import quarantine as q
 from lab.history.db import Database
 from lab.history.models import Check, Gpu
-from lab.history.past import _float, iso, number, when
+from lab.history.past import stored_float, iso, number, when
 
 MAX_ROWS = 500_000
 
@@ -32,12 +32,12 @@ MAX_ROWS = 500_000
 def _quarantined_gpus(s) -> set[int]:
     """Ids of the GPUs in quarantine now: named by an entry, at a quarantined index, or on a quarantined host."""
     out: set[int] = set()
-    for e in q._open_entries(s):
+    for e in q.open_entries(s):
         if e.gpu_id is not None:
             out.add(e.gpu_id)
         if e.gpu_index is None:
             out.update(s.scalars(select(Gpu.id).where(Gpu.host == e.host)).all())
-        elif (gid := q._gpu_id(s, q.Target(e.host, e.gpu_index))) is not None:
+        elif (gid := q.target_gpu_id(s, q.Target(e.host, e.gpu_index))) is not None:
             out.add(gid)
     return out
 
@@ -63,7 +63,7 @@ def known_good(db: Database, sources: dict[str, list[str]]) -> dict:
         rows = s.execute(q_).all()
     seen: dict[tuple, tuple] = {}    # (model, key, validation, gpu) -> (value, time)
     for vid, host, gid, gname, name, value, at in rows:
-        v, t = number(_float(value)), when(at)
+        v, t = number(stored_float(value)), when(at)
         if v is None or t is None or gid in bad_gpus or (vid, gid) in failed or (vid, host) in failed_hosts:
             continue
         model = device(gname) if isinstance(gname, str) and gname.strip() else None

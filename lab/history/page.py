@@ -30,8 +30,8 @@ from lab.core import paths, writes
 from lab.core.errors import ConfigError
 from lab.history.db import Database
 from lab.history.models import Check, Gpu, Validation
-from lab.history.past import _float, iso, number, when
-from lab.history.query import _gpu_filter, check_filter, parse_time
+from lab.history.past import stored_float, iso, number, when
+from lab.history.query import gpu_filter, check_filter, parse_time
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 COLOURS = {"PASS": "#55a868", "WARN": "#f5c242", "FAIL": "#c44e52"}
@@ -44,7 +44,7 @@ TREND = " trend"
 def series(db: Database, *, host=None, gpu=None, metric=None, since=None, until=None) -> tuple[list[dict], int]:
     """(one dict per GPU and metric with its points oldest first, the number of rows left out)."""
     since, until = parse_time(since, "--since"), parse_time(until, "--until")
-    uuid, index = _gpu_filter(gpu, host)
+    uuid, index = gpu_filter(gpu, host)
     q = (select(Check.validation_id, Check.host, Check.gpu_index, Gpu.uuid, Gpu.serial, Check.name, Check.verdict,
                 Check.unit, type_coerce(Check.value, String), type_coerce(Check.at, String))
          .outerjoin(Gpu, Gpu.id == Check.gpu_id).where(Check.gpu_index.is_not(None), Check.value.is_not(None)))
@@ -54,7 +54,7 @@ def series(db: Database, *, host=None, gpu=None, metric=None, since=None, until=
     with db.session() as s:
         rows = s.execute(q.order_by(Check.id).limit(MAX_ROWS)).all()
     for vid, h, idx, u, serial, name, verdict, unit, value, at in rows:
-        v, t = number(_float(value)), when(at)
+        v, t = number(stored_float(value)), when(at)
         if v is None or t is None or verdict not in COLOURS:
             left_out += 1
             continue

@@ -59,7 +59,7 @@ def gpu_past(db: Database, uuids, sources: dict[str, list[str]], depth: int) -> 
              .where(Gpu.uuid.in_(uuids), Check.name.in_(list(by_name)))
              .order_by(Check.id.desc()).limit(MAX_ROWS))
         for uuid, vid, name, verdict, value, at in s.execute(q):
-            v, t = number(_float(value)), when(at)
+            v, t = number(stored_float(value)), when(at)
             if v is None or t is None or verdict not in _RANK:
                 out["left_out"] += 1
                 continue
@@ -78,7 +78,7 @@ def gpu_past(db: Database, uuids, sources: dict[str, list[str]], depth: int) -> 
     return out
 
 
-def _float(v):
+def stored_float(v):
     """A value cell read as text (SQLite: whatever was stored) or a number (PostgreSQL's double)."""
     if isinstance(v, str):
         try:

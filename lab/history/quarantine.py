@@ -21,7 +21,7 @@ from lab.core import fields, limits, term
 from lab.core.errors import CheckFailed, ConfigError, excerpt
 from lab.history.db import Database
 from lab.history.models import Check, Gpu, Quarantine, RunGpu, Run, Validation
-from lab.history.store import _aware, now
+from lab.history.store import aware_utc, now
 from lab.history.values import FUTURE_SLACK, clean_text, printable
 
 GPU_SUFFIX = re.compile(r"^(.+):(\d{1,2})$")
@@ -74,7 +74,7 @@ def _text(value, what: str, required: bool = True) -> str | None:
     return clean_text(value, f"quarantine: {what}")
 
 
-def _open_entries(s, target: Target | None = None):
+def open_entries(s, target: Target | None = None):
     q = select(Quarantine).where(Quarantine.released_at.is_(None))
     if target is not None:
         q = q.where(Quarantine.host == target.host)
@@ -82,7 +82,7 @@ def _open_entries(s, target: Target | None = None):
     return s.scalars(q.order_by(Quarantine.host, Quarantine.gpu_index, Quarantine.added_at)).all()
 
 
-def _gpu_id(s, target: Target) -> int | None:
+def target_gpu_id(s, target: Target) -> int | None:
     """The UUID of the GPU last seen at that index of that host (runs first, then checks), where known."""
     if target.gpu is None:
         return None
@@ -121,10 +121,10 @@ def add_in(s, target: Target, *, reason: str, who: str, action: str | None = Non
     reason, who, action = check_entry(reason, who, action)
     fields.host_name(target.host, "quarantine target")
     for _ in range(2):
-        existing = _open_entries(s, target)
+        existing = open_entries(s, target)
         if existing:
             return existing[0], False
-        entry = Quarantine(host=target.host, gpu_index=target.gpu, gpu_id=_gpu_id(s, target), reason=reason,
+        entry = Quarantine(host=target.host, gpu_index=target.gpu, gpu_id=target_gpu_id(s, target), reason=reason,
                            action=action, who=who, added_at=at or now())
         try:
             with s.begin_nested():
@@ -138,7 +138,7 @@ def add_in(s, target: Target, *, reason: str, who: str, action: str | None = Non
 def _passing_validate(s, entry: Quarantine) -> tuple[bool, str]:
     """Whether the newest validate of the target since it was quarantined passed (no FAIL of the host itself
     or, for a GPU, of that GPU)."""
-    since = _aware(entry.added_at)
+    since = aware_utc(entry.added_at)
     scope = Check.gpu_index.is_(None) if entry.gpu_index is None else or_(
         Check.gpu_index.is_(None), Check.gpu_index == entry.gpu_index)
     newest = s.execute(select(Check.validation_id, Check.at).join(Validation, Validation.id == Check.validation_id)
@@ -151,7 +151,7 @@ def _passing_validate(s, entry: Quarantine) -> tuple[bool, str]:
     if not rows or (entry.gpu_index is not None and not any(r.gpu_index is not None for r in rows)):
         return False, f"no validate of {Target(entry.host, entry.gpu_index)} since it was quarantined"
     failed = [r for r in rows if r.verdict == "FAIL"]
-    when = f"{_aware(newest.at):%Y-%m-%d %H:%M} UTC"
+    when = f"{aware_utc(newest.at):%Y-%m-%d %H:%M} UTC"
     if failed:
         r = failed[0]
         where = "" if r.gpu_index is None else f"GPU {r.gpu_index} "
@@ -172,7 +172,7 @@ def passed_since(db: Database, host: str, since: dt.datetime | None) -> tuple[bo
 def release(db: Database, target: Target, *, who: str, force: bool = False, note: str | None = None) -> Quarantine:
     who, note = check_release(who, note)
     with db.session() as s:
-        entries = _open_entries(s, target)
+        entries = open_entries(s, target)
         if not entries:
             raise ConfigError(f"quarantine release: {target} is not quarantined (`invoke quarantine.list`)")
         entry = entries[0]
@@ -192,7 +192,7 @@ def release(db: Database, target: Target, *, who: str, force: bool = False, note
 
 def active(db: Database, hosts=None) -> list[Quarantine]:
     with db.session() as s:
-        rows = list(_open_entries(s))
+        rows = list(open_entries(s))
         uuids = {g.id: g.uuid for g in s.scalars(select(Gpu).where(Gpu.id.in_({r.gpu_id for r in rows if r.gpu_id})))}
     for r in rows:
         r.gpu_uuid = uuids.get(r.gpu_id)
@@ -223,7 +223,7 @@ def table(entries) -> list[str]:
     rows = []
     for e in entries:
         uuid = getattr(e, "gpu_uuid", None)
-        since = _aware(e.added_at)
+        since = aware_utc(e.added_at)
         since = f"{since:%Y-%m-%d %H:%M}" if isinstance(since, dt.datetime) else "-"
         rows.append(tuple(printable(x) for x in (Target(e.host, e.gpu_index), since, e.who,
                                                   f"{e.reason}" + (f" [{uuid}]" if uuid else ""), e.action or "-")))

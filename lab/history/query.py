@@ -22,7 +22,7 @@ from lab.history.db import Database
 from lab.history.models import Check, Gpu, Run, RunGpu, Validation
 from lab.history.quarantine import HEALTH_LEVEL
 from lab.history.sources import utc
-from lab.history.store import _aware
+from lab.history.store import aware_utc
 
 MAX_ROWS = 10_000
 UUID_RE = re.compile(r"^GPU-[0-9A-Za-z-]{1,90}$")
@@ -37,7 +37,7 @@ def parse_time(value, what: str) -> dt.datetime | None:
     return t
 
 
-def _gpu_filter(gpu, host):
+def gpu_filter(gpu, host):
     """(uuid, index) of --gpu: a GPU UUID, or an index on --host."""
     if gpu in (None, ""):
         return None, None
@@ -80,7 +80,7 @@ def history_rows(db: Database, *, host=None, gpu=None, metric=None, since=None, 
                  limit: int = 200) -> list[dict]:
     limit = limits.number(limit, "--limit", limits.Range(1, MAX_ROWS, "rows"))
     since, until = parse_time(since, "--since"), parse_time(until, "--until")
-    uuid, index = _gpu_filter(gpu, host)
+    uuid, index = gpu_filter(gpu, host)
     out = []
     with db.session() as s:
         q = (select(Check, Gpu.uuid, Validation.level).outerjoin(Gpu, Gpu.id == Check.gpu_id)
@@ -91,7 +91,7 @@ def history_rows(db: Database, *, host=None, gpu=None, metric=None, since=None, 
         if until:
             q = q.where(Check.at <= until)
         for c, u, level in s.execute(q.order_by(Check.at.desc(), Check.id).limit(limit)):
-            out.append(dict(at=_aware(c.at), host=c.host, gpu=c.gpu_index, uuid=u, metric=c.name,
+            out.append(dict(at=aware_utc(c.at), host=c.host, gpu=c.gpu_index, uuid=u, metric=c.name,
                             value=c.value if c.value is not None else c.value_text, unit=c.unit,
                             verdict=c.verdict, stack=c.stack, source=check_source(level)))
         q = select(Run)
@@ -115,7 +115,7 @@ def history_rows(db: Database, *, host=None, gpu=None, metric=None, since=None, 
                 gpus.setdefault(rg.run_id, []).append((rg.gpu_index, u))
         for r in runs:
             used = sorted(gpus.get(r.id, []))
-            out.append(dict(at=_aware(r.at), host=r.host, gpu=",".join(str(i) for i, _ in used) or None,
+            out.append(dict(at=aware_utc(r.at), host=r.host, gpu=",".join(str(i) for i, _ in used) or None,
                             uuid=",".join(u for _, u in used if u) or None, metric=f"{r.benchmark} throughput",
                             value=r.samples_per_s, unit=r.sample_unit and f"{r.sample_unit}/s",
                             verdict=r.outcome, stack=r.stack, source=r.sweep or "run"))

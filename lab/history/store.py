@@ -47,7 +47,7 @@ def now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def _aware(t: dt.datetime | None) -> dt.datetime | None:
+def aware_utc(t: dt.datetime | None) -> dt.datetime | None:
     """SQLite gives back naive datetimes: they were written as UTC."""
     return t.replace(tzinfo=dt.timezone.utc) if t is not None and t.tzinfo is None else t
 
@@ -86,8 +86,8 @@ class _Gpus:
                                                    first_seen=at, last_seen=at), f"GPU {ref.uuid}")
             return ref.uuid
         row = self.new.get(ref.uuid)
-        last = row["last_seen"] if row is not None else _aware(gpu.last_seen)
-        first = row["first_seen"] if row is not None else _aware(gpu.first_seen)
+        last = row["last_seen"] if row is not None else aware_utc(gpu.last_seen)
+        first = row["first_seen"] if row is not None else aware_utc(gpu.first_seen)
         update = {}
         if at is not None and (last is None or at >= last):
             update = dict(last_seen=at, host=host or (row["host"] if row else gpu.host),

@@ -31,7 +31,7 @@ from lab.history.models import Check, Validation
 from lab.history.values import finite
 from lab.history.sources import CheckRecord, GpuRef, ValidationRecord, read_sources, utc
 from lab.history.sources import Sources
-from lab.history.store import FUTURE_SLACK, RETRIES, _aware, add_sources, now, write_sources
+from lab.history.store import FUTURE_SLACK, RETRIES, aware_utc, add_sources, now, write_sources
 
 WHO = "gpulab sweep"
 LEVEL = quarantine.HEALTH_LEVEL
@@ -85,7 +85,7 @@ class SweepMemory:
                 return False
             failed = s.execute(select(Check.id).where(Check.validation_id == newest.id, Check.host == host,
                                                       Check.verdict == "FAIL").limit(1)).first()
-        return failed is None and _aware(newest.at) >= now() - dt.timedelta(hours=hours)
+        return failed is None and aware_utc(newest.at) >= now() - dt.timedelta(hours=hours)
 
     def mark(self, host: str) -> tuple[str | None, float | None] | None:
         with self._lock, self.db.session() as s:

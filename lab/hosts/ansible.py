@@ -119,7 +119,7 @@ class PlaybookResult:
         return self.results.get(host, {}).get(task)
 
 
-def _one_line(text: Any, limit: int = 400) -> str:
+def short_line(text: Any, limit: int = 400) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -163,25 +163,25 @@ def probe_host_key(host: str, address: str, port: int = 22, user: str | None = N
     return host_key_reason(res.stderr, host, known_hosts) if res.returncode != 0 else None
 
 
-def _message(res: dict) -> str:
+def result_message(res: dict) -> str:
     """The useful part of a failed module result (the first failed item of a loop)."""
     for item in res.get("results") or []:
         if isinstance(item, dict) and item.get("failed"):
             label = item.get("_ansible_item_label", item.get("item"))
-            return (f"{_one_line(label, 60)}: " if isinstance(label, str) else "") + _message(item)
+            return (f"{short_line(label, 60)}: " if isinstance(label, str) else "") + result_message(item)
     for key in ("msg", "stderr", "module_stderr", "reason"):
         value = res.get(key)
         if value:
-            msg = _one_line(value)
+            msg = short_line(value)
             if key == "msg" and msg == "non-zero return code":
                 msg = f"exit code {res.get('rc')}"
                 if res.get("stderr"):
-                    msg += f": {_one_line(res['stderr'])}"
+                    msg += f": {short_line(res['stderr'])}"
             return msg
     return "failed (no message)"
 
 
-def _env(extra: dict | None) -> dict:
+def runner_env(extra: dict | None) -> dict:
     venv_bin = str(Path(sys.executable).parent)
     env = {
         "ANSIBLE_HOST_KEY_CHECKING": "True",
@@ -269,7 +269,7 @@ class _Collector:
         if status == "failed" and data.get("ignore_errors"):
             status = "ignored"
         if status in ("failed", "unreachable"):
-            message = _message(res)
+            message = result_message(res)
             if status == "unreachable":
                 message = host_key_reason(message, host, self.known_hosts.get(host)) or message
             summary.failures.append(TaskFailure(task, message))
@@ -346,7 +346,7 @@ def run_playbook(playbook: Path | str, inventory: Path | str, hosts: list[str] |
                 limit=",".join(hosts) if hosts else None,
                 extravars=extravars or {},
                 cmdline=" ".join(cmdline) or None,
-                envvars=_env(envvars),
+                envvars=runner_env(envvars),
                 artifact_dir=str(folder.parent),
                 ident=folder.name,
                 event_handler=collector,
@@ -355,7 +355,7 @@ def run_playbook(playbook: Path | str, inventory: Path | str, hosts: list[str] |
                 suppress_env_files=True,
             )
         except Exception as exc:  # the runner could not start ansible-playbook at all
-            raise RunError(f"{playbook.name}: ansible-runner failed to start: {_one_line(exc)}") from None
+            raise RunError(f"{playbook.name}: ansible-runner failed to start: {short_line(exc)}") from None
     collector.finish()
     if hosts:
         for name in hosts:  # a host the play never reached still gets a line

@@ -34,7 +34,7 @@ def split(hosts: list, inventory: Path | str) -> tuple[list, dict[str, ansible.H
         data = event.get("event_data") or {}
         if event.get("event") == "runner_on_unreachable" and data.get("host"):
             host = data["host"]
-            message = ansible._message(data.get("res") or {})
+            message = ansible.result_message(data.get("res") or {})
             known = next((h.known_hosts for h in remote if h.name == host), None)
             down[host] = ansible.host_key_reason(message, host, known) or message
         return True
@@ -43,10 +43,10 @@ def split(hosts: list, inventory: Path | str) -> tuple[list, dict[str, ansible.H
         try:
             ansible_runner.run(private_data_dir=pdd, inventory=str(Path(inventory).resolve()),
                                host_pattern=",".join(h.name for h in remote), module="ansible.builtin.raw",
-                               module_args="true", envvars=ansible._env(None), quiet=True,
+                               module_args="true", envvars=ansible.runner_env(None), quiet=True,
                                event_handler=on_event, suppress_env_files=True, timeout=300)
         except Exception as exc:  # the runner could not start ansible at all
-            raise RunError(f"ansible-runner failed to start: {ansible._one_line(exc)}") from None
+            raise RunError(f"ansible-runner failed to start: {ansible.short_line(exc)}") from None
     out = {}
     for h in remote:
         if h.name in down:

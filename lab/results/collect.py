@@ -58,7 +58,7 @@ from lab.core.mlperf import Rules, default_rules
 from lab.results.plainlogs import detect_format, parse_log, parse_runs, read_plain
 from lab.results.resulttree import TreeReader
 from lab.results.runs import Collection, Run, Skipped, system_label
-from lab.results.rundirs import _read_json, _read_rundir, _read_text, verify_sums
+from lab.results.rundirs import read_json, read_rundir, read_text, verify_sums
 from lab.results.telemetry import read_telemetry
 from runner.rundir import MANIFEST, MLLOG, STATUS
 
@@ -155,7 +155,7 @@ class _Context:
             for part in parts:
                 f = sysdir / f"{part}.json"
                 if f not in self._json_cache:
-                    self._json_cache[f] = _read_json(f) if f.is_file() else None
+                    self._json_cache[f] = read_json(f) if f.is_file() else None
                 if isinstance(self._json_cache[f], dict):
                     return self._json_cache[f], f"{f.name}"
         return None
@@ -166,7 +166,7 @@ def _is_within(p: Path, root: Path) -> bool:
 
 
 def _load_sweep(path: Path) -> dict | None:
-    doc = _read_json(path)
+    doc = read_json(path)
     if not isinstance(doc, dict):
         return None
     hosts = {}
@@ -221,7 +221,7 @@ def _walk(ctx: _Context, root: Path):
     except OSError as exc:
         raise ConfigError(f"{root}: cannot read ({exc.strerror or exc})") from None
     if _is_rundir(names):
-        _read_rundir(ctx, root)
+        read_rundir(ctx, root)
         return
     rnd = ctx.round_of(root)
     round_tree = roundtree.summarizer_scored(ctx.rules, rnd)
@@ -236,7 +236,7 @@ def _walk(ctx: _Context, root: Path):
             dirnames[:] = []
             continue
         if here != root and (_is_rundir(names) or ctx.planned_dir(here)):
-            _read_rundir(ctx, here)
+            read_rundir(ctx, here)
             dirnames[:] = []
             continue
         if "sweep.json" in names:
@@ -276,6 +276,6 @@ def _missing_planned_runs(ctx: _Context, sweep_dir: Path):
 def _read_plain(ctx: _Context, path: Path, root: Path, explicit: bool):
     if not (path.is_file() or path.is_symlink() or explicit) or not ctx.first_visit(path):
         return
-    text = _read_text(ctx, path, root)
+    text = read_text(ctx, path, root)
     if text is not None:
         read_plain(ctx, path, root, text, explicit)

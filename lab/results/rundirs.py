@@ -27,7 +27,7 @@ MAX_LOG_BYTES = limits.LOG_BYTES
 KEEP_BYTES = {MLLOG: limits.LOG_BYTES, TELEMETRY: limits.TELEMETRY_BYTES}
 
 
-def _read_json(path: Path, root: Path | None = None):
+def read_json(path: Path, root: Path | None = None):
     """A JSON file read with bounds (a regular file inside ``root``, default its folder); None if not."""
     try:
         return bounded.read_json(path, root=root or Path(path).parent, limit=limits.JSON_BYTES)
@@ -35,7 +35,7 @@ def _read_json(path: Path, root: Path | None = None):
         return None
 
 
-def _read_text(ctx, path: Path, root: Path | None = None) -> str | None:
+def read_text(ctx, path: Path, root: Path | None = None) -> str | None:
     """A log read with bounds (lab.core.bounded: a regular file inside ``root``, capped); skipped if not."""
     try:
         return bounded.read_text(path, root=root or path.parent, limit=MAX_LOG_BYTES, errors="replace")
@@ -129,7 +129,7 @@ def _manifest_host(manifest: dict) -> str | None:
     return None
 
 
-def _read_rundir(ctx, rundir: Path):
+def read_rundir(ctx, rundir: Path):
     if not ctx.first_visit(rundir):
         return
     rules = ctx.rules
@@ -164,7 +164,7 @@ def _read_rundir(ctx, rundir: Path):
         ctx.skip(rundir, f"node {node_rank} of a {_int(status.get('nnodes')) or '?'}-node run: "
                  "the run is reported from node 0's run directory")
         return
-    manifest = _read_json(rundir / MANIFEST)
+    manifest = read_json(rundir / MANIFEST)
     notes = []
     if not isinstance(manifest, dict):
         if (rundir / MANIFEST).exists():
@@ -184,7 +184,7 @@ def _read_rundir(ctx, rundir: Path):
     if MLLOG in kept:
         text = kept[MLLOG].decode("utf-8", errors="replace")
     else:
-        text = _read_text(ctx, rundir / MLLOG) if os.path.lexists(rundir / MLLOG) else None
+        text = read_text(ctx, rundir / MLLOG) if os.path.lexists(rundir / MLLOG) else None
     if text is None:
         log_problem = "no mllog.log"
     else:

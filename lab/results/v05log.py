@@ -40,7 +40,7 @@ _LINE = re.compile(
     r"(?:\s*:\s*(.*?))?\s*$")
 _TRUE, _FALSE = (True, "true", "True"), (False, "false", "False")
 # The keys whose values the rules read; other events keep only their time and key.
-_READ = {"run_start", "run_stop", "eval_accuracy", "eval_target", "train_epoch", "eval_start",
+READ_KEYS = {"run_start", "run_stop", "eval_accuracy", "eval_target", "train_epoch", "eval_start",
          "eval_stop", "run_set_random_seed", "preproc_num_train_examples"}
 
 
@@ -62,7 +62,7 @@ def decode_v05(text: str) -> tuple[list[tuple], list[str], list[int], int]:
         close = tail.find(") ")
         if close > 0:
             key = tail[close + 2:].split(":", 1)[0].strip()
-            if key not in _READ and key.isidentifier():
+            if key not in READ_KEYS and key.isidentifier():
                 # An event the rules do not read (hyperparameters, model shapes): only its
                 # benchmark name counts, for the one-benchmark-per-file check.
                 names.add(tail[len(V05_PREFIX):].split(None, 1)[0] if len(tail) > len(V05_PREFIX) else "")
@@ -73,7 +73,7 @@ def decode_v05(text: str) -> tuple[list[tuple], list[str], list[int], int]:
             continue
         key = m.group(4)
         value = None
-        if key in _READ:
+        if key in READ_KEYS:
             value, ok = value_of(m.group(5))
             if not ok and looks_structured(m.group(5)):
                 bad.append(text.count("\n", 0, m0.start()) + 1)

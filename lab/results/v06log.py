@@ -123,7 +123,7 @@ def _parse_legacy(lines: list[str], rules: Rules) -> list[LogFacts]:
         key, raw = m.group(3), m.group(4)
         t = datetime.strptime(m.group(2), "%m/%d/%y %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
         value = None
-        if key in v05log._READ:
+        if key in v05log.READ_KEYS:
             value, ok = value_of(_PERCENT.sub(lambda p: repr(float(p.group(1)) / 100.0), raw) if raw else raw)
             if not ok and looks_structured(raw):
                 bad.append(i)

@@ -37,8 +37,8 @@ run folders kept inside the sweep); run-directory files through lab.core.bounded
 Modules, along the data flow: lab.sweep.plan (the plan), lab.sweep.state
 (sweep.json), lab.sweep.hostrun (a run's processes on a host, fetching it back),
 lab.sweep.unitworker (the thread per unit), this module (preparing the hosts, the
-whole sweep, Ctrl-C, collect). Its public names (``__all__``) include those
-of the modules below it, so ``lab.sweep.driver.X`` keeps working.
+whole sweep, Ctrl-C, collect). Its public names (``__all__``) are its own; the plan, the state and a
+host's runs are imported from their modules (lab.sweep.plan, lab.sweep.state, lab.sweep.hostrun).
 """
 
 from __future__ import annotations
@@ -64,21 +64,15 @@ from lab.sweep import statefile
 from lab.sweep import topology as topo
 from lab.core.errors import ConfigError
 from lab.hosts.inventory import Host, refuse_examples
-from lab.sweep.plan import (COMPLETE_OUTCOMES, MODES, NAME_RE, SCALES, SCHEMA, TOKEN_VAR, WORKLOAD_RE, PlannedRun,
-                           host_gpu_count, parse_gpu_counts, parse_list, plan, plan_around, seed_count, units_of,
-                           utcnow)
-from lab.sweep.state import Sweep, _read_json
-from lab.sweep.hostrun import (HostLayout, Settings, fetch_run, fetch_verified, run_state, signal_tagged, stop_run,
-                         tagged_alive, wait_gone)
-from lab.sweep.unitworker import HostLost, Node, UnitWorker, keep_attempt
+from lab.sweep.plan import COMPLETE_OUTCOMES, PlannedRun, parse_list, plan, plan_around, utcnow
+from lab.sweep.state import Sweep, read_run_json
+from lab.sweep.hostrun import HostLayout, Settings, fetch_verified
+from lab.sweep.unitworker import Node, UnitWorker
 from runner.rundir import STATUS
 
 
-__all__ = ["COMPLETE_OUTCOMES", "MODES", "NAME_RE", "SCALES", "SCHEMA", "TOKEN_VAR", "WORKLOAD_RE", "CollectResult",
-           "HostLayout", "HostLost", "Node", "PlannedRun", "Settings", "Sweep", "SweepResult", "UnitWorker",
-           "check_name", "collect", "default_name", "fetch_run", "fetch_verified", "host_gpu_count", "keep_attempt",
-           "parse_gpu_counts", "parse_list", "plan", "prepare_host", "run_state", "run_sweep", "seed_count",
-           "signal_tagged", "stop_run", "tagged_alive", "units_of", "utcnow", "wait_gone"]
+__all__ = ["CollectResult", "SweepResult", "check_name", "collect", "default_name", "prepare_host", "resolve_backend",
+           "run_sweep", "slurm_held"]
 
 # --------------------------------------------------------------------------- the whole sweep
 
@@ -327,7 +321,7 @@ def collect(sweep_root: Path, inventory_path: str | Path, *, retries: int = 2) -
         if sweep.verified(run):
             continue
         result.verified += 1
-        status = _read_json(sweep.run_dir(run) / STATUS)
+        status = read_run_json(sweep.run_dir(run) / STATUS)
         run.outcome = status.get("outcome")
         if run.outcome in COMPLETE_OUTCOMES:
             run.state, run.reason = "complete", status.get("reason", "")

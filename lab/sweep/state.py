@@ -92,7 +92,7 @@ class Sweep:
         return sweep
 
 
-def _read_json(path: Path) -> dict:
+def read_run_json(path: Path) -> dict:
     """A run directory's JSON file (status.json), read with bounds; {} when it is not one."""
     try:
         doc = bounded.read_json(path, root=Path(path).parent)
@@ -101,6 +101,6 @@ def _read_json(path: Path) -> dict:
         return {}
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return lines[-1] if lines else ""

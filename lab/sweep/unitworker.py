@@ -24,7 +24,7 @@ from lab.hosts import remote as rmt
 from lab.sweep import topology as topo
 from lab.core.errors import GpulabError, RunError
 from lab.sweep.plan import COMPLETE_OUTCOMES, PlannedRun, TOKEN_VAR, utcnow
-from lab.sweep.state import Sweep, _last_line, _read_json
+from lab.sweep.state import Sweep, last_line, read_run_json
 from lab.sweep.hostrun import Settings, fetch_verified, last_epoch, run_state, stop_run, wait_gone
 from lab.sweep.node import HostLost, Node
 from runner.rundir import STATUS
@@ -344,10 +344,10 @@ class UnitWorker:
                 tail = node.call(lambda r: r.run(["tail", "-n", "5", log], check=False, timeout=60)).stdout
                 node.call(lambda r: r.get(log, dest.with_name(f"{run.run_id}.launch.log")) if r.run(
                     ["test", "-f", log], check=False, timeout=60).ok else None)
-                p = [f"no complete run directory (runner: {_last_line(tail) or 'no output'})"]
+                p = [f"no complete run directory (runner: {last_line(tail) or 'no output'})"]
             problems += [f"{node.host.name}: {x}" for x in p]
             if rank == 0:
-                status = _read_json(dest / STATUS)
+                status = read_run_json(dest / STATUS)
         outcome, why = status.get("outcome"), status.get("reason", "")
         limit = f"{self._limit_s(run) / 60:g} min"
         if ended == "interrupted":

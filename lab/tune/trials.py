@@ -17,6 +17,7 @@ from typing import Callable, Protocol
 from lab.core.errors import GpulabError
 from lab.results import collect as results
 from lab.sweep import driver
+from lab.sweep import hostrun
 from lab.tune.objective import SeedResult
 
 
@@ -60,7 +61,7 @@ class SweepBackend:
 
     hosts: list
     results_dir: Path
-    settings: driver.Settings
+    settings: hostrun.Settings
     history_url: str
     make_folder: bool = True       # the SQLite file's folder may be made (the default database)
     echo: Callable = print

@@ -48,18 +48,18 @@ from lab.core import paths
 from lab.core import schema
 from lab.core import writes
 from lab.core.errors import CheckFailed, ConfigError, HostError
-from lab.validate.gpuchecks import (_burnin_failures, _fleet_checks, _gpu_checks, _host_metric_checks, _xid_checks,
+from lab.validate.gpuchecks import (burnin_failures, fleet_checks, gpu_checks, host_metric_checks, xid_checks,
                            fleet_medians, split_snapshot)
 from lab.validate import dcgm, trends as trend, vendor
 from lab.validate.actions import attach_actions, load_actions
 from lab.validate.burnindoc import malformed, read_burnin, unreadable_check
 from lab.validate.gathering import LEVEL_TIMEOUT_S, burnin_argv, gather_one, stacks_for, time_limits
-from lab.validate.hostchecks import _count_checks, _stack_checks, installed_version, no_gpu_checks
+from lab.validate.hostchecks import count_checks, stack_checks, installed_version, no_gpu_checks
 from lab.validate.linkchecks import guarded, link_window
 from lab.validate.toolchecks import beside, gpu_figures, gpu_tool_checks, host_figures, host_tool_checks
 from lab.validate.gpurefs import REFERENCES, dump_references, load_references, model_key, model_label
 from lab.validate.verdict import (FAIL, GPU_METRICS, HOST_METRICS, NO_GPU, PASS, UNITS, WARN, Verdicts,
-                         _host_field, check, judge_metric, ref_range, render_html, summary_text, worst,
+                         host_field, check, judge_metric, ref_range, render_html, summary_text, worst,
                          write_outputs)
 
 __all__ = ["FAIL", "GPU_METRICS", "HOST_METRICS", "LEVEL_TIMEOUT_S", "NO_GPU", "PASS", "REFERENCES", "UNITS", "WARN",
@@ -78,7 +78,7 @@ def _expected_stack(stacks: dict | None, host_name: str, host) -> dict | None:
         return None
     if host_name in stacks:
         return stacks[host_name]
-    name = _host_field(host, "stack") if host is not None else None
+    name = host_field(host, "stack") if host is not None else None
     return stacks.get(name) if name else None
 
 
@@ -92,8 +92,8 @@ def _host_record(name: str, host, checks: list[dict], gpus: dict) -> dict:
         "verdict": verdict,
         "reason": reasons[0] if reasons else "all checks passed",
         "reasons": reasons,
-        "expected_model": _host_field(host, "gpu_model") if host is not None else None,
-        "expected_count": _host_field(host, "gpu_count") if host is not None else None,
+        "expected_model": host_field(host, "gpu_model") if host is not None else None,
+        "expected_count": host_field(host, "gpu_count") if host is not None else None,
         "checks": checks,
         "gpus": gpus,
         "counts": {v: sum(1 for c in checks if c["verdict"] == v) + sum(
@@ -112,7 +112,7 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
     ``past``: each GPU's own past from the history (lab.validate.trends; None: no trend checks), judged by
     ``trends`` (default: lab/data/trends.yml).
     """
-    hosts = {(_host_field(h, "name")): h for h in inventory_hosts}
+    hosts = {(host_field(h, "name")): h for h in inventory_hosts}
     names = list(hosts) + [n for n in snapshots if n not in hosts]
     # first pass: per GPU model and burn-in entry (for the fleet medians)
     parsed: dict[str, tuple] = {}
@@ -154,18 +154,18 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
             elif not probe.get("gpus"):
                 checks += no_gpu_checks(host, probe)     # a CPU host where the inventory expects no GPU
             else:
-                checks += _count_checks(host, probe, probe["gpus"])
-                checks += _stack_checks(probe, _expected_stack(stacks, name, host))
+                checks += count_checks(host, probe, probe["gpus"])
+                checks += stack_checks(probe, _expected_stack(stacks, name, host))
                 xid = (burnin or {}).get("xid")
                 if xid is not None:
                     orphans = [e for e in xid.get("events", []) if e.get("gpu") is None]
                     if orphans or xid.get("source") is None:
-                        checks += _xid_checks(references, orphans, xid.get("source"), xid.get("error"), "XID events (other devices)")
+                        checks += xid_checks(references, orphans, xid.get("source"), xid.get("error"), "XID events (other devices)")
                 if burnin is not None:
                     checks += unreadable_check(burnin)
                     if burnin.get("outcome") == "failed":
-                        checks += _burnin_failures(burnin, None)
-                    checks += _host_metric_checks(burnin, probe, references)
+                        checks += burnin_failures(burnin, None)
+                    checks += host_metric_checks(burnin, probe, references)
                     checks += guarded("standard tools", host_tool_checks, burnin, probe, references)
                 for g in probe["gpus"]:
                     idx = g.get("index")
@@ -176,11 +176,11 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
                         continue
                     model = model_key(g.get("name"), references)
                     bg = ((burnin or {}).get("gpus") or {}).get(str(idx))
-                    gc = _gpu_checks(g, bg, host, references, model, xid, link_window(probe, burnin, idx),
+                    gc = gpu_checks(g, bg, host, references, model, xid, link_window(probe, burnin, idx),
                                      len(probe["gpus"]))
                     if burnin is not None:
-                        gc += _burnin_failures(burnin, idx)
-                    gc += _fleet_checks(model, bg, medians, references)
+                        gc += burnin_failures(burnin, idx)
+                    gc += fleet_checks(model, bg, medians, references)
                     gc += guarded("nvbandwidth", gpu_tool_checks, burnin, idx, references["models"].get(model) if model else None)
                     if past is not None:
                         gc += guarded("trends", trend.gpu_trends, g, bg, past, trends or trend.load_trends())

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable
 from lab.core.errors import ConfigError, GpulabError, RunError
 from lab.validate import vendor
 from lab.validate.burnindoc import read_burnin
-from lab.validate.verdict import _host_field
+from lab.validate.verdict import host_field
 
 LEVEL_TIMEOUT_S = {"quick": 300, "standard": 3600, "burn-in": 6 * 3600}
 # gpulab.validate.time_limits: every external step's hard limit, in seconds (lab/data/settings.yml)
@@ -118,7 +118,7 @@ def stacks_for(hosts: Iterable[Any], inventory: Path | str | None = None,
     if sdir is None or not sdir.is_dir():
         sdir = None
     for h in hosts:
-        name = _host_field(h, "stack")
+        name = host_field(h, "stack")
         if not name or name in out:
             continue
         try:

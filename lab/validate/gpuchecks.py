@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from lab.validate.verdict import (FAIL, HOST_METRICS, PASS, UNITS, WARN, _fmt, _host_field, _pct, _range_text, check,
+from lab.validate.verdict import (FAIL, HOST_METRICS, PASS, UNITS, WARN, fmt_value, host_field, percent, range_text, check,
                          judge_metric)
 from lab.validate.gpurefs import model_key, model_label
 from lab.validate.linkchecks import LinkWindow, interconnect_checks
@@ -35,7 +35,7 @@ def _xid_name(refs: dict, xid: int) -> str:
     return refs["checks"]["xid"].get("names", {}).get(str(xid), "see NVIDIA's XID catalogue")
 
 
-def _xid_checks(refs: dict, events: list[dict], source: str | None, error: str | None, label: str) -> list[dict]:
+def xid_checks(refs: dict, events: list[dict], source: str | None, error: str | None, label: str) -> list[dict]:
     xcfg = refs["checks"]["xid"]
     events = [e for e in events if e["xid"] not in set(xcfg.get("ignore", []))]
     if source is None and error:
@@ -78,7 +78,7 @@ def _model_checks(g: GpuFacts) -> list[dict]:
     """The GPU model against the inventory; a WARN when the references have no such model."""
     gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
     out: list[dict] = []
-    want_model = _host_field(host, "gpu_model", "auto") if host is not None else "auto"
+    want_model = host_field(host, "gpu_model", "auto") if host is not None else "auto"
     if want_model not in (None, "auto"):
         ok = model_label(gpu.get("name")) == model_label(want_model) or (
             model is not None and model_key(want_model, refs) == model)
@@ -96,7 +96,7 @@ def _pcie_checks(g: GpuFacts) -> list[dict]:
     gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
     out: list[dict] = []
     pcie = gpu.get("pcie") or {}
-    want = _host_field(host, "pcie", None) if host is not None else None
+    want = host_field(host, "pcie", None) if host is not None else None
     want_src = "inventory gpulab_pcie"
     if not want and mref and mref.get("pcie_min"):
         want, want_src = mref["pcie_min"], f"{model} minimum"
@@ -139,7 +139,7 @@ def _link_checks(g: GpuFacts) -> list[dict]:
     return interconnect_checks(g.gpu, g.host, g.refs, g.model, g.window, g.gpus_on_host)
 
 
-def _ecc_checks(g: GpuFacts) -> list[dict]:
+def ecc_checks(g: GpuFacts) -> list[dict]:
     """ECC mode and uncorrected ECC errors."""
     gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
     out: list[dict] = []
@@ -159,7 +159,7 @@ def _ecc_checks(g: GpuFacts) -> list[dict]:
     return out
 
 
-def _memory_checks(g: GpuFacts) -> list[dict]:
+def memory_checks(g: GpuFacts) -> list[dict]:
     """Retired pages (pre-Ampere) and row remapping (Ampere and later)."""
     gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
     out: list[dict] = []
@@ -194,13 +194,13 @@ def _memory_checks(g: GpuFacts) -> list[dict]:
     return out
 
 
-def _gpu_xid_checks(g: GpuFacts) -> list[dict]:
+def gpu_xid_checks(g: GpuFacts) -> list[dict]:
     """The XID events of this GPU."""
     gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
     out: list[dict] = []
     if xid is not None:
         mine = [e for e in xid.get("events", []) if e.get("gpu") == gpu.get("index")]
-        out += _xid_checks(refs, mine, xid.get("source"), xid.get("error"), "XID events")
+        out += xid_checks(refs, mine, xid.get("source"), xid.get("error"), "XID events")
     return out
 
 
@@ -261,9 +261,9 @@ def _thermal_and_load_checks(g: GpuFacts) -> list[dict]:
             over = c["power"]["over_limit_fraction"]
             exp = f"<= {lim * (1 + over):.0f} W (limit {lim:.0f} W)"
             if pw > lim * (1 + over):
-                out.append(check("power vs limit", FAIL, pw, exp, f"{_fmt(pw)} W under load exceeds the {_fmt(lim)} W limit", "W"))
+                out.append(check("power vs limit", FAIL, pw, exp, f"{fmt_value(pw)} W under load exceeds the {fmt_value(lim)} W limit", "W"))
             else:
-                out.append(check("power vs limit", PASS, pw, exp, f"{_fmt(pw)} W max under load, limit {_fmt(lim)} W", "W"))
+                out.append(check("power vs limit", PASS, pw, exp, f"{fmt_value(pw)} W max under load, limit {fmt_value(lim)} W", "W"))
         if mref and "load_power_w" in mref["metrics"] and pw is not None:
             out.append(judge_metric("load_power_w", pw, mref["metrics"]["load_power_w"], "power under load"))
     return out
@@ -300,18 +300,18 @@ def _metric_checks(g: GpuFacts) -> list[dict]:
 
 
 # The checks of one GPU, in the order a verdict lists them: each a small unit from GpuFacts to check records.
-GPU_CHECKS = (_model_checks, _pcie_checks, _link_checks, _ecc_checks, _memory_checks, _gpu_xid_checks, _thermal_and_load_checks,
+GPU_CHECKS = (_model_checks, _pcie_checks, _link_checks, ecc_checks, memory_checks, gpu_xid_checks, _thermal_and_load_checks,
               _power_limit_checks, _metric_checks)
 
 
-def _gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None, xid: dict | None,
+def gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None, xid: dict | None,
                 window: LinkWindow | None = None, gpus_on_host: int = 1) -> list[dict]:
     """Health, load behaviour and burn-in metrics of one GPU (GPU_CHECKS)."""
     facts = GpuFacts(gpu, bg, host, refs, model, xid, window, gpus_on_host)
     return [record for unit in GPU_CHECKS for record in unit(facts)]
 
 
-def _host_metric_checks(burnin: dict, probe: dict, refs: dict) -> list[dict]:
+def host_metric_checks(burnin: dict, probe: dict, refs: dict) -> list[dict]:
     """Host-wide burn-in figures (NCCL all-reduce bus bandwidth) against the references.
 
     A reference is for all GPUs of the host; a figure measured over fewer, or
@@ -335,17 +335,17 @@ def _host_metric_checks(burnin: dict, probe: dict, refs: dict) -> list[dict]:
         unit = UNITS[metric]
         if with_ref:
             why = (f"measured over {selected} of the host's {count} GPUs; the reference "
-                   f"({_fmt(with_ref[0][1]['value'])} {unit}) is for all of them")
+                   f"({fmt_value(with_ref[0][1]['value'])} {unit}) is for all of them")
         elif models:
             why = f"no {metric} for {', '.join(models)} in the references"
         else:
             why = f"{', '.join(names)} is not in the references"
         out.append(check(metric, WARN, float(value), "no reference",
-                         f"{_fmt(float(value))} {unit} over {selected} GPUs, not judged: {why}", unit))
+                         f"{fmt_value(float(value))} {unit} over {selected} GPUs, not judged: {why}", unit))
     return out
 
 
-def _burnin_failures(burnin: dict, index: int | None) -> list[dict]:
+def burnin_failures(burnin: dict, index: int | None) -> list[dict]:
     """Failed load tests (crash, wrong results, timeout) of one GPU (None: host-wide tests)."""
     fails = [r for r in burnin.get("results", []) if not r.get("ok") and r.get("gpu") == index]
     if not fails:
@@ -371,7 +371,7 @@ def fleet_medians(per_gpu: list[tuple[str, dict, dict | None]], refs: dict) -> d
     return {m: {k: {"median": statistics.median(v), "n": len(v)} for k, v in d.items()} for m, d in vals.items()}
 
 
-def _fleet_checks(model: str | None, bg: dict | None, medians: dict, refs: dict) -> list[dict]:
+def fleet_checks(model: str | None, bg: dict | None, medians: dict, refs: dict) -> list[dict]:
     if bg is None or model is None:
         return []
     f = refs["fleet"]
@@ -384,9 +384,9 @@ def _fleet_checks(model: str | None, bg: dict | None, medians: dict, refs: dict)
         unit = UNITS.get(metric)
         lo = med * (1 - f["lower"]) if f["lower"] is not None else None
         wlo = med * (1 - f["warn_lower"]) if f["warn_lower"] is not None else None
-        exp = _range_text(lo, None, unit)
+        exp = range_text(lo, None, unit)
         label = f"{metric} vs fleet"
-        text = f"{_pct(value, med)} of the median {_fmt(med)} of {m['n']} {model} GPUs"
+        text = f"{percent(value, med)} of the median {fmt_value(med)} of {m['n']} {model} GPUs"
         if lo is not None and value < lo:
             out.append(check(label, FAIL, value, exp, f"slow outlier: {text}", unit))
         elif wlo is not None and value < wlo:

@@ -17,7 +17,7 @@ from lab.core import schema
 from lab.core.errors import ConfigError
 
 from lab.validate.actions import action_for, load_actions
-from lab.validate.gpuchecks import GpuFacts, _ecc_checks, _gpu_xid_checks, _memory_checks
+from lab.validate.gpuchecks import GpuFacts, ecc_checks, gpu_xid_checks, memory_checks
 from lab.validate.gpurefs import load_references
 from lab.validate.verdict import FAIL, PASS, check
 
@@ -102,7 +102,7 @@ def judge(doc: dict, *, expect_gpus: bool, mark=None, used=(), refs: dict | None
             checks = [check("readable", FAIL, None, "readable", str(g["error"])[:300])]
         else:
             facts = GpuFacts(g, None, None, refs, None, xid)
-            checks = _ecc_checks(facts) + _memory_checks(facts) + _gpu_xid_checks(facts)
+            checks = ecc_checks(facts) + memory_checks(facts) + gpu_xid_checks(facts)
             for c in checks:
                 if c["check"] == "XID events":
                     c["reason"] = c["reason"].replace(" since boot", since)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from lab.core import versions
-from lab.validate.verdict import FAIL, NO_GPU, PASS, WARN, _host_field, check
+from lab.validate.verdict import FAIL, NO_GPU, PASS, WARN, host_field, check
 
 
 def _mm(text: str | None) -> tuple[int, int] | None:
@@ -36,7 +36,7 @@ def installed_version(stack: dict, comp: str) -> str | None:
     return stack.get(comp)
 
 
-def _stack_checks(probe: dict, expected: dict | None) -> list[dict]:
+def stack_checks(probe: dict, expected: dict | None) -> list[dict]:
     stack = probe.get("stack") or {}
     fw = probe.get("frameworks") or {}
     out = []
@@ -75,8 +75,8 @@ def _stack_checks(probe: dict, expected: dict | None) -> list[dict]:
     return out
 
 
-def _count_checks(host, probe: dict, gpus: list[dict]) -> list[dict]:
-    want = _host_field(host, "gpu_count", "auto") if host is not None else "auto"
+def count_checks(host, probe: dict, gpus: list[dict]) -> list[dict]:
+    want = host_field(host, "gpu_count", "auto") if host is not None else "auto"
     have = probe.get("gpu_count", len(gpus))
     readable = sum(1 for g in gpus if "error" not in g)
     out = []
@@ -103,8 +103,8 @@ def expects_gpus(host) -> bool:
     asks the same (lab.sweep.gate): one rule for both verdicts."""
     if host is None:
         return True
-    count = _host_field(host, "gpu_count", "auto")
-    model = _host_field(host, "gpu_model", "auto")
+    count = host_field(host, "gpu_count", "auto")
+    model = host_field(host, "gpu_model", "auto")
     if count not in (None, "auto"):
         try:
             return int(count) > 0
@@ -119,9 +119,9 @@ def no_gpu_checks(host, probe: dict) -> list[dict]:
     reason = probe.get("nvidia") or "no GPU reported"
     detail = reason.split(": ", 1)[1] if reason.startswith("no NVIDIA driver/GPU found: ") else reason
     if not expects_gpus(host):
-        want = _host_field(host, "gpu_count", "auto")
+        want = host_field(host, "gpu_count", "auto")
         return [check("GPU count", PASS, 0, str(want), f"no GPU ({detail}); the inventory expects none "
-                      f"(gpu_count {want}, gpu_model {_host_field(host, 'gpu_model', 'auto')}): validated as a CPU host",
+                      f"(gpu_count {want}, gpu_model {host_field(host, 'gpu_model', 'auto')}): validated as a CPU host",
                       cpu_host=True)]
-    want = _host_field(host, "gpu_count", ">= 1") if host is not None else ">= 1"
+    want = host_field(host, "gpu_count", ">= 1") if host is not None else ">= 1"
     return [check("GPU present", FAIL, 0, f"{want} GPU(s)", f"{NO_GPU}: {detail}")]

@@ -22,7 +22,7 @@ The rules for what the tools said (their output as tests/samples/ shows it, from
 from __future__ import annotations
 
 from lab.validate.gpurefs import model_key
-from lab.validate.verdict import FAIL, WARN, _fmt, check, judge_metric
+from lab.validate.verdict import FAIL, WARN, fmt_value, check, judge_metric
 
 # (reference metric, the tool's figure, label, gpulab's own metric of the same path)
 NVB_FIGURES = (
@@ -93,7 +93,7 @@ def gpu_tool_checks(burnin: dict | None, index, model_ref: dict | None) -> list[
         if missing or waived:
             what = ("nvbandwidth waived its GPU-to-GPU testcase: no GPU pair of the host has peer access" if waived
                     else f"no peer access to GPU {', '.join(map(str, missing))} (nvbandwidth: N/A)")
-            out.append(check(P2P_LABEL, FAIL, None, f">= {_fmt(ref['value'] * (1 - (ref.get('lower') or 0)))} GB/s "
+            out.append(check(P2P_LABEL, FAIL, None, f">= {fmt_value(ref['value'] * (1 - (ref.get('lower') or 0)))} GB/s "
                              "to every peer", f"{what}: the references require GPU-to-GPU bandwidth of this model "
                              f"({ref['source']})", "GB/s"))
     return out
@@ -146,7 +146,7 @@ def host_tool_checks(burnin: dict, probe: dict, refs: dict, expected: set | None
                              "links corrupt data"))
         elif nccl.get("min_bw_failed"):
             out.append(check("nccl-tests busbw", FAIL, nccl.get("avg_busbw_gbs"), "NCCL_TESTS_MIN_BW",
-                             f"its average bus bandwidth {_fmt(nccl.get('avg_busbw_gbs'))} GB/s is below the minimum "
+                             f"its average bus bandwidth {fmt_value(nccl.get('avg_busbw_gbs'))} GB/s is below the minimum "
                              f"the host set (NCCL_TESTS_MIN_BW){_said(nccl)}", "GB/s"))
         elif nccl.get("exit_code") not in (0, None):
             out.append(check("nccl-tests", WARN, None, "exit 0", f"all_reduce_perf wrote all its results and "
@@ -160,7 +160,7 @@ def host_tool_checks(burnin: dict, probe: dict, refs: dict, expected: set | None
             why = (f"measured over {nccl.get('ngpus')} of the host's {count} GPUs" if with_ref else
                    f"no {NCCL_METRIC} for {', '.join(models) or ', '.join(names)} in the references")
             out.append(check("nccl-tests busbw", WARN, float(value), "no reference",
-                             f"{_fmt(float(value))} GB/s, not judged: {why}", "GB/s"))
+                             f"{fmt_value(float(value))} GB/s, not judged: {why}", "GB/s"))
     nvb = _tool(burnin, "nvbandwidth")
     if nvb is not None and nvb.get("gpus"):
         missing = [m for m in models if not any(metric in refs["models"][m]["metrics"] for metric, *_ in NVB_FIGURES)]

@@ -28,7 +28,7 @@ import statistics
 from pathlib import Path
 
 from lab.core import limits, schema
-from lab.validate.verdict import FAIL, PASS, UNITS, WARN, _fmt, check
+from lab.validate.verdict import FAIL, PASS, UNITS, WARN, fmt_value, check
 
 TRENDS = Path(__file__).resolve().parents[1] / "data" / "trends.yml"
 IDLE, ECC = "idle temperature", "ECC corrected"
@@ -92,13 +92,13 @@ def _falling(metric: str, value: float, pts: list[dict], cfg: dict) -> dict:
     med = statistics.median(good)
     lo_warn, lo_fail = med * (1 - cfg["warn_drop"]), med * (1 - cfg["fail_drop"])
     share = (value / med) if med else float("nan")
-    text = (f"{_fmt(value)} {unit or ''} is {share:.0%} of its own median {_fmt(med)} of {len(good)} passing "
+    text = (f"{fmt_value(value)} {unit or ''} is {share:.0%} of its own median {fmt_value(med)} of {len(good)} passing "
             f"point(s)").replace("  ", " ")
     verdict = FAIL if value < lo_fail else WARN if value < lo_warn else PASS
     if verdict != PASS:
         drop = cfg["fail_drop"] if verdict == FAIL else cfg["warn_drop"]
         text += f" ({verdict} below {1 - drop:.0%})"
-    return check(name, verdict, value, f">= {_fmt(lo_warn)} {unit or ''}".rstrip(), text, unit, judged=True,
+    return check(name, verdict, value, f">= {fmt_value(lo_warn)} {unit or ''}".rstrip(), text, unit, judged=True,
                  median=med, past_points=len(good))
 
 
@@ -110,8 +110,8 @@ def _idle(value: float, pts: list[dict], cfg: dict) -> dict:
     med = statistics.median(good)
     rise = value - med
     verdict = FAIL if rise >= cfg["fail_rise_c"] else WARN if rise >= cfg["warn_rise_c"] else PASS
-    return check(name, verdict, value, f"< {_fmt(med + cfg['warn_rise_c'])} C",
-                 f"{_fmt(value)} C at idle, {rise:+.1f} C from its own median {_fmt(med)} C of {len(good)} "
+    return check(name, verdict, value, f"< {fmt_value(med + cfg['warn_rise_c'])} C",
+                 f"{fmt_value(value)} C at idle, {rise:+.1f} C from its own median {fmt_value(med)} C of {len(good)} "
                  f"passing point(s)", "C", judged=True, median=med, past_points=len(good))
 
 
@@ -123,12 +123,12 @@ def _ecc(count: float, pts: list[dict], cfg: dict) -> dict:
     grew = count - last
     when = f" ({pts[0]['at']})" if pts[0].get("at") else ""
     if grew < 0:
-        return check(name, PASS, count, f"< +{cfg['warn_growth']}", f"{_fmt(count)} corrected ECC error(s), "
-                     f"{_fmt(last)} at the last check{when}: the counter was cleared", "errors", judged=True,
+        return check(name, PASS, count, f"< +{cfg['warn_growth']}", f"{fmt_value(count)} corrected ECC error(s), "
+                     f"{fmt_value(last)} at the last check{when}: the counter was cleared", "errors", judged=True,
                      last=last, past_points=len(pts))
     verdict = FAIL if grew >= cfg["fail_growth"] else WARN if grew >= cfg["warn_growth"] else PASS
     return check(name, verdict, count, f"< +{cfg['warn_growth']} since the last check",
-                 f"{_fmt(count)} corrected ECC error(s) over the GPU's life, {grew:+.0f} since the last check"
+                 f"{fmt_value(count)} corrected ECC error(s) over the GPU's life, {grew:+.0f} since the last check"
                  f"{when}", "errors", judged=True, last=last, past_points=len(pts))
 
 

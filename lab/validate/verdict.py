@@ -44,7 +44,7 @@ def worst(verdicts: Iterable[str]) -> str:
             out = v
     return out
 
-def _host_field(host: Any, name: str, default=None):
+def host_field(host: Any, name: str, default=None):
     if isinstance(host, dict):
         return host.get(name, default)
     return getattr(host, name, default)
@@ -71,7 +71,7 @@ class Verdicts:
         return json.dumps(self.data, indent=2, sort_keys=True, default=str)
 
 
-def _fmt(v) -> str:
+def fmt_value(v) -> str:
     if v is None:
         return "-"
     if isinstance(v, bool):
@@ -105,14 +105,14 @@ def ref_range(ref: dict) -> dict:
             "warn_lo": lo(ref.get("warn_lower")), "warn_hi": hi(ref.get("warn_upper"))}
 
 
-def _range_text(lo, hi, unit) -> str:
+def range_text(lo, hi, unit) -> str:
     u = f" {unit}" if unit else ""
     if lo is not None and hi is not None:
-        return f"{_fmt(lo)}..{_fmt(hi)}{u}"
+        return f"{fmt_value(lo)}..{fmt_value(hi)}{u}"
     if lo is not None:
-        return f">= {_fmt(lo)}{u}"
+        return f">= {fmt_value(lo)}{u}"
     if hi is not None:
-        return f"<= {_fmt(hi)}{u}"
+        return f"<= {fmt_value(hi)}{u}"
     return "any"
 
 
@@ -120,19 +120,19 @@ def judge_metric(name: str, measured: float, ref: dict, label: str | None = None
     r = ref_range(ref)
     unit = ref["unit"]
     label = label or name
-    expected = _range_text(r["fail_lo"], r["fail_hi"], unit)
+    expected = range_text(r["fail_lo"], r["fail_hi"], unit)
     src = ref["source"]
-    of = f"({_pct(measured, ref['value'])} of {_fmt(ref['value'])}; {src})"
+    of = f"({percent(measured, ref['value'])} of {fmt_value(ref['value'])}; {src})"
     for verdict, bound, below, words in ((FAIL, "fail_lo", True, "is below"), (FAIL, "fail_hi", False, "is above"),
                                          (WARN, "warn_lo", True, "is low: below"),
                                          (WARN, "warn_hi", False, "is high: above")):
         limit = r[bound]
         if limit is not None and (measured < limit if below else measured > limit):
-            return check(label, verdict, measured, expected, f"{_fmt(measured)} {unit} {words} {_fmt(limit)} {of}", unit)
-    return check(label, PASS, measured, expected, f"{_pct(measured, ref['value'])} of reference {_fmt(ref['value'])} {unit} ({src})", unit)
+            return check(label, verdict, measured, expected, f"{fmt_value(measured)} {unit} {words} {fmt_value(limit)} {of}", unit)
+    return check(label, PASS, measured, expected, f"{percent(measured, ref['value'])} of reference {fmt_value(ref['value'])} {unit} ({src})", unit)
 
 
-def _pct(a, b) -> str:
+def percent(a, b) -> str:
     return f"{100.0 * a / b:.0f}%" if b else "-"
 
 
@@ -155,7 +155,7 @@ def _fmt_any(value) -> str:
         return ", ".join(_fmt_any(v) for v in value)
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return _fmt(value)
+    return fmt_value(value)
 
 
 def summary_text(verdicts: Verdicts) -> str:

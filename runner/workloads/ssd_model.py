@@ -70,7 +70,7 @@ def feature_sizes(cfg: dict) -> list[int]:
     at least 3 - 2p pixels. A geometry that breaks that is bad input, named here
     instead of failing inside the first convolution."""
     size = cfg["image_size"]
-    s = V._half(V._half(size))  # the 7x7/2 stem convolution and the 3x3/2 max pool
+    s = V.halved(V.halved(size))  # the 7x7/2 stem convolution and the 3x3/2 max pool
     for st in BACKBONE_STRIDES[: len(cfg["layers"])]:
         s = (s - 1) // st + 1  # 3x3, padding 1
     sizes = [s]

@@ -92,7 +92,7 @@ def make_stage(block, cin, width, blocks, stride, norm=nn.BatchNorm2d, zero_init
     return nn.Sequential(*layers), cout
 
 
-def _half(size: int) -> int:
+def halved(size: int) -> int:
     """Output size of a stride-2 layer that pads to keep ``ceil(size / 2)`` (the stem's 7x7/2 and 3x3/2)."""
     return (size - 1) // 2 + 1
 
@@ -118,7 +118,7 @@ class SpaceToDepthConv7(nn.Conv2d):
 
     def forward(self, x):
         n, c, h, w = x.shape
-        ho, wo = _half(h), _half(w)
+        ho, wo = halved(h), halved(w)
         # pad 3 before, and after up to 2 * out + 6 rows/columns (an even count)
         xp = nn.functional.pad(x, (3, 2 * wo + 3 - w, 3, 2 * ho + 3 - h))
         s = xp.reshape(n, c, ho + 3, 2, wo + 3, 2).permute(0, 1, 3, 5, 2, 4).reshape(n, 4 * c, ho + 3, wo + 3)

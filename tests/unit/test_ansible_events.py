@@ -70,7 +70,7 @@ def test_artifacts_folder_is_dated_and_never_reused(tmp_path):
 
 
 def test_env_keeps_strict_host_keys_whatever_the_caller_passes():
-    env = ansible._env({"ANSIBLE_HOST_KEY_CHECKING": "False"})
+    env = ansible.runner_env({"ANSIBLE_HOST_KEY_CHECKING": "False"})
     assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
     assert "StrictHostKeyChecking=yes" in env["ANSIBLE_SSH_ARGS"]
     assert env["ANSIBLE_ROLES_PATH"].endswith("playbooks/roles")

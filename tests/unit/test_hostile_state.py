@@ -168,7 +168,7 @@ def test_every_planned_run_field_has_a_check():
     """A field added to PlannedRun must be checked when sweep.json is read back (lab.sweep.statefile)."""
     from dataclasses import fields
 
-    from lab.sweep import driver
+    from lab.sweep import plan as pl
     from lab.sweep import statefile
 
-    assert {f.name for f in fields(driver.PlannedRun)} == set(statefile.RUN_FIELDS)
+    assert {f.name for f in fields(pl.PlannedRun)} == set(statefile.RUN_FIELDS)

@@ -18,7 +18,7 @@ TOO_LONG: dict[str, int] = {
     "lab/report/build.py:build_report": 87,
     "lab/report/figures.py:draw_all": 132,
     "lab/results/plainlogs.py:read_plain": 80,
-    "lab/results/rundirs.py:_read_rundir": 181,
+    "lab/results/rundirs.py:read_rundir": 181,
     "lab/sweep/driver.py:run_sweep": 119,
     "lab/validate/fleet.py:build_references": 81,
     "lab/validate/fleet.py:evaluate": 113,

@@ -20,7 +20,8 @@ from lab.hosts import datasets
 from lab.hosts import inventory
 from lab.sweep import preflight
 from lab.sweep import study
-from lab.sweep import driver
+from lab.sweep import plan as pl
+from lab.sweep import state as sweepstate
 from lab.core.errors import ConfigError
 from lab.core.mlperf import Rules
 
@@ -45,7 +46,7 @@ def runs_required(w):
 @pytest.mark.parametrize("device, counts", [("t4", [1, 2, 3, 4]), ("v100", [1, 2, 3])])
 def test_the_default_plan_of_the_example_lab_is_the_study(device, counts):
     hosts = inventory.load(EXAMPLE).select(device=device)
-    runs = driver.plan(hosts, ["all"], "all", "auto", "ttt", "full")
+    runs = pl.plan(hosts, ["all"], "all", "auto", "ttt", "full")
     for h in hosts:
         mine = [r for r in runs if r.host == h.name]
         assert list(dict.fromkeys(r.workload for r in mine)) == SIX
@@ -58,14 +59,14 @@ def test_the_default_plan_of_the_example_lab_is_the_study(device, counts):
 
 def test_seeds_auto_and_mlperf_by_mode():
     hosts = inventory.load(EXAMPLE).select(device="v100")
-    thr = driver.plan(hosts, ["all"], "all", "auto", "throughput", "full")
+    thr = pl.plan(hosts, ["all"], "all", "auto", "throughput", "full")
     assert len(thr) == 2 * 6 * 3 and {r.seed for r in thr} == {1}      # one run per configuration
-    mlperf = driver.plan(hosts, ["gnmt"], "1", "mlperf", "throughput", "full")
+    mlperf = pl.plan(hosts, ["gnmt"], "1", "mlperf", "throughput", "full")
     assert len(mlperf) == 2 * 10                                        # mlperf means the run count in any mode
     with pytest.raises(ConfigError, match="'all' stands for the study's benchmarks"):
-        driver.plan(hosts, ["all", "ncf"], "1", 1)
+        pl.plan(hosts, ["all", "ncf"], "1", 1)
     with pytest.raises(ConfigError, match="is not a number of seeds, 'auto' or 'mlperf'"):
-        driver.plan(hosts, ["ncf"], "1", "most")
+        pl.plan(hosts, ["ncf"], "1", "most")
 
 
 def test_settings_defaults_are_the_study_and_the_demo_keeps_its_own():
@@ -92,7 +93,7 @@ def test_throughput_dry_run_of_the_example_lab_through_the_cli():
 
 def test_the_ttt_plan_shows_days_of_machine_time():
     hosts = inventory.load(EXAMPLE).select(device="v100")
-    runs = driver.plan(hosts, ["all"], "all", "auto", "ttt", "full")
+    runs = pl.plan(hosts, ["all"], "all", "auto", "ttt", "full")
     lines, totals = study.describe(runs, hosts)
     assert lines[0].startswith("r740-03 (3x V100-PCIe): 405 runs, about ") and " d " in lines[0]
     row = next(x for x in lines if x.strip().startswith("ncf"))
@@ -100,7 +101,7 @@ def test_the_ttt_plan_shows_days_of_machine_time():
     assert all(t.minutes > 7 * 24 * 60 and t.unknown == 0 for t in totals)   # more than a week per host
     assert lines[-1].startswith("estimated wall time: ")
     # the study ran each configuration once: about a week on a V100 host (README, "Redo the R740 study")
-    once = study.describe(driver.plan(hosts, ["all"], "all", "1", "ttt", "full"), hosts)[1]
+    once = study.describe(pl.plan(hosts, ["all"], "all", "1", "ttt", "full"), hosts)[1]
     assert all(6 * 24 * 60 < t.minutes < 8 * 24 * 60 for t in once)
 
 
@@ -128,12 +129,12 @@ def test_estimates_follow_the_data_file():
 
 def test_earlier_runs_of_this_lab_replace_the_figures(tmp_path):
     results = tmp_path / "results"
-    runs = [driver.PlannedRun("gpu1", "ncf", 2, s, "ttt", "full", state="complete", outcome="success",
+    runs = [pl.PlannedRun("gpu1", "ncf", 2, s, "ttt", "full", state="complete", outcome="success",
                              started=f"2026-12-01T10:{s:02d}:00.000Z", ended=f"2026-12-01T10:{s + 10 * s:02d}:00.000Z")
             for s in (1, 2, 3)]
-    runs.append(driver.PlannedRun("gpu1", "ncf", 2, 4, "ttt", "full", state="failed",
+    runs.append(pl.PlannedRun("gpu1", "ncf", 2, 4, "ttt", "full", state="failed",
                                  started="2026-12-01T11:00:00Z", ended="2026-12-01T15:00:00Z"))
-    driver.Sweep(root=results / "old", name="old", runs=runs, hosts={
+    sweepstate.Sweep(root=results / "old", name="old", runs=runs, hosts={
         "gpu1": {"gpu_model": "auto", "topology": {"gpu_count": 2, "gpus": [{"index": 0, "name": "Tesla T4"},
                                                                               {"index": 1, "name": "Tesla T4"}]}}}).save()
     (results / "junk").mkdir()
@@ -141,18 +142,18 @@ def test_earlier_runs_of_this_lab_replace_the_figures(tmp_path):
     past = study.history(results)
     assert past == {("ncf", "ttt", "full", "T4", 2): [10.0, 20.0, 30.0],    # failed runs do not count
                     ("host", "gpu1", "ncf", "ttt", "full", 2): [10.0, 20.0, 30.0]}
-    run = driver.PlannedRun("r740-01", "ncf", 2, 9, "ttt", "full")
+    run = pl.PlannedRun("r740-01", "ncf", 2, 9, "ttt", "full")
     assert study.estimate(run, "T4", past) == (20.0, "earlier runs")
     assert study.estimate(run, "V100-PCIe", past)[1] == "lab/data/study.yml"
-    tiny = driver.PlannedRun("r740-01", "ncf", 2, 1, "ttt", "tiny")
+    tiny = pl.PlannedRun("r740-01", "ncf", 2, 1, "ttt", "tiny")
     assert study.estimate(tiny, "T4", past) == (None, "test scale")
     # run_timeout_minutes: auto -> three times the estimate, at least an hour
     assert study.time_limit_minutes(run, "T4", past) == 60.0
-    long = driver.PlannedRun("r740-01", "resnet50", 1, 1, "ttt", "full")
+    long = pl.PlannedRun("r740-01", "resnet50", 1, 1, "ttt", "full")
     assert study.time_limit_minutes(long, "V100-PCIe", {}) == pytest.approx(
         3 * study.load().minutes("resnet50", "ttt", "V100-PCIe", 1))
     assert study.time_limit_minutes(long, None, {}) == 10080 and study.time_limit_minutes(tiny, "T4", {}) == 60
-    mask = driver.PlannedRun("r740-01", "maskrcnn", 1, 1, "ttt", "full")    # 4.4 days: capped at a week
+    mask = pl.PlannedRun("r740-01", "maskrcnn", 1, 1, "ttt", "full")    # 4.4 days: capped at a week
     assert study.load().minutes("maskrcnn", "ttt", "T4", 1) > 4 * 24 * 60
     assert study.time_limit_minutes(mask, "T4", {}) == 7 * 24 * 60
 
@@ -254,11 +255,11 @@ def test_a_manifest_from_another_catalogue_entry_is_stale(data_lab):
     doc["version"] = "study-test-2"
     (data_lab / "catalogue-2.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
     cat = datasets.load_catalogue(data_lab / "catalogue-2.yml")
-    runs = driver.plan([host], ["ncf"], "1", 1, "ttt", "full")
+    runs = pl.plan([host], ["ncf"], "1", 1, "ttt", "full")
     got = preflight.check([host], runs, cat)["here"]
     assert got.problems == {"ml-20m": "prepared from catalogue 'study-test-1', not from the entry of catalogue "
                                       "'study-test-2' (prepare it again)"}
-    assert preflight.check([host], driver.plan([host], ["ncf"], "1", 1, "ttt", "small"), cat) == {}
+    assert preflight.check([host], pl.plan([host], ["ncf"], "1", 1, "ttt", "small"), cat) == {}
 
 
 def test_probe_output_and_manifests_are_judged_as_input():
@@ -280,7 +281,7 @@ def test_unreachable_hosts_are_left_to_the_sweep(tmp_path):
     h = inventory.Host(name="gone", address="127.0.0.1", port=1, user="root", connection="ssh", gpu_model="T4",
                        gpu_count=1, stack="current", groups=(), workdir="/var/lib/gpulab", python=None, ssh_key=None,
                        known_hosts=str(tmp_path / "known_hosts"))
-    runs = driver.plan([h], ["ncf"], "1", 1, "ttt", "full")
+    runs = pl.plan([h], ["ncf"], "1", 1, "ttt", "full")
     got = preflight.check([h], runs)["gone"]
     assert got.error and got.lines()[0].startswith("data in /var/lib/gpulab/data: not checked: ")
     assert preflight.refusal({"gone": got}) is None
@@ -293,18 +294,18 @@ def test_unreachable_hosts_are_left_to_the_sweep(tmp_path):
 def test_a_host_of_auto_model_is_estimated_from_its_own_earlier_runs(tmp_path):
     """The demo's settings right after the demo ran: this machine (GPU model and count 'auto') has done them."""
     results = tmp_path / "results"
-    runs = [driver.PlannedRun("localhost", "ncf", 0, s, "ttt", "tiny", state="complete", outcome="success",
+    runs = [pl.PlannedRun("localhost", "ncf", 0, s, "ttt", "tiny", state="complete", outcome="success",
                               started="2026-12-01T10:00:00Z", ended=f"2026-12-01T10:0{s}:00Z") for s in (1, 3)]
-    driver.Sweep(root=results / "demo-1", name="demo-1", runs=runs,
+    sweepstate.Sweep(root=results / "demo-1", name="demo-1", runs=runs,
                  hosts={"localhost": {"gpu_model": "auto", "topology": {"gpu_count": 0, "gpus": []}}}).save()
     past = study.history(results)
     host = inventory.load(ROOT / "inventory" / "local.yml").select()[0]
-    planned = driver.plan([host], ["ncf"], "all", 2, "ttt", "tiny")
+    planned = pl.plan([host], ["ncf"], "all", 2, "ttt", "tiny")
     assert [r.gpus for r in planned] == [-1, -1]                          # 'all' on 'auto': not known yet
     assert study.estimate(planned[0], None, past) == (2.0, "earlier runs on this host")
     lines, _ = study.describe(planned, [host], past=past)
     assert lines[0] == "localhost (GPU model auto): 2 runs, about 4 min"
     assert "(earlier runs on this host)" in lines[1] and "unknown" not in " ".join(lines)
-    other = driver.PlannedRun("elsewhere", "ncf", -1, 1, "ttt", "tiny")
+    other = pl.PlannedRun("elsewhere", "ncf", -1, 1, "ttt", "tiny")
     assert study.estimate(other, None, past) == (None, "test scale")     # another host's past is not this one's
 

@@ -12,7 +12,7 @@ import pytest
 
 from lab.sweep import hostlock
 from lab.hosts import remote
-from lab.sweep import driver
+from lab.sweep import hostrun
 from lab.hosts.inventory import Host
 from tests.testlab.util import exec_done
 
@@ -26,15 +26,15 @@ def local(tmp_path):
 
 def test_run_state_by_token(local, tmp_path):
     src = tmp_path / "sweeps" / "S" / "run"
-    assert driver.run_state(local, str(src), "tok-a") == "none"
+    assert hostrun.run_state(local, str(src), "tok-a") == "none"
     src.mkdir(parents=True)
-    assert driver.run_state(local, str(src), "tok-a") == "gone"             # a partial folder, nothing running
+    assert hostrun.run_state(local, str(src), "tok-a") == "gone"             # a partial folder, nothing running
     p = exec_done(subprocess.Popen(["sleep", "30"], env=dict(os.environ, GPULAB_RUN_TOKEN="tok-a")))
     try:
-        assert driver.run_state(local, str(src), "tok-a") == "running"
-        assert driver.run_state(local, str(src), "tok-other") == "gone"     # another run's processes do not count
+        assert hostrun.run_state(local, str(src), "tok-a") == "running"
+        assert hostrun.run_state(local, str(src), "tok-other") == "gone"     # another run's processes do not count
         (src / "SHA256SUMS").write_text("")
-        assert driver.run_state(local, str(src), "tok-a") == "done"
+        assert hostrun.run_state(local, str(src), "tok-a") == "done"
     finally:
         p.kill()
         p.wait()

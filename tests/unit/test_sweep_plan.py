@@ -16,6 +16,9 @@ from lab.results import checksums
 from lab.sweep import hostlock
 from lab.hosts import remote
 from lab.sweep import driver
+from lab.sweep import hostrun
+from lab.sweep import plan as pl
+from lab.sweep import state as sweepstate
 from lab.sweep import topology
 from lab.core.errors import ConfigError
 from lab.hosts.inventory import Host
@@ -29,26 +32,26 @@ def host(name="h1", count=3, connection="ssh", workdir="/var/lib/gpulab"):
 
 
 def test_plan_is_hosts_x_workloads_x_gpus_x_seeds_with_stable_ids():
-    runs = driver.plan([host("a"), host("b")], ["ncf", "gnmt"], "1,3", 2)
+    runs = pl.plan([host("a"), host("b")], ["ncf", "gnmt"], "1,3", 2)
     assert len(runs) == 2 * 2 * 2 * 2
     assert runs[0].run_id == "ncf-ttt-tiny-1gpu-s1"
     assert len({(r.host, r.run_id) for r in runs}) == len(runs)
-    again = driver.plan([host("a"), host("b")], ["ncf", "gnmt"], "1,3", 2)
+    again = pl.plan([host("a"), host("b")], ["ncf", "gnmt"], "1,3", 2)
     assert [r.run_id for r in again] == [r.run_id for r in runs]
 
 
 def test_all_gpus_means_every_count_and_cpu_hosts_run_on_cpu():
-    assert [r.gpus for r in driver.plan([host(count=3)], ["ncf"], "all", 1)] == [1, 2, 3]
-    assert [r.run_id for r in driver.plan([host(count=0)], ["ncf"], None, 1)] == ["ncf-ttt-tiny-cpu-s1"]
-    assert [r.gpus for r in driver.plan([host(count="auto")], ["ncf"], "2", 1)] == [2]
+    assert [r.gpus for r in pl.plan([host(count=3)], ["ncf"], "all", 1)] == [1, 2, 3]
+    assert [r.run_id for r in pl.plan([host(count=0)], ["ncf"], None, 1)] == ["ncf-ttt-tiny-cpu-s1"]
+    assert [r.gpus for r in pl.plan([host(count="auto")], ["ncf"], "2", 1)] == [2]
     # an 'auto' host: its count comes from its probe (the topology)
     topo_doc = {"gpu_count": 2, "gpus": [{"index": 0}, {"index": 1}]}
-    runs = driver.plan([host(count="auto")], ["ncf"], "all", 1, topologies={"h1": topo_doc})
+    runs = pl.plan([host(count="auto")], ["ncf"], "all", 1, topologies={"h1": topo_doc})
     assert [(r.gpus, r.gpu_ids) for r in runs] == [(1, [0]), (2, [0, 1])]
 
 
 def test_mlperf_seeds_come_from_the_benchmark_data():
-    runs = driver.plan([host(count=1)], ["resnet50", "gnmt", "ncf"], "1", "mlperf")
+    runs = pl.plan([host(count=1)], ["resnet50", "gnmt", "ncf"], "1", "mlperf")
     per = {w: sum(1 for r in runs if r.workload == w) for w in ("resnet50", "gnmt", "ncf")}
     from lab.core.mlperf import Rules
 
@@ -56,16 +59,16 @@ def test_mlperf_seeds_come_from_the_benchmark_data():
     assert per == {w: rules.benchmarks[rules.benchmark(w)].runs_required for w in per}
     assert per["resnet50"] < per["gnmt"] < per["ncf"]
     with pytest.raises(ConfigError, match="'burnin' is no MLPerf benchmark"):
-        driver.plan([host()], ["burnin"], "1", "mlperf")
+        pl.plan([host()], ["burnin"], "1", "mlperf")
 
 
 def test_multi_node_units_and_run_ids():
     hosts = [host(f"n{i}", count=2) for i in range(4)]
-    runs = driver.plan(hosts, ["ncf"], "2", 1, nodes=2)
+    runs = pl.plan(hosts, ["ncf"], "2", 1, nodes=2)
     assert [r.nodes for r in runs] == [["n0", "n1"], ["n2", "n3"]]
     assert runs[0].run_id == "ncf-ttt-tiny-2node-2gpu-s1" and runs[0].host == "n0"
     with pytest.raises(ConfigError, match="--nodes 3: 4 hosts selected .* not a multiple of 3"):
-        driver.plan(hosts, ["ncf"], "1", 1, nodes=3)
+        pl.plan(hosts, ["ncf"], "1", 1, nodes=3)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -84,7 +87,7 @@ def test_bad_plan_values(kwargs, message):
     args = dict(hosts=[host()], workloads=["ncf"], gpus="1", seeds=1)
     args.update(kwargs)
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("$", r"\$")):
-        driver.plan(**args)
+        pl.plan(**args)
 
 
 # --------------------------------------------------------------------------- topology
@@ -136,7 +139,7 @@ def test_all_gpus_sweeps_every_count_on_the_gpus_the_topology_picks(doc, roots, 
     """``invoke sweep --gpus all`` on a host whose probe found 2, 4 or 8 GPUs."""
     gpus = topology.from_probe(doc, roots)
     t = {"gpu_count": len(gpus), "gpus": [vars(g) for g in gpus]}
-    runs = driver.plan([host(count="auto")], ["ncf", "resnet50"], "all", 1, mode="throughput",
+    runs = pl.plan([host(count="auto")], ["ncf", "resnet50"], "all", 1, mode="throughput",
                       topologies={"h1": t})
     assert [(r.workload, r.gpus) for r in runs] == [(w, n) for w in ("ncf", "resnet50") for n in want]
     assert {r.gpus: r.gpu_ids for r in runs} == want
@@ -165,15 +168,15 @@ def test_topology_helpers():
 
 def test_planned_gpu_subsets_are_recorded_in_the_state(tmp_path):
     t = {"gpu_count": 4, "gpus": [vars(g) for g in topology.from_probe(R740, R740_ROOTS)]}
-    runs = driver.plan([host(count=4)], ["ncf"], "2,3", 1, topologies={"h1": t})
-    s = driver.Sweep(root=tmp_path / "s", name="s", runs=runs)
+    runs = pl.plan([host(count=4)], ["ncf"], "2,3", 1, topologies={"h1": t})
+    s = sweepstate.Sweep(root=tmp_path / "s", name="s", runs=runs)
     s.save()
     doc = json.loads((tmp_path / "s" / "sweep.json").read_text())
     assert [(r["run_id"], r["gpu_ids"]) for r in doc["runs"]] == [("ncf-ttt-tiny-2gpu-s1", [0, 1]),
                                                                   ("ncf-ttt-tiny-3gpu-s1", [0, 1, 2])]
     # a host whose probe finds fewer GPUs than asked: those runs fail with the reason, the others stay
     t2 = {"gpu_count": 1, "gpus": [{"index": 0}]}
-    runs = driver.plan([host(count=4)], ["ncf"], "1,2", 1, topologies={"h1": t2})
+    runs = pl.plan([host(count=4)], ["ncf"], "1,2", 1, topologies={"h1": t2})
     assert [(r.state, r.reason) for r in runs] == [("planned", ""),
                                                    ("failed", "h1: 2 GPUs asked but the host has 1 (probe)")]
 
@@ -187,24 +190,24 @@ def write_rundir(d, outcome="success"):
 
 
 def test_resume_skips_only_complete_and_verified_runs(tmp_path):
-    runs = driver.plan([host(count=0)], ["ncf"], None, 3)
-    s = driver.Sweep(root=tmp_path / "s", name="s", runs=runs)
+    runs = pl.plan([host(count=0)], ["ncf"], None, 3)
+    s = sweepstate.Sweep(root=tmp_path / "s", name="s", runs=runs)
     for r, state in zip(runs, ("complete", "complete", "failed")):
         r.state, r.outcome, r.reason = state, "success" if state == "complete" else None, state
     write_rundir(s.run_dir(runs[0]))
     write_rundir(s.run_dir(runs[1]))
     (s.run_dir(runs[1]) / "status.json").write_text("{}")   # corrupted after the fetch
     s.save()
-    again = driver.Sweep.open(tmp_path / "s", "s", driver.plan([host(count=0)], ["ncf"], None, 3), {})
+    again = sweepstate.Sweep.open(tmp_path / "s", "s", pl.plan([host(count=0)], ["ncf"], None, 3), {})
     assert [r.state for r in again.runs] == ["complete", "planned", "planned"]
     assert again.runs[2].reason == "previous attempt: failed: failed"
 
 
 def test_result_summary_names_failures(tmp_path):
-    runs = driver.plan([host(count=0)], ["ncf"], None, 2)
+    runs = pl.plan([host(count=0)], ["ncf"], None, 2)
     runs[0].state, runs[0].outcome, runs[0].reason = "complete", "success", "ok"
     runs[1].state, runs[1].reason = "failed", "host lost: connection refused"
-    res = driver.SweepResult(driver.Sweep(root=tmp_path, name="x", runs=runs))
+    res = driver.SweepResult(sweepstate.Sweep(root=tmp_path, name="x", runs=runs))
     assert not res.ok and res.failed == [runs[1]]
     assert res.summary()[-1] == "  FAILED h1 ncf-ttt-tiny-cpu-s2: failed: host lost: connection refused"
 
@@ -270,15 +273,15 @@ def test_stop_run_reaches_every_tagged_process(local):
     p1 = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 60 & wait"], env=env, start_new_session=True)
     p2 = exec_done(subprocess.Popen(["sleep", "60"], env=env))
     time.sleep(0.3)
-    assert set(driver.tagged_alive(local, "tok-stop")) >= {p1.pid, p2.pid}
-    killed = driver.stop_run(local, "tok-stop", None, grace_s=1.0, poll_s=0.2)
+    assert set(hostrun.tagged_alive(local, "tok-stop")) >= {p1.pid, p2.pid}
+    killed = hostrun.stop_run(local, "tok-stop", None, grace_s=1.0, poll_s=0.2)
     p1.wait(10)
     p2.wait(10)
     assert killed
     deadline = time.monotonic() + 10
-    while driver.tagged_alive(local, "tok-stop") and time.monotonic() < deadline:
+    while hostrun.tagged_alive(local, "tok-stop") and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert driver.tagged_alive(local, "tok-stop") == []
+    assert hostrun.tagged_alive(local, "tok-stop") == []
 
 
 def test_a_finished_run_counts_as_over_only_once_its_processes_have_exited(local):
@@ -287,11 +290,11 @@ def test_a_finished_run_counts_as_over_only_once_its_processes_have_exited(local
     p = subprocess.Popen(["sleep", "1.5"], env=env)
     time.sleep(0.2)
     t0 = time.monotonic()
-    assert driver.wait_gone(local, "tok-exit", grace_s=30, poll_s=0.1) is False  # left on its own, not killed
+    assert hostrun.wait_gone(local, "tok-exit", grace_s=30, poll_s=0.1) is False  # left on its own, not killed
     assert p.poll() == 0 and time.monotonic() - t0 < 25
-    assert driver.tagged_alive(local, "tok-exit") == []
+    assert hostrun.tagged_alive(local, "tok-exit") == []
     # one that never exits is killed after the grace period
     q = subprocess.Popen(["sleep", "60"], env=dict(os.environ, GPULAB_RUN_TOKEN="tok-hang"))
     time.sleep(0.2)
-    assert driver.wait_gone(local, "tok-hang", grace_s=0.5, poll_s=0.1) is True
+    assert hostrun.wait_gone(local, "tok-hang", grace_s=0.5, poll_s=0.1) is True
     assert q.wait(10) == -9

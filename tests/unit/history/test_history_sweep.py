@@ -16,6 +16,7 @@ from lab.history import quarantine as q
 from lab.history.db import open_db
 from lab.hosts import inventory
 from lab.sweep import driver as sw, plan as pl, topology as topo
+from lab.sweep import state as sweepstate
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "inventory" / "hosts.yml"
@@ -70,7 +71,7 @@ def test_a_host_with_no_gpu_left_is_skipped_and_named():
 
 
 def test_the_summary_names_what_was_quarantined(tmp_path):
-    sweep = sw.Sweep.open(tmp_path / "s", "s", [], {})
+    sweep = sweepstate.Sweep.open(tmp_path / "s", "s", [], {})
     lines = sw.SweepResult(sweep, quarantined=["r740-02: skipped: quarantined (fans)"]).summary()
     assert lines[-1] == "  QUARANTINE r740-02: skipped: quarantined (fans)"
 

@@ -88,9 +88,10 @@ def summarized(round_trees, rounds5_trees):
 def runner_sweep(tmp_path_factory):
     """A sweep like `invoke demo`'s: two real tiny NCF runs of the runner on the CPU, and a third
     planned run that never ran (the runs cost some seconds each, made once per session)."""
-    from lab.sweep import driver as sw
+    from lab.sweep import plan as pl
+    from lab.sweep import state as sweepstate
     root = tmp_path_factory.mktemp("e2e") / "results" / "demo"
-    planned = [sw.PlannedRun("localhost", "ncf", 0, seed, "ttt", "tiny") for seed in (1, 2)]
+    planned = [pl.PlannedRun("localhost", "ncf", 0, seed, "ttt", "tiny") for seed in (1, 2)]
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="2",
                GPULAB_CACHE_DIR=str(tmp_path_factory.mktemp("cache")))
     for run in planned:
@@ -102,8 +103,8 @@ def runner_sweep(tmp_path_factory):
         status = json.loads((out / "status.json").read_text())
         run.state, run.outcome, run.reason = "complete", status["outcome"], status["reason"]
     # A third planned run that never ran.
-    planned.append(sw.PlannedRun("localhost", "ncf", 0, 3, "ttt", "tiny", state="failed", reason="interrupted"))
-    sweep = sw.Sweep(root=root, name="demo", runs=planned, hosts={
+    planned.append(pl.PlannedRun("localhost", "ncf", 0, 3, "ttt", "tiny", state="failed", reason="interrupted"))
+    sweep = sweepstate.Sweep(root=root, name="demo", runs=planned, hosts={
         "localhost": {"address": "localhost", "gpu_model": "auto", "gpu_count": "auto", "stack": "current"}})
     sweep.save()
     return root
