@@ -10,6 +10,7 @@ refused in a file too. Each check returns the value or raises ConfigError
 
 from __future__ import annotations
 
+import enum
 import re
 
 from lab.core import limits
@@ -19,7 +20,23 @@ from runner import rundir
 
 MODES = ("ttt", "throughput")
 SCALES = ("tiny", "small", "full")
-STATES = ("planned", "running", "complete", "failed", "interrupted")
+
+
+class RunState(str, enum.Enum):
+    """A planned run's state in a sweep (sweep.json's ``state``, written as its value: "complete")."""
+    PLANNED = "planned"
+    RUNNING = "running"
+    COMPLETE = "complete"        # fetched and verified, outcome success or target_missed
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"   # stopped by Ctrl-C
+
+    def __str__(self) -> str:   # the value, in f-strings and tables as in sweep.json (Python 3.10's Enum gives the name)
+        return self.value
+
+    __format__ = str.__format__
+
+
+STATES = tuple(s.value for s in RunState)
 OUTCOMES = rundir.OUTCOMES   # the runner's status.json outcomes (the run-directory contract)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 WORKLOAD_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")

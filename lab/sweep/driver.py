@@ -63,6 +63,7 @@ from lab.sweep import supervise
 from lab.sweep import statefile
 from lab.sweep import topology as topo
 from lab.core.errors import ConfigError
+from lab.core.fields import RunState
 from lab.hosts.inventory import Host, refuse_examples
 from lab.sweep.plan import COMPLETE_OUTCOMES, PlannedRun, parse_list, plan, plan_around, utcnow
 from lab.sweep.state import Sweep, read_run_json
@@ -83,7 +84,7 @@ class SweepResult:
 
     @property
     def failed(self) -> list[PlannedRun]:
-        return [r for r in self.sweep.runs if r.state != "complete"]
+        return [r for r in self.sweep.runs if r.state != RunState.COMPLETE]
 
     @property
     def ok(self) -> bool:
@@ -91,7 +92,7 @@ class SweepResult:
 
     def summary(self) -> list[str]:
         runs = self.sweep.runs
-        done = [r for r in runs if r.state == "complete"]
+        done = [r for r in runs if r.state == RunState.COMPLETE]
         lines = [f"sweep {self.sweep.name}: {len(done)}/{len(runs)} runs complete "
                  f"({sum(1 for r in done if r.outcome == 'success')} reached their target); "
                  f"results in {self.sweep.root}"]
@@ -207,7 +208,7 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
             past = study.history(results_dir)
             for run in runs:
                 run.limit_s = 60 * study.time_limit_minutes(run, study.unit_device(hosts, run, topologies), past)
-        not_runnable = {(r.host, r.run_id) for r in runs if r.state == "failed"}  # e.g. fewer GPUs than asked
+        not_runnable = {(r.host, r.run_id) for r in runs if r.state == RunState.FAILED}  # e.g. fewer GPUs than asked
         options = {"workloads": workloads, "gpus": gpus, "seeds": seeds, "mode": mode, "scale": scale, "nodes": nodes,
                    "timeout_s": settings.timeout_s, "recipes": recipes or {}, "spread": spread,
                    "max_epochs": max_epochs, "backend": backend}
@@ -222,20 +223,20 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
                 entry["quarantined"] = quarantine[h.name]
         for run in sweep.runs:
             bad = [f"{n}: {errors[n]}" for n in run.hosts if n in errors]
-            if bad and run.state != "complete":
-                run.state, run.reason, run.ended = "failed", "; ".join(bad), utcnow()
+            if bad and run.state != RunState.COMPLETE:
+                run.state, run.reason, run.ended = RunState.FAILED, "; ".join(bad), utcnow()
         sweep.save()
         by_name = {h.name: h for h in hosts}
         workers: list[UnitWorker] = []
         stop = threading.Event()
         unit_runs: dict[tuple, list[PlannedRun]] = {}
         for run in sweep.runs:
-            if (run.host, run.run_id) not in not_runnable or run.state == "complete":
+            if (run.host, run.run_id) not in not_runnable or run.state == RunState.COMPLETE:
                 unit_runs.setdefault(tuple(run.hosts), []).append(run)
         todo_units = {u: rs for u, rs in unit_runs.items()
-                      if not any(n in errors for n in u) and any(r.state != "complete" for r in rs)}
+                      if not any(n in errors for n in u) and any(r.state != RunState.COMPLETE for r in rs)}
         progress = (progress_factory or prog.Progress)(
-            {"+".join(u): sum(1 for r in rs if r.state != "complete") for u, rs in todo_units.items()})
+            {"+".join(u): sum(1 for r in rs if r.state != RunState.COMPLETE) for u, rs in todo_units.items()})
         if isinstance(getattr(progress, "estimates", None), dict):   # the live table's ETA: each run's estimate
             past = study.history(results_dir)
             for run in runs:
@@ -251,14 +252,14 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
                                                            during, slurm_settings=slurm_settings))
             else:
                 workers.append(UnitWorker(sweep, nodes_, rs, settings, progress, stop, pilots, memory, during))
-        skipped = sum(1 for r in sweep.runs if r.state == "complete")
+        skipped = sum(1 for r in sweep.runs if r.state == RunState.COMPLETE)
         echo(f"sweep {name}: {len(sweep.runs)} runs on {len(hosts)} host(s)" + (" as Slurm jobs" if backend == "slurm"
                                                                                 else "")
              + (f", {skipped} already complete (resumed)" if skipped else ""))
         def interrupted():
             for run in sweep.runs:
-                if run.state == "running":
-                    run.state, run.reason, run.ended = "interrupted", "interrupted (Ctrl-C)", utcnow()
+                if run.state == RunState.RUNNING:
+                    run.state, run.reason, run.ended = RunState.INTERRUPTED, "interrupted (Ctrl-C)", utcnow()
             sweep.save()
 
         try:
@@ -290,8 +291,8 @@ def collect(sweep_root: Path, inventory_path: str | Path, *, retries: int = 2) -
 
     sweep = Sweep.load(sweep_root)
     result = CollectResult()
-    todo = [r for r in sweep.runs if r.state != "planned" and sweep.verified(r)]
-    result.verified = sum(1 for r in sweep.runs if r.state != "planned") - len(todo)
+    todo = [r for r in sweep.runs if r.state != RunState.PLANNED and sweep.verified(r)]
+    result.verified = sum(1 for r in sweep.runs if r.state != RunState.PLANNED) - len(todo)
     if not todo:
         return result
     names = sorted({h for r in todo for h in r.hosts})
@@ -324,8 +325,8 @@ def collect(sweep_root: Path, inventory_path: str | Path, *, retries: int = 2) -
         status = read_run_json(sweep.run_dir(run) / STATUS)
         run.outcome = status.get("outcome")
         if run.outcome in COMPLETE_OUTCOMES:
-            run.state, run.reason = "complete", status.get("reason", "")
-        elif run.state == "complete":
-            run.state, run.reason = "failed", f"run {run.outcome}: {status.get('reason', '')}"
+            run.state, run.reason = RunState.COMPLETE, status.get("reason", "")
+        elif run.state == RunState.COMPLETE:
+            run.state, run.reason = RunState.FAILED, f"run {run.outcome}: {status.get('reason', '')}"
     sweep.save()
     return result

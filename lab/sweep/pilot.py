@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.sweep import compiled
+from lab.core.fields import RunState
 
 
 @dataclass(frozen=True, order=True)
@@ -322,7 +323,7 @@ def describe(runs: list, hosts: dict, wait_s: float, cpu: bool = False) -> list[
         return ["compile once, then fan out: off (gpulab.sweep.pilot_wait_s 0): every host compiles for itself"]
     units: dict = {}
     for r in runs:
-        if r.state != "complete" and r.hosts[0] in hosts:
+        if r.state != RunState.COMPLETE and r.hosts[0] in hosts:
             units.setdefault("+".join(r.hosts), []).append(key_of(r, hosts[r.hosts[0]], cpu))
     shared = {}
     for u, ks in units.items():

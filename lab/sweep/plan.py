@@ -16,6 +16,7 @@ from lab.sweep import statefile
 from lab.sweep import topology as topo
 from lab.sweep import workloads as workload_catalogue
 from lab.core.errors import ConfigError
+from lab.core.fields import RunState
 from lab.hosts.inventory import Host
 
 
@@ -40,7 +41,7 @@ class PlannedRun:
     seed: int
     mode: str = "ttt"
     scale: str = "tiny"
-    state: str = "planned"    # planned | running | complete | failed | interrupted
+    state: RunState = RunState.PLANNED   # lab.core.fields.RunState: its value in sweep.json
     outcome: str | None = None  # the runner's outcome once fetched
     reason: str = ""
     started: str | None = None
@@ -250,6 +251,6 @@ def plan(hosts: list[Host], workloads: list[str], gpus: str | None, seeds, mode:
                         try:
                             run.gpu_ids = topo.choose(topo.gpus_of(topo_doc), n)
                         except ConfigError as exc:
-                            run.state, run.reason = "failed", f"{head.name}: {exc.message} (probe)"
+                            run.state, run.reason = RunState.FAILED, f"{head.name}: {exc.message} (probe)"
                     runs.append(run)
     return runs

@@ -40,6 +40,7 @@ from lab.sweep.plan import PlannedRun, TOKEN_VAR, utcnow
 from lab.sweep.hostrun import run_state
 from lab.sweep.node import Node
 from lab.sweep.unitworker import UnitWorker
+from lab.core.fields import RunState
 
 ENDED_BY_SLURM = ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "CANCELLED", "OUT_OF_MEMORY", "DEADLINE", "BOOT_FAIL",
                   "REVOKED")
@@ -78,16 +79,16 @@ class SlurmUnitWorker(UnitWorker):
     # -- the unit -------------------------------------------------------------
     def __call__(self) -> None:
         try:
-            todo = [r for r in self.runs if r.state != "complete"]
+            todo = [r for r in self.runs if r.state != RunState.COMPLETE]
             watched = self._adopt_all(todo)
-            fresh = [r for r in todo if r not in watched and r.state != "failed"]
+            fresh = [r for r in todo if r not in watched and r.state != RunState.FAILED]
             self._watch_all(watched, fresh)
             self.progress.unit_done(self.unit, "interrupted" if self.stop.is_set() else "done")
         except GpulabError as exc:
             self._pilots_gone(f"slurm: {exc.message}")
             for run in self.runs:
-                if run.state in ("running", "planned"):
-                    self._end(run, "failed", f"slurm: {exc.message}")
+                if run.state in (RunState.RUNNING, RunState.PLANNED):
+                    self._end(run, RunState.FAILED, f"slurm: {exc.message}")
             self.progress.unit_done(self.unit, "failed")
         except Exception as exc:  # never lose the state to a bug in one thread
             self._pilots_gone("controller error")
@@ -115,7 +116,7 @@ class SlurmUnitWorker(UnitWorker):
             on_host = head.call(lambda r: run_state(r, head.layout.run_dir(run), run.token))
             if (task is not None and not task.finished) or on_host == "done":   # else: it failed or never ran
                 self.jobs.add(self._job_of(run)[0])
-                run.state, run.ended = "running", None
+                run.state, run.ended = RunState.RUNNING, None
                 self.progress.print(f"  [{self.unit}] {run.run_id}: Slurm task {run.slurm_job} of this sweep "
                                     f"({task.state if task else 'finished'}): adopted on resume")
                 out.append(run)
@@ -176,7 +177,7 @@ class SlurmUnitWorker(UnitWorker):
             problem = self._free_space(node)   # also makes the sweep's folder (Slurm writes its output there)
             if problem:
                 for run in runs:
-                    self._end(run, "failed", problem)
+                    self._end(run, RunState.FAILED, problem)
                 return []
         self._share_compiled("push")
         groups: dict[int, list[PlannedRun]] = {}
@@ -191,7 +192,7 @@ class SlurmUnitWorker(UnitWorker):
             self.jobs.add(job)
             for i, run in enumerate(group):
                 run.slurm_job = f"{job}_{i}"
-                run.state, run.started, run.ended, run.outcome = "running", utcnow(), None, None
+                run.state, run.started, run.ended, run.outcome = RunState.RUNNING, utcnow(), None, None
                 run.reason = f"queued in Slurm (job {job}_{i})"
             self.sweep.save()
             self.progress.print(f"  [{self.unit}] Slurm job {job}: {len(group)} run(s) "
@@ -291,7 +292,7 @@ class SlurmUnitWorker(UnitWorker):
                         gone = [n for n in mine if n in drained]
                         if gone:   # its nodes were drained: it will not start; give it back
                             slurm.cancel([key])
-                            self._end(run, "failed", f"not run: Slurm node {gone[0]} drained "
+                            self._end(run, RunState.FAILED, f"not run: Slurm node {gone[0]} drained "
                                       f"({reasons.get(gone[0]) or 'no reason'})")
                             del pending[key]
                             done_count += 1
@@ -314,9 +315,9 @@ class SlurmUnitWorker(UnitWorker):
         self._collect(run, "done", {}, elapsed)
         if task is not None and task.state.split()[0] in ENDED_BY_SLURM:
             why = f"Slurm ended task {run.slurm_job}: {task.state}" + (f" ({task.reason})" if task.reason else "")
-            self._end(run, "failed", why + (f"; {run.reason}" if run.reason else ""), run.outcome)
-        elif task is None and run.state != "complete":
-            self._end(run, "failed", f"Slurm no longer knows task {run.slurm_job}; {run.reason}", run.outcome)
+            self._end(run, RunState.FAILED, why + (f"; {run.reason}" if run.reason else ""), run.outcome)
+        elif task is None and run.state != RunState.COMPLETE:
+            self._end(run, RunState.FAILED, f"Slurm no longer knows task {run.slurm_job}; {run.reason}", run.outcome)
 
     def _interrupt(self, runs: list[PlannedRun]) -> None:
         """Ctrl-C: cancel this sweep's jobs (only those), then record what each run left."""
@@ -332,7 +333,7 @@ class SlurmUnitWorker(UnitWorker):
                 break
             time.sleep(0.5)
         for run in runs:
-            run.state, run.reason, run.ended = "interrupted", f"interrupted (Ctrl-C); Slurm job {run.slurm_job} " \
+            run.state, run.reason, run.ended = RunState.INTERRUPTED, f"interrupted (Ctrl-C); Slurm job {run.slurm_job} " \
                                                               f"cancelled", utcnow()
         self.sweep.save()
 

@@ -16,6 +16,7 @@ from lab.results import checksums
 from lab.hosts import runnerdist
 from lab.sweep import statefile
 from lab.core.errors import GpulabError
+from lab.core.fields import RunState
 from lab.sweep.plan import PlannedRun, SCHEMA, utcnow
 
 
@@ -84,10 +85,10 @@ class Sweep:
                 if prev is None or (prev.settings, prev.max_epochs) != (run.settings, run.max_epochs):
                     continue   # another recipe or epoch limit: a run of its own, never the old one's result
                 run.attempts, run.token, run.slurm_job = prev.attempts, prev.token, prev.slurm_job
-                if prev.state == "complete" and not sweep.verified(prev):
-                    run.state, run.outcome, run.reason = "complete", prev.outcome, prev.reason
+                if prev.state == RunState.COMPLETE and not sweep.verified(prev):
+                    run.state, run.outcome, run.reason = RunState.COMPLETE, prev.outcome, prev.reason
                     run.started, run.ended, run.gpu_ids = prev.started, prev.ended, prev.gpu_ids
-                elif run.state == "planned" and prev.state != "planned":
+                elif run.state == RunState.PLANNED and prev.state != RunState.PLANNED:
                     run.reason = f"previous attempt: {prev.state}: {prev.reason}"
         return sweep
 

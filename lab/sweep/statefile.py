@@ -69,7 +69,7 @@ RUN_FIELDS = {
     "seed": fields.seed,
     "mode": lambda v, w: fields.choice(v, fields.MODES, w),
     "scale": lambda v, w: fields.choice(v, fields.SCALES, w),
-    "state": lambda v, w: fields.choice(v, fields.STATES, w),
+    "state": lambda v, w: fields.RunState(fields.choice(v, fields.STATES, w)),
     "outcome": lambda v, w: None if v is None else fields.choice(v, fields.OUTCOMES, w),
     "reason": _str,
     "started": lambda v, w: _str(v, w, optional=True),

@@ -29,6 +29,7 @@ from lab.sweep import preflight
 from lab.core.errors import ConfigError
 from lab.core.mlperf import default_rules
 from lab.core.schema import load_yaml
+from lab.core.fields import RunState
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "study.yml"
 ALL = "all"
@@ -155,7 +156,7 @@ def history(results_dir: Path | str | None) -> dict[tuple, list[float]]:
             continue
         hosts = doc.get("hosts") if isinstance(doc, dict) and isinstance(doc.get("hosts"), dict) else {}
         for r in doc.get("runs") or [] if isinstance(doc, dict) else []:
-            if not isinstance(r, dict) or r.get("state") != "complete":
+            if not isinstance(r, dict) or r.get("state") != RunState.COMPLETE:
                 continue
             t0, t1 = _parse_time(r.get("started")), _parse_time(r.get("ended"))
             gpus = r.get("gpus")

@@ -28,6 +28,7 @@ from lab.sweep.state import Sweep, last_line, read_run_json
 from lab.sweep.hostrun import Settings, fetch_verified, last_epoch, run_state, stop_run, wait_gone
 from lab.sweep.node import HostLost, Node
 from runner.rundir import STATUS
+from lab.core.fields import RunState
 
 EPOCH_S = 5.0   # how often the live table asks a running run's epoch (one read-only command)
 
@@ -60,7 +61,7 @@ class UnitWorker:
 
     def __call__(self) -> None:
         try:
-            todo = [r for r in self.runs if r.state != "complete"]
+            todo = [r for r in self.runs if r.state != RunState.COMPLETE]
             left = list(todo)
             for i in range(1, len(todo) + 1):
                 if self.stop.is_set():
@@ -75,14 +76,14 @@ class UnitWorker:
                     self._one(run)
                 except HostLost as exc:
                     self._stop_all(run)
-                    self._end(run, "failed", exc.message)
+                    self._end(run, RunState.FAILED, exc.message)
                     for rest in left:
-                        rest.state, rest.reason = "failed", f"not run: {exc.host} lost ({exc.message})"
+                        rest.state, rest.reason = RunState.FAILED, f"not run: {exc.host} lost ({exc.message})"
                     self.sweep.save()
                     self.progress.unit_done(self.unit, f"lost: {exc.host}")
                     return
                 except GpulabError as exc:
-                    self._end(run, "failed", exc.message)
+                    self._end(run, RunState.FAILED, exc.message)
                 finally:
                     if self.seat:
                         self.seat.ended(run)
@@ -104,11 +105,11 @@ class UnitWorker:
     def _fail_running(self, exc: Exception) -> None:
         """A bug in this thread: its running runs are failed with the error, and the state is saved."""
         for run in self.runs:
-            if run.state == "running":
-                run.state, run.reason = "failed", f"controller error: {type(exc).__name__}: {exc}"
+            if run.state == RunState.RUNNING:
+                run.state, run.reason = RunState.FAILED, f"controller error: {type(exc).__name__}: {exc}"
         self.sweep.save()
 
-    def _end(self, run: PlannedRun, state: str, reason: str, outcome: str | None = None) -> None:
+    def _end(self, run: PlannedRun, state: RunState, reason: str, outcome: str | None = None) -> None:
         run.state, run.reason, run.outcome, run.ended = state, reason, outcome, utcnow()
         self.sweep.save()
 
@@ -125,7 +126,7 @@ class UnitWorker:
                 if busy is None:
                     break
                 if self.stop.is_set() or time.monotonic() > deadline:
-                    self._end(run, "failed" if not self.stop.is_set() else "interrupted",
+                    self._end(run, RunState.FAILED if not self.stop.is_set() else RunState.INTERRUPTED,
                               f"{node.host.name} busy: lock held by {busy.describe()}")
                     return False
                 self.progress.status(self.unit, f"waiting for {node.host.name}: held by {busy.describe()}")
@@ -204,17 +205,17 @@ class UnitWorker:
             return
         held = gate.held_reason(run, self.held)
         if held:
-            self._end(run, "failed", held)
+            self._end(run, RunState.FAILED, held)
             return
         run.token = f"gl-{secrets.token_hex(8)}"
-        run.state, run.started, run.ended, run.reason, run.outcome = "running", utcnow(), None, "", None
+        run.state, run.started, run.ended, run.reason, run.outcome = RunState.RUNNING, utcnow(), None, "", None
         self.sweep.save()
         if not self._lock_all(run):
             return
         for node in self.nodes:
             problem = self._free_space(node)
             if problem:
-                self._end(run, "failed", problem)
+                self._end(run, RunState.FAILED, problem)
                 return
         run.attempts += 1
         self._share_compiled("push")
@@ -285,15 +286,15 @@ class UnitWorker:
             return False
         else:
             self.progress.print(f"  [{self.unit}] {run.run_id}: finished on the host before this resume; fetching it")
-        run.state, run.reason, run.outcome, run.ended = "running", "", None, None
+        run.state, run.reason, run.outcome, run.ended = RunState.RUNNING, "", None, None
         self.sweep.save()
         for node in self.nodes:
             node.pid = None
         self._watch(run)
-        if run.state == "complete":
+        if run.state == RunState.COMPLETE:
             run.reason = (run.reason + "; " if run.reason else "") + "adopted on resume (the host had run it)"
             self.sweep.save()
-        return run.state != "failed"
+        return run.state != RunState.FAILED
 
     def _take_over_locks(self, run: PlannedRun) -> bool:
         """Each node's lock, taken over from the controller that started ``run`` and is gone."""
@@ -306,7 +307,7 @@ class UnitWorker:
                 if busy is None:
                     break
                 if self.stop.is_set() or time.monotonic() > deadline:
-                    self._end(run, "interrupted" if self.stop.is_set() else "failed",
+                    self._end(run, RunState.INTERRUPTED if self.stop.is_set() else RunState.FAILED,
                               f"{node.host.name} busy: lock held by {busy.describe()}")
                     return False
                 self.progress.status(self.unit, f"waiting for {node.host.name}: held by {busy.describe()}")
@@ -351,19 +352,19 @@ class UnitWorker:
         outcome, why = status.get("outcome"), status.get("reason", "")
         limit = f"{self._limit_s(run) / 60:g} min"
         if ended == "interrupted":
-            self._end(run, "interrupted", "interrupted (Ctrl-C); the run was stopped"
+            self._end(run, RunState.INTERRUPTED, "interrupted (Ctrl-C); the run was stopped"
                       + (f": {why}" if why else ""), outcome)
         elif ended in ("killed", "timeout"):
-            self._end(run, "failed", f"timed out: still running {elapsed:.0f} s after the start (limit {limit}); "
+            self._end(run, RunState.FAILED, f"timed out: still running {elapsed:.0f} s after the start (limit {limit}); "
                       + ("its processes were killed" if ended == "killed" else "stopped with SIGTERM"), outcome)
         elif problems:
-            self._end(run, "failed", "; ".join(problems), outcome)
+            self._end(run, RunState.FAILED, "; ".join(problems), outcome)
         elif outcome in COMPLETE_OUTCOMES:
-            self._end(run, "complete", why, outcome)
+            self._end(run, RunState.COMPLETE, why, outcome)
         elif outcome == "aborted" and "time limit" in why:
-            self._end(run, "failed", f"timed out: {why} (the runner stopped it)", outcome)
+            self._end(run, RunState.FAILED, f"timed out: {why} (the runner stopped it)", outcome)
         else:
-            self._end(run, "failed", f"run {outcome or 'ended without status'}: {why}", outcome)
+            self._end(run, RunState.FAILED, f"run {outcome or 'ended without status'}: {why}", outcome)
         try:
             self._remember(run)
         except Exception as exc:  # the run is recorded in sweep.json already; never lose the unit
@@ -372,7 +373,7 @@ class UnitWorker:
     def _remember(self, run: PlannedRun) -> None:
         """The run into the history as soon as it is collected; after a failure, its health epilogue
         (lab.sweep.gate.after_run). A database that fails: one line, the run stays in results/."""
-        for node in self.nodes if run.state != "complete" else ():
+        for node in self.nodes if run.state != RunState.COMPLETE else ():
             got = gate.after_run(node.host, run.run_id, self.sweep.run_dir(run, node.host.name), run.gpu_ids,
                                  self.memory, lambda line: self.progress.print(f"  [{self.unit}] {line}"))
             self.held.setdefault(node.host.name, {}).update(got)

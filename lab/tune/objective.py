@@ -26,6 +26,8 @@ import math
 import statistics
 from dataclasses import asdict, dataclass
 
+from lab.core.fields import RunState
+
 MISS_FACTOR = 2   # a run that missed its target counts as this many times the epoch limit
 
 
@@ -69,7 +71,7 @@ def summary(results: list[SeedResult], limit: int) -> dict:
 def host_failures(results: list[SeedResult]) -> list[str]:
     """One line per seed whose run did not finish on its host (never a result of the recipe)."""
     return [f"seed {r.seed} on {r.host}: {r.state}: {r.reason}".rstrip(": ")
-            for r in results if r.state != "complete"]
+            for r in results if r.state != RunState.COMPLETE]
 
 
 def epoch_cap(best_cost: float | None, limit: int) -> int:
@@ -84,4 +86,4 @@ def capped_out(results: list[SeedResult], cap: int, limit: int) -> list[int]:
     """Seeds that missed their target only because the cap stopped them (cap below the scale's limit)."""
     if cap >= limit:
         return []
-    return [r.seed for r in results if r.state == "complete" and not r.reached]
+    return [r.seed for r in results if r.state == RunState.COMPLETE and not r.reached]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from lab.core.errors import GpulabError
+from lab.core.fields import RunState
 from lab.results import collect as results
 from lab.sweep import driver
 from lab.sweep import hostrun
@@ -47,7 +48,7 @@ def seed_results(sweep_root: Path, runs) -> list[SeedResult]:
     out = []
     for run in runs:
         got = found.get((run.host, run.seed))
-        reached = run.state == "complete" and run.outcome == "success"
+        reached = run.state == RunState.COMPLETE and run.outcome == "success"
         out.append(SeedResult(seed=run.seed, host=run.host, state=run.state, reached=reached,
                               epochs=getattr(got, "epochs", None), ttt_s=getattr(got, "ttt_s", None),
                               reason=run.reason or ""))
