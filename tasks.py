@@ -19,7 +19,7 @@ from invoke import Collection, Exit
 from lab.core.cli import setting, task, task_errors
 from lab.core.errors import GpulabError
 from lab.core.program import adopt
-from lab.history import tasks as history_tasks
+from lab.commands import historytasks as history_tasks
 
 adopt()   # `invoke ...`: Invoke's own program goes on as gpulab's (lab/core/program.py)
 

@@ -15,12 +15,11 @@ sweep reads and writes as it goes: its health checks, quarantine, each run once
 collected), past (each GPU's own past for validate's trend checks), memory (what the other stages
 and the tasks call: import, record, past_reader, after_validate, known_good, quarantined), autoquarantine
 (quarantine after a failing validate), baseline (figures of known-good GPUs for
-references), tasks (the command line).
+references), page (the history's HTML page). The command line is lab.commands.history and historytasks.
 
-Entry points: ``tasks`` (the invoke history and quarantine tasks), ``memory.import_paths`` (invoke
-history.import), ``memory.record`` (after a sweep or a validate), ``query.history_rows`` (invoke history),
+Entry points: ``memory.import_paths`` (invoke history.import), ``memory.record`` (after a sweep or a validate), ``query.history_rows`` (invoke history),
 ``quarantine.add/release/active/for_sweep`` (invoke quarantine, invoke sweep), ``memory.quarantined``,
 ``memory.past_reader``, ``memory.after_validate`` and ``memory.known_good`` (invoke validate); ``db.open_db``,
 ``db.resolve_url``, ``db.sqlite_folder``, ``db.shown``.
-May import: lab.core, lab.hosts (the quarantine tasks drain and resume Slurm nodes), lab.results, runner.rundir.
+May import: lab.core, lab.results, runner.rundir.
 """

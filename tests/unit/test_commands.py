@@ -86,3 +86,29 @@ def test_a_report_with_no_input_is_one_line_and_writes_nothing(tmp_path):
     with pytest.raises(ConfigError, match=r"report: ' , ': give a sweep directory"):
         report_cmd.report([" ", " "], out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_quarantine_and_history_commands_run_without_invoke(tmp_path):
+    """add, list, release and show as functions: lines to print, the default database made only by a command that
+    adds, bad input refused before anything is written."""
+    from lab.commands import history as history_cmd
+
+    url = f"sqlite:///{tmp_path / 'results' / 'history.sqlite'}"
+    with pytest.raises(ConfigError, match="is not HOST or HOST:GPU_INDEX"):   # bad input: no database made
+        history_cmd.quarantine_add(url, "r740 01", default=True, reason="XID 79", who="ops", echo=print)
+    # a command that reads does not make the default database either
+    assert history_cmd.quarantine_list(url, default=True) == ["nothing quarantined"]
+    assert not (tmp_path / "results").exists()
+    said = []
+    done = history_cmd.quarantine_add(url, "r740-01:1", default=True, reason="XID 79", who="ops", echo=said.append)
+    assert (done.target, done.added, done.slurm) == ("r740-01 GPU 1", True, None) and said == ["r740-01 GPU 1: quarantined"]
+    again = history_cmd.quarantine_add(url, "r740-01:1", default=True, reason="XID 79", who="ops", echo=said.append)
+    assert not again.added and said[-1].startswith("r740-01 GPU 1: already quarantined since ")
+    listed = history_cmd.quarantine_list(url, default=True, backend="ssh")
+    assert any("r740-01" in line and "XID 79" in line for line in listed)
+    released = history_cmd.quarantine_release(url, "r740-01:1", default=True, force=True, note="reseated",
+                                              who="ops", echo=said.append)
+    assert released.note and said[-1] == f"r740-01 GPU 1: released ({released.note})"
+    assert history_cmd.show(url, default=True, host="r740-01") == history_cmd.show(url, default=True, host="r740-01")
+    with pytest.raises(ConfigError, match="history.import: give a results folder"):
+        history_cmd.import_files([" "], url)

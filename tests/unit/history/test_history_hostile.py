@@ -1,6 +1,6 @@
 """The lab's memory under hostile input (issue 45): nothing lost, nothing half-written, a refused command
 changes nothing, waits are bounded, values read back are shown safely. Each case on SQLite and on the real
-PostgreSQL of the test set-up (db_url); the commands are run in-process (lab.history.tasks through
+PostgreSQL of the test set-up (db_url); the commands are run in-process (lab.commands.historytasks through
 lab.core.cli.task_errors, as `invoke` runs them) to keep the time lean."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from lab.core.errors import ConfigError
 from lab.history import db as hdb
 from lab.history import quarantine as q
 from lab.history import query, sweeps
-from lab.history import tasks as htasks
+from lab.commands import historytasks as htasks
 from lab.history.models import Check, Quarantine, Run, Validation
 from lab.history.sources import CheckRecord, ValidationRecord, read_sources
 from lab.history.store import add_sources
