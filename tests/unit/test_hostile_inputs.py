@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.checkout  # git status of the whole checkout (tests/sharing.py)
+# git status --ignored of the whole checkout: under --processes never beside the test lab's tests, which write
+# artifacts/ and results/ there (tests/sharing.py)
+pytestmark = pytest.mark.checkout
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,8 +19,6 @@ from invoke import Program
 from invoke.exceptions import ParseError
 from invoke.parser import Argument, Parser, ParserContext
 
-pytestmark = pytest.mark.checkout  # git status of the whole checkout (tests/sharing.py)
-
 ROOT = Path(__file__).resolve().parents[2]
 
 # one interpreter runs `invoke TASK --help` (and `invoke TASK --OPTION --help` for a task's first value option)
