@@ -1,7 +1,7 @@
 """gpulab's command line: `invoke --list` shows the tasks, `invoke --help TASK` their options.
 
 Each task reads its arguments, falls back to the `gpulab` section of the Invoke
-configuration (gpulab's defaults, lab/data/settings.yml, at Invoke's collection
+configuration (gpulab's defaults, declared in lab.core.settings, at Invoke's collection
 level, under every file and variable a user sets: README "Settings"), calls one function
 of the `lab` package and turns its errors into an exit code: 2 for bad input
 (nothing was touched), 1 for a failed run or check. The configuration section
@@ -133,7 +133,7 @@ def _backend(c, backend):
     from lab.core import config
     from lab.sweep import slurmworker
 
-    chosen = config.backend(backend if backend not in (None, "") else (setting(c, "sweep.backend") or "ssh"),
+    chosen = config.backend(backend if backend not in (None, "") else setting(c, "sweep.backend"),
                             "--backend" if backend not in (None, "") else "config gpulab.sweep.backend")
     return chosen, slurmworker.SlurmSettings(**config.slurm_settings(setting(c, "slurm")))
 
@@ -222,7 +222,7 @@ def tune(c, workload, scale=None, device=None, host=None, limit=None, name=None,
          baseline=None, space=None, open=False, gpus=None, timeout=None, inventory=None, max_epochs=None,
          backend=None):
     """Search a workload's hyperparameters for seed-stable convergence: trials are sweeps of K seeds on the fleet."""
-    from lab.history import db as historydb, memory as history
+    from lab.history import memory as history
     from lab.core import config, paths
     from lab.sweep import driver as sw
     from lab.tune import entry, search, trials as tunetrials
@@ -237,7 +237,7 @@ def tune(c, workload, scale=None, device=None, host=None, limit=None, name=None,
     kind = sw.resolve_backend(kind)   # slurm without a controller here: one line before the study is written
     entry.check_plan(hosts, req)   # --gpus and the hosts as a trial's sweep plans them: before anything is written
     results = paths.folder(setting(c, "results"), "config gpulab.results")
-    url = historydb.resolve_url(setting(c, "history_url"), results)
+    url = history_tasks.url_for(c)   # with the waits of gpulab.history_*_timeout_s, as every history command
     storage, req.storage_shown = entry.storage_for(url)
     trials_on = tunetrials.SweepBackend(hosts, results / req.name, settings, url,
                                         make_folder=not setting(c, "history_url"),
@@ -253,7 +253,7 @@ def collect(c, path, inventory=None):
     """Fetch again every run of a sweep that is missing or failed verification."""
     from lab.commands import sweep as cmd
 
-    result = cmd.collect(path, setting(c, "inventory", inventory))
+    result = cmd.collect(path, setting(c, "inventory", inventory), retries=setting(c, "sweep.fetch_retries"))
     print(f"{path}: {result.fetched} run(s) fetched, {result.verified} verified, {len(result.problems)} problem(s)")
     for p in result.problems:
         print(f"  {p}")

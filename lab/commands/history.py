@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.core.errors import CheckFailed, ConfigError
+from lab.core.settings import default as declared_default
 from lab.history import db as historydb, memory
 
 
@@ -51,7 +52,7 @@ def on_slurm(backend: str | None) -> bool:
     answering here."""
     from lab.hosts import slurm
 
-    chosen = str(backend or "ssh").strip().lower()
+    chosen = str(declared_default("sweep.backend") if backend in (None, "") else backend).strip().lower()
     return chosen == "slurm" or (chosen == "auto" and slurm.available())
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.core import config
+from lab.core.settings import default as declared_default
 from lab.core.errors import ConfigError
 from lab.history import memory, sweeps as memories
 from lab.sweep import driver, plan, recipe as recipes, slurmworker, study
@@ -20,8 +20,8 @@ from lab.sweep.hostrun import Settings
 
 @dataclass(frozen=True)
 class Request:
-    """What a sweep runs: the options of invoke sweep; None: gpulab's setting of that name (lab/data/settings.yml,
-    through lab.core.config.defaults: the reference study)."""
+    """What a sweep runs: the options of invoke sweep; None: the declared default of gpulab's setting of that name
+    (lab.core.settings: the reference study)."""
     workloads: str | list[str] | None = None
     gpus: str | None = None
     seeds: str | int | None = None
@@ -60,9 +60,7 @@ class _Resolved:
 
 def _resolve(req: Request) -> _Resolved:
     given = {k: getattr(req, k) for k in ("workloads", "gpus", "seeds", "mode", "scale")}
-    if None in given.values():
-        defaults = config.defaults()["gpulab"]
-        given = {k: defaults[k] if v is None else v for k, v in given.items()}
+    given = {k: declared_default(k) if v is None else v for k, v in given.items()}
     args = dict(given, workloads=plan.parse_list(given["workloads"], "workloads"), nodes=req.nodes)
     chosen = {}
     if req.recipe is not None:   # invoke tune's recipe file: its settings for every run of its workload
@@ -108,7 +106,8 @@ def sweep(hosts: list, req: Request, *, results_dir: Path, history_url: str, set
     return SweepDone(result, memory.record([result.sweep.root], history_url))
 
 
-def collect(sweep_root: str | Path, inventory: str | Path, *, retries: int = 2) -> driver.CollectResult:
-    """Fetch again every run of the sweep at ``sweep_root`` whose local copy is missing or fails verification
-    (lab.sweep.driver.collect)."""
+def collect(sweep_root: str | Path, inventory: str | Path, *, retries: int | None = None) -> driver.CollectResult:
+    """Fetch again every run of the sweep at ``sweep_root`` whose local copy is missing or fails verification, a
+    copy that does not verify ``retries`` more times (gpulab.sweep.fetch_retries; None: its declared default;
+    lab.sweep.driver.collect)."""
     return driver.collect(Path(sweep_root), inventory, retries=retries)

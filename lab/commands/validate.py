@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.core import config
+from lab.core import settings
 from lab.history import db as historydb, memory
 from lab.validate import fleet, gpurefs
 from lab.validate.verdict import Verdicts
@@ -49,7 +49,7 @@ def validate(hosts: list, *, history_url: str, level: str = "quick", baseline: b
     written = [f for f in result.files if Path(f).name == "validate.json"]
     if not written or baseline:
         return Validated(result)
-    held = config.flag(quarantine, "config gpulab.validate.quarantine")
+    held = settings.flag(quarantine, "config gpulab.validate.quarantine")
     return Validated(result, memory.after_validate(written, result.data, history_url, held, make_folder=make_folder))
 
 

@@ -1,6 +1,7 @@
 """What every stage shares: the one exception family (``errors``), the ``gpulab:`` configuration
-(``config``, ``cli``), YAML data checked against lab/schemas (``schema``), the one reader of files from
-elsewhere (``bounded``), paths built from values (``paths``), ranges of every count and size (``limits``),
+(``settings``: every setting declared once; ``config``, ``cli``), YAML data checked against lab/schemas
+(``schema``), the one reader of files from elsewhere (``bounded``), paths built from values (``paths``),
+ranges of every count and size (``limits``),
 names (``fields``), the version rule (``versions``) and the MLPerf catalogue of benchmarks and devices
 (``mlperf``).
 

@@ -16,7 +16,7 @@ import sys
 from invoke import Exit, Task
 from invoke import task as invoke_task
 
-from lab.core import advice, config
+from lab.core import advice, config, settings
 from lab.core.errors import GpulabError, printable
 from lab.core.program import PIPE_GONE, config_flag_file, quiet_stdout
 
@@ -80,14 +80,12 @@ task = functools.partial(invoke_task, klass=GpulabTask)
 
 
 def setting(c, key, value=None):
-    """The task argument if given, else gpulab.<key> (dotted) from the Invoke config; None only where neither
-    has it (0, false and "" are values)."""
+    """The task argument if given, else gpulab.<key> (dotted) of the Invoke config as lab.core.settings.read gives
+    it: typed, inside its declared range, its declared default where no layer sets it (0, false and "" are
+    values; None only for a demo key that takes the top-level one)."""
     if value is not None:
         return value
-    node = c.config.get("gpulab", {})
-    for part in key.split("."):
-        node = node.get(part) if hasattr(node, "get") else None
-    return node
+    return settings.read(config.plain(c.config.get("gpulab", {})), key, settings.WHERE)
 
 
 def task_errors(fn):

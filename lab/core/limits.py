@@ -40,36 +40,8 @@ ATTEMPTS = Range(0, 10_000)
 RUN_TIMEOUT_MINUTES = Range(0.05, 7 * 24 * 60, "minutes", integer=False)   # 3 s .. one week
 RUN_LIMIT_S = Range(RUN_TIMEOUT_MINUTES.lo * 60, RUN_TIMEOUT_MINUTES.hi * 60, "s", integer=False)
 
-# --- how a sweep treats its hosts (gpulab.sweep.*, lab.sweep.driver.Settings) ---------------------------
-SWEEP_SETTINGS = {
-    "min_free_mb": Range(0, 10**8, "MB"),
-    "kill_margin_s": Range(0, 86_400, "s", integer=False),
-    "stop_grace_s": Range(0, 3_600, "s", integer=False),
-    "poll_s": Range(0.01, 60, "s", integer=False),
-    "reconnect_s": Range(0, 3_600, "s", integer=False),
-    "lock_stale_s": Range(1, 7 * 86_400, "s", integer=False),
-    "lock_wait_s": Range(0, 7 * 86_400, "s", integer=False),
-    "rdzv_port": Range(1, 65_535),
-    "fetch_retries": Range(0, 10),
-    "pilot_wait_s": Range(0, 7 * 86_400, "s", integer=False),
-    "compile_cpu": Range(0, 1),
-    "health_valid_hours": Range(0, 8_760, "h", integer=False),
-}
+# the gpulab: settings' ranges are declared with the settings themselves (lab.core.settings.DECLARED)
 BACKENDS = ("ssh", "slurm", "auto")               # gpulab.sweep.backend, --backend
-SLURM_SETTINGS = {                                # gpulab.slurm.* that are numbers (lab.sweep.slurmworker)
-    "time_limit_minutes": RUN_TIMEOUT_MINUTES,
-    "max_running": Range(1, 10_000, "tasks"),
-    "poll_s": Range(0.1, 600, "s", integer=False),
-}
-
-TUNE_SETTINGS = {   # gpulab.tune.* (lab.tune)
-    "seeds": Range(1, 1000, "seeds"),
-    "trials": Range(1, 10_000, "trials"),
-    "p_threshold": Range(0.001, 0.5, "", integer=False),
-    "retries": Range(0, 10),
-    "heartbeat_s": Range(0.1, 3_600, "s", integer=False),
-    "stale_s": Range(1, 7 * 86_400, "s", integer=False),
-}
 
 # --- bytes read back from files (lab.core.bounded) -----------------------------------------------------
 JSON_BYTES = 16 << 20          # status.json, manifest.json, sweep.json, systems/*.json

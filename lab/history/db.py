@@ -22,7 +22,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModu
 from sqlalchemy.orm import sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from lab.core import limits, paths, writes
+from lab.core import paths, settings, writes
 from lab.core.errors import ConfigError, excerpt
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -30,7 +30,6 @@ DEFAULT_FILE = "history.sqlite"
 LOCK_WAIT_S = 30            # how long a writer waits for a SQLite file another one holds
 CONNECT_TIMEOUT_S = 10      # how long a server may take to answer
 PG_MIGRATION_LOCK = 30_000_030   # advisory lock id: one migration at a time on a shared server
-WAIT = limits.Range(0.1, 86_400, "s", integer=False)   # gpulab.history_lock_timeout_s, _statement_timeout_s
 VERSION_TABLE = "alembic_version"
 
 
@@ -78,8 +77,9 @@ def resolve_url(configured: str | None, results: str | Path, lock_s=None, statem
     if parsed.get_backend_name() != "postgresql" or "options" in parsed.query:
         return url
     waits = []
-    for name, value, default in (("lock_timeout", lock_s, LOCK_WAIT_S), ("statement_timeout", statement_s, 600)):
-        secs = limits.number(default if value in (None, "") else value, f"config gpulab.history_{name}_s", WAIT)
+    for name, value in (("lock_timeout", lock_s), ("statement_timeout", statement_s)):
+        key = f"history_{name}_s"
+        secs = settings.read({} if value in (None, "") else {key: value}, key)   # its declared default and range
         waits.append(f"-c {name}={int(secs * 1000)}")
     return parsed.update_query_dict({"options": " ".join(waits)}).render_as_string(hide_password=False)
 

@@ -51,6 +51,7 @@ from pathlib import Path
 from lab.results import checksums
 from lab.core import fields
 from lab.core import paths
+from lab.core.settings import default as declared_default
 from lab.sweep import pilot
 from lab.sweep import slurmworker
 from lab.hosts import slurm
@@ -285,8 +286,10 @@ class CollectResult:
     problems: list[str] = field(default_factory=list)
 
 
-def collect(sweep_root: Path, inventory_path: str | Path, *, retries: int = 2) -> CollectResult:
-    """Fetch again every run of a saved sweep whose local copy is missing or fails verification."""
+def collect(sweep_root: Path, inventory_path: str | Path, *, retries: int | None = None) -> CollectResult:
+    """Fetch again every run of a saved sweep whose local copy is missing or fails verification; a copy that does
+    not verify is fetched again ``retries`` times (gpulab.sweep.fetch_retries; None: its declared default)."""
+    retries = declared_default("sweep.fetch_retries") if retries is None else retries
     from lab.hosts import inventory as inv
 
     sweep = Sweep.load(sweep_root)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lab.results import checksums
 from lab.core import paths
+from lab.core import settings
 from lab.core import writes
 from lab.hosts import remote as rmt
 from lab.core.errors import ConfigError
@@ -21,25 +22,29 @@ from lab.sweep.plan import PlannedRun
 
 # --------------------------------------------------------------------------- on a host
 
+def _default(name: str):
+    return settings.default(f"sweep.{name}")
+
+
 @dataclass
 class Settings:
-    """How a sweep treats its hosts (gpulab.sweep.*, lab/data/settings.yml)."""
+    """How a sweep treats its hosts: gpulab.sweep.*, each field's meaning, default and range declared in
+    lab.core.settings (the README's settings table)."""
 
     timeout_s: float | None = 3600.0   # a run's time limit (--max-minutes for the runner); None: per run
                                        # from its estimate (lab.sweep.study.time_limit_minutes)
-    kill_margin_s: float = 60.0    # past the limit by this much, the controller stops the run itself
-    stop_grace_s: float = 30.0     # SIGTERM to the runner, then SIGKILL to every tagged process
-    poll_s: float = 0.25
-    reconnect_s: float = 30.0      # a lost host is retried this long before its runs fail
-    min_free_mb: int = 1024        # free space needed in the host's workdir before a run starts
-    lock_stale_s: float = 300.0    # a host lock whose heartbeat is this old (and whose run is gone) is taken over
-    lock_wait_s: float = 3600.0    # how long a run waits for a host another sweep holds
-    rdzv_port: int = 29400         # multi-node rendezvous port on node 0
-    fetch_retries: int = 2         # fetches again when a copy does not verify
-    pilot_wait_s: float = 900.0    # compile once, then fan out (lab.sweep.pilot): how long the other hosts of a
-                                   # compile group wait for its pilot's artifacts; 0: every host compiles itself
-    compile_cpu: int = 0           # 1: CPU runs compile too (runner --compile) and have pilots like GPU runs
-    health_valid_hours: float = 24.0   # a passing health check this recent (history database) skips the gate
+    kill_margin_s: float = _default("kill_margin_s")
+    stop_grace_s: float = _default("stop_grace_s")
+    poll_s: float = _default("poll_s")
+    reconnect_s: float = _default("reconnect_s")
+    min_free_mb: int = _default("min_free_mb")
+    lock_stale_s: float = _default("lock_stale_s")
+    lock_wait_s: float = _default("lock_wait_s")
+    rdzv_port: int = _default("rdzv_port")
+    fetch_retries: int = _default("fetch_retries")
+    pilot_wait_s: float = _default("pilot_wait_s")
+    compile_cpu: int = _default("compile_cpu")
+    health_valid_hours: float = _default("health_valid_hours")
 
 
 @dataclass
@@ -170,10 +175,13 @@ def fetch_run(remote: rmt.Remote, src: str, dest: Path) -> list[str]:
 
 
 def fetch_verified(remote: rmt.Remote, src: str, dest: Path, retries: int) -> list[str]:
-    """fetch_run, again while the copy does not verify (a corrupt transfer), at most ``retries`` more."""
-    problems = fetch_run(remote, src, dest)
-    for _ in range(retries):
-        if not problems or checksums.SUMS not in remote.listdir(src):
-            break
-        problems = fetch_run(remote, src, dest)
+    """fetch_run, again while the copy does not verify (a corrupt transfer), at most ``retries`` more
+    (gpulab.sweep.fetch_retries); a copy that never verified ends its problems with how often it was fetched."""
+    problems, fetches = fetch_run(remote, src, dest), 1
+    while problems and fetches <= retries:
+        if checksums.SUMS not in remote.listdir(src):
+            return problems
+        problems, fetches = fetch_run(remote, src, dest), fetches + 1
+    if problems:
+        problems.append(f"fetched {fetches} time(s), gpulab.sweep.fetch_retries {retries}")
     return problems

@@ -33,6 +33,7 @@ import shlex
 import time
 from dataclasses import dataclass
 
+from lab.core.settings import default as declared_default
 from lab.core.errors import GpulabError, HostError
 from lab.hosts import slurm
 from lab.sweep import compiled, pilot
@@ -50,13 +51,13 @@ ENDED_BY_SLURM = ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "CANCELLED", "OUT_OF_MEMO
 class SlurmSettings:
     """gpulab.slurm.*: where and how a sweep's jobs are submitted."""
 
-    partition: str = ""
-    account: str = ""
-    qos: str = ""
-    constraint: str = ""
-    time_limit_minutes: float | None = None   # None: each array's longest run limit plus the kill margin
-    max_running: int = 1                      # the array's %K: tasks of one unit running at once
-    poll_s: float = 2.0                       # seconds between two looks at the queue
+    partition: str = declared_default("slurm.partition")   # each one declared in lab.core.settings
+    account: str = declared_default("slurm.account")
+    qos: str = declared_default("slurm.qos")
+    constraint: str = declared_default("slurm.constraint")
+    time_limit_minutes: float | None = None   # None (auto): each array's longest run limit plus the kill margin
+    max_running: int = declared_default("slurm.max_running")   # the array's %K: tasks of one unit at once
+    poll_s: float = declared_default("slurm.poll_s")            # seconds between two looks at the queue
 
 
 def node_name(node: Node) -> str:

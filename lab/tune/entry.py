@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lab.core import fields
 from lab.core import limits
+from lab.core import settings
 from lab.core.errors import ConfigError
 from lab.sweep import recipe as recipes
 from lab.sweep import workloads as catalogue
@@ -36,10 +37,11 @@ def request(workload: str, *, scale: str, name: str | None, device: str | None, 
     name = name or default_name(workload, scale, device)
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise ConfigError(f"--name: {name!r} is not a study name (letters, digits, . _ -; at most 58)")
-    k = limits.number(tune_settings.get("seeds", 5) if seeds is None else seeds, "--seeds",
-                      limits.TUNE_SETTINGS["seeds"])
-    n = limits.number(tune_settings.get("trials", 20) if trials is None else trials, "--trials",
-                      limits.TUNE_SETTINGS["trials"])
+    tune_settings = {**settings.default("tune"), **tune_settings}
+    k = limits.number(tune_settings["seeds"] if seeds is None else seeds, "--seeds",
+                      settings.declared("tune.seeds").range)
+    n = limits.number(tune_settings["trials"] if trials is None else trials, "--trials",
+                      settings.declared("tune.trials").range)
     space = spaces.load(workload, scale, space_file or spaces.SPACE, open_)
     limit = catalogue.scale_settings(workload, scale).get("max_epochs")
     if not isinstance(limit, int) or limit < 1:
@@ -64,10 +66,9 @@ def request(workload: str, *, scale: str, name: str | None, device: str | None, 
             raise ConfigError(f"reference recipe ({base_from}): {p.name} {v!r} is none of the space's choices")
     return TuneRequest(name=name, space=space, seeds=k, trials=n, limit=limit, baseline=base,
                        baseline_from=base_from, wave=max(1, wave),
-                       p_threshold=float(tune_settings.get("p_threshold", 0.1)),
-                       retries=int(tune_settings.get("retries", 1)),
-                       heartbeat_s=float(tune_settings.get("heartbeat_s", 30)),
-                       stale_s=float(tune_settings.get("stale_s", 600)), gpus=gpus, device=device or "")
+                       p_threshold=float(tune_settings["p_threshold"]), retries=int(tune_settings["retries"]),
+                       heartbeat_s=float(tune_settings["heartbeat_s"]), stale_s=float(tune_settings["stale_s"]),
+                       gpus=gpus, device=device or "")
 
 
 def check_plan(hosts, req: TuneRequest) -> None:

@@ -35,6 +35,7 @@ import optuna
 from optuna.trial import TrialState
 
 from lab.core import paths
+from lab.core.settings import default as declared_default
 from lab.core.errors import ConfigError, RunError
 from lab.sweep import supervise
 from lab.tune import objective
@@ -55,10 +56,10 @@ class TuneRequest:
     baseline: dict             # the reference recipe's values of the searched settings
     baseline_from: str = "the scale's own settings (runner/workloads/workloads.yml)"
     wave: int = 1              # seeds run at once (the fleet's units)
-    p_threshold: float = 0.1
-    retries: int = 1
-    heartbeat_s: float = 30.0
-    stale_s: float = 600.0
+    p_threshold: float = declared_default("tune.p_threshold")   # gpulab.tune.* (lab.core.settings)
+    retries: int = declared_default("tune.retries")
+    heartbeat_s: float = declared_default("tune.heartbeat_s")
+    stale_s: float = declared_default("tune.stale_s")
     gpus: str | None = None
     device: str = ""
     sampler_seed: int = 0

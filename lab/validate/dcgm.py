@@ -49,13 +49,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lab.core import limits, plaindata, schema, versions
+from lab.core import limits, plaindata, schema, settings, versions
 from lab.core.errors import ConfigError, GpulabError
 from lab.validate.verdict import FAIL, PASS, WARN, check
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "dcgm_errors.yml"
-LEVELS = {"quick": 1, "standard": 2, "burn-in": 3}
-TIMEOUT_S = {1: 600, 2: 1800, 3: 3 * 3600, 4: 8 * 3600}   # DCGM: seconds, about 2 min, about 15 min, longer
+LEVELS = settings.default("validate.dcgm_levels")   # validate level -> DCGM run level (lab.core.settings)
+TIMEOUT_S = {int(k): v for k, v in settings.default("validate.time_limits.dcgm_s").items()}   # run level -> s
 STATUS = {"pass": PASS, "skip": PASS, "warn": WARN, "fail": FAIL}
 CHECK = "DCGM diagnostic"
 ROOTS = ("DCGM Diagnostic", "DCGM GPU Diagnostic")

@@ -9,57 +9,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from lab.core.errors import ConfigError, GpulabError, RunError
+from lab.core import settings
+from lab.core.errors import GpulabError, RunError
 from lab.validate import vendor
 from lab.validate.burnindoc import read_burnin
 from lab.validate.verdict import host_field
 
-LEVEL_TIMEOUT_S = {"quick": 300, "standard": 3600, "burn-in": 6 * 3600}
-# gpulab.validate.time_limits: every external step's hard limit, in seconds (lab/data/settings.yml)
-DEFAULT_LIMITS = {"burnin_s": dict(LEVEL_TIMEOUT_S), "dcgm_s": {1: 600, 2: 1800, 3: 3 * 3600, 4: 8 * 3600},
-                  "tools_s": 600, "burn_minutes": None}
-MAX_S = 7 * 24 * 3600
-
-
-def _seconds(value, where: str) -> float:
-    try:
-        out = float(str(value).strip())
-    except (TypeError, ValueError):
-        out = None
-    if out is None or not (0 < out <= MAX_S) or isinstance(value, bool):
-        raise ConfigError(f"{where}: {value!r} is not a time limit in seconds (0 < s <= {MAX_S})")
-    return out
+# gpulab.validate.time_limits: every external step's hard limit, in seconds (declared in lab.core.settings)
+LEVEL_TIMEOUT_S = settings.default("validate.time_limits.burnin_s")
 
 
 def time_limits(configured: dict | None = None) -> dict:
-    """The hard time limits of validate's external steps: gpulab.validate.time_limits over the defaults
-    (``burnin_s`` per validate level, ``dcgm_s`` per DCGM run level, ``tools_s`` for each standard tool
-    inside the burn-in); a bad value is one ConfigError line naming the setting."""
-    base = "gpulab.validate.time_limits"
-    out = {"burnin_s": dict(DEFAULT_LIMITS["burnin_s"]), "dcgm_s": dict(DEFAULT_LIMITS["dcgm_s"]),
-           "tools_s": DEFAULT_LIMITS["tools_s"], "burn_minutes": None}
-    conf = dict(configured or {})
-    unknown = sorted(set(conf) - set(out))
-    if unknown:
-        raise ConfigError(f"{base}: unknown key(s) {', '.join(map(str, unknown))} (burnin_s, dcgm_s, tools_s, "
-                          "burn_minutes)")
-    for key in ("burnin_s", "dcgm_s"):
-        given = conf.get(key) or {}
-        if not hasattr(given, "items"):
-            raise ConfigError(f"{base}.{key}: a mapping expected")
-        for k, v in dict(given).items():
-            kk = k if key == "burnin_s" else (int(k) if str(k).strip().isdigit() else k)
-            if kk not in out[key]:
-                raise ConfigError(f"{base}.{key}: {k!r} is not one of {', '.join(map(str, out[key]))}")
-            out[key][kk] = _seconds(v, f"{base}.{key}.{k}")
-    if conf.get("tools_s") is not None:
-        out["tools_s"] = _seconds(conf["tools_s"], f"{base}.tools_s")
-    if conf.get("burn_minutes") is not None:      # the burn-in level's sustained load (runner burnin --minutes)
-        minutes = _seconds(conf["burn_minutes"], f"{base}.burn_minutes")
-        if minutes > 60:
-            raise ConfigError(f"{base}.burn_minutes: {conf['burn_minutes']!r} is more than 60 minutes")
-        out["burn_minutes"] = minutes
+    """The hard time limits of validate's external steps: gpulab.validate.time_limits over the declared defaults
+    (``burnin_s`` per validate level, ``dcgm_s`` per DCGM run level (int keys), ``tools_s`` for each standard
+    tool inside the burn-in, ``burn_minutes``); a bad value is one ConfigError line naming the setting."""
+    out = settings.group("validate.time_limits", configured)
+    out["dcgm_s"] = {int(k): v for k, v in out["dcgm_s"].items()}
     return out
+
 
 def burnin_argv(level: str, remote_dir: str, tools_s: float | None = None, burn_minutes: float | None = None) -> list[str]:
     tail = ["--tool-timeout", f"{tools_s:g}"] if tools_s is not None else []

@@ -41,7 +41,7 @@ def invoke_cmd() -> list[str]:
 
 
 def env_for(results: Path, **settings) -> dict:
-    # these tests sweep tiny ncf runs (the defaults of lab/data/settings.yml are the full-scale study)
+    # these tests sweep tiny ncf runs (the declared defaults (lab.core.settings) are the full-scale study)
     env = dict(os.environ, PYTHONPATH=str(ROOT), INVOKE_GPULAB_RESULTS=str(results), INVOKE_GPULAB_WORKLOADS="ncf",
                INVOKE_GPULAB_SCALE="tiny")
     for key, value in settings.items():

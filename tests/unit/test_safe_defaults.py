@@ -49,8 +49,9 @@ def test_the_example_hosts_are_refused_before_any_connection():
 
 
 def test_the_default_inventory_is_this_machine():
-    settings = yaml.safe_load((ROOT / "lab" / "data" / "settings.yml").read_text())["gpulab"]
-    assert settings["inventory"] == "inventory/local.yml"
+    from lab.core import settings
+
+    assert settings.default("inventory") == "inventory/local.yml"
     r = invoke("sweep", "--workloads", "ncf", "--scale", "tiny", "--seeds", "1", "--mode", "throughput",
                "--dry-run")
     assert r.returncode == 0, r.stderr

@@ -1,6 +1,6 @@
 """The gpulab: settings through Invoke's layers: which layer wins, falsy values, ill-typed sections (README "Settings").
 
-gpulab's defaults (lab/data/settings.yml) sit at Invoke's collection level;
+gpulab's defaults (declared in lab.core.settings) sit at Invoke's collection level;
 ~/.invoke.yaml, a lab's invoke.yaml beside tasks.py, INVOKE_GPULAB_*, ``invoke
 -f FILE`` and the task's options override them, in that order. The property
 tests build Invoke's Config the way its Program does (same layers, same
@@ -81,17 +81,25 @@ VALUES = st.one_of(st.integers(min_value=0, max_value=10**6), st.sampled_from(["
 def test_the_highest_layer_that_sets_a_key_wins(tmp_path, chosen, key):
     files = {name: {key: value} for name, value in chosen.items() if name in ("user", "project", "runtime")}
     env = {f"INVOKE_GPULAB_{key.upper()}": str(chosen["env"])} if "env" in chosen else {}
+    def a_node_count(v) -> bool:
+        return str(v).strip().isdigit() and 1 <= int(v) <= 64
+
     try:
         cfg = configured(tmp_path, files, env)
-    except ConfigError as exc:   # a number where the schema wants a comma list
-        assert exc.message.startswith(f"config gpulab.{key}: ") and key == "workloads"
-        assert any(isinstance(v, int) for n, v in chosen.items() if n in files)
+    except ConfigError as exc:   # a number where the schema wants a comma list; a node count out of its range
+        assert exc.message.startswith((f"config gpulab.{key}: ", f"INVOKE_GPULAB_{key.upper()}="))
+        if key == "workloads":
+            assert any(isinstance(v, int) for n, v in chosen.items() if n in files)
+        else:
+            assert key == "nodes" and not all(a_node_count(v) for n, v in chosen.items() if n != "cli")
         return
     given = chosen.get("cli")
     got = cli.setting(Context(config=cfg), key, None if given is None else str(given))
     winner = next((name for name in reversed(LAYERS) if name in chosen), None)
     if winner is None:
         assert got == config.defaults()["gpulab"][key]
+    elif key == "nodes":   # a number setting: read as its number (lab.core.settings)
+        assert int(got) == int(chosen[winner])
     elif winner in ("env", "cli"):
         assert str(got) == str(chosen[winner])
     else:
@@ -139,7 +147,7 @@ def test_each_layer_overrides_the_one_below_on_the_command_line(tmp_path):
     """The README's order, each step once: defaults < ~/.invoke.yaml < INVOKE_GPULAB_* < -f FILE < --option."""
     home = tmp_path / "home"
     home.mkdir()
-    assert len(planned(invoke(*DRY, home=home))) == 6                       # settings.yml: the study's six
+    assert len(planned(invoke(*DRY, home=home))) == 6                       # the defaults: the study's six
     (home / ".invoke.yaml").write_text("gpulab: {workloads: gnmt}\n")
     assert planned(invoke(*DRY, home=home)) == ["gnmt"]                     # the user's file wins over the defaults
     env = {"INVOKE_GPULAB_WORKLOADS": "ncf"}
@@ -157,7 +165,8 @@ def test_each_layer_overrides_the_one_below_on_the_command_line(tmp_path):
     ("runtime", "gpulab: {sweep: {poll_s: [1]}}\n", "config gpulab.sweep.poll_s: [1] is not valid here"),
     ("runtime", "gpulab: {sweep: {poll_s: 1}\n", "while parsing a flow mapping"),
     ("runtime", "run: [1]\n", "gpulab: config: Can't cleanly merge"),
-    ("user", "gpulab: {nodes: 0}\n", "--nodes: 0 is not a whole number from 1 to 64 hosts"),
+    ("user", "gpulab: {nodes: 0}\n", "config gpulab.nodes: 0 is not a whole number from 1 to 64 hosts ("),
+    ("user", "gpulab: {sweep: {fetch_retries: 11}}\n", "config gpulab.sweep.fetch_retries: 11 is not a whole number"),
     ("user", "gpulab: {seeds: 0, workloads: ncf}\n", "--seeds: 0 is not a positive number of seeds"),
     ("user", "gpulab: {gpus: true}\n", "config gpulab.gpus: True is not valid here"),
     ("user", "gpulab: {workloads: ''}\n", "--workloads: empty list"),

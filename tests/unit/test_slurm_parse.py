@@ -90,8 +90,8 @@ def test_settings_backend_and_slurm_section():
         config.backend("kubernetes")
     got = config.slurm_settings({"partition": "gpu", "qos": "", "constraint": "a100&ib", "max_running": "3",
                                  "time_limit_minutes": "auto", "poll_s": 1})
-    assert got == {"partition": "gpu", "qos": "", "constraint": "a100&ib", "max_running": 3,
-                   "time_limit_minutes": None, "poll_s": 1}
+    assert got == {"partition": "gpu", "account": "", "qos": "", "constraint": "a100&ib", "max_running": 3,
+                   "time_limit_minutes": None, "poll_s": 1}   # a key not given: its declared default
     for bad, match in (({"partition": "gpu --wrap=x"}, "is not a Slurm name"), ({"max_running": 0}, "max_running"),
                        ({"nodes": 2}, "no such setting"), ({"account": ["a"]}, "is not a Slurm name")):
         with pytest.raises(ConfigError, match=match):

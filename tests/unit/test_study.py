@@ -22,6 +22,7 @@ from lab.sweep import preflight
 from lab.sweep import study
 from lab.sweep import plan as pl
 from lab.sweep import state as sweepstate
+from lab.core import config
 from lab.core.errors import ConfigError
 from lab.core.mlperf import Rules
 
@@ -70,7 +71,7 @@ def test_seeds_auto_and_mlperf_by_mode():
 
 
 def test_settings_defaults_are_the_study_and_the_demo_keeps_its_own():
-    cfg = yaml.safe_load((ROOT / "lab" / "data" / "settings.yml").read_text())["gpulab"]
+    cfg = config.defaults()["gpulab"]
     assert (cfg["workloads"], cfg["seeds"], cfg["gpus"], cfg["mode"], cfg["scale"]) == ("all", "auto", "all", "ttt",
                                                                                         "full")
     demo = cfg["demo"]

@@ -54,7 +54,7 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
 
 
 def test_defaults_come_from_invoke_config_and_env_overrides():
-    # lab/data/settings.yml: the reference study (all six, auto seeds: one run each in throughput mode, every GPU count);
+    # the declared defaults: the reference study (all six, auto seeds: one run each in throughput mode, every GPU count);
     # throughput mode reads no prepared data, so the dry run contacts no host
     plan = invoke("sweep", "--device", "v100", "--mode", "throughput", "--dry-run").stdout
     assert "  transformer  GPUs 1,2,3    x   1 seed(s)     3 runs" in plan

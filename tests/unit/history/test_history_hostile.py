@@ -20,6 +20,7 @@ from invoke import Config, Context, Exit
 from sqlalchemy import func, insert, select, text
 
 from lab.core import config
+from lab.core.settings import flag
 from lab.core.errors import ConfigError
 from lab.history import db as hdb
 from lab.history import quarantine as q
@@ -266,7 +267,7 @@ def test_a_yes_no_setting_is_read_as_written_in_every_layer(word, value):
     env = config.env_section(config.defaults()["gpulab"], {"INVOKE_GPULAB_VALIDATE_QUARANTINE": word})
     assert env == {"validate": {"quarantine": value}}
     config.check({"validate": {"quarantine": word}})   # a file layer takes the same words
-    assert config.flag(word, "config gpulab.validate.quarantine") is value
+    assert flag(word, "config gpulab.validate.quarantine") is value
 
 
 @pytest.mark.parametrize("word", ["maybe", "", "2", "tru"])

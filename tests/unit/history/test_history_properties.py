@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from sqlalchemy import func, select
 
 from lab.core import config
+from lab.core.settings import flag
 from lab.core.errors import ConfigError, GpulabError
 from lab.history import db as hdb
 from lab.history import query, sweeps
@@ -277,4 +278,4 @@ def test_a_hostile_environment_variable_is_one_line(var, value):
         assert "\n" not in exc.message and var in exc.message and len(exc.message) < 400
         return
     if var == "INVOKE_GPULAB_VALIDATE_QUARANTINE":
-        assert env["validate"]["quarantine"] is config.flag(value, var)
+        assert env["validate"]["quarantine"] is flag(value, var)

@@ -1,0 +1,358 @@
+"""Every ``gpulab:`` setting, declared once: its key, what it takes, its default, range, unit and one line of doc.
+
+``DECLARED`` below is the one place a setting lives. Everything else is made
+from it: the collection-level defaults Invoke merges under every user layer
+(``defaults``), the JSON schema each layer is checked against (``schema``),
+the range checks that name the setting and the file (``problems``), the one
+accessor readers go through (``read``, ``group``, ``default``) and the
+README's settings table (``table``; ``python -m lab.core.settings`` prints
+it, tests/unit/test_settings_declared.py holds README to it). A new setting is
+one line here, then the README table regenerated; a reader that wants it asks
+``read``/``group``, never ``.get(key, fallback)``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from lab.core import limits
+from lab.core.errors import ConfigError, excerpt
+from lab.core.limits import Range
+
+WHERE = "~/.invoke.yaml, invoke.yaml, invoke -f FILE or INVOKE_GPULAB_*"   # a merged value: any of these
+INHERIT = object()   # a default that is the top-level key's value (gpulab.demo.*: "keys not set come from above")
+KINDS = ("path", "text", "list", "count", "number", "flag", "choice")
+SLURM_WORD = r"[A-Za-z0-9_.,:|&*\[\]!-]*"
+_NUMBER_TEXT = r"^\s*[-+0-9.eE]+\s*$"
+_FLAG_TEXT = r"^\s*(?i:true|false|yes|no|on|off|1|0)\s*$"
+
+
+_MISSING = object()
+FLAG_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+FLAG_HELP = "true/false, yes/no, on/off or 1/0"
+
+
+def flag(value, what: str, layer: str | None = WHERE) -> bool:
+    """A yes/no setting as Invoke users write it (``true/false``, ``yes/no``, ``on/off``, ``1/0``, any case, in a
+    file, a variable or on the command line) as a bool; anything else is one ConfigError line naming ``what``
+    (the setting or variable) and the layer."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in FLAG_WORDS:
+        return FLAG_WORDS[value.strip().lower()]
+    where = f" ({layer})" if layer else ""
+    raise ConfigError(f"{what}: {excerpt(repr(value), 40)} is not {FLAG_HELP}{where}")
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str                       # dotted, below gpulab: ("sweep.poll_s")
+    kind: str                      # one of KINDS
+    default: Any                   # INHERIT: none of its own (the top-level key of the same name gives it)
+    doc: str                       # one line: what it does
+    range: Range | None = None     # number: its range and unit
+    words: tuple = ()              # number: the words it takes too (auto); choice: its choices
+    null: bool = False             # number: null is a value (its reader's own default)
+    pattern: str | None = None     # text: what it must match, in full
+    max_len: int = 2000            # text: at most this many characters
+
+    @property
+    def unit(self) -> str:
+        return self.range.unit if self.range else ""
+
+
+def _n(key, default, rng, doc, **kw):
+    return Setting(key, "number", default, doc, range=rng, **kw)
+
+
+def _s(lo, hi, unit="s", integer=False):
+    return Range(lo, hi, unit, integer=integer)
+
+
+DAY, WEEK = 86_400, 7 * 86_400
+DCGM_LEVEL = Range(0, 4, "DCGM level")
+STEP_S = _s(1, WEEK)                 # a hard time limit of one of validate's steps
+DB_WAIT = _s(0.1, DAY)
+
+DECLARED: tuple[Setting, ...] = (
+    Setting("inventory", "path", "inventory/local.yml",
+            "any Ansible inventory (INI, YAML, plugin); the default is this machine, inventory/hosts.yml the example lab"),
+    Setting("results", "path", "results", "sweeps land in results/<sweep>/, validate in results/validate/"),
+    Setting("history_url", "text", "",
+            "the history database, an SQLAlchemy URL (postgresql+psycopg://gpulab@dbhost/gpulab); empty: "
+            "results/history.sqlite"),
+    _n("history_lock_timeout_s", 30, DB_WAIT, "PostgreSQL: a history command waits this long for a lock another "
+       "session holds, then says so in one line"),
+    _n("history_statement_timeout_s", 600, DB_WAIT, "PostgreSQL: one statement of a history command runs at most "
+       "this long"),
+    Setting("artifacts", "path", "artifacts", "ansible-runner artifacts, one dated folder per run"),
+    Setting("stacks", "path", "inventory/stacks", "stack profiles (<name>.yml, lab/schemas/stack.schema.json)"),
+    Setting("workloads", "list", "all", "workloads, a comma list (python -m runner list), or all: the study's six "
+            "(lab/data/study.yml)"),
+    Setting("seeds", "count", "auto", "seeds per configuration: a number; mlperf: the benchmark's MLPerf run count; "
+            "auto: that count in ttt mode, one in throughput mode"),
+    Setting("gpus", "count", "all", "GPU counts per run: 1,2,3 or all (1 to the host's GPUs; CPU hosts: 0)"),
+    _n("nodes", 1, limits.NODES, "hosts per run (multi-node: one rendezvous)"),
+    Setting("mode", "choice", "ttt", "ttt (time to train) or throughput", words=("ttt", "throughput")),
+    Setting("scale", "choice", "full", "full: the MLPerf recipe on prepared data; small, tiny: test scales",
+            words=("tiny", "small", "full")),
+    _n("run_timeout_minutes", "auto", limits.RUN_TIMEOUT_MINUTES, "a run still going after this is stopped and "
+       "failed; auto: 3x its estimate (lab/data/study.yml)", words=("auto",)),
+    _n("sweep.min_free_mb", 1024, Range(0, 10**8, "MB"), "free space needed in a host's workdir before each run"),
+    _n("sweep.kill_margin_s", 60, _s(0, DAY), "past the run's limit by this, the controller stops it itself"),
+    _n("sweep.stop_grace_s", 30, _s(0, 3_600), "SIGTERM to the runner, then after this SIGKILL to all its processes"),
+    _n("sweep.poll_s", 0.25, _s(0.01, 60), "between two polls of a running run (one SSH exec each)"),
+    _n("sweep.reconnect_s", 30, _s(0, 3_600), "a host that drops is retried this long before its runs fail"),
+    _n("sweep.lock_stale_s", 300, _s(1, WEEK), "a host lock without heartbeat this long (and no run left) is taken "
+       "over"),
+    _n("sweep.lock_wait_s", 3600, _s(0, WEEK), "how long a run waits for a host another sweep holds"),
+    _n("sweep.rdzv_port", 29400, Range(1, 65_535, "port"), "multi-node rendezvous port on node 0"),
+    _n("sweep.fetch_retries", 2, Range(0, 10, "fetches"), "a run's copy that fails its SHA256SUMS is fetched again "
+       "this often (sweep and invoke collect)"),
+    _n("sweep.pilot_wait_s", 900, _s(0, WEEK), "compile once, then fan out: other hosts wait this long at most for "
+       "the pilot's artifacts; 0: every host compiles itself"),
+    _n("sweep.compile_cpu", 0, Range(0, 1), "1: CPU runs use torch.compile too (a C++ compiler and Python's headers "
+       "on the host) and have pilots"),
+    _n("sweep.health_valid_hours", 24, _s(0, 8_760, "h"), "a host's health check that passed this recently is not "
+       "run again (0: every sweep checks)"),
+    Setting("sweep.backend", "choice", "ssh", "how runs start: ssh (gpulab's controller), slurm (job arrays "
+            "through sbatch here), auto (slurm where sinfo answers)", words=limits.BACKENDS),
+    Setting("slurm.partition", "text", "", "--partition (empty: Slurm's default)", pattern=SLURM_WORD, max_len=200),
+    Setting("slurm.account", "text", "", "--account", pattern=SLURM_WORD, max_len=200),
+    Setting("slurm.qos", "text", "", "--qos", pattern=SLURM_WORD, max_len=200),
+    Setting("slurm.constraint", "text", "", "--constraint (node features)", pattern=SLURM_WORD, max_len=500),
+    _n("slurm.time_limit_minutes", "auto", limits.RUN_TIMEOUT_MINUTES, "--time; auto: the array's longest run "
+       "limit plus gpulab.sweep.kill_margin_s", words=("auto",)),
+    _n("slurm.max_running", 1, Range(1, 10_000, "tasks"), "tasks of one unit's array running at once "
+       "(--array=0-N%K)"),
+    _n("slurm.poll_s", 2, _s(0.1, 600), "between two looks at the queue (scontrol show job)"),
+    _n("tune.seeds", 5, Range(1, 1000, "seeds"), "K: seeds per trial, the same for every trial and the reference"),
+    _n("tune.trials", 20, Range(1, 10_000, "trials"), "trials with a result (complete or pruned) the search runs to"),
+    _n("tune.p_threshold", 0.1, Range(0.001, 0.5, "", integer=False), "Wilcoxon pruner over seeds: a trial this "
+       "sure to be worse is stopped"),
+    _n("tune.retries", 1, Range(0, 10, "retries"), "a trial whose hosts fail runs again this often, then is failed"),
+    _n("tune.heartbeat_s", 30, _s(0.1, 3_600), "a running trial's heartbeat in the database"),
+    _n("tune.stale_s", 600, _s(1, WEEK), "a running trial whose heartbeat is this old is taken over and resumed"),
+    Setting("report_formats", "list", "html,md,json,csv", "what invoke report writes (comma list)"),
+    Setting("references", "path", "inventory/references/gpus.yml", "GPU references of invoke validate"),
+    _n("validate.dcgm_levels.quick", 1, DCGM_LEVEL, "dcgmi diag -r N of validate --level quick (0: none)"),
+    _n("validate.dcgm_levels.standard", 2, DCGM_LEVEL, "dcgmi diag -r N of --level standard (0: none)"),
+    _n("validate.dcgm_levels.burn-in", 3, DCGM_LEVEL, "dcgmi diag -r N of --level burn-in (0: none)"),
+    _n("validate.time_limits.burnin_s.quick", 300, STEP_S, "runner burnin on a host, --level quick"),
+    _n("validate.time_limits.burnin_s.standard", 3600, STEP_S, "runner burnin on a host, --level standard"),
+    _n("validate.time_limits.burnin_s.burn-in", 21600, STEP_S, "runner burnin on a host, --level burn-in"),
+    _n("validate.time_limits.dcgm_s.1", 600, STEP_S, "dcgmi diag -r 1"),
+    _n("validate.time_limits.dcgm_s.2", 1800, STEP_S, "dcgmi diag -r 2"),
+    _n("validate.time_limits.dcgm_s.3", 10800, STEP_S, "dcgmi diag -r 3"),
+    _n("validate.time_limits.dcgm_s.4", 28800, STEP_S, "dcgmi diag -r 4"),
+    _n("validate.time_limits.tools_s", 600, STEP_S, "each standard tool (nccl-tests, nvbandwidth) in the burn-in"),
+    _n("validate.time_limits.burn_minutes", None, Range(0.1, 60, "minutes", integer=False), "--level burn-in's "
+       "sustained load (runner burnin --minutes); null: 10", null=True),
+    Setting("validate.quarantine", "flag", True, "a host or GPU whose verdict FAILs is quarantined (a later "
+            "passing validate releases it)"),
+    Setting("datasets_catalogue", "path", "inventory/datasets.yml", "artifacts, sums and sources of invoke "
+            "datasets"),
+    Setting("demo.inventory", "path", "inventory/local.yml", "invoke demo's hosts: this machine"),
+    Setting("demo.workloads", "list", "ncf", "invoke demo's workloads"),
+    Setting("demo.seeds", "count", "2", "invoke demo's seeds per configuration"),
+    Setting("demo.gpus", "count", "all", "invoke demo's GPU counts"),
+    _n("demo.nodes", INHERIT, limits.NODES, "invoke demo's hosts per run"),
+    Setting("demo.mode", "choice", "ttt", "invoke demo's mode", words=("ttt", "throughput")),
+    Setting("demo.scale", "choice", "tiny", "invoke demo's scale", words=("tiny", "small", "full")),
+)
+BY_KEY = {s.key: s for s in DECLARED}
+
+
+def declared(key: str) -> Setting:
+    """The declaration of ``gpulab.<key>``; ConfigError for a key no setting has."""
+    if key not in BY_KEY:
+        raise ConfigError(f"config gpulab.{key}: no such setting (README \"Settings\" lists them)")
+    return BY_KEY[key]
+
+
+def _is_group(key: str) -> bool:
+    return any(k.startswith(key + ".") for k in BY_KEY)
+
+
+def _nest(pairs) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def defaults() -> dict:
+    """The gpulab section of the declared defaults (what Invoke holds at its collection level)."""
+    return _nest((s.key, s.default) for s in DECLARED if s.default is not INHERIT)
+
+
+def default(key: str):
+    """The declared default of ``gpulab.<key>``, typed as ``read`` types it (a group: a dict of its leaves)."""
+    return group(key, {}) if _is_group(key) else _typed(declared(key), declared(key).default, "")
+
+
+# --------------------------------------------------------------------------- the schema
+
+
+def _leaf_schema(s: Setting) -> dict:
+    if s.kind == "path":
+        return {"type": "string", "minLength": 1, "description": "a path"}
+    if s.kind == "text":
+        return {"type": "string", "maxLength": s.max_len}
+    if s.kind == "list":
+        return {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+                "description": "a comma list or a list of names"}
+    if s.kind == "count":
+        return {"anyOf": [{"type": "integer"}, {"type": "string"}], "description": "a number, or a word the option "
+                                                                                   "takes"}
+    if s.kind == "flag":
+        return {"anyOf": [{"type": "boolean"}, {"enum": [0, 1]}, {"type": "string", "pattern": _FLAG_TEXT}],
+                "description": "true/false, yes/no, on/off or 1/0"}
+    if s.kind == "choice":
+        return {"enum": list(s.words)}
+    options = [{"type": "number"}, {"type": "string", "pattern": _NUMBER_TEXT}, *({"const": w} for w in s.words)]
+    if s.null:
+        options.append({"type": "null"})
+    return {"anyOf": options, "description": " or ".join(["a number", *s.words, *(["null"] if s.null else [])])}
+
+
+def schema() -> dict:
+    """The JSON schema of a gpulab: section, made from DECLARED: every key declared, nothing else."""
+    root: dict = {"type": "object", "additionalProperties": False, "properties": {}}
+    for s in DECLARED:
+        *parents, leaf = s.key.split(".")
+        node = root
+        for part in parents:
+            node = node["properties"].setdefault(part, {"type": "object", "additionalProperties": False,
+                                                        "properties": {}})
+        node["properties"][leaf] = {"description": s.doc, **_leaf_schema(s)}   # anyOf's own description wins:
+        #   it is what a refused value is told it should be (lab.core.schema.describe)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": "the gpulab section of the Invoke configuration (made from lab.core.settings.DECLARED)", **root}
+
+
+# --------------------------------------------------------------------------- values: checked, typed, read
+
+
+def _typed(s: Setting, value, source: str):
+    """``value`` of ``s`` as its reader takes it; ConfigError naming the setting (and ``source``) otherwise."""
+    where = f" ({source})" if source else ""
+    what = f"config gpulab.{s.key}"
+    if s.kind == "number":
+        if value is None and s.null:
+            return None
+        if isinstance(value, str) and value.strip().lower() in s.words:
+            return value.strip().lower()
+        try:
+            return limits.number(value, what, s.range)
+        except ConfigError as exc:
+            raise ConfigError(exc.message + "".join(f" or {w}" for w in s.words) + where) from None
+    if s.kind == "flag":
+        return flag(value, what, source or None)
+    if s.kind == "choice":
+        if isinstance(value, str) and value.strip().lower() in s.words:
+            return value.strip().lower()
+        raise ConfigError(f"{what}: {excerpt(repr(value), 40)} is not one of {', '.join(s.words)}{where}")
+    if s.kind == "text":
+        text = "" if value is None else value
+        if not isinstance(text, str) or len(text) > s.max_len or (s.pattern and not re.fullmatch(s.pattern, text)):
+            raise ConfigError(f"{what}: {excerpt(repr(value), 60)} is not "
+                              f"{'a Slurm name or constraint' if s.pattern else 'a text'}{where}")
+        return text
+    return value
+
+
+def problems(section: dict, source: str) -> None:
+    """ConfigError for the first value of ``section`` (plain data that fit ``schema()``) outside its range, one
+    line naming ``gpulab.<key>`` and ``source`` (the file or variable it came from)."""
+    for s in DECLARED:
+        node = section
+        for part in s.key.split("."):
+            node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+        if node is not _MISSING:
+            _typed(s, node, source)
+
+
+def group(prefix: str, section, source: str = "") -> dict:
+    """The settings under ``gpulab.<prefix>`` (``section`` is that sub-section, plain data or None) as a dict of
+    typed values, the declared default where it has none; ConfigError for a key no setting has."""
+    if section is not None and not isinstance(section, dict):
+        raise ConfigError(f"config gpulab.{prefix}: {excerpt(repr(section), 40)} is not a mapping of settings"
+                          + (f" ({source})" if source else ""))
+    given = {str(k): v for k, v in (section or {}).items()}
+    out: dict = {}
+    for name in given:
+        key = f"{prefix}.{name}"
+        if key not in BY_KEY and not _is_group(key):
+            raise ConfigError(f"config gpulab.{key}: no such setting" + (f" ({source})" if source else ""))
+    for name in dict.fromkeys(k[len(prefix) + 1:].split(".")[0] for k in BY_KEY if k.startswith(prefix + ".")):
+        key = f"{prefix}.{name}"
+        if _is_group(key):
+            out[name] = group(key, given.get(name), source)
+        elif name in given:
+            out[name] = _typed(BY_KEY[key], given[name], source)
+        elif BY_KEY[key].default is not INHERIT:
+            out[name] = _typed(BY_KEY[key], BY_KEY[key].default, source)
+        else:
+            out[name] = None
+    return out
+
+
+def read(section, key: str, source: str = ""):
+    """``gpulab.<key>`` of a merged section (plain data) as its reader takes it: a number inside its range (or
+    its word), a bool, a choice, a path or text; a group as ``group`` gives it; the declared default where the
+    section has none (None for a demo key that takes the top-level one)."""
+    node = section
+    for part in key.split("."):
+        node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+    if _is_group(key):
+        return group(key, None if node is _MISSING else node, source)
+    s = declared(key)
+    if node is _MISSING:
+        return None if s.default is INHERIT else _typed(s, s.default, "")
+    return _typed(s, node, source)
+
+
+# --------------------------------------------------------------------------- the README table
+
+
+def _shown(value) -> str:
+    if value is INHERIT:
+        return "as above"
+    if value is None:
+        return "null"
+    if value == "":
+        return "(empty)"
+    return f"`{str(value).lower() if isinstance(value, bool) else value}`"
+
+
+def _takes(s: Setting) -> str:
+    if s.kind == "number":
+        lo, hi = (f"{v:g}" for v in (s.range.lo, s.range.hi))
+        head = ("whole " if s.range.integer else "") + f"{lo} to {hi}"
+        return ", ".join([head, *s.words, *(["null"] if s.null else [])])
+    if s.kind == "choice":
+        return ", ".join(s.words)
+    return {"path": "a path", "text": "text", "list": "a comma list", "count": "a number or a word",
+            "flag": "true/false"}[s.kind]
+
+
+def table() -> str:
+    """The README's settings table (markdown), one row per declared setting."""
+    rows = ["| setting | default | takes | unit | what it does |", "|---|---|---|---|---|"]
+    for s in DECLARED:
+        cells = (f"`{s.key}`", _shown(s.default), _takes(s), s.unit, s.doc)
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":   # python -m lab.core.settings: the README's settings table
+    print(table(), end="")
