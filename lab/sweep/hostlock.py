@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from lab.hosts import remote as rmt
 from lab.core.errors import RunError
+from lab.core.settings import default as declared_default
 
 LOCK_NAME = "sweep.lock"
 
@@ -109,7 +110,8 @@ class Busy:
 class HostLock:
     """The lock of one host for one sweep run (or several runs in a row)."""
 
-    def __init__(self, remote: rmt.Remote, workdir: str, sweep: str, *, stale_s: float = 300):
+    def __init__(self, remote: rmt.Remote, workdir: str, sweep: str, *,
+                 stale_s: float = declared_default("sweep.lock_stale_s")):
         self.remote = remote
         self.path = workdir.rstrip("/") + "/" + LOCK_NAME
         self.owner = owner_line(sweep)
