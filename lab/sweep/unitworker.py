@@ -286,6 +286,8 @@ class UnitWorker:
             return False
         else:
             self.progress.print(f"  [{self.unit}] {run.run_id}: finished on the host before this resume; fetching it")
+        # the host ran it: one launch, even where the killed controller did not live to save its count
+        run.attempts = max(run.attempts, 1)
         run.state, run.reason, run.outcome, run.ended = RunState.RUNNING, "", None, None
         self.sweep.save()
         for node in self.nodes:
