@@ -61,7 +61,7 @@ def _settings(value, what: str) -> dict:
     return value
 
 
-# field of a planned run -> its check (value, what) -> value; lab.sweep.driver.PlannedRun has these fields
+# field of a planned run -> its check (value, what) -> value; lab.sweep.plan.PlannedRun has these fields
 RUN_FIELDS = {
     "host": fields.host_name,
     "workload": fields.workload,
