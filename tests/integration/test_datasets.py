@@ -128,7 +128,9 @@ def test_datasets_on_two_hosts(testlab, tmp_path):
         inv = yaml.safe_load(lab.inventory.read_text())
         inv["all"].setdefault("vars", {})["gpulab_mirror"] = mirror.url
         (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inv))
-        env = {**os.environ, **lab.ansible_env(), "PYTHONPATH": str(REPO)}
+        # Ansible's artifacts in the test's folder, not the checkout's artifacts/
+        env = {**os.environ, **lab.ansible_env(), "PYTHONPATH": str(REPO),
+               "INVOKE_GPULAB_ARTIFACTS": str(tmp_path / "artifacts")}
         common = ["--inventory", str(tmp_path / "inventory.yml"), "--catalogue", str(tmp_path / "catalogue.yml"),
                   "--host", ",".join(lab.names)]
         ml = entries["ml-20m"]["artifacts"][0]

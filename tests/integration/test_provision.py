@@ -90,7 +90,8 @@ def invoke(lab, *args, inventory=None, env=None, check=True):
     """`invoke ARGS --inventory ...` from the worktree, as a user runs it."""
     cmd = [str(INVOKE), *args, "--inventory", str(inventory or lab.inventory)]
     full_env = {**os.environ, **lab.ansible_env(), "PYTHONPATH": str(REPO),
-                "INVOKE_GPULAB_ARTIFACTS": str(lab.artifacts), "INVOKE_GPULAB_STACKS": str(lab.stacks), **(env or {})}
+                "INVOKE_GPULAB_RESULTS": str(lab.work / "results"), "INVOKE_GPULAB_ARTIFACTS": str(lab.artifacts), "INVOKE_GPULAB_STACKS": str(lab.stacks), **(env or {})}
+    full_env.pop("INVOKE_GPULAB_HISTORY_URL", None)  # validate's history: results/history.sqlite there, not the checkout's
     res = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=600)
     print(f"$ {' '.join(cmd[1:])}  -> {res.returncode}\n{res.stdout}\n{res.stderr}")
     return res
