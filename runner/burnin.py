@@ -25,8 +25,9 @@ What it does, in order:
 The load tests run in child processes (``runner.burnin_worker``) that import
 torch; this process imports no framework. ResNet-50: ``--resnet runner``
 calls ``python -m runner run resnet50 --mode throughput`` (the runner's own
-workload, the command-line contract), ``builtin`` a minimal synthetic-data
-training loop in the worker, ``auto`` (default) the runner's workload when
+workload, the command-line contract), ``builtin`` the same workload's model
+and training step inside the load worker (runner.workloads.resnet50 at
+``--resnet-scale``, synthetic images, no run directory), ``auto`` (default) the runner's workload when
 ``runner list`` has it, else the builtin loop; the document says which.
 
 Exit codes: 0 every test ran and passed its own sanity checks; 1 a test
@@ -164,7 +165,7 @@ def run_workers(python: str, groups: list[tuple[list[int], int | None, list[dict
     return records
 
 
-def gpu_tests(cfg: dict, resnet_builtin: bool) -> list[dict]:
+def gpu_tests(cfg: dict, resnet_builtin: bool, resnet_scale: str = "small") -> list[dict]:
     tests = [{"test": "matmul", "dtype": p, "seconds": cfg["matmul_s"]} for p in PRECISIONS]
     tests += [
         {"test": "membw", "seconds": cfg["membw_s"]},
@@ -172,7 +173,7 @@ def gpu_tests(cfg: dict, resnet_builtin: bool) -> list[dict]:
         {"test": "d2h", "seconds": cfg["transfer_s"]},
     ]
     if resnet_builtin:
-        tests.append({"test": "resnet50", "seconds": cfg["resnet_s"]})
+        tests.append({"test": "resnet50", "seconds": cfg["resnet_s"], "scale": resnet_scale})
     return tests
 
 
@@ -236,10 +237,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--minutes", type=float, default=None,
                         help=f"burn-in level: minutes of sustained all-GPU load (default 10, at most {MAX_BURN_MINUTES})")
     parser.add_argument("--resnet", default="auto", choices=["auto", "runner", "builtin", "off"],
-                        help="ResNet-50 throughput through `runner run resnet50` (runner), the worker's own loop (builtin), "
+                        help="ResNet-50 throughput through `runner run resnet50` (runner), the same workload's step in the load "
+                             "worker (builtin), "
                              "the first if available (auto), or not at all (off)")
     parser.add_argument("--resnet-scale", default="small", choices=["full", "small", "tiny"],
-                        help="--scale passed to `runner run resnet50` (default small)")
+                        help="the resnet50 workload's scale, for `runner run resnet50 --scale` and the builtin step (default small)")
     parser.add_argument("--interval", type=float, default=None, help="telemetry interval in seconds (default 1, 0.5 for standard)")
     parser.add_argument("--python", default=sys.executable, help="interpreter for the load workers (needs torch)")
     parser.add_argument("--tool-timeout", type=float, default=600.0,
@@ -274,7 +276,7 @@ def resolve_gpus(text: str, count: int) -> list[int]:
 def interconnect_after(selected: list[int]) -> dict:
     """The NVLink, PCIe replay and AER counters read again after the load (runner.probe_link)."""
     try:
-        return link_counters(probe.collect(selected))
+        return link_counters(probe.gather(selected))
     except Exception as exc:  # a GPU that fell off the bus during the load; the XID scan tells more
         return {"collected_at": None, "gpus": {}, "error": f"counters not read after the load: {exc}"}
 
@@ -296,7 +298,7 @@ def main(args) -> int:
         raise UsageError(f"runner burnin: --tool-timeout {args.tool_timeout:g} is not in (0, 604800] seconds")
     t0 = time.time()
     start_iso = now_iso()
-    probe_all = probe.collect()
+    probe_all = probe.gather()
     count = len(probe_all["gpus"])
     if count == 0:
         out.mkdir(parents=True, exist_ok=True)
@@ -308,7 +310,7 @@ def main(args) -> int:
         print(f"runner burnin: {doc['reason']}", file=sys.stderr)
         return 1
     selected = resolve_gpus(args.gpus, count)
-    probe_doc = probe.collect(selected)
+    probe_doc = probe.gather(selected)
     out.mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
     notes: list[str] = []
@@ -332,19 +334,20 @@ def main(args) -> int:
             builtin = mode == "builtin"
             # 1. per GPU, one after another
             for i in selected:
-                records += run_workers(args.python, [([i], i, gpu_tests(cfg, builtin))], out, "solo", False)
+                records += run_workers(args.python, [([i], i, gpu_tests(cfg, builtin, args.resnet_scale))], out, "solo", False)
                 if mode == "runner":
                     rec = runner_resnet(args.python, [i], out, cfg, "solo", args.resnet_scale)
                     if rec["detail"].get("exit_code") == 2 and args.resnet == "auto":
                         # the runner refused the command line: measure with the builtin loop instead
                         notes.append(f"resnet50 on GPU {i}: {rec['error']}; used the builtin loop")
-                        records += run_workers(args.python, [([i], i, [{"test": "resnet50", "seconds": cfg["resnet_s"]}])],
+                        records += run_workers(args.python, [([i], i, [{"test": "resnet50", "seconds": cfg["resnet_s"],
+                                                                   "scale": args.resnet_scale}])],
                                                out, "solo", False)
                     else:
                         records.append(rec)
             # 2. all GPUs at once
             if len(selected) > 1:
-                records += run_workers(args.python, [([i], i, gpu_tests(cfg, builtin)) for i in selected], out,
+                records += run_workers(args.python, [([i], i, gpu_tests(cfg, builtin, args.resnet_scale)) for i in selected], out,
                                        "concurrent", True)
                 if mode == "runner":
                     rec = runner_resnet(args.python, selected, out, cfg, "host", args.resnet_scale)

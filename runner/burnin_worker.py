@@ -17,7 +17,7 @@ workers of the all-GPUs phase load their GPUs at the same time.
 Test kinds: ``matmul`` (dtype fp32|tf32|bf16|fp16, seconds; checks a block of
 the product against a float64 reference), ``membw`` (device copy, GB/s, read
 plus write), ``h2d``/``d2h`` (pinned host memory, GB/s), ``resnet50``
-(synthetic ImageNet-shaped training, images/s), ``nccl`` (all-reduce bus
+(the resnet50 workload's model and training step on synthetic images, images/s), ``nccl`` (all-reduce bus
 bandwidth over the visible GPUs, GB/s; run by a single worker for all GPUs).
 """
 
@@ -196,74 +196,41 @@ def bench_transfer(dev: Device, spec, to_device: bool):
 # ---------------------------------------------------------------- ResNet-50 v1.5
 
 
-def _resnet50(torch):
-    nn = torch.nn
-
-    class Bottleneck(nn.Module):
-        def __init__(self, cin, width, stride):
-            super().__init__()
-            cout = width * 4
-            self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(width)
-            self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False)  # v1.5: stride here
-            self.bn2 = nn.BatchNorm2d(width)
-            self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
-            self.bn3 = nn.BatchNorm2d(cout)
-            self.relu = nn.ReLU(inplace=True)
-            self.down = None
-            if stride != 1 or cin != cout:
-                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
-
-        def forward(self, x):
-            idt = x if self.down is None else self.down(x)
-            y = self.relu(self.bn1(self.conv1(x)))
-            y = self.relu(self.bn2(self.conv2(y)))
-            y = self.bn3(self.conv3(y))
-            return self.relu(y + idt)
-
-    layers = [nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
-              nn.MaxPool2d(3, stride=2, padding=1)]
-    cin = 64
-    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
-        for i in range(blocks):
-            layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
-            cin = width * 4
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000)]
-    return nn.Sequential(*layers)
-
-
 def bench_resnet50(dev: Device, spec):
+    """images/s of the resnet50 workload's own model and training step (runner.workloads.resnet50: the
+    trainer ``runner run resnet50`` builds, its ``train_step``) on synthetic on-device images of the
+    scale asked (``scale``: full = ResNet-50 v1.5 at 224 px), eager (no torch.compile: the warm-up stays
+    seconds), channels-last on the GPU."""
     torch = dev.torch
+    from runner.workloads import base
+    from runner.workloads.trainer import spec_of
+
     total_gib = dev.total_memory() / 2**30
     batch = int(spec.get("batch") or (256 if total_gib >= 40 else 128 if total_gib >= 20 else 64))
     torch.backends.cudnn.benchmark = True
-    model = _resnet50(torch).to(dev.name).to(memory_format=torch.channels_last)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    size = int(spec.get("image", 224))
-    x = torch.randn(batch, 3, size, size, device=dev.name).to(memory_format=torch.channels_last)
-    y = torch.randint(0, 1000, (batch,), device=dev.name)
-    # native bf16 (Ampere and later), not emulated; fp16 with loss scaling before
+    # native bf16 (Ampere and later), not emulated; fp16 with loss scaling before; fp32 on the CPU
     use_bf16 = not dev.cuda or torch.cuda.get_device_capability(0) >= (8, 0)
-    dtype = torch.bfloat16 if use_bf16 else torch.float16
-    scaler = torch.amp.GradScaler(dev.name, enabled=not use_bf16)
+    precision = ("bf16" if use_bf16 else "fp16") if dev.cuda else "fp32"
+    scale = spec.get("scale", "full")
+    ctx, module = base.bench_context("resnet50", dev.name, True, scale=scale, precision=precision,
+                                     batch_size=batch, compile=False, channels_last=dev.cuda)
+    trainer = spec_of(module).build(ctx)
+    g = torch.Generator(device=ctx.device)
+    g.manual_seed(ctx.seed)
+    batches = trainer.synthetic_batches(g)
+    trainer.model.train()
 
     def step():
-        with torch.autocast(dev.name, dtype=dtype, enabled=dev.cuda):  # mixed precision on the GPU only
-            loss = loss_fn(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        return loss
+        return trainer.train_step(*batches[0])
 
     for _ in range(int(spec.get("warmup_steps", 15))):
         step()
-    rates = _timed_chunks(dev, step, float(spec["seconds"]), float(batch))
+    per_step = float(trainer.throughput_batch())
+    rates = _timed_chunks(dev, step, float(spec["seconds"]), per_step)
     s = _stats(rates)
     loss = float(step().item())
-    detail = {"batch": batch, "image": size, "precision": ("bf16" if use_bf16 else "fp16") if dev.cuda else "fp32",
-              "data": "synthetic", "source": "builtin",
+    detail = {"batch": int(per_step), "image": trainer.image_size, "precision": ctx.precision, "data": "synthetic",
+              "source": "builtin", "model": "runner.workloads.resnet50", "scale": scale,
               "final_loss": loss, **{k: v for k, v in s.items() if k != "median"}}
     if loss != loss:  # NaN
         return s["median"], detail, "the loss became NaN"

@@ -100,15 +100,22 @@ def test_worker_without_cuda_reports_every_test_failed(tmp_path):
     assert all(not r["ok"] and "sees no CUDA device" in r["error"] and r["phase"] == "solo" for r in rest)
 
 
-def test_builtin_resnet50_is_resnet50():
-    torch = pytest.importorskip("torch")
-    from runner.burnin_worker import _resnet50
+def test_builtin_resnet50_is_the_workloads_resnet50():
+    """The burn-in's builtin step builds the resnet50 workload's trainer (no copy of its own): at full
+    scale that is ResNet-50 v1.5, the model `runner run resnet50` trains."""
+    pytest.importorskip("torch")
+    import inspect
 
-    model = _resnet50(torch)
+    from runner import burnin_worker
+    from runner.workloads import base
+    from runner.workloads.trainer import spec_of
+
+    src = inspect.getsource(burnin_worker)
+    assert "nn.Conv2d" not in src and 'base.bench_context("resnet50"' in src
+    ctx, module = base.bench_context("resnet50", "cpu", True, scale="full", precision="fp32", batch_size=2,
+                                     compile=False)
+    model = spec_of(module).build(ctx).model
     assert sum(p.numel() for p in model.parameters()) == 25_557_032  # torchvision's resnet50 has the same count
-    # v1.5: the stride-2 sits on the 3x3 convolution of the first block of a stage
-    first_of_stage2 = model[7]  # stem (4 layers), 3 blocks of stage 1, then stage 2
-    assert first_of_stage2.conv2.stride == (2, 2) and first_of_stage2.conv1.stride == (1, 1)
 
 
 def _rec(test, gpu, phase, value, start, end, dtype=None, ok=True, error=None, **kw):
@@ -167,7 +174,7 @@ def test_worker_pipeline_on_cpu(tmp_path):
     tests = [{"test": "matmul", "dtype": p, "seconds": 0.1, "n": 128} for p in burnin.PRECISIONS]
     tests += [{"test": "membw", "seconds": 0.1, "bytes": 1 << 20}, {"test": "h2d", "seconds": 0.1, "bytes": 1 << 20},
               {"test": "d2h", "seconds": 0.1, "bytes": 1 << 20},
-              {"test": "resnet50", "seconds": 0.1, "batch": 2, "image": 32, "warmup_steps": 1}]
+              {"test": "resnet50", "seconds": 0.1, "batch": 2, "scale": "tiny", "warmup_steps": 1}]
     recs = burnin.run_workers(sys.executable, [([0], 0, tests)], tmp_path, "solo", False, device="cpu")
     host = burnin.run_workers(sys.executable, [([0, 1], None, [{"test": "nccl", "iters": 2, "sizes": [1 << 16], "world": 2}])],
                               tmp_path, "host", False, device="cpu")
@@ -180,7 +187,10 @@ def test_worker_pipeline_on_cpu(tmp_path):
     for p in burnin.PRECISIONS:
         d = by[("matmul", p)]["detail"]
         assert d["n"] == 128 and d["max_rel_error"] <= d["tolerance"] and d["chunks"] >= 3
-    assert by[("resnet50", None)]["detail"]["batch"] == 2 and by[("nccl", None)]["detail"]["backend"] == "gloo"
+    resnet = by[("resnet50", None)]["detail"]
+    assert (resnet["batch"], resnet["image"], resnet["scale"], resnet["model"]) == (2, 32, "tiny",
+                                                                                     "runner.workloads.resnet50")
+    assert by[("nccl", None)]["detail"]["backend"] == "gloo"
     assert by[("nccl", None)]["detail"]["world_size"] == 2
     probe_doc = {"host": {"hostname": "cpu"}, "gpus": [{"index": 0, "name": "cpu", "uuid": None}]}
     xid = {"source": None, "error": "x", "events": []}
