@@ -10,7 +10,7 @@ into a temporary folder first, and result files that the git directory does not
 hold (a fetched snapshot keeps no file of 4 MiB or more) are counted per system
 x benchmark, so that a row with too few runs says why.
 
-Runs the report's own reading and scoring (lab.results.collect.collect, lab.report.analysis.analyse)
+Runs the report's own reading and scoring (lab.results.logreader.read_runs, lab.report.analysis.analyse)
 over each tree, then prints one row per submitter x system x benchmark: runs and
 successes, compliance, the report's score in minutes, the published score where
 ``benchmarks/mlperf_published.csv`` has it, and a status: "equal" (the report's
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lab.core.mlperf import default_rules
 from lab.report.analysis import analyse
-from lab.results.collect import collect
+from lab.results.logreader import read_runs
 
 PUBLISHED = Path(__file__).resolve().parent / "mlperf_published.csv"
 TOLERANCE = 0.005          # minutes: the published tables print two decimals
@@ -113,7 +113,7 @@ def main(argv=None) -> int:
             else:
                 root = tree
             t0, c0 = time.perf_counter(), time.process_time()
-            coll = collect([root], rules)
+            coll = read_runs([root], rules)
             an = analyse(coll.runs, rules)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             rnd = round_of(tree, an.systems)

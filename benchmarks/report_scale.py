@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from lab.core.mlperf import default_rules
 from lab.report.analysis import analyse
 from lab.report.build import build_report
-from lab.results.collect import collect
+from lab.results.logreader import read_runs
 
 BENCHES = {  # benchmark: (epochs on 1 GPU, minutes per epoch on 1 T4, samples per epoch)
     "resnet": (61, 10.0, 1_281_167), "ssd": (49, 6.6, 117_266), "maskrcnn": (13, 40.0, 118_287),
@@ -141,7 +141,7 @@ def main(argv=None) -> int:
         gen = time.perf_counter() - t
         rules = default_rules()
         t, c = time.perf_counter(), time.process_time()
-        coll = collect([root], rules)
+        coll = read_runs([root], rules)
         t_collect, c_collect = time.perf_counter() - t, time.process_time() - c
         t = time.perf_counter()
         an = analyse(coll.runs, rules)

@@ -14,7 +14,7 @@ Both sides score the same files:
   rewrites a benchmark's scaling.json). A submitter on which it raises is "aborted" (the
   command line tool would stop the whole round there); a system without systems/<name>.json
   it skips;
-- gpulab's report (lab.results.collect.collect with the round named, lab.report.analysis.analyse).
+- gpulab's report (lab.results.logreader.read_runs with the round named, lab.report.analysis.analyse).
   Without --round the round is gpulab's: the folder name, else the logs (lab.results.rounddetect),
   and the summarizer is told that round's ruleset. With --detect gpulab reads a hard-linked copy
   in a folder named neutrally, without the round: it finds the round from the logs (the line it
@@ -154,11 +154,11 @@ def _value(v):
 def gpulab_side(tree: Path, round_name: str | None) -> Side:
     """gpulab's report scores of ``tree`` read as round ``round_name`` (None: as gpulab finds it)."""
     from lab.report.analysis import analyse
-    from lab.results.collect import collect
+    from lab.results.logreader import read_runs
 
     side = Side()
     t0, c0 = time.perf_counter(), time.process_time()
-    coll = collect([tree], round=round_name)
+    coll = read_runs([tree], round=round_name)
     runs, side.found = coll.runs, list(coll.notes)
     for r in analyse(runs).systems:
         if not r.get("system_key"):

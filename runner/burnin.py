@@ -39,12 +39,12 @@ nothing written.
 
 Modules: this one (levels, workers, the command line), runner.burnin_xid (XID
 events of the kernel log), runner.burnin_doc (the document and its outputs),
-runner.burnin_worker (the load tests in a worker process).
+runner.burnin_worker (the load tests in a worker process), runner.burnin_resnet (ResNet-50 through
+`runner run resnet50`).
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
 import subprocess
@@ -54,6 +54,7 @@ from pathlib import Path
 
 from runner import bwtools, probe, telemetry
 from runner.burnin_xid import parse_xids, xid_scan  # noqa: F401 (runner.burnin.parse_xids stays importable)
+from runner.burnin_resnet import runner_resnet
 from runner.burnin_doc import now_iso, build_document, human_summary, no_gpu_document, write_outputs
 from runner.probe_link import counters as link_counters
 
@@ -188,43 +189,6 @@ def runner_has_resnet(python: str) -> tuple[bool, str]:
     return ('"resnet50"' in out.stdout), "runner list has resnet50" if '"resnet50"' in out.stdout else "runner list has no resnet50"
 
 
-def runner_resnet(python: str, gpus: list[int], out: Path, cfg: dict, phase: str, scale: str) -> dict:
-    """``python -m runner run resnet50 --mode throughput`` on ``gpus``; one record."""
-    run_dir = out / f"resnet50-{phase}-{'-'.join(map(str, gpus))}"
-    # --gpus: a lone number is a count for `runner run`; one index is written "I,"
-    gpu_arg = "1" if gpus == [0] else ",".join(map(str, gpus)) + ("," if len(gpus) == 1 else "")
-    argv = [python, "-m", "runner", "run", "resnet50", "--mode", "throughput", "--scale", scale,
-            "--gpus", gpu_arg, "--out", str(run_dir), "--max-minutes", str(cfg["resnet_max_minutes"])]
-    env = dict(os.environ)
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    rec = {"test": "resnet50", "dtype": None, "gpu": gpus[0] if len(gpus) == 1 else None, "gpus": gpus, "unit": "images/s",
-           "phase": phase, "start": time.time(), "detail": {"source": "runner run", "argv": argv[1:], "run_dir": run_dir.name}}
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=cfg["resnet_max_minutes"] * 60 + 300, env=env)
-        rc, err = p.returncode, (p.stderr.strip().splitlines() or [""])[-1]
-    except subprocess.TimeoutExpired:
-        rc, err = None, "runner run resnet50 did not end in time"
-    rec["end"] = time.time()
-    status = None
-    try:
-        status = json.loads((run_dir / "status.json").read_text())
-    except (OSError, ValueError):
-        pass
-    value = ((status or {}).get("result") or {}).get("samples_per_s")
-    rec["detail"]["exit_code"] = rc
-    if status:
-        rec["detail"].update(outcome=status.get("outcome"), reason=status.get("reason"), precision=status.get("precision"))
-        if status.get("start") and status.get("end"):
-            for key in ("start", "end"):
-                try:
-                    rec[key] = _dt.datetime.fromisoformat(status[key].replace("Z", "+00:00")).timestamp()
-                except ValueError:
-                    pass
-    ok = rc == 0 and isinstance(value, (int, float))
-    rec.update(value=value if ok else None, ok=ok,
-               error=None if ok else f"runner run resnet50 exit {rc}: {(status or {}).get('reason') or err}")
-    return rec
-
 # ---------------------------------------------------------------- command line
 
 
@@ -281,11 +245,67 @@ def interconnect_after(selected: list[int]) -> dict:
         return {"collected_at": None, "gpus": {}, "error": f"counters not read after the load: {exc}"}
 
 
-def main(args) -> int:
+def _load_phases(args, cfg: dict, selected: list[int], out: Path, notes: list[str], tools: dict) -> list[dict]:
+    """Per GPU, then all GPUs at once (with NCCL), the standard tools, then the sustained load: the records."""
+    records: list[dict] = []
+    mode = args.resnet
+    if mode == "auto":
+        has, why = runner_has_resnet(args.python)
+        mode = "runner" if has else "builtin"
+        notes.append(f"resnet50: {mode} ({why})")
+    builtin = mode == "builtin"
+    # 1. per GPU, one after another
+    for i in selected:
+        records += run_workers(args.python, [([i], i, gpu_tests(cfg, builtin, args.resnet_scale))], out, "solo", False)
+        if mode == "runner":
+            rec = runner_resnet(args.python, [i], out, cfg, "solo", args.resnet_scale)
+            if rec["detail"].get("exit_code") == 2 and args.resnet == "auto":
+                # the runner refused the command line: measure with the builtin loop instead
+                notes.append(f"resnet50 on GPU {i}: {rec['error']}; used the builtin loop")
+                records += run_workers(args.python, [([i], i, [{"test": "resnet50", "seconds": cfg["resnet_s"],
+                                                           "scale": args.resnet_scale}])],
+                                       out, "solo", False)
+            else:
+                records.append(rec)
+    # 2. all GPUs at once
+    if len(selected) > 1:
+        records += run_workers(args.python, [([i], i, gpu_tests(cfg, builtin, args.resnet_scale)) for i in selected], out,
+                               "concurrent", True)
+        if mode == "runner":
+            rec = runner_resnet(args.python, selected, out, cfg, "host", args.resnet_scale)
+            if rec["detail"].get("exit_code") == 2 and args.resnet == "auto":
+                notes.append(f"resnet50 on all GPUs: {rec['error']}; not measured")
+            else:
+                records.append(rec)
+        nccl = run_workers(args.python, [(selected, None, [{"test": "nccl", "iters": cfg["nccl_iters"]}])],
+                           out, "host", False)
+        records += nccl
+    else:
+        notes.append("one GPU: no all-GPU phase and no NCCL test")
+    # the standard tools, where provisioning built them (runner.bwtools)
+    tools["nvbandwidth"] = bwtools.run_nvbandwidth(selected, out, timeout_s=args.tool_timeout)
+    tools["nccl_tests"] = (bwtools.run_nccl_tests(selected, out, timeout_s=args.tool_timeout)
+                           if len(selected) > 1 else
+                           {"ran": False, "error": "one GPU: no all-reduce"})
+    # 3. sustained load
+    minutes = args.minutes if args.minutes is not None else cfg["burn_minutes"]
+    if args.level == "burn-in" and minutes:
+        burn = run_workers(
+            args.python,
+            [([i], i, [{"test": "matmul", "dtype": "bf16", "seconds": minutes * 60}]) for i in selected],
+            out, "burn", True)
+        for r in burn:
+            if r.get("test") == "matmul":
+                r["test"] = "burn"
+                r["unit"] = "TFLOP/s"
+        records += burn
+    return records
+
+
+def _refuse_bad_args(args, out: Path) -> None:
+    """UsageError (exit 2, nothing written) for an --out that is a link or not empty, or a value out of range."""
     from runner.cli import UsageError
 
-    cfg = LEVELS[args.level]
-    out = Path(args.out)
     if os.path.islink(out):
         raise UsageError(f"runner burnin: --out {out} is a symbolic link; the runner writes only into a real folder")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -296,6 +316,13 @@ def main(args) -> int:
         raise UsageError(f"runner burnin: --interval {args.interval:g} is not in [0.05, 60]")
     if not (0 < args.tool_timeout <= 7 * 24 * 3600):
         raise UsageError(f"runner burnin: --tool-timeout {args.tool_timeout:g} is not in (0, 604800] seconds")
+
+
+def main(args) -> int:
+
+    cfg = LEVELS[args.level]
+    out = Path(args.out)
+    _refuse_bad_args(args, out)
     t0 = time.time()
     start_iso = now_iso()
     probe_all = probe.gather()
@@ -326,57 +353,7 @@ def main(args) -> int:
         idle_window = (idle_start, time.time())
         xid_before = xid_scan(probe_doc["gpus"])
         if cfg["load"]:
-            mode = args.resnet
-            if mode == "auto":
-                has, why = runner_has_resnet(args.python)
-                mode = "runner" if has else "builtin"
-                notes.append(f"resnet50: {mode} ({why})")
-            builtin = mode == "builtin"
-            # 1. per GPU, one after another
-            for i in selected:
-                records += run_workers(args.python, [([i], i, gpu_tests(cfg, builtin, args.resnet_scale))], out, "solo", False)
-                if mode == "runner":
-                    rec = runner_resnet(args.python, [i], out, cfg, "solo", args.resnet_scale)
-                    if rec["detail"].get("exit_code") == 2 and args.resnet == "auto":
-                        # the runner refused the command line: measure with the builtin loop instead
-                        notes.append(f"resnet50 on GPU {i}: {rec['error']}; used the builtin loop")
-                        records += run_workers(args.python, [([i], i, [{"test": "resnet50", "seconds": cfg["resnet_s"],
-                                                                   "scale": args.resnet_scale}])],
-                                               out, "solo", False)
-                    else:
-                        records.append(rec)
-            # 2. all GPUs at once
-            if len(selected) > 1:
-                records += run_workers(args.python, [([i], i, gpu_tests(cfg, builtin, args.resnet_scale)) for i in selected], out,
-                                       "concurrent", True)
-                if mode == "runner":
-                    rec = runner_resnet(args.python, selected, out, cfg, "host", args.resnet_scale)
-                    if rec["detail"].get("exit_code") == 2 and args.resnet == "auto":
-                        notes.append(f"resnet50 on all GPUs: {rec['error']}; not measured")
-                    else:
-                        records.append(rec)
-                nccl = run_workers(args.python, [(selected, None, [{"test": "nccl", "iters": cfg["nccl_iters"]}])],
-                                   out, "host", False)
-                records += nccl
-            else:
-                notes.append("one GPU: no all-GPU phase and no NCCL test")
-            # the standard tools, where provisioning built them (runner.bwtools)
-            tools["nvbandwidth"] = bwtools.run_nvbandwidth(selected, out, timeout_s=args.tool_timeout)
-            tools["nccl_tests"] = (bwtools.run_nccl_tests(selected, out, timeout_s=args.tool_timeout)
-                                   if len(selected) > 1 else
-                                   {"ran": False, "error": "one GPU: no all-reduce"})
-            # 3. sustained load
-            minutes = args.minutes if args.minutes is not None else cfg["burn_minutes"]
-            if args.level == "burn-in" and minutes:
-                burn = run_workers(
-                    args.python,
-                    [([i], i, [{"test": "matmul", "dtype": "bf16", "seconds": minutes * 60}]) for i in selected],
-                    out, "burn", True)
-                for r in burn:
-                    if r.get("test") == "matmul":
-                        r["test"] = "burn"
-                        r["unit"] = "TFLOP/s"
-                records += burn
+            records += _load_phases(args, cfg, selected, out, notes, tools)
     finally:
         sampler.stop()
     xid_after = xid_scan(probe_doc["gpus"])

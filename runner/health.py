@@ -1,7 +1,7 @@
 """``python -m runner health``: the quick health facts a sweep reads before its first run on a host
 and after a failed run (one JSON document).
 
-Nothing here reads the hardware in a way of its own: the GPUs are the probe's (runner.probe.collect:
+Nothing here reads the hardware in a way of its own: the GPUs are the probe's (runner.probe.gather:
 NVML reachable, per GPU uncorrected ECC, retired pages, row remaps), the XID events the burn-in's
 (runner.burnin_xid.xid_scan: NVIDIA's Xid lines of the kernel log, matched to GPUs by PCI id). The
 document adds the boot id and the uptime, so that the controller can tell the XIDs that came after
@@ -39,9 +39,9 @@ def boot_mark() -> tuple[str | None, float | None]:
     return _read("/proc/sys/kernel/random/boot_id"), uptime
 
 
-def collect(nvml=None) -> dict:
+def gather(nvml=None) -> dict:
     """The health document: the probe's GPU health fields, the kernel log's XIDs, the boot mark."""
-    doc = probe.collect(None, nvml)
+    doc = probe.gather(None, nvml)
     boot_id, uptime = boot_mark()
     gpus = [{k: g.get(k) for k in GPU_FIELDS if k in g} for g in doc.get("gpus", [])]
     return {"kind": KIND, "schema": SCHEMA, "collected_at": doc["collected_at"],
@@ -76,7 +76,7 @@ def epilogue(out: Path, baseline: dict | None, gpus, failed: bool) -> None:
                 rundir.write_json(out / rundir.XIDS, {"source": after.get("source"), "error": after.get("error"),
                                                       "events": new})
         if failed:
-            rundir.write_json(out / rundir.HEALTH, collect())
+            rundir.write_json(out / rundir.HEALTH, gather())
     except Exception as exc:   # said in the run's log, the run directory still completes
         with open(out / rundir.STDOUT, "a", encoding="utf-8") as f:
             f.write(f"[runner] health epilogue failed: {type(exc).__name__}: {exc}\n")
@@ -87,5 +87,5 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    print(json.dumps(collect(), sort_keys=True, separators=(",", ":")))
+    print(json.dumps(gather(), sort_keys=True, separators=(",", ":")))
     return 0

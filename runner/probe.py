@@ -72,7 +72,26 @@ def proc_driver_version() -> str | None:
 # the document
 
 
-def collect(gpu_indices=None, nvml=None) -> dict:
+def _library_stack() -> dict:
+    """The stack's libraries found on disk (CUDA toolkit, cuDNN, NCCL); the driver's fields still empty."""
+    cudnn = cudnn_versions()
+    nccl = nccl_versions()
+    toolkit = cuda_toolkit_version()
+    return {
+        "driver": None,
+        "driver_source": None,
+        "cuda_driver": None,
+        "cuda_toolkit": toolkit["version"] if toolkit else None,
+        "cuda_toolkit_source": toolkit["source"] if toolkit else None,
+        "cudnn": cudnn[0]["version"] if cudnn else None,
+        "cudnn_found": cudnn,
+        "nccl": nccl[0]["version"] if nccl else None,
+        "nccl_found": nccl,
+        "nvml": None,
+    }
+
+
+def gather(gpu_indices=None, nvml=None) -> dict:
     """The probe document. ``gpu_indices``: which GPUs (default all).
 
     ``nvml`` is an initialised NVML module; by default it is loaded here.
@@ -98,22 +117,7 @@ def collect(gpu_indices=None, nvml=None) -> dict:
     except Exception:
         pass
 
-    cudnn = cudnn_versions()
-    nccl = nccl_versions()
-    toolkit = cuda_toolkit_version()
-    stack = {
-        "driver": None,
-        "driver_source": None,
-        "cuda_driver": None,
-        "cuda_toolkit": toolkit["version"] if toolkit else None,
-        "cuda_toolkit_source": toolkit["source"] if toolkit else None,
-        "cudnn": cudnn[0]["version"] if cudnn else None,
-        "cudnn_found": cudnn,
-        "nccl": nccl[0]["version"] if nccl else None,
-        "nccl_found": nccl,
-        "nvml": None,
-    }
-    doc["stack"] = stack
+    stack = doc["stack"] = _library_stack()
 
     owned = nvml is None
     try:
@@ -190,7 +194,7 @@ def main(args) -> int:
 
     indices = parse_gpu_list(getattr(args, "gpus", "all"))
     try:
-        doc = collect(indices)
+        doc = gather(indices)
     except ValueError as exc:
         raise UsageError(f"runner probe: {exc}") from None
     if args.json:

@@ -135,17 +135,25 @@ def _sysfs_pci(root: Path, bus_id: str | None) -> dict:
     return {"numa_node": node, "cpu_affinity": cpus.strip() if cpus else None}
 
 
-def gpu_facts(nvml, index: int, root: Path = Path("/")) -> dict:
-    """All facts of one GPU; every field read on its own."""
-    r = FieldReader(nvml)
-    handle = nvml.nvmlDeviceGetHandleByIndex(index)
-    C = lambda name, default: _const(nvml, name, default)  # noqa: E731
+def _mw_to_w(v) -> float:
+    return round(v / 1000.0, 1)
 
-    mw_to_w = lambda v: round(v / 1000.0, 1)  # noqa: E731
-    b_to_mib = lambda v: v // (1024 * 1024)  # noqa: E731
 
-    pci = r.get("pci_bus_id", "nvmlDeviceGetPciInfo", handle, convert=lambda p: _text(getattr(p, "busId", None)))
-    mem = r.get("memory_total_mib", "nvmlDeviceGetMemoryInfo", handle, convert=lambda m: m)
+def _power(r: FieldReader, handle) -> dict:
+    return {
+        "limit_w": r.get("power.limit_w", "nvmlDeviceGetEnforcedPowerLimit", handle, convert=_mw_to_w),
+        "default_limit_w": r.get("power.default_limit_w", "nvmlDeviceGetPowerManagementDefaultLimit", handle,
+                                 convert=_mw_to_w),
+        "max_limit_w": r.get(
+            "power.max_limit_w", "nvmlDeviceGetPowerManagementLimitConstraints", handle, convert=lambda v: _mw_to_w(v[1])
+        ),
+        "draw_w": r.get("power.draw_w", "nvmlDeviceGetPowerUsage", handle, convert=_mw_to_w),
+    }
+
+
+def _memory_health(r: FieldReader, handle, C) -> dict:
+    """ECC mode and counters, retired pages and remapped rows: the ``ecc``, ``retired_pages`` and
+    ``row_remap`` fields of a GPU."""
     ecc_mode = r.get("ecc", "nvmlDeviceGetEccMode", handle, convert=lambda v: v)
 
     def ecc_count(field, err_type, counter):
@@ -168,6 +176,49 @@ def gpu_facts(nvml, index: int, root: Path = Path("/")) -> dict:
         "retired_pages_pending", "nvmlDeviceGetRetiredPagesPendingStatus", handle, convert=lambda v: bool(v)
     )
     remap = r.get("row_remap", "nvmlDeviceGetRemappedRows", handle, convert=lambda v: tuple(v))
+    return {
+        "ecc": {
+            "enabled": bool(ecc_mode[0]) if ecc_mode is not None else None,
+            "pending_enabled": bool(ecc_mode[1]) if ecc_mode is not None else None,
+            "uncorrected_volatile": ecc_count("ecc.uncorrected_volatile", uncorr, volatile),
+            "uncorrected_aggregate": ecc_count("ecc.uncorrected_aggregate", uncorr, aggregate),
+            "corrected_volatile": ecc_count("ecc.corrected_volatile", corr, volatile),
+            "corrected_aggregate": ecc_count("ecc.corrected_aggregate", corr, aggregate),
+        },
+        "retired_pages": {
+            "single_bit": retired_sbe,
+            "double_bit": retired_dbe,
+            "pending": retired_pending,
+        },
+        "row_remap": {
+            "correctable": int(remap[0]) if remap else None,
+            "uncorrectable": int(remap[1]) if remap else None,
+            "pending": bool(remap[2]) if remap else None,
+            "failure": bool(remap[3]) if remap else None,
+        },
+    }
+
+
+def _clocks(r: FieldReader, handle, C) -> dict:
+    return {
+        "sm_mhz": r.get("clocks.sm_mhz", "nvmlDeviceGetClockInfo", handle, C("NVML_CLOCK_SM", 1), convert=int),
+        "mem_mhz": r.get("clocks.mem_mhz", "nvmlDeviceGetClockInfo", handle, C("NVML_CLOCK_MEM", 2), convert=int),
+        "sm_max_mhz": r.get("clocks.sm_max_mhz", "nvmlDeviceGetMaxClockInfo", handle, C("NVML_CLOCK_SM", 1), convert=int),
+        "mem_max_mhz": r.get("clocks.mem_max_mhz", "nvmlDeviceGetMaxClockInfo", handle, C("NVML_CLOCK_MEM", 2), convert=int),
+    }
+
+
+def gpu_facts(nvml, index: int, root: Path = Path("/")) -> dict:
+    """All facts of one GPU; every field read on its own."""
+    r = FieldReader(nvml)
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    C = lambda name, default: _const(nvml, name, default)  # noqa: E731
+
+    b_to_mib = lambda v: v // (1024 * 1024)  # noqa: E731
+
+    pci = r.get("pci_bus_id", "nvmlDeviceGetPciInfo", handle, convert=lambda p: _text(getattr(p, "busId", None)))
+    mem = r.get("memory_total_mib", "nvmlDeviceGetMemoryInfo", handle, convert=lambda m: m)
+    memory_health = _memory_health(r, handle, C)
     throttle_mask = r.get(
         "throttle_reasons",
         ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
@@ -194,33 +245,8 @@ def gpu_facts(nvml, index: int, root: Path = Path("/")) -> dict:
             "width_current": r.get("pcie.width_current", "nvmlDeviceGetCurrPcieLinkWidth", handle, convert=int),
             "width_max": r.get("pcie.width_max", "nvmlDeviceGetMaxPcieLinkWidth", handle, convert=int),
         },
-        "power": {
-            "limit_w": r.get("power.limit_w", "nvmlDeviceGetEnforcedPowerLimit", handle, convert=mw_to_w),
-            "default_limit_w": r.get("power.default_limit_w", "nvmlDeviceGetPowerManagementDefaultLimit", handle, convert=mw_to_w),
-            "max_limit_w": r.get(
-                "power.max_limit_w", "nvmlDeviceGetPowerManagementLimitConstraints", handle, convert=lambda v: mw_to_w(v[1])
-            ),
-            "draw_w": r.get("power.draw_w", "nvmlDeviceGetPowerUsage", handle, convert=mw_to_w),
-        },
-        "ecc": {
-            "enabled": bool(ecc_mode[0]) if ecc_mode is not None else None,
-            "pending_enabled": bool(ecc_mode[1]) if ecc_mode is not None else None,
-            "uncorrected_volatile": ecc_count("ecc.uncorrected_volatile", uncorr, volatile),
-            "uncorrected_aggregate": ecc_count("ecc.uncorrected_aggregate", uncorr, aggregate),
-            "corrected_volatile": ecc_count("ecc.corrected_volatile", corr, volatile),
-            "corrected_aggregate": ecc_count("ecc.corrected_aggregate", corr, aggregate),
-        },
-        "retired_pages": {
-            "single_bit": retired_sbe,
-            "double_bit": retired_dbe,
-            "pending": retired_pending,
-        },
-        "row_remap": {
-            "correctable": int(remap[0]) if remap else None,
-            "uncorrectable": int(remap[1]) if remap else None,
-            "pending": bool(remap[2]) if remap else None,
-            "failure": bool(remap[3]) if remap else None,
-        },
+        "power": _power(r, handle),
+        **memory_health,
         "temperature_c": r.get("temperature_c", "nvmlDeviceGetTemperature", handle, C("NVML_TEMPERATURE_GPU", 0), convert=int),
         "temperature_slowdown_c": r.get(
             "temperature_slowdown_c", "nvmlDeviceGetTemperatureThreshold", handle,
@@ -230,12 +256,7 @@ def gpu_facts(nvml, index: int, root: Path = Path("/")) -> dict:
             "temperature_shutdown_c", "nvmlDeviceGetTemperatureThreshold", handle,
             C("NVML_TEMPERATURE_THRESHOLD_SHUTDOWN", 0), convert=int,
         ),
-        "clocks": {
-            "sm_mhz": r.get("clocks.sm_mhz", "nvmlDeviceGetClockInfo", handle, C("NVML_CLOCK_SM", 1), convert=int),
-            "mem_mhz": r.get("clocks.mem_mhz", "nvmlDeviceGetClockInfo", handle, C("NVML_CLOCK_MEM", 2), convert=int),
-            "sm_max_mhz": r.get("clocks.sm_max_mhz", "nvmlDeviceGetMaxClockInfo", handle, C("NVML_CLOCK_SM", 1), convert=int),
-            "mem_max_mhz": r.get("clocks.mem_max_mhz", "nvmlDeviceGetMaxClockInfo", handle, C("NVML_CLOCK_MEM", 2), convert=int),
-        },
+        "clocks": _clocks(r, handle, C),
         "throttle_mask": throttle_mask,
         "throttle_reasons": decode_throttle(throttle_mask),
         "pstate": r.get("pstate", "nvmlDeviceGetPerformanceState", handle, convert=lambda v: f"P{int(v)}"),

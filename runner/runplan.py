@@ -135,6 +135,51 @@ def _check_ranges(args) -> None:
               f"(twice this host's {os.cpu_count()} CPUs, at most 64)")
 
 
+def _check_numbers(args) -> None:
+    """The multi-node arguments, the seed and the run's limits (UsageError when out of range)."""
+    if args.nnodes < 1:
+        fail(f"--nnodes {args.nnodes}: must be at least 1")
+    if not 0 <= args.node_rank < args.nnodes:
+        fail(f"--node-rank {args.node_rank}: must be in 0..{args.nnodes - 1}")
+    if args.rdzv_endpoint is not None:
+        try:
+            launch.parse_endpoint(args.rdzv_endpoint)
+        except launch.LaunchError as exc:
+            fail(str(exc))
+    elif args.nnodes > 1:
+        fail(f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT")
+    if args.seed is not None and not 0 <= args.seed < 2**31:
+        fail(f"--seed {args.seed}: must be in 0..{2**31 - 1}")
+    if args.max_minutes is not None and not args.max_minutes > 0:
+        fail(f"--max-minutes {args.max_minutes}: must be positive")
+    if args.measure_seconds is not None and not args.measure_seconds > 0:
+        fail(f"--measure-seconds {args.measure_seconds}: must be positive")
+    if args.max_epochs is not None and args.max_epochs < 1:
+        fail(f"--max-epochs {args.max_epochs}: must be at least 1")
+    if args.warmup_steps is not None and args.warmup_steps < 1:
+        fail(f"--warmup-steps {args.warmup_steps}: must be at least 1")
+
+
+def _writable_folders(args) -> tuple[Path, Path]:
+    """``--out`` (new or empty, under a writable folder) and the cache folder (``--cache-dir``,
+    GPULAB_CACHE_DIR or ~/.cache/gpulab-runner), each refused in one line when gpulab cannot write there."""
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        fail(f"--out {args.out!r} already exists and is not an empty directory")
+    parent = next((p for p in out.absolute().parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        fail(f"--out {args.out!r}: {parent} is not a folder")
+    if parent is None or not os.access(parent, os.W_OK | os.X_OK):
+        fail(f"--out {args.out!r}: {parent} is not writable")
+    cache = Path(args.cache_dir or os.environ.get("GPULAB_CACHE_DIR")
+                 or Path.home() / ".cache" / "gpulab-runner")
+    check_path(str(cache), "--cache-dir", made_here=True)
+    made = next((p for p in cache.absolute().parents if os.path.lexists(p)), None)
+    if made is not None and (not os.path.isdir(made) or not os.access(made, os.W_OK | os.X_OK)):
+        fail(f"--cache-dir {str(cache)[:60]!r}: {made} is not a writable folder")
+    return out, cache
+
+
 def plan(args, host_gpus: int | None = None) -> dict:
     """Check the request against the catalogue and the host; UsageError when bad."""
     from runner import workloads
@@ -176,27 +221,7 @@ def plan(args, host_gpus: int | None = None) -> dict:
         if args.nnodes > 1:
             fail("--framework tensorflow runs on one host (--nnodes 1)")
         nprocs = 1
-    if args.nnodes < 1:
-        fail(f"--nnodes {args.nnodes}: must be at least 1")
-    if not 0 <= args.node_rank < args.nnodes:
-        fail(f"--node-rank {args.node_rank}: must be in 0..{args.nnodes - 1}")
-    if args.rdzv_endpoint is not None:
-        try:
-            launch.parse_endpoint(args.rdzv_endpoint)
-        except launch.LaunchError as exc:
-            fail(str(exc))
-    elif args.nnodes > 1:
-        fail(f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT")
-    if args.seed is not None and not 0 <= args.seed < 2**31:
-        fail(f"--seed {args.seed}: must be in 0..{2**31 - 1}")
-    if args.max_minutes is not None and not args.max_minutes > 0:
-        fail(f"--max-minutes {args.max_minutes}: must be positive")
-    if args.measure_seconds is not None and not args.measure_seconds > 0:
-        fail(f"--measure-seconds {args.measure_seconds}: must be positive")
-    if args.max_epochs is not None and args.max_epochs < 1:
-        fail(f"--max-epochs {args.max_epochs}: must be at least 1")
-    if args.warmup_steps is not None and args.warmup_steps < 1:
-        fail(f"--warmup-steps {args.warmup_steps}: must be at least 1")
+    _check_numbers(args)
     _check_ranges(args)
     if args.compile and args.no_compile:
         fail("--compile and --no-compile: choose one")
@@ -216,20 +241,7 @@ def plan(args, host_gpus: int | None = None) -> dict:
             artifacts.check(scale_cfg["pretrained"], args.data)
         except (artifacts.ArtifactError, OSError) as exc:
             fail(str(exc))
-    out = Path(args.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        fail(f"--out {args.out!r} already exists and is not an empty directory")
-    parent = next((p for p in out.absolute().parents if p.exists()), None)
-    if parent is not None and not parent.is_dir():
-        fail(f"--out {args.out!r}: {parent} is not a folder")
-    if parent is None or not os.access(parent, os.W_OK | os.X_OK):
-        fail(f"--out {args.out!r}: {parent} is not writable")
-    cache = Path(args.cache_dir or os.environ.get("GPULAB_CACHE_DIR")
-                 or Path.home() / ".cache" / "gpulab-runner")
-    check_path(str(cache), "--cache-dir", made_here=True)
-    made = next((p for p in cache.absolute().parents if os.path.lexists(p)), None)
-    if made is not None and (not os.path.isdir(made) or not os.access(made, os.W_OK | os.X_OK)):
-        fail(f"--cache-dir {str(cache)[:60]!r}: {made} is not a writable folder")
+    out, cache = _writable_folders(args)
     settings = parse_sets(args.set or [], entry, name)
     return {
         "settings": settings,

@@ -61,11 +61,11 @@ def _minimal_probe(gpus: list[int]) -> dict:
 def _probe(gpus: list[int]) -> dict:
     try:
         from runner import probe as _probe_mod
-        collect = _probe_mod.collect
+        gather = _probe_mod.gather
     except (ImportError, AttributeError):
         return _minimal_probe(gpus)
     try:
-        return collect(gpu_indices=gpus)
+        return gather(gpu_indices=gpus)
     except Exception as exc:  # the run goes on; the manifest says what went wrong
         doc = _minimal_probe(gpus)
         doc["source"] = f"minimal (runner.probe failed: {type(exc).__name__}: {exc})"

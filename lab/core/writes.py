@@ -50,30 +50,30 @@ def _existing(path: str | Path, what: str, is_kind, kind: str, link_says: str) -
     return path
 
 
-def check_folder(path: str | Path, what: str = "output folder") -> Path:
+def writable_folder(path: str | Path, what: str = "output folder") -> Path:
     """``path`` when it is a real folder or does not exist yet (no link, no file in its place)."""
     return _existing(path, what, stat.S_ISDIR, "a folder", "gpulab writes only into real folders")
 
 
-def check_file(path: str | Path, what: str = "output") -> Path:
+def writable_file(path: str | Path, what: str = "output") -> Path:
     """``path`` when it is a regular file (to be replaced) or does not exist yet."""
     return _existing(path, what, stat.S_ISREG, "a regular file", "gpulab does not write through links")
 
 
-def check(root: str | Path, files=(), folders=(), what: str = "output") -> None:
-    """Check an output root and the files and subfolders that will be written below it, before any is written."""
-    root = check_folder(root, what)
+def writable(root: str | Path, files=(), folders=(), what: str = "output") -> None:
+    """Refuse an output root, or a file or subfolder to be written below it, that gpulab may not write (before any is written)."""
+    root = writable_folder(root, what)
     for f in folders:
-        check_folder(root / f, what)
+        writable_folder(root / f, what)
     for f in files:
-        check_file(root / f, what)
+        writable_file(root / f, what)
 
 
 def folder(path: str | Path, what: str = "output folder", root: str | Path | None = None) -> Path:
     """Make ``path`` (and its missing parents), refusing a link or a file at any component made, at ``path``,
     and at every component below ``root`` (the folders above ``root`` are the user's)."""
     path = Path(path)
-    check_folder(path, what)
+    writable_folder(path, what)
     missing = []
     p = path.absolute()
     while _lstat(p) is None and p != p.parent:
@@ -82,7 +82,7 @@ def folder(path: str | Path, what: str = "output folder", root: str | Path | Non
     if root is not None:
         top = Path(root).absolute()
         while p != top and top in p.parents:
-            check_folder(p, what)
+            writable_folder(p, what)
             p = p.parent
     for p in reversed(missing):
         try:
@@ -91,16 +91,16 @@ def folder(path: str | Path, what: str = "output folder", root: str | Path | Non
             pass   # made meanwhile: checked below like any other
         except OSError as exc:
             raise ConfigError(f"{what}: {path} cannot be made ({exc.strerror or exc})") from None
-        check_folder(p, what)
-    return check_folder(path, what)
+        writable_folder(p, what)
+    return writable_folder(path, what)
 
 
 def write_bytes(path: str | Path, data: bytes, what: str = "output", mode: int = 0o644) -> Path:
     """Write ``data`` to ``path`` as a new file renamed into place (runner.rundir.new_file, the one such writer);
     ConfigError if a link or non-file is there."""
     path = Path(path)
-    check_folder(path.parent, what)
-    check_file(path, what)
+    writable_folder(path.parent, what)
+    writable_file(path, what)
     try:
         rundir.write_new(path, data, mode, sync=False)
     except OSError as exc:
@@ -113,8 +113,8 @@ def new_file(path: str | Path, what: str = "output"):
     """A binary file object whose content becomes ``path`` when the block ends (runner.rundir.new_file: never
     through a link, whole or absent); ConfigError if a link or non-file is there or it cannot be made."""
     path = Path(path)
-    check_folder(path.parent, what)
-    check_file(path, what)
+    writable_folder(path.parent, what)
+    writable_file(path, what)
     try:
         with rundir.new_file(path, sync=False) as fh:
             yield fh

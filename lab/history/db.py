@@ -58,7 +58,7 @@ def sqlite_files(db: str | Path, what: str) -> None:
     them following links: a link planted there would have it write wherever it points); ConfigError.
     The folder is the user's, as for sweeps (lab.core.writes: a results folder may be a link to a data disk)."""
     for suffix in SQLITE_FILES:
-        writes.check_file(f"{db}{suffix}", what)
+        writes.writable_file(f"{db}{suffix}", what)
 
 
 def resolve_url(configured: str | None, results: str | Path, lock_s=None, statement_s=None) -> str:

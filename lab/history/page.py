@@ -206,7 +206,7 @@ def check_out(out: str | Path, db: Database | None = None) -> Path:
     out = Path(out)
     paths.output_root(out.parent, f"{WHAT} {out}: its folder")   # not a system folder
     paths.folder(out.parent, WHAT)
-    writes.check_file(out, WHAT)
+    writes.writable_file(out, WHAT)
     if db is not None and (target := db.file()) is not None and out.exists() and os.path.samefile(out, target):
         raise ConfigError(f"{WHAT}: {out} is the history database itself; give a file name ending in .html")
     if out.exists():

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.core import bounded, fields, limits, plaindata
-from lab.results import collect as lab_results
+from lab.results import logreader as lab_results
 from lab.core.errors import ConfigError, excerpt
 from lab.history import values
 from lab.history.models import Run
@@ -164,7 +164,7 @@ def _run_record(run, out: Sources) -> RunRecord | None:
 
 def _read_runs(path: Path, out: Sources, required: bool) -> None:
     try:
-        found = lab_results.collect([path])
+        found = lab_results.read_runs([path])
     except ConfigError:
         if required:
             raise

@@ -1,4 +1,4 @@
-"""The study's tables from runs (lab.results.collect.Run): per benchmark x system scores
+"""The study's tables from runs (lab.results.logreader.Run): per benchmark x system scores
 (lab.report.scoring), device ratios at equal GPU counts, scaling against GPU count
 with super-linear speedups explained, performance per watt, and ``analyse`` that makes them all (seed effects and the comparison of two
 sets of runs are lab.report.comparison's). Plain data in, plain data out; rendering
@@ -16,7 +16,7 @@ from lab.report import scoring
 from lab.report import stats
 from lab.report.comparison import compare_runs, seed_tables
 from lab.core.mlperf import Rules, bench_order, default_rules
-from lab.results.collect import Run
+from lab.results.logreader import Run
 from lab.results.runs import accelerator_kind
 
 

@@ -1,6 +1,6 @@
 """Reports that redo the reference study from logs.
 
-``build_report(paths, out_dir)`` reads every run under ``paths`` (lab.results.collect),
+``build_report(paths, out_dir)`` reads every run under ``paths`` (lab.results.logreader),
 computes the study's tables and writes them:
 
 - per benchmark x system (device, GPU count, stack): the MLPerf score, run
@@ -18,7 +18,7 @@ Outputs in ``out_dir``: report.html (self-contained: figures embedded as
 base64 PNG, no external assets), report.md, summary.json, tables/*.csv,
 figures/*.png. Thresholds and MLPerf rules are data (lab/data/*.yml).
 
-Data flow: lab.results.collect (runs) -> lab.report.analysis (tables; seeds and comparison
+Data flow: lab.results.logreader (runs) -> lab.report.analysis (tables; seeds and comparison
 in lab.report.comparison) -> this module (findings, formatting, files) and
 lab.report.figures (the PNGs). No module below imports this one.
 """
@@ -41,7 +41,7 @@ from lab.report.analysis import Analysis, analyse
 from lab.core import writes
 from lab.core.errors import ConfigError
 from lab.core.mlperf import Rules, default_rules
-from lab.results.collect import collect
+from lab.results.logreader import read_runs
 from lab.results.runs import accelerator_kind, count_header, count_label
 
 FORMATS = ("html", "md", "json", "csv")
@@ -236,12 +236,12 @@ def _check_outputs(out_dir: Path, formats) -> None:
         files += [f"tables/{name}" for name in CSV_TABLES]
     if "html" in formats or "md" in formats:
         folders.append("figures")
-    writes.check(out_dir, files=[], folders=folders, what="report")
+    writes.writable(out_dir, files=[], folders=folders, what="report")
     for name in files:
-        writes.check_file(out_dir / name, "report")
+        writes.writable_file(out_dir / name, "report")
     if "figures" in folders and (out_dir / "figures").is_dir():
         for old in (out_dir / "figures").glob("fig*.png"):
-            writes.check_file(old, "report")
+            writes.writable_file(old, "report")
 
 
 def _write_csv(path: Path, rows: list[dict]):
@@ -300,6 +300,25 @@ def compliance_meta(runs) -> dict:
     return out
 
 
+def _meta(an, coll, compare, rules: Rules, formats: tuple, tables: dict) -> dict:
+    """The report's facts around its tables: when, from what, which rules and benchmarks, counts."""
+    return {
+        "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "inputs": coll.inputs, "compare": str(compare) if compare is not None else None,
+        "title": _title(an.systems, rules), "rounds": _rounds(an.systems, rules),
+        "round_detected": list(coll.notes),
+        "ruleset": rules.ruleset, "settings": rules.settings,
+        "benchmarks": {n: {"title": b.title, "metric": b.metric, "target": b.target,
+                           "target_text": _target_text(b.target), "runs_required": b.runs_required,
+                           "converged_required": b.converged_required, "sample_unit": b.sample_unit}
+                       for n, b in rules.benchmarks.items() if n in {r.benchmark for r in an.runs}},
+        "csv": "csv" in formats,   # the Markdown names tables/*.csv only where they are written
+        "n_runs": len(an.runs), "n_success": sum(1 for r in an.runs if r.success),
+        "n_skipped": len(tables["skipped"]),
+        "compliance": compliance_meta(an.runs),
+    }
+
+
 def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules | None = None,
                  round: str | None = None) -> ReportResult:
     """Read the runs under ``paths`` and write the report to ``out_dir``; ``round``: the published
@@ -314,8 +333,8 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
     out_dir = Path(out_dir)
     _check_outputs(out_dir, formats)
     rules = rules or default_rules()
-    coll = collect(paths, rules, round=round)
-    other = collect([Path(compare)], rules, round=round) if compare is not None else None
+    coll = read_runs(paths, rules, round=round)
+    other = read_runs([Path(compare)], rules, round=round) if compare is not None else None
     an = analyse(coll.runs, rules, other.runs if other else None)
     result = ReportResult(skipped=[(s.source, s.reason) for s in coll.skipped], notes=list(coll.notes))
     result.summary = [_clean({k: s[k] for k in (*SUMMARY_KEYS, *[k for k in s if k not in SUMMARY_KEYS])})
@@ -331,21 +350,7 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
         tables["skipped"] += [{"source": s.source, "reason": f"(compared set) {s.reason}"}
                               for s in other.skipped]
         result.skipped = [(s["source"], s["reason"]) for s in tables["skipped"]]
-    meta = {
-        "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "inputs": coll.inputs, "compare": str(compare) if compare is not None else None,
-        "title": _title(an.systems, rules), "rounds": _rounds(an.systems, rules),
-        "round_detected": list(coll.notes),
-        "ruleset": rules.ruleset, "settings": rules.settings,
-        "benchmarks": {n: {"title": b.title, "metric": b.metric, "target": b.target,
-                           "target_text": _target_text(b.target), "runs_required": b.runs_required,
-                           "converged_required": b.converged_required, "sample_unit": b.sample_unit}
-                       for n, b in rules.benchmarks.items() if n in {r.benchmark for r in an.runs}},
-        "csv": "csv" in formats,   # the Markdown names tables/*.csv only where they are written
-        "n_runs": len(an.runs), "n_success": sum(1 for r in an.runs if r.success),
-        "n_skipped": len(tables["skipped"]),
-        "compliance": compliance_meta(an.runs),
-    }
+    meta = _meta(an, coll, compare, rules, formats, tables)
     if "json" in formats:
         doc = _clean({"schema": SUMMARY_SCHEMA, **{k: meta[k] for k in (
             "generated", "inputs", "compare", "rounds", "round_detected", "compliance", "n_runs", "n_success", "n_skipped")},

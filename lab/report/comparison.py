@@ -11,7 +11,7 @@ from collections import defaultdict
 
 from lab.report import stats
 from lab.core.mlperf import Rules, bench_order
-from lab.results.collect import Run, system_label
+from lab.results.logreader import Run, system_label
 
 
 def seed_tables(runs: list[Run], rules: Rules) -> tuple[list[dict], list[dict]]:

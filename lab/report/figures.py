@@ -116,6 +116,69 @@ def _short(x):
     return f"{x:.2f}"
 
 
+def _scaling_panel(ax, bench: str, lines: dict, colors: dict, scaling: list) -> None:
+    """One benchmark's panel of Figure 3: speedup per series (time to train, throughput), ideal line."""
+    top = 1
+    for (b, name), rows in sorted(lines.items()):
+        if b != bench:
+            continue
+        rows = sorted(rows, key=lambda r: r["gpus"])
+        pts = [(r["gpus"], r["speedup"]) for r in rows if r["speedup"] is not None]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", color=colors[name], label=f"{name} time to train")
+            top = max(top, max(p[1] for p in pts))
+        tps = [(r["gpus"], r["throughput_speedup"]) for r in rows
+               if r["throughput_speedup"] is not None]
+        if tps:
+            ax.plot(*zip(*tps), marker="s", linestyle="--", color=colors[name],
+                    label=f"{name} throughput")
+            top = max(top, max(p[1] for p in tps))
+        for r in rows:
+            if r["superlinear"]:
+                ax.plot(r["gpus"], r["speedup"], marker="o", markersize=13, markerfacecolor="none",
+                        markeredgecolor="#c0392b", markeredgewidth=2)
+                if r["epochs"] is not None and r["epoch_ratio"]:
+                    ep_base = r["epochs"] * r["epoch_ratio"]
+                    ax.annotate(f"{ep_base:g}→{r['epochs']:g} epochs", (r["gpus"], r["speedup"]),
+                                xytext=(-4, 8), textcoords="offset points", ha="right",
+                                fontsize=7, color="#c0392b")
+    gmax = max((r["gpus"] for r in scaling if r["benchmark"] == bench), default=1)
+    gmin = min((r["base_gpus"] or r["throughput_base_gpus"] or r["gpus"]
+                for r in scaling if r["benchmark"] == bench), default=1)
+    ax.plot([gmin, gmax], [1, gmax / gmin], linestyle=":", color="black", label="ideal (linear)")
+    ticks = sorted({r["gpus"] for r in scaling if r["benchmark"] == bench})
+    if gmax / gmin > 16:   # 8 to 1,024 GPUs: log axes keep every point apart
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ticks = [t for t in ticks if t > 0]
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.tick_params(axis="x", labelrotation=45)
+        top = max(top, gmax / gmin)
+    else:
+        ax.set_xticks(ticks)
+    ax.set_title(bench, fontsize=10)
+    ax.set_xlabel(count_header(r["accelerator_kind"] for r in scaling if r["benchmark"] == bench),
+                  fontsize=8)
+    ax.set_ylabel("speedup (x)", fontsize=8)
+    ax.tick_params(labelsize=8)
+    if ax.get_yscale() == "log":
+        ax.set_ylim(0.8, top * 1.5)
+    else:
+        ax.set_ylim(0, top * 1.2)
+
+
+def _scaling_legend(names: list, lines: dict, colors: dict) -> list:
+    handles = [Patch(color=colors[n], label=n) for n in names if any(k[1] == n for k in lines)]
+    handles += [Line2D([], [], color="black", marker="o", label="time to train"),
+                Line2D([], [], color="black", marker="s", linestyle="--",
+                                        label="throughput"),
+                Line2D([], [], color="black", linestyle=":", label="ideal"),
+                Line2D([], [], color="#c0392b", marker="o", markersize=10,
+                                        markerfacecolor="none", linestyle="none",
+                                        label="super-linear")]
+    return handles
+
+
 def draw_all(an, rules, fdir: Path) -> list[dict]:
     systems = an.systems
     name_of = _series_namer(systems)
@@ -179,61 +242,8 @@ def draw_all(an, rules, fdir: Path) -> list[dict]:
                                 sorted({k[1] for k in lines}) + ["time to train", "throughput", "ideal",
                                                                  "super-linear"])
         for ax, bench in zip(axes, benches):
-            top = 1
-            for (b, name), rows in sorted(lines.items()):
-                if b != bench:
-                    continue
-                rows = sorted(rows, key=lambda r: r["gpus"])
-                pts = [(r["gpus"], r["speedup"]) for r in rows if r["speedup"] is not None]
-                if pts:
-                    ax.plot(*zip(*pts), marker="o", color=colors[name], label=f"{name} time to train")
-                    top = max(top, max(p[1] for p in pts))
-                tps = [(r["gpus"], r["throughput_speedup"]) for r in rows
-                       if r["throughput_speedup"] is not None]
-                if tps:
-                    ax.plot(*zip(*tps), marker="s", linestyle="--", color=colors[name],
-                            label=f"{name} throughput")
-                    top = max(top, max(p[1] for p in tps))
-                for r in rows:
-                    if r["superlinear"]:
-                        ax.plot(r["gpus"], r["speedup"], marker="o", markersize=13, markerfacecolor="none",
-                                markeredgecolor="#c0392b", markeredgewidth=2)
-                        if r["epochs"] is not None and r["epoch_ratio"]:
-                            ep_base = r["epochs"] * r["epoch_ratio"]
-                            ax.annotate(f"{ep_base:g}→{r['epochs']:g} epochs", (r["gpus"], r["speedup"]),
-                                        xytext=(-4, 8), textcoords="offset points", ha="right",
-                                        fontsize=7, color="#c0392b")
-            gmax = max((r["gpus"] for r in an.scaling if r["benchmark"] == bench), default=1)
-            gmin = min((r["base_gpus"] or r["throughput_base_gpus"] or r["gpus"]
-                        for r in an.scaling if r["benchmark"] == bench), default=1)
-            ax.plot([gmin, gmax], [1, gmax / gmin], linestyle=":", color="black", label="ideal (linear)")
-            ticks = sorted({r["gpus"] for r in an.scaling if r["benchmark"] == bench})
-            if gmax / gmin > 16:   # 8 to 1,024 GPUs: log axes keep every point apart
-                ax.set_xscale("log", base=2)
-                ax.set_yscale("log", base=2)
-                ticks = [t for t in ticks if t > 0]
-                ax.set_xticks(ticks, [str(t) for t in ticks])
-                ax.tick_params(axis="x", labelrotation=45)
-                top = max(top, gmax / gmin)
-            else:
-                ax.set_xticks(ticks)
-            ax.set_title(bench, fontsize=10)
-            ax.set_xlabel(count_header(r["accelerator_kind"] for r in an.scaling if r["benchmark"] == bench),
-                          fontsize=8)
-            ax.set_ylabel("speedup (x)", fontsize=8)
-            ax.tick_params(labelsize=8)
-            if ax.get_yscale() == "log":
-                ax.set_ylim(0.8, top * 1.5)
-            else:
-                ax.set_ylim(0, top * 1.2)
-        handles = [Patch(color=colors[n], label=n) for n in names if any(k[1] == n for k in lines)]
-        handles += [Line2D([], [], color="black", marker="o", label="time to train"),
-                    Line2D([], [], color="black", marker="s", linestyle="--",
-                                            label="throughput"),
-                    Line2D([], [], color="black", linestyle=":", label="ideal"),
-                    Line2D([], [], color="#c0392b", marker="o", markersize=10,
-                                            markerfacecolor="none", linestyle="none",
-                                            label="super-linear")]
+            _scaling_panel(ax, bench, lines, colors, an.scaling)
+        handles = _scaling_legend(names, lines, colors)
         fig.legend(handles=handles, loc="lower center", fontsize=8, frameon=False,
                    ncol=systemfigs.legend_columns(fig.get_figwidth(), [h.get_label() for h in handles]))
         _save(fig, path)

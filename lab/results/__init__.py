@@ -4,6 +4,6 @@
 tree, its run files and scaling.json: ``roundtree``), telemetry (``telemetry``) and mlperf-logging's
 compliance checker (``compliance``).
 
-Entry point: ``collect.collect`` (what invoke report reads).
+Entry point: ``logreader.read_runs`` (what invoke report reads).
 May import: lab.core; from runner only ``runner.rundir``.
 """

@@ -17,7 +17,7 @@ from lab.core import bounded
 from lab.core import limits
 from runner.rundir import SUMS, SUMS_LINE, sums_entry
 
-__all__ = ["SUMS", "SUMS_LINE", "Missing", "Checked", "sha256", "parse", "read", "check", "verify"]
+__all__ = ["SUMS", "SUMS_LINE", "Missing", "Compared", "sha256", "parse", "read", "compare", "verify"]
 
 
 class Missing(ValueError):
@@ -25,8 +25,8 @@ class Missing(ValueError):
 
 
 @dataclass
-class Checked:
-    """What ``check`` found: problems (empty when the directory verifies) and
+class Compared:
+    """What ``compare`` found: problems (empty when the directory verifies) and
     the verified bytes of the files it was asked to keep."""
     problems: list[str] = field(default_factory=list)
     kept: dict[str, bytes] = field(default_factory=dict)
@@ -60,20 +60,20 @@ def read(run_dir: Path) -> dict[str, str]:
     return parse(text, str(path))
 
 
-def check(run_dir: Path, keep: dict[str, int] | None = None) -> Checked:
+def compare(run_dir: Path, keep: dict[str, int] | None = None) -> Compared:
     """Every listed file of ``run_dir`` against its SHA256SUMS.
 
     ``keep`` maps listed names to a size cap: their bytes are read once, hashed
-    and returned in ``Checked.kept`` (only when the whole directory verifies).
+    and returned in ``Compared.kept`` (only when the whole directory verifies).
     """
     run_dir, keep = Path(run_dir), keep or {}
     try:
         listed = read(run_dir)
     except Missing as exc:
-        return Checked([str(exc)], missing=True)
+        return Compared([str(exc)], missing=True)
     except ValueError as exc:
-        return Checked([str(exc)])
-    out = Checked()
+        return Compared([str(exc)])
+    out = Compared()
     for name, digest in listed.items():
         target = run_dir / name
         try:
@@ -98,4 +98,4 @@ def check(run_dir: Path, keep: dict[str, int] | None = None) -> Checked:
 
 def verify(run_dir: Path) -> list[str]:
     """Problems found in ``run_dir`` against its SHA256SUMS; empty when it verifies."""
-    return check(run_dir).problems
+    return compare(run_dir).problems

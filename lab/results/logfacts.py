@@ -1,6 +1,6 @@
 """What one training run's log says, whatever the log format: ``LogFacts``.
 
-The parsers (lab.results.collect for MLLOG, lab.results.v05log for ``:::MLPv0.5.0``,
+The parsers (lab.results.logreader for MLLOG, lab.results.v05log for ``:::MLPv0.5.0``,
 lab.results.v06log for ``:::MLL``) turn a log's text into events ``(time_s, key,
 value, metadata)`` and events into one ``LogFacts`` per run. This module holds
 what they share: the model, the reasons a log gives no run (``LogProblem``),

@@ -62,7 +62,7 @@ from lab.results.rundirs import read_json, read_rundir, read_text, verify_sums
 from lab.results.telemetry import read_telemetry
 from runner.rundir import MANIFEST, MLLOG, STATUS
 
-__all__ = ["Collection", "LogFacts", "LogProblem", "Run", "Skipped", "collect", "detect_format",
+__all__ = ["Collection", "LogFacts", "LogProblem", "Run", "Skipped", "read_runs", "detect_format",
            "parse_log", "parse_runs", "read_telemetry", "system_label", "verify_sums"]
 
 LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ""}
@@ -187,7 +187,7 @@ def _load_sweep(path: Path) -> dict | None:
     return {"hosts": hosts, "runs": runs, "name": doc.get("name") or path.parent.name}
 
 
-def collect(paths, rules: Rules | None = None, round: str | None = None) -> Collection:
+def read_runs(paths, rules: Rules | None = None, round: str | None = None) -> Collection:
     """Every run under ``paths`` (folders or files), and everything skipped, with reasons.
     ``round``: the published round (lab/data/rounds.yml) whose rules score MLLOG logs."""
     rules = rules or default_rules()

@@ -63,6 +63,14 @@ def natural(s: str) -> tuple:
     return tuple((0, int(x), "") if x.isdigit() else (1, 0, x) for x in re.split(r"(\d+)", s) if x)
 
 
+def _relative(path: Path, root: Path) -> str:
+    """``path`` below ``root`` (its name when it is not below it)."""
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return path.name
+
+
 def read_plain(ctx, path: Path, root: Path, text: str, explicit: bool):
     """Add the runs of one log file to ``ctx.runs`` (or one Skipped entry to ``ctx``).
 
@@ -113,10 +121,7 @@ def read_plain(ctx, path: Path, root: Path, text: str, explicit: bool):
         verdict = compliance.check(text, fmt, bench, ruleset=ruleset)
     factor, scaling_note = ctx.scaling(path.parent, root) if run_file else (1.0, "")
     extra = _round_facts(path, root, text, ruleset, tree) if run_file and ruleset else {}
-    try:
-        rel = str(path.relative_to(root))
-    except ValueError:
-        rel = path.name
+    rel = _relative(path, root)
     common = dict(benchmark=bench, device=base["device"], gpus=base["gpus"], stack=base["stack"],
                   facts_from=base["facts_from"], submitter=base["submitter"],
                   system_name=base["system_name"], system_key=base["system_key"],

@@ -1,7 +1,7 @@
 """One gpulab run directory (runner/README.md) read into a ``Run``: SHA256SUMS
 verified first (lab.results.checksums), then status.json, manifest.json (device, stack,
-host: the precedence rules are lab.results.collect' docstring's), mllog.log
-(lab.results.mllog) and telemetry.csv (lab.results.telemetry). lab.results.collect finds the
+host: the precedence rules are lab.results.logreader' docstring's), mllog.log
+(lab.results.mllog) and telemetry.csv (lab.results.telemetry). lab.results.logreader finds the
 directories and passes its discovery context (``ctx``: rules, skip, sweep
 facts) in.
 """
@@ -58,7 +58,7 @@ def verify_sums(rundir: Path, keep: tuple[str, ...] = ()) -> tuple[str | None, d
     ``kept`` holds the bytes of the files named in ``keep`` that were verified,
     so that they are read once.
     """
-    checked = checksums.check(rundir, keep={k: KEEP_BYTES.get(k, MAX_LOG_BYTES) for k in keep})
+    checked = checksums.compare(rundir, keep={k: KEEP_BYTES.get(k, MAX_LOG_BYTES) for k in keep})
     if checked.missing:
         return "no SHA256SUMS: incomplete run directory", {}
     if checked.problems:
@@ -129,10 +129,8 @@ def _manifest_host(manifest: dict) -> str | None:
     return None
 
 
-def read_rundir(ctx, rundir: Path):
-    if not ctx.first_visit(rundir):
-        return
-    rules = ctx.rules
+def _read_status(ctx, rundir: Path) -> dict | None:
+    """status.json of ``rundir`` when the run ended with a known outcome; None (said as a skip) otherwise."""
     if not os.path.lexists(rundir / STATUS):
         entry = ctx.planned_dir(rundir)
         why = "incomplete run directory: no status.json (still running or interrupted)"
@@ -141,19 +139,100 @@ def read_rundir(ctx, rundir: Path):
             if entry.get("reason"):
                 why += f": {entry['reason']}"
         ctx.skip(rundir, why)
-        return
+        return None
     try:
         status = plaindata.loads(bounded.read_text(rundir / STATUS, root=rundir, limit=limits.JSON_BYTES))
     except bounded.Unreadable as exc:
         ctx.skip(rundir, f"status.json {exc.reason}")
-        return
+        return None
     except (ValueError, RecursionError):
         status = None
     if not isinstance(status, dict):
         ctx.skip(rundir, "status.json is not a readable JSON object")
-        return
+        return None
     if status.get("outcome") not in OUTCOMES:
         ctx.skip(rundir, f"status.json: outcome {status.get('outcome')!r} is not one of {', '.join(OUTCOMES)}")
+        return None
+    return status
+
+
+def _host_of(ctx, rundir: Path, manifest: dict) -> tuple[str | None, dict]:
+    """The run's host and what sweep.json says of it (in a sweep, ``<host>/`` is the lab's inventory name)."""
+    sweep = ctx.sweep(rundir.parent.parent) if (rundir.parent.parent / "sweep.json").is_file() else None
+    host = _manifest_host(manifest)
+    host_facts = {}
+    if sweep:
+        host_facts = sweep["hosts"].get(rundir.parent.name) or (sweep["hosts"].get(host) if host else None) or {}
+        if rundir.parent.name in sweep["hosts"] or not host:
+            host = rundir.parent.name
+    return host, host_facts
+
+
+def _read_log(ctx, rundir: Path, kept: dict, rules):
+    """``(text, facts, problem)`` of the run's mllog.log (verified bytes when SHA256SUMS kept them)."""
+    log_facts, log_problem = None, None
+    if MLLOG in kept:
+        text = kept[MLLOG].decode("utf-8", errors="replace")
+    else:
+        text = read_text(ctx, rundir / MLLOG) if os.path.lexists(rundir / MLLOG) else None
+    if text is None:
+        log_problem = "no mllog.log"
+    else:
+        try:
+            log_facts = parse_log(text, rules)
+        except LogProblem as exc:
+            log_problem = f"mllog.log: {exc}"
+    return text, log_facts, log_problem
+
+
+def _device_of(rules, rundir: Path, manifest: dict, idx, host_facts: dict, sources: dict) -> str | None:
+    """The run's device: status.json (no GPUs), manifest.json's GPUs, sweep.json's host, or a folder name."""
+    if idx == []:
+        sources["device"] = "status.json (no GPUs)"
+        return "CPU"
+    names = []
+    for g in manifest_gpus(manifest):
+        gi = _int(g.get("index"))
+        if idx is None or gi is None or gi in idx:
+            n = _first(g, "name", "model", "product_name")
+            if n:
+                names.append(rules.device(n))
+    names = sorted(set(names))
+    if names:
+        sources["device"] = "manifest.json"
+        return names[0] if len(names) == 1 else "mixed(" + "+".join(names) + ")"
+    if host_facts and _first(host_facts, "gpu_model", "gpulab_gpu_model", "device", "model"):
+        sources["device"] = "sweep.json"
+        return rules.device(_first(host_facts, "gpu_model", "gpulab_gpu_model", "device", "model"))
+    for name in [rundir.name, rundir.parent.name, rundir.parent.parent.name]:
+        d, c = rules.find_system(name)
+        if d:
+            sources["device"] = f"folder name {name!r}"
+            return d
+    return None
+
+
+def _stack_of(manifest: dict, host_facts: dict, sources: dict) -> tuple[str, str | None]:
+    """``(stack label, every version)``: the manifest's profile, sweep.json's stack, or the manifest's versions."""
+    profile, versions, all_versions = _manifest_stack(manifest)
+    sweep_stack = _first(host_facts, "stack", "gpulab_stack", "stack_profile") if host_facts else None
+    if profile:
+        stack, sources["stack"] = profile, "manifest.json"
+    elif sweep_stack:
+        stack, sources["stack"] = str(sweep_stack), "sweep.json"
+    elif versions:
+        stack, sources["stack"] = versions, "manifest.json"
+    else:
+        stack = "unknown"
+    return stack, all_versions
+
+
+def read_rundir(ctx, rundir: Path):
+    if not ctx.first_visit(rundir):
+        return
+    rules = ctx.rules
+    status = _read_status(ctx, rundir)
+    if status is None:
         return
     problem, kept = verify_sums(rundir, keep=(MLLOG, TELEMETRY))
     if problem:
@@ -170,28 +249,8 @@ def read_rundir(ctx, rundir: Path):
         if (rundir / MANIFEST).exists():
             notes.append("manifest.json unreadable")
         manifest = {}
-    sweep = ctx.sweep(rundir.parent.parent) if (rundir.parent.parent / "sweep.json").is_file() else None
-    host = _manifest_host(manifest)
-    host_facts = {}
-    if sweep:
-        # In a sweep, <host>/ is the inventory name: the name the lab uses.
-        host_facts = sweep["hosts"].get(rundir.parent.name) or (sweep["hosts"].get(host) if host else None) or {}
-        if rundir.parent.name in sweep["hosts"] or not host:
-            host = rundir.parent.name
-
-    result = status.get("result") if isinstance(status.get("result"), dict) else {}
-    log_facts, log_problem = None, None
-    if MLLOG in kept:
-        text = kept[MLLOG].decode("utf-8", errors="replace")
-    else:
-        text = read_text(ctx, rundir / MLLOG) if os.path.lexists(rundir / MLLOG) else None
-    if text is None:
-        log_problem = "no mllog.log"
-    else:
-        try:
-            log_facts = parse_log(text, rules)
-        except LogProblem as exc:
-            log_problem = f"mllog.log: {exc}"
+    host, host_facts = _host_of(ctx, rundir, manifest)
+    text, log_facts, log_problem = _read_log(ctx, rundir, kept, rules)
     if log_problem and status["outcome"] == "success" and status.get("mode", "ttt") == "ttt":
         ctx.skip(rundir, f"status.json says success but {log_problem}")
         return
@@ -208,45 +267,11 @@ def read_rundir(ctx, rundir: Path):
     count = len(idx) * nnodes if idx is not None else _int(status.get("world_size"))
     if count is not None:
         sources["GPUs"] = "status.json"
-    device = None
-    if idx == []:
-        device, sources["device"] = "CPU", "status.json (no GPUs)"
-    else:
-        names = []
-        for g in manifest_gpus(manifest):
-            gi = _int(g.get("index"))
-            if idx is None or gi is None or gi in idx:
-                n = _first(g, "name", "model", "product_name")
-                if n:
-                    names.append(rules.device(n))
-        names = sorted(set(names))
-        if names:
-            device = names[0] if len(names) == 1 else "mixed(" + "+".join(names) + ")"
-            sources["device"] = "manifest.json"
-        elif host_facts and _first(host_facts, "gpu_model", "gpulab_gpu_model", "device", "model"):
-            device = rules.device(_first(host_facts, "gpu_model", "gpulab_gpu_model", "device", "model"))
-            sources["device"] = "sweep.json"
-        else:
-            for name in [rundir.name, rundir.parent.name, rundir.parent.parent.name]:
-                d, c = rules.find_system(name)
-                if d:
-                    device, sources["device"] = d, f"folder name {name!r}"
-                    break
+    device = _device_of(rules, rundir, manifest, idx, host_facts, sources)
     if device is None:
         device = "unknown"
         notes.append("device not in manifest.json, sweep.json or folder names")
-
-    profile, versions, all_versions = _manifest_stack(manifest)
-    sweep_stack = _first(host_facts, "stack", "gpulab_stack", "stack_profile") if host_facts else None
-    if profile:
-        stack, sources["stack"] = profile, "manifest.json"
-    elif sweep_stack:
-        stack, sources["stack"] = str(sweep_stack), "sweep.json"
-    elif versions:
-        stack, sources["stack"] = versions, "manifest.json"
-    else:
-        stack = "unknown"
-    stack_versions = all_versions
+    stack, stack_versions = _stack_of(manifest, host_facts, sources)
 
     tele = rundir / TELEMETRY
     energy = power = None
@@ -266,6 +291,13 @@ def read_rundir(ctx, rundir: Path):
         run.judged(verdict)
     else:
         run.compliance_note = "not checked: no readable mllog.log"
+    _take_log(run, log_facts, log_problem, status)
+    _take_result(run, status)
+    ctx.runs.append(run)
+
+
+def _take_log(run, log_facts, log_problem, status: dict) -> None:
+    """The run's clock, outcome and figures from its log (the log's clock wins), else from status.json."""
     if log_facts:
         run.order = ((0, log_facts.start_s),)
         run.start_s = log_facts.start_s
@@ -297,6 +329,11 @@ def read_rundir(ctx, rundir: Path):
         run.success = status["outcome"] == "success"
         run.outcome = status["outcome"]
         run.reason = str(status.get("reason") or "")
+
+
+def _take_result(run, status: dict) -> None:
+    """status.json's ``result``: its epochs, throughput, quality and target over the log's."""
+    result = status.get("result") if isinstance(status.get("result"), dict) else {}
     if result:
         if _num(result.get("epochs")) is not None:
             run.epochs = _num(result["epochs"])
@@ -309,4 +346,3 @@ def read_rundir(ctx, rundir: Path):
             run.quality = result["quality"]
         if result.get("target") is not None:
             run.target = result["target"]
-    ctx.runs.append(run)

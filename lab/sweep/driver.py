@@ -294,7 +294,7 @@ def collect(sweep_root: Path, inventory_path: str | Path, *, retries: int | None
 
     sweep = Sweep.load(sweep_root)
     result = CollectResult()
-    todo = [r for r in sweep.runs if r.state != RunState.PLANNED and sweep.verified(r)]
+    todo = [r for r in sweep.runs if r.state != RunState.PLANNED and sweep.problems(r)]
     result.verified = sum(1 for r in sweep.runs if r.state != RunState.PLANNED) - len(todo)
     if not todo:
         return result
@@ -322,7 +322,7 @@ def collect(sweep_root: Path, inventory_path: str | Path, *, retries: int | None
     for host_name, msg in rmt.on_hosts(hosts.values(), fetch_host).reasons().items():
         result.problems.append(f"{host_name}: {msg}")
     for run in todo:
-        if sweep.verified(run):
+        if sweep.problems(run):
             continue
         result.verified += 1
         status = read_run_json(sweep.run_dir(run) / STATUS)

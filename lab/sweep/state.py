@@ -85,7 +85,7 @@ class Sweep:
                 if prev is None or (prev.settings, prev.max_epochs) != (run.settings, run.max_epochs):
                     continue   # another recipe or epoch limit: a run of its own, never the old one's result
                 run.attempts, run.token, run.slurm_job = prev.attempts, prev.token, prev.slurm_job
-                if prev.state == RunState.COMPLETE and not sweep.verified(prev):
+                if prev.state == RunState.COMPLETE and not sweep.problems(prev):
                     run.state, run.outcome, run.reason = RunState.COMPLETE, prev.outcome, prev.reason
                     run.started, run.ended, run.gpu_ids = prev.started, prev.ended, prev.gpu_ids
                 elif run.state == RunState.PLANNED and prev.state != RunState.PLANNED:

@@ -16,7 +16,7 @@ from typing import Callable, Protocol
 
 from lab.core.errors import GpulabError
 from lab.core.fields import RunState
-from lab.results import collect as results
+from lab.results import logreader as results
 from lab.sweep import driver
 from lab.sweep import hostrun
 from lab.tune.objective import SeedResult
@@ -41,7 +41,7 @@ def seed_results(sweep_root: Path, runs) -> list[SeedResult]:
     """Per planned run of a trial's sweep: its state, and from its run directory epochs and time to train."""
     found = {}
     try:
-        for r in results.collect([sweep_root]).runs:
+        for r in results.read_runs([sweep_root]).runs:
             found[(r.host, r.seed)] = r
     except GpulabError:
         pass   # nothing readable: every run below says what its sweep state is

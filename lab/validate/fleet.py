@@ -101,20 +101,9 @@ def _host_record(name: str, host, checks: list[dict], gpus: dict) -> dict:
     }
 
 
-def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], references: dict,
-             stacks: dict | None = None, *, level: str | None = None, actions: dict | None = None,
-             tools: dict | None = None, past: dict | None = None, trends: dict | None = None) -> Verdicts:
-    """Verdicts for every host of ``inventory_hosts`` (and any extra host in ``snapshots``);
-    each WARN and FAIL with its action from ``actions`` (default: lab/data/actions.yml).
-
-    ``tools``: per host or stack name, what its profile expects of DCGM and Fabric Manager
-    (``Stack.tools()``); their records join every snapshot that carries what ``vendor.gather`` found.
-    ``past``: each GPU's own past from the history (lab.validate.trends; None: no trend checks), judged by
-    ``trends`` (default: lab/data/trends.yml).
-    """
-    hosts = {(host_field(h, "name")): h for h in inventory_hosts}
-    names = list(hosts) + [n for n in snapshots if n not in hosts]
-    # first pass: per GPU model and burn-in entry (for the fleet medians)
+def _parse_snapshots(snapshots: dict[str, Any], names: list[str], references: dict) -> tuple[dict, list]:
+    """First pass: each host's (snapshot, probe or error, burn-in) and its GPUs by model with their burn-in
+    entries (for the fleet medians)."""
     parsed: dict[str, tuple] = {}
     per_gpu: list[tuple[str | None, dict, dict | None]] = []
     for name in names:
@@ -132,6 +121,45 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
             continue
         parsed[name] = (snap, probe, burnin)
         per_gpu += mine
+    return parsed, per_gpu
+
+
+def _gpu_record(g: dict, probe: dict, burnin: dict | None, host, xid, references: dict, medians: dict, past,
+                trends) -> dict:
+    """One GPU's record: its checks (probe, burn-in, fleet medians, tools, trends) and their worst verdict."""
+    idx = g.get("index")
+    if "error" in g:
+        return {"index": idx, "name": None, "uuid": None, "serial": None, "pci_bus_id": None,
+                "model": None, "verdict": FAIL, "checks": [check("readable", FAIL, None, "readable", g["error"])]}
+    model = model_key(g.get("name"), references)
+    bg = ((burnin or {}).get("gpus") or {}).get(str(idx))
+    gc = gpu_checks(g, bg, host, references, model, xid, link_window(probe, burnin, idx),
+                     len(probe["gpus"]))
+    if burnin is not None:
+        gc += burnin_failures(burnin, idx)
+    gc += fleet_checks(model, bg, medians, references)
+    gc += guarded("nvbandwidth", gpu_tool_checks, burnin, idx, references["models"].get(model) if model else None)
+    if past is not None:
+        gc += guarded("trends", trend.gpu_trends, g, bg, past, trends or trend.load_trends())
+    return {"index": idx, "name": g.get("name"), "uuid": g.get("uuid"), "serial": g.get("serial"),
+            "pci_bus_id": g.get("pci_bus_id"), "model": model,
+            "verdict": worst(c["verdict"] for c in gc), "checks": gc}
+
+
+def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], references: dict,
+             stacks: dict | None = None, *, level: str | None = None, actions: dict | None = None,
+             tools: dict | None = None, past: dict | None = None, trends: dict | None = None) -> Verdicts:
+    """Verdicts for every host of ``inventory_hosts`` (and any extra host in ``snapshots``);
+    each WARN and FAIL with its action from ``actions`` (default: lab/data/actions.yml).
+
+    ``tools``: per host or stack name, what its profile expects of DCGM and Fabric Manager
+    (``Stack.tools()``); their records join every snapshot that carries what ``vendor.gather`` found.
+    ``past``: each GPU's own past from the history (lab.validate.trends; None: no trend checks), judged by
+    ``trends`` (default: lab/data/trends.yml).
+    """
+    hosts = {(host_field(h, "name")): h for h in inventory_hosts}
+    names = list(hosts) + [n for n in snapshots if n not in hosts]
+    parsed, per_gpu = _parse_snapshots(snapshots, names, references)
     medians = fleet_medians(per_gpu, references)
 
     out_hosts = {}
@@ -168,25 +196,8 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
                     checks += host_metric_checks(burnin, probe, references)
                     checks += guarded("standard tools", host_tool_checks, burnin, probe, references)
                 for g in probe["gpus"]:
-                    idx = g.get("index")
-                    if "error" in g:
-                        gpus[str(idx)] = {"index": idx, "name": None, "uuid": None, "serial": None, "pci_bus_id": None,
-                                          "model": None, "verdict": FAIL,
-                                          "checks": [check("readable", FAIL, None, "readable", g["error"])]}
-                        continue
-                    model = model_key(g.get("name"), references)
-                    bg = ((burnin or {}).get("gpus") or {}).get(str(idx))
-                    gc = gpu_checks(g, bg, host, references, model, xid, link_window(probe, burnin, idx),
-                                     len(probe["gpus"]))
-                    if burnin is not None:
-                        gc += burnin_failures(burnin, idx)
-                    gc += fleet_checks(model, bg, medians, references)
-                    gc += guarded("nvbandwidth", gpu_tool_checks, burnin, idx, references["models"].get(model) if model else None)
-                    if past is not None:
-                        gc += guarded("trends", trend.gpu_trends, g, bg, past, trends or trend.load_trends())
-                    gpus[str(idx)] = {"index": idx, "name": g.get("name"), "uuid": g.get("uuid"), "serial": g.get("serial"),
-                                      "pci_bus_id": g.get("pci_bus_id"), "model": model,
-                                      "verdict": worst(c["verdict"] for c in gc), "checks": gc}
+                    gpus[str(g.get("index"))] = _gpu_record(g, probe, burnin, host, xid, references, medians,
+                                                            past, trends)
         except MALFORMED as exc:
             checks, gpus, probe, burnin = [malformed(exc)], {}, None, None
         cpu_host = any(c.get("cpu_host") for c in checks)
@@ -219,17 +230,8 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
 # --------------------------------------------------------------------------- baseline
 
 
-def build_references(snapshots: dict[str, Any], references: dict, *, hosts: Iterable[str] | None = None,
-                     note: str | None = None) -> dict:
-    """A references document whose metrics are the medians of known-good hosts.
-
-    Models and metrics seen in the snapshots replace those of ``references``;
-    the rest is kept. Raises CheckFailed when a host is unreachable, has no GPU
-    or fails a health check (a baseline is only made from good hosts).
-    """
-    import copy
-
-    names = list(hosts) if hosts is not None else list(snapshots)
+def _refuse_unmeasured(snapshots: dict[str, Any], names: list[str]) -> None:
+    """CheckFailed naming each host that was unreachable, has no GPU or no completed burn-in."""
     bad = []
     for n in names:
         snap = snapshots.get(n)
@@ -245,6 +247,20 @@ def build_references(snapshots: dict[str, Any], references: dict, *, hosts: Iter
             bad.append(f"{n}: burn-in {burnin.get('outcome')}: {burnin.get('reason')}")
     if bad:
         raise CheckFailed("baseline needs known-good hosts with burn-in results; " + "; ".join(bad))
+
+
+def build_references(snapshots: dict[str, Any], references: dict, *, hosts: Iterable[str] | None = None,
+                     note: str | None = None) -> dict:
+    """A references document whose metrics are the medians of known-good hosts.
+
+    Models and metrics seen in the snapshots replace those of ``references``;
+    the rest is kept. Raises CheckFailed when a host is unreachable, has no GPU
+    or fails a health check (a baseline is only made from good hosts).
+    """
+    import copy
+
+    names = list(hosts) if hosts is not None else list(snapshots)
+    _refuse_unmeasured(snapshots, names)
     # health of the candidates, judged without performance references
     health_refs = copy.deepcopy(references)
     for m in health_refs["models"].values():
@@ -326,7 +342,7 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
     refs = load_references(refs_path)
     table = trend.load_trends() if past is not None else None
     paths.folder(out_dir, "--out")             # every input is checked before the burn-in starts
-    writes.check_folder(out_dir, "--out")
+    writes.writable_folder(out_dir, "--out")
     dcgm_run = 0 if baseline else dcgm.level_for(level, dcgm_levels, dcgm_level)
     limits = time_limits(limits)             # gpulab.validate.time_limits, checked before anything runs
     if stacks is None and not baseline:

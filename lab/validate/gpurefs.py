@@ -121,7 +121,7 @@ def baseline_from_history(stats: dict, references: Path | str, out_dir: Path | s
     data = from_history(stats, load_references(references), note="invoke validate --baseline --from-history")
     out = Path(out_dir) / dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = out / "references-baseline.yml"
-    writes.check(out, files=[path.name], what="--out")
+    writes.writable(out, files=[path.name], what="--out")
     writes.folder(out, "--out")
     writes.write_text(path, dump_references(data), "--out")
     return path

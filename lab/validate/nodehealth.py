@@ -29,7 +29,7 @@ from lab.validate import health
 TIMEOUT_S = 120
 
 
-def collect(python: str, path: str | None) -> dict:
+def gather(python: str, path: str | None) -> dict:
     env = dict(os.environ)
     if path:
         env["PYTHONPATH"] = path
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     try:
         slurm.check_node(name)
         node = slurm.nodes().get(name)
-        doc = collect(args.runner_python, args.runner_path)
+        doc = gather(args.runner_python, args.runner_path)
         failed = verdict(doc, expect_gpus=gres_gpus(node) > 0)
         if failed is None:
             print(f"gpulab health {name}: PASS")

@@ -179,7 +179,7 @@ def summary_text(verdicts: Verdicts) -> str:
 def write_outputs(verdicts: Verdicts, out_dir: Path) -> list[Path]:
     j = out_dir / "validate.json"
     h = out_dir / "validate.html"
-    writes.check(out_dir, files=[j.name, h.name], what="--out")
+    writes.writable(out_dir, files=[j.name, h.name], what="--out")
     writes.folder(out_dir, "--out")
     writes.write_text(j, verdicts.to_json() + "\n", "--out")
     writes.write_text(h, render_html(verdicts), "--out")

@@ -92,6 +92,33 @@ def _fail(failures: list, name: str, rule: str, why: str) -> None:
     failures.append({"name": name, "rule": rule, "why": why})
 
 
+def _distance(failures: list, sums: dict, rows: list, largest: float, precision: str, noise) -> dict:
+    """The whole-model relative distance, its noise and its limit; a failure when it passes the limit."""
+    strict = precision == "fp32"
+    distance = {"optimized": None, "noise": None, "limit": None}
+    if largest == 0.0:
+        _fail(failures, "*", "empty", "no gradient at all in the plain model")
+    elif sums["ref"] > 0:
+        d = math.sqrt(sums["got"] / sums["ref"])
+        distance["optimized"] = d
+        if strict and (noise is None or any(r["noise_error"] is None for r in rows)):
+            distance["limit"] = FP32_DISTANCE
+        elif noise is None or any(r["noise_error"] is None for r in rows):
+            _fail(failures, "*", "noise", f"no usable plain {precision} pass for every parameter: "
+                  f"a {precision} path is judged against it")
+        else:
+            distance["noise"] = math.sqrt(sums["noise"] / sums["ref"])
+            distance["limit"] = NOISE_FACTOR * distance["noise"] + NOISE_ABS
+            if strict:
+                distance["limit"] = max(FP32_DISTANCE, distance["limit"])
+        if distance["limit"] is not None and d > distance["limit"]:
+            base = "" if distance["noise"] is None else (f" ({NOISE_FACTOR:g} x the plain {precision} pass's "
+                                                          f"{distance['noise']:.4g} + {NOISE_ABS:g})")
+            _fail(failures, "*", "distance", f"whole-model relative distance {d:.4g} > {distance['limit']:.4g}"
+                  + base)
+    return distance
+
+
 def judge(ref: dict, got: dict, precision: str = "bf16", noise: dict | None = None) -> dict:
     """The verdict on ``got`` against ``ref`` (see the module docstring). Returns ``{"passed",
     "precision", "parameters", "compared", "zero_in_both": [names], "distance": {"optimized",
@@ -163,27 +190,7 @@ def judge(ref: dict, got: dict, precision: str = "bf16", noise: dict | None = No
     for name in got:
         if name not in ref:
             _fail(failures, name, "extra", "parameter only in the optimized model")
-    distance = {"optimized": None, "noise": None, "limit": None}
-    if largest == 0.0:
-        _fail(failures, "*", "empty", "no gradient at all in the plain model")
-    elif sums["ref"] > 0:
-        d = math.sqrt(sums["got"] / sums["ref"])
-        distance["optimized"] = d
-        if strict and (noise is None or any(r["noise_error"] is None for r in rows)):
-            distance["limit"] = FP32_DISTANCE
-        elif noise is None or any(r["noise_error"] is None for r in rows):
-            _fail(failures, "*", "noise", f"no usable plain {precision} pass for every parameter: "
-                  f"a {precision} path is judged against it")
-        else:
-            distance["noise"] = math.sqrt(sums["noise"] / sums["ref"])
-            distance["limit"] = NOISE_FACTOR * distance["noise"] + NOISE_ABS
-            if strict:
-                distance["limit"] = max(FP32_DISTANCE, distance["limit"])
-        if distance["limit"] is not None and d > distance["limit"]:
-            base = "" if distance["noise"] is None else (f" ({NOISE_FACTOR:g} x the plain {precision} pass's "
-                                                          f"{distance['noise']:.4g} + {NOISE_ABS:g})")
-            _fail(failures, "*", "distance", f"whole-model relative distance {d:.4g} > {distance['limit']:.4g}"
-                  + base)
+    distance = _distance(failures, sums, rows, largest, precision, noise)
     low = min(rows, key=lambda r: r["cosine"], default=None)
     return {"passed": not failures, "precision": precision, "parameters": len(ref), "compared": len(rows),
             "zero_in_both": zero, "distance": distance, "failures": failures, "rows": rows, "lowest": low}

@@ -40,7 +40,7 @@ def test_probe_reads_every_gpu():
 
 
 def test_probe_one_gpu_only():
-    doc = probe.collect([_count - 1])
+    doc = probe.gather([_count - 1])
     assert [g["index"] for g in doc["gpus"]] == [_count - 1]
 
 

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from lab.results import checksums
-from lab.results import collect
+from lab.results import logreader
 from runner import rundir
 
 
@@ -50,15 +50,15 @@ def _sha256sum(run, *flags):
 @pytest.mark.parametrize("flags", [(), ("-b",)])
 def test_files_written_by_sha256sum_text_and_binary_verify_everywhere(tmp_path, flags):
     """A SHA256SUMS from the real tool, text or binary (`*` marker) mode, verifies for sweep,
-    collect (checksums.verify) and report (collect.verify_sums) alike, and a change is found by both."""
+    collect (checksums.verify) and report (logreader.verify_sums) alike, and a change is found by both."""
     run = make_run(tmp_path)
     out = _sha256sum(run, *flags)
     assert (" *" in out) == bool(flags)
     assert checksums.verify(run) == []
-    assert collect.verify_sums(run, keep=("mllog.log",)) == (None, {"mllog.log": b":::MLLOG {}\n"})
+    assert logreader.verify_sums(run, keep=("mllog.log",)) == (None, {"mllog.log": b":::MLLOG {}\n"})
     (run / "mllog.log").write_text("changed\n")
     assert checksums.verify(run) == ["mllog.log does not match SHA256SUMS (changed after the run)"]
-    assert collect.verify_sums(run) == ("mllog.log does not match SHA256SUMS (changed after the run)", {})
+    assert logreader.verify_sums(run) == ("mllog.log does not match SHA256SUMS (changed after the run)", {})
 
 
 def test_what_the_runner_writes_the_controller_and_sha256sum_verify(tmp_path):

@@ -21,7 +21,7 @@ PENDING = h200_like(uuid="GPU-22222222-1111-2222-3333-444444444444", bus_id="000
 def doc_with(monkeypatch, gpus, events=()):
     monkeypatch.setattr(health, "xid_scan", lambda probed: {"source": "dmesg", "error": None, "events": [
         {"xid": x, "pci": "0000:1b:00", "gpu": g, "uptime_s": t, "text": "..."} for x, g, t in events]})
-    return health.collect(None if gpus is None else FakeNvml(gpus))
+    return health.gather(None if gpus is None else FakeNvml(gpus))
 
 
 def test_the_document_carries_the_probe_fields_and_a_boot_mark(monkeypatch):

@@ -13,7 +13,7 @@ def test_no_driver_gives_gpus_empty_and_plain_reason(monkeypatch):
         raise probe.NvmlUnavailable("NVML could not start: NVML Shared Library Not Found")
 
     monkeypatch.setattr(probe, "load_nvml", no_nvml)
-    doc = probe.collect()
+    doc = probe.gather()
     assert doc["gpus"] == []
     assert doc["gpu_count"] == 0
     assert doc["nvidia"] == "no NVIDIA driver/GPU found: NVML could not start: NVML Shared Library Not Found"
@@ -36,7 +36,7 @@ def test_cli_on_this_machine_prints_one_json_document():
 
 
 def test_cli_does_not_import_frameworks():
-    code = "import sys, runner.probe as p; p.collect(); print('torch' in sys.modules, 'tensorflow' in sys.modules)"
+    code = "import sys, runner.probe as p; p.gather(); print('torch' in sys.modules, 'tensorflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["False", "False"], out.stderr
 
@@ -50,7 +50,7 @@ def test_bad_gpu_list_is_one_line_exit_2():
 
 def test_h200_like_gpu_fields():
     nv = FakeNvml([h200_like(), h200_like(uuid="GPU-2", bus_id="00000000:2A:00.0")])
-    doc = probe.collect(nvml=nv)
+    doc = probe.gather(nvml=nv)
     assert doc["nvidia"] is None
     assert doc["gpu_count"] == 2
     assert doc["stack"]["driver"] == "550.127.05" and doc["stack"]["driver_source"] == "NVML"
@@ -76,7 +76,7 @@ def test_h200_like_gpu_fields():
 
 def test_each_field_on_its_own_unsupported_gives_null():
     nv = FakeNvml([old_gpu()])
-    g = probe.collect(nvml=nv)["gpus"][0]
+    g = probe.gather(nvml=nv)["gpus"][0]
     assert g["name"] == "Tesla T4"  # bytes decoded
     assert g["pci_bus_id"] == "00000000:3B:00.0"
     assert g["temperature_c"] == 40
@@ -90,16 +90,16 @@ def test_each_field_on_its_own_unsupported_gives_null():
 
 def test_gpu_selection_and_lost_gpu():
     nv = FakeNvml([h200_like(), h200_like(lost=True), h200_like()])
-    doc = probe.collect([1, 2], nvml=nv)
+    doc = probe.gather([1, 2], nvml=nv)
     assert [g["index"] for g in doc["gpus"]] == [1, 2]
     assert doc["gpus"][0] == {"index": 1, "error": "GPU 1 cannot be read: GPU is lost"}
     assert doc["gpus"][1]["name"] == "NVIDIA H200"
     with pytest.raises(ValueError, match="GPU index 3 does not exist"):
-        probe.collect([3], nvml=FakeNvml([h200_like()]))
+        probe.gather([3], nvml=FakeNvml([h200_like()]))
 
 
 def test_zero_gpus_reported_plainly():
-    doc = probe.collect(nvml=FakeNvml([]))
+    doc = probe.gather(nvml=FakeNvml([]))
     assert doc["gpus"] == [] and doc["nvidia"] == "no NVIDIA driver/GPU found: the driver reports 0 GPUs"
 
 
@@ -130,7 +130,7 @@ def test_stack_files_from_a_host_tree(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(probe, "ROOT", root)
     monkeypatch.setattr(probe, "load_nvml", lambda: (_ for _ in ()).throw(probe.NvmlUnavailable("no library")))
-    doc = probe.collect()
+    doc = probe.gather()
     assert doc["os"]["id"] == "ubuntu" and doc["os"]["version_id"] == "16.04"
     s = doc["stack"]
     assert s["cuda_toolkit"] == "10.0.130"
@@ -140,7 +140,7 @@ def test_stack_files_from_a_host_tree(tmp_path, monkeypatch):
     assert any(f["source"].startswith("library ") for f in s["cudnn_found"])
     # cuda version.json is preferred when present
     (root / "usr/local/cuda/version.json").write_text('{"cuda": {"name": "CUDA SDK", "version": "12.4.1"}}')
-    assert probe.collect()["stack"]["cuda_toolkit"] == "12.4.1"
+    assert probe.gather()["stack"]["cuda_toolkit"] == "12.4.1"
 
 
 def test_numa_from_sysfs(tmp_path, monkeypatch):
@@ -149,7 +149,7 @@ def test_numa_from_sysfs(tmp_path, monkeypatch):
     (dev / "numa_node").write_text("1\n")
     (dev / "local_cpulist").write_text("24-47,72-95\n")
     monkeypatch.setattr(probe, "ROOT", tmp_path)
-    g = probe.collect(nvml=FakeNvml([h200_like()]))["gpus"][0]
+    g = probe.gather(nvml=FakeNvml([h200_like()]))["gpus"][0]
     assert g["numa_node"] == 1 and g["cpu_affinity"] == "24-47,72-95"
 
 

@@ -34,7 +34,7 @@ def sysfs_tree(root, name="0000:1b:00.0", port="0000:17:01.0", **counts):
 def test_h200_all_links_up_no_errors_and_aer_of_device_and_port(tmp_path, monkeypatch):
     sysfs_tree(tmp_path)
     monkeypatch.setattr(probe, "ROOT", tmp_path)
-    g = probe.collect(nvml=FakeNvml([h200_like()]))["gpus"][0]
+    g = probe.gather(nvml=FakeNvml([h200_like()]))["gpus"][0]
     nv = g["nvlink"]
     assert nv["links_present"] == 18 and nv["links_up"] == 18 and nv["links_down"] == []
     assert nv["errors"] == {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0}
@@ -56,7 +56,7 @@ def test_a_link_down_and_counted_errors(tmp_path, monkeypatch):
     links[3]["up"] = False
     links[5].update({0: 2, 2: 7})
     links[9][1] = 1
-    g = probe.collect(nvml=FakeNvml([h200_like(nvlink=links, pcie_replay=41)]))["gpus"][0]
+    g = probe.gather(nvml=FakeNvml([h200_like(nvlink=links, pcie_replay=41)]))["gpus"][0]
     nv = g["nvlink"]
     assert nv["links_up"] == 17 and nv["links_down"] == [3]
     assert nv["errors"] == {"replay": 2, "recovery": 1, "crc_flit": 7, "crc_data": 0}
@@ -69,7 +69,7 @@ def test_a_link_down_and_counted_errors(tmp_path, monkeypatch):
 def test_no_nvlink_no_replay_counter_no_aer_statistics(tmp_path, monkeypatch):
     (tmp_path / "sys/bus/pci/devices/0000:3b:00.0").mkdir(parents=True)  # a device without aer_dev_* files
     monkeypatch.setattr(probe, "ROOT", tmp_path)
-    g = probe.collect(nvml=FakeNvml([old_gpu()]))["gpus"][0]
+    g = probe.gather(nvml=FakeNvml([old_gpu()]))["gpus"][0]
     assert g["nvlink"] is None and "nvlink" not in g["unavailable"]  # plain "not supported": no reason kept
     assert g["pcie"]["replay_count"] is None
     assert g["aer"] is None
@@ -79,7 +79,7 @@ def test_no_nvlink_no_replay_counter_no_aer_statistics(tmp_path, monkeypatch):
 
 def test_a_gpu_missing_from_sysfs_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(probe, "ROOT", tmp_path)
-    g = probe.collect(nvml=FakeNvml([h200_like()]))["gpus"][0]
+    g = probe.gather(nvml=FakeNvml([h200_like()]))["gpus"][0]
     assert g["aer"] is None and g["unavailable"]["aer"].endswith("0000:1b:00.0 does not exist")
 
 
@@ -134,7 +134,7 @@ def test_counters_after_the_load_per_gpu(tmp_path, monkeypatch):
     sysfs_tree(tmp_path, bad_tlp=4)
     monkeypatch.setattr(probe, "ROOT", tmp_path)
     links = [{"up": True, 0: 1, 1: 0, 2: 3, 3: 0} for _ in range(2)]
-    doc = probe.collect(nvml=FakeNvml([h200_like(nvlink=links, pcie_replay=9), old_gpu(), h200_like(lost=True)]))
+    doc = probe.gather(nvml=FakeNvml([h200_like(nvlink=links, pcie_replay=9), old_gpu(), h200_like(lost=True)]))
     after = probe_link.counters(doc)
     assert after["collected_at"] == doc["collected_at"]
     assert after["gpus"] == {

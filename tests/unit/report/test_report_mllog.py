@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from lab.results.collect import collect, parse_log
+from lab.results.logreader import read_runs, parse_log
 from report_logs import T0, write_mllog
 
 
@@ -47,7 +47,7 @@ def test_aborted_run_is_not_a_success(tmp_path):
 
 def test_collect_reads_the_system_from_submission_platform(tmp_path):
     write_mllog(tmp_path / "x" / "gnmt.log", platform="3xTesla V100-PCIE-16GB")
-    (run,) = collect([tmp_path]).runs
+    (run,) = read_runs([tmp_path]).runs
     assert (run.benchmark, run.device, run.gpus) == ("gnmt", "V100-PCIe", 3)
     assert run.facts_from == "device: log submission_platform, GPUs: log submission_platform"
 
@@ -55,7 +55,7 @@ def test_collect_reads_the_system_from_submission_platform(tmp_path):
 def test_benchmark_from_folder_when_the_log_does_not_name_it(tmp_path):
     write_mllog(tmp_path / "rnn_translator" / "1xT4" / "run.log", submission_benchmark=False,
                 platform="lab machine")
-    (run,) = collect([tmp_path]).runs
+    (run,) = read_runs([tmp_path]).runs
     assert (run.benchmark, run.device, run.gpus) == ("gnmt", "T4", 1)
 
 
@@ -70,7 +70,7 @@ def test_bad_mllog_files_are_skipped_with_reasons(tmp_path):
     (tmp_path / "cut.log").write_text("\n".join(cut[:-1] + [cut[-1][:40]]) + "\n")
     no_start = [x for x in a.splitlines() if '"run_start"' not in x]
     (tmp_path / "nostart.log").write_text("\n".join(no_start) + "\n")
-    coll = collect([tmp_path])
+    coll = read_runs([tmp_path])
     assert coll.runs == []
     reasons = {s.source.rsplit("/", 1)[1]: s.reason for s in coll.skipped}
     assert reasons == {

@@ -24,18 +24,18 @@ from lab.report import figures
 from lab.core.mlperf import default_rules
 from lab.report.analysis import analyse
 from lab.report.build import build_report
-from lab.results.collect import collect
+from lab.results.logreader import read_runs
 
 @pytest.fixture(scope="module")
 def v05(trees):
     return {(r["submitter"], r["system"], r["benchmark"]): r
-            for r in analyse(collect([trees / "training_results_v0.5"]).runs).systems}
+            for r in analyse(read_runs([trees / "training_results_v0.5"]).runs).systems}
 
 
 @pytest.fixture(scope="module")
 def v06(trees):
     return {(r["submitter"], r["system"], r["benchmark"]): r
-            for r in analyse(collect([trees / "training_results_v0.6"]).runs).systems}
+            for r in analyse(read_runs([trees / "training_results_v0.6"]).runs).systems}
 
 
 def test_v05_one_record_per_results_folder(v05):
@@ -131,7 +131,7 @@ def test_scores_equal_mlperf_loggings_result_summarizer(trees, tmp_path):
         rows = list(csv.DictReader(fh))
     theirs = {(r["system"], b): float(r[b]) for r in rows for b in ("resnet",) if r.get(b)}
     assert theirs, "the summarizer wrote no score"
-    (mine,) = analyse(collect([tree]).runs).systems
+    (mine,) = analyse(read_runs([tree]).runs).systems
     assert mine["system"] == "gpu-v100-8-TF2.0" and mine["compliance"] == "PASS"
     # The summarizer names the system by the description's system_name ("8xV100").
     assert mine["score_minutes"] == pytest.approx(theirs[("8xV100", "resnet")], abs=1e-6)
@@ -140,7 +140,7 @@ def test_scores_equal_mlperf_loggings_result_summarizer(trees, tmp_path):
 
 
 def test_figures_have_a_panel_per_benchmark_with_a_value_and_no_other(trees, tmp_path):
-    an = analyse(collect([trees / "training_results_v0.5"]).runs)
+    an = analyse(read_runs([trees / "training_results_v0.5"]).runs)
     figs = {f["name"]: f for f in figures.draw_all(an, default_rules(), tmp_path)}
     assert sorted(figs) == ["fig1", "fig2"]        # one GPU count per device line: no scaling figure
     assert figs["fig1"]["panels"] == ["resnet", "ncf"]

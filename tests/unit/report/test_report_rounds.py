@@ -23,7 +23,7 @@ from lab.report.analysis import analyse
 from lab.core.errors import ConfigError
 from lab.core.mlperf import default_rules
 from lab.report.build import build_report
-from lab.results.collect import collect
+from lab.results.logreader import read_runs
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -39,7 +39,7 @@ def ruleset(rnd: str) -> str:
 
 def records(tree: Path, **kw) -> dict:
     return {(Path(r["system_key"]).parts[0], Path(r["system_key"]).parts[-1], r["benchmark"]): r
-            for r in analyse(collect([tree], **kw).runs).systems}
+            for r in analyse(read_runs([tree], **kw).runs).systems}
 
 
 def copy_round(round_trees: Path, rnd: str, dest: Path) -> Path:
@@ -90,7 +90,7 @@ def test_a_run_failing_the_checker_is_one_of_the_dropped_slowest(round_trees, su
     """v0.7 gnmt: 10 runs, one fails the 0.7.0 checker; it is dropped as the slowest, so one
     fastest and no other slowest go (dropping it first and then both ends scores otherwise)."""
     tree = round_trees / "training_results_v0.7"
-    runs = [r for r in collect([tree]).runs if r.benchmark == "gnmt"]
+    runs = [r for r in read_runs([tree]).runs if r.benchmark == "gnmt"]
     assert len(runs) == 10
     failing = [r for r in runs if r.compliance == "FAIL"]
     assert len(failing) == 1 and failing[0].compliance_ruleset == "training 0.7.0"
@@ -107,7 +107,7 @@ def test_only_result_files_of_a_benchmark_folder_are_runs(round_trees):
     """v1.0 Habana: resnet/bert/ holds a copy of the bert logs; it is no run of resnet."""
     tree = round_trees / "training_results_v1.0"
     system = tree / "Habana" / "results" / "SYS-420GH-TNGR"
-    coll = collect([tree])
+    coll = read_runs([tree])
     by_bench = {}
     for r in coll.runs:
         by_bench.setdefault(r.benchmark, []).append(r)
@@ -160,7 +160,7 @@ def test_too_many_failing_runs_is_no_score(round_trees, tmp_path):
     """A second failing gnmt run: more than the one a result may drop. Neither side scores it;
     the report marks why and still counts the broken file as a run."""
     tree = copy_round(round_trees, "v0.7", tmp_path)
-    passing = [r for r in collect([tree]).runs if r.compliance == "PASS"]
+    passing = [r for r in read_runs([tree]).runs if r.compliance == "PASS"]
     _truncate_run_stop(Path(passing[0].source))
     s = rounds_compare.summarizer_side(tree, "0.7.0")
     assert s.rows == {} and not s.aborted
@@ -211,7 +211,7 @@ def test_a_round_named_on_the_command_line(round_trees, summarized, tmp_path):
     scores as with the round named."""
     tree = Path(shutil.copytree(round_trees / "training_results_v0.7", tmp_path / "somewhere"))
     (key, theirs), = summarized("v0.7").rows.items()
-    coll = collect([tree])
+    coll = read_runs([tree])
     (line,) = coll.notes
     assert line.startswith("round v0.7 (training 0.7.0 ruleset) detected from the logs") and "gnmt" in line
     found = {(Path(r["system_key"]).parts[0], Path(r["system_key"]).parts[-1], r["benchmark"]): r
@@ -221,7 +221,7 @@ def test_a_round_named_on_the_command_line(round_trees, summarized, tmp_path):
     assert found["score_minutes"] == named["score_minutes"]
     assert rounds_compare.equal(named["score_minutes"], theirs)
     with pytest.raises(ConfigError, match="v9.9: not a round"):
-        collect([tree], round="v9.9")
+        read_runs([tree], round="v9.9")
 
 
 def test_the_comparison_script_prints_the_counts(round_trees, tmp_path):

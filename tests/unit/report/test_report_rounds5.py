@@ -25,7 +25,7 @@ from lab.core.mlperf import default_rules
 from lab.report.analysis import analyse
 from lab.report.build import build_report
 from lab.results import rounddetect
-from lab.results.collect import collect
+from lab.results.logreader import read_runs
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -106,9 +106,9 @@ def test_a_tree_of_two_rounds_is_refused(trees_of, tmp_path):
     shutil.copytree(trees_of("v5.1"), mixed, dirs_exist_ok=True)
     with pytest.raises(ConfigError, match=r"several MLPerf rounds .*dlrm_dcnv2 \(v3\.0 to v6\.0\).*"
                                           r"gnmt \(v0\.7\).*--round") as exc:
-        collect([mixed])
+        read_runs([mixed])
     assert "\n" not in str(exc.value)
-    named = collect([mixed], round="v5.1")    # named: no guess
+    named = read_runs([mixed], round="v5.1")    # named: no guess
     assert {r.round for r in named.runs} == {"v5.1"} and not named.notes
 
 
@@ -169,7 +169,7 @@ def test_power_logs_that_cannot_be_used_give_no_energy(trees_of, tmp_path):
     (bench,) = {p.parent for p in tree.glob("*/results/*/*/result_*.txt")}
     _write_power(bench)
     (bench / "power" / "result_3" / "node_0.txt").write_text(_mllog(1, "power_reading", 5.0))
-    (rec,) = analyse(collect([tree]).runs).systems
+    (rec,) = analyse(read_runs([tree]).runs).systems
     assert rec["energy_j"] is None and "no power_measurement_start" in rec["mark"]
     assert rec["score_minutes"] is not None
     target = tmp_path / "outside.txt"
@@ -177,7 +177,7 @@ def test_power_logs_that_cannot_be_used_give_no_energy(trees_of, tmp_path):
     link = bench / "power" / "result_3" / "node_0.txt"
     link.unlink()
     link.symlink_to(target)
-    (rec,) = analyse(collect([tree]).runs).systems
+    (rec,) = analyse(read_runs([tree]).runs).systems
     assert rec["energy_j"] is None and "outside" in rec["mark"]
 
 

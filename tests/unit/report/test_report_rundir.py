@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from lab.results.collect import collect, read_telemetry
+from lab.results.logreader import read_runs, read_telemetry
 from report_logs import write_mllog, write_rundir, write_sums
 
 # Run on GPUs 0 and 2 of a 4-GPU host; GPU 1 belongs to another run and is excluded.
@@ -17,7 +17,7 @@ def test_run_directory_facts(tmp_path):
     rd = write_rundir(tmp_path / "gnmt-2g-s7", gpus=(0, 2), telemetry=TELEMETRY,
                       result={"epochs": 3, "samples_per_s": 1000.0, "time_to_train_s": 300.0},
                       mllog_kwargs={"epochs": 3, "epoch_s": 100.0})
-    (run,) = collect([tmp_path]).runs
+    (run,) = read_runs([tmp_path]).runs
     assert run.source == str(rd) and run.fmt == "rundir"
     assert (run.benchmark, run.device, run.gpus, run.host) == ("gnmt", "T4", 2, "r740-01")
     # The probe's versions name the stack: driver, CUDA and framework in the label, all in stack_versions.
@@ -46,7 +46,7 @@ def test_telemetry_integration_by_hand(tmp_path):
 
 def test_failed_run_counts_as_a_run_not_a_skip(tmp_path):
     write_rundir(tmp_path / "r1", outcome="aborted", mllog_kwargs={"truncate_after": 1})
-    (run,) = collect([tmp_path]).runs
+    (run,) = read_runs([tmp_path]).runs
     assert not run.success and run.outcome == "aborted" and run.ttt_s is None
     assert "mllog.log: no run_stop" in "; ".join(run.notes)
 
@@ -63,7 +63,7 @@ def test_bad_run_directories_are_skipped_with_reasons(tmp_path):
     badstatus = write_rundir(tmp_path / "badstatus", sums=False)
     (badstatus / "status.json").write_text("{not json")
     write_sums(badstatus)
-    coll = collect([tmp_path])
+    coll = read_runs([tmp_path])
     assert [r.source.rsplit("/", 1)[1] for r in coll.runs] == ["ok"]
     reasons = {s.source.rsplit("/", 1)[1]: s.reason for s in coll.skipped}
     assert reasons == {
@@ -82,7 +82,7 @@ def test_a_model_has_the_same_name_in_reports_and_verdicts(tmp_path):
     from lab.validate import fleet
 
     write_rundir(tmp_path / "gnmt-1g-s7", gpu_name="Tesla V100-PCIE-16GB")
-    (run,) = collect([tmp_path]).runs
+    (run,) = read_runs([tmp_path]).runs
     assert run.device == "V100-PCIe"
     assert fleet.model_key("Tesla V100-PCIE-16GB", fleet.load_references()) == run.device
 
@@ -98,7 +98,7 @@ def test_sweep_host_facts_and_planned_runs_without_directories(tmp_path):
             {"id": "gnmt-g2-s1", "host": "r740-03", "workload": "gnmt", "gpus": 2, "seed": 1,
              "state": "failed", "reason": "host unreachable"},
         ]}))
-    coll = collect([tmp_path / "results"])
+    coll = read_runs([tmp_path / "results"])
     (run,) = coll.runs
     assert (run.device, run.gpus, run.stack, run.host) == ("V100-PCIe", 1, "mlperf-v0.5", "r740-03")
     assert run.facts_from == "GPUs: status.json, device: sweep.json, stack: sweep.json"
@@ -110,14 +110,14 @@ def test_sweep_host_facts_and_planned_runs_without_directories(tmp_path):
 def test_reduced_scale_runs_are_their_own_benchmark_rows(tmp_path):
     write_rundir(tmp_path / "a", scale="tiny", seed=1)
     write_rundir(tmp_path / "b", scale="full", seed=2)
-    labels = sorted(r.bench_label for r in collect([tmp_path]).runs)
+    labels = sorted(r.bench_label for r in read_runs([tmp_path]).runs)
     assert labels == ["gnmt", "gnmt [tiny]"]
 
 
 def test_cpu_run_and_throughput_mode(tmp_path):
     write_rundir(tmp_path / "cpu", gpus=(), host_gpus=0, mode="throughput",
                  result={"samples_per_s": 321.0})
-    (run,) = collect([tmp_path]).runs
+    (run,) = read_runs([tmp_path]).runs
     assert (run.device, run.gpus, run.mode) == ("CPU", 0, "throughput")
     assert run.ttt_s is None and run.samples_per_s == 321.0
 
@@ -141,14 +141,14 @@ def test_telemetry_numeric_fast_path_matches_by_hand(tmp_path):
 
 def test_stack_profile_name_wins_over_versions(tmp_path):
     write_rundir(tmp_path / "a", stack="mlperf-v0.5")
-    (run,) = collect([tmp_path]).runs
+    (run,) = read_runs([tmp_path]).runs
     assert run.stack == "mlperf-v0.5" and run.system == "1x T4 / mlperf-v0.5"
 
 
 def test_other_nodes_of_a_multi_host_run_are_listed_not_counted(tmp_path):
     write_rundir(tmp_path / "node0", nnodes=2, node_rank=0)
     write_rundir(tmp_path / "node1", nnodes=2, node_rank=1, mllog_kwargs={"skip_log": True})
-    coll = collect([tmp_path])
+    coll = read_runs([tmp_path])
     (run,) = coll.runs
     assert run.gpus == 2 and run.source.endswith("node0")
     assert [(s.source.rsplit("/", 1)[1], s.reason) for s in coll.skipped] == [
@@ -166,7 +166,7 @@ def test_throughput_event_of_the_runner(tmp_path):
             '"value": null, "metadata": {"status": "success"}}')
     lines += [":::MLLOG " + event % ((T0 + 200) * 1000), ":::MLLOG " + stop % ((T0 + 201) * 1000, C.RUN_STOP)]
     path.write_text("\n".join(lines) + "\n")
-    (run,) = collect([tmp_path]).runs
+    (run,) = read_runs([tmp_path]).runs
     assert run.samples_per_s == 5120.5 and run.throughput_basis == "logged throughput event"
     assert run.sample_unit == "tokens"
 
@@ -184,7 +184,7 @@ def test_sweep_launch_logs_and_incomplete_planned_runs(tmp_path):
         "runs": [{"host": "h1", "workload": "ncf", "gpus": 1, "seed": s, "state": st, "reason": why,
                   "run_id": f"ncf-ttt-tiny-1gpu-s{s}"}
                  for s, st, why in ((1, "complete", ""), (2, "failed", "runner ended without a complete run directory"))]}))
-    coll = collect([sweep])
+    coll = read_runs([sweep])
     assert [r.source for r in coll.runs] == [str(ok)]
     # The inventory's stack profile (sweep.json) names the stack; the probe's versions stay with the run.
     assert coll.runs[0].stack == "current"

@@ -8,7 +8,7 @@ from lab.report import stats
 from lab.core.mlperf import default_rules
 from lab.report.analysis import device_ratios, scaling, system_rows
 from lab.report.comparison import seed_tables
-from lab.results.collect import Run
+from lab.results.logreader import Run
 
 RULES = default_rules()
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from lab.results.collect import LogProblem, collect, parse_log, parse_runs
+from lab.results.logreader import LogProblem, read_runs, parse_log, parse_runs
 from report_logs import T0, v05_line, v05_run, write_lines
 
 
@@ -133,7 +133,7 @@ def test_collect_lists_bad_files_as_skipped(tmp_path):
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "mlperf_log.py").write_text('PREFIX = ":::MLPv0.5.0"\nprint(PREFIX + " gnmt run_start")\n')
     (tmp_path / "code" / "NcfLogger.scala").write_text('val tag = ":::MLPv0.5.0 ncf"\n')
-    coll = collect([tmp_path])
+    coll = read_runs([tmp_path])
     assert [r.source for r in coll.runs] == [str(good)]
     reasons = {s.source.replace(str(tmp_path) + "/", ""): s.reason for s in coll.skipped}
     assert reasons == {
@@ -155,7 +155,7 @@ def test_collect_lists_bad_files_as_skipped(tmp_path):
 ])
 def test_system_from_folder_names(tmp_path, folders, device, gpus):
     write_lines(tmp_path.joinpath(*folders) / "run.log", v05_run("gnmt", epochs=1, epoch_s=1.0))
-    (run,) = collect([tmp_path]).runs
+    (run,) = read_runs([tmp_path]).runs
     assert (run.device, run.gpus) == (device, gpus)
 
 
@@ -167,13 +167,13 @@ def test_mlperf_systems_file_gives_the_system(tmp_path):
         "accelerator_model_name": "Tesla T4", "accelerators_per_node": "3",
         "number_of_nodes": "2", "framework": "PyTorch NGC 18.11"}))
     write_lines(sub / "results" / "r740_t4" / "gnmt" / "result_0.txt", v05_run("gnmt", epochs=1, epoch_s=1.0))
-    (run,) = collect([sub]).runs
+    (run,) = read_runs([sub]).runs
     assert (run.device, run.gpus, run.stack, run.nodes) == ("T4", 6, "PyTorch NGC 18.11", 2)
     assert (run.submitter, run.system) == ("submission", "r740_t4")
     assert run.facts_from == ("device: systems/r740_t4.json, accelerators: systems/r740_t4.json, "
                               "framework: systems/r740_t4.json")
     # Given results/ alone, the description above it is not read: the folder name stands alone.
-    (run,) = collect([sub / "results"]).runs
+    (run,) = read_runs([sub / "results"]).runs
     assert (run.system, run.device, run.gpus) == ("r740_t4", "T4", None)   # device from the folder name
     assert any("no system description for r740_t4 inside the input folder" in n for n in run.notes)
 
@@ -185,6 +185,6 @@ def test_a_description_that_is_a_link_is_not_read(tmp_path):
     tree = tmp_path / "tree"
     write_lines(tree / "org" / "sub" / "results" / "sys1" / "gnmt" / "result_0.txt", v05_run("gnmt", epochs=1, epoch_s=1.0))
     (tree / "org" / "sub" / "results" / "sys1" / "entry.json").symlink_to(outside)
-    (run,) = collect([tree]).runs
+    (run,) = read_runs([tree]).runs
     assert (run.system, run.device, run.gpus) == ("sys1", "unknown", None)
     assert any(n.startswith("entry.json leads outside") and n.endswith("not read") for n in run.notes)

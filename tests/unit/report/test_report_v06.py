@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from lab.results.collect import parse_runs
+from lab.results.logreader import parse_runs
 
 T0 = 1_560_000_000.0
 

@@ -27,7 +27,7 @@ def _local_host(tmp_path, **over) -> Host:
 
 @pytest.mark.slow
 def test_quick_validation_of_this_gpu_less_machine(tmp_path):
-    if probe.collect()["gpus"]:
+    if probe.gather()["gpus"]:
         pytest.skip("this machine has an NVIDIA GPU")
     lines = []
     v = fleet.validate_fleet([_local_host(tmp_path)], level="quick", out_dir=tmp_path / "out", stacks={},

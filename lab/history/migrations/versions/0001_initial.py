@@ -16,6 +16,15 @@ When = sa.DateTime(timezone=True)
 
 
 def upgrade() -> None:
+    _create_gpus()
+    _create_validations()
+    _create_checks()
+    _create_runs()
+    _create_run_gpus()
+    _create_quarantine()
+
+
+def _create_gpus() -> None:
     op.create_table(
         "gpus",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -28,6 +37,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_gpus"),
         sa.UniqueConstraint("uuid", name="uq_gpus_uuid"),
     )
+
+
+def _create_validations() -> None:
     op.create_table(
         "validations",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -41,6 +53,9 @@ def upgrade() -> None:
         sa.UniqueConstraint("key", name="uq_validations_key"),
     )
     op.create_index("ix_validations_at", "validations", ["at"])
+
+
+def _create_checks() -> None:
     op.create_table(
         "checks",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -64,6 +79,9 @@ def upgrade() -> None:
     )
     for col in ("validation_id", "host", "gpu_id", "name", "at"):
         op.create_index(f"ix_checks_{col}", "checks", [col])
+
+
+def _create_runs() -> None:
     op.create_table(
         "runs",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -96,6 +114,9 @@ def upgrade() -> None:
     )
     for col in ("sweep", "host", "at"):
         op.create_index(f"ix_runs_{col}", "runs", [col])
+
+
+def _create_run_gpus() -> None:
     op.create_table(
         "run_gpus",
         sa.Column("run_id", sa.Integer(), nullable=False),
@@ -106,6 +127,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("run_id", "gpu_index", name="pk_run_gpus"),
     )
     op.create_index("ix_run_gpus_gpu_id", "run_gpus", ["gpu_id"])
+
+
+def _create_quarantine() -> None:
     op.create_table(
         "quarantine",
         sa.Column("id", sa.Integer(), nullable=False),
