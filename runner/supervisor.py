@@ -112,11 +112,8 @@ def _last_error_line(stdout_log: Path) -> str:
     return ""
 
 
-def main(args) -> int:
-    t_launch = time.time()
-    p = plan(args)
-    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
-    out: Path = p["out"]
+def _make_run_dir(args, out: Path) -> None:
+    """The run directory and its stdout.log, or one line and exit 2 where it cannot be (nothing started)."""
     problem = rundir.run_dir_problem(out)   # a link or a FIFO planted where the run writes: nothing started
     if problem:
         _fail(f"--out {args.out!r}: {problem}")
@@ -125,6 +122,99 @@ def main(args) -> int:
         rundir.open_file(out / rundir.STDOUT, append=True).close()
     except OSError as exc:   # e.g. under /proc: nothing is written, nothing started
         _fail(f"--out {args.out!r}: cannot create the run directory there ({exc.strerror or exc})")
+
+
+def _worker_spec(args, p: dict, seed: int, out: Path, tmp: Path, t_launch: float) -> dict:
+    """What the worker processes are told (spec.json)."""
+    return {
+        "workload": p["workload"], "entry": p["entry"], "scale": args.scale, "mode": args.mode,
+        "seed": seed, "data": str(Path(args.data).resolve()) if args.data else None,
+        "precision": args.precision, "framework": args.framework, "gpus": p["gpus"],
+        "run_dir": str(out.resolve()), "result_path": str(tmp / "result.json"),
+        "t_launch": t_launch, "compile": (not args.no_compile) and (bool(p["gpus"]) or args.compile),
+        "measure_s": args.measure_seconds, "max_epochs": args.max_epochs, "warmup_steps": args.warmup_steps,
+        "drop_caches": args.scale == "full" and args.mode == "ttt",
+        "cache_dir": str(p["cache_dir"]) if p["cache_dir"] is not None else None,
+        "settings": p.get("settings") or {},   # --set: replaces the scale's settings (checked by runplan)
+    }
+
+
+def _manifest(args, p: dict, seed: int, cmd, env: dict) -> dict:
+    """manifest.json: the runner, the command, its options, the launch and the probe of the GPUs."""
+    return {
+        "schema": rundir.MANIFEST_SCHEMA, "contract": rundir.CONTRACT_VERSION,
+        "runner_version": __version__, "runner": _version_line(),
+        "command": shlex.join([sys.executable, "-m", "runner"] + sys.argv[1:]),
+        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+                    if k != "command"},
+        "seed": seed, "gpus": p["gpus"], "world_size": p["world_size"],
+        "launch": cmd, "launch_env": {k: env[k] for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")},
+        "probe": _probe(p["gpus"]),
+    }
+
+
+def _wait(procs, args, t_launch: float, abort_reason: list[str], old: dict):
+    """The workers' exit code; past ``--max-minutes`` or on a signal they are stopped (GRACE_S, then killed)."""
+    rc = None
+    deadline = t_launch + args.max_minutes * 60 if args.max_minutes else None
+    while rc is None:
+        rc = procs.wait(POLL_S)
+        if rc is not None:
+            break
+        if deadline is not None and time.time() > deadline and not abort_reason:
+            abort_reason.append(f"time limit of {args.max_minutes:g} minutes reached")
+        if abort_reason:
+            for s in old:  # a second Ctrl-C must not interrupt the cleanup
+                signal.signal(s, signal.SIG_IGN)
+            rc = procs.stop(GRACE_S)
+    return rc
+
+
+def _read_result(path: Path) -> dict | None:
+    """The workers' result.json (None when absent or not JSON)."""
+    if path.is_file():
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            return None
+    return None
+
+
+def _log_traceback(stdout_log: Path) -> None:
+    """The runner's own fault, its traceback into stdout.log (each line marked [runner])."""
+    import traceback
+
+    with rundir.open_file(stdout_log, append=True) as f:
+        f.write("[runner] " + traceback.format_exc().replace("\n", "\n[runner] ") + "\n")
+
+
+def _close_mllog(mlpath: Path, outcome: str, reason: str) -> None:
+    """mllog.log exists after every run; an aborted run's log gets its closing events."""
+    rundir.open_file(mlpath, append=True).close()
+    if outcome == "aborted":
+        from runner.mllog import close_aborted
+
+        close_aborted(mlpath, reason)
+
+
+def _status(args, p: dict, seed: int, doc: dict | None, start_iso: str, exit_code: int, outcome: str, reason: str,
+            result: dict) -> dict:
+    """status.json's document."""
+    return rundir.status_document(
+        runner_version=__version__, workload=p["workload"], benchmark=p["entry"]["benchmark"],
+        framework=args.framework, mode=args.mode, scale=args.scale, seed=seed,
+        precision=(doc or {}).get("precision", args.precision), gpus=p["gpus"],
+        world_size=p["world_size"], nnodes=args.nnodes, node_rank=args.node_rank,
+        start=start_iso, end=rundir.utc_now(), exit_code=exit_code, outcome=outcome,
+        reason=reason, result=result)
+
+
+def main(args) -> int:
+    t_launch = time.time()
+    p = plan(args)
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    out: Path = p["out"]
+    _make_run_dir(args, out)
     start_iso = rundir.iso(t_launch)
     abort_reason: list[str] = []
     internal: list[str] = []
@@ -142,33 +232,14 @@ def main(args) -> int:
     rc = None
     xid0, probed = None, []
     try:
-        spec = {
-            "workload": p["workload"], "entry": p["entry"], "scale": args.scale, "mode": args.mode,
-            "seed": seed, "data": str(Path(args.data).resolve()) if args.data else None,
-            "precision": args.precision, "framework": args.framework, "gpus": p["gpus"],
-            "run_dir": str(out.resolve()), "result_path": str(tmp / "result.json"),
-            "t_launch": t_launch, "compile": (not args.no_compile) and (bool(p["gpus"]) or args.compile),
-            "measure_s": args.measure_seconds, "max_epochs": args.max_epochs, "warmup_steps": args.warmup_steps,
-            "drop_caches": args.scale == "full" and args.mode == "ttt",
-            "cache_dir": str(p["cache_dir"]) if p["cache_dir"] is not None else None,
-            "settings": p.get("settings") or {},   # --set: replaces the scale's settings (checked by runplan)
-        }
+        spec = _worker_spec(args, p, seed, out, tmp, t_launch)
         spec_path = tmp / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
         cmd = launch.worker_command(p["python"], spec_path, nprocs=p["nprocs"], nnodes=args.nnodes,
                                     node_rank=args.node_rank, rdzv=args.rdzv_endpoint,
                                     run_id=f"gpulab-{p['workload']}-{seed}")
         env = launch.child_env(p["gpus"], cache_dir=p["cache_dir"], nprocs=p["nprocs"])
-        manifest = {
-            "schema": rundir.MANIFEST_SCHEMA, "contract": rundir.CONTRACT_VERSION,
-            "runner_version": __version__, "runner": _version_line(),
-            "command": shlex.join([sys.executable, "-m", "runner"] + sys.argv[1:]),
-            "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                        if k != "command"},
-            "seed": seed, "gpus": p["gpus"], "world_size": p["world_size"],
-            "launch": cmd, "launch_env": {k: env[k] for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")},
-            "probe": _probe(p["gpus"]),
-        }
+        manifest = _manifest(args, p, seed, cmd, env)
         rundir.write_json(out / rundir.MANIFEST, manifest)
         if p["gpus"]:   # the XIDs the kernel log has now: those that come during the run go into xid.json
             from runner import health
@@ -181,29 +252,11 @@ def main(args) -> int:
               f"({p['world_size']} process{'es' if p['world_size'] > 1 else ''}): {out}", flush=True)
         if not abort_reason:
             procs = launch.Processes(cmd, env, stdout_log, cwd=tmp)
-            deadline = t_launch + args.max_minutes * 60 if args.max_minutes else None
-            while rc is None:
-                rc = procs.wait(POLL_S)
-                if rc is not None:
-                    break
-                if deadline is not None and time.time() > deadline and not abort_reason:
-                    abort_reason.append(f"time limit of {args.max_minutes:g} minutes reached")
-                if abort_reason:
-                    for s in old:  # a second Ctrl-C must not interrupt the cleanup
-                        signal.signal(s, signal.SIG_IGN)
-                    rc = procs.stop(GRACE_S)
+            rc = _wait(procs, args, t_launch, abort_reason, old)
             procs.signal_group(signal.SIGKILL)  # no straggler survives its leader
-        result_file = tmp / "result.json"
-        if result_file.is_file():
-            try:
-                doc = json.loads(result_file.read_text(encoding="utf-8"))
-            except ValueError:
-                doc = None
+        doc = _read_result(tmp / "result.json")
     except Exception as exc:  # a fault of the runner itself: still leave a complete run directory
-        import traceback
-
-        with rundir.open_file(stdout_log, append=True) as f:
-            f.write("[runner] " + traceback.format_exc().replace("\n", "\n[runner] ") + "\n")
+        _log_traceback(stdout_log)
         internal.append(f"runner error: {type(exc).__name__}: {exc}")
     finally:
         for s in old:
@@ -216,23 +269,12 @@ def main(args) -> int:
             outcome, reason = "failed", internal[0]
         else:
             outcome, reason = _outcome(abort_reason, doc, rc, args.node_rank, stdout_log)
-        mlpath = out / rundir.MLLOG
-        rundir.open_file(mlpath, append=True).close()
-        if outcome == "aborted":
-            from runner.mllog import close_aborted
-
-            close_aborted(mlpath, reason)
+        _close_mllog(out / rundir.MLLOG, outcome, reason)
         exit_code = 0 if outcome == "success" else 1
         result = (doc or {}).get("result") or {}
         if tele is not None and tele.note:
             result.setdefault("notes", []).append(tele.note)
-        status = rundir.status_document(
-            runner_version=__version__, workload=p["workload"], benchmark=p["entry"]["benchmark"],
-            framework=args.framework, mode=args.mode, scale=args.scale, seed=seed,
-            precision=(doc or {}).get("precision", args.precision), gpus=p["gpus"],
-            world_size=p["world_size"], nnodes=args.nnodes, node_rank=args.node_rank,
-            start=start_iso, end=rundir.utc_now(), exit_code=exit_code, outcome=outcome,
-            reason=reason, result=result)
+        status = _status(args, p, seed, doc, start_iso, exit_code, outcome, reason, result)
         with rundir.open_file(stdout_log, append=True) as f:
             f.write(f"[runner] outcome {outcome}: {reason}\n")
         if xid0 is not None or outcome in ("failed", "aborted"):
