@@ -144,17 +144,9 @@ def _imagenet(tf, root: Path, cfg, batch, seed):
     return train, val, len(tp), len(vp), len(classes)
 
 
-def run_tf(spec, log, rank=0, world_size=1) -> dict:
-    import tensorflow as tf
-    from mlperf_logging.mllog import constants as C
-
-    from runner.mllog import platform_name
-
-    entry = spec["entry"]
-    cfg = Settings(entry["scales"][spec["scale"]], declarations(entry.get("settings", {})),
-                   f"{spec['workload']} ({spec['scale']} scale)")
-    mode = spec["mode"]
-    seed = int(spec["seed"])
+def _devices(tf, spec, seed: int):
+    """``(gpus, precision, strategy, device name)``: memory growth on every GPU, the precision's Keras policy,
+    the seed, and a MirroredStrategy over more than one GPU."""
     gpus = tf.config.list_physical_devices("GPU")
     for g in gpus:
         try:
@@ -168,11 +160,63 @@ def run_tf(spec, log, rank=0, world_size=1) -> dict:
     tf.keras.mixed_precision.set_global_policy(policy)
     tf.keras.utils.set_random_seed(seed)
     strategy = tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.get_strategy()
-    replicas = strategy.num_replicas_in_sync
     dev_name = None
     if gpus:
         details = tf.config.experimental.get_device_details(gpus[0])
         dev_name = details.get("device_name")
+    return gpus, precision, strategy, dev_name
+
+
+def _ttt_data(tf, spec, cfg, gbs: int, seed: int, strategy):
+    """``(distributed (train, val), n_train, n_eval)``: the generated set, or the prepared ImageNet."""
+    classes = cfg["classes"]
+    if cfg["data"] == "generated":
+        (xtr, ytr), (xev, yev) = _generate(cfg)
+        train = (tf.data.Dataset.from_tensor_slices((xtr, ytr)).shuffle(len(ytr), seed=seed)
+                 .batch(gbs, drop_remainder=True))
+        val = tf.data.Dataset.from_tensor_slices((xev, yev)).batch(256)
+        n_train, n_eval = len(ytr), len(yev)
+    else:
+        root = Path(spec["data"]) / "imagenet"
+        root = root if root.is_dir() else Path(spec["data"])
+        try:
+            from runner.datasets import check
+        except ImportError:
+            check = None
+        if check is not None:
+            check("imagenet", str(root))
+        train, val, n_train, n_eval, found = _imagenet(tf, root, cfg, gbs, seed)
+        if found != classes:
+            raise ValueError(f"imagenet data at {root}: {found} classes, expected {classes}")
+    return (strategy.experimental_distribute_dataset(train), strategy.experimental_distribute_dataset(val)), \
+        n_train, n_eval
+
+
+def _hyperparameters(C, cfg, mode: str, gbs: int, per: int, lr: float, end_lr: float, warm: int, total: int) -> dict:
+    """The run's hyperparameters as MLPerf logs them."""
+    return {C.GLOBAL_BATCH_SIZE: gbs, C.OPT_NAME: "sgd", C.OPT_BASE_LR: lr,
+            "sgd_opt_base_learning_rate": lr, "sgd_opt_end_learning_rate": end_lr,
+            "sgd_opt_learning_rate_decay_poly_power": 2,
+            "sgd_opt_learning_rate_decay_steps": max(1, total - warm) if mode == "ttt" else 1,
+            "sgd_opt_weight_decay": cfg["weight_decay"], "sgd_opt_momentum": cfg["momentum"],
+            "opt_learning_rate_warmup_epochs": cfg["warmup_epochs"], "model_bn_span": per,
+            "label_smoothing": cfg.get("label_smoothing", 0.0), "model_layers": list(cfg["layers"]),
+            "model_width": cfg["width"], "image_size": cfg["image_size"], "framework": "tensorflow"}
+
+
+def run_tf(spec, log, rank=0, world_size=1) -> dict:
+    import tensorflow as tf
+    from mlperf_logging.mllog import constants as C
+
+    from runner.mllog import platform_name
+
+    entry = spec["entry"]
+    cfg = Settings(entry["scales"][spec["scale"]], declarations(entry.get("settings", {})),
+                   f"{spec['workload']} ({spec['scale']} scale)")
+    mode = spec["mode"]
+    seed = int(spec["seed"])
+    gpus, precision, strategy, dev_name = _devices(tf, spec, seed)
+    replicas = strategy.num_replicas_in_sync
     # its full scale keeps the test scales' recipe (module docstring): never the closed division
     log.submission(entry["benchmark"], platform_name(max(1, len(gpus)), dev_name), spec["scale"], mode,
                    reference_recipe=False)
@@ -184,27 +228,7 @@ def run_tf(spec, log, rank=0, world_size=1) -> dict:
         per = int(spec.get("throughput_batch_size") or tp.get("batch_size") or cfg["batch_size"])
     gbs = per * replicas
     classes = cfg["classes"]
-    data = None
-    if mode == "ttt":
-        if cfg["data"] == "generated":
-            (xtr, ytr), (xev, yev) = _generate(cfg)
-            train = (tf.data.Dataset.from_tensor_slices((xtr, ytr)).shuffle(len(ytr), seed=seed)
-                     .batch(gbs, drop_remainder=True))
-            val = tf.data.Dataset.from_tensor_slices((xev, yev)).batch(256)
-            n_train, n_eval = len(ytr), len(yev)
-        else:
-            root = Path(spec["data"]) / "imagenet"
-            root = root if root.is_dir() else Path(spec["data"])
-            try:
-                from runner.datasets import check
-            except ImportError:
-                check = None
-            if check is not None:
-                check("imagenet", str(root))
-            train, val, n_train, n_eval, found = _imagenet(tf, root, cfg, gbs, seed)
-            if found != classes:
-                raise ValueError(f"imagenet data at {root}: {found} classes, expected {classes}")
-        data = (strategy.experimental_distribute_dataset(train), strategy.experimental_distribute_dataset(val))
+    data, n_train, n_eval = _ttt_data(tf, spec, cfg, gbs, seed, strategy) if mode == "ttt" else (None, 0, 0)
     steps_per_epoch = max(1, n_train // gbs) if mode == "ttt" else 1
     lr = max(0.001, round(cfg["lr_per_256"] * gbs / 256 / 0.001) * 0.001)
     end_lr = cfg.get("end_lr", 0.0001)
@@ -254,15 +278,7 @@ def run_tf(spec, log, rank=0, world_size=1) -> dict:
             return tf.reduce_sum(tf.cast(tf.equal(pred, tf.cast(y, tf.int32)), tf.float32))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(one, args=(x, y)), axis=None)
 
-    hp = {C.GLOBAL_BATCH_SIZE: gbs, C.OPT_NAME: "sgd", C.OPT_BASE_LR: lr,
-          "sgd_opt_base_learning_rate": lr, "sgd_opt_end_learning_rate": end_lr,
-          "sgd_opt_learning_rate_decay_poly_power": 2,
-          "sgd_opt_learning_rate_decay_steps": max(1, total - warm) if mode == "ttt" else 1,
-          "sgd_opt_weight_decay": cfg["weight_decay"], "sgd_opt_momentum": cfg["momentum"],
-          "opt_learning_rate_warmup_epochs": cfg["warmup_epochs"], "model_bn_span": per,
-          "label_smoothing": cfg.get("label_smoothing", 0.0), "model_layers": list(cfg["layers"]),
-          "model_width": cfg["width"], "image_size": cfg["image_size"], "framework": "tensorflow"}
-    log.hyperparameters(hp)
+    log.hyperparameters(_hyperparameters(C, cfg, mode, gbs, per, lr, end_lr, warm, total))
     t_launch = float(spec.get("t_launch", time.time()))
     if mode == "throughput":
         return _throughput(tf, spec, cfg, log, C, train_step, per, replicas, precision, t_launch)

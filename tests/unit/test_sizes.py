@@ -15,7 +15,6 @@ FUNCTION_LINES = 80
 #: "path:function" -> its length today (to be split; the list only shrinks)
 TOO_LONG: dict[str, int] = {
     "lab/sweep/driver.py:run_sweep": 119,
-    "runner/workloads/resnet50_tf.py:run_tf": 123,
 }
 
 
