@@ -156,6 +156,84 @@ def slurm_held(hosts: list[Host], quarantine: dict[str, dict] | None) -> dict[st
     return held
 
 
+def _record_hosts(sweep: Sweep, hosts: list[Host], errors: dict, topologies: dict, prepared, quarantine) -> None:
+    """sweep.json's hosts (address, GPUs, stack, topology, runner, quarantine) and the runs of hosts that could not
+    be prepared failed with the reason; saved."""
+    for h in hosts:
+        entry = sweep.hosts.setdefault(h.name, {})
+        entry.update(address=h.address, gpu_model=h.gpu_model, gpu_count=h.gpu_count, stack=h.stack,
+                     groups=list(h.groups), error=errors.get(h.name))
+        if h.name in topologies:
+            entry.update(topology=topologies[h.name], runner=prepared[h.name][1].version)
+        if (quarantine or {}).get(h.name):
+            entry["quarantined"] = quarantine[h.name]
+    for run in sweep.runs:
+        bad = [f"{n}: {errors[n]}" for n in run.hosts if n in errors]
+        if bad and run.state != RunState.COMPLETE:
+            run.state, run.reason, run.ended = RunState.FAILED, "; ".join(bad), utcnow()
+    sweep.save()
+
+
+def _units_to_run(sweep: Sweep, not_runnable: set, errors: dict) -> dict[tuple, list[PlannedRun]]:
+    """Each unit (its hosts) with its runs, where every host was prepared and a run is left to do (a run the
+    new plan could not place, ``not_runnable``, only where an earlier attempt completed it)."""
+    unit_runs: dict[tuple, list[PlannedRun]] = {}
+    for run in sweep.runs:
+        if (run.host, run.run_id) not in not_runnable or run.state == RunState.COMPLETE:
+            unit_runs.setdefault(tuple(run.hosts), []).append(run)
+    return {u: rs for u, rs in unit_runs.items()
+            if not any(n in errors for n in u) and any(r.state != RunState.COMPLETE for r in rs)}
+
+
+def _limit_runs(runs: list[PlannedRun], hosts: list[Host], topologies: dict, results_dir: Path) -> None:
+    past = study.history(results_dir)
+    for run in runs:
+        run.limit_s = 60 * study.time_limit_minutes(run, study.unit_device(hosts, run, topologies), past)
+
+
+def _estimate_runs(estimates: dict, runs: list[PlannedRun], hosts: list[Host], topologies: dict,
+                   results_dir: Path) -> None:
+    past = study.history(results_dir)
+    for run in runs:
+        minutes, _ = study.estimate(run, study.unit_device(hosts, run, topologies), past)
+        if minutes is not None:
+            estimates[run.run_id] = 60.0 * minutes
+
+
+def _worker(backend: str, sweep: Sweep, nodes: list[Node], runs: list[PlannedRun], settings: Settings, progress,
+            stop: threading.Event, pilots, memory, during: dict, slurm_settings) -> UnitWorker:
+    """The thread that runs one unit's runs: gpulab's own over SSH, or as Slurm job arrays."""
+    if backend == "slurm":
+        return slurmworker.SlurmUnitWorker(sweep, nodes, runs, settings, progress, stop, pilots, memory, during,
+                                           slurm_settings=slurm_settings)
+    return UnitWorker(sweep, nodes, runs, settings, progress, stop, pilots, memory, during)
+
+
+def _interrupted(sweep: Sweep) -> None:
+    """Ctrl-C: the running runs are marked interrupted and the state is saved."""
+    for run in sweep.runs:
+        if run.state == RunState.RUNNING:
+            run.state, run.reason, run.ended = RunState.INTERRUPTED, "interrupted (Ctrl-C)", utcnow()
+    sweep.save()
+
+
+def _preflight(hosts: list[Host], planned: list[PlannedRun], datasets_catalogue, name: str, left_out: list[str],
+               echo) -> None:
+    """The read-only preflight of the hosts (ConfigError when one is refused), then what is prepared and left out."""
+    refused = preflight.refusal(preflight.check(hosts, planned, datasets_catalogue))  # read-only
+    if refused:
+        raise ConfigError(refused)
+    echo(f"sweep {name}: preparing {len(hosts)} host(s) (runner {runnerdist.local_version()})")
+    for line in left_out:
+        echo(f"sweep {name}: quarantine: {line}")
+
+
+def _quarantined(left_out: list[str], held: list[str], during: dict[str, dict[int, str]]) -> list[str]:
+    """What the sweep planned around (before and after preparing the hosts) and what failed runs quarantined."""
+    return left_out + held + [f"{h}: GPU {i} quarantined after a failed run ({why})"
+                              for h, got in sorted(during.items()) for i, why in sorted(got.items())]
+
+
 def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: str, *, gpus: str | None = None,
               seeds=1, mode: str = "ttt", scale: str = "tiny", nodes: int = 1, settings: Settings | None = None,
               progress_factory=None, echo=print, datasets_catalogue=None,
@@ -189,12 +267,7 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
         Sweep.load(root)   # a saved state to resume is checked before any host is touched too
     lock = supervise.SweepLock(root, name)   # one controller per sweep, taken before any host is touched
     try:
-        refused = preflight.refusal(preflight.check(hosts, planned, datasets_catalogue))  # read-only
-        if refused:
-            raise ConfigError(refused)
-        echo(f"sweep {name}: preparing {len(hosts)} host(s) (runner {runnerdist.local_version()})")
-        for line in left_out:
-            echo(f"sweep {name}: quarantine: {line}")
+        _preflight(hosts, planned, datasets_catalogue, name, left_out, echo)
         gated = gate.needed(hosts, memory, settings.health_valid_hours, echo)
         prepared = rmt.on_hosts(hosts, lambda h: prepare_host(h, h.name in gated))
         errors = prepared.reasons()
@@ -206,73 +279,37 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
             echo(f"sweep {name}: quarantine: {line}")
         runs = plan(left, workloads, gpus, seeds, mode, scale, nodes=nodes, topologies=planned_topologies, **shape)
         if settings.timeout_s is None:   # each run's limit from its estimate (the probed GPUs name the device)
-            past = study.history(results_dir)
-            for run in runs:
-                run.limit_s = 60 * study.time_limit_minutes(run, study.unit_device(hosts, run, topologies), past)
+            _limit_runs(runs, hosts, topologies, results_dir)
         not_runnable = {(r.host, r.run_id) for r in runs if r.state == RunState.FAILED}  # e.g. fewer GPUs than asked
         options = {"workloads": workloads, "gpus": gpus, "seeds": seeds, "mode": mode, "scale": scale, "nodes": nodes,
                    "timeout_s": settings.timeout_s, "recipes": recipes or {}, "spread": spread,
                    "max_epochs": max_epochs, "backend": backend}
         sweep = Sweep.open(root, name, runs, options)
-        for h in hosts:
-            entry = sweep.hosts.setdefault(h.name, {})
-            entry.update(address=h.address, gpu_model=h.gpu_model, gpu_count=h.gpu_count, stack=h.stack,
-                         groups=list(h.groups), error=errors.get(h.name))
-            if h.name in topologies:
-                entry.update(topology=topologies[h.name], runner=prepared[h.name][1].version)
-            if (quarantine or {}).get(h.name):
-                entry["quarantined"] = quarantine[h.name]
-        for run in sweep.runs:
-            bad = [f"{n}: {errors[n]}" for n in run.hosts if n in errors]
-            if bad and run.state != RunState.COMPLETE:
-                run.state, run.reason, run.ended = RunState.FAILED, "; ".join(bad), utcnow()
-        sweep.save()
+        _record_hosts(sweep, hosts, errors, topologies, prepared, quarantine)
         by_name = {h.name: h for h in hosts}
-        workers: list[UnitWorker] = []
         stop = threading.Event()
-        unit_runs: dict[tuple, list[PlannedRun]] = {}
-        for run in sweep.runs:
-            if (run.host, run.run_id) not in not_runnable or run.state == RunState.COMPLETE:
-                unit_runs.setdefault(tuple(run.hosts), []).append(run)
-        todo_units = {u: rs for u, rs in unit_runs.items()
-                      if not any(n in errors for n in u) and any(r.state != RunState.COMPLETE for r in rs)}
+        todo_units = _units_to_run(sweep, not_runnable, errors)
         progress = (progress_factory or prog.Progress)(
             {"+".join(u): sum(1 for r in rs if r.state != RunState.COMPLETE) for u, rs in todo_units.items()})
         if isinstance(getattr(progress, "estimates", None), dict):   # the live table's ETA: each run's estimate
-            past = study.history(results_dir)
-            for run in runs:
-                minutes, _ = study.estimate(run, study.unit_device(hosts, run, topologies), past)
-                if minutes is not None:
-                    progress.estimates[run.run_id] = 60.0 * minutes
+            _estimate_runs(progress.estimates, runs, hosts, topologies, results_dir)
         pilots = pilot.for_sweep(root, sweep.runs, by_name, settings)   # compile once, then fan out
         during: dict[str, dict[int, str]] = {}   # GPUs quarantined by a failed run's epilogue (lab.sweep.gate)
-        for u, rs in todo_units.items():
-            nodes_ = [Node(by_name[n], prepared[n][0], prepared[n][1], settings, name) for n in u]
-            if backend == "slurm":
-                workers.append(slurmworker.SlurmUnitWorker(sweep, nodes_, rs, settings, progress, stop, pilots, memory,
-                                                           during, slurm_settings=slurm_settings))
-            else:
-                workers.append(UnitWorker(sweep, nodes_, rs, settings, progress, stop, pilots, memory, during))
+        workers = [_worker(backend, sweep, [Node(by_name[n], prepared[n][0], prepared[n][1], settings, name) for n in u],
+                           rs, settings, progress, stop, pilots, memory, during, slurm_settings)
+                   for u, rs in todo_units.items()]
         skipped = sum(1 for r in sweep.runs if r.state == RunState.COMPLETE)
-        echo(f"sweep {name}: {len(sweep.runs)} runs on {len(hosts)} host(s)" + (" as Slurm jobs" if backend == "slurm"
-                                                                                else "")
-             + (f", {skipped} already complete (resumed)" if skipped else ""))
-        def interrupted():
-            for run in sweep.runs:
-                if run.state == RunState.RUNNING:
-                    run.state, run.reason, run.ended = RunState.INTERRUPTED, "interrupted (Ctrl-C)", utcnow()
-            sweep.save()
-
+        echo(f"sweep {name}: {len(sweep.runs)} runs on {len(hosts)} host(s)"
+             + (" as Slurm jobs" if backend == "slurm" else "") + (f", {skipped} already complete (resumed)" if skipped else ""))
         try:
             with progress:
-                supervise.run_workers(workers, stop, settings.stop_grace_s, interrupted, progress.print)
+                supervise.run_workers(workers, stop, settings.stop_grace_s, lambda: _interrupted(sweep),
+                                      progress.print)
         finally:
             for got in prepared.succeeded.values():
                 got[0].close()
             sweep.save()
-        held = left_out + held + [f"{h}: GPU {i} quarantined after a failed run ({why})"
-                                  for h, got in sorted(during.items()) for i, why in sorted(got.items())]
-        return SweepResult(sweep, quarantined=held)
+        return SweepResult(sweep, quarantined=_quarantined(left_out, held, during))
     finally:
         lock.release(drop_if_empty=True)
 

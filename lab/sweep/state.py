@@ -42,7 +42,7 @@ class Sweep:
         """results/<sweep>/<host>/<run id>: refused (ConfigError) if it would leave the sweep folder."""
         return statefile.run_dir(self.root, host or run.host, run.run_id, str(self.state_file))
 
-    def verified(self, run: PlannedRun) -> list[str]:
+    def problems(self, run: PlannedRun) -> list[str]:
         """Problems of the local copies of a run (every node); empty when all verify."""
         out = []
         for h in run.hosts:
