@@ -138,3 +138,15 @@ def test_collect_fetches_a_corrupt_copy_as_often_as_fetch_retries_says(tmp_path,
     assert p.returncode == 1 and "Traceback" not in p.stderr + p.stdout, p.stdout + p.stderr
     assert "1 run(s) fetched, 0 verified, 1 problem(s)" in p.stdout
     assert f"fetched {int(retries) + 1} time(s), gpulab.sweep.fetch_retries {retries}" in p.stdout, p.stdout
+
+
+def test_the_readme_states_a_default_only_in_the_table():
+    """README names settings in its prose; their defaults are said once, in the generated table."""
+    import re
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    prose = readme.split(BEGIN, 1)[0] + readme.split(END, 1)[1]
+    for s in settings.DECLARED:
+        if s.kind == "number" and isinstance(s.default, (int, float)):
+            said = re.search(rf"`gpulab\.{re.escape(s.key)}`,? \((default )?{s.default:g}\b", prose)
+            assert said is None, f"README restates gpulab.{s.key}'s default: {said.group(0)!r}"
