@@ -96,7 +96,7 @@ def task_errors(fn):
     @functools.wraps(fn)
     def wrapper(c, *args, **kwargs):
         try:
-            config.check(c.config.get("gpulab"))
+            config.conform(c.config.get("gpulab"))
             arguments = inspect.signature(fn).bind_partial(c, *args, **kwargs).arguments
             check_paths(lambda key: setting(c, key), arguments)
             # what pasting an advised command needs again

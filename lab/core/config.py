@@ -5,9 +5,9 @@ range, unit and doc). ``defaults`` is the section of those defaults, which
 tasks.py puts at Invoke's collection level, below every file and variable a
 user or a lab sets (/etc/invoke.yaml, ~/.invoke.yaml, a project-level
 invoke.yaml, then ``INVOKE_GPULAB_*``, ``invoke -f FILE`` and the command
-line, Invoke's own order). ``check_layer`` checks each layer's section
+line, Invoke's own order). ``conform_layer`` checks each layer's section
 before Invoke merges them (a list where the defaults hold a mapping would end
-Invoke's merge in a traceback; lab.core.program finds the layers); ``check`` validates the merged section once,
+Invoke's merge in a traceback; lab.core.program finds the layers); ``conform`` validates the merged section once,
 when a task starts. Both check the declared schema (an unknown key or a wrong
 type) and the declared ranges (a number out of its range), and name
 ``gpulab.<key>`` and the file in one line, exit 2. ``env_section`` reads the
@@ -54,7 +54,7 @@ def _checked(data, source: str):
     return data
 
 
-def check_layer(section, where: str) -> None:
+def conform_layer(section, where: str) -> None:
     """ConfigError naming the first key of one layer's ``gpulab:`` section (``where``: its file) that does not fit
     the declared schema or its range (lab.core.settings)."""
     _checked(plain(section), where)
@@ -69,7 +69,7 @@ def plain(node):
     return node
 
 
-def check(section) -> dict:
+def conform(section) -> dict:
     """The merged gpulab section as plain data; ConfigError naming the first key that does not fit the schema."""
     return _checked(plain(section if section is not None else {}), WHERE)
 

@@ -107,7 +107,7 @@ def layer_problem(cfg: Config) -> str | None:
         if dict(LAYERS)[name] is None or not isinstance(data, Mapping) or "gpulab" not in data:
             continue
         try:
-            config.check_layer(data["gpulab"], where)
+            config.conform_layer(data["gpulab"], where)
         except ConfigError as exc:
             return exc.message
     return None

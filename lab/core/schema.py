@@ -51,7 +51,7 @@ def describe(error: jsonschema.ValidationError) -> str:
     return error.message
 
 
-def check(data: Any, schema_name: str, source: str) -> Any:
+def conform(data: Any, schema_name: str, source: str) -> Any:
     """Validate ``data``; raise ConfigError '<source>: <where>: <what>' on the first error.
 
     Data larger or deeper than lab.core.plaindata allows (a YAML alias bomb)
@@ -90,4 +90,4 @@ def read_yaml(path: Path | str) -> Any:
 
 def load_yaml(path: Path | str, schema_name: str) -> Any:
     """Read a YAML file and validate it against ``schema_name``."""
-    return check(read_yaml(path), schema_name, str(path))
+    return conform(read_yaml(path), schema_name, str(path))

@@ -150,7 +150,7 @@ class Inventory:
         """One host, its gpulab variables checked against the schema."""
         v = self.raw_vars(name)
         own = {k: val for k, val in v.items() if k.startswith("gpulab_")}
-        schema.check(own, "hostvars", f"{self.path}: host {name}")
+        schema.conform(own, "hostvars", f"{self.path}: host {name}")
         if "gpulab_workdir" in own:   # the host's runs and data land there: never /, /etc, /usr, ...
             paths.output_root(own["gpulab_workdir"], f"{self.path}: host {name}: gpulab_workdir", local=False)
         connection = v.get("ansible_connection", "ssh")

@@ -220,7 +220,7 @@ def _interrupted(sweep: Sweep) -> None:
 def _preflight(hosts: list[Host], planned: list[PlannedRun], datasets_catalogue, name: str, left_out: list[str],
                echo) -> None:
     """The read-only preflight of the hosts (ConfigError when one is refused), then what is prepared and left out."""
-    refused = preflight.refusal(preflight.check(hosts, planned, datasets_catalogue))  # read-only
+    refused = preflight.refusal(preflight.gather(hosts, planned, datasets_catalogue))  # read-only
     if refused:
         raise ConfigError(refused)
     echo(f"sweep {name}: preparing {len(hosts)} host(s) (runner {runnerdist.local_version()})")

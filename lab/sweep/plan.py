@@ -72,7 +72,7 @@ class PlannedRun:
     @classmethod
     def from_json(cls, doc: dict, where: str = "run") -> "PlannedRun":
         """A run entry of sweep.json, every field checked like its command-line option (lab.sweep.statefile)."""
-        return cls(**statefile.check_run(doc, where))
+        return cls(**statefile.conform_run(doc, where))
 
 
 def parse_list(value: str | Iterable[str] | None, what: str) -> list[str]:
@@ -227,7 +227,7 @@ def plan(hosts: list[Host], workloads: list[str], gpus: str | None, seeds, mode:
     for w in workloads:
         fields.workload(w)
     counts = {w: seed_count(seeds, w, mode=mode) for w in workloads}
-    workload_catalogue.check(workloads)
+    workload_catalogue.known(workloads)
     topologies = topologies or {}
     units = units_of(hosts, nodes)
     per_unit = []

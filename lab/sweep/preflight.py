@@ -161,7 +161,7 @@ def probe_host(host, entries: dict[str, list[str]], catalogue: Catalogue) -> Hos
     return result
 
 
-def check(hosts, runs, catalogue: Catalogue | str | None = None) -> dict[str, HostData]:
+def gather(hosts, runs, catalogue: Catalogue | str | None = None) -> dict[str, HostData]:
     """Probe every host with runs that read prepared data, in parallel; host -> what it has."""
     runs = [r for r in runs if needs_data(r)]
     if not runs:

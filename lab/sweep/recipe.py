@@ -106,7 +106,7 @@ def load(path: str | Path) -> Recipe:
 def write(path: str | Path, recipe: Recipe) -> Path:
     """Write a recipe file (a new file renamed into place, never through a link)."""
     doc = recipe.to_doc()
-    schema.check(doc, "recipe", str(path))
+    schema.conform(doc, "recipe", str(path))
     return writes.write_text(path, "# gpulab recipe: invoke sweep --recipe THIS_FILE\n"
                              + yaml.safe_dump(doc, sort_keys=False), "recipe")
 

@@ -92,17 +92,17 @@ def _slurm_job(value, what: str) -> str:
 REQUIRED = ("host", "workload", "gpus", "seed")
 
 
-def check_run(entry, where: str) -> dict:
+def conform_run(entry, where: str) -> dict:
     """The known fields of one run entry, each checked; ConfigError naming ``where.field``."""
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: {type(entry).__name__} is not a run (a JSON object)")
     for key in REQUIRED:
         if key not in entry:
             raise ConfigError(f"{where}: {key} is missing")
-    return {key: check(entry[key], f"{where}.{key}") for key, check in RUN_FIELDS.items() if key in entry}
+    return {key: read(entry[key], f"{where}.{key}") for key, read in RUN_FIELDS.items() if key in entry}
 
 
-def check(doc, source: str) -> dict:
+def conform(doc, source: str) -> dict:
     """The sweep document with checked runs (field dicts); ConfigError '<source>: <field>: ...'."""
     if not isinstance(doc, dict):
         raise ConfigError(f"{source}: not a sweep state (a JSON object)")
@@ -112,7 +112,7 @@ def check(doc, source: str) -> dict:
     runs = _list(doc.get("runs"), f"{source}: runs")
     if len(runs) > limits.PLANNED_RUNS.hi:
         raise ConfigError(f"{source}: runs: {len(runs)} runs, more than {limits.PLANNED_RUNS.hi:g}")
-    checked = [check_run(r, f"{source}: runs[{i}]") for i, r in enumerate(runs)]
+    checked = [conform_run(r, f"{source}: runs[{i}]") for i, r in enumerate(runs)]
     hosts = doc.get("hosts", {})
     if not isinstance(hosts, dict):
         raise ConfigError(f"{source}: hosts: {type(hosts).__name__} is not a mapping of host name to facts")
@@ -133,7 +133,7 @@ def read(root: Path) -> dict:
     doc = bounded.read_or(bounded.read_json, path, root=root, limit=limits.JSON_BYTES,
                           missing=lambda: ConfigError(f"{root}: not a sweep directory (no {STATE_FILE})"),
                           unreadable=lambda why: ConfigError(f"{path}: unreadable sweep state ({why})"))
-    return check(doc, str(path))
+    return conform(doc, str(path))
 
 
 def run_dir(root: Path, host: str, run_id: str, source: str = STATE_FILE) -> Path:

@@ -326,7 +326,7 @@ def dry_run(hosts: list, runs: list, name: str, *, results_dir=None, catalogue=N
     and the refusal line when a host lacks prepared data. ``settings``: lab.sweep.hostrun.Settings (None: no pilots).
 
     The only contact with the hosts is lab.sweep.preflight's read-only probe (for runs that read prepared data)."""
-    data = preflight.check(hosts, runs, catalogue)
+    data = preflight.gather(hosts, runs, catalogue)
     lines, _ = describe(runs, hosts, past=history(results_dir), data=data)
     modes = ", ".join(sorted({r.mode for r in runs}))
     scales = ", ".join(sorted({r.scale for r in runs}))

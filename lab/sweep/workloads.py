@@ -40,17 +40,17 @@ def names() -> tuple[str, ...]:
 
 def scale_settings(workload: str, scale: str) -> dict:
     """The settings of one scale of a registered workload, as the runner's catalogue has them."""
-    check([workload], "workload")
+    known([workload], "workload")
     return dict((catalogue()[workload].get("settings") or {}).get(scale) or {})
 
 
 def declared(workload: str) -> set[str]:
     """The settings ``runner run --set`` may name for ``workload``."""
-    check([workload], "workload")
+    known([workload], "workload")
     return set(catalogue()[workload].get("declared") or ())
 
 
-def check(workloads: list[str], what: str = "--workloads") -> list[str]:
+def known(workloads: list[str], what: str = "--workloads") -> list[str]:
     """``workloads`` when every one is registered; ConfigError naming the first that is not."""
     known = names()
     for w in workloads:

@@ -32,7 +32,7 @@ def request(workload: str, *, scale: str, name: str | None, device: str | None, 
             baseline: str | None = None, gpus: str | None = None, wave: int = 1,
             max_epochs=None) -> TuneRequest:
     fields.workload(workload, "WORKLOAD")
-    catalogue.check([workload], "WORKLOAD")
+    catalogue.known([workload], "WORKLOAD")
     fields.choice(scale, fields.SCALES, "--scale")
     name = name or default_name(workload, scale, device)
     if not isinstance(name, str) or not NAME_RE.match(name):

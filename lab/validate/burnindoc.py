@@ -40,7 +40,7 @@ def read_burnin(stdout: str, host: str, code: int | None = None) -> dict:
     validator = jsonschema.Draft202012Validator(schema.schema("burnin"))
     while True:
         try:
-            schema.check(doc, "burnin", "burn-in document")
+            schema.conform(doc, "burnin", "burn-in document")
             break
         except ConfigError as exc:
             if len(left_out) >= MAX_SALVAGED or not _null_first_refused(doc, validator):
@@ -52,7 +52,7 @@ def read_burnin(stdout: str, host: str, code: int | None = None) -> dict:
 
 
 def _null_first_refused(doc: dict, validator) -> bool:
-    """Set the value that lab.core.schema.check reports first to null, where its own schema is a scalar's
+    """Set the value that lab.core.schema.conform reports first to null, where its own schema is a scalar's
     that allows null (a figure, a count, a text) inside an object; False where that cannot help."""
     errors = sorted(validator.iter_errors(doc), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if not errors:

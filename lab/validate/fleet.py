@@ -314,7 +314,7 @@ def build_references(snapshots: dict[str, Any], references: dict, *, hosts: Iter
             if metric in HOST_METRICS:
                 m["scope"] = "host"
             entry["metrics"][metric] = m
-    schema.check(out, "gpu-references", "baseline references")
+    schema.conform(out, "gpu-references", "baseline references")
     return out
 
 def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False, as_json: bool = False,

@@ -67,7 +67,7 @@ def test_a_host_pattern_is_checked_term_by_term(example, terms):
 def test_an_error_quotes_an_excerpt_of_a_file_not_the_file(tmp_path):
     big = "root:x:0:0:root:/root:/bin/bash\n" * 200
     with pytest.raises(ConfigError) as exc:
-        schema.check(big, "gpu-references", str(tmp_path / "refs.yml"))
+        schema.conform(big, "gpu-references", str(tmp_path / "refs.yml"))
     assert len(exc.value.message) < 200 and "..." in exc.value.message
 
 

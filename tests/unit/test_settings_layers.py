@@ -123,7 +123,7 @@ def test_any_section_is_refused_in_one_line_or_merges_and_checks(tmp_path, secti
         return
     except AmbiguousMergeError:   # pragma: no cover - the property under test
         pytest.fail(f"Invoke's merge failed on a section layer_problem let through: {section!r}")
-    config.check(cfg.get("gpulab"))
+    config.conform(cfg.get("gpulab"))
 
 
 def invoke(*args, home: Path, env=None, cwd=ROOT):

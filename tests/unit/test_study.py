@@ -257,10 +257,10 @@ def test_a_manifest_from_another_catalogue_entry_is_stale(data_lab):
     (data_lab / "catalogue-2.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
     cat = datasets.load_catalogue(data_lab / "catalogue-2.yml")
     runs = pl.plan([host], ["ncf"], "1", 1, "ttt", "full")
-    got = preflight.check([host], runs, cat)["here"]
+    got = preflight.gather([host], runs, cat)["here"]
     assert got.problems == {"ml-20m": "prepared from catalogue 'study-test-1', not from the entry of catalogue "
                                       "'study-test-2' (prepare it again)"}
-    assert preflight.check([host], pl.plan([host], ["ncf"], "1", 1, "ttt", "small"), cat) == {}
+    assert preflight.gather([host], pl.plan([host], ["ncf"], "1", 1, "ttt", "small"), cat) == {}
 
 
 def test_probe_output_and_manifests_are_judged_as_input():
@@ -283,7 +283,7 @@ def test_unreachable_hosts_are_left_to_the_sweep(tmp_path):
                        gpu_count=1, stack="current", groups=(), workdir="/var/lib/gpulab", python=None, ssh_key=None,
                        known_hosts=str(tmp_path / "known_hosts"))
     runs = pl.plan([h], ["ncf"], "1", 1, "ttt", "full")
-    got = preflight.check([h], runs)["gone"]
+    got = preflight.gather([h], runs)["gone"]
     assert got.error and got.lines()[0].startswith("data in /var/lib/gpulab/data: not checked: ")
     assert preflight.refusal({"gone": got}) is None
 

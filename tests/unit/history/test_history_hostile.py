@@ -266,7 +266,7 @@ def test_a_lock_another_session_holds_is_one_line_after_the_wait(pg_server):
 def test_a_yes_no_setting_is_read_as_written_in_every_layer(word, value):
     env = config.env_section(config.defaults()["gpulab"], {"INVOKE_GPULAB_VALIDATE_QUARANTINE": word})
     assert env == {"validate": {"quarantine": value}}
-    config.check({"validate": {"quarantine": word}})   # a file layer takes the same words
+    config.conform({"validate": {"quarantine": word}})   # a file layer takes the same words
     assert flag(word, "config gpulab.validate.quarantine") is value
 
 
