@@ -5,6 +5,8 @@ them: the H100 run of 2026-12-06 passes its own references, a GPU 20 % slower fa
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 
 import pytest
 from snapshots import checks_of, inventory_for, stack_of
@@ -53,3 +55,23 @@ def test_the_burn_ins_own_figures_are_judged_against_the_h100_references(snap, r
     for metric in H100_RUN:
         assert c[metric]["verdict"] == verdict, (metric, c[metric]["reason"])
         assert "recorded: one H100 80GB HBM3" in c[metric]["reason"] or verdict != "PASS"
+
+
+RECORDED = Path(__file__).resolve().parents[3] / "benchmarks/recorded/h100-2026-12-06b"
+
+
+@pytest.mark.parametrize("name", ["burnin-standard.json", "burnin-burnin.json"])
+def test_the_recorded_h100_burn_ins_are_judged_whole_resnet50_and_nvbandwidth_included(refs, name):
+    """The burn-in documents that the H100 itself wrote (validate at 94f895f): every figure of theirs has a
+    reference now, resnet50's images/s and nvbandwidth's H2D/D2H included, and they pass it; 20 % slower fails."""
+    doc = json.loads((RECORDED / name).read_text())
+    v = fleet.evaluate({"h100-01": doc}, [inventory_for(doc, "h100-01", gpu_model="H100-SXM5")], refs, stack_of(doc))
+    c = checks_of(v, "h100-01", 0)
+    assert c["resnet50_images_per_s"]["verdict"] == "PASS", c["resnet50_images_per_s"]["reason"]
+    if doc["tools"]["nvbandwidth"].get("ran"):
+        assert "nvbandwidth" not in c, c["nvbandwidth"]["reason"]        # not "figures not judged: no reference"
+        assert c["nvbandwidth H2D"]["verdict"] == c["nvbandwidth D2H"]["verdict"] == "PASS"
+    slow = copy.deepcopy(doc)
+    slow["gpus"]["0"]["solo"]["resnet50_images_per_s"] *= 0.8
+    v = fleet.evaluate({"h100-01": slow}, [inventory_for(slow, "h100-01", gpu_model="H100-SXM5")], refs, stack_of(slow))
+    assert checks_of(v, "h100-01", 0)["resnet50_images_per_s"]["verdict"] == "FAIL"
