@@ -28,7 +28,7 @@ instead (``build_references``).
 
 Modules: lab.validate.verdict (PASS/WARN/FAIL, check records, ``Verdicts``),
 lab.validate.gpurefs (the references file and model names), lab.validate.hostchecks (stack and
-GPU count), lab.validate.gpuchecks (per GPU, XID, host metrics, fleet),
+GPU count), lab.validate.gpuchecks (per GPU, XID, fleet), lab.validate.loadchecks (under load, host metrics),
 lab.validate.vendor (DCGM's diagnostic, lab.validate.dcgm, and Fabric Manager,
 lab.validate.fabric: gathered after the burn-in, their records beside these), lab.validate.burnindoc (the
 document read back, checked), lab.validate.gathering (the burn-in and the vendor tools gathered over SSH;
@@ -48,8 +48,8 @@ from lab.core import paths
 from lab.core import schema
 from lab.core import writes
 from lab.core.errors import CheckFailed, ConfigError, HostError
-from lab.validate.gpuchecks import (burnin_failures, fleet_checks, gpu_checks, host_metric_checks, xid_checks,
-                           fleet_medians, split_snapshot)
+from lab.validate.gpuchecks import fleet_checks, fleet_medians, gpu_checks, split_snapshot, xid_checks
+from lab.validate.loadchecks import burnin_failures, host_metric_checks
 from lab.validate import dcgm, trends as trend, vendor
 from lab.validate.actions import attach_actions, load_actions
 from lab.validate.burnindoc import malformed, read_burnin, unreadable_check

@@ -1,8 +1,8 @@
 """The checks of `invoke validate`, each a function from plain data (a host's
 probe and burn-in documents, the references) to check records (lab.validate.verdict):
-the stack against its profile, GPU count, XID events, per GPU health, load
-behaviour and burn-in metrics, host metrics, and each GPU against the fleet
-median of its model. lab.validate.fleet.evaluate runs them.
+XID events, per GPU health (the load behaviour and burn-in metrics of
+lab.validate.loadchecks among them), and each GPU against the fleet median of
+its model. lab.validate.fleet.evaluate runs them.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from lab.validate.verdict import (FAIL, HOST_METRICS, PASS, UNITS, WARN, fmt_value, host_field, percent, range_text, check,
-                         judge_metric)
 from lab.validate.gpurefs import model_key, model_label
 from lab.validate.linkchecks import LinkWindow, interconnect_checks
+from lab.validate.loadchecks import load_checks, metric_checks, power_limit_checks
+from lab.validate.verdict import FAIL, PASS, UNITS, WARN, check, fmt_value, host_field, percent, range_text
 
 
 # --------------------------------------------------------------------------- snapshot access
@@ -67,11 +67,14 @@ class GpuFacts:
     window: LinkWindow | None = None
     gpus_on_host: int = 1
 
+    @property
+    def mref(self) -> dict | None:
+        """The references of the GPU's model (None: the references have no such model)."""
+        return self.refs["models"].get(self.model) if self.model else None
+
     def unpack(self):
-        c = self.refs["checks"]
-        mref = self.refs["models"].get(self.model) if self.model else None
         load = (self.bg or {}).get("load") or {}
-        return self.gpu, self.bg, self.host, self.refs, self.model, self.xid, c, mref, load
+        return self.gpu, self.bg, self.host, self.refs, self.model, self.xid, self.refs["checks"], self.mref, load
 
 
 def _model_checks(g: GpuFacts) -> list[dict]:
@@ -204,103 +207,21 @@ def gpu_xid_checks(g: GpuFacts) -> list[dict]:
     return out
 
 
-def _thermal_and_load_checks(g: GpuFacts) -> list[dict]:
-    """Temperatures at idle and under load; throttling, SM clock and power under load."""
-    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
-    out: list[dict] = []
-    tcfg = c["temperature"]
-    idle = (bg or {}).get("idle") or {}
-    t_idle = idle.get("temp_c_max", gpu.get("temperature_c"))
-    if t_idle is not None:
-        exp = f"< {tcfg['idle_warn_c']} C"
-        if t_idle >= tcfg["idle_fail_c"]:
-            out.append(check("idle temperature", FAIL, t_idle, exp, f"{t_idle} C at idle (FAIL from {tcfg['idle_fail_c']} C)", "C"))
-        elif t_idle >= tcfg["idle_warn_c"]:
-            out.append(check("idle temperature", WARN, t_idle, exp, f"{t_idle} C at idle", "C"))
-        else:
-            out.append(check("idle temperature", PASS, t_idle, exp, f"{t_idle} C at idle", "C"))
-    if load.get("samples"):
-        slow = gpu.get("temperature_slowdown_c") or tcfg["slowdown_default_c"]
-        t = load.get("temp_c_max")
-        if t is not None:
-            exp = f"< {slow - tcfg['load_margin_c']} C (slowdown {slow} C)"
-            if t >= slow:
-                out.append(check("load temperature", FAIL, t, exp, f"{t} C under load reaches the slowdown temperature {slow} C", "C"))
-            elif t >= slow - tcfg["load_margin_c"]:
-                out.append(check("load temperature", WARN, t, exp, f"{t} C under load, within {tcfg['load_margin_c']} C of slowdown", "C"))
-            else:
-                out.append(check("load temperature", PASS, t, exp, f"{t} C under load", "C"))
-        # throttling
-        bad_names = set(c["throttle"]["bad"])
-        reasons = load.get("throttle_reasons") or {}
-        bad = {k: v for k, v in reasons.items() if k in bad_names}
-        frac = max(bad.values()) / load["samples"] if bad else 0.0
-        exp = f"none of {', '.join(sorted(bad_names))}"
-        if bad and frac > c["throttle"]["fail_fraction"]:
-            out.append(check("throttling", FAIL, bad, exp,
-                             f"{', '.join(sorted(bad))} active in {frac:.0%} of load samples "
-                             f"(FAIL above {c['throttle']['fail_fraction']:.0%})"))
-        elif bad:
-            out.append(check("throttling", WARN, bad, exp, f"{', '.join(sorted(bad))} seen in {frac:.0%} of load samples"))
-        else:
-            cap = reasons.get("sw_power_cap")
-            note = f"; at its power cap in {cap / load['samples']:.0%} of load samples (normal under full load)" if cap else ""
-            out.append(check("throttling", PASS, {}, exp, f"no thermal or hardware slowdown{note}"))
-        # clocks
-        smax = (gpu.get("clocks") or {}).get("sm_max_mhz")
-        med = load.get("sm_clock_mhz_median")
-        if smax and med is not None:
-            f = c["clocks"]["load_sm_warn_fraction"]
-            exp = f">= {f * smax:.0f} MHz ({f:.0%} of {smax})"
-            v = WARN if med < f * smax else PASS
-            out.append(check("load SM clock", v, med, exp, f"median {med} MHz under load, {med / smax:.0%} of maximum {smax} MHz", "MHz"))
-        # power
-        pw = load.get("power_w_max")
-        lim = (gpu.get("power") or {}).get("limit_w")
-        if pw is not None and lim:
-            over = c["power"]["over_limit_fraction"]
-            exp = f"<= {lim * (1 + over):.0f} W (limit {lim:.0f} W)"
-            if pw > lim * (1 + over):
-                out.append(check("power vs limit", FAIL, pw, exp, f"{fmt_value(pw)} W under load exceeds the {fmt_value(lim)} W limit", "W"))
-            else:
-                out.append(check("power vs limit", PASS, pw, exp, f"{fmt_value(pw)} W max under load, limit {fmt_value(lim)} W", "W"))
-        if mref and "load_power_w" in mref["metrics"] and pw is not None:
-            out.append(judge_metric("load_power_w", pw, mref["metrics"]["load_power_w"], "power under load"))
-    return out
+def _load_checks(g: GpuFacts) -> list[dict]:
+    """Temperatures, throttling, SM clock and power (lab.validate.loadchecks)."""
+    return load_checks(g.gpu, g.bg, g.refs["checks"], g.mref)
 
 
 def _power_limit_checks(g: GpuFacts) -> list[dict]:
-    """A power limit lowered below the default."""
-    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
-    out: list[dict] = []
-    dflt = (gpu.get("power") or {}).get("default_limit_w")
-    lim = (gpu.get("power") or {}).get("limit_w")
-    if dflt and lim and lim < dflt * 0.99:
-        out.append(check("power limit", WARN, lim, f"{dflt} W (default)", f"power limit lowered to {lim} W from the default {dflt} W", "W"))
-    return out
+    return power_limit_checks(g.gpu)
 
 
 def _metric_checks(g: GpuFacts) -> list[dict]:
-    """The burn-in metrics against the model's references."""
-    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
-    out: list[dict] = []
-    if bg is not None and mref:
-        # A reference is what one GPU does on its own. With all GPUs loaded at
-        # once, sharing (PCIe switches, host memory, power) may lower it a
-        # little: there only the FAIL bounds apply.
-        for phase, suffix in (("solo", ""), ("concurrent", " (all GPUs at once)")):
-            for metric, value in sorted((bg.get(phase) or {}).items()):
-                ref = mref["metrics"].get(metric)
-                if ref is None or value is None:
-                    continue
-                if phase == "concurrent":
-                    ref = {k: v for k, v in ref.items() if k not in ("warn_lower", "warn_upper")}
-                out.append(judge_metric(metric, float(value), ref, metric + suffix))
-    return out
+    return metric_checks(g.bg, g.mref)
 
 
 # The checks of one GPU, in the order a verdict lists them: each a small unit from GpuFacts to check records.
-GPU_CHECKS = (_model_checks, _pcie_checks, _link_checks, ecc_checks, memory_checks, gpu_xid_checks, _thermal_and_load_checks,
+GPU_CHECKS = (_model_checks, _pcie_checks, _link_checks, ecc_checks, memory_checks, gpu_xid_checks, _load_checks,
               _power_limit_checks, _metric_checks)
 
 
@@ -309,51 +230,6 @@ def gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None, 
     """Health, load behaviour and burn-in metrics of one GPU (GPU_CHECKS)."""
     facts = GpuFacts(gpu, bg, host, refs, model, xid, window, gpus_on_host)
     return [record for unit in GPU_CHECKS for record in unit(facts)]
-
-
-def host_metric_checks(burnin: dict, probe: dict, refs: dict) -> list[dict]:
-    """Host-wide burn-in figures (NCCL all-reduce bus bandwidth) against the references.
-
-    A reference is for all GPUs of the host; a figure measured over fewer, or
-    one whose model has no reference, is shown with "no reference" (WARN).
-    """
-    hm = burnin.get("host_metrics") or {}
-    names = sorted({g.get("name") or "?" for g in probe["gpus"] if "error" not in g})
-    models = sorted({m for m in (model_key(n, refs) for n in names) if m})
-    selected = len(burnin.get("gpus_selected") or [])
-    count = probe.get("gpu_count") or 0
-    out = []
-    for metric in HOST_METRICS:
-        value = hm.get(metric)
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            continue
-        with_ref = [(m, refs["models"][m]["metrics"][metric]) for m in models
-                    if metric in refs["models"][m]["metrics"]]
-        if with_ref and selected == count:
-            out += [judge_metric(metric, float(value), ref) for _m, ref in with_ref]
-            continue
-        unit = UNITS[metric]
-        if with_ref:
-            why = (f"measured over {selected} of the host's {count} GPUs; the reference "
-                   f"({fmt_value(with_ref[0][1]['value'])} {unit}) is for all of them")
-        elif models:
-            why = f"no {metric} for {', '.join(models)} in the references"
-        else:
-            why = f"{', '.join(names)} is not in the references"
-        out.append(check(metric, WARN, float(value), "no reference",
-                         f"{fmt_value(float(value))} {unit} over {selected} GPUs, not judged: {why}", unit))
-    return out
-
-
-def burnin_failures(burnin: dict, index: int | None) -> list[dict]:
-    """Failed load tests (crash, wrong results, timeout) of one GPU (None: host-wide tests)."""
-    fails = [r for r in burnin.get("results", []) if not r.get("ok") and r.get("gpu") == index]
-    if not fails:
-        return []
-    text = "; ".join(f"{r.get('test')}{' ' + r['dtype'] if r.get('dtype') else ''} ({r.get('phase')}): {r.get('error')}"
-                     for r in fails[:4])
-    more = f" and {len(fails) - 4} more" if len(fails) > 4 else ""
-    return [check("burn-in tests", FAIL, len(fails), "0 failed", f"{text}{more}")]
 
 
 # --------------------------------------------------------------------------- fleet
