@@ -2,7 +2,7 @@
 probe and burn-in documents, the references) to check records (lab.validate.verdict):
 XID events, per GPU health (the load behaviour and burn-in metrics of
 lab.validate.loadchecks among them), and each GPU against the fleet median of
-its model. lab.validate.fleet.evaluate runs them.
+its model. lab.validate.evaluation.evaluate runs them.
 """
 
 from __future__ import annotations

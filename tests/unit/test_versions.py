@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.validate import fleet
+from lab.validate import fleet, hostchecks
 from lab.core import versions
 from tests.unit.test_provision_summary import REPO, facts_module, stack
 
@@ -50,7 +50,7 @@ def test_audit_and_validate_judge_alike(found, expected, ok):
                            "cuda_toolkit": found if comp == "cuda" else None,
                            "nccl": found if comp == "nccl" else None},
                  "frameworks": {"torch": found if comp == "torch" else None}}
-        checks = fleet.stack_checks(probe, {comp: expected})
+        checks = hostchecks.stack_checks(probe, {comp: expected})
         verdicts = [c["verdict"] for c in checks if c["check"] == f"stack {comp}"]
         assert (audit_drift == []) is ok, (comp, audit_drift)
         assert verdicts == ["PASS" if ok else "FAIL"], (comp, checks)
@@ -73,10 +73,10 @@ def test_a_host_with_two_cudnns_is_read_alike_by_audit_and_validate():
     assert fleet.installed_version(probe["stack"], "cudnn") == "9.14.0"
     assert fleet.installed_version(probe["stack"], "nccl") == "2.28.3"
     real = {"driver": "580.159.04", "cuda": "13.0", "cudnn": "9.14.0", "nccl": "2.28.3", "torch": "2.11.0"}
-    assert {c["check"]: c["verdict"] for c in fleet.stack_checks(probe, real) if c["check"].startswith("stack")} \
+    assert {c["check"]: c["verdict"] for c in hostchecks.stack_checks(probe, real) if c["check"].startswith("stack")} \
         == {f"stack {k}": "PASS" for k in real}
     wrong = {**real, "nccl": "2.27.7"}
-    failed = [c["check"] for c in fleet.stack_checks(probe, wrong) if c["verdict"] != "PASS"]
+    failed = [c["check"] for c in hostchecks.stack_checks(probe, wrong) if c["verdict"] != "PASS"]
     assert failed == ["stack nccl"]
     # the audit's module, given the same host: system first, the environment's wheels set aside
     mod = facts_module()

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from lab.hosts import inventory
-from lab.validate import fleet
+from lab.validate import fleet, hostchecks
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -27,8 +27,8 @@ def test_a_driver_branch_agrees_with_any_version_of_it(tmp_path):
     assert want["driver"] == "580.*"
     probe = {"stack": {"driver": "580.65.06", "cuda_toolkit": "13.0.2", "cudnn": "9.19.0", "nccl": "2.28.9"},
              "frameworks": {"torch": "2.13.0+cu130", "tensorflow": "2.21.0"}}
-    checks = {c["check"]: c["verdict"] for c in fleet.stack_checks(probe, want)}
+    checks = {c["check"]: c["verdict"] for c in hostchecks.stack_checks(probe, want)}
     assert checks["stack driver"] == "PASS"
     probe["stack"]["driver"] = "575.57.08"
-    checks = {c["check"]: c["verdict"] for c in fleet.stack_checks(probe, want)}
+    checks = {c["check"]: c["verdict"] for c in hostchecks.stack_checks(probe, want)}
     assert checks["stack driver"] == "FAIL"
