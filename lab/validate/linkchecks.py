@@ -173,6 +173,29 @@ def _aer_totals(aer: dict | None) -> dict:
     return {k: (aer.get(k) or {}).get("total", 0) for k in AER_KINDS} if aer else {}
 
 
+def _aer_measured(aer: dict, window: LinkWindow | None) -> tuple[dict, dict, dict, dict]:
+    """(the measured record, the device's totals, the upstream port's, the device's counts in the load window:
+    empty when the window cannot tell)."""
+    dev, port = _aer_totals(aer), _aer_totals(aer.get("upstream"))
+    measured: dict = {"device": dev}
+    if port:
+        measured["upstream"] = port
+    d = {}
+    if window and isinstance(window.after.get("aer"), dict):
+        d = {k: _delta(dev[k], window.after["aer"].get(k)) for k in AER_KINDS}
+        if all(v is not None for v in d.values()):
+            measured.update(in_window=d, window_s=round(window.seconds, 1))
+        else:
+            d = {}
+    return measured, dev, port, d
+
+
+def _aer_names(part: dict | None, kind: str) -> str:
+    """" (name count, ...)" of the AER error names counted in ``part`` for ``kind``, or ""."""
+    counts = ((part or {}).get(kind) or {}).get("counts") or {}
+    return f" ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})" if counts else ""
+
+
 def aer_checks(gpu: dict, limits: dict, window: LinkWindow | None) -> list[dict]:
     """AER error counts of the GPU's PCI device and of the port above it (since boot, and in the
     load window for the device)."""
@@ -185,40 +208,25 @@ def aer_checks(gpu: dict, limits: dict, window: LinkWindow | None) -> list[dict]
     if aer is None:
         why = (gpu.get("unavailable") or {}).get("aer") or "no AER counters"
         return [check("PCIe AER", WARN, None, exp, f"not judged: {why}")]
-    dev, port = _aer_totals(aer), _aer_totals(aer.get("upstream"))
-    measured: dict = {"device": dev}
-    if port:
-        measured["upstream"] = port
-    d = {}
-    if window and isinstance(window.after.get("aer"), dict):
-        d = {k: _delta(dev[k], window.after["aer"].get(k)) for k in AER_KINDS}
-        if all(v is not None for v in d.values()):
-            measured.update(in_window=d, window_s=round(window.seconds, 1))
-        else:
-            d = {}
-
-    def names(part: dict | None, kind: str) -> str:
-        counts = ((part or {}).get(kind) or {}).get("counts") or {}
-        return f" ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})" if counts else ""
-
+    measured, dev, port, d = _aer_measured(aer, window)
     both = {k: dev[k] + port.get(k, 0) for k in AER_KINDS}
     if both["fatal"] >= cfg["total_fatal_fail"]:
         where = "the GPU" if dev["fatal"] else f"the port above it ({aer['upstream']['device']})"
         return [check("PCIe AER", FAIL, measured, exp,
                       f"{both['fatal']} fatal PCIe error(s) on {where} since boot"
-                      f"{names(aer, 'fatal') or names(aer.get('upstream'), 'fatal')}")]
+                      f"{_aer_names(aer, 'fatal') or _aer_names(aer.get('upstream'), 'fatal')}")]
     if d and d["nonfatal"] >= cfg["window_nonfatal_fail"]:
         return [check("PCIe AER", FAIL, measured, exp,
-                      f"{d['nonfatal']} non-fatal uncorrectable PCIe error(s) during the burn-in{names(aer, 'nonfatal')}")]
+                      f"{d['nonfatal']} non-fatal uncorrectable PCIe error(s) during the burn-in{_aer_names(aer, 'nonfatal')}")]
     if both["nonfatal"] >= cfg["total_nonfatal_warn"]:
         return [check("PCIe AER", WARN, measured, exp,
-                      f"{both['nonfatal']} non-fatal uncorrectable PCIe error(s) since boot{names(aer, 'nonfatal')}")]
+                      f"{both['nonfatal']} non-fatal uncorrectable PCIe error(s) since boot{_aer_names(aer, 'nonfatal')}")]
     if d and d["correctable"] >= cfg["window_correctable_warn"]:
         return [check("PCIe AER", WARN, measured, exp,
-                      f"{d['correctable']} corrected PCIe error(s) during the burn-in{names(aer, 'correctable')}")]
+                      f"{d['correctable']} corrected PCIe error(s) during the burn-in{_aer_names(aer, 'correctable')}")]
     if both["correctable"] >= cfg["total_correctable_warn"]:
         return [check("PCIe AER", WARN, measured, exp,
-                      f"{both['correctable']} corrected PCIe error(s) since boot{names(aer, 'correctable')}")]
+                      f"{both['correctable']} corrected PCIe error(s) since boot{_aer_names(aer, 'correctable')}")]
     return [check("PCIe AER", PASS, measured, exp,
                   f"no uncorrectable PCIe error; {both['correctable']} corrected since boot")]
 

@@ -128,39 +128,12 @@ def host_tool_checks(burnin: dict, probe: dict, refs: dict, expected: set | None
     ``expected``: the tools the host's stack profile builds (None: not known)."""
     tools = burnin.get("tools") or {}
     out = _not_run(tools, expected)
-    nvb_any = tools.get("nvbandwidth") if isinstance(tools.get("nvbandwidth"), dict) else {}
-    if nvb_any.get("ran") and nvb_any.get("corruption"):
-        c = nvb_any["corruption"]
-        out.append(check("nvbandwidth data check", FAIL, c.get("testcase"), "the copied data as written",
-                         f"nvbandwidth's check of the copied data failed in {c.get('testcase') or 'a testcase'}: "
-                         f"{c.get('detail') or ''}; its error: {(nvb_any.get('error') or '').strip()[:200]}"
-                         f"{_said(nvb_any)}: the GPUs, their memory or links corrupt data"))
+    out += _nvbandwidth_data_check(tools)
     names = sorted({g.get("name") or "?" for g in probe.get("gpus") or [] if "error" not in g})
     models = sorted({m for m in (model_key(n, refs) for n in names) if m})
     nccl = _tool(burnin, "nccl_tests")
     if nccl is not None:
-        if nccl.get("wrong") or nccl.get("out_of_bounds"):
-            out.append(check("nccl-tests data check", FAIL, {"wrong": nccl.get("wrong"), "out_of_bounds": nccl.get("out_of_bounds")},
-                             "0 wrong elements", f"all_reduce_perf found {nccl.get('wrong') or 0} wrong element(s) "
-                             f"and {nccl.get('out_of_bounds') or 0} out-of-bounds value(s){_said(nccl)}: the GPUs or "
-                             "links corrupt data"))
-        elif nccl.get("min_bw_failed"):
-            out.append(check("nccl-tests busbw", FAIL, nccl.get("avg_busbw_gbs"), "NCCL_TESTS_MIN_BW",
-                             f"its average bus bandwidth {fmt_value(nccl.get('avg_busbw_gbs'))} GB/s is below the minimum "
-                             f"the host set (NCCL_TESTS_MIN_BW){_said(nccl)}", "GB/s"))
-        elif nccl.get("exit_code") not in (0, None):
-            out.append(check("nccl-tests", WARN, None, "exit 0", f"all_reduce_perf wrote all its results and "
-                             f"found no wrong element, but{_said(nccl)}"))
-        value = nccl.get("busbw_gbs")
-        with_ref = [refs["models"][m]["metrics"][NCCL_METRIC] for m in models if NCCL_METRIC in refs["models"][m]["metrics"]]
-        count = probe.get("gpu_count") or 0
-        if isinstance(value, (int, float)) and with_ref and nccl.get("ngpus") == count:
-            out += [judge_metric(NCCL_METRIC, float(value), ref, "nccl-tests busbw") for ref in with_ref]
-        elif isinstance(value, (int, float)):
-            why = (f"measured over {nccl.get('ngpus')} of the host's {count} GPUs" if with_ref else
-                   f"no {NCCL_METRIC} for {', '.join(models) or ', '.join(names)} in the references")
-            out.append(check("nccl-tests busbw", WARN, float(value), "no reference",
-                             f"{fmt_value(float(value))} GB/s, not judged: {why}", "GB/s"))
+        out += _nccl_checks(nccl, probe, refs, names, models)
     nvb = _tool(burnin, "nvbandwidth")
     if nvb is not None and nvb.get("gpus"):
         missing = [m for m in models if not any(metric in refs["models"][m]["metrics"] for metric, *_ in NVB_FIGURES)]
@@ -168,6 +141,46 @@ def host_tool_checks(burnin: dict, probe: dict, refs: dict, expected: set | None
         if missing or unknown:
             out.append(check("nvbandwidth", WARN, None, "a reference",
                              f"nvbandwidth's figures not judged: no reference for {', '.join(missing + unknown)}"))
+    return out
+
+
+def _nvbandwidth_data_check(tools: dict) -> list[dict]:
+    """nvbandwidth's own check of the data it copied, when it found corruption."""
+    nvb_any = tools.get("nvbandwidth") if isinstance(tools.get("nvbandwidth"), dict) else {}
+    if not (nvb_any.get("ran") and nvb_any.get("corruption")):
+        return []
+    c = nvb_any["corruption"]
+    return [check("nvbandwidth data check", FAIL, c.get("testcase"), "the copied data as written",
+                  f"nvbandwidth's check of the copied data failed in {c.get('testcase') or 'a testcase'}: "
+                  f"{c.get('detail') or ''}; its error: {(nvb_any.get('error') or '').strip()[:200]}"
+                  f"{_said(nvb_any)}: the GPUs, their memory or links corrupt data")]
+
+
+def _nccl_checks(nccl: dict, probe: dict, refs: dict, names: list[str], models: list[str]) -> list[dict]:
+    """nccl-tests' data check, its own minimum, its exit, and its bus bandwidth against the references."""
+    out: list[dict] = []
+    if nccl.get("wrong") or nccl.get("out_of_bounds"):
+        out.append(check("nccl-tests data check", FAIL, {"wrong": nccl.get("wrong"), "out_of_bounds": nccl.get("out_of_bounds")},
+                         "0 wrong elements", f"all_reduce_perf found {nccl.get('wrong') or 0} wrong element(s) "
+                         f"and {nccl.get('out_of_bounds') or 0} out-of-bounds value(s){_said(nccl)}: the GPUs or "
+                         "links corrupt data"))
+    elif nccl.get("min_bw_failed"):
+        out.append(check("nccl-tests busbw", FAIL, nccl.get("avg_busbw_gbs"), "NCCL_TESTS_MIN_BW",
+                         f"its average bus bandwidth {fmt_value(nccl.get('avg_busbw_gbs'))} GB/s is below the minimum "
+                         f"the host set (NCCL_TESTS_MIN_BW){_said(nccl)}", "GB/s"))
+    elif nccl.get("exit_code") not in (0, None):
+        out.append(check("nccl-tests", WARN, None, "exit 0", f"all_reduce_perf wrote all its results and "
+                         f"found no wrong element, but{_said(nccl)}"))
+    value = nccl.get("busbw_gbs")
+    with_ref = [refs["models"][m]["metrics"][NCCL_METRIC] for m in models if NCCL_METRIC in refs["models"][m]["metrics"]]
+    count = probe.get("gpu_count") or 0
+    if isinstance(value, (int, float)) and with_ref and nccl.get("ngpus") == count:
+        out += [judge_metric(NCCL_METRIC, float(value), ref, "nccl-tests busbw") for ref in with_ref]
+    elif isinstance(value, (int, float)):
+        why = (f"measured over {nccl.get('ngpus')} of the host's {count} GPUs" if with_ref else
+               f"no {NCCL_METRIC} for {', '.join(models) or ', '.join(names)} in the references")
+        out.append(check("nccl-tests busbw", WARN, float(value), "no reference",
+                         f"{fmt_value(float(value))} GB/s, not judged: {why}", "GB/s"))
     return out
 
 
