@@ -18,6 +18,11 @@ that pilot's artifacts (pushed to the unit's hosts right before its next array i
 pilot ended without them or passed ``pilot_wait_s``. (A Slurm dependency could order the jobs but not
 carry the artifacts from one host to the other: the controller does that between the two.)
 
+A unit's arrays run one after another: a later one (runs a pilot released, another GPU count, what a
+resume submits beside tasks it adopted) waits for the unit's unfinished jobs (``--dependency=afterany``),
+so a host runs at most ``max_running`` of the sweep's runs at once (one by default), as the ssh backend
+runs one at a time; units of one sweep share no host.
+
 sweep.json records each run's ``slurm_job`` (``<array job id>_<task>``). On resume, a task Slurm still
 runs is waited for, a finished one is collected, and only a run that never ran is submitted again.
 Ctrl-C cancels the jobs this sweep submitted (``scancel`` of their ids) and nothing else. A task that
@@ -185,12 +190,14 @@ class SlurmUnitWorker(UnitWorker):
         for run in runs:
             groups.setdefault(run.gpus, []).append(run)
         submitted = []
+        after = self._unfinished()
         for gpus, group in groups.items():
             for run in group:
                 run.token = f"gl-{secrets.token_hex(8)}"
                 run.attempts += 1
-            job = slurm.submit(self._script(group), self._options(group))
+            job = slurm.submit(self._script(group), self._options(group) + self._after(after))
             self.jobs.add(job)
+            after.append(job)
             for i, run in enumerate(group):
                 run.slurm_job = f"{job}_{i}"
                 run.state, run.started, run.ended, run.outcome = RunState.RUNNING, utcnow(), None, None
@@ -200,6 +207,20 @@ class SlurmUnitWorker(UnitWorker):
                                 f"({'CPU' if gpus == 0 else f'{gpus} GPU(s) each'})")
             submitted += group
         return submitted
+
+    def _unfinished(self) -> list[str]:
+        """This unit's jobs (submitted or adopted) that Slurm has not finished yet."""
+        if not self.jobs:
+            return []
+        known = slurm.tasks(sorted(self.jobs))
+        return sorted({job for (job, _), task in known.items() if not task.finished})
+
+    @staticmethod
+    def _after(jobs: list[str]) -> list[str]:
+        """A later array of a unit (runs a pilot released, another GPU count, what a resume submits) starts
+        only after the unit's earlier ones ended, whatever their end (``afterany``): a host runs one array of
+        its unit at a time, at most ``max_running`` of its runs, as the ssh backend runs one at a time."""
+        return [f"--dependency=afterany:{':'.join(jobs)}"] if jobs else []
 
     # -- compile once, then fan out ------------------------------------------------
     def _claim(self, waiting: list[PlannedRun]) -> list[PlannedRun]:

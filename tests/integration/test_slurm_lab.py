@@ -11,6 +11,8 @@ controller host beside them, the Slurm commands of this machine pointed at it by
 * Ctrl-C of the controller cancels the jobs it submitted, and an admin's job keeps running.
 * An admin's own drain reason is never touched (health check, release); a sweep leaves a drained node
   out and finishes on the other.
+* A unit's later array waits (afterany) for its earlier one; a GPU run's array asks Slurm for its GPUs
+  (``--gres``), which a node without them refuses.
 """
 
 from __future__ import annotations
@@ -360,3 +362,68 @@ def test_a_task_that_slurm_ends_is_recorded_with_slurms_word(slurmlab, tmp_path)
     assert proc.returncode == 1, out
     (run,) = json.loads((results / "ended" / "sweep.json").read_text())["runs"]
     assert run["state"] == "failed" and run["reason"].startswith(f"Slurm ended task {run['slurm_job']}: CANCELLED"), run
+
+
+def test_a_units_later_array_waits_for_its_earlier_one(slurmlab, tmp_path, monkeypatch):
+    """Two arrays of one unit (a later one: runs a pilot released, another GPU count) run one after the other
+    (``afterany``) though node-01 has room for both: the second waits on Slurm's Dependency while the first
+    runs, and starts once the first ended, whatever its end (here: cancelled)."""
+    import threading
+
+    from lab.hosts import inventory
+    from lab.sweep.driver import prepare_host
+    from lab.sweep.hostrun import Settings
+    from lab.sweep.node import Node
+    from lab.sweep.plan import PlannedRun
+    from lab.sweep.progress import Progress
+    from lab.sweep.slurmworker import SlurmUnitWorker
+    from lab.sweep.state import Sweep
+
+    lab = slurmlab
+    lab.cluster.reset()
+    for key, value in lab.cluster.env.items():
+        monkeypatch.setenv(key, value)
+    (host,) = inventory.load(lab.inventory).select("node-01")
+    remote, install, _, _ = prepare_host(host)
+    first, later = PlannedRun("node-01", "ncf", 0, 1), PlannedRun("node-01", "ncf", 0, 2)
+    sweep = Sweep.open(tmp_path / "results" / "chain", "chain", [first, later], {})
+    w = SlurmUnitWorker(sweep, [Node(host, remote, install, Settings(), "chain")], [first, later], Settings(),
+                        Progress({"node-01": 2}, live=False), threading.Event())
+    try:
+        (a,), (b,) = w._submit([first]), w._submit([later])
+    finally:
+        remote.close()
+    job_a, job_b = a.slurm_job.split("_")[0], b.slurm_job.split("_")[0]
+
+    def job(j):
+        out = lab.cluster.command("scontrol", "show", "job", "-o", j).stdout
+        return dict(re.findall(r"(?:^|\s)(JobState|Reason|Dependency)=(\S+)", out))
+    wait_until(lambda: job(job_a)["JobState"] == "RUNNING", "the first array's task to run", 60)
+    assert job(job_b)["JobState"] == "PENDING" and job(job_b)["Reason"] == "Dependency", job(job_b)
+    assert job(job_b)["Dependency"].startswith(f"afterany:{job_a}_*"), job(job_b)
+    lab.cluster.command("scancel", job_a)
+    wait_until(lambda: job(job_b)["JobState"] != "PENDING", "the later array to start", 60)
+    lab.cluster.reset()
+
+
+def test_a_gpu_run_asks_slurm_for_its_gpus(slurmlab, tmp_path):
+    """A 1-GPU run is an array with ``--gres=gpu:1``: node-02's stand-in NVML shows gpulab a GPU, but Slurm
+    knows none there (no Gres on the node), so Slurm refuses the job and the run fails with sbatch's word."""
+    lab = slurmlab
+    lab.cluster.reset()
+    results = tmp_path / "results"
+    inv = yaml.safe_load(lab.inventory.read_text())
+    inv["all"]["hosts"]["node-02"].update(gpulab_gpu_model="T4", gpulab_gpu_count=1)
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
+    fakenvml.install(lab, "node-02", fakenvml.build(tmp_path), json.dumps([{**BAD_GPU[0], "ecc_uncorrected": 0}]))
+    try:
+        p = invoke(lab, results, "sweep", "--backend", "slurm", "--host", "node-02", "--workloads", "ncf",
+                   "--scale", "tiny", "--seeds", "1", "--gpus", "1", "--name", "gres",
+                   INVOKE_GPULAB_INVENTORY=str(tmp_path / "hosts.yml"))
+    finally:
+        fix_gpu(lab, "node-02")
+    assert p.returncode == 1, p.stdout + p.stderr
+    (run,) = json.loads((results / "gres" / "sweep.json").read_text())["runs"]
+    assert run["gpus"] == 1 and run["state"] == "failed", run
+    assert run["reason"].startswith("slurm: ") and run["reason"].endswith(
+        "sbatch: error: Batch job submission failed: Requested node configuration is not available"), run
