@@ -11,6 +11,7 @@ imports ``lab``.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from lab.core.errors import ConfigError, excerpt
@@ -70,6 +71,40 @@ def number(value, what: str, rng: Range) -> int | float:
             value = int(value)
     if not isinstance(value, (int, float)) or not rng.lo <= value <= rng.hi:
         raise bad
+    return value
+
+
+def _items(value) -> list:
+    items = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else [value]
+    return [i.strip() if isinstance(i, str) else i for i in items if not (isinstance(i, str) and not i.strip())]
+
+
+def counts(value, what: str, rng: Range, words: tuple = (), *, many: bool = False):
+    """A count as given (``seeds: 3``, ``gpus: 1,2``): a word of its own alone (``auto``), else whole numbers in
+    ``rng`` (a comma list where ``many``); ConfigError '<what>: <value> is not ...' otherwise."""
+    if isinstance(value, str) and value.strip().lower() in words:
+        return value
+    items = _items(value) if many else [value]
+    try:
+        if not items:
+            raise ConfigError("")
+        for item in items:
+            number(item, what, rng)
+    except ConfigError:
+        takes = rng.describe().replace("a whole number", "a comma list of whole numbers" if many else "a whole number")
+        raise ConfigError(f"{what}: {excerpt(repr(value), 40)} is not " + " or ".join([", ".join([takes, *words[:-1]]),
+                                                                                       *words[-1:]])) from None
+    return value
+
+
+def names(value, what: str, words: tuple = (), pattern: str | None = None):
+    """A comma list of names as given (``workloads: ncf,gnmt``), each matching ``pattern``, or a word of its own
+    alone (``all``); ConfigError naming ``what`` otherwise."""
+    items = _items(value)
+    named = all(isinstance(i, str) and i not in words and re.fullmatch(pattern or ".+", i) for i in items)
+    if not items or not (named or (len(items) == 1 and items[0] in words)):
+        raise ConfigError(f"{what}: {excerpt(repr(value), 40)} is not a comma list of names (letters, digits, _ -)"
+                          + "".join(f" or {w} alone" for w in words))
     return value
 
 

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from lab.core import limits
+from lab.core import fields, limits
 from lab.core.errors import ConfigError, excerpt
 from lab.core.limits import Range
 
@@ -54,10 +54,11 @@ class Setting:
     kind: str                      # one of KINDS
     default: Any                   # INHERIT: none of its own (the top-level key of the same name gives it)
     doc: str                       # one line: what it does
-    range: Range | None = None     # number: its range and unit
-    words: tuple = ()              # number: the words it takes too (auto); choice: its choices
+    range: Range | None = None     # number, count: its range and unit (a count: of each number)
+    words: tuple = ()              # number, count, list: the words it takes too, alone (auto); choice: its choices
     null: bool = False             # number: null is a value (its reader's own default)
-    pattern: str | None = None     # text: what it must match, in full
+    pattern: str | None = None     # text: what it must match, in full; list: what each name must match
+    many: bool = False             # count: a comma list of numbers (1,2,3)
     max_len: int = 2000            # text: at most this many characters
 
     @property
@@ -77,6 +78,10 @@ DAY, WEEK = 86_400, 7 * 86_400
 DCGM_LEVEL = Range(0, 4, "DCGM level")
 STEP_S = _s(1, WEEK)                 # a hard time limit of one of validate's steps
 DB_WAIT = _s(0.1, DAY)
+# what the sweep's options take (lab.sweep.plan reads them; whether a workload is registered is its check)
+WORKLOADS = dict(words=("all",), pattern=fields.WORKLOAD_RE.pattern)
+SEEDS = dict(range=limits.SEEDS, words=("auto", "mlperf"))
+GPUS = dict(range=limits.GPUS, words=("all",), many=True)
 
 DECLARED: tuple[Setting, ...] = (
     Setting("inventory", "path", "inventory/local.yml",
@@ -92,10 +97,11 @@ DECLARED: tuple[Setting, ...] = (
     Setting("artifacts", "path", "artifacts", "ansible-runner artifacts, one dated folder per run"),
     Setting("stacks", "path", "inventory/stacks", "stack profiles (<name>.yml, lab/schemas/stack.schema.json)"),
     Setting("workloads", "list", "all", "workloads, a comma list (python -m runner list), or all: the study's six "
-            "(lab/data/study.yml)"),
+            "(lab/data/study.yml)", **WORKLOADS),
     Setting("seeds", "count", "auto", "seeds per configuration: a number; mlperf: the benchmark's MLPerf run count; "
-            "auto: that count in ttt mode, one in throughput mode"),
-    Setting("gpus", "count", "all", "GPU counts per run: 1,2,3 or all (1 to the host's GPUs; CPU hosts: 0)"),
+            "auto: that count in ttt mode, one in throughput mode", **SEEDS),
+    Setting("gpus", "count", "all", "GPU counts per run: 1,2,3 or all (1 to the host's GPUs; CPU hosts: 0)",
+            **GPUS),
     _n("nodes", 1, limits.NODES, "hosts per run (multi-node: one rendezvous)"),
     Setting("mode", "choice", "ttt", "ttt (time to train) or throughput", words=("ttt", "throughput")),
     Setting("scale", "choice", "full", "full: the MLPerf recipe on prepared data; small, tiny: test scales",
@@ -157,9 +163,9 @@ DECLARED: tuple[Setting, ...] = (
     Setting("datasets_catalogue", "path", "inventory/datasets.yml", "artifacts, sums and sources of invoke "
             "datasets"),
     Setting("demo.inventory", "path", "inventory/local.yml", "invoke demo's hosts: this machine"),
-    Setting("demo.workloads", "list", "ncf", "invoke demo's workloads"),
-    Setting("demo.seeds", "count", "2", "invoke demo's seeds per configuration"),
-    Setting("demo.gpus", "count", "all", "invoke demo's GPU counts"),
+    Setting("demo.workloads", "list", "ncf", "invoke demo's workloads", **WORKLOADS),
+    Setting("demo.seeds", "count", "2", "invoke demo's seeds per configuration", **SEEDS),
+    Setting("demo.gpus", "count", "all", "invoke demo's GPU counts", **GPUS),
     _n("demo.nodes", INHERIT, limits.NODES, "invoke demo's hosts per run"),
     Setting("demo.mode", "choice", "ttt", "invoke demo's mode", words=("ttt", "throughput")),
     Setting("demo.scale", "choice", "tiny", "invoke demo's scale", words=("tiny", "small", "full")),
@@ -261,6 +267,13 @@ def _typed(s: Setting, value, source: str):
         if isinstance(value, str) and value.strip().lower() in s.words:
             return value.strip().lower()
         raise ConfigError(f"{what}: {excerpt(repr(value), 40)} is not one of {', '.join(s.words)}{where}")
+    if s.kind in ("count", "list"):   # the value as given, for the reader that parses it (lab.sweep.plan)
+        try:
+            if s.kind == "count":
+                return limits.counts(value, what, s.range, s.words, many=s.many)
+            return limits.names(value, what, s.words, s.pattern)
+        except ConfigError as exc:
+            raise ConfigError(exc.message + where) from None
     if s.kind == "text":
         text = "" if value is None else value
         if not isinstance(text, str) or len(text) > s.max_len or (s.pattern and not re.fullmatch(s.pattern, text)):
@@ -341,7 +354,12 @@ def _takes(s: Setting) -> str:
         return ", ".join([head, *s.words, *(["null"] if s.null else [])])
     if s.kind == "choice":
         return ", ".join(s.words)
-    return {"path": "a path", "text": "text", "list": "a comma list", "count": "a number or a word",
+    if s.kind == "count":
+        lo, hi = (f"{v:g}" for v in (s.range.lo, s.range.hi))
+        return ", ".join([("a comma list of " if s.many else "") + f"whole {lo} to {hi}", *s.words])
+    if s.kind == "list" and s.words:
+        return ", ".join(["a comma list of names", *s.words])
+    return {"path": "a path", "text": "text", "list": "a comma list",
             "flag": "true/false"}[s.kind]
 
 

@@ -102,7 +102,7 @@ def host_gpu_count(host: Host, topology: dict | None = None) -> int | None:
 def parse_gpu_counts(value: str | None, host: Host, topology: dict | None = None) -> list[int]:
     """'1,2,3' -> those counts; 'all' (default) -> every count 1..N; a host without GPUs runs count 0."""
     count = host_gpu_count(host, topology)
-    if value is None or value == "all":
+    if value is None or (isinstance(value, str) and value.strip().lower() == "all"):
         if count is None:
             return [-1]
         return list(range(1, count + 1)) if count else [0]

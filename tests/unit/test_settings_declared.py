@@ -38,7 +38,7 @@ def test_every_declaration_is_complete_and_its_default_fits_it():
     jsonschema.Draft202012Validator.check_schema(settings.schema())
     for s in settings.DECLARED:
         assert s.kind in settings.KINDS and s.doc and "\n" not in s.doc, s.key
-        assert (s.range is not None) == (s.kind == "number"), s.key
+        assert (s.range is not None) == (s.kind in ("number", "count")), s.key
         if s.default is not settings.INHERIT:
             settings.read({}, s.key)   # the declared default is inside its own range
     section = config.defaults()["gpulab"]
@@ -66,6 +66,13 @@ def test_the_schema_names_every_setting_and_nothing_else():
     ({"run_timeout_minutes": "soon"}, "config gpulab.run_timeout_minutes: 'soon' is not valid here (a number or auto)"),
     ({"run_timeout_minutes": 0}, "config gpulab.run_timeout_minutes: 0 is not a number from 0.05 to 10080 minutes or auto"),
     ({"validate": {"quarantine": "maybe"}}, "config gpulab.validate.quarantine: 'maybe' is not valid here (true/false"),
+    ({"seeds": "1001"}, "config gpulab.seeds: '1001' is not a whole number from 1 to 1000 seeds, auto or mlperf"),
+    ({"demo": {"seeds": "often"}}, "config gpulab.demo.seeds: 'often' is not a whole number from 1 to 1000 seeds"),
+    ({"gpus": "1,,x"}, "config gpulab.gpus: '1,,x' is not a comma list of whole numbers from 1 to 64 GPUs or all"),
+    ({"gpus": 0}, "config gpulab.gpus: 0 is not a comma list of whole numbers from 1 to 64 GPUs or all"),
+    ({"workloads": "all,ncf"}, "config gpulab.workloads: 'all,ncf' is not a comma list of names (letters, digits, _ -) "
+                               "or all alone"),
+    ({"demo": {"workloads": "ncf;rm -rf"}}, "config gpulab.demo.workloads: 'ncf;rm -rf' is not a comma list of names"),
 ])
 def test_a_value_out_of_its_declared_range_names_the_setting_and_the_file(section, words):
     with pytest.raises(ConfigError) as got:

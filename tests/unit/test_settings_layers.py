@@ -11,6 +11,7 @@ tests run the real program with HOME pointed at a temporary folder.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -75,24 +76,34 @@ VALUES = st.one_of(st.integers(min_value=0, max_value=10**6), st.sampled_from(["
                    st.text(alphabet="abcxyz019,", max_size=8))
 
 
+def takes(key: str, value, in_file: bool) -> bool:
+    """What README's settings table says the key takes (a file's YAML value, or a variable's text)."""
+    text = str(value).strip()
+    items = [i.strip() for i in str(value).split(",") if i.strip()]
+    if key == "nodes":
+        return text.isdigit() and 1 <= int(text) <= 64
+    if key == "seeds":
+        return text.lower() in ("auto", "mlperf") or (text.isdigit() and 1 <= int(text) <= 1000)
+    if key == "gpus":
+        return text.lower() == "all" or (bool(items) and all(i.isdigit() and 1 <= int(i) <= 64 for i in items))
+    if in_file and not isinstance(value, str):   # workloads: a YAML number is no name
+        return False
+    return items == ["all"] or (bool(items) and all(re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,31}", i) for i in items))
+
+
 @FAST
 @given(chosen=st.dictionaries(st.sampled_from(LAYERS), VALUES, max_size=len(LAYERS)),
        key=st.sampled_from(["seeds", "gpus", "nodes", "workloads"]))
 def test_the_highest_layer_that_sets_a_key_wins(tmp_path, chosen, key):
     files = {name: {key: value} for name, value in chosen.items() if name in ("user", "project", "runtime")}
     env = {f"INVOKE_GPULAB_{key.upper()}": str(chosen["env"])} if "env" in chosen else {}
-    def a_node_count(v) -> bool:
-        return str(v).strip().isdigit() and 1 <= int(v) <= 64
-
     try:
         cfg = configured(tmp_path, files, env)
-    except ConfigError as exc:   # a number where the schema wants a comma list; a node count out of its range
+    except ConfigError as exc:   # a value that is not what the key takes (README's settings table), in any layer
         assert exc.message.startswith((f"config gpulab.{key}: ", f"INVOKE_GPULAB_{key.upper()}="))
-        if key == "workloads":
-            assert any(isinstance(v, int) for n, v in chosen.items() if n in files)
-        else:
-            assert key == "nodes" and not all(a_node_count(v) for n, v in chosen.items() if n != "cli")
+        assert not all(takes(key, v, name in files) for name, v in chosen.items() if name != "cli")
         return
+    assert all(takes(key, v, name in files) for name, v in chosen.items() if name != "cli")
     given = chosen.get("cli")
     got = cli.setting(Context(config=cfg), key, None if given is None else str(given))
     winner = next((name for name in reversed(LAYERS) if name in chosen), None)
@@ -167,9 +178,12 @@ def test_each_layer_overrides_the_one_below_on_the_command_line(tmp_path):
     ("runtime", "run: [1]\n", "gpulab: config: Can't cleanly merge"),
     ("user", "gpulab: {nodes: 0}\n", "config gpulab.nodes: 0 is not a whole number from 1 to 64 hosts ("),
     ("user", "gpulab: {sweep: {fetch_retries: 11}}\n", "config gpulab.sweep.fetch_retries: 11 is not a whole number"),
-    ("user", "gpulab: {seeds: 0, workloads: ncf}\n", "--seeds: 0 is not a positive number of seeds"),
+    ("user", "gpulab: {seeds: 0, workloads: ncf}\n",
+     "config gpulab.seeds: 0 is not a whole number from 1 to 1000 seeds, auto or mlperf ("),
     ("user", "gpulab: {gpus: true}\n", "config gpulab.gpus: True is not valid here"),
-    ("user", "gpulab: {workloads: ''}\n", "--workloads: empty list"),
+    ("user", "gpulab: {workloads: ''}\n", "config gpulab.workloads: '' is not a comma list of names"),
+    ("runtime", "gpulab: {demo: {gpus: '1,0'}}\n",
+     "config gpulab.demo.gpus: '1,0' is not a comma list of whole numbers from 1 to 64 GPUs or all ("),
     ("user", "gpulab: {sweep: {poll_s: " + "9" * 400 + "}}\n", "config gpulab.sweep.poll_s: "),
 ])
 def test_an_ill_typed_layer_is_one_line_and_exit_2(tmp_path, where, text, message):
@@ -184,6 +198,8 @@ def test_an_ill_typed_layer_is_one_line_and_exit_2(tmp_path, where, text, messag
     r = invoke(*args, home=home)
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr
+    if message.endswith(" ("):   # a value out of what the key takes: the file it came from is named
+        assert lines[0].endswith(f"({home / '.invoke.yaml' if where == 'user' else tmp_path / 'run.yaml'})"), lines[0]
     assert lines[0].startswith("gpulab: ") and len(lines[0]) < 300 and r.stdout == ""
 
 
@@ -192,7 +208,8 @@ def test_falsy_values_are_values_and_integers_from_yaml_work(tmp_path):
     home.mkdir()
     results = tmp_path / "results"
     r = invoke("demo", home=home, env={"INVOKE_GPULAB_DEMO_SEEDS": "0", "INVOKE_GPULAB_RESULTS": str(results)})
-    assert r.returncode == 2 and r.stderr.strip() == "gpulab: --seeds: '0' is not a positive number of seeds", r.stderr
+    assert r.returncode == 2 and r.stderr.strip() == ("gpulab: config gpulab.demo.seeds: '0' is not a whole number from "
+                                                      "1 to 1000 seeds, auto or mlperf (INVOKE_GPULAB_DEMO_SEEDS)"), r.stderr
     assert not results.exists()                       # nothing planned, nothing started
     (home / ".invoke.yaml").write_text("gpulab: {gpus: 2, seeds: 3, workloads: ncf}\n")
     r = invoke(*DRY, home=home)
