@@ -37,55 +37,64 @@ def seed_tables(runs: list[Run], rules: Rules) -> tuple[list[dict], list[dict]]:
     order = {b: i for i, b in enumerate(bench_order(rules, [s["benchmark"] for s in seeds]))}
     seeds.sort(key=lambda s: (order[s["benchmark"]], s["device"], s["gpus"] or 0,
                               s["seed"] if s["seed"] is not None else -1))
-    effects = []
     by_bench = defaultdict(list)
     for r in ok:
         by_bench[r.bench_label].append(r)
-    for bench in bench_order(rules, by_bench):
-        rs = by_bench[bench]
-        eps = [r.epochs for r in rs]
-        systems = defaultdict(list)
-        for r in rs:
-            systems[(r.device, r.gpus, r.stack)].append(r)
-        ss_e = ss_p = 0.0
-        multi = 0
-        for group in systems.values():
-            if len(group) < 2:
-                continue
-            multi += 1
-            le = [math.log(r.epochs) for r in group]
-            lp = [math.log(r.ttt_s / r.epochs) for r in group]
-            me, mp = sum(le) / len(le), sum(lp) / len(lp)
-            ss_e += sum((x - me) ** 2 for x in le)
-            ss_p += sum((x - mp) ** 2 for x in lp)
-        ratio = max(eps) / min(eps)
-        if multi and (ss_e + ss_p) > 0:
-            share = ss_e / (ss_e + ss_p)
-            dominated = share >= cfg["share_threshold"]
-            basis = (f"within-system variation over {multi} system(s) with 2+ runs: "
-                     f"seed share {share:.2f} vs threshold {cfg['share_threshold']:g}")
-        else:
-            share = None
-            dominated = ratio >= cfg["epoch_ratio_threshold"]
-            basis = (f"no system has 2 runs that differ in time to train: max/min epochs {ratio:.2f} "
-                     f"vs threshold {cfg['epoch_ratio_threshold']:g}")
-        by_dev = defaultdict(dict)
-        several_stacks = len({r.stack for r in rs}) > 1
-        for r in rs:
-            name = f"{r.device} / {r.stack}" if several_stacks else r.device
-            by_dev[name].setdefault(r.gpus, []).append(r.epochs)
-        parts = []
-        for dev in sorted(by_dev):
-            cells = ", ".join(("" if g == 0 else f"{g if g is not None else '?'}: ") + "/".join(f"{e:g}" for e in es)
-                              for g, es in sorted(by_dev[dev].items(), key=lambda kv: kv[0] or 0))
-            parts.append(f"{dev} ({cells})")
-        effects.append({
-            "benchmark": bench, "runs": len(rs), "epochs_min": min(eps), "epochs_max": max(eps),
-            "epoch_ratio": ratio, "seed_share": share, "systems_with_repeats": multi,
-            "seed_dominated": dominated, "basis": basis,
-            "epochs_by_gpus": "; ".join(parts),
-        })
+    effects = [_seed_effect(bench, by_bench[bench], cfg) for bench in bench_order(rules, by_bench)]
     return seeds, effects
+
+
+def _seed_share(rs: list[Run]) -> tuple[float, float, int]:
+    """(SS of log epochs, SS of log time per epoch, systems with two runs or more), the sums of squares taken
+    around each system's means and pooled over systems."""
+    systems = defaultdict(list)
+    for r in rs:
+        systems[(r.device, r.gpus, r.stack)].append(r)
+    ss_e = ss_p = 0.0
+    multi = 0
+    for group in systems.values():
+        if len(group) < 2:
+            continue
+        multi += 1
+        le = [math.log(r.epochs) for r in group]
+        lp = [math.log(r.ttt_s / r.epochs) for r in group]
+        me, mp = sum(le) / len(le), sum(lp) / len(lp)
+        ss_e += sum((x - me) ** 2 for x in le)
+        ss_p += sum((x - mp) ** 2 for x in lp)
+    return ss_e, ss_p, multi
+
+
+def _seed_effect(bench: str, rs: list[Run], cfg: dict) -> dict:
+    """One benchmark's seed effect row (seed_tables)."""
+    eps = [r.epochs for r in rs]
+    ss_e, ss_p, multi = _seed_share(rs)
+    ratio = max(eps) / min(eps)
+    if multi and (ss_e + ss_p) > 0:
+        share = ss_e / (ss_e + ss_p)
+        dominated = share >= cfg["share_threshold"]
+        basis = (f"within-system variation over {multi} system(s) with 2+ runs: "
+                 f"seed share {share:.2f} vs threshold {cfg['share_threshold']:g}")
+    else:
+        share = None
+        dominated = ratio >= cfg["epoch_ratio_threshold"]
+        basis = (f"no system has 2 runs that differ in time to train: max/min epochs {ratio:.2f} "
+                 f"vs threshold {cfg['epoch_ratio_threshold']:g}")
+    by_dev = defaultdict(dict)
+    several_stacks = len({r.stack for r in rs}) > 1
+    for r in rs:
+        name = f"{r.device} / {r.stack}" if several_stacks else r.device
+        by_dev[name].setdefault(r.gpus, []).append(r.epochs)
+    parts = []
+    for dev in sorted(by_dev):
+        cells = ", ".join(("" if g == 0 else f"{g if g is not None else '?'}: ") + "/".join(f"{e:g}" for e in es)
+                          for g, es in sorted(by_dev[dev].items(), key=lambda kv: kv[0] or 0))
+        parts.append(f"{dev} ({cells})")
+    return {
+        "benchmark": bench, "runs": len(rs), "epochs_min": min(eps), "epochs_max": max(eps),
+        "epoch_ratio": ratio, "seed_share": share, "systems_with_repeats": multi,
+        "seed_dominated": dominated, "basis": basis,
+        "epochs_by_gpus": "; ".join(parts),
+    }
 
 
 def _stack_detail(r: Run) -> str:

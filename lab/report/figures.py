@@ -10,6 +10,7 @@ Figure 4: performance per watt, where telemetry exists.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 from pathlib import Path
@@ -180,81 +181,78 @@ def _scaling_legend(names: list, lines: dict, colors: dict) -> list:
 
 
 def draw_all(an, rules, fdir: Path) -> list[dict]:
+    """The report's figures, each {name, path, title, panels, caption}: time to train and throughput (by
+    accelerator count, or per system for a published result tree), scaling, performance per watt."""
     systems = an.systems
     name_of = _series_namer(systems)
     names = sorted({name_of(s) for s in systems})
     colors = {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
     units = {s["benchmark"]: s["sample_unit"] for s in systems}
-    noun = count_noun(s["accelerator_kind"] for s in systems)
-    out = []
-
-    def bar_figure(name: str, file: str, key: str, benches: list, title: str, ylabel, short: str, caption: str):
-        path = fdir / file
-        _bars(systems, key, benches, title, ylabel, path, colors, name_of, _short)
-        out.append({"name": name, "path": path, "title": short, "panels": list(benches), "caption": caption})
-
+    bar = functools.partial(_bar_figure, systems, fdir, colors, name_of)
     if any(s.get("system_key") for s in systems):
-        # A published result tree: one bar per system (lab.report.systemfigs).
-        devs = sorted({s["device"] for s in systems})
-        dcolors = {d: PALETTE[i % len(PALETTE)] for i, d in enumerate(devs)}
-        benches = bench_order(rules, [s["benchmark"] for s in systems])
-        path = fdir / "fig1_time_to_train.png"
-        drawn = systemfigs.draw(systems, "score_minutes", benches, "Figure 1. Time to train (MLPerf score, "
-                                "minutes) per system", lambda b: "minutes", path, dcolors, lambda x: f"{x:,.2f}")
-        if drawn:
-            out.append({"name": "fig1", "path": path, "title": "Figure 1. Time to train", "panels": drawn,
-                        "caption": "MLPerf score in minutes per benchmark and system (colour: device). "
-                                   "Hatched: too few runs; cross-hatched: a scored log fails the "
-                                   "compliance checker."})
-        path = fdir / "fig2_throughput.png"
-        drawn = systemfigs.draw(systems, "throughput_mean", benches, "Figure 2. Training throughput per system",
-                                lambda b: f"{units.get(b, 'samples')}/s", path, dcolors, _short)
-        if drawn:
-            out.append({"name": "fig2", "path": path, "title": "Figure 2. Throughput", "panels": drawn,
-                        "caption": "Mean training throughput of the runs where the log allows it "
-                                   "(the unit of each benchmark on its axis; basis per run in runs.csv)."})
-        benches = []
+        out = systemfigs.figures(systems, rules, fdir, units, PALETTE, _short)
     else:
-        benches = bench_order(rules, [s["benchmark"] for s in systems
-                                       if s["score_minutes"] and s["gpus"] is not None])
+        out = _count_figures(systems, rules, bar, units)
+    out += _scaling_figure(an, rules, fdir, names, colors, name_of)
+    benches = bench_order(rules, [s["benchmark"] for s in systems if s["perf_per_watt"] and s["gpus"] is not None])
     if benches:
-        bar_figure("fig1", "fig1_time_to_train.png", "score_minutes", benches,
-                   f"Figure 1. Time to train (MLPerf score, minutes) by {noun} count and device", "minutes",
-                   "Figure 1. Time to train", "MLPerf score in minutes (mean without the fastest and slowest run) "
-                   f"per benchmark, {noun} count and device. Hatched: too few runs.")
-    benches = [] if any(s.get("system_key") for s in systems) else bench_order(
-        rules, [s["benchmark"] for s in systems if s["throughput_mean"] and s["gpus"] is not None])
+        out.append(bar("fig4", "fig4_perf_per_watt.png", "perf_per_watt", benches,
+                       "Figure 4. Performance per watt (samples per joule)",
+                       lambda b: f"{units.get(b, 'samples')}/J", "Figure 4. Performance per watt",
+                       "Mean throughput divided by the mean measured GPU power (telemetry)."))
+    return out
+
+
+def _bar_figure(systems, fdir: Path, colors: dict, name_of, name: str, file: str, key: str, benches: list,
+                title: str, ylabel, short: str, caption: str) -> dict:
+    """One bar figure of ``key`` per benchmark panel, by series (device, stack) and count."""
+    path = fdir / file
+    _bars(systems, key, benches, title, ylabel, path, colors, name_of, _short)
+    return {"name": name, "path": path, "title": short, "panels": list(benches), "caption": caption}
+
+
+def _count_figures(systems, rules, bar, units: dict) -> list[dict]:
+    """Figures 1 and 2: time to train and throughput by accelerator count and device."""
+    out = []
+    noun = count_noun(s["accelerator_kind"] for s in systems)
+    benches = bench_order(rules, [s["benchmark"] for s in systems
+                                   if s["score_minutes"] and s["gpus"] is not None])
     if benches:
-        bar_figure("fig2", "fig2_throughput.png", "throughput_mean", benches,
-                   f"Figure 2. Training throughput by {noun} count and device",
-                   lambda b: f"{units.get(b, 'samples')}/s", "Figure 2. Throughput",
-                   "Mean training throughput of the runs (samples per second; "
-                   "the unit of each benchmark on its axis).")
+        out.append(bar("fig1", "fig1_time_to_train.png", "score_minutes", benches,
+                       f"Figure 1. Time to train (MLPerf score, minutes) by {noun} count and device", "minutes",
+                       "Figure 1. Time to train", "MLPerf score in minutes (mean without the fastest and slowest run) "
+                       f"per benchmark, {noun} count and device. Hatched: too few runs."))
+    benches = bench_order(rules, [s["benchmark"] for s in systems if s["throughput_mean"] and s["gpus"] is not None])
+    if benches:
+        out.append(bar("fig2", "fig2_throughput.png", "throughput_mean", benches,
+                       f"Figure 2. Training throughput by {noun} count and device",
+                       lambda b: f"{units.get(b, 'samples')}/s", "Figure 2. Throughput",
+                       "Mean training throughput of the runs (samples per second; "
+                       "the unit of each benchmark on its axis)."))
+    return out
+
+
+def _scaling_figure(an, rules, fdir: Path, names: list, colors: dict, name_of) -> list[dict]:
+    """Figure 3: speedup against accelerator count, one panel per benchmark (none without scaling rows)."""
     lines = {}
     for r in an.scaling:
         key = (r["benchmark"], name_of(r))
         lines.setdefault(key, []).append(r)
     benches = bench_order(rules, [k[0] for k in lines])
-    if benches:
-        path = fdir / "fig3_scaling.png"
-        snoun = count_noun(r["accelerator_kind"] for r in an.scaling)
-        fig, axes = _new_figure(len(benches), f"Figure 3. Scaling: speedup against {snoun} count",
-                                sorted({k[1] for k in lines}) + ["time to train", "throughput", "ideal",
-                                                                 "super-linear"])
-        for ax, bench in zip(axes, benches):
-            _scaling_panel(ax, bench, lines, colors, an.scaling)
-        handles = _scaling_legend(names, lines, colors)
-        fig.legend(handles=handles, loc="lower center", fontsize=8, frameon=False,
-                   ncol=systemfigs.legend_columns(fig.get_figwidth(), [h.get_label() for h in handles]))
-        _save(fig, path)
-        out.append({"name": "fig3", "path": path, "title": "Figure 3. Scaling", "panels": list(benches),
-                    "caption": f"Speedup over the smallest {snoun} count of each device: time to train "
-                               "(solid) and throughput (dashed). Ringed: super-linear, labelled with "
-                               "the epochs to converge behind it."})
-    benches = bench_order(rules, [s["benchmark"] for s in systems if s["perf_per_watt"] and s["gpus"] is not None])
-    if benches:
-        bar_figure("fig4", "fig4_perf_per_watt.png", "perf_per_watt", benches,
-                   "Figure 4. Performance per watt (samples per joule)",
-                   lambda b: f"{units.get(b, 'samples')}/J", "Figure 4. Performance per watt",
-                   "Mean throughput divided by the mean measured GPU power (telemetry).")
-    return out
+    if not benches:
+        return []
+    path = fdir / "fig3_scaling.png"
+    snoun = count_noun(r["accelerator_kind"] for r in an.scaling)
+    fig, axes = _new_figure(len(benches), f"Figure 3. Scaling: speedup against {snoun} count",
+                            sorted({k[1] for k in lines}) + ["time to train", "throughput", "ideal",
+                                                             "super-linear"])
+    for ax, bench in zip(axes, benches):
+        _scaling_panel(ax, bench, lines, colors, an.scaling)
+    handles = _scaling_legend(names, lines, colors)
+    fig.legend(handles=handles, loc="lower center", fontsize=8, frameon=False,
+               ncol=systemfigs.legend_columns(fig.get_figwidth(), [h.get_label() for h in handles]))
+    _save(fig, path)
+    return [{"name": "fig3", "path": path, "title": "Figure 3. Scaling", "panels": list(benches),
+             "caption": f"Speedup over the smallest {snoun} count of each device: time to train "
+                        "(solid) and throughput (dashed). Ringed: super-linear, labelled with "
+                        "the epochs to converge behind it."}]

@@ -1,4 +1,5 @@
-"""Per-system bar charts for records of published result trees (lab.report.figures uses them).
+"""Per-system bar charts for records of published result trees: figures 1 and 2 of such a report
+(lab.report.figures calls ``figures``).
 
 A published tree holds many systems of one device at one GPU count (every DGX
 folder, every TPU pod), so bars grouped by GPU count and device would overlap.
@@ -20,6 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from lab.core import writes
+from lab.core.mlperf import bench_order
 
 DPI = 96
 BAR_IN = 0.24          # inches per bar
@@ -98,3 +100,28 @@ def draw(systems, value_key, benches, title, unit_of, path: Path, colors, fmt) -
     fig.savefig(buf, format="png", dpi=DPI)
     writes.write_bytes(path, buf.getvalue(), "report")
     return [b for b, _ in panels]
+
+
+def figures(systems, rules, fdir: Path, units: dict, palette: list, short) -> list[dict]:
+    """Figures 1 and 2 of a published result tree, each {name, path, title, panels, caption}: time to train
+    and throughput, one bar per system coloured by device (``palette``; ``short``: a bar's number as text)."""
+    out = []
+    devs = sorted({s["device"] for s in systems})
+    dcolors = {d: palette[i % len(palette)] for i, d in enumerate(devs)}
+    benches = bench_order(rules, [s["benchmark"] for s in systems])
+    path = fdir / "fig1_time_to_train.png"
+    drawn = draw(systems, "score_minutes", benches, "Figure 1. Time to train (MLPerf score, "
+                 "minutes) per system", lambda b: "minutes", path, dcolors, lambda x: f"{x:,.2f}")
+    if drawn:
+        out.append({"name": "fig1", "path": path, "title": "Figure 1. Time to train", "panels": drawn,
+                    "caption": "MLPerf score in minutes per benchmark and system (colour: device). "
+                               "Hatched: too few runs; cross-hatched: a scored log fails the "
+                               "compliance checker."})
+    path = fdir / "fig2_throughput.png"
+    drawn = draw(systems, "throughput_mean", benches, "Figure 2. Training throughput per system",
+                 lambda b: f"{units.get(b, 'samples')}/s", path, dcolors, short)
+    if drawn:
+        out.append({"name": "fig2", "path": path, "title": "Figure 2. Throughput", "panels": drawn,
+                    "caption": "Mean training throughput of the runs where the log allows it "
+                               "(the unit of each benchmark on its axis; basis per run in runs.csv)."})
+    return out

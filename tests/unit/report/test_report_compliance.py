@@ -90,7 +90,7 @@ def test_message_forms(message, file, line):
 
 
 def test_a_records_runs_that_fail_for_one_reason_share_its_line():
-    from lab.report.build import by_reason
+    from lab.report.pages import by_reason
     lines = ["result_0.txt: x (a.yaml): not logged", "result_1.txt: y (a.yaml): not logged",
              "result_2.txt: x (a.yaml): not logged"]
     assert by_reason(lines) == ["result_0.txt, result_2.txt: x (a.yaml): not logged",

@@ -6,7 +6,8 @@ import pytest
 
 from lab.report import stats
 from lab.core.mlperf import default_rules
-from lab.report.analysis import device_ratios, scaling, system_rows
+from lab.report.analysis import device_ratios, scaling
+from lab.report.records import system_rows
 from lab.report.comparison import seed_tables
 from lab.results.logreader import Run
 
