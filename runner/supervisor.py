@@ -234,7 +234,6 @@ def main(args) -> int:
     try:
         spec = _worker_spec(args, p, seed, out, tmp, t_launch)
         spec_path = tmp / "spec.json"
-        spec_path.write_text(json.dumps(spec), encoding="utf-8")
         cmd = launch.worker_command(p["python"], spec_path, nprocs=p["nprocs"], nnodes=args.nnodes,
                                     node_rank=args.node_rank, rdzv=args.rdzv_endpoint,
                                     run_id=f"gpulab-{p['workload']}-{seed}")
@@ -251,6 +250,8 @@ def main(args) -> int:
               f"{'GPUs ' + ','.join(map(str, p['gpus'])) if p['gpus'] else 'CPU'} "
               f"({p['world_size']} process{'es' if p['world_size'] > 1 else ''}): {out}", flush=True)
         if not abort_reason:
+            spec["t_spawn"] = time.time()  # the supervisor's own part of the start (runner.phases)
+            spec_path.write_text(json.dumps(spec), encoding="utf-8")
             procs = launch.Processes(cmd, env, stdout_log, cwd=tmp)
             rc = _wait(procs, args, t_launch, abort_reason, old)
             procs.signal_group(signal.SIGKILL)  # no straggler survives its leader

@@ -18,7 +18,9 @@ import time
 import traceback
 from pathlib import Path
 
-from runner import abort, rundir
+from runner import abort, phases, rundir
+
+T_STARTED = time.time()  # this process is up (its interpreter and the runner's first modules)
 
 
 def _write_result(path: str | None, doc: dict) -> None:
@@ -55,6 +57,9 @@ def main(argv=None) -> int:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     abort.install()
+    phases.start(float(spec.get("t_launch", T_STARTED)), loud=rank == 0)
+    phases.mark("supervisor ready (plan, probe, manifest, telemetry)", at=spec.get("t_spawn"))
+    phases.mark("workload process started", at=T_STARTED)
 
     from mlperf_logging.mllog import constants as C
 
@@ -111,6 +116,7 @@ def _run_torch(spec, entry, log, rank, world, local_rank, doc, C, platform_name)
     import numpy as np
     import torch
 
+    phases.mark("torch imported")
     gpus = spec.get("gpus") or []
     if gpus:
         if not torch.cuda.is_available():
@@ -145,6 +151,7 @@ def _run_torch(spec, entry, log, rank, world, local_rank, doc, C, platform_name)
     from runner.workloads import base
 
     module = importlib.import_module(entry["module"])
+    phases.mark("device ready, workload imported")
     ctx = base.Context(spec=spec, entry=entry, log=log, device=device, rank=rank,
                        world_size=world, local_rank=local_rank, precision=precision)
     out = base.run(ctx, module)

@@ -33,7 +33,7 @@ import time
 import torch
 from mlperf_logging.mllog import constants as C
 
-from runner import compilecache
+from runner import compilecache, phases
 from runner.abort import Aborted
 from runner.workloads.context import Context
 from runner.workloads.compiling import compile_fn, inductor_options, key_values  # noqa: F401  (read as base.<name>)
@@ -59,9 +59,10 @@ def run(ctx: Context, module) -> dict:
     """Drive the workload; returns ``{"outcome", "reason", "result"}``."""
     log = ctx.log
     ctx.artifacts = compilecache.for_context(ctx)
-    if ctx.artifacts is not None:
-        compilecache.load(ctx.artifacts)
+    if ctx.artifacts is not None and compilecache.load(ctx.artifacts):
+        phases.mark("compiled artifacts loaded")
     trainer = spec_of(module).build(ctx)
+    phases.mark("model built")
     if not ctx.compile:  # the workload does not compile in this mode (compiling.decide)
         ctx.artifacts = None
     log.event(C.SEED, ctx.seed)
@@ -70,6 +71,8 @@ def run(ctx: Context, module) -> dict:
     if ctx.compile and ctx.is_main:
         print(compilecache.summary(), flush=True)
     out["precision"] = ctx.precision  # the one used (a workload may have fallen back)
+    if phases.marks():
+        out["result"]["phases_s"] = phases.marks()
     if ctx.notes:
         out["result"].setdefault("notes", []).extend(ctx.notes)
     return out

@@ -12,7 +12,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from runner import compilecache
+from runner import compilecache, phases
 from runner.workloads.divergence import LossWatch, WatchedScaler
 from runner.workloads.settings import Settings, declarations
 
@@ -160,5 +160,6 @@ class Context:
         if self.first_step_time is None:
             self.sync()
             self.first_step_time = time.time()
+            phases.first_step(at=self.first_step_time)
             if self.artifacts is not None and self.is_main:
                 compilecache.save(self.artifacts)

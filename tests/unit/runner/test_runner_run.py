@@ -134,6 +134,16 @@ def test_throughput_mode_records_samples_per_s(tmp_path):
     assert_complete(out)
     res = status(out)["result"]
     assert res["samples_per_s"] > 0 and res["steps"] >= 5 and res["time_to_first_step_s"] > 0
+    # where the start went (runner.phases): in order, the last moment the first step, also in stdout.log
+    phases = res["phases_s"]
+    assert list(phases)[:4] == ["supervisor ready (plan, probe, manifest, telemetry)", "workload process started",
+                                "torch imported", "device ready, workload imported"]
+    assert list(phases)[-2:] == ["model built", "first step"]
+    assert list(phases.values()) == sorted(phases.values()) and list(phases.values())[0] > 0
+    assert phases["first step"] == pytest.approx(res["time_to_first_step_s"], abs=0.01)
+    log = (out / "stdout.log").read_text()
+    assert f"[runner] +{phases['torch imported']:.1f} s torch imported\n" in log
+    assert f"[runner] +{phases['first step']:.1f} s first step: the rest of the step " in log  # eager: no split
     ev = mllog_events(out)
     tp = [e for e in ev if e["key"] == "throughput"]
     assert len(tp) == 1 and tp[0]["value"] == pytest.approx(res["samples_per_s"], rel=1e-3)
