@@ -250,8 +250,7 @@ def main(args) -> int:
               f"{'GPUs ' + ','.join(map(str, p['gpus'])) if p['gpus'] else 'CPU'} "
               f"({p['world_size']} process{'es' if p['world_size'] > 1 else ''}): {out}", flush=True)
         if not abort_reason:
-            spec["t_spawn"] = time.time()  # the supervisor's own part of the start (runner.phases)
-            spec_path.write_text(json.dumps(spec), encoding="utf-8")
+            spec_path.write_text(json.dumps({**spec, "t_spawn": time.time()}), encoding="utf-8")  # runner.phases
             procs = launch.Processes(cmd, env, stdout_log, cwd=tmp)
             rc = _wait(procs, args, t_launch, abort_reason, old)
             procs.signal_group(signal.SIGKILL)  # no straggler survives its leader
