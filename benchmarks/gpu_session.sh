@@ -27,6 +27,12 @@
 #                   (GEMM / convolution, elementwise and normalization, optimizer, memory, GPU idle), as
 #                   profile-W.json and the table profile-W.md. It reuses ttfs-W's compiled kernels when
 #                   ttfs-W ran first in the call (run ttfs-W, then profile-W)                   issue 47
+#   speed-resnet50  issue 47's resnet50 candidates side by side in one process tree (benchmarks/tune.py, one
+#                   child each, one compiled-kernel cache, the one of ttfs-resnet50/profile-resnet50): plain
+#                   torch.compile first (it pays the cold compile), the runner's path (space-to-depth stem),
+#                   each with CUDA graphs (mode=reduce-overhead), plain compile again (the drift between
+#                   the first and the last), the runner's path at batch 512; then profile-resnet50 reuses
+#                   the cache. Variants the part's time cannot hold are recorded as skipped (360 s) issue 47
 #   ttfs-shipped    ttfs-resnet50's cold run (the pilot of a sweep), then a run whose cache folder holds only the
 #                   pilot's artifacts file, as a second host gets it (runner README "Compiled kernels"):
 #                   its time to the first step and its "compile caches" line (550 s)         issue 33
@@ -213,6 +219,20 @@ part() {
         run "ttfs-$w-warm" "$warm" "$PY" -m runner run "$w" --mode throughput --scale full --gpus 1 --seed 2 \
             --cache-dir "$cache" --warmup-steps 3 --measure-seconds 2 --out "$WORK/ttfs-$w-warm"
         [ "$DRY" = 1 ] || first_steps "$w" ;;
+    speed-resnet50)
+        check_files benchmarks/tune.py
+        local t=360 v
+        [ "$DRY" = 1 ] || t=$(limit "$t")   # the deadline inside follows the part's limit
+        local -a variants=()
+        for v in "resnet50 compiled" "resnet50" "resnet50 compiled mode=reduce-overhead" \
+                 "resnet50 mode=reduce-overhead" "resnet50 compiled" "resnet50 batch=512"; do
+            variants+=(--variant "$v")
+        done
+        run speed-resnet50 "$t" "$PY" benchmarks/tune.py --device cuda --scale full --measure-seconds 8 \
+            --warmup-steps 10 --deadline $((t - 10)) --min-left 40 --cache "$WORK/ttfs-cache-resnet50" \
+            --out "$WORK/speed-resnet50.json" "${variants[@]}"
+        [ "$DRY" = 1 ] || grep -h '^\[tune\] resnet50' "$WORK/speed-resnet50.log" | cut -c1-200 \
+            | while IFS= read -r v; do say "speed-resnet50: ${v#\[tune\] }"; done ;;
     profile-*)
         check_files benchmarks/profile_step.py
         local w=${1#profile-} cache
@@ -269,7 +289,7 @@ part() {
 }
 
 for p in "$@"; do   # check every name before anything runs
-    case $p in gpu-tests|maxpool|gpu-tests-long|stem|ttfs-shipped|validate|nvbandwidth|tune) ;;
+    case $p in gpu-tests|maxpool|gpu-tests-long|stem|ttfs-shipped|validate|nvbandwidth|tune|speed-resnet50) ;;
     throughput-resnet50|throughput-ssd|throughput-maskrcnn|throughput-gnmt|throughput-transformer|throughput-ncf) ;;
     ttfs-resnet50|ttfs-ssd|ttfs-maskrcnn|ttfs-gnmt|ttfs-transformer|ttfs-ncf) ;;
     profile-resnet50|profile-ssd|profile-maskrcnn|profile-gnmt|profile-transformer|profile-ncf) ;;

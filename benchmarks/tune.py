@@ -1,16 +1,18 @@
 """Try speed settings of the runner's workloads side by side, on one GPU, in one call.
 
 Each ``--variant`` is one measurement of benchmarks/throughput.py's optimized
-path (or its eager baseline) in a child process of its own, with:
+path (or, with ``compiled``, its plain ``torch.compile`` of the same model without
+the workload's speed settings; with ``baseline``, its eager baseline) in a child
+process of its own, with:
 
-    WORKLOAD [baseline] [batch=N] [mode=COMPILE_MODE] [inductor=KEY=VALUE,KEY=VALUE] [set=KEY=VALUE,...]
+    WORKLOAD [compiled|baseline] [batch=N] [mode=COMPILE_MODE] [inductor=KEY=VALUE,KEY=VALUE] [set=KEY=VALUE,...]
 
 ``set`` replaces settings of the workload's scale in workloads.yml for that
 measurement (keys the scale already has, such as ``compile``). ``mode``
 sets ``GPULAB_COMPILE_MODE`` (default, reduce-overhead, max-autotune,
 max-autotune-no-cudagraphs) and ``inductor`` sets ``GPULAB_INDUCTOR``
 (``torch._inductor.config`` settings, see runner.workloads.base.compile_fn)
-for that child only. The variants run in the order given, until ``--deadline``
+for that child only (``compiled`` with them: plain compile plus that one setting). The variants run in the order given, until ``--deadline``
 seconds have passed: a variant that could not finish in the time left is
 recorded as skipped, so that one call of a limited length still returns its
 JSON. The JSON (``--out``) is rewritten after every variant.
@@ -47,14 +49,16 @@ def parse_variant(text: str) -> dict:
     words = text.split()
     if not words:
         raise ValueError("empty variant")
-    v = {"label": text.strip(), "workload": words[0], "baseline": False}
+    v = {"label": text.strip(), "workload": words[0], "baseline": False, "compiled": False}
     for w in words[1:]:
-        if w == "baseline":
-            v["baseline"] = True
+        if w in ("baseline", "compiled"):
+            if v["baseline"] or v["compiled"]:
+                raise ValueError(f"{w!r}: a variant is the optimized path, compiled or baseline, one of them")
+            v[w] = True
             continue
         key, sep, value = w.partition("=")
         if not sep or key not in KEYS or not value:
-            raise ValueError(f"{w!r}: expected baseline or one of {', '.join(k + '=...' for k in KEYS)}")
+            raise ValueError(f"{w!r}: expected compiled, baseline or one of {', '.join(k + '=...' for k in KEYS)}")
         if key == "set":
             try:
                 v[key] = base.key_values(value, w)
@@ -72,18 +76,20 @@ def parse_variant(text: str) -> dict:
 def run_variant(v: dict, args, timeout: float, cache: Path) -> dict:
     env = {"GPULAB_COMPILE_MODE": v.get("mode", ""), "GPULAB_INDUCTOR": v.get("inductor", "")}
     t0 = time.time()
-    out = throughput.run_child(v["workload"], "baseline" if v["baseline"] else "optimized", device=args.device,
+    variant = "baseline" if v["baseline"] else "compiled" if v["compiled"] else "optimized"
+    out = throughput.run_child(v["workload"], variant, device=args.device,
                                scale=args.scale, measure_s=args.measure_seconds, warmup=args.warmup_steps,
                                timeout=timeout, cache=cache, batch=v.get("batch"), extra_env=env,
                                overrides=v.get("set"))
     out["wall_s"] = round(time.time() - t0, 1)
+    out["variant"] = variant
     return out
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variant", action="append", default=[], required=True,
-                    help='"WORKLOAD [baseline] [batch=N] [mode=M] [inductor=K=V,K=V] [set=K=V,K=V]" (repeat)')
+                    help='"WORKLOAD [compiled|baseline] [batch=N] [mode=M] [inductor=K=V,K=V] [set=K=V,K=V]" (repeat)')
     ap.add_argument("--out", default="tune.json")
     ap.add_argument("--deadline", type=float, default=570.0, help="seconds for all variants together")
     ap.add_argument("--min-left", type=float, default=30.0,

@@ -21,7 +21,7 @@ SCRIPT = ROOT / "benchmarks" / "gpu_session.sh"
 WORKLOADS = ("resnet50", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
 PARTS = ("gpu-tests", "maxpool", "gpu-tests-long", "stem", *(f"throughput-{w}" for w in WORKLOADS),
          *(f"ttfs-{w}" for w in WORKLOADS), *(f"profile-{w}" for w in WORKLOADS), "ttfs-shipped", "validate",
-         "nvbandwidth", "tune")
+         "nvbandwidth", "tune", "speed-resnet50")
 
 
 def dry_run(*parts: str, env_out: Path) -> subprocess.CompletedProcess:
@@ -55,7 +55,7 @@ def options(argv: list[str]) -> set[str]:
 def test_every_part_is_listed_and_nothing_is_written(tmp_path):
     found = commands(tmp_path)
     assert set(found) == {"gpu-tests", "maxpool", "gpu-tests-long", "stem", "shipped-pilot", "shipped-second",
-                          "validate", "nvbandwidth-build", "nvbandwidth-run", "validate-burnin", "tune",
+                          "validate", "nvbandwidth-build", "nvbandwidth-run", "validate-burnin", "tune", "speed-resnet50",
                           *(f"throughput-{w}" for w in WORKLOADS), *(f"ttfs-{w}-cold" for w in WORKLOADS),
                           *(f"ttfs-{w}-warm" for w in WORKLOADS), *(f"profile-{w}" for w in WORKLOADS)}
     assert not (tmp_path / "out").exists() and not (tmp_path / "out" / "work").exists()
@@ -124,6 +124,24 @@ def test_first_steps_and_profiles_of_every_workload(tmp_path):
     assert r.returncode == 0, r.stderr
     assert [ln.split(" ")[0] for ln in r.stdout.splitlines()[1:]] == [
         n for w in ("ncf", "gnmt", "transformer", "ssd") for n in (f"ttfs-{w}-cold", f"ttfs-{w}-warm", f"profile-{w}")]
+
+
+def test_the_resnet50_candidates_run_beside_plain_compile_and_leave_the_profile_its_cache(tmp_path):
+    """Issue 47's resnet50 call: plain torch.compile first and again last but one (the drift), the runner's
+    path and each with CUDA graphs between, in one cache that profile-resnet50 then reads; the part's deadline
+    inside its limit, and the two parts inside one call's budget."""
+    r = dry_run("speed-resnet50", "profile-resnet50", env_out=tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()[1:]
+    speed, prof = (shlex.split(ln.split(": ", 1)[1]) for ln in lines)
+    work = tmp_path / "out" / "work"
+    assert speed[speed.index("--cache") + 1] == f"{work}/ttfs-cache-resnet50"
+    assert f"TORCHINDUCTOR_CACHE_DIR={work}/ttfs-cache-resnet50/inductor" in prof
+    variants = [speed[i + 1] for i, a in enumerate(speed) if a == "--variant"]
+    assert variants[0] == variants[-2] == "resnet50 compiled" and "resnet50" in variants
+    assert {"resnet50 compiled mode=reduce-overhead", "resnet50 mode=reduce-overhead"} <= set(variants)
+    limits = [int(re.match(r"^[a-z0-9-]+ \((\d+)s\)", ln).group(1)) for ln in lines]
+    assert float(speed[speed.index("--deadline") + 1]) < limits[0] and sum(limits) <= 600
 
 
 @pytest.mark.slow

@@ -73,20 +73,23 @@ def test_tune_runs_variants_in_order_and_records_each(tmp_path):
     out = tmp_path / "tune.json"
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune.py"), "--device", "cpu", "--scale", "tiny",
                         "--measure-seconds", "0.2", "--warmup-steps", "1", "--out", str(out),
-                        "--cache", str(tmp_path / "cache"), "--variant", "ncf batch=512", "--variant", "ncf baseline"],
+                        "--cache", str(tmp_path / "cache"), "--variant", "ncf compiled batch=512", "--variant", "ncf baseline"],
                        cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = json.loads(out.read_text())["variants"]
     assert [(v["workload"], v["baseline"]) for v in rows] == [("ncf", False), ("ncf", True)]
+    assert [v["variant"] for v in rows] == ["compiled", "baseline"] and rows[0]["compiled"]  # plain torch.compile
     assert rows[0]["samples_per_step"] == 512 and rows[0]["samples_per_s"] > 0
     assert rows[1]["samples_per_step"] == 4096 and rows[1]["samples_per_s"] > 0  # tiny throughput batch
 
 
-def test_tune_bad_variant_is_one_line_exit_2(tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune.py"), "--variant", "ncf batch=lots",
+@pytest.mark.parametrize("variant, named", [("ncf batch=lots", "batch=lots"),
+                                            ("ncf baseline compiled", "'compiled': a variant is the optimized")])
+def test_tune_bad_variant_is_one_line_exit_2(tmp_path, variant, named):
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune.py"), "--variant", variant,
                         "--out", str(tmp_path / "t.json")], cwd=ROOT, env=env(), capture_output=True, text=True,
                        timeout=120)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "batch=lots" in r.stderr, r.stderr
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and named in r.stderr, r.stderr
     assert not (tmp_path / "t.json").exists()
 
 
