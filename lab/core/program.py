@@ -23,9 +23,14 @@ configuration (tasks.py: ``ns.configure``).
   tasks.py. Invoke has no extension point for a project's tasks to choose the
   program that runs them, so tasks.py calls ``adopt()``, THE ADAPTER: the
   running program and its config become GpulabProgram and GpulabConfig from
-  there on. Those two files are the only difference: read before gpulab's code
-  runs, one that is not a mapping of settings is Invoke's own error under
-  ``invoke``, and one line and exit 2 under ``gpulab``.
+  there on. Those two files are the only difference: Invoke reads them in
+  ``Program.create_config``, before it imports tasks.py, and every extension
+  point it has is either chosen by whoever makes the program (``Program``,
+  ``config_class``) or read after tasks.py (the collection's configuration,
+  the project's invoke.yaml, ``-f``). One that is not YAML, JSON or Python,
+  not a mapping, or gives one of Invoke's own keys the wrong shape (``run: 5``)
+  is Invoke's traceback under ``invoke``, and one line and exit 2 under
+  ``gpulab`` (tests/unit/test_invoke_program.py holds both).
 
 Beyond Invoke's documented API this module relies on (RELIES_ON below, each held
 by tests/unit/test_invoke_program.py; pyproject pins the Invoke releases it was
@@ -43,7 +48,7 @@ import sys
 from collections.abc import Mapping
 
 from invoke import Config, Exit, Program
-from invoke.config import AmbiguousMergeError
+from invoke.config import AmbiguousMergeError, merge_dicts
 from invoke.env import Environment
 from invoke.exceptions import AmbiguousEnvVar, ParseError, UncastableEnvVar, UnknownFileType
 
@@ -60,7 +65,8 @@ RELIES_ON = {
     "Program.run": "calls parse_tasks, parse_cleanup, update_config and execute on self after loading tasks.py",
     "Config._config, Config._set(_env=...)": "the merged data and the environment layer (Invoke's load_shell_env)",
     "Config._load_yaml/_load_yml/_load_json/_load_py(path)": "the loader of each config file, by suffix",
-    "Config._<layer> and Config._<file layer>_path": "each layer's data and file, as Config.merge reads them",
+    "Config._<layer> and Config._<file layer>_path": "each layer's data (_defaults, _collection, _system, ...) and "
+                                                      "file, in the order Config.merge reads them",
     "Program.core[0].args['help']": "the core --help value parse_cleanup prints a task's help from",
     "ParseError.context": "the task context a parse error happened in",
 }
@@ -113,6 +119,43 @@ def layer_problem(cfg: Config) -> str | None:
     return None
 
 
+def _clash(below: dict, data: dict, prefix: str = ""):
+    """The first key that is a mapping on one side and a value on the other (what Invoke's merge refuses)."""
+    for key, value in data.items():
+        if key not in below:
+            continue
+        if isinstance(value, dict) and isinstance(below[key], dict):
+            found = _clash(below[key], value, f"{prefix}{key}.")
+            if found:
+                return found
+        elif isinstance(value, dict) != isinstance(below[key], dict):
+            return f"{prefix}{key}", below[key], value
+    return None
+
+
+def merge_clash(cfg: Config) -> str | None:
+    """Why Invoke's merge fails (AmbiguousMergeError), as one line naming the layer's file and the key
+    (``run: 5`` over Invoke's ``run`` settings); None if no layer clashes. The layers are merged in Config.merge's
+    order with Invoke's own merge_dicts."""
+    found = vars(cfg)
+    merged: dict = {}
+    base = [("defaults", "Invoke's defaults", found.get("_defaults")),
+            ("collection", "tasks.py's configuration", found.get("_collection"))]
+    for name, where, data in [*base, *layers(cfg)]:
+        if not isinstance(data, Mapping):
+            continue
+        clash = _clash(merged, data)
+        if clash:
+            key, below, value = clash
+            kind = "config file" if dict(LAYERS).get(name) else "config"
+            said = (f"{printable(excerpt(repr(value), 40))} where Invoke's {key} is a mapping of settings (set "
+                    f"the keys inside it)" if isinstance(below, dict) else
+                    f"a mapping where Invoke's {key} is a value ({printable(excerpt(repr(below), 40))})")
+            return f"{kind} {where}: {key}: {said}"
+        merge_dicts(merged, data)
+    return None
+
+
 def user_set(cfg: Config, key: str) -> bool:
     """Whether a layer above gpulab's defaults (a file, an INVOKE_GPULAB_* variable, the overrides) sets
     ``gpulab.<key>`` (dotted), whatever its value."""
@@ -154,7 +197,7 @@ class GpulabConfig(Config):
         try:
             super().merge()
         except AmbiguousMergeError as exc:   # a key gpulab does not own (run:, tasks:, ...)
-            raise Exit(f"gpulab: config: {_reason(exc)}", code=BAD_INPUT) from None
+            raise Exit(f"gpulab: {merge_clash(self) or 'config: ' + _reason(exc)}", code=BAD_INPUT) from None
 
     def load_shell_env(self) -> None:
         load_env(self, os.environ)

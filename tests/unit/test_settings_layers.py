@@ -175,7 +175,7 @@ def test_each_layer_overrides_the_one_below_on_the_command_line(tmp_path):
     ("user", "gpulab: {demo: 3}\n", "config gpulab.demo: 3 is not of type 'object'"),
     ("runtime", "gpulab: {sweep: {poll_s: [1]}}\n", "config gpulab.sweep.poll_s: [1] is not valid here"),
     ("runtime", "gpulab: {sweep: {poll_s: 1}\n", "while parsing a flow mapping"),
-    ("runtime", "run: [1]\n", "gpulab: config: Can't cleanly merge"),
+    ("runtime", "run: [1]\n", "run.yaml: run: [1] where Invoke's run is a mapping of settings (set the keys"),
     ("user", "gpulab: {nodes: 0}\n", "config gpulab.nodes: 0 is not a whole number from 1 to 64 hosts ("),
     ("user", "gpulab: {sweep: {fetch_retries: 11}}\n", "config gpulab.sweep.fetch_retries: 11 is not a whole number"),
     ("user", "gpulab: {seeds: 0, workloads: ncf}\n",
