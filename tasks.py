@@ -222,28 +222,17 @@ def tune(c, workload, scale=None, device=None, host=None, limit=None, name=None,
          baseline=None, space=None, open=False, gpus=None, timeout=None, inventory=None, max_epochs=None,
          backend=None):
     """Search a workload's hyperparameters for seed-stable convergence: trials are sweeps of K seeds on the fleet."""
-    from lab.history import memory as history
+    from lab.commands import tune as cmd
     from lab.core import config, paths
-    from lab.sweep import driver as sw
-    from lab.tune import entry, search, trials as tunetrials
 
     hosts = _select(c, inventory, host, device, limit)
-    tune_settings = config.tune_settings(setting(c, "tune"))
-    req = entry.request(workload, scale=setting(c, "scale", scale), name=name, device=device or host or limit,
-                        seeds=seeds, trials=trials, tune_settings=tune_settings, space_file=space, open_=open,
-                        baseline=baseline, gpus=gpus, wave=len(hosts), max_epochs=max_epochs)
-    settings = _settings(c, timeout)
     kind, slurm_settings = _backend(c, backend)
-    kind = sw.resolve_backend(kind)   # slurm without a controller here: one line before the study is written
-    entry.check_plan(hosts, req)   # --gpus and the hosts as a trial's sweep plans them: before anything is written
-    results = paths.folder(setting(c, "results"), "config gpulab.results")
-    url = history_tasks.url_for(c)   # with the waits of gpulab.history_*_timeout_s, as every history command
-    storage, req.storage_shown = entry.storage_for(url)
-    trials_on = tunetrials.SweepBackend(hosts, results / req.name, settings, url,
-                                        make_folder=not setting(c, "history_url"),
-                                        quarantine=history.quarantined(url, hosts), kind=kind,
-                                        slurm_settings=slurm_settings)
-    result = search.tune(req, storage, trials_on, results)
+    result = cmd.tune(hosts, workload, scale=setting(c, "scale", scale), name=name, device=device or host or limit,
+                      seeds=seeds, trials_count=trials, tune_settings=config.tune_settings(setting(c, "tune")),
+                      space_file=space, open_space=open, baseline=baseline, gpus=gpus, max_epochs=max_epochs,
+                      settings=_settings(c, timeout), backend=kind, slurm_settings=slurm_settings,
+                      results_dir=paths.folder(setting(c, "results"), "config gpulab.results"),
+                      history_url=history_tasks.url_for(c), make_folder=not setting(c, "history_url"))
     print("\n".join(result.lines))
 
 

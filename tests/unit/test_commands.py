@@ -31,7 +31,7 @@ def test_a_dry_run_starts_without_invoke(tmp_path):
     code = f"""
 import json, sys
 from pathlib import Path
-from lab.commands import sweep
+from lab.commands import sweep, tune   # tune too: neither imports Invoke
 from lab.hosts import inventory
 from lab.sweep.hostrun import Settings
 hosts = inventory.load({str(EXAMPLE)!r}).select(device="t4")
@@ -49,6 +49,25 @@ print(json.dumps({{"lines": out.lines, "refused": out.refused, "name": out.name,
     assert got["lines"][0] == "sweep fig2: mode throughput, scale full; 48 runs on 2 unit(s)"
     assert got["lines"][-1] == "48 runs planned for sweep fig2 on 2 unit(s); nothing started (--dry-run)"
     assert not (tmp_path / "results").exists()   # a dry run writes nothing, the history's folder included
+
+
+@pytest.mark.parametrize("kw, says", [
+    (dict(gpus="9"), "--gpus: 9 GPUs asked but r740-01 has 4"),
+    (dict(seeds=0), "--seeds: 0 is not a whole number from 1 to 1000 seeds"),
+    (dict(backend="nope"), "--backend: 'nope' is not one of ssh, slurm, auto"),
+    (dict(name="../x"), "--name: '../x' is not a study name"),
+    (dict(scale="huge"), "--scale: 'huge' is not one of"),
+])
+def test_a_tune_refuses_bad_input_in_one_line_before_anything_is_written(tmp_path, kw, says):
+    """lab.commands.tune.tune (what `invoke tune` calls) from plain arguments: every check comes before the
+    study's database or folder is made."""
+    from lab.commands import tune as tune_cmd
+
+    with pytest.raises(ConfigError) as got:
+        tune_cmd.tune(t4_hosts(), "ncf", results_dir=tmp_path / "results",
+                      history_url=f"sqlite:///{tmp_path / 'db' / 'history.sqlite'}", make_folder=True, **kw)
+    assert got.value.message.startswith(says) and "\n" not in got.value.message, got.value.message
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_the_dry_run_plans_around_the_quarantine_and_refuses_when_none_is_left(tmp_path):
