@@ -1,6 +1,6 @@
 """The hosts and their software: the inventory (``inventory``), remote execution over Fabric
 (``remote``: fleet operations and ``HostResults``), Ansible through ansible-runner (``ansible``,
-``reach``), stack profiles (``stacks``, ``osfamily``), the runner as it reaches hosts (``runnerdist``).
+``reach``, ``hostkeys``), stack profiles (``stacks``, ``osfamily``), the runner as it reaches hosts (``runnerdist``).
 
 Entry points: ``provision.provision`` and ``provision.audit`` (invoke provision, audit),
 ``datasets.prepare`` (invoke datasets).

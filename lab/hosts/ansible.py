@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 from lab.core import writes
 from lab.core.errors import ConfigError, RunError
+from lab.hosts.hostkeys import host_key_reason
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = REPO / "playbooks"
@@ -122,45 +123,6 @@ class PlaybookResult:
 def short_line(text: Any, limit: int = 400) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def host_key_reason(message: str, host: str, known_hosts: str | None = None) -> str | None:
-    """A plain reason for an ssh host key refusal, or None when ``message`` is about something else."""
-    where = f" ({known_hosts})" if known_hosts else ""
-    if "REMOTE HOST IDENTIFICATION HAS CHANGED" in message or "Offending" in message:
-        m = re.search(r"Offending \S+ key in (\S+?):(\d+)", message)
-        at = f" ({m.group(1)} line {m.group(2)})" if m else where
-        return (f"host key of {host} CHANGED: it does not match the known_hosts entry{at}; refused "
-                f"(strict host key checking). If the host was reinstalled, check its new key and replace the entry")
-    if "Host key verification failed" in message or "No ED25519 host key is known" in message or \
-            re.search(r"No \S+ host key is known", message):
-        return (f"host key of {host} is UNKNOWN: no entry in the known_hosts file{where}; refused "
-                f"(strict host key checking). Add the host's key after checking its fingerprint")
-    return None
-
-
-def probe_host_key(host: str, address: str, port: int = 22, user: str | None = None, key: str | None = None,
-                   known_hosts: str | None = None, timeout: int = 10) -> str | None:
-    """Connect once with strict checking and say whether the host key is the problem.
-
-    Used after a host was unreachable for a reason that hides the key check (with
-    pipelining, ssh may die on a refused key before Ansible reads its message).
-    Returns the host key reason, or None.
-    """
-    import subprocess
-
-    cmd = ["ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-           "-o", f"ConnectTimeout={timeout}", "-o", "ControlMaster=no", "-o", "ControlPath=none", "-p", str(port)]
-    if known_hosts:
-        cmd += ["-o", f"UserKnownHostsFile={known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null"]
-    if key:
-        cmd += ["-i", key, "-o", "IdentitiesOnly=yes"]
-    cmd += [f"{user}@{address}" if user else address, "true"]
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 5, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return host_key_reason(res.stderr, host, known_hosts) if res.returncode != 0 else None
 
 
 def result_message(res: dict) -> str:
@@ -311,26 +273,9 @@ def run_playbook(playbook: Path | str, inventory: Path | str, hosts: list[str] |
     """
     import ansible_runner
 
-    playbook = Path(playbook)
-    if not playbook.is_absolute() and not playbook.exists():
-        playbook = PLAYBOOKS / playbook
-    playbook = playbook.resolve()
-    if not playbook.is_file():
-        raise ConfigError(f"{playbook}: playbook not found")
-    inventory = Path(inventory).resolve()
-    if not inventory.exists():
-        raise ConfigError(f"{inventory}: inventory not found")
-    if hosts is not None and not hosts:
-        raise ConfigError("no hosts to run the playbook on")
-    for name in hosts or []:
-        if not re.fullmatch(r"[A-Za-z0-9_.:\[\]-]+", name):
-            raise ConfigError(f"host name {name!r} is not usable in a --limit pattern")
+    playbook, inventory = _checked_inputs(playbook, inventory, hosts)
     folder = make_artifacts_folder(artifacts_root, playbook)
-    cmdline = []
-    if check:
-        cmdline.append("--check")
-    if diff:
-        cmdline.append("--diff")
+    cmdline = (["--check"] if check else []) + (["--diff"] if diff else [])
     if tags:
         cmdline += ["--tags", tags if isinstance(tags, str) else ",".join(tags)]
     if on_event is None and not quiet:
@@ -362,6 +307,26 @@ def run_playbook(playbook: Path | str, inventory: Path | str, hosts: list[str] |
             collector.summary(name)
     return PlaybookResult(playbook=str(playbook), status=r.status, rc=r.rc if r.rc is not None else -1,
                           artifacts=folder, hosts=collector.hosts, results=collector.results, check=check)
+
+
+def _checked_inputs(playbook: Path | str, inventory: Path | str, hosts: list[str] | None) -> tuple[Path, Path]:
+    """(the playbook's path, a name under playbooks/ resolved; the inventory's): ConfigError for a playbook or
+    inventory not found, an empty host list, or a host name unusable in ``--limit``."""
+    playbook = Path(playbook)
+    if not playbook.is_absolute() and not playbook.exists():
+        playbook = PLAYBOOKS / playbook
+    playbook = playbook.resolve()
+    if not playbook.is_file():
+        raise ConfigError(f"{playbook}: playbook not found")
+    inventory = Path(inventory).resolve()
+    if not inventory.exists():
+        raise ConfigError(f"{inventory}: inventory not found")
+    if hosts is not None and not hosts:
+        raise ConfigError("no hosts to run the playbook on")
+    for name in hosts or []:
+        if not re.fullmatch(r"[A-Za-z0-9_.:\[\]-]+", name):
+            raise ConfigError(f"host name {name!r} is not usable in a --limit pattern")
+    return playbook, inventory
 
 
 def summary_lines(result: PlaybookResult) -> list[str]:

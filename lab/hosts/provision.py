@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lab.hosts import ansible
+from lab.hosts import hostkeys
 from lab.hosts import reach
 from lab.hosts import runnerdist
 from lab.hosts import stacks
@@ -84,7 +85,7 @@ def explain_unreachable(result: ansible.PlaybookResult, hosts) -> None:
         s = result.hosts.get(h.name)
         if not s or not s.unreachable or "host key" in s.reason or h.is_local:
             continue
-        reason = ansible.probe_host_key(h.name, h.address, h.port, h.user, h.ssh_key, h.known_hosts)
+        reason = hostkeys.probe_host_key(h.name, h.address, h.port, h.user, h.ssh_key, h.known_hosts)
         if reason and s.failures:
             s.failures[0] = ansible.TaskFailure(s.failures[0].task, reason)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from lab.hosts import ansible, inventory as inv
+from lab.hosts import ansible, hostkeys, inventory as inv
 from lab.core.errors import RunError
 
 TASK = "Connect"
@@ -36,7 +36,7 @@ def split(hosts: list, inventory: Path | str) -> tuple[list, dict[str, ansible.H
             host = data["host"]
             message = ansible.result_message(data.get("res") or {})
             known = next((h.known_hosts for h in remote if h.name == host), None)
-            down[host] = ansible.host_key_reason(message, host, known) or message
+            down[host] = hostkeys.host_key_reason(message, host, known) or message
         return True
 
     with tempfile.TemporaryDirectory(prefix="gpulab-reach-") as pdd:
@@ -52,7 +52,7 @@ def split(hosts: list, inventory: Path | str) -> tuple[list, dict[str, ansible.H
         if h.name in down:
             reason = down[h.name]
             if "host key" not in reason:
-                reason = ansible.probe_host_key(h.name, h.address, h.port, h.user, h.ssh_key, h.known_hosts) or reason
+                reason = hostkeys.probe_host_key(h.name, h.address, h.port, h.user, h.ssh_key, h.known_hosts) or reason
             out[h.name] = ansible.HostSummary(h.name, unreachable=1, failures=[ansible.TaskFailure(TASK, reason)])
     return [h for h in hosts if h.name not in out], out
 

@@ -79,15 +79,7 @@ def read_plain(ctx, path: Path, root: Path, text: str, explicit: bool):
     rules = ctx.rules
     rnd = ctx.round_of(root)
     run_file = roundtree.summarizer_scored(rules, rnd) and roundtree.is_run_file(path)
-    fmt = detect_format(text)
-    runs, problem = [], None
-    if fmt is None:
-        problem = "empty file" if not text.strip() else "no :::MLLOG, :::MLL or :::MLPv0.5.0 lines"
-    else:
-        try:
-            runs = parse_runs(text, rules)
-        except LogProblem as exc:
-            problem = str(exc)
+    fmt, runs, problem = _parse(text, rules)
     if problem is not None and not run_file:
         # Only files named like logs are worth a line in the report.
         if fmt is not None or explicit or path.suffix.lower() == ".log" \
@@ -95,19 +87,10 @@ def read_plain(ctx, path: Path, root: Path, text: str, explicit: bool):
             ctx.skip(path, problem)
         return
     folders = [path.stem, *[p.name for p in path.parents if p == root or root in p.parents]]
-    notes = []
-    if run_file:
-        bench = roundtree.benchmark_folder_name(path, rules)
-        logged = runs[0].benchmark if runs else None
-        if logged is not None and logged != bench:
-            notes.append(f"the log names {logged}; scored as its folder's {bench}")
-    else:
-        bench = runs[0].benchmark
+    bench, notes = _benchmark(path, rules, runs, folders, run_file)
     if bench is None:
-        bench = next((rules.benchmark(n) for n in folders if rules.benchmark(n)), None)
-        if bench is None:
-            ctx.skip(path, "benchmark not named in the log (submission_benchmark) or its folder names")
-            return
+        ctx.skip(path, "benchmark not named in the log (submission_benchmark) or its folder names")
+        return
     table = rules.rounds.get(rnd) if rnd else None
     in_round = table is not None and table["format"] == (fmt or "mllog")
     ruleset = table.get("ruleset") if in_round and roundtree.summarizer_scored(rules, rnd) else None
@@ -121,7 +104,6 @@ def read_plain(ctx, path: Path, root: Path, text: str, explicit: bool):
         verdict = compliance.check(text, fmt, bench, ruleset=ruleset)
     factor, scaling_note = ctx.scaling(path.parent, root) if run_file else (1.0, "")
     extra = _round_facts(path, root, text, ruleset, tree) if run_file and ruleset else {}
-    rel = _relative(path, root)
     common = dict(benchmark=bench, device=base["device"], gpus=base["gpus"], stack=base["stack"],
                   facts_from=base["facts_from"], submitter=base["submitter"],
                   system_name=base["system_name"], system_key=base["system_key"],
@@ -129,25 +111,59 @@ def read_plain(ctx, path: Path, root: Path, text: str, explicit: bool):
                   accelerator=base["accelerator"], round=rnd if in_round else None,
                   scaling_factor=factor, scaling_note=scaling_note, system_notes=list(base["system_notes"]),
                   **extra)
+    rel = _relative(path, root)
+    notes += list(base["notes"])
     if problem is not None:
         ctx.runs.append(Run(source=str(path), fmt=fmt or "mllog", success=False, outcome="failed",
-                            reason=problem, notes=notes + list(base["notes"]), order=(natural(rel), 1),
-                            **common))
+                            reason=problem, notes=notes, order=(natural(rel), 1), **common))
         ctx.runs[-1].judged(verdict)
         return
     for f in runs:
-        source = str(path) if f.runs_in_file == 1 else f"{path}#run{f.run_in_file}"
-        run_notes = list(f.warnings) + notes + list(base["notes"])
-        if f.runs_in_file > 1:
-            run_notes.append(f"run {f.run_in_file} of {f.runs_in_file} in the file")
-        ctx.runs.append(Run(
-            source=source, fmt=f.fmt, seed=f.seed, start_s=f.start_s,
-            success=f.success, outcome=f.outcome, reason=f.reason, ttt_s=f.ttt_s,
-            elapsed_s=f.stop_s - f.start_s, epochs=f.epochs, quality=f.quality,
-            target=f.target, samples_per_s=f.samples_per_s,
-            throughput_basis=f.throughput_basis, sample_unit=f.sample_unit,
-            notes=run_notes, order=(natural(rel), f.run_in_file), clock=f.clock, **common))
+        ctx.runs.append(_run(path, rel, f, notes, common))
         ctx.runs[-1].judged(verdict)
+
+
+def _parse(text: str, rules: Rules) -> tuple[str | None, list[LogFacts], str | None]:
+    """(the log's format, its runs, the problem that keeps them from being read: None when read)."""
+    fmt = detect_format(text)
+    if fmt is None:
+        return None, [], "empty file" if not text.strip() else "no :::MLLOG, :::MLL or :::MLPv0.5.0 lines"
+    try:
+        return fmt, parse_runs(text, rules), None
+    except LogProblem as exc:
+        return fmt, [], str(exc)
+
+
+def _benchmark(path: Path, rules: Rules, runs: list[LogFacts], folders: list[str],
+               run_file: bool) -> tuple[str | None, list[str]]:
+    """(the benchmark a log's runs are scored as, notes): a round tree's run file by its folder, else the
+    log's own name for it, else the first folder name that names one (None: no benchmark found)."""
+    notes = []
+    if run_file:
+        bench = roundtree.benchmark_folder_name(path, rules)
+        logged = runs[0].benchmark if runs else None
+        if logged is not None and logged != bench:
+            notes.append(f"the log names {logged}; scored as its folder's {bench}")
+    else:
+        bench = runs[0].benchmark
+    if bench is None:
+        bench = next((rules.benchmark(n) for n in folders if rules.benchmark(n)), None)
+    return bench, notes
+
+
+def _run(path: Path, rel: str, f: LogFacts, notes: list[str], common: dict) -> Run:
+    """One run of a log file (``notes``: the file's; ``common``: what its runs share)."""
+    source = str(path) if f.runs_in_file == 1 else f"{path}#run{f.run_in_file}"
+    run_notes = list(f.warnings) + notes
+    if f.runs_in_file > 1:
+        run_notes.append(f"run {f.run_in_file} of {f.runs_in_file} in the file")
+    return Run(
+        source=source, fmt=f.fmt, seed=f.seed, start_s=f.start_s,
+        success=f.success, outcome=f.outcome, reason=f.reason, ttt_s=f.ttt_s,
+        elapsed_s=f.stop_s - f.start_s, epochs=f.epochs, quality=f.quality,
+        target=f.target, samples_per_s=f.samples_per_s,
+        throughput_basis=f.throughput_basis, sample_unit=f.sample_unit,
+        notes=run_notes, order=(natural(rel), f.run_in_file), clock=f.clock, **common)
 
 
 def _round_facts(path: Path, root: Path, text: str, ruleset: str, tree) -> dict:

@@ -231,18 +231,10 @@ def read_rundir(ctx, rundir: Path):
     if not ctx.first_visit(rundir):
         return
     rules = ctx.rules
-    status = _read_status(ctx, rundir)
-    if status is None:
+    checked = _checked(ctx, rundir)
+    if checked is None:
         return
-    problem, kept = verify_sums(rundir, keep=(MLLOG, TELEMETRY))
-    if problem:
-        ctx.skip(rundir, problem)
-        return
-    node_rank = _int(status.get("node_rank")) or 0
-    if node_rank > 0:
-        ctx.skip(rundir, f"node {node_rank} of a {_int(status.get('nnodes')) or '?'}-node run: "
-                 "the run is reported from node 0's run directory")
-        return
+    status, kept = checked
     manifest = read_json(rundir / MANIFEST)
     notes = []
     if not isinstance(manifest, dict):
@@ -259,7 +251,6 @@ def read_rundir(ctx, rundir: Path):
     if bench is None and log_facts and log_facts.benchmark:
         bench = log_facts.benchmark
     bench = bench or str(status.get("benchmark") or status.get("workload") or "unknown")
-
     # GPU count and device.
     idx = status.get("gpus") if isinstance(status.get("gpus"), list) else None
     nnodes = _int(status.get("nnodes")) or 1
@@ -273,13 +264,7 @@ def read_rundir(ctx, rundir: Path):
         notes.append("device not in manifest.json, sweep.json or folder names")
     stack, stack_versions = _stack_of(manifest, host_facts, sources)
 
-    tele = rundir / TELEMETRY
-    energy = power = None
-    if TELEMETRY in kept or os.path.lexists(tele):
-        energy, power, tnote = read_telemetry(tele, idx, kept.get(TELEMETRY))
-        if tnote:
-            notes.append(tnote)
-
+    energy, power = _energy(rundir, kept, idx, notes)
     run = Run(source=str(rundir), fmt="rundir", benchmark=bench, device=device, gpus=count,
               stack=stack, scale=status.get("scale"), mode=status.get("mode") or "ttt",
               host=host, seed=_int(status.get("seed")), outcome=status["outcome"],
@@ -294,6 +279,36 @@ def read_rundir(ctx, rundir: Path):
     _take_log(run, log_facts, log_problem, status)
     _take_result(run, status)
     ctx.runs.append(run)
+
+
+def _checked(ctx, rundir: Path) -> tuple[dict, dict] | None:
+    """(status.json, the files SHA256SUMS verified and kept) of a run directory to report; None (with its
+    Skipped entry where one is due) for one whose files do not verify or that is not node 0's."""
+    status = _read_status(ctx, rundir)
+    if status is None:
+        return None
+    problem, kept = verify_sums(rundir, keep=(MLLOG, TELEMETRY))
+    if problem:
+        ctx.skip(rundir, problem)
+        return None
+    node_rank = _int(status.get("node_rank")) or 0
+    if node_rank > 0:
+        ctx.skip(rundir, f"node {node_rank} of a {_int(status.get('nnodes')) or '?'}-node run: "
+                 "the run is reported from node 0's run directory")
+        return None
+    return status, kept
+
+
+def _energy(rundir: Path, kept: dict, idx: list | None, notes: list[str]) -> tuple[float | None, float | None]:
+    """(energy in joules, mean power in watts) from telemetry.csv, None where there is none; its note joins
+    ``notes``."""
+    tele = rundir / TELEMETRY
+    if not (TELEMETRY in kept or os.path.lexists(tele)):
+        return None, None
+    energy, power, tnote = read_telemetry(tele, idx, kept.get(TELEMETRY))
+    if tnote:
+        notes.append(tnote)
+    return energy, power
 
 
 def _take_log(run, log_facts, log_problem, status: dict) -> None:

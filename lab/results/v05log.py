@@ -127,30 +127,7 @@ def _facts(evs, start, stop, bench, target, spe, rules: Rules) -> LogFacts:
             evals.append((e[0], None, e[2], pos))
     quality = evals[-1][2] if evals else None
     met = next((ev for ev in evals if rules.meets(ev[2], target)), None) if target is not None else None
-
-    flag = stop[2].get("success") if isinstance(stop[2], dict) else None
-    cut = met[3] + 1 if met else len(window)
-    if flag in _TRUE or flag in _FALSE:
-        success = flag in _TRUE
-        outcome = "success" if success else "target_missed"
-        reason = f"run_stop success {str(flag).lower()}"
-        if quality is not None:
-            reason += f" (last eval_accuracy {fmt_quality(quality)})"
-        if not success:
-            cut = len(window)
-    elif met is not None:
-        success, outcome = True, "success"
-        at = f" at epoch {met[1]}" if met[1] is not None else ""
-        reason = f"eval_accuracy {fmt_quality(met[2])} met target {fmt_quality(target)}{at}"
-    else:
-        success, outcome = False, "target_missed"
-        if target is None:
-            reason = "run_stop has no success flag and no target is known"
-        elif not evals:
-            reason = f"no eval_accuracy logged (target {fmt_quality(target)})"
-        else:
-            reason = f"no eval_accuracy met target {fmt_quality(target)} (last {fmt_quality(quality)})"
-
+    success, outcome, reason, cut = _outcome(stop, evals, met, quality, target, len(window))
     done = window[:cut]
     train_epochs = [e for e in done if e[1] == "train_epoch"]
     # Epochs: the distinct train_epoch values, or the evaluated epoch (numbered from 0) + 1
@@ -160,6 +137,42 @@ def _facts(evs, start, stop, bench, target, spe, rules: Rules) -> LogFacts:
     evaluated = num(ref[1]) if ref else None
     evaluated = evaluated + 1.0 if evaluated is not None and evaluated >= 0 else None
     epochs = max((x for x in (counted, evaluated) if x is not None), default=None)
+    sps, basis = _throughput(done, train_epochs, spe, epochs, t0, t1)
+    seed = next((integer(e[2]) for e in evs if e[1] == "run_set_random_seed"), None)
+    return LogFacts(
+        fmt="v0.5", benchmark=bench, platform=None, seed=seed, start_s=t0, stop_s=t1,
+        success=success, outcome=outcome, reason=reason, ttt_s=(t1 - t0) if success else None,
+        epochs=epochs, quality=quality, target=target, samples_per_s=sps, throughput_basis=basis,
+        warnings=[])
+
+
+def _outcome(stop, evals: list, met, quality, target, n_window: int) -> tuple[bool, str, str, int]:
+    """(success, outcome, reason, how many events of the run's window count): run_stop's success flag where
+    it has one, else the first eval_accuracy that meets the target (the run ends there)."""
+    flag = stop[2].get("success") if isinstance(stop[2], dict) else None
+    cut = met[3] + 1 if met else n_window
+    if flag in _TRUE or flag in _FALSE:
+        success = flag in _TRUE
+        outcome = "success" if success else "target_missed"
+        reason = f"run_stop success {str(flag).lower()}"
+        if quality is not None:
+            reason += f" (last eval_accuracy {fmt_quality(quality)})"
+        return success, outcome, reason, cut if success else n_window
+    if met is not None:
+        at = f" at epoch {met[1]}" if met[1] is not None else ""
+        return True, "success", f"eval_accuracy {fmt_quality(met[2])} met target {fmt_quality(target)}{at}", cut
+    if target is None:
+        reason = "run_stop has no success flag and no target is known"
+    elif not evals:
+        reason = f"no eval_accuracy logged (target {fmt_quality(target)})"
+    else:
+        reason = f"no eval_accuracy met target {fmt_quality(target)} (last {fmt_quality(quality)})"
+    return False, "target_missed", reason, cut
+
+
+def _throughput(done: list, train_epochs: list, spe, epochs, t0: float, t1: float) -> tuple[float | None, str | None]:
+    """(samples per second, its basis): from the first train_epoch with evaluation time excluded, else over
+    the whole run; (None, None) without samples per epoch or epochs."""
     end_t = done[-1][0] if done else t1
     sps = basis = None
     if spe and train_epochs and epochs and len({e[0] for e in train_epochs}) > 1:
@@ -175,12 +188,7 @@ def _facts(evs, start, stop, bench, target, spe, rules: Rules) -> LogFacts:
         sps = spe * epochs / (end_t - t0)
         basis = (f"{epochs:g} epochs of {spe:,.0f} samples over the whole run ({end_t - t0:,.0f} s, "
                  "initialization and evaluation included)")
-    seed = next((integer(e[2]) for e in evs if e[1] == "run_set_random_seed"), None)
-    return LogFacts(
-        fmt="v0.5", benchmark=bench, platform=None, seed=seed, start_s=t0, stop_s=t1,
-        success=success, outcome=outcome, reason=reason, ttt_s=(t1 - t0) if success else None,
-        epochs=epochs, quality=quality, target=target, samples_per_s=sps, throughput_basis=basis,
-        warnings=[])
+    return sps, basis
 
 
 def _eval_time(events, t_from: float, t_to: float) -> float:

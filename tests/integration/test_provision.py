@@ -301,7 +301,7 @@ def test_unknown_and_changed_host_keys_are_refused(plab, tmp_path):
     assert re.search(rf"reason: .*host key of pv-01 CHANGED.*{re.escape(str(known))}", res.stdout)
     assert re.search(r"reason: .*host key of pv-02 is UNKNOWN", res.stdout)
     # the strict probe lab.hosts.provision uses when Ansible's message hides the key check (pipelining)
-    from lab.hosts.ansible import probe_host_key
+    from lab.hosts.hostkeys import probe_host_key
     probe = {n: probe_host_key(n, plab.hosts[n].address, 22, "root", str(plab.private_key), str(known))
              for n in plab.names}
     assert "host key of pv-01 CHANGED" in probe["pv-01"] and "host key of pv-02 is UNKNOWN" in probe["pv-02"]

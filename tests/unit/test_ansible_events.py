@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from lab.hosts import ansible
+from lab.hosts import ansible, hostkeys
 from lab.core.errors import ConfigError
 
 
@@ -55,10 +55,10 @@ def test_ignored_failures_do_not_fail_the_host():
 
 
 def test_host_key_reasons():
-    assert "CHANGED" in ansible.host_key_reason(CHANGED, "h")
-    assert "/tmp/kh line 2" in ansible.host_key_reason(CHANGED, "h")
-    assert "UNKNOWN" in ansible.host_key_reason(UNKNOWN, "h", "/x/known_hosts")
-    assert ansible.host_key_reason("Connection timed out during banner exchange", "h") is None
+    assert "CHANGED" in hostkeys.host_key_reason(CHANGED, "h")
+    assert "/tmp/kh line 2" in hostkeys.host_key_reason(CHANGED, "h")
+    assert "UNKNOWN" in hostkeys.host_key_reason(UNKNOWN, "h", "/x/known_hosts")
+    assert hostkeys.host_key_reason("Connection timed out during banner exchange", "h") is None
 
 
 def test_artifacts_folder_is_dated_and_never_reused(tmp_path):
