@@ -31,8 +31,10 @@
 #                   child each, one compiled-kernel cache, the one of ttfs-resnet50/profile-resnet50): plain
 #                   torch.compile first (it pays the cold compile), the runner's path (space-to-depth stem),
 #                   each with CUDA graphs (mode=reduce-overhead), plain compile again (the drift between
-#                   the first and the last), the runner's path at batch 512; then profile-resnet50 reuses
-#                   the cache. Variants the part's time cannot hold are recorded as skipped (360 s) issue 47
+#                   the first and the last; its first step is a warm one), plain compile without cuDNN's
+#                   algorithm search (cudnn=off: what the search costs the first step and what it buys),
+#                   the runner's path at batch 512; then profile-resnet50 reuses the cache. Variants the
+#                   part's time cannot hold are recorded as skipped (360 s)                     issue 47
 #   ttfs-shipped    ttfs-resnet50's cold run (the pilot of a sweep), then a run whose cache folder holds only the
 #                   pilot's artifacts file, as a second host gets it (runner README "Compiled kernels"):
 #                   its time to the first step and its "compile caches" line (550 s)         issue 33
@@ -225,7 +227,8 @@ part() {
         [ "$DRY" = 1 ] || t=$(limit "$t")   # the deadline inside follows the part's limit
         local -a variants=()
         for v in "resnet50 compiled" "resnet50" "resnet50 compiled mode=reduce-overhead" \
-                 "resnet50 mode=reduce-overhead" "resnet50 compiled" "resnet50 batch=512"; do
+                 "resnet50 mode=reduce-overhead" "resnet50 compiled" "resnet50 compiled cudnn=off" \
+                 "resnet50 batch=512"; do
             variants+=(--variant "$v")
         done
         run speed-resnet50 "$t" "$PY" benchmarks/tune.py --device cuda --scale full --measure-seconds 8 \

@@ -138,9 +138,9 @@ def warm_step(name: str, device, optimized: bool, scale: str, warmup: int, batch
 
     dev = torch.device(device)
     if dev.type == "cuda":
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        from runner.workloads.compiling import cuda_backends
+
+        cuda_backends()
     t0 = time.time()
     step, per_step = base.bench_step(name, dev, optimized, scale=scale,
                                      precision="bf16", batch_size=batch, overrides=overrides)

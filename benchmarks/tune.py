@@ -6,12 +6,15 @@ the workload's speed settings; with ``baseline``, its eager baseline) in a child
 process of its own, with:
 
     WORKLOAD [compiled|baseline] [batch=N] [mode=COMPILE_MODE] [inductor=KEY=VALUE,KEY=VALUE] [set=KEY=VALUE,...]
+             [cudnn=on|off|N]
 
 ``set`` replaces settings of the workload's scale in workloads.yml for that
 measurement (keys the scale already has, such as ``compile``). ``mode``
 sets ``GPULAB_COMPILE_MODE`` (default, reduce-overhead, max-autotune,
 max-autotune-no-cudagraphs) and ``inductor`` sets ``GPULAB_INDUCTOR``
-(``torch._inductor.config`` settings, see runner.workloads.base.compile_fn)
+(``torch._inductor.config`` settings, see runner.workloads.base.compile_fn),
+``cudnn`` sets ``GPULAB_CUDNN_BENCHMARK`` (cuDNN's algorithm search on, off, or at most
+N algorithms, see runner.workloads.compiling.cuda_backends)
 for that child only (``compiled`` with them: plain compile plus that one setting). The variants run in the order given, until ``--deadline``
 seconds have passed: a variant that could not finish in the time left is
 recorded as skipped, so that one call of a limited length still returns its
@@ -39,9 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import throughput
 from benchcommon import workload_names
 
-from runner.workloads import base
+from runner.workloads.compiling import key_values  # no torch in this process: its children load it
+from runner.workloads.errors import WorkloadError
 
-KEYS = ("batch", "mode", "inductor", "set")
+KEYS = ("batch", "mode", "inductor", "set", "cudnn")
 
 
 def parse_variant(text: str) -> dict:
@@ -61,9 +65,13 @@ def parse_variant(text: str) -> dict:
             raise ValueError(f"{w!r}: expected compiled, baseline or one of {', '.join(k + '=...' for k in KEYS)}")
         if key == "set":
             try:
-                v[key] = base.key_values(value, w)
-            except base.WorkloadError as exc:
+                v[key] = key_values(value, w)
+            except WorkloadError as exc:
                 raise ValueError(str(exc)) from None
+        elif key == "cudnn":
+            if value not in ("on", "off") and not (value.isdigit() and int(value) > 0):
+                raise ValueError(f"cudnn={value}: use on, off or a count of algorithms (1 or more)")
+            v[key] = value
         elif key == "batch":
             if not value.isdigit() or int(value) < 1:
                 raise ValueError(f"batch={value}: not a positive integer")
@@ -74,7 +82,8 @@ def parse_variant(text: str) -> dict:
 
 
 def run_variant(v: dict, args, timeout: float, cache: Path) -> dict:
-    env = {"GPULAB_COMPILE_MODE": v.get("mode", ""), "GPULAB_INDUCTOR": v.get("inductor", "")}
+    env = {"GPULAB_COMPILE_MODE": v.get("mode", ""), "GPULAB_INDUCTOR": v.get("inductor", ""),
+           "GPULAB_CUDNN_BENCHMARK": v.get("cudnn", "")}
     t0 = time.time()
     variant = "baseline" if v["baseline"] else "compiled" if v["compiled"] else "optimized"
     out = throughput.run_child(v["workload"], variant, device=args.device,
@@ -89,7 +98,8 @@ def run_variant(v: dict, args, timeout: float, cache: Path) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variant", action="append", default=[], required=True,
-                    help='"WORKLOAD [compiled|baseline] [batch=N] [mode=M] [inductor=K=V,K=V] [set=K=V,K=V]" (repeat)')
+                    help='"WORKLOAD [compiled|baseline] [batch=N] [mode=M] [inductor=K=V,K=V] [set=K=V,K=V] '
+                         '[cudnn=on|off|N]" (repeat)')
     ap.add_argument("--out", default="tune.json")
     ap.add_argument("--deadline", type=float, default=570.0, help="seconds for all variants together")
     ap.add_argument("--min-left", type=float, default=30.0,

@@ -125,9 +125,9 @@ def _run_torch(spec, entry, log, rank, world, local_rank, doc, C, platform_name)
             raise WorkloadError(f"GPUs {gpus} were selected but torch {torch.__version__} cannot use CUDA here")
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        from runner.workloads.compiling import cuda_backends
+
+        cuda_backends()
         dev_name = torch.cuda.get_device_name(device)
     else:
         device = torch.device("cpu")

@@ -1,5 +1,6 @@
 """The speed path of the workloads, decided in one place: ``decide`` (which options a run takes),
-``compile_fn`` (torch.compile with the scale's mode and Inductor settings) and the ``key=value``
+``compile_fn`` (torch.compile with the scale's mode and Inductor settings), ``cuda_backends`` (TF32,
+cuDNN's algorithm search) and the ``key=value``
 parsing of ``GPULAB_INDUCTOR`` (re-exported by runner.workloads.base, where callers read them)."""
 
 from __future__ import annotations
@@ -7,8 +8,6 @@ from __future__ import annotations
 import os
 import sys
 from typing import TYPE_CHECKING
-
-import torch
 
 from runner.workloads.errors import WorkloadError
 
@@ -88,6 +87,24 @@ def cpu_layout(ctx) -> None:
         print(f"[workload] {note}", file=sys.stderr, flush=True)
 
 
+def cuda_backends() -> None:
+    """The CUDA math settings of a GPU run, in one place (the runner's worker, the benchmarks): TF32 in
+    matmul and convolution, and cuDNN's algorithm search. ``GPULAB_CUDNN_BENCHMARK`` sets the search:
+    ``on`` (the default: ``cudnn.benchmark``, every convolution shape times the algorithms at its first
+    call, in the first step), ``off`` (cuDNN's heuristics: no search) or a count N (the search tries at
+    most N algorithms, ``cudnn.benchmark_limit``); another value is a WorkloadError."""
+    import torch  # here, not at the top: benchmarks/tune.py reads key_values without loading torch
+
+    text = (os.environ.get("GPULAB_CUDNN_BENCHMARK") or "on").strip().lower()
+    if text not in ("on", "off") and not (text.isdigit() and int(text) > 0):
+        raise WorkloadError(f"GPULAB_CUDNN_BENCHMARK={text!r}: use on, off or a count of algorithms (1 or more)")
+    torch.backends.cudnn.benchmark = text != "off"
+    if text.isdigit():
+        torch.backends.cudnn.benchmark_limit = int(text)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+
+
 def compile_fn(ctx: Context, fn, dynamic: bool | None = False, options: dict | None = None):
     """``torch.compile(fn)`` when the context compiles, else ``fn``.
 
@@ -104,6 +121,8 @@ def compile_fn(ctx: Context, fn, dynamic: bool | None = False, options: dict | N
     """
     if not ctx.compile:
         return fn
+    import torch
+
     mode = os.environ.get("GPULAB_COMPILE_MODE") or ctx.cfg.get("compile_mode")  # the benchmark may try another
     from runner.workloads import COMPILE_MODES
 

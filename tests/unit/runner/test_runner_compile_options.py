@@ -69,6 +69,31 @@ def test_compiled_function_runs_with_the_catalogue_mode_and_a_bad_mode_is_named(
         base.compile_fn(ctx, lambda x: x)
 
 
+def test_cudnn_search_is_on_by_default_and_the_environment_turns_it_off_or_limits_it(monkeypatch):
+    from runner.workloads.compiling import cuda_backends
+
+    cudnn = torch.backends.cudnn
+    saved = cudnn.benchmark, cudnn.benchmark_limit
+    tf32 = torch.backends.cuda.matmul.allow_tf32, cudnn.allow_tf32
+    try:
+        for value, want in ((None, (True, saved[1])), ("off", (False, saved[1])), ("On", (True, saved[1])),
+                            ("3", (True, 3))):
+            if value is None:
+                monkeypatch.delenv("GPULAB_CUDNN_BENCHMARK", raising=False)
+            else:
+                monkeypatch.setenv("GPULAB_CUDNN_BENCHMARK", value)
+            cuda_backends()
+            assert (cudnn.benchmark, cudnn.benchmark_limit) == want, value
+            assert torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32
+        for bad in ("0", "fast", "-2"):
+            monkeypatch.setenv("GPULAB_CUDNN_BENCHMARK", bad)
+            with pytest.raises(base.WorkloadError, match=f"GPULAB_CUDNN_BENCHMARK='{bad}': use on, off or a count"):
+                cuda_backends()
+    finally:
+        cudnn.benchmark, cudnn.benchmark_limit = saved
+        torch.backends.cuda.matmul.allow_tf32, cudnn.allow_tf32 = tf32
+
+
 def test_tune_runs_variants_in_order_and_records_each(tmp_path):
     out = tmp_path / "tune.json"
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune.py"), "--device", "cpu", "--scale", "tiny",
@@ -84,7 +109,8 @@ def test_tune_runs_variants_in_order_and_records_each(tmp_path):
 
 
 @pytest.mark.parametrize("variant, named", [("ncf batch=lots", "batch=lots"),
-                                            ("ncf baseline compiled", "'compiled': a variant is the optimized")])
+                                            ("ncf baseline compiled", "'compiled': a variant is the optimized"),
+                                            ("ncf cudnn=fast", "cudnn=fast: use on, off or a count")])
 def test_tune_bad_variant_is_one_line_exit_2(tmp_path, variant, named):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune.py"), "--variant", variant,
                         "--out", str(tmp_path / "t.json")], cwd=ROOT, env=env(), capture_output=True, text=True,
