@@ -23,6 +23,9 @@
 #                   throughput-W; limits in TTFS_S below); the summary line has both figures. The six
 #                   together take about 11 minutes on an H100: two calls (e.g. ncf gnmt transformer ssd,
 #                   then resnet50 maskrcnn)                                                     issues 33, 47
+#                   GPULAB_TTFS_TRIES="NAME:VAR=VALUE[:VAR=VALUE...] ..." adds one warm run per try with
+#                   that environment (e.g. "threads1:TORCHINDUCTOR_COMPILE_THREADS=1": Inductor's compile
+#                   workers not started), its first step in the summary line as "NAME"
 #   profile-W       benchmarks/profile_step.py W at full scale: where the runner's step spends its time
 #                   (GEMM / convolution, elementwise and normalization, optimizer, memory, GPU idle), as
 #                   profile-W.json and the table profile-W.md. It reuses ttfs-W's compiled kernels when
@@ -177,13 +180,12 @@ profile_s() {
 # first_steps W: the summary line of ttfs-W (the time to the first step of each run, from its status.json)
 first_steps() {
     local w=$1 which t line="ttfs-$1: first step"
-    for which in cold warm; do
+    for which in cold warm ${GPULAB_TTFS_TRIES:+$(for t in $GPULAB_TTFS_TRIES; do echo "${t%%:*}"; done)}; do
         t=$("$PY" -c 'import json, sys; r = json.load(open(sys.argv[1])).get("result") or {}
 print("%.1f s" % r["time_to_first_step_s"])' "$WORK/ttfs-$w-$which/status.json" 2> /dev/null) || t="not recorded"
-        line="$line $t $which"
-        [ "$which" = cold ] && line="$line,"
+        line="$line $t $which,"
     done
-    say "$line (issue 47: at most 90 s cold, 15 s warm)"
+    say "${line%,} (issue 47: at most 90 s cold, 15 s warm)"
 }
 
 part() {
@@ -220,6 +222,13 @@ part() {
             --cache-dir "$cache" --warmup-steps 3 --measure-seconds 2 --out "$WORK/ttfs-$w-cold"
         run "ttfs-$w-warm" "$warm" "$PY" -m runner run "$w" --mode throughput --scale full --gpus 1 --seed 2 \
             --cache-dir "$cache" --warmup-steps 3 --measure-seconds 2 --out "$WORK/ttfs-$w-warm"
+        local try vars
+        for try in ${GPULAB_TTFS_TRIES:-}; do   # one more warm run each, with the try's environment
+            vars=${try#*:}
+            # shellcheck disable=SC2086  # VAR=VALUE words, checked at the start
+            run "ttfs-$w-${try%%:*}" "$warm" env ${vars//:/ } "$PY" -m runner run "$w" --mode throughput --scale full \
+                --gpus 1 --seed 3 --cache-dir "$cache" --warmup-steps 3 --measure-seconds 2 --out "$WORK/ttfs-$w-${try%%:*}"
+        done
         [ "$DRY" = 1 ] || first_steps "$w" ;;
     speed-resnet50)
         check_files benchmarks/tune.py
@@ -291,6 +300,10 @@ part() {
     esac
 }
 
+for t in ${GPULAB_TTFS_TRIES:-}; do   # NAME:VAR=VALUE[:VAR=VALUE...], checked before anything runs
+    [[ $t =~ ^[a-z0-9]+(:[A-Z_][A-Z0-9_]*=[^:[:space:]]*)+$ ]] || {
+        echo "gpu_session: GPULAB_TTFS_TRIES: $t is not NAME:VAR=VALUE[:VAR=VALUE...]" >&2; exit 2; }
+done
 for p in "$@"; do   # check every name before anything runs
     case $p in gpu-tests|maxpool|gpu-tests-long|stem|ttfs-shipped|validate|nvbandwidth|tune|speed-resnet50) ;;
     throughput-resnet50|throughput-ssd|throughput-maskrcnn|throughput-gnmt|throughput-transformer|throughput-ncf) ;;

@@ -189,6 +189,10 @@ def measure_one(name: str, device: str, optimized: bool, scale: str, measure_s: 
            "build_and_first_step_s": round(first, 3)}
     if dev.type == "cuda":
         out["max_memory_gib"] = round(torch.cuda.max_memory_allocated(dev) / 2**30, 2)
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    if dynamo is not None and os.environ.get("GPULAB_COMPILE_MODE") == "reduce-overhead":
+        # graphs Inductor ran without CUDA graphs (input mutation, CPU tensors...): 0 means all were captured
+        out["cudagraph_skips"] = int(dynamo.counters["inductor"].get("cudagraph_skips", 0))
     return out
 
 
@@ -219,7 +223,12 @@ def run_child(name: str, variant: str, *, device: str, scale: str, measure_s: fl
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         text = Path(res).read_text() if os.path.getsize(res) else ""
         if p.returncode == 0 and text:
-            return json.loads(text)
+            doc = json.loads(text)
+            # what Inductor said about CUDA graphs (mode=reduce-overhead): whether they were used, or why not
+            said = [ln.strip()[:200] for ln in (p.stderr or "").splitlines() if "cudagraph" in ln.lower()]
+            if said:
+                doc["cudagraph_notes"] = said[:5]
+            return doc
         tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or [f"exit {p.returncode}"]
         return {"error": tail[0][:300]}
     except subprocess.TimeoutExpired:

@@ -132,6 +132,8 @@ def main(argv=None) -> int:
         sps = r.get("samples_per_s")
         print(f"[tune] {v['label']:<60} " + (f"{sps:,.1f} {r.get('unit', '')} batch {r.get('samples_per_step')}"
                                               f" first step {r.get('build_and_first_step_s')} s"
+                                              + (f" cudagraph skips {r['cudagraph_skips']}"
+                                                 if "cudagraph_skips" in r else "")
                                               if sps else r["error"]), flush=True)
         Path(args.out).write_text(json.dumps({"variants": rows, "device": args.device, "scale": args.scale},
                                              indent=2) + "\n")

@@ -126,6 +126,25 @@ def test_first_steps_and_profiles_of_every_workload(tmp_path):
         n for w in ("ncf", "gnmt", "transformer", "ssd") for n in (f"ttfs-{w}-cold", f"ttfs-{w}-warm", f"profile-{w}")]
 
 
+@pytest.mark.parametrize("tries, ok", [("threads1:TORCHINDUCTOR_COMPILE_THREADS=1 two:A=1:B_2=x", True),
+                                        ("threads1", False), ("Bad:A=1", False), ("x:a=1", False)])
+def test_first_step_tries_add_warm_runs_with_their_environment(tmp_path, tries, ok):
+    r = subprocess.run(["bash", str(SCRIPT), "--dry-run", "ttfs-ncf"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60, env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "o"),
+                                        "GPULAB_SESSION_WORK": str(tmp_path / "w"), "GPULAB_TTFS_TRIES": tries})
+    if not ok:
+        assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r
+        assert r.stderr.startswith(f"gpu_session: GPULAB_TTFS_TRIES: {tries} is not NAME:VAR=VALUE"), r.stderr
+        return
+    assert r.returncode == 0, r.stderr
+    runs = {ln.split(" ")[0]: shlex.split(ln.split(": ", 1)[1]) for ln in r.stdout.splitlines()[1:]}
+    assert list(runs) == ["ttfs-ncf-cold", "ttfs-ncf-warm", "ttfs-ncf-threads1", "ttfs-ncf-two"]
+    assert runs["ttfs-ncf-threads1"][:3] == ["env", "TORCHINDUCTOR_COMPILE_THREADS=1", "python3"]
+    assert runs["ttfs-ncf-two"][:4] == ["env", "A=1", "B_2=x", "python3"]
+    cache = runs["ttfs-ncf-warm"][runs["ttfs-ncf-warm"].index("--cache-dir") + 1]
+    assert runs["ttfs-ncf-two"][runs["ttfs-ncf-two"].index("--cache-dir") + 1] == cache  # warm: the same cache
+
+
 def test_the_resnet50_candidates_run_beside_plain_compile_and_leave_the_profile_its_cache(tmp_path):
     """Issue 47's resnet50 call: plain torch.compile first and again later (the drift), the runner's path and
     each with CUDA graphs between, then without cuDNN's search, in one cache that profile-resnet50 then reads;
