@@ -18,7 +18,7 @@ from invoke import task as invoke_task
 
 from lab.core import advice, config, settings
 from lab.core.errors import GpulabError, printable
-from lab.core.program import PIPE_GONE, config_flag_file, quiet_stdout
+from lab.core.program import PIPE_GONE, config_flag_file, quiet_stdout, with_source
 
 
 # the task options and settings that name a path: each checked where it enters (lab.core.paths)
@@ -105,7 +105,8 @@ def task_errors(fn):
             sys.stdout.flush()   # here, not at exit: a reader that left is a BrokenPipeError handled below
             return result
         except GpulabError as exc:
-            raise Exit(f"gpulab: {printable(advice.carry(exc.message))}", code=exc.exit_code) from None
+            said = with_source(c.config, exc.message)   # a setting's value: the file that set it
+            raise Exit(f"gpulab: {printable(advice.carry(said))}", code=exc.exit_code) from None
         except KeyboardInterrupt:
             raise Exit("gpulab: interrupted; state saved", code=130) from None
         except BrokenPipeError:   # `invoke sweep --dry-run | head`: the reader left; stop quietly as a pipe does

@@ -97,13 +97,15 @@ def counts(value, what: str, rng: Range, words: tuple = (), *, many: bool = Fals
     return value
 
 
-def names(value, what: str, words: tuple = (), pattern: str | None = None):
-    """A comma list of names as given (``workloads: ncf,gnmt``), each matching ``pattern``, or a word of its own
-    alone (``all``); ConfigError naming ``what`` otherwise."""
+def names(value, what: str, words: tuple = (), pattern: str | None = None, only: tuple = ()):
+    """A comma list of names as given (``workloads: ncf,gnmt``), each matching ``pattern`` (or one of ``only``),
+    or a word of its own alone (``all``); ConfigError naming ``what`` otherwise."""
     items = _items(value)
-    named = all(isinstance(i, str) and i not in words and re.fullmatch(pattern or ".+", i) for i in items)
+    named = all(isinstance(i, str) and i not in words and re.fullmatch(pattern or ".+", i) and (not only or i in only)
+                for i in items)
     if not items or not (named or (len(items) == 1 and items[0] in words)):
-        raise ConfigError(f"{what}: {excerpt(repr(value), 40)} is not a comma list of names (letters, digits, _ -)"
+        raise ConfigError(f"{what}: {excerpt(repr(value), 40)} is not a comma list of "
+                          + (", ".join(only) if only else "names (letters, digits, _ -)")
                           + "".join(f" or {w} alone" for w in words))
     return value
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sys
 from collections.abc import Mapping
 
@@ -156,15 +157,32 @@ def merge_clash(cfg: Config) -> str | None:
     return None
 
 
-def user_set(cfg: Config, key: str) -> bool:
-    """Whether a layer above gpulab's defaults (a file, an INVOKE_GPULAB_* variable, the overrides) sets
-    ``gpulab.<key>`` (dotted), whatever its value."""
-    for _, _, node in layers(cfg):
+def set_by(cfg: Config, key: str) -> str | None:
+    """The file (or ``INVOKE_GPULAB_<KEY>`` variable) of the highest layer above gpulab's defaults that sets
+    ``gpulab.<key>`` (dotted), whatever its value; None where none does."""
+    for name, where, node in reversed(layers(cfg)):
         for part in ("gpulab", *key.split(".")):
             node = node.get(part) if isinstance(node, Mapping) else None
         if node is not None:
-            return True
-    return False
+            return f"INVOKE_GPULAB_{key.replace('.', '_').upper()}" if name == "env" else where
+    return None
+
+
+def user_set(cfg: Config, key: str) -> bool:
+    """Whether a layer above gpulab's defaults (a file, an INVOKE_GPULAB_* variable, the overrides) sets
+    ``gpulab.<key>``."""
+    return set_by(cfg, key) is not None
+
+
+SETTING_SAID = re.compile(r"config gpulab\.([a-z0-9_.]+): ")
+
+
+def with_source(cfg: Config, message: str) -> str:
+    """A task's error about a setting's value (``config gpulab.<key>: ...``, found where the value is used) with the
+    file or variable that set it, unless the message names it already."""
+    said = SETTING_SAID.match(message)
+    where = set_by(cfg, said.group(1).rstrip(".")) if said else None
+    return f"{message} ({where})" if where and where not in message else message
 
 
 def load_env(cfg: Config, environ) -> None:

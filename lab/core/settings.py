@@ -59,6 +59,7 @@ class Setting:
     null: bool = False             # number: null is a value (its reader's own default)
     pattern: str | None = None     # text: what it must match, in full; list: what each name must match
     many: bool = False             # count: a comma list of numbers (1,2,3)
+    items: tuple = ()              # list: the only names it takes
     max_len: int = 2000            # text: at most this many characters
 
     @property
@@ -143,7 +144,8 @@ DECLARED: tuple[Setting, ...] = (
     _n("tune.retries", 1, Range(0, 10, "retries"), "a trial whose hosts fail runs again this often, then is failed"),
     _n("tune.heartbeat_s", 30, _s(0.1, 3_600), "a running trial's heartbeat in the database"),
     _n("tune.stale_s", 600, _s(1, WEEK), "a running trial whose heartbeat is this old is taken over and resumed"),
-    Setting("report_formats", "list", "html,md,json,csv", "what invoke report writes (comma list)"),
+    Setting("report_formats", "list", "html,md,json,csv", "what invoke report writes (comma list)",
+            items=("html", "md", "json", "csv")),   # lab.report.build.FORMATS
     Setting("references", "path", "inventory/references/gpus.yml", "GPU references of invoke validate"),
     _n("validate.dcgm_levels.quick", 1, DCGM_LEVEL, "dcgmi diag -r N of validate --level quick (0: none)"),
     _n("validate.dcgm_levels.standard", 2, DCGM_LEVEL, "dcgmi diag -r N of --level standard (0: none)"),
@@ -271,7 +273,7 @@ def _typed(s: Setting, value, source: str):
         try:
             if s.kind == "count":
                 return limits.counts(value, what, s.range, s.words, many=s.many)
-            return limits.names(value, what, s.words, s.pattern)
+            return limits.names(value, what, s.words, s.pattern, s.items)
         except ConfigError as exc:
             raise ConfigError(exc.message + where) from None
     if s.kind == "text":
@@ -357,8 +359,8 @@ def _takes(s: Setting) -> str:
     if s.kind == "count":
         lo, hi = (f"{v:g}" for v in (s.range.lo, s.range.hi))
         return ", ".join([("a comma list of " if s.many else "") + f"whole {lo} to {hi}", *s.words])
-    if s.kind == "list" and s.words:
-        return ", ".join(["a comma list of names", *s.words])
+    if s.kind == "list" and (s.words or s.items):
+        return ", ".join([f"a comma list of {', '.join(s.items) or 'names'}", *s.words])
     return {"path": "a path", "text": "text", "list": "a comma list",
             "flag": "true/false"}[s.kind]
 

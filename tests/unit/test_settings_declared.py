@@ -73,12 +73,20 @@ def test_the_schema_names_every_setting_and_nothing_else():
     ({"workloads": "all,ncf"}, "config gpulab.workloads: 'all,ncf' is not a comma list of names (letters, digits, _ -) "
                                "or all alone"),
     ({"demo": {"workloads": "ncf;rm -rf"}}, "config gpulab.demo.workloads: 'ncf;rm -rf' is not a comma list of names"),
+    ({"report_formats": "html,pdf"}, "config gpulab.report_formats: 'html,pdf' is not a comma list of html, md, json, "
+                                     "csv"),
 ])
 def test_a_value_out_of_its_declared_range_names_the_setting_and_the_file(section, words):
     with pytest.raises(ConfigError) as got:
         config._checked(section, "/home/u/.invoke.yaml")
     assert got.value.message.startswith(words) and got.value.message.endswith("(/home/u/.invoke.yaml)"), \
         got.value.message
+
+
+def test_the_report_formats_declared_are_the_ones_a_report_writes():
+    from lab.report import build
+
+    assert settings.declared("report_formats").items == build.FORMATS
 
 
 def test_an_environment_variable_out_of_range_names_the_variable():

@@ -182,6 +182,7 @@ def test_each_layer_overrides_the_one_below_on_the_command_line(tmp_path):
      "config gpulab.seeds: 0 is not a whole number from 1 to 1000 seeds, auto or mlperf ("),
     ("user", "gpulab: {gpus: true}\n", "config gpulab.gpus: True is not valid here"),
     ("user", "gpulab: {workloads: ''}\n", "config gpulab.workloads: '' is not a comma list of names"),
+    ("user", "gpulab: {results: /etc}\n", "config gpulab.results: /etc is a system folder; give a folder of its own ("),
     ("runtime", "gpulab: {demo: {gpus: '1,0'}}\n",
      "config gpulab.demo.gpus: '1,0' is not a comma list of whole numbers from 1 to 64 GPUs or all ("),
     ("user", "gpulab: {sweep: {poll_s: " + "9" * 400 + "}}\n", "config gpulab.sweep.poll_s: "),
@@ -201,6 +202,23 @@ def test_an_ill_typed_layer_is_one_line_and_exit_2(tmp_path, where, text, messag
     if message.endswith(" ("):   # a value out of what the key takes: the file it came from is named
         assert lines[0].endswith(f"({home / '.invoke.yaml' if where == 'user' else tmp_path / 'run.yaml'})"), lines[0]
     assert lines[0].startswith("gpulab: ") and len(lines[0]) < 300 and r.stdout == ""
+
+
+def test_a_settings_value_refused_where_it_is_used_names_the_layer_that_set_it(tmp_path):
+    """A value only its use can judge (a system folder as gpulab.results) is refused by the task naming the
+    setting; lab.core.cli.task_errors adds the file or variable it came from (program.with_source)."""
+    said = "config gpulab.results: /etc is a system folder; give a folder of its own"
+    cfg = configured(tmp_path, {"user": {"results": "/etc"}})
+    assert program.with_source(cfg, said) == f"{said} ({tmp_path / 'home' / '.invoke.yaml'})"
+    cfg = configured(tmp_path, {"user": {"results": "/etc"}, "runtime": {"results": "/etc"}})
+    assert program.with_source(cfg, said) == f"{said} ({tmp_path / 'runtime.yaml'})"       # the highest layer
+    cfg = configured(tmp_path, {"user": {"results": "/etc", "sweep": {"backend": "slurm"}}},
+                     env={"INVOKE_GPULAB_RESULTS": "/etc"})
+    assert program.with_source(cfg, said) == f"{said} (INVOKE_GPULAB_RESULTS)"
+    backend = "config gpulab.sweep.backend: no Slurm here"
+    assert program.with_source(cfg, backend) == f"{backend} ({tmp_path / 'home' / '.invoke.yaml'})"
+    for as_is in (f"{said} (INVOKE_GPULAB_RESULTS)", "config gpulab.mode: x", "--results: /etc is a system folder"):
+        assert program.with_source(cfg, as_is) == as_is   # named already; set by no layer; not a setting
 
 
 def test_falsy_values_are_values_and_integers_from_yaml_work(tmp_path):
