@@ -105,6 +105,26 @@ def cuda_backends() -> None:
     torch.backends.cudnn.allow_tf32 = True
 
 
+def build_device(ctx):
+    """Where a workload constructs its model (``with build_device(ctx): model = ...``).
+
+    ``GPULAB_BUILD_ON_DEVICE=1`` on a GPU run: on the GPU itself (``torch.device`` as the default
+    device), so that the initialisation is drawn there (the GPU's generator: other values of the same
+    distributions) and no host-side initialisation and copy come before the first step. Unset or ``0``
+    (the default), or a CPU run: on the host, as always. Another value is a WorkloadError.
+    """
+    import contextlib
+
+    value = (os.environ.get("GPULAB_BUILD_ON_DEVICE") or "0").strip()
+    if value not in ("0", "1"):
+        raise WorkloadError(f"GPULAB_BUILD_ON_DEVICE={value!r}: use 1 (build the model on the GPU) or 0")
+    if value == "1" and ctx.device.type != "cpu":
+        import torch
+
+        return torch.device(ctx.device)
+    return contextlib.nullcontext()
+
+
 def compile_fn(ctx: Context, fn, dynamic: bool | None = False, options: dict | None = None):
     """``torch.compile(fn)`` when the context compiles, else ``fn``.
 

@@ -33,6 +33,7 @@ from runner.workloads import maskrcnn_data as data
 from runner.workloads import maskrcnn_recipe as recipe
 from runner.workloads import vision as V
 from runner.workloads.base import compile_fn
+from runner.workloads.compiling import build_device
 from runner.workloads.coco_eval import COCOEvaluator
 from runner.workloads.maskrcnn_heads import Detector, paste_masks
 from runner.workloads.maskrcnn_model import MaskRCNN
@@ -52,7 +53,8 @@ class Trainer(TrainerContract):
             self.batch = ctx.by_memory(cfg.get("batch_by_memory"), cfg["batch_size"])
         self.mask_stride = int(cfg.get("mask_stride", 1))
         frozen = cfg.get("backbone_norm", "bn") == "frozen"
-        model = MaskRCNN(cfg, self.num_classes, frozen)
+        with build_device(ctx):
+            model = MaskRCNN(cfg, self.num_classes, frozen)
         if ctx.mode == "ttt" and cfg.get("pretrained"):  # the published backbone (checked before the run)
             V.log_note("maskrcnn: " + load_backbone(ctx, model.backbone))
         self.data = None

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from runner.workloads import resnet50_recipe as recipe
 from runner.workloads import vision as V
 from runner.workloads.base import WorkloadError, compile_fn
+from runner.workloads.compiling import build_device
 from runner.workloads.trainer import Trainer as TrainerContract
 from runner.workloads.trainer import WorkloadSpec
 
@@ -267,7 +268,9 @@ class Trainer(TrainerContract):
         self.data = None
         if ctx.mode == "ttt":
             self._load_data()
-        model = ResNet(cfg["layers"], cfg["width"], self.classes, cfg.get("init", "gpulab"), **V.stem_options(ctx))
+        with build_device(ctx):
+            model = ResNet(cfg["layers"], cfg["width"], self.classes, cfg.get("init", "gpulab"),
+                           **V.stem_options(ctx))
         self.model = V.prepare_model(ctx, model)
         self.net = ctx.wrap(WithLoss(self.model, cfg.get("label_smoothing", 0.0)))
         self.step_model = compile_fn(ctx, self.net)

@@ -34,6 +34,7 @@ from runner.workloads import detection as D
 from runner.workloads import schedules as S
 from runner.workloads import vision as V
 from runner.workloads.base import WorkloadError, compile_fn
+from runner.workloads.compiling import build_device
 from runner.workloads.coco_eval import COCOEvaluator
 from runner.workloads.pretrained import load_backbone
 from runner.workloads.trainer import Trainer as TrainerContract
@@ -68,7 +69,8 @@ class Trainer(TrainerContract):
         if ctx.mode == "throughput":
             self.batch = ctx.throughput_batch_size(cfg["batch_size"])
         feat_sizes = feature_sizes(cfg)
-        model = SSD(cfg, self.num_classes)
+        with build_device(ctx):
+            model = SSD(cfg, self.num_classes)
         scales = cfg["scales"]
         if len(scales) != len(feat_sizes) + 1:
             raise WorkloadError(f"ssd: {len(feat_sizes)} feature levels need {len(feat_sizes) + 1} scales")

@@ -34,6 +34,7 @@ from mlperf_logging.mllog import constants as C
 from runner.workloads import bleu
 from runner.workloads import schedules as S
 from runner.workloads.base import WorkloadError, compile_fn
+from runner.workloads.compiling import build_device
 from runner.workloads.trainer import Trainer as TrainerContract
 from runner.workloads.translation_data import (BOS, DATA_SEED, EOS, N_SPECIAL, PAD, UNK, WordVocab,  # noqa: F401
                                                bucket_length, bucketed_shards, frame_source, generate,
@@ -129,7 +130,8 @@ class Trainer(TrainerContract):
                                     f"a batch of {self.batch}")
         self.vocab_size = vocab_size
         torch.manual_seed(ctx.seed)
-        self.model = make_model(cfg, vocab_size).to(dev)
+        with build_device(ctx):
+            self.model = make_model(cfg, vocab_size).to(dev)
         self.ddp = ctx.wrap(self.model)
         self.fwd = self._forward_loss
         if ctx.compile:  # off where the scale says compile: false (compiling.decide)

@@ -94,6 +94,29 @@ def test_cudnn_search_is_on_by_default_and_the_environment_turns_it_off_or_limit
         torch.backends.cuda.matmul.allow_tf32, cudnn.allow_tf32 = tf32
 
 
+def test_models_are_built_on_the_run_s_device_only_when_asked(monkeypatch):
+    """GPULAB_BUILD_ON_DEVICE=1 makes a non-CPU device the default while the model is constructed (the meta
+    device stands in for a GPU here); unset, 0, or a CPU run: the host, as always; another value is named."""
+    from types import SimpleNamespace
+
+    from runner.workloads.compiling import build_device
+
+    gpu_like, cpu = SimpleNamespace(device=torch.device("meta")), SimpleNamespace(device=torch.device("cpu"))
+    for value, ctx, want in ((None, gpu_like, "cpu"), ("0", gpu_like, "cpu"), ("1", gpu_like, "meta"),
+                             ("1", cpu, "cpu")):
+        if value is None:
+            monkeypatch.delenv("GPULAB_BUILD_ON_DEVICE", raising=False)
+        else:
+            monkeypatch.setenv("GPULAB_BUILD_ON_DEVICE", value)
+        with build_device(ctx):
+            made = torch.nn.Linear(2, 2).weight
+        assert made.device.type == want, value
+    assert torch.empty(1).device.type == "cpu"  # the default device is back after the block
+    monkeypatch.setenv("GPULAB_BUILD_ON_DEVICE", "yes")
+    with pytest.raises(base.WorkloadError, match="GPULAB_BUILD_ON_DEVICE='yes': use 1"):
+        build_device(gpu_like)
+
+
 def test_tune_runs_variants_in_order_and_records_each(tmp_path):
     out = tmp_path / "tune.json"
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune.py"), "--device", "cpu", "--scale", "tiny",
