@@ -22,7 +22,7 @@ _RUN = """
 import json, sys, types, torch
 from pathlib import Path
 from torch._dynamo.utils import counters
-from runner import compilecache
+from runner import compilecache, phases
 from runner.workloads import base
 art = Path(sys.argv[1])
 loaded = compilecache.load(art)
@@ -33,7 +33,8 @@ step(torch.randn(4, 8)).square().sum().backward()
 ctx = types.SimpleNamespace(first_step_time=None, artifacts=art, is_main=True, sync=lambda: None)
 base.Context.mark_step(ctx)
 print(json.dumps({"loaded": loaded, "inductor": dict(counters["inductor"]), "aot": dict(counters["aot_autograd"]),
-                  "grad": net[0].weight.grad.abs().sum().item(), "summary": compilecache.summary()}))
+                  "grad": net[0].weight.grad.abs().sum().item(), "summary": compilecache.summary(),
+                  "split": phases.compile_split()}))
 """
 
 
@@ -61,6 +62,12 @@ def test_a_second_host_loads_the_first_hosts_artifacts_and_compiles_nothing(tmp_
     assert second["grad"] == first["grad"]
     assert "fxgraph 0 compiled" in second["summary"] and "fxgraph 0 compiled" not in first["summary"], second
     assert art.read_bytes() == saved                # kept: the first run's file is not rewritten
+    # the first step's compile time, split by PyTorch's own timers (runner.phases): the first run compiles the
+    # forward and the backward, the second loads them from the cache
+    (text1, s1), (text2, s2) = first["split"], second["split"]
+    assert s1 > 0 and text1.startswith(f"compile {s1:.1f} s (tracing ") and "forward backend" in text1, text1
+    assert "backward" in text1 and "cache loads" not in text1, text1
+    assert s2 > 0 and "cache loads" in text2, text2
 
 
 def test_a_damaged_file_costs_a_compilation_not_the_run(tmp_path, capsys):
