@@ -161,7 +161,9 @@ def test_the_resnet50_candidates_run_beside_plain_compile_and_leave_the_profile_
     assert variants[2:4] == ["resnet50 compiled mode=reduce-overhead", "resnet50 mode=reduce-overhead"]
     assert variants[5] == "resnet50 compiled cudnn=off"  # warm, as variants[4]: the first step's cuDNN search
     limits = [int(re.match(r"^[a-z0-9-]+ \((\d+)s\)", ln).group(1)) for ln in lines]
-    assert float(speed[speed.index("--deadline") + 1]) < limits[0] and sum(limits) <= 600
+    assert variants[6] == "resnet50 batch=512 mode=reduce-overhead"  # the knobs together
+    # in a 540 s call: setup (~20 s) and the archive (15 s) leave the profile 60 s or more
+    assert float(speed[speed.index("--deadline") + 1]) < limits[0] <= 540 - 20 - 15 - 60
 
 
 @pytest.mark.slow
