@@ -85,5 +85,6 @@ def first_step(since: str = "model built", at: float | None = None) -> None:
     detail = split
     if _T0 is not None and since in _MARKS:
         rest = now - _T0 - _MARKS[since] - compiled
-        detail += ("; " if detail else "") + f"the rest of the step {rest:.1f} s"
+        if rest >= 0:  # below 0 when compiling began before ``since`` (a cache loaded at torch.compile)
+            detail += ("; " if detail else "") + f"the rest of the step {rest:.1f} s"
     mark("first step", detail, at=now)
