@@ -58,7 +58,8 @@ def main(argv=None) -> int:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     abort.install()
     phases.start(float(spec.get("t_launch", T_STARTED)), loud=rank == 0)
-    phases.mark("supervisor ready (plan, probe, manifest, telemetry)", at=spec.get("t_spawn"))
+    if spec.get("t_spawn"):  # written by the supervisor just before it starts this process
+        phases.mark("supervisor ready (plan, probe, manifest, telemetry)", at=spec["t_spawn"])
     phases.mark("workload process started", at=T_STARTED)
 
     from mlperf_logging.mllog import constants as C
