@@ -34,6 +34,10 @@ def test_throughput_fills_result_telemetry_and_manifest(tmp_path, name, scale):
     res = st["result"]
     assert res["samples_per_s"] > 0 and res["sample_unit"] == "images"
     assert res["batch_per_process"] >= 2 and res["time_to_first_step_s"] > 0
+    # where the start went (runner.phases): the last moment is the first step, whose line splits the compile
+    assert res["phases_s"]["first step"] == pytest.approx(res["time_to_first_step_s"], abs=0.01)
+    assert list(res["phases_s"])[-2:] == ["model built", "first step"]
+    assert f"[runner] +{res['time_to_first_step_s']:.1f} s first step: compile " in (out / "stdout.log").read_text()
     assert "notes" not in res, res.get("notes")
     rows = list(csv.DictReader((out / "telemetry.csv").open()))
     assert rows, "no telemetry rows"
