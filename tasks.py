@@ -54,7 +54,7 @@ def _changes_hosts(c, inventory, task: str) -> None:
     from lab.core import program
     from lab.core.errors import ConfigError
 
-    if inventory is None and not program.user_set(c.config, "inventory"):
+    if inventory is None and not program.set_by(c.config, "inventory"):
         default = setting(c, "inventory")
         raise ConfigError(f"{task} changes the hosts it runs on, and no inventory was named (the default, {default}, "
                           f"is this machine): name it, `invoke {task} --inventory {default}` to change this machine, "

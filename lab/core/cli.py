@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import sys
 
 from invoke import Exit, Task
@@ -18,7 +19,7 @@ from invoke import task as invoke_task
 
 from lab.core import advice, config, settings
 from lab.core.errors import GpulabError, printable
-from lab.core.program import PIPE_GONE, config_flag_file, quiet_stdout, with_source
+from lab.core.program import PIPE_GONE, config_flag_file, quiet_stdout, set_by
 
 
 # the task options and settings that name a path: each checked where it enters (lab.core.paths)
@@ -86,6 +87,17 @@ def setting(c, key, value=None):
     if value is not None:
         return value
     return settings.read(config.plain(c.config.get("gpulab", {})), key, settings.WHERE)
+
+
+SETTING_SAID = re.compile(r"config gpulab\.([a-z0-9_.]+): ")
+
+
+def with_source(cfg, message: str) -> str:
+    """A task's error about a setting's value (``config gpulab.<key>: ...``, found where the value is used) with the
+    file or variable that set it, unless the message names it already."""
+    said = SETTING_SAID.match(message)
+    where = set_by(cfg, said.group(1).rstrip(".")) if said else None
+    return f"{message} ({where})" if where and where not in message else message
 
 
 def task_errors(fn):

@@ -8,45 +8,32 @@ does not fit the schema are one line, ``gpulab: <what>``, and exit 2;
 ``invoke TASK --help`` is Invoke's help for the task even where the task
 takes a value first; help or a listing into a closed pipe ends quietly, 141.
 
-What does it is Invoke's documented way to change its program: a ``Program``
-subclass (GpulabProgram: ``parse_tasks``, ``parse_cleanup``) with a ``Config``
-subclass (GpulabConfig: ``merge``, ``load_shell_env``, ``load_runtime`` and the
-file loaders), both with Invoke's own ``prefix`` so that the files and
-variables are the ones ``invoke`` reads. gpulab's defaults are the collection's
-configuration (tasks.py: ``ns.configure``).
+What does it is Invoke's documented way to change its program: a ``Program`` subclass (GpulabProgram:
+``parse_tasks``, ``parse_cleanup``, ``execute``) with a ``Config`` subclass (GpulabConfig: ``merge``,
+``load_shell_env``, ``load_runtime`` and the file loaders), both with Invoke's own ``prefix``, so that the files
+and variables are the ones ``invoke`` reads. gpulab's defaults are the collection's configuration (tasks.py).
 
-- ``gpulab`` (pyproject's console script, ``main``) is that Program, made with
-  Invoke's own arguments (``name``, ``binary``, ``config_class``); it loads
-  tasks.py from the folder it runs in, as ``invoke`` does.
-- ``invoke`` and ``python -m invoke`` run Invoke's own program, which has
-  made its Config and read /etc/invoke.yaml and ~/.invoke.yaml before it loads
-  tasks.py. Invoke has no extension point for a project's tasks to choose the
-  program that runs them, so tasks.py calls ``adopt()``, THE ADAPTER: the
-  running program and its config become GpulabProgram and GpulabConfig from
-  there on. Those two files are the only difference: Invoke reads them in
-  ``Program.create_config``, before it imports tasks.py, and every extension
-  point it has is either chosen by whoever makes the program (``Program``,
-  ``config_class``) or read after tasks.py (the collection's configuration,
-  the project's invoke.yaml, ``-f``). One that is not YAML, JSON or Python,
-  not a mapping, or gives one of Invoke's own keys the wrong shape (``run: 5``)
-  is Invoke's traceback under ``invoke``, and one line and exit 2 under
-  ``gpulab`` (tests/unit/test_invoke_program.py holds both).
+- ``gpulab`` (pyproject's console script, ``main``) is that Program, made with Invoke's own arguments (``name``,
+  ``binary``, ``config_class``); it loads tasks.py from the folder it runs in, as ``invoke`` does.
+- ``invoke`` and ``python -m invoke`` run Invoke's own program, so tasks.py calls ``adopt()``, THE ADAPTER: the
+  running program and its config become GpulabProgram and GpulabConfig from there on. /etc/invoke.yaml and
+  ~/.invoke.yaml are the only difference: Invoke reads them in ``Program.create_config``, before it imports
+  tasks.py, and each of its extension points is either chosen by whoever makes the program (``Program``,
+  ``config_class``) or read after tasks.py (the collection's configuration, the project's invoke.yaml, ``-f``).
+  One that is not YAML, JSON or Python, not a mapping, or gives one of Invoke's keys the wrong shape (``run: 5``)
+  is Invoke's traceback under ``invoke``, one line and exit 2 under ``gpulab`` (the test holds both).
 
-Beyond Invoke's documented API this module relies on (RELIES_ON below, each held
-by tests/unit/test_invoke_program.py; pyproject pins the Invoke releases it was
-checked with): ``invoke.main.program``, assigning ``__class__``, the Config's
-``_config`` and ``_set`` (as Invoke's own load_shell_env uses them), its
-layers' data and files (``_user``, ``_user_path``, ...: ``layers``), its per-suffix loaders ``_load_yaml``/``_load_yml``/``_load_json``/``_load_py``, the
-core ``help`` argument's value, and ParseError's ``context``.
+Beyond Invoke's documented API this module relies on RELIES_ON below, each held by
+tests/unit/test_invoke_program.py; pyproject pins the Invoke releases it was checked with.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import re
 import sys
 from collections.abc import Mapping
+from importlib import import_module
 
 from invoke import Config, Exit, Program
 from invoke.config import AmbiguousMergeError, merge_dicts
@@ -107,11 +94,21 @@ def layers(cfg: Config) -> list[tuple[str, str, object]]:
             for name, known_as in LAYERS]
 
 
+INVOKE_TEXT = ("collection_name", "search_root", "executor_class")   # Invoke's tasks.* its Program takes as text
+
+
 def layer_problem(cfg: Config) -> str | None:
-    """The first file layer whose ``gpulab:`` section does not fit the schema, as one line naming the file;
-    None if all fit. Each is checked on its own, before Invoke merges them."""
+    """The first file layer whose ``gpulab:`` section does not fit the schema (or that gives Invoke's ``tasks.``
+    INVOKE_TEXT a value that is not text), as one line naming the file; None if all fit. Each is checked on its
+    own, before Invoke merges them."""
     for name, where, data in layers(cfg):
-        if dict(LAYERS)[name] is None or not isinstance(data, Mapping) or "gpulab" not in data:
+        if dict(LAYERS)[name] is None or not isinstance(data, Mapping):
+            continue
+        tasks = data.get("tasks") if isinstance(data.get("tasks"), Mapping) else {}
+        for key in INVOKE_TEXT:
+            if tasks.get(key) is not None and not isinstance(tasks[key], str):
+                return f"config file {where}: tasks.{key}: {excerpt(repr(tasks[key]), 40)} is not a text"
+        if "gpulab" not in data:
             continue
         try:
             config.conform_layer(data["gpulab"], where)
@@ -157,32 +154,20 @@ def merge_clash(cfg: Config) -> str | None:
     return None
 
 
-def set_by(cfg: Config, key: str) -> str | None:
-    """The file (or ``INVOKE_GPULAB_<KEY>`` variable) of the highest layer above gpulab's defaults that sets
-    ``gpulab.<key>`` (dotted), whatever its value; None where none does."""
+def set_in(cfg: Config, parts: tuple) -> str | None:
+    """The file (or ``INVOKE_<PARTS>`` variable) of the highest layer above the defaults that sets the key at
+    ``parts`` (("gpulab", "results")), whatever its value; None where none does."""
     for name, where, node in reversed(layers(cfg)):
-        for part in ("gpulab", *key.split(".")):
+        for part in parts:
             node = node.get(part) if isinstance(node, Mapping) else None
         if node is not None:
-            return f"INVOKE_GPULAB_{key.replace('.', '_').upper()}" if name == "env" else where
+            return f"INVOKE_{'_'.join(parts).upper()}" if name == "env" else where
     return None
 
 
-def user_set(cfg: Config, key: str) -> bool:
-    """Whether a layer above gpulab's defaults (a file, an INVOKE_GPULAB_* variable, the overrides) sets
-    ``gpulab.<key>``."""
-    return set_by(cfg, key) is not None
-
-
-SETTING_SAID = re.compile(r"config gpulab\.([a-z0-9_.]+): ")
-
-
-def with_source(cfg: Config, message: str) -> str:
-    """A task's error about a setting's value (``config gpulab.<key>: ...``, found where the value is used) with the
-    file or variable that set it, unless the message names it already."""
-    said = SETTING_SAID.match(message)
-    where = set_by(cfg, said.group(1).rstrip(".")) if said else None
-    return f"{message} ({where})" if where and where not in message else message
+def set_by(cfg: Config, key: str) -> str | None:
+    """``set_in`` for ``gpulab.<key>`` (dotted)."""
+    return set_in(cfg, ("gpulab", *key.split(".")))
 
 
 def load_env(cfg: Config, environ) -> None:
@@ -294,6 +279,22 @@ class GpulabProgram(Program):
 
     def parse_cleanup(self) -> None:
         _one_line(self._cleanup_flushed, self.binary_names[0])
+
+    def execute(self) -> None:
+        """Invoke's, with a ``tasks.executor_class`` (Invoke's setting: ``module.Class``, imported here) that names
+        no class one line, exit 2, naming the file that set it."""
+        path = self.config.tasks.executor_class
+        if path is not None:
+            module, _, name = path.rpartition(".")
+            try:
+                found = getattr(import_module(module), name)
+            except Exception as exc:   # the user's module: whatever it raises, or no such name
+                found = exc
+            if not isinstance(found, type):
+                where = set_in(self.config, ("tasks", "executor_class"))
+                raise Exit(f"gpulab: config tasks.executor_class: {printable(excerpt(repr(path), 60))} names no class "
+                           f"Invoke can run tasks with" + (f" ({where})" if where else ""), code=BAD_INPUT)
+        super().execute()
 
     def _cleanup_flushed(self) -> None:
         """Help and --list with their output flushed: a reader that left the pipe (``invoke validate --help |

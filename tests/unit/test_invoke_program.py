@@ -93,9 +93,23 @@ def test_both_programs_run_the_task_with_gpulabs_config_and_endings(which, proje
     line = one_line(run(which, project, "hello", "x", home=home, project_file="run: 5\n"))   # Invoke's own key
     assert line == f"gpulab: config file {project / 'invoke.yaml'}: run: 5 where Invoke's run is a mapping of " \
                    "settings (set the keys inside it)", line
+    line = one_line(run(which, project, "hello", "x", home=home, project_file="tasks: {executor_class: nosuch.X}\n"))
+    assert line == "gpulab: config tasks.executor_class: 'nosuch.X' names no class Invoke can run tasks with " \
+                   f"({project / 'invoke.yaml'})", line                # Program.execute would import it: a traceback
     (tmp_path / "run.txt").write_text("gpulab: {}\n")
     line = one_line(run(which, project, "-f", str(tmp_path / "run.txt"), "hello", "x", home=home))
     assert line.startswith("gpulab: config: ") and "run.txt" in line, line
+
+
+def test_invokes_text_settings_that_are_not_text_are_one_line_naming_the_file(tmp_path):
+    """Invoke's Program takes tasks.search_root, collection_name and executor_class as text (``5`` is a traceback
+    in its loader); each file layer is checked before the merge."""
+    for key in gp.INVOKE_TEXT:
+        (tmp_path / "run.yaml").write_text(f"tasks: {{{key}: [5]}}\n")
+        cfg = Config(lazy=True, runtime_path=str(tmp_path / "run.yaml"))
+        cfg.load_runtime()
+        assert gp.layer_problem(cfg) == f"config file {tmp_path / 'run.yaml'}: tasks.{key}: [5] is not a text"
+        assert key in Config.global_defaults()["tasks"]
 
 
 def test_only_gpulab_reaches_the_files_invoke_reads_before_tasks_py(project, tmp_path):
@@ -174,8 +188,8 @@ def test_config_keeps_each_layer_and_its_file_where_layers_reads_them(tmp_path):
     assert got["runtime"] == (str(tmp_path / "run.yaml"), {"gpulab": {"seeds": 3}})
     assert got["env"][1] == {"gpulab": {"nodes": 2}} and got["overrides"][1] == {"gpulab": {"gpus": "1"}}
     assert got["user"][0] == "~/.invoke.yaml"   # not read (lazy): named as the user knows it
-    assert gp.user_set(cfg, "seeds") and gp.user_set(cfg, "nodes") and gp.user_set(cfg, "gpus")
-    assert not gp.user_set(cfg, "mode")
+    assert (gp.set_by(cfg, "seeds"), gp.set_by(cfg, "nodes")) == (str(tmp_path / "run.yaml"), "INVOKE_GPULAB_NODES")
+    assert gp.set_by(cfg, "gpus") == "overrides" and gp.set_by(cfg, "mode") is None
     # lowest first, as Config.merge applies them
     source = inspect.getsource(Config.merge)   # merge_clash takes _defaults and _collection first
     at = [source.index(f'"{name}"') if name in ("system", "user", "project", "runtime") else

@@ -206,19 +206,19 @@ def test_an_ill_typed_layer_is_one_line_and_exit_2(tmp_path, where, text, messag
 
 def test_a_settings_value_refused_where_it_is_used_names_the_layer_that_set_it(tmp_path):
     """A value only its use can judge (a system folder as gpulab.results) is refused by the task naming the
-    setting; lab.core.cli.task_errors adds the file or variable it came from (program.with_source)."""
+    setting; lab.core.cli.task_errors adds the file or variable it came from (cli.with_source)."""
     said = "config gpulab.results: /etc is a system folder; give a folder of its own"
     cfg = configured(tmp_path, {"user": {"results": "/etc"}})
-    assert program.with_source(cfg, said) == f"{said} ({tmp_path / 'home' / '.invoke.yaml'})"
+    assert cli.with_source(cfg, said) == f"{said} ({tmp_path / 'home' / '.invoke.yaml'})"
     cfg = configured(tmp_path, {"user": {"results": "/etc"}, "runtime": {"results": "/etc"}})
-    assert program.with_source(cfg, said) == f"{said} ({tmp_path / 'runtime.yaml'})"       # the highest layer
+    assert cli.with_source(cfg, said) == f"{said} ({tmp_path / 'runtime.yaml'})"       # the highest layer
     cfg = configured(tmp_path, {"user": {"results": "/etc", "sweep": {"backend": "slurm"}}},
                      env={"INVOKE_GPULAB_RESULTS": "/etc"})
-    assert program.with_source(cfg, said) == f"{said} (INVOKE_GPULAB_RESULTS)"
+    assert cli.with_source(cfg, said) == f"{said} (INVOKE_GPULAB_RESULTS)"
     backend = "config gpulab.sweep.backend: no Slurm here"
-    assert program.with_source(cfg, backend) == f"{backend} ({tmp_path / 'home' / '.invoke.yaml'})"
+    assert cli.with_source(cfg, backend) == f"{backend} ({tmp_path / 'home' / '.invoke.yaml'})"
     for as_is in (f"{said} (INVOKE_GPULAB_RESULTS)", "config gpulab.mode: x", "--results: /etc is a system folder"):
-        assert program.with_source(cfg, as_is) == as_is   # named already; set by no layer; not a setting
+        assert cli.with_source(cfg, as_is) == as_is   # named already; set by no layer; not a setting
 
 
 def test_falsy_values_are_values_and_integers_from_yaml_work(tmp_path):
