@@ -36,9 +36,12 @@
 #                   each with CUDA graphs (mode=reduce-overhead), plain compile again (the drift between
 #                   the first and the last; its first step is a warm one), plain compile without cuDNN's
 #                   algorithm search (cudnn=off: what the search costs the first step and what it buys),
-#                   the runner's path with CUDA graphs at batch 512 (the most these knobs give together);
 #                   then profile-resnet50 reuses the cache. Variants the part's time cannot hold are
-#                   recorded as skipped. 420 s: in a 540 s call the profile keeps about 85 s     issue 47
+#                   recorded as skipped (390 s; with profile-resnet50 and bn-resnet50 one 540 s call) issue 47
+#   bn-resnet50     benchmarks/bn_kernels.py at batch 384: ResNet-50's 53 batch-norm + ReLU (+ add) passes,
+#                   forward and backward, Inductor's kernels against ATen's (cuDNN's NHWC batch norm), in
+#                   ms per training step: whether a cuDNN batch norm inside the compiled graph could carry
+#                   the 1.3x at all (16 small compiles, 150 s)                               issue 47
 #   ttfs-shipped    ttfs-resnet50's cold run (the pilot of a sweep), then a run whose cache folder holds only the
 #                   pilot's artifacts file, as a second host gets it (runner README "Compiled kernels"):
 #                   its time to the first step and its "compile caches" line (550 s)         issue 33
@@ -233,12 +236,11 @@ part() {
         [ "$DRY" = 1 ] || first_steps "$w" ;;
     speed-resnet50)
         check_files benchmarks/tune.py
-        local t=420 v
+        local t=390 v
         [ "$DRY" = 1 ] || t=$(limit "$t")   # the deadline inside follows the part's limit
         local -a variants=()
         for v in "resnet50 compiled" "resnet50" "resnet50 compiled mode=reduce-overhead" \
-                 "resnet50 mode=reduce-overhead" "resnet50 compiled" "resnet50 compiled cudnn=off" \
-                 "resnet50 batch=512 mode=reduce-overhead"; do
+                 "resnet50 mode=reduce-overhead" "resnet50 compiled" "resnet50 compiled cudnn=off"; do
             variants+=(--variant "$v")
         done
         run speed-resnet50 "$t" "$PY" benchmarks/tune.py --device cuda --scale full --measure-seconds 8 \
@@ -246,6 +248,11 @@ part() {
             --out "$WORK/speed-resnet50.json" "${variants[@]}"
         [ "$DRY" = 1 ] || grep -h '^\[tune\] resnet50' "$WORK/speed-resnet50.log" | cut -c1-200 \
             | while IFS= read -r v; do say "speed-resnet50: ${v#\[tune\] }"; done ;;
+    bn-resnet50)
+        check_files benchmarks/bn_kernels.py
+        run bn-resnet50 150 env TORCHINDUCTOR_CACHE_DIR="$WORK/bn-cache/inductor" TRITON_CACHE_DIR="$WORK/bn-cache/triton" \
+            "$PY" benchmarks/bn_kernels.py --batch 384 --repeat 20 --out "$WORK/bn-resnet50.json"
+        [ "$DRY" = 1 ] || say "bn-resnet50: $(grep -h 'per training step' "$WORK/bn-resnet50.log" | cut -c1-200)" ;;
     profile-*)
         check_files benchmarks/profile_step.py
         local w=${1#profile-} cache
@@ -307,6 +314,7 @@ for t in ${GPULAB_TTFS_TRIES:-}; do   # NAME:VAR=VALUE[:VAR=VALUE...], checked b
 done
 for p in "$@"; do   # check every name before anything runs
     case $p in gpu-tests|maxpool|gpu-tests-long|stem|ttfs-shipped|validate|nvbandwidth|tune|speed-resnet50) ;;
+    bn-resnet50) ;;
     throughput-resnet50|throughput-ssd|throughput-maskrcnn|throughput-gnmt|throughput-transformer|throughput-ncf) ;;
     ttfs-resnet50|ttfs-ssd|ttfs-maskrcnn|ttfs-gnmt|ttfs-transformer|ttfs-ncf) ;;
     profile-resnet50|profile-ssd|profile-maskrcnn|profile-gnmt|profile-transformer|profile-ncf) ;;
@@ -316,5 +324,5 @@ done
 setup
 for p in "$@"; do part "$p"; done
 [ "$DRY" = 1 ] && exit 0
-tar -C "$WORK" -czf "$OUT/session.tar.gz" --exclude='ttfs-cache*' --exclude=shipped-pilot-cache --exclude=shipped-second-cache --exclude=nvb-build --exclude=boost --exclude=gpucache --exclude='bench-*' . \
+tar -C "$WORK" -czf "$OUT/session.tar.gz" --exclude='ttfs-cache*' --exclude=shipped-pilot-cache --exclude=shipped-second-cache --exclude=nvb-build --exclude=boost --exclude=gpucache --exclude='bench-*' --exclude=bn-cache . \
     && say "archive: $OUT/session.tar.gz ($(du -h "$OUT/session.tar.gz" | cut -f1))"

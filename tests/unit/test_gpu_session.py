@@ -21,7 +21,7 @@ SCRIPT = ROOT / "benchmarks" / "gpu_session.sh"
 WORKLOADS = ("resnet50", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
 PARTS = ("gpu-tests", "maxpool", "gpu-tests-long", "stem", *(f"throughput-{w}" for w in WORKLOADS),
          *(f"ttfs-{w}" for w in WORKLOADS), *(f"profile-{w}" for w in WORKLOADS), "ttfs-shipped", "validate",
-         "nvbandwidth", "tune", "speed-resnet50")
+         "nvbandwidth", "tune", "speed-resnet50", "bn-resnet50")
 
 
 def dry_run(*parts: str, env_out: Path) -> subprocess.CompletedProcess:
@@ -55,7 +55,7 @@ def options(argv: list[str]) -> set[str]:
 def test_every_part_is_listed_and_nothing_is_written(tmp_path):
     found = commands(tmp_path)
     assert set(found) == {"gpu-tests", "maxpool", "gpu-tests-long", "stem", "shipped-pilot", "shipped-second",
-                          "validate", "nvbandwidth-build", "nvbandwidth-run", "validate-burnin", "tune", "speed-resnet50",
+                          "validate", "nvbandwidth-build", "nvbandwidth-run", "validate-burnin", "tune", "speed-resnet50", "bn-resnet50",
                           *(f"throughput-{w}" for w in WORKLOADS), *(f"ttfs-{w}-cold" for w in WORKLOADS),
                           *(f"ttfs-{w}-warm" for w in WORKLOADS), *(f"profile-{w}" for w in WORKLOADS)}
     assert not (tmp_path / "out").exists() and not (tmp_path / "out" / "work").exists()
@@ -161,7 +161,7 @@ def test_the_resnet50_candidates_run_beside_plain_compile_and_leave_the_profile_
     assert variants[2:4] == ["resnet50 compiled mode=reduce-overhead", "resnet50 mode=reduce-overhead"]
     assert variants[5] == "resnet50 compiled cudnn=off"  # warm, as variants[4]: the first step's cuDNN search
     limits = [int(re.match(r"^[a-z0-9-]+ \((\d+)s\)", ln).group(1)) for ln in lines]
-    assert variants[6] == "resnet50 batch=512 mode=reduce-overhead"  # the knobs together
+    assert len(variants) == 6
     # in a 540 s call: setup (~20 s) and the archive (15 s) leave the profile 60 s or more
     assert float(speed[speed.index("--deadline") + 1]) < limits[0] <= 540 - 20 - 15 - 60
 
