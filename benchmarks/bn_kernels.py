@@ -76,6 +76,7 @@ def time_site(impl: str, c: int, side: int, add: bool, batch: int, device, repea
         fn = torch.compile(_pass, dynamic=False)
 
     def once():
+        x.grad = weight.grad = bias.grad = None   # no accumulation pass: the training step has none either
         y = fn(x, res, weight, bias, mean, var)
         y.backward(grad)
 
