@@ -145,7 +145,6 @@ def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=
     from lab.commands import sweep as cmd
     from lab.core import limits, paths
     from lab.core.errors import ConfigError
-    from lab.sweep import progress
 
     def pick(key, value):
         found = setting(c, f"{cfg_prefix}{key}", value)
@@ -168,6 +167,8 @@ def _sweep(c, hosts, *, workloads=None, gpus=None, seeds=None, mode=None, scale=
         return None
     done = cmd.sweep(hosts, req, **where, make_folder=not setting(c, "history_url"), backend=backend,
                      slurm_settings=slurm_settings)
+    from lab.sweep import progress   # after the sweep: a refused one loads no display modules
+
     progress.final_table(done.result.sweep.runs)
     print("\n".join(done.result.summary()))
     print(done.history_line)
@@ -307,13 +308,14 @@ def validate(c, device=None, host=None, limit=None, level="quick", baseline=Fals
 @task_errors
 def demo(c, workloads=None, seeds=None, name=None):
     """Run a small sweep on this machine (inventory/local.yml), report it and print the report's path."""
-    from lab.commands import report as cmd
     from lab.hosts import inventory as inv
     from lab.sweep import driver as sw
 
     hosts = inv.load(setting(c, "demo.inventory")).select()
     name = "demo-" + sw.default_name()[len("sweep-"):] if name is None else name
     result = _sweep(c, hosts, workloads=workloads, seeds=seeds, name=name, nodes=1, cfg_prefix="demo.")
+    from lab.commands import report as cmd   # after the sweep: a refused demo loads no report modules
+
     rep_result = cmd.report([result.sweep.root], out=result.sweep.root / "report", formats=("html", "md", "json"))
     html = next((f for f in rep_result.files if str(f).endswith(".html")), rep_result.files[0])
     print(f"report: {Path(html).resolve()}")

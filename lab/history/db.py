@@ -16,14 +16,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import create_engine, event, inspect, text
-from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, SQLAlchemyError
-from sqlalchemy.orm import sessionmaker
-from sqlalchemy.pool import StaticPool
+from typing import TYPE_CHECKING
 
 from lab.core import paths, settings, writes
 from lab.core.errors import ConfigError, excerpt
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+    from sqlalchemy.orm import sessionmaker
+
+# SQLAlchemy (about a fifth of a second) is imported by the functions that parse a URL or open a database, not
+# with this module: a command that refuses its input, or finds no database file (missing_file), never loads it.
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 DEFAULT_FILE = "history.sqlite"
@@ -31,16 +34,20 @@ LOCK_WAIT_S = 30            # how long a writer waits for a SQLite file another 
 CONNECT_TIMEOUT_S = 10      # how long a server may take to answer
 PG_MIGRATION_LOCK = 30_000_030   # advisory lock id: one migration at a time on a shared server
 VERSION_TABLE = "alembic_version"
+SQLITE_PREFIX = "sqlite:///"   # a SQLite file's URL: this, then the file's path
 
 
 def default_url(results: str | Path) -> str:
     """The SQLite file under the results folder (checked, not made: see sqlite_folder)."""
     folder = paths.folder(results or "results", "config gpulab.results")
-    return f"sqlite:///{folder.resolve() / DEFAULT_FILE}"
+    return f"{SQLITE_PREFIX}{folder.resolve() / DEFAULT_FILE}"
 
 
 def sqlite_folder(url: str) -> None:
     """Make the folder of a SQLite database file (the results folder of a fresh lab); other URLs: nothing."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -70,6 +77,9 @@ def resolve_url(configured: str | None, results: str | Path, lock_s=None, statem
     if not isinstance(configured, str):
         raise ConfigError(f"config gpulab.history_url: {excerpt(repr(configured), 60)} is not a database URL")
     url = configured.strip()
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError, TypeError):
@@ -86,6 +96,9 @@ def resolve_url(configured: str | None, results: str | Path, lock_s=None, statem
 
 def shown(url) -> str:
     """The URL for messages: never its password (nor the waits resolve_url added), at most 200 characters."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         return excerpt(make_url(url).difference_update_query(["options"]).render_as_string(hide_password=True), 200)
     except (ArgumentError, ValueError, TypeError):
@@ -120,6 +133,10 @@ why = _why   # what a database failure means, in one line (lab.tune.storage too)
 
 
 def _engine(url: str) -> Engine:
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError, TypeError):
@@ -149,6 +166,8 @@ def _engine(url: str) -> Engine:
 
 
 def _sqlite_events(engine: Engine) -> None:
+    from sqlalchemy import event
+
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_conn, _record):
         dbapi_conn.isolation_level = None    # SQLAlchemy's BEGIN below, not the driver's own
@@ -163,18 +182,34 @@ def _sqlite_events(engine: Engine) -> None:
 
 def _empty() -> Engine:
     """An empty database in memory: what a reading command sees where no SQLite file exists yet (none is made)."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import StaticPool
+
     engine = create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
     _sqlite_events(engine)
     return engine
 
 
 def missing_file(url: str) -> bool:
-    """Whether ``url`` is a SQLite file that does not exist yet (a lab with no history)."""
+    """Whether ``url`` is a SQLite file that does not exist yet (a lab with no history). default_url's form
+    (the prefix, then a path with no ``?``) is read without SQLAlchemy: make_url takes that path unchanged."""
+    if isinstance(url, str) and url.startswith(SQLITE_PREFIX) and "?" not in url:
+        return _no_such_file(url[len(SQLITE_PREFIX):])
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         parsed = make_url(url)
-        return parsed.get_backend_name() == "sqlite" and bool(parsed.database) and parsed.database != ":memory:" \
-            and not Path(parsed.database).exists() and not Path(parsed.database).is_symlink()
     except (ArgumentError, ValueError, TypeError):
+        return False
+    return parsed.get_backend_name() == "sqlite" and _no_such_file(parsed.database)
+
+
+def _no_such_file(database: str | None) -> bool:
+    try:
+        return bool(database) and database != ":memory:" and not Path(database).exists() \
+            and not Path(database).is_symlink()
+    except (ValueError, TypeError):   # a NUL in the path
         return False
 
 
@@ -231,6 +266,8 @@ class Database:
     def transaction(self, write, retries: int = 1):
         """``write(session)`` as one transaction, started again (up to ``retries`` times) after it lost a race
         on a unique key to another writer, whose rows it then finds; its result. Failures as ``session``."""
+        from sqlalchemy.exc import IntegrityError
+
         for attempt in range(retries):
             with self.sessions() as s:
                 try:
@@ -250,6 +287,8 @@ class Database:
         raise ConfigError(f"history database {self.name}: nothing to do")   # pragma: no cover - retries >= 1
 
     def _fail(self, exc: BaseException) -> None:
+        from sqlalchemy.exc import SQLAlchemyError
+
         if isinstance(exc, SQLAlchemyError):
             raise ConfigError(f"history database {self.name}: {_why(exc)}; nothing was changed") from None
         if isinstance(exc, (ValueError, TypeError, OverflowError)):
@@ -258,6 +297,9 @@ class Database:
 
     def file(self) -> Path | None:
         """The SQLite file of this database (None: a server's, or none made yet)."""
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
         try:
             parsed = make_url(self.url)
         except (ArgumentError, ValueError, TypeError):
@@ -273,6 +315,9 @@ class Database:
 def _revision(conn, name: str) -> str | None:
     """The schema revision a database holds (None: a new one), read as any input: a SQLite file with tables of
     another program, or a schema-version table gpulab did not write (not one row of text), is refused."""
+    from sqlalchemy import inspect, text
+    from sqlalchemy.exc import DBAPIError
+
     tables = set(inspect(conn).get_table_names())
     if VERSION_TABLE not in tables:
         if tables and conn.dialect.name == "sqlite":
@@ -294,6 +339,7 @@ def _revision(conn, name: str) -> str | None:
 
 def _upgrade(engine: Engine, name: str) -> None:
     from alembic import command
+    from sqlalchemy import text
 
     scripts = _scripts()
     known = {s.revision for s in scripts.walk_revisions()}
@@ -318,6 +364,9 @@ def open_db(url: str, *, create: bool = True, default: bool = False) -> Database
     ``create=False`` (the commands that only read, or refuse): where ``url`` is a SQLite file that does not
     exist, an empty database in memory stands in for it and no file is made; its folder must exist unless
     it is the ``default`` one (results/, made by the first command that adds)."""
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+    from sqlalchemy.orm import sessionmaker
+
     name = shown(url)
     if not create and default and missing_file(url):
         engine = _empty()

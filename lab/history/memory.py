@@ -136,11 +136,11 @@ def quarantined(url: str, hosts) -> dict[str, dict]:
     A database that exists but cannot be read is a ConfigError: the sweep does
     not start without knowing what is quarantined.
     """
+    if _no_file(url):   # before the database modules load: a sweep refused by its own checks never needs them
+        return {}
     from lab.history import quarantine
     from lab.history.db import open_db
 
-    if _no_file(url):
-        return {}
     db = open_db(url)
     try:
         return quarantine.for_sweep(db, [getattr(h, "name", h) for h in hosts])
