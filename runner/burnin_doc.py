@@ -60,41 +60,9 @@ def build_document(level, selected, probe_doc, xid_before, xid_after, records, r
     before = {(e["pci"], e["xid"], e["uptime_s"], e["text"]) for e in xid_before["events"]}
     for e in xid_after["events"]:
         e["during_burnin"] = (e["pci"], e["xid"], e["uptime_s"], e["text"]) not in before
-    gpus = {}
     names = {g["index"]: g for g in probe_doc["gpus"]}
-    for i in selected:
-        g = names.get(i, {})
-        solo, conc = {}, {}
-        for r in records:
-            if r.get("test") in ("device", "burn") or r.get("gpu") != i or r.get("value") is None or not r.get("ok"):
-                continue
-            target = solo if r.get("phase") == "solo" else conc if r.get("phase") == "concurrent" else None
-            if target is not None:
-                target[metric_name(r["test"], r.get("dtype"))] = round(float(r["value"]), 3)
-        gpus[str(i)] = {
-            "index": i,
-            "name": g.get("name"),
-            "uuid": g.get("uuid"),
-            "solo": solo,
-            "concurrent": conc,
-            "idle": _summ(rows, i, [idle_window]),
-            "load": _summ(rows, i, _windows(records, i, {"solo", "concurrent", "burn"})),
-            "load_concurrent": _summ(rows, i, _windows(records, i, {"concurrent", "burn"})),
-            "burn": next(({"bf16_tflops_median": round(r["value"], 3), "bf16_tflops_min": round(r["detail"].get("min", 0), 3),
-                           "minutes": round((r["end"] - r["start"]) / 60, 2)}
-                          for r in records if r.get("test") == "burn" and r.get("gpu") == i and r.get("ok")), None),
-        }
-    host = {}
-    for r in records:
-        if r.get("ok") and r.get("value") is not None and r.get("phase") == "host":
-            key = metric_name(r["test"], r.get("dtype"))
-            host[key if r["test"] == "nccl" else f"{key}_all"] = round(float(r["value"]), 3)
-    conc_sum = {}
-    for g in gpus.values():
-        for k, v in g["concurrent"].items():
-            conc_sum[k] = round(conc_sum.get(k, 0.0) + v, 3)
-    for k, v in conc_sum.items():
-        host.setdefault(f"{k}_sum", v)
+    gpus = {str(i): _gpu_entry(i, names.get(i, {}), records, rows, idle_window) for i in selected}
+    host = _host_metrics(records, gpus)
     failed = [r for r in records if not r.get("ok")]
     if failed:
         outcome = "failed"
@@ -127,6 +95,47 @@ def build_document(level, selected, probe_doc, xid_before, xid_after, records, r
                       "samples": sampler.samples if sampler else 0,
                       "note": sampler.note if sampler else None, "error": sampler.error if sampler else None},
     }
+
+
+def _gpu_entry(i: int, g: dict, records: list[dict], rows, idle_window) -> dict:
+    """One GPU's entry: its solo and concurrent figures, telemetry summaries at idle and under load, the burn."""
+    solo, conc = {}, {}
+    for r in records:
+        if r.get("test") in ("device", "burn") or r.get("gpu") != i or r.get("value") is None or not r.get("ok"):
+            continue
+        target = solo if r.get("phase") == "solo" else conc if r.get("phase") == "concurrent" else None
+        if target is not None:
+            target[metric_name(r["test"], r.get("dtype"))] = round(float(r["value"]), 3)
+    return {
+        "index": i,
+        "name": g.get("name"),
+        "uuid": g.get("uuid"),
+        "solo": solo,
+        "concurrent": conc,
+        "idle": _summ(rows, i, [idle_window]),
+        "load": _summ(rows, i, _windows(records, i, {"solo", "concurrent", "burn"})),
+        "load_concurrent": _summ(rows, i, _windows(records, i, {"concurrent", "burn"})),
+        "burn": next(({"bf16_tflops_median": round(r["value"], 3), "bf16_tflops_min": round(r["detail"].get("min", 0), 3),
+                       "minutes": round((r["end"] - r["start"]) / 60, 2)}
+                      for r in records if r.get("test") == "burn" and r.get("gpu") == i and r.get("ok")), None),
+    }
+
+
+def _host_metrics(records: list[dict], gpus: dict) -> dict:
+    """Host-wide figures (NCCL, the all-GPU tests as ``*_all``) and the sums of the GPUs' concurrent figures
+    (``*_sum``)."""
+    host = {}
+    for r in records:
+        if r.get("ok") and r.get("value") is not None and r.get("phase") == "host":
+            key = metric_name(r["test"], r.get("dtype"))
+            host[key if r["test"] == "nccl" else f"{key}_all"] = round(float(r["value"]), 3)
+    conc_sum = {}
+    for g in gpus.values():
+        for k, v in g["concurrent"].items():
+            conc_sum[k] = round(conc_sum.get(k, 0.0) + v, 3)
+    for k, v in conc_sum.items():
+        host.setdefault(f"{k}_sum", v)
+    return host
 
 
 def no_gpu_document(level, probe_doc, xid, start_iso, t0) -> dict:

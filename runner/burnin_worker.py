@@ -2,7 +2,7 @@
 
     python -m runner.burnin_worker '{"gpu": 0, "tests": [{...}, ...], "start_at": 1764698400.0}'
 
-The parent (runner/burnin.py) imports no framework; this process imports
+The parent (runner/burnin.py, through runner/burnin_procs.py) imports no framework; this process imports
 torch, runs the listed tests on one GPU (the parent sets
 ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and ``CUDA_VISIBLE_DEVICES`` so that the
 GPU is ``cuda:0`` here and its number is NVML's), and prints one JSON object
@@ -29,6 +29,8 @@ import sys
 import time
 import traceback
 
+from runner.burnin_device import Device
+
 # largest relative error of a product block against float64, per precision
 MATMUL_TOLERANCE = {"fp32": 1e-4, "tf32": 5e-3, "bf16": 3e-2, "fp16": 5e-3}
 
@@ -36,63 +38,6 @@ MATMUL_TOLERANCE = {"fp32": 1e-4, "tf32": 5e-3, "bf16": 3e-2, "fp16": 5e-3}
 def emit(record: dict) -> None:
     sys.stdout.write(json.dumps(record, sort_keys=True) + "\n")
     sys.stdout.flush()
-
-
-class Device:
-    """Where the tests run: ``cuda`` (the GPU the parent chose) or ``cpu``.
-
-    ``cpu`` exists so that the whole path (worker, records, document) can be
-    exercised on a machine without a GPU; ``runner burnin`` itself always
-    asks for ``cuda``.
-    """
-
-    def __init__(self, kind: str):
-        import torch
-
-        self.torch = torch
-        self.kind = kind
-        if kind == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError(f"torch {torch.__version__} sees no CUDA device")
-        if kind not in ("cuda", "cpu"):
-            raise ValueError(f"unknown device {kind!r}")
-        self.name = kind
-
-    @property
-    def cuda(self) -> bool:
-        return self.kind == "cuda"
-
-    def sync(self) -> None:
-        if self.cuda:
-            self.torch.cuda.synchronize()
-
-    def mark(self):
-        """A point in time: a CUDA event recorded on the stream, or the host clock (CPU work is synchronous)."""
-        if self.cuda:
-            e = self.torch.cuda.Event(enable_timing=True)
-            e.record()
-            return e
-        return time.perf_counter()
-
-    def elapsed_ms(self, a, b) -> float:
-        if self.cuda:
-            b.synchronize()
-            return a.elapsed_time(b)
-        return (b - a) * 1000.0
-
-    def total_memory(self) -> int:
-        if self.cuda:
-            return self.torch.cuda.get_device_properties(0).total_memory
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-    def info(self) -> dict:
-        t = self.torch
-        if not self.cuda:
-            return {"name": "cpu", "torch": t.__version__, "cuda": None}
-        p = t.cuda.get_device_properties(0)
-        info = {"name": p.name, "torch": t.__version__, "cuda": t.version.cuda}
-        for attr in ("pci_domain_id", "pci_bus_id", "pci_device_id"):
-            info[attr] = getattr(p, attr, None)
-        return info
 
 
 def _timed_chunks(dev: Device, step, seconds: float, work_per_step: float, min_chunks: int = 3):

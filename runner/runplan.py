@@ -13,6 +13,14 @@ from runner.cli import UsageError, path_problem
 
 
 def add_arguments(p) -> None:
+    """`runner run`'s options, in the order its help lists them."""
+    _run_arguments(p)
+    _host_arguments(p)
+    _step_arguments(p)
+
+
+def _run_arguments(p) -> None:
+    """What runs: the workload, its run directory, GPUs, seed, mode, scale, data, precision, framework, limit."""
     p.add_argument("workload", help="a registered workload (python -m runner list)")
     p.add_argument("--out", required=True, metavar="RUN_DIR",
                    help="run directory to create (must not exist or be empty)")
@@ -30,6 +38,10 @@ def add_arguments(p) -> None:
     p.add_argument("--framework", choices=("pytorch", "tensorflow"), default="pytorch")
     p.add_argument("--max-minutes", type=float, default=None, metavar="M",
                    help="wall-clock limit; the run is then aborted and recorded as such")
+
+
+def _host_arguments(p) -> None:
+    """Where it runs: hosts of a multi-host run, the interpreter, the compiled-kernel cache."""
     p.add_argument("--nnodes", type=int, default=1, help="hosts taking part (multi-host torch.distributed)")
     p.add_argument("--node-rank", type=int, default=0, help="this host's rank among --nnodes")
     p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
@@ -39,6 +51,10 @@ def add_arguments(p) -> None:
     p.add_argument("--cache-dir", default=None, metavar="PATH",
                    help="compiled-kernel cache shared by the runs of a sweep "
                         "(default: $GPULAB_CACHE_DIR or ~/.cache/gpulab-runner)")
+
+
+def _step_arguments(p) -> None:
+    """How it runs: compilation, epochs and timed steps, CPU processes, settings replaced."""
     p.add_argument("--no-compile", action="store_true",
                    help="do not use torch.compile (eager mode)")
     p.add_argument("--compile", action="store_true",

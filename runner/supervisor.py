@@ -269,24 +269,33 @@ def main(args) -> int:
             outcome, reason = "failed", internal[0]
         else:
             outcome, reason = _outcome(abort_reason, doc, rc, args.node_rank, stdout_log)
-        _close_mllog(out / rundir.MLLOG, outcome, reason)
-        exit_code = 0 if outcome == "success" else 1
-        result = (doc or {}).get("result") or {}
-        if tele is not None and tele.note:
-            result.setdefault("notes", []).append(tele.note)
-        status = _status(args, p, seed, doc, start_iso, exit_code, outcome, reason, result)
-        with rundir.open_file(stdout_log, append=True) as f:
-            f.write(f"[runner] outcome {outcome}: {reason}\n")
-        if xid0 is not None or outcome in ("failed", "aborted"):
-            from runner import health
-
-            health.epilogue(out, xid0, probed, failed=outcome in ("failed", "aborted"))
-        rundir.write_json(out / rundir.STATUS, status)
-        rundir.write_sums(out)
+        exit_code = _record(args, p, seed, doc, start_iso, outcome, reason, tele, (xid0, probed))
         _rmtree(tmp)
         for s, h in old.items():
             signal.signal(s, h)
     print(f"[runner] {outcome}: {reason}", flush=True)
+    return exit_code
+
+
+def _record(args, p: dict, seed: int, doc, start_iso: str, outcome: str, reason: str, tele, xids: tuple) -> int:
+    """Close the run directory: the MLLOG's run_stop, status.json, the outcome line of stdout.log, the health
+    epilogue (``xids``: the XID baseline and the probed GPUs), SHA256SUMS; the run's exit code."""
+    out: Path = p["out"]
+    _close_mllog(out / rundir.MLLOG, outcome, reason)
+    exit_code = 0 if outcome == "success" else 1
+    result = (doc or {}).get("result") or {}
+    if tele is not None and tele.note:
+        result.setdefault("notes", []).append(tele.note)
+    status = _status(args, p, seed, doc, start_iso, exit_code, outcome, reason, result)
+    with rundir.open_file(out / rundir.STDOUT, append=True) as f:
+        f.write(f"[runner] outcome {outcome}: {reason}\n")
+    xid0, probed = xids
+    if xid0 is not None or outcome in ("failed", "aborted"):
+        from runner import health
+
+        health.epilogue(out, xid0, probed, failed=outcome in ("failed", "aborted"))
+    rundir.write_json(out / rundir.STATUS, status)
+    rundir.write_sums(out)
     return exit_code
 
 

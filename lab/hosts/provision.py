@@ -222,14 +222,16 @@ class AuditReport:
         return rows
 
 
+def _progress_to_stderr(line: dict) -> None:
+    """One progress line of ``invoke audit --json`` on stderr."""
+    print(f"  [{line['host']}] {line['status']:<11} {line['task']}", file=sys.stderr, flush=True)
+
+
 def audit(hosts, *, inventory, as_json: bool = False, artifacts: str | Path | None = "artifacts",
           out: Callable[[str], None] = print, stacks_dir: str | Path | None = None) -> AuditReport:
     """Compare ``hosts`` with their profiles; prints the drift (or JSON with ``as_json``)."""
     plans = stacks.plan(hosts, None, stacks_dir=stacks_dir, inventory=inventory)
-    progress = None
-    if as_json:  # stdout is the JSON document: progress goes to stderr
-        progress = lambda line: print(f"  [{line['host']}] {line['status']:<11} {line['task']}",  # noqa: E731
-                                      file=sys.stderr, flush=True)
+    progress = _progress_to_stderr if as_json else None   # stdout is the JSON document: progress goes to stderr
     up, down = reach.split(hosts, inventory)
     if up:
         result = ansible.run_playbook("audit.yml", inventory, [h.name for h in up],

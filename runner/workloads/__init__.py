@@ -81,36 +81,39 @@ def _check_entry(name: str, w: dict) -> None:
     _need(isinstance(scales, dict) and set(scales) == set(SCALES), where,
           f"'scales' must hold exactly {', '.join(SCALES)}")
     for scale in SCALES:
-        s = scales[scale]
-        sw = f"{where}.scales.{scale}"
-        _need(isinstance(s, dict), sw, "must be a mapping")
-        t = s.get("target")
-        _need(isinstance(t, (int, float)) or (isinstance(t, dict) and t and all(
-            isinstance(v, (int, float)) for v in t.values())), sw,
-            "'target' must be a number or a mapping of numbers")
-        _need(isinstance(s.get("max_epochs"), int) and s["max_epochs"] > 0, sw,
-              "'max_epochs' must be a positive integer")
-        _need(isinstance(s.get("eval_every", 1), int) and s.get("eval_every", 1) > 0, sw,
-              "'eval_every' must be a positive integer")
-        ev = s.get("eval_epochs", [1])
-        _need(isinstance(ev, list) and ev and all(isinstance(e, int) and e > 0 for e in ev)
-              and ev == sorted(set(ev)), sw, "'eval_epochs' must be a list of increasing positive integers")
-        _need(s.get("data") in DATA_KINDS, sw, f"'data' must be one of {DATA_KINDS}")
-        _need(isinstance(s.get("batch_size"), int) and s["batch_size"] > 0, sw,
-              "'batch_size' (per process) must be a positive integer")
-        _need(s.get("lr_schedule") in SCHEDULES, sw,
-              f"'lr_schedule' must be one of {', '.join(SCHEDULES)} (runner/workloads/schedules.py)")
-        _need(s.get("compile_mode", "default") in COMPILE_MODES, sw,
-              f"'compile_mode' must be one of {', '.join(COMPILE_MODES)}")
-        if "pretrained" in s:
-            problem = check_entry(s["pretrained"])
-            _need(problem is None, sw, problem or "")
-        ind = s.get("inductor", {})
-        _need(isinstance(ind, dict) and all(isinstance(k, str) and isinstance(v, (bool, int, float, str))
-                                            for k, v in ind.items()), sw,
-              "'inductor' must map torch._inductor.config settings to plain values")
-        bad = S.check_scale(s, declared)
-        _need(bad is None, sw, bad or "")
+        _check_scale(f"{where}.scales.{scale}", scales[scale], declared)
+
+
+def _check_scale(sw: str, s, declared) -> None:
+    """One scale of an entry: its target, epochs, evaluation, data, batch, schedule, compilation, settings."""
+    _need(isinstance(s, dict), sw, "must be a mapping")
+    t = s.get("target")
+    _need(isinstance(t, (int, float)) or (isinstance(t, dict) and t and all(
+        isinstance(v, (int, float)) for v in t.values())), sw,
+        "'target' must be a number or a mapping of numbers")
+    _need(isinstance(s.get("max_epochs"), int) and s["max_epochs"] > 0, sw,
+          "'max_epochs' must be a positive integer")
+    _need(isinstance(s.get("eval_every", 1), int) and s.get("eval_every", 1) > 0, sw,
+          "'eval_every' must be a positive integer")
+    ev = s.get("eval_epochs", [1])
+    _need(isinstance(ev, list) and ev and all(isinstance(e, int) and e > 0 for e in ev)
+          and ev == sorted(set(ev)), sw, "'eval_epochs' must be a list of increasing positive integers")
+    _need(s.get("data") in DATA_KINDS, sw, f"'data' must be one of {DATA_KINDS}")
+    _need(isinstance(s.get("batch_size"), int) and s["batch_size"] > 0, sw,
+          "'batch_size' (per process) must be a positive integer")
+    _need(s.get("lr_schedule") in SCHEDULES, sw,
+          f"'lr_schedule' must be one of {', '.join(SCHEDULES)} (runner/workloads/schedules.py)")
+    _need(s.get("compile_mode", "default") in COMPILE_MODES, sw,
+          f"'compile_mode' must be one of {', '.join(COMPILE_MODES)}")
+    if "pretrained" in s:
+        problem = check_entry(s["pretrained"])
+        _need(problem is None, sw, problem or "")
+    ind = s.get("inductor", {})
+    _need(isinstance(ind, dict) and all(isinstance(k, str) and isinstance(v, (bool, int, float, str))
+                                        for k, v in ind.items()), sw,
+          "'inductor' must map torch._inductor.config settings to plain values")
+    bad = S.check_scale(s, declared)
+    _need(bad is None, sw, bad or "")
 
 
 def _read(path: Path) -> dict:

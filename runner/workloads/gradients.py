@@ -132,21 +132,39 @@ def gradient_step(name: str, device, optimized: bool, *, scale: str = "small", s
     ctx, module = bench_context(name, device, optimized, scale=scale, precision=precision,
                                 batch_size=batch_size, seed=seed, overrides=overrides, mode=mode,
                                 compile=compile, channels_last=channels_last)
+    trainer, perturbed = _build(ctx, module, seed, weights, backend)
+    model = trainer.model
+    used = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    build_s = time.time() - t0
+    t1 = time.time()
+    grads, losses = _take_gradients(trainer, device, optimized if tf32 is None else tf32, mode, seed)
+    if not grads:
+        raise WorkloadError(f"gradient_step: {name} ({mode}) never reached its optimizer step")
+    modules = sorted({type(m).__name__ for m in model.modules()})
+    loss = float(losses[0].float()) if losses else None
+    return {"grads": grads, "weights": used, "perturbed": perturbed, "loss": loss, "modules": modules,
+            "build_s": round(build_s, 3), "step_s": round(time.time() - t1, 3)}
+
+
+def _build(ctx, module, seed: int, weights: dict | None, backend: str | None) -> tuple:
+    """(the workload's trainer with the NEUTRAL settings, the names of the constants perturbed: none when
+    ``weights`` are loaded instead)."""
     for key, value in NEUTRAL.items():
         if key in ctx.cfg:
             ctx.cfg[key] = value
     torch.manual_seed(seed)
     with _compile_backend(backend):
         trainer = spec_of(module).build(ctx)
-    model = trainer.model
-    perturbed = []
     if weights is None:
-        perturbed = perturb_constants(model, seed)
-    else:
-        model.load_state_dict(weights)
-    used = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-    build_s = time.time() - t0
+        return trainer, perturb_constants(trainer.model, seed)
+    trainer.model.load_state_dict(weights)
+    return trainer, []
 
+
+def _take_gradients(trainer, device, tf32: bool, mode: str, seed: int) -> tuple[dict, list]:
+    """({parameter: its gradient at the first optimizer step, fp32 on the CPU}, [the step's loss]): one
+    step of ``mode`` stopped at the trainer's gradient probe."""
+    model = trainer.model
     grads: dict = {}
     losses: list = []
 
@@ -158,8 +176,7 @@ def gradient_step(name: str, device, optimized: bool, *, scale: str = "small", s
         raise _Taken
 
     trainer.gradient_probe = take
-    t1 = time.time()
-    with _numerics(device, optimized if tf32 is None else tf32):
+    with _numerics(device, tf32):
         torch.manual_seed(seed)
         try:
             if mode == "throughput":
@@ -168,12 +185,7 @@ def gradient_step(name: str, device, optimized: bool, *, scale: str = "small", s
                 trainer.train_epoch(1)
         except _Taken:
             pass
-    if not grads:
-        raise WorkloadError(f"gradient_step: {name} ({mode}) never reached its optimizer step")
-    modules = sorted({type(m).__name__ for m in model.modules()})
-    loss = float(losses[0].float()) if losses else None
-    return {"grads": grads, "weights": used, "perturbed": perturbed, "loss": loss, "modules": modules,
-            "build_s": round(build_s, 3), "step_s": round(time.time() - t1, 3)}
+    return grads, losses
 
 
 # The comparison of two such gradient maps and its verdict: runner.workloads.gradjudge.

@@ -128,7 +128,6 @@ def judge(ref: dict, got: dict, precision: str = "bf16", noise: dict | None = No
     distance (whole vector), noise (no usable noise pass) and empty (no gradient at all)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: use one of {', '.join(PRECISIONS)}")
-    strict = precision == "fp32"
     failures: list = []
     rows: list = []
     zero: list = []
@@ -136,57 +135,16 @@ def judge(ref: dict, got: dict, precision: str = "bf16", noise: dict | None = No
     tiny = largest * NEGLIGIBLE
     sums = {"ref": 0.0, "got": 0.0, "noise": 0.0}
     for name, a in ref.items():
-        b = got.get(name)
         f = None if noise is None else noise.get(name)
-        if not _finite(a):
-            _fail(failures, name, "non-finite", "gradient not finite in the plain model")
-            continue
-        if not _finite(b):
-            _fail(failures, name, "non-finite", "gradient not finite in the optimized path")
-            continue
-        na, nb = _norm(a), _norm(b)
-        if name not in got:
-            _fail(failures, name, "missing", "no such parameter in the optimized model")
-            continue
-        if na <= tiny and nb <= tiny:
-            zero.append(name)
-            continue
-        if a is None or na == 0.0:
-            _fail(failures, name, "extra", f"gradient (norm {nb:.3g}) where the plain model has none")
-            continue
-        if b is None:
-            _fail(failures, name, "missing", "no gradient in the optimized path (cut from the graph)")
-            continue
-        if b.shape != a.shape:
-            _fail(failures, name, "shape", f"shape {tuple(b.shape)} against {tuple(a.shape)}")
-            continue
-        dot = float((a.double() * b.double()).sum())
-        err = _dist(a, b) / na
-        e_noise = None
-        if f is not None and _finite(f) and f.shape == a.shape:
-            e_noise = _dist(a, f) / na
-        row = {"name": name, "norm": na, "norm_ratio": nb / na, "cosine": dot / (na * nb) if nb > 0 else 0.0,
-               "scale": dot / (na * na), "error": err, "noise_error": e_noise}
-        rows.append(row)
-        if nb <= ZERO_SHARE * na:
-            if e_noise is not None and _norm(f) <= ZERO_SHARE * na:
-                pass  # the precision zeroes it in the plain model too: noise, judged with the rest
-            else:
-                _fail(failures, name, "zero", f"zero gradient in the optimized path (norm {nb:.3g} against "
-                      f"{na:.3g})")
-                continue
-        allowed = max(SCALE_TOLERANCE[precision], SCALE_NOISE * (e_noise or 0.0))
-        if abs(row["scale"] - 1) > allowed:
-            _fail(failures, name, "scaled", f"scaled by {row['scale']:.4f} (projection on the plain gradient; "
-                  f"allowed 1 +- {allowed:.3f}, plain {precision} pass error {_fmt(e_noise)})")
-            continue
-        if strict and err > FP32_PARAM_ERROR:
-            _fail(failures, name, "error", f"relative error {err:.4f} > {FP32_PARAM_ERROR} in fp32")
-            continue
-        sums["ref"] += na * na
-        sums["got"] += (err * na) ** 2
-        if e_noise is not None:
-            sums["noise"] += (e_noise * na) ** 2
+        row, counted = _judge_parameter(name, a, got.get(name), f, name in got, tiny, precision, failures, zero)
+        if row is not None:
+            rows.append(row)
+        if counted:
+            na, err, e_noise = row["norm"], row["error"], row["noise_error"]
+            sums["ref"] += na * na
+            sums["got"] += (err * na) ** 2
+            if e_noise is not None:
+                sums["noise"] += (e_noise * na) ** 2
     for name in got:
         if name not in ref:
             _fail(failures, name, "extra", "parameter only in the optimized model")
@@ -194,6 +152,58 @@ def judge(ref: dict, got: dict, precision: str = "bf16", noise: dict | None = No
     low = min(rows, key=lambda r: r["cosine"], default=None)
     return {"passed": not failures, "precision": precision, "parameters": len(ref), "compared": len(rows),
             "zero_in_both": zero, "distance": distance, "failures": failures, "rows": rows, "lowest": low}
+
+
+def _judge_parameter(name: str, a, b, f, in_got: bool, tiny: float, precision: str, failures: list,
+                     zero: list) -> tuple[dict | None, bool]:
+    """(the row of one parameter's gradients ``a`` (plain), ``b`` (optimized) and ``f`` (the noise pass), or
+    None where they cannot be compared; whether it counts in the whole-vector distance). A failure joins
+    ``failures``, a gradient negligible in both ``zero``."""
+    if not _finite(a):
+        _fail(failures, name, "non-finite", "gradient not finite in the plain model")
+        return None, False
+    if not _finite(b):
+        _fail(failures, name, "non-finite", "gradient not finite in the optimized path")
+        return None, False
+    na, nb = _norm(a), _norm(b)
+    if not in_got:
+        _fail(failures, name, "missing", "no such parameter in the optimized model")
+        return None, False
+    if na <= tiny and nb <= tiny:
+        zero.append(name)
+        return None, False
+    if a is None or na == 0.0:
+        _fail(failures, name, "extra", f"gradient (norm {nb:.3g}) where the plain model has none")
+        return None, False
+    if b is None:
+        _fail(failures, name, "missing", "no gradient in the optimized path (cut from the graph)")
+        return None, False
+    if b.shape != a.shape:
+        _fail(failures, name, "shape", f"shape {tuple(b.shape)} against {tuple(a.shape)}")
+        return None, False
+    dot = float((a.double() * b.double()).sum())
+    err = _dist(a, b) / na
+    e_noise = None
+    if f is not None and _finite(f) and f.shape == a.shape:
+        e_noise = _dist(a, f) / na
+    row = {"name": name, "norm": na, "norm_ratio": nb / na, "cosine": dot / (na * nb) if nb > 0 else 0.0,
+           "scale": dot / (na * na), "error": err, "noise_error": e_noise}
+    if nb <= ZERO_SHARE * na:
+        if e_noise is not None and _norm(f) <= ZERO_SHARE * na:
+            pass  # the precision zeroes it in the plain model too: noise, judged with the rest
+        else:
+            _fail(failures, name, "zero", f"zero gradient in the optimized path (norm {nb:.3g} against "
+                  f"{na:.3g})")
+            return row, False
+    allowed = max(SCALE_TOLERANCE[precision], SCALE_NOISE * (e_noise or 0.0))
+    if abs(row["scale"] - 1) > allowed:
+        _fail(failures, name, "scaled", f"scaled by {row['scale']:.4f} (projection on the plain gradient; "
+              f"allowed 1 +- {allowed:.3f}, plain {precision} pass error {_fmt(e_noise)})")
+        return row, False
+    if precision == "fp32" and err > FP32_PARAM_ERROR:
+        _fail(failures, name, "error", f"relative error {err:.4f} > {FP32_PARAM_ERROR} in fp32")
+        return row, False
+    return row, True
 
 
 def _fmt(x) -> str:

@@ -15,23 +15,17 @@ evaluation every ``eval_every`` epochs; bf16 (or fp16 with loss scaling) through
 precision and XLA (``jit_compile``) on GPUs. Full scale reads ImageNet JPEGs
 with tf.data (random-resized crop and flip; resize and centre crop for
 evaluation); small and tiny scales build the generated data set with the same
-recipe (class patterns, shifts, contrast, noise, noisy evaluation labels).
+recipe (class patterns, shifts, contrast, noise, noisy evaluation labels);
+both input pipelines are runner.workloads.resnet50_tfdata's.
 """
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
-import numpy as np
 
+from runner.workloads.resnet50_tfdata import ttt_data
 from runner.workloads.settings import Settings, declarations
-
-DATA_SEED = 20190502
-MEAN = np.array([0.485, 0.456, 0.406], np.float32) * 255
-STD = np.array([0.229, 0.224, 0.225], np.float32) * 255
-
 
 def _model(tf, cfg, classes, wd):
     L = tf.keras.layers
@@ -68,82 +62,6 @@ def _model(tf, cfg, classes, wd):
     return tf.keras.Model(inp, out)
 
 
-def _generate(cfg):
-    """The generated classification set (numpy; same recipe as the PyTorch workload)."""
-    rng = np.random.default_rng(DATA_SEED)
-    k, s = cfg["classes"], cfg["image_size"]
-    coarse = rng.standard_normal((k, 4, 4, 3)).astype(np.float32)
-    reps = s // 4
-    protos = np.repeat(np.repeat(coarse, reps, axis=1), reps, axis=2)
-    # smooth the blocky upsampling with a box filter along both axes
-    ker = np.ones(reps, np.float32) / reps
-    for ax in (1, 2):
-        protos = np.apply_along_axis(lambda v: np.convolve(np.pad(v, reps // 2, mode="wrap"), ker, "valid")[:s],
-                                     ax, protos)
-    protos /= protos.reshape(k, -1).std(axis=1).reshape(k, 1, 1, 1)
-
-    def make(n, label_noise):
-        labels = rng.integers(0, k, size=n)
-        shifts = rng.integers(-s // 8, s // 8 + 1, size=(n, 2))
-        contrast = rng.uniform(0.6, 1.4, size=n).astype(np.float32)
-        imgs = np.stack([np.roll(protos[labels[i]], tuple(shifts[i]), axis=(0, 1)) for i in range(n)])
-        imgs = imgs * contrast[:, None, None, None] + cfg["noise"] * rng.standard_normal(imgs.shape)
-        if label_noise > 0:
-            flip = rng.uniform(size=n) < label_noise
-            labels = np.where(flip, (labels + rng.integers(1, k, size=n)) % k, labels)
-        return imgs.astype(np.float32), labels.astype(np.int32)
-
-    return make(cfg["train_images"], 0.0), make(cfg["eval_images"], cfg.get("eval_label_noise", 0.0))
-
-
-def _imagenet(tf, root: Path, cfg, batch, seed):
-    f = root / "classes.txt"
-    classes = ([ln.split()[0] for ln in f.read_text().splitlines() if ln.strip()] if f.is_file()
-               else sorted(p.name for p in (root / "train").iterdir() if p.is_dir()))
-    size = cfg["image_size"]
-
-    def files(split):
-        paths, labels = [], []
-        for i, c in enumerate(classes):
-            d = root / split / c
-            names = sorted(e.name for e in os.scandir(d) if e.name.lower().endswith((".jpeg", ".jpg", ".png")))
-            paths += [str(d / n) for n in names]
-            labels += [i] * len(names)
-        return paths, labels
-
-    def train_map(path, label):
-        raw = tf.io.read_file(path)
-        shape = tf.io.extract_jpeg_shape(raw)
-        bbox = tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4])
-        begin, csize, _ = tf.image.sample_distorted_bounding_box(
-            shape, bbox, min_object_covered=0.1, aspect_ratio_range=(3 / 4, 4 / 3),
-            area_range=(0.08, 1.0), max_attempts=10, use_image_if_no_bounding_boxes=True)
-        oy, ox, _ = tf.unstack(begin)
-        h, w, _ = tf.unstack(csize)
-        img = tf.image.decode_and_crop_jpeg(raw, tf.stack([oy, ox, h, w]), channels=3)
-        img = tf.image.resize(img, (size, size))
-        img = tf.image.random_flip_left_right(img)
-        return (img - MEAN) / STD, label
-
-    def eval_map(path, label):
-        img = tf.image.decode_jpeg(tf.io.read_file(path), channels=3)
-        short = tf.cast(tf.reduce_min(tf.shape(img)[:2]), tf.float32)
-        r = (size / 0.875) / short
-        hw = tf.cast(tf.round(tf.cast(tf.shape(img)[:2], tf.float32) * r), tf.int32)
-        img = tf.image.resize(img, hw)
-        img = tf.image.resize_with_crop_or_pad(img, size, size)
-        return (img - MEAN) / STD, label
-
-    tp, tl = files("train")
-    vp, vl = files("val")
-    auto = tf.data.AUTOTUNE
-    train = (tf.data.Dataset.from_tensor_slices((tp, tl)).shuffle(len(tp), seed=seed, reshuffle_each_iteration=True)
-             .map(train_map, num_parallel_calls=auto).batch(batch, drop_remainder=True).prefetch(auto))
-    val = (tf.data.Dataset.from_tensor_slices((vp, vl)).map(eval_map, num_parallel_calls=auto)
-           .batch(batch).prefetch(auto))
-    return train, val, len(tp), len(vp), len(classes)
-
-
 def _devices(tf, spec, seed: int):
     """``(gpus, precision, strategy, device name)``: memory growth on every GPU, the precision's Keras policy,
     the seed, and a MirroredStrategy over more than one GPU."""
@@ -165,31 +83,6 @@ def _devices(tf, spec, seed: int):
         details = tf.config.experimental.get_device_details(gpus[0])
         dev_name = details.get("device_name")
     return gpus, precision, strategy, dev_name
-
-
-def _ttt_data(tf, spec, cfg, gbs: int, seed: int, strategy):
-    """``(distributed (train, val), n_train, n_eval)``: the generated set, or the prepared ImageNet."""
-    classes = cfg["classes"]
-    if cfg["data"] == "generated":
-        (xtr, ytr), (xev, yev) = _generate(cfg)
-        train = (tf.data.Dataset.from_tensor_slices((xtr, ytr)).shuffle(len(ytr), seed=seed)
-                 .batch(gbs, drop_remainder=True))
-        val = tf.data.Dataset.from_tensor_slices((xev, yev)).batch(256)
-        n_train, n_eval = len(ytr), len(yev)
-    else:
-        root = Path(spec["data"]) / "imagenet"
-        root = root if root.is_dir() else Path(spec["data"])
-        try:
-            from runner.datasets import check
-        except ImportError:
-            check = None
-        if check is not None:
-            check("imagenet", str(root))
-        train, val, n_train, n_eval, found = _imagenet(tf, root, cfg, gbs, seed)
-        if found != classes:
-            raise ValueError(f"imagenet data at {root}: {found} classes, expected {classes}")
-    return (strategy.experimental_distribute_dataset(train), strategy.experimental_distribute_dataset(val)), \
-        n_train, n_eval
 
 
 def _hyperparameters(C, cfg, mode: str, gbs: int, per: int, lr: float, end_lr: float, warm: int, total: int) -> dict:
@@ -228,7 +121,7 @@ def run_tf(spec, log, rank=0, world_size=1) -> dict:
         per = int(spec.get("throughput_batch_size") or tp.get("batch_size") or cfg["batch_size"])
     gbs = per * replicas
     classes = cfg["classes"]
-    data, n_train, n_eval = _ttt_data(tf, spec, cfg, gbs, seed, strategy) if mode == "ttt" else (None, 0, 0)
+    data, n_train, n_eval = ttt_data(tf, spec, cfg, gbs, seed, strategy) if mode == "ttt" else (None, 0, 0)
     steps_per_epoch = max(1, n_train // gbs) if mode == "ttt" else 1
     lr = max(0.001, round(cfg["lr_per_256"] * gbs / 256 / 0.001) * 0.001)
     end_lr = cfg.get("end_lr", 0.0001)
@@ -243,13 +136,32 @@ def run_tf(spec, log, rank=0, world_size=1) -> dict:
         loss_fn = tf.keras.losses.CategoricalCrossentropy(
             from_logits=True, label_smoothing=cfg.get("label_smoothing", 0.0),
             reduction="none")
-    step_var = tf.Variable(0, dtype=tf.int64, trainable=False)
+    lr_at = _lr_schedule(tf, lr, end_lr, warm, total)
+    train_step, eval_step = _steps(tf, spec, strategy, model, opt, loss_fn, lr_at, classes, gbs, precision,
+                                   bool(gpus))
+    log.hyperparameters(_hyperparameters(C, cfg, mode, gbs, per, lr, end_lr, warm, total))
+    t_launch = float(spec.get("t_launch", time.time()))
+    if mode == "throughput":
+        return _throughput(tf, spec, cfg, log, C, train_step, per, replicas, precision, t_launch)
+    return _ttt(spec, cfg, entry, log, C, train_step, eval_step, data, n_train, n_eval, precision, t_launch)
 
+
+def _lr_schedule(tf, lr: float, end_lr: float, warm: int, total: int):
+    """The learning rate at a step: linear warm-up over ``warm`` steps, then polynomial decay (power 2) to
+    ``end_lr`` at ``total``."""
     def lr_at(step):
         step = tf.cast(step, tf.float32)
         t = tf.minimum(1.0, tf.maximum(0.0, (step - warm) / float(max(1, total - warm))))
         decay = end_lr + (lr - end_lr) * (1.0 - t) ** 2
         return tf.where(step < warm, lr * (step + 1) / max(1, warm), decay) if warm > 0 else decay
+
+    return lr_at
+
+
+def _steps(tf, spec, strategy, model, opt, loss_fn, lr_at, classes: int, gbs: int, precision: str, on_gpus: bool):
+    """(train_step, eval_step) as tf.functions over ``strategy``'s replicas: a training step (XLA on GPUs
+    unless --no-compile) that counts the steps the schedule reads, and the correct predictions of a batch."""
+    step_var = tf.Variable(0, dtype=tf.int64, trainable=False)
 
     def replica_step(x, y):
         with tf.GradientTape() as tape:
@@ -265,7 +177,7 @@ def run_tf(spec, log, rank=0, world_size=1) -> dict:
         opt.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
-    @tf.function(jit_compile=bool(gpus) and spec.get("compile") is not False)
+    @tf.function(jit_compile=on_gpus and spec.get("compile") is not False)
     def train_step(x, y):
         opt.learning_rate.assign(lr_at(step_var))
         strategy.run(replica_step, args=(x, y))
@@ -278,11 +190,7 @@ def run_tf(spec, log, rank=0, world_size=1) -> dict:
             return tf.reduce_sum(tf.cast(tf.equal(pred, tf.cast(y, tf.int32)), tf.float32))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(one, args=(x, y)), axis=None)
 
-    log.hyperparameters(_hyperparameters(C, cfg, mode, gbs, per, lr, end_lr, warm, total))
-    t_launch = float(spec.get("t_launch", time.time()))
-    if mode == "throughput":
-        return _throughput(tf, spec, cfg, log, C, train_step, per, replicas, precision, t_launch)
-    return _ttt(spec, cfg, entry, log, C, train_step, eval_step, data, n_train, n_eval, precision, t_launch)
+    return train_step, eval_step
 
 
 def _ttt(spec, cfg, entry, log, C, train_step, eval_step, data, n_train, n_eval, precision, t_launch):

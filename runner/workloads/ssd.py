@@ -39,9 +39,10 @@ from runner.workloads.coco_eval import COCOEvaluator
 from runner.workloads.pretrained import load_backbone
 from runner.workloads.trainer import Trainer as TrainerContract
 from runner.workloads.trainer import WorkloadSpec
+from runner.workloads.ssd_data import CocoEval, CocoTrain, collate, color_jitter, pad_targets
 # GRAY, ssd_crop and ssd_loss are not used here: tests and benchmarks/ssd_bf16.py read them as ssd.<name>
-from runner.workloads.ssd_data import (GRAY, CocoEval, CocoTrain, collate, color_jitter, pad_targets,  # noqa: F401
-                                       ssd_crop)
+# (each noqa on a one-line import, where `ruff format` leaves it)
+from runner.workloads.ssd_data import GRAY, ssd_crop  # noqa: F401
 from runner.workloads.ssd_model import SSD, SSDLoss, default_boxes, detect, feature_sizes, match, ssd_loss  # noqa: F401
 
 
