@@ -20,6 +20,8 @@ from lab.core.cli import setting, task, task_errors
 from lab.core.errors import GpulabError
 from lab.core.program import adopt
 from lab.commands import historytasks as history_tasks
+# provision, audit and datasets are tasks of this namespace: Collection.from_module takes them from its names
+from lab.commands.hosttasks import SELECT_HELP, audit, datasets, provision, select  # noqa: F401
 
 adopt()   # `invoke ...`: Invoke's own program goes on as gpulab's (lab/core/program.py)
 
@@ -32,91 +34,6 @@ def _defaults() -> dict:
     except GpulabError as exc:
         print(f"gpulab: {exc.message}", file=sys.stderr)
         raise SystemExit(exc.exit_code) from None
-
-SELECT_HELP = {
-    "host": "host name(s), comma separated",
-    "device": "device group of the inventory (t4, v100, ...)",
-    "limit": "an Ansible host pattern",
-    "inventory": "Ansible inventory to use (default: gpulab.inventory)",
-}
-
-
-def _select(c, inventory, host=None, device=None, limit=None):
-    from lab.hosts import inventory as inv
-
-    return inv.load(setting(c, "inventory", inventory)).select(host, device, limit)
-
-
-def _changes_hosts(c, inventory, task: str) -> None:
-    """Provisioning and data preparation change the hosts: on the embedded default (this machine, used because
-    no inventory was named) they ask for the inventory to be named, so that a README line run as it stands
-    never installs a stack on the machine it was typed on."""
-    from lab.core import program
-    from lab.core.errors import ConfigError
-
-    if inventory is None and not program.set_by(c.config, "inventory"):
-        default = setting(c, "inventory")
-        raise ConfigError(f"{task} changes the hosts it runs on, and no inventory was named (the default, {default}, "
-                          f"is this machine): name it, `invoke {task} --inventory {default}` to change this machine, "
-                          f"or your lab's inventory (--inventory FILE, or the setting gpulab.inventory); "
-                          f"--check changes nothing")
-
-
-@task(help={**SELECT_HELP, "stack": "stack profile to apply instead of each host's gpulab_stack",
-            "check": "dry run: report what would change, change nothing",
-            "diff": "show file and package differences",
-            "datasets": "also fetch and prepare these datasets (comma list)"})
-@task_errors
-def provision(c, host=None, device=None, limit=None, stack=None, check=False, diff=False,
-              datasets=None, inventory=None):
-    """Bring hosts to their stack profile with Ansible and read back what is installed."""
-    from lab.hosts import provision as prov
-
-    hosts = _select(c, inventory, host, device, limit)
-    if not check:
-        _changes_hosts(c, inventory, "provision")
-    summary = prov.provision(hosts, inventory=setting(c, "inventory", inventory), stack=stack, check=check,
-                             diff=diff, datasets=datasets, datasets_catalogue=setting(c, "datasets_catalogue"),
-                             artifacts=setting(c, "artifacts"),
-                             stacks_dir=setting(c, "stacks"))
-    if not summary.ok:
-        raise Exit(code=1)
-
-
-@task(help={**SELECT_HELP, "json": "print the drift as JSON"})
-@task_errors
-def audit(c, host=None, device=None, limit=None, json=False, inventory=None):
-    """Compare hosts with their stack profiles and print the drift; exit 1 on drift."""
-    from lab.hosts import provision as prov
-
-    hosts = _select(c, inventory, host, device, limit)
-    report = prov.audit(hosts, inventory=setting(c, "inventory", inventory), as_json=json,
-                        artifacts=setting(c, "artifacts"), stacks_dir=setting(c, "stacks"))
-    if not report.ok:
-        raise Exit(code=1)
-
-
-@task(help={**SELECT_HELP, "names": "datasets or benchmarks, comma separated (resnet50,ncf or imagenet,ml-20m)",
-            "storage": "copy (each host its own copy) or shared (one host prepares on shared storage)",
-            "root": "data root on the hosts (default: <gpulab_workdir>/data)",
-            "catalogue": "dataset catalogue (default: gpulab.datasets_catalogue)",
-            "check": "dry run: report what would be fetched, change nothing"})
-@task_errors
-def datasets(c, names, host=None, device=None, limit=None, storage=None, root=None, catalogue=None, check=False,
-             inventory=None):
-    """Fetch, verify and prepare benchmark datasets on hosts; each host checks the result."""
-    from lab.hosts import datasets as ds
-
-    hosts = _select(c, inventory, host, device, limit)
-    if not check:
-        _changes_hosts(c, inventory, "datasets")
-    result = ds.prepare(hosts, names, inventory=setting(c, "inventory", inventory),
-                        catalogue=setting(c, "datasets_catalogue", catalogue), storage=storage, root=root,
-                        check=check, artifacts=setting(c, "artifacts"))
-    for line in result.lines:
-        print(line)
-    if not result.ok:
-        raise Exit(code=1)
 
 
 def _settings(c, timeout):
@@ -198,7 +115,7 @@ SWEEP_HELP = {**SELECT_HELP,
 def sweep(c, device=None, host=None, limit=None, workloads=None, gpus=None, seeds=None, mode=None, scale=None,
           name=None, nodes=None, dry_run=False, timeout=None, inventory=None, recipe=None, backend=None):
     """Run workloads x GPU counts x seeds on the selected hosts (by default the reference study) and collect the runs."""
-    hosts = _select(c, inventory, host, device, limit)
+    hosts = select(c, inventory, host, device, limit)
     result = _sweep(c, hosts, workloads=workloads, gpus=gpus, seeds=seeds, mode=mode, scale=scale, name=name,
                     dry_run=dry_run, timeout=timeout, nodes=nodes, recipe=recipe, backend=backend)
     if result is not None and not result.ok:
@@ -226,7 +143,7 @@ def tune(c, workload, scale=None, device=None, host=None, limit=None, name=None,
     from lab.commands import tune as cmd
     from lab.core import config, paths
 
-    hosts = _select(c, inventory, host, device, limit)
+    hosts = select(c, inventory, host, device, limit)
     kind, slurm_settings = _backend(c, backend)
     result = cmd.tune(hosts, workload, scale=setting(c, "scale", scale), name=name, device=device or host or limit,
                       seeds=seeds, trials_count=trials, tune_settings=config.tune_settings(setting(c, "tune")),
@@ -289,7 +206,7 @@ def validate(c, device=None, host=None, limit=None, level="quick", baseline=Fals
         print(f"wrote {made.path} (from the history: {made.figures} figure(s) of {made.models} model(s); "
               f"review it, then copy it over {refs})")
         return
-    hosts = _select(c, inventory, host, device, limit)
+    hosts = select(c, inventory, host, device, limit)
     # the default database (no gpulab.history_url) lives under results/: made there on a fresh checkout
     done = cmd.validate(hosts, history_url=url, level=level, baseline=baseline, as_json=json, out_dir=out_dir,
                         references=refs, inventory=setting(c, "inventory", inventory), stacks_dir=setting(c, "stacks"),

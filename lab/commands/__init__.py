@@ -4,7 +4,8 @@ without Invoke; tasks.py only parses its options and settings, calls one of thes
 
 Modules: sweep (``sweep``, ``dry_run``, ``collect``), report (``report``), tune (``tune``), validate (``validate``,
 ``baseline_from_history``), history (``import_files``, ``show``, ``page``, ``quarantine_list``, ``quarantine_add``,
-``quarantine_release``), historytasks (the `invoke history` and `quarantine` tasks: tasks.py's sub-collections).
+``quarantine_release``), historytasks (the `invoke history` and `quarantine` tasks: tasks.py's sub-collections),
+hosttasks (the `invoke provision`, `audit` and `datasets` tasks, in tasks.py's namespace).
 
 Entry points: ``sweep.sweep`` (invoke sweep, demo), ``sweep.dry_run`` (invoke sweep --dry-run),
 ``sweep.collect`` (invoke collect), ``report.report`` (invoke report, demo), ``tune.tune`` (invoke tune),

@@ -15,7 +15,7 @@ from pathlib import Path
 from lab.core.settings import default as declared_default
 from lab.core.errors import ConfigError
 from lab.history import memory
-from lab.sweep import driver, plan, recipe as recipes, slurmworker, study
+from lab.sweep import collect as refetch, driver, plan, recipe as recipes, slurmworker, study
 from lab.sweep.hostrun import Settings
 
 
@@ -129,8 +129,8 @@ class _FirstUse:
             self._made.close()
 
 
-def collect(sweep_root: str | Path, inventory: str | Path, *, retries: int | None = None) -> driver.CollectResult:
+def collect(sweep_root: str | Path, inventory: str | Path, *, retries: int | None = None) -> refetch.CollectResult:
     """Fetch again every run of the sweep at ``sweep_root`` whose local copy is missing or fails verification, a
     copy that does not verify ``retries`` more times (gpulab.sweep.fetch_retries; None: its declared default;
-    lab.sweep.driver.collect)."""
-    return driver.collect(Path(sweep_root), inventory, retries=retries)
+    lab.sweep.collect.collect)."""
+    return refetch.collect(Path(sweep_root), inventory, retries=retries)

@@ -37,43 +37,41 @@ run folders kept inside the sweep); run-directory files through lab.core.bounded
 Modules, along the data flow: lab.sweep.plan (the plan), lab.sweep.state
 (sweep.json), lab.sweep.hostrun (a run's processes on a host, fetching it back),
 lab.sweep.unitworker (the thread per unit), this module (preparing the hosts, the
-whole sweep, Ctrl-C, collect). Its public names (``__all__``) are its own; the plan, the state and a
+whole sweep, Ctrl-C); lab.sweep.collect (fetching a saved sweep's runs again). Its public names (``__all__``) are its own; the plan, the state and a
 host's runs are imported from their modules (lab.sweep.plan, lab.sweep.state, lab.sweep.hostrun).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.results import checksums
 from lab.core import fields
 from lab.core import paths
-from lab.core.settings import default as declared_default
 from lab.sweep import pilot
 from lab.sweep import slurmworker
 from lab.hosts import slurm
-from lab.sweep import gate
+from lab.sweep import hostprep
 from lab.sweep import preflight
-from lab.hosts import remote as rmt
 from lab.hosts import runnerdist
 from lab.sweep import study
 from lab.sweep import supervise
 from lab.sweep import statefile
-from lab.sweep import topology as topo
 from lab.core.errors import ConfigError
 from lab.core.fields import RunState
 from lab.hosts.inventory import Host, refuse_examples
-from lab.sweep.plan import COMPLETE_OUTCOMES, PlannedRun, parse_list, plan, plan_around, utcnow
-from lab.sweep.state import Sweep, read_run_json
-from lab.sweep.hostrun import HostLayout, Settings, fetch_verified
+from lab.sweep.plan import PlannedRun, parse_list, plan, plan_around, utcnow
+from lab.sweep.state import Sweep
+from lab.sweep.hostrun import Settings
 from lab.sweep.unitworker import Node, UnitWorker
-from runner.rundir import STATUS
 
 
-__all__ = ["CollectResult", "SweepResult", "check_name", "collect", "default_name", "prepare_host", "resolve_backend",
+PLAN_OPTIONS = ("gpus", "seeds", "mode", "scale", "nodes", "spread", "max_epochs")   # what plan() takes of the options
+
+__all__ = ["SweepResult", "check_name", "default_name", "resolve_backend",
            "run_sweep", "slurm_held"]
 
 # --------------------------------------------------------------------------- the whole sweep
@@ -112,18 +110,6 @@ def check_name(name: str) -> None:
     fields.sweep_name(name)
 
 
-def prepare_host(host: Host, health: bool = False) -> tuple[rmt.Remote, rmt.RunnerInstall, dict, dict | None]:
-    """Connect, make the runner match this checkout, probe the GPU topology; with ``health``, read the
-    host's health document for the gate (lab.sweep.gate)."""
-    remote = rmt.connect(host)
-    try:
-        install = rmt.ensure_runner(remote)
-        return remote, install, topo.discover(remote, install), gate.read(remote, install) if health else None
-    except BaseException:
-        remote.close()
-        raise
-
-
 def resolve_backend(backend: str) -> str:
     """ssh or slurm: ``auto`` is Slurm where ``sinfo`` answers on this machine; ``slurm`` needs it to answer."""
     if backend not in ("ssh", "slurm", "auto"):
@@ -156,24 +142,6 @@ def slurm_held(hosts: list[Host], quarantine: dict[str, dict] | None) -> dict[st
     return held
 
 
-def _record_hosts(sweep: Sweep, hosts: list[Host], errors: dict, topologies: dict, prepared, quarantine) -> None:
-    """sweep.json's hosts (address, GPUs, stack, topology, runner, quarantine) and the runs of hosts that could not
-    be prepared failed with the reason; saved."""
-    for h in hosts:
-        entry = sweep.hosts.setdefault(h.name, {})
-        entry.update(address=h.address, gpu_model=h.gpu_model, gpu_count=h.gpu_count, stack=h.stack,
-                     groups=list(h.groups), error=errors.get(h.name))
-        if h.name in topologies:
-            entry.update(topology=topologies[h.name], runner=prepared[h.name][1].version)
-        if (quarantine or {}).get(h.name):
-            entry["quarantined"] = quarantine[h.name]
-    for run in sweep.runs:
-        bad = [f"{n}: {errors[n]}" for n in run.hosts if n in errors]
-        if bad and run.state != RunState.COMPLETE:
-            run.state, run.reason, run.ended = RunState.FAILED, "; ".join(bad), utcnow()
-    sweep.save()
-
-
 def _units_to_run(sweep: Sweep, not_runnable: set, errors: dict) -> dict[tuple, list[PlannedRun]]:
     """Each unit (its hosts) with its runs, where every host was prepared and a run is left to do (a run the
     new plan could not place, ``not_runnable``, only where an earlier attempt completed it)."""
@@ -183,12 +151,6 @@ def _units_to_run(sweep: Sweep, not_runnable: set, errors: dict) -> dict[tuple, 
             unit_runs.setdefault(tuple(run.hosts), []).append(run)
     return {u: rs for u, rs in unit_runs.items()
             if not any(n in errors for n in u) and any(r.state != RunState.COMPLETE for r in rs)}
-
-
-def _limit_runs(runs: list[PlannedRun], hosts: list[Host], topologies: dict, results_dir: Path) -> None:
-    past = study.history(results_dir)
-    for run in runs:
-        run.limit_s = 60 * study.time_limit_minutes(run, study.unit_device(hosts, run, topologies), past)
 
 
 def _estimate_runs(estimates: dict, runs: list[PlannedRun], hosts: list[Host], topologies: dict,
@@ -209,12 +171,47 @@ def _worker(backend: str, sweep: Sweep, nodes: list[Node], runs: list[PlannedRun
     return UnitWorker(sweep, nodes, runs, settings, progress, stop, pilots, memory, during)
 
 
+def _workers(backend: str, sweep: Sweep, todo_units: dict, hosts: list[Host], prepared, settings: Settings, progress,
+             stop: threading.Event, memory, during: dict, slurm_settings) -> list[UnitWorker]:
+    """One worker a unit, its nodes on the hosts as they were prepared, with the sweep's pilots (lab.sweep.pilot:
+    compile once, then fan out)."""
+    by_name = {h.name: h for h in hosts}
+    pilots = pilot.for_sweep(sweep.root, sweep.runs, by_name, settings)
+    return [_worker(backend, sweep, [Node(by_name[n], prepared[n][0], prepared[n][1], settings, sweep.name) for n in u],
+                    rs, settings, progress, stop, pilots, memory, during, slurm_settings)
+            for u, rs in todo_units.items()]
+
+
+def _started(sweep: Sweep, n_hosts: int, backend: str) -> str:
+    """The line a sweep starts with: its runs, hosts, backend, and the runs a resume finds complete."""
+    skipped = sum(1 for r in sweep.runs if r.state == RunState.COMPLETE)
+    return (f"sweep {sweep.name}: {len(sweep.runs)} runs on {n_hosts} host(s)"
+            + (" as Slurm jobs" if backend == "slurm" else "") + (f", {skipped} already complete (resumed)" if skipped else ""))
+
+
 def _interrupted(sweep: Sweep) -> None:
     """Ctrl-C: the running runs are marked interrupted and the state is saved."""
     for run in sweep.runs:
         if run.state == RunState.RUNNING:
             run.state, run.reason, run.ended = RunState.INTERRUPTED, "interrupted (Ctrl-C)", utcnow()
     sweep.save()
+
+
+def _checked(hosts: list[Host], workloads: list[str], planner, quarantine: dict | None, results_dir: Path,
+             name: str) -> tuple[list[Host], list[PlannedRun], list[str], Path]:
+    """What is checked before any host is touched: (the hosts not quarantined, the plan for them, the lines
+    of the hosts left out, the sweep's folder); bad input, an example address, a saved state that does not
+    read back: one line of ConfigError."""
+    hosts, early, held = plan_around(hosts, quarantine)   # quarantine: lab.history.quarantine.for_sweep's data
+    left_out = [line for line in held if ": skipped: " in line]   # hosts planned around before any is touched
+    if not hosts:
+        raise ConfigError(f"sweep {name}: every selected host is quarantined: {'; '.join(held)}")
+    planned = planner(hosts, workloads, topologies=early)   # bad input before any host is touched
+    refuse_examples(hosts)   # the example lab's documentation addresses: one line, nothing contacted or written
+    root = paths.child(results_dir, name, what="--name")
+    if (root / statefile.STATE_FILE).exists() or (root / statefile.STATE_FILE).is_symlink():
+        Sweep.load(root)   # a saved state to resume is checked before any host is touched too
+    return hosts, planned, left_out, root
 
 
 def _preflight(hosts: list[Host], planned: list[PlannedRun], datasets_catalogue, name: str, left_out: list[str],
@@ -251,56 +248,32 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
     settings = settings or Settings()
     check_name(name)
     backend = resolve_backend(backend)
-    if backend == "slurm":
-        quarantine = slurm_held(hosts, quarantine)
+    quarantine = slurm_held(hosts, quarantine) if backend == "slurm" else quarantine
     workloads = study.expand_workloads(parse_list(workloads, "workloads"))
-    hosts, early, held = plan_around(hosts, quarantine)   # quarantine: lab.history.quarantine.for_sweep's data
-    left_out = [line for line in held if ": skipped: " in line]   # hosts planned around before any is touched
-    if not hosts:
-        raise ConfigError(f"sweep {name}: every selected host is quarantined: {'; '.join(held)}")
-    shape = dict(recipes=recipes, spread=spread, max_epochs=max_epochs)
-    planned = plan(hosts, workloads, gpus, seeds, mode, scale, nodes=nodes,  # bad input before any host is touched
-                   topologies=early, **shape)
-    refuse_examples(hosts)   # the example lab's documentation addresses: one line, nothing contacted or written
-    root = paths.child(results_dir, name, what="--name")
-    if (root / statefile.STATE_FILE).exists() or (root / statefile.STATE_FILE).is_symlink():
-        Sweep.load(root)   # a saved state to resume is checked before any host is touched too
+    options = {"workloads": workloads, "gpus": gpus, "seeds": seeds, "mode": mode, "scale": scale, "nodes": nodes}
+    options.update(timeout_s=settings.timeout_s, recipes=recipes or {}, spread=spread, max_epochs=max_epochs)
+    options["backend"] = backend   # the options as sweep.json keeps them
+    planner = functools.partial(plan, **{k: options[k] for k in PLAN_OPTIONS}, recipes=recipes)
+    hosts, planned, left_out, root = _checked(hosts, workloads, planner, quarantine, results_dir, name)
     lock = supervise.SweepLock(root, name)   # one controller per sweep, taken before any host is touched
     try:
         _preflight(hosts, planned, datasets_catalogue, name, left_out, echo)
-        gated = gate.needed(hosts, memory, settings.health_valid_hours, echo)
-        prepared = rmt.on_hosts(hosts, lambda h: prepare_host(h, h.name in gated))
+        prepared, topologies, quarantine, held, runs = hostprep.prepare_hosts(
+            hosts, workloads, planner, quarantine, memory, settings, name, echo, results_dir)
         errors = prepared.reasons()
-        topologies = {n: got[2] for n, got in prepared.succeeded.items()}
-        quarantine = gate.apply(hosts, {n: got[3] for n, got in prepared.succeeded.items() if got[3]}, memory,
-                                quarantine, echo)
-        left, planned_topologies, held = plan_around(hosts, quarantine, topologies)
-        for line in held:
-            echo(f"sweep {name}: quarantine: {line}")
-        runs = plan(left, workloads, gpus, seeds, mode, scale, nodes=nodes, topologies=planned_topologies, **shape)
-        if settings.timeout_s is None:   # each run's limit from its estimate (the probed GPUs name the device)
-            _limit_runs(runs, hosts, topologies, results_dir)
         not_runnable = {(r.host, r.run_id) for r in runs if r.state == RunState.FAILED}  # e.g. fewer GPUs than asked
-        options = {"workloads": workloads, "gpus": gpus, "seeds": seeds, "mode": mode, "scale": scale, "nodes": nodes,
-                   "timeout_s": settings.timeout_s, "recipes": recipes or {}, "spread": spread,
-                   "max_epochs": max_epochs, "backend": backend}
         sweep = Sweep.open(root, name, runs, options)
-        _record_hosts(sweep, hosts, errors, topologies, prepared, quarantine)
-        by_name = {h.name: h for h in hosts}
+        hostprep.record_hosts(sweep, hosts, errors, topologies, prepared, quarantine)
         stop = threading.Event()
         todo_units = _units_to_run(sweep, not_runnable, errors)
         progress = (progress_factory or prog.Progress)(
             {"+".join(u): sum(1 for r in rs if r.state != RunState.COMPLETE) for u, rs in todo_units.items()})
         if isinstance(getattr(progress, "estimates", None), dict):   # the live table's ETA: each run's estimate
             _estimate_runs(progress.estimates, runs, hosts, topologies, results_dir)
-        pilots = pilot.for_sweep(root, sweep.runs, by_name, settings)   # compile once, then fan out
         during: dict[str, dict[int, str]] = {}   # GPUs quarantined by a failed run's epilogue (lab.sweep.gate)
-        workers = [_worker(backend, sweep, [Node(by_name[n], prepared[n][0], prepared[n][1], settings, name) for n in u],
-                           rs, settings, progress, stop, pilots, memory, during, slurm_settings)
-                   for u, rs in todo_units.items()]
-        skipped = sum(1 for r in sweep.runs if r.state == RunState.COMPLETE)
-        echo(f"sweep {name}: {len(sweep.runs)} runs on {len(hosts)} host(s)"
-             + (" as Slurm jobs" if backend == "slurm" else "") + (f", {skipped} already complete (resumed)" if skipped else ""))
+        workers = _workers(backend, sweep, todo_units, hosts, prepared, settings, progress, stop, memory, during,
+                           slurm_settings)
+        echo(_started(sweep, len(hosts), backend))
         try:
             with progress:
                 supervise.run_workers(workers, stop, settings.stop_grace_s, lambda: _interrupted(sweep),
@@ -312,61 +285,3 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
         return SweepResult(sweep, quarantined=_quarantined(left_out, held, during))
     finally:
         lock.release(drop_if_empty=True)
-
-
-# --------------------------------------------------------------------------- collect
-
-@dataclass
-class CollectResult:
-    fetched: int = 0
-    verified: int = 0
-    problems: list[str] = field(default_factory=list)
-
-
-def collect(sweep_root: Path, inventory_path: str | Path, *, retries: int | None = None) -> CollectResult:
-    """Fetch again every run of a saved sweep whose local copy is missing or fails verification; a copy that does
-    not verify is fetched again ``retries`` times (gpulab.sweep.fetch_retries; None: its declared default)."""
-    retries = declared_default("sweep.fetch_retries") if retries is None else retries
-    from lab.hosts import inventory as inv
-
-    sweep = Sweep.load(sweep_root)
-    result = CollectResult()
-    todo = [r for r in sweep.runs if r.state != RunState.PLANNED and sweep.problems(r)]
-    result.verified = sum(1 for r in sweep.runs if r.state != RunState.PLANNED) - len(todo)
-    if not todo:
-        return result
-    names = sorted({h for r in todo for h in r.hosts})
-    hosts = {h.name: h for h in inv.load(inventory_path).select(names)}
-    inv.refuse_examples(hosts.values(), inventory_path)
-    lock = threading.Lock()
-
-    def fetch_host(host: Host) -> None:
-        with rmt.connect(host) as remote:
-            layout = HostLayout(remote.expand(host.workdir.rstrip("/") or "/"), sweep.name)
-            for run in (r for r in todo if host.name in r.hosts):
-                src = layout.run_dir(run)
-                dest = sweep.run_dir(run, host.name)
-                if checksums.SUMS not in remote.listdir(src):
-                    with lock:
-                        result.problems.append(f"{host.name} {run.run_id}: no complete run directory on the host")
-                    continue
-                problems = fetch_verified(remote, src, dest, retries)
-                with lock:
-                    result.fetched += 1
-                    if problems:
-                        result.problems.append(f"{host.name} {run.run_id}: {'; '.join(problems)}")
-
-    for host_name, msg in rmt.on_hosts(hosts.values(), fetch_host).reasons().items():
-        result.problems.append(f"{host_name}: {msg}")
-    for run in todo:
-        if sweep.problems(run):
-            continue
-        result.verified += 1
-        status = read_run_json(sweep.run_dir(run) / STATUS)
-        run.outcome = status.get("outcome")
-        if run.outcome in COMPLETE_OUTCOMES:
-            run.state, run.reason = RunState.COMPLETE, status.get("reason", "")
-        elif run.state == RunState.COMPLETE:
-            run.state, run.reason = RunState.FAILED, f"run {run.outcome}: {status.get('reason', '')}"
-    sweep.save()
-    return result

@@ -1,15 +1,24 @@
 """One host of a sweep's unit: its SSH connection (re-opened while the host stays reachable), the
-runner installed there, its folders and its host lock; ``HostLost`` when it cannot be reached again."""
+runner installed there, its folders and its host lock; ``HostLost`` when it cannot be reached again. And what
+a unit's worker does on it for a run: the free space checked, the runner's command line, the run started
+detached, its run directory fetched back."""
 
 from __future__ import annotations
 
+import datetime as _dt
+import shlex
 import time
+from pathlib import Path
 
-from lab.core.errors import HostError
+from lab.core.errors import HostError, RunError
 from lab.hosts import remote as rmt
 from lab.hosts.inventory import Host
-from lab.sweep import hostlock
-from lab.sweep.hostrun import HostLayout, Settings
+from lab.results import checksums
+from lab.sweep import hostlock, preflight, recipe
+from lab.sweep import topology as topo
+from lab.sweep.hostrun import HostLayout, Settings, fetch_verified
+from lab.sweep.plan import TOKEN_VAR, PlannedRun
+from lab.sweep.state import last_line
 
 
 class HostLost(Exception):
@@ -52,3 +61,72 @@ class Node:
                     last = exc
             self.lost = f"host lost: {last.message}"
             raise HostLost(self.host.name, self.lost) from None
+
+
+def free_space(node: Node, min_free_mb: int) -> str | None:
+    """Why the node cannot take a run for lack of disk (gpulab.sweep.min_free_mb), or None."""
+    base = node.layout.base
+    out = node.call(lambda r: r.run(rmt.cmd(["mkdir", "-p", base], "&&", ["df", "-Pk", base]), timeout=60))
+    lines = out.stdout.strip().splitlines()
+    try:
+        free_mb = int(lines[-1].split()[3]) // 1024
+    except (IndexError, ValueError):
+        return None
+    if free_mb < min_free_mb:
+        return (f"disk full: {free_mb} MB free in {base} on {node.host.name}, "
+                f"{min_free_mb} MB needed (gpulab.sweep.min_free_mb)")
+    return None
+
+
+def runner_args(run: PlannedRun, node: Node, rank: int, nodes: list[Node], settings: Settings,
+                limit_s: float) -> list[str]:
+    """`runner run`'s arguments for ``run`` on ``node``, rank ``rank`` of the unit's ``nodes``."""
+    args = ["run", run.workload, "--out", node.layout.run_dir(run), "--seed", str(run.seed),
+            "--mode", run.mode, "--scale", run.scale,
+            "--gpus", topo.gpus_arg(run.gpu_ids) if run.gpus > 0 and run.gpu_ids else (
+                str(run.gpus) if run.gpus > 0 else ("all" if run.gpus < 0 else "0")),
+            "--max-minutes", f"{limit_s / 60:.4f}",
+            "--cache-dir", f"{node.layout.workdir}/cache"]
+    if run.gpus == 0 and settings.compile_cpu:
+        args.append("--compile")
+    if run.max_epochs is not None and run.mode == "ttt":
+        args += ["--max-epochs", str(run.max_epochs)]
+    args += recipe.set_args(run.settings)   # a recipe's settings (invoke sweep --recipe, invoke tune)
+    if preflight.needs_data(run):   # trains on the prepared dataset (`invoke datasets`)
+        args += ["--data", preflight.data_root(node.layout.workdir)]
+    if len(nodes) > 1:
+        head = nodes[0].host
+        args += ["--nnodes", str(len(nodes)), "--node-rank", str(rank),
+                 "--rdzv-endpoint", f"{head.address}:{settings.rdzv_port}"]
+    return args
+
+
+def launch(run: PlannedRun, node: Node, args: list[str]) -> str:
+    """Start `runner run ARGS` on the node, detached (``setsid nohup``) and tagged with the run's token; an
+    earlier attempt's folder is moved aside. The runner's pid."""
+    src, log, base = node.layout.run_dir(run), node.layout.launch_log(run), node.layout.base
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    argv = ["setsid", "nohup", "env", f"{TOKEN_VAR}={run.token}", *node.install.argv(*args)]
+    command = rmt.cmd(["mkdir", "-p", base], "&&",
+                      "{ if", ["test", "-e", src], ";", "then", ["mv", src, f"{src}.attempt-{stamp}"], "; fi; }",
+                      "&&", ["rm", "-f", log], "|| exit 1;",
+                      argv, ">", shlex.quote(log), "2>&1", "<", "/dev/null", "&", "echo", "$!")
+    out = node.call(lambda r: r.run(command, timeout=60))
+    pid = out.stdout.strip()
+    if not pid.isdigit():
+        raise RunError(f"{node.host.name}: could not start {run.run_id}: {out.stderr.strip()}")
+    return pid
+
+
+def fetch_run(run: PlannedRun, node: Node, dest: Path, retries: int) -> list[str]:
+    """The run's directory fetched into ``dest`` and verified; its problems (none: complete). Where the runner
+    left no SHA256SUMS, its launch log comes along beside ``dest`` and its last line is the reason."""
+    src = node.layout.run_dir(run)
+    p = node.call(lambda r: fetch_verified(r, src, dest, retries))
+    if p and checksums.SUMS in p[0] and not (dest / checksums.SUMS).exists():
+        log = node.layout.launch_log(run)
+        tail = node.call(lambda r: r.run(["tail", "-n", "5", log], check=False, timeout=60)).stdout
+        node.call(lambda r: r.get(log, dest.with_name(f"{run.run_id}.launch.log")) if r.run(
+            ["test", "-f", log], check=False, timeout=60).ok else None)
+        p = [f"no complete run directory (runner: {last_line(tail) or 'no output'})"]
+    return p

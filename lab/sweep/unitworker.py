@@ -5,28 +5,21 @@ verify, record; and, on resume, adopt a run a previous controller started.
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import secrets
-import shlex
 import shutil
 import threading
 import time
 
 from lab.core import advice
-from lab.results import checksums
 from lab.sweep import compiled, gate, pilot
 from lab.core import paths
 from lab.core import writes
-from lab.sweep import preflight
-from lab.sweep import recipe
-from lab.hosts import remote as rmt
-from lab.sweep import topology as topo
-from lab.core.errors import GpulabError, RunError
-from lab.sweep.plan import COMPLETE_OUTCOMES, PlannedRun, TOKEN_VAR, utcnow
-from lab.sweep.state import Sweep, last_line, read_run_json
-from lab.sweep.hostrun import Settings, fetch_verified, last_epoch, run_state, stop_run, wait_gone
-from lab.sweep.node import HostLost, Node
+from lab.core.errors import GpulabError
+from lab.sweep.plan import COMPLETE_OUTCOMES, PlannedRun, utcnow
+from lab.sweep.state import Sweep, read_run_json
+from lab.sweep.hostrun import Settings, last_epoch, run_state, stop_run, wait_gone
+from lab.sweep.node import HostLost, Node, fetch_run, free_space, launch, runner_args
 from runner.rundir import STATUS
 from lab.core.fields import RunState
 
@@ -134,51 +127,13 @@ class UnitWorker:
         return True
 
     def _free_space(self, node: Node) -> str | None:
-        base = node.layout.base
-        out = node.call(lambda r: r.run(rmt.cmd(["mkdir", "-p", base], "&&", ["df", "-Pk", base]), timeout=60))
-        lines = out.stdout.strip().splitlines()
-        try:
-            free_mb = int(lines[-1].split()[3]) // 1024
-        except (IndexError, ValueError):
-            return None
-        if free_mb < self.settings.min_free_mb:
-            return (f"disk full: {free_mb} MB free in {base} on {node.host.name}, "
-                    f"{self.settings.min_free_mb} MB needed (gpulab.sweep.min_free_mb)")
-        return None
+        return free_space(node, self.settings.min_free_mb)
 
     def _args(self, run: PlannedRun, node: Node, rank: int) -> list[str]:
-        args = ["run", run.workload, "--out", node.layout.run_dir(run), "--seed", str(run.seed),
-                "--mode", run.mode, "--scale", run.scale,
-                "--gpus", topo.gpus_arg(run.gpu_ids) if run.gpus > 0 and run.gpu_ids else (
-                    str(run.gpus) if run.gpus > 0 else ("all" if run.gpus < 0 else "0")),
-                "--max-minutes", f"{self._limit_s(run) / 60:.4f}",
-                "--cache-dir", f"{node.layout.workdir}/cache"]
-        if run.gpus == 0 and self.settings.compile_cpu:
-            args.append("--compile")
-        if run.max_epochs is not None and run.mode == "ttt":
-            args += ["--max-epochs", str(run.max_epochs)]
-        args += recipe.set_args(run.settings)   # a recipe's settings (invoke sweep --recipe, invoke tune)
-        if preflight.needs_data(run):   # trains on the prepared dataset (`invoke datasets`)
-            args += ["--data", preflight.data_root(node.layout.workdir)]
-        if len(self.nodes) > 1:
-            head = self.nodes[0].host
-            args += ["--nnodes", str(len(self.nodes)), "--node-rank", str(rank),
-                     "--rdzv-endpoint", f"{head.address}:{self.settings.rdzv_port}"]
-        return args
+        return runner_args(run, node, rank, self.nodes, self.settings, self._limit_s(run))
 
     def _launch(self, run: PlannedRun, node: Node, rank: int) -> str:
-        src, log, base = node.layout.run_dir(run), node.layout.launch_log(run), node.layout.base
-        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
-        argv = ["setsid", "nohup", "env", f"{TOKEN_VAR}={run.token}", *node.install.argv(*self._args(run, node, rank))]
-        command = rmt.cmd(["mkdir", "-p", base], "&&",
-                          "{ if", ["test", "-e", src], ";", "then", ["mv", src, f"{src}.attempt-{stamp}"], "; fi; }",
-                          "&&", ["rm", "-f", log], "|| exit 1;",
-                          argv, ">", shlex.quote(log), "2>&1", "<", "/dev/null", "&", "echo", "$!")
-        out = node.call(lambda r: r.run(command, timeout=60))
-        pid = out.stdout.strip()
-        if not pid.isdigit():
-            raise RunError(f"{node.host.name}: could not start {run.run_id}: {out.stderr.strip()}")
-        return pid
+        return launch(run, node, self._args(run, node, rank))
 
     def _poll(self, run: PlannedRun, node: Node) -> str:
         """done, running or gone; the runner by its pid, or (adopted) by its processes' token."""
@@ -339,16 +294,8 @@ class UnitWorker:
         for rank, node in enumerate(self.nodes):
             keep_attempt(self.sweep, run, node.host.name)
             dest = self.sweep.run_dir(run, node.host.name)
-            src = node.layout.run_dir(run)
             self.progress.status(self.unit, f"fetching {node.host.name}")
-            p = node.call(lambda r: fetch_verified(r, src, dest, self.settings.fetch_retries))
-            if p and checksums.SUMS in p[0] and not (dest / checksums.SUMS).exists():
-                log = node.layout.launch_log(run)
-                tail = node.call(lambda r: r.run(["tail", "-n", "5", log], check=False, timeout=60)).stdout
-                node.call(lambda r: r.get(log, dest.with_name(f"{run.run_id}.launch.log")) if r.run(
-                    ["test", "-f", log], check=False, timeout=60).ok else None)
-                p = [f"no complete run directory (runner: {last_line(tail) or 'no output'})"]
-            problems += [f"{node.host.name}: {x}" for x in p]
+            problems += [f"{node.host.name}: {x}" for x in fetch_run(run, node, dest, self.settings.fetch_retries)]
             if rank == 0:
                 status = read_run_json(dest / STATUS)
         outcome, why = status.get("outcome"), status.get("reason", "")

@@ -371,7 +371,7 @@ def test_a_units_later_array_waits_for_its_earlier_one(slurmlab, tmp_path, monke
     import threading
 
     from lab.hosts import inventory
-    from lab.sweep.driver import prepare_host
+    from lab.sweep.hostprep import prepare_host
     from lab.sweep.hostrun import Settings
     from lab.sweep.node import Node
     from lab.sweep.plan import PlannedRun
