@@ -1,4 +1,4 @@
-"""Opening the results database: the URL, the schema (Alembic migrations), and its failures as bad input.
+"""Opening the results database: the URL, the schema (its migrations: lab.history.migrate), and its failures as bad input.
 
 ``open_db(url)`` returns a ``Database`` whose schema is this gpulab's head
 revision: a new database is created, an older one is migrated, and one that a
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from lab.core import paths, settings, writes
 from lab.core.errors import ConfigError, excerpt
+from lab.history import migrate
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -28,12 +29,9 @@ if TYPE_CHECKING:
 # SQLAlchemy (about a fifth of a second) is imported by the functions that parse a URL or open a database, not
 # with this module: a command that refuses its input, or finds no database file (missing_file), never loads it.
 
-MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 DEFAULT_FILE = "history.sqlite"
 LOCK_WAIT_S = 30            # how long a writer waits for a SQLite file another one holds
 CONNECT_TIMEOUT_S = 10      # how long a server may take to answer
-PG_MIGRATION_LOCK = 30_000_030   # advisory lock id: one migration at a time on a shared server
-VERSION_TABLE = "alembic_version"
 SQLITE_PREFIX = "sqlite:///"   # a SQLite file's URL: this, then the file's path
 
 
@@ -213,32 +211,6 @@ def _no_such_file(database: str | None) -> bool:
         return False
 
 
-def _alembic_config(connection):
-    from alembic.config import Config
-
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    cfg.attributes["connection"] = connection
-    return cfg
-
-
-def _scripts():
-    from alembic.script import ScriptDirectory
-
-    cfg = _alembic_config(None)
-    return ScriptDirectory.from_config(cfg)
-
-
-def head() -> str:
-    return _scripts().get_current_head()
-
-
-def current(connection) -> str | None:
-    from alembic.runtime.migration import MigrationContext
-
-    return MigrationContext.configure(connection).get_current_revision()
-
-
 @dataclass
 class Database:
     url: str
@@ -312,52 +284,6 @@ class Database:
         self.engine.dispose()
 
 
-def _revision(conn, name: str) -> str | None:
-    """The schema revision a database holds (None: a new one), read as any input: a SQLite file with tables of
-    another program, or a schema-version table gpulab did not write (not one row of text), is refused."""
-    from sqlalchemy import inspect, text
-    from sqlalchemy.exc import DBAPIError
-
-    tables = set(inspect(conn).get_table_names())
-    if VERSION_TABLE not in tables:
-        if tables and conn.dialect.name == "sqlite":
-            raise ConfigError(f"history database {name}: holds tables gpulab did not make "
-                              f"({excerpt(', '.join(sorted(tables)), 80)}): not a gpulab history database; "
-                              "give another file")
-        return None
-    try:
-        rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
-    except DBAPIError:
-        rows = None
-    rev = rows[0][0] if rows and len(rows) == 1 else None
-    if not isinstance(rev, str) or not 0 < len(rev) <= 32 or not rev.isprintable():
-        raise ConfigError(f"history database {name}: its schema-version table {VERSION_TABLE} is not one gpulab "
-                          f"wrote ({'unreadable' if rows is None else f'{len(rows)} row(s)'}"
-                          f"{'' if rev is None else ', ' + excerpt(repr(rev), 40)}): not a gpulab history database")
-    return rev
-
-
-def _upgrade(engine: Engine, name: str) -> None:
-    from alembic import command
-    from sqlalchemy import text
-
-    scripts = _scripts()
-    known = {s.revision for s in scripts.walk_revisions()}
-    with engine.connect() as conn:
-        rev = _revision(conn, name)
-        conn.rollback()
-    if rev is not None and rev not in known:
-        raise ConfigError(f"history database {name}: schema revision {excerpt(repr(rev), 40)} is newer than this "
-                          f"gpulab knows (head {scripts.get_current_head()!r}): use the gpulab that wrote it")
-    if rev == scripts.get_current_head():
-        return
-    with engine.begin() as conn:
-        if engine.dialect.name == "postgresql":
-            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_MIGRATION_LOCK})
-        if _revision(conn, name) != scripts.get_current_head():   # another writer may have done it meanwhile
-            command.upgrade(_alembic_config(conn), "head")
-
-
 def open_db(url: str, *, create: bool = True, default: bool = False) -> Database:
     """The database at ``url``, at this gpulab's schema; ConfigError (exit 2, one line) if it cannot be.
 
@@ -378,7 +304,7 @@ def open_db(url: str, *, create: bool = True, default: bool = False) -> Database
     try:
         for attempt in range(3):
             try:
-                _upgrade(engine, name)
+                migrate.upgrade(engine, name)
                 break
             except DBAPIError as exc:   # two first writers of a new server database: the second retries
                 if attempt == 2 or "already exists" not in str(exc).lower():

@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from lab.core.errors import ConfigError
-from lab.history import db as historydb
+from lab.history import db as historydb, migrate
 
 PG_SCHEMA = "gpulab_tune"
 SQLITE_SUFFIX = "-tune"
@@ -59,7 +59,7 @@ def _make_schema(url: str) -> None:
     engine = create_engine(url, connect_args={"connect_timeout": historydb.CONNECT_TIMEOUT_S})
     try:
         with engine.begin() as conn:
-            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": historydb.PG_MIGRATION_LOCK + 1})
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": migrate.PG_MIGRATION_LOCK + 1})
             conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {PG_SCHEMA}"))
     finally:
         engine.dispose()

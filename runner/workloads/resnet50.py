@@ -367,8 +367,8 @@ class Trainer(TrainerContract):
             n = len(self.yev)
             per = n // ctx.world_size
             sl = slice(ctx.rank * per, n if ctx.rank == ctx.world_size - 1 else (ctx.rank + 1) * per)
-            batches = [(self.xev[sl][s: s + 256], self.yev[sl][s: s + 256])
-                       for s in range(0, sl.stop - sl.start, 256)]
+            xev, yev = self.xev[sl], self.yev[sl]
+            batches = [(xev[s: s + 256], yev[s: s + 256]) for s in range(0, len(yev), 256)]
         else:
             batches = ((V.to_device_images(ctx, im, REFERENCE_MEAN, REFERENCE_STD), lb.to(ctx.device))
                        for im, lb in self.eval_loader)

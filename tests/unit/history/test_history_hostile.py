@@ -22,7 +22,7 @@ from sqlalchemy import func, insert, select, text
 from lab.core import config
 from lab.core.settings import flag
 from lab.core.errors import ConfigError
-from lab.history import db as hdb
+from lab.history import db as hdb, migrate
 from lab.history import quarantine as q
 from lab.history import query, sweeps
 from lab.commands import historytasks as htasks
@@ -319,7 +319,7 @@ def test_an_older_database_with_two_open_entries_of_one_target_is_migrated_to_on
 
     engine = create_engine(db_url.replace("postgresql://", "postgresql+psycopg://"))
     with engine.begin() as conn:
-        command.upgrade(hdb._alembic_config(conn), "0001")
+        command.upgrade(migrate.alembic_config(conn), "0001")
         for who in ("a", "b"):
             conn.execute(insert(Quarantine).values(host="r740-01", gpu_index=1, reason=f"by {who}", who=who,
                                                    added_at=dt.datetime.now(dt.timezone.utc)))

@@ -15,7 +15,7 @@ from histdata import gpu_uuid, write_run, write_sweep, write_validation
 
 from lab.history import memory as history
 from lab.core.errors import CheckFailed, ConfigError
-from lab.history import db as hdb, quarantine as q, query
+from lab.history import db as hdb, migrate, quarantine as q, query
 from lab.history.models import Base, Check, Gpu, Run, RunGpu, Validation
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -38,7 +38,7 @@ def test_a_new_database_is_at_the_head_revision_and_the_models_equal_the_migrati
     d = hdb.open_db(db_url)
     try:
         with d.engine.connect() as conn:
-            assert hdb.current(conn) == hdb.head() == "0002"
+            assert migrate.current(conn) == migrate.head() == "0002"
             diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
         assert diff == []
     finally:

@@ -14,7 +14,7 @@ import optuna
 from optuna.trial import TrialState
 from sqlalchemy import text
 
-from lab.history import db as historydb
+from lab.history import db as historydb, migrate
 from lab.tune import entry, search
 from lab.tune.objective import SeedResult
 
@@ -40,7 +40,7 @@ def test_the_study_and_the_history_share_one_database_and_a_left_trial_resumes(d
     # the history opens again at its own revision: Optuna's alembic_version is elsewhere
     history = historydb.open_db(db_url)
     with history.engine.connect() as conn:
-        assert historydb.current(conn) == historydb.head()
+        assert migrate.current(conn) == migrate.head()
         if history.engine.dialect.name == "postgresql":
             names = {r[0] for r in conn.execute(text(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = 'gpulab_tune'"))}
