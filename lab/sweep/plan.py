@@ -226,7 +226,12 @@ def plan(hosts: list[Host], workloads: list[str], gpus: str | None, seeds, mode:
     workloads = study.expand_workloads(workloads)
     for w in workloads:
         fields.workload(w)
-    counts = {w: seed_count(seeds, w, mode=mode) for w in workloads}
+    rules = None   # 'mlperf' and 'auto' read lab/data's rules: once for every workload
+    if isinstance(seeds, str) and seeds.strip().lower() in ("mlperf", "auto"):
+        from lab.core.mlperf import Rules
+
+        rules = Rules()
+    counts = {w: seed_count(seeds, w, rules, mode=mode) for w in workloads}
     workload_catalogue.known(workloads)
     topologies = topologies or {}
     units = units_of(hosts, nodes)
