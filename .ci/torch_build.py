@@ -36,8 +36,12 @@ def driver_from_smi(smi):
     if not smi:
         return None, []
     try:
-        res = subprocess.run([smi, "--query-gpu=driver_version,compute_cap", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=60)
+        res = subprocess.run(
+            [smi, "--query-gpu=driver_version,compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None, []
     if res.returncode != 0:
@@ -69,11 +73,13 @@ def choose(driver, caps, torch=TORCH):
     have = _numbers(driver)
     for tag, min_driver, min_cap in BUILDS:
         if have >= min_driver and all(cap >= min_cap for cap in caps):
-            return (f"torch=={torch}+{tag}", INDEX.format(tag),
-                    f"NVIDIA driver {driver}: the {tag} build")
-    return (f"torch=={torch}+cpu", INDEX.format("cpu"),
-            f"NVIDIA driver {driver} runs none of PyTorch {torch}'s CUDA builds "
-            f"(cu130 needs >= 580.65.06, cu126 >= 525.60.13): the CPU build")
+            return (f"torch=={torch}+{tag}", INDEX.format(tag), f"NVIDIA driver {driver}: the {tag} build")
+    return (
+        f"torch=={torch}+cpu",
+        INDEX.format("cpu"),
+        f"NVIDIA driver {driver} runs none of PyTorch {torch}'s CUDA builds "
+        f"(cu130 needs >= 580.65.06, cu126 >= 525.60.13): the CPU build",
+    )
 
 
 def main(argv):

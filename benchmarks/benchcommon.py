@@ -1,4 +1,5 @@
 """Small pieces that several benchmark scripts share (imported with benchmarks/ on sys.path)."""
+
 from __future__ import annotations
 
 import json
@@ -68,8 +69,10 @@ def recorded_platform(runs_dir: Path, stack_keys: tuple[str, ...]) -> dict:
             continue
         gpus = probe.get("gpus") or []
         stack = probe.get("stack") or {}
-        out = {"torch": (probe.get("frameworks") or {}).get("torch"),
-               "gpu": gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None}
+        out = {
+            "torch": (probe.get("frameworks") or {}).get("torch"),
+            "gpu": gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None,
+        }
         out.update({key: stack.get(key) for key in stack_keys})
         return out
     return {}

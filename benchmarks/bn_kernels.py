@@ -42,8 +42,14 @@ def sites() -> list[tuple[int, int, int, bool]]:
     """``(channels, side, layers, add)`` for every distinct batch-norm shape of ResNet-50 v1.5 (53 layers)."""
     out: dict[tuple[int, int, bool], int] = {(64, 112, False): 1}
     for w, n, s_in, s in STAGES:
-        for key, k in (((w, s_in, False), 1), ((w, s, False), 1), ((4 * w, s, True), 1), ((4 * w, s, False), 1),
-                       ((w, s, False), 2 * (n - 1)), ((4 * w, s, True), n - 1)):
+        for key, k in (
+            ((w, s_in, False), 1),
+            ((w, s, False), 1),
+            ((4 * w, s, True), 1),
+            ((4 * w, s, False), 1),
+            ((w, s, False), 2 * (n - 1)),
+            ((4 * w, s, True), n - 1),
+        ):
             out[key] = out.get(key, 0) + k
     return [(c, side, k, add) for (c, side, add), k in out.items()]
 
@@ -72,15 +78,15 @@ def time_site(impl: str, c: int, side: int, add: bool, batch: int, device, repea
     grad = torch.randn(x.shape, generator=g, **mk).contiguous(memory_format=torch.channels_last)
     fn = _pass
     if impl == "inductor":
-        torch._dynamo.reset()   # each site compiled afresh: past Dynamo's recompile limit it would run eager
+        torch._dynamo.reset()  # each site compiled afresh: past Dynamo's recompile limit it would run eager
         fn = torch.compile(_pass, dynamic=False)
 
     def once():
-        x.grad = weight.grad = bias.grad = None   # no accumulation pass: the training step has none either
+        x.grad = weight.grad = bias.grad = None  # no accumulation pass: the training step has none either
         y = fn(x, res, weight, bias, mean, var)
         y.backward(grad)
 
-    for _ in range(3):   # compilation, cuDNN's first calls
+    for _ in range(3):  # compilation, cuDNN's first calls
         once()
     sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     sync()
@@ -107,10 +113,18 @@ def measure(impls: list[str], batch: int, device: str, repeat: int, limit: int |
             row[f"{impl}_ms"] = round(ms, 4)
             totals[impl] += ms * layers
         rows.append(row)
-        print(f"[bn] {c:5d} x {side:3d}^2 x{layers:2d}{' +add' if add else '     '} "
-              + "  ".join(f"{i} {row[f'{i}_ms']:.3f} ms" for i in impls), flush=True)
-    doc = {"batch": batch, "device": str(dev), "torch": torch.__version__, "sites": rows,
-           "ms_per_step": {i: round(v, 3) for i, v in totals.items()}}
+        print(
+            f"[bn] {c:5d} x {side:3d}^2 x{layers:2d}{' +add' if add else '     '} "
+            + "  ".join(f"{i} {row[f'{i}_ms']:.3f} ms" for i in impls),
+            flush=True,
+        )
+    doc = {
+        "batch": batch,
+        "device": str(dev),
+        "torch": torch.__version__,
+        "sites": rows,
+        "ms_per_step": {i: round(v, 3) for i, v in totals.items()},
+    }
     if dev.type == "cuda":
         doc["gpu"] = torch.cuda.get_device_name(dev)
     return doc
@@ -134,8 +148,12 @@ def main(argv=None) -> int:
     doc = measure(impls, args.batch, args.device, args.repeat, args.sites)
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(json.dumps(doc, indent=2) + "\n")
-    print("[bn] per training step: " + ", ".join(f"{i} {v:.2f} ms" for i, v in doc["ms_per_step"].items())
-          + f" (batch {args.batch}); wrote {args.out}", flush=True)
+    print(
+        "[bn] per training step: "
+        + ", ".join(f"{i} {v:.2f} ms" for i, v in doc["ms_per_step"].items())
+        + f" (batch {args.batch}); wrote {args.out}",
+        flush=True,
+    )
     return 0
 
 

@@ -72,8 +72,17 @@ PRECISIONS = ("bf16", "fp32")
 DEFAULT_COST_S = 10
 
 
-def check_group(name: str, scale: str, mode: str, device: str, precisions: list, batch: int | None,
-                seed: int, backend: str | None, plant: str | None = None) -> list[dict]:
+def check_group(
+    name: str,
+    scale: str,
+    mode: str,
+    device: str,
+    precisions: list,
+    batch: int | None,
+    seed: int,
+    backend: str | None,
+    plant: str | None = None,
+) -> list[dict]:
     """One case per precision of workload ``name`` at ``scale``, in this process: the plain
     fp32 pass once, then the optimized pass of each precision (and, for bf16, the plain bf16
     noise pass), each judged."""
@@ -94,25 +103,51 @@ def check_group(name: str, scale: str, mode: str, device: str, precisions: list,
         gc.collect()
         info: dict = {}
         with planted(name, plant, info):
-            opt = G.gradient_step(name, device, True, precision=precision, weights=ref["weights"],
-                                  compile=True if cpu else None, channels_last=True if cpu else None,
-                                  backend=backend, tf32=tf32, **common)
+            opt = G.gradient_step(
+                name,
+                device,
+                True,
+                precision=precision,
+                weights=ref["weights"],
+                compile=True if cpu else None,
+                channels_last=True if cpu else None,
+                backend=backend,
+                tf32=tf32,
+                **common,
+            )
         noise_s = 0.0
-        kind = "bf16" if precision != "fp32" else "fp32"   # bf16/fp16 share the plain bf16 pass's rule
+        kind = "bf16" if precision != "fp32" else "fp32"  # bf16/fp16 share the plain bf16 pass's rule
         if kind not in noises:
             gc.collect()
             # bf16: the plain model under the optimized path's precision and TF32; fp32: the plain model
             # in fp32 in the optimized path's channels-last layout, TF32 off (the same sums, another order)
-            noises[kind] = G.gradient_step(name, device, False, precision=precision, weights=ref["weights"],
-                                           tf32=tf32, channels_last=True if kind == "fp32" else None, **common)
+            noises[kind] = G.gradient_step(
+                name,
+                device,
+                False,
+                precision=precision,
+                weights=ref["weights"],
+                tf32=tf32,
+                channels_last=True if kind == "fp32" else None,
+                **common,
+            )
             noise_s = noises[kind]["build_s"] + noises[kind]["step_s"]
         noise = noises[kind]
         res = J.judge(ref["grads"], opt["grads"], precision, noise["grads"])
-        res.update({"loss": {"plain": ref["loss"], "optimized": opt["loss"], "noise": noise["loss"]},
-                    "seconds": {"plain": ref["build_s"] + ref["step_s"], "optimized": opt["build_s"] + opt["step_s"],
-                                "optimized_step": opt["step_s"], "noise": noise_s},
-                    "replacement_modules": sorted(set(opt["modules"]) - set(ref["modules"])),
-                    "perturbed": len(ref["perturbed"]), "planted": info or None})
+        res.update(
+            {
+                "loss": {"plain": ref["loss"], "optimized": opt["loss"], "noise": noise["loss"]},
+                "seconds": {
+                    "plain": ref["build_s"] + ref["step_s"],
+                    "optimized": opt["build_s"] + opt["step_s"],
+                    "optimized_step": opt["step_s"],
+                    "noise": noise_s,
+                },
+                "replacement_modules": sorted(set(opt["modules"]) - set(ref["modules"])),
+                "perturbed": len(ref["perturbed"]),
+                "planted": info or None,
+            }
+        )
         del opt
         if not cpu:
             torch.cuda.empty_cache()
@@ -128,14 +163,39 @@ def caught(case: dict) -> bool:
     return bool(hits) and (not names or bool(names & {f["name"] for f in hits}))
 
 
-def run_group(name: str, scale: str, mode: str, *, device: str, precisions: list, batch: int | None, seed: int,
-              backend: str | None, timeout: float, cache: Path | None, plant: str | None) -> list[dict]:
+def run_group(
+    name: str,
+    scale: str,
+    mode: str,
+    *,
+    device: str,
+    precisions: list,
+    batch: int | None,
+    seed: int,
+    backend: str | None,
+    timeout: float,
+    cache: Path | None,
+    plant: str | None,
+) -> list[dict]:
     """check_group in a child process (its own Inductor settings and GPU memory); [{'error'}] on failure."""
     fd, res = tempfile.mkstemp(suffix=".json")
     os.close(fd)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--_case", f"{name}:{scale}:{mode}",
-           "--_result", res, "--device", device, "--precisions", ",".join(precisions), "--seed", str(seed),
-           "--batch", str(batch if batch is not None else 0)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--_case",
+        f"{name}:{scale}:{mode}",
+        "--_result",
+        res,
+        "--device",
+        device,
+        "--precisions",
+        ",".join(precisions),
+        "--seed",
+        str(seed),
+        "--batch",
+        str(batch if batch is not None else 0),
+    ]
     if backend:
         cmd += ["--backend", backend]
     if plant:
@@ -173,20 +233,24 @@ def _verdict(c: dict) -> str:
 
 
 def table(cases: list[dict]) -> list[str]:
-    head = (f"{'workload':<12}{'scale':<6}{'mode':<11}{'prec':<5}{'plant':<9}{'params':>7}{'cmp':>5}{'zero':>5}"
-            f"  {'distance':>9} {'noise':>9} {'limit':>9}  {'lowest cos':<10} {'parameter':<30}{'fail':>5}"
-            f"  {'s':>6}  verdict")
+    head = (
+        f"{'workload':<12}{'scale':<6}{'mode':<11}{'prec':<5}{'plant':<9}{'params':>7}{'cmp':>5}{'zero':>5}"
+        f"  {'distance':>9} {'noise':>9} {'limit':>9}  {'lowest cos':<10} {'parameter':<30}{'fail':>5}"
+        f"  {'s':>6}  verdict"
+    )
     out = [head, "-" * len(head)]
     for c in cases:
         low = c.get("lowest") or {}
         dist = c.get("distance") or {}
         sec = sum((c.get("seconds") or {}).get(k, 0) for k in ("plain", "optimized", "noise"))
-        out.append(f"{c['workload']:<12}{c['scale']:<6}{c['mode']:<11}{c.get('precision', ''):<5}"
-                   f"{c.get('plant') or '-':<9}{c.get('parameters', 0):>7}{c.get('compared', 0):>5}"
-                   f"{len(c.get('zero_in_both', [])):>5}  {_fmt(dist.get('optimized'), 6):>9}"
-                   f" {_fmt(dist.get('noise'), 6):>9} {_fmt(dist.get('limit'), 6):>9}"
-                   f"  {_fmt(low.get('cosine'), 6):<10} {str(low.get('name', '-'))[:29]:<30}"
-                   f"{len(c.get('failures', [])):>5}  {sec:>6.1f}  {_verdict(c)}")
+        out.append(
+            f"{c['workload']:<12}{c['scale']:<6}{c['mode']:<11}{c.get('precision', ''):<5}"
+            f"{c.get('plant') or '-':<9}{c.get('parameters', 0):>7}{c.get('compared', 0):>5}"
+            f"{len(c.get('zero_in_both', [])):>5}  {_fmt(dist.get('optimized'), 6):>9}"
+            f" {_fmt(dist.get('noise'), 6):>9} {_fmt(dist.get('limit'), 6):>9}"
+            f"  {_fmt(low.get('cosine'), 6):<10} {str(low.get('name', '-'))[:29]:<30}"
+            f"{len(c.get('failures', [])):>5}  {sec:>6.1f}  {_verdict(c)}"
+        )
         for f in (c.get("failures") or [])[:5]:
             out.append(f"    {f['rule']}: {f['name']}: {f['why']}")
         if len(c.get("failures") or []) > 5:
@@ -197,10 +261,17 @@ def table(cases: list[dict]) -> list[str]:
 def meta(args) -> dict:
     import platform
 
-    m = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-         "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:]), "device": args.device,
-         "precisions": args.precisions, "backend": args.backend or "inductor", "seed": args.seed,
-         "jobs": args.jobs, "host": platform.node(), "python": platform.python_version()}
+    m = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:]),
+        "device": args.device,
+        "precisions": args.precisions,
+        "backend": args.backend or "inductor",
+        "seed": args.seed,
+        "jobs": args.jobs,
+        "host": platform.node(),
+        "python": platform.python_version(),
+    }
     m.update(torch_meta(args.device))
     return m
 
@@ -216,37 +287,61 @@ def _pairs(text: str, what: str, parts: int, names: tuple) -> list[tuple]:
         if not known:
             shape = "workload:scale" + (":plant" if parts == 3 else "")
             extra = f"; plants: {', '.join(EXPECT)}" if parts == 3 else ""
-            raise ValueError(f"{what}: {item!r} is not {shape} (workloads: {', '.join(names)}; "
-                             f"scales: {', '.join(SCALES)}{extra})")
+            raise ValueError(
+                f"{what}: {item!r} is not {shape} (workloads: {', '.join(names)}; scales: {', '.join(SCALES)}{extra})"
+            )
         out.append(tuple(bits))
     return out
 
 
 def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", default=None,
-                    help="comma-separated (default: every workload of the runner's catalogue)")
+    ap.add_argument(
+        "--workloads", default=None, help="comma-separated (default: every workload of the runner's catalogue)"
+    )
     ap.add_argument("--scales", default=None, help="comma-separated (default: small,full on cuda, tiny on cpu)")
-    ap.add_argument("--modes", default="throughput",
-                    help="throughput (synthetic batch) and/or ttt (first batch of the generated data; not full)")
+    ap.add_argument(
+        "--modes",
+        default="throughput",
+        help="throughput (synthetic batch) and/or ttt (first batch of the generated data; not full)",
+    )
     ap.add_argument("--skip", default="", help="workload:scale groups to leave out (for instance resnet50:full)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when available")
-    ap.add_argument("--precisions", default=None,
-                    help="of the optimized path, comma-separated (default: bf16,fp32 on cuda, fp32 on cpu); "
-                         "fp32 runs with TF32 off: the strict check")
-    ap.add_argument("--plants", default="",
-                    help="planted-fault cases workload:scale:plant (throughput mode, bf16; plants: "
-                         + ", ".join(EXPECT) + "); each must fail")
+    ap.add_argument(
+        "--precisions",
+        default=None,
+        help="of the optimized path, comma-separated (default: bf16,fp32 on cuda, fp32 on cpu); "
+        "fp32 runs with TF32 off: the strict check",
+    )
+    ap.add_argument(
+        "--plants",
+        default="",
+        help="planted-fault cases workload:scale:plant (throughput mode, bf16; plants: "
+        + ", ".join(EXPECT)
+        + "); each must fail",
+    )
     ap.add_argument("--backend", default=None, help="torch.compile backend (default: Inductor, as the runner)")
-    ap.add_argument("--batch", type=int, default=None,
-                    help="per-process batch of throughput mode (default: a small one per workload; 0: the scale's)")
+    ap.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        help="per-process batch of throughput mode (default: a small one per workload; 0: the scale's)",
+    )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cache-dir", default=None, help="compiled-kernel cache (the runner's --cache-dir layout)")
-    ap.add_argument("--deadline", type=float, default=None,
-                    help="seconds: start no group after it, stop a running one at it, write what was done")
+    ap.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="seconds: start no group after it, stop a running one at it, write what was done",
+    )
     ap.add_argument("--timeout", type=float, default=900, help="seconds per group")
-    ap.add_argument("--jobs", type=int, default=1,
-                    help="groups at a time, each in its own process (compilation is CPU work; one GPU holds several)")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="groups at a time, each in its own process (compilation is CPU work; one GPU holds several)",
+    )
     ap.add_argument("--out", default="gradcheck.json", help="JSON output file")
     ap.add_argument("--_case", help=argparse.SUPPRESS)
     ap.add_argument("--_result", help=argparse.SUPPRESS)
@@ -278,17 +373,31 @@ def parse(argv):
 def plan(args) -> list[dict]:
     """The groups (one child process each), the longest first: {workload, scale, mode, precisions,
     plant, batch}."""
+
     def batch(w, m):
         own = args.catalogue[w].get("bench", {}).get("gradcheck_batch", {}).get(args.device)
         return (None if args.batch == 0 else (args.batch or own)) if m == "throughput" else "scale"
 
-    groups = [{"workload": w, "scale": s, "mode": m, "precisions": list(args.precisions), "plant": None,
-               "batch": batch(w, m)}
-              for w in args.workloads for s in args.scales for m in args.modes
-              if not (m == "ttt" and s == "full")  # ttt at full scale reads the prepared data set
-              and (w, s) not in args.skip and args.precisions]
-    groups += [{"workload": w, "scale": s, "mode": "throughput", "precisions": ["bf16"], "plant": p,
-                "batch": batch(w, "throughput")} for w, s, p in args.plants]
+    groups = [
+        {"workload": w, "scale": s, "mode": m, "precisions": list(args.precisions), "plant": None, "batch": batch(w, m)}
+        for w in args.workloads
+        for s in args.scales
+        for m in args.modes
+        if not (m == "ttt" and s == "full")  # ttt at full scale reads the prepared data set
+        and (w, s) not in args.skip
+        and args.precisions
+    ]
+    groups += [
+        {
+            "workload": w,
+            "scale": s,
+            "mode": "throughput",
+            "precisions": ["bf16"],
+            "plant": p,
+            "batch": batch(w, "throughput"),
+        }
+        for w, s, p in args.plants
+    ]
 
     def cost(g):
         own = args.catalogue[g["workload"]].get("bench", {}).get("gradcheck_s", {})
@@ -305,8 +414,9 @@ def main(argv=None) -> int:
         return 2
     if args._case:
         name, scale, mode = args._case.split(":")
-        res = check_group(name, scale, mode, args.device, args.precisions, args.batch or None, args.seed,
-                          args.backend, args._plant)
+        res = check_group(
+            name, scale, mode, args.device, args.precisions, args.batch or None, args.seed, args.backend, args._plant
+        )
         Path(args._result).write_text(json.dumps(res))
         return 0
     out = Path(args.out)
@@ -327,14 +437,31 @@ def main(argv=None) -> int:
             results = [{"error": "not started: deadline"} for _ in g["precisions"]]
         else:
             timeout = args.timeout if left is None else min(args.timeout, left)
-            results = run_group(g["workload"], g["scale"], g["mode"], device=args.device, precisions=g["precisions"],
-                                batch=g["batch"] if g["mode"] == "throughput" else None, seed=args.seed,
-                                backend=args.backend, timeout=timeout, cache=cache, plant=g["plant"])
+            results = run_group(
+                g["workload"],
+                g["scale"],
+                g["mode"],
+                device=args.device,
+                precisions=g["precisions"],
+                batch=g["batch"] if g["mode"] == "throughput" else None,
+                seed=args.seed,
+                backend=args.backend,
+                timeout=timeout,
+                cache=cache,
+                plant=g["plant"],
+            )
         cases = []
         for precision, res in zip(g["precisions"], results):
-            case = {"workload": g["workload"], "scale": g["scale"], "mode": g["mode"], "precision": precision,
-                    "plant": g["plant"], "expect": EXPECT[g["plant"]] if g["plant"] else "pass",
-                    "batch": g["batch"], **res}
+            case = {
+                "workload": g["workload"],
+                "scale": g["scale"],
+                "mode": g["mode"],
+                "precision": precision,
+                "plant": g["plant"],
+                "expect": EXPECT[g["plant"]] if g["plant"] else "pass",
+                "batch": g["batch"],
+                **res,
+            }
             if g["plant"]:
                 case["caught"] = not case.get("error") and caught(case)
             cases.append(case)

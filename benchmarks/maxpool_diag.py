@@ -52,8 +52,10 @@ def _pool_windows(size: int, out: int, device):
     as (window index, offset in the window, valid) each."""
     p = torch.arange(size, device=device) + 1
     first, off = p // 2, p % 2
-    return ((first.clamp(max=out - 1), off, first < out),
-            ((first - 1).clamp(min=0), off + 2, (off == 0) & (first >= 1)))
+    return (
+        (first.clamp(max=out - 1), off, first < out),
+        ((first - 1).clamp(min=0), off + 2, (off == 0) & (first >= 1)),
+    )
 
 
 def _gather_backward(code: torch.Tensor, grad: torch.Tensor, h: int, w: int) -> torch.Tensor:
@@ -76,7 +78,7 @@ def _pool_with_codes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     best = code = None
     for k in range(9):
         i, j = divmod(k, 3)
-        v = xp[:, :, i:i + 2 * ho - 1:2, j:j + 2 * wo - 1:2]
+        v = xp[:, :, i : i + 2 * ho - 1 : 2, j : j + 2 * wo - 1 : 2]
         if best is None:
             best, code = v, torch.zeros(v.shape, dtype=torch.int8, device=v.device)
             continue
@@ -154,10 +156,12 @@ def pool_case(backend: str | None, dtype, channels_last: bool, dev):
 def stem_case(backend: str | None, dev):
     torch.manual_seed(0)
     cl = torch.channels_last
-    plain = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
-                          nn.MaxPool2d(3, 2, 1)).to(dev, memory_format=cl)
-    old = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
-                        OldPool()).to(dev, memory_format=cl)
+    plain = nn.Sequential(
+        nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)
+    ).to(dev, memory_format=cl)
+    old = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), OldPool()).to(
+        dev, memory_format=cl
+    )
     old.load_state_dict(plain.state_dict())
     x = torch.randn(8, 3, 224, 224, device=dev).contiguous(memory_format=cl)
     ya = plain(x)
@@ -177,8 +181,10 @@ def main() -> int:
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     print(f"maxpool_diag: torch {torch.__version__}, {torch.cuda.get_device_name(dev)}")
-    head = f"{'case':<10} {'backend':<28} {'dtype':<5} {'layout':<7} {'fwd':<4} {'max err':>10} " \
-           f"{'cosine':>8} {'nonzero':>8}"
+    head = (
+        f"{'case':<10} {'backend':<28} {'dtype':<5} {'layout':<7} {'fwd':<4} {'max err':>10} "
+        f"{'cosine':>8} {'nonzero':>8}"
+    )
     print(head)
     print("-" * len(head))
     t0 = time.time()
@@ -205,8 +211,10 @@ def main() -> int:
         except Exception as exc:
             row = f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"
         print(f"{'stem':<10} {be or 'eager':<28} {'fp32':<5} {'NHWC':<7} {row}", flush=True)
-    print(f"maxpool_diag: {time.time() - t0:.1f} s. A right case: fwd yes, cosine 1.0000, the reference's "
-          f"non-zero share (stem: the conv weight gradient, cosine 1.0000).")
+    print(
+        f"maxpool_diag: {time.time() - t0:.1f} s. A right case: fwd yes, cosine 1.0000, the reference's "
+        f"non-zero share (stem: the conv weight gradient, cosine 1.0000)."
+    )
     return 0
 
 

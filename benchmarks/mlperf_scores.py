@@ -38,14 +38,15 @@ from lab.report.analysis import analyse
 from lab.results.logreader import read_runs
 
 PUBLISHED = Path(__file__).resolve().parent / "mlperf_published.csv"
-TOLERANCE = 0.005          # minutes: the published tables print two decimals
+TOLERANCE = 0.005  # minutes: the published tables print two decimals
 GPU_WORDS = ("V100", "T4", "A100", "P100", "H100")
 
 
 def unpack(gitdir: Path, dest: Path) -> Counter:
     """results/ and systems/ files of HEAD into dest; returns missing blobs per folder."""
-    ls = subprocess.run(["git", "--git-dir", str(gitdir), "ls-tree", "-r", "-z", "HEAD"],
-                        capture_output=True, check=True).stdout
+    ls = subprocess.run(
+        ["git", "--git-dir", str(gitdir), "ls-tree", "-r", "-z", "HEAD"], capture_output=True, check=True
+    ).stdout
     wanted = []
     for entry in ls.split(b"\0"):
         if not entry:
@@ -56,8 +57,9 @@ def unpack(gitdir: Path, dest: Path) -> Counter:
         if kind == b"blob" and ("results" in parts or "systems" in parts):
             wanted.append((sha.decode(), path.decode()))
     missing = Counter()
-    proc = subprocess.Popen(["git", "--git-dir", str(gitdir), "cat-file", "--batch"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        ["git", "--git-dir", str(gitdir), "cat-file", "--batch"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     for sha, path in wanted:
         proc.stdin.write(sha.encode() + b"\n")
         proc.stdin.flush()
@@ -117,10 +119,14 @@ def main(argv=None) -> int:
             an = analyse(coll.runs, rules)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             rnd = round_of(tree, an.systems)
-            print(f"\n== {tree} ({rnd}): {len(coll.runs)} runs, {len(coll.skipped)} skipped, "
-                  f"{len(an.systems)} records; collect + analyse {wall:.1f} s wall, {cpu:.1f} s CPU")
-            print(f"{'submitter':10} {'system':34} {'benchmark':11} {'device':12} {'GPUs':>5} "
-                  f"{'runs':>4} {'ok':>3} {'compliance':14} {'report':>9} {'published':>9}  status")
+            print(
+                f"\n== {tree} ({rnd}): {len(coll.runs)} runs, {len(coll.skipped)} skipped, "
+                f"{len(an.systems)} records; collect + analyse {wall:.1f} s wall, {cpu:.1f} s CPU"
+            )
+            print(
+                f"{'submitter':10} {'system':34} {'benchmark':11} {'device':12} {'GPUs':>5} "
+                f"{'runs':>4} {'ok':>3} {'compliance':14} {'report':>9} {'published':>9}  status"
+            )
             absent = defaultdict(int)
             for folder, n in missing.items():
                 parts = Path(folder).parts
@@ -132,8 +138,12 @@ def main(argv=None) -> int:
             for s in an.systems:
                 if not (args.all or is_gpu(s)):
                     continue
-                key = (rnd, (s["submitter"] or "").lower(), s["system_key"].split("/")[-1]
-                       if s["system_key"] else s["system"], s["benchmark"])
+                key = (
+                    rnd,
+                    (s["submitter"] or "").lower(),
+                    s["system_key"].split("/")[-1] if s["system_key"] else s["system"],
+                    s["benchmark"],
+                )
                 seen.add((key[2], s["benchmark"]))
                 pub = published.get(key)
                 gone = absent.get((key[2], s["benchmark"]), 0)
@@ -152,17 +162,22 @@ def main(argv=None) -> int:
                 if s["too_few_runs"] and gone and st != "equal":
                     st += f"; {gone} result file(s) absent from the snapshot"
                 status[st.split(" (")[0].split(";")[0] if not st.startswith("differs") else "differs"] += 1
-                print(f"{(s['submitter'] or '-')[:10]:10} {s['system'][:34]:34} {s['benchmark'][:11]:11} "
-                      f"{s['device'][:12]:12} {str(s['gpus']):>5} {s['runs']:>4} {s['successes']:>3} "
-                      f"{s['compliance'][:14]:14} {('%.2f' % mine) if mine is not None else '-':>9} "
-                      f"{('%.2f' % pub[0]) if pub else '-':>9}  {st}")
+                print(
+                    f"{(s['submitter'] or '-')[:10]:10} {s['system'][:34]:34} {s['benchmark'][:11]:11} "
+                    f"{s['device'][:12]:12} {str(s['gpus']):>5} {s['runs']:>4} {s['successes']:>3} "
+                    f"{s['compliance'][:14]:14} {('%.2f' % mine) if mine is not None else '-':>9} "
+                    f"{('%.2f' % pub[0]) if pub else '-':>9}  {st}"
+                )
             for (system, bench), n in sorted(absent.items()):
-                if (system, bench) not in seen and (args.all or any(w.lower() in system.lower()
-                                                                    for w in ("dgx", "v100", "gpu"))):
+                if (system, bench) not in seen and (
+                    args.all or any(w.lower() in system.lower() for w in ("dgx", "v100", "gpu"))
+                ):
                     uncompared.append(f"{rnd} {system} {bench}")
                     status["all result files absent from the snapshot"] += 1
-                    print(f"{'':10} {system[:34]:34} {bench[:11]:11} {'':12} {'':>5} {0:>4} {0:>3} "
-                          f"{'':14} {'-':>9} {'-':>9}  all {n} result file(s) absent from the snapshot")
+                    print(
+                        f"{'':10} {system[:34]:34} {bench[:11]:11} {'':12} {'':>5} {0:>4} {0:>3} "
+                        f"{'':14} {'-':>9} {'-':>9}  all {n} result file(s) absent from the snapshot"
+                    )
     rows = sum(status.values())
     parts = [f"{n} {k}" for k, n in sorted(status.items(), key=lambda kv: -kv[1])]
     print(f"\nSUMMARY: {rows} {'' if args.all else 'GPU '}system x benchmark rows: " + ", ".join(parts) + ".")

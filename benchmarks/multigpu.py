@@ -58,6 +58,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchcommon import name_list, recorded_platform, workload_names
 from multigpu_runs import GRACE_S, MIN_START_S, NO_MULTICAST, ROOT, _tail, mllog_check, run_env, run_one
+
 # read as multigpu.<name> by tests/unit/runner/test_multigpu_script.py (one line: its noqa stays put under ruff format)
 from multigpu_runs import child_env, tagged_pids  # noqa: F401
 
@@ -65,8 +66,17 @@ PARTS = ("scaling", "ttt", "validate", "sweep")
 SWEEP_WORKLOADS = "ncf,resnet50"
 # the controller's packages (pyproject.toml, extra "controller"), by import name
 CONTROLLER = ("invoke", "fabric", "ansible", "ansible_runner", "jinja2", "jsonschema", "matplotlib", "yaml", "rich")
-CONTROLLER_REQS = ("ansible-core>=2.16,<2.17", "ansible-runner>=2.3", "fabric>=3.2", "invoke>=2.2", "jinja2>=3.1",
-                   "jsonschema>=4.18", "matplotlib>=3.7", "pyyaml>=6", "rich>=13")
+CONTROLLER_REQS = (
+    "ansible-core>=2.16,<2.17",
+    "ansible-runner>=2.3",
+    "fabric>=3.2",
+    "invoke>=2.2",
+    "jinja2>=3.1",
+    "jsonschema>=4.18",
+    "matplotlib>=3.7",
+    "pyyaml>=6",
+    "rich>=13",
+)
 
 
 class Refused(Exception):
@@ -88,19 +98,30 @@ class _Parser(argparse.ArgumentParser):
 def parse(argv) -> argparse.Namespace:
     ap = _Parser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for multigpu.json, runs/ and results/ (new or empty)")
-    ap.add_argument("--parts", default=None,
-                    help=f"comma-separated, of {', '.join(PARTS)} (default: all; scaling,ttt with --device cpu)")
-    ap.add_argument("--workloads", default=None,
-                    help="for scaling and ttt (default: every workload of the runner's catalogue)")
+    ap.add_argument(
+        "--parts",
+        default=None,
+        help=f"comma-separated, of {', '.join(PARTS)} (default: all; scaling,ttt with --device cpu)",
+    )
+    ap.add_argument(
+        "--workloads", default=None, help="for scaling and ttt (default: every workload of the runner's catalogue)"
+    )
     ap.add_argument("--gpus", type=int, default=2, help="GPUs of the multi-GPU runs (default 2)")
     ap.add_argument("--deadline", type=float, default=None, help="seconds for the whole call")
-    ap.add_argument("--cache-dir", default=None,
-                    help="compiled-kernel cache (default: the local inventory's workdir cache, shared with the sweep)")
+    ap.add_argument(
+        "--cache-dir",
+        default=None,
+        help="compiled-kernel cache (default: the local inventory's workdir cache, shared with the sweep)",
+    )
     ap.add_argument("--measure-seconds", type=float, default=None, help="timed seconds of each throughput run")
     ap.add_argument("--run-minutes", type=float, default=None, help="limit of each runner run (--max-minutes)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--inductor", default=None, metavar="K=V,...",
-                    help="GPULAB_INDUCTOR for every run (coordinate_descent_tuning=0 shortens resnet50's compile)")
+    ap.add_argument(
+        "--inductor",
+        default=None,
+        metavar="K=V,...",
+        help="GPULAB_INDUCTOR for every run (coordinate_descent_tuning=0 shortens resnet50's compile)",
+    )
     ap.add_argument("--wheels", default=None, help="folder of controller wheels to install when they are missing")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: gloo processes (tests)")
     args = ap.parse_args(argv)
@@ -149,9 +170,12 @@ def part_scaling(args, doc, end, save) -> None:
         many = run_one(args, name, "throughput", scale, args.gpus, end, f"{args.gpus}gpu")
         row = scaling_row(one, many, args.gpus)
         doc["scaling"].append(row)
-        print(f"[multigpu] scaling {name}: 1 GPU {one.get('samples_per_s')} ({one.get('outcome')}), "
-              f"{args.gpus} GPUs {many.get('samples_per_s')} ({many.get('outcome')})"
-              + (f", speedup {row['speedup']}, efficiency {row['efficiency']}" if "speedup" in row else ""), flush=True)
+        print(
+            f"[multigpu] scaling {name}: 1 GPU {one.get('samples_per_s')} ({one.get('outcome')}), "
+            f"{args.gpus} GPUs {many.get('samples_per_s')} ({many.get('outcome')})"
+            + (f", speedup {row['speedup']}, efficiency {row['efficiency']}" if "speedup" in row else ""),
+            flush=True,
+        )
         save()
 
 
@@ -161,12 +185,19 @@ def part_ttt(args, doc, end, save) -> None:
         row = run_one(args, name, "ttt", scale, args.gpus, end, f"{args.gpus}gpu")
         if row["outcome"] != "not_started":
             row["mllog"] = mllog_check(args.out / row.get("run_dir", "-"), row.get("epochs"))
-            row["ok"] = (row["outcome"] == "success" and row["mllog"]["ok"] and not row["leftover_pids"]
-                         and row.get("ranks_ended") == list(range(args.gpus)))
+            row["ok"] = (
+                row["outcome"] == "success"
+                and row["mllog"]["ok"]
+                and not row["leftover_pids"]
+                and row.get("ranks_ended") == list(range(args.gpus))
+            )
         doc["ttt"].append(row)
-        print(f"[multigpu] ttt {name}: {row['outcome']}: {row.get('reason')}; MLLOG once: "
-              f"{row.get('mllog', {}).get('ok')}; ranks ended: {row.get('ranks_ended')}; "
-              f"left over: {row.get('leftover_pids')}", flush=True)
+        print(
+            f"[multigpu] ttt {name}: {row['outcome']}: {row.get('reason')}; MLLOG once: "
+            f"{row.get('mllog', {}).get('ok')}; ranks ended: {row.get('ranks_ended')}; "
+            f"left over: {row.get('leftover_pids')}",
+            flush=True,
+        )
         save()
 
 
@@ -184,14 +215,28 @@ def _controller_python(args, doc) -> str | None:
     venv = args.out / "controller-venv"
     if args.wheels:
         py = venv / "bin" / "python"
-        steps = [[sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
-                 [str(py), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(Path(args.wheels).resolve()),
-                  *CONTROLLER_REQS]]
+        steps = [
+            [sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+            [
+                str(py),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--find-links",
+                str(Path(args.wheels).resolve()),
+                *CONTROLLER_REQS,
+            ],
+        ]
         for step in steps:
             p = subprocess.run(step, capture_output=True, text=True)
             if p.returncode != 0:
-                doc["controller"] = {"missing": missing, "install": " ".join(step),
-                                     "error": (p.stderr.strip() or p.stdout.strip())[-2000:]}
+                doc["controller"] = {
+                    "missing": missing,
+                    "install": " ".join(step),
+                    "error": (p.stderr.strip() or p.stdout.strip())[-2000:],
+                }
                 return None
         doc["controller"] = {"installed_from": str(args.wheels), "python": str(py)}
         return str(py)
@@ -201,8 +246,10 @@ def _controller_python(args, doc) -> str | None:
 
 def _invoke(py: str, args, *task: str, timeout: float | None) -> dict:
     cmd = [py, "-m", "invoke", *task]
-    env = run_env(args, {"INVOKE_GPULAB_RESULTS": str(args.out / "results"),
-                         "INVOKE_GPULAB_ARTIFACTS": str(args.out / "artifacts")})
+    env = run_env(
+        args,
+        {"INVOKE_GPULAB_RESULTS": str(args.out / "results"), "INVOKE_GPULAB_ARTIFACTS": str(args.out / "artifacts")},
+    )
     rec = {"command": " ".join(["invoke", *task])}
     t0 = time.time()
     log = args.out / f"invoke-{task[0]}.log"
@@ -228,14 +275,28 @@ def part_validate(args, doc, end, save) -> None:
     py = controller_python(args, doc)
     timeout = None if end is None else max(end - time.time(), 1)
     if py is not None:
-        rec = _invoke(py, args, "validate", "-i", "inventory/local.yml", "--level", "standard",
-                      "--out", str(args.out / "validate"), timeout=timeout)
+        rec = _invoke(
+            py,
+            args,
+            "validate",
+            "-i",
+            "inventory/local.yml",
+            "--level",
+            "standard",
+            "--out",
+            str(args.out / "validate"),
+            timeout=timeout,
+        )
         found = sorted(args.out.glob("validate/*/validate.json"))
         burn = sorted(args.out.glob("validate/*/*/burnin.json"))
         if found:
             vdoc = json.loads(found[-1].read_text())
-            checks = [c for h in vdoc.get("hosts", {}).values() for c in h.get("checks", [])
-                      if c.get("check") == "nccl_allreduce_busbw_gbs"]
+            checks = [
+                c
+                for h in vdoc.get("hosts", {}).values()
+                for c in h.get("checks", [])
+                if c.get("check") == "nccl_allreduce_busbw_gbs"
+            ]
             rec["nccl_check"] = checks[0] if checks else None
             rec["verdict"] = vdoc.get("verdict")
     else:
@@ -257,8 +318,11 @@ def part_validate(args, doc, end, save) -> None:
         rec["nccl"] = [r for r in bdoc.get("results", []) if r.get("test") == "nccl"]
         rec["burnin_outcome"] = bdoc.get("outcome")
     doc["validate"] = rec
-    print(f"[multigpu] validate: NCCL all-reduce bus bandwidth {rec.get('nccl_allreduce_busbw_gbs')} GB/s; "
-          f"check {(rec.get('nccl_check') or {}).get('verdict', rec.get('note'))}", flush=True)
+    print(
+        f"[multigpu] validate: NCCL all-reduce bus bandwidth {rec.get('nccl_allreduce_busbw_gbs')} GB/s; "
+        f"check {(rec.get('nccl_check') or {}).get('verdict', rec.get('note'))}",
+        flush=True,
+    )
     save()
 
 
@@ -272,8 +336,24 @@ def part_sweep(args, doc, end, save) -> None:
         return
     name = f"multigpu-{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%S}"
     timeout = None if end is None else max(end - time.time(), 1)
-    rec = _invoke(py, args, "sweep", "-i", "inventory/local.yml", "--workloads", SWEEP_WORKLOADS, "--gpus", "all",
-                  "--mode", "throughput", "--seeds", "1", "--name", name, timeout=timeout)
+    rec = _invoke(
+        py,
+        args,
+        "sweep",
+        "-i",
+        "inventory/local.yml",
+        "--workloads",
+        SWEEP_WORKLOADS,
+        "--gpus",
+        "all",
+        "--mode",
+        "throughput",
+        "--seeds",
+        "1",
+        "--name",
+        name,
+        timeout=timeout,
+    )
     sweep_dir = args.out / "results" / name
     rep = _invoke(py, args, "report", str(sweep_dir), timeout=300)
     summary = sweep_dir / "report" / "summary.json"
@@ -307,19 +387,31 @@ def main(argv=None) -> int:
     except Refused as exc:
         print(f"multigpu.py: {exc}", file=sys.stderr)
         return 2
-    os.environ.update(NO_MULTICAST)   # also for what this process starts through invoke
+    os.environ.update(NO_MULTICAST)  # also for what this process starts through invoke
     end = t_start + args.deadline if args.deadline else None
     args.out = Path(args.out).resolve()
     (args.out / "runs").mkdir(parents=True, exist_ok=True)
     args.cache_dir = Path(args.cache_dir or os.path.expanduser("~/.local/share/gpulab/cache")).resolve()
     was_empty = not (args.cache_dir.is_dir() and any(args.cache_dir.iterdir()))
-    doc = {"_meta": {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                     "command": " ".join(["python", "benchmarks/multigpu.py"] + sys.argv[1:]),
-                     "device": args.device, "gpus_seen": seen, "gpus": args.gpus, "seed": args.seed,
-                     "parts": args.parts, "workloads": args.workloads, "env": dict(NO_MULTICAST),
-                     "inductor": args.inductor, "cache_dir": str(args.cache_dir), "cache_was_empty": was_empty,
-                     "deadline_s": args.deadline},
-           "scaling": [], "ttt": []}
+    doc = {
+        "_meta": {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(["python", "benchmarks/multigpu.py"] + sys.argv[1:]),
+            "device": args.device,
+            "gpus_seen": seen,
+            "gpus": args.gpus,
+            "seed": args.seed,
+            "parts": args.parts,
+            "workloads": args.workloads,
+            "env": dict(NO_MULTICAST),
+            "inductor": args.inductor,
+            "cache_dir": str(args.cache_dir),
+            "cache_was_empty": was_empty,
+            "deadline_s": args.deadline,
+        },
+        "scaling": [],
+        "ttt": [],
+    }
     path = args.out / "multigpu.json"
 
     def save():

@@ -19,8 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-MIN_START_S = 45.0   # no run starts with less time left before the deadline
-GRACE_S = 60.0       # after --max-minutes: the runner's abort grace, then the run directory
+MIN_START_S = 45.0  # no run starts with less time left before the deadline
+GRACE_S = 60.0  # after --max-minutes: the runner's abort grace, then the run directory
 ONCE = ("init_start", "init_stop", "run_start", "run_stop", "submission_benchmark", "seed", "global_batch_size")
 
 
@@ -78,8 +78,13 @@ def mllog_check(run_dir: Path, epochs: int | None) -> dict:
     dup = {k: counts.get(k, 0) for k in ONCE if counts.get(k, 0) != 1}
     if epochs is not None and counts.get("epoch_start", 0) != epochs:
         dup["epoch_start"] = counts.get("epoch_start", 0)
-    return {"events": sum(counts.values()), "run_start": counts.get("run_start", 0), "not_once": dup,
-            "unparsed_lines": bad_lines, "ok": bool(lines) and not dup and not bad_lines}
+    return {
+        "events": sum(counts.values()),
+        "run_start": counts.get("run_start", 0),
+        "not_once": dup,
+        "unparsed_lines": bad_lines,
+        "ok": bool(lines) and not dup and not bad_lines,
+    }
 
 
 def run_one(args, name: str, mode: str, scale: str, gpus: int, end: float | None, tag: str) -> dict:
@@ -89,8 +94,23 @@ def run_one(args, name: str, mode: str, scale: str, gpus: int, end: float | None
         row.update(outcome="not_started", reason=f"deadline: {max(left, 0):.0f} s left")
         return row
     out = args.out / "runs" / f"{name}-{mode}-{scale}-{tag}"
-    cmd = [sys.executable, "-m", "runner", "run", name, "--mode", mode, "--scale", scale, "--seed", str(args.seed),
-           "--cache-dir", str(args.cache_dir), "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner",
+        "run",
+        name,
+        "--mode",
+        mode,
+        "--scale",
+        scale,
+        "--seed",
+        str(args.seed),
+        "--cache-dir",
+        str(args.cache_dir),
+        "--out",
+        str(out),
+    ]
     if args.device == "cpu":
         cmd += ["--gpus", "0"] + (["--cpu-procs", str(gpus)] if gpus > 1 else [])
     else:
@@ -106,8 +126,14 @@ def run_one(args, name: str, mode: str, scale: str, gpus: int, end: float | None
     token = f"multigpu-{secrets.token_hex(6)}"
     t0 = time.time()
     try:
-        p = subprocess.run(cmd, cwd=ROOT, env=run_env(args, {"GPULAB_RUN_TOKEN": token}), capture_output=True, text=True,
-                           timeout=None if limit is None else limit * 60 + GRACE_S)
+        p = subprocess.run(
+            cmd,
+            cwd=ROOT,
+            env=run_env(args, {"GPULAB_RUN_TOKEN": token}),
+            capture_output=True,
+            text=True,
+            timeout=None if limit is None else limit * 60 + GRACE_S,
+        )
         row["exit_code"], said = p.returncode, (p.stderr.strip() or p.stdout.strip()).splitlines()
     except subprocess.TimeoutExpired:
         row["exit_code"], said = None, ["runner run did not end in time"]
@@ -120,10 +146,25 @@ def run_one(args, name: str, mode: str, scale: str, gpus: int, end: float | None
         row.update(outcome="failed", reason=(said or ["no status.json"])[-1][:400], log_tail=_tail(out / "stdout.log"))
         return row
     res = st.get("result") if isinstance(st.get("result"), dict) else {}
-    row.update(outcome=st.get("outcome"), reason=st.get("reason"), world_size=st.get("world_size"),
-               precision=st.get("precision"), run_dir=str(out.relative_to(args.out)))
-    for key in ("epochs", "quality", "target", "time_to_train_s", "samples_per_s", "sample_unit", "steps",
-                "batch_per_process", "measured_s", "time_to_first_step_s"):
+    row.update(
+        outcome=st.get("outcome"),
+        reason=st.get("reason"),
+        world_size=st.get("world_size"),
+        precision=st.get("precision"),
+        run_dir=str(out.relative_to(args.out)),
+    )
+    for key in (
+        "epochs",
+        "quality",
+        "target",
+        "time_to_train_s",
+        "samples_per_s",
+        "sample_unit",
+        "steps",
+        "batch_per_process",
+        "measured_s",
+        "time_to_first_step_s",
+    ):
         if key in res:
             row[key] = res[key]
     if st.get("outcome") != "success":
@@ -139,4 +180,4 @@ def _tail(path: Path, lines: int = 25) -> str:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
-    return "\n".join(text.splitlines()[-lines:])[-200000 if lines > 100 else -20000:]
+    return "\n".join(text.splitlines()[-lines:])[-200000 if lines > 100 else -20000 :]

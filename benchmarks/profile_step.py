@@ -102,11 +102,20 @@ def summarize(events, steps: int, top: int) -> dict:
     per = max(1, steps)
     return {
         "kernel_ms_per_step": round(total / per / 1000, 3),
-        "categories": {c: {"ms_per_step": round(v / per / 1000, 3), "share": round(v / total, 4) if total else 0.0}
-                       for c, v in sorted(cats.items(), key=lambda kv: -kv[1])},
-        "top_kernels": [{"name": n[:160], "category": c, "ms_per_step": round(us / per / 1000, 3),
-                         "calls_per_step": round(k / per, 2), "share": round(us / total, 4) if total else 0.0}
-                        for us, n, k, c in rows[:top]],
+        "categories": {
+            c: {"ms_per_step": round(v / per / 1000, 3), "share": round(v / total, 4) if total else 0.0}
+            for c, v in sorted(cats.items(), key=lambda kv: -kv[1])
+        },
+        "top_kernels": [
+            {
+                "name": n[:160],
+                "category": c,
+                "ms_per_step": round(us / per / 1000, 3),
+                "calls_per_step": round(k / per, 2),
+                "share": round(us / total, 4) if total else 0.0,
+            }
+            for us, n, k, c in rows[:top]
+        ],
     }
 
 
@@ -120,8 +129,9 @@ def profile(args) -> dict:
     cuda = dev.type == "cuda"
     if cuda and args.cudnn_benchmark_limit is not None:
         torch.backends.cudnn.benchmark_limit = args.cudnn_benchmark_limit
-    step, per_step, sync, first = throughput.warm_step(args.workload, dev, not args.baseline, args.scale,
-                                                       args.warmup_steps, args.batch, args.overrides)
+    step, per_step, sync, first = throughput.warm_step(
+        args.workload, dev, not args.baseline, args.scale, args.warmup_steps, args.batch, args.overrides
+    )
     t = time.time()
     for _ in range(args.steps):
         step()
@@ -150,16 +160,28 @@ def profile(args) -> dict:
     step_ms = step_s * 1000
     # "optimized" where the runner's path has speed settings of its own, else "compiled" (plain torch.compile)
     variant = "baseline" if args.baseline else throughput.runner_variant(args.workload, args.scale)
-    doc = {"workload": args.workload, "variant": variant,
-           "samples_per_step": per_step, "samples_per_s": round(per_step / step_s, 1),
-           "step_ms": round(step_ms, 3), "build_and_first_step_s": round(first, 2),
-           "timed_steps": args.steps, "profiled_steps": args.profile_steps, **doc}
+    doc = {
+        "workload": args.workload,
+        "variant": variant,
+        "samples_per_step": per_step,
+        "samples_per_s": round(per_step / step_s, 1),
+        "step_ms": round(step_ms, 3),
+        "build_and_first_step_s": round(first, 2),
+        "timed_steps": args.steps,
+        "profiled_steps": args.profile_steps,
+        **doc,
+    }
     # the GPU's idle time per step: host work, launches and data between kernels (0 where streams overlap)
     doc["gpu_idle_ms_per_step"] = round(max(0.0, step_ms - doc["kernel_ms_per_step"]), 3) if cuda else None
-    doc["settings"] = {"device": str(dev), "scale": args.scale, "torch": torch.__version__,
-                       "compile_mode": os.environ.get("GPULAB_COMPILE_MODE") or None,
-                       "inductor": os.environ.get("GPULAB_INDUCTOR") or None,
-                       "cudnn_benchmark_limit": args.cudnn_benchmark_limit, "set": args.overrides or None}
+    doc["settings"] = {
+        "device": str(dev),
+        "scale": args.scale,
+        "torch": torch.__version__,
+        "compile_mode": os.environ.get("GPULAB_COMPILE_MODE") or None,
+        "inductor": os.environ.get("GPULAB_INDUCTOR") or None,
+        "cudnn_benchmark_limit": args.cudnn_benchmark_limit,
+        "set": args.overrides or None,
+    }
     if cuda:
         doc["settings"]["gpu"] = torch.cuda.get_device_name(dev)
         doc["settings"]["cudnn"] = torch.backends.cudnn.version()
@@ -176,30 +198,44 @@ def table(doc: dict, top: int = 10) -> str:
     whole = max(doc["step_ms"], doc["kernel_ms_per_step"]) if idle is not None else doc["kernel_ms_per_step"]
     whole = whole or 1.0
     st = doc["settings"]
-    lines = [(f"# {doc['workload']} ({doc['variant']}), scale {st['scale']}, {st.get('gpu') or st['device']}, "
-              f"torch {st['torch']}"),
-             "",
-             (f"{doc['samples_per_s']:,} samples/s at {doc['samples_per_step']:,} a step; step {doc['step_ms']} ms, "
-              f"kernels {doc['kernel_ms_per_step']} ms/step ({doc['profiled_steps']} steps profiled, "
-              f"{doc['timed_steps']} timed); build and first step {doc['build_and_first_step_s']} s"),
-             "",
-             "| where the step's time goes | ms/step | share of the "
-             + ("step |" if idle is not None else "operator time (CPU) |"),
-             "|---|---:|---:|"]
+    lines = [
+        (
+            f"# {doc['workload']} ({doc['variant']}), scale {st['scale']}, {st.get('gpu') or st['device']}, "
+            f"torch {st['torch']}"
+        ),
+        "",
+        (
+            f"{doc['samples_per_s']:,} samples/s at {doc['samples_per_step']:,} a step; step {doc['step_ms']} ms, "
+            f"kernels {doc['kernel_ms_per_step']} ms/step ({doc['profiled_steps']} steps profiled, "
+            f"{doc['timed_steps']} timed); build and first step {doc['build_and_first_step_s']} s"
+        ),
+        "",
+        "| where the step's time goes | ms/step | share of the "
+        + ("step |" if idle is not None else "operator time (CPU) |"),
+        "|---|---:|---:|",
+    ]
     for group, members in GROUPS:
         ms = sum(cats[c]["ms_per_step"] for c in members if c in cats)
         if ms:
             lines.append(f"| {group} | {ms:.3f} | {100 * ms / whole:.1f} % |")
-    lines.append(f"| GPU idle (host work, launches, data) | {idle:.3f} | {100 * idle / whole:.1f} % |" if idle is not None
-                 else "| GPU idle (host work, launches, data) | not measured (CPU) | |")
+    lines.append(
+        f"| GPU idle (host work, launches, data) | {idle:.3f} | {100 * idle / whole:.1f} % |"
+        if idle is not None
+        else "| GPU idle (host work, launches, data) | not measured (CPU) | |"
+    )
     lines += ["", "| category | ms/step | share of kernel time |", "|---|---:|---:|"]
     lines += [f"| {c} | {v['ms_per_step']:.3f} | {100 * v['share']:.1f} % |" for c, v in cats.items()]
-    lines += ["", f"| top kernel ({min(top, len(doc['top_kernels']))}) | category | ms/step | calls/step | share |",
-              "|---|---|---:|---:|---:|"]
+    lines += [
+        "",
+        f"| top kernel ({min(top, len(doc['top_kernels']))}) | category | ms/step | calls/step | share |",
+        "|---|---|---:|---:|---:|",
+    ]
     for k in doc["top_kernels"][:top]:
         name = k["name"].replace("|", "/")[:100]
-        lines.append(f"| `{name}` | {k['category']} | {k['ms_per_step']:.3f} | {k['calls_per_step']:g} | "
-                     f"{100 * k['share']:.1f} % |")
+        lines.append(
+            f"| `{name}` | {k['category']} | {k['ms_per_step']:.3f} | {k['calls_per_step']:g} | "
+            f"{100 * k['share']:.1f} % |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -218,20 +254,27 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=25, help="kernels listed")
     ap.add_argument("--mode", default=None, help="compile mode (GPULAB_COMPILE_MODE)")
     ap.add_argument("--inductor", default=None, help="KEY=VALUE,... (GPULAB_INDUCTOR)")
-    ap.add_argument("--cudnn-benchmark-limit", type=int, default=None,
-                    help="cuDNN algorithms tried per convolution (0: all)")
-    ap.add_argument("--set", default=None, metavar="KEY=VALUE,...",
-                    help="replace settings of the workload's scale for this profile (as tune.py's set=)")
+    ap.add_argument(
+        "--cudnn-benchmark-limit", type=int, default=None, help="cuDNN algorithms tried per convolution (0: all)"
+    )
+    ap.add_argument(
+        "--set",
+        default=None,
+        metavar="KEY=VALUE,...",
+        help="replace settings of the workload's scale for this profile (as tune.py's set=)",
+    )
     ap.add_argument("--trace", default=None, help="also write a Chrome trace here")
     ap.add_argument("--out", default=None, help="JSON output (default: stdout only)")
     ap.add_argument("--table", default=None, help="also write a short Markdown table here")
     args = ap.parse_args(argv)
     if args.workload not in workloads.load():
-        print(f"profile_step.py: workload {args.workload!r} is not registered "
-              f"(known: {', '.join(sorted(workloads.load()))})", file=sys.stderr)
+        print(
+            f"profile_step.py: workload {args.workload!r} is not registered "
+            f"(known: {', '.join(sorted(workloads.load()))})",
+            file=sys.stderr,
+        )
         return 2
-    for flag, value in (("--batch", args.batch), ("--profile-steps", args.profile_steps),
-                        ("--steps", args.steps)):
+    for flag, value in (("--batch", args.batch), ("--profile-steps", args.profile_steps), ("--steps", args.steps)):
         if value is not None and value < 1:
             print(f"profile_step.py: {flag} {value}: must be at least 1", file=sys.stderr)
             return 2
@@ -266,9 +309,12 @@ def main(argv=None) -> int:
         Path(args.out).write_text(text)
     if args.table:
         Path(args.table).write_text(table(doc))
-    print(f"[profile] {args.workload} {doc['variant']}: {doc['samples_per_s']:,} samples/s, "
-          f"step {doc['step_ms']} ms, kernels {doc['kernel_ms_per_step']} ms/step, "
-          f"GPU idle {doc['gpu_idle_ms_per_step'] if gpu else 'n/a (CPU)'} ms/step", flush=True)
+    print(
+        f"[profile] {args.workload} {doc['variant']}: {doc['samples_per_s']:,} samples/s, "
+        f"step {doc['step_ms']} ms, kernels {doc['kernel_ms_per_step']} ms/step, "
+        f"GPU idle {doc['gpu_idle_ms_per_step'] if gpu else 'n/a (CPU)'} ms/step",
+        flush=True,
+    )
     for cat, v in doc["categories"].items():
         print(f"[profile]   {cat:<16} {v['ms_per_step']:>9.3f} ms/step  {100 * v['share']:5.1f} %", flush=True)
     return 0

@@ -50,18 +50,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 ABS_TOL_MIN = 0.01
 REL_TOL = 0.001
 # The summarizer's detailed columns ("<benchmark>:<column>") and gpulab's record fields.
-DETAIL_COLUMNS = {"GBS": "batch_size", "samples_to_converge": "samples_to_converge",
-                  "Energy": "energy_j", "rcp_scaling_factor": "scaling_factor"}
+DETAIL_COLUMNS = {
+    "GBS": "batch_size",
+    "samples_to_converge": "samples_to_converge",
+    "Energy": "energy_j",
+    "rcp_scaling_factor": "scaling_factor",
+}
 
 
 @dataclass
 class Side:
-    rows: dict = field(default_factory=dict)       # (submitter folder, system folder, benchmark) -> minutes
-    notes: dict = field(default_factory=dict)      # same key -> gpulab's mark (gpulab side only)
-    detail: dict = field(default_factory=dict)     # same key -> {column: value} of DETAIL_COLUMNS
-    aborted: dict = field(default_factory=dict)    # submitter folder -> why (summarizer side only)
-    skipped: list = field(default_factory=list)    # what the summarizer printed about skipped systems
-    found: list = field(default_factory=list)      # gpulab's line on the round it detected (gpulab side)
+    rows: dict = field(default_factory=dict)  # (submitter folder, system folder, benchmark) -> minutes
+    notes: dict = field(default_factory=dict)  # same key -> gpulab's mark (gpulab side only)
+    detail: dict = field(default_factory=dict)  # same key -> {column: value} of DETAIL_COLUMNS
+    aborted: dict = field(default_factory=dict)  # submitter folder -> why (summarizer side only)
+    skipped: list = field(default_factory=list)  # what the summarizer printed about skipped systems
+    found: list = field(default_factory=list)  # gpulab's line on the round it detected (gpulab side)
     seconds: float = 0.0
     cpu_seconds: float = 0.0
 
@@ -87,8 +91,7 @@ def scratch_copy(src: Path, dest: Path) -> Path:
 
 
 def _submitters(tree: Path) -> list[Path]:
-    return [p for p in sorted(tree.iterdir())
-            if p.is_dir() and (p / "systems").exists() and (p / "results").exists()]
+    return [p for p in sorted(tree.iterdir()) if p.is_dir() and (p / "systems").exists() and (p / "results").exists()]
 
 
 @contextlib.contextmanager
@@ -118,22 +121,26 @@ def summarizer_side(tree: Path, ruleset: str) -> Side:
                 with _silenced(buf):
                     summary = rs.summarize_results(str(org), "training", ruleset)
                     strong, detailed = summary[0], summary[2]
-            except Exception as exc:   # the summarizer's own failure on this submitter
-                cause = exc.__context__ or exc.__cause__   # its FieldError handler itself raises
-                why = " <- ".join(f"{type(e).__name__}: {' '.join(str(e).split())[:120]}"
-                                  for e in (exc, cause) if e is not None)
+            except Exception as exc:  # the summarizer's own failure on this submitter
+                cause = exc.__context__ or exc.__cause__  # its FieldError handler itself raises
+                why = " <- ".join(
+                    f"{type(e).__name__}: {' '.join(str(e).split())[:120]}" for e in (exc, cause) if e is not None
+                )
                 side.aborted[org.name] = why
                 continue
             finally:
-                side.skipped += [f"{org.name}: {line.strip()}" for line in buf.getvalue().splitlines()
-                                 if line.startswith("ERROR: Missing")]
+                side.skipped += [
+                    f"{org.name}: {line.strip()}"
+                    for line in buf.getvalue().splitlines()
+                    if line.startswith("ERROR: Missing")
+                ]
             for rec in strong.to_dict("records"):
                 system = Path(str(rec["details_url"])).name.removesuffix(".json")
                 for b in benchmarks:
                     v = rec.get(b)
                     if _value(v) is not None:
                         side.rows[(org.name, system, b)] = float(v)
-            for rec in ([] if isinstance(detailed, dict) or len(detailed) == 0 else detailed.to_dict("records")):
+            for rec in [] if isinstance(detailed, dict) or len(detailed) == 0 else detailed.to_dict("records"):
                 system = Path(str(rec["details_url"])).name.removesuffix(".json")
                 for b in benchmarks:
                     cols = {c: _value(rec.get(f"{b}:{c}")) for c in DETAIL_COLUMNS}
@@ -182,9 +189,9 @@ class Comparison:
     summarizer_rows: int
     matched: int
     equal: int
-    differ: list           # (key, summarizer, gpulab)
+    differ: list  # (key, summarizer, gpulab)
     summarizer_only: list  # (key, summarizer, gpulab's mark)
-    gpulab_only: list      # (key, gpulab, why the summarizer has none)
+    gpulab_only: list  # (key, gpulab, why the summarizer has none)
 
 
 def compare(s: Side, g: Side) -> Comparison:
@@ -209,10 +216,10 @@ def compare(s: Side, g: Side) -> Comparison:
 
 @dataclass
 class DetailComparison:
-    compared: dict         # column -> values both sides have
-    equal: dict            # column -> of those, equal
-    differ: list           # (key, column, summarizer, gpulab)
-    one_side: list         # (key, column, summarizer or None, gpulab or None)
+    compared: dict  # column -> values both sides have
+    equal: dict  # column -> of those, equal
+    differ: list  # (key, column, summarizer, gpulab)
+    one_side: list  # (key, column, summarizer or None, gpulab or None)
 
 
 def detail_equal(a: float, b: float) -> bool:
@@ -247,6 +254,7 @@ def _unpacked(tree: Path, tmp: str, round_name: str) -> Path:
     if (tree / "HEAD").is_file() and (tree / "objects").is_dir():
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from mlperf_scores import unpack
+
         root = Path(tmp) / (f"training_results_{round_name}" if round_name else "tree")
         unpack(tree, root)
         return root
@@ -258,6 +266,7 @@ def _round_of(tree: Path, named: str | None) -> tuple[str | None, str]:
     else the logs: lab.results.rounddetect)."""
     from lab.core.mlperf import default_rules
     from lab.results import rounddetect, roundtree
+
     rules = default_rules()
     if named:
         return named, "named with --round"
@@ -271,16 +280,23 @@ def _round_of(tree: Path, named: str | None) -> tuple[str | None, str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("tree", type=Path)
-    ap.add_argument("--round", help="the round of the tree, e.g. v4.0 (lab/data/rounds.yml); default: "
-                    "as gpulab finds it (the folder name, else the logs)")
-    ap.add_argument("--detect", action="store_true",
-                    help="gpulab's side without the round: it finds the round itself, in a folder named "
-                         "neutrally (the summarizer is still told --round's ruleset)")
+    ap.add_argument(
+        "--round",
+        help="the round of the tree, e.g. v4.0 (lab/data/rounds.yml); default: "
+        "as gpulab finds it (the folder name, else the logs)",
+    )
+    ap.add_argument(
+        "--detect",
+        action="store_true",
+        help="gpulab's side without the round: it finds the round itself, in a folder named "
+        "neutrally (the summarizer is still told --round's ruleset)",
+    )
     ap.add_argument("--show", type=int, default=20, help="rows of each kind to print (default 20)")
     ap.add_argument("--json", type=Path, help="also write the counts and rows here")
     args = ap.parse_args(argv)
     from lab.core.errors import ConfigError
     from lab.core.mlperf import default_rules
+
     if not args.tree.is_dir():
         print(f"rounds_compare: {args.tree}: no such folder", file=sys.stderr)
         return 2
@@ -297,12 +313,14 @@ def main(argv=None) -> int:
             return 2
         table = default_rules().rounds.get(rnd) if rnd else None
         if not table or not table.get("ruleset") or table.get("failed_runs") != "slowest":
-            print(f"rounds_compare: {rnd or args.tree}: not a round that result_summarizer scores (v0.7 on)",
-                  file=sys.stderr)
+            print(
+                f"rounds_compare: {rnd or args.tree}: not a round that result_summarizer scores (v0.7 on)",
+                file=sys.stderr,
+            )
             return 2
         mine = tree
         if args.detect:
-            mine = scratch_copy(tree, Path(tmp) / "neutral" / "tree")   # hard links
+            mine = scratch_copy(tree, Path(tmp) / "neutral" / "tree")  # hard links
         s = summarizer_side(tree, table["ruleset"])
         g = gpulab_side(mine, None if args.detect else rnd)
     c = compare(s, g)
@@ -310,20 +328,25 @@ def main(argv=None) -> int:
     print(f"== {args.tree} as {rnd} (ruleset {table['ruleset']}; {how})")
     if args.detect:
         print(f"gpulab, no round given: {'; '.join(g.found) or 'found no round'}")
-    print(f"summarizer: {c.summarizer_rows} rows in {s.seconds:.1f} s ({s.cpu_seconds:.1f} s CPU); "
-          f"{len(s.aborted)} submitter(s) aborted, {len(s.skipped)} system(s) skipped")
+    print(
+        f"summarizer: {c.summarizer_rows} rows in {s.seconds:.1f} s ({s.cpu_seconds:.1f} s CPU); "
+        f"{len(s.aborted)} submitter(s) aborted, {len(s.skipped)} system(s) skipped"
+    )
     print(f"gpulab:     {len(g.rows)} scored rows in {g.seconds:.1f} s ({g.cpu_seconds:.1f} s CPU)")
     print(f"matched {c.matched} of {c.summarizer_rows}, equal {c.equal} of {c.matched}")
-    print("detailed columns, equal of compared: " + ", ".join(
-        f"{col} {d.equal[col]} of {d.compared[col]}" for col in DETAIL_COLUMNS)
-        + f"; on one side only: {len(d.one_side)}")
-    for name, rows in (("differ", c.differ), ("summarizer only", c.summarizer_only),
-                       ("gpulab only", c.gpulab_only)):
+    print(
+        "detailed columns, equal of compared: "
+        + ", ".join(f"{col} {d.equal[col]} of {d.compared[col]}" for col in DETAIL_COLUMNS)
+        + f"; on one side only: {len(d.one_side)}"
+    )
+    for name, rows in (("differ", c.differ), ("summarizer only", c.summarizer_only), ("gpulab only", c.gpulab_only)):
         if rows:
             print(f"-- {name}: {len(rows)}")
             for key, a, b in rows[: args.show]:
-                print(f"   {'/'.join(key)}: {a if isinstance(a, str) else round(a, 4)}  |  "
-                      f"{b if isinstance(b, str) else round(b, 4)}")
+                print(
+                    f"   {'/'.join(key)}: {a if isinstance(a, str) else round(a, 4)}  |  "
+                    f"{b if isinstance(b, str) else round(b, 4)}"
+                )
     for name, rows in (("detail differs", d.differ), ("detail on one side", d.one_side)):
         if rows:
             print(f"-- {name}: {len(rows)}")
@@ -332,18 +355,33 @@ def main(argv=None) -> int:
     for org, why in s.aborted.items():
         print(f"-- summarizer aborted on {org}: {why}")
     if args.json:
-        args.json.write_text(json.dumps({
-            "round": rnd, "ruleset": table["ruleset"], "found": how, "detected": g.found,
-            "summarizer_rows": c.summarizer_rows,
-            "gpulab_rows": len(g.rows), "matched": c.matched, "equal": c.equal,
-            "detail_compared": d.compared, "detail_equal": d.equal,
-            "detail_differ": [["/".join(k), col, a, b] for k, col, a, b in d.differ],
-            "detail_one_side": [["/".join(k), col, a, b] for k, col, a, b in d.one_side],
-            "summarizer_seconds": s.seconds, "gpulab_seconds": g.seconds,
-            "summarizer_cpu_seconds": s.cpu_seconds, "gpulab_cpu_seconds": g.cpu_seconds, "aborted": s.aborted,
-            "differ": [["/".join(k), a, b] for k, a, b in c.differ],
-            "summarizer_only": [["/".join(k), a, b] for k, a, b in c.summarizer_only],
-            "gpulab_only": [["/".join(k), a, b] for k, a, b in c.gpulab_only]}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "round": rnd,
+                    "ruleset": table["ruleset"],
+                    "found": how,
+                    "detected": g.found,
+                    "summarizer_rows": c.summarizer_rows,
+                    "gpulab_rows": len(g.rows),
+                    "matched": c.matched,
+                    "equal": c.equal,
+                    "detail_compared": d.compared,
+                    "detail_equal": d.equal,
+                    "detail_differ": [["/".join(k), col, a, b] for k, col, a, b in d.differ],
+                    "detail_one_side": [["/".join(k), col, a, b] for k, col, a, b in d.one_side],
+                    "summarizer_seconds": s.seconds,
+                    "gpulab_seconds": g.seconds,
+                    "summarizer_cpu_seconds": s.cpu_seconds,
+                    "gpulab_cpu_seconds": g.cpu_seconds,
+                    "aborted": s.aborted,
+                    "differ": [["/".join(k), a, b] for k, a, b in c.differ],
+                    "summarizer_only": [["/".join(k), a, b] for k, a, b in c.summarizer_only],
+                    "gpulab_only": [["/".join(k), a, b] for k, a, b in c.gpulab_only],
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

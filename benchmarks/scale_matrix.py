@@ -47,8 +47,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from benchcommon import recorded_platform, workload_names  # noqa: E402
 
 SCALES = ("tiny", "small", "full")
-MIN_START_S = 45.0   # no run starts with less time left before the deadline
-GRACE_S = 60.0       # after --max-minutes: the runner's abort grace, then the run directory
+MIN_START_S = 45.0  # no run starts with less time left before the deadline
+GRACE_S = 60.0  # after --max-minutes: the runner's abort grace, then the run directory
 
 
 def _env() -> dict:
@@ -62,14 +62,31 @@ def _env() -> dict:
 
 def plan(workloads, ttt_scales, throughput_scales) -> list[tuple[str, str, str]]:
     """(workload, mode, scale): every ttt scale first (all workloads), then throughput."""
-    return ([(w, "ttt", s) for s in ttt_scales for w in workloads]
-            + [(w, "throughput", s) for s in throughput_scales for w in workloads])
+    return [(w, "ttt", s) for s in ttt_scales for w in workloads] + [
+        (w, "throughput", s) for s in throughput_scales for w in workloads
+    ]
 
 
 def command(args, name, mode, scale, out: Path, max_minutes: float | None) -> list[str]:
-    cmd = [sys.executable, "-m", "runner", "run", name, "--mode", mode, "--scale", scale,
-           "--gpus", "1" if args.device == "cuda" else "0", "--seed", str(args.seed),
-           "--cache-dir", str(args.cache_dir), "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner",
+        "run",
+        name,
+        "--mode",
+        mode,
+        "--scale",
+        scale,
+        "--gpus",
+        "1" if args.device == "cuda" else "0",
+        "--seed",
+        str(args.seed),
+        "--cache-dir",
+        str(args.cache_dir),
+        "--out",
+        str(out),
+    ]
     if mode == "throughput" and args.measure_seconds:
         cmd += ["--measure-seconds", str(args.measure_seconds)]
     if max_minutes is not None:
@@ -111,13 +128,25 @@ def run_one(args, name, mode, scale, end: float | None) -> dict:
     try:
         st = json.loads((out / "status.json").read_text())
     except (OSError, ValueError):
-        row.update(outcome="failed", reason=(said or ["no status.json"])[-1][:400],
-                   log_tail=_tail(out / "stdout.log") or "\n".join(said[-25:]))
+        row.update(
+            outcome="failed",
+            reason=(said or ["no status.json"])[-1][:400],
+            log_tail=_tail(out / "stdout.log") or "\n".join(said[-25:]),
+        )
         return row
     res = st.get("result") if isinstance(st.get("result"), dict) else {}
     row.update(outcome=st.get("outcome"), reason=st.get("reason"), precision=st.get("precision"))
-    for key in ("epochs", "quality", "target", "time_to_first_step_s", "time_to_train_s", "samples_per_s",
-                "sample_unit", "steps", "batch_per_process"):
+    for key in (
+        "epochs",
+        "quality",
+        "target",
+        "time_to_first_step_s",
+        "time_to_train_s",
+        "samples_per_s",
+        "sample_unit",
+        "steps",
+        "batch_per_process",
+    ):
         if key in res:
             row[key] = res[key]
     if st.get("outcome") != "success":
@@ -132,11 +161,13 @@ def _platform(args, runs_dir: Path) -> dict:
 
 def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", default=None,
-                    help="comma-separated (default: every workload of the runner's catalogue)")
+    ap.add_argument(
+        "--workloads", default=None, help="comma-separated (default: every workload of the runner's catalogue)"
+    )
     ap.add_argument("--ttt-scales", default=None, help="ttt runs (default: tiny,small on cuda, tiny on cpu; 'none')")
-    ap.add_argument("--throughput-scales", default=None,
-                    help="throughput runs (default: small on cuda, tiny on cpu; 'none')")
+    ap.add_argument(
+        "--throughput-scales", default=None, help="throughput runs (default: small on cuda, tiny on cpu; 'none')"
+    )
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when a GPU is seen")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cache-dir", default=None, help="compiled-kernel cache of every run (default: WORKDIR/cache)")
@@ -144,8 +175,12 @@ def parse(argv):
     ap.add_argument("--deadline", type=float, default=None, help="seconds for the whole matrix")
     ap.add_argument("--max-minutes", type=float, default=None, help="limit of each run")
     ap.add_argument("--measure-seconds", type=float, default=None, help="throughput runs' timed seconds")
-    ap.add_argument("--jobs", type=int, default=1,
-                    help="runs at a time (default 1; more checks outcomes sooner, but the times are then shared)")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs at a time (default 1; more checks outcomes sooner, but the times are then shared)",
+    )
     ap.add_argument("--out", default="scale_matrix.json", help="JSON output file")
     args = ap.parse_args(argv)
     if args.device is None:
@@ -154,8 +189,9 @@ def parse(argv):
     known = workload_names()
     args.workloads = _list(args.workloads or ",".join(known), known, "--workloads")
     args.ttt_scales = _list(args.ttt_scales or ("tiny,small" if cuda else "tiny"), SCALES, "--ttt-scales")
-    args.throughput_scales = _list(args.throughput_scales or ("small" if cuda else "tiny"), SCALES,
-                                   "--throughput-scales")
+    args.throughput_scales = _list(
+        args.throughput_scales or ("small" if cuda else "tiny"), SCALES, "--throughput-scales"
+    )
     if args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs}: must be at least 1")
     if "full" in args.ttt_scales:
@@ -198,11 +234,19 @@ def main(argv=None) -> int:
     args.cache_dir = Path(args.cache_dir) if args.cache_dir else args.workdir / "cache"
     was_empty = not (args.cache_dir.is_dir() and any(args.cache_dir.iterdir()))
     out = Path(args.out)
-    doc = {"_meta": {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                     "command": " ".join(["python", "benchmarks/scale_matrix.py"] + sys.argv[1:]),
-                     "device": args.device, "seed": args.seed, "cache_dir": str(args.cache_dir),
-                     "cache_was_empty": was_empty, "deadline_s": args.deadline, "jobs": args.jobs},
-           "runs": []}
+    doc = {
+        "_meta": {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(["python", "benchmarks/scale_matrix.py"] + sys.argv[1:]),
+            "device": args.device,
+            "seed": args.seed,
+            "cache_dir": str(args.cache_dir),
+            "cache_was_empty": was_empty,
+            "deadline_s": args.deadline,
+            "jobs": args.jobs,
+        },
+        "runs": [],
+    }
     runs = plan(args.workloads, args.ttt_scales, args.throughput_scales)
     done: dict[int, dict] = {}
     lock = threading.Lock()
@@ -210,16 +254,24 @@ def main(argv=None) -> int:
     def one(i: int) -> None:
         name, mode, scale = runs[i]
         row = run_one(args, name, mode, scale, end)
-        figures = ", ".join(f"{k} {row[k]}" for k in ("epochs", "quality", "time_to_first_step_s",
-                                                       "time_to_train_s", "samples_per_s") if row.get(k) is not None)
+        figures = ", ".join(
+            f"{k} {row[k]}"
+            for k in ("epochs", "quality", "time_to_first_step_s", "time_to_train_s", "samples_per_s")
+            if row.get(k) is not None
+        )
         with lock:
             done[i] = row
             doc["runs"] = [done[k] for k in sorted(done)]
-            print(f"[matrix] {name} {mode} {scale}: {row['outcome']}" + (f" ({figures})" if figures else "")
-                  + ("" if row["outcome"] == "success" else f": {row.get('reason')}"), flush=True)
+            print(
+                f"[matrix] {name} {mode} {scale}: {row['outcome']}"
+                + (f" ({figures})" if figures else "")
+                + ("" if row["outcome"] == "success" else f": {row.get('reason')}"),
+                flush=True,
+            )
             doc["_meta"].update(_platform(args, args.workdir))
-            doc["summary"] = {o: sum(1 for r in doc["runs"] if r["outcome"] == o)
-                              for o in sorted({r["outcome"] for r in doc["runs"]})}
+            doc["summary"] = {
+                o: sum(1 for r in doc["runs"] if r["outcome"] == o) for o in sorted({r["outcome"] for r in doc["runs"]})
+            }
             doc["_meta"]["elapsed_s"] = round(time.time() - t_start, 1)
             out.write_text(json.dumps(doc, indent=1) + "\n")
 

@@ -55,15 +55,14 @@ def study(scale: str, batch: int, device: str, seed: int) -> dict:
     model.to(dev)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     size = cfg["image_size"]
-    anchors = S.default_boxes(size, S.feature_sizes(cfg), cfg["scales"], cfg["aspect_ratios"],
-                              cfg.get("steps")).to(dev)
+    anchors = S.default_boxes(size, S.feature_sizes(cfg), cfg["scales"], cfg["aspect_ratios"], cfg.get("steps")).to(dev)
     g = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(batch, 3, size, size, generator=g)
     centre = torch.rand(batch, 8, 2, generator=g) * 0.7 + 0.1
     extent = torch.rand(batch, 8, 2, generator=g) * 0.25 + 0.05
     boxes = torch.cat([centre - extent / 2, centre + extent / 2], -1).clamp(0, 1)
     labels = torch.randint(1, cfg["classes"] + 1, (batch, 8), generator=g)
-    noise = 1 + 2 ** -9 * torch.randn(x.shape, generator=torch.Generator().manual_seed(seed + 2))
+    noise = 1 + 2**-9 * torch.randn(x.shape, generator=torch.Generator().manual_seed(seed + 2))
     x, boxes, labels, noise = x.to(dev), boxes.to(dev), labels.to(dev), noise.to(dev)
     gloc, glab = S.match(anchors, boxes, labels)
 
@@ -77,19 +76,28 @@ def study(scale: str, batch: int, device: str, seed: int) -> dict:
             ploc, pconf = model(xi)
         loss, neg = S.ssd_loss(ploc, pconf, gloc, glab, negatives)
         loss.backward()
-        return {k: p.grad.detach().double().flatten().clone() for k, p in model.named_parameters()
-                if p.grad is not None}, neg
+        return {
+            k: p.grad.detach().double().flatten().clone() for k, p in model.named_parameters() if p.grad is not None
+        }, neg
 
     def compare(ref, got, neg_ref, neg_got) -> dict:
-        cos = {k: F.cosine_similarity(ref[k], got[k], 0).item() for k in ref
-               if k in got and (ref[k].abs().sum() > 0 or got[k].abs().sum() > 0)}
+        cos = {
+            k: F.cosine_similarity(ref[k], got[k], 0).item()
+            for k in ref
+            if k in got and (ref[k].abs().sum() > 0 or got[k].abs().sum() > 0)
+        }
         low = sorted(cos.items(), key=lambda kv: kv[1])
         below = [k for k, v in cos.items() if v < 0.9]
-        return {"compared": len(cos), "lowest": {"name": low[0][0], "cosine": round(low[0][1], 6)},
-                "below_0.9": len(below), "below_0.9_backbone": sum(k.startswith("backbone.") for k in below),
-                "below_0.99": sum(v < 0.99 for v in cos.values()),
-                "negatives_differ": int((neg_ref != neg_got).sum()), "negatives": int(neg_ref.sum()),
-                "rows": {k: round(v, 6) for k, v in low}}
+        return {
+            "compared": len(cos),
+            "lowest": {"name": low[0][0], "cosine": round(low[0][1], 6)},
+            "below_0.9": len(below),
+            "below_0.9_backbone": sum(k.startswith("backbone.") for k in below),
+            "below_0.99": sum(v < 0.99 for v in cos.values()),
+            "negatives_differ": int((neg_ref != neg_got).sum()),
+            "negatives": int(neg_ref.sum()),
+            "rows": {k: round(v, 6) for k, v in low},
+        }
 
     ref, n32 = run()
     cases = {}
@@ -111,8 +119,17 @@ def study(scale: str, batch: int, device: str, seed: int) -> dict:
     else:
         got, n = run(bf16=True, channels_last=True)
         cases["bf16_channels_last_vs_bf16"] = compare(b16, got, n16, n)
-    return {"_meta": {"scale": scale, "batch": batch, "device": str(dev), "seed": seed,
-                      "torch": torch.__version__, "positives": int((glab > 0).sum())}, "cases": cases}
+    return {
+        "_meta": {
+            "scale": scale,
+            "batch": batch,
+            "device": str(dev),
+            "seed": seed,
+            "torch": torch.__version__,
+            "positives": int((glab > 0).sum()),
+        },
+        "cases": cases,
+    }
 
 
 def main(argv=None) -> int:
@@ -138,9 +155,11 @@ def main(argv=None) -> int:
         if "skipped" in c:
             print(f"{name:34s} skipped: {c['skipped']}")
             continue
-        print(f"{name:34s} lowest {c['lowest']['cosine']:.4f} ({c['lowest']['name']}), "
-              f"below 0.9: {c['below_0.9']} (backbone {c['below_0.9_backbone']}), below 0.99: {c['below_0.99']} "
-              f"of {c['compared']}; hard negatives differing {c['negatives_differ']} of {c['negatives']}")
+        print(
+            f"{name:34s} lowest {c['lowest']['cosine']:.4f} ({c['lowest']['name']}), "
+            f"below 0.9: {c['below_0.9']} (backbone {c['below_0.9_backbone']}), below 0.99: {c['below_0.99']} "
+            f"of {c['compared']}; hard negatives differing {c['negatives_differ']} of {c['negatives']}"
+        )
     if a.out:
         Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
     return 0

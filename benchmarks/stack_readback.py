@@ -105,9 +105,18 @@ def sh(cmd: str | list, *, env=None, cwd=None, timeout=600) -> Result:
     limit = max(1.0, min(timeout, CLOCK.left()))
     t0 = time.monotonic()
     try:
-        proc = subprocess.Popen(cmd, shell=isinstance(cmd, str), env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            shell=isinstance(cmd, str),
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
     except OSError as e:
         return Result(None, "", f"cannot start: {e}", 0.0)
     try:
@@ -120,10 +129,11 @@ def sh(cmd: str | list, *, env=None, cwd=None, timeout=600) -> Result:
             pass
         try:
             out, err = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:   # a child left the group and holds the pipes
+        except subprocess.TimeoutExpired:  # a child left the group and holds the pipes
             out, err = "", ""
-        return Result(None, out or "", (err or "") + f"\n(killed after {limit:.0f} s)", time.monotonic() - t0,
-                      timed_out=True)
+        return Result(
+            None, out or "", (err or "") + f"\n(killed after {limit:.0f} s)", time.monotonic() - t0, timed_out=True
+        )
 
 
 def evidence(out: Path, py: str) -> None:
@@ -140,14 +150,22 @@ def driver_version(proc: Path, py: str) -> str | None:
     """The NVIDIA driver's version: the kernel module's (/proc/driver/nvidia/version), else
     nvidia-smi's, else NVML's through the interpreter's nvidia-ml-py; None where none answers."""
     try:
-        m = re.search(r"Kernel Module(?: for [\w-]+)?\s+([0-9]+\.[0-9]+(?:\.[0-9]+)?)", proc.read_text(errors="replace"))
+        m = re.search(
+            r"Kernel Module(?: for [\w-]+)?\s+([0-9]+\.[0-9]+(?:\.[0-9]+)?)", proc.read_text(errors="replace")
+        )
         if m:
             return m.group(1)
     except OSError:
         pass
-    for cmd in ([shutil.which("nvidia-smi") or "nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                [py, "-c", "import pynvml as n; n.nvmlInit(); v = n.nvmlSystemGetDriverVersion(); "
-                           "print(v.decode() if isinstance(v, bytes) else v)"]):
+    for cmd in (
+        [shutil.which("nvidia-smi") or "nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+        [
+            py,
+            "-c",
+            "import pynvml as n; n.nvmlInit(); v = n.nvmlSystemGetDriverVersion(); "
+            "print(v.decode() if isinstance(v, bytes) else v)",
+        ],
+    ):
         res = sh(cmd, timeout=60)
         lines = res.stdout.split()
         if res.returncode == 0 and lines and re.fullmatch(r"[0-9]+(\.[0-9]+)+", lines[0]):
@@ -175,16 +193,21 @@ def read_machine(py: str, proc: Path) -> dict:
     try:
         found["cuda"] = json.loads(Path("/usr/local/cuda/version.json").read_text())["cuda"]["version"]
     except (OSError, ValueError, KeyError, TypeError):
-        m = re.search(r"#define\s+CUDA_VERSION\s+([0-9]+)",
-                      Path("/usr/local/cuda/include/cuda.h").read_text(errors="replace")
-                      if Path("/usr/local/cuda/include/cuda.h").is_file() else "")
+        m = re.search(
+            r"#define\s+CUDA_VERSION\s+([0-9]+)",
+            Path("/usr/local/cuda/include/cuda.h").read_text(errors="replace")
+            if Path("/usr/local/cuda/include/cuda.h").is_file()
+            else "",
+        )
         found["cuda"] = f"{int(m.group(1)) // 1000}.{int(m.group(1)) % 1000 // 10}" if m else None
     arch = f"/usr/include/{os.uname().machine}-linux-gnu"
-    found["cudnn"] = _header_version([f"{arch}/cudnn_version.h", "/usr/include/cudnn_version.h",
-                                      "/usr/local/cuda/include/cudnn_version.h"],
-                                     ("CUDNN_MAJOR", "CUDNN_MINOR", "CUDNN_PATCHLEVEL"))
-    found["nccl"] = _header_version(["/usr/include/nccl.h", "/usr/local/cuda/include/nccl.h"],
-                                    ("NCCL_MAJOR", "NCCL_MINOR", "NCCL_PATCH"))
+    found["cudnn"] = _header_version(
+        [f"{arch}/cudnn_version.h", "/usr/include/cudnn_version.h", "/usr/local/cuda/include/cudnn_version.h"],
+        ("CUDNN_MAJOR", "CUDNN_MINOR", "CUDNN_PATCHLEVEL"),
+    )
+    found["nccl"] = _header_version(
+        ["/usr/include/nccl.h", "/usr/local/cuda/include/nccl.h"], ("NCCL_MAJOR", "NCCL_MINOR", "NCCL_PATCH")
+    )
     res = sh([py, "-c", "import torch; print(torch.__version__)"], timeout=120)
     m = re.match(r"([0-9]+(?:\.[0-9]+)+)", res.stdout.strip()) if res.returncode == 0 else None
     found["torch"] = m.group(1) if m else None
@@ -209,12 +232,13 @@ def _install_unpacked(wheels: Path, site: Path) -> None:
                     ep = configparser.ConfigParser(delimiters=("=",), interpolation=None)
                     ep.optionxform = str
                     ep.read_string(z.read(name).decode())
-                    for script, target in (ep["console_scripts"].items() if ep.has_section("console_scripts")
-                                           else []):
+                    for script, target in ep["console_scripts"].items() if ep.has_section("console_scripts") else []:
                         module, _, func = target.strip().partition(":")
                         path = site / "bin" / script.strip()
-                        path.write_text(f"#!{sys.executable}\nimport sys\nfrom {module} import {func.split('.')[0]}\n"
-                                        f"sys.exit({func}())\n")
+                        path.write_text(
+                            f"#!{sys.executable}\nimport sys\nfrom {module} import {func.split('.')[0]}\n"
+                            f"sys.exit({func}())\n"
+                        )
                         path.chmod(0o755)
 
 
@@ -228,8 +252,24 @@ def controller_env(work: Path, wheels: Path) -> dict:
     site = work / "site"
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
     if sh([sys.executable, "-m", "pip", "--version"], env=env, timeout=60).returncode == 0:
-        res = sh([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels),
-                  "--target", str(site), "-r", str(REQUIREMENTS)], env=env, timeout=300)
+        res = sh(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--find-links",
+                str(wheels),
+                "--target",
+                str(site),
+                "-r",
+                str(REQUIREMENTS),
+            ],
+            env=env,
+            timeout=300,
+        )
         if res.returncode != 0:
             tail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or ["no output"]
             raise RuntimeError(f"pip install --target {site} from {wheels} failed: {tail[0]}")
@@ -237,7 +277,7 @@ def controller_env(work: Path, wheels: Path) -> dict:
         _install_unpacked(wheels, site)
     env = {**os.environ, "PYTHONPATH": str(site), "PATH": f"{site / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
     if not (os.environ.get("LC_ALL") or os.environ.get("LANG")):
-        env["LC_ALL"] = "C.UTF-8"   # Ansible refuses a locale that is not UTF-8
+        env["LC_ALL"] = "C.UTF-8"  # Ansible refuses a locale that is not UTF-8
     return env
 
 
@@ -246,8 +286,14 @@ def os_name() -> str:
     for line in Path("/etc/os-release").read_text().splitlines():
         k, _, v = line.partition("=")
         fields[k] = v.strip().strip('"')
-    names = {"ubuntu": "Ubuntu", "debian": "Debian", "rhel": "RedHat", "rocky": "Rocky", "centos": "CentOS",
-             "almalinux": "AlmaLinux"}
+    names = {
+        "ubuntu": "Ubuntu",
+        "debian": "Debian",
+        "rhel": "RedHat",
+        "rocky": "Rocky",
+        "centos": "CentOS",
+        "almalinux": "AlmaLinux",
+    }
     dist = names.get(fields.get("ID", ""), "")
     version = fields.get("VERSION_ID", "")
     return f"{dist} {version if dist == 'Ubuntu' else version.split('.')[0]}"
@@ -300,8 +346,9 @@ def invoke(py: str, env: dict, out: Path, label: str, *args: str) -> dict:
     """`python -m invoke ARGS` from the checkout; its output goes to OUT/<label>.txt at once."""
     res = sh([py, "-m", "invoke", *args], env=env, cwd=REPO, timeout=300)
     rc = "killed: out of time" if res.timed_out else res.returncode
-    (out / f"{label}.txt").write_text(f"$ invoke {' '.join(args)}   [exit {rc}, {res.seconds:.0f} s]\n"
-                                      f"{res.stdout}\n--- stderr\n{res.stderr}")
+    (out / f"{label}.txt").write_text(
+        f"$ invoke {' '.join(args)}   [exit {rc}, {res.seconds:.0f} s]\n{res.stdout}\n--- stderr\n{res.stderr}"
+    )
     return {"rc": res.returncode, "stdout": res.stdout, "stderr": res.stderr, "timed_out": res.timed_out}
 
 
@@ -322,33 +369,58 @@ def judge(audits: dict, validates: dict, wrong: tuple[str, str]) -> dict:
         doc = _json(audits.get(k))
         try:
             host = next(iter(doc["hosts"].values()))
-            drift[k] = None if host["state"] not in ("ok", "changed") else \
-                [(d["component"], d["expected"], d["found"]) for d in host["drift"]]
+            drift[k] = (
+                None
+                if host["state"] not in ("ok", "changed")
+                else [(d["component"], d["expected"], d["found"]) for d in host["drift"]]
+            )
         except (KeyError, StopIteration, TypeError, AttributeError):
             drift[k] = None
         doc = _json(validates.get(k))
         try:
             host = next(iter(doc["hosts"].values()))
-            checks[k] = {c["check"]: [c["verdict"], c.get("measured"), c.get("expected")]
-                         for c in host["checks"] if c["check"].startswith("stack")}
+            checks[k] = {
+                c["check"]: [c["verdict"], c.get("measured"), c.get("expected")]
+                for c in host["checks"]
+                if c["check"].startswith("stack")
+            }
         except (KeyError, StopIteration, TypeError, AttributeError):
             checks[k] = None
     comp = wrong[0]
-    audit_ok = (drift["real"] == [] and audits["real"]["rc"] == 0 and drift["wrong"] is not None
-                and [d[0] for d in drift["wrong"]] == [comp] and audits["wrong"]["rc"] == 1)
-    validate_ok = (checks["real"] is not None and checks["wrong"] is not None and len(checks["real"]) >= 5
-                   and all(v[0] == "PASS" for v in checks["real"].values())
-                   and [k for k, v in checks["wrong"].items() if v[0] != "PASS"] == [f"stack {comp}"])
-    return {"ok": audit_ok and validate_ok, "audit_ok": audit_ok, "validate_ok": validate_ok,
-            "audit_drift": drift, "validate_stack_checks": checks}
+    audit_ok = (
+        drift["real"] == []
+        and audits["real"]["rc"] == 0
+        and drift["wrong"] is not None
+        and [d[0] for d in drift["wrong"]] == [comp]
+        and audits["wrong"]["rc"] == 1
+    )
+    validate_ok = (
+        checks["real"] is not None
+        and checks["wrong"] is not None
+        and len(checks["real"]) >= 5
+        and all(v[0] == "PASS" for v in checks["real"].values())
+        and [k for k, v in checks["wrong"].items() if v[0] != "PASS"] == [f"stack {comp}"]
+    )
+    return {
+        "ok": audit_ok and validate_ok,
+        "audit_ok": audit_ok,
+        "validate_ok": validate_ok,
+        "audit_drift": drift,
+        "validate_stack_checks": checks,
+    }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--wheels", required=True, help="folder of the controller's wheels (see the requirements file)")
     ap.add_argument("--out", required=True, help="folder for the records (evidence, outputs, summary.json)")
-    ap.add_argument("--real", action="append", default=[], metavar="KEY=VERSION",
-                    help=f"a version this machine runs, replacing what is read from it and the known {REAL}")
+    ap.add_argument(
+        "--real",
+        action="append",
+        default=[],
+        metavar="KEY=VERSION",
+        help=f"a version this machine runs, replacing what is read from it and the known {REAL}",
+    )
     ap.add_argument("--budget", type=float, default=540, help="seconds for the whole run (default 540)")
     ap.add_argument("--proc", default="/proc/driver/nvidia/version", help=argparse.SUPPRESS)
     try:
@@ -359,7 +431,9 @@ def main(argv=None) -> int:
     for item in args.real:
         key, sep, value = item.partition("=")
         if not sep or key not in REAL or not re.fullmatch(r"[0-9]+(\.[0-9]+)+", value):
-            print(f"stack_readback: --real {item!r}: use KEY=VERSION with KEY one of {', '.join(REAL)}", file=sys.stderr)
+            print(
+                f"stack_readback: --real {item!r}: use KEY=VERSION with KEY one of {', '.join(REAL)}", file=sys.stderr
+            )
             return 2
         overrides[key] = value
     wheels, out = Path(args.wheels), Path(args.out)
@@ -377,16 +451,25 @@ def main(argv=None) -> int:
         print(f"stack_readback: --out {out}: {e.strerror}", file=sys.stderr)
         return 2
     py = sys.executable
-    summary = {"ok": False, "step": "evidence", "error": None, "argv": sys.argv, "python": sys.version.split()[0],
-               "executable": py, "known": dict(REAL)}
+    summary = {
+        "ok": False,
+        "step": "evidence",
+        "error": None,
+        "argv": sys.argv,
+        "python": sys.version.split()[0],
+        "executable": py,
+        "known": dict(REAL),
+    }
     work = Path(tempfile.mkdtemp(prefix="gpulab-readback-"))
     t0 = time.monotonic()
     try:
         evidence(out, py)
         summary["step"] = "driver"
         if driver_version(Path(args.proc), py) is None:
-            summary["error"] = (f"no NVIDIA driver on this machine (no {args.proc}, nvidia-smi and NVML do not "
-                                "answer): nothing to read back")
+            summary["error"] = (
+                f"no NVIDIA driver on this machine (no {args.proc}, nvidia-smi and NVML do not "
+                "answer): nothing to read back"
+            )
             return 1
         summary["step"] = "read"
         summary["read_independently"] = read = read_machine(py, Path(args.proc))
@@ -401,9 +484,13 @@ def main(argv=None) -> int:
         summary["wrong"] = dict([wrong])
         summary["os"] = os_name()
         (out / "profiles.json").write_text(json.dumps(profiles, indent=1))
-        env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
-               "INVOKE_GPULAB_STACKS": str(work / "inv" / "stacks"),
-               "INVOKE_GPULAB_ARTIFACTS": str(work / "artifacts"), "INVOKE_GPULAB_RESULTS": str(work / "results")}
+        env = {
+            **env,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
+            "INVOKE_GPULAB_STACKS": str(work / "inv" / "stacks"),
+            "INVOKE_GPULAB_ARTIFACTS": str(work / "artifacts"),
+            "INVOKE_GPULAB_RESULTS": str(work / "results"),
+        }
         audits, validates = {}, {}
         for name, inv in (("real", "local.yml"), ("wrong", "local-wrong.yml")):
             inventory = str(work / "inv" / inv)
@@ -412,12 +499,19 @@ def main(argv=None) -> int:
             audits[name] = invoke(py, env, out, f"audit-{name}-json", "audit", "--json", "-i", inventory)
             summary["step"] = f"validate {name}"
             invoke(py, env, out, f"validate-{name}", "validate", "--level", "quick", "-i", inventory)
-            validates[name] = invoke(py, env, out, f"validate-{name}-json", "validate", "--level", "quick",
-                                     "--json", "-i", inventory)
+            validates[name] = invoke(
+                py, env, out, f"validate-{name}-json", "validate", "--level", "quick", "--json", "-i", inventory
+            )
         summary["step"] = "judge"
         summary.update(judge(audits, validates, wrong))
-        timed_out = [k for k, v in {**{f"audit {k}": v for k, v in audits.items()},
-                                    **{f"validate {k}": v for k, v in validates.items()}}.items() if v["timed_out"]]
+        timed_out = [
+            k
+            for k, v in {
+                **{f"audit {k}": v for k, v in audits.items()},
+                **{f"validate {k}": v for k, v in validates.items()},
+            }.items()
+            if v["timed_out"]
+        ]
         if timed_out:
             summary["error"] = f"out of time (--budget {args.budget:g} s) in: {', '.join(timed_out)}"
         summary["step"] = "done"
@@ -431,18 +525,40 @@ def main(argv=None) -> int:
             (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
         except OSError as e:
             print(f"stack_readback: cannot write {out / 'summary.json'}: {e.strerror}", file=sys.stderr)
-        for sub in ("artifacts", "results"):   # ansible-runner's and validate's own records, for reading by hand
+        for sub in ("artifacts", "results"):  # ansible-runner's and validate's own records, for reading by hand
             if (work / sub).is_dir():
-                shutil.copytree(work / sub, out / sub, dirs_exist_ok=True, symlinks=True,
-                                ignore=shutil.ignore_patterns("fact_cache"))
+                shutil.copytree(
+                    work / sub,
+                    out / sub,
+                    dirs_exist_ok=True,
+                    symlinks=True,
+                    ignore=shutil.ignore_patterns("fact_cache"),
+                )
         shutil.rmtree(work, ignore_errors=True)
         if summary["error"]:
             print(f"stack_readback: {summary['step']}: {summary['error']} (records in {out})", file=sys.stderr)
         else:
-            print(json.dumps({k: summary.get(k) for k in ("ok", "audit_ok", "validate_ok", "used", "wrong",
-                                                          "audit_drift", "validate_stack_checks")}, indent=1))
-            print(f"stack_readback: {'expectations held' if summary['ok'] else 'expectations NOT held'} "
-                  f"(records in {out})")
+            print(
+                json.dumps(
+                    {
+                        k: summary.get(k)
+                        for k in (
+                            "ok",
+                            "audit_ok",
+                            "validate_ok",
+                            "used",
+                            "wrong",
+                            "audit_drift",
+                            "validate_stack_checks",
+                        )
+                    },
+                    indent=1,
+                )
+            )
+            print(
+                f"stack_readback: {'expectations held' if summary['ok'] else 'expectations NOT held'} "
+                f"(records in {out})"
+            )
 
 
 if __name__ == "__main__":

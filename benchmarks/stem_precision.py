@@ -32,10 +32,10 @@ PARAMS = (("0.weight", 0, "weight"), ("1.weight", 1, "weight"), ("1.bias", 1, "b
 def stems(dev, dtype=torch.float32):
     """The plain stem and the fast one with the same weights (tests/gpu/test_stem_gpu.py uses these too)."""
     torch.manual_seed(0)
-    plain = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
-                          nn.MaxPool2d(3, 2, 1))
-    fast = nn.Sequential(V.SpaceToDepthConv7(3, 64, pad_channels=16), nn.BatchNorm2d(64), nn.ReLU(),
-                         nn.MaxPool2d(3, 2, 1))
+    plain = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+    fast = nn.Sequential(
+        V.SpaceToDepthConv7(3, 64, pad_channels=16), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)
+    )
     fast.load_state_dict(plain.state_dict())
     cl = torch.channels_last
     return plain.to(dev, dtype, memory_format=cl), fast.to(dev, dtype, memory_format=cl)
@@ -44,7 +44,7 @@ def stems(dev, dtype=torch.float32):
 def grads(model, x, g):
     y = model(x)
     (y * g.to(y.dtype)).sum().backward()
-    layers = getattr(model, "_orig_mod", model)   # a compiled module's layers
+    layers = getattr(model, "_orig_mod", model)  # a compiled module's layers
     out = {"out": y.detach().double(), **{n: getattr(layers[i], k).grad.detach().double() for n, i, k in PARAMS}}
     for p in model.parameters():
         p.grad = None
@@ -83,7 +83,8 @@ def measure(dev, batch: int, tf32: bool) -> dict:
             if pool:
                 win = pool_winners(models[0], x.double())
                 out["max pool windows won by another element than in float64"] = {
-                    form: int((pool_winners(m, x) != win).sum()) for form, m in zip(("plain", "fast eager"), models[1:])}
+                    form: int((pool_winners(m, x) != win).sum()) for form, m in zip(("plain", "fast eager"), models[1:])
+                }
         return out
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
@@ -97,7 +98,7 @@ def old_test_draw(dev) -> dict:
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     try:
         ref = stems(dev, torch.float64)[0]
-        plain, fast = stems(dev)   # seeds 0, as the test did, then draws as it did
+        plain, fast = stems(dev)  # seeds 0, as the test did, then draws as it did
         x = torch.randn(8, 3, 224, 224, device=dev).contiguous(memory_format=torch.channels_last)
         with torch.no_grad():
             shape = plain(x).shape
@@ -110,7 +111,8 @@ def old_test_draw(dev) -> dict:
         win = pool_winners(ref, x.double())
         out["max pool windows won by another element than in float64"] = {
             "plain": int((pool_winners(plain, x) != win).sum()),
-            "fast eager": int((pool_winners(stems(dev)[1], x) != win).sum())}
+            "fast eager": int((pool_winners(stems(dev)[1], x) != win).sum()),
+        }
         return out
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
@@ -123,8 +125,12 @@ def compare(forms, ref) -> dict:
         for n in ref:
             d = (got[n] - forms["plain"][n]).abs()
             bad = int((d > 1e-3 + 1e-3 * forms["plain"][n].abs()).sum())
-            row[n] = {"rel_to_fp64": rel(got[n], ref[n]), "max_abs_vs_plain": float(d.max()),
-                      "elements_beyond_1e-3_vs_plain": bad, "max_abs_ref": float(ref[n].abs().max())}
+            row[n] = {
+                "rel_to_fp64": rel(got[n], ref[n]),
+                "max_abs_vs_plain": float(d.max()),
+                "elements_beyond_1e-3_vs_plain": bad,
+                "max_abs_ref": float(ref[n].abs().max()),
+            }
         out[form] = row
     return out
 
@@ -139,8 +145,11 @@ def main(argv=None) -> int:
         print(f"stem_precision.py: --batch {args.batch}: must be at least 1", file=sys.stderr)
         return 2
     dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    doc = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-           "torch": torch.__version__, "batch": args.batch}
+    doc = {
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "batch": args.batch,
+    }
     runs = [("tf32_off", lambda: measure(dev, args.batch, False))]
     if dev.type == "cuda":
         runs.append(("tf32_on", lambda: measure(dev, args.batch, True)))
@@ -152,9 +161,12 @@ def main(argv=None) -> int:
                 print(f"{key:8} {form}: {row}", flush=True)
                 continue
             for n, v in row.items():
-                print(f"{key:8} {form:28} {n:8} rel to fp64 {v['rel_to_fp64']:.2e}  max|diff vs plain| "
-                      f"{v['max_abs_vs_plain']:.2e} (max|ref| {v['max_abs_ref']:.3g})  elements beyond "
-                      f"rtol=atol=1e-3 vs plain: {v['elements_beyond_1e-3_vs_plain']}", flush=True)
+                print(
+                    f"{key:8} {form:28} {n:8} rel to fp64 {v['rel_to_fp64']:.2e}  max|diff vs plain| "
+                    f"{v['max_abs_vs_plain']:.2e} (max|ref| {v['max_abs_ref']:.3g})  elements beyond "
+                    f"rtol=atol=1e-3 vs plain: {v['elements_beyond_1e-3_vs_plain']}",
+                    flush=True,
+                )
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
     return 0

@@ -50,9 +50,26 @@ def measure(lab: Lab, hosts: list[str], seeds: int, mode: str, results: Path) ->
     invoke = [sys.executable, "-m", "invoke"]
     env = dict(os.environ, PYTHONPATH=str(ROOT), INVOKE_GPULAB_RESULTS=str(results))
     t0 = time.time()
-    p = subprocess.run(invoke + ["sweep", "--inventory", str(lab.inventory), "--host", ",".join(hosts),
-                                 "--seeds", str(seeds), "--mode", mode, "--name", name],
-                       cwd=ROOT, env=env, capture_output=True, text=True)
+    p = subprocess.run(
+        invoke
+        + [
+            "sweep",
+            "--inventory",
+            str(lab.inventory),
+            "--host",
+            ",".join(hosts),
+            "--seeds",
+            str(seeds),
+            "--mode",
+            mode,
+            "--name",
+            name,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.time() - t0
     if p.returncode != 0:
         raise SystemExit(f"sweep failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
@@ -67,15 +84,20 @@ def measure(lab: Lab, hosts: list[str], seeds: int, mode: str, results: Path) ->
     done = {}
     for r in doc["runs"]:
         done[r["host"]] = max(done.get(r["host"], 0.0), ts(r["ended"]))
-    tail = wall - (max(done.values()) - t0)   # saving, the final table, the process exit
+    tail = wall - (max(done.values()) - t0)  # saving, the final table, the process exit
     overhead = [(wall - sum(d)) / len(d) for d in per_host.values()]
     own_path = [(done[h] - t0 + tail - sum(d)) / len(d) for h, d in per_host.items()]
-    return {"hosts": len(hosts), "runs": len(doc["runs"]), "wall_s": wall,
-            "run_s_mean": statistics.mean(d for ds in per_host.values() for d in ds),
-            "overhead_per_run_s": statistics.mean(own_path),
-            "wall_minus_runs_per_run_s": statistics.mean(overhead),
-            "steady_per_run_s": statistics.mean(steady), "steady_max_s": max(steady),
-            "startup_s": first_start - t0}
+    return {
+        "hosts": len(hosts),
+        "runs": len(doc["runs"]),
+        "wall_s": wall,
+        "run_s_mean": statistics.mean(d for ds in per_host.values() for d in ds),
+        "overhead_per_run_s": statistics.mean(own_path),
+        "wall_minus_runs_per_run_s": statistics.mean(overhead),
+        "steady_per_run_s": statistics.mean(steady),
+        "steady_max_s": max(steady),
+        "startup_s": first_start - t0,
+    }
 
 
 def main() -> int:
@@ -93,11 +115,14 @@ def main() -> int:
             for n in counts:
                 row = measure(lab, lab.names[:n], args.seeds, args.mode, Path(tmp))
                 rows.append(row)
-                print(f"{row['hosts']} host(s), {row['runs']:2d} runs: wall {row['wall_s']:6.1f} s, "
-                      f"run {row['run_s_mean']:5.1f} s mean; overhead per run {row['overhead_per_run_s']:4.2f} s "
-              f"(wall minus runs {row['wall_minus_runs_per_run_s']:4.2f} s) "
-                      f"(steady {row['steady_per_run_s']:4.2f} s, max {row['steady_max_s']:4.2f} s; "
-                      f"start-up {row['startup_s']:4.1f} s)", flush=True)
+                print(
+                    f"{row['hosts']} host(s), {row['runs']:2d} runs: wall {row['wall_s']:6.1f} s, "
+                    f"run {row['run_s_mean']:5.1f} s mean; overhead per run {row['overhead_per_run_s']:4.2f} s "
+                    f"(wall minus runs {row['wall_minus_runs_per_run_s']:4.2f} s) "
+                    f"(steady {row['steady_per_run_s']:4.2f} s, max {row['steady_max_s']:4.2f} s; "
+                    f"start-up {row['startup_s']:4.1f} s)",
+                    flush=True,
+                )
     finally:
         lab.down()
     print(json.dumps(rows, indent=1))

@@ -71,8 +71,15 @@ from benchcommon import default_device, torch_meta, workload_names  # noqa: E402
 VARIANTS = ("optimized", "compiled", "baseline")
 #: the "compiled" variant: scale settings that make the optimized path more than a plain
 #: torch.compile of the model (only those a scale has are replaced)
-PLAIN_COMPILE = {"space_to_depth_stem": False, "stem_pad_channels": None, "offset_maxpool": False,
-                 "compile_mode": "default", "inductor": {}, "compile_roi_align": False, "compile": True}
+PLAIN_COMPILE = {
+    "space_to_depth_stem": False,
+    "stem_pad_channels": None,
+    "offset_maxpool": False,
+    "compile_mode": "default",
+    "inductor": {},
+    "compile_roi_align": False,
+    "compile": True,
+}
 SPEED_ENV = ("GPULAB_COMPILE_MODE", "GPULAB_INDUCTOR")  # the optimized path's overrides
 MIN_START_S = 30.0
 
@@ -125,8 +132,9 @@ def _env(cache: Path | None = None) -> dict:
     return env
 
 
-def warm_step(name: str, device, optimized: bool, scale: str, warmup: int, batch: int | None = None,
-              overrides: dict | None = None):
+def warm_step(
+    name: str, device, optimized: bool, scale: str, warmup: int, batch: int | None = None, overrides: dict | None = None
+):
     """The benchmark step of one workload, built and run ``warmup`` times (compilation, cuDNN search).
 
     Returns ``(step, samples_per_step, sync, build_and_first_step_s)``; ``sync()``
@@ -142,8 +150,9 @@ def warm_step(name: str, device, optimized: bool, scale: str, warmup: int, batch
 
         cuda_backends()
     t0 = time.time()
-    step, per_step = base.bench_step(name, dev, optimized, scale=scale,
-                                     precision="bf16", batch_size=batch, overrides=overrides)
+    step, per_step = base.bench_step(
+        name, dev, optimized, scale=scale, precision="bf16", batch_size=batch, overrides=overrides
+    )
 
     def sync():
         if dev.type == "cuda":
@@ -158,8 +167,17 @@ def warm_step(name: str, device, optimized: bool, scale: str, warmup: int, batch
     return step, per_step, sync, first
 
 
-def measure_one(name: str, device: str, optimized: bool, scale: str, measure_s: float,
-                warmup: int, batch: int | None, overrides: dict | None = None, plain_compile: bool = False) -> dict:
+def measure_one(
+    name: str,
+    device: str,
+    optimized: bool,
+    scale: str,
+    measure_s: float,
+    warmup: int,
+    batch: int | None,
+    overrides: dict | None = None,
+    plain_compile: bool = False,
+) -> dict:
     """Samples/s of one workload, one variant, in this process.
 
     ``plain_compile`` (with ``optimized``): the "compiled" variant, the scale's
@@ -184,9 +202,14 @@ def measure_one(name: str, device: str, optimized: bool, scale: str, measure_s: 
                 break
     sync()
     elapsed = time.time() - t
-    out = {"samples_per_s": steps * per_step / elapsed, "steps": steps, "elapsed_s": round(elapsed, 3),
-           "samples_per_step": per_step, "unit": f"{entry['sample_unit']}/s",
-           "build_and_first_step_s": round(first, 3)}
+    out = {
+        "samples_per_s": steps * per_step / elapsed,
+        "steps": steps,
+        "elapsed_s": round(elapsed, 3),
+        "samples_per_step": per_step,
+        "unit": f"{entry['sample_unit']}/s",
+        "build_and_first_step_s": round(first, 3),
+    }
     if dev.type == "cuda":
         out["max_memory_gib"] = round(torch.cuda.max_memory_allocated(dev) / 2**30, 2)
     dynamo = sys.modules.get("torch._dynamo.utils")
@@ -196,9 +219,20 @@ def measure_one(name: str, device: str, optimized: bool, scale: str, measure_s: 
     return out
 
 
-def run_child(name: str, variant: str, *, device: str, scale: str, measure_s: float, warmup: int,
-              timeout: float, cache: Path, batch: int | None = None, extra_env: dict | None = None,
-              overrides: dict | None = None) -> dict:
+def run_child(
+    name: str,
+    variant: str,
+    *,
+    device: str,
+    scale: str,
+    measure_s: float,
+    warmup: int,
+    timeout: float,
+    cache: Path,
+    batch: int | None = None,
+    extra_env: dict | None = None,
+    overrides: dict | None = None,
+) -> dict:
     """measure_one in a child process of its own; {'error': ...} when it fails.
 
     ``variant`` is "optimized", "compiled" or "baseline"; ``extra_env`` is added to the
@@ -207,9 +241,24 @@ def run_child(name: str, variant: str, *, device: str, scale: str, measure_s: fl
     """
     fd, res = tempfile.mkstemp(suffix=".json")
     os.close(fd)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--_one", name, "--_variant", variant,
-           "--_result", res, "--device", device, "--scale", scale,
-           "--measure-seconds", str(measure_s), "--warmup-steps", str(warmup)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--_one",
+        name,
+        "--_variant",
+        variant,
+        "--_result",
+        res,
+        "--device",
+        device,
+        "--scale",
+        scale,
+        "--measure-seconds",
+        str(measure_s),
+        "--warmup-steps",
+        str(warmup),
+    ]
     if batch is not None:
         cmd += ["--_batch", str(batch)]
     if overrides:
@@ -243,10 +292,29 @@ RUNNER_WARMUP_STEPS = 5  # runner runs are for the time to the first step; their
 def _runner_run(args, name: str, out: Path, cache: Path, timeout: float) -> dict:
     """A real ``runner run --mode throughput``: time to first step and samples/s from status.json."""
     gpus = "1" if args.device == "cuda" else "0"
-    cmd = [sys.executable, "-m", "runner", "run", name, "--mode", "throughput", "--scale", args.scale,
-           "--gpus", gpus, "--seed", "1", "--out", str(out), "--cache-dir", str(cache),
-           "--measure-seconds", str(max(1.0, min(args.measure_seconds, 3.0))),
-           "--warmup-steps", str(RUNNER_WARMUP_STEPS)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner",
+        "run",
+        name,
+        "--mode",
+        "throughput",
+        "--scale",
+        args.scale,
+        "--gpus",
+        gpus,
+        "--seed",
+        "1",
+        "--out",
+        str(out),
+        "--cache-dir",
+        str(cache),
+        "--measure-seconds",
+        str(max(1.0, min(args.measure_seconds, 3.0))),
+        "--warmup-steps",
+        str(RUNNER_WARMUP_STEPS),
+    ]
     env = _env()
     for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR") + SPEED_ENV:
         env.pop(k, None)  # the runner derives them from --cache-dir; it runs the catalogue's settings
@@ -259,8 +327,11 @@ def _runner_run(args, name: str, out: Path, cache: Path, timeout: float) -> dict
     except (OSError, ValueError):
         return {"error": (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1][:300]}
     res = st.get("result") or {}
-    doc = {"outcome": st.get("outcome"), "time_to_first_step_s": res.get("time_to_first_step_s"),
-           "samples_per_s": res.get("samples_per_s")}
+    doc = {
+        "outcome": st.get("outcome"),
+        "time_to_first_step_s": res.get("time_to_first_step_s"),
+        "samples_per_s": res.get("samples_per_s"),
+    }
     if st.get("outcome") != "success":
         doc["error"] = st.get("reason")
     return doc
@@ -296,12 +367,19 @@ def run(args, write=None) -> dict:
             print(f"[bench] {name}: not registered", flush=True)
             continue
         unit = f"{catalogue[name]['sample_unit']}/s"
-        row: dict = {"unit": unit, "speed_settings": speed_settings(name, args.scale),
-                     "runner_path": runner_variant(name, args.scale), "errors": {}}
+        row: dict = {
+            "unit": unit,
+            "speed_settings": speed_settings(name, args.scale),
+            "runner_path": runner_variant(name, args.scale),
+            "errors": {},
+        }
         doc[name] = row
         if row["runner_path"] == "compiled" and name in args.workloads:
-            print(f"[bench] {name}: the runner's throughput path is plain torch.compile (no speed settings): "
-                  "measured once, as 'compiled'", flush=True)
+            print(
+                f"[bench] {name}: the runner's throughput path is plain torch.compile (no speed settings): "
+                "measured once, as 'compiled'",
+                flush=True,
+            )
         cache = work / f"runner-cache-{name}"
         if name in args.runner_runs:
             shutil.rmtree(cache, ignore_errors=True)
@@ -310,14 +388,20 @@ def run(args, write=None) -> dict:
                 out = work / f"run-{name}-{which}"
                 shutil.rmtree(out, ignore_errors=True)
                 budget = _left(end, args.timeout)
-                r = (_runner_run(args, name, out, cache, budget) if budget is not None
-                     else {"error": "not started: deadline"})
+                r = (
+                    _runner_run(args, name, out, cache, budget)
+                    if budget is not None
+                    else {"error": "not started: deadline"}
+                )
                 first[which] = r.get("time_to_first_step_s")
                 sps[which] = r.get("samples_per_s")
                 if r.get("error"):
                     row["errors"][f"runner_{which}"] = r["error"]
-                print(f"[bench] {name} runner run ({which} cache): first step after "
-                      f"{first[which]} s, {sps[which]} {unit}", flush=True)
+                print(
+                    f"[bench] {name} runner run ({which} cache): first step after "
+                    f"{first[which]} s, {sps[which]} {unit}",
+                    flush=True,
+                )
                 row["time_to_first_step_s"] = first
                 row["runner_samples_per_s"] = sps
                 write(doc)
@@ -328,8 +412,16 @@ def run(args, write=None) -> dict:
             else:
                 # the runner's own step finds its graphs in the runner runs' cache
                 use = cache if variant == row["runner_path"] and cache.is_dir() else bench_cache
-                r = run_child(name, variant, device=args.device, scale=args.scale, measure_s=args.measure_seconds,
-                              warmup=args.warmup_steps, timeout=budget, cache=use)
+                r = run_child(
+                    name,
+                    variant,
+                    device=args.device,
+                    scale=args.scale,
+                    measure_s=args.measure_seconds,
+                    warmup=args.warmup_steps,
+                    timeout=budget,
+                    cache=use,
+                )
             if "error" in r:
                 row[variant] = None
                 row["errors"][variant] = r["error"]
@@ -337,8 +429,11 @@ def run(args, write=None) -> dict:
                 row[variant] = round(r["samples_per_s"], 1)
                 row["batch"] = r["samples_per_step"]
                 row[f"{variant}_detail"] = r
-            print(f"[bench] {name} {variant}: {row[variant]} {unit}"
-                  + (f" ({row['errors'][variant]})" if variant in row["errors"] else ""), flush=True)
+            print(
+                f"[bench] {name} {variant}: {row[variant]} {unit}"
+                + (f" ({row['errors'][variant]})" if variant in row["errors"] else ""),
+                flush=True,
+            )
             if row["runner_path"] == "optimized":
                 row["ratio"] = _ratio(row.get("optimized"), row.get("baseline"))
                 row["ratio_to_compiled"] = _ratio(row.get("optimized"), row.get("compiled"))
@@ -356,11 +451,18 @@ def _meta(args) -> dict:
 
     import datetime
 
-    meta = {"device": args.device, "scale": args.scale, "measure_seconds": args.measure_seconds,
-            "variants": list(args.variants), "runner_runs": list(args.runner_runs), "deadline_s": args.deadline,
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "host": platform.node(), "python": platform.python_version(),
-            "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:])}
+    meta = {
+        "device": args.device,
+        "scale": args.scale,
+        "measure_seconds": args.measure_seconds,
+        "variants": list(args.variants),
+        "runner_runs": list(args.runner_runs),
+        "deadline_s": args.deadline,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:]),
+    }
     meta.update(torch_meta(args.device))
     return meta
 
@@ -380,23 +482,39 @@ def _names(text: str, known: tuple, what: str, default: list[str]) -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", default="all",
-                    help="comma-separated, or all: every workload of the runner's catalogue (the default)")
-    ap.add_argument("--variants", default=",".join(VARIANTS),
-                    help="of optimized,compiled,baseline, or none (default: all three)")
-    ap.add_argument("--runner-runs", default="all",
-                    help="workloads whose cold and warm 'runner run' to time: all (of --workloads), none, or a list")
-    ap.add_argument("--no-runner-runs", dest="runner_runs", action="store_const", const="none",
-                    help="the same as --runner-runs none")
+    ap.add_argument(
+        "--workloads",
+        default="all",
+        help="comma-separated, or all: every workload of the runner's catalogue (the default)",
+    )
+    ap.add_argument(
+        "--variants", default=",".join(VARIANTS), help="of optimized,compiled,baseline, or none (default: all three)"
+    )
+    ap.add_argument(
+        "--runner-runs",
+        default="all",
+        help="workloads whose cold and warm 'runner run' to time: all (of --workloads), none, or a list",
+    )
+    ap.add_argument(
+        "--no-runner-runs",
+        dest="runner_runs",
+        action="store_const",
+        const="none",
+        help="the same as --runner-runs none",
+    )
     ap.add_argument("--measure-seconds", type=float, default=10.0, help="timed seconds per measurement")
-    ap.add_argument("--warmup-steps", type=int, default=None,
-                    help="untimed steps first (default: 15 on a GPU, 2 on a CPU)")
+    ap.add_argument(
+        "--warmup-steps", type=int, default=None, help="untimed steps first (default: 15 on a GPU, 2 on a CPU)"
+    )
     ap.add_argument("--out", default="throughput.json", help="JSON output file (rewritten after each measurement)")
     ap.add_argument("--workdir", default=None, help="run directories and caches (default: a new temp dir)")
-    ap.add_argument("--device", choices=("cuda", "cpu"), default=None,
-                    help="default: cuda when available, else cpu")
-    ap.add_argument("--scale", choices=("full", "small", "tiny"), default=None,
-                    help="model size (default: full on cuda, tiny on cpu)")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when available, else cpu")
+    ap.add_argument(
+        "--scale",
+        choices=("full", "small", "tiny"),
+        default=None,
+        help="model size (default: full on cuda, tiny on cpu)",
+    )
     ap.add_argument("--deadline", type=float, default=None, help="seconds for the whole call")
     ap.add_argument("--timeout", type=int, default=1200, help="seconds per child process")
     ap.add_argument("--_one", help=argparse.SUPPRESS)
@@ -412,9 +530,17 @@ def main(argv=None) -> int:
     if args.warmup_steps is None:
         args.warmup_steps = 15 if args.device == "cuda" else 2
     if args._one:
-        r = measure_one(args._one, args.device, args._variant != "baseline", args.scale,
-                        args.measure_seconds, args.warmup_steps, args._batch,
-                        json.loads(args._set) if args._set else None, plain_compile=args._variant == "compiled")
+        r = measure_one(
+            args._one,
+            args.device,
+            args._variant != "baseline",
+            args.scale,
+            args.measure_seconds,
+            args.warmup_steps,
+            args._batch,
+            json.loads(args._set) if args._set else None,
+            plain_compile=args._variant == "compiled",
+        )
         Path(args._result).write_text(json.dumps(r))
         return 0
     try:

@@ -82,14 +82,26 @@ def parse_variant(text: str) -> dict:
 
 
 def run_variant(v: dict, args, timeout: float, cache: Path) -> dict:
-    env = {"GPULAB_COMPILE_MODE": v.get("mode", ""), "GPULAB_INDUCTOR": v.get("inductor", ""),
-           "GPULAB_CUDNN_BENCHMARK": v.get("cudnn", "")}
+    env = {
+        "GPULAB_COMPILE_MODE": v.get("mode", ""),
+        "GPULAB_INDUCTOR": v.get("inductor", ""),
+        "GPULAB_CUDNN_BENCHMARK": v.get("cudnn", ""),
+    }
     t0 = time.time()
     variant = "baseline" if v["baseline"] else "compiled" if v["compiled"] else "optimized"
-    out = throughput.run_child(v["workload"], variant, device=args.device,
-                               scale=args.scale, measure_s=args.measure_seconds, warmup=args.warmup_steps,
-                               timeout=timeout, cache=cache, batch=v.get("batch"), extra_env=env,
-                               overrides=v.get("set"))
+    out = throughput.run_child(
+        v["workload"],
+        variant,
+        device=args.device,
+        scale=args.scale,
+        measure_s=args.measure_seconds,
+        warmup=args.warmup_steps,
+        timeout=timeout,
+        cache=cache,
+        batch=v.get("batch"),
+        extra_env=env,
+        overrides=v.get("set"),
+    )
     out["wall_s"] = round(time.time() - t0, 1)
     out["variant"] = variant
     return out
@@ -97,13 +109,19 @@ def run_variant(v: dict, args, timeout: float, cache: Path) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--variant", action="append", default=[], required=True,
-                    help='"WORKLOAD [compiled|baseline] [batch=N] [mode=M] [inductor=K=V,K=V] [set=K=V,K=V] '
-                         '[cudnn=on|off|N]" (repeat)')
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        required=True,
+        help='"WORKLOAD [compiled|baseline] [batch=N] [mode=M] [inductor=K=V,K=V] [set=K=V,K=V] '
+        '[cudnn=on|off|N]" (repeat)',
+    )
     ap.add_argument("--out", default="tune.json")
     ap.add_argument("--deadline", type=float, default=570.0, help="seconds for all variants together")
-    ap.add_argument("--min-left", type=float, default=30.0,
-                    help="do not start a variant with fewer seconds than this left")
+    ap.add_argument(
+        "--min-left", type=float, default=30.0, help="do not start a variant with fewer seconds than this left"
+    )
     ap.add_argument("--measure-seconds", type=float, default=8.0)
     ap.add_argument("--warmup-steps", type=int, default=10)
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
@@ -130,13 +148,20 @@ def main(argv=None) -> int:
             r = run_variant(v, args, left, cache)
         rows.append({**v, **r})
         sps = r.get("samples_per_s")
-        print(f"[tune] {v['label']:<60} " + (f"{sps:,.1f} {r.get('unit', '')} batch {r.get('samples_per_step')}"
-                                              f" first step {r.get('build_and_first_step_s')} s"
-                                              + (f" cudagraph skips {r['cudagraph_skips']}"
-                                                 if "cudagraph_skips" in r else "")
-                                              if sps else r["error"]), flush=True)
-        Path(args.out).write_text(json.dumps({"variants": rows, "device": args.device, "scale": args.scale},
-                                             indent=2) + "\n")
+        print(
+            f"[tune] {v['label']:<60} "
+            + (
+                f"{sps:,.1f} {r.get('unit', '')} batch {r.get('samples_per_step')}"
+                f" first step {r.get('build_and_first_step_s')} s"
+                + (f" cudagraph skips {r['cudagraph_skips']}" if "cudagraph_skips" in r else "")
+                if sps
+                else r["error"]
+            ),
+            flush=True,
+        )
+        Path(args.out).write_text(
+            json.dumps({"variants": rows, "device": args.device, "scale": args.scale}, indent=2) + "\n"
+        )
     print(f"[tune] wrote {args.out}", flush=True)
     return 0
 

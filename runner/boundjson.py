@@ -11,10 +11,10 @@ side has the same bounds in lab.core.plaindata; the runner imports nothing of la
 import json
 import re
 
-MAX_DEPTH = 64              # the documents the runner reads nest a few levels
-MAX_INT_DIGITS = 20         # every unsigned 64-bit value fits
+MAX_DEPTH = 64  # the documents the runner reads nest a few levels
+MAX_INT_DIGITS = 20  # every unsigned 64-bit value fits
 MAX_CHARS = 16 * 1024 * 1024
-ANNOTATION_CHARS = 1 << 30   # COCO's train2017 instances file is about 450 MB
+ANNOTATION_CHARS = 1 << 30  # COCO's train2017 instances file is about 450 MB
 _BRACKETS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 

@@ -63,16 +63,31 @@ from runner.probe_link import counters as link_counters
 LEVELS = {
     "quick": {"idle_s": 3, "load": False},
     "standard": {
-        "idle_s": 5, "load": True, "matmul_s": 5, "membw_s": 5, "transfer_s": 3, "resnet_s": 20,
-        "resnet_max_minutes": 3, "nccl_iters": 20, "burn_minutes": 0,
+        "idle_s": 5,
+        "load": True,
+        "matmul_s": 5,
+        "membw_s": 5,
+        "transfer_s": 3,
+        "resnet_s": 20,
+        "resnet_max_minutes": 3,
+        "nccl_iters": 20,
+        "burn_minutes": 0,
     },
     "burn-in": {
-        "idle_s": 10, "load": True, "matmul_s": 30, "membw_s": 30, "transfer_s": 10, "resnet_s": 60,
-        "resnet_max_minutes": 6, "nccl_iters": 100, "burn_minutes": 10,
+        "idle_s": 10,
+        "load": True,
+        "matmul_s": 30,
+        "membw_s": 30,
+        "transfer_s": 10,
+        "resnet_s": 60,
+        "resnet_max_minutes": 6,
+        "nccl_iters": 100,
+        "burn_minutes": 10,
     },
 }
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 MAX_BURN_MINUTES = 60
+
 
 def gpu_tests(cfg: dict, resnet_builtin: bool, resnet_scale: str = "small") -> list[dict]:
     tests = [{"test": "matmul", "dtype": p, "seconds": cfg["matmul_s"]} for p in PRECISIONS]
@@ -88,36 +103,63 @@ def gpu_tests(cfg: dict, resnet_builtin: bool, resnet_scale: str = "small") -> l
 
 def runner_has_resnet(python: str) -> tuple[bool, str]:
     try:
-        out = subprocess.run([python, "-m", "runner", "list", "--json"], capture_output=True, text=True, timeout=120,
-                             env=worker_env([]))
+        out = subprocess.run(
+            [python, "-m", "runner", "list", "--json"], capture_output=True, text=True, timeout=120, env=worker_env([])
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"runner list failed: {exc}"
     if out.returncode != 0:
         return False, f"runner list failed: {(out.stderr.strip().splitlines() or ['exit %d' % out.returncode])[-1]}"
-    return ('"resnet50"' in out.stdout), "runner list has resnet50" if '"resnet50"' in out.stdout else "runner list has no resnet50"
+    return (
+        '"resnet50"' in out.stdout
+    ), "runner list has resnet50" if '"resnet50"' in out.stdout else "runner list has no resnet50"
 
 
 # ---------------------------------------------------------------- command line
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--level", default="standard", choices=list(LEVELS),
-                        help="quick: health only (seconds); standard: ~1-3 min per GPU; burn-in: minutes up to an hour")
+    parser.add_argument(
+        "--level",
+        default="standard",
+        choices=list(LEVELS),
+        help="quick: health only (seconds); standard: ~1-3 min per GPU; burn-in: minutes up to an hour",
+    )
     parser.add_argument("--gpus", default="all", help="all (default), a count N (the first N) or indices I,J,...")
-    parser.add_argument("--out", required=True, help="directory for burnin.json, probe.json, telemetry.csv (new or empty)")
+    parser.add_argument(
+        "--out", required=True, help="directory for burnin.json, probe.json, telemetry.csv (new or empty)"
+    )
     parser.add_argument("--json", action="store_true", help="print the JSON document instead of a summary")
-    parser.add_argument("--minutes", type=float, default=None,
-                        help=f"burn-in level: minutes of sustained all-GPU load (default 10, at most {MAX_BURN_MINUTES})")
-    parser.add_argument("--resnet", default="auto", choices=["auto", "runner", "builtin", "off"],
-                        help="ResNet-50 throughput through `runner run resnet50` (runner), the same workload's step in the load "
-                             "worker (builtin), "
-                             "the first if available (auto), or not at all (off)")
-    parser.add_argument("--resnet-scale", default="small", choices=["full", "small", "tiny"],
-                        help="the resnet50 workload's scale, for `runner run resnet50 --scale` and the builtin step (default small)")
-    parser.add_argument("--interval", type=float, default=None, help="telemetry interval in seconds (default 1, 0.5 for standard)")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help=f"burn-in level: minutes of sustained all-GPU load (default 10, at most {MAX_BURN_MINUTES})",
+    )
+    parser.add_argument(
+        "--resnet",
+        default="auto",
+        choices=["auto", "runner", "builtin", "off"],
+        help="ResNet-50 throughput through `runner run resnet50` (runner), the same workload's step in the load "
+        "worker (builtin), "
+        "the first if available (auto), or not at all (off)",
+    )
+    parser.add_argument(
+        "--resnet-scale",
+        default="small",
+        choices=["full", "small", "tiny"],
+        help="the resnet50 workload's scale, for `runner run resnet50 --scale` and the builtin step (default small)",
+    )
+    parser.add_argument(
+        "--interval", type=float, default=None, help="telemetry interval in seconds (default 1, 0.5 for standard)"
+    )
     parser.add_argument("--python", default=sys.executable, help="interpreter for the load workers (needs torch)")
-    parser.add_argument("--tool-timeout", type=float, default=600.0,
-                        help="seconds each standard tool (nccl-tests, nvbandwidth) may run before it is killed (default 600)")
+    parser.add_argument(
+        "--tool-timeout",
+        type=float,
+        default=600.0,
+        help="seconds each standard tool (nccl-tests, nvbandwidth) may run before it is killed (default 600)",
+    )
 
 
 def resolve_gpus(text: str, count: int) -> list[int]:
@@ -170,38 +212,53 @@ def _load_phases(args, cfg: dict, selected: list[int], out: Path, notes: list[st
             if rec["detail"].get("exit_code") == 2 and args.resnet == "auto":
                 # the runner refused the command line: measure with the builtin loop instead
                 notes.append(f"resnet50 on GPU {i}: {rec['error']}; used the builtin loop")
-                records += run_workers(args.python, [([i], i, [{"test": "resnet50", "seconds": cfg["resnet_s"],
-                                                           "scale": args.resnet_scale}])],
-                                       out, "solo", False)
+                records += run_workers(
+                    args.python,
+                    [([i], i, [{"test": "resnet50", "seconds": cfg["resnet_s"], "scale": args.resnet_scale}])],
+                    out,
+                    "solo",
+                    False,
+                )
             else:
                 records.append(rec)
     # 2. all GPUs at once
     if len(selected) > 1:
-        records += run_workers(args.python, [([i], i, gpu_tests(cfg, builtin, args.resnet_scale)) for i in selected], out,
-                               "concurrent", True)
+        records += run_workers(
+            args.python,
+            [([i], i, gpu_tests(cfg, builtin, args.resnet_scale)) for i in selected],
+            out,
+            "concurrent",
+            True,
+        )
         if mode == "runner":
             rec = runner_resnet(args.python, selected, out, cfg, "host", args.resnet_scale)
             if rec["detail"].get("exit_code") == 2 and args.resnet == "auto":
                 notes.append(f"resnet50 on all GPUs: {rec['error']}; not measured")
             else:
                 records.append(rec)
-        nccl = run_workers(args.python, [(selected, None, [{"test": "nccl", "iters": cfg["nccl_iters"]}])],
-                           out, "host", False)
+        nccl = run_workers(
+            args.python, [(selected, None, [{"test": "nccl", "iters": cfg["nccl_iters"]}])], out, "host", False
+        )
         records += nccl
     else:
         notes.append("one GPU: no all-GPU phase and no NCCL test")
     # the standard tools, where provisioning built them (runner.bwtools)
     tools["nvbandwidth"] = bwtools.run_nvbandwidth(selected, out, timeout_s=args.tool_timeout)
-    tools["nccl_tests"] = (bwtools.run_nccl_tests(selected, out, timeout_s=args.tool_timeout)
-                           if len(selected) > 1 else
-                           {"ran": False, "error": "one GPU: no all-reduce"})
+    tools["nccl_tests"] = (
+        bwtools.run_nccl_tests(selected, out, timeout_s=args.tool_timeout)
+        if len(selected) > 1
+        else {"ran": False, "error": "one GPU: no all-reduce"}
+    )
     # 3. sustained load
     minutes = args.minutes if args.minutes is not None else cfg["burn_minutes"]
     if args.level == "burn-in" and minutes:
         burn = run_workers(
             args.python,
             [([i], i, [{"test": "matmul", "dtype": "bf16", "seconds": minutes * 60}]) for i in selected],
-            out, "burn", True)
+            out,
+            "burn",
+            True,
+        )
         for r in burn:
             if r.get("test") == "matmul":
                 r["test"] = "burn"
@@ -267,8 +324,20 @@ def main(args) -> int:
     xid_after = xid_scan(probe_doc["gpus"])
     rows = telemetry.read_csv(out / "telemetry.csv")
     records = [r for r in records if r.get("test") != "device" or not r.get("ok")]
-    doc = build_document(args.level, selected, probe_doc, xid_before, xid_after, records, rows, idle_window,
-                         sampler, start_iso, t0, notes)
+    doc = build_document(
+        args.level,
+        selected,
+        probe_doc,
+        xid_before,
+        xid_after,
+        records,
+        rows,
+        idle_window,
+        sampler,
+        start_iso,
+        t0,
+        notes,
+    )
     doc["interconnect_after"] = interconnect_after(selected)
     doc["tools"] = tools
     write_outputs(out, doc)

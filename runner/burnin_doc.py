@@ -55,8 +55,9 @@ def _summ(rows: list[dict], gpu: int, windows: list[tuple[float, float]]):
     return telemetry.summarize(keep).get(gpu)
 
 
-def build_document(level, selected, probe_doc, xid_before, xid_after, records, rows, idle_window, sampler,
-                   start_iso, t0, notes) -> dict:
+def build_document(
+    level, selected, probe_doc, xid_before, xid_after, records, rows, idle_window, sampler, start_iso, t0, notes
+) -> dict:
     before = {(e["pci"], e["xid"], e["uptime_s"], e["text"]) for e in xid_before["events"]}
     for e in xid_after["events"]:
         e["during_burnin"] = (e["pci"], e["xid"], e["uptime_s"], e["text"]) not in before
@@ -71,7 +72,11 @@ def build_document(level, selected, probe_doc, xid_before, xid_after, records, r
         reason = f"{len(failed)} test(s) failed; first: {first['test']}{' ' + first['dtype'] if first.get('dtype') else ''} on {where}: {first.get('error')}"
     else:
         outcome = "completed"
-        reason = f"{level}: {sum(1 for r in records if r.get('test') != 'device')} load test(s) ran" if records else f"{level}: health only"
+        reason = (
+            f"{level}: {sum(1 for r in records if r.get('test') != 'device')} load test(s) ran"
+            if records
+            else f"{level}: health only"
+        )
     return {
         "schema": SCHEMA,
         "kind": "gpulab-burnin",
@@ -86,14 +91,21 @@ def build_document(level, selected, probe_doc, xid_before, xid_after, records, r
         "reason": reason,
         "notes": notes,
         "probe": probe_doc,
-        "xid": {**xid_after, "before_load": len(xid_before["events"]),
-                "new_during_burnin": sum(1 for e in xid_after["events"] if e.get("during_burnin"))},
+        "xid": {
+            **xid_after,
+            "before_load": len(xid_before["events"]),
+            "new_during_burnin": sum(1 for e in xid_after["events"] if e.get("during_burnin")),
+        },
         "gpus": gpus,
         "host_metrics": host,
         "results": records,
-        "telemetry": {"file": "telemetry.csv", "interval_s": sampler.interval_s if sampler else None,
-                      "samples": sampler.samples if sampler else 0,
-                      "note": sampler.note if sampler else None, "error": sampler.error if sampler else None},
+        "telemetry": {
+            "file": "telemetry.csv",
+            "interval_s": sampler.interval_s if sampler else None,
+            "samples": sampler.samples if sampler else 0,
+            "note": sampler.note if sampler else None,
+            "error": sampler.error if sampler else None,
+        },
     }
 
 
@@ -115,9 +127,18 @@ def _gpu_entry(i: int, g: dict, records: list[dict], rows, idle_window) -> dict:
         "idle": _summ(rows, i, [idle_window]),
         "load": _summ(rows, i, _windows(records, i, {"solo", "concurrent", "burn"})),
         "load_concurrent": _summ(rows, i, _windows(records, i, {"concurrent", "burn"})),
-        "burn": next(({"bf16_tflops_median": round(r["value"], 3), "bf16_tflops_min": round(r["detail"].get("min", 0), 3),
-                       "minutes": round((r["end"] - r["start"]) / 60, 2)}
-                      for r in records if r.get("test") == "burn" and r.get("gpu") == i and r.get("ok")), None),
+        "burn": next(
+            (
+                {
+                    "bf16_tflops_median": round(r["value"], 3),
+                    "bf16_tflops_min": round(r["detail"].get("min", 0), 3),
+                    "minutes": round((r["end"] - r["start"]) / 60, 2),
+                }
+                for r in records
+                if r.get("test") == "burn" and r.get("gpu") == i and r.get("ok")
+            ),
+            None,
+        ),
     }
 
 
@@ -141,11 +162,23 @@ def _host_metrics(records: list[dict], gpus: dict) -> dict:
 def no_gpu_document(level, probe_doc, xid, start_iso, t0) -> dict:
     reason = probe_doc.get("nvidia") or "no NVIDIA driver/GPU found"
     return {
-        "schema": SCHEMA, "kind": "gpulab-burnin", "runner_version": __version__,
-        "host": probe_doc["host"]["hostname"], "level": level, "gpus_selected": [],
-        "start": start_iso, "end": now_iso(), "duration_s": round(time.time() - t0, 1),
-        "outcome": "no_gpu", "reason": reason, "notes": [], "probe": probe_doc, "xid": xid,
-        "gpus": {}, "host_metrics": {}, "results": [],
+        "schema": SCHEMA,
+        "kind": "gpulab-burnin",
+        "runner_version": __version__,
+        "host": probe_doc["host"]["hostname"],
+        "level": level,
+        "gpus_selected": [],
+        "start": start_iso,
+        "end": now_iso(),
+        "duration_s": round(time.time() - t0, 1),
+        "outcome": "no_gpu",
+        "reason": reason,
+        "notes": [],
+        "probe": probe_doc,
+        "xid": xid,
+        "gpus": {},
+        "host_metrics": {},
+        "results": [],
         "telemetry": {"file": "telemetry.csv", "interval_s": None, "samples": 0, "note": reason, "error": None},
     }
 
@@ -165,10 +198,14 @@ def human_summary(doc: dict) -> str:
                 lines.append(f"  {phase:10s} " + ", ".join(f"{k}={v:g}" for k, v in sorted(g[phase].items())))
         load = g.get("load") or {}
         if load:
-            lines.append(f"  under load: power max {load.get('power_w_max')} W, temp max {load.get('temp_c_max')} C, "
-                         f"SM clock median {load.get('sm_clock_mhz_median')} MHz, throttle {sorted(load.get('throttle_reasons', {}))}")
+            lines.append(
+                f"  under load: power max {load.get('power_w_max')} W, temp max {load.get('temp_c_max')} C, "
+                f"SM clock median {load.get('sm_clock_mhz_median')} MHz, throttle {sorted(load.get('throttle_reasons', {}))}"
+            )
     if doc["host_metrics"]:
         lines.append("host: " + ", ".join(f"{k}={v:g}" for k, v in sorted(doc["host_metrics"].items())))
     x = doc["xid"]
-    lines.append(f"XID events since boot: {len(x.get('events', []))} ({x.get('source') or 'kernel log unreadable: ' + str(x.get('error'))})")
+    lines.append(
+        f"XID events since boot: {len(x.get('events', []))} ({x.get('source') or 'kernel log unreadable: ' + str(x.get('error'))})"
+    )
     return "\n".join(lines)

@@ -31,8 +31,16 @@ def _spec_seconds(spec: dict) -> float:
 class Worker:
     """One ``runner.burnin_worker`` child on a set of GPUs."""
 
-    def __init__(self, python: str, gpus: list[int], tests: list[dict], start_at: float | None, log_path: Path,
-                 label: int | None, device: str = "cuda"):
+    def __init__(
+        self,
+        python: str,
+        gpus: list[int],
+        tests: list[dict],
+        start_at: float | None,
+        log_path: Path,
+        label: int | None,
+        device: str = "cuda",
+    ):
         self.gpus = gpus
         self.label = label
         self.timeout = 120 + sum(_spec_seconds(s) for s in tests) + max(0.0, (start_at or 0) - time.time())
@@ -40,7 +48,10 @@ class Worker:
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(
             [python, "-m", "runner.burnin_worker", json.dumps(job)],
-            stdout=subprocess.PIPE, stderr=self.log, text=True, env=worker_env(gpus),
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env=worker_env(gpus),
         )
         self.started = time.time()
 
@@ -72,8 +83,14 @@ def _log_tail(path: Path, n: int = 3) -> str:
     return " | ".join(lines[-n:])[-400:]
 
 
-def run_workers(python: str, groups: list[tuple[list[int], int | None, list[dict]]], out: Path, phase: str,
-                synchronized: bool, device: str = "cuda") -> list[dict]:
+def run_workers(
+    python: str,
+    groups: list[tuple[list[int], int | None, list[dict]]],
+    out: Path,
+    phase: str,
+    synchronized: bool,
+    device: str = "cuda",
+) -> list[dict]:
     """Run one worker per group (GPU list, label, tests); all at once.
 
     ``device="cpu"`` runs the same tests on the CPU (tests of this machinery only).
@@ -97,8 +114,20 @@ def run_workers(python: str, groups: list[tuple[list[int], int | None, list[dict
                 reason = dev.get("error") or reason
             for spec in tests:  # tests the worker never reported
                 if (spec["test"], spec.get("dtype")) not in done:
-                    recs.append({"test": spec["test"], "dtype": spec.get("dtype"), "gpu": w.label, "ok": False,
-                                 "value": None, "unit": None, "start": None, "end": None, "detail": {},
-                                 "error": reason, "phase": phase})
+                    recs.append(
+                        {
+                            "test": spec["test"],
+                            "dtype": spec.get("dtype"),
+                            "gpu": w.label,
+                            "ok": False,
+                            "value": None,
+                            "unit": None,
+                            "start": None,
+                            "end": None,
+                            "detail": {},
+                            "error": reason,
+                            "phase": phase,
+                        }
+                    )
         records.extend(recs)
     return records

@@ -127,9 +127,11 @@ def bench_transfer(dev: Device, spec, to_device: bool):
     buf = torch.empty(n, device=dev.name, dtype=torch.float32)
 
     if to_device:
+
         def step():
             buf.copy_(host, non_blocking=True)
     else:
+
         def step():
             host.copy_(buf, non_blocking=True)
 
@@ -157,8 +159,16 @@ def bench_resnet50(dev: Device, spec):
     use_bf16 = not dev.cuda or torch.cuda.get_device_capability(0) >= (8, 0)
     precision = ("bf16" if use_bf16 else "fp16") if dev.cuda else "fp32"
     scale = spec.get("scale", "full")
-    ctx, module = base.bench_context("resnet50", dev.name, True, scale=scale, precision=precision,
-                                     batch_size=batch, compile=False, channels_last=dev.cuda)
+    ctx, module = base.bench_context(
+        "resnet50",
+        dev.name,
+        True,
+        scale=scale,
+        precision=precision,
+        batch_size=batch,
+        compile=False,
+        channels_last=dev.cuda,
+    )
     trainer = spec_of(module).build(ctx)
     g = torch.Generator(device=ctx.device)
     g.manual_seed(ctx.seed)
@@ -174,9 +184,17 @@ def bench_resnet50(dev: Device, spec):
     rates = _timed_chunks(dev, step, float(spec["seconds"]), per_step)
     s = _stats(rates)
     loss = float(step().item())
-    detail = {"batch": int(per_step), "image": trainer.image_size, "precision": ctx.precision, "data": "synthetic",
-              "source": "builtin", "model": "runner.workloads.resnet50", "scale": scale,
-              "final_loss": loss, **{k: v for k, v in s.items() if k != "median"}}
+    detail = {
+        "batch": int(per_step),
+        "image": trainer.image_size,
+        "precision": ctx.precision,
+        "data": "synthetic",
+        "source": "builtin",
+        "model": "runner.workloads.resnet50",
+        "scale": scale,
+        "final_loss": loss,
+        **{k: v for k, v in s.items() if k != "median"},
+    }
     if loss != loss:  # NaN
         return s["median"], detail, "the loss became NaN"
     return s["median"], detail, None
@@ -192,8 +210,9 @@ def _nccl_rank(rank, world, kind, init_file, sizes, iters, out_path):
     torch = dev.torch
     if dev.cuda:
         torch.cuda.set_device(rank)
-    dist.init_process_group("nccl" if dev.cuda else "gloo", init_method=f"file://{init_file}", rank=rank,
-                           world_size=world)
+    dist.init_process_group(
+        "nccl" if dev.cuda else "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world
+    )
     results = []
     for nbytes in sizes:
         t = torch.ones(nbytes // 4, device=f"cuda:{rank}" if dev.cuda else "cpu", dtype=torch.float32)
@@ -208,8 +227,9 @@ def _nccl_rank(rank, world, kind, init_file, sizes, iters, out_path):
         b = dev.mark()
         sec = dev.elapsed_ms(a, b) / 1000.0 / iters
         algbw = nbytes / sec / 1e9
-        results.append({"bytes": nbytes, "time_us": sec * 1e6, "algbw_gbs": algbw,
-                        "busbw_gbs": algbw * 2 * (world - 1) / world})
+        results.append(
+            {"bytes": nbytes, "time_us": sec * 1e6, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world - 1) / world}
+        )
         del t
     if rank == 0:
         with open(out_path, "w") as f:
@@ -229,13 +249,23 @@ def bench_nccl(dev: Device, spec):
     iters = int(spec.get("iters", 20))
     with tempfile.TemporaryDirectory(prefix="gpulab-nccl-") as tmp:
         out = os.path.join(tmp, "result.json")
-        mp.spawn(_nccl_rank, args=(world, dev.kind, os.path.join(tmp, "init"), sizes, iters, out), nprocs=world,
-                 join=True)
+        mp.spawn(
+            _nccl_rank, args=(world, dev.kind, os.path.join(tmp, "init"), sizes, iters, out), nprocs=world, join=True
+        )
         with open(out) as f:
             results = json.load(f)
     best = max(r["busbw_gbs"] for r in results)
-    return best, {"world_size": world, "sizes": results, "dtype": "fp32", "op": "sum",
-                  "backend": "nccl" if dev.cuda else "gloo"}, None
+    return (
+        best,
+        {
+            "world_size": world,
+            "sizes": results,
+            "dtype": "fp32",
+            "op": "sum",
+            "backend": "nccl" if dev.cuda else "gloo",
+        },
+        None,
+    )
 
 
 TESTS = {
@@ -255,8 +285,19 @@ def main(argv=None) -> int:
     failed = 0
     try:
         dev = Device(job.get("device", "cuda"))
-        emit({"test": "device", "gpu": gpu, "ok": True, "detail": dev.info(), "start": time.time(),
-              "end": time.time(), "value": None, "unit": None, "error": None})
+        emit(
+            {
+                "test": "device",
+                "gpu": gpu,
+                "ok": True,
+                "detail": dev.info(),
+                "start": time.time(),
+                "end": time.time(),
+                "value": None,
+                "unit": None,
+                "error": None,
+            }
+        )
         # warm the context and clocks a little, then wait for the common start
         dev.torch.ones(1, device=dev.name).add_(1)
         dev.sync()
@@ -266,8 +307,19 @@ def main(argv=None) -> int:
             if delay > 0:
                 time.sleep(delay)
     except Exception as exc:
-        emit({"test": "device", "gpu": gpu, "ok": False, "error": f"{type(exc).__name__}: {exc}",
-              "start": time.time(), "end": time.time(), "value": None, "unit": None, "detail": {}})
+        emit(
+            {
+                "test": "device",
+                "gpu": gpu,
+                "ok": False,
+                "error": f"{type(exc).__name__}: {exc}",
+                "start": time.time(),
+                "end": time.time(),
+                "value": None,
+                "unit": None,
+                "detail": {},
+            }
+        )
         return 1
     for spec in job["tests"]:
         fn, unit = TESTS[spec["test"]]

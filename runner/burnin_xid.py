@@ -9,7 +9,6 @@ import shutil
 import subprocess
 
 
-
 # ---------------------------------------------------------------- XID events
 
 # The driver's line (NVIDIA/open-gpu-kernel-modules src/nvidia/src/kernel/gpu/rc/kernel_rc.c,
@@ -40,15 +39,25 @@ def parse_xids(text: str, gpus: list[dict] | None = None) -> list[dict]:
         m = XID_RE.search(line)
         if not m:
             continue
-        events.append({
-            "xid": int(m.group("xid")),
-            "pci": m.group("pci").lower(),
-            "gpu": by_pci.get(pci_key(m.group("pci"))),
-            "uptime_s": float(m.group("uptime")) if m.group("uptime") else None,
-            "text": m.group("text").strip()[:300],
-            **({"mig": {"gpu_instance": int(m.group("gi")),
-                        **({"compute_instance": int(m.group("ci"))} if m.group("ci") else {})}} if m.group("gi") else {}),
-        })
+        events.append(
+            {
+                "xid": int(m.group("xid")),
+                "pci": m.group("pci").lower(),
+                "gpu": by_pci.get(pci_key(m.group("pci"))),
+                "uptime_s": float(m.group("uptime")) if m.group("uptime") else None,
+                "text": m.group("text").strip()[:300],
+                **(
+                    {
+                        "mig": {
+                            "gpu_instance": int(m.group("gi")),
+                            **({"compute_instance": int(m.group("ci"))} if m.group("ci") else {}),
+                        }
+                    }
+                    if m.group("gi")
+                    else {}
+                ),
+            }
+        )
     return events
 
 

@@ -35,9 +35,12 @@ def _missing(exe_name: str, tool: str) -> dict:
     ``<tools>/<tool>.json`` of the bwtools role, is beside the bin folder): then it went missing."""
     marker = TOOLS_DIR.parent / f"{tool}.json"
     built = marker.is_file()
-    return {"ran": False, "expected": built,
-            "error": f"{exe_name} not found (in {TOOLS_DIR} or on PATH)" + (f", although {marker} says it was built"
-                                                                              if built else "")}
+    return {
+        "ran": False,
+        "expected": built,
+        "error": f"{exe_name} not found (in {TOOLS_DIR} or on PATH)"
+        + (f", although {marker} says it was built" if built else ""),
+    }
 
 
 def find(name: str) -> str | None:
@@ -139,8 +142,12 @@ def _nvb_json(doc: dict) -> dict:
             "matrix": [[_num(v, f"{t['name']} matrix") for v in row] for row in matrix] if matrix else None,
             "error": t.get("error"),
         }
-    return {"version": root.get("version"), "driver": root.get("Driver Version"),
-            "error": root.get("error"), "testcases": cases}
+    return {
+        "version": root.get("version"),
+        "driver": root.get("Driver Version"),
+        "error": root.get("error"),
+        "testcases": cases,
+    }
 
 
 def _nvb_text(text: str) -> dict:
@@ -203,7 +210,7 @@ def parse_nvbandwidth(text: str) -> dict:
     has no figure for: nvbandwidth's "N/A", no peer access). ``before``: lines printed before the
     document; ``corruption``: the tool's data check failed (the testcase and its words)."""
     start = _json_start(text)
-    before = [ln.strip() for ln in text[:start or 0].splitlines() if ln.strip()][:20]
+    before = [ln.strip() for ln in text[: start or 0].splitlines() if ln.strip()][:20]
     if start is not None:
         try:
             parsed = _nvb_json(boundjson.loads(text[start:]))
@@ -234,13 +241,21 @@ def parse_nvbandwidth(text: str) -> dict:
     corruption = None
     if any(CORRUPTION_LINE in ln for ln in before) or (isinstance(error, str) and CORRUPTION_ASSERT in error):
         running = [k for k, v in cases.items() if v["status"] == "Running"]
-        corruption = {"testcase": running[-1] if running else None,
-                      "detail": "; ".join([ln for ln in before if CORRUPTION_LINE in ln or "offset" in ln][:2])
-                      or (error or "")[:300]}
-    return {"version": parsed["version"], "driver": parsed["driver"], "error": error, "before": before,
-            "corruption": corruption,
-            "testcases": {k: {"status": v["status"], "error": v["error"]} for k, v in cases.items()},
-            "matrices": {k: v["matrix"] for k, v in cases.items() if v["matrix"]}, "gpus": gpus}
+        corruption = {
+            "testcase": running[-1] if running else None,
+            "detail": "; ".join([ln for ln in before if CORRUPTION_LINE in ln or "offset" in ln][:2])
+            or (error or "")[:300],
+        }
+    return {
+        "version": parsed["version"],
+        "driver": parsed["driver"],
+        "error": error,
+        "before": before,
+        "corruption": corruption,
+        "testcases": {k: {"status": v["status"], "error": v["error"]} for k, v in cases.items()},
+        "matrices": {k: v["matrix"] for k, v in cases.items() if v["matrix"]},
+        "gpus": gpus,
+    }
 
 
 # ------------------------------------------------------------------ running them
@@ -277,8 +292,9 @@ def run_nccl_tests(gpus: list[int], out: Path, timeout_s: float = 600, max_bytes
         return _missing("all_reduce_perf", "nccl-tests")
     path = out / "nccl-tests.json"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
-    code, stdout, stderr = _run([exe, "-b", "8", "-e", max_bytes, "-f", "2", "-g", str(len(gpus)), "-J", str(path)],
-                                timeout_s, env)
+    code, stdout, stderr = _run(
+        [exe, "-b", "8", "-e", max_bytes, "-f", "2", "-g", str(len(gpus)), "-J", str(path)], timeout_s, env
+    )
     (out / "nccl-tests.log").write_text(stdout + stderr)
     return nccl_result(code, stdout, stderr, path, exe)
 
@@ -296,8 +312,13 @@ def nccl_result(code: int | None, stdout: str, stderr: str, path: Path, exe: str
     except (OSError, ToolOutputError) as exc:
         figures, why = None, f"nccl-tests.json: {exc}"
     else:
-        why = None if figures is None else ("nccl-tests.json stops before its footer (the run did not finish)"
-                                            if not figures["complete"] else None)
+        why = (
+            None
+            if figures is None
+            else (
+                "nccl-tests.json stops before its footer (the run did not finish)" if not figures["complete"] else None
+            )
+        )
     if figures is not None and why is None:
         return {**base, **figures, "tool_said": None if code == 0 else said}
     if code == 0:
@@ -323,8 +344,11 @@ def nvbandwidth_result(code: int | None, stdout: str, stderr: str, exe: str | No
     error_handling.h, json_output.cpp); ``corruption`` when its data check failed."""
     base = {"ran": True, "path": exe, "exit_code": code}
     if code is None:
-        return {**base, "error": f"nvbandwidth {stderr.strip()}" + ("" if not stdout.strip() else
-                                                                   " (its output stops mid-document)")}
+        return {
+            **base,
+            "error": f"nvbandwidth {stderr.strip()}"
+            + ("" if not stdout.strip() else " (its output stops mid-document)"),
+        }
     if not stdout.strip():
         return {**base, "error": f"nvbandwidth: {_last_line(stderr, 'exit ' + str(code) + ', no output')}"}
     try:

@@ -35,11 +35,28 @@ def _part(text) -> str:
     return re.sub(r"[^A-Za-z0-9.+_-]+", "_", str(text)).strip("_") or "none"
 
 
-def key(*, gpu: str | None, torch_version: str, cuda: str | None, workload: str, scale: str, mode: str,
-        precision: str, world_size: int) -> str:
+def key(
+    *,
+    gpu: str | None,
+    torch_version: str,
+    cuda: str | None,
+    workload: str,
+    scale: str,
+    mode: str,
+    precision: str,
+    world_size: int,
+) -> str:
     """The file name of a run's artifacts: one per compiled configuration."""
-    parts = [workload, scale, mode, precision, f"x{int(world_size)}", gpu or "cpu",
-             f"torch{torch_version}", f"cuda{cuda}" if cuda else "nocuda"]
+    parts = [
+        workload,
+        scale,
+        mode,
+        precision,
+        f"x{int(world_size)}",
+        gpu or "cpu",
+        f"torch{torch_version}",
+        f"cuda{cuda}" if cuda else "nocuda",
+    ]
     return ".".join(_part(p) for p in parts) + ".bin"
 
 
@@ -98,9 +115,19 @@ def for_context(ctx) -> Path | None:
     import torch
 
     gpu = torch.cuda.get_device_name(ctx.device) if ctx.cuda else None
-    return path_for(cache, key(gpu=gpu, torch_version=torch.__version__, cuda=torch.version.cuda,
-                               workload=ctx.spec["workload"], scale=ctx.scale, mode=ctx.mode,
-                               precision=ctx.precision, world_size=ctx.world_size))
+    return path_for(
+        cache,
+        key(
+            gpu=gpu,
+            torch_version=torch.__version__,
+            cuda=torch.version.cuda,
+            workload=ctx.spec["workload"],
+            scale=ctx.scale,
+            mode=ctx.mode,
+            precision=ctx.precision,
+            world_size=ctx.world_size,
+        ),
+    )
 
 
 def summary() -> str:
@@ -110,6 +137,8 @@ def summary() -> str:
     from torch._dynamo.utils import counters
 
     ind, aot = counters["inductor"], counters["aot_autograd"]
-    return (f"[runner] compile caches: fxgraph {ind.get('fxgraph_cache_miss', 0)} compiled, "
-            f"{ind.get('fxgraph_cache_hit', 0)} from the cache; aot_autograd {aot.get('autograd_cache_miss', 0)} "
-            f"compiled, {aot.get('autograd_cache_hit', 0)} from the cache")
+    return (
+        f"[runner] compile caches: fxgraph {ind.get('fxgraph_cache_miss', 0)} compiled, "
+        f"{ind.get('fxgraph_cache_hit', 0)} from the cache; aot_autograd {aot.get('autograd_cache_miss', 0)} "
+        f"compiled, {aot.get('autograd_cache_hit', 0)} from the cache"
+    )

@@ -44,10 +44,18 @@ def gather(nvml=None) -> dict:
     doc = probe.gather(None, nvml)
     boot_id, uptime = boot_mark()
     gpus = [{k: g.get(k) for k in GPU_FIELDS if k in g} for g in doc.get("gpus", [])]
-    return {"kind": KIND, "schema": SCHEMA, "collected_at": doc["collected_at"],
-            "host": (doc.get("host") or {}).get("hostname"), "boot_id": boot_id, "uptime_s": uptime,
-            "nvidia": doc.get("nvidia"), "gpu_count": doc.get("gpu_count", 0), "gpus": gpus,
-            "xid": xid_scan(doc.get("gpus", []))}
+    return {
+        "kind": KIND,
+        "schema": SCHEMA,
+        "collected_at": doc["collected_at"],
+        "host": (doc.get("host") or {}).get("hostname"),
+        "boot_id": boot_id,
+        "uptime_s": uptime,
+        "nvidia": doc.get("nvidia"),
+        "gpu_count": doc.get("gpu_count", 0),
+        "gpus": gpus,
+        "xid": xid_scan(doc.get("gpus", [])),
+    }
 
 
 def _key(e: dict):
@@ -58,7 +66,7 @@ def xid_baseline(gpus) -> dict | None:
     """The kernel log's XIDs when a GPU run starts (None when the scan itself fails)."""
     try:
         return xid_scan(gpus or [])
-    except Exception:   # a run never fails for its epilogue
+    except Exception:  # a run never fails for its epilogue
         return None
 
 
@@ -73,11 +81,12 @@ def epilogue(out: Path, baseline: dict | None, gpus, failed: bool) -> None:
             seen = {_key(e) for e in baseline.get("events", [])}
             new = [e for e in after.get("events", []) if _key(e) not in seen]
             if new:
-                rundir.write_json(out / rundir.XIDS, {"source": after.get("source"), "error": after.get("error"),
-                                                      "events": new})
+                rundir.write_json(
+                    out / rundir.XIDS, {"source": after.get("source"), "error": after.get("error"), "events": new}
+                )
         if failed:
             rundir.write_json(out / rundir.HEALTH, gather())
-    except Exception as exc:   # said in the run's log, the run directory still completes
+    except Exception as exc:  # said in the run's log, the run directory still completes
         with open(out / rundir.STDOUT, "a", encoding="utf-8") as f:
             f.write(f"[runner] health epilogue failed: {type(exc).__name__}: {exc}\n")
 

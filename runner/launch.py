@@ -87,8 +87,7 @@ def runner_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def child_env(gpus: list[int], *, cache_dir: Path | None, nprocs: int,
-              base: dict | None = None) -> dict:
+def child_env(gpus: list[int], *, cache_dir: Path | None, nprocs: int, base: dict | None = None) -> dict:
     env = dict(os.environ if base is None else base)
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     # an empty list hides every GPU from the workload (a CPU run)
@@ -126,9 +125,16 @@ def cpu_threads_per_process(budget: str | None, nprocs: int) -> int:
     return max(1, total // max(1, nprocs))
 
 
-def worker_command(python: str, spec_path: Path, *, nprocs: int, nnodes: int = 1,
-                   node_rank: int = 0, rdzv: str | None = None,
-                   run_id: str = "gpulab") -> list[str]:
+def worker_command(
+    python: str,
+    spec_path: Path,
+    *,
+    nprocs: int,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    rdzv: str | None = None,
+    run_id: str = "gpulab",
+) -> list[str]:
     """The command that starts the workload processes of this node."""
     tail = ["-m", "runner.worker", "--spec", str(spec_path)]
     if nprocs == 1 and nnodes == 1:
@@ -137,8 +143,13 @@ def worker_command(python: str, spec_path: Path, *, nprocs: int, nnodes: int = 1
     if nnodes == 1 and not rdzv:
         cmd += ["--standalone"]
     else:
-        cmd += [f"--nnodes={nnodes}", f"--node-rank={node_rank}", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint={rdzv}", f"--rdzv-id={run_id}"]
+        cmd += [
+            f"--nnodes={nnodes}",
+            f"--node-rank={node_rank}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rdzv}",
+            f"--rdzv-id={run_id}",
+        ]
     return cmd + ["--monitor-interval=0.5"] + tail
 
 
@@ -160,8 +171,15 @@ class Processes:
     def __init__(self, cmd: list[str], env: dict, log_path: Path, cwd: Path | None = None):
         self.cmd = cmd
         self._log = rundir.open_file(log_path, append=True, binary=True, buffering=0)
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, cwd=cwd, preexec_fn=_preexec)
+        self.proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            preexec_fn=_preexec,
+        )
 
     def poll(self):
         return self.proc.poll()

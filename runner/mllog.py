@@ -29,9 +29,10 @@ def division_of(scale: str, mode: str, reference_recipe: bool = True) -> str:
 
 
 class _FlushingHandler(logging.FileHandler):
-    def _open(self):   # the log file is opened without following a link planted at its name
-        return rundir.open_file(self.baseFilename, append=self.mode.startswith("a"), encoding=self.encoding,
-                                errors=self.errors)
+    def _open(self):  # the log file is opened without following a link planted at its name
+        return rundir.open_file(
+            self.baseFilename, append=self.mode.startswith("a"), encoding=self.encoding, errors=self.errors
+        )
 
     def emit(self, record):
         super().emit(record)
@@ -83,8 +84,15 @@ class MLLog:
 
     # --- groups of events every workload logs ---------------------------------
 
-    def submission(self, benchmark: str, platform: str, scale: str, mode: str,
-                   status: str = "onprem", reference_recipe: bool = True) -> None:
+    def submission(
+        self,
+        benchmark: str,
+        platform: str,
+        scale: str,
+        mode: str,
+        status: str = "onprem",
+        reference_recipe: bool = True,
+    ) -> None:
         """The submission keys, and which gpulab scale and mode the run is.
 
         Only a ``full`` scale time-to-train run (the MLPerf v0.5 recipe on the

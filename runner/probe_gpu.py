@@ -142,10 +142,14 @@ def _mw_to_w(v) -> float:
 def _power(r: FieldReader, handle) -> dict:
     return {
         "limit_w": r.get("power.limit_w", "nvmlDeviceGetEnforcedPowerLimit", handle, convert=_mw_to_w),
-        "default_limit_w": r.get("power.default_limit_w", "nvmlDeviceGetPowerManagementDefaultLimit", handle,
-                                 convert=_mw_to_w),
+        "default_limit_w": r.get(
+            "power.default_limit_w", "nvmlDeviceGetPowerManagementDefaultLimit", handle, convert=_mw_to_w
+        ),
         "max_limit_w": r.get(
-            "power.max_limit_w", "nvmlDeviceGetPowerManagementLimitConstraints", handle, convert=lambda v: _mw_to_w(v[1])
+            "power.max_limit_w",
+            "nvmlDeviceGetPowerManagementLimitConstraints",
+            handle,
+            convert=lambda v: _mw_to_w(v[1]),
         ),
         "draw_w": r.get("power.draw_w", "nvmlDeviceGetPowerUsage", handle, convert=_mw_to_w),
     }
@@ -157,7 +161,14 @@ def _memory_health(r: FieldReader, handle, C) -> dict:
     ecc_mode = r.get("ecc", "nvmlDeviceGetEccMode", handle, convert=lambda v: v)
 
     def ecc_count(field, err_type, counter):
-        return r.get(field, "nvmlDeviceGetTotalEccErrors", handle, C(err_type[0], err_type[1]), C(counter[0], counter[1]), convert=int)
+        return r.get(
+            field,
+            "nvmlDeviceGetTotalEccErrors",
+            handle,
+            C(err_type[0], err_type[1]),
+            C(counter[0], counter[1]),
+            convert=int,
+        )
 
     uncorr = ("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
     corr = ("NVML_MEMORY_ERROR_TYPE_CORRECTED", 0)
@@ -165,12 +176,18 @@ def _memory_health(r: FieldReader, handle, C) -> dict:
     aggregate = ("NVML_AGGREGATE_ECC", 1)
 
     retired_sbe = r.get(
-        "retired_pages_sbe", "nvmlDeviceGetRetiredPages", handle,
-        C("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0), convert=len,
+        "retired_pages_sbe",
+        "nvmlDeviceGetRetiredPages",
+        handle,
+        C("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0),
+        convert=len,
     )
     retired_dbe = r.get(
-        "retired_pages_dbe", "nvmlDeviceGetRetiredPages", handle,
-        C("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1), convert=len,
+        "retired_pages_dbe",
+        "nvmlDeviceGetRetiredPages",
+        handle,
+        C("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1),
+        convert=len,
     )
     retired_pending = r.get(
         "retired_pages_pending", "nvmlDeviceGetRetiredPagesPendingStatus", handle, convert=lambda v: bool(v)
@@ -203,8 +220,12 @@ def _clocks(r: FieldReader, handle, C) -> dict:
     return {
         "sm_mhz": r.get("clocks.sm_mhz", "nvmlDeviceGetClockInfo", handle, C("NVML_CLOCK_SM", 1), convert=int),
         "mem_mhz": r.get("clocks.mem_mhz", "nvmlDeviceGetClockInfo", handle, C("NVML_CLOCK_MEM", 2), convert=int),
-        "sm_max_mhz": r.get("clocks.sm_max_mhz", "nvmlDeviceGetMaxClockInfo", handle, C("NVML_CLOCK_SM", 1), convert=int),
-        "mem_max_mhz": r.get("clocks.mem_max_mhz", "nvmlDeviceGetMaxClockInfo", handle, C("NVML_CLOCK_MEM", 2), convert=int),
+        "sm_max_mhz": r.get(
+            "clocks.sm_max_mhz", "nvmlDeviceGetMaxClockInfo", handle, C("NVML_CLOCK_SM", 1), convert=int
+        ),
+        "mem_max_mhz": r.get(
+            "clocks.mem_max_mhz", "nvmlDeviceGetMaxClockInfo", handle, C("NVML_CLOCK_MEM", 2), convert=int
+        ),
     }
 
 
@@ -222,7 +243,8 @@ def gpu_facts(nvml, index: int, root: Path = Path("/")) -> dict:
     throttle_mask = r.get(
         "throttle_reasons",
         ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
-        handle, convert=int,
+        handle,
+        convert=int,
     )
     numa = _sysfs_pci(root, pci)
     if numa["numa_node"] is None:
@@ -247,21 +269,33 @@ def gpu_facts(nvml, index: int, root: Path = Path("/")) -> dict:
         },
         "power": _power(r, handle),
         **memory_health,
-        "temperature_c": r.get("temperature_c", "nvmlDeviceGetTemperature", handle, C("NVML_TEMPERATURE_GPU", 0), convert=int),
+        "temperature_c": r.get(
+            "temperature_c", "nvmlDeviceGetTemperature", handle, C("NVML_TEMPERATURE_GPU", 0), convert=int
+        ),
         "temperature_slowdown_c": r.get(
-            "temperature_slowdown_c", "nvmlDeviceGetTemperatureThreshold", handle,
-            C("NVML_TEMPERATURE_THRESHOLD_SLOWDOWN", 1), convert=int,
+            "temperature_slowdown_c",
+            "nvmlDeviceGetTemperatureThreshold",
+            handle,
+            C("NVML_TEMPERATURE_THRESHOLD_SLOWDOWN", 1),
+            convert=int,
         ),
         "temperature_shutdown_c": r.get(
-            "temperature_shutdown_c", "nvmlDeviceGetTemperatureThreshold", handle,
-            C("NVML_TEMPERATURE_THRESHOLD_SHUTDOWN", 0), convert=int,
+            "temperature_shutdown_c",
+            "nvmlDeviceGetTemperatureThreshold",
+            handle,
+            C("NVML_TEMPERATURE_THRESHOLD_SHUTDOWN", 0),
+            convert=int,
         ),
         "clocks": _clocks(r, handle, C),
         "throttle_mask": throttle_mask,
         "throttle_reasons": decode_throttle(throttle_mask),
         "pstate": r.get("pstate", "nvmlDeviceGetPerformanceState", handle, convert=lambda v: f"P{int(v)}"),
-        "utilization_pct": r.get("utilization_pct", "nvmlDeviceGetUtilizationRates", handle, convert=lambda u: int(u.gpu)),
-        "persistence_mode": r.get("persistence_mode", "nvmlDeviceGetPersistenceMode", handle, convert=lambda v: bool(v)),
+        "utilization_pct": r.get(
+            "utilization_pct", "nvmlDeviceGetUtilizationRates", handle, convert=lambda u: int(u.gpu)
+        ),
+        "persistence_mode": r.get(
+            "persistence_mode", "nvmlDeviceGetPersistenceMode", handle, convert=lambda v: bool(v)
+        ),
         "compute_mode": r.get("compute_mode", "nvmlDeviceGetComputeMode", handle, convert=int),
         "mig_mode": r.get("mig_mode", "nvmlDeviceGetMigMode", handle, convert=lambda v: bool(v[0])),
         "numa_node": numa["numa_node"],
@@ -291,12 +325,16 @@ def fabric_facts(nvml, handle, unavailable: dict) -> dict | None:
     except AttributeError:
         unavailable["fabric"] = "not in this nvidia-ml-py"
         return None
-    except Exception as exc:    # NVML's errors, each said as a reason
+    except Exception as exc:  # NVML's errors, each said as a reason
         unavailable["fabric"] = nvml_reason(exc)
         return None
     state = int(info.state) & 0xFF
-    return {"state": state, "state_name": FABRIC_STATES.get(state, f"state {state}"), "status": int(info.status),
-            "clique_id": int(info.cliqueId)}
+    return {
+        "state": state,
+        "state_name": FABRIC_STATES.get(state, f"state {state}"),
+        "status": int(info.status),
+        "clique_id": int(info.cliqueId),
+    }
 
 
 def parse_indices(gpu_indices, count: int) -> list[int]:

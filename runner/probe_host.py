@@ -15,6 +15,7 @@ from typing import Callable
 
 from runner import stackread
 
+
 def dist_version(name: str) -> str | None:
     """Installed version of a distribution, without importing it."""
     from importlib import metadata
@@ -74,8 +75,6 @@ def memory_info(root: Path) -> dict:
     }
 
 
-
-
 def framework_versions(dist_version: Callable[[str], str | None] = dist_version) -> dict:
     tf = None
     for dist in ("tensorflow", "tensorflow-gpu", "tensorflow-cpu", "tf-nightly"):
@@ -106,8 +105,11 @@ def _lib_versions(root: Path, prefix: str) -> list[dict]:
 
 def _packages_headers_libraries(root: Path, dist_version, component: str, headers, defines, lib: str) -> list[dict]:
     """What NVIDIA's Python packages, the headers and the libraries under ``root`` say of ``component``."""
-    found = [{"version": v, "source": f"python package {dist}"}
-             for dist in stackread.DISTS[component] if (v := dist_version(dist))]
+    found = [
+        {"version": v, "source": f"python package {dist}"}
+        for dist in stackread.DISTS[component]
+        if (v := dist_version(dist))
+    ]
     return found + _header_versions(root, headers, defines) + _lib_versions(root, lib)
 
 
@@ -118,12 +120,15 @@ def cudnn_versions(root: Path, dist_version: Callable[[str], str | None] = dist_
         try:
             v = torch_mod.backends.cudnn.version()
             if v:
-                major, minor, patch = (v // 10000, (v % 10000) // 100, v % 100) if v >= 90000 else (v // 1000, (v % 1000) // 100, v % 100)
+                major, minor, patch = (
+                    (v // 10000, (v % 10000) // 100, v % 100) if v >= 90000 else (v // 1000, (v % 1000) // 100, v % 100)
+                )
                 found.append({"version": f"{major}.{minor}.{patch}", "source": "torch.backends.cudnn"})
         except Exception:
             pass
-    return found + _packages_headers_libraries(root, dist_version, "cudnn", stackread.CUDNN_HEADERS,
-                                               stackread.CUDNN_DEFINES, "libcudnn")
+    return found + _packages_headers_libraries(
+        root, dist_version, "cudnn", stackread.CUDNN_HEADERS, stackread.CUDNN_DEFINES, "libcudnn"
+    )
 
 
 def nccl_versions(root: Path, dist_version: Callable[[str], str | None] = dist_version) -> list[dict]:
@@ -138,8 +143,9 @@ def nccl_versions(root: Path, dist_version: Callable[[str], str | None] = dist_v
                 found.append({"version": f"{v // 1000}.{(v % 1000) // 100}.{v % 100}", "source": "torch.cuda.nccl"})
         except Exception:
             pass
-    return found + _packages_headers_libraries(root, dist_version, "nccl", stackread.NCCL_HEADERS,
-                                               stackread.NCCL_DEFINES, "libnccl")
+    return found + _packages_headers_libraries(
+        root, dist_version, "nccl", stackread.NCCL_HEADERS, stackread.NCCL_DEFINES, "libnccl"
+    )
 
 
 def cuda_toolkit_version(root: Path, dist_version: Callable[[str], str | None] = dist_version) -> dict | None:

@@ -26,9 +26,11 @@ NVLINK_COUNTERS = (
 MAX_LINKS_DEFAULT = 18  # NVLink 4 (H100/H200); newer nvidia-ml-py names a larger bound
 
 # sysfs AER statistics of a PCI device (Documentation/ABI/testing/sysfs-bus-pci-devices-aer-stats)
-AER_FILES = (("correctable", "aer_dev_correctable", "TOTAL_ERR_COR"),
-             ("nonfatal", "aer_dev_nonfatal", "TOTAL_ERR_NONFATAL"),
-             ("fatal", "aer_dev_fatal", "TOTAL_ERR_FATAL"))
+AER_FILES = (
+    ("correctable", "aer_dev_correctable", "TOTAL_ERR_COR"),
+    ("nonfatal", "aer_dev_nonfatal", "TOTAL_ERR_NONFATAL"),
+    ("fatal", "aer_dev_fatal", "TOTAL_ERR_FATAL"),
+)
 
 BDF_RE = re.compile(r"(?:([0-9a-fA-F]+):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
 
@@ -136,8 +138,9 @@ def aer_counters(device_dir: Path) -> tuple[dict | None, str | None]:
     for name, fname, total_key in AER_FILES:
         text = stackread.read(device_dir / fname)
         if text is None:
-            return None, (f"no {fname} in {device_dir} (kernel without PCIe AER statistics, "
-                          "or the device does not report AER)")
+            return None, (
+                f"no {fname} in {device_dir} (kernel without PCIe AER statistics, or the device does not report AER)"
+            )
         parsed = parse_aer(text, total_key)
         if parsed is None:
             return None, f"{device_dir / fname} holds no counter"

@@ -37,8 +37,8 @@ TELEMETRY = "telemetry.csv"
 MANIFEST = "manifest.json"
 STATUS = "status.json"
 SUMS = "SHA256SUMS"
-HEALTH = "health.json"     # a failed or aborted run: the health document after it (runner.health)
-XIDS = "xid.json"          # a GPU run during which the kernel log gained XID events: those events
+HEALTH = "health.json"  # a failed or aborted run: the health document after it (runner.health)
+XIDS = "xid.json"  # a GPU run during which the kernel log gained XID events: those events
 # One line of SHA256SUMS: what `sha256sum` writes in text mode ("<sha256>  <path>",
 # the runner's own) or in binary mode ("<sha256> *<path>", `sha256sum -b`). Both
 # verify with `sha256sum -c` and hash the same bytes on Linux, so both are accepted.
@@ -47,9 +47,19 @@ SUMS_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
 OUTCOMES = ("success", "target_missed", "failed", "aborted")
 
 TELEMETRY_COLUMNS = (
-    "time_s", "gpu", "uuid", "power_w", "temp_c", "sm_clock_mhz",
-    "mem_clock_mhz", "util_gpu_pct", "util_mem_pct", "mem_used_mib",
-    "throttle_reasons", "pcie_gen", "pcie_width",
+    "time_s",
+    "gpu",
+    "uuid",
+    "power_w",
+    "temp_c",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "util_gpu_pct",
+    "util_mem_pct",
+    "mem_used_mib",
+    "throttle_reasons",
+    "pcie_gen",
+    "pcie_width",
 )
 
 
@@ -103,7 +113,7 @@ def new_file(path: Path | str, mode: int = 0o644, sync: bool = True):
         tmp = path.with_name(f".{path.name[:200]}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-        except FileExistsError:   # a name planted there (a file, a link): take another
+        except FileExistsError:  # a name planted there (a file, a link): take another
             continue
         try:
             with os.fdopen(fd, "wb") as f:
@@ -201,12 +211,27 @@ def sums_entry(line: str) -> tuple[str, str] | None:
     return m.group(1).lower(), rel
 
 
-def status_document(*, runner_version: str, workload: str, benchmark: str,
-                    framework: str, mode: str, scale: str, seed: int,
-                    precision: str, gpus: list[int], world_size: int,
-                    nnodes: int, node_rank: int, start: str, end: str,
-                    exit_code: int, outcome: str, reason: str,
-                    result: dict) -> dict:
+def status_document(
+    *,
+    runner_version: str,
+    workload: str,
+    benchmark: str,
+    framework: str,
+    mode: str,
+    scale: str,
+    seed: int,
+    precision: str,
+    gpus: list[int],
+    world_size: int,
+    nnodes: int,
+    node_rank: int,
+    start: str,
+    end: str,
+    exit_code: int,
+    outcome: str,
+    reason: str,
+    result: dict,
+) -> dict:
     if outcome not in OUTCOMES:
         raise ValueError(f"unknown outcome {outcome!r}")
     return {

@@ -22,55 +22,111 @@ def add_arguments(p) -> None:
 def _run_arguments(p) -> None:
     """What runs: the workload, its run directory, GPUs, seed, mode, scale, data, precision, framework, limit."""
     p.add_argument("workload", help="a registered workload (python -m runner list)")
-    p.add_argument("--out", required=True, metavar="RUN_DIR",
-                   help="run directory to create (must not exist or be empty)")
-    p.add_argument("--gpus", default="all", metavar="all|N|I,J,...",
-                   help="'all', a count (0 = CPU), or indices as the host numbers them; "
-                        "a single index takes a trailing comma: '3,' (default: all)")
+    p.add_argument(
+        "--out", required=True, metavar="RUN_DIR", help="run directory to create (must not exist or be empty)"
+    )
+    p.add_argument(
+        "--gpus",
+        default="all",
+        metavar="all|N|I,J,...",
+        help="'all', a count (0 = CPU), or indices as the host numbers them; "
+        "a single index takes a trailing comma: '3,' (default: all)",
+    )
     p.add_argument("--seed", type=int, default=None, help="random seed (default: drawn and recorded)")
-    p.add_argument("--mode", choices=("ttt", "throughput"), default="ttt",
-                   help="train to the quality target (default) or measure samples/s")
-    p.add_argument("--scale", choices=("full", "small", "tiny"), default="full",
-                   help="full: real data and MLPerf target; small/tiny: generated data, smaller targets")
+    p.add_argument(
+        "--mode",
+        choices=("ttt", "throughput"),
+        default="ttt",
+        help="train to the quality target (default) or measure samples/s",
+    )
+    p.add_argument(
+        "--scale",
+        choices=("full", "small", "tiny"),
+        default="full",
+        help="full: real data and MLPerf target; small/tiny: generated data, smaller targets",
+    )
     p.add_argument("--data", default=None, metavar="PATH", help="prepared dataset root (needed for full ttt)")
-    p.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
-                   help="auto: bf16 on GPUs that support it, else fp32")
+    p.add_argument(
+        "--precision",
+        choices=("auto", "fp32", "bf16", "fp16"),
+        default="auto",
+        help="auto: bf16 on GPUs that support it, else fp32",
+    )
     p.add_argument("--framework", choices=("pytorch", "tensorflow"), default="pytorch")
-    p.add_argument("--max-minutes", type=float, default=None, metavar="M",
-                   help="wall-clock limit; the run is then aborted and recorded as such")
+    p.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        metavar="M",
+        help="wall-clock limit; the run is then aborted and recorded as such",
+    )
 
 
 def _host_arguments(p) -> None:
     """Where it runs: hosts of a multi-host run, the interpreter, the compiled-kernel cache."""
     p.add_argument("--nnodes", type=int, default=1, help="hosts taking part (multi-host torch.distributed)")
     p.add_argument("--node-rank", type=int, default=0, help="this host's rank among --nnodes")
-    p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
-                   help="rendezvous endpoint (needed when --nnodes > 1)")
-    p.add_argument("--python", default=None, metavar="PATH",
-                   help="interpreter for the workload processes (default: this one)")
-    p.add_argument("--cache-dir", default=None, metavar="PATH",
-                   help="compiled-kernel cache shared by the runs of a sweep "
-                        "(default: $GPULAB_CACHE_DIR or ~/.cache/gpulab-runner)")
+    p.add_argument(
+        "--rdzv-endpoint", default=None, metavar="HOST:PORT", help="rendezvous endpoint (needed when --nnodes > 1)"
+    )
+    p.add_argument(
+        "--python", default=None, metavar="PATH", help="interpreter for the workload processes (default: this one)"
+    )
+    p.add_argument(
+        "--cache-dir",
+        default=None,
+        metavar="PATH",
+        help="compiled-kernel cache shared by the runs of a sweep "
+        "(default: $GPULAB_CACHE_DIR or ~/.cache/gpulab-runner)",
+    )
 
 
 def _step_arguments(p) -> None:
     """How it runs: compilation, epochs and timed steps, CPU processes, settings replaced."""
-    p.add_argument("--no-compile", action="store_true",
-                   help="do not use torch.compile (eager mode)")
-    p.add_argument("--compile", action="store_true",
-                   help="use torch.compile on the CPU too (a GPU run compiles unless --no-compile; needs a "
-                        "C++ compiler and Python's headers on the host)")
-    p.add_argument("--max-epochs", type=int, default=None, metavar="N",
-                   help="ttt mode: stop after N epochs even below the target (default: per workload and scale)")
-    p.add_argument("--measure-seconds", type=float, default=None, metavar="S",
-                   help="throughput mode: seconds of timed steps after warm-up (default: per workload)")
-    p.add_argument("--warmup-steps", type=int, default=None, metavar="N",
-                   help="throughput mode: untimed steps first (default: per workload)")
-    p.add_argument("--cpu-procs", type=int, default=None, metavar="N",
-                   help="testing: run N gloo processes on CPU (only when no GPU is selected)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="set",
-                   help="replace one of the scale's settings (a name the workload declares in workloads.yml; "
-                        "VALUE is JSON, else text), e.g. lr=0.003; repeat for more (a recipe of invoke tune)")
+    p.add_argument("--no-compile", action="store_true", help="do not use torch.compile (eager mode)")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="use torch.compile on the CPU too (a GPU run compiles unless --no-compile; needs a "
+        "C++ compiler and Python's headers on the host)",
+    )
+    p.add_argument(
+        "--max-epochs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="ttt mode: stop after N epochs even below the target (default: per workload and scale)",
+    )
+    p.add_argument(
+        "--measure-seconds",
+        type=float,
+        default=None,
+        metavar="S",
+        help="throughput mode: seconds of timed steps after warm-up (default: per workload)",
+    )
+    p.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="throughput mode: untimed steps first (default: per workload)",
+    )
+    p.add_argument(
+        "--cpu-procs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="testing: run N gloo processes on CPU (only when no GPU is selected)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="set",
+        help="replace one of the scale's settings (a name the workload declares in workloads.yml; "
+        "VALUE is JSON, else text), e.g. lr=0.003; repeat for more (a recipe of invoke tune)",
+    )
 
 
 #: settings --set may not change: the quality bar and what data a run reads belong to the benchmark
@@ -144,11 +200,13 @@ RANGES = {
 def _check_ranges(args) -> None:
     for key, (lo, hi) in RANGES.items():
         value = getattr(args, key)
-        if value is not None and not lo <= value <= hi:   # NaN fails too
+        if value is not None and not lo <= value <= hi:  # NaN fails too
             fail(f"--{key.replace('_', '-')} {value}: must be in {lo:g}..{hi:g}")
     if args.cpu_procs is not None and not 1 <= args.cpu_procs <= max_cpu_procs():
-        fail(f"--cpu-procs {args.cpu_procs}: must be in 1..{max_cpu_procs()} "
-              f"(twice this host's {os.cpu_count()} CPUs, at most 64)")
+        fail(
+            f"--cpu-procs {args.cpu_procs}: must be in 1..{max_cpu_procs()} "
+            f"(twice this host's {os.cpu_count()} CPUs, at most 64)"
+        )
 
 
 def _check_numbers(args) -> None:
@@ -187,8 +245,7 @@ def _writable_folders(args) -> tuple[Path, Path]:
         fail(f"--out {args.out!r}: {parent} is not a folder")
     if parent is None or not os.access(parent, os.W_OK | os.X_OK):
         fail(f"--out {args.out!r}: {parent} is not writable")
-    cache = Path(args.cache_dir or os.environ.get("GPULAB_CACHE_DIR")
-                 or Path.home() / ".cache" / "gpulab-runner")
+    cache = Path(args.cache_dir or os.environ.get("GPULAB_CACHE_DIR") or Path.home() / ".cache" / "gpulab-runner")
     check_path(str(cache), "--cache-dir", made_here=True)
     made = next((p for p in cache.absolute().parents if os.path.lexists(p)), None)
     if made is not None and (not os.path.isdir(made) or not os.access(made, os.W_OK | os.X_OK)):
@@ -209,16 +266,17 @@ def plan(args, host_gpus: int | None = None) -> dict:
         fail(f"unknown workload {name!r} (known: {', '.join(catalogue)})")
     entry = catalogue[name]
     if args.framework not in entry["frameworks"]:
-        fail(f"workload {name!r} has no {args.framework} implementation "
-              f"(it has: {', '.join(entry['frameworks'])})")
+        fail(f"workload {name!r} has no {args.framework} implementation (it has: {', '.join(entry['frameworks'])})")
     python = args.python or sys.executable
     if not launch.python_ok(python):
         fail(f"--python {python!r} is not an executable file")
     fw_module = {"pytorch": "torch", "tensorflow": "tensorflow"}[args.framework]
     if not launch.has_module(python, fw_module):
         pretty = {"torch": "PyTorch (torch)", "tensorflow": "TensorFlow"}[fw_module]
-        fail(f"--framework {args.framework}: {pretty} is not installed for {python} "
-              f"(install the runner's '{'runner' if fw_module == 'torch' else 'tensorflow'}' extra)")
+        fail(
+            f"--framework {args.framework}: {pretty} is not installed for {python} "
+            f"(install the runner's '{'runner' if fw_module == 'torch' else 'tensorflow'}' extra)"
+        )
     if host_gpus is None:
         host_gpus = launch.host_gpu_count()
     try:
@@ -243,8 +301,12 @@ def plan(args, host_gpus: int | None = None) -> dict:
         fail("--compile and --no-compile: choose one")
     if args.precision == "fp16" and not gpus:
         fail("--precision fp16 needs a GPU (this run selects none)")
-    for value, what, made in ((args.out, "--out", True), (args.data, "--data", False),
-                              (args.cache_dir, "--cache-dir", True), (args.python, "--python", False)):
+    for value, what, made in (
+        (args.out, "--out", True),
+        (args.data, "--data", False),
+        (args.cache_dir, "--cache-dir", True),
+        (args.python, "--python", False),
+    ):
         if value is not None:
             check_path(value, what, made_here=made)
     if args.data is not None and not Path(args.data).is_dir():
@@ -261,6 +323,12 @@ def plan(args, host_gpus: int | None = None) -> dict:
     settings = parse_sets(args.set or [], entry, name)
     return {
         "settings": settings,
-        "workload": name, "entry": entry, "python": python, "gpus": gpus, "nprocs": nprocs,
-        "world_size": nprocs * args.nnodes, "out": out, "cache_dir": cache,
+        "workload": name,
+        "entry": entry,
+        "python": python,
+        "gpus": gpus,
+        "nprocs": nprocs,
+        "world_size": nprocs * args.nnodes,
+        "out": out,
+        "cache_dir": cache,
     }

@@ -20,8 +20,9 @@ SUFFIXES = (".py", ".yml", ".md")
 
 def files(root: Path = ROOT) -> list[Path]:
     """The runner's files under ``root`` (the ``runner`` package folder), in digest order."""
-    return sorted(p for p in Path(root).rglob("*")
-                  if p.is_file() and p.suffix in SUFFIXES and "__pycache__" not in p.parts)
+    return sorted(
+        p for p in Path(root).rglob("*") if p.is_file() and p.suffix in SUFFIXES and "__pycache__" not in p.parts
+    )
 
 
 def digest(root: Path = ROOT) -> str:

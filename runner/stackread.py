@@ -17,17 +17,29 @@ import re
 
 # headers, relative to the root, in the order they are read
 CUDNN_HEADERS = (
-    "usr/include/cudnn_version.h", "usr/include/*-linux-gnu/cudnn_version.h",
-    "usr/include/*-linux-gnu/cudnn_version_v*.h", "usr/include/cudnn_version_v*.h",
-    "usr/include/cudnn.h", "usr/include/*-linux-gnu/cudnn.h", "usr/include/*-linux-gnu/cudnn_v*.h",
-    "usr/include/cudnn_v*.h", "usr/local/cuda/include/cudnn_version.h", "usr/local/cuda/include/cudnn.h",
+    "usr/include/cudnn_version.h",
+    "usr/include/*-linux-gnu/cudnn_version.h",
+    "usr/include/*-linux-gnu/cudnn_version_v*.h",
+    "usr/include/cudnn_version_v*.h",
+    "usr/include/cudnn.h",
+    "usr/include/*-linux-gnu/cudnn.h",
+    "usr/include/*-linux-gnu/cudnn_v*.h",
+    "usr/include/cudnn_v*.h",
+    "usr/local/cuda/include/cudnn_version.h",
+    "usr/local/cuda/include/cudnn.h",
 )
 NCCL_HEADERS = ("usr/include/nccl.h", "usr/include/*-linux-gnu/nccl.h", "usr/local/cuda/include/nccl.h")
 CUDNN_DEFINES = ("CUDNN", ("MAJOR", "MINOR", "PATCHLEVEL"))
 NCCL_DEFINES = ("NCCL", ("MAJOR", "MINOR", "PATCH"))
 # library folders, relative to the root
-LIB_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib",
-            "usr/local/cuda/lib64", "usr/local/cuda/lib")
+LIB_DIRS = (
+    "usr/lib/x86_64-linux-gnu",
+    "usr/lib/aarch64-linux-gnu",
+    "usr/lib64",
+    "usr/lib",
+    "usr/local/cuda/lib64",
+    "usr/local/cuda/lib",
+)
 CUDA_HOME = "usr/local/cuda"
 # Python packages (distributions) that carry NVIDIA's libraries, in the order they are tried
 DISTS = {

@@ -49,11 +49,20 @@ def _minimal_probe(gpus: list[int]) -> dict:
         pass
     return {
         "source": "minimal (runner.probe is not available)",
-        "host": {"hostname": socket.gethostname(), "os": os_name, "kernel": platform.release(),
-                 "machine": platform.machine(), "cpus": os.cpu_count(),
-                 "python": platform.python_version()},
-        "frameworks": {"torch": version("torch"), "tensorflow": version("tensorflow"),
-                       "mlperf-logging": version("mlperf-logging"), "numpy": version("numpy")},
+        "host": {
+            "hostname": socket.gethostname(),
+            "os": os_name,
+            "kernel": platform.release(),
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+        },
+        "frameworks": {
+            "torch": version("torch"),
+            "tensorflow": version("tensorflow"),
+            "mlperf-logging": version("mlperf-logging"),
+            "numpy": version("numpy"),
+        },
         "gpus": [{"index": i} for i in gpus],
     }
 
@@ -61,6 +70,7 @@ def _minimal_probe(gpus: list[int]) -> dict:
 def _probe(gpus: list[int]) -> dict:
     try:
         from runner import probe as _probe_mod
+
         gather = _probe_mod.gather
     except (ImportError, AttributeError):
         return _minimal_probe(gpus)
@@ -114,41 +124,55 @@ def _last_error_line(stdout_log: Path) -> str:
 
 def _make_run_dir(args, out: Path) -> None:
     """The run directory and its stdout.log, or one line and exit 2 where it cannot be (nothing started)."""
-    problem = rundir.run_dir_problem(out)   # a link or a FIFO planted where the run writes: nothing started
+    problem = rundir.run_dir_problem(out)  # a link or a FIFO planted where the run writes: nothing started
     if problem:
         _fail(f"--out {args.out!r}: {problem}")
     try:
         out.mkdir(parents=True, exist_ok=True)
         rundir.open_file(out / rundir.STDOUT, append=True).close()
-    except OSError as exc:   # e.g. under /proc: nothing is written, nothing started
+    except OSError as exc:  # e.g. under /proc: nothing is written, nothing started
         _fail(f"--out {args.out!r}: cannot create the run directory there ({exc.strerror or exc})")
 
 
 def _worker_spec(args, p: dict, seed: int, out: Path, tmp: Path, t_launch: float) -> dict:
     """What the worker processes are told (spec.json)."""
     return {
-        "workload": p["workload"], "entry": p["entry"], "scale": args.scale, "mode": args.mode,
-        "seed": seed, "data": str(Path(args.data).resolve()) if args.data else None,
-        "precision": args.precision, "framework": args.framework, "gpus": p["gpus"],
-        "run_dir": str(out.resolve()), "result_path": str(tmp / "result.json"),
-        "t_launch": t_launch, "compile": (not args.no_compile) and (bool(p["gpus"]) or args.compile),
-        "measure_s": args.measure_seconds, "max_epochs": args.max_epochs, "warmup_steps": args.warmup_steps,
+        "workload": p["workload"],
+        "entry": p["entry"],
+        "scale": args.scale,
+        "mode": args.mode,
+        "seed": seed,
+        "data": str(Path(args.data).resolve()) if args.data else None,
+        "precision": args.precision,
+        "framework": args.framework,
+        "gpus": p["gpus"],
+        "run_dir": str(out.resolve()),
+        "result_path": str(tmp / "result.json"),
+        "t_launch": t_launch,
+        "compile": (not args.no_compile) and (bool(p["gpus"]) or args.compile),
+        "measure_s": args.measure_seconds,
+        "max_epochs": args.max_epochs,
+        "warmup_steps": args.warmup_steps,
         "drop_caches": args.scale == "full" and args.mode == "ttt",
         "cache_dir": str(p["cache_dir"]) if p["cache_dir"] is not None else None,
-        "settings": p.get("settings") or {},   # --set: replaces the scale's settings (checked by runplan)
+        "settings": p.get("settings") or {},  # --set: replaces the scale's settings (checked by runplan)
     }
 
 
 def _manifest(args, p: dict, seed: int, cmd, env: dict) -> dict:
     """manifest.json: the runner, the command, its options, the launch and the probe of the GPUs."""
     return {
-        "schema": rundir.MANIFEST_SCHEMA, "contract": rundir.CONTRACT_VERSION,
-        "runner_version": __version__, "runner": _version_line(),
+        "schema": rundir.MANIFEST_SCHEMA,
+        "contract": rundir.CONTRACT_VERSION,
+        "runner_version": __version__,
+        "runner": _version_line(),
         "command": shlex.join([sys.executable, "-m", "runner"] + sys.argv[1:]),
-        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                    if k != "command"},
-        "seed": seed, "gpus": p["gpus"], "world_size": p["world_size"],
-        "launch": cmd, "launch_env": {k: env[k] for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")},
+        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "command"},
+        "seed": seed,
+        "gpus": p["gpus"],
+        "world_size": p["world_size"],
+        "launch": cmd,
+        "launch_env": {k: env[k] for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")},
         "probe": _probe(p["gpus"]),
     }
 
@@ -197,16 +221,30 @@ def _close_mllog(mlpath: Path, outcome: str, reason: str) -> None:
         close_aborted(mlpath, reason)
 
 
-def _status(args, p: dict, seed: int, doc: dict | None, start_iso: str, exit_code: int, outcome: str, reason: str,
-            result: dict) -> dict:
+def _status(
+    args, p: dict, seed: int, doc: dict | None, start_iso: str, exit_code: int, outcome: str, reason: str, result: dict
+) -> dict:
     """status.json's document."""
     return rundir.status_document(
-        runner_version=__version__, workload=p["workload"], benchmark=p["entry"]["benchmark"],
-        framework=args.framework, mode=args.mode, scale=args.scale, seed=seed,
-        precision=(doc or {}).get("precision", args.precision), gpus=p["gpus"],
-        world_size=p["world_size"], nnodes=args.nnodes, node_rank=args.node_rank,
-        start=start_iso, end=rundir.utc_now(), exit_code=exit_code, outcome=outcome,
-        reason=reason, result=result)
+        runner_version=__version__,
+        workload=p["workload"],
+        benchmark=p["entry"]["benchmark"],
+        framework=args.framework,
+        mode=args.mode,
+        scale=args.scale,
+        seed=seed,
+        precision=(doc or {}).get("precision", args.precision),
+        gpus=p["gpus"],
+        world_size=p["world_size"],
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        start=start_iso,
+        end=rundir.utc_now(),
+        exit_code=exit_code,
+        outcome=outcome,
+        reason=reason,
+        result=result,
+    )
 
 
 def main(args) -> int:
@@ -234,21 +272,30 @@ def main(args) -> int:
     try:
         spec = _worker_spec(args, p, seed, out, tmp, t_launch)
         spec_path = tmp / "spec.json"
-        cmd = launch.worker_command(p["python"], spec_path, nprocs=p["nprocs"], nnodes=args.nnodes,
-                                    node_rank=args.node_rank, rdzv=args.rdzv_endpoint,
-                                    run_id=f"gpulab-{p['workload']}-{seed}")
+        cmd = launch.worker_command(
+            p["python"],
+            spec_path,
+            nprocs=p["nprocs"],
+            nnodes=args.nnodes,
+            node_rank=args.node_rank,
+            rdzv=args.rdzv_endpoint,
+            run_id=f"gpulab-{p['workload']}-{seed}",
+        )
         env = launch.child_env(p["gpus"], cache_dir=p["cache_dir"], nprocs=p["nprocs"])
         manifest = _manifest(args, p, seed, cmd, env)
         rundir.write_json(out / rundir.MANIFEST, manifest)
-        if p["gpus"]:   # the XIDs the kernel log has now: those that come during the run go into xid.json
+        if p["gpus"]:  # the XIDs the kernel log has now: those that come during the run go into xid.json
             from runner import health
 
             probed = manifest["probe"].get("gpus") or []
             xid0 = health.xid_baseline(probed)
         tele = _Telemetry(p["gpus"], out / rundir.TELEMETRY)
-        print(f"[runner] {p['workload']} {args.mode} {args.scale} seed {seed} on "
-              f"{'GPUs ' + ','.join(map(str, p['gpus'])) if p['gpus'] else 'CPU'} "
-              f"({p['world_size']} process{'es' if p['world_size'] > 1 else ''}): {out}", flush=True)
+        print(
+            f"[runner] {p['workload']} {args.mode} {args.scale} seed {seed} on "
+            f"{'GPUs ' + ','.join(map(str, p['gpus'])) if p['gpus'] else 'CPU'} "
+            f"({p['world_size']} process{'es' if p['world_size'] > 1 else ''}): {out}",
+            flush=True,
+        )
         if not abort_reason:
             spec_path.write_text(json.dumps({**spec, "t_spawn": time.time()}), encoding="utf-8")  # runner.phases
             procs = launch.Processes(cmd, env, stdout_log, cwd=tmp)

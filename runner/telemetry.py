@@ -36,8 +36,19 @@ from runner import rundir
 from runner.probe_gpu import THROTTLE_BAD, NvmlUnavailable, decode_throttle, load_nvml
 
 COLUMNS = [
-    "time_s", "gpu", "uuid", "power_w", "temp_c", "sm_clock_mhz", "mem_clock_mhz",
-    "util_gpu_pct", "util_mem_pct", "mem_used_mib", "throttle_reasons", "pcie_gen", "pcie_width",
+    "time_s",
+    "gpu",
+    "uuid",
+    "power_w",
+    "temp_c",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "util_gpu_pct",
+    "util_mem_pct",
+    "mem_used_mib",
+    "throttle_reasons",
+    "pcie_gen",
+    "pcie_width",
 ]
 
 
@@ -242,7 +253,12 @@ def summarize(rows: list[dict], since: float | None = None, until: float | None 
 
     out = {}
     for gpu, rs in sorted(per.items()):
-        power, temp, sm, mem = vals(rs, "power_w"), vals(rs, "temp_c"), vals(rs, "sm_clock_mhz"), vals(rs, "mem_clock_mhz")
+        power, temp, sm, mem = (
+            vals(rs, "power_w"),
+            vals(rs, "temp_c"),
+            vals(rs, "sm_clock_mhz"),
+            vals(rs, "mem_clock_mhz"),
+        )
         util = vals(rs, "util_gpu_pct")
         reasons: dict[str, int] = {}
         for r in rs:

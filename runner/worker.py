@@ -69,8 +69,7 @@ def main(argv=None) -> int:
     log = MLLog(Path(spec["run_dir"]) / "mllog.log", enabled=(rank == 0))
     result_path = spec.get("result_path") if rank == 0 else None
     entry = spec["entry"]
-    doc = {"outcome": "failed", "reason": "", "precision": spec.get("precision", "auto"),
-           "result": {}}
+    doc = {"outcome": "failed", "reason": "", "precision": spec.get("precision", "auto"), "result": {}}
     code = 1
     try:
         log.start(C.INIT_START)
@@ -153,8 +152,16 @@ def _run_torch(spec, entry, log, rank, world, local_rank, doc, C, platform_name)
 
     module = importlib.import_module(entry["module"])
     phases.mark("device ready, workload imported")
-    ctx = base.Context(spec=spec, entry=entry, log=log, device=device, rank=rank,
-                       world_size=world, local_rank=local_rank, precision=precision)
+    ctx = base.Context(
+        spec=spec,
+        entry=entry,
+        log=log,
+        device=device,
+        rank=rank,
+        world_size=world,
+        local_rank=local_rank,
+        precision=precision,
+    )
     out = base.run(ctx, module)
     if world > 1:  # only after a normal end: with a peer gone it could hang
         import torch.distributed as dist

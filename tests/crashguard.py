@@ -49,19 +49,25 @@ import pytest
 
 from tests import sharing
 
-STATE = "GPULAB_CRASHGUARD_STATE"     # set for a child: where it writes its progress
-SKIP = "GPULAB_CRASHGUARD_DESELECT"   # set for a resumed child: node ids (JSON lines) not to run again
-SWITCH = "GPULAB_CRASHGUARD"          # "off": no supervision
+STATE = "GPULAB_CRASHGUARD_STATE"  # set for a child: where it writes its progress
+SKIP = "GPULAB_CRASHGUARD_DESELECT"  # set for a resumed child: node ids (JSON lines) not to run again
+SWITCH = "GPULAB_CRASHGUARD"  # "off": no supervision
 _ORDER = ("failed", "passed", "skipped", "deselected", "xfailed", "xpassed", "error")
 
 
 def _unsupervised(config) -> bool:
     opt = config.option
-    return (os.environ.get(SWITCH, "").lower() in ("off", "0", "no")
-            or getattr(opt, "collectonly", False) or getattr(opt, "help", False)
-            or getattr(opt, "version", False) or getattr(opt, "showfixtures", False)
-            or getattr(opt, "markers", False) or getattr(opt, "fixtures_per_test", False)
-            or bool(getattr(opt, "numprocesses", None)) or "PYTEST_XDIST_WORKER" in os.environ)
+    return (
+        os.environ.get(SWITCH, "").lower() in ("off", "0", "no")
+        or getattr(opt, "collectonly", False)
+        or getattr(opt, "help", False)
+        or getattr(opt, "version", False)
+        or getattr(opt, "showfixtures", False)
+        or getattr(opt, "markers", False)
+        or getattr(opt, "fixtures_per_test", False)
+        or bool(getattr(opt, "numprocesses", None))
+        or "PYTEST_XDIST_WORKER" in os.environ
+    )
 
 
 def signal_name(returncode: int) -> str:
@@ -112,8 +118,7 @@ def _count(done: dict[str, list[str]], crashed: list[tuple[str, str]]) -> dict[s
 
 def summary_line(counts: dict[str, int], seconds: float, crashed: list[tuple[str, str]], processes: int = 1) -> str:
     """pytest's closing line over all children, with the crashes and the number of processes at once named."""
-    parts = [f"{counts[k]} {'errors' if k == 'error' and counts[k] != 1 else k}"
-             for k in _ORDER if counts.get(k)]
+    parts = [f"{counts[k]} {'errors' if k == 'error' and counts[k] != 1 else k}" for k in _ORDER if counts.get(k)]
     parts += [f"{v} {k}" for k, v in sorted(counts.items()) if k not in _ORDER and v]
     notes = [f"{processes} processes"] if processes > 1 else []
     if crashed:
@@ -122,7 +127,7 @@ def summary_line(counts: dict[str, int], seconds: float, crashed: list[tuple[str
 
 
 _live: list[subprocess.Popen] = []  # the children running now
-_told: list[int] = []                # the stops this process was told (Ctrl-C, SIGTERM, SIGHUP)
+_told: list[int] = []  # the stops this process was told (Ctrl-C, SIGTERM, SIGHUP)
 _print = threading.Lock()
 
 
@@ -132,8 +137,7 @@ def _forward(signum, frame):  # a stop meant for the session: the children get i
         child.send_signal(signum)
 
 
-def _run_child(args: list[str], cwd: str, state: Path, skip: Path | None, env_extra: dict,
-               prefix: str | None) -> int:
+def _run_child(args: list[str], cwd: str, state: Path, skip: Path | None, env_extra: dict, prefix: str | None) -> int:
     """The child's return code. ``prefix``: the child's output goes through this process, each line
     with it (a shared session's processes); None: the child writes to this process's own stdout and stderr."""
     # unbuffered: what a child printed before it died reaches the log
@@ -161,8 +165,17 @@ def _run_child(args: list[str], cwd: str, state: Path, skip: Path | None, env_ex
 class _Slot:
     """One process number of the session: its children one after another (a new one after each crash)."""
 
-    def __init__(self, n: int, args: list[str], cwd: str, tmp: str, maxfail: int, env: dict, shared: bool,
-                 xml: Path | None = None):
+    def __init__(
+        self,
+        n: int,
+        args: list[str],
+        cwd: str,
+        tmp: str,
+        maxfail: int,
+        env: dict,
+        shared: bool,
+        xml: Path | None = None,
+    ):
         self.n, self.args, self.cwd, self.tmp, self.maxfail, self.env = n, args, cwd, tmp, maxfail, env
         self.xml = xml  # a shared session's --junitxml: each child writes its own part, merged at the end
         self.prefix = f"[{n}] " if shared else None
@@ -188,21 +201,29 @@ class _Slot:
             if not self.crash:
                 return
             self.lost += failures  # this child never printed its failures: they are printed at the end
-            how = f"killed by {signal_name(self.rc)}" if self.rc < 0 else \
-                f"ended by exit code {self.rc} before pytest's end"
+            how = (
+                f"killed by {signal_name(self.rc)}"
+                if self.rc < 0
+                else f"ended by exit code {self.rc} before pytest's end"
+            )
             if running is None:  # outside any test (collection, session teardown): nothing to resume past
                 self.crashed.append(("(outside any test)", how))
                 return
             self.crashed.append((running, how))
             with _print:
-                print(f"\n{self.prefix or ''}crash guard: the test process running {running} was {how}; it counts "
-                      "as failed, the rest of the session goes on in a new process", file=sys.stderr, flush=True)
+                print(
+                    f"\n{self.prefix or ''}crash guard: the test process running {running} was {how}; it counts "
+                    "as failed, the rest of the session goes on in a new process",
+                    file=sys.stderr,
+                    flush=True,
+                )
             nfail = sum(cat in ("failed", "error") for outs in self.done.values() for cat in outs) + len(self.crashed)
             if self.maxfail and nfail >= self.maxfail:
                 return
             skip_file = Path(self.tmp, f"deselect-{self.n}.jsonl")
-            skip_file.write_text("".join(json.dumps(n) + "\n" for n in [*self.done, *(c for c, _ in self.crashed)]),
-                                 encoding="utf-8")
+            skip_file.write_text(
+                "".join(json.dumps(n) + "\n" for n in [*self.done, *(c for c, _ in self.crashed)]), encoding="utf-8"
+            )
 
 
 def supervise(args: list[str], cwd: str, maxfail: int = 0, processes: int = 1, xmlpath: str | None = None) -> int:
@@ -220,13 +241,18 @@ def supervise(args: list[str], cwd: str, maxfail: int = 0, processes: int = 1, x
             if shared:  # the cores split between the processes (runner.launch's rule for CPU ranks): N x 2
                 # threads on 2 cores leave OpenMP threads spinning for descheduled peers
                 from runner.launch import cpu_threads_per_process
-                env = {sharing.CLAIMS: str(claims),
-                       "OMP_NUM_THREADS": str(cpu_threads_per_process(os.environ.get("OMP_NUM_THREADS"), processes)),
-                       # Hypothesis's cache (.hypothesis/ in the working folder) not in a checkout a test watches
-                       "HYPOTHESIS_STORAGE_DIRECTORY": os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY")
-                       or str(Path(tmp, "hypothesis"))}
-            slots = [_Slot(n, args, cwd, tmp, maxfail, {**env, sharing.SLOT: str(n)} if shared else {}, shared, xml)
-                     for n in range(1, processes + 1)]
+
+                env = {
+                    sharing.CLAIMS: str(claims),
+                    "OMP_NUM_THREADS": str(cpu_threads_per_process(os.environ.get("OMP_NUM_THREADS"), processes)),
+                    # Hypothesis's cache (.hypothesis/ in the working folder) not in a checkout a test watches
+                    "HYPOTHESIS_STORAGE_DIRECTORY": os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY")
+                    or str(Path(tmp, "hypothesis")),
+                }
+            slots = [
+                _Slot(n, args, cwd, tmp, maxfail, {**env, sharing.SLOT: str(n)} if shared else {}, shared, xml)
+                for n in range(1, processes + 1)
+            ]
             if not shared:
                 slots[0].run()
             else:
@@ -273,6 +299,7 @@ def supervise(args: list[str], cwd: str, maxfail: int = 0, processes: int = 1, x
 
 # --- the child's side -------------------------------------------------------------------------
 
+
 class Child:
     """The child session's plugin: each test's start and finish (with its outcome categories) to
     the state file, and the deselection of the tests a resumed session must not run again."""
@@ -307,8 +334,9 @@ class Child:
         self._write({"end": int(exitstatus)})
 
     def pytest_runtest_logfinish(self, nodeid):
-        self._write({"done": nodeid, "outcomes": self.outcomes.pop(nodeid, []),
-                     "failures": self.failures.pop(nodeid, [])})
+        self._write(
+            {"done": nodeid, "outcomes": self.outcomes.pop(nodeid, []), "failures": self.failures.pop(nodeid, [])}
+        )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -324,9 +352,13 @@ def pytest_cmdline_main(config):
         return None
     if _unsupervised(config):
         return None
-    return supervise(list(config.invocation_params.args), str(config.invocation_params.dir),
-                     maxfail=getattr(config.option, "maxfail", 0) or 0, processes=getattr(config.option, "gpulab_processes", 1),
-                     xmlpath=getattr(config.option, "xmlpath", None))
+    return supervise(
+        list(config.invocation_params.args),
+        str(config.invocation_params.dir),
+        maxfail=getattr(config.option, "maxfail", 0) or 0,
+        processes=getattr(config.option, "gpulab_processes", 1),
+        xmlpath=getattr(config.option, "xmlpath", None),
+    )
 
 
 def _processes(value: str) -> int:
@@ -336,6 +368,12 @@ def _processes(value: str) -> int:
 
 
 def pytest_addoption(parser):
-    parser.addoption("--processes", type=_processes, default=1, dest="gpulab_processes", metavar="N",
-                     help="run the session in N pytest processes at once, each taking whole test files (the test "
-                          "lab's files all in the first); each is watched by the crash guard (tests/crashguard.py)")
+    parser.addoption(
+        "--processes",
+        type=_processes,
+        default=1,
+        dest="gpulab_processes",
+        metavar="N",
+        help="run the session in N pytest processes at once, each taking whole test files (the test "
+        "lab's files all in the first); each is watched by the crash guard (tests/crashguard.py)",
+    )

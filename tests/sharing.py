@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 CLAIMS = "GPULAB_CRASHGUARD_CLAIMS"  # the claims folder of a shared session
-SLOT = "GPULAB_CRASHGUARD_SLOT"      # this process's number, 1..N
-XML = "GPULAB_CRASHGUARD_XML"        # where this process writes its JUnit XML
+SLOT = "GPULAB_CRASHGUARD_SLOT"  # this process's number, 1..N
+XML = "GPULAB_CRASHGUARD_XML"  # where this process writes its JUnit XML
 LAB_FIXTURES = frozenset({"testlab", "testlab_images", "slurmlab"})
 
 

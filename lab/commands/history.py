@@ -59,6 +59,7 @@ def on_slurm(backend: str | None) -> bool:
 @dataclass
 class Imported:
     """Files loaded into the history: what was added (its line) and one line per input skipped."""
+
     added: str
     skipped: list[str]
 
@@ -74,8 +75,7 @@ def import_files(paths: list[str | Path], url: str, *, make_folder: bool = False
     return Imported(added.line(), [printable(line) for line in skipped])
 
 
-def show(url: str, *, default: bool, host=None, gpu=None, metric=None, since=None, until=None,
-         limit=200) -> list[str]:
+def show(url: str, *, default: bool, host=None, gpu=None, metric=None, since=None, until=None, limit=200) -> list[str]:
     """The history of checks and runs by GPU, host, metric and time, newest first: the table's lines."""
     from lab.history import query
 
@@ -87,6 +87,7 @@ def show(url: str, *, default: bool, host=None, gpu=None, metric=None, since=Non
 @dataclass(frozen=True)
 class Page:
     """The history's HTML page written: its path, the plots drawn and those found."""
+
     path: Path
     drawn: int
     found: int
@@ -96,8 +97,7 @@ class Page:
         return f"wrote {self.path} ({self.drawn} plot(s){more})"
 
 
-def page(url: str, out: str | Path, *, default: bool, host=None, gpu=None, metric=None, since=None,
-         until=None) -> Page:
+def page(url: str, out: str | Path, *, default: bool, host=None, gpu=None, metric=None, since=None, until=None) -> Page:
     """An HTML page of the history: one trend plot per GPU and metric. ``out`` is checked before the database
     is touched."""
     from lab.history import page as pages
@@ -113,9 +113,12 @@ def drained_lines(entries) -> list[str]:
     from lab.hosts import slurm
 
     held = {e.host for e in entries if e.gpu_index is None}
-    return [f"{printable(n.name):<24} Slurm {printable(n.state.lower())}: {printable(n.reason or 'no reason')}"
-            + (" (gpulab's drain)" if n.ours else "") for n in slurm.nodes().values()
-            if n.drained and n.name not in held]
+    return [
+        f"{printable(n.name):<24} Slurm {printable(n.state.lower())}: {printable(n.reason or 'no reason')}"
+        + (" (gpulab's drain)" if n.ours else "")
+        for n in slurm.nodes().values()
+        if n.drained and n.name not in held
+    ]
 
 
 def quarantine_list(url: str, *, default: bool, backend: str | None = None) -> list[str]:
@@ -136,6 +139,7 @@ def quarantine_list(url: str, *, default: bool, backend: str | None = None) -> l
 @dataclass(frozen=True)
 class Quarantined:
     """A quarantine added (``added``; False: it was there already) and, on Slurm, what the drain said."""
+
     target: str
     added: bool
     slurm: str | None = None
@@ -144,13 +148,23 @@ class Quarantined:
 @dataclass(frozen=True)
 class Released:
     """A release: its note (None where only gpulab's Slurm drain was lifted) and, on Slurm, what the resume said."""
+
     target: str
     note: str | None
     slurm: str | None = None
 
 
-def quarantine_add(url: str, target: str, *, default: bool, reason: str | None = None, action: str | None = None,
-                   who: str | None = None, backend: str | None = None, echo=print) -> Quarantined:
+def quarantine_add(
+    url: str,
+    target: str,
+    *,
+    default: bool,
+    reason: str | None = None,
+    action: str | None = None,
+    who: str | None = None,
+    backend: str | None = None,
+    echo=print,
+) -> Quarantined:
     """Keep a GPU or a host (``HOST`` or ``HOST:GPU_INDEX``) out of sweeps until released; each line to ``echo``
     as it happens (the quarantine is said before a Slurm drain is tried). Bad input before the database is
     touched."""
@@ -160,8 +174,11 @@ def quarantine_add(url: str, target: str, *, default: bool, reason: str | None =
     q.check_entry(reason, by, action)
     with database(url, default=default, create=True) as db:
         entry, added = q.add(db, tgt, reason=reason, who=by, action=action)
-    echo(f"{tgt}: quarantined" if added else
-         f"{tgt}: already quarantined since {entry.added_at:%Y-%m-%d %H:%M} by {entry.who}: {entry.reason}")
+    echo(
+        f"{tgt}: quarantined"
+        if added
+        else f"{tgt}: already quarantined since {entry.added_at:%Y-%m-%d %H:%M} by {entry.who}: {entry.reason}"
+    )
     done = None
     if tgt.gpu is None and on_slurm(backend):
         from lab.hosts import slurm as slurmctl
@@ -171,8 +188,17 @@ def quarantine_add(url: str, target: str, *, default: bool, reason: str | None =
     return Quarantined(str(tgt), added, done)
 
 
-def quarantine_release(url: str, target: str, *, default: bool, force: bool = False, note: str | None = None,
-                       who: str | None = None, backend: str | None = None, echo=print) -> Released:
+def quarantine_release(
+    url: str,
+    target: str,
+    *,
+    default: bool,
+    force: bool = False,
+    note: str | None = None,
+    who: str | None = None,
+    backend: str | None = None,
+    echo=print,
+) -> Released:
     """Return a GPU or host to sweeps: needs a passing validate since it was quarantined, unless ``force``
     (CheckFailed otherwise); each line to ``echo`` as it happens. Bad input before the database is touched."""
     from lab.history import quarantine as q
@@ -182,12 +208,14 @@ def quarantine_release(url: str, target: str, *, default: bool, force: bool = Fa
     q.check_release(by, note)
     node = slurmctl.nodes().get(slurmctl.check_node(tgt.host)) if tgt.gpu is None and on_slurm(backend) else None
     with database(url, default=default) as db:
-        if node is not None and node.ours and not q.active(db, {tgt.host}):   # drained on the node (its health
-            if not force:                                                   # check), not quarantined here
+        if node is not None and node.ours and not q.active(db, {tgt.host}):  # drained on the node (its health
+            if not force:  # check), not quarantined here
                 ok, why = q.passed_since(db, tgt.host, slurmctl.reason_time(tgt.host))
                 if not ok:
-                    raise CheckFailed(f"quarantine release: {tgt}: Slurm node drained by gpulab ({node.reason}); "
-                                      f"{why}; run `invoke validate --host {tgt.host}`, or release with --force")
+                    raise CheckFailed(
+                        f"quarantine release: {tgt}: Slurm node drained by gpulab ({node.reason}); "
+                        f"{why}; run `invoke validate --host {tgt.host}`, or release with --force"
+                    )
             resumed = slurmctl.resume(tgt.host)
             echo(f"{tgt}: Slurm node {resumed}")
             return Released(str(tgt), None, resumed)

@@ -23,8 +23,12 @@ def url_for(c, url=None) -> str:
     gpulab.history_lock_timeout_s and history_statement_timeout_s (lab.history.db.resolve_url)."""
     from lab.history import db as historydb
 
-    return historydb.resolve_url(setting(c, "history_url", url), setting(c, "results"),
-                                 setting(c, "history_lock_timeout_s"), setting(c, "history_statement_timeout_s"))
+    return historydb.resolve_url(
+        setting(c, "history_url", url),
+        setting(c, "results"),
+        setting(c, "history_lock_timeout_s"),
+        setting(c, "history_statement_timeout_s"),
+    )
 
 
 def where(c, url=None) -> dict:
@@ -32,8 +36,10 @@ def where(c, url=None) -> dict:
     return {"default": not setting(c, "history_url", url)}
 
 
-@task(name="import", help={"path": "results folders, run directories or validate.json files (comma separated)",
-                           "url": URL_HELP})
+@task(
+    name="import",
+    help={"path": "results folders, run directories or validate.json files (comma separated)", "url": URL_HELP},
+)
 @task_errors
 def history_import(c, path, url=None):
     """Load run directories and validate outputs into the history database (importing twice adds nothing)."""
@@ -45,32 +51,64 @@ def history_import(c, path, url=None):
     print(done.added)
 
 
-@task(name="show", default=True,
-      help={"host": "only this host", "gpu": "a GPU UUID, or a GPU index of --host", "metric": "check or "
-            "benchmark name (a part of it)", "since": "from this time (2026-12-01 or ISO 8601)",
-            "until": "up to this time", "limit": "at most this many rows (default 200)", "url": URL_HELP})
+@task(
+    name="show",
+    default=True,
+    help={
+        "host": "only this host",
+        "gpu": "a GPU UUID, or a GPU index of --host",
+        "metric": "check or benchmark name (a part of it)",
+        "since": "from this time (2026-12-01 or ISO 8601)",
+        "until": "up to this time",
+        "limit": "at most this many rows (default 200)",
+        "url": URL_HELP,
+    },
+)
 @task_errors
 def history_show(c, host=None, gpu=None, metric=None, since=None, until=None, limit=200, url=None):
     """The history of checks and runs by GPU, host, metric and time, newest first."""
     from lab.commands import history as cmd
 
-    print("\n".join(cmd.show(url_for(c, url), **where(c, url), host=host, gpu=gpu, metric=metric, since=since,
-                             until=until, limit=limit)))
+    print(
+        "\n".join(
+            cmd.show(
+                url_for(c, url),
+                **where(c, url),
+                host=host,
+                gpu=gpu,
+                metric=metric,
+                since=since,
+                until=until,
+                limit=limit,
+            )
+        )
+    )
 
 
-@task(name="page", help={"out": "the HTML file to write (e.g. results/history.html)", "host": "only this host",
-                         "gpu": "a GPU UUID, or a GPU index of --host", "metric": "check name (a part of it)",
-                         "since": "from this time (2026-12-01 or ISO 8601)", "until": "up to this time",
-                         "url": URL_HELP})
+@task(
+    name="page",
+    help={
+        "out": "the HTML file to write (e.g. results/history.html)",
+        "host": "only this host",
+        "gpu": "a GPU UUID, or a GPU index of --host",
+        "metric": "check name (a part of it)",
+        "since": "from this time (2026-12-01 or ISO 8601)",
+        "until": "up to this time",
+        "url": URL_HELP,
+    },
+)
 @task_errors
 def history_page(c, out, host=None, gpu=None, metric=None, since=None, until=None, url=None):
     """An HTML page of the history: one trend plot per GPU and metric (verdict colours, the GPU's median)."""
     from lab.commands import history as cmd
     from lab.history import page
 
-    page.check_out(out)   # bad input before the database's URL is read
-    print(cmd.page(url_for(c, url), out, **where(c, url), host=host, gpu=gpu, metric=metric, since=since,
-                   until=until).line())
+    page.check_out(out)  # bad input before the database's URL is read
+    print(
+        cmd.page(
+            url_for(c, url), out, **where(c, url), host=host, gpu=gpu, metric=metric, since=since, until=until
+        ).line()
+    )
 
 
 @task(name="list", default=True, help={"url": URL_HELP})
@@ -82,29 +120,55 @@ def quarantine_list(c, url=None):
     print("\n".join(cmd.quarantine_list(url_for(c, url), **where(c, url), backend=setting(c, "sweep.backend"))))
 
 
-@task(name="add", help={"target": TARGET_HELP, "reason": "why (one line)",
-                        "action": "what to do about it (e.g. reseat, RMA)", "who": WHO_HELP, "url": URL_HELP})
+@task(
+    name="add",
+    help={
+        "target": TARGET_HELP,
+        "reason": "why (one line)",
+        "action": "what to do about it (e.g. reseat, RMA)",
+        "who": WHO_HELP,
+        "url": URL_HELP,
+    },
+)
 @task_errors
 def quarantine_add(c, target, reason=None, action=None, who=None, url=None):
     """Keep a GPU or a host out of sweeps until released."""
     from lab.commands import history as cmd
 
-    cmd.quarantine_add(url_for(c, url), target, **where(c, url), reason=reason, action=action, who=who,
-                       backend=setting(c, "sweep.backend"))
+    cmd.quarantine_add(
+        url_for(c, url),
+        target,
+        **where(c, url),
+        reason=reason,
+        action=action,
+        who=who,
+        backend=setting(c, "sweep.backend"),
+    )
 
 
-@task(name="release", help={"target": TARGET_HELP, "force": "release without a passing validate",
-                            "note": "why (default: the validate that passed)", "who": WHO_HELP, "url": URL_HELP})
+@task(
+    name="release",
+    help={
+        "target": TARGET_HELP,
+        "force": "release without a passing validate",
+        "note": "why (default: the validate that passed)",
+        "who": WHO_HELP,
+        "url": URL_HELP,
+    },
+)
 @task_errors
 def quarantine_release(c, target, force=False, note=None, who=None, url=None):
     """Return a GPU or host to sweeps: needs a passing validate since it was quarantined, unless --force."""
     from lab.commands import history as cmd
 
-    cmd.quarantine_release(url_for(c, url), target, **where(c, url), force=force, note=note, who=who,
-                           backend=setting(c, "sweep.backend"))
+    cmd.quarantine_release(
+        url_for(c, url), target, **where(c, url), force=force, note=note, who=who, backend=setting(c, "sweep.backend")
+    )
 
 
 def collections() -> list[Collection]:
     """The sub-collections tasks.py adds to its namespace."""
-    return [Collection("history", history_import, history_show, history_page),
-            Collection("quarantine", quarantine_list, quarantine_add, quarantine_release)]
+    return [
+        Collection("history", history_import, history_show, history_page),
+        Collection("quarantine", quarantine_list, quarantine_add, quarantine_release),
+    ]

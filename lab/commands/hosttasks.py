@@ -34,29 +34,44 @@ def _changes_hosts(c, inventory, task: str) -> None:
 
     if inventory is None and not program.set_by(c.config, "inventory"):
         default = setting(c, "inventory")
-        raise ConfigError(f"{task} changes the hosts it runs on, and no inventory was named (the default, {default}, "
-                          f"is this machine): name it, `invoke {task} --inventory {default}` to change this machine, "
-                          f"or your lab's inventory (--inventory FILE, or the setting gpulab.inventory); "
-                          f"--check changes nothing")
+        raise ConfigError(
+            f"{task} changes the hosts it runs on, and no inventory was named (the default, {default}, "
+            f"is this machine): name it, `invoke {task} --inventory {default}` to change this machine, "
+            f"or your lab's inventory (--inventory FILE, or the setting gpulab.inventory); "
+            f"--check changes nothing"
+        )
 
 
-@task(help={**SELECT_HELP, "stack": "stack profile to apply instead of each host's gpulab_stack",
-            "check": "dry run: report what would change, change nothing",
-            "diff": "show file and package differences",
-            "datasets": "also fetch and prepare these datasets (comma list)"})
+@task(
+    help={
+        **SELECT_HELP,
+        "stack": "stack profile to apply instead of each host's gpulab_stack",
+        "check": "dry run: report what would change, change nothing",
+        "diff": "show file and package differences",
+        "datasets": "also fetch and prepare these datasets (comma list)",
+    }
+)
 @task_errors
-def provision(c, host=None, device=None, limit=None, stack=None, check=False, diff=False,
-              datasets=None, inventory=None):
+def provision(
+    c, host=None, device=None, limit=None, stack=None, check=False, diff=False, datasets=None, inventory=None
+):
     """Bring hosts to their stack profile with Ansible and read back what is installed."""
     from lab.hosts import provision as prov
 
     hosts = select(c, inventory, host, device, limit)
     if not check:
         _changes_hosts(c, inventory, "provision")
-    summary = prov.provision(hosts, inventory=setting(c, "inventory", inventory), stack=stack, check=check,
-                             diff=diff, datasets=datasets, datasets_catalogue=setting(c, "datasets_catalogue"),
-                             artifacts=setting(c, "artifacts"),
-                             stacks_dir=setting(c, "stacks"))
+    summary = prov.provision(
+        hosts,
+        inventory=setting(c, "inventory", inventory),
+        stack=stack,
+        check=check,
+        diff=diff,
+        datasets=datasets,
+        datasets_catalogue=setting(c, "datasets_catalogue"),
+        artifacts=setting(c, "artifacts"),
+        stacks_dir=setting(c, "stacks"),
+    )
     if not summary.ok:
         raise Exit(code=1)
 
@@ -68,29 +83,47 @@ def audit(c, host=None, device=None, limit=None, json=False, inventory=None):
     from lab.hosts import provision as prov
 
     hosts = select(c, inventory, host, device, limit)
-    report = prov.audit(hosts, inventory=setting(c, "inventory", inventory), as_json=json,
-                        artifacts=setting(c, "artifacts"), stacks_dir=setting(c, "stacks"))
+    report = prov.audit(
+        hosts,
+        inventory=setting(c, "inventory", inventory),
+        as_json=json,
+        artifacts=setting(c, "artifacts"),
+        stacks_dir=setting(c, "stacks"),
+    )
     if not report.ok:
         raise Exit(code=1)
 
 
-@task(help={**SELECT_HELP, "names": "datasets or benchmarks, comma separated (resnet50,ncf or imagenet,ml-20m)",
-            "storage": "copy (each host its own copy) or shared (one host prepares on shared storage)",
-            "root": "data root on the hosts (default: <gpulab_workdir>/data)",
-            "catalogue": "dataset catalogue (default: gpulab.datasets_catalogue)",
-            "check": "dry run: report what would be fetched, change nothing"})
+@task(
+    help={
+        **SELECT_HELP,
+        "names": "datasets or benchmarks, comma separated (resnet50,ncf or imagenet,ml-20m)",
+        "storage": "copy (each host its own copy) or shared (one host prepares on shared storage)",
+        "root": "data root on the hosts (default: <gpulab_workdir>/data)",
+        "catalogue": "dataset catalogue (default: gpulab.datasets_catalogue)",
+        "check": "dry run: report what would be fetched, change nothing",
+    }
+)
 @task_errors
-def datasets(c, names, host=None, device=None, limit=None, storage=None, root=None, catalogue=None, check=False,
-             inventory=None):
+def datasets(
+    c, names, host=None, device=None, limit=None, storage=None, root=None, catalogue=None, check=False, inventory=None
+):
     """Fetch, verify and prepare benchmark datasets on hosts; each host checks the result."""
     from lab.hosts import datasets as ds
 
     hosts = select(c, inventory, host, device, limit)
     if not check:
         _changes_hosts(c, inventory, "datasets")
-    result = ds.prepare(hosts, names, inventory=setting(c, "inventory", inventory),
-                        catalogue=setting(c, "datasets_catalogue", catalogue), storage=storage, root=root,
-                        check=check, artifacts=setting(c, "artifacts"))
+    result = ds.prepare(
+        hosts,
+        names,
+        inventory=setting(c, "inventory", inventory),
+        catalogue=setting(c, "datasets_catalogue", catalogue),
+        storage=storage,
+        root=root,
+        check=check,
+        artifacts=setting(c, "artifacts"),
+    )
     for line in result.lines:
         print(line)
     if not result.ok:

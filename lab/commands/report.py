@@ -11,16 +11,24 @@ from lab.report import build
 from lab.report.build import ReportResult
 
 
-def report(inputs: list[str | Path], *, out: str | Path | None = None, formats=build.FORMATS,
-           compare: str | Path | None = None, round: str | None = None) -> ReportResult:
+def report(
+    inputs: list[str | Path],
+    *,
+    out: str | Path | None = None,
+    formats=build.FORMATS,
+    compare: str | Path | None = None,
+    round: str | None = None,
+) -> ReportResult:
     """Read the runs under ``inputs`` (sweep directories, run directories or MLPerf log files) and write the report
     to ``out`` (default: the first input's folder's ``report/``). ConfigError for no input or an ``out`` that
     cannot be a folder, before anything is read."""
     found = [Path(p) for p in inputs if str(p).strip()]
     if not found:
-        raise ConfigError(f"report: {','.join(map(str, inputs))!r}: give a sweep directory, run directories or "
-                          f"MLPerf log files")
+        raise ConfigError(
+            f"report: {','.join(map(str, inputs))!r}: give a sweep directory, run directories or MLPerf log files"
+        )
     first = found[0]
     out_dir = lab_paths.folder(Path(out) if out else (first if first.is_dir() else first.parent) / "report", "--out")
-    return build.build_report(found, out_dir, formats=tuple(formats), compare=Path(compare) if compare else None,
-                              round=round)
+    return build.build_report(
+        found, out_dir, formats=tuple(formats), compare=Path(compare) if compare else None, round=round
+    )

@@ -23,6 +23,7 @@ from lab.sweep.hostrun import Settings
 class Request:
     """What a sweep runs: the options of invoke sweep; None: the declared default of gpulab's setting of that name
     (lab.core.settings: the reference study)."""
+
     workloads: str | list[str] | None = None
     gpus: str | None = None
     seeds: str | int | None = None
@@ -30,12 +31,13 @@ class Request:
     scale: str | None = None
     nodes: int = 1
     name: str | None = None
-    recipe: str | Path | None = None   # a recipe file (invoke tune writes one)
+    recipe: str | Path | None = None  # a recipe file (invoke tune writes one)
 
 
 @dataclass
 class DryRun:
     """What a dry run prints, and the refusal (a host lacks prepared data: exit 2) if any."""
+
     name: str
     lines: list[str]
     refused: str | None = None
@@ -44,6 +46,7 @@ class DryRun:
 @dataclass
 class SweepDone:
     """A sweep that ran: lab.sweep.driver's result and the history's line (recorded, or why not)."""
+
     result: driver.SweepResult
     history_line: str = ""
 
@@ -55,8 +58,8 @@ class SweepDone:
 @dataclass
 class _Resolved:
     name: str
-    args: dict   # lab.sweep.plan.plan's and lab.sweep.driver.run_sweep's keyword arguments
-    recipes: dict   # workload -> a recipe's settings (--recipe)
+    args: dict  # lab.sweep.plan.plan's and lab.sweep.driver.run_sweep's keyword arguments
+    recipes: dict  # workload -> a recipe's settings (--recipe)
 
 
 def _resolve(req: Request) -> _Resolved:
@@ -64,7 +67,7 @@ def _resolve(req: Request) -> _Resolved:
     given = {k: declared_default(k) if v is None else v for k, v in given.items()}
     args = dict(given, workloads=plan.parse_list(given["workloads"], "workloads"), nodes=req.nodes)
     chosen = {}
-    if req.recipe is not None:   # invoke tune's recipe file: its settings for every run of its workload
+    if req.recipe is not None:  # invoke tune's recipe file: its settings for every run of its workload
         chosen = recipes.for_runs(recipes.load(req.recipe), study.expand_workloads(args["workloads"]), args["scale"])
         args["recipes"] = chosen
     name = driver.default_name() if req.name is None else req.name
@@ -72,8 +75,15 @@ def _resolve(req: Request) -> _Resolved:
     return _Resolved(name, args, chosen)
 
 
-def dry_run(hosts: list, req: Request, *, results_dir: Path, history_url: str, settings: Settings,
-            catalogue: str | Path | None = None) -> DryRun:
+def dry_run(
+    hosts: list,
+    req: Request,
+    *,
+    results_dir: Path,
+    history_url: str,
+    settings: Settings,
+    catalogue: str | Path | None = None,
+) -> DryRun:
     """The plan of ``req`` on ``hosts`` (quarantined hosts and GPUs planned around) with estimated wall times
     and each host's prepared data (one read-only command per host); nothing starts and nothing is written.
     ConfigError when every host is quarantined."""
@@ -82,26 +92,54 @@ def dry_run(hosts: list, req: Request, *, results_dir: Path, history_url: str, s
     left, topologies, notes = plan.plan_around(hosts, held)
     if not left:
         raise ConfigError(f"sweep {r.name}: every selected host is quarantined: {'; '.join(notes)}")
-    lines, refused = study.dry_run(left, plan.plan(left, topologies=topologies, **r.args), r.name,
-                                   results_dir=results_dir, catalogue=catalogue, settings=settings)
-    given = [f"recipe: {req.recipe}: {w}: " + ", ".join(f"{k}={v}" for k, v in sorted(rec.items()))
-             for w, rec in r.recipes.items()]
+    lines, refused = study.dry_run(
+        left,
+        plan.plan(left, topologies=topologies, **r.args),
+        r.name,
+        results_dir=results_dir,
+        catalogue=catalogue,
+        settings=settings,
+    )
+    given = [
+        f"recipe: {req.recipe}: {w}: " + ", ".join(f"{k}={v}" for k, v in sorted(rec.items()))
+        for w, rec in r.recipes.items()
+    ]
     return DryRun(r.name, [lines[0], *given, *(f"quarantine: {n}" for n in notes), *lines[1:]], refused)
 
 
-def sweep(hosts: list, req: Request, *, results_dir: Path, history_url: str, settings: Settings,
-          catalogue: str | Path | None = None, make_folder: bool = False, backend: str = "ssh",
-          slurm_settings: slurmworker.SlurmSettings | None = None, echo=print) -> SweepDone:
+def sweep(
+    hosts: list,
+    req: Request,
+    *,
+    results_dir: Path,
+    history_url: str,
+    settings: Settings,
+    catalogue: str | Path | None = None,
+    make_folder: bool = False,
+    backend: str = "ssh",
+    slurm_settings: slurmworker.SlurmSettings | None = None,
+    echo=print,
+) -> SweepDone:
     """Run ``req`` on ``hosts`` (lab.sweep.driver.run_sweep) with the history's health gate and quarantine,
     then record the sweep in the history. ``make_folder``: the default database's results folder may be made
     (no gpulab.history_url). ``echo``: where the sweep's progress lines go."""
     r = _resolve(req)
-    held = memory.quarantined(history_url, hosts)   # what the plan leaves out (invoke quarantine)
-    mem = _FirstUse(history_url, r.name, make_folder)   # health gate, quarantine
+    held = memory.quarantined(history_url, hosts)  # what the plan leaves out (invoke quarantine)
+    mem = _FirstUse(history_url, r.name, make_folder)  # health gate, quarantine
     try:
-        result = driver.run_sweep(hosts, results_dir=results_dir, name=r.name, settings=settings,
-                                  datasets_catalogue=catalogue, quarantine=held, memory=mem, backend=backend,
-                                  slurm_settings=slurm_settings, echo=echo, **r.args)
+        result = driver.run_sweep(
+            hosts,
+            results_dir=results_dir,
+            name=r.name,
+            settings=settings,
+            datasets_catalogue=catalogue,
+            quarantine=held,
+            memory=mem,
+            backend=backend,
+            slurm_settings=slurm_settings,
+            echo=echo,
+            **r.args,
+        )
     finally:
         mem.close()
     return SweepDone(result, memory.record([result.sweep.root], history_url))

@@ -16,27 +16,62 @@ from lab.sweep import driver, hostrun, slurmworker
 from lab.tune import entry, search, trials
 
 
-def tune(hosts: list, workload: str, *, results_dir: str | Path, history_url: str,
-         settings: hostrun.Settings | None = None, scale: str | None = None, name: str | None = None,
-         device: str | None = None, seeds=None, trials_count=None, tune_settings: dict | None = None,
-         space_file: str | Path | None = None, open_space: bool = False, baseline: str | None = None,
-         gpus: str | None = None, max_epochs=None, backend: str = "ssh",
-         slurm_settings: slurmworker.SlurmSettings | None = None, make_folder: bool = False,
-         echo=print) -> search.TuneResult:
+def tune(
+    hosts: list,
+    workload: str,
+    *,
+    results_dir: str | Path,
+    history_url: str,
+    settings: hostrun.Settings | None = None,
+    scale: str | None = None,
+    name: str | None = None,
+    device: str | None = None,
+    seeds=None,
+    trials_count=None,
+    tune_settings: dict | None = None,
+    space_file: str | Path | None = None,
+    open_space: bool = False,
+    baseline: str | None = None,
+    gpus: str | None = None,
+    max_epochs=None,
+    backend: str = "ssh",
+    slurm_settings: slurmworker.SlurmSettings | None = None,
+    make_folder: bool = False,
+    echo=print,
+) -> search.TuneResult:
     """Search ``workload``'s hyperparameters on ``hosts``; results under ``results_dir/<name>``, the study in the
     database at ``history_url``. None takes gpulab's setting (``scale``: gpulab.scale; ``seeds``,
     ``trials_count`` and ``tune_settings``: gpulab.tune.*; ``settings``: gpulab.sweep.*); ``device`` names the
     selection in the default study name; ``backend``: ssh, slurm or auto, as a sweep's; ``make_folder``: the
     default database's folder may be made (no gpulab.history_url). ConfigError on bad input, nothing written."""
-    req = entry.request(workload, scale=declared_default("scale") if scale is None else scale, name=name,
-                        device=device, seeds=seeds, trials=trials_count, tune_settings=tune_settings or {},
-                        space_file=space_file, open_=open_space, baseline=baseline, gpus=gpus, wave=len(hosts),
-                        max_epochs=max_epochs)
-    kind = driver.resolve_backend(backend)   # slurm without a controller here: one line before the study is written
-    entry.check_plan(hosts, req)   # --gpus and the hosts as a trial's sweep plans them
+    req = entry.request(
+        workload,
+        scale=declared_default("scale") if scale is None else scale,
+        name=name,
+        device=device,
+        seeds=seeds,
+        trials=trials_count,
+        tune_settings=tune_settings or {},
+        space_file=space_file,
+        open_=open_space,
+        baseline=baseline,
+        gpus=gpus,
+        wave=len(hosts),
+        max_epochs=max_epochs,
+    )
+    kind = driver.resolve_backend(backend)  # slurm without a controller here: one line before the study is written
+    entry.check_plan(hosts, req)  # --gpus and the hosts as a trial's sweep plans them
     results_dir = Path(results_dir)
     storage, req.storage_shown = entry.storage_for(history_url)
-    on_fleet = trials.SweepBackend(hosts, results_dir / req.name, settings or hostrun.Settings(), history_url,
-                                   make_folder=make_folder, echo=echo, kind=kind, slurm_settings=slurm_settings,
-                                   quarantine=memory.quarantined(history_url, hosts))
+    on_fleet = trials.SweepBackend(
+        hosts,
+        results_dir / req.name,
+        settings or hostrun.Settings(),
+        history_url,
+        make_folder=make_folder,
+        echo=echo,
+        kind=kind,
+        slurm_settings=slurm_settings,
+        quarantine=memory.quarantined(history_url, hosts),
+    )
     return search.tune(req, storage, on_fleet, results_dir, echo=echo)

@@ -17,6 +17,7 @@ from lab.validate.verdict import Verdicts
 class Validated:
     """A validate that ran: its verdicts and files (``result``) and the history's lines (recorded, quarantined;
     none for a baseline or when no validate.json was written)."""
+
     result: Verdicts
     history_lines: list[str] = field(default_factory=list)
 
@@ -28,24 +29,47 @@ class Validated:
 @dataclass(frozen=True)
 class HistoryBaseline:
     """References written from the history's known-good GPUs: the file, its figures and models."""
+
     path: Path
     figures: int
     models: int
 
 
-def validate(hosts: list, *, history_url: str, level: str = "quick", baseline: bool = False, as_json: bool = False,
-             out_dir: str | Path = Path("results/validate"), references: str | Path | None = None,
-             inventory: str | Path | None = None, stacks_dir: str | Path | None = None, dcgm_level=None,
-             dcgm_levels: dict | None = None, limits: dict | None = None, quarantine: bool | str = True,
-             make_folder: bool = False) -> Validated:
+def validate(
+    hosts: list,
+    *,
+    history_url: str,
+    level: str = "quick",
+    baseline: bool = False,
+    as_json: bool = False,
+    out_dir: str | Path = Path("results/validate"),
+    references: str | Path | None = None,
+    inventory: str | Path | None = None,
+    stacks_dir: str | Path | None = None,
+    dcgm_level=None,
+    dcgm_levels: dict | None = None,
+    limits: dict | None = None,
+    quarantine: bool | str = True,
+    make_folder: bool = False,
+) -> Validated:
     """Check each host's GPUs against references (lab.validate.fleet.validate_fleet), then, unless ``baseline``,
     record validate.json in the history at ``history_url`` and (``quarantine``: a yes/no as Invoke users write
     it) quarantine each failing host or GPU. ``make_folder``: the default database's results folder may be
     made. A database that fails is one of the history lines; the files stay."""
-    result = fleet.validate_fleet(hosts, level=level, baseline=baseline, as_json=as_json, out_dir=out_dir,
-                                  references=references, inventory=inventory, stacks_dir=stacks_dir,
-                                  dcgm_level=dcgm_level, dcgm_levels=dcgm_levels, limits=limits,
-                                  past=None if baseline else memory.past_reader(history_url))
+    result = fleet.validate_fleet(
+        hosts,
+        level=level,
+        baseline=baseline,
+        as_json=as_json,
+        out_dir=out_dir,
+        references=references,
+        inventory=inventory,
+        stacks_dir=stacks_dir,
+        dcgm_level=dcgm_level,
+        dcgm_levels=dcgm_levels,
+        limits=limits,
+        past=None if baseline else memory.past_reader(history_url),
+    )
     written = [f for f in result.files if Path(f).name == "validate.json"]
     if not written or baseline:
         return Validated(result)

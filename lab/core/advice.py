@@ -30,7 +30,7 @@ def command(words: str) -> str:
     """``invoke WORDS`` with the ``-f`` file and the inventory in use added where they are missing."""
     try:
         parts = shlex.split(words)
-    except ValueError:   # not shell words: left as it is
+    except ValueError:  # not shell words: left as it is
         return f"invoke {words}"
     out = ["invoke"]
     if _context["config"] and not ({"-f", "--config"} & set(parts)):

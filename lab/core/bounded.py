@@ -21,8 +21,14 @@ from lab.core import limits
 from lab.core import paths
 from lab.core import plaindata
 
-_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-          stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symbolic link"}
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a folder",
+    stat.S_IFLNK: "a symbolic link",
+}
 
 
 class Unreadable(Exception):
@@ -83,7 +89,7 @@ def read_bytes(path: str | Path, *, root: str | Path | None = None, limit: int =
                 break
             chunks.append(block)
             total += len(block)
-            if total > limit:   # grew after the check
+            if total > limit:  # grew after the check
                 raise _too_big(path, total, limit)
         return b"".join(chunks)
     except OSError as exc:
@@ -110,8 +116,9 @@ def read_head(path: str | Path, *, root: str | Path | None = None, limit: int = 
         os.close(fd)
 
 
-def read_text(path: str | Path, *, root: str | Path | None = None, limit: int = limits.JSON_BYTES,
-              errors: str = "strict") -> str:
+def read_text(
+    path: str | Path, *, root: str | Path | None = None, limit: int = limits.JSON_BYTES, errors: str = "strict"
+) -> str:
     """UTF-8 text of a regular file; with errors="strict" a byte that is not UTF-8 is Unreadable."""
     data = read_bytes(path, root=root, limit=limit)
     try:

@@ -23,10 +23,16 @@ from lab.core.program import PIPE_GONE, config_flag_file, quiet_stdout, set_by
 
 
 # the task options and settings that name a path: each checked where it enters (lab.core.paths)
-PATH_OPTIONS = {"path": True, "out": True, "compare": True, "references": True, "catalogue": True,
-                "inventory": True, "root": False}   # --root is a folder on the hosts
-PATH_SETTINGS = ("inventory", "results", "artifacts", "stacks", "references", "datasets_catalogue",
-                 "demo.inventory")
+PATH_OPTIONS = {
+    "path": True,
+    "out": True,
+    "compare": True,
+    "references": True,
+    "catalogue": True,
+    "inventory": True,
+    "root": False,
+}  # --root is a folder on the hosts
+PATH_SETTINGS = ("inventory", "results", "artifacts", "stacks", "references", "datasets_catalogue", "demo.inventory")
 
 
 def check_paths(setting, arguments: dict) -> None:
@@ -37,13 +43,13 @@ def check_paths(setting, arguments: dict) -> None:
     for name, local in PATH_OPTIONS.items():
         value = arguments.get(name)
         if isinstance(value, str):
-            for part in (value.split(",") if name == "path" else [value]):
+            for part in value.split(",") if name == "path" else [value]:
                 if part.strip():
                     paths.usable(part, f"--{name}" if name != "path" else "PATH", local=local)
     for key in PATH_SETTINGS:
         if isinstance(setting(key), str):
             paths.usable(setting(key), f"config gpulab.{key}")
-    for key in ("results", "artifacts"):   # the folders tasks write into
+    for key in ("results", "artifacts"):  # the folders tasks write into
         if isinstance(setting(key), str):
             paths.output_root(setting(key), f"config gpulab.{key}")
     for name, local in (("out", True), ("root", False)):
@@ -56,9 +62,24 @@ def check_paths(setting, arguments: dict) -> None:
 # One short flag per option, the same in every task (Invoke would give each task's options the first free
 # letter of their names, so that -u was --url in one task and --until in another); an option not named here
 # has its long form only.
-SHORT_FLAGS = {"host": "h", "device": "d", "limit": "l", "inventory": "i", "url": "u", "name": "n",
-               "workloads": "w", "gpus": "g", "seeds": "s", "mode": "m", "out": "o", "format": "f", "json": "j",
-               "check": "c", "dry_run": "r", "timeout": "t"}
+SHORT_FLAGS = {
+    "host": "h",
+    "device": "d",
+    "limit": "l",
+    "inventory": "i",
+    "url": "u",
+    "name": "n",
+    "workloads": "w",
+    "gpus": "g",
+    "seeds": "s",
+    "mode": "m",
+    "out": "o",
+    "format": "f",
+    "json": "j",
+    "check": "c",
+    "dry_run": "r",
+    "timeout": "t",
+}
 
 
 class GpulabTask(Task):
@@ -114,14 +135,14 @@ def task_errors(fn):
             # what pasting an advised command needs again
             advice.remember(config=config_flag_file(), inventory=arguments.get("inventory"))
             result = fn(c, *args, **kwargs)
-            sys.stdout.flush()   # here, not at exit: a reader that left is a BrokenPipeError handled below
+            sys.stdout.flush()  # here, not at exit: a reader that left is a BrokenPipeError handled below
             return result
         except GpulabError as exc:
-            said = with_source(c.config, exc.message)   # a setting's value: the file that set it
+            said = with_source(c.config, exc.message)  # a setting's value: the file that set it
             raise Exit(f"gpulab: {printable(advice.carry(said))}", code=exc.exit_code) from None
         except KeyboardInterrupt:
             raise Exit("gpulab: interrupted; state saved", code=130) from None
-        except BrokenPipeError:   # `invoke sweep --dry-run | head`: the reader left; stop quietly as a pipe does
+        except BrokenPipeError:  # `invoke sweep --dry-run | head`: the reader left; stop quietly as a pipe does
             quiet_stdout()
             raise Exit(code=PIPE_GONE) from None
 

@@ -44,8 +44,9 @@ def _validator() -> jsonschema.Draft202012Validator:
 
 def _checked(data, source: str):
     """``data`` if it fits the declared schema and ranges; ConfigError naming the first key and ``source``."""
-    errors = sorted(_validator().iter_errors(data),
-                    key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    errors = sorted(
+        _validator().iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path)))
+    )
     if errors:
         err = errors[0]
         key = ".".join(["gpulab", *map(str, err.absolute_path)])
@@ -84,7 +85,9 @@ def _set_leaf(doc: dict, path: tuple, value) -> dict:
 
 def _takes_text(path: tuple, value: str) -> bool:
     """Whether the schema takes ``value`` as text at ``path`` (a count may be a word, a list a comma list)."""
-    return not any(tuple(map(str, e.absolute_path)) == path for e in _validator().iter_errors(_set_leaf({}, path, value)))
+    return not any(
+        tuple(map(str, e.absolute_path)) == path for e in _validator().iter_errors(_set_leaf({}, path, value))
+    )
 
 
 def env_section(section, environ: Mapping[str, str]) -> dict:
@@ -100,18 +103,19 @@ def env_section(section, environ: Mapping[str, str]) -> dict:
     out: dict = {}
     for var in sorted(v for v in environ if v.upper().startswith(ENV_PREFIX + "GPULAB_")):
         if var not in known:
-            raise ConfigError(f"{var}: names no gpulab setting (README \"Settings\" lists them)")
+            raise ConfigError(f'{var}: names no gpulab setting (README "Settings" lists them)')
         s, value = known[var], environ[var]
         path, key = tuple(s.key.split(".")), f"gpulab.{s.key}"
         if s.kind == "flag":
             typed = settings.flag(value, f"{var} ({key})", layer="environment variable")
         elif s.kind == "number" and not _takes_text(path, value):
             kind = "a whole number" if s.range.integer else "a number"
-            raise ConfigError(f"{var}={excerpt(repr(value))}: {key} takes {kind}"
-                              + "".join(f" or {w}" for w in s.words))
+            raise ConfigError(
+                f"{var}={excerpt(repr(value))}: {key} takes {kind}" + "".join(f" or {w}" for w in s.words)
+            )
         else:
             typed = value
-        settings.problems(_set_leaf({}, path, typed), var)   # its range, naming the variable
+        settings.problems(_set_leaf({}, path, typed), var)  # its range, naming the variable
         _set_leaf(out, path, typed)
     return out
 

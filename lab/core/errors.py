@@ -55,7 +55,7 @@ EXCERPT = 80
 def excerpt(text, limit: int = EXCERPT) -> str:
     """At most ``limit`` characters of ``text`` on one line: an error quotes a value or a file, never all of it."""
     text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def printable(text) -> str:

@@ -24,20 +24,21 @@ SCALES = ("tiny", "small", "full")
 
 class RunState(str, enum.Enum):
     """A planned run's state in a sweep (sweep.json's ``state``, written as its value: "complete")."""
+
     PLANNED = "planned"
     RUNNING = "running"
-    COMPLETE = "complete"        # fetched and verified, outcome success or target_missed
+    COMPLETE = "complete"  # fetched and verified, outcome success or target_missed
     FAILED = "failed"
-    INTERRUPTED = "interrupted"   # stopped by Ctrl-C
+    INTERRUPTED = "interrupted"  # stopped by Ctrl-C
 
-    def __str__(self) -> str:   # the value, in f-strings and tables as in sweep.json (Python 3.10's Enum gives the name)
+    def __str__(self) -> str:  # the value, in f-strings and tables as in sweep.json (Python 3.10's Enum gives the name)
         return self.value
 
     __format__ = str.__format__
 
 
 STATES = tuple(s.value for s in RunState)
-OUTCOMES = rundir.OUTCOMES   # the runner's status.json outcomes (the run-directory contract)
+OUTCOMES = rundir.OUTCOMES  # the runner's status.json outcomes (the run-directory contract)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 WORKLOAD_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 HOST_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@+-]{0,252}$")
@@ -65,8 +66,9 @@ def workload(value, what: str = "--workloads") -> str:
 def host_name(value, what: str = "host") -> str:
     """An inventory host name that can name a folder: results/<sweep>/<host>/."""
     if not isinstance(value, str) or not HOST_RE.match(value) or not paths.is_component(value):
-        raise ConfigError(f"{what}: {_shown(value)} is not a host name gpulab can use as a folder name "
-                          f"(letters, digits, . _ - : @ +)")
+        raise ConfigError(
+            f"{what}: {_shown(value)} is not a host name gpulab can use as a folder name (letters, digits, . _ - : @ +)"
+        )
     return value
 
 

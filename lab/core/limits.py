@@ -30,27 +30,27 @@ class Range:
 
 
 # --- a sweep's plan (command line, settings, sweep.json) --------------------------------------
-MAX_EPOCHS = Range(1, 10000, "epochs")           # runner run --max-epochs
-SEEDS = Range(1, 1000, "seeds")                  # per configuration; MLPerf asks at most 100 (NCF)
-SEED = Range(0, 2**31 - 1)                       # one seed value, as the runner accepts it
-GPUS = Range(1, 64, "GPUs")                      # GPUs of one run on one host
+MAX_EPOCHS = Range(1, 10000, "epochs")  # runner run --max-epochs
+SEEDS = Range(1, 1000, "seeds")  # per configuration; MLPerf asks at most 100 (NCF)
+SEED = Range(0, 2**31 - 1)  # one seed value, as the runner accepts it
+GPUS = Range(1, 64, "GPUs")  # GPUs of one run on one host
 GPU_INDEX = Range(0, 63)
-NODES = Range(1, 64, "hosts")                    # hosts of one multi-node run
-PLANNED_RUNS = Range(1, 10_000, "runs")          # runs in one sweep, counted before the plan is built
+NODES = Range(1, 64, "hosts")  # hosts of one multi-node run
+PLANNED_RUNS = Range(1, 10_000, "runs")  # runs in one sweep, counted before the plan is built
 ATTEMPTS = Range(0, 10_000)
-RUN_TIMEOUT_MINUTES = Range(0.05, 7 * 24 * 60, "minutes", integer=False)   # 3 s .. one week
+RUN_TIMEOUT_MINUTES = Range(0.05, 7 * 24 * 60, "minutes", integer=False)  # 3 s .. one week
 RUN_LIMIT_S = Range(RUN_TIMEOUT_MINUTES.lo * 60, RUN_TIMEOUT_MINUTES.hi * 60, "s", integer=False)
 
 # the gpulab: settings' ranges are declared with the settings themselves (lab.core.settings.DECLARED)
-BACKENDS = ("ssh", "slurm", "auto")               # gpulab.sweep.backend, --backend
+BACKENDS = ("ssh", "slurm", "auto")  # gpulab.sweep.backend, --backend
 
 # --- bytes read back from files (lab.core.bounded) -----------------------------------------------------
-JSON_BYTES = 16 << 20          # status.json, manifest.json, sweep.json, systems/*.json
-SUMS_BYTES = 1 << 20           # SHA256SUMS
-DATA_BYTES = 16 << 20          # YAML data files: stacks, references, catalogues
-LOG_BYTES = 512 << 20          # mllog.log and plain MLPerf logs
-TELEMETRY_BYTES = 1 << 30      # telemetry.csv: one row per GPU per second of a long run
-HASH_BYTES = 64 << 30          # a file hashed (streamed, never held) for SHA256SUMS
+JSON_BYTES = 16 << 20  # status.json, manifest.json, sweep.json, systems/*.json
+SUMS_BYTES = 1 << 20  # SHA256SUMS
+DATA_BYTES = 16 << 20  # YAML data files: stacks, references, catalogues
+LOG_BYTES = 512 << 20  # mllog.log and plain MLPerf logs
+TELEMETRY_BYTES = 1 << 30  # telemetry.csv: one row per GPU per second of a long run
+HASH_BYTES = 64 << 30  # a file hashed (streamed, never held) for SHA256SUMS
 
 
 def number(value, what: str, rng: Range) -> int | float:
@@ -92,8 +92,9 @@ def counts(value, what: str, rng: Range, words: tuple = (), *, many: bool = Fals
             number(item, what, rng)
     except ConfigError:
         takes = rng.describe().replace("a whole number", "a comma list of whole numbers" if many else "a whole number")
-        raise ConfigError(f"{what}: {excerpt(repr(value), 40)} is not " + " or ".join([", ".join([takes, *words[:-1]]),
-                                                                                       *words[-1:]])) from None
+        raise ConfigError(
+            f"{what}: {excerpt(repr(value), 40)} is not " + " or ".join([", ".join([takes, *words[:-1]]), *words[-1:]])
+        ) from None
     return value
 
 
@@ -101,16 +102,20 @@ def names(value, what: str, words: tuple = (), pattern: str | None = None, only:
     """A comma list of names as given (``workloads: ncf,gnmt``), each matching ``pattern`` (or one of ``only``),
     or a word of its own alone (``all``); ConfigError naming ``what`` otherwise."""
     items = _items(value)
-    named = all(isinstance(i, str) and i not in words and re.fullmatch(pattern or ".+", i) and (not only or i in only)
-                for i in items)
+    named = all(
+        isinstance(i, str) and i not in words and re.fullmatch(pattern or ".+", i) and (not only or i in only)
+        for i in items
+    )
     if not items or not (named or (len(items) == 1 and items[0] in words)):
-        raise ConfigError(f"{what}: {excerpt(repr(value), 40)} is not a comma list of "
-                          + (", ".join(only) if only else "names (letters, digits, _ -)")
-                          + "".join(f" or {w} alone" for w in words))
+        raise ConfigError(
+            f"{what}: {excerpt(repr(value), 40)} is not a comma list of "
+            + (", ".join(only) if only else "names (letters, digits, _ -)")
+            + "".join(f" or {w} alone" for w in words)
+        )
     return value
 
 
-MEASUREMENT_ABS = 1e12   # no figure of a GPU check is this large: a value beyond it is not a measurement
+MEASUREMENT_ABS = 1e12  # no figure of a GPU check is this large: a value beyond it is not a measurement
 
 
 def measurement(v) -> float | None:
@@ -128,6 +133,7 @@ def measurement(v) -> float | None:
 def plan_size(total: int) -> int:
     """Runs a plan would hold (hosts x workloads x GPU counts x seeds), checked before it is built."""
     if total > PLANNED_RUNS.hi:
-        raise ConfigError(f"plan: {total} runs (hosts x workloads x GPU counts x seeds), more than "
-                          f"{PLANNED_RUNS.hi:g} in one sweep")
+        raise ConfigError(
+            f"plan: {total} runs (hosts x workloads x GPU counts x seeds), more than {PLANNED_RUNS.hi:g} in one sweep"
+        )
     return total

@@ -38,6 +38,7 @@ def _add_alias(table: dict[str, str], alias: str, name: str, source: Path) -> No
 @dataclass(frozen=True)
 class Benchmark:
     """One benchmark of lab/data/benchmarks.yml (its header says what each field means)."""
+
     name: str
     title: str
     aliases: tuple[str, ...]
@@ -65,15 +66,21 @@ class Rules:
         self._bench_alias: dict[str, str] = {}
         for name, b in bdoc["benchmarks"].items():
             self.benchmarks[name] = Benchmark(
-                name=name, title=b["title"], aliases=tuple(b["aliases"]), metric=b["metric"],
-                target=b["target"], runs_required=b["runs_required"],
-                converged_required=b.get("converged_required"), sample_unit=b["sample_unit"],
-                train_samples=b.get("train_samples"))
+                name=name,
+                title=b["title"],
+                aliases=tuple(b["aliases"]),
+                metric=b["metric"],
+                target=b["target"],
+                runs_required=b["runs_required"],
+                converged_required=b.get("converged_required"),
+                sample_unit=b["sample_unit"],
+                train_samples=b.get("train_samples"),
+            )
             for alias in (name, *b["aliases"]):
                 _add_alias(self._bench_alias, alias, name, data_dir / "benchmarks.yml")
         self.device_power: dict[str, float | None] = {}
         self._dev_alias: dict[str, str] = {}
-        self._lab_alias: set[str] = set()   # keys that only this lab's own hosts use
+        self._lab_alias: set[str] = set()  # keys that only this lab's own hosts use
         patterns = []
         for name, d in ddoc["devices"].items():
             self.device_power[name] = d.get("power_w")
@@ -87,7 +94,8 @@ class Rules:
         patterns.sort(key=lambda p: -p[0])
         # A device name may follow "4x" and be followed by "x4", "-4gpu", "_16gb"...
         self._dev_re = re.compile(
-            r"(?:(?<![a-z0-9])|(?<=[0-9]x)|(?<=[-_ ]x))(" + "|".join(p for _, p in patterns) + r")(?![a-wyz0-9])")
+            r"(?:(?<![a-z0-9])|(?<=[0-9]x)|(?<=[-_ ]x))(" + "|".join(p for _, p in patterns) + r")(?![a-wyz0-9])"
+        )
 
     # -- names -------------------------------------------------------------
     def benchmark(self, name) -> str | None:
@@ -123,7 +131,7 @@ class Rules:
         m = self._dev_re.search(s)
         if m:
             device = self._dev_alias.get(_norm(m.group(1)))
-            before, after = s[: m.start()], s[m.end():]
+            before, after = s[: m.start()], s[m.end() :]
             c = re.search(r"(?<![a-z0-9.])(\d+)[-_ ]*x[-_ ]*$", before)
             if not c:
                 c = re.match(r"^[-_ ]*x[-_ ]*(\d+)(?![0-9])", after)
@@ -180,4 +188,5 @@ def bench_order(rules: Rules, labels) -> list[str]:
     def key(label):
         base = label.split(" [")[0]
         return (order.get(base, len(order)), base, label)
+
     return sorted(set(labels), key=key)

@@ -19,8 +19,13 @@ MAX_NAME = 255
 
 def is_component(name) -> bool:
     """One plain file name: not empty, no '/', no NUL, not '.' or '..'."""
-    return (isinstance(name, str) and 0 < len(name) <= MAX_NAME and "/" not in name and "\0" not in name
-            and name not in (".", ".."))
+    return (
+        isinstance(name, str)
+        and 0 < len(name) <= MAX_NAME
+        and "/" not in name
+        and "\0" not in name
+        and name not in (".", "..")
+    )
 
 
 def real(path: str | Path) -> Path:
@@ -67,16 +72,38 @@ def usable(path: str | Path, what: str, *, local: bool = True) -> Path:
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise ConfigError(f"{what}: {excerpt(text, 60)}: a symbolic link loop") from None
-            if exc.errno == errno.ENAMETOOLONG:   # pragma: no cover - the byte counts come first
+            if exc.errno == errno.ENAMETOOLONG:  # pragma: no cover - the byte counts come first
                 raise ConfigError(f"{what}: {excerpt(text, 60)}: name too long") from None
     return Path(text)
 
 
 # folders no output of gpulab may be, or (SYSTEM_TREES) lie in: a typo of --out or gpulab.results must not
 # spread report files over the system or fill /proc with sweeps
-SYSTEM_FOLDERS = frozenset({"/", "/etc", "/usr", "/var", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/boot",
-                            "/dev", "/proc", "/sys", "/run", "/root", "/home", "/opt", "/srv", "/tmp", "/var/lib",
-                            "/usr/local"})
+SYSTEM_FOLDERS = frozenset(
+    {
+        "/",
+        "/etc",
+        "/usr",
+        "/var",
+        "/bin",
+        "/sbin",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/boot",
+        "/dev",
+        "/proc",
+        "/sys",
+        "/run",
+        "/root",
+        "/home",
+        "/opt",
+        "/srv",
+        "/tmp",
+        "/var/lib",
+        "/usr/local",
+    }
+)
 SYSTEM_TREES = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/boot", "/dev", "/proc", "/sys")
 
 

@@ -30,8 +30,8 @@ import json
 import math
 import re
 
-MAX_DEPTH = 64            # the documents gpulab reads nest a few levels; MLPerf's metadata at most 3
-MAX_INT_DIGITS = 20       # |n| < 10**20: every uint64 (NVML, DCGM), count, time in ms, seed or epoch fits
+MAX_DEPTH = 64  # the documents gpulab reads nest a few levels; MLPerf's metadata at most 3
+MAX_INT_DIGITS = 20  # |n| < 10**20: every uint64 (NVML, DCGM), count, time in ms, seed or epoch fits
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|[\[\]{}()]')
 _OPEN = frozenset("[{(")
 
@@ -89,7 +89,7 @@ def loads(text: str, *, finite: bool = False, limit: int | None = None):
     _check_depth(text)
     try:
         return (_FINITE if finite else _DECODER).decode(text)
-    except RecursionError:   # pragma: no cover - the depth scan comes first
+    except RecursionError:  # pragma: no cover - the depth scan comes first
         raise ValueError("nested too deep") from None
 
 
@@ -98,7 +98,7 @@ def raw_decode(text: str, start: int = 0):
     _check_depth(text[start:])
     try:
         return _DECODER.raw_decode(text, start)
-    except RecursionError:   # pragma: no cover
+    except RecursionError:  # pragma: no cover
         raise ValueError("nested too deep") from None
 
 
@@ -109,7 +109,7 @@ def checked(value, _level: int = 0):
     if value is None or isinstance(value, (bool, float, str)):
         return value
     if isinstance(value, int):
-        if abs(value) >= 10 ** MAX_INT_DIGITS:
+        if abs(value) >= 10**MAX_INT_DIGITS:
             raise ValueError(f"an integer of more than {MAX_INT_DIGITS} digits")
         return value
     if isinstance(value, (list, tuple)):
@@ -124,7 +124,7 @@ def checked(value, _level: int = 0):
     raise ValueError(f"a {type(value).__name__} value is not plain data")
 
 
-MAX_NODES = 1_000_000     # values in one document: a YAML alias bomb expands far past this
+MAX_NODES = 1_000_000  # values in one document: a YAML alias bomb expands far past this
 
 
 def size(value, limit: int = MAX_NODES) -> int:

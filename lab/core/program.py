@@ -44,7 +44,7 @@ from lab.core import config
 from lab.core.errors import ConfigError, excerpt, printable
 
 BAD_INPUT = 2
-PIPE_GONE = 141   # a reader that left the pipe, as a shell reports SIGPIPE
+PIPE_GONE = 141  # a reader that left the pipe, as a shell reports SIGPIPE
 HELP = "--help"
 
 # what the adapter and the subclasses use that Invoke does not document (tests/unit/test_invoke_program.py)
@@ -54,7 +54,7 @@ RELIES_ON = {
     "Config._config, Config._set(_env=...)": "the merged data and the environment layer (Invoke's load_shell_env)",
     "Config._load_yaml/_load_yml/_load_json/_load_py(path)": "the loader of each config file, by suffix",
     "Config._<layer> and Config._<file layer>_path": "each layer's data (_defaults, _collection, _system, ...) and "
-                                                      "file, in the order Config.merge reads them",
+    "file, in the order Config.merge reads them",
     "Program.core[0].args['help']": "the core --help value parse_cleanup prints a task's help from",
     "ParseError.context": "the task context a parse error happened in",
 }
@@ -70,31 +70,41 @@ def _file_loaded(load, path):
         data = load(path)
     except OSError as exc:
         if exc.errno == errno.ENOENT:
-            raise                                   # Invoke's "no such file": that layer is empty
-        raise Exit(f"gpulab: config file {path}: cannot be read ({exc.strerror or _reason(exc)})",
-                   code=BAD_INPUT) from None
-    except Exception as exc:   # any parse failure of a user's file (RecursionError too)
-        raise Exit(f"gpulab: config file {path}: not readable as a config file ({_reason(exc)})",
-                   code=BAD_INPUT) from None
+            raise  # Invoke's "no such file": that layer is empty
+        raise Exit(
+            f"gpulab: config file {path}: cannot be read ({exc.strerror or _reason(exc)})", code=BAD_INPUT
+        ) from None
+    except Exception as exc:  # any parse failure of a user's file (RecursionError too)
+        raise Exit(
+            f"gpulab: config file {path}: not readable as a config file ({_reason(exc)})", code=BAD_INPUT
+        ) from None
     if data is not None and not isinstance(data, dict):
-        raise Exit(f"gpulab: config file {path}: holds a {type(data).__name__}, not a mapping of settings",
-                   code=BAD_INPUT)
+        raise Exit(
+            f"gpulab: config file {path}: holds a {type(data).__name__}, not a mapping of settings", code=BAD_INPUT
+        )
     return data
 
 
 # Invoke's layers above the collection's, lowest first (Config.merge): name, what a user knows it as (files)
-LAYERS = (("system", "/etc/invoke.yaml"), ("user", "~/.invoke.yaml"), ("project", "invoke.yaml"), ("env", None),
-          ("runtime", "invoke -f FILE"), ("overrides", None))
+LAYERS = (
+    ("system", "/etc/invoke.yaml"),
+    ("user", "~/.invoke.yaml"),
+    ("project", "invoke.yaml"),
+    ("env", None),
+    ("runtime", "invoke -f FILE"),
+    ("overrides", None),
+)
 
 
 def layers(cfg: Config) -> list[tuple[str, str, object]]:
     """``cfg``'s layers above gpulab's defaults, lowest first: (name, its file or what it is known as, its data)."""
-    found = vars(cfg)   # Config keeps its layers as real attributes, not settings
-    return [(name, str(found.get(f"_{name}_path") or known_as or name), found.get(f"_{name}"))
-            for name, known_as in LAYERS]
+    found = vars(cfg)  # Config keeps its layers as real attributes, not settings
+    return [
+        (name, str(found.get(f"_{name}_path") or known_as or name), found.get(f"_{name}")) for name, known_as in LAYERS
+    ]
 
 
-INVOKE_TEXT = ("collection_name", "search_root", "executor_class")   # Invoke's tasks.* its Program takes as text
+INVOKE_TEXT = ("collection_name", "search_root", "executor_class")  # Invoke's tasks.* its Program takes as text
 
 
 def layer_problem(cfg: Config) -> str | None:
@@ -137,8 +147,10 @@ def merge_clash(cfg: Config) -> str | None:
     order with Invoke's own merge_dicts."""
     found = vars(cfg)
     merged: dict = {}
-    base = [("defaults", "Invoke's defaults", found.get("_defaults")),
-            ("collection", "tasks.py's configuration", found.get("_collection"))]
+    base = [
+        ("defaults", "Invoke's defaults", found.get("_defaults")),
+        ("collection", "tasks.py's configuration", found.get("_collection")),
+    ]
     for name, where, data in [*base, *layers(cfg)]:
         if not isinstance(data, Mapping):
             continue
@@ -146,9 +158,12 @@ def merge_clash(cfg: Config) -> str | None:
         if clash:
             key, below, value = clash
             kind = "config file" if dict(LAYERS).get(name) else "config"
-            said = (f"{printable(excerpt(repr(value), 40))} where Invoke's {key} is a mapping of settings (set "
-                    f"the keys inside it)" if isinstance(below, dict) else
-                    f"a mapping where Invoke's {key} is a value ({printable(excerpt(repr(below), 40))})")
+            said = (
+                f"{printable(excerpt(repr(value), 40))} where Invoke's {key} is a mapping of settings (set "
+                f"the keys inside it)"
+                if isinstance(below, dict)
+                else f"a mapping where Invoke's {key} is a value ({printable(excerpt(repr(below), 40))})"
+            )
             return f"{kind} {where}: {key}: {said}"
         merge_dicts(merged, data)
     return None
@@ -173,7 +188,7 @@ def set_by(cfg: Config, key: str) -> str | None:
 def load_env(cfg: Config, environ) -> None:
     """Invoke's environment layer, with the ``gpulab`` variables typed by lab.core.config.env_section."""
     cfg.merge()
-    prefix = f"{(type(cfg).env_prefix or type(cfg).prefix).upper()}_"   # as Invoke's Config.__init__ makes it
+    prefix = f"{(type(cfg).env_prefix or type(cfg).prefix).upper()}_"  # as Invoke's Config.__init__ makes it
     try:
         gpulab = config.env_section(cfg._config.get("gpulab", {}), environ)
         others = {k: v for k, v in cfg._config.items() if k != "gpulab"}
@@ -191,7 +206,7 @@ def load_env(cfg: Config, environ) -> None:
 class GpulabConfig(Config):
     """Invoke's Config, the same files and variables, each layer's ``gpulab:`` section checked before a merge."""
 
-    prefix = "invoke"   # /etc/invoke.yaml, ~/.invoke.yaml, invoke.yaml beside tasks.py, INVOKE_*
+    prefix = "invoke"  # /etc/invoke.yaml, ~/.invoke.yaml, invoke.yaml beside tasks.py, INVOKE_*
 
     def merge(self) -> None:
         problem = layer_problem(self)
@@ -199,7 +214,7 @@ class GpulabConfig(Config):
             raise Exit(f"gpulab: {problem}", code=BAD_INPUT)
         try:
             super().merge()
-        except AmbiguousMergeError as exc:   # a key gpulab does not own (run:, tasks:, ...)
+        except AmbiguousMergeError as exc:  # a key gpulab does not own (run:, tasks:, ...)
             raise Exit(f"gpulab: {merge_clash(self) or 'config: ' + _reason(exc)}", code=BAD_INPUT) from None
 
     def load_shell_env(self) -> None:
@@ -208,7 +223,7 @@ class GpulabConfig(Config):
     def load_runtime(self, merge: bool = True) -> None:
         try:
             super().load_runtime(merge=merge)
-        except UnknownFileType as exc:   # `invoke -f settings.txt`
+        except UnknownFileType as exc:  # `invoke -f settings.txt`
             raise Exit(f"gpulab: config: {_reason(exc, 200)}", code=BAD_INPUT) from None
 
     def _load_yaml(self, path):
@@ -229,12 +244,14 @@ def _one_line(step, command: str) -> None:
     try:
         step()
     except ParseError as exc:
-        raise Exit(f"gpulab: {_reason(exc, 300)} (see `{command} --help` and `{command} --list`)",
-                   code=BAD_INPUT) from None
-    except ValueError as exc:   # Invoke's int() of a 5,000-digit option value
-        raise Exit(f"gpulab: an option's value is not a number this command takes ({_reason(exc, 120)})",
-                   code=BAD_INPUT) from None
-    except Exit as exc:   # `invoke --list NOSUCH`: Invoke says so and exits 1
+        raise Exit(
+            f"gpulab: {_reason(exc, 300)} (see `{command} --help` and `{command} --list`)", code=BAD_INPUT
+        ) from None
+    except ValueError as exc:  # Invoke's int() of a 5,000-digit option value
+        raise Exit(
+            f"gpulab: an option's value is not a number this command takes ({_reason(exc, 120)})", code=BAD_INPUT
+        ) from None
+    except Exit as exc:  # `invoke --list NOSUCH`: Invoke says so and exits 1
         if exc.code != 1 or not exc.message:
             raise
         raise Exit(f"gpulab: {' '.join(str(exc.message).split())}", code=BAD_INPUT) from None
@@ -264,7 +281,7 @@ class GpulabProgram(Program):
         name; parse_cleanup prints it and exits 0)."""
         try:
             super().parse_tasks()
-        except ParseError as exc:   # `invoke report --out --help`: the positional is missing after all
+        except ParseError as exc:  # `invoke report --out --help`: the positional is missing after all
             if self._help_asked(getattr(exc, "context", None)):
                 self.tasks = []
                 return
@@ -288,12 +305,15 @@ class GpulabProgram(Program):
             module, _, name = path.rpartition(".")
             try:
                 found = getattr(import_module(module), name)
-            except Exception as exc:   # the user's module: whatever it raises, or no such name
+            except Exception as exc:  # the user's module: whatever it raises, or no such name
                 found = exc
             if not isinstance(found, type):
                 where = set_in(self.config, ("tasks", "executor_class"))
-                raise Exit(f"gpulab: config tasks.executor_class: {printable(excerpt(repr(path), 60))} names no class "
-                           f"Invoke can run tasks with" + (f" ({where})" if where else ""), code=BAD_INPUT)
+                raise Exit(
+                    f"gpulab: config tasks.executor_class: {printable(excerpt(repr(path), 60))} names no class "
+                    f"Invoke can run tasks with" + (f" ({where})" if where else ""),
+                    code=BAD_INPUT,
+                )
         super().execute()
 
     def _cleanup_flushed(self) -> None:
@@ -316,7 +336,7 @@ def quiet_stdout() -> None:
     os.close(devnull)
 
 
-_running: Program | None = None   # the program running the tasks: gpulab's, or Invoke's own once adopted
+_running: Program | None = None  # the program running the tasks: gpulab's, or Invoke's own once adopted
 
 
 def adopt(program: Program | None = None) -> None:
@@ -331,7 +351,7 @@ def adopt(program: Program | None = None) -> None:
     if type(program) is not Program or type(cfg) is not Config:
         return
     program.__class__ = GpulabProgram
-    object.__setattr__(cfg, "__class__", GpulabConfig)   # Config's own __setattr__ would make it a setting
+    object.__setattr__(cfg, "__class__", GpulabConfig)  # Config's own __setattr__ would make it a setting
     _running = program
 
 
@@ -356,8 +376,9 @@ def _version() -> str | None:
 def main() -> None:
     """``gpulab``: the tasks of the project folder's tasks.py, as ``invoke`` runs them, through gpulab's
     Program and Config from the start (the files Invoke reads first included)."""
-    GpulabProgram(name="gpulab", binary="gpulab", binary_names=["gpulab"], version=_version(),
-                  config_class=GpulabConfig).run()
+    GpulabProgram(
+        name="gpulab", binary="gpulab", binary_names=["gpulab"], version=_version(), config_class=GpulabConfig
+    ).run()
 
 
 if __name__ == "__main__":

@@ -42,12 +42,12 @@ def describe(error: jsonschema.ValidationError) -> str:
         return f"unknown key(s) {', '.join(extra)}"
     if error.validator == "required":
         return error.message.replace("is a required property", "is missing").replace("'", "")
-    shown = excerpt(repr(error.instance), 60)   # a value quoted, never a whole file
+    shown = excerpt(repr(error.instance), 60)  # a value quoted, never a whole file
     if error.validator in ("anyOf", "oneOf"):
         return f"{shown} is not valid here ({error.schema.get('description', 'see the schema')})"
     full = repr(error.instance)
     if error.message.startswith(full):
-        return shown + error.message[len(full):]
+        return shown + error.message[len(full) :]
     return error.message
 
 
@@ -57,8 +57,10 @@ def conform(data: Any, schema_name: str, source: str) -> Any:
     Data larger or deeper than lab.core.plaindata allows (a YAML alias bomb)
     is refused before the validator walks it or an error message prints it."""
     if plaindata.size(data) > plaindata.MAX_NODES:
-        raise ConfigError(f"{source}: more than {plaindata.MAX_NODES} values or {plaindata.MAX_DEPTH} levels "
-                          f"(YAML aliases count each time they are used)")
+        raise ConfigError(
+            f"{source}: more than {plaindata.MAX_NODES} values or {plaindata.MAX_DEPTH} levels "
+            f"(YAML aliases count each time they are used)"
+        )
     validator = jsonschema.Draft202012Validator(schema(schema_name))
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
@@ -84,7 +86,7 @@ def read_yaml(path: Path | str) -> Any:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{path}: {where}malformed YAML ({problem})") from None
-    except RecursionError:   # PyYAML composes nested nodes recursively: flow or block nesting this deep
+    except RecursionError:  # PyYAML composes nested nodes recursively: flow or block nesting this deep
         raise ConfigError(f"{path}: YAML nested too deep") from None
 
 

@@ -21,8 +21,8 @@ from lab.core import fields, limits
 from lab.core.errors import ConfigError, excerpt
 from lab.core.limits import Range
 
-WHERE = "~/.invoke.yaml, invoke.yaml, invoke -f FILE or INVOKE_GPULAB_*"   # a merged value: any of these
-INHERIT = object()   # a default that is the top-level key's value (gpulab.demo.*: "keys not set come from above")
+WHERE = "~/.invoke.yaml, invoke.yaml, invoke -f FILE or INVOKE_GPULAB_*"  # a merged value: any of these
+INHERIT = object()  # a default that is the top-level key's value (gpulab.demo.*: "keys not set come from above")
 KINDS = ("path", "text", "list", "count", "number", "flag", "choice")
 SLURM_WORD = r"[A-Za-z0-9_.,:|&*\[\]!-]*"
 _NUMBER_TEXT = r"^\s*[-+0-9.eE]+\s*$"
@@ -50,17 +50,17 @@ def flag(value, what: str, layer: str | None = WHERE) -> bool:
 
 @dataclass(frozen=True)
 class Setting:
-    key: str                       # dotted, below gpulab: ("sweep.poll_s")
-    kind: str                      # one of KINDS
-    default: Any                   # INHERIT: none of its own (the top-level key of the same name gives it)
-    doc: str                       # one line: what it does
-    range: Range | None = None     # number, count: its range and unit (a count: of each number)
-    words: tuple = ()              # number, count, list: the words it takes too, alone (auto); choice: its choices
-    null: bool = False             # number: null is a value (its reader's own default)
-    pattern: str | None = None     # text: what it must match, in full; list: what each name must match
-    many: bool = False             # count: a comma list of numbers (1,2,3)
-    items: tuple = ()              # list: the only names it takes
-    max_len: int = 2000            # text: at most this many characters
+    key: str  # dotted, below gpulab: ("sweep.poll_s")
+    kind: str  # one of KINDS
+    default: Any  # INHERIT: none of its own (the top-level key of the same name gives it)
+    doc: str  # one line: what it does
+    range: Range | None = None  # number, count: its range and unit (a count: of each number)
+    words: tuple = ()  # number, count, list: the words it takes too, alone (auto); choice: its choices
+    null: bool = False  # number: null is a value (its reader's own default)
+    pattern: str | None = None  # text: what it must match, in full; list: what each name must match
+    many: bool = False  # count: a comma list of numbers (1,2,3)
+    items: tuple = ()  # list: the only names it takes
+    max_len: int = 2000  # text: at most this many characters
 
     @property
     def unit(self) -> str:
@@ -77,7 +77,7 @@ def _s(lo, hi, unit="s", integer=False):
 
 DAY, WEEK = 86_400, 7 * 86_400
 DCGM_LEVEL = Range(0, 4, "DCGM level")
-STEP_S = _s(1, WEEK)                 # a hard time limit of one of validate's steps
+STEP_S = _s(1, WEEK)  # a hard time limit of one of validate's steps
 DB_WAIT = _s(0.1, DAY)
 # what the sweep's options take (lab.sweep.plan reads them; whether a workload is registered is its check)
 WORKLOADS = dict(words=("all",), pattern=fields.WORKLOAD_RE.pattern)
@@ -182,7 +182,7 @@ BY_KEY = {s.key: s for s in DECLARED}
 def declared(key: str) -> Setting:
     """The declaration of ``gpulab.<key>``; ConfigError for a key no setting has."""
     if key not in BY_KEY:
-        raise ConfigError(f"config gpulab.{key}: no such setting (README \"Settings\" lists them)")
+        raise ConfigError(f'config gpulab.{key}: no such setting (README "Settings" lists them)')
     return BY_KEY[key]
 
 
@@ -220,14 +220,20 @@ def _leaf_schema(s: Setting) -> dict:
     if s.kind == "text":
         return {"type": "string", "maxLength": s.max_len}
     if s.kind == "list":
-        return {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
-                "description": "a comma list or a list of names"}
+        return {
+            "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+            "description": "a comma list or a list of names",
+        }
     if s.kind == "count":
-        return {"anyOf": [{"type": "integer"}, {"type": "string"}], "description": "a number, or a word the option "
-                                                                                   "takes"}
+        return {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "description": "a number, or a word the option takes",
+        }
     if s.kind == "flag":
-        return {"anyOf": [{"type": "boolean"}, {"enum": [0, 1]}, {"type": "string", "pattern": _FLAG_TEXT}],
-                "description": "true/false, yes/no, on/off or 1/0"}
+        return {
+            "anyOf": [{"type": "boolean"}, {"enum": [0, 1]}, {"type": "string", "pattern": _FLAG_TEXT}],
+            "description": "true/false, yes/no, on/off or 1/0",
+        }
     if s.kind == "choice":
         return {"enum": list(s.words)}
     options = [{"type": "number"}, {"type": "string", "pattern": _NUMBER_TEXT}, *({"const": w} for w in s.words)]
@@ -243,12 +249,16 @@ def schema() -> dict:
         *parents, leaf = s.key.split(".")
         node = root
         for part in parents:
-            node = node["properties"].setdefault(part, {"type": "object", "additionalProperties": False,
-                                                        "properties": {}})
-        node["properties"][leaf] = {"description": s.doc, **_leaf_schema(s)}   # anyOf's own description wins:
+            node = node["properties"].setdefault(
+                part, {"type": "object", "additionalProperties": False, "properties": {}}
+            )
+        node["properties"][leaf] = {"description": s.doc, **_leaf_schema(s)}  # anyOf's own description wins:
         #   it is what a refused value is told it should be (lab.core.schema.describe)
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            "title": "the gpulab section of the Invoke configuration (made from lab.core.settings.DECLARED)", **root}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "the gpulab section of the Invoke configuration (made from lab.core.settings.DECLARED)",
+        **root,
+    }
 
 
 # --------------------------------------------------------------------------- values: checked, typed, read
@@ -273,7 +283,7 @@ def _typed(s: Setting, value, source: str):
         if isinstance(value, str) and value.strip().lower() in s.words:
             return value.strip().lower()
         raise ConfigError(f"{what}: {excerpt(repr(value), 40)} is not one of {', '.join(s.words)}{where}")
-    if s.kind in ("count", "list"):   # the value as given, for the reader that parses it (lab.sweep.plan)
+    if s.kind in ("count", "list"):  # the value as given, for the reader that parses it (lab.sweep.plan)
         try:
             if s.kind == "count":
                 return limits.counts(value, what, s.range, s.words, many=s.many)
@@ -283,8 +293,10 @@ def _typed(s: Setting, value, source: str):
     if s.kind == "text":
         text = "" if value is None else value
         if not isinstance(text, str) or len(text) > s.max_len or (s.pattern and not re.fullmatch(s.pattern, text)):
-            raise ConfigError(f"{what}: {excerpt(repr(value), 60)} is not "
-                              f"{'a Slurm name or constraint' if s.pattern else 'a text'}{where}")
+            raise ConfigError(
+                f"{what}: {excerpt(repr(value), 60)} is not "
+                f"{'a Slurm name or constraint' if s.pattern else 'a text'}{where}"
+            )
         return text
     return value
 
@@ -304,15 +316,17 @@ def group(prefix: str, section, source: str = "") -> dict:
     """The settings under ``gpulab.<prefix>`` (``section`` is that sub-section, plain data or None) as a dict of
     typed values, the declared default where it has none; ConfigError for a key no setting has."""
     if section is not None and not isinstance(section, dict):
-        raise ConfigError(f"config gpulab.{prefix}: {excerpt(repr(section), 40)} is not a mapping of settings"
-                          + (f" ({source})" if source else ""))
+        raise ConfigError(
+            f"config gpulab.{prefix}: {excerpt(repr(section), 40)} is not a mapping of settings"
+            + (f" ({source})" if source else "")
+        )
     given = {str(k): v for k, v in (section or {}).items()}
     out: dict = {}
     for name in given:
         key = f"{prefix}.{name}"
         if key not in BY_KEY and not _is_group(key):
             raise ConfigError(f"config gpulab.{key}: no such setting" + (f" ({source})" if source else ""))
-    for name in dict.fromkeys(k[len(prefix) + 1:].split(".")[0] for k in BY_KEY if k.startswith(prefix + ".")):
+    for name in dict.fromkeys(k[len(prefix) + 1 :].split(".")[0] for k in BY_KEY if k.startswith(prefix + ".")):
         key = f"{prefix}.{name}"
         if _is_group(key):
             out[name] = group(key, given.get(name), source)
@@ -365,8 +379,7 @@ def _takes(s: Setting) -> str:
         return ", ".join([("a comma list of " if s.many else "") + f"whole {lo} to {hi}", *s.words])
     if s.kind == "list" and (s.words or s.items):
         return ", ".join([f"a comma list of {', '.join(s.items) or 'names'}", *s.words])
-    return {"path": "a path", "text": "text", "list": "a comma list",
-            "flag": "true/false"}[s.kind]
+    return {"path": "a path", "text": "text", "list": "a comma list", "flag": "true/false"}[s.kind]
 
 
 def table() -> str:
@@ -378,5 +391,5 @@ def table() -> str:
     return "\n".join(rows) + "\n"
 
 
-if __name__ == "__main__":   # python -m lab.core.settings: the README's settings table
+if __name__ == "__main__":  # python -m lab.core.settings: the README's settings table
     print(table(), end="")

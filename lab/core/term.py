@@ -13,8 +13,16 @@ import os
 import sys
 
 # ANSI SGR codes: green, yellow, bold red
-COLOURS = {"PASS": "32", "WARN": "33", "FAIL": "1;31", "success": "32", "complete": "32", "target_missed": "33",
-           "interrupted": "33", "failed": "1;31"}
+COLOURS = {
+    "PASS": "32",
+    "WARN": "33",
+    "FAIL": "1;31",
+    "success": "32",
+    "complete": "32",
+    "target_missed": "33",
+    "interrupted": "33",
+    "failed": "1;31",
+}
 
 
 def colour_on(stream=None) -> bool:
@@ -24,7 +32,7 @@ def colour_on(stream=None) -> bool:
     stream = sys.stdout if stream is None else stream
     try:
         return bool(stream.isatty())
-    except (AttributeError, ValueError):   # closed or not a file
+    except (AttributeError, ValueError):  # closed or not a file
         return False
 
 

@@ -41,7 +41,7 @@ def agrees(found, expected):
     have = release(found)
     if wanted.endswith(".*"):
         branch = release(wanted[:-2])
-        return bool(branch) and have[:len(branch)] == branch
+        return bool(branch) and have[: len(branch)] == branch
     want = release(wanted)
     n = min(len(have), len(want))
     if n == 0:

@@ -33,7 +33,7 @@ def _lstat(path: Path):
         return os.lstat(path)
     except FileNotFoundError:
         return None
-    except OSError as exc:   # ENAMETOOLONG, ELOOP in a parent, EACCES
+    except OSError as exc:  # ENAMETOOLONG, ELOOP in a parent, EACCES
         raise ConfigError(f"{path}: cannot be written ({exc.strerror or exc})") from None
 
 
@@ -88,7 +88,7 @@ def folder(path: str | Path, what: str = "output folder", root: str | Path | Non
         try:
             os.mkdir(p)
         except FileExistsError:
-            pass   # made meanwhile: checked below like any other
+            pass  # made meanwhile: checked below like any other
         except OSError as exc:
             raise ConfigError(f"{what}: {path} cannot be made ({exc.strerror or exc})") from None
         writable_folder(p, what)

@@ -33,8 +33,10 @@ def _action(rec: dict) -> str | None:
 
 
 def _entry(target: q.Target, rec: dict, stamp: str | None, prefix: str = "") -> tuple[q.Target, str, str | None]:
-    reason = f"validate {stamp or ''}: {prefix}{rec.get('check')}: {rec.get('reason')}".replace("validate :", "validate:")
-    return target, " ".join(reason.split())[:q.MAX_TEXT], (_action(rec) or "")[:q.MAX_TEXT] or None
+    reason = f"validate {stamp or ''}: {prefix}{rec.get('check')}: {rec.get('reason')}".replace(
+        "validate :", "validate:"
+    )
+    return target, " ".join(reason.split())[: q.MAX_TEXT], (_action(rec) or "")[: q.MAX_TEXT] or None
 
 
 def failures(doc: dict) -> list[tuple[q.Target, str, str | None]]:
@@ -77,6 +79,8 @@ def quarantine_in(s, doc: dict, who: str = WHO) -> list[str]:
         if added:
             lines.append(f"quarantined {_target_text(target)}: {reason}" + (f"; action: {action}" if action else ""))
         else:
-            lines.append(f"{_target_text(target)}: already quarantined since {entry.added_at:%Y-%m-%d %H:%M} "
-                         f"by {entry.who}: {entry.reason}")
+            lines.append(
+                f"{_target_text(target)}: already quarantined since {entry.added_at:%Y-%m-%d %H:%M} "
+                f"by {entry.who}: {entry.reason}"
+            )
     return lines

@@ -52,16 +52,39 @@ def known_good(db: Database, sources: dict[str, list[str]]) -> dict:
     device = default_rules().device
     with db.session() as s:
         bad_gpus = _quarantined_gpus(s)
-        failed = {(v, g) for v, g in s.execute(select(Check.validation_id, Check.gpu_id).where(
-            Check.verdict == "FAIL", Check.gpu_id.is_not(None)).distinct())}
-        failed_hosts = {(v, h) for v, h in s.execute(select(Check.validation_id, Check.host).where(
-            and_(Check.verdict == "FAIL", Check.gpu_index.is_(None))).distinct())}
-        q_ = (select(Check.validation_id, Check.host, Check.gpu_id, Gpu.name, Check.name,
-                     type_coerce(Check.value, String), type_coerce(Check.at, String))
-              .join(Gpu, Gpu.id == Check.gpu_id).where(Check.name.in_(list(by_name)))
-              .order_by(Check.id).limit(MAX_ROWS))
+        failed = {
+            (v, g)
+            for v, g in s.execute(
+                select(Check.validation_id, Check.gpu_id)
+                .where(Check.verdict == "FAIL", Check.gpu_id.is_not(None))
+                .distinct()
+            )
+        }
+        failed_hosts = {
+            (v, h)
+            for v, h in s.execute(
+                select(Check.validation_id, Check.host)
+                .where(and_(Check.verdict == "FAIL", Check.gpu_index.is_(None)))
+                .distinct()
+            )
+        }
+        q_ = (
+            select(
+                Check.validation_id,
+                Check.host,
+                Check.gpu_id,
+                Gpu.name,
+                Check.name,
+                type_coerce(Check.value, String),
+                type_coerce(Check.at, String),
+            )
+            .join(Gpu, Gpu.id == Check.gpu_id)
+            .where(Check.name.in_(list(by_name)))
+            .order_by(Check.id)
+            .limit(MAX_ROWS)
+        )
         rows = s.execute(q_).all()
-    seen: dict[tuple, tuple] = {}    # (model, key, validation, gpu) -> (value, time)
+    seen: dict[tuple, tuple] = {}  # (model, key, validation, gpu) -> (value, time)
     for vid, host, gid, gname, name, value, at in rows:
         v, t = number(stored_float(value)), when(at)
         if v is None or t is None or gid in bad_gpus or (vid, gid) in failed or (vid, host) in failed_hosts:
@@ -73,14 +96,20 @@ def known_good(db: Database, sources: dict[str, list[str]]) -> dict:
             seen.setdefault((model, key, vid, gid), (v, t))
     out: dict = {}
     for (model, key, vid, gid), (v, t) in seen.items():
-        e = out.setdefault(model, {}).setdefault(key, {"values": [], "gpus": set(), "validations": set(),
-                                                        "first": t, "last": t})
+        e = out.setdefault(model, {}).setdefault(
+            key, {"values": [], "gpus": set(), "validations": set(), "first": t, "last": t}
+        )
         e["values"].append(v)
         e["gpus"].add(gid)
         e["validations"].add(vid)
         e["first"], e["last"] = min(e["first"], t), max(e["last"], t)
     for metrics in out.values():
         for e in metrics.values():
-            e.update(gpus=len(e["gpus"]), validations=len(e["validations"]), first=iso(e["first"]),
-                     last=iso(e["last"]), values=sorted(e["values"]))
+            e.update(
+                gpus=len(e["gpus"]),
+                validations=len(e["validations"]),
+                first=iso(e["first"]),
+                last=iso(e["last"]),
+                values=sorted(e["values"]),
+            )
     return out

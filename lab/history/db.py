@@ -30,9 +30,9 @@ if TYPE_CHECKING:
 # with this module: a command that refuses its input, or finds no database file (missing_file), never loads it.
 
 DEFAULT_FILE = "history.sqlite"
-LOCK_WAIT_S = 30            # how long a writer waits for a SQLite file another one holds
-CONNECT_TIMEOUT_S = 10      # how long a server may take to answer
-SQLITE_PREFIX = "sqlite:///"   # a SQLite file's URL: this, then the file's path
+LOCK_WAIT_S = 30  # how long a writer waits for a SQLite file another one holds
+CONNECT_TIMEOUT_S = 10  # how long a server may take to answer
+SQLITE_PREFIX = "sqlite:///"  # a SQLite file's URL: this, then the file's path
 
 
 def default_url(results: str | Path) -> str:
@@ -55,7 +55,7 @@ def sqlite_folder(url: str) -> None:
         writes.folder(paths.folder(Path(parsed.database).parent, what), what)
 
 
-SQLITE_FILES = ("", "-journal", "-wal", "-shm")   # the database and the files SQLite makes beside it
+SQLITE_FILES = ("", "-journal", "-wal", "-shm")  # the database and the files SQLite makes beside it
 
 
 def sqlite_files(db: str | Path, what: str) -> None:
@@ -81,13 +81,13 @@ def resolve_url(configured: str | None, results: str | Path, lock_s=None, statem
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError, TypeError):
-        return url   # open_db says so in one line
+        return url  # open_db says so in one line
     if parsed.get_backend_name() != "postgresql" or "options" in parsed.query:
         return url
     waits = []
     for name, value in (("lock_timeout", lock_s), ("statement_timeout", statement_s)):
         key = f"history_{name}_s"
-        secs = settings.read({} if value in (None, "") else {key: value}, key)   # its declared default and range
+        secs = settings.read({} if value in (None, "") else {key: value}, key)  # its declared default and range
         waits.append(f"-c {name}={int(secs * 1000)}")
     return parsed.update_query_dict({"options": " ".join(waits)}).render_as_string(hide_password=False)
 
@@ -117,8 +117,12 @@ def _why(exc: BaseException) -> str:
         return f"locked by another process for more than {LOCK_WAIT_S} s"
     if "unable to open database file" in low:
         return "cannot open the database file (missing folder or no permission)"
-    if "connection refused" in low or "could not connect" in low or "timeout expired" in low \
-            or "connection failed" in low:
+    if (
+        "connection refused" in low
+        or "could not connect" in low
+        or "timeout expired" in low
+        or "connection failed" in low
+    ):
         return "the database server does not answer: " + text_[:200]
     if "password authentication failed" in low or "role" in low and "does not exist" in low:
         return "the server refused the login: " + text_[:200]
@@ -127,7 +131,7 @@ def _why(exc: BaseException) -> str:
     return text_[:300] or type(orig).__name__
 
 
-why = _why   # what a database failure means, in one line (lab.tune.storage too)
+why = _why  # what a database failure means, in one line (lab.tune.storage too)
 
 
 def _engine(url: str) -> Engine:
@@ -138,8 +142,10 @@ def _engine(url: str) -> Engine:
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError, TypeError):
-        raise ConfigError(f"history database {excerpt(repr(url), 80)}: not an SQLAlchemy URL "
-                          "(sqlite:///path or postgresql+psycopg://user@host/db)") from None
+        raise ConfigError(
+            f"history database {excerpt(repr(url), 80)}: not an SQLAlchemy URL "
+            "(sqlite:///path or postgresql+psycopg://user@host/db)"
+        ) from None
     backend = parsed.get_backend_name()
     args: dict = {}
     if backend == "sqlite":
@@ -168,14 +174,14 @@ def _sqlite_events(engine: Engine) -> None:
 
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_conn, _record):
-        dbapi_conn.isolation_level = None    # SQLAlchemy's BEGIN below, not the driver's own
+        dbapi_conn.isolation_level = None  # SQLAlchemy's BEGIN below, not the driver's own
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 
     @event.listens_for(engine, "begin")
     def _begin(conn):
-        conn.exec_driver_sql("BEGIN IMMEDIATE")   # a writer takes the lock at its start: no upgrade deadlock
+        conn.exec_driver_sql("BEGIN IMMEDIATE")  # a writer takes the lock at its start: no upgrade deadlock
 
 
 def _empty() -> Engine:
@@ -192,7 +198,7 @@ def missing_file(url: str) -> bool:
     """Whether ``url`` is a SQLite file that does not exist yet (a lab with no history). default_url's form
     (the prefix, then a path with no ``?``) is read without SQLAlchemy: make_url takes that path unchanged."""
     if isinstance(url, str) and url.startswith(SQLITE_PREFIX) and "?" not in url:
-        return _no_such_file(url[len(SQLITE_PREFIX):])
+        return _no_such_file(url[len(SQLITE_PREFIX) :])
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
@@ -205,9 +211,13 @@ def missing_file(url: str) -> bool:
 
 def _no_such_file(database: str | None) -> bool:
     try:
-        return bool(database) and database != ":memory:" and not Path(database).exists() \
+        return (
+            bool(database)
+            and database != ":memory:"
+            and not Path(database).exists()
             and not Path(database).is_symlink()
-    except (ValueError, TypeError):   # a NUL in the path
+        )
+    except (ValueError, TypeError):  # a NUL in the path
         return False
 
 
@@ -250,13 +260,15 @@ class Database:
                     s.rollback()
                     if attempt < retries - 1:
                         continue
-                    raise ConfigError(f"history database {self.name}: another writer kept adding the same "
-                                      "rows; nothing was changed, try again") from None
+                    raise ConfigError(
+                        f"history database {self.name}: another writer kept adding the same "
+                        "rows; nothing was changed, try again"
+                    ) from None
                 except BaseException as exc:
                     s.rollback()
                     self._fail(exc)
                     raise
-        raise ConfigError(f"history database {self.name}: nothing to do")   # pragma: no cover - retries >= 1
+        raise ConfigError(f"history database {self.name}: nothing to do")  # pragma: no cover - retries >= 1
 
     def _fail(self, exc: BaseException) -> None:
         from sqlalchemy.exc import SQLAlchemyError
@@ -264,8 +276,10 @@ class Database:
         if isinstance(exc, SQLAlchemyError):
             raise ConfigError(f"history database {self.name}: {_why(exc)}; nothing was changed") from None
         if isinstance(exc, (ValueError, TypeError, OverflowError)):
-            raise ConfigError(f"history database {self.name}: a stored value cannot be read back "
-                              f"({excerpt(exc, 120)}); nothing was changed") from None
+            raise ConfigError(
+                f"history database {self.name}: a stored value cannot be read back "
+                f"({excerpt(exc, 120)}); nothing was changed"
+            ) from None
 
     def file(self) -> Path | None:
         """The SQLite file of this database (None: a server's, or none made yet)."""
@@ -297,7 +311,7 @@ def open_db(url: str, *, create: bool = True, default: bool = False) -> Database
     if not create and default and missing_file(url):
         engine = _empty()
     else:
-        engine = _engine(url)   # the URL checked (its folder there, no link in the file's place) either way
+        engine = _engine(url)  # the URL checked (its folder there, no link in the file's place) either way
         if not create and missing_file(url):
             engine.dispose()
             engine = _empty()
@@ -306,7 +320,7 @@ def open_db(url: str, *, create: bool = True, default: bool = False) -> Database
             try:
                 migrate.upgrade(engine, name)
                 break
-            except DBAPIError as exc:   # two first writers of a new server database: the second retries
+            except DBAPIError as exc:  # two first writers of a new server database: the second retries
                 if attempt == 2 or "already exists" not in str(exc).lower():
                     raise
                 time.sleep(0.2)

@@ -52,8 +52,9 @@ def record(paths, url: str, make_folder: bool = False) -> str:
         added, _ = import_paths(paths, url, make_folder)
     except ConfigError as exc:
         where = ",".join(str(p) for p in paths)
-        return advice.carry(f"history: not recorded: {exc.message}; the files stay "
-                            f"(`invoke history.import {shlex.quote(where)}` later)")
+        return advice.carry(
+            f"history: not recorded: {exc.message}; the files stay (`invoke history.import {shlex.quote(where)}` later)"
+        )
     return f"history: {added.line()}"
 
 
@@ -68,6 +69,7 @@ def past_reader(url: str):
     """``read(uuids, sources, depth)``: the GPUs' own past for validate's trend checks (lab.history.past), as
     plain data; a database that cannot be read gives ``{"gpus": {}, "error": its line}`` (validate then says
     "not judged" and goes on), one that does not exist yet no points."""
+
     def read(uuids, sources, depth) -> dict:
         from lab.history import past
         from lab.history.db import open_db
@@ -82,6 +84,7 @@ def past_reader(url: str):
                 db.close()
         except ConfigError as exc:
             return {"gpus": {}, "error": exc.message, "left_out": 0}
+
     return read
 
 
@@ -111,8 +114,12 @@ def after_validate(paths, doc: dict, url: str, quarantine: bool = True, make_fol
         finally:
             db.close()
     except ConfigError as exc:
-        return [advice.carry(f"history: not recorded: {exc.message}; the files stay "
-                             f"(`invoke history.import {shlex.quote(where)}` later)")]
+        return [
+            advice.carry(
+                f"history: not recorded: {exc.message}; the files stay "
+                f"(`invoke history.import {shlex.quote(where)}` later)"
+            )
+        ]
 
 
 def known_good(url: str, sources: dict) -> dict:
@@ -136,7 +143,7 @@ def quarantined(url: str, hosts) -> dict[str, dict]:
     A database that exists but cannot be read is a ConfigError: the sweep does
     not start without knowing what is quarantined.
     """
-    if _no_file(url):   # before the database modules load: a sweep refused by its own checks never needs them
+    if _no_file(url):  # before the database modules load: a sweep refused by its own checks never needs them
         return {}
     from lab.history import quarantine
     from lab.history.db import open_db

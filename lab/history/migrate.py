@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
-PG_MIGRATION_LOCK = 30_000_030   # advisory lock id: one migration at a time on a shared server
+PG_MIGRATION_LOCK = 30_000_030  # advisory lock id: one migration at a time on a shared server
 VERSION_TABLE = "alembic_version"
 
 
@@ -57,9 +57,11 @@ def revision(conn, name: str) -> str | None:
     tables = set(inspect(conn).get_table_names())
     if VERSION_TABLE not in tables:
         if tables and conn.dialect.name == "sqlite":
-            raise ConfigError(f"history database {name}: holds tables gpulab did not make "
-                              f"({excerpt(', '.join(sorted(tables)), 80)}): not a gpulab history database; "
-                              "give another file")
+            raise ConfigError(
+                f"history database {name}: holds tables gpulab did not make "
+                f"({excerpt(', '.join(sorted(tables)), 80)}): not a gpulab history database; "
+                "give another file"
+            )
         return None
     try:
         rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
@@ -67,9 +69,11 @@ def revision(conn, name: str) -> str | None:
         rows = None
     rev = rows[0][0] if rows and len(rows) == 1 else None
     if not isinstance(rev, str) or not 0 < len(rev) <= 32 or not rev.isprintable():
-        raise ConfigError(f"history database {name}: its schema-version table {VERSION_TABLE} is not one gpulab "
-                          f"wrote ({'unreadable' if rows is None else f'{len(rows)} row(s)'}"
-                          f"{'' if rev is None else ', ' + excerpt(repr(rev), 40)}): not a gpulab history database")
+        raise ConfigError(
+            f"history database {name}: its schema-version table {VERSION_TABLE} is not one gpulab "
+            f"wrote ({'unreadable' if rows is None else f'{len(rows)} row(s)'}"
+            f"{'' if rev is None else ', ' + excerpt(repr(rev), 40)}): not a gpulab history database"
+        )
     return rev
 
 
@@ -85,12 +89,14 @@ def upgrade(engine: Engine, name: str) -> None:
         rev = revision(conn, name)
         conn.rollback()
     if rev is not None and rev not in known:
-        raise ConfigError(f"history database {name}: schema revision {excerpt(repr(rev), 40)} is newer than this "
-                          f"gpulab knows (head {found.get_current_head()!r}): use the gpulab that wrote it")
+        raise ConfigError(
+            f"history database {name}: schema revision {excerpt(repr(rev), 40)} is newer than this "
+            f"gpulab knows (head {found.get_current_head()!r}): use the gpulab that wrote it"
+        )
     if rev == found.get_current_head():
         return
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_MIGRATION_LOCK})
-        if revision(conn, name) != found.get_current_head():   # another writer may have done it meanwhile
+        if revision(conn, name) != found.get_current_head():  # another writer may have done it meanwhile
             command.upgrade(alembic_config(conn), "head")

@@ -14,8 +14,12 @@ import datetime as dt
 from sqlalchemy import DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint, func, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-NAMING = {"ix": "ix_%(table_name)s_%(column_0_name)s", "uq": "uq_%(table_name)s_%(column_0_name)s",
-          "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s", "pk": "pk_%(table_name)s"}
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
 
 When = DateTime(timezone=True)
 
@@ -32,7 +36,7 @@ class Gpu(Base):
     uuid: Mapped[str] = mapped_column(String(96), unique=True)
     serial: Mapped[str | None] = mapped_column(String(64))
     name: Mapped[str | None] = mapped_column(String(128))
-    host: Mapped[str | None] = mapped_column(String(255))     # where it was last seen
+    host: Mapped[str | None] = mapped_column(String(255))  # where it was last seen
     first_seen: Mapped[dt.datetime | None] = mapped_column(When)
     last_seen: Mapped[dt.datetime | None] = mapped_column(When)
 
@@ -42,7 +46,7 @@ class Validation(Base):
 
     __tablename__ = "validations"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    key: Mapped[str] = mapped_column(String(64), unique=True)   # sha256 of the file: importing twice adds nothing
+    key: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 of the file: importing twice adds nothing
     source: Mapped[str] = mapped_column(Text)
     at: Mapped[dt.datetime | None] = mapped_column(When, index=True)
     level: Mapped[str | None] = mapped_column(String(32))
@@ -59,10 +63,10 @@ class Check(Base):
     host: Mapped[str] = mapped_column(String(255), index=True)
     gpu_id: Mapped[int | None] = mapped_column(ForeignKey("gpus.id"), index=True)
     gpu_index: Mapped[int | None] = mapped_column(Integer)
-    stack: Mapped[str | None] = mapped_column(Text)            # the host's versions as validate read them
+    stack: Mapped[str | None] = mapped_column(Text)  # the host's versions as validate read them
     name: Mapped[str] = mapped_column(String(128), index=True)
     verdict: Mapped[str] = mapped_column(String(8))
-    value: Mapped[float | None] = mapped_column(Float)          # a number measured; else value_text
+    value: Mapped[float | None] = mapped_column(Float)  # a number measured; else value_text
     value_text: Mapped[str | None] = mapped_column(Text)
     unit: Mapped[str | None] = mapped_column(String(32))
     expected: Mapped[str | None] = mapped_column(Text)
@@ -75,7 +79,7 @@ class Run(Base):
 
     __tablename__ = "runs"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    key: Mapped[str] = mapped_column(String(64), unique=True)   # sha256 of its SHA256SUMS
+    key: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 of its SHA256SUMS
     source: Mapped[str] = mapped_column(Text)
     sweep: Mapped[str | None] = mapped_column(String(255), index=True)
     host: Mapped[str | None] = mapped_column(String(255), index=True)
@@ -83,7 +87,7 @@ class Run(Base):
     benchmark: Mapped[str] = mapped_column(String(128))
     device: Mapped[str | None] = mapped_column(String(128))
     gpu_count: Mapped[int | None] = mapped_column(Integer)
-    gpu_indices: Mapped[str | None] = mapped_column(String(255))   # "0,1": the run's GPUs on its host
+    gpu_indices: Mapped[str | None] = mapped_column(String(255))  # "0,1": the run's GPUs on its host
     stack: Mapped[str | None] = mapped_column(Text)
     stack_versions: Mapped[str | None] = mapped_column(Text)
     scale: Mapped[str | None] = mapped_column(String(16))
@@ -97,7 +101,7 @@ class Run(Base):
     elapsed_s: Mapped[float | None] = mapped_column(Float)
     energy_j: Mapped[float | None] = mapped_column(Float)
     avg_power_w: Mapped[float | None] = mapped_column(Float)
-    at: Mapped[dt.datetime | None] = mapped_column(When, index=True)   # the run's start
+    at: Mapped[dt.datetime | None] = mapped_column(When, index=True)  # the run's start
     imported_at: Mapped[dt.datetime] = mapped_column(When)
 
 
@@ -114,10 +118,18 @@ class Quarantine(Base):
     """A GPU (gpu_index set) or a whole host kept out of sweeps until released."""
 
     __tablename__ = "quarantine"
-    __table_args__ = (UniqueConstraint("host", "gpu_index", "added_at", name="uq_quarantine_entry"),
-                      # one open entry per target, kept by the database (migration 0002), not by a read first
-                      Index("uq_quarantine_open", "host", func.coalesce(text("gpu_index"), -1), unique=True,
-                            sqlite_where=text("released_at IS NULL"), postgresql_where=text("released_at IS NULL")))
+    __table_args__ = (
+        UniqueConstraint("host", "gpu_index", "added_at", name="uq_quarantine_entry"),
+        # one open entry per target, kept by the database (migration 0002), not by a read first
+        Index(
+            "uq_quarantine_open",
+            "host",
+            func.coalesce(text("gpu_index"), -1),
+            unique=True,
+            sqlite_where=text("released_at IS NULL"),
+            postgresql_where=text("released_at IS NULL"),
+        ),
+    )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     host: Mapped[str] = mapped_column(String(255), index=True)
     gpu_index: Mapped[int | None] = mapped_column(Integer)

@@ -26,7 +26,7 @@ MAX_UUIDS = 4096
 _RANK = {"PASS": 0, "WARN": 1, "FAIL": 2}
 
 
-number = limits.measurement   # a finite float of a database cell, else None
+number = limits.measurement  # a finite float of a database cell, else None
 
 
 def when(v) -> dt.datetime | None:
@@ -53,11 +53,20 @@ def gpu_past(db: Database, uuids, sources: dict[str, list[str]], depth: int) -> 
     # (uuid, key) -> validation id -> [value, time, verdict]
     found: dict[tuple[str, str], dict[int, list]] = {}
     with db.session() as s:
-        q = (select(Gpu.uuid, Check.validation_id, Check.name, Check.verdict, type_coerce(Check.value, String),
-                    type_coerce(Check.at, String))
-             .join(Gpu, Gpu.id == Check.gpu_id)
-             .where(Gpu.uuid.in_(uuids), Check.name.in_(list(by_name)))
-             .order_by(Check.id.desc()).limit(MAX_ROWS))
+        q = (
+            select(
+                Gpu.uuid,
+                Check.validation_id,
+                Check.name,
+                Check.verdict,
+                type_coerce(Check.value, String),
+                type_coerce(Check.at, String),
+            )
+            .join(Gpu, Gpu.id == Check.gpu_id)
+            .where(Gpu.uuid.in_(uuids), Check.name.in_(list(by_name)))
+            .order_by(Check.id.desc())
+            .limit(MAX_ROWS)
+        )
         for uuid, vid, name, verdict, value, at in s.execute(q):
             v, t = number(stored_float(value)), when(at)
             if v is None or t is None or verdict not in _RANK:
@@ -70,8 +79,8 @@ def gpu_past(db: Database, uuids, sources: dict[str, list[str]], depth: int) -> 
     for (uuid, key), per_validation in found.items():
         pts, passing = [], 0
         for v, t, vd in sorted(per_validation.values(), key=lambda p: p[1], reverse=True):
-            if passing == depth:     # newest first, until ``depth`` passing points: a GPU that kept failing
-                break                # is still judged against the passing points before
+            if passing == depth:  # newest first, until ``depth`` passing points: a GPU that kept failing
+                break  # is still judged against the passing points before
             pts.append({"value": v, "at": iso(t), "verdict": vd})
             passing += vd == "PASS"
         out["gpus"].setdefault(uuid, {})[key] = pts

@@ -26,7 +26,7 @@ from lab.history.values import FUTURE_SLACK, clean_text, printable
 
 GPU_SUFFIX = re.compile(r"^(.+):(\d{1,2})$")
 MAX_TEXT = 2000
-HEALTH_LEVEL = "health"   # lab.history.sweeps: a sweep's health check, recorded as a validation of this level
+HEALTH_LEVEL = "health"  # lab.history.sweeps: a sweep's health check, recorded as a validation of this level
 
 
 def is_host(name) -> bool:
@@ -86,13 +86,21 @@ def target_gpu_id(s, target: Target) -> int | None:
     """The UUID of the GPU last seen at that index of that host (runs first, then checks), where known."""
     if target.gpu is None:
         return None
-    q = (select(RunGpu.gpu_id).join(Run, Run.id == RunGpu.run_id)
-         .where(Run.host == target.host, RunGpu.gpu_index == target.gpu, RunGpu.gpu_id.is_not(None))
-         .order_by(Run.at.desc()).limit(1))
+    q = (
+        select(RunGpu.gpu_id)
+        .join(Run, Run.id == RunGpu.run_id)
+        .where(Run.host == target.host, RunGpu.gpu_index == target.gpu, RunGpu.gpu_id.is_not(None))
+        .order_by(Run.at.desc())
+        .limit(1)
+    )
     found = s.scalar(q)
     if found is None:
-        found = s.scalar(select(Check.gpu_id).where(Check.host == target.host, Check.gpu_index == target.gpu,
-                                                    Check.gpu_id.is_not(None)).order_by(Check.at.desc()).limit(1))
+        found = s.scalar(
+            select(Check.gpu_id)
+            .where(Check.host == target.host, Check.gpu_index == target.gpu, Check.gpu_id.is_not(None))
+            .order_by(Check.at.desc())
+            .limit(1)
+        )
     return found
 
 
@@ -105,16 +113,18 @@ def check_release(who, note=None) -> tuple[str, str | None]:
     return _text(who, "--who"), _text(note, "--note", False)
 
 
-def add(db: Database, target: Target, *, reason: str, who: str, action: str | None = None,
-        at: dt.datetime | None = None) -> tuple[Quarantine, bool]:
+def add(
+    db: Database, target: Target, *, reason: str, who: str, action: str | None = None, at: dt.datetime | None = None
+) -> tuple[Quarantine, bool]:
     """(the entry, True) once added; (the open entry, False) if the target is quarantined already."""
     check_entry(reason, who, action)
     with db.session() as s:
         return add_in(s, target, reason=reason, who=who, action=action, at=at)
 
 
-def add_in(s, target: Target, *, reason: str, who: str, action: str | None = None,
-           at: dt.datetime | None = None) -> tuple[Quarantine, bool]:
+def add_in(
+    s, target: Target, *, reason: str, who: str, action: str | None = None, at: dt.datetime | None = None
+) -> tuple[Quarantine, bool]:
     """``add`` inside the caller's transaction (a validate or a sweep's health check records its checks and
     what they quarantine at once). One open entry per target is the database's rule (the partial unique index
     uq_quarantine_open): of two writers at once, the second finds the first's entry."""
@@ -124,12 +134,19 @@ def add_in(s, target: Target, *, reason: str, who: str, action: str | None = Non
         existing = open_entries(s, target)
         if existing:
             return existing[0], False
-        entry = Quarantine(host=target.host, gpu_index=target.gpu, gpu_id=target_gpu_id(s, target), reason=reason,
-                           action=action, who=who, added_at=at or now())
+        entry = Quarantine(
+            host=target.host,
+            gpu_index=target.gpu,
+            gpu_id=target_gpu_id(s, target),
+            reason=reason,
+            action=action,
+            who=who,
+            added_at=at or now(),
+        )
         try:
             with s.begin_nested():
                 s.add(entry)
-        except IntegrityError:   # another writer's entry of this target, committed meanwhile: it stands
+        except IntegrityError:  # another writer's entry of this target, committed meanwhile: it stands
             continue
         return entry, True
     raise ConfigError(f"quarantine: {target}: another writer keeps changing it; try again")
@@ -139,15 +156,32 @@ def _passing_validate(s, entry: Quarantine) -> tuple[bool, str]:
     """Whether the newest validate of the target since it was quarantined passed (no FAIL of the host itself
     or, for a GPU, of that GPU)."""
     since = aware_utc(entry.added_at)
-    scope = Check.gpu_index.is_(None) if entry.gpu_index is None else or_(
-        Check.gpu_index.is_(None), Check.gpu_index == entry.gpu_index)
-    newest = s.execute(select(Check.validation_id, Check.at).join(Validation, Validation.id == Check.validation_id)
-                       .where(Check.host == entry.host, Check.at > since, Check.at <= now() + FUTURE_SLACK,
-                              or_(Validation.level.is_(None), Validation.level != HEALTH_LEVEL))   # a validate, not a
-                       .order_by(Check.at.desc(), Check.validation_id.desc()).limit(1)).first()   # sweep's health check
-    rows = [] if newest is None else s.execute(
-        select(Check.name, Check.verdict, Check.gpu_index, Check.reason)
-        .where(and_(Check.validation_id == newest.validation_id, Check.host == entry.host, scope))).all()
+    scope = (
+        Check.gpu_index.is_(None)
+        if entry.gpu_index is None
+        else or_(Check.gpu_index.is_(None), Check.gpu_index == entry.gpu_index)
+    )
+    newest = s.execute(
+        select(Check.validation_id, Check.at)
+        .join(Validation, Validation.id == Check.validation_id)
+        .where(
+            Check.host == entry.host,
+            Check.at > since,
+            Check.at <= now() + FUTURE_SLACK,
+            or_(Validation.level.is_(None), Validation.level != HEALTH_LEVEL),
+        )  # a validate, not a
+        .order_by(Check.at.desc(), Check.validation_id.desc())
+        .limit(1)
+    ).first()  # sweep's health check
+    rows = (
+        []
+        if newest is None
+        else s.execute(
+            select(Check.name, Check.verdict, Check.gpu_index, Check.reason).where(
+                and_(Check.validation_id == newest.validation_id, Check.host == entry.host, scope)
+            )
+        ).all()
+    )
     if not rows or (entry.gpu_index is not None and not any(r.gpu_index is not None for r in rows)):
         return False, f"no validate of {Target(entry.host, entry.gpu_index)} since it was quarantined"
     failed = [r for r in rows if r.verdict == "FAIL"]
@@ -179,9 +213,11 @@ def release(db: Database, target: Target, *, who: str, force: bool = False, note
         if not force:
             ok, why = _passing_validate(s, entry)
             if not ok:
-                raise CheckFailed(f"quarantine release: {target}: {why}; run `invoke validate --host "
-                                  f"{target.host}` (it records into the history), then `invoke quarantine.release "
-                                  f"{target}`, or release with --force")
+                raise CheckFailed(
+                    f"quarantine release: {target}: {why}; run `invoke validate --host "
+                    f"{target.host}` (it records into the history), then `invoke quarantine.release "
+                    f"{target}`, or release with --force"
+                )
             note = note or why
         elif note is None:
             note = "forced"
@@ -225,6 +261,16 @@ def table(entries) -> list[str]:
         uuid = getattr(e, "gpu_uuid", None)
         since = aware_utc(e.added_at)
         since = f"{since:%Y-%m-%d %H:%M}" if isinstance(since, dt.datetime) else "-"
-        rows.append(tuple(printable(x) for x in (Target(e.host, e.gpu_index), since, e.who,
-                                                  f"{e.reason}" + (f" [{uuid}]" if uuid else ""), e.action or "-")))
+        rows.append(
+            tuple(
+                printable(x)
+                for x in (
+                    Target(e.host, e.gpu_index),
+                    since,
+                    e.who,
+                    f"{e.reason}" + (f" [{uuid}]" if uuid else ""),
+                    e.action or "-",
+                )
+            )
+        )
     return term.table(("target", "since (UTC)", "who", "reason", "action"), rows)

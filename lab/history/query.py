@@ -54,7 +54,7 @@ def gpu_filter(gpu, host):
 def check_filter(q, host, uuid, index, metric):
     """``q`` (a select over Check joined to Gpu) narrowed to a host, a GPU (UUID or index) and a metric."""
     if host:
-        fields.host_name(host, "--host")   # the one grammar of host names
+        fields.host_name(host, "--host")  # the one grammar of host names
         q = q.where(Check.host == host)
     if uuid:
         q = q.where(Gpu.uuid == uuid)
@@ -62,8 +62,9 @@ def check_filter(q, host, uuid, index, metric):
         q = q.where(Check.gpu_index == index)
     if metric:
         if not isinstance(metric, str) or len(metric) > 128 or not values.text_ok(metric):
-            raise ConfigError(f"--metric: {excerpt(ascii(metric), 60)} is not a check name (text, at most 128 "
-                              "characters)")
+            raise ConfigError(
+                f"--metric: {excerpt(ascii(metric), 60)} is not a check name (text, at most 128 characters)"
+            )
         q = q.where(Check.name.contains(metric, autoescape=True))
     return q
 
@@ -76,24 +77,39 @@ def check_source(level: str | None) -> str:
     return f"validate {level}" if level else "validate"
 
 
-def history_rows(db: Database, *, host=None, gpu=None, metric=None, since=None, until=None,
-                 limit: int = 200) -> list[dict]:
+def history_rows(
+    db: Database, *, host=None, gpu=None, metric=None, since=None, until=None, limit: int = 200
+) -> list[dict]:
     limit = limits.number(limit, "--limit", limits.Range(1, MAX_ROWS, "rows"))
     since, until = parse_time(since, "--since"), parse_time(until, "--until")
     uuid, index = gpu_filter(gpu, host)
     out = []
     with db.session() as s:
-        q = (select(Check, Gpu.uuid, Validation.level).outerjoin(Gpu, Gpu.id == Check.gpu_id)
-             .join(Validation, Validation.id == Check.validation_id))
+        q = (
+            select(Check, Gpu.uuid, Validation.level)
+            .outerjoin(Gpu, Gpu.id == Check.gpu_id)
+            .join(Validation, Validation.id == Check.validation_id)
+        )
         q = check_filter(q, host, uuid, index, metric)
         if since:
             q = q.where(Check.at >= since)
         if until:
             q = q.where(Check.at <= until)
         for c, u, level in s.execute(q.order_by(Check.at.desc(), Check.id).limit(limit)):
-            out.append(dict(at=aware_utc(c.at), host=c.host, gpu=c.gpu_index, uuid=u, metric=c.name,
-                            value=c.value if c.value is not None else c.value_text, unit=c.unit,
-                            verdict=c.verdict, stack=c.stack, source=check_source(level)))
+            out.append(
+                dict(
+                    at=aware_utc(c.at),
+                    host=c.host,
+                    gpu=c.gpu_index,
+                    uuid=u,
+                    metric=c.name,
+                    value=c.value if c.value is not None else c.value_text,
+                    unit=c.unit,
+                    verdict=c.verdict,
+                    stack=c.stack,
+                    source=check_source(level),
+                )
+            )
         q = select(Run)
         if host:
             q = q.where(Run.host == host)
@@ -110,17 +126,30 @@ def history_rows(db: Database, *, host=None, gpu=None, metric=None, since=None, 
         runs = s.scalars(q.order_by(Run.at.desc(), Run.id).limit(limit)).all()
         gpus = {}
         if runs:
-            for rg, u in s.execute(select(RunGpu, Gpu.uuid).outerjoin(Gpu, Gpu.id == RunGpu.gpu_id)
-                                   .where(RunGpu.run_id.in_([r.id for r in runs]))):
+            for rg, u in s.execute(
+                select(RunGpu, Gpu.uuid)
+                .outerjoin(Gpu, Gpu.id == RunGpu.gpu_id)
+                .where(RunGpu.run_id.in_([r.id for r in runs]))
+            ):
                 gpus.setdefault(rg.run_id, []).append((rg.gpu_index, u))
         for r in runs:
             used = sorted(gpus.get(r.id, []))
-            out.append(dict(at=aware_utc(r.at), host=r.host, gpu=",".join(str(i) for i, _ in used) or None,
-                            uuid=",".join(u for _, u in used if u) or None, metric=f"{r.benchmark} throughput",
-                            value=r.samples_per_s, unit=r.sample_unit and f"{r.sample_unit}/s",
-                            verdict=r.outcome, stack=r.stack, source=r.sweep or "run"))
+            out.append(
+                dict(
+                    at=aware_utc(r.at),
+                    host=r.host,
+                    gpu=",".join(str(i) for i, _ in used) or None,
+                    uuid=",".join(u for _, u in used if u) or None,
+                    metric=f"{r.benchmark} throughput",
+                    value=r.samples_per_s,
+                    unit=r.sample_unit and f"{r.sample_unit}/s",
+                    verdict=r.outcome,
+                    stack=r.stack,
+                    source=r.sweep or "run",
+                )
+            )
     far = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
-    out.sort(key=lambda r: (r["at"] or far), reverse=True)
+    out.sort(key=lambda r: r["at"] or far, reverse=True)
     return out[:limit]
 
 
@@ -130,8 +159,8 @@ def _cell(v, n: int = 48) -> str:
     if v is None or v == "":
         return "-"
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return term.number(v)   # whole: never cut, never in exponent form
-    return excerpt(printable(v), n)   # stored text: escaped, and a long one said to be cut ("...")
+        return term.number(v)  # whole: never cut, never in exponent form
+    return excerpt(printable(v), n)  # stored text: escaped, and a long one said to be cut ("...")
 
 
 def _value(v, unit) -> str:
@@ -144,7 +173,16 @@ def table(rows: list[dict]) -> list[str]:
     if not rows:
         return [advice.carry("no history matches (import results with `invoke history.import results`)")]
     head = ("time (UTC)", "host", "GPU", "verdict", "metric", "value", "from")
-    body = [(f"{r['at']:%Y-%m-%d %H:%M}" if r["at"] else "-", _cell(r["host"], 64), _cell(r["gpu"]),
-             _cell(r["verdict"], 16), _cell(r["metric"], 96), _value(r["value"], r["unit"]), _cell(r["source"], 64))
-            for r in rows]
+    body = [
+        (
+            f"{r['at']:%Y-%m-%d %H:%M}" if r["at"] else "-",
+            _cell(r["host"], 64),
+            _cell(r["gpu"]),
+            _cell(r["verdict"], 16),
+            _cell(r["metric"], 96),
+            _value(r["value"], r["unit"]),
+            _cell(r["source"], 64),
+        )
+        for r in rows
+    ]
     return term.table(head, body, verdict_col=3)

@@ -28,7 +28,7 @@ from runner.rundir import MANIFEST, STATUS
 VALIDATE_FILE = "validate.json"
 VALIDATE_KIND = "gpulab-validate"
 VALIDATE_SCHEMAS = (1,)
-MAX_WALK = 200_000     # folders visited looking for validate.json
+MAX_WALK = 200_000  # folders visited looking for validate.json
 SUMS = "SHA256SUMS"
 
 
@@ -98,10 +98,11 @@ def _text(v, n=255) -> str | None:
     return None if v is None else str(v)[:n]
 
 
-_int = values.whole   # SQL's INTEGER (PostgreSQL's 32 bits); JSON integers may be longer (plaindata: 20 digits)
+_int = values.whole  # SQL's INTEGER (PostgreSQL's 32 bits); JSON integers may be longer (plaindata: 20 digits)
 
 
 # ---------------------------------------------------------------- runs
+
 
 def _run_gpus(rundir: Path, indices) -> list[GpuRef]:
     try:
@@ -110,10 +111,16 @@ def _run_gpus(rundir: Path, indices) -> list[GpuRef]:
         manifest = None
     probe = {g.get("index"): g for g in manifest_gpus(manifest)} if isinstance(manifest, dict) else {}
     out = []
-    for i in dict.fromkeys(indices):   # an index listed twice: once
+    for i in dict.fromkeys(indices):  # an index listed twice: once
         g = probe.get(i) if isinstance(probe.get(i), dict) else {}
-        out.append(GpuRef(index=i, uuid=_text(g.get("uuid"), 96), serial=_text(g.get("serial"), 64),
-                          name=_text(g.get("name"), 128)))
+        out.append(
+            GpuRef(
+                index=i,
+                uuid=_text(g.get("uuid"), 96),
+                serial=_text(g.get("serial"), 64),
+                name=_text(g.get("name"), 128),
+            )
+        )
     return out
 
 
@@ -138,19 +145,38 @@ def _run_record(run, out: Sources) -> RunRecord | None:
         out.skipped.append(f"{where}: {values.printable(getattr(exc, 'reason', exc))}")
         return None
     idx = status.get("gpus") if isinstance(status, dict) else None
-    indices = [i for i in idx if _int(i) is not None and limits.GPU_INDEX.lo <= i <= limits.GPU_INDEX.hi] \
-        if isinstance(idx, list) else []
+    indices = (
+        [i for i in idx if _int(i) is not None and limits.GPU_INDEX.lo <= i <= limits.GPU_INDEX.hi]
+        if isinstance(idx, list)
+        else []
+    )
     sweep = rundir.parent.parent.name if (rundir.parent.parent / "sweep.json").is_file() else None
-    fields = dict(source=str(rundir.resolve()), sweep=_text(sweep), host=_text(run.host), run_name=_text(rundir.name),
-                  benchmark=_text(run.benchmark, 128), device=_text(run.device, 128), gpu_count=_int(run.gpus),
-                  gpu_indices=",".join(str(i) for i in indices), stack=run.stack, stack_versions=run.stack_versions,
-                  scale=_text(run.scale, 16), mode=_text(run.mode, 16), seed=_int(run.seed), outcome=run.outcome,
-                  reason=run.reason, samples_per_s=values.finite(run.samples_per_s),
-                  sample_unit=_text(run.sample_unit, 32), ttt_s=values.finite(run.ttt_s),
-                  elapsed_s=values.finite(run.elapsed_s), energy_j=values.finite(run.energy_j),
-                  avg_power_w=values.finite(run.avg_power_w), at=utc(run.start_s))
+    fields = dict(
+        source=str(rundir.resolve()),
+        sweep=_text(sweep),
+        host=_text(run.host),
+        run_name=_text(rundir.name),
+        benchmark=_text(run.benchmark, 128),
+        device=_text(run.device, 128),
+        gpu_count=_int(run.gpus),
+        gpu_indices=",".join(str(i) for i in indices),
+        stack=run.stack,
+        stack_versions=run.stack_versions,
+        scale=_text(run.scale, 16),
+        mode=_text(run.mode, 16),
+        seed=_int(run.seed),
+        outcome=run.outcome,
+        reason=run.reason,
+        samples_per_s=values.finite(run.samples_per_s),
+        sample_unit=_text(run.sample_unit, 32),
+        ttt_s=values.finite(run.ttt_s),
+        elapsed_s=values.finite(run.elapsed_s),
+        energy_j=values.finite(run.energy_j),
+        avg_power_w=values.finite(run.avg_power_w),
+        at=utc(run.start_s),
+    )
     gpus = _run_gpus(rundir, indices)
-    try:   # a value no database column takes (a folder name that is not UTF-8, say): this run is skipped
+    try:  # a value no database column takes (a folder name that is not UTF-8, say): this run is skipped
         values.checked(Run, dict(fields), where)
         for g in gpus:
             for v in (g.uuid, g.serial, g.name):
@@ -181,6 +207,7 @@ def _read_runs(path: Path, out: Sources, required: bool) -> None:
 
 # ---------------------------------------------------------------- validate.json
 
+
 def _stack_of(host: dict) -> str | None:
     parts = []
     for c in host.get("checks") if isinstance(host.get("checks"), list) else ():
@@ -195,39 +222,62 @@ def _stack_of(host: dict) -> str | None:
 
 
 def _check(host: str, c, gpu: GpuRef | None, stack, at) -> CheckRecord | None:
-    if not isinstance(c, dict) or not isinstance(c.get("check"), str) or c.get("verdict") not in ("PASS", "WARN", "FAIL"):
+    if (
+        not isinstance(c, dict)
+        or not isinstance(c.get("check"), str)
+        or c.get("verdict") not in ("PASS", "WARN", "FAIL")
+    ):
         return None
     m = c.get("measured")
     value = values.finite(m)
     vtext = None if value is not None or m is None else (m if isinstance(m, str) else json.dumps(m, default=str))
-    return CheckRecord(host=host, name=c["check"][:128], verdict=c["verdict"], gpu=gpu, value=value,
-                       value_text=_text(vtext, 4000), unit=_text(c.get("unit"), 32),
-                       expected=_text(c.get("expected"), 4000), reason=_text(c.get("reason"), 4000), stack=stack, at=at)
+    return CheckRecord(
+        host=host,
+        name=c["check"][:128],
+        verdict=c["verdict"],
+        gpu=gpu,
+        value=value,
+        value_text=_text(vtext, 4000),
+        unit=_text(c.get("unit"), 32),
+        expected=_text(c.get("expected"), 4000),
+        reason=_text(c.get("reason"), 4000),
+        stack=stack,
+        at=at,
+    )
 
 
 def read_validation(path: Path) -> ValidationRecord:
     """One validate.json; ConfigError when it is not one this gpulab reads."""
     if not values.text_ok(str(path.resolve())):
-        raise ConfigError(f"{values.printable(path)}: its path is not valid UTF-8 text (a folder of non-UTF-8 "
-                          "bytes): rename it to import it")
+        raise ConfigError(
+            f"{values.printable(path)}: its path is not valid UTF-8 text (a folder of non-UTF-8 "
+            "bytes): rename it to import it"
+        )
     try:
         raw = bounded.read_bytes(path, root=path.parent, limit=limits.JSON_BYTES)
         doc = plaindata.loads(raw.decode("utf-8"))
     except bounded.Unreadable as exc:
         raise ConfigError(f"{path}: {exc.reason}") from None
-    except ValueError as exc:   # also UnicodeDecodeError; depth and integer size are bounded
+    except ValueError as exc:  # also UnicodeDecodeError; depth and integer size are bounded
         raise ConfigError(f"{path}: not JSON ({str(exc)[:120]})") from None
     if not isinstance(doc, dict) or doc.get("kind") != VALIDATE_KIND:
         raise ConfigError(f"{path}: not a validate.json (kind {VALIDATE_KIND!r} expected)")
     if doc.get("schema") not in VALIDATE_SCHEMAS:
-        raise ConfigError(f"{path}: validate.json schema {doc.get('schema')!r} is not one this gpulab reads "
-                          f"({', '.join(map(str, VALIDATE_SCHEMAS))})")
+        raise ConfigError(
+            f"{path}: validate.json schema {doc.get('schema')!r} is not one this gpulab reads "
+            f"({', '.join(map(str, VALIDATE_SCHEMAS))})"
+        )
     hosts = doc.get("hosts")
     if not isinstance(hosts, dict):
         raise ConfigError(f"{path}: 'hosts' is not an object")
     at = utc(doc.get("generated_at"))
-    rec = ValidationRecord(key=hashlib.sha256(raw).hexdigest(), source=str(path.resolve()), at=at,
-                           level=_text(doc.get("level"), 32), verdict=_text(doc.get("verdict"), 8))
+    rec = ValidationRecord(
+        key=hashlib.sha256(raw).hexdigest(),
+        source=str(path.resolve()),
+        at=at,
+        level=_text(doc.get("level"), 32),
+        verdict=_text(doc.get("verdict"), 8),
+    )
     for name, h in hosts.items():
         if not isinstance(h, dict):
             raise ConfigError(f"{path}: host {excerpt(ascii(name), 60)} is not an object")
@@ -237,11 +287,18 @@ def read_validation(path: Path) -> ValidationRecord:
             if (r := _check(host, c, None, stack, when)) is not None:
                 rec.checks.append(r)
         for g in (h.get("gpus") or {}).values() if isinstance(h.get("gpus"), dict) else ():
-            if not isinstance(g, dict) or _int(g.get("index")) is None \
-                    or not limits.GPU_INDEX.lo <= g["index"] <= limits.GPU_INDEX.hi:
+            if (
+                not isinstance(g, dict)
+                or _int(g.get("index")) is None
+                or not limits.GPU_INDEX.lo <= g["index"] <= limits.GPU_INDEX.hi
+            ):
                 continue
-            ref = GpuRef(index=g["index"], uuid=_text(g.get("uuid"), 96), serial=_text(g.get("serial"), 64),
-                         name=_text(g.get("name"), 128))
+            ref = GpuRef(
+                index=g["index"],
+                uuid=_text(g.get("uuid"), 96),
+                serial=_text(g.get("serial"), 64),
+                name=_text(g.get("name"), 128),
+            )
             for c in g.get("checks") if isinstance(g.get("checks"), list) else ():
                 if (r := _check(host, c, ref, stack, when)) is not None:
                     rec.checks.append(r)
@@ -255,20 +312,28 @@ def _texts_ok(path: Path, rec: ValidationRecord) -> None:
         if v is not None:
             values.clean_text(v, str(path))
     for c in rec.checks:
-        for v in (c.host, c.name, c.value_text, c.unit, c.expected, c.reason, c.stack,
-                  *((c.gpu.uuid, c.gpu.serial, c.gpu.name) if c.gpu else ())):
+        for v in (
+            c.host,
+            c.name,
+            c.value_text,
+            c.unit,
+            c.expected,
+            c.reason,
+            c.stack,
+            *((c.gpu.uuid, c.gpu.serial, c.gpu.name) if c.gpu else ()),
+        ):
             if v is not None:
                 values.clean_text(v, f"{path}: host {c.host}: {c.name[:60]}")
 
 
 def _validate_files(root: Path) -> list[Path]:
     found, seen = [], 0
-    for folder, dirs, files in os.walk(root):   # symlinked folders are not followed
+    for folder, dirs, files in os.walk(root):  # symlinked folders are not followed
         seen += 1
         if seen > MAX_WALK:
             raise ConfigError(f"{root}: more than {MAX_WALK} folders: import a smaller tree")
         if STATUS in files:
-            dirs[:] = []    # a run directory: lab.results reads it
+            dirs[:] = []  # a run directory: lab.results reads it
             continue
         dirs.sort()
         if VALIDATE_FILE in files and not os.path.islink(os.path.join(folder, VALIDATE_FILE)):

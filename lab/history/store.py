@@ -27,7 +27,7 @@ from lab.history.sources import RunRecord, Sources, ValidationRecord
 from lab.history.values import FUTURE_SLACK, checked, clean_text, printable  # noqa: F401 - shared with callers
 
 RETRIES = 8
-CHUNK = 500                      # keys per IN (...), rows per INSERT
+CHUNK = 500  # keys per IN (...), rows per INSERT
 
 
 @dataclass
@@ -39,8 +39,10 @@ class Added:
     checks: int = 0
 
     def line(self) -> str:
-        return (f"{self.runs} run(s) added, {self.runs_present} already there; {self.validations} validation(s) "
-                f"added ({self.checks} checks), {self.validations_present} already there")
+        return (
+            f"{self.runs} run(s) added, {self.runs_present} already there; {self.validations} validation(s) "
+            f"added ({self.checks} checks), {self.validations_present} already there"
+        )
 
 
 def now() -> dt.datetime:
@@ -55,7 +57,7 @@ def aware_utc(t: dt.datetime | None) -> dt.datetime | None:
 def _present(s: Session, column, keys) -> set:
     keys, found = sorted(set(keys)), set()
     for i in range(0, len(keys), CHUNK):
-        found.update(s.scalars(select(column).where(column.in_(keys[i:i + CHUNK]))))
+        found.update(s.scalars(select(column).where(column.in_(keys[i : i + CHUNK]))))
     return found
 
 
@@ -72,7 +74,7 @@ class _Gpus:
         self.ids: dict[str, int] = {}
         uuids = sorted(uuids)
         for i in range(0, len(uuids), CHUNK):
-            for g in s.scalars(select(Gpu).where(Gpu.uuid.in_(uuids[i:i + CHUNK]))):
+            for g in s.scalars(select(Gpu).where(Gpu.uuid.in_(uuids[i : i + CHUNK]))):
                 self.known[g.uuid] = g
                 self.ids[g.uuid] = g.id
 
@@ -82,17 +84,23 @@ class _Gpus:
             return None
         gpu = self.known.get(ref.uuid)
         if gpu is None and ref.uuid not in self.new:
-            self.new[ref.uuid] = checked(Gpu, dict(uuid=ref.uuid, serial=ref.serial, name=ref.name, host=host,
-                                                   first_seen=at, last_seen=at), f"GPU {ref.uuid}")
+            self.new[ref.uuid] = checked(
+                Gpu,
+                dict(uuid=ref.uuid, serial=ref.serial, name=ref.name, host=host, first_seen=at, last_seen=at),
+                f"GPU {ref.uuid}",
+            )
             return ref.uuid
         row = self.new.get(ref.uuid)
         last = row["last_seen"] if row is not None else aware_utc(gpu.last_seen)
         first = row["first_seen"] if row is not None else aware_utc(gpu.first_seen)
         update = {}
         if at is not None and (last is None or at >= last):
-            update = dict(last_seen=at, host=host or (row["host"] if row else gpu.host),
-                          serial=ref.serial or (row["serial"] if row else gpu.serial),
-                          name=ref.name or (row["name"] if row else gpu.name))
+            update = dict(
+                last_seen=at,
+                host=host or (row["host"] if row else gpu.host),
+                serial=ref.serial or (row["serial"] if row else gpu.serial),
+                name=ref.name or (row["name"] if row else gpu.name),
+            )
         if at is not None and (first is None or at < first):
             update["first_seen"] = at
         checked(Gpu, update, f"GPU {ref.uuid}")
@@ -111,7 +119,7 @@ class _Gpus:
         _insert(self.s, Gpu, rows)
         uuids = sorted(self.new)
         for i in range(0, len(uuids), CHUNK):
-            self.ids.update(self.s.execute(select(Gpu.uuid, Gpu.id).where(Gpu.uuid.in_(uuids[i:i + CHUNK]))).all())
+            self.ids.update(self.s.execute(select(Gpu.uuid, Gpu.id).where(Gpu.uuid.in_(uuids[i : i + CHUNK]))).all())
 
 
 def _absent(s: Session, column, records, out: Added, present: str):
@@ -137,28 +145,59 @@ def write_sources(s: Session, src: Sources) -> Added:
         host, at = rec.fields.get("host"), rec.fields.get("at")
         used: dict = {}
         for g in rec.gpus:
-            used.setdefault(g.index, gpus.seen(g, host, at))   # an index twice in a status: once
+            used.setdefault(g.index, gpus.seen(g, host, at))  # an index twice in a status: once
         runs.append((run, used))
         out.runs += 1
     vals: list[tuple[Validation, list]] = []
     for rec in _absent(s, Validation.key, src.validations, out, "validations_present"):
-        v = Validation(**checked(Validation, dict(key=rec.key, source=rec.source, at=rec.at, level=rec.level,
-                                                  verdict=rec.verdict, imported_at=now()), rec.source))
+        v = Validation(
+            **checked(
+                Validation,
+                dict(
+                    key=rec.key, source=rec.source, at=rec.at, level=rec.level, verdict=rec.verdict, imported_at=now()
+                ),
+                rec.source,
+            )
+        )
         s.add(v)
         vals.append((v, [(c, gpus.seen(c.gpu, c.host, c.at)) for c in rec.checks]))
         out.validations += 1
         out.checks += len(rec.checks)
-    s.flush()   # ids of the new runs and validations
+    s.flush()  # ids of the new runs and validations
     gpus.write()
-    _insert(s, RunGpu, [checked(RunGpu, dict(run_id=run.id, gpu_index=i, gpu_id=gpus.id(u)), run.source)
-                        for run, used in runs for i, u in used.items()])
+    _insert(
+        s,
+        RunGpu,
+        [
+            checked(RunGpu, dict(run_id=run.id, gpu_index=i, gpu_id=gpus.id(u)), run.source)
+            for run, used in runs
+            for i, u in used.items()
+        ],
+    )
     rows = []
     for v, checks in vals:
         for c, u in checks:
-            rows.append(checked(Check, dict(
-                validation_id=v.id, host=c.host, gpu_id=gpus.id(u), gpu_index=c.gpu.index if c.gpu else None,
-                stack=c.stack, name=c.name, verdict=c.verdict, value=c.value, value_text=c.value_text, unit=c.unit,
-                expected=c.expected, reason=c.reason, at=c.at), v.source))
+            rows.append(
+                checked(
+                    Check,
+                    dict(
+                        validation_id=v.id,
+                        host=c.host,
+                        gpu_id=gpus.id(u),
+                        gpu_index=c.gpu.index if c.gpu else None,
+                        stack=c.stack,
+                        name=c.name,
+                        verdict=c.verdict,
+                        value=c.value,
+                        value_text=c.value_text,
+                        unit=c.unit,
+                        expected=c.expected,
+                        reason=c.reason,
+                        at=c.at,
+                    ),
+                    v.source,
+                )
+            )
     _insert(s, Check, rows)
     return out
 
@@ -169,7 +208,7 @@ def _insert(s: Session, model, rows: list[dict]) -> None:
     keys = [c.name for c in table.columns if c.name != "id"]
     conn = s.connection()
     for i in range(0, len(rows), CHUNK):
-        conn.execute(insert(table), [{k: r.get(k) for k in keys} for r in rows[i:i + CHUNK]])
+        conn.execute(insert(table), [{k: r.get(k) for k in keys} for r in rows[i : i + CHUNK]])
 
 
 def add_sources(db: Database, src: Sources) -> Added:
@@ -185,5 +224,3 @@ def add_validation(db: Database, rec: ValidationRecord) -> int | None:
     """The number of checks added; None if this validation was there already."""
     added = add_sources(db, Sources(validations=[rec]))
     return added.checks if added.validations else None
-
-

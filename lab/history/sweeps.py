@@ -65,11 +65,15 @@ class SweepMemory:
                 self._db = None
 
     def _newest_health(self, s, host: str):
-        return s.execute(select(Validation.id, Validation.at, Validation.verdict)
-                         .join(Check, Check.validation_id == Validation.id)
-                         .where(Validation.level == LEVEL, Check.host == host,
-                                Validation.at <= now() + FUTURE_SLACK)   # a record dated ahead counts for nothing
-                         .order_by(Validation.at.desc(), Validation.id.desc()).limit(1)).first()
+        return s.execute(
+            select(Validation.id, Validation.at, Validation.verdict)
+            .join(Check, Check.validation_id == Validation.id)
+            .where(
+                Validation.level == LEVEL, Check.host == host, Validation.at <= now() + FUTURE_SLACK
+            )  # a record dated ahead counts for nothing
+            .order_by(Validation.at.desc(), Validation.id.desc())
+            .limit(1)
+        ).first()
 
     def recent_pass(self, host: str, hours: float) -> bool:
         """One verdict, the newest: the host's newest check of either kind (a sweep's health check or an
@@ -77,14 +81,20 @@ class SweepMemory:
         if hours <= 0:
             return False
         with self._lock, self.db.session() as s:
-            newest = s.execute(select(Validation.id, Validation.at)
-                               .join(Check, Check.validation_id == Validation.id)
-                               .where(Check.host == host, Validation.at <= now() + FUTURE_SLACK)   # not ahead
-                               .order_by(Validation.at.desc(), Validation.id.desc()).limit(1)).first()
+            newest = s.execute(
+                select(Validation.id, Validation.at)
+                .join(Check, Check.validation_id == Validation.id)
+                .where(Check.host == host, Validation.at <= now() + FUTURE_SLACK)  # not ahead
+                .order_by(Validation.at.desc(), Validation.id.desc())
+                .limit(1)
+            ).first()
             if newest is None or newest.at is None:
                 return False
-            failed = s.execute(select(Check.id).where(Check.validation_id == newest.id, Check.host == host,
-                                                      Check.verdict == "FAIL").limit(1)).first()
+            failed = s.execute(
+                select(Check.id)
+                .where(Check.validation_id == newest.id, Check.host == host, Check.verdict == "FAIL")
+                .limit(1)
+            ).first()
         return failed is None and aware_utc(newest.at) >= now() - dt.timedelta(hours=hours)
 
     def mark(self, host: str) -> tuple[str | None, float | None] | None:
@@ -92,8 +102,9 @@ class SweepMemory:
             newest = self._newest_health(s, host)
             if newest is None:
                 return None
-            row = s.execute(select(Check.value, Check.value_text).where(
-                Check.validation_id == newest.id, Check.name == MARK)).first()
+            row = s.execute(
+                select(Check.value, Check.value_text).where(Check.validation_id == newest.id, Check.name == MARK)
+            ).first()
         return None if row is None else (row.value_text, row.value)
 
     def record_health(self, host: str, health, doc: dict, *, after_run: str | None = None) -> list[str]:
@@ -101,27 +112,51 @@ class SweepMemory:
         at = utc(health.at) or now()
         what = f"after the failed run {after_run}" if after_run else "before the first run"
         raw = json.dumps({"host": host, "doc": doc}, sort_keys=True, default=str).encode()
-        rec = ValidationRecord(key=hashlib.sha256(raw).hexdigest(), source=f"sweep {self.sweep}: health check of "
-                               f"{host} {what}", at=at, level=LEVEL, verdict="PASS" if health.ok else "FAIL")
+        rec = ValidationRecord(
+            key=hashlib.sha256(raw).hexdigest(),
+            source=f"sweep {self.sweep}: health check of {host} {what}",
+            at=at,
+            level=LEVEL,
+            verdict="PASS" if health.ok else "FAIL",
+        )
         for c in health.host_checks:
             rec.checks.append(_record(host, c, None, at))
-        rec.checks.append(CheckRecord(host=host, name=MARK, verdict="PASS", value=health.uptime_s,
-                                      value_text=health.boot_id, unit="s", reason="boot id and uptime", at=at))
+        rec.checks.append(
+            CheckRecord(
+                host=host,
+                name=MARK,
+                verdict="PASS",
+                value=health.uptime_s,
+                value_text=health.boot_id,
+                unit="s",
+                reason="boot id and uptime",
+                at=at,
+            )
+        )
         for idx, g in sorted(health.gpus.items()):
             ref = GpuRef(index=idx, uuid=g.get("uuid"), serial=g.get("serial"), name=g.get("name"))
             rec.checks += [_record(host, c, ref, at) for c in g["checks"]]
-        def write(s) -> list[str]:   # the checks and what they quarantine: one transaction
+
+        def write(s) -> list[str]:  # the checks and what they quarantine: one transaction
             lines, done = [], set()
             write_sources(s, Sources(validations=[rec]))
             for f in health.failures:
-                if f.gpu is None or f.gpu in done:   # a host (no NVML): said, recorded, kept out by hand only
+                if f.gpu is None or f.gpu in done:  # a host (no NVML): said, recorded, kept out by hand only
                     continue
                 done.add(f.gpu)
                 target = quarantine.Target(host, f.gpu)
-                entry, added = quarantine.add_in(s, target, reason=f"health check {what}: {f.reason}"[:2000],
-                                                 who=WHO, action=(f.action or "")[:2000] or None)
-                lines.append(f"{target}: quarantined ({f.reason}" + (f"; action {f.action}" if f.action else "")
-                             + ")" if added else f"{target}: already quarantined ({entry.reason})")
+                entry, added = quarantine.add_in(
+                    s,
+                    target,
+                    reason=f"health check {what}: {f.reason}"[:2000],
+                    who=WHO,
+                    action=(f.action or "")[:2000] or None,
+                )
+                lines.append(
+                    f"{target}: quarantined ({f.reason}" + (f"; action {f.action}" if f.action else "") + ")"
+                    if added
+                    else f"{target}: already quarantined ({entry.reason})"
+                )
             return lines
 
         with self._lock:
@@ -136,9 +171,18 @@ def _record(host: str, c: dict, gpu: GpuRef | None, at) -> CheckRecord:
     m = c.get("measured")
     value = finite(m)
     text = None if value is not None or m is None else (m if isinstance(m, str) else json.dumps(m, default=str))
-    return CheckRecord(host=host, name=c["check"], verdict=c["verdict"], gpu=gpu, value=value, value_text=text,
-                       unit=c.get("unit"), expected=c.get("expected"), reason=c.get("reason"), at=at)
-
+    return CheckRecord(
+        host=host,
+        name=c["check"],
+        verdict=c["verdict"],
+        gpu=gpu,
+        value=value,
+        value_text=text,
+        unit=c.get("unit"),
+        expected=c.get("expected"),
+        reason=c.get("reason"),
+        at=at,
+    )
 
 
 def open_for(url: str, sweep: str, *, make_folder: bool = False) -> SweepMemory:

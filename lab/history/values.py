@@ -18,9 +18,9 @@ from sqlalchemy import DateTime, Float, Integer, String, Text
 
 from lab.core.errors import ConfigError, excerpt, printable
 
-INT32 = 2 ** 31                  # PostgreSQL's INTEGER is 32 bits (SQLite's 64): the smaller bound for both
+INT32 = 2**31  # PostgreSQL's INTEGER is 32 bits (SQLite's 64): the smaller bound for both
 DATES = (dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc), dt.datetime(2200, 1, 1, tzinfo=dt.timezone.utc))
-FUTURE_SLACK = dt.timedelta(minutes=10)   # a host's clock ahead of this one by less: still "now", not the future
+FUTURE_SLACK = dt.timedelta(minutes=10)  # a host's clock ahead of this one by less: still "now", not the future
 
 
 def in_range(t: dt.datetime | None) -> dt.datetime | None:
@@ -76,14 +76,12 @@ def checked(model, values: dict, what: str) -> dict:
                 raise ConfigError(f"{where}: {excerpt(repr(v), 40)} is not a finite number")
         elif isinstance(kind, DateTime):
             if not isinstance(v, dt.datetime) or v.tzinfo is None or not DATES[0] <= v < DATES[1]:
-                raise ConfigError(f"{where}: {excerpt(repr(v), 60)} is not a time from "
-                                  f"{DATES[0]:%Y} to {DATES[1]:%Y}")
+                raise ConfigError(f"{where}: {excerpt(repr(v), 60)} is not a time from {DATES[0]:%Y} to {DATES[1]:%Y}")
         elif isinstance(kind, (String, Text)):
             clean_text(v, where)
             if kind.length is not None and len(v) > kind.length:
                 raise ConfigError(f"{where}: longer than {kind.length} characters")
     return values
-
 
 
 def text_ok(value) -> bool:

@@ -92,8 +92,10 @@ class HostSummary:
         return f"{f.task}: {f.message}" if f.task else f.message
 
     def line(self) -> str:
-        text = (f"{self.name}: {self.state}  ok={self.ok} changed={self.changed} failed={self.failed} "
-                f"unreachable={self.unreachable} skipped={self.skipped}")
+        text = (
+            f"{self.name}: {self.state}  ok={self.ok} changed={self.changed} failed={self.failed} "
+            f"unreachable={self.unreachable} skipped={self.skipped}"
+        )
         return text + (f"  ({self.reason})" if self.reason else "")
 
 
@@ -239,16 +241,24 @@ class _Collector:
             self.results.setdefault(host, {})[task] = res
         if self.on_event is not None:
             role = data.get("role")
-            self.on_event({"host": host, "status": status, "task": f"{role} : {task}" if role else task,
-                           "message": message})
+            self.on_event(
+                {"host": host, "status": status, "task": f"{role} : {task}" if role else task, "message": message}
+            )
         return True
 
     def finish(self) -> None:
         """Counts from the play recap (authoritative), failures from the events."""
         if not self.stats:
             return
-        keys = {"ok": "ok", "changed": "changed", "failed": "failures", "unreachable": "dark",
-                "skipped": "skipped", "rescued": "rescued", "ignored": "ignored"}
+        keys = {
+            "ok": "ok",
+            "changed": "changed",
+            "failed": "failures",
+            "unreachable": "dark",
+            "skipped": "skipped",
+            "rescued": "rescued",
+            "ignored": "ignored",
+        }
         names = set()
         for key in keys.values():
             names.update((self.stats.get(key) or {}).keys())
@@ -258,12 +268,22 @@ class _Collector:
                 setattr(s, attr, int((self.stats.get(key) or {}).get(host, 0)))
 
 
-def run_playbook(playbook: Path | str, inventory: Path | str, hosts: list[str] | None = None, *,
-                 extravars: dict | None = None, check: bool = False, diff: bool = False,
-                 artifacts_root: Path | str = "artifacts", tags: list[str] | str | None = None,
-                 on_event: Callable[[dict], None] | None = None, quiet: bool = False,
-                 known_hosts: dict[str, str] | None = None, envvars: dict | None = None,
-                 timeout: int | None = None) -> PlaybookResult:
+def run_playbook(
+    playbook: Path | str,
+    inventory: Path | str,
+    hosts: list[str] | None = None,
+    *,
+    extravars: dict | None = None,
+    check: bool = False,
+    diff: bool = False,
+    artifacts_root: Path | str = "artifacts",
+    tags: list[str] | str | None = None,
+    on_event: Callable[[dict], None] | None = None,
+    quiet: bool = False,
+    known_hosts: dict[str, str] | None = None,
+    envvars: dict | None = None,
+    timeout: int | None = None,
+) -> PlaybookResult:
     """Run ``playbook`` (a path, or a name under playbooks/) on ``hosts`` of ``inventory``.
 
     ``hosts`` are inventory names joined into ``--limit`` (None: the playbook's own hosts).
@@ -305,8 +325,15 @@ def run_playbook(playbook: Path | str, inventory: Path | str, hosts: list[str] |
     if hosts:
         for name in hosts:  # a host the play never reached still gets a line
             collector.summary(name)
-    return PlaybookResult(playbook=str(playbook), status=r.status, rc=r.rc if r.rc is not None else -1,
-                          artifacts=folder, hosts=collector.hosts, results=collector.results, check=check)
+    return PlaybookResult(
+        playbook=str(playbook),
+        status=r.status,
+        rc=r.rc if r.rc is not None else -1,
+        artifacts=folder,
+        hosts=collector.hosts,
+        results=collector.results,
+        check=check,
+    )
 
 
 def _checked_inputs(playbook: Path | str, inventory: Path | str, hosts: list[str] | None) -> tuple[Path, Path]:

@@ -45,14 +45,18 @@ class Catalogue:
             names = [n.strip() for n in names.split(",")]
         names = [n for n in (names or []) if n]
         if not names:
-            raise ConfigError("--names: give datasets or benchmarks, comma separated "
-                              f"(datasets: {', '.join(self.datasets)}; benchmarks: {', '.join(self.benchmarks)})")
+            raise ConfigError(
+                "--names: give datasets or benchmarks, comma separated "
+                f"(datasets: {', '.join(self.datasets)}; benchmarks: {', '.join(self.benchmarks)})"
+            )
         chosen = []
         for n in names:
             found = [n] if n in self.datasets else self.for_benchmark(n)
             if not found or any(ds not in self.datasets for ds in found):
-                raise ConfigError(f"{self.path}: unknown dataset or benchmark {n!r} (datasets: "
-                                  f"{', '.join(self.datasets)}; benchmarks: {', '.join(self.benchmarks)})")
+                raise ConfigError(
+                    f"{self.path}: unknown dataset or benchmark {n!r} (datasets: "
+                    f"{', '.join(self.datasets)}; benchmarks: {', '.join(self.benchmarks)})"
+                )
             chosen += [ds for ds in found if ds not in chosen]
         return [d for d in self.datasets if d in chosen]
 
@@ -74,10 +78,16 @@ class Catalogue:
     def spec(self, name: str) -> dict:
         """What the role hands to ``runner prepare`` for one dataset."""
         e = self.datasets[name]
-        return {"name": name, "catalogue_version": self.version, "title": e["title"],
-                "kind": e.get("kind", "data"), "licensed": bool(e.get("licensed", False)),
-                "artifacts": [artifact_sums(a) for a in e["artifacts"]],
-                "params": e.get("params", {}), "expect": e.get("expect", {})}
+        return {
+            "name": name,
+            "catalogue_version": self.version,
+            "title": e["title"],
+            "kind": e.get("kind", "data"),
+            "licensed": bool(e.get("licensed", False)),
+            "artifacts": [artifact_sums(a) for a in e["artifacts"]],
+            "params": e.get("params", {}),
+            "expect": e.get("expect", {}),
+        }
 
 
 def artifact_sums(a: dict) -> dict:
@@ -101,27 +111,35 @@ def load_catalogue(path: Path | str | None = None) -> Catalogue:
                 raise ConfigError(f"{where}: origin {a['origin']!r} is not defined under origins")
             if a["sha256"] is None and not a.get("md5"):
                 raise ConfigError(f"{where}: sha256 is null: give the sum the publisher does publish (md5)")
-            if entry.get("licensed") and isinstance(origins[a["origin"]], str) and \
-                    origins[a["origin"]].startswith(("http://", "https://")):
-                raise ConfigError(f"{where}: {name} is licensed: its origin {a['origin']!r} must be null or a lab "
-                                  f"path, not a public URL (give a mirror per host instead)")
+            if (
+                entry.get("licensed")
+                and isinstance(origins[a["origin"]], str)
+                and origins[a["origin"]].startswith(("http://", "https://"))
+            ):
+                raise ConfigError(
+                    f"{where}: {name} is licensed: its origin {a['origin']!r} must be null or a lab "
+                    f"path, not a public URL (give a mirror per host instead)"
+                )
             seen = files.get(a["file"])
             if seen and seen[1:] != (a["sha256"], a["size"], a.get("md5")):
-                raise ConfigError(f"{where}: {a['file']} is listed again with another sha256 or size "
-                                  f"(first under {seen[0]})")
+                raise ConfigError(
+                    f"{where}: {a['file']} is listed again with another sha256 or size (first under {seen[0]})"
+                )
             files.setdefault(a["file"], (name, a["sha256"], a["size"], a.get("md5")))
         params = entry.get("params", {})
         if name.startswith("wmt"):
             for split in ("train", "eval"):
                 for j, src in enumerate(params.get(split) or []):
                     if src.get("archive") not in {a["file"] for a in entry["artifacts"]}:
-                        raise ConfigError(f"{path}: datasets.{name}.params.{split}.{j}: archive "
-                                          f"{src.get('archive')!r} is not one of {name}'s artifacts")
+                        raise ConfigError(
+                            f"{path}: datasets.{name}.params.{split}.{j}: archive "
+                            f"{src.get('archive')!r} is not one of {name}'s artifacts"
+                        )
             if not params.get("train") or not params.get("eval") or not isinstance(params.get("vocab_size"), int):
                 raise ConfigError(f"{path}: datasets.{name}.params: needs vocab_size, train and eval")
     benchmarks = doc.get("benchmarks", {})
     for b, value in benchmarks.items():
-        for ds in ([value] if isinstance(value, str) else value):
+        for ds in [value] if isinstance(value, str) else value:
             if ds not in doc["datasets"]:
                 raise ConfigError(f"{path}: benchmarks.{b}: {ds!r} is not a dataset of this catalogue")
     return Catalogue(path, doc["version"], origins, benchmarks, doc["datasets"])
@@ -134,10 +152,12 @@ def host_sources(catalogue: Catalogue, names: list[str], host: str, hostvars: di
     override = hostvars.get("datasets_origins") or {}
     if not isinstance(override, dict):
         raise ConfigError(f"host {host}: datasets_origins must be a mapping of origin name to URL or path")
-    for key in override:   # a misspelt origin would leave the host on the public one: refused
+    for key in override:  # a misspelt origin would leave the host on the public one: refused
         if key not in catalogue.origins:
-            raise ConfigError(f"host {host}: datasets_origins.{key}: no such origin in {catalogue.path} "
-                              f"(origins: {', '.join(catalogue.origins)})")
+            raise ConfigError(
+                f"host {host}: datasets_origins.{key}: no such origin in {catalogue.path} "
+                f"(origins: {', '.join(catalogue.origins)})"
+            )
     origins.update(override)
     out = {}
     for name in names:
@@ -149,15 +169,21 @@ def host_sources(catalogue: Catalogue, names: list[str], host: str, hostvars: di
             base = origins.get(a["origin"])
             if not base:
                 what = "licensed data: never taken from a public site; " if entry.get("licensed") else ""
-                raise ConfigError(f"host {host}: {name}: {what}no source for {a['file']} (set "
-                                  f"datasets_origins.{a['origin']} to a lab path or mirror URL, or gpulab_mirror)")
+                raise ConfigError(
+                    f"host {host}: {name}: {what}no source for {a['file']} (set "
+                    f"datasets_origins.{a['origin']} to a lab path or mirror URL, or gpulab_mirror)"
+                )
             base = str(base)
             if not base.startswith(("http://", "https://", "file:///", "/", "controller:/")):
-                raise ConfigError(f"host {host}: datasets_origins.{a['origin']}: {base!r} is neither an http(s) "
-                                  f"URL, an absolute path on the host nor controller:/<path>")
-            if base.startswith("controller:") and not Path(base[len("controller:"):]).is_dir():
-                raise ConfigError(f"host {host}: datasets_origins.{a['origin']}: {base[len('controller:'):]} is "
-                                  f"not a folder on this controller")
+                raise ConfigError(
+                    f"host {host}: datasets_origins.{a['origin']}: {base!r} is neither an http(s) "
+                    f"URL, an absolute path on the host nor controller:/<path>"
+                )
+            if base.startswith("controller:") and not Path(base[len("controller:") :]).is_dir():
+                raise ConfigError(
+                    f"host {host}: datasets_origins.{a['origin']}: {base[len('controller:') :]} is "
+                    f"not a folder on this controller"
+                )
             out[a["file"]] = f"{base.rstrip('/')}/{a.get('path', a['file'])}"
     return out
 
@@ -210,17 +236,34 @@ def check_root(root: str | None) -> str | None:
     """``--root``: an absolute path on the hosts (or ~/...), one plain path; ConfigError otherwise."""
     if root is None:
         return None
-    if not isinstance(root, str) or not root.startswith(("/", "~/")) or len(root) > 4096 \
-            or any(ord(ch) < 32 or ord(ch) == 127 for ch in root) or ".." in root.split("/"):
-        raise ConfigError(f"--root {root!r}: give an absolute path on the hosts (/... or ~/...), "
-                          f"without '..' or control characters")
+    if (
+        not isinstance(root, str)
+        or not root.startswith(("/", "~/"))
+        or len(root) > 4096
+        or any(ord(ch) < 32 or ord(ch) == 127 for ch in root)
+        or ".." in root.split("/")
+    ):
+        raise ConfigError(
+            f"--root {root!r}: give an absolute path on the hosts (/... or ~/...), without '..' or control characters"
+        )
     return root.rstrip("/") or "/"
 
 
-def prepare(hosts, names, *, inventory, catalogue=None, storage: str | None = None, root: str | None = None,
-            check: bool = False, artifacts: str | Path | None = "artifacts",
-            on_event: Callable[[dict], None] | None = None, quiet: bool = False,
-            envvars: dict | None = None, planned: Plan | None = None) -> DatasetsResult:
+def prepare(
+    hosts,
+    names,
+    *,
+    inventory,
+    catalogue=None,
+    storage: str | None = None,
+    root: str | None = None,
+    check: bool = False,
+    artifacts: str | Path | None = "artifacts",
+    on_event: Callable[[dict], None] | None = None,
+    quiet: bool = False,
+    envvars: dict | None = None,
+    planned: Plan | None = None,
+) -> DatasetsResult:
     """Fetch, verify and prepare ``names`` on ``hosts`` (lab.hosts.inventory Host records)."""
     from lab.hosts import ansible
 
@@ -236,7 +279,7 @@ def prepare(hosts, names, *, inventory, catalogue=None, storage: str | None = No
                 fetch.append(artifact_sums(a))
     from lab.hosts import reach
 
-    up, down = reach.split(hosts, inventory)   # an unreachable host fails; the others go on
+    up, down = reach.split(hosts, inventory)  # an unreachable host fails; the others go on
     if not up:
         result = reach.none_reached(PLAYBOOK, down, check)
         return DatasetsResult(chosen, result, ansible.summary_lines(result))
@@ -251,9 +294,17 @@ def prepare(hosts, names, *, inventory, catalogue=None, storage: str | None = No
             extravars["datasets_storage"] = p.storage
         if root:
             extravars["datasets_root"] = root
-        result = ansible.run_playbook(PLAYBOOK, inventory, [h.name for h in up], extravars=extravars,
-                                      check=check, artifacts_root=artifacts or "artifacts", on_event=on_event,
-                                      quiet=quiet, envvars=envvars,
-                                      known_hosts={h.name: h.known_hosts for h in up})
+        result = ansible.run_playbook(
+            PLAYBOOK,
+            inventory,
+            [h.name for h in up],
+            extravars=extravars,
+            check=check,
+            artifacts_root=artifacts or "artifacts",
+            on_event=on_event,
+            quiet=quiet,
+            envvars=envvars,
+            known_hosts={h.name: h.known_hosts for h in up},
+        )
     reach.merged(result, down)
     return DatasetsResult(chosen, result, ansible.summary_lines(result))

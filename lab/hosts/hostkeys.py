@@ -15,17 +15,31 @@ def host_key_reason(message: str, host: str, known_hosts: str | None = None) -> 
     if "REMOTE HOST IDENTIFICATION HAS CHANGED" in message or "Offending" in message:
         m = re.search(r"Offending \S+ key in (\S+?):(\d+)", message)
         at = f" ({m.group(1)} line {m.group(2)})" if m else where
-        return (f"host key of {host} CHANGED: it does not match the known_hosts entry{at}; refused "
-                f"(strict host key checking). If the host was reinstalled, check its new key and replace the entry")
-    if "Host key verification failed" in message or "No ED25519 host key is known" in message or \
-            re.search(r"No \S+ host key is known", message):
-        return (f"host key of {host} is UNKNOWN: no entry in the known_hosts file{where}; refused "
-                f"(strict host key checking). Add the host's key after checking its fingerprint")
+        return (
+            f"host key of {host} CHANGED: it does not match the known_hosts entry{at}; refused "
+            f"(strict host key checking). If the host was reinstalled, check its new key and replace the entry"
+        )
+    if (
+        "Host key verification failed" in message
+        or "No ED25519 host key is known" in message
+        or re.search(r"No \S+ host key is known", message)
+    ):
+        return (
+            f"host key of {host} is UNKNOWN: no entry in the known_hosts file{where}; refused "
+            f"(strict host key checking). Add the host's key after checking its fingerprint"
+        )
     return None
 
 
-def probe_host_key(host: str, address: str, port: int = 22, user: str | None = None, key: str | None = None,
-                   known_hosts: str | None = None, timeout: int = 10) -> str | None:
+def probe_host_key(
+    host: str,
+    address: str,
+    port: int = 22,
+    user: str | None = None,
+    key: str | None = None,
+    known_hosts: str | None = None,
+    timeout: int = 10,
+) -> str | None:
     """Connect once with strict checking and say whether the host key is the problem.
 
     Used after a host was unreachable for a reason that hides the key check (with
@@ -34,8 +48,23 @@ def probe_host_key(host: str, address: str, port: int = 22, user: str | None = N
     """
     import subprocess
 
-    cmd = ["ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-           "-o", f"ConnectTimeout={timeout}", "-o", "ControlMaster=no", "-o", "ControlPath=none", "-p", str(port)]
+    cmd = [
+        "ssh",
+        "-F",
+        "/dev/null",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        f"ConnectTimeout={timeout}",
+        "-o",
+        "ControlMaster=no",
+        "-o",
+        "ControlPath=none",
+        "-p",
+        str(port),
+    ]
     if known_hosts:
         cmd += ["-o", f"UserKnownHostsFile={known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null"]
     if key:

@@ -34,8 +34,9 @@ os.environ.setdefault("ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED", "True")
 DEFAULT_WORKDIR = "/var/lib/gpulab"
 # addresses reserved for documentation (RFC 5737, RFC 3849): the example lab (inventory/hosts.yml) uses them,
 # and gpulab never opens a connection to one
-DOCUMENTATION_NETS = tuple(ipaddress.ip_network(n) for n in
-                           ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32"))
+DOCUMENTATION_NETS = tuple(
+    ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")
+)
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
 
@@ -67,8 +68,11 @@ class Host:
 def _one_line_parse_error(path: Path, captured: str) -> str:
     """Condense Ansible's multi-plugin parse warnings into the YAML/INI reason."""
     text = " ".join(captured.split())
-    m = re.search(r"Syntax Error while loading YAML\.\s+(.*?)\s+The error appears to be in '[^']*': "
-                  r"line (\d+), column (\d+)", text)
+    m = re.search(
+        r"Syntax Error while loading YAML\.\s+(.*?)\s+The error appears to be in '[^']*': "
+        r"line (\d+), column (\d+)",
+        text,
+    )
     if m:
         return f"{path}: line {m.group(2)}, column {m.group(3)}: malformed YAML ({m.group(1)})"
     m = re.search(r"with (?:yaml|ini) plugin: (.*?)(?: \[WARNING\]|$)", text)
@@ -80,8 +84,11 @@ def _ssh_option(args: str, option: str) -> str | None:
     """Value of ``-o Option=value`` in an ssh argument string."""
     words = shlex.split(args or "")
     for i, word in enumerate(words):
-        candidate = word[2:] if word.startswith("-o") and len(word) > 2 else (
-            words[i + 1] if word == "-o" and i + 1 < len(words) else None)
+        candidate = (
+            word[2:]
+            if word.startswith("-o") and len(word) > 2
+            else (words[i + 1] if word == "-o" and i + 1 < len(words) else None)
+        )
         if candidate and "=" in candidate:
             key, value = candidate.split("=", 1)
             if key.strip().lower() == option.lower():
@@ -96,8 +103,8 @@ class Inventory:
         self.path = Path(path)
         if not self.path.exists():
             raise ConfigError(f"{self.path}: inventory not found")
-        if not self.path.is_dir():   # Ansible would block on a FIFO and read /dev/zero forever
-            try:           # a text file (INI, YAML, plugin config), or an inventory script Ansible runs
+        if not self.path.is_dir():  # Ansible would block on a FIFO and read /dev/zero forever
+            try:  # a text file (INI, YAML, plugin config), or an inventory script Ansible runs
                 data = bounded.read_bytes(self.path, limit=limits.DATA_BYTES)
                 if not os.access(self.path, os.X_OK):
                     data.decode("utf-8")
@@ -141,8 +148,9 @@ class Inventory:
                 try:
                     value = templar.template(value)
                 except Exception as exc:  # undefined variable and the like
-                    raise ConfigError(f"{self.path}: host {name}: {key}: cannot template {excerpt(repr(value))} "
-                                      f"({excerpt(exc)})") from None
+                    raise ConfigError(
+                        f"{self.path}: host {name}: {key}: cannot template {excerpt(repr(value))} ({excerpt(exc)})"
+                    ) from None
             out[key] = value
         return out
 
@@ -151,12 +159,14 @@ class Inventory:
         v = self.raw_vars(name)
         own = {k: val for k, val in v.items() if k.startswith("gpulab_")}
         schema.conform(own, "hostvars", f"{self.path}: host {name}")
-        if "gpulab_workdir" in own:   # the host's runs and data land there: never /, /etc, /usr, ...
+        if "gpulab_workdir" in own:  # the host's runs and data land there: never /, /etc, /usr, ...
             paths.output_root(own["gpulab_workdir"], f"{self.path}: host {name}: gpulab_workdir", local=False)
         connection = v.get("ansible_connection", "ssh")
         if connection not in ("ssh", "local", "paramiko", "smart"):
-            raise ConfigError(f"{self.path}: host {name}: ansible_connection {connection!r} is not supported "
-                              f"(gpulab drives hosts over SSH or locally)")
+            raise ConfigError(
+                f"{self.path}: host {name}: ansible_connection {connection!r} is not supported "
+                f"(gpulab drives hosts over SSH or locally)"
+            )
         ssh_args = " ".join(str(v.get(k, "")) for k in ("ansible_ssh_common_args", "ansible_ssh_extra_args"))
         kh = _ssh_option(ssh_args, "UserKnownHostsFile") or known_hosts or DEFAULT_KNOWN_HOSTS
         port = v.get("ansible_port", v.get("ansible_ssh_port", 22))
@@ -165,10 +175,12 @@ class Inventory:
             if not 1 <= port <= 65535:
                 raise ValueError(port)
         except (TypeError, ValueError):
-            raise ConfigError(f"{self.path}: host {name}: ansible_port {excerpt(repr(port), 40)} is not a port "
-                              f"(1 to 65535)") from None
-        groups = tuple(sorted(g.name for g in self._inv.get_host(name).get_groups()
-                              if g.name not in ("all", "ungrouped")))
+            raise ConfigError(
+                f"{self.path}: host {name}: ansible_port {excerpt(repr(port), 40)} is not a port (1 to 65535)"
+            ) from None
+        groups = tuple(
+            sorted(g.name for g in self._inv.get_host(name).get_groups() if g.name not in ("all", "ungrouped"))
+        )
         return Host(
             name=name,
             address=str(v.get("ansible_host", name)),
@@ -197,12 +209,14 @@ class Inventory:
                 parts = split_host_pattern(limit)
                 if not parts:
                     raise ConfigError(f"{self.path}: --limit {excerpt(repr(limit), 60)} is an empty host pattern")
-                for part in parts:   # each term one name or pattern, at most one & or ! before it, matching something
+                for part in parts:  # each term one name or pattern, at most one & or ! before it, matching something
                     term = part.lstrip("&!")
                     if not term or len(part) - len(term) > 1:
-                        raise ConfigError(f"{self.path}: --limit {excerpt(repr(limit), 60)} is not a valid host "
-                                          f"pattern ({excerpt(repr(part), 40)}: one name or pattern after at most "
-                                          f"one & or !)")
+                        raise ConfigError(
+                            f"{self.path}: --limit {excerpt(repr(limit), 60)} is not a valid host "
+                            f"pattern ({excerpt(repr(part), 40)}: one name or pattern after at most "
+                            f"one & or !)"
+                        )
                     if (len(parts) > 1 or term != part) and not self._inv.list_hosts(term):
                         raise ConfigError(f"{self.path}: --limit '{limit}': '{term}' matches no host or group")
                 return {h.name for h in self._inv.list_hosts(limit)}
@@ -212,8 +226,14 @@ class Inventory:
         except re.error as exc:
             raise ConfigError(f"{self.path}: --limit '{limit}' is not a valid host pattern ({exc})") from None
 
-    def select(self, hosts: str | list[str] | None = None, device: str | None = None,
-               limit: str | None = None, *, known_hosts: str | None = None) -> list[Host]:
+    def select(
+        self,
+        hosts: str | list[str] | None = None,
+        device: str | None = None,
+        limit: str | None = None,
+        *,
+        known_hosts: str | None = None,
+    ) -> list[Host]:
         """Resolve selectors to hosts (intersection of those given; all hosts if none).
 
         hosts: NAME[,NAME...]; device: a group name (t4, v100...); limit: an
@@ -231,7 +251,7 @@ class Inventory:
                 raise ConfigError(f"{self.path}: unknown device group '{device}' (groups: {', '.join(self.groups)})")
             members = {h.name for h in self._inv.groups[device].get_hosts()}
             chosen = [n for n in chosen if n in members]
-        if limit is not None:   # --limit '' is a pattern too: an empty one, refused
+        if limit is not None:  # --limit '' is a pattern too: an empty one, refused
             matched = self._matching(limit)
             if not matched:
                 raise ConfigError(f"{self.path}: pattern '{limit}' matches no host")
@@ -261,10 +281,14 @@ def refuse_examples(hosts, inventory: Path | str | None = None) -> None:
     if not bad:
         return
     where = f"{inventory}: " if inventory else ""
-    shown = ", ".join(f"{h.name} ({h.address})" for h in bad[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
-    raise ConfigError(f"{where}{shown}: documentation address(es) (RFC 5737/3849): this is the example inventory, "
-                      f"not a lab, and gpulab does not connect to it; name your lab's inventory with "
-                      f"--inventory FILE (or the setting gpulab.inventory, e.g. INVOKE_GPULAB_INVENTORY=FILE)")
+    shown = ", ".join(f"{h.name} ({h.address})" for h in bad[:4]) + (
+        f" and {len(bad) - 4} more" if len(bad) > 4 else ""
+    )
+    raise ConfigError(
+        f"{where}{shown}: documentation address(es) (RFC 5737/3849): this is the example inventory, "
+        f"not a lab, and gpulab does not connect to it; name your lab's inventory with "
+        f"--inventory FILE (or the setting gpulab.inventory, e.g. INVOKE_GPULAB_INVENTORY=FILE)"
+    )
 
 
 def load(path: Path | str) -> Inventory:

@@ -6,8 +6,14 @@ ConfigError line) and the playbooks, whose filters ``gpulab_os_family`` and ``gp
 (playbooks/filter_plugins/gpulab.py) load this very file. Standard library only.
 """
 
-FAMILY = {"Ubuntu": "Debian", "Debian": "Debian",
-          "RedHat": "RedHat", "CentOS": "RedHat", "Rocky": "RedHat", "AlmaLinux": "RedHat"}
+FAMILY = {
+    "Ubuntu": "Debian",
+    "Debian": "Debian",
+    "RedHat": "RedHat",
+    "CentOS": "RedHat",
+    "Rocky": "RedHat",
+    "AlmaLinux": "RedHat",
+}
 
 
 def family(os_name):

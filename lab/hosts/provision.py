@@ -25,11 +25,12 @@ from lab.hosts import runnerdist
 from lab.hosts import stacks
 
 READ_TASK = "Read what is installed"
-SLURM_TASK = "Report Slurm's node side"   # playbooks/roles/slurm_node/tasks/audit.yml
+SLURM_TASK = "Report Slurm's node side"  # playbooks/roles/slurm_node/tasks/audit.yml
 REBOOT_TASK = "Record the reboot state"
 
 
 # ---- provision ---------------------------------------------------------------------
+
 
 @dataclass
 class HostOutcome:
@@ -63,17 +64,23 @@ def found_versions(stack: dict | None) -> dict[str, Any]:
     """The versions a host reported (the stack facts module's ``stack``), flat."""
     if not stack:
         return {}
-    out = {"driver": stack.get("driver", {}).get("version"), "cuda": stack.get("cuda", {}).get("default"),
-           "cudnn": ", ".join(stack.get("cudnn", {}).get("versions", [])) or None,
-           "nccl": stack.get("nccl", {}).get("version")}
+    out = {
+        "driver": stack.get("driver", {}).get("version"),
+        "cuda": stack.get("cuda", {}).get("default"),
+        "cudnn": ", ".join(stack.get("cudnn", {}).get("versions", [])) or None,
+        "nccl": stack.get("nccl", {}).get("version"),
+    }
     for k, v in (stack.get("python") or {}).items():
         if k != "env":
             out[k] = v
     gpus = stack.get("gpus")
     out["gpus"] = None if gpus is None else len(gpus)
     fm = stack.get("fabricmanager") or {}
-    out.update(dcgm=(stack.get("dcgm") or {}).get("version"), fabricmanager=fm.get("version"),
-               fabricmanager_service=fm.get("service"))
+    out.update(
+        dcgm=(stack.get("dcgm") or {}).get("version"),
+        fabricmanager=fm.get("version"),
+        fabricmanager_service=fm.get("service"),
+    )
     for name, tool in sorted((stack.get("tools") or {}).items()):  # nccl-tests, nvbandwidth (role bwtools)
         out[name] = tool.get("version") if not tool.get("problem") else f"{tool.get('version')} ({tool['problem']})"
     return out
@@ -93,28 +100,41 @@ def explain_unreachable(result: ansible.PlaybookResult, hosts) -> None:
 def slurm_drift(res: dict | None) -> list[dict]:
     """The slurm_node role's audit entries (what it would install and is missing), each checked as data."""
     got = ((res or {}).get("ansible_facts") or {}).get("slurm_node_drift") or []
-    return [{k: str(d[k])[:200] for k in ("component", "expected", "found")} for d in got
-            if isinstance(d, dict) and all(k in d for k in ("component", "expected", "found"))][:10]
+    return [
+        {k: str(d[k])[:200] for k in ("component", "expected", "found")}
+        for d in got
+        if isinstance(d, dict) and all(k in d for k in ("component", "expected", "found"))
+    ][:10]
 
 
-def outcomes(result: ansible.PlaybookResult, plans: list[stacks.HostPlan], stack_override: str | None
-             ) -> list[HostOutcome]:
+def outcomes(
+    result: ansible.PlaybookResult, plans: list[stacks.HostPlan], stack_override: str | None
+) -> list[HostOutcome]:
     out = []
     for p in plans:
         s = result.hosts.get(p.host) or ansible.HostSummary(p.host)
         read = result.result(p.host, READ_TASK) or {}
         reboot = ((result.result(p.host, REBOOT_TASK) or {}).get("ansible_facts") or {}).get("reboot_state", "")
-        out.append(HostOutcome(name=p.host, stack=stack_override or p.stack.name, state=s.state if (s.ok or s.changed or s.failed
-                                                                 or s.unreachable) else "not run",
-                               changed=s.changed, reason=s.reason, reboot=reboot,
-                               found=found_versions(read.get("stack")), drift=list(read.get("drift") or [])
-                               + slurm_drift(result.result(p.host, SLURM_TASK))))
+        out.append(
+            HostOutcome(
+                name=p.host,
+                stack=stack_override or p.stack.name,
+                state=s.state if (s.ok or s.changed or s.failed or s.unreachable) else "not run",
+                changed=s.changed,
+                reason=s.reason,
+                reboot=reboot,
+                found=found_versions(read.get("stack")),
+                drift=list(read.get("drift") or []) + slurm_drift(result.result(p.host, SLURM_TASK)),
+            )
+        )
     return out
 
 
 def summary_lines(result: ansible.PlaybookResult, hosts: list[HostOutcome]) -> list[str]:
-    lines = [f"provision{' (check mode: nothing changed)' if result.check else ''}: "
-             f"{sum(h.state in ('ok', 'changed') for h in hosts)}/{len(hosts)} host(s) ok"]
+    lines = [
+        f"provision{' (check mode: nothing changed)' if result.check else ''}: "
+        f"{sum(h.state in ('ok', 'changed') for h in hosts)}/{len(hosts)} host(s) ok"
+    ]
     for h in hosts:
         s = result.hosts.get(h.name)
         counts = f"ok={s.ok} changed={s.changed} failed={s.failed} unreachable={s.unreachable}" if s else ""
@@ -132,12 +152,21 @@ def summary_lines(result: ansible.PlaybookResult, hosts: list[HostOutcome]) -> l
     return lines
 
 
-def provision(hosts, *, inventory, stack: str | None = None, check: bool = False, diff: bool = False,
-              datasets: str | None = None, datasets_catalogue: str | Path | None = None,
-              artifacts: str | Path | None = "artifacts",
-              extravars: dict | None = None, out: Callable[[str], None] = print,
-              on_event: Callable[[dict], None] | None = None,
-              stacks_dir: str | Path | None = None) -> ProvisionSummary:
+def provision(
+    hosts,
+    *,
+    inventory,
+    stack: str | None = None,
+    check: bool = False,
+    diff: bool = False,
+    datasets: str | None = None,
+    datasets_catalogue: str | Path | None = None,
+    artifacts: str | Path | None = "artifacts",
+    extravars: dict | None = None,
+    out: Callable[[str], None] = print,
+    on_event: Callable[[dict], None] | None = None,
+    stacks_dir: str | Path | None = None,
+) -> ProvisionSummary:
     """Provision ``hosts`` (lab.hosts.inventory.Host) of ``inventory``; every input is checked first."""
     plans = stacks.plan(hosts, stack, stacks_dir=stacks_dir, inventory=inventory)
     data_plan = None
@@ -146,23 +175,35 @@ def provision(hosts, *, inventory, stack: str | None = None, check: bool = False
 
         data_plan = ds.plan(hosts, datasets, inventory=inventory, catalogue=datasets_catalogue)
     artifacts = Path(artifacts or "artifacts")
-    up, down = reach.split(hosts, inventory)   # an unreachable host fails; nothing is built or written for it
+    up, down = reach.split(hosts, inventory)  # an unreachable host fails; nothing is built or written for it
     if not up:
         return _none_reached("provision.yml", down, plans, stack, check, out)
     wheel = runnerdist.build_wheel(artifacts / "wheels")
-    extra = {"gpulab_runner_wheel": str(wheel), "gpulab_runner_version": runnerdist.wheel_version(wheel),
-             "gpulab_runner_wheel_id": wheel.parent.name,
-             "stack_profile_dir": str(Path(stacks_dir or stacks.STACKS_DIR).resolve())}
+    extra = {
+        "gpulab_runner_wheel": str(wheel),
+        "gpulab_runner_version": runnerdist.wheel_version(wheel),
+        "gpulab_runner_wheel_id": wheel.parent.name,
+        "stack_profile_dir": str(Path(stacks_dir or stacks.STACKS_DIR).resolve()),
+    }
     if stack:
         extra["gpulab_stack"] = stack
-    if any(h.vars.get("gpulab_slurm") is True for h in up):   # Slurm nodes: the health check's bundle
+    if any(h.vars.get("gpulab_slurm") is True for h in up):  # Slurm nodes: the health check's bundle
         extra["slurm_node_health_bundle"] = str(runnerdist.health_bundle(artifacts / "health"))
     extra.update(extravars or {})
-    out(f"provision: {len(hosts)} host(s): " + ", ".join(f"{p.host} -> {stack or p.stack.name} ({p.os})"
-                                                         for p in plans))
-    result = ansible.run_playbook("provision.yml", inventory, [h.name for h in up], extravars=extra,
-                                  check=check, diff=diff, artifacts_root=artifacts, on_event=on_event,
-                                  known_hosts={h.name: h.known_hosts for h in up})
+    out(
+        f"provision: {len(hosts)} host(s): " + ", ".join(f"{p.host} -> {stack or p.stack.name} ({p.os})" for p in plans)
+    )
+    result = ansible.run_playbook(
+        "provision.yml",
+        inventory,
+        [h.name for h in up],
+        extravars=extra,
+        check=check,
+        diff=diff,
+        artifacts_root=artifacts,
+        on_event=on_event,
+        known_hosts={h.name: h.known_hosts for h in up},
+    )
     explain_unreachable(result, up)
     reach.merged(result, down)
     hosts_out = outcomes(result, plans, stack)
@@ -172,8 +213,9 @@ def provision(hosts, *, inventory, stack: str | None = None, check: bool = False
     data_result = None
     if data_plan is not None and result.ok:
         out(f"datasets: {', '.join(data_plan.names)}")
-        data_result = ds.prepare(hosts, datasets, inventory=inventory, check=check, artifacts=artifacts,
-                                 on_event=on_event, planned=data_plan)
+        data_result = ds.prepare(
+            hosts, datasets, inventory=inventory, check=check, artifacts=artifacts, on_event=on_event, planned=data_plan
+        )
         for line in data_result.lines:
             out("  " + line)
         lines += data_result.lines
@@ -191,6 +233,7 @@ def _none_reached(playbook: str, down: dict, plans, stack: str | None, check: bo
 
 # ---- audit -------------------------------------------------------------------------
 
+
 @dataclass
 class AuditReport:
     result: ansible.PlaybookResult
@@ -201,9 +244,20 @@ class AuditReport:
         return all(h.state in ("ok", "changed") and not h.drift for h in self.hosts)
 
     def as_dict(self) -> dict:
-        return {"ok": self.ok, "artifacts": str(self.result.artifacts) if self.result.artifacts else None,
-                "hosts": {h.name: {"stack": h.stack, "state": h.state, "error": h.reason or None,
-                                   "drift": h.drift, "installed": h.found} for h in self.hosts}}
+        return {
+            "ok": self.ok,
+            "artifacts": str(self.result.artifacts) if self.result.artifacts else None,
+            "hosts": {
+                h.name: {
+                    "stack": h.stack,
+                    "state": h.state,
+                    "error": h.reason or None,
+                    "drift": h.drift,
+                    "installed": h.found,
+                }
+                for h in self.hosts
+            },
+        }
 
     def lines(self) -> list[str]:
         rows = []
@@ -213,12 +267,15 @@ class AuditReport:
             elif not h.drift:
                 rows.append(f"{h.name:<16} {h.stack:<12} no drift")
             for d in h.drift:
-                rows.append(f"{h.name:<16} {h.stack:<12} {d['component']:<11} expected {d['expected']:<14} "
-                            f"found {d['found']}")
+                rows.append(
+                    f"{h.name:<16} {h.stack:<12} {d['component']:<11} expected {d['expected']:<14} found {d['found']}"
+                )
         drifted = sum(1 for h in self.hosts if h.drift)
         unreached = sum(1 for h in self.hosts if h.state not in ("ok", "changed"))
-        rows.append(f"audit: {len(self.hosts)} host(s), {drifted} with drift, {unreached} not audited; "
-                    f"artifacts: {self.result.artifacts or 'none (no host could be reached)'}")
+        rows.append(
+            f"audit: {len(self.hosts)} host(s), {drifted} with drift, {unreached} not audited; "
+            f"artifacts: {self.result.artifacts or 'none (no host could be reached)'}"
+        )
         return rows
 
 
@@ -227,17 +284,29 @@ def _progress_to_stderr(line: dict) -> None:
     print(f"  [{line['host']}] {line['status']:<11} {line['task']}", file=sys.stderr, flush=True)
 
 
-def audit(hosts, *, inventory, as_json: bool = False, artifacts: str | Path | None = "artifacts",
-          out: Callable[[str], None] = print, stacks_dir: str | Path | None = None) -> AuditReport:
+def audit(
+    hosts,
+    *,
+    inventory,
+    as_json: bool = False,
+    artifacts: str | Path | None = "artifacts",
+    out: Callable[[str], None] = print,
+    stacks_dir: str | Path | None = None,
+) -> AuditReport:
     """Compare ``hosts`` with their profiles; prints the drift (or JSON with ``as_json``)."""
     plans = stacks.plan(hosts, None, stacks_dir=stacks_dir, inventory=inventory)
-    progress = _progress_to_stderr if as_json else None   # stdout is the JSON document: progress goes to stderr
+    progress = _progress_to_stderr if as_json else None  # stdout is the JSON document: progress goes to stderr
     up, down = reach.split(hosts, inventory)
     if up:
-        result = ansible.run_playbook("audit.yml", inventory, [h.name for h in up],
-                                      extravars={"stack_profile_dir": str(Path(stacks_dir or stacks.STACKS_DIR).resolve())},
-                                      artifacts_root=Path(artifacts or "artifacts"), on_event=progress,
-                                      known_hosts={h.name: h.known_hosts for h in up})
+        result = ansible.run_playbook(
+            "audit.yml",
+            inventory,
+            [h.name for h in up],
+            extravars={"stack_profile_dir": str(Path(stacks_dir or stacks.STACKS_DIR).resolve())},
+            artifacts_root=Path(artifacts or "artifacts"),
+            on_event=progress,
+            known_hosts={h.name: h.known_hosts for h in up},
+        )
         explain_unreachable(result, up)
         reach.merged(result, down)
     else:

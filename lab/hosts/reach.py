@@ -25,7 +25,7 @@ def split(hosts: list, inventory: Path | str) -> tuple[list, dict[str, ansible.H
     import ansible_runner
 
     remote = [h for h in hosts if not h.is_local]
-    inv.refuse_examples(remote, inventory)   # the example lab's documentation addresses: never contacted
+    inv.refuse_examples(remote, inventory)  # the example lab's documentation addresses: never contacted
     if not remote:
         return list(hosts), {}
     down: dict[str, str] = {}
@@ -41,10 +41,18 @@ def split(hosts: list, inventory: Path | str) -> tuple[list, dict[str, ansible.H
 
     with tempfile.TemporaryDirectory(prefix="gpulab-reach-") as pdd:
         try:
-            ansible_runner.run(private_data_dir=pdd, inventory=str(Path(inventory).resolve()),
-                               host_pattern=",".join(h.name for h in remote), module="ansible.builtin.raw",
-                               module_args="true", envvars=ansible.runner_env(None), quiet=True,
-                               event_handler=on_event, suppress_env_files=True, timeout=300)
+            ansible_runner.run(
+                private_data_dir=pdd,
+                inventory=str(Path(inventory).resolve()),
+                host_pattern=",".join(h.name for h in remote),
+                module="ansible.builtin.raw",
+                module_args="true",
+                envvars=ansible.runner_env(None),
+                quiet=True,
+                event_handler=on_event,
+                suppress_env_files=True,
+                timeout=300,
+            )
         except Exception as exc:  # the runner could not start ansible at all
             raise RunError(f"ansible-runner failed to start: {ansible.short_line(exc)}") from None
     out = {}
@@ -59,8 +67,9 @@ def split(hosts: list, inventory: Path | str) -> tuple[list, dict[str, ansible.H
 
 def none_reached(playbook: str, down: dict[str, ansible.HostSummary], check: bool = False) -> ansible.PlaybookResult:
     """The result of a playbook run that did not start: no host could be reached, nothing was written."""
-    return ansible.PlaybookResult(playbook=playbook, status="failed", rc=4, artifacts=None, hosts=dict(down),
-                                  check=check)
+    return ansible.PlaybookResult(
+        playbook=playbook, status="failed", rc=4, artifacts=None, hosts=dict(down), check=check
+    )
 
 
 def merged(result: ansible.PlaybookResult, down: dict[str, ansible.HostSummary]) -> ansible.PlaybookResult:

@@ -78,8 +78,9 @@ class Remote:
         result = self._run(text, timeout)
         if check and not result.ok:
             detail = (result.stderr.strip() or result.stdout.strip()).splitlines()
-            raise RunError(f"{self.name}: `{_short(text)}` exited {result.code}"
-                           + (f": {detail[-1]}" if detail else ""))
+            raise RunError(
+                f"{self.name}: `{_short(text)}` exited {result.code}" + (f": {detail[-1]}" if detail else "")
+            )
         return result
 
     def expand(self, path: str) -> str:
@@ -130,8 +131,14 @@ class SSHRemote(Remote):
             connect_kwargs["key_filename"] = os.path.expanduser(host.ssh_key)
             connect_kwargs["look_for_keys"] = False
         config = Config(overrides={"load_ssh_configs": False})
-        self.conn = Connection(host=host.address, user=host.user or "root", port=host.port,
-                               connect_timeout=int(timeout), connect_kwargs=connect_kwargs, config=config)
+        self.conn = Connection(
+            host=host.address,
+            user=host.user or "root",
+            port=host.port,
+            connect_timeout=int(timeout),
+            connect_kwargs=connect_kwargs,
+            config=config,
+        )
         client = self.conn.client
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
         if os.path.exists(host.known_hosts):
@@ -148,15 +155,20 @@ class SSHRemote(Remote):
         try:
             self.conn.open()
         except p.BadHostKeyException:
-            raise HostError(f"{self._where()}: host key verification failed: the key it offers differs from "
-                            f"{self.host.known_hosts}; refusing to connect") from None
+            raise HostError(
+                f"{self._where()}: host key verification failed: the key it offers differs from "
+                f"{self.host.known_hosts}; refusing to connect"
+            ) from None
         except p.SSHException as exc:
             if "not found in known_hosts" in str(exc):
-                raise HostError(f"{self._where()}: host key verification failed: host unknown to "
-                                f"{self.host.known_hosts}; refusing to connect") from None
+                raise HostError(
+                    f"{self._where()}: host key verification failed: host unknown to "
+                    f"{self.host.known_hosts}; refusing to connect"
+                ) from None
             if isinstance(exc, p.AuthenticationException):
-                raise HostError(f"{self._where()}: SSH authentication failed for user "
-                                f"{self.host.user or 'root'}") from None
+                raise HostError(
+                    f"{self._where()}: SSH authentication failed for user {self.host.user or 'root'}"
+                ) from None
             raise HostError(f"{self._where()}: unreachable: {exc}") from None
         except (OSError, socket.timeout, EOFError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
@@ -184,7 +196,7 @@ class SSHRemote(Remote):
 
     def put(self, local, remote: str) -> None:
         try:
-            if hasattr(local, "read"):   # io.BytesIO, or a file opened without following a link
+            if hasattr(local, "read"):  # io.BytesIO, or a file opened without following a link
                 self.sftp.putfo(local, remote)
             else:
                 self.sftp.put(str(local), remote)
@@ -194,7 +206,7 @@ class SSHRemote(Remote):
     def get(self, remote: str, local) -> None:
         Path(local).parent.mkdir(parents=True, exist_ok=True)
         try:
-            with writes.new_file(local, f"copy of {self.name}:{remote}") as fh:   # never through a planted link
+            with writes.new_file(local, f"copy of {self.name}:{remote}") as fh:  # never through a planted link
                 self.sftp.getfo(remote, fh)
         except FileNotFoundError:
             raise RunError(f"{self.name}: {remote} does not exist") from None
@@ -223,8 +235,9 @@ class LocalRemote(Remote):
 
     def _run(self, text: str, timeout: float | None) -> Result:
         try:
-            p = subprocess.run(["/bin/sh", "-c", text], capture_output=True, text=True, timeout=timeout,
-                               stdin=subprocess.DEVNULL)
+            p = subprocess.run(
+                ["/bin/sh", "-c", text], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+            )
         except subprocess.TimeoutExpired:
             return Result(text, 124, "", f"timed out after {timeout} s")
         return Result(text, p.returncode, p.stdout, p.stderr)
@@ -270,6 +283,7 @@ class HostResults(Mapping):
     ``succeeded`` maps a host to the value the function returned, ``failed`` to
     the exception it raised; as a mapping, a host gives either.
     """
+
     order: list[str]
     succeeded: dict[str, Any] = field(default_factory=dict)
     failed: dict[str, Exception] = field(default_factory=dict)
@@ -317,13 +331,14 @@ def on_hosts(hosts: Iterable[Host], fn: Callable[[Host], Any], *, max_workers: i
 
 # --------------------------------------------------------------------------- runner on hosts
 
+
 @dataclass(frozen=True)
 class RunnerInstall:
     python: str
     pythonpath: str
     version: str
     installed_now: bool
-    inherited: str = ""      # on this machine (a local host): the controller's own PYTHONPATH, after the runner's
+    inherited: str = ""  # on this machine (a local host): the controller's own PYTHONPATH, after the runner's
 
     def argv(self, *args: str) -> list[str]:
         """argv that runs ``python -m runner ARGS`` with this install (and, on a local host, the Python
@@ -357,9 +372,22 @@ def ensure_runner(remote: Remote) -> RunnerInstall:
     remote.run(["mkdir", "-p", base], timeout=60)
     remote.put(io.BytesIO(runnerdist.tarball()), tarball)
     tmp = f"{base}/{digest}.tmp"
-    remote.run(cmd(["rm", "-rf", tmp], "&&", ["mkdir", "-p", tmp], "&&", ["tar", "-xzf", tarball, "-C", tmp],
-                   "&&", ["rm", "-rf", install.pythonpath], "&&", ["mv", tmp, install.pythonpath],
-                   "&&", ["rm", "-f", tarball]), timeout=120)
+    remote.run(
+        cmd(
+            ["rm", "-rf", tmp],
+            "&&",
+            ["mkdir", "-p", tmp],
+            "&&",
+            ["tar", "-xzf", tarball, "-C", tmp],
+            "&&",
+            ["rm", "-rf", install.pythonpath],
+            "&&",
+            ["mv", tmp, install.pythonpath],
+            "&&",
+            ["rm", "-f", tarball],
+        ),
+        timeout=120,
+    )
     got = remote.run(install.argv("--version"), check=False, timeout=60)
     if not got.ok:
         reason = (got.stderr.strip() or got.stdout.strip() or f"exit {got.code}").splitlines()[-1]

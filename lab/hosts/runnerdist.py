@@ -71,8 +71,10 @@ def tarball() -> bytes:
     """The runner's files as a .tar.gz with the ``runner/`` folder at its top; the same files give
     the same bytes (no time stamps, owners or gzip date)."""
     buf = io.BytesIO()
-    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with (
+        gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for path in files():
             info = tar.gettarinfo(str(path), arcname="runner/" + path.relative_to(RUNNER_DIR).as_posix())
             info.uid = info.gid = 0
@@ -87,8 +89,11 @@ def health_files() -> list[Path]:
     """What a Slurm node's health check runs (python -m lab.validate.nodehealth, the slurm_node role):
     the runner's files, gpulab's ``lab`` package (its Python files, data and schemas) and the GPU references."""
     lab_dir = REPO / "lab"
-    own = [p for p in sorted(lab_dir.rglob("*")) if p.is_file() and "__pycache__" not in p.parts
-           and p.suffix in (".py", ".yml", ".yaml", ".json")]
+    own = [
+        p
+        for p in sorted(lab_dir.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".yml", ".yaml", ".json")
+    ]
     return files() + own + [REPO / "inventory" / "references" / "gpus.yml"]
 
 
@@ -96,8 +101,10 @@ def health_bundle(dest: Path) -> Path:
     """``dest/gpulab-health-<digest>.tar.gz`` of health_files() (paths from the checkout's top), the same
     files giving the same bytes; built once per content."""
     buf = io.BytesIO()
-    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with (
+        gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for path in health_files():
             info = tar.gettarinfo(str(path), arcname=path.relative_to(REPO).as_posix())
             info.uid = info.gid = 0
@@ -109,7 +116,7 @@ def health_bundle(dest: Path) -> Path:
     out = Path(dest) / f"gpulab-health-{hashlib.sha256(data).hexdigest()[:12]}.tar.gz"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-        writes.write_bytes(out, data, "the Slurm health check's bundle")   # the one writer: whole, never via a link
+        writes.write_bytes(out, data, "the Slurm health check's bundle")  # the one writer: whole, never via a link
     return out
 
 
@@ -139,9 +146,24 @@ def build_wheel(cache_dir: Path | str) -> Path:
         for name in ("pyproject.toml", "README.md"):  # the package's metadata
             shutil.copyfile(REPO / name, src / name)
         env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-        res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                              "--no-index", "-q", "-w", str(Path(tmp) / "dist"), str(src)],
-                             capture_output=True, text=True, env=env)
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "--no-index",
+                "-q",
+                "-w",
+                str(Path(tmp) / "dist"),
+                str(src),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         wheels = sorted((Path(tmp) / "dist").glob("gpulab-*.whl"))
         if res.returncode != 0 or not wheels:
             raise RunError(f"building the runner wheel failed: {' '.join((res.stderr or res.stdout).split())[-300:]}")

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from lab.core.errors import ConfigError, HostError, one_line
 
 TIMEOUT_S = 30
-PREFIX = "gpulab:"          # the start of every drain reason gpulab writes
-MAX_REASON = 200            # Slurm keeps longer reasons, sinfo -R cuts them: one readable line
+PREFIX = "gpulab:"  # the start of every drain reason gpulab writes
+MAX_REASON = 200  # Slurm keeps longer reasons, sinfo -R cuts them: one readable line
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 JOB_RE = re.compile(r"^\d{1,12}$")
 # scontrol's one-line records: Key=value pairs separated by spaces; a value may hold spaces only in the
@@ -47,8 +47,9 @@ def run(args: list[str], *, timeout: float = TIMEOUT_S, check: bool = True, stdi
     if exe is None:
         raise HostError(f"slurm: {args[0]} is not installed here (Slurm's client commands are needed)")
     try:
-        res = subprocess.run([exe, *args[1:]], input=stdin, capture_output=True, text=True, timeout=timeout,
-                             env=os.environ.copy())
+        res = subprocess.run(
+            [exe, *args[1:]], input=stdin, capture_output=True, text=True, timeout=timeout, env=os.environ.copy()
+        )
     except subprocess.TimeoutExpired:
         raise HostError(f"slurm: {' '.join(args[:3])} did not answer within {timeout:g} s") from None
     if check and res.returncode != 0:
@@ -79,10 +80,10 @@ def records(text: str) -> list[dict[str, str]]:
 @dataclass(frozen=True)
 class Node:
     name: str
-    state: str          # scontrol's State, e.g. IDLE, MIXED+DRAIN, DOWN*+DRAIN
-    reason: str         # "" when none
+    state: str  # scontrol's State, e.g. IDLE, MIXED+DRAIN, DOWN*+DRAIN
+    reason: str  # "" when none
     gres: str = ""
-    stamp: str = ""     # when the reason was set: the ``[user@time]`` scontrol adds (the controller's local time)
+    stamp: str = ""  # when the reason was set: the ``[user@time]`` scontrol adds (the controller's local time)
 
     @property
     def drained(self) -> bool:
@@ -103,7 +104,7 @@ _STAMP = re.compile(r"\s*\[[^\]@]*@([0-9T:-]+)\]$")
 def _reason_text(reason: str) -> tuple[str, str]:
     """A reason as scontrol shows it: (the text without the ``[user@time]`` stamp it adds, the time)."""
     m = _STAMP.search(reason or "")
-    return ((reason or "")[:m.start()].strip(), m.group(1)) if m else ((reason or "").strip(), "")
+    return ((reason or "")[: m.start()].strip(), m.group(1)) if m else ((reason or "").strip(), "")
 
 
 def reason_time(name: str) -> _dt.datetime | None:
@@ -135,7 +136,7 @@ def reason_line(check: str, why: str, action: str | None) -> str:
     """``gpulab: <check>: <why> -> <action>``, one line of at most MAX_REASON characters."""
     text = " ".join(f"{PREFIX} {check}: {why}".split()) + (f" -> {' '.join(action.split())}" if action else "")
     text = text.replace('"', "'")
-    return text if len(text) <= MAX_REASON else text[:MAX_REASON - 3] + "..."
+    return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."
 
 
 def drain(name: str, reason: str) -> str:
@@ -181,17 +182,28 @@ def submit(script: str, options: list[str]) -> str:
 
 @dataclass(frozen=True)
 class Task:
-    job: str            # the array's job id
+    job: str  # the array's job id
     task: int
-    state: str          # PENDING RUNNING COMPLETED FAILED TIMEOUT CANCELLED PREEMPTED NODE_FAIL OUT_OF_MEMORY ...
-    reason: str         # Slurm's Reason (None -> "")
-    exit_code: str      # "0:0"
-    nodes: str          # NodeList ("(null)" -> "")
+    state: str  # PENDING RUNNING COMPLETED FAILED TIMEOUT CANCELLED PREEMPTED NODE_FAIL OUT_OF_MEMORY ...
+    reason: str  # Slurm's Reason (None -> "")
+    exit_code: str  # "0:0"
+    nodes: str  # NodeList ("(null)" -> "")
 
     @property
     def finished(self) -> bool:
-        return self.state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
-                                  "RESIZING", "SIGNALING", "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED")
+        return self.state not in (
+            "PENDING",
+            "RUNNING",
+            "CONFIGURING",
+            "COMPLETING",
+            "SUSPENDED",
+            "REQUEUED",
+            "RESIZING",
+            "SIGNALING",
+            "STAGE_OUT",
+            "REQUEUE_HOLD",
+            "REQUEUE_FED",
+        )
 
 
 def _task_ids(text: str) -> list[int]:
@@ -211,7 +223,7 @@ def tasks(job_ids: list[str]) -> dict[tuple[str, int], Task]:
         if not JOB_RE.match(str(job)):
             raise ConfigError(f"slurm: {str(job)[:40]!r} is not a job id")
         res = run(["scontrol", "show", "job", "-o", str(job)], check=False)
-        if res.returncode != 0:   # "Invalid job id specified": gone past MinJobAge
+        if res.returncode != 0:  # "Invalid job id specified": gone past MinJobAge
             continue
         for rec in records(res.stdout):
             if rec.get("ArrayJobId") != str(job):

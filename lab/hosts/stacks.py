@@ -45,8 +45,14 @@ def os_family(os_name: str) -> str:
         raise ConfigError(str(exc)) from None
 
 
-OS_RELEASE_IDS = {"ubuntu": "Ubuntu", "debian": "Debian", "rhel": "RedHat", "centos": "CentOS",
-                   "rocky": "Rocky", "almalinux": "AlmaLinux"}
+OS_RELEASE_IDS = {
+    "ubuntu": "Ubuntu",
+    "debian": "Debian",
+    "rhel": "RedHat",
+    "centos": "CentOS",
+    "rocky": "Rocky",
+    "almalinux": "AlmaLinux",
+}
 
 
 def local_os(os_release: Path | str = "/etc/os-release") -> str:
@@ -55,8 +61,9 @@ def local_os(os_release: Path | str = "/etc/os-release") -> str:
     try:
         text = path.read_text(errors="replace")[:16384]
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read it to detect this machine's OS ({exc.strerror}): "
-                          f"set gpulab_os for the local host") from None
+        raise ConfigError(
+            f"{path}: cannot read it to detect this machine's OS ({exc.strerror}): set gpulab_os for the local host"
+        ) from None
     fields = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
@@ -65,8 +72,10 @@ def local_os(os_release: Path | str = "/etc/os-release") -> str:
     dist = OS_RELEASE_IDS.get(fields.get("ID", "").lower())
     version = fields.get("VERSION_ID", "")
     if not dist or not re.fullmatch(r"[0-9]+(\.[0-9]+)*", version):
-        raise ConfigError(f"{path}: ID={fields.get('ID', '')!r} VERSION_ID={version!r} is not an OS gpulab knows "
-                          f"({', '.join(OS_RELEASE_IDS)}): set gpulab_os for the local host")
+        raise ConfigError(
+            f"{path}: ID={fields.get('ID', '')!r} VERSION_ID={version!r} is not an OS gpulab knows "
+            f"({', '.join(OS_RELEASE_IDS)}): set gpulab_os for the local host"
+        )
     if dist != "Ubuntu":  # Debian and the RedHat family are named by their major release
         version = version.split(".")[0]
     return f"{dist} {version}"
@@ -85,8 +94,12 @@ class Stack:
     def expected(self) -> dict[str, str]:
         """What a host on this stack must report: component -> version (driver: branch.* without an exact one)."""
         d = self.data
-        out = {"driver": d["driver"].get("version") or f"{d['driver']['branch']}.*",
-               "cuda": d["cuda"]["version"], "cudnn": d["cudnn"]["version"], "nccl": d["nccl"]["version"]}
+        out = {
+            "driver": d["driver"].get("version") or f"{d['driver']['branch']}.*",
+            "cuda": d["cuda"]["version"],
+            "cudnn": d["cudnn"]["version"],
+            "nccl": d["nccl"]["version"],
+        }
         for fw, version in d["python"]["frameworks"].items():
             out[fw] = version
         return out
@@ -94,8 +107,11 @@ class Stack:
     def tools(self) -> dict[str, Any]:
         """What `invoke validate` expects of DCGM and Fabric Manager on this stack's hosts."""
         d = self.data
-        return {"dcgm": dict(d["dcgm"]) if "dcgm" in d else None, "nvswitch": bool(d.get("nvswitch", False)),
-                "driver": d["driver"].get("version")}
+        return {
+            "dcgm": dict(d["dcgm"]) if "dcgm" in d else None,
+            "nvswitch": bool(d.get("nvswitch", False)),
+            "driver": d["driver"].get("version"),
+        }
 
     def covers(self, os_name: str) -> bool:
         return os_name in self.data["supports"]
@@ -117,8 +133,9 @@ def load(name: str, stacks_dir: Path | str | None = None) -> Stack:
         family = os_family(os_name)
         for section in ("packages", "repositories"):
             if family not in data[section]:
-                raise ConfigError(f"{path}: supports: '{os_name}' is a {family}-family OS but {section} "
-                                  f"has no {family} entry")
+                raise ConfigError(
+                    f"{path}: supports: '{os_name}' is a {family}-family OS but {section} has no {family} entry"
+                )
     _check_tools(path, data)
     return Stack(name, path, data)
 
@@ -132,14 +149,17 @@ def _check_tools(path: Path, data: dict) -> None:
             continue
         driver = data["driver"].get("version")
         if not driver:
-            raise ConfigError(f"{path}: nvswitch: true needs driver.version (Fabric Manager must be exactly "
-                              f"the driver's version)")
+            raise ConfigError(
+                f"{path}: nvswitch: true needs driver.version (Fabric Manager must be exactly the driver's version)"
+            )
         if "fabricmanager" not in pkgs:
             raise ConfigError(f"{path}: nvswitch: true but packages.{family} has no fabricmanager entry")
         for p in pkgs["fabricmanager"]:
             if versions.release(p["version"]) != versions.release(driver):
-                raise ConfigError(f"{path}: packages.{family}.fabricmanager: {p['name']} {p['version']} is not "
-                                  f"the driver's version {driver}")
+                raise ConfigError(
+                    f"{path}: packages.{family}.fabricmanager: {p['name']} {p['version']} is not "
+                    f"the driver's version {driver}"
+                )
 
 
 def available(stacks_dir: Path | str | None = None) -> list[str]:
@@ -158,8 +178,9 @@ class HostPlan:
         return os_family(self.os)
 
 
-def plan(hosts, stack: str | None = None, stacks_dir: Path | str | None = None,
-         inventory: Path | str | None = None) -> list[HostPlan]:
+def plan(
+    hosts, stack: str | None = None, stacks_dir: Path | str | None = None, inventory: Path | str | None = None
+) -> list[HostPlan]:
     """Each host with its profile (``stack`` overrides every host's gpulab_stack) and OS, all checked."""
     where = f"{inventory}: " if inventory else ""
     cache: dict[str, Stack] = {}
@@ -173,11 +194,15 @@ def plan(hosts, stack: str | None = None, stacks_dir: Path | str | None = None,
         if not os_name and getattr(h, "is_local", False):
             os_name = local_os()
         if not os_name:
-            raise ConfigError(f"{where}host {h.name}: gpulab_os is not set (the OS release, e.g. 'Ubuntu 22.04'; "
-                              f"stack '{name}' supports {', '.join(prof.supports)}; only a local host's "
-                              f"is detected)")
+            raise ConfigError(
+                f"{where}host {h.name}: gpulab_os is not set (the OS release, e.g. 'Ubuntu 22.04'; "
+                f"stack '{name}' supports {', '.join(prof.supports)}; only a local host's "
+                f"is detected)"
+            )
         if not prof.covers(os_name):
-            raise ConfigError(f"{where}host {h.name}: OS '{os_name}' is not supported by stack '{name}' "
-                              f"(it supports {', '.join(prof.supports)})")
+            raise ConfigError(
+                f"{where}host {h.name}: OS '{os_name}' is not supported by stack '{name}' "
+                f"(it supports {', '.join(prof.supports)})"
+            )
         plans.append(HostPlan(h.name, prof, os_name))
     return plans

@@ -36,6 +36,7 @@ class Analysis:
 # Aggregates
 # --------------------------------------------------------------------------
 
+
 def _ttt_of(row):
     return row["score_minutes"]
 
@@ -76,8 +77,7 @@ def _pair_rows(d1: str, d2: str, matches: list[tuple]) -> list[dict]:
     for (bench, gpus, stack), s1, s2 in matches:
         a, b = (s1, s2) if fast == d1 else (s2, s1)
         ttt = _ttt_of(b) / _ttt_of(a) if (_ttt_of(a) and _ttt_of(b)) else None
-        thr = (a["throughput_mean"] / b["throughput_mean"]
-               if (a["throughput_mean"] and b["throughput_mean"]) else None)
+        thr = a["throughput_mean"] / b["throughput_mean"] if (a["throughput_mean"] and b["throughput_mean"]) else None
         if ttt is None and thr is None:
             continue
         ea, eb = a["epochs_mean"], b["epochs_mean"]
@@ -87,17 +87,31 @@ def _pair_rows(d1: str, d2: str, matches: list[tuple]) -> list[dict]:
             same, note = True, f"same epochs to converge ({ea:g})"
         else:
             same = False
-            note = (f"epochs to converge differ ({fast} {ea:g}, {slow} {eb:g}): the time-to-train "
-                    "ratio includes the seed effect; compare throughput")
-        rows.append({
-            "benchmark": bench, "gpus": gpus, "stack": stack, "pair": f"{fast} / {slow}",
-            "faster": fast, "slower": slow,
-            "ttt_faster_minutes": _ttt_of(a), "ttt_slower_minutes": _ttt_of(b), "ttt_ratio": ttt,
-            "throughput_faster": a["throughput_mean"], "throughput_slower": b["throughput_mean"],
-            "throughput_ratio": thr, "epochs_faster": ea, "epochs_slower": eb,
-            "same_epochs": same,
-            "too_few_runs": a["too_few_runs"] or b["too_few_runs"], "note": note,
-        })
+            note = (
+                f"epochs to converge differ ({fast} {ea:g}, {slow} {eb:g}): the time-to-train "
+                "ratio includes the seed effect; compare throughput"
+            )
+        rows.append(
+            {
+                "benchmark": bench,
+                "gpus": gpus,
+                "stack": stack,
+                "pair": f"{fast} / {slow}",
+                "faster": fast,
+                "slower": slow,
+                "ttt_faster_minutes": _ttt_of(a),
+                "ttt_slower_minutes": _ttt_of(b),
+                "ttt_ratio": ttt,
+                "throughput_faster": a["throughput_mean"],
+                "throughput_slower": b["throughput_mean"],
+                "throughput_ratio": thr,
+                "epochs_faster": ea,
+                "epochs_slower": eb,
+                "same_epochs": same,
+                "too_few_runs": a["too_few_runs"] or b["too_few_runs"],
+                "note": note,
+            }
+        )
     return rows
 
 
@@ -112,18 +126,22 @@ def _ratio_ranges(rows: list[dict], rules: Rules | None) -> list[dict]:
         t = [r["ttt_ratio"] for r in rs if r["ttt_ratio"]]
         # The study's overall range quotes each benchmark's comparable figure:
         # time to train where epochs match, throughput where they do not.
-        comparable = [r["ttt_ratio"] if r["same_epochs"] and r["ttt_ratio"] else r["throughput_ratio"]
-                      for r in rs]
+        comparable = [r["ttt_ratio"] if r["same_epochs"] and r["ttt_ratio"] else r["throughput_ratio"] for r in rs]
         comparable = [c for c in comparable if c]
         h = [r["throughput_ratio"] for r in rs if r["throughput_ratio"]]
-        ranges.append({
-            "pair": pair, "benchmark": bench,
-            "ttt_ratio_min": min(t) if t else None, "ttt_ratio_max": max(t) if t else None,
-            "throughput_ratio_min": min(h) if h else None, "throughput_ratio_max": max(h) if h else None,
-            "comparable_min": min(comparable) if comparable else None,
-            "comparable_max": max(comparable) if comparable else None,
-            "gpu_counts": sorted({r["gpus"] for r in rs}),
-        })
+        ranges.append(
+            {
+                "pair": pair,
+                "benchmark": bench,
+                "ttt_ratio_min": min(t) if t else None,
+                "ttt_ratio_max": max(t) if t else None,
+                "throughput_ratio_min": min(h) if h else None,
+                "throughput_ratio_max": max(h) if h else None,
+                "comparable_min": min(comparable) if comparable else None,
+                "comparable_max": max(comparable) if comparable else None,
+                "gpu_counts": sorted({r["gpus"] for r in rs}),
+            }
+        )
     order = {b: i for i, b in enumerate(bench_order(rules or default_rules(), [r["benchmark"] for r in rows]))}
     ranges.sort(key=lambda r: (r["pair"], r["benchmark"] == "all benchmarks", order.get(r["benchmark"], 0)))
     return ranges
@@ -144,14 +162,28 @@ def scaling(systems: list[dict], rules: Rules) -> list[dict]:
         if len(ss) < 2:
             continue
         for s in ss:
-            row = {"benchmark": bench, "device": device, "stack": stack, "gpus": s["gpus"],
-                   "accelerator_kind": s["accelerator_kind"],
-                   "ttt_minutes": _ttt_of(s), "throughput": s["throughput_mean"],
-                   "epochs": s["epochs_mean"], "too_few_runs": s["too_few_runs"],
-                   "base_gpus": None, "ideal": None, "speedup": None, "efficiency": None,
-                   "throughput_base_gpus": None, "throughput_speedup": None,
-                   "throughput_efficiency": None, "epoch_ratio": None,
-                   "per_epoch_speedup": None, "superlinear": False, "explanation": ""}
+            row = {
+                "benchmark": bench,
+                "device": device,
+                "stack": stack,
+                "gpus": s["gpus"],
+                "accelerator_kind": s["accelerator_kind"],
+                "ttt_minutes": _ttt_of(s),
+                "throughput": s["throughput_mean"],
+                "epochs": s["epochs_mean"],
+                "too_few_runs": s["too_few_runs"],
+                "base_gpus": None,
+                "ideal": None,
+                "speedup": None,
+                "efficiency": None,
+                "throughput_base_gpus": None,
+                "throughput_speedup": None,
+                "throughput_efficiency": None,
+                "epoch_ratio": None,
+                "per_epoch_speedup": None,
+                "superlinear": False,
+                "explanation": "",
+            }
             if base_t and _ttt_of(s) and s["gpus"] >= base_t["gpus"]:
                 ideal = s["gpus"] / base_t["gpus"]
                 sp = _ttt_of(base_t) / _ttt_of(s)
@@ -166,8 +198,9 @@ def scaling(systems: list[dict], rules: Rules) -> list[dict]:
             if base_h and s["throughput_mean"] and s["gpus"] >= base_h["gpus"]:
                 ideal_h = s["gpus"] / base_h["gpus"]
                 sh = s["throughput_mean"] / base_h["throughput_mean"]
-                row.update(throughput_base_gpus=base_h["gpus"], throughput_speedup=sh,
-                           throughput_efficiency=sh / ideal_h)
+                row.update(
+                    throughput_base_gpus=base_h["gpus"], throughput_speedup=sh, throughput_efficiency=sh / ideal_h
+                )
             rows.append(row)
     order = {b: i for i, b in enumerate(bench_order(rules, [r["benchmark"] for r in rows]))}
     rows.sort(key=lambda r: (order[r["benchmark"]], r["device"], r["stack"], r["gpus"]))
@@ -180,23 +213,33 @@ def _explain_superlinear(sp, ideal, tol, base_gpus, eb, en) -> str:
         return f"{head}: epochs to converge not logged, so it cannot be explained"
     per_epoch = sp * en / eb
     if en < eb:
-        because = (f"converged in {en:g} epochs instead of {eb:g} ({eb / en:.2f}x fewer)")
+        because = f"converged in {en:g} epochs instead of {eb:g} ({eb / en:.2f}x fewer)"
         if per_epoch <= ideal * (1 + tol):
-            return (f"{head}: {because}; per epoch the speedup is {per_epoch:.2f}x, within the ideal "
-                    f"{ideal:g}x, so the gain comes from the seed's epochs to converge, not the hardware")
-        return (f"{head}: {because}, yet per epoch the speedup is still {per_epoch:.2f}x, above the "
-                f"ideal {ideal:g}x")
-    return (f"{head}: not explained by epochs to converge ({eb:g} vs {en:g}); per epoch "
-            f"{per_epoch:.2f}x")
+            return (
+                f"{head}: {because}; per epoch the speedup is {per_epoch:.2f}x, within the ideal "
+                f"{ideal:g}x, so the gain comes from the seed's epochs to converge, not the hardware"
+            )
+        return f"{head}: {because}, yet per epoch the speedup is still {per_epoch:.2f}x, above the ideal {ideal:g}x"
+    return f"{head}: not explained by epochs to converge ({eb:g} vs {en:g}); per epoch {per_epoch:.2f}x"
 
 
 def energy_rows(systems: list[dict]) -> list[dict]:
-    return [{
-        "benchmark": s["benchmark"], "system": s["system"], "device": s["device"], "gpus": s["gpus"],
-        "power_w_mean": s["power_w_mean"], "spec_power_w": s["spec_power_w"],
-        "throughput_mean": s["throughput_mean"], "sample_unit": s["sample_unit"],
-        "perf_per_watt": s["perf_per_watt"], "energy_to_train_wh": s["energy_to_train_wh"],
-    } for s in systems if s["power_w_mean"]]
+    return [
+        {
+            "benchmark": s["benchmark"],
+            "system": s["system"],
+            "device": s["device"],
+            "gpus": s["gpus"],
+            "power_w_mean": s["power_w_mean"],
+            "spec_power_w": s["spec_power_w"],
+            "throughput_mean": s["throughput_mean"],
+            "sample_unit": s["sample_unit"],
+            "perf_per_watt": s["perf_per_watt"],
+            "energy_to_train_wh": s["energy_to_train_wh"],
+        }
+        for s in systems
+        if s["power_w_mean"]
+    ]
 
 
 def analyse(runs: list[Run], rules: Rules | None = None, other: list[Run] | None = None) -> Analysis:
@@ -205,7 +248,13 @@ def analyse(runs: list[Run], rules: Rules | None = None, other: list[Run] | None
     ratios, ranges = device_ratios(systems, rules)
     seeds, effects = seed_tables(runs, rules)
     return Analysis(
-        runs=runs, systems=systems, ratios=ratios, ratio_ranges=ranges,
-        scaling=scaling(systems, rules), seeds=seeds, seed_effects=effects,
+        runs=runs,
+        systems=systems,
+        ratios=ratios,
+        ratio_ranges=ranges,
+        scaling=scaling(systems, rules),
+        seeds=seeds,
+        seed_effects=effects,
         energy=energy_rows(systems),
-        compare=compare_runs(runs, other, rules) if other is not None else None)
+        compare=compare_runs(runs, other, rules) if other is not None else None,
+    )

@@ -49,7 +49,7 @@ class ReportResult:
     files: list[Path] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     summary: list[dict] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)     # what was found of the inputs (a round detected)
+    notes: list[str] = field(default_factory=list)  # what was found of the inputs (a round detected)
 
     def lines(self) -> list[str]:
         """What a command line prints: the files, what was found of the inputs, the counts,
@@ -58,9 +58,12 @@ class ReportResult:
         few = sum(1 for r in self.summary if r["too_few_runs"])
         out = [f"wrote {p}" for p in self.files if p.suffix in (".html", ".md", ".json")]
         out += self.notes
-        out.append(f"{len(self.summary)} benchmark x system record(s) from {runs} run(s)"
-                   + (f", {few} with too few runs" if few else "")
-                   + f"; {len(self.skipped)} input(s) skipped" + (":" if self.skipped else ""))
+        out.append(
+            f"{len(self.summary)} benchmark x system record(s) from {runs} run(s)"
+            + (f", {few} with too few runs" if few else "")
+            + f"; {len(self.skipped)} input(s) skipped"
+            + (":" if self.skipped else "")
+        )
         out += [f"  skipped {src}: {why}" for src, why in self.skipped]
         return out
 
@@ -69,9 +72,26 @@ class ReportResult:
 # Output
 # --------------------------------------------------------------------------
 
-SUMMARY_KEYS = ("benchmark", "submitter", "system", "device", "gpus", "nodes", "framework", "stack",
-                "runs", "successes", "runs_required", "scored_runs", "score_minutes", "too_few_runs",
-                "compliance", "compliance_ruleset", "compliance_failures", "mark")
+SUMMARY_KEYS = (
+    "benchmark",
+    "submitter",
+    "system",
+    "device",
+    "gpus",
+    "nodes",
+    "framework",
+    "stack",
+    "runs",
+    "successes",
+    "runs_required",
+    "scored_runs",
+    "score_minutes",
+    "too_few_runs",
+    "compliance",
+    "compliance_ruleset",
+    "compliance_failures",
+    "mark",
+)
 
 
 def _clean(v):
@@ -86,17 +106,24 @@ def _clean(v):
 
 
 CSV_TABLES = {
-    "scores.csv": "systems", "runs.csv": "runs", "ratios.csv": "ratios",
-    "ratio_ranges.csv": "ratio_ranges", "scaling.csv": "scaling", "seeds.csv": "seeds",
-    "seed_effects.csv": "seed_effects", "energy.csv": "energy", "compare.csv": "compare",
+    "scores.csv": "systems",
+    "runs.csv": "runs",
+    "ratios.csv": "ratios",
+    "ratio_ranges.csv": "ratio_ranges",
+    "scaling.csv": "scaling",
+    "seeds.csv": "seeds",
+    "seed_effects.csv": "seed_effects",
+    "energy.csv": "energy",
+    "compare.csv": "compare",
     "skipped.csv": "skipped",
 }
 
 
 def _check_outputs(out_dir: Path, formats) -> None:
     """Every place the report will write, checked before anything is read or written (no links, no non-files)."""
-    files = [name for fmt, name in (("json", "summary.json"), ("html", "report.html"), ("md", "report.md"))
-             if fmt in formats]
+    files = [
+        name for fmt, name in (("json", "summary.json"), ("html", "report.html"), ("md", "report.md")) if fmt in formats
+    ]
     folders = []
     if "csv" in formats:
         folders.append("tables")
@@ -128,10 +155,13 @@ def _write_csv(path: Path, rows: list[dict]):
 def _title(systems: list[dict], rules: Rules) -> str:
     """The rounds the records are scored by: published rounds by name (and the compliance ruleset
     their logs are checked with), gpulab's runs by its ruleset."""
-    names = sorted({f"MLPerf Training {r['round']} results" + (f" ({r['ruleset']} ruleset)"
-                                                              if r["ruleset"] else "")
-                    for r in _rounds(systems, rules)}
-                   | {rules.ruleset for s in systems if s["round"] not in rules.rounds})
+    names = sorted(
+        {
+            f"MLPerf Training {r['round']} results" + (f" ({r['ruleset']} ruleset)" if r["ruleset"] else "")
+            for r in _rounds(systems, rules)
+        }
+        | {rules.ruleset for s in systems if s["round"] not in rules.rounds}
+    )
     return ", ".join(names) or rules.ruleset
 
 
@@ -157,13 +187,20 @@ def compliance_meta(runs) -> dict:
     """Which checker judged the runs and by which rulesets; gpulab's exceptions where its runs are in, each
     only where a benchmark it is for was run."""
     from lab.results import compliance
+
     used = sorted({r.compliance_ruleset for r in runs if r.compliance_ruleset})
     out = {"checker": compliance.checker_version(), "rulesets": used, "gpulab": None}
     if any(r.compliance_ruleset == compliance.gpulab_rules().name for r in runs):
         g = compliance.gpulab_rules()
-        out["gpulab"] = {"ruleset": g.name, "source": g.source,
-                         "exceptions": [{"benchmarks": list(w.benchmarks), "rules": list(w.rules), "why": w.why}
-                                        for w in g.waivers if set(w.benchmarks) & {r.benchmark for r in runs}]}
+        out["gpulab"] = {
+            "ruleset": g.name,
+            "source": g.source,
+            "exceptions": [
+                {"benchmarks": list(w.benchmarks), "rules": list(w.rules), "why": w.why}
+                for w in g.waivers
+                if set(w.benchmarks) & {r.benchmark for r in runs}
+            ],
+        }
     return out
 
 
@@ -171,23 +208,37 @@ def _meta(an, coll, compare, rules: Rules, formats: tuple, tables: dict) -> dict
     """The report's facts around its tables: when, from what, which rules and benchmarks, counts."""
     return {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "inputs": coll.inputs, "compare": str(compare) if compare is not None else None,
-        "title": _title(an.systems, rules), "rounds": _rounds(an.systems, rules),
+        "inputs": coll.inputs,
+        "compare": str(compare) if compare is not None else None,
+        "title": _title(an.systems, rules),
+        "rounds": _rounds(an.systems, rules),
         "round_detected": list(coll.notes),
-        "ruleset": rules.ruleset, "settings": rules.settings,
-        "benchmarks": {n: {"title": b.title, "metric": b.metric, "target": b.target,
-                           "target_text": _target_text(b.target), "runs_required": b.runs_required,
-                           "converged_required": b.converged_required, "sample_unit": b.sample_unit}
-                       for n, b in rules.benchmarks.items() if n in {r.benchmark for r in an.runs}},
-        "csv": "csv" in formats,   # the Markdown names tables/*.csv only where they are written
-        "n_runs": len(an.runs), "n_success": sum(1 for r in an.runs if r.success),
+        "ruleset": rules.ruleset,
+        "settings": rules.settings,
+        "benchmarks": {
+            n: {
+                "title": b.title,
+                "metric": b.metric,
+                "target": b.target,
+                "target_text": _target_text(b.target),
+                "runs_required": b.runs_required,
+                "converged_required": b.converged_required,
+                "sample_unit": b.sample_unit,
+            }
+            for n, b in rules.benchmarks.items()
+            if n in {r.benchmark for r in an.runs}
+        },
+        "csv": "csv" in formats,  # the Markdown names tables/*.csv only where they are written
+        "n_runs": len(an.runs),
+        "n_success": sum(1 for r in an.runs if r.success),
         "n_skipped": len(tables["skipped"]),
         "compliance": compliance_meta(an.runs),
     }
 
 
-def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules | None = None,
-                 round: str | None = None) -> ReportResult:
+def build_report(
+    paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules | None = None, round: str | None = None
+) -> ReportResult:
     """Read the runs under ``paths`` and write the report to ``out_dir``; ``round``: the published
     round (lab/data/rounds.yml) whose rules score their MLLOG logs, where the folder names none."""
     formats = tuple(formats)
@@ -204,8 +255,9 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
     other = read_runs([Path(compare)], rules, round=round) if compare is not None else None
     an = analyse(coll.runs, rules, other.runs if other else None)
     result = ReportResult(skipped=[(s.source, s.reason) for s in coll.skipped], notes=list(coll.notes))
-    result.summary = [_clean({k: s[k] for k in (*SUMMARY_KEYS, *[k for k in s if k not in SUMMARY_KEYS])})
-                      for s in an.systems]
+    result.summary = [
+        _clean({k: s[k] for k in (*SUMMARY_KEYS, *[k for k in s if k not in SUMMARY_KEYS])}) for s in an.systems
+    ]
     writes.folder(out_dir, "report folder")
     tables = _tables(an, result, other)
     meta = _meta(an, coll, compare, rules, formats, tables)
@@ -215,10 +267,11 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
         result.files += _write_tables(out_dir, an, tables)
     if "html" in formats or "md" in formats:
         from lab.report import figures
+
         fdir = out_dir / "figures"
         writes.folder(fdir, "report")
         for old in fdir.glob("fig*.png"):
-            old.unlink()   # a link is removed, never followed
+            old.unlink()  # a link is removed, never followed
         figs = figures.draw_all(an, rules, fdir)
         result.files.extend(f["path"] for f in figs)
         ctx = {"meta": meta, "an": an, "tables": tables, "figures": figs, "findings": key_findings(an)}
@@ -229,26 +282,53 @@ def build_report(paths, out_dir, formats=FORMATS, compare=None, *, rules: Rules 
 def _tables(an: Analysis, result: ReportResult, other) -> dict:
     """The report's tables by name (CSV_TABLES' keys); the compared set's skipped inputs join ``result``'s."""
     tables = {
-        "systems": an.systems, "runs": [r.row() for r in an.runs], "ratios": an.ratios,
-        "ratio_ranges": an.ratio_ranges, "scaling": an.scaling, "seeds": an.seeds,
-        "seed_effects": an.seed_effects, "energy": an.energy, "compare": an.compare or [],
+        "systems": an.systems,
+        "runs": [r.row() for r in an.runs],
+        "ratios": an.ratios,
+        "ratio_ranges": an.ratio_ranges,
+        "scaling": an.scaling,
+        "seeds": an.seeds,
+        "seed_effects": an.seed_effects,
+        "energy": an.energy,
+        "compare": an.compare or [],
         "skipped": [{"source": s, "reason": r} for s, r in result.skipped],
     }
     if other is not None:
-        tables["skipped"] += [{"source": s.source, "reason": f"(compared set) {s.reason}"}
-                              for s in other.skipped]
+        tables["skipped"] += [{"source": s.source, "reason": f"(compared set) {s.reason}"} for s in other.skipped]
         result.skipped = [(s["source"], s["reason"]) for s in tables["skipped"]]
     return tables
 
 
 def _write_summary(out_dir: Path, meta: dict, an: Analysis, result: ReportResult, tables: dict) -> Path:
     """summary.json: the report's facts, its records and tables."""
-    doc = _clean({"schema": SUMMARY_SCHEMA, **{k: meta[k] for k in (
-        "generated", "inputs", "compare", "rounds", "round_detected", "compliance", "n_runs", "n_success", "n_skipped")},
-        "ruleset": meta["title"],
-        "records": result.summary, "ratios": an.ratios, "ratio_ranges": an.ratio_ranges,
-        "scaling": an.scaling, "seed_effects": an.seed_effects, "energy": an.energy,
-        "compare": an.compare, "skipped": tables["skipped"]})
+    doc = _clean(
+        {
+            "schema": SUMMARY_SCHEMA,
+            **{
+                k: meta[k]
+                for k in (
+                    "generated",
+                    "inputs",
+                    "compare",
+                    "rounds",
+                    "round_detected",
+                    "compliance",
+                    "n_runs",
+                    "n_success",
+                    "n_skipped",
+                )
+            },
+            "ruleset": meta["title"],
+            "records": result.summary,
+            "ratios": an.ratios,
+            "ratio_ranges": an.ratio_ranges,
+            "scaling": an.scaling,
+            "seed_effects": an.seed_effects,
+            "energy": an.energy,
+            "compare": an.compare,
+            "skipped": tables["skipped"],
+        }
+    )
     path = out_dir / "summary.json"
     writes.write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n", "report")
     return path

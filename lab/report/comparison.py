@@ -29,14 +29,24 @@ def seed_tables(runs: list[Run], rules: Rules) -> tuple[list[dict], list[dict]]:
     """
     cfg = rules.settings["seed"]
     ok = [r for r in runs if r.mode == "ttt" and r.success and r.ttt_s and r.epochs]
-    seeds = [{
-        "benchmark": r.bench_label, "device": r.device, "gpus": r.gpus, "stack": r.stack,
-        "seed": r.seed, "epochs": r.epochs, "ttt_minutes": r.ttt_s / 60.0,
-        "minutes_per_epoch": r.ttt_s / 60.0 / r.epochs, "source": r.source,
-    } for r in ok]
+    seeds = [
+        {
+            "benchmark": r.bench_label,
+            "device": r.device,
+            "gpus": r.gpus,
+            "stack": r.stack,
+            "seed": r.seed,
+            "epochs": r.epochs,
+            "ttt_minutes": r.ttt_s / 60.0,
+            "minutes_per_epoch": r.ttt_s / 60.0 / r.epochs,
+            "source": r.source,
+        }
+        for r in ok
+    ]
     order = {b: i for i, b in enumerate(bench_order(rules, [s["benchmark"] for s in seeds]))}
-    seeds.sort(key=lambda s: (order[s["benchmark"]], s["device"], s["gpus"] or 0,
-                              s["seed"] if s["seed"] is not None else -1))
+    seeds.sort(
+        key=lambda s: (order[s["benchmark"]], s["device"], s["gpus"] or 0, s["seed"] if s["seed"] is not None else -1)
+    )
     by_bench = defaultdict(list)
     for r in ok:
         by_bench[r.bench_label].append(r)
@@ -72,13 +82,17 @@ def _seed_effect(bench: str, rs: list[Run], cfg: dict) -> dict:
     if multi and (ss_e + ss_p) > 0:
         share = ss_e / (ss_e + ss_p)
         dominated = share >= cfg["share_threshold"]
-        basis = (f"within-system variation over {multi} system(s) with 2+ runs: "
-                 f"seed share {share:.2f} vs threshold {cfg['share_threshold']:g}")
+        basis = (
+            f"within-system variation over {multi} system(s) with 2+ runs: "
+            f"seed share {share:.2f} vs threshold {cfg['share_threshold']:g}"
+        )
     else:
         share = None
         dominated = ratio >= cfg["epoch_ratio_threshold"]
-        basis = (f"no system has 2 runs that differ in time to train: max/min epochs {ratio:.2f} "
-                 f"vs threshold {cfg['epoch_ratio_threshold']:g}")
+        basis = (
+            f"no system has 2 runs that differ in time to train: max/min epochs {ratio:.2f} "
+            f"vs threshold {cfg['epoch_ratio_threshold']:g}"
+        )
     by_dev = defaultdict(dict)
     several_stacks = len({r.stack for r in rs}) > 1
     for r in rs:
@@ -86,13 +100,21 @@ def _seed_effect(bench: str, rs: list[Run], cfg: dict) -> dict:
         by_dev[name].setdefault(r.gpus, []).append(r.epochs)
     parts = []
     for dev in sorted(by_dev):
-        cells = ", ".join(("" if g == 0 else f"{g if g is not None else '?'}: ") + "/".join(f"{e:g}" for e in es)
-                          for g, es in sorted(by_dev[dev].items(), key=lambda kv: kv[0] or 0))
+        cells = ", ".join(
+            ("" if g == 0 else f"{g if g is not None else '?'}: ") + "/".join(f"{e:g}" for e in es)
+            for g, es in sorted(by_dev[dev].items(), key=lambda kv: kv[0] or 0)
+        )
         parts.append(f"{dev} ({cells})")
     return {
-        "benchmark": bench, "runs": len(rs), "epochs_min": min(eps), "epochs_max": max(eps),
-        "epoch_ratio": ratio, "seed_share": share, "systems_with_repeats": multi,
-        "seed_dominated": dominated, "basis": basis,
+        "benchmark": bench,
+        "runs": len(rs),
+        "epochs_min": min(eps),
+        "epochs_max": max(eps),
+        "epoch_ratio": ratio,
+        "seed_share": share,
+        "systems_with_repeats": multi,
+        "seed_dominated": dominated,
+        "basis": basis,
         "epochs_by_gpus": "; ".join(parts),
     }
 
@@ -122,19 +144,23 @@ def compare_runs(current: list[Run], other: list[Run], rules: Rules) -> list[dic
     rows = []
     for key in sorted(keys, key=lambda k: (order[k[0]], k[1], k[2] or 0)):
         cur, oth = groups["this"].get(key, []), groups["other"].get(key, [])
-        row = {"benchmark": key[0], "device": key[1], "gpus": key[2],
-               "system": system_label(key[1], key[2], "unknown"),
-               "stack_this": ", ".join(sorted({_stack_detail(r) for r in cur})) or None,
-               "stack_other": ", ".join(sorted({_stack_detail(r) for r in oth})) or None}
+        row = {
+            "benchmark": key[0],
+            "device": key[1],
+            "gpus": key[2],
+            "system": system_label(key[1], key[2], "unknown"),
+            "stack_this": ", ".join(sorted({_stack_detail(r) for r in cur})) or None,
+            "stack_other": ", ".join(sorted({_stack_detail(r) for r in oth})) or None,
+        }
         if not cur or not oth:
             row["status"] = "only in this report" if cur else "only in the compared set"
             rows.append(row)
             continue
         row["status"] = "compared"
         for metric, vals, better in (
-                ("ttt", lambda rs: [r.ttt_s / 60.0 for r in rs if r.mode == "ttt" and r.success and r.ttt_s],
-                 "lower"),
-                ("throughput", lambda rs: [r.samples_per_s for r in rs if r.samples_per_s], "higher")):
+            ("ttt", lambda rs: [r.ttt_s / 60.0 for r in rs if r.mode == "ttt" and r.success and r.ttt_s], "lower"),
+            ("throughput", lambda rs: [r.samples_per_s for r in rs if r.samples_per_s], "higher"),
+        ):
             a, b = vals(oth), vals(cur)
             ma, mb = stats.mean(a), stats.mean(b)
             change = (mb - ma) / ma if (ma and mb is not None) else None
@@ -150,14 +176,19 @@ def compare_runs(current: list[Run], other: list[Run], rules: Rules) -> list[dic
                 else:
                     improved = (change < 0) if better == "lower" else (change > 0)
                     verdict = "better" if improved else "worse"
-            row.update({
-                f"{metric}_n_other": len(a), f"{metric}_n_this": len(b),
-                f"{metric}_other": ma, f"{metric}_this": mb, f"{metric}_change_pct":
-                    None if change is None else 100.0 * change,
-                f"{metric}_t": None if (w is None or math.isinf(w.t)) else w.t,
-                f"{metric}_df": None if w is None else w.df,
-                f"{metric}_p": None if w is None else w.p,
-                f"{metric}_flagged": flagged, f"{metric}_verdict": verdict,
-            })
+            row.update(
+                {
+                    f"{metric}_n_other": len(a),
+                    f"{metric}_n_this": len(b),
+                    f"{metric}_other": ma,
+                    f"{metric}_this": mb,
+                    f"{metric}_change_pct": None if change is None else 100.0 * change,
+                    f"{metric}_t": None if (w is None or math.isinf(w.t)) else w.t,
+                    f"{metric}_df": None if w is None else w.df,
+                    f"{metric}_p": None if w is None else w.p,
+                    f"{metric}_flagged": flagged,
+                    f"{metric}_verdict": verdict,
+                }
+            )
         rows.append(row)
     return rows

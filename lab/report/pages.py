@@ -27,14 +27,18 @@ def key_findings(an: Analysis) -> list[str]:
             continue
         fast, slow = r["pair"].split(" / ")
         n = len({x["benchmark"] for x in an.ratios if x["pair"] == r["pair"]})
-        out.append(f"{fast} is {fmt_range(r['comparable_min'], r['comparable_max'])} {slow} over {n} "
-                   "benchmark(s) at equal GPU counts (time to train where epochs to converge match, "
-                   "throughput where they differ).")
+        out.append(
+            f"{fast} is {fmt_range(r['comparable_min'], r['comparable_max'])} {slow} over {n} "
+            "benchmark(s) at equal GPU counts (time to train where epochs to converge match, "
+            "throughput where they differ)."
+        )
     for r in an.ratio_ranges:
         if r["benchmark"] == "all benchmarks":
             continue
-        out.append(f"{r['benchmark']}: {r['pair']} time to train {fmt_range(r['ttt_ratio_min'], r['ttt_ratio_max'])}, "
-                   f"throughput {fmt_range(r['throughput_ratio_min'], r['throughput_ratio_max'])}.")
+        out.append(
+            f"{r['benchmark']}: {r['pair']} time to train {fmt_range(r['ttt_ratio_min'], r['ttt_ratio_max'])}, "
+            f"throughput {fmt_range(r['throughput_ratio_min'], r['throughput_ratio_max'])}."
+        )
     lines = defaultdict(list)
     for r in an.scaling:
         if r["superlinear"]:
@@ -49,10 +53,16 @@ def key_findings(an: Analysis) -> list[str]:
             base_ep = rs[0]["epochs"] * rs[0]["epoch_ratio"]
             per_epoch = ", ".join(f"{r['per_epoch_speedup']:.2f}x" for r in rs)
             explained = all("not the hardware" in r["explanation"] for r in rs)
-            text += (f"; epochs to converge {base_ep:g} -> " + ", ".join(f"{r['epochs']:g}" for r in rs)
-                     + f"; per epoch {per_epoch}")
-            text += (": the seed's epochs to converge, not the hardware" if explained
-                     else ": not fully explained by epochs to converge")
+            text += (
+                f"; epochs to converge {base_ep:g} -> "
+                + ", ".join(f"{r['epochs']:g}" for r in rs)
+                + f"; per epoch {per_epoch}"
+            )
+            text += (
+                ": the seed's epochs to converge, not the hardware"
+                if explained
+                else ": not fully explained by epochs to converge"
+            )
         else:
             text += "; epochs to converge not logged"
         out.append(text + ".")
@@ -64,16 +74,20 @@ def key_findings(an: Analysis) -> list[str]:
         out.append(f"Not seed-dominated: {', '.join(rest)}.")
     thr_only = [s for s in an.systems if not s["runs"] and s["throughput_runs"]]
     if thr_only:
-        out.append(f"{len(thr_only)} of {len(an.systems)} benchmark x system records come from throughput runs "
-                   "only: throughput (Figure 2, the device ratios), no time to train.")
+        out.append(
+            f"{len(thr_only)} of {len(an.systems)} benchmark x system records come from throughput runs "
+            "only: throughput (Figure 2, the device ratios), no time to train."
+        )
     few = sum(1 for s in an.systems if s["too_few_runs"])
     if few:
         out.append(f"{few} of {len(an.systems)} benchmark x system scores rest on too few runs (marked).")
     if an.compare is not None:
         flagged = [c for c in an.compare if c.get("ttt_flagged") or c.get("throughput_flagged")]
-        out.append(f"Compared with the other set: {len(flagged)} of "
-                   f"{sum(1 for c in an.compare if c['status'] == 'compared')} matched systems changed "
-                   "beyond run-to-run noise.")
+        out.append(
+            f"Compared with the other set: {len(flagged)} of "
+            f"{sum(1 for c in an.compare if c['status'] == 'compared')} matched systems changed "
+            "beyond run-to-run noise."
+        )
     return out
 
 
@@ -120,13 +134,22 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
         autoescape=lambda name: bool(name) and name.endswith(".html.j2"),
-        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-        keep_trailing_newline=True)
-    env.filters.update(num=fmt_num, minutes=fmt_minutes, ratio=fmt_ratio, pct=fmt_pct, rng=fmt_range,
-                       md=lambda s: str(s).replace("|", "\\|").replace("\n", " "), count=count_cell)
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(
+        num=fmt_num,
+        minutes=fmt_minutes,
+        ratio=fmt_ratio,
+        pct=fmt_pct,
+        rng=fmt_range,
+        md=lambda s: str(s).replace("|", "\\|").replace("\n", " "),
+        count=count_cell,
+    )
     env.filters["by_reason"] = by_reason
-    env.globals["count_header"] = lambda rows: count_header(
-        accelerator_kind(r["device"], r.get("gpus")) for r in rows)
+    env.globals["count_header"] = lambda rows: count_header(accelerator_kind(r["device"], r.get("gpus")) for r in rows)
     return env
 
 

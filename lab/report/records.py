@@ -28,8 +28,17 @@ def system_rows(runs: list[Run], rules: Rules) -> list[dict]:
     rows = [_system_row(group, rules) for group in groups.values()]
     _disambiguate(rows)
     order = {b: i for i, b in enumerate(bench_order(rules, [r["benchmark"] for r in rows]))}
-    rows.sort(key=lambda r: (order[r["benchmark"]], r["submitter"] or "", r["device"], r["gpus"] or 0,
-                             r["stack"], r["system"], r["system_key"] or ""))
+    rows.sort(
+        key=lambda r: (
+            order[r["benchmark"]],
+            r["submitter"] or "",
+            r["device"],
+            r["gpus"] or 0,
+            r["stack"],
+            r["system"],
+            r["system_key"] or "",
+        )
+    )
     return rows
 
 
@@ -41,19 +50,34 @@ def _system_row(group: list[Run], rules: Rules) -> dict:
     unit, thr_runs, mark = _throughput_unit(group, rule.sample_unit if rule else "samples", sc.mark)
     device, gpus = first.device, first.gpus
     return {
-        "benchmark": first.bench_label, "benchmark_name": first.benchmark, "scale": first.scale,
-        "submitter": first.submitter, "system": first.system, "system_key": first.system_key,
-        "submission": first.submission, "device": device, "gpus": gpus, "nodes": first.nodes,
-        "framework": first.framework, "accelerator": first.accelerator, "stack": first.stack,
+        "benchmark": first.bench_label,
+        "benchmark_name": first.benchmark,
+        "scale": first.scale,
+        "submitter": first.submitter,
+        "system": first.system,
+        "system_key": first.system_key,
+        "submission": first.submission,
+        "device": device,
+        "gpus": gpus,
+        "nodes": first.nodes,
+        "framework": first.framework,
+        "accelerator": first.accelerator,
+        "stack": first.stack,
         "accelerator_kind": accelerator_kind(device, gpus),
-        "round": sc.round, "scaling_factor": sc.scaling_factor,
-        "batch_size": sc.batch_size, "samples_to_converge": sc.samples_to_converge,
+        "round": sc.round,
+        "scaling_factor": sc.scaling_factor,
+        "batch_size": sc.batch_size,
+        "samples_to_converge": sc.samples_to_converge,
         "energy_j": sc.energy_j,
-        "runs": sc.runs, "successes": sc.successes,
-        "runs_required": sc.runs_required, "converged_required": sc.converged_required,
+        "runs": sc.runs,
+        "successes": sc.successes,
+        "runs_required": sc.runs_required,
+        "converged_required": sc.converged_required,
         "scored_runs": len(sc.scored),
-        "score_minutes": _minutes(sc.score_s), "score_basis": sc.basis,
-        "too_few_runs": bool(sc.too_few), "mark": mark,
+        "score_minutes": _minutes(sc.score_s),
+        "score_basis": sc.basis,
+        "too_few_runs": bool(sc.too_few),
+        "mark": mark,
         **_compliance_fields(group, sc),
         **_figure_fields(group, thr_runs, unit, rules),
     }
@@ -68,8 +92,9 @@ def _throughput_unit(group: list[Run], default_unit: str, mark: str | None) -> t
             units[r.sample_unit or default_unit].append(r)
     unit = max(units, key=lambda u: (len(units[u]), u == default_unit)) if units else default_unit
     if len(units) > 1:
-        mark = "; ".join(filter(None, [mark, f"throughput logged in {len(units)} units: "
-                                       f"{len(units[unit])} run(s) in {unit} used"]))
+        mark = "; ".join(
+            filter(None, [mark, f"throughput logged in {len(units)} units: {len(units[unit])} run(s) in {unit} used"])
+        )
     return unit, units.get(unit, []), mark
 
 
@@ -80,10 +105,8 @@ def _compliance_fields(group: list[Run], sc) -> dict:
         "compliance": sc.compliance,
         "compliance_runs_checked": len(checked),
         "compliance_runs_failed": sum(1 for r in checked if r.compliance == "FAIL"),
-        "compliance_ruleset": ", ".join(sorted({r.compliance_ruleset for r in group
-                                                if r.compliance_ruleset})) or None,
-        "compliance_failures": [f"{r.run_name}: {r.compliance_note}" for r in sc.scored
-                                if r.compliance == "FAIL"],
+        "compliance_ruleset": ", ".join(sorted({r.compliance_ruleset for r in group if r.compliance_ruleset})) or None,
+        "compliance_failures": [f"{r.run_name}: {r.compliance_note}" for r in sc.scored if r.compliance == "FAIL"],
         "compliance_waived": list(dict.fromkeys(w for r in group for w in r.compliance_waived)),
     }
 
@@ -102,17 +125,24 @@ def _figure_fields(group: list[Run], thr_runs: list[Run], unit: str, rules: Rule
     tstd = stats.stdev(all_t)
     device, gpus = group[0].device, group[0].gpus
     return {
-        "ttt_mean_minutes": tmean, "ttt_min_minutes": min(all_t) if all_t else None,
-        "ttt_max_minutes": max(all_t) if all_t else None, "ttt_std_minutes": tstd,
+        "ttt_mean_minutes": tmean,
+        "ttt_min_minutes": min(all_t) if all_t else None,
+        "ttt_max_minutes": max(all_t) if all_t else None,
+        "ttt_std_minutes": tstd,
         "ttt_cv_pct": (100.0 * tstd / tmean) if (tstd is not None and tmean) else None,
-        "epochs_mean": stats.mean(epochs), "epochs_min": min(epochs) if epochs else None,
+        "epochs_mean": stats.mean(epochs),
+        "epochs_min": min(epochs) if epochs else None,
         "epochs_max": max(epochs) if epochs else None,
-        "throughput_mean": stats.mean(thr), "throughput_std": stats.stdev(thr),
-        "throughput_runs": len(thr), "sample_unit": unit,
+        "throughput_mean": stats.mean(thr),
+        "throughput_std": stats.stdev(thr),
+        "throughput_runs": len(thr),
+        "sample_unit": unit,
         "power_w_mean": stats.mean(power),
         "spec_power_w": (rules.device_power.get(device) or 0) * gpus
-        if (rules.device_power.get(device) and gpus) else None,
-        "perf_per_watt": stats.mean(ppw), "energy_to_train_wh": stats.mean(e2t),
+        if (rules.device_power.get(device) and gpus)
+        else None,
+        "perf_per_watt": stats.mean(ppw),
+        "energy_to_train_wh": stats.mean(e2t),
         "seeds": sorted({r.seed for r in group if r.seed is not None}),
         "hosts": sorted({r.host for r in group if r.host}),
     }

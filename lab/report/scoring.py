@@ -43,7 +43,7 @@ ROUND_OF_FORMAT = {"v0.5": "v0.5", "v0.6": "v0.6"}
 
 @dataclass
 class Score:
-    round: str                    # "v0.5", "v0.6" or "gpulab" (benchmarks.yml)
+    round: str  # "v0.5", "v0.6" or "gpulab" (benchmarks.yml)
     score_s: float | None
     scored: list[Run]
     runs: int
@@ -53,11 +53,11 @@ class Score:
     too_few: bool
     basis: str
     marks: list[str] = field(default_factory=list)
-    compliance: str = "not checked"   # "PASS", "FAIL (n of m)", "not checked"
+    compliance: str = "not checked"  # "PASS", "FAIL (n of m)", "not checked"
     compliance_failed: int = 0
     compliance_passed: int = 0
-    ruleset: str | None = None        # the compliance ruleset its logs were checked with ("training 4.0.0")
-    scaling_factor: float = 1.0       # scaling.json's factor, applied to score_s
+    ruleset: str | None = None  # the compliance ruleset its logs were checked with ("training 4.0.0")
+    scaling_factor: float = 1.0  # scaling.json's factor, applied to score_s
     # result_summarizer's detailed columns (a round's closed division; energy where power logs are)
     batch_size: float | None = None
     samples_to_converge: float | None = None
@@ -92,8 +92,10 @@ def score(group: list[Run], rules: Rules) -> Score:
     sc = _score(group, rules)
     sc.ruleset = next((r.compliance_ruleset for r in group if r.compliance_ruleset), None)
     if any(r.fmt == "mllog" and r.system_key and not r.round for r in group):
-        sc.marks.append("the round of this result tree is not known: scored by gpulab's rules "
-                        "(name it with --round, one of lab/data/rounds.yml)")
+        sc.marks.append(
+            "the round of this result tree is not known: scored by gpulab's rules "
+            "(name it with --round, one of lab/data/rounds.yml)"
+        )
     return sc
 
 
@@ -106,7 +108,7 @@ def _score(group: list[Run], rules: Rules) -> Score:
     marks = []
     if len(fmts) > 1:
         marks.append(f"runs of several log formats ({', '.join(fmts)}) scored by the {rnd} rules")
-    if not ttt:   # throughput runs only (`invoke sweep --mode throughput`): no score to mark
+    if not ttt:  # throughput runs only (`invoke sweep --mode throughput`): no score to mark
         scored, too_few, required, converged = [], False, None, None
         marks.append(f"throughput only: {len(group)} run(s), no time to train")
     elif converged:
@@ -140,10 +142,21 @@ def _score(group: list[Run], rules: Rules) -> Score:
         verdict = "PASS"
     else:
         verdict = "not checked"
-    return Score(round=rnd, score_s=stats.mlperf_score(times), scored=scored, runs=len(ttt),
-                 successes=len(ok), runs_required=required, converged_required=converged,
-                 too_few=too_few, basis=basis, marks=marks, compliance=verdict,
-                 compliance_failed=len(failed), compliance_passed=len(passed))
+    return Score(
+        round=rnd,
+        score_s=stats.mlperf_score(times),
+        scored=scored,
+        runs=len(ttt),
+        successes=len(ok),
+        runs_required=required,
+        converged_required=converged,
+        too_few=too_few,
+        basis=basis,
+        marks=marks,
+        compliance=verdict,
+        compliance_failed=len(failed),
+        compliance_passed=len(passed),
+    )
 
 
 def score_round(group: list[Run], rules: Rules, rnd: str) -> Score:
@@ -167,13 +180,11 @@ def score_round(group: list[Run], rules: Rules, rnd: str) -> Score:
     if required and len(files) < required:
         marks.append(f"{len(files)} result files of the {required} the {rnd} rules require")
     ranked = sorted(valid, key=lambda r: r.elapsed_s)
-    kept = ranked[drop:len(ranked) - (drop - len(failed))] if len(failed) <= drop else []
+    kept = ranked[drop : len(ranked) - (drop - len(failed))] if len(failed) <= drop else []
     if len(failed) > drop:
-        marks.append(f"{len(failed)} runs fail the training {ruleset} ruleset: "
-                     f"more than the {drop} a result may drop")
+        marks.append(f"{len(failed)} runs fail the training {ruleset} ruleset: more than the {drop} a result may drop")
     elif failed:
-        marks.append(f"{len(failed)} run(s) failing the training {ruleset} ruleset dropped "
-                     f"as the slowest")
+        marks.append(f"{len(failed)} run(s) failing the training {ruleset} ruleset dropped as the slowest")
     if not kept and len(failed) <= drop:
         marks.append(f"too few valid runs ({len(valid)}) to drop {drop} at each end")
     factor = group[0].scaling_factor
@@ -182,23 +193,42 @@ def score_round(group: list[Run], rules: Rules, rnd: str) -> Score:
         marks.append(note)
     mean = stats.mean([r.elapsed_s for r in kept])
     # the summarizer takes them from its RCP checker, which has no rounds before the RCPs (v1.0)
-    gbs, samples = ((None, None) if table["rcp"].startswith("none") else
-                    _rcp_columns(list(files.values()), bench, drop))
+    gbs, samples = (None, None) if table["rcp"].startswith("none") else _rcp_columns(list(files.values()), bench, drop)
     energy = _energy(valid, failed, drop, factor, marks)
-    basis = (f"{len(files)} runs, the {drop} fastest and {drop} slowest dropped "
-             f"(failing runs among the slowest)" if drop > 1 else
-             f"{len(files)} runs, fastest and slowest dropped (a failing run as the slowest)")
+    basis = (
+        f"{len(files)} runs, the {drop} fastest and {drop} slowest dropped (failing runs among the slowest)"
+        if drop > 1
+        else f"{len(files)} runs, fastest and slowest dropped (a failing run as the slowest)"
+    )
     checked = [r for r in group if r.compliance in ("PASS", "FAIL")]
     n_failed = sum(1 for r in checked if r.compliance == "FAIL")
-    verdict = (f"FAIL ({n_failed} of {len(checked)})" if n_failed else
-               "PASS" if checked and len(checked) == len(group) else "not checked")
-    return Score(round=rnd, score_s=None if mean is None else mean * factor, scored=kept,
-                 runs=len(files), successes=sum(1 for r in group if r.success),
-                 runs_required=required, converged_required=None,
-                 too_few=mean is None or bool(required and len(files) < required), basis=basis,
-                 marks=marks, compliance=verdict, compliance_failed=n_failed,
-                 compliance_passed=len(checked) - n_failed, ruleset=f"training {ruleset}",
-                 scaling_factor=factor, batch_size=gbs, samples_to_converge=samples, energy_j=energy)
+    verdict = (
+        f"FAIL ({n_failed} of {len(checked)})"
+        if n_failed
+        else "PASS"
+        if checked and len(checked) == len(group)
+        else "not checked"
+    )
+    return Score(
+        round=rnd,
+        score_s=None if mean is None else mean * factor,
+        scored=kept,
+        runs=len(files),
+        successes=sum(1 for r in group if r.success),
+        runs_required=required,
+        converged_required=None,
+        too_few=mean is None or bool(required and len(files) < required),
+        basis=basis,
+        marks=marks,
+        compliance=verdict,
+        compliance_failed=n_failed,
+        compliance_passed=len(checked) - n_failed,
+        ruleset=f"training {ruleset}",
+        scaling_factor=factor,
+        batch_size=gbs,
+        samples_to_converge=samples,
+        energy_j=energy,
+    )
 
 
 def _rcp_columns(files: list[list[Run]], bench: str, drop: int) -> tuple[float | None, float | None]:
@@ -231,7 +261,7 @@ def _energy(valid: list[Run], failed: list[Run], drop: int, factor: float, marks
     if len(failed) > drop:
         return None
     ranked = sorted(valid, key=lambda r: r.elapsed_s)
-    kept = ranked[drop:len(ranked) - (drop - len(failed))]
+    kept = ranked[drop : len(ranked) - (drop - len(failed))]
     if not kept:
         return None
     return stats.mean([r.power_rate * r.elapsed_s * 1000 for r in kept]) * factor

@@ -65,10 +65,17 @@ def welch(a, b) -> Welch | None:
     se2 = va + vb
     if se2 == 0:
         same = math.isclose(ma, mb, rel_tol=1e-12, abs_tol=0.0)
-        return Welch(len(a), len(b), ma, mb, 0.0 if same else math.copysign(math.inf, mb - ma),
-                     float(len(a) + len(b) - 2), 1.0 if same else 0.0)
+        return Welch(
+            len(a),
+            len(b),
+            ma,
+            mb,
+            0.0 if same else math.copysign(math.inf, mb - ma),
+            float(len(a) + len(b) - 2),
+            1.0 if same else 0.0,
+        )
     t = (mb - ma) / math.sqrt(se2)
-    df = se2 ** 2 / ((va ** 2) / (len(a) - 1) + (vb ** 2) / (len(b) - 1))
+    df = se2**2 / ((va**2) / (len(a) - 1) + (vb**2) / (len(b) - 1))
     return Welch(len(a), len(b), ma, mb, t, df, t_two_sided_p(t, df))
 
 
@@ -85,8 +92,7 @@ def betainc(a: float, b: float, x: float) -> float:
         return 0.0
     if x >= 1.0:
         return 1.0
-    log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-                 + a * math.log(x) + b * math.log1p(-x))
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
     front = math.exp(log_front)
     if x < (a + 1.0) / (a + b + 2.0):
         return front * _beta_fraction(a, b, x) / a

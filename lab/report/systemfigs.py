@@ -24,8 +24,8 @@ from lab.core import writes
 from lab.core.mlperf import bench_order
 
 DPI = 96
-BAR_IN = 0.24          # inches per bar
-LABEL_CHARS = 58       # longest system label kept whole
+BAR_IN = 0.24  # inches per bar
+LABEL_CHARS = 58  # longest system label kept whole
 
 
 def label(s: dict) -> str:
@@ -47,8 +47,7 @@ def draw(systems, value_key, benches, title, unit_of, path: Path, colors, fmt) -
     """Draw the figure; returns the benchmarks that got a panel (none: no figure drawn)."""
     panels = []
     for b in benches:
-        rows = sorted((s for s in systems if s["benchmark"] == b and s.get(value_key)),
-                      key=lambda s: s[value_key])
+        rows = sorted((s for s in systems if s["benchmark"] == b and s.get(value_key)), key=lambda s: s[value_key])
         if rows:
             panels.append((b, rows))
     if not panels:
@@ -61,8 +60,13 @@ def draw(systems, value_key, benches, title, unit_of, path: Path, colors, fmt) -
     total = sum(heights) + 0.9 + legend_in
     fig = Figure(figsize=(width, total), dpi=DPI)
     FigureCanvasAgg(fig)
-    fig.subplots_adjust(left=4.6 / width, right=1 - 0.5 / width, top=1 - 0.85 / total,
-                        bottom=legend_in / total, hspace=0.9 / (sum(heights) / len(heights)))
+    fig.subplots_adjust(
+        left=4.6 / width,
+        right=1 - 0.5 / width,
+        top=1 - 0.85 / total,
+        bottom=legend_in / total,
+        hspace=0.9 / (sum(heights) / len(heights)),
+    )
     grid = fig.add_gridspec(len(panels), 1, height_ratios=heights)
     any_few = any_fail = False
     for i, (bench, rows) in enumerate(panels):
@@ -73,10 +77,18 @@ def draw(systems, value_key, benches, title, unit_of, path: Path, colors, fmt) -
             fail = value_key == "score_minutes" and s.get("compliance_runs_failed")
             any_few, any_fail = any_few or bool(few), any_fail or bool(fail)
             hatch = "xx" if fail else "//" if few else None
-            ax.barh(y, s[value_key], height=0.7, color=colors.get(s["device"], "#8c8c8c"), hatch=hatch,
-                    edgecolor="#333333" if hatch else "white", linewidth=0.5)
-            ax.annotate(fmt(s[value_key]), (s[value_key], y), xytext=(3, 0), textcoords="offset points",
-                        va="center", fontsize=7)
+            ax.barh(
+                y,
+                s[value_key],
+                height=0.7,
+                color=colors.get(s["device"], "#8c8c8c"),
+                hatch=hatch,
+                edgecolor="#333333" if hatch else "white",
+                linewidth=0.5,
+            )
+            ax.annotate(
+                fmt(s[value_key]), (s[value_key], y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7
+            )
         ax.set_yticks(range(len(rows)), [label(s) for s in rows], fontsize=7)
         ax.set_ylim(-0.6, len(rows) - 0.4)
         if max(vals) / max(min(vals), 1e-12) > 100:
@@ -91,10 +103,14 @@ def draw(systems, value_key, benches, title, unit_of, path: Path, colors, fmt) -
     if any_few:
         handles.append(Patch(facecolor="white", edgecolor="#333333", hatch="//", label="too few runs"))
     if any_fail:
-        handles.append(Patch(facecolor="white", edgecolor="#333333", hatch="xx",
-                             label="fails the compliance checker"))
-    fig.legend(handles=handles, loc="lower center", ncol=legend_columns(width, [h.get_label() for h in handles]),
-               fontsize=8, frameon=False)
+        handles.append(Patch(facecolor="white", edgecolor="#333333", hatch="xx", label="fails the compliance checker"))
+    fig.legend(
+        handles=handles,
+        loc="lower center",
+        ncol=legend_columns(width, [h.get_label() for h in handles]),
+        fontsize=8,
+        frameon=False,
+    )
     fig.suptitle(title, fontsize=12)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
@@ -110,18 +126,48 @@ def figures(systems, rules, fdir: Path, units: dict, palette: list, short) -> li
     dcolors = {d: palette[i % len(palette)] for i, d in enumerate(devs)}
     benches = bench_order(rules, [s["benchmark"] for s in systems])
     path = fdir / "fig1_time_to_train.png"
-    drawn = draw(systems, "score_minutes", benches, "Figure 1. Time to train (MLPerf score, "
-                 "minutes) per system", lambda b: "minutes", path, dcolors, lambda x: f"{x:,.2f}")
+    drawn = draw(
+        systems,
+        "score_minutes",
+        benches,
+        "Figure 1. Time to train (MLPerf score, minutes) per system",
+        lambda b: "minutes",
+        path,
+        dcolors,
+        lambda x: f"{x:,.2f}",
+    )
     if drawn:
-        out.append({"name": "fig1", "path": path, "title": "Figure 1. Time to train", "panels": drawn,
-                    "caption": "MLPerf score in minutes per benchmark and system (colour: device). "
-                               "Hatched: too few runs; cross-hatched: a scored log fails the "
-                               "compliance checker."})
+        out.append(
+            {
+                "name": "fig1",
+                "path": path,
+                "title": "Figure 1. Time to train",
+                "panels": drawn,
+                "caption": "MLPerf score in minutes per benchmark and system (colour: device). "
+                "Hatched: too few runs; cross-hatched: a scored log fails the "
+                "compliance checker.",
+            }
+        )
     path = fdir / "fig2_throughput.png"
-    drawn = draw(systems, "throughput_mean", benches, "Figure 2. Training throughput per system",
-                 lambda b: f"{units.get(b, 'samples')}/s", path, dcolors, short)
+    drawn = draw(
+        systems,
+        "throughput_mean",
+        benches,
+        "Figure 2. Training throughput per system",
+        lambda b: f"{units.get(b, 'samples')}/s",
+        path,
+        dcolors,
+        short,
+    )
     if drawn:
-        out.append({"name": "fig2", "path": path, "title": "Figure 2. Throughput", "panels": drawn,
-                    "caption": "Mean training throughput of the runs where the log allows it "
-                               "(the unit of each benchmark on its axis; basis per run in runs.csv)."})
+        out.append(
+            {
+                "name": "fig2",
+                "path": path,
+                "title": "Figure 2. Throughput",
+                "panels": drawn,
+                "caption": "Mean training throughput of the runs where the log allows it "
+                "(the unit of each benchmark on its axis; basis per run in runs.csv).",
+            }
+        )
     return out

@@ -17,15 +17,15 @@ from dataclasses import dataclass
 
 from lab.core import plaindata
 
-MAX_TEST = 90       # characters of a rule's test kept in a line
-MAX_VALUE = 40      # characters of a logged value kept
+MAX_TEST = 90  # characters of a rule's test kept in a line
+MAX_VALUE = 40  # characters of a logged value kept
 
 
 @dataclass(frozen=True)
 class Failure:
-    file: str           # the rule file ("common.yaml"), "" where the checker does not say
-    key: str            # the logged key the rule is about, "" for a rule of the whole log
-    what: str           # a few words: what the log did against the rule
+    file: str  # the rule file ("common.yaml"), "" where the checker does not say
+    key: str  # the logged key the rule is about, "" for a rule of the whole log
+    what: str  # a few words: what the log did against the rule
 
     @property
     def rule(self) -> str:
@@ -58,32 +58,62 @@ def _logged(full_line: str) -> str | None:
 
 
 _FORMS = [
-    (re.compile(r"CHECK for '(?P<key>[^']*)' failed in line (?P<n>\d+):\n(?P<line>[^\n]*)\n"
-                r"failed test:(?P<test>.*?)\ncurrent context", re.S),
-     lambda m: (m["key"], "line {n}{logs}; fails {test}".format(
-         n=m["n"], logs=(f" logs {v}" if (v := _logged(m["line"])) is not None else ""),
-         test=_cut(m["test"], MAX_TEST)))),
-    (re.compile(r"Failed executing CHECK code:\n(?P<test>.*?)\ntriggered by line:\n(?P<line>[^\n]*)", re.S),
-     lambda m: (_key_of(m["line"]), f"its test cannot run on the logged line: {_cut(m['test'], MAX_TEST)}")),
-    (re.compile(r"Failed executing code (?P<act>\w+) code triggered by line :\n(?P<line>[^\n]*)"),
-     lambda m: (_key_of(m["line"]), f"its {m['act']} code cannot run on the logged line")),
-    (re.compile(r"failed test:(?P<test>.*?)\ncurrent context", re.S),
-     lambda m: ("", f"end of log fails {_cut(m['test'], MAX_TEST)}")),
-    (re.compile(r"Required EXACTLY_ONE occurrence of '(?P<key>[^']*)' but found 0\s*$"),
-     lambda m: (m["key"], "not logged (exactly one required)")),
-    (re.compile(r"Required EXACTLY_ONE occurrence of '(?P<key>[^']*)' but found (?P<n>\d+)(?P<rest>.*)", re.S),
-     lambda m: (m["key"], f"logged {m['n']} times (exactly one required)"
-                + (f", values {_cut(m['rest'].split(':', 1)[-1], MAX_VALUE)}" if m["rest"].strip() else ""))),
-    (re.compile(r"Required AT_LEAST_ONE occurrence of '(?P<key>[^']*)' but found 0"),
-     lambda m: (m["key"], "not logged (at least one required)")),
-    (re.compile(r"Required AT_LEAST\((?P<n>\d+)\) occurrence of '(?P<key>[^']*)' but found (?P<m>\d+)"),
-     lambda m: (m["key"], f"logged {m['m']} times (at least {m['n']} required)")),
-    (re.compile(r"Required AT_LEAST_ONE occurrence of (?P<alts>'.*')\s*$"),
-     lambda m: (" or ".join(re.findall(r"'([^']*)'", m["alts"])), "none logged (one of them required)")),
-    (re.compile(r"Failed checks for (?P<key>\S+) : (?P<test>.*)", re.S),
-     lambda m: (m["key"], f"no logged line meets {_cut(m['test'], MAX_TEST)}")),
-    (re.compile(r"No log lines detected"),
-     lambda m: ("", "no log lines the checker reads")),
+    (
+        re.compile(
+            r"CHECK for '(?P<key>[^']*)' failed in line (?P<n>\d+):\n(?P<line>[^\n]*)\n"
+            r"failed test:(?P<test>.*?)\ncurrent context",
+            re.S,
+        ),
+        lambda m: (
+            m["key"],
+            "line {n}{logs}; fails {test}".format(
+                n=m["n"],
+                logs=(f" logs {v}" if (v := _logged(m["line"])) is not None else ""),
+                test=_cut(m["test"], MAX_TEST),
+            ),
+        ),
+    ),
+    (
+        re.compile(r"Failed executing CHECK code:\n(?P<test>.*?)\ntriggered by line:\n(?P<line>[^\n]*)", re.S),
+        lambda m: (_key_of(m["line"]), f"its test cannot run on the logged line: {_cut(m['test'], MAX_TEST)}"),
+    ),
+    (
+        re.compile(r"Failed executing code (?P<act>\w+) code triggered by line :\n(?P<line>[^\n]*)"),
+        lambda m: (_key_of(m["line"]), f"its {m['act']} code cannot run on the logged line"),
+    ),
+    (
+        re.compile(r"failed test:(?P<test>.*?)\ncurrent context", re.S),
+        lambda m: ("", f"end of log fails {_cut(m['test'], MAX_TEST)}"),
+    ),
+    (
+        re.compile(r"Required EXACTLY_ONE occurrence of '(?P<key>[^']*)' but found 0\s*$"),
+        lambda m: (m["key"], "not logged (exactly one required)"),
+    ),
+    (
+        re.compile(r"Required EXACTLY_ONE occurrence of '(?P<key>[^']*)' but found (?P<n>\d+)(?P<rest>.*)", re.S),
+        lambda m: (
+            m["key"],
+            f"logged {m['n']} times (exactly one required)"
+            + (f", values {_cut(m['rest'].split(':', 1)[-1], MAX_VALUE)}" if m["rest"].strip() else ""),
+        ),
+    ),
+    (
+        re.compile(r"Required AT_LEAST_ONE occurrence of '(?P<key>[^']*)' but found 0"),
+        lambda m: (m["key"], "not logged (at least one required)"),
+    ),
+    (
+        re.compile(r"Required AT_LEAST\((?P<n>\d+)\) occurrence of '(?P<key>[^']*)' but found (?P<m>\d+)"),
+        lambda m: (m["key"], f"logged {m['m']} times (at least {m['n']} required)"),
+    ),
+    (
+        re.compile(r"Required AT_LEAST_ONE occurrence of (?P<alts>'.*')\s*$"),
+        lambda m: (" or ".join(re.findall(r"'([^']*)'", m["alts"])), "none logged (one of them required)"),
+    ),
+    (
+        re.compile(r"Failed checks for (?P<key>\S+) : (?P<test>.*)", re.S),
+        lambda m: (m["key"], f"no logged line meets {_cut(m['test'], MAX_TEST)}"),
+    ),
+    (re.compile(r"No log lines detected"), lambda m: ("", "no log lines the checker reads")),
 ]
 
 

@@ -28,9 +28,10 @@ class Missing(ValueError):
 class Compared:
     """What ``compare`` found: problems (empty when the directory verifies) and
     the verified bytes of the files it was asked to keep."""
+
     problems: list[str] = field(default_factory=list)
     kept: dict[str, bytes] = field(default_factory=dict)
-    missing: bool = False          # no SHA256SUMS at all
+    missing: bool = False  # no SHA256SUMS at all
 
 
 def sha256(path: Path, root: Path | None = None) -> str:
@@ -54,9 +55,14 @@ def parse(text: str, source: str = SUMS) -> dict[str, str]:
 def read(run_dir: Path) -> dict[str, str]:
     """The parsed SHA256SUMS of ``run_dir``; Missing, or ValueError (one line) when unreadable or malformed."""
     path = Path(run_dir) / SUMS
-    text = bounded.read_or(bounded.read_text, path, root=run_dir, limit=limits.SUMS_BYTES,
-                           missing=lambda: Missing(f"{SUMS} is missing"),
-                           unreadable=lambda why: ValueError(f"{SUMS} {why}"))
+    text = bounded.read_or(
+        bounded.read_text,
+        path,
+        root=run_dir,
+        limit=limits.SUMS_BYTES,
+        missing=lambda: Missing(f"{SUMS} is missing"),
+        unreadable=lambda why: ValueError(f"{SUMS} {why}"),
+    )
     return parse(text, str(path))
 
 

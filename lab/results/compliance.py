@@ -54,11 +54,11 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "compliance.yml"
 
 @dataclass(frozen=True)
 class Verdict:
-    status: str | None      # "PASS", "FAIL" or None (not checked)
-    note: str               # FAIL: the run's failing rules in one short line; else the ruleset or why none
-    ruleset: str | None = None          # "training 0.6.0", "training 0.7.0 + gpulab exceptions"
-    failures: tuple[str, ...] = ()      # one short line per failing rule
-    waived: tuple[str, ...] = ()        # gpulab's exceptions the log needed: "why (waived: rules)"
+    status: str | None  # "PASS", "FAIL" or None (not checked)
+    note: str  # FAIL: the run's failing rules in one short line; else the ruleset or why none
+    ruleset: str | None = None  # "training 0.6.0", "training 0.7.0 + gpulab exceptions"
+    failures: tuple[str, ...] = ()  # one short line per failing rule
+    waived: tuple[str, ...] = ()  # gpulab's exceptions the log needed: "why (waived: rules)"
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,7 @@ class Waiver:
 @dataclass(frozen=True)
 class GpulabRules:
     """gpulab's own logs' ruleset (lab/data/compliance.yml)."""
+
     ruleset: str
     source: str
     waivers: tuple[Waiver, ...]
@@ -95,17 +96,22 @@ class GpulabRules:
 @lru_cache(maxsize=1)
 def gpulab_rules() -> GpulabRules:
     from lab.core.schema import load_yaml
+
     doc = load_yaml(DATA, "compliance")
-    return GpulabRules(doc["ruleset"], doc["source"], tuple(
-        Waiver(tuple(e["benchmarks"]), tuple(e["rules"]), e["why"]) for e in doc["exceptions"]))
+    return GpulabRules(
+        doc["ruleset"],
+        doc["source"],
+        tuple(Waiver(tuple(e["benchmarks"]), tuple(e["rules"]), e["why"]) for e in doc["exceptions"]),
+    )
 
 
 def checker_version() -> str:
     """``mlperf-logging <version>``: the checker that judged."""
     from importlib.metadata import PackageNotFoundError, version
+
     try:
         return f"mlperf-logging {version('mlperf-logging')}"
-    except PackageNotFoundError:    # pragma: no cover - a dependency of the project
+    except PackageNotFoundError:  # pragma: no cover - a dependency of the project
         return "mlperf-logging (version unknown)"
 
 
@@ -144,24 +150,22 @@ def check(text: str, fmt: str, benchmark: str | None, ruleset: str | None = None
             return Verdict(None, why)
     try:
         from mlperf_logging.compliance_checker import mlp_compliance, mlp_parser
-    except ImportError as exc:      # pragma: no cover - a dependency of the project
+    except ImportError as exc:  # pragma: no cover - a dependency of the project
         return Verdict(None, f"mlperf-logging not importable ({exc})")
     parser = getattr(mlp_parser, "ruleset_" + ruleset.replace(".", ""), None)
     if parser is None or not (Path(mlp_compliance.__file__).parent / f"training_{ruleset}").is_dir():
         return Verdict(None, f"{checker_version()} has no training {ruleset} ruleset")
-    config = f"training_{ruleset}/" + ("minigo.yaml" if benchmark == "minigo" and ruleset == "0.6.0"
-                                       else "common.yaml")
+    config = f"training_{ruleset}/" + ("minigo.yaml" if benchmark == "minigo" and ruleset == "0.6.0" else "common.yaml")
     checker = mlp_compliance.make_checker("training", ruleset, quiet=True, werror=False)
     raised_in = _record_rule_files(checker)
     with _quiet(), _rules_read_once(mlp_compliance):
         loglines, errors = _loglines(parser, text.splitlines())
         if errors:
-            checker.put_message(f"{len(errors)} log line(s) the checker cannot parse, first: "
-                                f"{errors[0][0][:120]!r}")
+            checker.put_message(f"{len(errors)} log line(s) the checker cannot parse, first: {errors[0][0][:120]!r}")
         try:
             del mlp_compliance.enqueued_configs[:]
             checker.check_loglines(loglines, config)
-        except Exception as exc:   # the checker's own rule code failed on this log
+        except Exception as exc:  # the checker's own rule code failed on this log
             checker.put_message(f"the checker stopped: {type(exc).__name__}: {exc}")
         finally:
             del mlp_compliance.enqueued_configs[:]
@@ -196,10 +200,10 @@ def _loglines(parser, lines: list[str]) -> tuple[list, list]:
         k = line.rfind(token)
         if k < 0:
             continue
-        line = (token + line[k + len(token):]).strip()
-        try:   # numbered by the file's line (the checker's own count starts at 0 among its lines)
+        line = (token + line[k + len(token) :]).strip()
+        try:  # numbered by the file's line (the checker's own count starts at 0 among its lines)
             out.append(parser.string_to_logline(number, line))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:   # the parser's: ValueError
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # the parser's: ValueError
             failed.append((line, str(exc)))
     return out, failed
 
@@ -259,6 +263,7 @@ def _quiet():
     """The checker logs through the root logger and prints scores: keep both out of the report."""
     import contextlib
     import io
+
     previous = logging.root.manager.disable
     logging.disable(logging.CRITICAL)
     try:

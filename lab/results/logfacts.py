@@ -29,7 +29,7 @@ class LogProblem(Exception):
 
 @dataclass
 class LogFacts:
-    fmt: str                      # "mllog", "v0.5" or "v0.6"
+    fmt: str  # "mllog", "v0.5" or "v0.6"
     benchmark: str | None
     platform: str | None
     seed: int | None
@@ -46,7 +46,7 @@ class LogFacts:
     throughput_basis: str | None
     warnings: list[str]
     sample_unit: str | None = None
-    run_in_file: int = 1          # 1-based position of the run in its file
+    run_in_file: int = 1  # 1-based position of the run in its file
     runs_in_file: int = 1
     clock: str = "run_start to run_stop"
     submitter: str | None = None  # as the log names it (submission_org)
@@ -120,7 +120,7 @@ def split_runs(events: list[tuple], bad: list[int], nlines: int) -> list[tuple[l
     for e in events:
         if e[1] == "run_start":
             if current is not None and not closed:
-                current.append(e)        # another rank's run_start: the same run
+                current.append(e)  # another rank's run_start: the same run
                 continue
             current = list(preamble) + [e] if not runs else [e]
             runs.append(current)
@@ -182,4 +182,4 @@ def value_of(raw: str | None):
 
 def looks_structured(raw: str | None) -> bool:
     """A value that starts like JSON but does not parse was cut off."""
-    return bool(raw) and raw.lstrip()[:1] in "{[\""
+    return bool(raw) and raw.lstrip()[:1] in '{["'

@@ -62,18 +62,50 @@ from lab.results.rundirs import read_json, read_rundir, read_text, verify_sums
 from lab.results.telemetry import read_telemetry
 from runner.rundir import MANIFEST, MLLOG, STATUS
 
-__all__ = ["Collection", "LogFacts", "LogProblem", "Run", "Skipped", "read_runs", "detect_format",
-           "parse_log", "parse_runs", "read_telemetry", "system_label", "verify_sums"]
+__all__ = [
+    "Collection",
+    "LogFacts",
+    "LogProblem",
+    "Run",
+    "Skipped",
+    "read_runs",
+    "detect_format",
+    "parse_log",
+    "parse_runs",
+    "read_telemetry",
+    "system_label",
+    "verify_sums",
+]
 
 LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ""}
 # Program sources that a result tree ships beside its logs (the loggers mlperf_log.py, NcfLogger.scala):
 # named like logs and holding the markers in their strings, they are never logs themselves.
-SOURCE_SUFFIXES = {".py", ".pyc", ".scala", ".java", ".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".sh", ".go",
-                   ".rs", ".js", ".ts", ".ipynb", ".proto", ".md", ".html"}
+SOURCE_SUFFIXES = {
+    ".py",
+    ".pyc",
+    ".scala",
+    ".java",
+    ".c",
+    ".cc",
+    ".cpp",
+    ".cu",
+    ".h",
+    ".hpp",
+    ".sh",
+    ".go",
+    ".rs",
+    ".js",
+    ".ts",
+    ".ipynb",
+    ".proto",
+    ".md",
+    ".html",
+}
 
 # --------------------------------------------------------------------------
 # Discovery
 # --------------------------------------------------------------------------
+
 
 class _Context:
     def __init__(self, rules: Rules, round_name: str | None = None):
@@ -141,7 +173,7 @@ class _Context:
 
     # MLPerf systems/<name>.json --------------------------------------------
     def systems_file(self, log: Path, root: Path) -> tuple[dict, str] | None:
-        anchors = [p for p in log.parents if _is_within(p, root)]   # never above the input
+        anchors = [p for p in log.parents if _is_within(p, root)]  # never above the input
         for anchor in anchors:
             sysdir = anchor / "systems"
             if sysdir not in self._systems_dirs:
@@ -205,9 +237,19 @@ def read_runs(paths, rules: Rules | None = None, round: str | None = None) -> Co
             _walk(ctx, p)
         if len(ctx.runs) + len(ctx.skipped) + ctx.repeats == before:
             raise ConfigError(f"{p}: no run directories or MLPerf log files found")
-    ctx.runs.sort(key=lambda r: (r.bench_label, r.submitter or "", r.system_key or "", r.device,
-                                 r.gpus or 0, r.stack, r.order,
-                                 r.start_s if r.start_s is not None else 0.0, r.source))
+    ctx.runs.sort(
+        key=lambda r: (
+            r.bench_label,
+            r.submitter or "",
+            r.system_key or "",
+            r.device,
+            r.gpus or 0,
+            r.stack,
+            r.order,
+            r.start_s if r.start_s is not None else 0.0,
+            r.source,
+        )
+    )
     return Collection(runs=ctx.runs, skipped=ctx.skipped, inputs=inputs, notes=ctx.notes)
 
 
@@ -225,14 +267,18 @@ def _walk(ctx: _Context, root: Path):
         return
     rnd = ctx.round_of(root)
     round_tree = roundtree.summarizer_scored(ctx.rules, rnd)
-    for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: ctx.skip(
-            e.filename, f"cannot list folder ({e.strerror})")):
+    for dirpath, dirnames, filenames in os.walk(
+        root, onerror=lambda e: ctx.skip(e.filename, f"cannot list folder ({e.strerror})")
+    ):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
         here = Path(dirpath)
         names = set(filenames)
         if round_tree and roundtree.below_benchmark(here):
-            ctx.skip(here, f"not read: the runs of a {rnd} result tree are the {roundtree.RESULT_FILE} "
-                     "files of a benchmark folder (results/<system>/<benchmark>/)")
+            ctx.skip(
+                here,
+                f"not read: the runs of a {rnd} result tree are the {roundtree.RESULT_FILE} "
+                "files of a benchmark folder (results/<system>/<benchmark>/)",
+            )
             dirnames[:] = []
             continue
         if here != root and (_is_rundir(names) or ctx.planned_dir(here)):
@@ -244,12 +290,11 @@ def _walk(ctx: _Context, root: Path):
         for name in sorted(filenames):
             path = here / name
             if name.endswith(".launch.log") and (here / name[: -len(".launch.log")]).is_dir():
-                continue   # a sweep's launch log beside its run directory: not a training log
+                continue  # a sweep's launch log beside its run directory: not a training log
             suffix = path.suffix.lower()
             if suffix in LOG_SUFFIXES or ("log" in name.lower() and suffix not in SOURCE_SUFFIXES):
                 if round_tree and roundtree.in_benchmark_folder(path) and not roundtree.is_run_file(path):
-                    ctx.skip(path, f"not a run: a {rnd} result tree's runs are its "
-                             f"{roundtree.RESULT_FILE} files")
+                    ctx.skip(path, f"not a run: a {rnd} result tree's runs are its {roundtree.RESULT_FILE} files")
                     continue
                 _read_plain(ctx, path, root, explicit=False)
 
@@ -257,20 +302,25 @@ def _walk(ctx: _Context, root: Path):
 def _missing_planned_runs(ctx: _Context, sweep_dir: Path):
     sweep = ctx.sweep(sweep_dir)
     if sweep is None:
-        ctx.skip(sweep_dir / "sweep.json", "sweep.json is not a readable JSON object; "
-                 "its run directories are read without host facts")
+        ctx.skip(
+            sweep_dir / "sweep.json",
+            "sweep.json is not a readable JSON object; its run directories are read without host facts",
+        )
         return
     for i, entry in enumerate(sweep["runs"]):
         run_id = entry.get("id") or entry.get("run_id")
-        rundir = paths.child(sweep_dir, entry["host"], run_id,
-                             what=f"{sweep_dir / 'sweep.json'}: runs[{i}] (host {entry['host']!r}, run {run_id!r})")
+        rundir = paths.child(
+            sweep_dir,
+            entry["host"],
+            run_id,
+            what=f"{sweep_dir / 'sweep.json'}: runs[{i}] (host {entry['host']!r}, run {run_id!r})",
+        )
         ctx.planned[paths.real(rundir)] = entry
         if rundir.exists():
             continue
         state = entry.get("state") or "unknown"
         why = entry.get("reason")
-        ctx.skip(rundir, f"planned run has no run directory (sweep state: {state}"
-                 + (f"; {why}" if why else "") + ")")
+        ctx.skip(rundir, f"planned run has no run directory (sweep state: {state}" + (f"; {why}" if why else "") + ")")
 
 
 def _read_plain(ctx: _Context, path: Path, root: Path, explicit: bool):

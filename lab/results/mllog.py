@@ -17,14 +17,24 @@ throughput     samples per epoch (lab.results.logfacts.samples_per_epoch) x epoc
 from __future__ import annotations
 
 
-from lab.results.logfacts import (LogFacts, LogProblem, bad_lines_note, check_benchmarks, fmt_quality,
-                          integer, num, samples_per_epoch, split_runs, throughput)
+from lab.results.logfacts import (
+    LogFacts,
+    LogProblem,
+    bad_lines_note,
+    check_benchmarks,
+    fmt_quality,
+    integer,
+    num,
+    samples_per_epoch,
+    split_runs,
+    throughput,
+)
 from lab.core.mlperf import Rules
 from lab.core import plaindata
 
 MLLOG_PREFIX = ":::MLLOG"
 _DECODE = plaindata.raw_decode
-MAX_TIME_MS = 10 ** 15     # unix time in ms until the year 33658: a larger time_ms is not a time
+MAX_TIME_MS = 10**15  # unix time in ms until the year 33658: a larger time_ms is not a time
 
 
 def decode_mllog(lines: list[str]) -> tuple[list[tuple], list[int]]:
@@ -36,7 +46,7 @@ def decode_mllog(lines: list[str]) -> tuple[list[tuple], list[int]]:
         if k < 0:
             continue
         tail = line[k:].strip()
-        if tail in seen:          # the same event echoed by a second logger
+        if tail in seen:  # the same event echoed by a second logger
             continue
         seen.add(tail)
         try:
@@ -137,11 +147,25 @@ def _facts(evs, start, stop, bench, spe, fmt) -> LogFacts:
     sps, basis = throughput(spe, timed_epochs, timed_s, epochs, t1 - t0)
     unit = None
     logged = next((e for e in reversed(window) if e[1] == "throughput" and num(e[2])), None)
-    if logged is not None:   # the runner's throughput mode logs samples/s itself
+    if logged is not None:  # the runner's throughput mode logs samples/s itself
         sps, basis = num(logged[2]), "logged throughput event"
         unit = str(logged[3]["unit"]) if logged[3].get("unit") else None
     return LogFacts(
-        fmt=fmt, benchmark=bench, platform=None, seed=None, start_s=t0, stop_s=t1,
-        success=success, outcome=outcome, reason=reason, ttt_s=(t1 - t0) if success else None,
-        epochs=epochs, quality=quality, target=None, samples_per_s=sps,
-        throughput_basis=basis, warnings=[], sample_unit=unit)
+        fmt=fmt,
+        benchmark=bench,
+        platform=None,
+        seed=None,
+        start_s=t0,
+        stop_s=t1,
+        success=success,
+        outcome=outcome,
+        reason=reason,
+        ttt_s=(t1 - t0) if success else None,
+        epochs=epochs,
+        quality=quality,
+        target=None,
+        samples_per_s=sps,
+        throughput_basis=basis,
+        warnings=[],
+        sample_unit=unit,
+    )

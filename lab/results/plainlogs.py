@@ -82,8 +82,7 @@ def read_plain(ctx, path: Path, root: Path, text: str, explicit: bool):
     fmt, runs, problem = _parse(text, rules)
     if problem is not None and not run_file:
         # Only files named like logs are worth a line in the report.
-        if fmt is not None or explicit or path.suffix.lower() == ".log" \
-                or re.match(r"result.*\.txt$", path.name, re.I):
+        if fmt is not None or explicit or path.suffix.lower() == ".log" or re.match(r"result.*\.txt$", path.name, re.I):
             ctx.skip(path, problem)
         return
     folders = [path.stem, *[p.name for p in path.parents if p == root or root in p.parents]]
@@ -104,18 +103,40 @@ def read_plain(ctx, path: Path, root: Path, text: str, explicit: bool):
         verdict = compliance.check(text, fmt, bench, ruleset=ruleset)
     factor, scaling_note = ctx.scaling(path.parent, root) if run_file else (1.0, "")
     extra = _round_facts(path, root, text, ruleset, tree) if run_file and ruleset else {}
-    common = dict(benchmark=bench, device=base["device"], gpus=base["gpus"], stack=base["stack"],
-                  facts_from=base["facts_from"], submitter=base["submitter"],
-                  system_name=base["system_name"], system_key=base["system_key"],
-                  submission=base["submission"], nodes=base["nodes"], framework=base["framework"],
-                  accelerator=base["accelerator"], round=rnd if in_round else None,
-                  scaling_factor=factor, scaling_note=scaling_note, system_notes=list(base["system_notes"]),
-                  **extra)
+    common = dict(
+        benchmark=bench,
+        device=base["device"],
+        gpus=base["gpus"],
+        stack=base["stack"],
+        facts_from=base["facts_from"],
+        submitter=base["submitter"],
+        system_name=base["system_name"],
+        system_key=base["system_key"],
+        submission=base["submission"],
+        nodes=base["nodes"],
+        framework=base["framework"],
+        accelerator=base["accelerator"],
+        round=rnd if in_round else None,
+        scaling_factor=factor,
+        scaling_note=scaling_note,
+        system_notes=list(base["system_notes"]),
+        **extra,
+    )
     rel = _relative(path, root)
     notes += list(base["notes"])
     if problem is not None:
-        ctx.runs.append(Run(source=str(path), fmt=fmt or "mllog", success=False, outcome="failed",
-                            reason=problem, notes=notes, order=(natural(rel), 1), **common))
+        ctx.runs.append(
+            Run(
+                source=str(path),
+                fmt=fmt or "mllog",
+                success=False,
+                outcome="failed",
+                reason=problem,
+                notes=notes,
+                order=(natural(rel), 1),
+                **common,
+            )
+        )
         ctx.runs[-1].judged(verdict)
         return
     for f in runs:
@@ -134,8 +155,9 @@ def _parse(text: str, rules: Rules) -> tuple[str | None, list[LogFacts], str | N
         return fmt, [], str(exc)
 
 
-def _benchmark(path: Path, rules: Rules, runs: list[LogFacts], folders: list[str],
-               run_file: bool) -> tuple[str | None, list[str]]:
+def _benchmark(
+    path: Path, rules: Rules, runs: list[LogFacts], folders: list[str], run_file: bool
+) -> tuple[str | None, list[str]]:
     """(the benchmark a log's runs are scored as, notes): a round tree's run file by its folder, else the
     log's own name for it, else the first folder name that names one (None: no benchmark found)."""
     notes = []
@@ -158,12 +180,26 @@ def _run(path: Path, rel: str, f: LogFacts, notes: list[str], common: dict) -> R
     if f.runs_in_file > 1:
         run_notes.append(f"run {f.run_in_file} of {f.runs_in_file} in the file")
     return Run(
-        source=source, fmt=f.fmt, seed=f.seed, start_s=f.start_s,
-        success=f.success, outcome=f.outcome, reason=f.reason, ttt_s=f.ttt_s,
-        elapsed_s=f.stop_s - f.start_s, epochs=f.epochs, quality=f.quality,
-        target=f.target, samples_per_s=f.samples_per_s,
-        throughput_basis=f.throughput_basis, sample_unit=f.sample_unit,
-        notes=run_notes, order=(natural(rel), f.run_in_file), clock=f.clock, **common)
+        source=source,
+        fmt=f.fmt,
+        seed=f.seed,
+        start_s=f.start_s,
+        success=f.success,
+        outcome=f.outcome,
+        reason=f.reason,
+        ttt_s=f.ttt_s,
+        elapsed_s=f.stop_s - f.start_s,
+        epochs=f.epochs,
+        quality=f.quality,
+        target=f.target,
+        samples_per_s=f.samples_per_s,
+        throughput_basis=f.throughput_basis,
+        sample_unit=f.sample_unit,
+        notes=run_notes,
+        order=(natural(rel), f.run_in_file),
+        clock=f.clock,
+        **common,
+    )
 
 
 def _round_facts(path: Path, root: Path, text: str, ruleset: str, tree) -> dict:
@@ -179,8 +215,13 @@ def _round_facts(path: Path, root: Path, text: str, ruleset: str, tree) -> dict:
         value = None if error else float(point.point)
     except (TypeError, ValueError, OverflowError):
         value, error = None, f"convergence point {point.point!r} is not a number"[:160]
-    out = dict(division=tree.division if tree is not None else None, rcp_batch_size=bs,
-               rcp_point=value, rcp_converged=point.converged, rcp_error=error)
+    out = dict(
+        division=tree.division if tree is not None else None,
+        rcp_batch_size=bs,
+        rcp_point=value,
+        rcp_converged=point.converged,
+        rcp_error=error,
+    )
     if (path.parent / "power").is_dir():
         rate = roundfacts.power_rate(path.parent, roundfacts.result_name(path), root)
         out.update(power_rate=rate.rate, power_note=rate.why)
@@ -189,14 +230,31 @@ def _round_facts(path: Path, root: Path, text: str, ruleset: str, tree) -> dict:
 
 def _system(ctx, path: Path, root: Path, platform: str | None, folders: list[str], tree) -> dict:
     rules = ctx.rules
-    out = {"submitter": None, "system_name": None, "system_key": None, "submission": None,
-           "nodes": None, "framework": None, "accelerator": None, "notes": [], "system_notes": []}
+    out = {
+        "submitter": None,
+        "system_name": None,
+        "system_key": None,
+        "submission": None,
+        "nodes": None,
+        "framework": None,
+        "accelerator": None,
+        "notes": [],
+        "system_notes": [],
+    }
     device = count = stack = None
     sources = {}
     if tree is not None:
-        out.update(submitter=tree.submitter, system_name=tree.system, system_key=tree.key,
-                   submission=tree.submission, nodes=tree.nodes, framework=tree.framework,
-                   accelerator=tree.accelerator, notes=list(tree.notes), system_notes=list(tree.notes))
+        out.update(
+            submitter=tree.submitter,
+            system_name=tree.system,
+            system_key=tree.key,
+            submission=tree.submission,
+            nodes=tree.nodes,
+            framework=tree.framework,
+            accelerator=tree.accelerator,
+            notes=list(tree.notes),
+            system_notes=list(tree.notes),
+        )
         device, count, stack = tree.device, tree.accelerators, tree.framework
         for k, v in (("device", device), ("accelerators", count), ("framework", stack)):
             if v is not None:
@@ -234,6 +292,10 @@ def _system(ctx, path: Path, root: Path, platform: str | None, folders: list[str
         out["notes"].append("device not found in the log, a system description or its folder names")
     if count is None:
         out["notes"].append("GPU count not found in the log, a system description or its folder names")
-    out.update(device=device, gpus=count, stack=stack or "unknown",
-               facts_from=", ".join(f"{k}: {v}" for k, v in sources.items() if v))
+    out.update(
+        device=device,
+        gpus=count,
+        stack=stack or "unknown",
+        facts_from=", ".join(f"{k}: {v}" for k, v in sources.items() if v),
+    )
     return out

@@ -42,8 +42,8 @@ _NO_ACCEL = {"", "na", "n/a", "none", "-", "cpu"}
 @dataclass
 class SystemFacts:
     submitter: str
-    system: str                    # the results folder's name
-    key: str                       # the results folder's path under the input root
+    system: str  # the results folder's name
+    key: str  # the results folder's path under the input root
     submission: str | None = None  # v0.5: the folders between the organisation and results/
     device: str | None = None
     accelerator: str | None = None  # as the description writes it
@@ -52,7 +52,7 @@ class SystemFacts:
     framework: str | None = None
     division: str | None = None
     described_by: str | None = None
-    fields: frozenset = frozenset()   # the keys of its description
+    fields: frozenset = frozenset()  # the keys of its description
     notes: list[str] = field(default_factory=list)
 
 
@@ -106,11 +106,10 @@ class TreeReader:
         else:
             submitter, submission = org_dir.name, None
         key = str(sysdir.relative_to(self.root)) if self._inside(sysdir) else sysdir.name
-        facts = SystemFacts(submitter=submitter or sysdir.name, system=sysdir.name, key=key,
-                            submission=submission)
+        facts = SystemFacts(submitter=submitter or sysdir.name, system=sysdir.name, key=key, submission=submission)
         for desc in (sysfile, entry):
             if not self._inside(desc):
-                continue          # never read above the input folder
+                continue  # never read above the input folder
             doc, why = read_description(desc, self.root)
             if doc is None:
                 if why:
@@ -119,8 +118,10 @@ class TreeReader:
             self._apply(facts, doc, desc)
             break
         if facts.device is None:
-            facts.notes.append(f"no system description for {sysdir.name} inside the input folder "
-                               f"(systems/{sysdir.name}.json or entry.json): the folder name stands alone")
+            facts.notes.append(
+                f"no system description for {sysdir.name} inside the input folder "
+                f"(systems/{sysdir.name}.json or entry.json): the folder name stands alone"
+            )
         return facts
 
     def _apply(self, facts: SystemFacts, doc: dict, desc: Path):
@@ -147,7 +148,7 @@ class TreeReader:
                 n_nodes += nn
                 if na is not None:
                     count += nn * na
-                elif node.get("num_accelerators") is not None:   # given, but not a count: not known
+                elif node.get("num_accelerators") is not None:  # given, but not a count: not known
                     unknown = True
                 accel = accel or node.get("accelerator")
             facts.nodes = n_nodes or None
@@ -169,8 +170,8 @@ class TreeReader:
         facts.accelerators = count
 
 
-NODES = (1, 100_000)            # hosts of one system
-ACCELERATORS = (0, 1_024)       # accelerators of one host
+NODES = (1, 100_000)  # hosts of one system
+ACCELERATORS = (0, 1_024)  # accelerators of one host
 
 
 def _count(v, bounds: tuple[int, int]) -> int | None:

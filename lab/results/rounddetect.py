@@ -37,18 +37,18 @@ from pathlib import Path
 from lab.core import bounded
 from lab.core.errors import ConfigError
 
-HEAD_BYTES = (8 << 10, 1 << 20)     # read first; read again where the first MLLOG line is further on
+HEAD_BYTES = (8 << 10, 1 << 20)  # read first; read again where the first MLLOG line is further on
 DATED_PER_FOLDER = 5
 MAX_FOLDERS = 20000
 _MARK = b":::MLLOG"
 _TIME = re.compile(rb'"time_ms"\s*:\s*([0-9]{9,16})(?![0-9])')
-MAX_TIME_MS = 10 ** 15     # lab.results.mllog's bound: a larger time_ms is not a time
+MAX_TIME_MS = 10**15  # lab.results.mllog's bound: a larger time_ms is not a time
 
 
 @dataclass(frozen=True)
 class Detected:
     round: str | None
-    line: str        # what was found and from which field; "" when the tree has no round's logs
+    line: str  # what was found and from which field; "" when the tree has no round's logs
 
 
 def published_day(text: str) -> date:
@@ -69,8 +69,10 @@ def benchmark_folders(root: Path) -> dict[Path, list[Path]]:
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
         if depth == 2:
             dirnames[:] = []
-            runs = sorted((here / f for f in filenames if fnmatchcase(f, "result_*.txt")),
-                          key=lambda p: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", p.name)])
+            runs = sorted(
+                (here / f for f in filenames if fnmatchcase(f, "result_*.txt")),
+                key=lambda p: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", p.name)],
+            )
             if runs:
                 out[here] = runs
                 if len(out) >= MAX_FOLDERS:
@@ -99,7 +101,7 @@ def first_time_ms(path: Path, root: Path) -> int | None:
             break
     if k < 0:
         return None
-    line = head[k:head.find(b"\n", k) if head.find(b"\n", k) >= 0 else len(head)]
+    line = head[k : head.find(b"\n", k) if head.find(b"\n", k) >= 0 else len(head)]
     m = _TIME.search(line)
     t = int(m.group(1)) if m else None
     return t if t is not None and _day(t) is not None and t < MAX_TIME_MS else None
@@ -120,8 +122,7 @@ def detect(root: Path, rules) -> Detected:
     """The round of the MLLOG result tree under ``root`` (module docstring); ConfigError for a
     tree whose benchmarks are of no one round."""
     root = Path(root)
-    scored = {n: t for n, t in rules.rounds.items()
-              if t.get("failed_runs") == "slowest" and t.get("format") == "mllog"}
+    scored = {n: t for n, t in rules.rounds.items() if t.get("failed_runs") == "slowest" and t.get("format") == "mllog"}
     folders = benchmark_folders(root) if root.is_dir() else {}
     dated: dict[str, list[int]] = {}
     for folder, files in folders.items():
@@ -129,7 +130,7 @@ def detect(root: Path, rules) -> Detected:
         bench = rules.benchmark(name)
         bench = bench if bench in rules.benchmarks else name
         stamps = [t for t in (first_time_ms(f, root) for f in files[:DATED_PER_FOLDER]) if t is not None]
-        if stamps:     # MLLOG result files (v0.5/v0.6 logs have none)
+        if stamps:  # MLLOG result files (v0.5/v0.6 logs have none)
             dated.setdefault(bench, []).extend(stamps)
     known = {b: [n for n, t in scored.items() if b in t["benchmarks"]] for b in dated}
     known = {b: rs for b, rs in known.items() if rs}
@@ -139,20 +140,30 @@ def detect(root: Path, rules) -> Detected:
     candidates = [n for n in scored if all(n in known[b] for b in benches)]
     if not candidates:
         groups = "; ".join(f"{b} ({_span(known[b])})" for b in benches)
-        raise ConfigError(f"{root}: its logs are of several MLPerf rounds (benchmark folders {groups}): "
-                          "report each round's folders apart, or name the round with --round")
+        raise ConfigError(
+            f"{root}: its logs are of several MLPerf rounds (benchmark folders {groups}): "
+            "report each round's folders apart, or name the round with --round"
+        )
     what = f"benchmark folders {', '.join(benches)}"
     if len(candidates) == 1:
         rnd = candidates[0]
-        return Detected(rnd, f"round {rnd} (training {scored[rnd]['ruleset']} ruleset) detected from the "
-                             f"logs of {root}: {what}, of {rnd} alone")
+        return Detected(
+            rnd,
+            f"round {rnd} (training {scored[rnd]['ruleset']} ruleset) detected from the "
+            f"logs of {root}: {what}, of {rnd} alone",
+        )
     stamps = sorted(t for b in benches for t in dated[b])
     day = _day(statistics.median_low(stamps))
     later = [n for n in candidates if day is not None and published_day(scored[n]["published"]) >= day]
     rnd = later[0] if later else candidates[-1]
     pub = scored[rnd]["published"]
-    when = (f"the median first time_ms of {len(stamps)} result file(s) is {day}, "
-            + (f"before {rnd}'s results ({pub})" if later else
-               f"after the newest such round's results ({rnd}, {pub}): read as {rnd}"))
-    return Detected(rnd, f"round {rnd} (training {scored[rnd]['ruleset']} ruleset) detected from the logs "
-                         f"of {root}: {what}, of {_span(candidates)}; {when}")
+    when = f"the median first time_ms of {len(stamps)} result file(s) is {day}, " + (
+        f"before {rnd}'s results ({pub})"
+        if later
+        else f"after the newest such round's results ({rnd}, {pub}): read as {rnd}"
+    )
+    return Detected(
+        rnd,
+        f"round {rnd} (training {scored[rnd]['ruleset']} ruleset) detected from the logs "
+        f"of {root}: {what}, of {_span(candidates)}; {when}",
+    )

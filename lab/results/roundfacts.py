@@ -34,8 +34,16 @@ from lab.core import paths
 from lab.core import plaindata
 
 TOKEN = ":::MLLOG "
-SAMPLES_COUNT = {"llama2_70b_lora", "flux1", "llama31_405b", "llama31_8b", "gpt_oss_20b",
-                 "deepseekv3_671b", "qwen35_397b_grpo", "dlrmv4"}
+SAMPLES_COUNT = {
+    "llama2_70b_lora",
+    "flux1",
+    "llama31_405b",
+    "llama31_8b",
+    "gpt_oss_20b",
+    "deepseekv3_671b",
+    "qwen35_397b_grpo",
+    "dlrmv4",
+}
 POWER_BYTES = 256 << 20
 POWER_FILES = 4096
 NOT_CONVERGED = 1e9
@@ -43,11 +51,11 @@ NOT_CONVERGED = 1e9
 
 @dataclass(frozen=True)
 class RcpPoint:
-    batch_size: object = -1            # as logged; -1: none logged
+    batch_size: object = -1  # as logged; -1: none logged
     converged: bool = False
-    point: float = NOT_CONVERGED       # samples or epochs to converge (NOT_CONVERGED where not)
+    point: float = NOT_CONVERGED  # samples or epochs to converge (NOT_CONVERGED where not)
     benchmark: str | None = None
-    error: str = ""                    # a line the reader could not take: no figures for the folder
+    error: str = ""  # a line the reader could not take: no figures for the folder
 
 
 def _json(s: str):
@@ -63,7 +71,7 @@ def rcp_point(text: str, ruleset: str) -> RcpPoint:
             k = raw.rfind(TOKEN)
             if k < 0:
                 continue
-            s = raw[k + len(TOKEN):].strip()
+            s = raw[k + len(TOKEN) :].strip()
             if "global_batch_size" in s:
                 bs = _json(s)["value"]
             if "submission_benchmark" in s:
@@ -99,7 +107,7 @@ def _key(step):
 
 @dataclass(frozen=True)
 class PowerRate:
-    rate: float | None     # joules per ms of the run; None: no energy (see why)
+    rate: float | None  # joules per ms of the run; None: no energy (see why)
     why: str = ""
     files: int = 0
 
@@ -110,7 +118,7 @@ def _events(text: str):
         if k < 0:
             continue
         try:
-            doc = _json(raw[k + len(TOKEN):].strip())
+            doc = _json(raw[k + len(TOKEN) :].strip())
             yield float(doc["time_ms"]), str(doc["key"]), doc.get("value")
         except (ValueError, KeyError, TypeError):
             continue

@@ -41,13 +41,25 @@ from lab.core.errors import ConfigError
 ROUND_FOLDER = re.compile(r"^training_results_(v\d+\.\d+)$")
 RESULT_FILE = "result_*.txt"
 SCALING_FILE = "scaling.json"
-SCALING_RANGE = (0.01, 100.0)   # the rules' factors are near 1; one beyond these makes no score
+SCALING_RANGE = (0.01, 100.0)  # the rules' factors are near 1; one beyond these makes no score
 SCALING_BYTES = 64 << 10
 # What mlperf-logging's result_summarizer (4.1.68) reads of systems/<system>.json; one missing
 # field stops it for the whole submitter.
-SUMMARIZER_FIELDS = ("division", "status", "submitter", "system_name", "host_processor_model_name",
-                     "number_of_nodes", "host_processor_core_count", "host_processors_per_node",
-                     "accelerator_model_name", "accelerators_per_node", "framework", "hw_notes", "sw_notes")
+SUMMARIZER_FIELDS = (
+    "division",
+    "status",
+    "submitter",
+    "system_name",
+    "host_processor_model_name",
+    "number_of_nodes",
+    "host_processor_core_count",
+    "host_processors_per_node",
+    "accelerator_model_name",
+    "accelerators_per_node",
+    "framework",
+    "hw_notes",
+    "sw_notes",
+)
 
 
 def known_round(rules, name: str | None, what: str = "--round") -> str | None:
@@ -58,8 +70,7 @@ def known_round(rules, name: str | None, what: str = "--round") -> str | None:
     if not name.startswith("v"):
         name = "v" + name
     if name not in rules.rounds:
-        raise ConfigError(f"{what} {name}: not a round of lab/data/rounds.yml "
-                          f"(known: {', '.join(rules.rounds)})")
+        raise ConfigError(f"{what} {name}: not a round of lab/data/rounds.yml (known: {', '.join(rules.rounds)})")
     return name
 
 
@@ -116,8 +127,9 @@ def summarizer_gaps(facts) -> list[str]:
     missing = [f for f in SUMMARIZER_FIELDS if f not in facts.fields]
     if not missing:
         return []
-    return [f"{facts.described_by} has no {', '.join(missing)}: result_summarizer stops at it "
-            "(for the whole submitter)"]
+    return [
+        f"{facts.described_by} has no {', '.join(missing)}: result_summarizer stops at it (for the whole submitter)"
+    ]
 
 
 def scaling_factor(bench_dir: Path, root: Path) -> tuple[float, str]:
@@ -132,7 +144,8 @@ def scaling_factor(bench_dir: Path, root: Path) -> tuple[float, str]:
     f = doc.get("scaling_factor") if isinstance(doc, dict) else None
     if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or f <= 0:
         return 1.0, f"{SCALING_FILE} has no positive number scaling_factor: not applied"
-    if not SCALING_RANGE[0] <= f <= SCALING_RANGE[1]:   # 5e-324 or 1e300: a score made zero or infinite
-        return 1.0, (f"{SCALING_FILE} scaling_factor {f:.3g} is outside {SCALING_RANGE[0]:g}..{SCALING_RANGE[1]:g}: "
-                     "not applied")
+    if not SCALING_RANGE[0] <= f <= SCALING_RANGE[1]:  # 5e-324 or 1e300: a score made zero or infinite
+        return 1.0, (
+            f"{SCALING_FILE} scaling_factor {f:.3g} is outside {SCALING_RANGE[0]:g}..{SCALING_RANGE[1]:g}: not applied"
+        )
     return float(f), f"score x {f:.6g} ({SCALING_FILE})"

@@ -99,9 +99,14 @@ def _manifest_stack(manifest: dict) -> tuple[str | None, str | None, str | None]
         return stack, None, None
     stack = stack if isinstance(stack, dict) else {}
     name = _first(stack, "profile", "name", "id")
-    parts = []   # every version; the label keeps driver, CUDA and framework
-    for key, label in (("driver", "driver"), ("cuda_toolkit", "cuda"), ("cuda", "cuda"),
-                       ("cudnn", "cudnn"), ("nccl", "nccl")):
+    parts = []  # every version; the label keeps driver, CUDA and framework
+    for key, label in (
+        ("driver", "driver"),
+        ("cuda_toolkit", "cuda"),
+        ("cuda", "cuda"),
+        ("cudnn", "cudnn"),
+        ("nccl", "nccl"),
+    ):
         v = stack.get(key)
         if isinstance(v, dict):
             v = v.get("version")
@@ -265,12 +270,25 @@ def read_rundir(ctx, rundir: Path):
     stack, stack_versions = _stack_of(manifest, host_facts, sources)
 
     energy, power = _energy(rundir, kept, idx, notes)
-    run = Run(source=str(rundir), fmt="rundir", benchmark=bench, device=device, gpus=count,
-              stack=stack, scale=status.get("scale"), mode=status.get("mode") or "ttt",
-              host=host, seed=_int(status.get("seed")), outcome=status["outcome"],
-              stack_versions=stack_versions,
-              reason=str(status.get("reason") or ""), energy_j=energy, avg_power_w=power,
-              facts_from=", ".join(f"{k}: {v}" for k, v in sources.items()), notes=notes)
+    run = Run(
+        source=str(rundir),
+        fmt="rundir",
+        benchmark=bench,
+        device=device,
+        gpus=count,
+        stack=stack,
+        scale=status.get("scale"),
+        mode=status.get("mode") or "ttt",
+        host=host,
+        seed=_int(status.get("seed")),
+        outcome=status["outcome"],
+        stack_versions=stack_versions,
+        reason=str(status.get("reason") or ""),
+        energy_j=energy,
+        avg_power_w=power,
+        facts_from=", ".join(f"{k}: {v}" for k, v in sources.items()),
+        notes=notes,
+    )
     if text is not None and log_facts:
         verdict = compliance.check(text, "rundir", bench)
         run.judged(verdict)
@@ -293,8 +311,11 @@ def _checked(ctx, rundir: Path) -> tuple[dict, dict] | None:
         return None
     node_rank = _int(status.get("node_rank")) or 0
     if node_rank > 0:
-        ctx.skip(rundir, f"node {node_rank} of a {_int(status.get('nnodes')) or '?'}-node run: "
-                 "the run is reported from node 0's run directory")
+        ctx.skip(
+            rundir,
+            f"node {node_rank} of a {_int(status.get('nnodes')) or '?'}-node run: "
+            "the run is reported from node 0's run directory",
+        )
         return None
     return status, kept
 
@@ -328,8 +349,9 @@ def _take_log(run, log_facts, log_problem, status: dict) -> None:
         if log_facts.seed is not None and run.seed is None:
             run.seed = log_facts.seed
         if log_facts.success != (status["outcome"] == "success") and run.mode == "ttt":
-            run.notes.append(f"mllog.log says {log_facts.outcome}, status.json says {status['outcome']}: "
-                             "the log's clock is used")
+            run.notes.append(
+                f"mllog.log says {log_facts.outcome}, status.json says {status['outcome']}: the log's clock is used"
+            )
             run.outcome = log_facts.outcome
             run.reason = log_facts.reason
     else:

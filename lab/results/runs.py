@@ -18,18 +18,18 @@ class Run:
     """One training run, as read from its log (and run directory)."""
 
     source: str
-    fmt: str                      # "rundir", "mllog", "v0.6" or "v0.5"
-    benchmark: str                # canonical name (benchmarks.yml) or as logged
+    fmt: str  # "rundir", "mllog", "v0.6" or "v0.5"
+    benchmark: str  # canonical name (benchmarks.yml) or as logged
     device: str
     gpus: int | None
     stack: str
-    scale: str | None = None      # runner scale (full / small / tiny); None for plain logs
-    mode: str = "ttt"             # ttt or throughput (runner --mode)
+    scale: str | None = None  # runner scale (full / small / tiny); None for plain logs
+    mode: str = "ttt"  # ttt or throughput (runner --mode)
     host: str | None = None
     seed: int | None = None
     start_s: float | None = None  # run_start, unix seconds
     success: bool = False
-    outcome: str = "failed"       # success / target_missed / failed / aborted
+    outcome: str = "failed"  # success / target_missed / failed / aborted
     reason: str = ""
     ttt_s: float | None = None
     elapsed_s: float | None = None
@@ -53,26 +53,26 @@ class Run:
     framework: str | None = None
     accelerator: str | None = None
     # Scoring and compliance.
-    order: tuple = ()             # position among its system's runs (file order, run in file)
+    order: tuple = ()  # position among its system's runs (file order, run in file)
     clock: str = ""
     compliance: str | None = None  # "PASS", "FAIL" or None (not checked: see compliance_note)
-    compliance_note: str = ""      # FAIL: the failing rules in one short line; else the ruleset or why none
+    compliance_note: str = ""  # FAIL: the failing rules in one short line; else the ruleset or why none
     compliance_ruleset: str | None = None  # mlperf-logging's ruleset that checked it ("4.0.0")
     compliance_failures: list[str] = field(default_factory=list)  # one short line per failing rule
-    compliance_waived: list[str] = field(default_factory=list)    # gpulab's exceptions this log used
+    compliance_waived: list[str] = field(default_factory=list)  # gpulab's exceptions this log used
     # The published round whose rules score it (lab/data/rounds.yml; None: by its log format or gpulab's).
     round: str | None = None
-    scaling_factor: float = 1.0   # the benchmark folder's scaling.json (lab.results.roundtree)
+    scaling_factor: float = 1.0  # the benchmark folder's scaling.json (lab.results.roundtree)
     scaling_note: str = ""
-    system_notes: list[str] = field(default_factory=list)   # what its system description lacks
+    system_notes: list[str] = field(default_factory=list)  # what its system description lacks
     # What result_summarizer reports beside the time (lab.results.roundfacts): its system's division,
     # the file's batch size and point of convergence, the energy rate from its power logs.
     division: str | None = None
     rcp_batch_size: float | None = None
-    rcp_point: float | None = None      # None: the file could not be read for it (rcp_error)
+    rcp_point: float | None = None  # None: the file could not be read for it (rcp_error)
     rcp_converged: bool = False
     rcp_error: str = ""
-    power_rate: float | None = None     # joules per ms of the run; None: no power logs (power_note)
+    power_rate: float | None = None  # joules per ms of the run; None: no power logs (power_note)
     power_note: str = ""
 
     def judged(self, verdict) -> None:
@@ -192,7 +192,7 @@ class Collection:
     runs: list[Run]
     skipped: list[Skipped]
     inputs: list[str]
-    notes: list[str] = field(default_factory=list)   # what was found of the inputs (a round detected)
+    notes: list[str] = field(default_factory=list)  # what was found of the inputs (a round detected)
 
 
 def _jsonable(v):

@@ -20,8 +20,10 @@ from lab.core import limits
 # Telemetry
 # --------------------------------------------------------------------------
 
-def read_telemetry(path: Path, gpus: list[int] | None = None, data: bytes | None = None
-                   ) -> tuple[float | None, float | None, str | None]:
+
+def read_telemetry(
+    path: Path, gpus: list[int] | None = None, data: bytes | None = None
+) -> tuple[float | None, float | None, str | None]:
     """(energy J, average power W, note) from a telemetry.csv.
 
     Energy is the trapezoid integral of power_w over time_s for each GPU, summed
@@ -78,8 +80,9 @@ def _telemetry_numpy(data: bytes, cols) -> dict | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            a = np.loadtxt(io.BytesIO(data), delimiter=",", skiprows=1, usecols=(it, ig, ip),
-                           ndmin=2, quotechar='"', dtype=float)
+            a = np.loadtxt(
+                io.BytesIO(data), delimiter=",", skiprows=1, usecols=(it, ig, ip), ndmin=2, quotechar='"', dtype=float
+            )
     except (ValueError, IndexError):
         return None
     a = a[np.isfinite(a).all(axis=1)]

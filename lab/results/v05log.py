@@ -30,18 +30,39 @@ from __future__ import annotations
 import json
 import re
 
-from lab.results.logfacts import (LogFacts, LogProblem, bad_lines_note, check_benchmarks, fmt_quality,
-                          integer, looks_structured, num, samples_per_epoch, split_runs, value_of)
+from lab.results.logfacts import (
+    LogFacts,
+    LogProblem,
+    bad_lines_note,
+    check_benchmarks,
+    fmt_quality,
+    integer,
+    looks_structured,
+    num,
+    samples_per_epoch,
+    split_runs,
+    value_of,
+)
 from lab.core.mlperf import Rules
 
 V05_PREFIX = ":::MLPv0.5.0"
 _LINE = re.compile(
     r":::MLPv0\.5\.0\s+(\S+)\s+([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)\s+\(([^)]*)\)\s+(\w+)"
-    r"(?:\s*:\s*(.*?))?\s*$")
+    r"(?:\s*:\s*(.*?))?\s*$"
+)
 _TRUE, _FALSE = (True, "true", "True"), (False, "false", "False")
 # The keys whose values the rules read; other events keep only their time and key.
-READ_KEYS = {"run_start", "run_stop", "eval_accuracy", "eval_target", "train_epoch", "eval_start",
-         "eval_stop", "run_set_random_seed", "preproc_num_train_examples"}
+READ_KEYS = {
+    "run_start",
+    "run_stop",
+    "eval_accuracy",
+    "eval_target",
+    "train_epoch",
+    "eval_start",
+    "eval_stop",
+    "run_set_random_seed",
+    "preproc_num_train_examples",
+}
 
 
 _TAIL = re.compile(r":::MLPv0\.5\.0[^\n]*")
@@ -61,11 +82,11 @@ def decode_v05(text: str) -> tuple[list[tuple], list[str], list[int], int]:
         seen.add(tail)
         close = tail.find(") ")
         if close > 0:
-            key = tail[close + 2:].split(":", 1)[0].strip()
+            key = tail[close + 2 :].split(":", 1)[0].strip()
             if key not in READ_KEYS and key.isidentifier():
                 # An event the rules do not read (hyperparameters, model shapes): only its
                 # benchmark name counts, for the one-benchmark-per-file check.
-                names.add(tail[len(V05_PREFIX):].split(None, 1)[0] if len(tail) > len(V05_PREFIX) else "")
+                names.add(tail[len(V05_PREFIX) :].split(None, 1)[0] if len(tail) > len(V05_PREFIX) else "")
                 continue
         m = _LINE.match(tail)
         if not m:
@@ -89,8 +110,7 @@ def parse_v05(text: str, rules: Rules) -> list[LogFacts]:
     return runs_from_events(events, names, bad, last or text.count("\n") + 1, rules)
 
 
-def runs_from_events(events, names, bad, nlines, rules: Rules, fmt: str = "v0.5",
-                     target=None) -> list[LogFacts]:
+def runs_from_events(events, names, bad, nlines, rules: Rules, fmt: str = "v0.5", target=None) -> list[LogFacts]:
     """One LogFacts per run of a list of events in v0.5's vocabulary. ``target``: the round's
     quality target where the log logs none (default: lab/data/benchmarks.yml's)."""
     bench = check_benchmarks(names, rules)
@@ -99,8 +119,9 @@ def runs_from_events(events, names, bad, nlines, rules: Rules, fmt: str = "v0.5"
     target = logged_target if logged_target is not None else target
     if target is None and bench in rules.benchmarks:
         target = rules.benchmarks[bench].target
-    spe = samples_per_epoch(bench, next((e[2] for e in reversed(events)
-                                         if e[1] == "preproc_num_train_examples"), None), rules)
+    spe = samples_per_epoch(
+        bench, next((e[2] for e in reversed(events) if e[1] == "preproc_num_train_examples"), None), rules
+    )
     warnings = [bad_lines_note(bad, nlines).lstrip("; ")] if bad else []
     out = []
     for n, (evs, start, stop) in enumerate(runs, 1):
@@ -117,7 +138,7 @@ def runs_from_events(events, names, bad, nlines, rules: Rules, fmt: str = "v0.5"
 def _facts(evs, start, stop, bench, target, spe, rules: Rules) -> LogFacts:
     t0, t1 = start[0], stop[0]
     window = [e for e in evs if t0 <= e[0] <= t1]
-    evals = []   # (time, epoch, value, position in window)
+    evals = []  # (time, epoch, value, position in window)
     for pos, e in enumerate(window):
         if e[1] != "eval_accuracy":
             continue
@@ -140,10 +161,23 @@ def _facts(evs, start, stop, bench, target, spe, rules: Rules) -> LogFacts:
     sps, basis = _throughput(done, train_epochs, spe, epochs, t0, t1)
     seed = next((integer(e[2]) for e in evs if e[1] == "run_set_random_seed"), None)
     return LogFacts(
-        fmt="v0.5", benchmark=bench, platform=None, seed=seed, start_s=t0, stop_s=t1,
-        success=success, outcome=outcome, reason=reason, ttt_s=(t1 - t0) if success else None,
-        epochs=epochs, quality=quality, target=target, samples_per_s=sps, throughput_basis=basis,
-        warnings=[])
+        fmt="v0.5",
+        benchmark=bench,
+        platform=None,
+        seed=seed,
+        start_s=t0,
+        stop_s=t1,
+        success=success,
+        outcome=outcome,
+        reason=reason,
+        ttt_s=(t1 - t0) if success else None,
+        epochs=epochs,
+        quality=quality,
+        target=target,
+        samples_per_s=sps,
+        throughput_basis=basis,
+        warnings=[],
+    )
 
 
 def _outcome(stop, evals: list, met, quality, target, n_window: int) -> tuple[bool, str, str, int]:
@@ -181,13 +215,17 @@ def _throughput(done: list, train_epochs: list, spe, epochs, t0: float, t1: floa
         span = end_t - first - in_eval
         if span > 0:
             sps = spe * epochs / span
-            basis = (f"{epochs:g} epochs of {spe:,.0f} samples in {span:,.0f} s from the first "
-                     f"train_epoch, {in_eval:,.0f} s of evaluation excluded")
+            basis = (
+                f"{epochs:g} epochs of {spe:,.0f} samples in {span:,.0f} s from the first "
+                f"train_epoch, {in_eval:,.0f} s of evaluation excluded"
+            )
     if sps is None and spe and epochs and end_t > t0:
         # Epoch events missing, or logged after the fact (all at one time): whole-run rate.
         sps = spe * epochs / (end_t - t0)
-        basis = (f"{epochs:g} epochs of {spe:,.0f} samples over the whole run ({end_t - t0:,.0f} s, "
-                 "initialization and evaluation included)")
+        basis = (
+            f"{epochs:g} epochs of {spe:,.0f} samples over the whole run ({end_t - t0:,.0f} s, "
+            "initialization and evaluation included)"
+        )
     return sps, basis
 
 
@@ -201,6 +239,6 @@ def _eval_time(events, t_from: float, t_to: float) -> float:
         elif e[1] == "eval_stop" and opened is not None:
             total += e[0] - opened
             opened = None
-    if opened is not None:          # the evaluation that ends the run
+    if opened is not None:  # the evaluation that ends the run
         total += t_to - opened
     return total

@@ -30,14 +30,13 @@ from lab.core.mlperf import Rules
 
 V06_PREFIX = ":::MLL"
 _LINE = re.compile(r":::MLL\s+([0-9]+(?:\.[0-9]*)?)\s+(\w+)\s*:\s*(.*?)\s*$")
-_LEGACY = re.compile(r"^MLPerf: (\w+) \[(\d\d/\d\d/\d\d \d\d:\d\d:\d\d)\], (\w+)(?:\s*:\s*(.*?))?\s*$",
-                     re.M)
+_LEGACY = re.compile(r"^MLPerf: (\w+) \[(\d\d/\d\d/\d\d \d\d:\d\d:\d\d)\], (\w+)(?:\s*:\s*(.*?))?\s*$", re.M)
 _PERCENT = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)%")
 
 
 def is_v06(text: str) -> bool:
     """``:::MLL `` lines that are not ``:::MLLOG`` ones, or the ``MLPerf: `` lines of one v0.6 submission."""
-    if _LEGACY.search(text[:1 << 16]):
+    if _LEGACY.search(text[: 1 << 16]):
         return True
     i = text.find(V06_PREFIX)
     while i >= 0:

@@ -21,7 +21,7 @@ from lab.core import writes
 from lab.core.errors import GpulabError
 from lab.hosts import remote as rmt
 
-REMOTE_DIR = "cache/artifacts"    # under the host's workdir: the runner's --cache-dir is <workdir>/cache
+REMOTE_DIR = "cache/artifacts"  # under the host's workdir: the runner's --cache-dir is <workdir>/cache
 STORE = ".compiled"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+_-]{0,250}\.bin$")
 
@@ -46,12 +46,12 @@ def pull(remote: rmt.Remote, workdir: str, store: Path) -> list[str]:
     new = sorted(_names(remote.listdir(src)) - have)
     done = []
     for name in new:
-        writes.folder(store, "compiled artifacts", root=store.parent.parent)   # <sweep>/.compiled/<group>
-        try:   # whole or absent (lab.core.writes.new_file), never through a link planted in the store
+        writes.folder(store, "compiled artifacts", root=store.parent.parent)  # <sweep>/.compiled/<group>
+        try:  # whole or absent (lab.core.writes.new_file), never through a link planted in the store
             remote.get(f"{src}/{name}", store / name)
             done.append(name)
         except (GpulabError, OSError):
-            pass                              # gone or unreadable meanwhile: that run compiles, nothing more
+            pass  # gone or unreadable meanwhile: that run compiles, nothing more
     return done
 
 
@@ -96,7 +96,7 @@ def matches(name: str, key) -> bool:
     parts = name.split(".")
     if len(parts) < 6 or parts[:3] != [key.workload, key.scale, key.mode]:
         return False
-    return key.gpus < 0 or parts[4] == f"x{max(1, key.gpus) * key.nodes}"   # a CPU run is one process a node
+    return key.gpus < 0 or parts[4] == f"x{max(1, key.gpus) * key.nodes}"  # a CPU run is one process a node
 
 
 def held(sweep_root: Path, key) -> bool:

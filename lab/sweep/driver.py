@@ -69,17 +69,17 @@ from lab.sweep.hostrun import Settings
 from lab.sweep.unitworker import Node, UnitWorker
 
 
-PLAN_OPTIONS = ("gpus", "seeds", "mode", "scale", "nodes", "spread", "max_epochs")   # what plan() takes of the options
+PLAN_OPTIONS = ("gpus", "seeds", "mode", "scale", "nodes", "spread", "max_epochs")  # what plan() takes of the options
 
-__all__ = ["SweepResult", "check_name", "default_name", "resolve_backend",
-           "run_sweep", "slurm_held"]
+__all__ = ["SweepResult", "check_name", "default_name", "resolve_backend", "run_sweep", "slurm_held"]
 
 # --------------------------------------------------------------------------- the whole sweep
+
 
 @dataclass
 class SweepResult:
     sweep: Sweep
-    quarantined: list[str] = field(default_factory=list)   # hosts left out, GPUs kept out (plan_around)
+    quarantined: list[str] = field(default_factory=list)  # hosts left out, GPUs kept out (plan_around)
 
     @property
     def failed(self) -> list[PlannedRun]:
@@ -92,9 +92,11 @@ class SweepResult:
     def summary(self) -> list[str]:
         runs = self.sweep.runs
         done = [r for r in runs if r.state == RunState.COMPLETE]
-        lines = [f"sweep {self.sweep.name}: {len(done)}/{len(runs)} runs complete "
-                 f"({sum(1 for r in done if r.outcome == 'success')} reached their target); "
-                 f"results in {self.sweep.root}"]
+        lines = [
+            f"sweep {self.sweep.name}: {len(done)}/{len(runs)} runs complete "
+            f"({sum(1 for r in done if r.outcome == 'success')} reached their target); "
+            f"results in {self.sweep.root}"
+        ]
         lines += [f"  MISSED {r.host} {r.run_id}: {r.reason}" for r in done if r.outcome != "success"]
         lines += [f"  FAILED {'+'.join(r.hosts)} {r.run_id}: {r.state}: {r.reason}" for r in self.failed]
         lines += [f"  QUARANTINE {line}" for line in self.quarantined]
@@ -130,15 +132,18 @@ def slurm_held(hosts: list[Host], quarantine: dict[str, dict] | None) -> dict[st
     held = {h: dict(q) for h, q in (quarantine or {}).items()}
     known = slurm.nodes()
     for h in hosts:
-        node = known.get(h.name)   # Slurm's node names are the inventory's
+        node = known.get(h.name)  # Slurm's node names are the inventory's
         q = held.get(h.name)
         if node is None:
             held[h.name] = {"gpus": None, "reason": "no node of this Slurm cluster (scontrol show node)"}
         elif node.drained:
             held[h.name] = {"gpus": None, "reason": f"Slurm: {node.state.lower()}: {node.reason or 'no reason'}"}
         elif q and q.get("gpus") is not None:
-            held[h.name] = {"gpus": None, "reason": f"{q['reason']}; Slurm picks a node's GPUs itself: the "
-                                                    f"host is left out of gpulab's Slurm jobs"}
+            held[h.name] = {
+                "gpus": None,
+                "reason": f"{q['reason']}; Slurm picks a node's GPUs itself: the "
+                f"host is left out of gpulab's Slurm jobs",
+            }
     return held
 
 
@@ -149,12 +154,16 @@ def _units_to_run(sweep: Sweep, not_runnable: set, errors: dict) -> dict[tuple, 
     for run in sweep.runs:
         if (run.host, run.run_id) not in not_runnable or run.state == RunState.COMPLETE:
             unit_runs.setdefault(tuple(run.hosts), []).append(run)
-    return {u: rs for u, rs in unit_runs.items()
-            if not any(n in errors for n in u) and any(r.state != RunState.COMPLETE for r in rs)}
+    return {
+        u: rs
+        for u, rs in unit_runs.items()
+        if not any(n in errors for n in u) and any(r.state != RunState.COMPLETE for r in rs)
+    }
 
 
-def _estimate_runs(estimates: dict, runs: list[PlannedRun], hosts: list[Host], topologies: dict,
-                   results_dir: Path) -> None:
+def _estimate_runs(
+    estimates: dict, runs: list[PlannedRun], hosts: list[Host], topologies: dict, results_dir: Path
+) -> None:
     past = study.history(results_dir)
     for run in runs:
         minutes, _ = study.estimate(run, study.unit_device(hosts, run, topologies), past)
@@ -162,31 +171,70 @@ def _estimate_runs(estimates: dict, runs: list[PlannedRun], hosts: list[Host], t
             estimates[run.run_id] = 60.0 * minutes
 
 
-def _worker(backend: str, sweep: Sweep, nodes: list[Node], runs: list[PlannedRun], settings: Settings, progress,
-            stop: threading.Event, pilots, memory, during: dict, slurm_settings) -> UnitWorker:
+def _worker(
+    backend: str,
+    sweep: Sweep,
+    nodes: list[Node],
+    runs: list[PlannedRun],
+    settings: Settings,
+    progress,
+    stop: threading.Event,
+    pilots,
+    memory,
+    during: dict,
+    slurm_settings,
+) -> UnitWorker:
     """The thread that runs one unit's runs: gpulab's own over SSH, or as Slurm job arrays."""
     if backend == "slurm":
-        return slurmworker.SlurmUnitWorker(sweep, nodes, runs, settings, progress, stop, pilots, memory, during,
-                                           slurm_settings=slurm_settings)
+        return slurmworker.SlurmUnitWorker(
+            sweep, nodes, runs, settings, progress, stop, pilots, memory, during, slurm_settings=slurm_settings
+        )
     return UnitWorker(sweep, nodes, runs, settings, progress, stop, pilots, memory, during)
 
 
-def _workers(backend: str, sweep: Sweep, todo_units: dict, hosts: list[Host], prepared, settings: Settings, progress,
-             stop: threading.Event, memory, during: dict, slurm_settings) -> list[UnitWorker]:
+def _workers(
+    backend: str,
+    sweep: Sweep,
+    todo_units: dict,
+    hosts: list[Host],
+    prepared,
+    settings: Settings,
+    progress,
+    stop: threading.Event,
+    memory,
+    during: dict,
+    slurm_settings,
+) -> list[UnitWorker]:
     """One worker a unit, its nodes on the hosts as they were prepared, with the sweep's pilots (lab.sweep.pilot:
     compile once, then fan out)."""
     by_name = {h.name: h for h in hosts}
     pilots = pilot.for_sweep(sweep.root, sweep.runs, by_name, settings)
-    return [_worker(backend, sweep, [Node(by_name[n], prepared[n][0], prepared[n][1], settings, sweep.name) for n in u],
-                    rs, settings, progress, stop, pilots, memory, during, slurm_settings)
-            for u, rs in todo_units.items()]
+    return [
+        _worker(
+            backend,
+            sweep,
+            [Node(by_name[n], prepared[n][0], prepared[n][1], settings, sweep.name) for n in u],
+            rs,
+            settings,
+            progress,
+            stop,
+            pilots,
+            memory,
+            during,
+            slurm_settings,
+        )
+        for u, rs in todo_units.items()
+    ]
 
 
 def _started(sweep: Sweep, n_hosts: int, backend: str) -> str:
     """The line a sweep starts with: its runs, hosts, backend, and the runs a resume finds complete."""
     skipped = sum(1 for r in sweep.runs if r.state == RunState.COMPLETE)
-    return (f"sweep {sweep.name}: {len(sweep.runs)} runs on {n_hosts} host(s)"
-            + (" as Slurm jobs" if backend == "slurm" else "") + (f", {skipped} already complete (resumed)" if skipped else ""))
+    return (
+        f"sweep {sweep.name}: {len(sweep.runs)} runs on {n_hosts} host(s)"
+        + (" as Slurm jobs" if backend == "slurm" else "")
+        + (f", {skipped} already complete (resumed)" if skipped else "")
+    )
 
 
 def _interrupted(sweep: Sweep) -> None:
@@ -197,25 +245,27 @@ def _interrupted(sweep: Sweep) -> None:
     sweep.save()
 
 
-def _checked(hosts: list[Host], workloads: list[str], planner, quarantine: dict | None, results_dir: Path,
-             name: str) -> tuple[list[Host], list[PlannedRun], list[str], Path]:
+def _checked(
+    hosts: list[Host], workloads: list[str], planner, quarantine: dict | None, results_dir: Path, name: str
+) -> tuple[list[Host], list[PlannedRun], list[str], Path]:
     """What is checked before any host is touched: (the hosts not quarantined, the plan for them, the lines
     of the hosts left out, the sweep's folder); bad input, an example address, a saved state that does not
     read back: one line of ConfigError."""
-    hosts, early, held = plan_around(hosts, quarantine)   # quarantine: lab.history.quarantine.for_sweep's data
-    left_out = [line for line in held if ": skipped: " in line]   # hosts planned around before any is touched
+    hosts, early, held = plan_around(hosts, quarantine)  # quarantine: lab.history.quarantine.for_sweep's data
+    left_out = [line for line in held if ": skipped: " in line]  # hosts planned around before any is touched
     if not hosts:
         raise ConfigError(f"sweep {name}: every selected host is quarantined: {'; '.join(held)}")
-    planned = planner(hosts, workloads, topologies=early)   # bad input before any host is touched
-    refuse_examples(hosts)   # the example lab's documentation addresses: one line, nothing contacted or written
+    planned = planner(hosts, workloads, topologies=early)  # bad input before any host is touched
+    refuse_examples(hosts)  # the example lab's documentation addresses: one line, nothing contacted or written
     root = paths.child(results_dir, name, what="--name")
     if (root / statefile.STATE_FILE).exists() or (root / statefile.STATE_FILE).is_symlink():
-        Sweep.load(root)   # a saved state to resume is checked before any host is touched too
+        Sweep.load(root)  # a saved state to resume is checked before any host is touched too
     return hosts, planned, left_out, root
 
 
-def _preflight(hosts: list[Host], planned: list[PlannedRun], datasets_catalogue, name: str, left_out: list[str],
-               echo) -> None:
+def _preflight(
+    hosts: list[Host], planned: list[PlannedRun], datasets_catalogue, name: str, left_out: list[str], echo
+) -> None:
     """The read-only preflight of the hosts (ConfigError when one is refused), then what is prepared and left out."""
     refused = preflight.refusal(preflight.gather(hosts, planned, datasets_catalogue))  # read-only
     if refused:
@@ -227,16 +277,40 @@ def _preflight(hosts: list[Host], planned: list[PlannedRun], datasets_catalogue,
 
 def _quarantined(left_out: list[str], held: list[str], during: dict[str, dict[int, str]]) -> list[str]:
     """What the sweep planned around (before and after preparing the hosts) and what failed runs quarantined."""
-    return left_out + held + [f"{h}: GPU {i} quarantined after a failed run ({why})"
-                              for h, got in sorted(during.items()) for i, why in sorted(got.items())]
+    return (
+        left_out
+        + held
+        + [
+            f"{h}: GPU {i} quarantined after a failed run ({why})"
+            for h, got in sorted(during.items())
+            for i, why in sorted(got.items())
+        ]
+    )
 
 
-def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: str, *, gpus: str | None = None,
-              seeds=1, mode: str = "ttt", scale: str = "tiny", nodes: int = 1, settings: Settings | None = None,
-              progress_factory=None, echo=print, datasets_catalogue=None,
-              quarantine: dict[str, dict] | None = None, memory=None, recipes: dict[str, dict] | None = None,
-              spread: bool = False, max_epochs: int | None = None, backend: str = "ssh",
-              slurm_settings: slurmworker.SlurmSettings | None = None) -> SweepResult:
+def run_sweep(
+    hosts: list[Host],
+    workloads: list[str],
+    results_dir: Path,
+    name: str,
+    *,
+    gpus: str | None = None,
+    seeds=1,
+    mode: str = "ttt",
+    scale: str = "tiny",
+    nodes: int = 1,
+    settings: Settings | None = None,
+    progress_factory=None,
+    echo=print,
+    datasets_catalogue=None,
+    quarantine: dict[str, dict] | None = None,
+    memory=None,
+    recipes: dict[str, dict] | None = None,
+    spread: bool = False,
+    max_epochs: int | None = None,
+    backend: str = "ssh",
+    slurm_settings: slurmworker.SlurmSettings | None = None,
+) -> SweepResult:
     """Check the prepared data, prepare the hosts (and their health gate), plan, run the plan (units in
     parallel, one run at a time each), collect. ``memory``: the history's side of the sweep
     (lab.history.sweeps.SweepMemory; None: no database). ``recipes``, ``spread``, ``max_epochs``: see
@@ -252,14 +326,15 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
     workloads = study.expand_workloads(parse_list(workloads, "workloads"))
     options = {"workloads": workloads, "gpus": gpus, "seeds": seeds, "mode": mode, "scale": scale, "nodes": nodes}
     options.update(timeout_s=settings.timeout_s, recipes=recipes or {}, spread=spread, max_epochs=max_epochs)
-    options["backend"] = backend   # the options as sweep.json keeps them
+    options["backend"] = backend  # the options as sweep.json keeps them
     planner = functools.partial(plan, **{k: options[k] for k in PLAN_OPTIONS}, recipes=recipes)
     hosts, planned, left_out, root = _checked(hosts, workloads, planner, quarantine, results_dir, name)
-    lock = supervise.SweepLock(root, name)   # one controller per sweep, taken before any host is touched
+    lock = supervise.SweepLock(root, name)  # one controller per sweep, taken before any host is touched
     try:
         _preflight(hosts, planned, datasets_catalogue, name, left_out, echo)
         prepared, topologies, quarantine, held, runs = hostprep.prepare_hosts(
-            hosts, workloads, planner, quarantine, memory, settings, name, echo, results_dir)
+            hosts, workloads, planner, quarantine, memory, settings, name, echo, results_dir
+        )
         errors = prepared.reasons()
         not_runnable = {(r.host, r.run_id) for r in runs if r.state == RunState.FAILED}  # e.g. fewer GPUs than asked
         sweep = Sweep.open(root, name, runs, options)
@@ -267,17 +342,18 @@ def run_sweep(hosts: list[Host], workloads: list[str], results_dir: Path, name: 
         stop = threading.Event()
         todo_units = _units_to_run(sweep, not_runnable, errors)
         progress = (progress_factory or prog.Progress)(
-            {"+".join(u): sum(1 for r in rs if r.state != RunState.COMPLETE) for u, rs in todo_units.items()})
-        if isinstance(getattr(progress, "estimates", None), dict):   # the live table's ETA: each run's estimate
+            {"+".join(u): sum(1 for r in rs if r.state != RunState.COMPLETE) for u, rs in todo_units.items()}
+        )
+        if isinstance(getattr(progress, "estimates", None), dict):  # the live table's ETA: each run's estimate
             _estimate_runs(progress.estimates, runs, hosts, topologies, results_dir)
-        during: dict[str, dict[int, str]] = {}   # GPUs quarantined by a failed run's epilogue (lab.sweep.gate)
-        workers = _workers(backend, sweep, todo_units, hosts, prepared, settings, progress, stop, memory, during,
-                           slurm_settings)
+        during: dict[str, dict[int, str]] = {}  # GPUs quarantined by a failed run's epilogue (lab.sweep.gate)
+        workers = _workers(
+            backend, sweep, todo_units, hosts, prepared, settings, progress, stop, memory, during, slurm_settings
+        )
         echo(_started(sweep, len(hosts), backend))
         try:
             with progress:
-                supervise.run_workers(workers, stop, settings.stop_grace_s, lambda: _interrupted(sweep),
-                                      progress.print)
+                supervise.run_workers(workers, stop, settings.stop_grace_s, lambda: _interrupted(sweep), progress.print)
         finally:
             for got in prepared.succeeded.values():
                 got[0].close()

@@ -91,8 +91,10 @@ def _record(host: Host, verdict, doc: dict, memory, echo, after_run: str | None 
 def apply(hosts: list[Host], docs: dict[str, dict], memory, quarantine: dict | None, echo) -> dict[str, dict]:
     """Judge and record each host's health document; the quarantine (for_sweep's form) with what failed
     added (a GPU by its index; a host only through `invoke quarantine.add`)."""
-    out = {k: {"gpus": None if v.get("gpus") is None else list(v["gpus"]), "reason": v["reason"]}
-           for k, v in (quarantine or {}).items()}
+    out = {
+        k: {"gpus": None if v.get("gpus") is None else list(v["gpus"]), "reason": v["reason"]}
+        for k, v in (quarantine or {}).items()
+    }
     for h in hosts:
         doc = docs.get(h.name)
         if doc is None:
@@ -102,8 +104,12 @@ def apply(hosts: list[Host], docs: dict[str, dict], memory, quarantine: dict | N
         _record(h, verdict, doc, memory, echo)
         for f in verdict.failures:
             if f.gpu is None:
-                echo(advice.carry(f"health {h.name}: {f.reason}: not quarantined (no GPU to name); "
-                                  f"`invoke quarantine.add {h.name} --reason {shlex.quote(f.reason[:80])}` keeps the host out"))
+                echo(
+                    advice.carry(
+                        f"health {h.name}: {f.reason}: not quarantined (no GPU to name); "
+                        f"`invoke quarantine.add {h.name} --reason {shlex.quote(f.reason[:80])}` keeps the host out"
+                    )
+                )
                 continue
             entry = out.setdefault(h.name, {"gpus": [], "reason": ""})
             if entry["gpus"] is None or f.gpu in entry["gpus"]:

@@ -27,7 +27,7 @@ from lab.core.settings import default as declared_default
 LOCK_NAME = "sweep.lock"
 
 # $1 lock dir, $2 owner line, $3 token
-_ACQUIRE = r'''
+_ACQUIRE = r"""
 lock=$1
 mkdir -p "$(dirname "$lock")"
 if mkdir "$lock" 2>/dev/null; then
@@ -39,20 +39,20 @@ now=$(date +%s); hb=$(stat -c %Y "$lock/heartbeat" 2>/dev/null || stat -c %Y "$l
 alive=0
 if [ -n "$tok" ] && [ -n "$(grep -lzxF "GPULAB_RUN_TOKEN=$tok" /proc/[0-9]*/environ 2>/dev/null)" ]; then alive=1; fi
 printf 'busy\t%s\t%s\t%s\t%s\n' "$((now - hb))" "$alive" "$tok" "$owner"
-'''
+"""
 
 # $1 lock dir, $2 owner line expected: move the stale lock aside (atomic), then remove it
-_BREAK = r'''
+_BREAK = r"""
 lock=$1
 [ "$(cat "$lock/owner" 2>/dev/null)" = "$2" ] || { echo changed; exit 0; }
 aside="$lock.stale.$$"
 mv "$lock" "$aside" 2>/dev/null && rm -rf "$aside" && echo broken || echo changed
-'''
+"""
 
 # $1 lock dir, $2 owner line: remove only our own lock
-_RELEASE = r'''
+_RELEASE = r"""
 [ "$(cat "$1/owner" 2>/dev/null)" = "$2" ] && rm -rf "$1"; true
-'''
+"""
 
 
 def owner_line(sweep: str) -> str:
@@ -98,8 +98,12 @@ class Busy:
     def orphaned(self, token: str, sweep: str, stale_s: float) -> bool:
         """Held for the run ``token`` of ``sweep`` by a controller that is gone (dead here, or silent
         past ``stale_s``): a resumed sweep takes it over even while that run still goes on."""
-        return (bool(token) and self.token == token and parse_owner(self.owner).get("sweep") == sweep
-                and (self.age_s > stale_s or owner_dead_here(self.owner)))
+        return (
+            bool(token)
+            and self.token == token
+            and parse_owner(self.owner).get("sweep") == sweep
+            and (self.age_s > stale_s or owner_dead_here(self.owner))
+        )
 
     def describe(self) -> str:
         o = parse_owner(self.owner)
@@ -110,8 +114,9 @@ class Busy:
 class HostLock:
     """The lock of one host for one sweep run (or several runs in a row)."""
 
-    def __init__(self, remote: rmt.Remote, workdir: str, sweep: str, *,
-                 stale_s: float = declared_default("sweep.lock_stale_s")):
+    def __init__(
+        self, remote: rmt.Remote, workdir: str, sweep: str, *, stale_s: float = declared_default("sweep.lock_stale_s")
+    ):
         self.remote = remote
         self.path = workdir.rstrip("/") + "/" + LOCK_NAME
         self.owner = owner_line(sweep)
@@ -121,8 +126,9 @@ class HostLock:
     def try_acquire(self, token: str) -> Busy | None:
         """Take the lock (None) or say who holds it (Busy); breaks a stale lock and retries once."""
         for _ in range(2):
-            out = self.remote.run(["sh", "-c", _ACQUIRE, "hostlock", self.path, self.owner, token or ""],
-                                  timeout=60).stdout.strip("\n")
+            out = self.remote.run(
+                ["sh", "-c", _ACQUIRE, "hostlock", self.path, self.owner, token or ""], timeout=60
+            ).stdout.strip("\n")
             if out == "acquired":
                 self.held = True
                 return None
@@ -138,8 +144,9 @@ class HostLock:
     def take_over(self, busy: Busy, token: str) -> Busy | None:
         """Break a lock ``busy`` left by a controller that is gone and take it for ``token`` (its run)."""
         self.remote.run(["sh", "-c", _BREAK, "hostlock", self.path, busy.owner], timeout=60)
-        out = self.remote.run(["sh", "-c", _ACQUIRE, "hostlock", self.path, self.owner, token],
-                              timeout=60).stdout.strip("\n")
+        out = self.remote.run(
+            ["sh", "-c", _ACQUIRE, "hostlock", self.path, self.owner, token], timeout=60
+        ).stdout.strip("\n")
         if out == "acquired":
             self.held = True
             return None

@@ -31,21 +31,31 @@ def prepare_host(host: Host, health: bool = False) -> tuple[rmt.Remote, rmt.Runn
         raise
 
 
-def prepare_hosts(hosts: list[Host], workloads: list[str], planner, quarantine: dict | None, memory,
-                  settings: Settings, name: str, echo, results_dir: Path) -> tuple:
+def prepare_hosts(
+    hosts: list[Host],
+    workloads: list[str],
+    planner,
+    quarantine: dict | None,
+    memory,
+    settings: Settings,
+    name: str,
+    echo,
+    results_dir: Path,
+) -> tuple:
     """Prepare every host (and read its health for the gate), apply the gate's quarantine and plan around it:
     (the prepared hosts, their topologies, the quarantine, the lines of what was planned around, the runs, each
     with its time limit from its estimate unless the settings give one)."""
     gated = gate.needed(hosts, memory, settings.health_valid_hours, echo)
     prepared = rmt.on_hosts(hosts, lambda h: prepare_host(h, h.name in gated))
     topologies = {n: got[2] for n, got in prepared.succeeded.items()}
-    quarantine = gate.apply(hosts, {n: got[3] for n, got in prepared.succeeded.items() if got[3]}, memory,
-                            quarantine, echo)
+    quarantine = gate.apply(
+        hosts, {n: got[3] for n, got in prepared.succeeded.items() if got[3]}, memory, quarantine, echo
+    )
     left, planned_topologies, held = plan_around(hosts, quarantine, topologies)
     for line in held:
         echo(f"sweep {name}: quarantine: {line}")
     runs = planner(left, workloads, topologies=planned_topologies)
-    if settings.timeout_s is None:   # each run's limit from its estimate (the probed GPUs name the device)
+    if settings.timeout_s is None:  # each run's limit from its estimate (the probed GPUs name the device)
         past = study.history(results_dir)
         for run in runs:
             run.limit_s = 60 * study.time_limit_minutes(run, study.unit_device(hosts, run, topologies), past)
@@ -57,8 +67,14 @@ def record_hosts(sweep: Sweep, hosts: list[Host], errors: dict, topologies: dict
     be prepared failed with the reason; saved."""
     for h in hosts:
         entry = sweep.hosts.setdefault(h.name, {})
-        entry.update(address=h.address, gpu_model=h.gpu_model, gpu_count=h.gpu_count, stack=h.stack,
-                     groups=list(h.groups), error=errors.get(h.name))
+        entry.update(
+            address=h.address,
+            gpu_model=h.gpu_model,
+            gpu_count=h.gpu_count,
+            stack=h.stack,
+            groups=list(h.groups),
+            error=errors.get(h.name),
+        )
         if h.name in topologies:
             entry.update(topology=topologies[h.name], runner=prepared[h.name][1].version)
         if (quarantine or {}).get(h.name):

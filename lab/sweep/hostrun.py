@@ -22,6 +22,7 @@ from lab.sweep.plan import PlannedRun
 
 # --------------------------------------------------------------------------- on a host
 
+
 def _default(name: str):
     return settings.default(f"sweep.{name}")
 
@@ -31,8 +32,8 @@ class Settings:
     """How a sweep treats its hosts: gpulab.sweep.*, each field's meaning, default and range declared in
     lab.core.settings (the README's settings table)."""
 
-    timeout_s: float | None = 3600.0   # a run's time limit (--max-minutes for the runner); None: per run
-                                       # from its estimate (lab.sweep.study.time_limit_minutes)
+    timeout_s: float | None = 3600.0  # a run's time limit (--max-minutes for the runner); None: per run
+    # from its estimate (lab.sweep.study.time_limit_minutes)
     kill_margin_s: float = _default("kill_margin_s")
     stop_grace_s: float = _default("stop_grace_s")
     poll_s: float = _default("poll_s")
@@ -66,35 +67,38 @@ class HostLayout:
 
 
 # $1 signal, $2 token: signal every process that carries the token; print their pids
-_SIGNAL_TAGGED = r'''
+_SIGNAL_TAGGED = r"""
 pids=$(grep -lzxF "GPULAB_RUN_TOKEN=$2" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3)
 [ -n "$pids" ] && kill -s "$1" $pids 2>/dev/null
 echo $pids
-'''
+"""
 
 
 # $1 run directory, $2 token, $3 lock dir, $4 runner pid ('' when not known: a run adopted on resume)
-_PROBE = r'''
+_PROBE = r"""
 [ -n "$3" ] && touch "$3/heartbeat" 2>/dev/null
 if [ -f "$1/SHA256SUMS" ]; then echo done
 elif [ -n "$4" ] && kill -0 "$4" 2>/dev/null; then echo running
 elif [ -z "$4" ] && [ -n "$2" ] && grep -qzxF "GPULAB_RUN_TOKEN=$2" /proc/[0-9]*/environ 2>/dev/null; then echo running
 elif [ -d "$1" ]; then echo gone
 else echo none; fi
-'''
+"""
 
 
 def run_state(remote: rmt.Remote, src: str, token: str | None, lock_dir: str = "", pid: str | None = None) -> str:
     """What a host says of a run: done (SHA256SUMS written), running, gone (left a partial folder) or none."""
-    out = remote.run(["sh", "-c", _PROBE, "gpulab-probe", src, token or "", lock_dir, pid or ""],
-                     timeout=60, check=False).stdout.strip()
+    out = remote.run(
+        ["sh", "-c", _PROBE, "gpulab-probe", src, token or "", lock_dir, pid or ""], timeout=60, check=False
+    ).stdout.strip()
     return out if out in ("done", "running", "gone", "none") else "gone"
 
 
 # the number of the last epoch the run's MLLOG started (runner: epoch_start with metadata epoch_num), from the
 # log's last 256 kB: read only, for the live table
-_EPOCH = ('f="$1/$2"; [ -f "$f" ] || exit 0; '
-          'tail -c 262144 "$f" | grep -o \'"epoch_num": *[0-9]*\' | tail -n 1 | grep -o \'[0-9]*$\'')
+_EPOCH = (
+    'f="$1/$2"; [ -f "$f" ] || exit 0; '
+    "tail -c 262144 \"$f\" | grep -o '\"epoch_num\": *[0-9]*' | tail -n 1 | grep -o '[0-9]*$'"
+)
 
 
 def last_epoch(remote: rmt.Remote, src: str) -> int | None:
@@ -151,8 +155,8 @@ def fetch_run(remote: rmt.Remote, src: str, dest: Path) -> list[str]:
     if tmp.is_symlink() or not paths.inside(tmp.parent, dest.parent):
         raise ConfigError(f"{tmp}: a symbolic link where the fetch puts its copy; not followed")
     shutil.rmtree(tmp, ignore_errors=True)
-    writes.folder(tmp, "fetched run")   # made component by component, never through a link
-    names = [n for n in remote.listdir(src) if paths.is_component(n)]   # the host's listing is input too
+    writes.folder(tmp, "fetched run")  # made component by component, never through a link
+    names = [n for n in remote.listdir(src) if paths.is_component(n)]  # the host's listing is input too
     if checksums.SUMS in names:
         remote.get(f"{src}/{checksums.SUMS}", tmp / checksums.SUMS)
         try:

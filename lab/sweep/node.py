@@ -30,8 +30,7 @@ class HostLost(Exception):
 class Node:
     """One host of a unit: its connection (re-opened when lost), runner, layout and lock."""
 
-    def __init__(self, host: Host, remote: rmt.Remote, install: rmt.RunnerInstall, settings: Settings,
-                 sweep_name: str):
+    def __init__(self, host: Host, remote: rmt.Remote, install: rmt.RunnerInstall, settings: Settings, sweep_name: str):
         self.host, self.remote, self.install, self.settings = host, remote, install, settings
         workdir = remote.expand(host.workdir.rstrip("/") or "/")
         self.layout = HostLayout(workdir, sweep_name)
@@ -73,31 +72,54 @@ def free_space(node: Node, min_free_mb: int) -> str | None:
     except (IndexError, ValueError):
         return None
     if free_mb < min_free_mb:
-        return (f"disk full: {free_mb} MB free in {base} on {node.host.name}, "
-                f"{min_free_mb} MB needed (gpulab.sweep.min_free_mb)")
+        return (
+            f"disk full: {free_mb} MB free in {base} on {node.host.name}, "
+            f"{min_free_mb} MB needed (gpulab.sweep.min_free_mb)"
+        )
     return None
 
 
-def runner_args(run: PlannedRun, node: Node, rank: int, nodes: list[Node], settings: Settings,
-                limit_s: float) -> list[str]:
+def runner_args(
+    run: PlannedRun, node: Node, rank: int, nodes: list[Node], settings: Settings, limit_s: float
+) -> list[str]:
     """`runner run`'s arguments for ``run`` on ``node``, rank ``rank`` of the unit's ``nodes``."""
-    args = ["run", run.workload, "--out", node.layout.run_dir(run), "--seed", str(run.seed),
-            "--mode", run.mode, "--scale", run.scale,
-            "--gpus", topo.gpus_arg(run.gpu_ids) if run.gpus > 0 and run.gpu_ids else (
-                str(run.gpus) if run.gpus > 0 else ("all" if run.gpus < 0 else "0")),
-            "--max-minutes", f"{limit_s / 60:.4f}",
-            "--cache-dir", f"{node.layout.workdir}/cache"]
+    args = [
+        "run",
+        run.workload,
+        "--out",
+        node.layout.run_dir(run),
+        "--seed",
+        str(run.seed),
+        "--mode",
+        run.mode,
+        "--scale",
+        run.scale,
+        "--gpus",
+        topo.gpus_arg(run.gpu_ids)
+        if run.gpus > 0 and run.gpu_ids
+        else (str(run.gpus) if run.gpus > 0 else ("all" if run.gpus < 0 else "0")),
+        "--max-minutes",
+        f"{limit_s / 60:.4f}",
+        "--cache-dir",
+        f"{node.layout.workdir}/cache",
+    ]
     if run.gpus == 0 and settings.compile_cpu:
         args.append("--compile")
     if run.max_epochs is not None and run.mode == "ttt":
         args += ["--max-epochs", str(run.max_epochs)]
-    args += recipe.set_args(run.settings)   # a recipe's settings (invoke sweep --recipe, invoke tune)
-    if preflight.needs_data(run):   # trains on the prepared dataset (`invoke datasets`)
+    args += recipe.set_args(run.settings)  # a recipe's settings (invoke sweep --recipe, invoke tune)
+    if preflight.needs_data(run):  # trains on the prepared dataset (`invoke datasets`)
         args += ["--data", preflight.data_root(node.layout.workdir)]
     if len(nodes) > 1:
         head = nodes[0].host
-        args += ["--nnodes", str(len(nodes)), "--node-rank", str(rank),
-                 "--rdzv-endpoint", f"{head.address}:{settings.rdzv_port}"]
+        args += [
+            "--nnodes",
+            str(len(nodes)),
+            "--node-rank",
+            str(rank),
+            "--rdzv-endpoint",
+            f"{head.address}:{settings.rdzv_port}",
+        ]
     return args
 
 
@@ -107,10 +129,28 @@ def launch(run: PlannedRun, node: Node, args: list[str]) -> str:
     src, log, base = node.layout.run_dir(run), node.layout.launch_log(run), node.layout.base
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     argv = ["setsid", "nohup", "env", f"{TOKEN_VAR}={run.token}", *node.install.argv(*args)]
-    command = rmt.cmd(["mkdir", "-p", base], "&&",
-                      "{ if", ["test", "-e", src], ";", "then", ["mv", src, f"{src}.attempt-{stamp}"], "; fi; }",
-                      "&&", ["rm", "-f", log], "|| exit 1;",
-                      argv, ">", shlex.quote(log), "2>&1", "<", "/dev/null", "&", "echo", "$!")
+    command = rmt.cmd(
+        ["mkdir", "-p", base],
+        "&&",
+        "{ if",
+        ["test", "-e", src],
+        ";",
+        "then",
+        ["mv", src, f"{src}.attempt-{stamp}"],
+        "; fi; }",
+        "&&",
+        ["rm", "-f", log],
+        "|| exit 1;",
+        argv,
+        ">",
+        shlex.quote(log),
+        "2>&1",
+        "<",
+        "/dev/null",
+        "&",
+        "echo",
+        "$!",
+    )
     out = node.call(lambda r: r.run(command, timeout=60))
     pid = out.stdout.strip()
     if not pid.isdigit():
@@ -126,7 +166,12 @@ def fetch_run(run: PlannedRun, node: Node, dest: Path, retries: int) -> list[str
     if p and checksums.SUMS in p[0] and not (dest / checksums.SUMS).exists():
         log = node.layout.launch_log(run)
         tail = node.call(lambda r: r.run(["tail", "-n", "5", log], check=False, timeout=60)).stdout
-        node.call(lambda r: r.get(log, dest.with_name(f"{run.run_id}.launch.log")) if r.run(
-            ["test", "-f", log], check=False, timeout=60).ok else None)
+        node.call(
+            lambda r: (
+                r.get(log, dest.with_name(f"{run.run_id}.launch.log"))
+                if r.run(["test", "-f", log], check=False, timeout=60).ok
+                else None
+            )
+        )
         p = [f"no complete run directory (runner: {last_line(tail) or 'no output'})"]
     return p

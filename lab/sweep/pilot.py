@@ -50,8 +50,9 @@ def key_of(run, host, cpu: bool = False) -> Key | None:
     (a CPU run, unless ``cpu``: gpulab.sweep.compile_cpu)."""
     if run.gpus == 0 and not cpu:
         return None
-    return Key(str(host.stack), str(host.gpu_model), run.workload, run.scale, run.mode, int(run.gpus),
-               max(1, len(run.nodes)))
+    return Key(
+        str(host.stack), str(host.gpu_model), run.workload, run.scale, run.mode, int(run.gpus), max(1, len(run.nodes))
+    )
 
 
 @dataclass
@@ -67,10 +68,10 @@ class Group:
 
 @dataclass(frozen=True)
 class Pick:
-    index: int | None          # the run to start (its index in the unit's pending list), None: wait
-    role: str = ""             # pilot | warm (artifacts ready) | cold (released) | plain (no group)
+    index: int | None  # the run to start (its index in the unit's pending list), None: wait
+    role: str = ""  # pilot | warm (artifacts ready) | cold (released) | plain (no group)
     wake: float | None = None  # waiting: the time a pilot's wait ends at the latest
-    waiting_on: tuple = ()     # waiting: (group key, pilot unit) pairs
+    waiting_on: tuple = ()  # waiting: (group key, pilot unit) pairs
 
 
 def _state(g: Group | None, now: float, wait_s: float) -> str:
@@ -156,6 +157,7 @@ def ended(groups: dict, unit: str, key, why: str) -> None:
 
 # --------------------------------------------------------------------------- the sweep's threads
 
+
 class Pilots:
     """The compile groups of one sweep, shared by its unit threads."""
 
@@ -204,10 +206,14 @@ class Pilots:
             self.cv.notify_all()
 
 
-CHECK_S = 5.0   # while a unit pilots a group, how often the controller looks for its artifacts on the host
-NOTE = {"pilot": " (pilot: compiles it for the hosts of its GPU model and stack)",
-        "warm": " (the pilot's compiled artifacts)", "cold": " (compiles for itself: no artifacts from its pilot)",
-        "plain": "", "": ""}
+CHECK_S = 5.0  # while a unit pilots a group, how often the controller looks for its artifacts on the host
+NOTE = {
+    "pilot": " (pilot: compiles it for the hosts of its GPU model and stack)",
+    "warm": " (the pilot's compiled artifacts)",
+    "cold": " (compiles for itself: no artifacts from its pilot)",
+    "plain": "",
+    "": "",
+}
 
 
 class Seat:
@@ -217,13 +223,15 @@ class Seat:
     def __init__(self, pilots: Pilots, unit: str, host, sweep_root: Path, pull, status):
         self.pilots, self.unit, self.host, self.root = pilots, unit, host, Path(sweep_root)
         self.pull, self.status = pull, status
-        self.piloting = None      # the group whose first run this unit runs now
+        self.piloting = None  # the group whose first run this unit runs now
 
     def next(self, left: list, stop: threading.Event) -> tuple:
         """(the run to start next, its role); (None, "") when stopped or nothing is left."""
         if not left:
             return None, ""
-        keys = [None if r.token else key_of(r, self.host, self.pilots.cpu) for r in left]   # a run to adopt compiles nothing here
+        keys = [
+            None if r.token else key_of(r, self.host, self.pilots.cpu) for r in left
+        ]  # a run to adopt compiles nothing here
 
         def waiting(p: Pick) -> None:
             on = "; ".join(f"{k.label()} from {u}" for k, u in p.waiting_on)
@@ -266,11 +274,12 @@ def for_sweep(sweep_root: Path, runs: list, hosts: dict, settings) -> Pilots:
 
 # --------------------------------------------------------------------------- replay (the plan, tests)
 
+
 @dataclass
 class Replay:
-    order: list = field(default_factory=list)    # (time, unit, index in the unit's list, role)
-    pilots: dict = field(default_factory=dict)   # group key -> the unit that piloted it
-    idle: list = field(default_factory=list)     # (time, unit, the keys it waited on)
+    order: list = field(default_factory=list)  # (time, unit, index in the unit's list, role)
+    pilots: dict = field(default_factory=dict)  # group key -> the unit that piloted it
+    idle: list = field(default_factory=list)  # (time, unit, the keys it waited on)
 
 
 def simulate(units: dict, wait_s: float, duration=None, fails=frozenset(), ready=()) -> Replay:
@@ -280,7 +289,7 @@ def simulate(units: dict, wait_s: float, duration=None, fails=frozenset(), ready
     duration = duration or (lambda u, i: 1.0)
     groups: dict = {k: Group(state="ready") for k in ready}
     pending = {u: list(range(len(ks))) for u, ks in units.items()}
-    busy: dict = {}      # unit -> (end time, index, role)
+    busy: dict = {}  # unit -> (end time, index, role)
     out = Replay()
     now = 0.0
     for _ in range(10 * sum(len(v) for v in units.values()) + 10):
@@ -314,7 +323,7 @@ def simulate(units: dict, wait_s: float, duration=None, fails=frozenset(), ready
         times = [b[0] for b in busy.values()]
         times += [g.since + wait_s for g in groups.values() if g.state == "piloting" and g.since + wait_s > now]
         now = min(times) if times else now
-    raise RuntimeError("simulate: the units did not finish")   # pick's rule never leaves a unit stuck
+    raise RuntimeError("simulate: the units did not finish")  # pick's rule never leaves a unit stuck
 
 
 def describe(runs: list, hosts: dict, wait_s: float, cpu: bool = False) -> list[str]:
@@ -330,10 +339,13 @@ def describe(runs: list, hosts: dict, wait_s: float, cpu: bool = False) -> list[
         for k in set(ks) - {None}:
             shared.setdefault(k, set()).add(u)
     replay = simulate(units, wait_s)
-    lines = [f"compile once, then fan out: {len(shared)} compile group(s); the first host to start a group "
-             f"pilots it, the others load its artifacts (wait at most {wait_s:g} s, gpulab.sweep.pilot_wait_s)"]
+    lines = [
+        f"compile once, then fan out: {len(shared)} compile group(s); the first host to start a group "
+        f"pilots it, the others load its artifacts (wait at most {wait_s:g} s, gpulab.sweep.pilot_wait_s)"
+    ]
     for k in sorted(shared):
         others = sorted(shared[k] - {replay.pilots.get(k)})
-        lines.append(f"  {k.label()}: pilot {replay.pilots.get(k, '?')}"
-                     + (f", then {', '.join(others)}" if others else ""))
+        lines.append(
+            f"  {k.label()}: pilot {replay.pilots.get(k, '?')}" + (f", then {', '.join(others)}" if others else "")
+        )
     return lines

@@ -33,27 +33,28 @@ def utcnow() -> str:
 
 # --------------------------------------------------------------------------- the plan
 
+
 @dataclass
 class PlannedRun:
-    host: str                 # the host (node 0 of a multi-node run)
+    host: str  # the host (node 0 of a multi-node run)
     workload: str
-    gpus: int                 # GPUs per node; 0 = CPU; -1 = all of a host whose count is not known yet
+    gpus: int  # GPUs per node; 0 = CPU; -1 = all of a host whose count is not known yet
     seed: int
     mode: str = "ttt"
     scale: str = "tiny"
-    state: RunState = RunState.PLANNED   # lab.core.fields.RunState: its value in sweep.json
+    state: RunState = RunState.PLANNED  # lab.core.fields.RunState: its value in sweep.json
     outcome: str | None = None  # the runner's outcome once fetched
     reason: str = ""
     started: str | None = None
     ended: str | None = None
-    nodes: list[str] = field(default_factory=list)    # multi-node: every host, node 0 first
+    nodes: list[str] = field(default_factory=list)  # multi-node: every host, node 0 first
     gpu_ids: list[int] = field(default_factory=list)  # the GPUs chosen from the topology (per node)
     attempts: int = 0
     token: str | None = None
-    limit_s: float | None = None   # this run's time limit; None: Settings.timeout_s
-    settings: dict = field(default_factory=dict)   # a recipe's settings: `runner run --set` (lab.sweep.recipe)
+    limit_s: float | None = None  # this run's time limit; None: Settings.timeout_s
+    settings: dict = field(default_factory=dict)  # a recipe's settings: `runner run --set` (lab.sweep.recipe)
     max_epochs: int | None = None  # ttt: the run's own epoch limit (`runner run --max-epochs`); None: the scale's
-    slurm_job: str | None = None   # the Slurm backend: "<array job id>_<task id>" (lab.sweep.slurmworker)
+    slurm_job: str | None = None  # the Slurm backend: "<array job id>_<task id>" (lab.sweep.slurmworker)
 
     @property
     def run_id(self) -> str:
@@ -78,7 +79,7 @@ class PlannedRun:
 def parse_list(value: str | Iterable[str] | None, what: str) -> list[str]:
     if value is None:
         return []
-    if isinstance(value, int) and not isinstance(value, bool):   # `gpus: 2` in a YAML file
+    if isinstance(value, int) and not isinstance(value, bool):  # `gpus: 2` in a YAML file
         value = str(value)
     if not isinstance(value, (str, list, tuple)):
         raise ConfigError(f"--{what}: {value!r} is not a comma list")
@@ -89,7 +90,7 @@ def parse_list(value: str | Iterable[str] | None, what: str) -> list[str]:
     return items
 
 
-FROM_INVENTORY = "from_inventory"   # a topology plan_around made of the inventory's GPU count, not a probe
+FROM_INVENTORY = "from_inventory"  # a topology plan_around made of the inventory's GPU count, not a probe
 
 
 def host_gpu_count(host: Host, topology: dict | None = None) -> int | None:
@@ -134,8 +135,10 @@ def seed_count(seeds, workload: str, rules=None, mode: str = "ttt") -> int:
         rules = rules or Rules()
         bench = rules.benchmark(workload)
         if bench is None:
-            raise ConfigError(f"--seeds {word}: workload {workload!r} is no MLPerf benchmark of "
-                              f"lab/data/benchmarks.yml; give a number of seeds")
+            raise ConfigError(
+                f"--seeds {word}: workload {workload!r} is no MLPerf benchmark of "
+                f"lab/data/benchmarks.yml; give a number of seeds"
+            )
         return rules.benchmarks[bench].runs_required
     try:
         n = int(seeds)
@@ -156,15 +159,18 @@ def units_of(hosts: list[Host], nodes: int) -> list[list[Host]]:
     if nodes == 1:
         return [[h] for h in hosts]
     if len(hosts) % nodes:
-        raise ConfigError(f"--nodes {nodes}: {len(hosts)} hosts selected ({', '.join(h.name for h in hosts)}), "
-                          f"not a multiple of {nodes}")
+        raise ConfigError(
+            f"--nodes {nodes}: {len(hosts)} hosts selected ({', '.join(h.name for h in hosts)}), "
+            f"not a multiple of {nodes}"
+        )
     if any(h.is_local for h in hosts):
         raise ConfigError(f"--nodes {nodes}: a multi-node run needs SSH hosts, not local ones")
-    return [hosts[i:i + nodes] for i in range(0, len(hosts), nodes)]
+    return [hosts[i : i + nodes] for i in range(0, len(hosts), nodes)]
 
 
-def plan_around(hosts: list[Host], quarantine: dict[str, dict] | None,
-                topologies: dict[str, dict] | None = None) -> tuple[list[Host], dict[str, dict], list[str]]:
+def plan_around(
+    hosts: list[Host], quarantine: dict[str, dict] | None, topologies: dict[str, dict] | None = None
+) -> tuple[list[Host], dict[str, dict], list[str]]:
     """Hosts and GPU sets left once quarantined parts are taken out (lab.history.quarantine.for_sweep's data).
 
     A host quarantined whole, or with every GPU quarantined, is left out; a host with some GPUs
@@ -188,8 +194,11 @@ def plan_around(hosts: list[Host], quarantine: dict[str, dict] | None,
         if doc is not None:
             gpus = [g for g in doc.get("gpus", []) if g.get("index") not in out]
         elif count is not None:
-            gpus = [asdict(topo.Gpu(index=i, bus_id=None, numa=None, root=None, name=None))
-                    for i in range(count) if i not in out]
+            gpus = [
+                asdict(topo.Gpu(index=i, bus_id=None, numa=None, root=None, name=None))
+                for i in range(count)
+                if i not in out
+            ]
         else:
             lines.append(f"{h.name}: GPU(s) {_ids(out)} quarantined ({q['reason']}): left out once probed")
             left.append(h)
@@ -198,8 +207,10 @@ def plan_around(hosts: list[Host], quarantine: dict[str, dict] | None,
             lines.append(f"{h.name}: skipped: every GPU quarantined ({q['reason']})")
             continue
         topologies[h.name] = dict(doc or {FROM_INVENTORY: True}, gpu_count=len(gpus), gpus=gpus)
-        lines.append(f"{h.name}: GPU(s) {_ids(out)} quarantined ({q['reason']}): runs use GPU(s) "
-                     f"{_ids(g['index'] for g in gpus)}")
+        lines.append(
+            f"{h.name}: GPU(s) {_ids(out)} quarantined ({q['reason']}): runs use GPU(s) "
+            f"{_ids(g['index'] for g in gpus)}"
+        )
         left.append(h)
     return left, topologies, lines
 
@@ -208,10 +219,20 @@ def _ids(indices) -> str:
     return ",".join(str(i) for i in sorted(indices)) or "none"
 
 
-def plan(hosts: list[Host], workloads: list[str], gpus: str | None, seeds, mode: str = "ttt",
-         scale: str = "tiny", *, nodes: int = 1, topologies: dict[str, dict] | None = None,
-         recipes: dict[str, dict] | None = None, spread: bool = False,
-         max_epochs: int | None = None) -> list[PlannedRun]:
+def plan(
+    hosts: list[Host],
+    workloads: list[str],
+    gpus: str | None,
+    seeds,
+    mode: str = "ttt",
+    scale: str = "tiny",
+    *,
+    nodes: int = 1,
+    topologies: dict[str, dict] | None = None,
+    recipes: dict[str, dict] | None = None,
+    spread: bool = False,
+    max_epochs: int | None = None,
+) -> list[PlannedRun]:
     """Every unit x workload x GPU count x seed (seeds are 1..K); GPU subsets from the topologies.
 
     ``recipes``: workload -> a recipe's settings for its runs; ``spread``: each workload x GPU count x seed
@@ -226,7 +247,7 @@ def plan(hosts: list[Host], workloads: list[str], gpus: str | None, seeds, mode:
     workloads = study.expand_workloads(workloads)
     for w in workloads:
         fields.workload(w)
-    rules = None   # 'mlperf' and 'auto' read lab/data's rules: once for every workload
+    rules = None  # 'mlperf' and 'auto' read lab/data's rules: once for every workload
     if isinstance(seeds, str) and seeds.strip().lower() in ("mlperf", "auto"):
         from lab.core.mlperf import Rules
 
@@ -236,7 +257,7 @@ def plan(hosts: list[Host], workloads: list[str], gpus: str | None, seeds, mode:
     topologies = topologies or {}
     units = units_of(hosts, nodes)
     per_unit = []
-    for unit in units:   # the plan's size is known before a run of it is built
+    for unit in units:  # the plan's size is known before a run of it is built
         per_node = [parse_gpu_counts(gpus, h, topologies.get(h.name)) for h in unit]
         per_unit.append([n for n in per_node[0] if all(n in other for other in per_node[1:])])
     limits.plan_size(sum(len(c) * sum(counts.values()) for c in per_unit))
@@ -248,9 +269,17 @@ def plan(hosts: list[Host], workloads: list[str], gpus: str | None, seeds, mode:
                 for s in range(1, counts[w] + 1):
                     if spread and (s - 1) % len(units) != u:
                         continue
-                    run = PlannedRun(head.name, w, n, s, mode, scale,
-                                     nodes=[h.name for h in unit] if len(unit) > 1 else [],
-                                     settings=dict((recipes or {}).get(w) or {}), max_epochs=max_epochs)
+                    run = PlannedRun(
+                        head.name,
+                        w,
+                        n,
+                        s,
+                        mode,
+                        scale,
+                        nodes=[h.name for h in unit] if len(unit) > 1 else [],
+                        settings=dict((recipes or {}).get(w) or {}),
+                        max_epochs=max_epochs,
+                    )
                     topo_doc = topologies.get(head.name)
                     if n > 0 and topo_doc is not None:
                         try:

@@ -35,20 +35,32 @@ MARK = "@@gpulab-dataset"
 
 # $1 the data root (a leading ~ is the login's home), then dataset names: print each manifest
 # after a marker line, or say it is absent. Reads only.
-PROBE = r'''
+PROBE = (
+    r"""
 root=$1; shift
 case $root in "~") root=$HOME;; "~/"*) root=$HOME/${root#??};; esac
 for ds in "$@"; do
-  f=$root/$ds/''' + MANIFEST + r'''
+  f=$root/$ds/"""
+    + MANIFEST
+    + r'''
   if [ -f "$f" ] && [ -r "$f" ]; then
-    echo "''' + MARK + r''' $ds present"
-    head -c ''' + str(MANIFEST_MAX_BYTES) + r''' "$f"; echo
+    echo "'''
+    + MARK
+    + r""" $ds present"
+    head -c """
+    + str(MANIFEST_MAX_BYTES)
+    + r''' "$f"; echo
   else
-    echo "''' + MARK + r''' $ds absent"
+    echo "'''
+    + MARK
+    + r''' $ds absent"
   fi
 done
-echo "''' + MARK + r''' end"
-'''
+echo "'''
+    + MARK
+    + r""" end"
+"""
+)
 
 
 def needs_data(run) -> bool:
@@ -67,10 +79,10 @@ class HostData:
 
     host: str
     root: str
-    needed: dict[str, list[str]]                        # catalogue entry -> workloads that read it
+    needed: dict[str, list[str]]  # catalogue entry -> workloads that read it
     ready: list[str] = field(default_factory=list)
-    problems: dict[str, str] = field(default_factory=dict)   # entry -> why it cannot be used
-    error: str | None = None                            # the host could not be checked
+    problems: dict[str, str] = field(default_factory=dict)  # entry -> why it cannot be used
+    error: str | None = None  # the host could not be checked
 
     @property
     def ok(self) -> bool:
@@ -83,7 +95,8 @@ class HostData:
         if not self.problems:
             return [f"data in {self.root}: ready ({', '.join(self.ready)})"]
         return [f"data in {self.root}: {len(self.ready)} of {len(self.needed)} ready"] + [
-            f"  {d} ({', '.join(self.needed[d])}): {why}" for d, why in self.problems.items()]
+            f"  {d} ({', '.join(self.needed[d])}): {why}" for d, why in self.problems.items()
+        ]
 
 
 def needed(runs, catalogue: Catalogue) -> dict[str, dict[str, list[str]]]:
@@ -98,7 +111,7 @@ def needed(runs, catalogue: Catalogue) -> dict[str, dict[str, list[str]]]:
                 ws = out[h].setdefault(name, [])
                 if r.workload not in ws:
                     ws.append(r.workload)
-    return dict(out)   # entries in the order of the plan's workloads
+    return dict(out)  # entries in the order of the plan's workloads
 
 
 def judge(catalogue: Catalogue, name: str, text: str | None) -> str | None:
@@ -106,7 +119,7 @@ def judge(catalogue: Catalogue, name: str, text: str | None) -> str | None:
     if text is None:
         return "not prepared"
     try:
-        doc = plaindata.loads(text)   # a host's manifest: depth and integers bounded
+        doc = plaindata.loads(text)  # a host's manifest: depth and integers bounded
     except ValueError:
         return f"unreadable {MANIFEST}"
     if not isinstance(doc, dict) or doc.get("kind") != "gpulab-dataset" or doc.get("dataset") != name:
@@ -114,8 +127,10 @@ def judge(catalogue: Catalogue, name: str, text: str | None) -> str | None:
     if name not in catalogue.datasets:
         return f"{name} is not in the catalogue {catalogue.path}"
     if doc.get("spec_sha256") != catalogue.spec_digest(name):
-        return (f"prepared from catalogue {doc.get('catalogue_version')!r}, not from the entry of catalogue "
-                f"{catalogue.version!r} (prepare it again)")
+        return (
+            f"prepared from catalogue {doc.get('catalogue_version')!r}, not from the entry of catalogue "
+            f"{catalogue.version!r} (prepare it again)"
+        )
     return None
 
 
@@ -171,11 +186,15 @@ def gather(hosts, runs, catalogue: Catalogue | str | None = None) -> dict[str, H
     todo = [h for h in hosts if need.get(h.name)]
     if not todo:
         return {}
-    refuse_examples(todo)   # the example lab: one line, nothing contacted
+    refuse_examples(todo)  # the example lab: one line, nothing contacted
     got = rmt.on_hosts(todo, lambda h: probe_host(h, need[h.name], cat))
     failed = got.reasons()
-    return {h.name: got.succeeded[h.name] if h.name in got.succeeded
-            else HostData(h.name, data_root(h.workdir), need[h.name], error=failed[h.name]) for h in todo}
+    return {
+        h.name: got.succeeded[h.name]
+        if h.name in got.succeeded
+        else HostData(h.name, data_root(h.workdir), need[h.name], error=failed[h.name])
+        for h in todo
+    }
 
 
 def refusal(results: dict[str, HostData]) -> str | None:
@@ -184,9 +203,14 @@ def refusal(results: dict[str, HostData]) -> str | None:
     if not bad:
         return None
     per_host = "; ".join(
-        f"{r.host}: " + ", ".join(f"{d} ({', '.join(r.needed[d])}) {why}" for d, why in r.problems.items())
-        + f" in {r.root}" for r in bad)
+        f"{r.host}: "
+        + ", ".join(f"{d} ({', '.join(r.needed[d])}) {why}" for d, why in r.problems.items())
+        + f" in {r.root}"
+        for r in bad
+    )
     workloads = list(dict.fromkeys(w for r in bad for d in r.problems for w in r.needed[d]))
-    return advice.carry(f"prepared data missing for full-scale time-to-train runs: {per_host}; prepare it with "
-                        f"`invoke datasets --host {','.join(r.host for r in bad)} --names {','.join(workloads)}` "
-                        f"(nothing was started)")
+    return advice.carry(
+        f"prepared data missing for full-scale time-to-train runs: {per_host}; prepare it with "
+        f"`invoke datasets --host {','.join(r.host for r in bad)} --names {','.join(workloads)}` "
+        f"(nothing was started)"
+    )

@@ -17,8 +17,13 @@ from rich.table import Table
 from rich.text import Text
 
 # the state and outcome words in colour (rich leaves colour out off a terminal and under NO_COLOR)
-STYLES = {"complete": "green", "success": "green", "target_missed": "yellow", "failed": "bold red",
-          "interrupted": "yellow"}
+STYLES = {
+    "complete": "green",
+    "success": "green",
+    "target_missed": "yellow",
+    "failed": "bold red",
+    "interrupted": "yellow",
+}
 
 
 class Progress:
@@ -28,17 +33,19 @@ class Progress:
         self.stream = stream or sys.stdout
         self.console = Console(file=self.stream, highlight=False, soft_wrap=True)
         self.live_mode = self.console.is_terminal if live is None else live
-        self.rows = {u: {"i": 0, "n": n, "run": "", "doing": "waiting", "since": None, "epoch": None}
-                     for u, n in units.items()}
-        self.estimates: dict[str, float] = {}   # run id -> its estimated seconds (lab.sweep.study.estimate)
+        self.rows = {
+            u: {"i": 0, "n": n, "run": "", "doing": "waiting", "since": None, "epoch": None} for u, n in units.items()
+        }
+        self.estimates: dict[str, float] = {}  # run id -> its estimated seconds (lab.sweep.study.estimate)
         self._lock = threading.Lock()
         self._live: Live | None = None
 
     # -- lifecycle ---------------------------------------------------------
     def __enter__(self):
         if self.live_mode:
-            self._live = Live(self._table(), console=self.console, refresh_per_second=4,
-                              get_renderable=self._table, transient=False)
+            self._live = Live(
+                self._table(), console=self.console, refresh_per_second=4, get_renderable=self._table, transient=False
+            )
             self._live.__enter__()
         return self
 
@@ -60,8 +67,10 @@ class Progress:
             self.rows[unit].update(i=i, n=n, run=run_id, doing="running", since=time.monotonic(), epoch=None)
         if self._live is None:
             est = self.estimates.get(run_id)
-            self.print(f"  [{unit}] {i}/{n} {run_id} started{where}"
-                       + (f" (estimate {_duration(est)})" if est is not None else ""))
+            self.print(
+                f"  [{unit}] {i}/{n} {run_id} started{where}"
+                + (f" (estimate {_duration(est)})" if est is not None else "")
+            )
 
     def status(self, unit: str, doing: str) -> None:
         with self._lock:
@@ -73,7 +82,9 @@ class Progress:
         with self._lock:
             self.rows[unit].update(doing="idle", since=None)
         if self._live is None:
-            detail = run.state + (f" ({run.outcome})" if run.outcome else "") + (f": {run.reason}" if run.reason else "")
+            detail = (
+                run.state + (f" ({run.outcome})" if run.outcome else "") + (f": {run.reason}" if run.reason else "")
+            )
             self.print(f"  [{unit}] {run.run_id} {detail}")
 
     def epoch(self, unit: str, epoch: int | None) -> None:
@@ -95,11 +106,27 @@ class Progress:
                 running = r["since"] is not None
                 el = now - r["since"] if running else None
                 est = self.estimates.get(r["run"]) if running else None
-                eta = "" if not running else ("no estimate" if est is None else
-                                              f"{_duration(est - el)} left" if est > el else "past its estimate")
+                eta = (
+                    ""
+                    if not running
+                    else (
+                        "no estimate"
+                        if est is None
+                        else f"{_duration(est - el)} left"
+                        if est > el
+                        else "past its estimate"
+                    )
+                )
                 epoch = "" if not running else ("-" if r["epoch"] is None else str(r["epoch"]))
-                t.add_row(unit, r["run"] or "-", f"{r['i']} of {r['n']}", r["doing"], epoch,
-                          _duration(el) if el is not None else "", eta)
+                t.add_row(
+                    unit,
+                    r["run"] or "-",
+                    f"{r['i']} of {r['n']}",
+                    r["doing"],
+                    epoch,
+                    _duration(el) if el is not None else "",
+                    eta,
+                )
         return t
 
 
@@ -120,7 +147,12 @@ def final_table(runs, console: Console | None = None) -> None:
         t.add_column(col, overflow="fold")
     for r in runs:
         where = ",".join(r.nodes) if r.nodes else r.host
-        t.add_row(where, r.run_id, Text(r.state, style=STYLES.get(r.state, "")),
-                  Text(r.outcome or "", style=STYLES.get(r.outcome or "", "")), ",".join(map(str, r.gpu_ids)) or "cpu",
-                  r.reason or "")
+        t.add_row(
+            where,
+            r.run_id,
+            Text(r.state, style=STYLES.get(r.state, "")),
+            Text(r.outcome or "", style=STYLES.get(r.outcome or "", "")),
+            ",".join(map(str, r.gpu_ids)) or "cpu",
+            r.reason or "",
+        )
     console.print(t)

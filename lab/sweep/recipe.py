@@ -31,7 +31,7 @@ from lab.sweep import workloads as catalogue
 
 SCHEMA = "gpulab-recipe/1"
 KEY_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-NOT_SETTABLE = ("target", "data", "pretrained", "max_epochs")   # the runner refuses them too (runner.runplan)
+NOT_SETTABLE = ("target", "data", "pretrained", "max_epochs")  # the runner refuses them too (runner.runplan)
 MAX_SETTINGS = 64
 
 
@@ -91,8 +91,13 @@ class Recipe:
     path: str | None = None
 
     def to_doc(self) -> dict:
-        return {"schema": SCHEMA, "workload": self.workload, "scale": self.scale, "settings": dict(self.settings),
-                "provenance": dict(self.provenance)}
+        return {
+            "schema": SCHEMA,
+            "workload": self.workload,
+            "scale": self.scale,
+            "settings": dict(self.settings),
+            "provenance": dict(self.provenance),
+        }
 
 
 def load(path: str | Path) -> Recipe:
@@ -107,8 +112,9 @@ def write(path: str | Path, recipe: Recipe) -> Path:
     """Write a recipe file (a new file renamed into place, never through a link)."""
     doc = recipe.to_doc()
     schema.conform(doc, "recipe", str(path))
-    return writes.write_text(path, "# gpulab recipe: invoke sweep --recipe THIS_FILE\n"
-                             + yaml.safe_dump(doc, sort_keys=False), "recipe")
+    return writes.write_text(
+        path, "# gpulab recipe: invoke sweep --recipe THIS_FILE\n" + yaml.safe_dump(doc, sort_keys=False), "recipe"
+    )
 
 
 def for_runs(recipe: Recipe | None, workloads: list[str], scale: str) -> dict:
@@ -116,9 +122,11 @@ def for_runs(recipe: Recipe | None, workloads: list[str], scale: str) -> dict:
     if recipe is None:
         return {}
     if recipe.workload not in workloads:
-        raise ConfigError(f"--recipe {recipe.path}: a recipe of {recipe.workload}, but the sweep runs "
-                          f"{', '.join(workloads)}")
+        raise ConfigError(
+            f"--recipe {recipe.path}: a recipe of {recipe.workload}, but the sweep runs {', '.join(workloads)}"
+        )
     if recipe.scale != scale:
-        raise ConfigError(f"--recipe {recipe.path}: a recipe of the {recipe.scale} scale, but the sweep runs "
-                          f"--scale {scale}")
+        raise ConfigError(
+            f"--recipe {recipe.path}: a recipe of the {recipe.scale} scale, but the sweep runs --scale {scale}"
+        )
     return {recipe.workload: dict(recipe.settings)}

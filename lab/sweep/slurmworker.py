@@ -48,21 +48,20 @@ from lab.sweep.node import Node
 from lab.sweep.unitworker import UnitWorker
 from lab.core.fields import RunState
 
-ENDED_BY_SLURM = ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "CANCELLED", "OUT_OF_MEMORY", "DEADLINE", "BOOT_FAIL",
-                  "REVOKED")
+ENDED_BY_SLURM = ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "CANCELLED", "OUT_OF_MEMORY", "DEADLINE", "BOOT_FAIL", "REVOKED")
 
 
 @dataclass
 class SlurmSettings:
     """gpulab.slurm.*: where and how a sweep's jobs are submitted."""
 
-    partition: str = declared_default("slurm.partition")   # each one declared in lab.core.settings
+    partition: str = declared_default("slurm.partition")  # each one declared in lab.core.settings
     account: str = declared_default("slurm.account")
     qos: str = declared_default("slurm.qos")
     constraint: str = declared_default("slurm.constraint")
-    time_limit_minutes: float | None = None   # None (auto): each array's longest run limit plus the kill margin
-    max_running: int = declared_default("slurm.max_running")   # the array's %K: tasks of one unit at once
-    poll_s: float = declared_default("slurm.poll_s")            # seconds between two looks at the queue
+    time_limit_minutes: float | None = None  # None (auto): each array's longest run limit plus the kill margin
+    max_running: int = declared_default("slurm.max_running")  # the array's %K: tasks of one unit at once
+    poll_s: float = declared_default("slurm.poll_s")  # seconds between two looks at the queue
 
 
 def node_name(node: Node) -> str:
@@ -73,12 +72,23 @@ def node_name(node: Node) -> str:
 class SlurmUnitWorker(UnitWorker):
     """A unit's runs as Slurm array jobs (see the module docstring); the same callable as UnitWorker."""
 
-    def __init__(self, sweep, nodes, runs, settings, progress, stop, pilots: pilot.Pilots | None = None, memory=None,
-                 held=None, slurm_settings: SlurmSettings | None = None):
+    def __init__(
+        self,
+        sweep,
+        nodes,
+        runs,
+        settings,
+        progress,
+        stop,
+        pilots: pilot.Pilots | None = None,
+        memory=None,
+        held=None,
+        slurm_settings: SlurmSettings | None = None,
+    ):
         super().__init__(sweep, nodes, runs, settings, progress, stop, None, memory, held)
-        self.pilots = pilots     # compile once, then fan out: claimed in batches (lab.sweep.pilot.claim)
+        self.pilots = pilots  # compile once, then fan out: claimed in batches (lab.sweep.pilot.claim)
         self.piloting: dict = {}  # compile group -> the run of this unit that compiles it for the others
-        self._told: tuple = ()    # the pilots this unit last said it waits for
+        self._told: tuple = ()  # the pilots this unit last said it waits for
         self.ss = slurm_settings or SlurmSettings()
         self.jobs: set[str] = set()
 
@@ -120,11 +130,13 @@ class SlurmUnitWorker(UnitWorker):
             task = known.get(self._job_of(run))
             head = self.nodes[0]
             on_host = head.call(lambda r: run_state(r, head.layout.run_dir(run), run.token))
-            if (task is not None and not task.finished) or on_host == "done":   # else: it failed or never ran
+            if (task is not None and not task.finished) or on_host == "done":  # else: it failed or never ran
                 self.jobs.add(self._job_of(run)[0])
                 run.state, run.ended = RunState.RUNNING, None
-                self.progress.print(f"  [{self.unit}] {run.run_id}: Slurm task {run.slurm_job} of this sweep "
-                                    f"({task.state if task else 'finished'}): adopted on resume")
+                self.progress.print(
+                    f"  [{self.unit}] {run.run_id}: Slurm task {run.slurm_job} of this sweep "
+                    f"({task.state if task else 'finished'}): adopted on resume"
+                )
                 out.append(run)
         self.sweep.save()
         return out
@@ -132,43 +144,61 @@ class SlurmUnitWorker(UnitWorker):
     # -- submitting -------------------------------------------------------------
     def _args(self, run: PlannedRun, node: Node, rank: int) -> list[str]:
         args = super()._args(run, node, 0)
-        if run.gpus > 0:   # Slurm gives the job its GPUs (CUDA_VISIBLE_DEVICES): the runner takes the count
+        if run.gpus > 0:  # Slurm gives the job its GPUs (CUDA_VISIBLE_DEVICES): the runner takes the count
             args[args.index("--gpus") + 1] = str(run.gpus)
-        if len(self.nodes) > 1:   # the rendezvous from Slurm's allocation, filled in by the task's shell
+        if len(self.nodes) > 1:  # the rendezvous from Slurm's allocation, filled in by the task's shell
             i = args.index("--nnodes")
-            del args[i:i + 6]
+            del args[i : i + 6]
         return args
 
     def _script(self, runs: list[PlannedRun]) -> str:
         head = self.nodes[0]
-        lines = ["#!/bin/sh", "# gpulab sweep " + self.sweep.name + ": one task per planned run", "set -u",
-                 'case "${SLURM_ARRAY_TASK_ID:-}" in']
+        lines = [
+            "#!/bin/sh",
+            "# gpulab sweep " + self.sweep.name + ": one task per planned run",
+            "set -u",
+            'case "${SLURM_ARRAY_TASK_ID:-}" in',
+        ]
         for i, run in enumerate(runs):
             argv = head.install.argv(*self._args(run, head, 0))
-            lines.append(f"{i}) TOKEN={shlex.quote(run.token)}; OUT={shlex.quote(head.layout.run_dir(run))}; "
-                         f"LOG={shlex.quote(head.layout.launch_log(run))}; set -- {shlex.join(argv)} ;;")
-        lines += ['*) echo "gpulab: no planned run for array task ${SLURM_ARRAY_TASK_ID:-?}" >&2; exit 2 ;;',
-                  "esac", f"export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin {TOKEN_VAR}=$TOKEN",
-                  f"mkdir -p {shlex.quote(head.layout.base)} || exit 1",
-                  'if [ -e "$OUT" ]; then mv "$OUT" "$OUT.attempt-$(date -u +%Y%m%dT%H%M%S)"; fi']
+            lines.append(
+                f"{i}) TOKEN={shlex.quote(run.token)}; OUT={shlex.quote(head.layout.run_dir(run))}; "
+                f"LOG={shlex.quote(head.layout.launch_log(run))}; set -- {shlex.join(argv)} ;;"
+            )
+        lines += [
+            '*) echo "gpulab: no planned run for array task ${SLURM_ARRAY_TASK_ID:-?}" >&2; exit 2 ;;',
+            "esac",
+            f"export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin {TOKEN_VAR}=$TOKEN",
+            f"mkdir -p {shlex.quote(head.layout.base)} || exit 1",
+            'if [ -e "$OUT" ]; then mv "$OUT" "$OUT.attempt-$(date -u +%Y%m%dT%H%M%S)"; fi',
+        ]
         if len(self.nodes) == 1:
             lines.append('exec "$@" > "$LOG" 2>&1 < /dev/null')
-        else:   # one task per node; the runner's own rendezvous on the job's first node
+        else:  # one task per node; the runner's own rendezvous on the job's first node
             port = self.settings.rdzv_port
-            lines.append('exec srun --export=ALL --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c \'head=$(scontrol show '
-                         'hostnames "$SLURM_JOB_NODELIST" | head -n 1); exec "$@" --nnodes "$SLURM_NNODES" '
-                         f'--node-rank "$SLURM_NODEID" --rdzv-endpoint "$head:{port}"\' sh "$@" '
-                         '> "$LOG" 2>&1 < /dev/null')
+            lines.append(
+                "exec srun --export=ALL --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c 'head=$(scontrol show "
+                'hostnames "$SLURM_JOB_NODELIST" | head -n 1); exec "$@" --nnodes "$SLURM_NNODES" '
+                f'--node-rank "$SLURM_NODEID" --rdzv-endpoint "$head:{port}"\' sh "$@" '
+                '> "$LOG" 2>&1 < /dev/null'
+            )
         return "\n".join(lines) + "\n"
 
     def _options(self, runs: list[PlannedRun]) -> list[str]:
         head = self.nodes[0]
         limit_s = max(self._limit_s(r) for r in runs) + self.settings.kill_margin_s
         minutes = self.ss.time_limit_minutes or max(1, math.ceil(limit_s / 60))
-        opts = [f"--job-name=gpulab-{self.sweep.name}", f"--array=0-{len(runs) - 1}%{max(1, self.ss.max_running)}",
-                f"--nodelist={','.join(node_name(n) for n in self.nodes)}", f"--nodes={len(self.nodes)}",
-                "--ntasks-per-node=1", f"--time={int(math.ceil(minutes))}", "--export=NONE",
-                f"--chdir={head.layout.base}", f"--output={head.layout.base}/slurm-%A_%a.out"]
+        opts = [
+            f"--job-name=gpulab-{self.sweep.name}",
+            f"--array=0-{len(runs) - 1}%{max(1, self.ss.max_running)}",
+            f"--nodelist={','.join(node_name(n) for n in self.nodes)}",
+            f"--nodes={len(self.nodes)}",
+            "--ntasks-per-node=1",
+            f"--time={int(math.ceil(minutes))}",
+            "--export=NONE",
+            f"--chdir={head.layout.base}",
+            f"--output={head.layout.base}/slurm-%A_%a.out",
+        ]
         if runs[0].gpus > 0:
             opts.append(f"--gres=gpu:{runs[0].gpus}")
         for key in ("partition", "account", "qos", "constraint"):
@@ -180,7 +210,7 @@ class SlurmUnitWorker(UnitWorker):
     def _submit(self, runs: list[PlannedRun]) -> list[PlannedRun]:
         """One array per GPU count; each run's task id recorded in sweep.json before the next look."""
         for node in self.nodes:
-            problem = self._free_space(node)   # also makes the sweep's folder (Slurm writes its output there)
+            problem = self._free_space(node)  # also makes the sweep's folder (Slurm writes its output there)
             if problem:
                 for run in runs:
                     self._end(run, RunState.FAILED, problem)
@@ -203,8 +233,10 @@ class SlurmUnitWorker(UnitWorker):
                 run.state, run.started, run.ended, run.outcome = RunState.RUNNING, utcnow(), None, None
                 run.reason = f"queued in Slurm (job {job}_{i})"
             self.sweep.save()
-            self.progress.print(f"  [{self.unit}] Slurm job {job}: {len(group)} run(s) "
-                                f"({'CPU' if gpus == 0 else f'{gpus} GPU(s) each'})")
+            self.progress.print(
+                f"  [{self.unit}] Slurm job {job}: {len(group)} run(s) "
+                f"({'CPU' if gpus == 0 else f'{gpus} GPU(s) each'})"
+            )
             submitted += group
         return submitted
 
@@ -255,8 +287,9 @@ class SlurmUnitWorker(UnitWorker):
                 self.pilots.artifacts(key)
                 del self.piloting[key]
             elif run is ended:
-                self.pilots.ended(self.unit, key, f"the pilot's run left no artifacts ({run.run_id} {run.state}: "
-                                  f"{run.reason})")
+                self.pilots.ended(
+                    self.unit, key, f"the pilot's run left no artifacts ({run.run_id} {run.state}: {run.reason})"
+                )
                 del self.piloting[key]
 
     def _pilots_gone(self, why: str) -> None:
@@ -286,7 +319,7 @@ class SlurmUnitWorker(UnitWorker):
                 submitted = self._submit(go)
                 pending.update({r.slurm_job: r for r in submitted})
                 for run in go:
-                    if run not in submitted:   # not submitted (no room on a host): ended there
+                    if run not in submitted:  # not submitted (no room on a host): ended there
                         done_count += 1
                         self._check_pilots(ended=run)
                         self.progress.run_ended(self.unit, run)
@@ -298,7 +331,7 @@ class SlurmUnitWorker(UnitWorker):
                 known = slurm.tasks(sorted(self.jobs))
                 drained = {n for n, node in slurm.nodes().items() if node.drained}
                 reasons = {n: node.reason for n, node in slurm.nodes().items()}
-            except HostError as exc:   # the controller is slow or restarting: look again
+            except HostError as exc:  # the controller is slow or restarting: look again
                 self.progress.status(self.unit, f"Slurm: {exc.message}")
                 time.sleep(self.ss.poll_s)
                 continue
@@ -312,10 +345,13 @@ class SlurmUnitWorker(UnitWorker):
                     if task.state == "PENDING":
                         mine = [node_name(n) for n in self.nodes]
                         gone = [n for n in mine if n in drained]
-                        if gone:   # its nodes were drained: it will not start; give it back
+                        if gone:  # its nodes were drained: it will not start; give it back
                             slurm.cancel([key])
-                            self._end(run, RunState.FAILED, f"not run: Slurm node {gone[0]} drained "
-                                      f"({reasons.get(gone[0]) or 'no reason'})")
+                            self._end(
+                                run,
+                                RunState.FAILED,
+                                f"not run: Slurm node {gone[0]} drained ({reasons.get(gone[0]) or 'no reason'})",
+                            )
                             del pending[key]
                             done_count += 1
                             self._check_pilots(ended=run)
@@ -324,10 +360,10 @@ class SlurmUnitWorker(UnitWorker):
                 del pending[key]
                 done_count += 1
                 self._finish(run, task, time.monotonic() - started.get(key, time.monotonic()))
-                self._check_pilots(ended=run)   # _finish pulled the host's artifacts with the run
+                self._check_pilots(ended=run)  # _finish pulled the host's artifacts with the run
                 self.progress.run_ended(self.unit, run)
             if self.piloting and started and time.monotonic() >= next_check:
-                self._check_pilots()   # the pilot's artifacts, once written, release the group's other units
+                self._check_pilots()  # the pilot's artifacts, once written, release the group's other units
                 next_check = time.monotonic() + pilot.CHECK_S
             if pending or waiting:
                 time.sleep(self.ss.poll_s)
@@ -355,7 +391,9 @@ class SlurmUnitWorker(UnitWorker):
                 break
             time.sleep(0.5)
         for run in runs:
-            run.state, run.reason, run.ended = RunState.INTERRUPTED, f"interrupted (Ctrl-C); Slurm job {run.slurm_job} " \
-                                                              f"cancelled", utcnow()
+            run.state, run.reason, run.ended = (
+                RunState.INTERRUPTED,
+                f"interrupted (Ctrl-C); Slurm job {run.slurm_job} cancelled",
+                utcnow(),
+            )
         self.sweep.save()
-

@@ -22,6 +22,7 @@ from lab.sweep.plan import PlannedRun, SCHEMA, utcnow
 
 # --------------------------------------------------------------------------- the state
 
+
 @dataclass
 class Sweep:
     """The state of one sweep, kept in ``<root>/sweep.json``."""
@@ -55,9 +56,16 @@ class Sweep:
                 controller = runnerdist.local_version()
             except GpulabError:
                 controller = None
-            doc = {"schema": SCHEMA, "name": self.name, "created": self.created, "updated": utcnow(),
-                   "controller": controller, "options": self.options, "hosts": self.hosts,
-                   "runs": [r.to_json() for r in self.runs]}
+            doc = {
+                "schema": SCHEMA,
+                "name": self.name,
+                "created": self.created,
+                "updated": utcnow(),
+                "controller": controller,
+                "options": self.options,
+                "hosts": self.hosts,
+                "runs": [r.to_json() for r in self.runs],
+            }
             writes.folder(self.root, "sweep folder")
             writes.write_text(self.state_file, json.dumps(doc, indent=1) + "\n", "sweep state")
 
@@ -65,9 +73,15 @@ class Sweep:
     def load(cls, root: Path) -> "Sweep":
         """The saved sweep; its sweep.json read with bounds and checked like the command line."""
         doc = statefile.read(Path(root))
-        sweep = cls(root=Path(root), name=doc["name"], runs=[PlannedRun(**r) for r in doc["runs"]],
-                    hosts=doc["hosts"], created=doc["created"] or utcnow(), options=doc["options"])
-        for run in sweep.runs:   # every folder a run names stays inside the sweep
+        sweep = cls(
+            root=Path(root),
+            name=doc["name"],
+            runs=[PlannedRun(**r) for r in doc["runs"]],
+            hosts=doc["hosts"],
+            created=doc["created"] or utcnow(),
+            options=doc["options"],
+        )
+        for run in sweep.runs:  # every folder a run names stays inside the sweep
             for h in run.hosts:
                 sweep.run_dir(run, h)
         return sweep
@@ -83,7 +97,7 @@ class Sweep:
             for run in runs:
                 prev = saved.get((run.host, run.run_id))
                 if prev is None or (prev.settings, prev.max_epochs) != (run.settings, run.max_epochs):
-                    continue   # another recipe or epoch limit: a run of its own, never the old one's result
+                    continue  # another recipe or epoch limit: a run of its own, never the old one's result
                 run.attempts, run.token, run.slurm_job = prev.attempts, prev.token, prev.slurm_job
                 if prev.state == RunState.COMPLETE and not sweep.problems(prev):
                     run.state, run.outcome, run.reason = RunState.COMPLETE, prev.outcome, prev.reason

@@ -89,6 +89,8 @@ def _slurm_job(value, what: str) -> str:
     if not isinstance(value, str) or not re.fullmatch(r"\d{1,12}_\d{1,6}", value):
         raise ConfigError(f"{what}: {str(value)[:40]!r} is not a Slurm array task (<job id>_<task id>)")
     return value
+
+
 REQUIRED = ("host", "workload", "gpus", "seed")
 
 
@@ -123,16 +125,26 @@ def conform(doc, source: str) -> dict:
     options = doc.get("options", {})
     if not isinstance(options, dict):
         raise ConfigError(f"{source}: options: {type(options).__name__} is not a mapping")
-    return {"name": name, "runs": checked, "hosts": hosts, "options": options,
-            "created": _str(doc.get("created"), f"{source}: created", optional=True)}
+    return {
+        "name": name,
+        "runs": checked,
+        "hosts": hosts,
+        "options": options,
+        "created": _str(doc.get("created"), f"{source}: created", optional=True),
+    }
 
 
 def read(root: Path) -> dict:
     """Read and check ``root/sweep.json``; ConfigError when it is not a sound sweep state."""
     path = Path(root) / STATE_FILE
-    doc = bounded.read_or(bounded.read_json, path, root=root, limit=limits.JSON_BYTES,
-                          missing=lambda: ConfigError(f"{root}: not a sweep directory (no {STATE_FILE})"),
-                          unreadable=lambda why: ConfigError(f"{path}: unreadable sweep state ({why})"))
+    doc = bounded.read_or(
+        bounded.read_json,
+        path,
+        root=root,
+        limit=limits.JSON_BYTES,
+        missing=lambda: ConfigError(f"{root}: not a sweep directory (no {STATE_FILE})"),
+        unreadable=lambda why: ConfigError(f"{path}: unreadable sweep state ({why})"),
+    )
     return conform(doc, str(path))
 
 

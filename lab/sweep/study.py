@@ -33,7 +33,7 @@ from lab.core.fields import RunState
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "study.yml"
 ALL = "all"
-SWEEP_STATE_MAX_BYTES = 64 << 20   # a sweep.json larger than this is not read for estimates
+SWEEP_STATE_MAX_BYTES = 64 << 20  # a sweep.json larger than this is not read for estimates
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Study:
     def epochs(self, workload: str, device: str, gpus: int) -> float:
         e = self.estimates["workloads"][workload]["epochs"]
         table = (e.get("by_device") or {}).get(device) or {}
-        return float(table.get(gpus, table.get(str(gpus), e["value"])))   # YAML reads `1: 12` as an int key
+        return float(table.get(gpus, table.get(str(gpus), e["value"])))  # YAML reads `1: 12` as an int key
 
     def minutes(self, workload: str, mode: str, device: str | None, gpus: int) -> float | None:
         """The data file's estimate of one full-scale run; None where it has no figure."""
@@ -74,8 +74,10 @@ class Study:
             return None
         per_gpu_epoch = ref["epoch_minutes"] * ref["gpus"] * f / ref_f
         eff = self.estimates["scaling_efficiency"]["value"] if gpus > 1 else 1.0
-        return (self.epochs(workload, device, gpus) * per_gpu_epoch / (gpus * eff)
-                + self.estimates["run_overhead_minutes"]["value"])
+        return (
+            self.epochs(workload, device, gpus) * per_gpu_epoch / (gpus * eff)
+            + self.estimates["run_overhead_minutes"]["value"]
+        )
 
 
 @lru_cache(maxsize=4)
@@ -89,11 +91,14 @@ def load(path: Path | str | None = None) -> Study:
         seen = [name]
         while "relative_to" in d:
             if d["relative_to"] not in devices:
-                raise ConfigError(f"{path}: estimates.devices.{name}: relative_to {d['relative_to']!r} "
-                                  f"is not a device of this file")
+                raise ConfigError(
+                    f"{path}: estimates.devices.{name}: relative_to {d['relative_to']!r} is not a device of this file"
+                )
             if d["relative_to"] in seen:
-                raise ConfigError(f"{path}: estimates.devices.{name}: relative_to makes a loop "
-                                  f"({' -> '.join(seen + [d['relative_to']])})")
+                raise ConfigError(
+                    f"{path}: estimates.devices.{name}: relative_to makes a loop "
+                    f"({' -> '.join(seen + [d['relative_to']])})"
+                )
             seen.append(d["relative_to"])
             d = devices[d["relative_to"]]
     for w in doc["workloads"]:
@@ -101,8 +106,10 @@ def load(path: Path | str | None = None) -> Study:
         if entry is None:
             raise ConfigError(f"{path}: estimates.workloads: no entry for the study's workload {w!r}")
         if entry["reference"]["device"] not in devices:
-            raise ConfigError(f"{path}: estimates.workloads.{w}.reference.device "
-                              f"{entry['reference']['device']!r} is not a device of estimates.devices")
+            raise ConfigError(
+                f"{path}: estimates.workloads.{w}.reference.device "
+                f"{entry['reference']['device']!r} is not a device of estimates.devices"
+            )
     return Study(path, doc["study"], tuple(doc["workloads"]), est, doc["time_limit"])
 
 
@@ -111,14 +118,16 @@ def expand_workloads(workloads: list[str]) -> list[str]:
     if ALL not in workloads:
         return list(workloads)
     if len(workloads) > 1:
-        raise ConfigError(f"--workloads: {ALL!r} stands for the study's benchmarks "
-                          f"({', '.join(load().workloads)}); give it alone")
+        raise ConfigError(
+            f"--workloads: {ALL!r} stands for the study's benchmarks ({', '.join(load().workloads)}); give it alone"
+        )
     return list(load().workloads)
 
 
 # --------------------------------------------------------------------------- earlier runs
 
-HOST = "host"   # first member of history()'s per-host keys
+HOST = "host"  # first member of history()'s per-host keys
+
 
 def _parse_time(value) -> _dt.datetime | None:
     if not isinstance(value, str):
@@ -161,8 +170,14 @@ def history(results_dir: Path | str | None) -> dict[tuple, list[float]]:
             t0, t1 = _parse_time(r.get("started")), _parse_time(r.get("ended"))
             gpus = r.get("gpus")
             host = hosts.get(r["host"]) if isinstance(r.get("host"), str) else None
-            if t0 is None or t1 is None or t1 <= t0 or not isinstance(gpus, int) or gpus < 0 \
-                    or not isinstance(host, dict):
+            if (
+                t0 is None
+                or t1 is None
+                or t1 <= t0
+                or not isinstance(gpus, int)
+                or gpus < 0
+                or not isinstance(host, dict)
+            ):
                 continue
             minutes = (t1 - t0).total_seconds() / 60.0
             # the same host's own runs, by GPU count: what estimates a host whose model or count is 'auto'
@@ -187,6 +202,7 @@ def _host_past(run, past: dict) -> float | None:
 
 # --------------------------------------------------------------------------- the plan
 
+
 def host_device(host) -> str | None:
     """The device name of an inventory host (the GPU model catalogue's name), None when 'auto'."""
     if host.gpu_count == 0:
@@ -201,7 +217,7 @@ def estimate(run, device: str | None, past: dict, study: Study | None = None) ->
     key = (run.workload, run.mode, run.scale, "CPU" if run.gpus == 0 else device, run.gpus)
     if past.get(key):
         return statistics.median(past[key]), "earlier runs"
-    if device is None or run.gpus < 0:   # 'auto': what this host itself took before
+    if device is None or run.gpus < 0:  # 'auto': what this host itself took before
         own = _host_past(run, past)
         if own is not None:
             return own, "earlier runs on this host"
@@ -259,8 +275,8 @@ def _counts(values) -> str:
 class UnitEstimate:
     unit: tuple[str, ...]
     runs: int
-    minutes: float     # sum of the runs with an estimate
-    unknown: int       # runs without one
+    minutes: float  # sum of the runs with an estimate
+    unknown: int  # runs without one
 
 
 def describe(runs: list, hosts: list, *, past: dict | None = None, data=None) -> tuple[list[str], list[UnitEstimate]]:
@@ -298,14 +314,18 @@ def describe(runs: list, hosts: list, *, past: dict | None = None, data=None) ->
                 est = f"{fmt_minutes(mins)} + {missing} unknown"
             else:
                 est = fmt_minutes(mins)
-            rows.append(f"  {w:<12} GPUs {_counts(r.gpus for r in wr):<8} x {seeds:>3} seed(s) "
-                        f"{len(wr):>5} runs  {est:<16} ({', '.join(sorted(bases))})")
+            rows.append(
+                f"  {w:<12} GPUs {_counts(r.gpus for r in wr):<8} x {seeds:>3} seed(s) "
+                f"{len(wr):>5} runs  {est:<16} ({', '.join(sorted(bases))})"
+            )
         count = f"{head.gpu_count}x " if head is not None and isinstance(head.gpu_count, int) and head.gpu_count else ""
         what = device or "GPU model auto"
         nodes = f"{len(unit)} nodes of " if len(unit) > 1 else ""
-        lines.append(f"{'+'.join(unit)} ({nodes}{count}{what}): {len(rs)} runs, "
-                     f"{'about ' + fmt_minutes(total) if total else 'no estimate'}"
-                     + (f" (+ {unknown} runs without an estimate)" if unknown and total else ""))
+        lines.append(
+            f"{'+'.join(unit)} ({nodes}{count}{what}): {len(rs)} runs, "
+            f"{'about ' + fmt_minutes(total) if total else 'no estimate'}"
+            + (f" (+ {unknown} runs without an estimate)" if unknown and total else "")
+        )
         lines += rows
         for name in unit:
             if data is not None and name in data:
@@ -314,14 +334,17 @@ def describe(runs: list, hosts: list, *, past: dict | None = None, data=None) ->
     if totals:
         longest = max(t.minutes for t in totals)
         machine = sum(t.minutes * len(t.unit) for t in totals)
-        lines.append(f"estimated wall time: {fmt_minutes(longest) if longest else 'unknown'} "
-                     f"(units run in parallel, each unit's runs one after another); "
-                     f"{fmt_minutes(machine) if machine else 'unknown'} of host time in all")
+        lines.append(
+            f"estimated wall time: {fmt_minutes(longest) if longest else 'unknown'} "
+            f"(units run in parallel, each unit's runs one after another); "
+            f"{fmt_minutes(machine) if machine else 'unknown'} of host time in all"
+        )
     return lines, totals
 
 
-def dry_run(hosts: list, runs: list, name: str, *, results_dir=None, catalogue=None,
-            settings=None) -> tuple[list[str], str | None]:
+def dry_run(
+    hosts: list, runs: list, name: str, *, results_dir=None, catalogue=None, settings=None
+) -> tuple[list[str], str | None]:
     """What ``invoke sweep --dry-run`` prints (with the pilot of each compile group, lab.sweep.pilot),
     and the refusal line when a host lacks prepared data. ``settings``: lab.sweep.hostrun.Settings (None: no pilots).
 
@@ -333,6 +356,10 @@ def dry_run(hosts: list, runs: list, name: str, *, results_dir=None, catalogue=N
     units = len({tuple(r.hosts) for r in runs})
     head = f"sweep {name}: mode {modes}, scale {scales}; {len(runs)} runs on {units} unit(s)"
     tail = f"{len(runs)} runs planned for sweep {name} on {units} unit(s); nothing started (--dry-run)"
-    pilots = pilot.describe(runs, {h.name: h for h in hosts}, settings.pilot_wait_s if settings else 0,
-                            bool(settings and settings.compile_cpu))
+    pilots = pilot.describe(
+        runs,
+        {h.name: h for h in hosts},
+        settings.pilot_wait_s if settings else 0,
+        bool(settings and settings.compile_cpu),
+    )
     return [head, *lines, *pilots, tail], preflight.refusal(data)

@@ -34,7 +34,7 @@ class SweepLock:
 
     def __init__(self, root: Path, name: str):
         self.root = Path(root)
-        self.made = []   # the folders this lock makes, deepest first
+        self.made = []  # the folders this lock makes, deepest first
         for p in (self.root.absolute(), *self.root.absolute().parents):
             if os.path.lexists(p):
                 break
@@ -49,8 +49,10 @@ class SweepLock:
         except OSError as exc:
             os.close(self.fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise ConfigError(f"sweep {name}: another controller is running it ({self.root} is locked); "
-                                  f"wait for it to end or choose another --name") from None
+                raise ConfigError(
+                    f"sweep {name}: another controller is running it ({self.root} is locked); "
+                    f"wait for it to end or choose another --name"
+                ) from None
             raise ConfigError(f"sweep {name}: {self.root}: cannot be locked ({exc.strerror or exc})") from None
 
     def release(self, *, drop_if_empty: bool = False) -> None:
@@ -60,7 +62,7 @@ class SweepLock:
         for p in self.made if drop_if_empty else ():
             try:
                 os.rmdir(p)
-            except OSError:   # not empty: the sweep wrote there
+            except OSError:  # not empty: the sweep wrote there
                 break
         os.close(self.fd)
         self.fd = None
@@ -89,22 +91,29 @@ def _marked(work: Callable[[], None], done: threading.Event) -> None:
         done.set()
 
 
-def run_workers(workers: list, stop: threading.Event, grace_s: float,
-                on_interrupt: Callable[[], None] = lambda: None, say: Callable[[str], None] = print) -> None:
+def run_workers(
+    workers: list,
+    stop: threading.Event,
+    grace_s: float,
+    on_interrupt: Callable[[], None] = lambda: None,
+    say: Callable[[str], None] = print,
+) -> None:
     """Run each worker (a callable with a ``unit`` name) in its own thread until all end.
 
     Ctrl-C: ``stop`` is set, every worker is waited for (``grace_s`` plus a
     minute at most, SIGINT ignored), ``on_interrupt`` runs, and the
     KeyboardInterrupt goes on to the caller."""
     done = [threading.Event() for _ in workers]
-    threads = [threading.Thread(target=_marked, args=(w, d), name=f"sweep-{getattr(w, 'unit', i)}", daemon=True)
-               for i, (w, d) in enumerate(zip(workers, done))]
+    threads = [
+        threading.Thread(target=_marked, args=(w, d), name=f"sweep-{getattr(w, 'unit', i)}", daemon=True)
+        for i, (w, d) in enumerate(zip(workers, done))
+    ]
     for t in threads:
         t.start()
     try:
         wait_all(done)
     except KeyboardInterrupt:
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN)   # the cleanup must not be cut short
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the cleanup must not be cut short
         try:
             say("interrupted: stopping the remote runs...")
             stop.set()

@@ -53,24 +53,37 @@ def read_probe(text: str, host: str) -> dict:
     except ValueError as exc:
         raise RunError(f"{host}: `runner probe` printed no usable JSON document ({str(exc)[:120]})") from None
     gpus = doc.get("gpus") if isinstance(doc, dict) else None
-    fault = ("is not a JSON object" if not isinstance(doc, dict)
-             else "has no list of GPUs" if not isinstance(gpus, list)
-             else f"lists more than {limits.GPUS.hi} GPUs" if len(gpus) > limits.GPUS.hi
-             else "has a 'host' that is not an object" if not isinstance(doc.get("host") or {}, dict)
-             else None)
+    fault = (
+        "is not a JSON object"
+        if not isinstance(doc, dict)
+        else "has no list of GPUs"
+        if not isinstance(gpus, list)
+        else f"lists more than {limits.GPUS.hi} GPUs"
+        if len(gpus) > limits.GPUS.hi
+        else "has a 'host' that is not an object"
+        if not isinstance(doc.get("host") or {}, dict)
+        else None
+    )
     seen: set[int] = set()
     for g in gpus if fault is None else ():
         if not isinstance(g, dict) or g.get("error"):
             continue
         i = g.get("index")
-        if isinstance(i, bool) or not isinstance(i, int) or not limits.GPU_INDEX.lo <= i <= limits.GPU_INDEX.hi \
-                or i in seen:
+        if (
+            isinstance(i, bool)
+            or not isinstance(i, int)
+            or not limits.GPU_INDEX.lo <= i <= limits.GPU_INDEX.hi
+            or i in seen
+        ):
             fault = f"has a GPU index {str(i)[:24]} (a distinct integer {limits.GPU_INDEX.lo}..{limits.GPU_INDEX.hi} expected)"
             break
         seen.add(i)
         numa = g.get("numa_node")
-        if not (_text_or_none(g.get("pci_bus_id"), 64) and _text_or_none(g.get("name"), 256)
-                and (numa is None or (isinstance(numa, int) and not isinstance(numa, bool) and -1 <= numa < 4096))):
+        if not (
+            _text_or_none(g.get("pci_bus_id"), 64)
+            and _text_or_none(g.get("name"), 256)
+            and (numa is None or (isinstance(numa, int) and not isinstance(numa, bool) and -1 <= numa < 4096))
+        ):
             fault = f"has GPU {i} with a pci_bus_id, name or numa_node of the wrong type or size"
             break
     if fault:
@@ -86,8 +99,15 @@ def from_probe(doc: dict, roots: dict[str, str | None] | None = None) -> list[Gp
             continue
         bus = g.get("pci_bus_id")
         numa = g.get("numa_node")
-        gpus.append(Gpu(index=g["index"], bus_id=bus, numa=numa if isinstance(numa, int) and numa >= 0 else None,
-                        root=(roots or {}).get(bus), name=g.get("name")))
+        gpus.append(
+            Gpu(
+                index=g["index"],
+                bus_id=bus,
+                numa=numa if isinstance(numa, int) and numa >= 0 else None,
+                root=(roots or {}).get(bus),
+                name=g.get("name"),
+            )
+        )
     return sorted(gpus, key=lambda g: g.index)
 
 
@@ -154,8 +174,12 @@ def discover(remote: rmt.Remote, install: rmt.RunnerInstall) -> dict:
         by_sysfs = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
         roots = {bus: pcie_root(by_sysfs.get(sid, "")) for bus, sid in ids.items()}
         gpus = from_probe(doc, roots)
-    return {"gpu_count": len(gpus), "gpus": [asdict(g) for g in gpus], "nvidia": doc.get("nvidia"),
-            "hostname": (doc.get("host") or {}).get("hostname")}
+    return {
+        "gpu_count": len(gpus),
+        "gpus": [asdict(g) for g in gpus],
+        "nvidia": doc.get("nvidia"),
+        "hostname": (doc.get("host") or {}).get("hostname"),
+    }
 
 
 def gpus_of(topology: dict) -> list[Gpu]:

@@ -23,15 +23,20 @@ from lab.sweep.node import HostLost, Node, fetch_run, free_space, launch, runner
 from runner.rundir import STATUS
 from lab.core.fields import RunState
 
-EPOCH_S = 5.0   # how often the live table asks a running run's epoch (one read-only command)
+EPOCH_S = 5.0  # how often the live table asks a running run's epoch (one read-only command)
 
 
 def keep_attempt(sweep: Sweep, run: PlannedRun, host: str) -> None:
     """Move an earlier attempt's local copy to ``.attempts/`` (never deleted; reports skip it)."""
     d = sweep.run_dir(run, host)
     if d.exists():
-        dest = paths.child(sweep.root, ".attempts", host, f"{run.run_id}.attempt-{max(1, run.attempts - 1)}",
-                           what=f"{sweep.state_file}: earlier attempt of {host}")
+        dest = paths.child(
+            sweep.root,
+            ".attempts",
+            host,
+            f"{run.run_id}.attempt-{max(1, run.attempts - 1)}",
+            what=f"{sweep.state_file}: earlier attempt of {host}",
+        )
         writes.folder(dest.parent, "earlier attempts", root=sweep.root)
         shutil.rmtree(dest, ignore_errors=True)
         os.replace(d, dest)
@@ -40,17 +45,31 @@ def keep_attempt(sweep: Sweep, run: PlannedRun, host: str) -> None:
 class UnitWorker:
     """Runs one unit's share of a sweep (a host, or the hosts of a multi-node run), one run after another."""
 
-    def __init__(self, sweep: Sweep, nodes: list[Node], runs: list[PlannedRun], settings: Settings,
-                 progress, stop: threading.Event, pilots: pilot.Pilots | None = None, memory=None,
-                 held: dict[str, dict[int, str]] | None = None):
+    def __init__(
+        self,
+        sweep: Sweep,
+        nodes: list[Node],
+        runs: list[PlannedRun],
+        settings: Settings,
+        progress,
+        stop: threading.Event,
+        pilots: pilot.Pilots | None = None,
+        memory=None,
+        held: dict[str, dict[int, str]] | None = None,
+    ):
         self.sweep, self.nodes, self.runs, self.settings = sweep, nodes, runs, settings
-        self.memory = memory   # the history's side of the sweep (lab.sweep.gate); None: no database
-        self.held = held if held is not None else {}   # host -> {GPU: why}: quarantined during this sweep
+        self.memory = memory  # the history's side of the sweep (lab.sweep.gate); None: no database
+        self.held = held if held is not None else {}  # host -> {GPU: why}: quarantined during this sweep
         self.progress, self.stop = progress, stop
         self.unit = "+".join(n.host.name for n in nodes)
         self.done = False
-        self.seat = pilot.Seat(pilots, self.unit, nodes[0].host, sweep.root, lambda: self._share_compiled("pull"),
-                               progress.status) if pilots is not None else None   # None: plan order
+        self.seat = (
+            pilot.Seat(
+                pilots, self.unit, nodes[0].host, sweep.root, lambda: self._share_compiled("pull"), progress.status
+            )
+            if pilots is not None
+            else None
+        )  # None: plan order
 
     def __call__(self) -> None:
         try:
@@ -63,8 +82,13 @@ class UnitWorker:
                 if run is None:
                     break
                 left.remove(run)
-                self.progress.run_started(self.unit, i, len(todo), run.run_id,
-                                          " (resumed: what the host did comes first)" if run.token else pilot.NOTE[role])
+                self.progress.run_started(
+                    self.unit,
+                    i,
+                    len(todo),
+                    run.run_id,
+                    " (resumed: what the host did comes first)" if run.token else pilot.NOTE[role],
+                )
                 try:
                     self._one(run)
                 except HostLost as exc:
@@ -119,8 +143,11 @@ class UnitWorker:
                 if busy is None:
                     break
                 if self.stop.is_set() or time.monotonic() > deadline:
-                    self._end(run, RunState.FAILED if not self.stop.is_set() else RunState.INTERRUPTED,
-                              f"{node.host.name} busy: lock held by {busy.describe()}")
+                    self._end(
+                        run,
+                        RunState.FAILED if not self.stop.is_set() else RunState.INTERRUPTED,
+                        f"{node.host.name} busy: lock held by {busy.describe()}",
+                    )
                     return False
                 self.progress.status(self.unit, f"waiting for {node.host.name}: held by {busy.describe()}")
                 time.sleep(max(self.settings.poll_s, 2.0))
@@ -138,7 +165,7 @@ class UnitWorker:
     def _poll(self, run: PlannedRun, node: Node) -> str:
         """done, running or gone; the runner by its pid, or (adopted) by its processes' token."""
         src = node.layout.run_dir(run)
-        lock = node.lock.path if node.lock.held else ""   # the holder keeps its heartbeat going
+        lock = node.lock.path if node.lock.held else ""  # the holder keeps its heartbeat going
         probe = lambda r: run_state(r, src, run.token, lock, node.pid)  # noqa: E731
         state = node.call(probe)
         if state in ("gone", "none"):  # it may have finished between the two tests
@@ -149,14 +176,15 @@ class UnitWorker:
         killed = False
         for node in self.nodes:
             try:
-                killed |= node.call(lambda r: stop_run(r, run.token, node.pid, self.settings.stop_grace_s,
-                                                       self.settings.poll_s))
+                killed |= node.call(
+                    lambda r: stop_run(r, run.token, node.pid, self.settings.stop_grace_s, self.settings.poll_s)
+                )
             except HostLost:
                 pass
         return killed
 
     def _one(self, run: PlannedRun) -> None:
-        if run.token and self._adopt(run):   # a token: this sweep started the run before
+        if run.token and self._adopt(run):  # a token: this sweep started the run before
             return
         held = gate.held_reason(run, self.held)
         if held:
@@ -208,13 +236,13 @@ class UnitWorker:
                 self.progress.status(self.unit, "stopping (time limit)")
                 ended = "killed" if self._stop_all(run) else "timeout"
                 break
-            self.progress.status(self.unit, "running")   # the run's name has its own column
-            if getattr(self.progress, "live_mode", False) and time.monotonic() >= next_epoch:   # the live table's
-                next_epoch = time.monotonic() + EPOCH_S                                       # epoch column
+            self.progress.status(self.unit, "running")  # the run's name has its own column
+            if getattr(self.progress, "live_mode", False) and time.monotonic() >= next_epoch:  # the live table's
+                next_epoch = time.monotonic() + EPOCH_S  # epoch column
                 head = self.nodes[0]
                 self.progress.epoch(self.unit, head.call(lambda r: last_epoch(r, head.layout.run_dir(run))))
             if self.seat and self.seat.piloting is not None and time.monotonic() >= next_check:
-                self.seat.check()   # the pilot's artifacts, once written, release the group's other hosts
+                self.seat.check()  # the pilot's artifacts, once written, release the group's other hosts
                 next_check = time.monotonic() + pilot.CHECK_S
             time.sleep(s.poll_s)
         if ended == "done":  # finished: let each runner exit (it may still be shutting down) before the next run
@@ -230,13 +258,13 @@ class UnitWorker:
         """True when the host's own record settles the run: a finished run directory that verifies is
         fetched and counted, a run still going is waited for and then fetched. False: run it again
         (it failed, or left nothing)."""
-        states = {n.host.name: n.call(lambda r: run_state(r, n.layout.run_dir(run), run.token))
-                  for n in self.nodes}
+        states = {n.host.name: n.call(lambda r: run_state(r, n.layout.run_dir(run), run.token)) for n in self.nodes}
         if "running" in states.values():
-            self.progress.print(f"  [{self.unit}] {run.run_id}: still running on the host since before this "
-                                f"resume; waiting for it")
+            self.progress.print(
+                f"  [{self.unit}] {run.run_id}: still running on the host since before this resume; waiting for it"
+            )
             if not self._take_over_locks(run):
-                return True     # stopped (Ctrl-C) or another controller holds the host: recorded by _end
+                return True  # stopped (Ctrl-C) or another controller holds the host: recorded by _end
         elif set(states.values()) != {"done"}:
             return False
         else:
@@ -264,8 +292,11 @@ class UnitWorker:
                 if busy is None:
                     break
                 if self.stop.is_set() or time.monotonic() > deadline:
-                    self._end(run, RunState.INTERRUPTED if self.stop.is_set() else RunState.FAILED,
-                              f"{node.host.name} busy: lock held by {busy.describe()}")
+                    self._end(
+                        run,
+                        RunState.INTERRUPTED if self.stop.is_set() else RunState.FAILED,
+                        f"{node.host.name} busy: lock held by {busy.describe()}",
+                    )
                     return False
                 self.progress.status(self.unit, f"waiting for {node.host.name}: held by {busy.describe()}")
                 time.sleep(max(self.settings.poll_s, 2.0))
@@ -284,8 +315,9 @@ class UnitWorker:
             except (GpulabError, OSError):
                 continue
             if names:
-                self.progress.status(self.unit, f"compiled artifacts {'from' if way == 'pull' else 'to'} "
-                                     f"{node.host.name}: {len(names)}")
+                self.progress.status(
+                    self.unit, f"compiled artifacts {'from' if way == 'pull' else 'to'} {node.host.name}: {len(names)}"
+                )
 
     def _collect(self, run: PlannedRun, ended: str, states: dict[str, str], elapsed: float) -> None:
         self._share_compiled("pull")
@@ -301,11 +333,20 @@ class UnitWorker:
         outcome, why = status.get("outcome"), status.get("reason", "")
         limit = f"{self._limit_s(run) / 60:g} min"
         if ended == "interrupted":
-            self._end(run, RunState.INTERRUPTED, "interrupted (Ctrl-C); the run was stopped"
-                      + (f": {why}" if why else ""), outcome)
+            self._end(
+                run,
+                RunState.INTERRUPTED,
+                "interrupted (Ctrl-C); the run was stopped" + (f": {why}" if why else ""),
+                outcome,
+            )
         elif ended in ("killed", "timeout"):
-            self._end(run, RunState.FAILED, f"timed out: still running {elapsed:.0f} s after the start (limit {limit}); "
-                      + ("its processes were killed" if ended == "killed" else "stopped with SIGTERM"), outcome)
+            self._end(
+                run,
+                RunState.FAILED,
+                f"timed out: still running {elapsed:.0f} s after the start (limit {limit}); "
+                + ("its processes were killed" if ended == "killed" else "stopped with SIGTERM"),
+                outcome,
+            )
         elif problems:
             self._end(run, RunState.FAILED, "; ".join(problems), outcome)
         elif outcome in COMPLETE_OUTCOMES:
@@ -323,13 +364,23 @@ class UnitWorker:
         """The run into the history as soon as it is collected; after a failure, its health epilogue
         (lab.sweep.gate.after_run). A database that fails: one line, the run stays in results/."""
         for node in self.nodes if run.state != RunState.COMPLETE else ():
-            got = gate.after_run(node.host, run.run_id, self.sweep.run_dir(run, node.host.name), run.gpu_ids,
-                                 self.memory, lambda line: self.progress.print(f"  [{self.unit}] {line}"))
+            got = gate.after_run(
+                node.host,
+                run.run_id,
+                self.sweep.run_dir(run, node.host.name),
+                run.gpu_ids,
+                self.memory,
+                lambda line: self.progress.print(f"  [{self.unit}] {line}"),
+            )
             self.held.setdefault(node.host.name, {}).update(got)
         first = self.sweep.run_dir(run, self.nodes[0].host.name)
         if self.memory is not None and (first / STATUS).is_file():
             try:
                 self.memory.record_run(first)
             except GpulabError as exc:
-                self.progress.print(advice.carry(f"  [{self.unit}] history: not recorded: {exc.message}; {run.run_id} "
-                                                 f"stays in results/ (`invoke history.import {self.sweep.root}` later)"))
+                self.progress.print(
+                    advice.carry(
+                        f"  [{self.unit}] history: not recorded: {exc.message}; {run.run_id} "
+                        f"stays in results/ (`invoke history.import {self.sweep.root}` later)"
+                    )
+                )

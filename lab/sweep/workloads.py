@@ -22,8 +22,14 @@ REPO = Path(__file__).resolve().parents[2]
 @functools.lru_cache(maxsize=1)
 def catalogue() -> dict[str, dict]:
     """name -> the runner's entry (``declared``: the settings ``run --set`` may name; ``settings``: per scale)."""
-    p = subprocess.run([sys.executable, "-m", "runner", "list", "--json"], cwd=REPO, capture_output=True,
-                       text=True, timeout=120, stdin=subprocess.DEVNULL)
+    p = subprocess.run(
+        [sys.executable, "-m", "runner", "list", "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         doc = plaindata.loads(p.stdout, limit=limits.JSON_BYTES) if p.returncode == 0 else None
         found = {str(e["name"]): e for e in doc}

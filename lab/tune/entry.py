@@ -20,17 +20,29 @@ from lab.tune import space as spaces
 from lab.tune import storage as tunestorage
 from lab.tune.search import TuneRequest
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,57}$")   # + "-t0000" stays a sweep name
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,57}$")  # + "-t0000" stays a sweep name
 
 
 def default_name(workload: str, scale: str, device: str | None) -> str:
     return f"tune-{workload}-{scale}-{re.sub(r'[^A-Za-z0-9._-]', '_', device or 'fleet')}"[:58]
 
 
-def request(workload: str, *, scale: str, name: str | None, device: str | None, seeds, trials,
-            tune_settings: dict, space_file: str | Path | None = None, open_: bool = False,
-            baseline: str | None = None, gpus: str | None = None, wave: int = 1,
-            max_epochs=None) -> TuneRequest:
+def request(
+    workload: str,
+    *,
+    scale: str,
+    name: str | None,
+    device: str | None,
+    seeds,
+    trials,
+    tune_settings: dict,
+    space_file: str | Path | None = None,
+    open_: bool = False,
+    baseline: str | None = None,
+    gpus: str | None = None,
+    wave: int = 1,
+    max_epochs=None,
+) -> TuneRequest:
     fields.workload(workload, "WORKLOAD")
     catalogue.known([workload], "WORKLOAD")
     fields.choice(scale, fields.SCALES, "--scale")
@@ -38,37 +50,53 @@ def request(workload: str, *, scale: str, name: str | None, device: str | None, 
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise ConfigError(f"--name: {name!r} is not a study name (letters, digits, . _ -; at most 58)")
     tune_settings = {**settings.default("tune"), **tune_settings}
-    k = limits.number(tune_settings["seeds"] if seeds is None else seeds, "--seeds",
-                      settings.declared("tune.seeds").range)
-    n = limits.number(tune_settings["trials"] if trials is None else trials, "--trials",
-                      settings.declared("tune.trials").range)
+    k = limits.number(
+        tune_settings["seeds"] if seeds is None else seeds, "--seeds", settings.declared("tune.seeds").range
+    )
+    n = limits.number(
+        tune_settings["trials"] if trials is None else trials, "--trials", settings.declared("tune.trials").range
+    )
     space = spaces.load(workload, scale, space_file or spaces.SPACE, open_)
     limit = catalogue.scale_settings(workload, scale).get("max_epochs")
     if not isinstance(limit, int) or limit < 1:
         raise ConfigError(f"workload {workload}: the {scale} scale has no epoch limit (max_epochs)")
-    if max_epochs is not None:   # a cheaper search: every run stops here (a miss counts 2 x this)
+    if max_epochs is not None:  # a cheaper search: every run stops here (a miss counts 2 x this)
         limit = min(limit, limits.number(max_epochs, "--max-epochs", limits.MAX_EPOCHS))
     base, base_from = space.reference(), "the scale's own settings (runner/workloads/workloads.yml)"
     if baseline is not None:
         rec = recipes.load(baseline)
         if (rec.workload, rec.scale) != (workload, scale):
-            raise ConfigError(f"--baseline {baseline}: a recipe of {rec.workload} at the {rec.scale} scale, "
-                              f"not {workload} at {scale}")
+            raise ConfigError(
+                f"--baseline {baseline}: a recipe of {rec.workload} at the {rec.scale} scale, not {workload} at {scale}"
+            )
         space.check_values(rec.settings, f"--baseline {baseline}")
         base.update(rec.settings)
         base_from = f"{baseline} over the scale's own settings"
     for p in space.params:
         v = base[p.name]
         if p.kind != "choice" and not (p.low <= v <= p.high):
-            raise ConfigError(f"reference recipe ({base_from}): {p.name} {v!r} lies outside the space "
-                              f"{p.low:g}..{p.high:g} ({space.path})")
+            raise ConfigError(
+                f"reference recipe ({base_from}): {p.name} {v!r} lies outside the space "
+                f"{p.low:g}..{p.high:g} ({space.path})"
+            )
         if p.kind == "choice" and v not in p.choices:
             raise ConfigError(f"reference recipe ({base_from}): {p.name} {v!r} is none of the space's choices")
-    return TuneRequest(name=name, space=space, seeds=k, trials=n, limit=limit, baseline=base,
-                       baseline_from=base_from, wave=max(1, wave),
-                       p_threshold=float(tune_settings["p_threshold"]), retries=int(tune_settings["retries"]),
-                       heartbeat_s=float(tune_settings["heartbeat_s"]), stale_s=float(tune_settings["stale_s"]),
-                       gpus=gpus, device=device or "")
+    return TuneRequest(
+        name=name,
+        space=space,
+        seeds=k,
+        trials=n,
+        limit=limit,
+        baseline=base,
+        baseline_from=base_from,
+        wave=max(1, wave),
+        p_threshold=float(tune_settings["p_threshold"]),
+        retries=int(tune_settings["retries"]),
+        heartbeat_s=float(tune_settings["heartbeat_s"]),
+        stale_s=float(tune_settings["stale_s"]),
+        gpus=gpus,
+        device=device or "",
+    )
 
 
 def check_plan(hosts, req: TuneRequest) -> None:
@@ -76,8 +104,17 @@ def check_plan(hosts, req: TuneRequest) -> None:
     after the study was written."""
     from lab.sweep import plan
 
-    plan.plan(hosts, [req.space.workload], req.gpus, req.seeds, "ttt", req.space.scale,
-              recipes={req.space.workload: dict(req.baseline)}, spread=True, max_epochs=req.limit)
+    plan.plan(
+        hosts,
+        [req.space.workload],
+        req.gpus,
+        req.seeds,
+        "ttt",
+        req.space.scale,
+        recipes={req.space.workload: dict(req.baseline)},
+        spread=True,
+        max_epochs=req.limit,
+    )
 
 
 def storage_for(history_url: str):

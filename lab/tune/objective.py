@@ -28,15 +28,15 @@ from dataclasses import asdict, dataclass
 
 from lab.core.fields import RunState
 
-MISS_FACTOR = 2   # a run that missed its target counts as this many times the epoch limit
+MISS_FACTOR = 2  # a run that missed its target counts as this many times the epoch limit
 
 
 @dataclass
 class SeedResult:
     seed: int
     host: str
-    state: str                  # the sweep's run state: complete | failed | interrupted | planned | running
-    reached: bool = False       # outcome success (the quality target met)
+    state: str  # the sweep's run state: complete | failed | interrupted | planned | running
+    reached: bool = False  # outcome success (the quality target met)
     epochs: float | None = None  # epochs to the target (or run) as the run directory says
     ttt_s: float | None = None  # time to train, seconds
     reason: str = ""
@@ -62,16 +62,24 @@ def cost(values: list[float]) -> float:
 def summary(results: list[SeedResult], limit: int) -> dict:
     """The figures a trial is recorded with: per-seed costs, median, spread, misses, the cost."""
     values = [seed_cost(r, limit) for r in sorted(results, key=lambda r: r.seed)]
-    return {"epochs": {str(r.seed): r.epochs for r in results},
-            "costs": {str(r.seed): seed_cost(r, limit) for r in results},
-            "median": float(statistics.median(values)), "spread": float(max(values) - min(values)),
-            "missed": sum(1 for r in results if not r.reached), "cost": cost(values), "limit": limit}
+    return {
+        "epochs": {str(r.seed): r.epochs for r in results},
+        "costs": {str(r.seed): seed_cost(r, limit) for r in results},
+        "median": float(statistics.median(values)),
+        "spread": float(max(values) - min(values)),
+        "missed": sum(1 for r in results if not r.reached),
+        "cost": cost(values),
+        "limit": limit,
+    }
 
 
 def host_failures(results: list[SeedResult]) -> list[str]:
     """One line per seed whose run did not finish on its host (never a result of the recipe)."""
-    return [f"seed {r.seed} on {r.host}: {r.state}: {r.reason}".rstrip(": ")
-            for r in results if r.state != RunState.COMPLETE]
+    return [
+        f"seed {r.seed} on {r.host}: {r.state}: {r.reason}".rstrip(": ")
+        for r in results
+        if r.state != RunState.COMPLETE
+    ]
 
 
 def epoch_cap(best_cost: float | None, limit: int) -> int:

@@ -48,22 +48,22 @@ BASELINE = "gpulab_baseline"
 
 @dataclass
 class TuneRequest:
-    name: str                  # the study's name (results/<name>/, the database's study name)
+    name: str  # the study's name (results/<name>/, the database's study name)
     space: Space
-    seeds: int                 # K
-    trials: int                # trials with a result (complete or pruned) to reach
-    limit: int                 # the scale's epoch limit (max_epochs): a miss counts 2 x limit
-    baseline: dict             # the reference recipe's values of the searched settings
+    seeds: int  # K
+    trials: int  # trials with a result (complete or pruned) to reach
+    limit: int  # the scale's epoch limit (max_epochs): a miss counts 2 x limit
+    baseline: dict  # the reference recipe's values of the searched settings
     baseline_from: str = "the scale's own settings (runner/workloads/workloads.yml)"
-    wave: int = 1              # seeds run at once (the fleet's units)
-    p_threshold: float = declared_default("tune.p_threshold")   # gpulab.tune.* (lab.core.settings)
+    wave: int = 1  # seeds run at once (the fleet's units)
+    p_threshold: float = declared_default("tune.p_threshold")  # gpulab.tune.* (lab.core.settings)
     retries: int = declared_default("tune.retries")
     heartbeat_s: float = declared_default("tune.heartbeat_s")
     stale_s: float = declared_default("tune.stale_s")
     gpus: str | None = None
     device: str = ""
     sampler_seed: int = 0
-    storage_shown: str = ""    # the study's database for messages and provenance (never a password)
+    storage_shown: str = ""  # the study's database for messages and provenance (never a password)
 
 
 @dataclass
@@ -122,7 +122,7 @@ class Heartbeat:
         while not self.stop.wait(self.every_s):
             try:
                 self.beat()
-            except Exception:   # a database that hiccups: the next beat tries again
+            except Exception:  # a database that hiccups: the next beat tries again
                 pass
 
     def __enter__(self):
@@ -138,17 +138,24 @@ class Heartbeat:
 
 def study_attrs(req: TuneRequest) -> dict:
     """What a study is: a resumed study must have been made with the same (else bad input)."""
-    return {"workload": req.space.workload, "scale": req.space.scale, "space": req.space.digest(),
-            "seeds": req.seeds, "limit": req.limit, "device": req.device}
+    return {
+        "workload": req.space.workload,
+        "scale": req.space.scale,
+        "space": req.space.digest(),
+        "seeds": req.seeds,
+        "limit": req.limit,
+        "device": req.device,
+    }
 
 
 def open_study(req: TuneRequest, storage) -> optuna.Study:
-    sampler = optuna.samplers.TPESampler(seed=req.sampler_seed)   # replaced below once the study is known
-    with warnings.catch_warnings():   # experimental in Optuna 5.1: its interface is pinned by pyproject's optuna
+    sampler = optuna.samplers.TPESampler(seed=req.sampler_seed)  # replaced below once the study is known
+    with warnings.catch_warnings():  # experimental in Optuna 5.1: its interface is pinned by pyproject's optuna
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         pruner = optuna.pruners.WilcoxonPruner(p_threshold=req.p_threshold)
-    study = optuna.create_study(storage=storage, study_name=req.name, direction="minimize", sampler=sampler,
-                                pruner=pruner, load_if_exists=True)
+    study = optuna.create_study(
+        storage=storage, study_name=req.name, direction="minimize", sampler=sampler, pruner=pruner, load_if_exists=True
+    )
     want = study_attrs(req)
     have = {k: study.user_attrs.get(f"gpulab_{k}") for k in want}
     if all(v is None for v in have.values()):
@@ -210,8 +217,15 @@ class Search:
             results: list[objective.SeedResult] = []
             for upto in range(min(wave, k), k + wave, wave):
                 upto = min(upto, k)
-                request = TrialRequest(sweep, self.req.space.workload, self.req.space.scale, upto, settings,
-                                       max_epochs=cap, gpus=self.req.gpus)
+                request = TrialRequest(
+                    sweep,
+                    self.req.space.workload,
+                    self.req.space.scale,
+                    upto,
+                    settings,
+                    max_epochs=cap,
+                    gpus=self.req.gpus,
+                )
                 for _attempt in range(self.req.retries + 1):
                     results = self.backend(request)
                     if not objective.host_failures(results):
@@ -220,8 +234,9 @@ class Search:
                 if failed:
                     self._attr(number, "gpulab_failed", "; ".join(failed)[:1000])
                     self.study.tell(number, state=TrialState.FAIL)
-                    self.echo(f"tune {self.req.name}: trial {number}: FAILED on its hosts (not a result): "
-                              f"{'; '.join(failed)}")
+                    self.echo(
+                        f"tune {self.req.name}: trial {number}: FAILED on its hosts (not a result): {'; '.join(failed)}"
+                    )
                     return "FAIL"
                 trial_id = self._id(number)
                 for r in results:
@@ -230,8 +245,10 @@ class Search:
                 out = objective.capped_out(results, cap, self.req.limit)
                 why = None
                 if out:
-                    why = (f"seed(s) {', '.join(map(str, out))} missed the target within {cap} epochs (the best "
-                           f"trial's cost): it cannot beat the best")
+                    why = (
+                        f"seed(s) {', '.join(map(str, out))} missed the target within {cap} epochs (the best "
+                        f"trial's cost): it cannot beat the best"
+                    )
                 elif upto < k and self.study.pruner.prune(self.study, self.storage.get_trial(trial_id)):
                     why = f"Wilcoxon over seeds 1..{upto}: worse than the best (p < {self.req.p_threshold:g})"
                 if why:
@@ -243,34 +260,43 @@ class Search:
             summary = objective.summary(results, self.req.limit)
             self._attr(number, "gpulab_summary", summary)
             self.study.tell(number, summary["cost"])
-        self.echo(f"tune {self.req.name}: trial {number}: cost {summary['cost']:g} (median {summary['median']:g} "
-                  f"epochs, spread {summary['spread']:g}, {summary['missed']} missed)")
+        self.echo(
+            f"tune {self.req.name}: trial {number}: cost {summary['cost']:g} (median {summary['median']:g} "
+            f"epochs, spread {summary['spread']:g}, {summary['missed']} missed)"
+        )
         return "COMPLETE"
 
     def resume_stale(self) -> list[int]:
-        found = stale(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)), time.time(),
-                      self.req.stale_s)
+        found = stale(
+            self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)), time.time(), self.req.stale_s
+        )
         for t in found:
             beat = t.user_attrs.get(HEARTBEAT) or {}
-            self.echo(f"tune {self.req.name}: trial {t.number} is stale (heartbeat of {beat.get('owner', '?')} "
-                      f"gone): resuming it")
+            self.echo(
+                f"tune {self.req.name}: trial {t.number} is stale (heartbeat of {beat.get('owner', '?')} "
+                f"gone): resuming it"
+            )
             self._attr(t.number, "gpulab_stale", {"at": time.time(), "was": beat, "by": owner()})
             self.run(t.number)
         return [t.number for t in found]
 
     def has_baseline(self) -> bool:
-        return any(t.user_attrs.get(BASELINE) for t in self.study.get_trials(deepcopy=False)
-                   if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING))
+        return any(
+            t.user_attrs.get(BASELINE)
+            for t in self.study.get_trials(deepcopy=False)
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+        )
 
 
-def tune(req: TuneRequest, storage, backend: Backend, results_dir: Path, echo=print,
-         max_new: int | None = None) -> TuneResult:
+def tune(
+    req: TuneRequest, storage, backend: Backend, results_dir: Path, echo=print, max_new: int | None = None
+) -> TuneResult:
     """Run the study to ``req.trials`` results (resuming it: stale trials first). ``max_new``: start at
     most this many new trials in this call (tests)."""
     from lab.tune import report
 
     root = paths.child(results_dir, req.name, what="--name")
-    lock = supervise.SweepLock(root, req.name)   # one controller per study on this machine
+    lock = supervise.SweepLock(root, req.name)  # one controller per study on this machine
     try:
         study = open_study(req, storage)
         search = Search(req, study, backend, echo)
@@ -281,8 +307,10 @@ def tune(req: TuneRequest, storage, backend: Backend, results_dir: Path, echo=pr
             started += 1
             failed_in_a_row = failed_in_a_row + 1 if search.run(number) == "FAIL" else 0
             if failed_in_a_row >= 3:
-                raise RunError(f"tune {req.name}: 3 trials in a row failed on their hosts (see the trials' sweeps "
-                               f"under {root}); the study stays and resumes with the same --name")
+                raise RunError(
+                    f"tune {req.name}: 3 trials in a row failed on their hosts (see the trials' sweeps "
+                    f"under {root}); the study stays and resumes with the same --name"
+                )
         result = TuneResult(study, root)
         result.lines = report.write(study, req, root, echo)
         return result

@@ -27,15 +27,15 @@ SPACE = Path(__file__).resolve().parents[1] / "data" / "tune_space.yml"
 
 @dataclass
 class Param:
-    name: str                 # the workload setting it sets (runner run --set NAME=VALUE)
-    kind: str                 # float | int | choice
+    name: str  # the workload setting it sets (runner run --set NAME=VALUE)
+    kind: str  # float | int | choice
     low: float | None = None
     high: float | None = None
     log: bool = False
     choices: tuple = ()
     rule: str = ""
     open: bool = False
-    base: object = None       # the scale's own value (the reference recipe), None when it has none
+    base: object = None  # the scale's own value (the reference recipe), None when it has none
 
     def distribution(self) -> optuna.distributions.BaseDistribution:
         if self.kind == "choice":
@@ -51,7 +51,7 @@ class Space:
     scale: str
     params: list[Param]
     source: dict
-    left_out: list[str] = field(default_factory=list)   # "name: why" for parameters not searched
+    left_out: list[str] = field(default_factory=list)  # "name: why" for parameters not searched
     path: str = str(SPACE)
 
     def distributions(self) -> dict:
@@ -71,8 +71,10 @@ class Space:
         names = {p.name: p for p in self.params}
         for key, value in values.items():
             if key not in names:
-                raise ConfigError(f"{what}: {key!r} is not searched for {self.workload} "
-                                  f"(the space has {', '.join(names) or 'nothing'})")
+                raise ConfigError(
+                    f"{what}: {key!r} is not searched for {self.workload} "
+                    f"(the space has {', '.join(names) or 'nothing'})"
+                )
             p = names[key]
             if p.kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
                 raise ConfigError(f"{what}: {key}: {value!r} is not a whole number")
@@ -99,8 +101,14 @@ def _param(name: str, entry: dict, scale: str, values: dict, where: str) -> Para
     base = values.get(name)
     if base is None:
         return f"{name}: the {scale} scale has no value of its own (the reference recipe must have one)"
-    p = Param(name, entry["kind"], log=bool(entry.get("log", False)), rule=entry["rule"],
-              open=bool(entry.get("open", False)), base=base)
+    p = Param(
+        name,
+        entry["kind"],
+        log=bool(entry.get("log", False)),
+        rule=entry["rule"],
+        open=bool(entry.get("open", False)),
+        base=base,
+    )
     if p.kind == "choice":
         if "choices" not in entry:
             raise ConfigError(f"{where}: a choice needs choices")
@@ -129,8 +137,7 @@ def load(workload: str, scale: str, path: str | Path = SPACE, open_: bool = Fals
     doc = schema.load_yaml(path, "tune-space")
     entries = doc["workloads"]
     if workload not in entries:
-        raise ConfigError(f"{path}: no search space for workload {workload!r} "
-                          f"(it has {', '.join(entries) or 'none'})")
+        raise ConfigError(f"{path}: no search space for workload {workload!r} (it has {', '.join(entries) or 'none'})")
     values = catalogue.scale_settings(workload, scale)
     declared = catalogue.declared(workload)
     params, left = [], []
@@ -148,6 +155,8 @@ def load(workload: str, scale: str, path: str | Path = SPACE, open_: bool = Fals
         else:
             params.append(got)
     if not params:
-        raise ConfigError(f"{path}: workload {workload}: nothing to search at the {scale} scale "
-                          f"({'; '.join(left) or 'no parameters'})")
+        raise ConfigError(
+            f"{path}: workload {workload}: nothing to search at the {scale} scale "
+            f"({'; '.join(left) or 'no parameters'})"
+        )
     return Space(workload, scale, params, dict(doc["source"]), left, str(path))

@@ -44,14 +44,23 @@ def tune_url(history_url: str) -> tuple[str, dict]:
         p = Path(db)
         tune_db = p.with_name(f"{p.stem}{SQLITE_SUFFIX}{p.suffix or '.sqlite'}")
         historydb.sqlite_files(tune_db, f"tune study database {tune_db}")
-        return (parsed.set(database=str(tune_db)).render_as_string(hide_password=False),
-                {"connect_args": {"timeout": historydb.LOCK_WAIT_S}})
+        return (
+            parsed.set(database=str(tune_db)).render_as_string(hide_password=False),
+            {"connect_args": {"timeout": historydb.LOCK_WAIT_S}},
+        )
     if backend == "postgresql":
         if parsed.drivername == "postgresql":
             parsed = parsed.set(drivername="postgresql+psycopg")
-        return (parsed.render_as_string(hide_password=False),
-                {"connect_args": {"connect_timeout": historydb.CONNECT_TIMEOUT_S,
-                                  "options": f"-csearch_path={PG_SCHEMA}"}, "pool_pre_ping": True})
+        return (
+            parsed.render_as_string(hide_password=False),
+            {
+                "connect_args": {
+                    "connect_timeout": historydb.CONNECT_TIMEOUT_S,
+                    "options": f"-csearch_path={PG_SCHEMA}",
+                },
+                "pool_pre_ping": True,
+            },
+        )
     raise ConfigError(f"history database {historydb.shown(history_url)}: tune studies need SQLite or PostgreSQL")
 
 

@@ -24,13 +24,13 @@ from lab.tune.objective import SeedResult
 
 @dataclass
 class TrialRequest:
-    sweep: str                 # the trial's sweep name (results/<sweep>/): the same name resumes it
+    sweep: str  # the trial's sweep name (results/<sweep>/): the same name resumes it
     workload: str
     scale: str
-    seeds: int                 # seeds 1..seeds (spread over the fleet, one run each)
-    settings: dict             # the trial's settings (runner run --set)
-    max_epochs: int | None = None   # each run's epoch limit (the early stop of lab.tune.objective.epoch_cap)
-    gpus: str | None = None    # GPU counts (--gpus); None: every count, as a sweep plans it
+    seeds: int  # seeds 1..seeds (spread over the fleet, one run each)
+    settings: dict  # the trial's settings (runner run --set)
+    max_epochs: int | None = None  # each run's epoch limit (the early stop of lab.tune.objective.epoch_cap)
+    gpus: str | None = None  # GPU counts (--gpus); None: every count, as a sweep plans it
 
 
 class Backend(Protocol):
@@ -44,14 +44,22 @@ def seed_results(sweep_root: Path, runs) -> list[SeedResult]:
         for r in results.read_runs([sweep_root]).runs:
             found[(r.host, r.seed)] = r
     except GpulabError:
-        pass   # nothing readable: every run below says what its sweep state is
+        pass  # nothing readable: every run below says what its sweep state is
     out = []
     for run in runs:
         got = found.get((run.host, run.seed))
         reached = run.state == RunState.COMPLETE and run.outcome == "success"
-        out.append(SeedResult(seed=run.seed, host=run.host, state=run.state, reached=reached,
-                              epochs=getattr(got, "epochs", None), ttt_s=getattr(got, "ttt_s", None),
-                              reason=run.reason or ""))
+        out.append(
+            SeedResult(
+                seed=run.seed,
+                host=run.host,
+                state=run.state,
+                reached=reached,
+                epochs=getattr(got, "epochs", None),
+                ttt_s=getattr(got, "ttt_s", None),
+                reason=run.reason or "",
+            )
+        )
     return out
 
 
@@ -64,7 +72,7 @@ class SweepBackend:
     results_dir: Path
     settings: hostrun.Settings
     history_url: str
-    make_folder: bool = True       # the SQLite file's folder may be made (the default database)
+    make_folder: bool = True  # the SQLite file's folder may be made (the default database)
     echo: Callable = print
     quarantine: dict | None = None
     kind: str = "ssh"
@@ -77,15 +85,27 @@ class SweepBackend:
 
         memory = memories.open_for(self.history_url, request.sweep, make_folder=self.make_folder)
         try:
-            result = driver.run_sweep(self.hosts, [request.workload], self.results_dir, request.sweep,
-                                      gpus=request.gpus, seeds=request.seeds, mode="ttt", scale=request.scale,
-                                      settings=self.settings, memory=memory, quarantine=self.quarantine,
-                                      recipes={request.workload: request.settings}, spread=True,
-                                      max_epochs=request.max_epochs, echo=self.echo, backend=self.kind,
-                                      slurm_settings=self.slurm_settings,
-                                      progress_factory=lambda units: progress.Progress(units, live=False))
+            result = driver.run_sweep(
+                self.hosts,
+                [request.workload],
+                self.results_dir,
+                request.sweep,
+                gpus=request.gpus,
+                seeds=request.seeds,
+                mode="ttt",
+                scale=request.scale,
+                settings=self.settings,
+                memory=memory,
+                quarantine=self.quarantine,
+                recipes={request.workload: request.settings},
+                spread=True,
+                max_epochs=request.max_epochs,
+                echo=self.echo,
+                backend=self.kind,
+                slurm_settings=self.slurm_settings,
+                progress_factory=lambda units: progress.Progress(units, live=False),
+            )
         finally:
             memory.close()
         self.echo(history.record([result.sweep.root], self.history_url))
         return seed_results(result.sweep.root, result.sweep.runs)
-

@@ -39,8 +39,14 @@ def load_actions(path: Path | str = ACTIONS) -> dict:
 
 
 def _action(table: dict, entry: dict, source: str) -> dict:
-    return {"kind": entry["action"], "means": table["kinds"][entry["action"]], "do": entry["do"],
-            "evidence": list(entry["evidence"]), "escalate": entry.get("escalate"), "from": source}
+    return {
+        "kind": entry["action"],
+        "means": table["kinds"][entry["action"]],
+        "do": entry["do"],
+        "evidence": list(entry["evidence"]),
+        "escalate": entry.get("escalate"),
+        "from": source,
+    }
 
 
 def action_for(record: dict, table: dict) -> dict | None:
@@ -62,7 +68,7 @@ def action_for(record: dict, table: dict) -> dict | None:
             out["xids"] = {x: e["action"] for x, e in known}
             return out
     key = verdict.lower()
-    entry = catalogue.entry_for(str(record.get("check", "")))     # the check's declared id and its action key
+    entry = catalogue.entry_for(str(record.get("check", "")))  # the check's declared id and its action key
     by_verdict = table["checks"].get(entry["action"]) if entry else None
     if isinstance(by_verdict, dict) and key in by_verdict:
         return _action(table, by_verdict[key], f"checks {entry['action']}")
@@ -74,7 +80,9 @@ def attach_actions(data: dict, table: dict) -> dict:
     the checks that made its verdict (in the order of its reasons, each step once)."""
     for host in data.get("hosts", {}).values():
         where = [(c["check"], c) for c in host.get("checks", [])]
-        where += [(f"GPU {idx} {c['check']}", c) for idx, g in host.get("gpus", {}).items() for c in g.get("checks", [])]
+        where += [
+            (f"GPU {idx} {c['check']}", c) for idx, g in host.get("gpus", {}).items() for c in g.get("checks", [])
+        ]
         actions, seen = [], set()
         for label, rec in where:
             entry = catalogue.entry_for(str(rec.get("check", "")))

@@ -18,8 +18,8 @@ from lab.core import limits, plaindata, schema
 from lab.core.errors import ConfigError, RunError
 from lab.validate.verdict import FAIL, WARN, check
 
-UNREADABLE = "unreadable"     # the document's key for the values read_burnin left out
-MAX_SALVAGED = 64             # values left out before the document counts as malformed as a whole
+UNREADABLE = "unreadable"  # the document's key for the values read_burnin left out
+MAX_SALVAGED = 64  # values left out before the document counts as malformed as a whole
 
 
 def read_burnin(stdout: str, host: str, code: int | None = None) -> dict:
@@ -33,9 +33,10 @@ def read_burnin(stdout: str, host: str, code: int | None = None) -> dict:
         if not isinstance(doc, dict):
             raise ValueError(f"a JSON {type(doc).__name__}, not an object")
     except ValueError as exc:
-        raise RunError(f"{host}: runner burnin printed no usable JSON document ({str(exc)[:120]}; "
-                       f"exit {code})") from None
-    doc.pop(UNREADABLE, None)     # the runner never writes it: only this reader says what it left out
+        raise RunError(
+            f"{host}: runner burnin printed no usable JSON document ({str(exc)[:120]}; exit {code})"
+        ) from None
+    doc.pop(UNREADABLE, None)  # the runner never writes it: only this reader says what it left out
     left_out: list[str] = []
     validator = jsonschema.Draft202012Validator(schema.schema("burnin"))
     while True:
@@ -45,7 +46,7 @@ def read_burnin(stdout: str, host: str, code: int | None = None) -> dict:
         except ConfigError as exc:
             if len(left_out) >= MAX_SALVAGED or not _null_first_refused(doc, validator):
                 raise RunError(f"{host}: runner burnin printed a malformed {exc.message} (exit {code})") from None
-            left_out.append(exc.message[len("burn-in document: "):][:160])
+            left_out.append(exc.message[len("burn-in document: ") :][:160])
     if left_out:
         doc[UNREADABLE] = left_out
     return doc
@@ -59,8 +60,12 @@ def _null_first_refused(doc: dict, validator) -> bool:
         return False
     err = errors[0]
     types = err.schema.get("type") if isinstance(err.schema, dict) else None
-    if len(err.absolute_path) < 2 or not isinstance(types, list) or "null" not in types \
-            or {"object", "array"} & set(types):      # a scalar's slot only: a whole section is never left out
+    if (
+        len(err.absolute_path) < 2
+        or not isinstance(types, list)
+        or "null" not in types
+        or {"object", "array"} & set(types)
+    ):  # a scalar's slot only: a whole section is never left out
         return False
     *head, last = list(err.absolute_path)
     parent = doc
@@ -78,12 +83,25 @@ def unreadable_check(doc: dict) -> list[dict]:
     if not left:
         return []
     shown = "; ".join(str(x) for x in left[:5]) + (f"; and {len(left) - 5} more" if len(left) > 5 else "")
-    return [check("burn-in document", WARN, len(left), "every value of the documented form",
-                  f"{len(left)} value(s) of the burn-in document were unreadable and left out, "
-                  f"the rest judged: {shown}"[:300])]
+    return [
+        check(
+            "burn-in document",
+            WARN,
+            len(left),
+            "every value of the documented form",
+            f"{len(left)} value(s) of the burn-in document were unreadable and left out, the rest judged: {shown}"[
+                :300
+            ],
+        )
+    ]
 
 
 def malformed(exc: BaseException) -> dict:
     """The FAIL record of a host whose document the checks could not read."""
-    return check("runner", FAIL, None, "a burn-in document of the documented form",
-                 f"the host's burn-in document is malformed ({type(exc).__name__}: {exc})"[:300])
+    return check(
+        "runner",
+        FAIL,
+        None,
+        "a burn-in document of the documented form",
+        f"the host's burn-in document is malformed ({type(exc).__name__}: {exc})"[:300],
+    )

@@ -39,9 +39,15 @@ def load(path: Path | str = CHECKS) -> dict[str, dict]:
         verdicts = entry["verdicts"]
         if not isinstance(verdicts, list) or not set(verdicts) <= {"fail", "warn"}:
             raise ConfigError(f"{where}: verdicts must be a list of fail and warn")
-        out[cid] = {"id": cid, "action": entry.get("action") or cid, "trend": entry.get("trend"),
-                    "codes": entry.get("codes"), "unit": entry["unit"], "thresholds": str(entry["thresholds"]),
-                    "verdicts": list(verdicts)}
+        out[cid] = {
+            "id": cid,
+            "action": entry.get("action") or cid,
+            "trend": entry.get("trend"),
+            "codes": entry.get("codes"),
+            "unit": entry["unit"],
+            "thresholds": str(entry["thresholds"]),
+            "verdicts": list(verdicts),
+        }
     return out
 
 

@@ -54,8 +54,8 @@ from lab.core.errors import ConfigError, GpulabError
 from lab.validate.verdict import FAIL, PASS, WARN, check
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "dcgm_errors.yml"
-LEVELS = settings.default("validate.dcgm_levels")   # validate level -> DCGM run level (lab.core.settings)
-TIMEOUT_S = {int(k): v for k, v in settings.default("validate.time_limits.dcgm_s").items()}   # run level -> s
+LEVELS = settings.default("validate.dcgm_levels")  # validate level -> DCGM run level (lab.core.settings)
+TIMEOUT_S = {int(k): v for k, v in settings.default("validate.time_limits.dcgm_s").items()}  # run level -> s
 STATUS = {"pass": PASS, "skip": PASS, "warn": WARN, "fail": FAIL}
 CHECK = "DCGM diagnostic"
 ROOTS = ("DCGM Diagnostic", "DCGM GPU Diagnostic")
@@ -94,17 +94,20 @@ def gather(remote, level: int, timeout_s: float | None = None) -> dict:
     is stopped at ``timeout_s`` (gpulab.validate.time_limits.dcgm_s; default TIMEOUT_S of its level)."""
     limit = timeout_s or TIMEOUT_S[level]
     probe = remote.run("command -v dcgmi && { dcgmi --version || true; }", check=False, timeout=60)
-    if probe.code != 0 or not probe.stdout.strip():      # no dcgmi on the PATH
+    if probe.code != 0 or not probe.stdout.strip():  # no dcgmi on the PATH
         return {"installed": False, "level": level}
     m = VERSION.search(probe.stdout)
-    out = {"installed": True, "version": m.group(1) if m else None, "level": level,
-           "argv": ["dcgmi", "diag", "-r", str(level), "-j"]}
+    out = {
+        "installed": True,
+        "version": m.group(1) if m else None,
+        "level": level,
+        "argv": ["dcgmi", "diag", "-r", str(level), "-j"],
+    }
     try:
         res = remote.run(out["argv"], check=False, timeout=limit)
     except GpulabError as exc:
         return {**out, "error": getattr(exc, "message", None) or str(exc)}
-    out.update(exit_code=res.code, stdout=res.stdout[-limits.JSON_BYTES:],
-               stderr=res.stderr[-4096:])
+    out.update(exit_code=res.code, stdout=res.stdout[-limits.JSON_BYTES :], stderr=res.stderr[-4096:])
     if res.code == 124:
         out["error"] = f"dcgmi diag -r {level} did not finish within {limit:g} s and was stopped"
     return out
@@ -151,22 +154,40 @@ def _errors(result: dict, table: dict) -> list[dict]:
     for w in result.get("warnings") or [] if isinstance(result.get("warnings"), list) else []:
         if not isinstance(w, dict):
             continue
-        code = w.get("error_id") if isinstance(w.get("error_id"), int) and not isinstance(w.get("error_id"), bool) else None
+        code = (
+            w.get("error_id")
+            if isinstance(w.get("error_id"), int) and not isinstance(w.get("error_id"), bool)
+            else None
+        )
         name = table["codes"].get(code, f"DCGM error {code}") if code is not None else None
-        out.append({"code": code, "name": name, "message": str(w.get("warning") or w.get("warnings") or "")[:500],
-                    "severity": _named(table["severities"], w.get("error_severity")),
-                    "category": _named(table["categories"], w.get("error_category"))})
+        out.append(
+            {
+                "code": code,
+                "name": name,
+                "message": str(w.get("warning") or w.get("warnings") or "")[:500],
+                "severity": _named(table["severities"], w.get("error_severity")),
+                "category": _named(table["categories"], w.get("error_category")),
+            }
+        )
     return out
 
 
-def _record(test: str, category: str, result: dict, level: int, table: dict, entity: tuple | None,
-            on_gpu: bool, elsewhere: str | None = None) -> dict:
+def _record(
+    test: str,
+    category: str,
+    result: dict,
+    level: int,
+    table: dict,
+    entity: tuple | None,
+    on_gpu: bool,
+    elsewhere: str | None = None,
+) -> dict:
     """One result as a check record; ``elsewhere``: where the test's errors are when not in this result."""
     status = str(result.get("status", "")).strip()
     verdict = STATUS.get(status.lower(), FAIL)
     errors = _errors(result, table)
     if status.lower() == "fail" and errors and all(e["name"] in table["warnings"] for e in errors):
-        verdict = WARN          # what DCGM's plugin reported as a warning (dcgmi's JSON prints it "Fail")
+        verdict = WARN  # what DCGM's plugin reported as a warning (dcgmi's JSON prints it "Fail")
     where = "" if entity is None or on_gpu else f" ({entity[0]} {entity[1]})"
     if errors:
         reason = "; ".join(f"{e['name']}: {e['message']}" if e["name"] else e["message"] for e in errors)
@@ -174,18 +195,32 @@ def _record(test: str, category: str, result: dict, level: int, table: dict, ent
         reason = f"status {status or 'missing'!r} is not one DCGM reports"
     elif status.lower() == "fail" and elsewhere:
         verdict = PASS
-        reason = (f"DCGM marks the whole test Fail (one result for every GPU); its error is {elsewhere}'s, "
-                  "judged there, not this GPU's")
+        reason = (
+            f"DCGM marks the whole test Fail (one result for every GPU); its error is {elsewhere}'s, "
+            "judged there, not this GPU's"
+        )
     elif status.lower() == "fail":
         reason = "DCGM reports Fail with no error"
     else:
         reason = {"pass": "passed", "skip": "skipped by DCGM"}.get(status.lower(), status.lower())
-        info = [str(i) for i in result.get("info") or [] if isinstance(i, str)][:2] \
-            if isinstance(result.get("info"), list) else []
+        info = (
+            [str(i) for i in result.get("info") or [] if isinstance(i, str)][:2]
+            if isinstance(result.get("info"), list)
+            else []
+        )
         reason += f" ({'; '.join(info)})" if info and status.lower() == "pass" else ""
-    return check(f"DCGM {test}{where}", verdict, status or None, "Pass", f"level {level} {category}: {reason}",
-                 source="dcgm", dcgm_level=level, dcgm_test=test,
-                 dcgm_code=next((e["name"] for e in errors if e["name"]), None), dcgm_errors=errors)
+    return check(
+        f"DCGM {test}{where}",
+        verdict,
+        status or None,
+        "Pass",
+        f"level {level} {category}: {reason}",
+        source="dcgm",
+        dcgm_level=level,
+        dcgm_test=test,
+        dcgm_code=next((e["name"] for e in errors if e["name"]), None),
+        dcgm_errors=errors,
+    )
 
 
 def checks(gathered: dict | None, gpu_indices: list, expect: dict | None) -> tuple[list[dict], dict[str, list[dict]]]:
@@ -202,21 +237,45 @@ def checks(gathered: dict | None, gpu_indices: list, expect: dict | None) -> tup
     have = gathered.get("version")
     if want:
         ok = versions.agrees(have, want)
-        host.append(check("DCGM version", PASS if ok else FAIL, have, str(want),
-                          f"DCGM {have} as the profile says" if ok else f"DCGM is {have or 'unknown'}, the profile says {want}",
-                          source="dcgm"))
+        host.append(
+            check(
+                "DCGM version",
+                PASS if ok else FAIL,
+                have,
+                str(want),
+                f"DCGM {have} as the profile says" if ok else f"DCGM is {have or 'unknown'}, the profile says {want}",
+                source="dcgm",
+            )
+        )
     if gathered.get("error"):
-        return host + [check(CHECK, FAIL, None, "DCGM diagnostic results", f"level {level}: {gathered['error']}",
-                             source="dcgm", dcgm_level=level)], {}
+        return host + [
+            check(
+                CHECK,
+                FAIL,
+                None,
+                "DCGM diagnostic results",
+                f"level {level}: {gathered['error']}",
+                source="dcgm",
+                dcgm_level=level,
+            )
+        ], {}
     try:
         doc = document(gathered.get("stdout") or "")
     except ValueError as exc:
         last = (gathered.get("stderr") or gathered.get("stdout") or "").strip().splitlines()
         detail = f": {last[-1][:300]}" if last else ""
         msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-        return host + [check(CHECK, FAIL, None, "DCGM diagnostic results",
-                             f"level {level}: dcgmi exited {gathered.get('exit_code')}, {msg}{detail}",
-                             source="dcgm", dcgm_level=level)], {}
+        return host + [
+            check(
+                CHECK,
+                FAIL,
+                None,
+                "DCGM diagnostic results",
+                f"level {level}: dcgmi exited {gathered.get('exit_code')}, {msg}{detail}",
+                source="dcgm",
+                dcgm_level=level,
+            )
+        ], {}
     return _from_document(doc, host, gpu_indices, level)
 
 
@@ -227,8 +286,17 @@ def _from_document(doc: dict, host: list[dict], gpu_indices: list, level) -> tup
     known = {str(i) for i in gpu_indices}
     per_gpu: dict[str, list[dict]] = {}
     if root.get("runtime_error"):
-        host.append(check(CHECK, FAIL, None, "DCGM diagnostic results", f"level {level}: {root['runtime_error']}",
-                          source="dcgm", dcgm_level=level))
+        host.append(
+            check(
+                CHECK,
+                FAIL,
+                None,
+                "DCGM diagnostic results",
+                f"level {level}: {root['runtime_error']}",
+                source="dcgm",
+                dcgm_level=level,
+            )
+        )
     count = 0
     for cat in root.get("test_categories") or []:
         if not isinstance(cat, dict):
@@ -237,23 +305,40 @@ def _from_document(doc: dict, host: list[dict], gpu_indices: list, level) -> tup
             if not isinstance(test, dict):
                 continue
             name, category = str(test.get("name", "?")), str(cat.get("category", "?"))
-            results = [r for r in test.get("results") or [] if isinstance(r, dict)] \
-                if isinstance(test.get("results"), list) else []
+            results = (
+                [r for r in test.get("results") or [] if isinstance(r, dict)]
+                if isinstance(test.get("results"), list)
+                else []
+            )
             summary = test.get("test_summary") if isinstance(test.get("test_summary"), dict) else None
             if summary is not None and (not results or _errors(summary, table)):
-                results.append({**summary, "_summary": True})   # errors of no GPU: the host's, with their codes
+                results.append({**summary, "_summary": True})  # errors of no GPU: the host's, with their codes
             owners = [r for r in results if _errors(r, table)]
             for r in results:
                 entity = None if r.get("_summary") else _entity(r)
                 gpu = entity[1] if entity and entity[0] == "GPU" and entity[1] in known else None
                 others = [o for o in owners if o is not r]
-                elsewhere = None if not others else ", ".join(
-                    "no GPU (the host)" if o.get("_summary") or _entity(o) is None else " ".join(_entity(o))
-                    for o in others)
+                elsewhere = (
+                    None
+                    if not others
+                    else ", ".join(
+                        "no GPU (the host)" if o.get("_summary") or _entity(o) is None else " ".join(_entity(o))
+                        for o in others
+                    )
+                )
                 rec = _record(name, category, r, level, table, entity, gpu is not None, elsewhere)
                 (per_gpu.setdefault(gpu, []) if gpu is not None else host).append(rec)
                 count += 1
     if not count and not root.get("runtime_error"):
-        host.append(check(CHECK, FAIL, None, "DCGM diagnostic results", f"level {level}: no test results in dcgmi's output",
-                          source="dcgm", dcgm_level=level))
+        host.append(
+            check(
+                CHECK,
+                FAIL,
+                None,
+                "DCGM diagnostic results",
+                f"level {level}: no test results in dcgmi's output",
+                source="dcgm",
+                dcgm_level=level,
+            )
+        )
     return host, per_gpu

@@ -56,7 +56,9 @@ def _host_record(name: str, host, checks: list[dict], gpus: dict) -> dict:
     verdict = worst([c["verdict"] for c in checks] + [g["verdict"] for g in gpus.values()])
     reasons = [f"{c['check']}: {c['reason']}" for c in checks if c["verdict"] == verdict and verdict != PASS]
     for idx, g in gpus.items():
-        reasons += [f"GPU {idx} {c['check']}: {c['reason']}" for c in g["checks"] if c["verdict"] == verdict and verdict != PASS]
+        reasons += [
+            f"GPU {idx} {c['check']}: {c['reason']}" for c in g["checks"] if c["verdict"] == verdict and verdict != PASS
+        ]
     return {
         "host": name,
         "verdict": verdict,
@@ -66,8 +68,11 @@ def _host_record(name: str, host, checks: list[dict], gpus: dict) -> dict:
         "expected_count": host_field(host, "gpu_count") if host is not None else None,
         "checks": checks,
         "gpus": gpus,
-        "counts": {v: sum(1 for c in checks if c["verdict"] == v) + sum(
-            1 for g in gpus.values() for c in g["checks"] if c["verdict"] == v) for v in (PASS, WARN, FAIL)},
+        "counts": {
+            v: sum(1 for c in checks if c["verdict"] == v)
+            + sum(1 for g in gpus.values() for c in g["checks"] if c["verdict"] == v)
+            for v in (PASS, WARN, FAIL)
+        },
     }
 
 
@@ -83,8 +88,11 @@ def _parse_snapshots(snapshots: dict[str, Any], names: list[str], references: di
             continue
         try:
             probe, burnin = split_snapshot(snap)
-            mine = [(model_key(g.get("name"), references), g, ((burnin or {}).get("gpus") or {}).get(str(g.get("index"))))
-                    for g in probe.get("gpus") or [] if "error" not in g]
+            mine = [
+                (model_key(g.get("name"), references), g, ((burnin or {}).get("gpus") or {}).get(str(g.get("index"))))
+                for g in probe.get("gpus") or []
+                if "error" not in g
+            ]
             fleet_medians(mine, references)
         except MALFORMED as exc:
             parsed[name] = (snap, exc, None)
@@ -94,31 +102,55 @@ def _parse_snapshots(snapshots: dict[str, Any], names: list[str], references: di
     return parsed, per_gpu
 
 
-def _gpu_record(g: dict, probe: dict, burnin: dict | None, host, xid, references: dict, medians: dict, past,
-                trends) -> dict:
+def _gpu_record(
+    g: dict, probe: dict, burnin: dict | None, host, xid, references: dict, medians: dict, past, trends
+) -> dict:
     """One GPU's record: its checks (probe, burn-in, fleet medians, tools, trends) and their worst verdict."""
     idx = g.get("index")
     if "error" in g:
-        return {"index": idx, "name": None, "uuid": None, "serial": None, "pci_bus_id": None,
-                "model": None, "verdict": FAIL, "checks": [check("readable", FAIL, None, "readable", g["error"])]}
+        return {
+            "index": idx,
+            "name": None,
+            "uuid": None,
+            "serial": None,
+            "pci_bus_id": None,
+            "model": None,
+            "verdict": FAIL,
+            "checks": [check("readable", FAIL, None, "readable", g["error"])],
+        }
     model = model_key(g.get("name"), references)
     bg = ((burnin or {}).get("gpus") or {}).get(str(idx))
-    gc = gpu_checks(g, bg, host, references, model, xid, link_window(probe, burnin, idx),
-                     len(probe["gpus"]))
+    gc = gpu_checks(g, bg, host, references, model, xid, link_window(probe, burnin, idx), len(probe["gpus"]))
     if burnin is not None:
         gc += burnin_failures(burnin, idx)
     gc += fleet_checks(model, bg, medians, references)
     gc += guarded("nvbandwidth", gpu_tool_checks, burnin, idx, references["models"].get(model) if model else None)
     if past is not None:
         gc += guarded("trends", trend.gpu_trends, g, bg, past, trends or trend.load_trends())
-    return {"index": idx, "name": g.get("name"), "uuid": g.get("uuid"), "serial": g.get("serial"),
-            "pci_bus_id": g.get("pci_bus_id"), "model": model,
-            "verdict": worst(c["verdict"] for c in gc), "checks": gc}
+    return {
+        "index": idx,
+        "name": g.get("name"),
+        "uuid": g.get("uuid"),
+        "serial": g.get("serial"),
+        "pci_bus_id": g.get("pci_bus_id"),
+        "model": model,
+        "verdict": worst(c["verdict"] for c in gc),
+        "checks": gc,
+    }
 
 
-def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], references: dict,
-             stacks: dict | None = None, *, level: str | None = None, actions: dict | None = None,
-             tools: dict | None = None, past: dict | None = None, trends: dict | None = None) -> Verdicts:
+def evaluate(
+    snapshots: dict[str, Any],
+    inventory_hosts: Iterable[Any],
+    references: dict,
+    stacks: dict | None = None,
+    *,
+    level: str | None = None,
+    actions: dict | None = None,
+    tools: dict | None = None,
+    past: dict | None = None,
+    trends: dict | None = None,
+) -> Verdicts:
     """Verdicts for every host of ``inventory_hosts`` (and any extra host in ``snapshots``);
     each WARN and FAIL with its action from ``actions`` (default: lab/data/actions.yml).
 
@@ -132,8 +164,10 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
     parsed, per_gpu = _parse_snapshots(snapshots, names, references)
     medians = fleet_medians(per_gpu, references)
 
-    out_hosts = {name: _host_verdict(name, hosts.get(name), parsed[name], references, medians, stacks, tools,
-                                     past, trends) for name in names}
+    out_hosts = {
+        name: _host_verdict(name, hosts.get(name), parsed[name], references, medians, stacks, tools, past, trends)
+        for name in names
+    }
     summary = {v: sum(1 for h in out_hosts.values() if h["verdict"] == v) for v in (PASS, WARN, FAIL)}
     data = {
         "schema": SCHEMA,
@@ -149,8 +183,17 @@ def evaluate(snapshots: dict[str, Any], inventory_hosts: Iterable[Any], referenc
     return Verdicts(data)
 
 
-def _host_verdict(name: str, host, parsed: tuple, references: dict, medians: dict, stacks: dict | None,
-                  tools: dict | None, past, trends) -> dict:
+def _host_verdict(
+    name: str,
+    host,
+    parsed: tuple,
+    references: dict,
+    medians: dict,
+    stacks: dict | None,
+    tools: dict | None,
+    past,
+    trends,
+) -> dict:
     """One host's record: its own checks, its GPUs' records, DCGM's and Fabric Manager's, the tools' figures."""
     snap, probe, burnin = parsed
     try:
@@ -158,7 +201,7 @@ def _host_verdict(name: str, host, parsed: tuple, references: dict, medians: dic
     except MALFORMED as exc:
         checks, gpus, probe, burnin = [malformed(exc)], {}, None, None
     cpu_host = any(c.get("cpu_host") for c in checks)
-    if isinstance(snap, dict) and not cpu_host:      # DCGM and Fabric Manager have nothing to judge on a CPU host
+    if isinstance(snap, dict) and not cpu_host:  # DCGM and Fabric Manager have nothing to judge on a CPU host
         checks += vendor.checks(snap, probe, _expected_stack(tools, name, host), gpus)
     rec = _host_record(name, host, checks, gpus)
     rec["level"] = (burnin or {}).get("level") if isinstance(burnin, dict) else None
@@ -170,8 +213,9 @@ def _host_verdict(name: str, host, parsed: tuple, references: dict, medians: dic
     return rec
 
 
-def _host_checks(name: str, host, snap, probe, burnin, references: dict, medians: dict, stacks: dict | None,
-                 past, trends) -> tuple[list[dict], dict[str, dict]]:
+def _host_checks(
+    name: str, host, snap, probe, burnin, references: dict, medians: dict, stacks: dict | None, past, trends
+) -> tuple[list[dict], dict[str, dict]]:
     """(the host's own checks, its GPUs' records by index); a malformed document raises one of MALFORMED."""
     if isinstance(probe, BaseException):
         raise probe
@@ -182,9 +226,11 @@ def _host_checks(name: str, host, snap, probe, burnin, references: dict, medians
         label = "reachable" if isinstance(snap, HostError) or "unreachable" in msg else "runner"
         return [check(label, FAIL, None, "a probe document", msg)], {}
     if probe is None or not isinstance(probe, dict) or "gpus" not in probe:
-        return [check("runner", FAIL, None, "a probe document", "the host's answer is not a probe or burn-in document")], {}
+        return [
+            check("runner", FAIL, None, "a probe document", "the host's answer is not a probe or burn-in document")
+        ], {}
     if not probe.get("gpus"):
-        return list(no_gpu_checks(host, probe)), {}     # a CPU host where the inventory expects no GPU
+        return list(no_gpu_checks(host, probe)), {}  # a CPU host where the inventory expects no GPU
     checks = list(count_checks(host, probe, probe["gpus"]))
     checks += stack_checks(probe, _expected_stack(stacks, name, host))
     xid = (burnin or {}).get("xid")
@@ -198,6 +244,8 @@ def _host_checks(name: str, host, snap, probe, burnin, references: dict, medians
             checks += burnin_failures(burnin, None)
         checks += host_metric_checks(burnin, probe, references)
         checks += guarded("standard tools", host_tool_checks, burnin, probe, references)
-    gpus = {str(g.get("index")): _gpu_record(g, probe, burnin, host, xid, references, medians, past, trends)
-            for g in probe["gpus"]}
+    gpus = {
+        str(g.get("index")): _gpu_record(g, probe, burnin, host, xid, references, medians, past, trends)
+        for g in probe["gpus"]
+    }
     return checks, gpus

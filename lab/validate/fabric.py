@@ -30,11 +30,13 @@ from lab.validate.verdict import FAIL, PASS, WARN, check
 SERVICE = "nvidia-fabricmanager"
 VERSION = re.compile(r"Fabric Manager version is\s*:\s*([0-9][0-9.]*)")
 # one shell command: the version line, then "service: <state>"
-PROBE = ("nv-fabricmanager --version 2>/dev/null; "
-         "if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then "
-         f"echo \"service: $(systemctl is-active {SERVICE})\"; "
-         "elif grep -qx nv-fabricmanage /proc/[0-9]*/comm 2>/dev/null; then echo 'service: active'; "
-         "else echo 'service: inactive'; fi")
+PROBE = (
+    "nv-fabricmanager --version 2>/dev/null; "
+    "if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then "
+    f'echo "service: $(systemctl is-active {SERVICE})"; '
+    "elif grep -qx nv-fabricmanage /proc/[0-9]*/comm 2>/dev/null; then echo 'service: active'; "
+    "else echo 'service: inactive'; fi"
+)
 
 
 def gather(remote) -> dict:
@@ -51,21 +53,52 @@ def checks(gathered: dict | None, nvswitch: bool, driver: str | None) -> list[di
         return []
     have = gathered.get("version")
     if have is None:
-        return [check("Fabric Manager", FAIL, None, f"nv-fabricmanager {driver or ''}".strip(),
-                      "not installed: the stack profile says this host has NVSwitches, and CUDA does not start "
-                      "there without Fabric Manager", source="fabricmanager")]
+        return [
+            check(
+                "Fabric Manager",
+                FAIL,
+                None,
+                f"nv-fabricmanager {driver or ''}".strip(),
+                "not installed: the stack profile says this host has NVSwitches, and CUDA does not start "
+                "there without Fabric Manager",
+                source="fabricmanager",
+            )
+        ]
     out = []
     if driver and versions.release(have) == versions.release(driver):
-        out.append(check("Fabric Manager version", PASS, have, driver, f"Fabric Manager {have} as the driver",
-                         source="fabricmanager"))
+        out.append(
+            check(
+                "Fabric Manager version",
+                PASS,
+                have,
+                driver,
+                f"Fabric Manager {have} as the driver",
+                source="fabricmanager",
+            )
+        )
     else:
-        out.append(check("Fabric Manager version", FAIL, have, driver or "the driver's version",
-                         f"Fabric Manager is {have}, the driver {driver or 'unknown'}: it must be exactly the "
-                         f"driver's version", source="fabricmanager"))
+        out.append(
+            check(
+                "Fabric Manager version",
+                FAIL,
+                have,
+                driver or "the driver's version",
+                f"Fabric Manager is {have}, the driver {driver or 'unknown'}: it must be exactly the driver's version",
+                source="fabricmanager",
+            )
+        )
     state = gathered.get("service") or "unknown"
-    out.append(check("Fabric Manager service", PASS if state == "active" else FAIL, state, "active",
-                     f"{SERVICE} is {state}" + ("" if state == "active" else ": CUDA does not start on an "
-                                                 "NVSwitch system without it"), source="fabricmanager"))
+    out.append(
+        check(
+            "Fabric Manager service",
+            PASS if state == "active" else FAIL,
+            state,
+            "active",
+            f"{SERVICE} is {state}"
+            + ("" if state == "active" else ": CUDA does not start on an NVSwitch system without it"),
+            source="fabricmanager",
+        )
+    )
     return out
 
 
@@ -77,16 +110,43 @@ def gpu_checks(gpu: dict, nvswitch: bool) -> list[dict]:
     exp = "registration completed, status 0"
     if not isinstance(info, dict):
         why = (gpu.get("unavailable") or {}).get("fabric") or "not in the probe"
-        return [check("Fabric registration", WARN, None, exp, f"not judged: NVML's GPU fabric info: {why}",
-                      source="fabricmanager")]
+        return [
+            check(
+                "Fabric registration",
+                WARN,
+                None,
+                exp,
+                f"not judged: NVML's GPU fabric info: {why}",
+                source="fabricmanager",
+            )
+        ]
     state, status = info.get("state"), info.get("status")
     name = info.get("state_name") or f"state {state}"
     if state == 0:
         return []
     if state == 3 and status == 0:
-        return [check("Fabric registration", PASS, name, exp,
-                      f"fabric registration completed (clique {info.get('clique_id')})", source="fabricmanager")]
-    why = (f"completed with NVML status {status}" if state == 3 else f"{name}: Fabric Manager has not brought this GPU "
-           "into the fabric")
-    return [check("Fabric registration", FAIL, name, exp, f"fabric registration {why}; CUDA work across the "
-                  "NVSwitch fabric fails on this GPU", source="fabricmanager")]
+        return [
+            check(
+                "Fabric registration",
+                PASS,
+                name,
+                exp,
+                f"fabric registration completed (clique {info.get('clique_id')})",
+                source="fabricmanager",
+            )
+        ]
+    why = (
+        f"completed with NVML status {status}"
+        if state == 3
+        else f"{name}: Fabric Manager has not brought this GPU into the fabric"
+    )
+    return [
+        check(
+            "Fabric registration",
+            FAIL,
+            name,
+            exp,
+            f"fabric registration {why}; CUDA work across the NVSwitch fabric fails on this GPU",
+            source="fabricmanager",
+        )
+    ]

@@ -37,13 +37,56 @@ from lab.validate.gpuchecks import split_snapshot
 from lab.validate.gpurefs import REFERENCES, dump_references, load_references, model_key, model_label
 from lab.validate.hostchecks import installed_version
 from lab.validate.toolchecks import gpu_figures, host_figures
-from lab.validate.verdict import (FAIL, GPU_METRICS, HOST_METRICS, NO_GPU, PASS, UNITS, WARN, Verdicts,
-                         check, judge_metric, ref_range, render_html, summary_text, worst, write_outputs)
+from lab.validate.verdict import (
+    FAIL,
+    GPU_METRICS,
+    HOST_METRICS,
+    NO_GPU,
+    PASS,
+    UNITS,
+    WARN,
+    Verdicts,
+    check,
+    judge_metric,
+    ref_range,
+    render_html,
+    summary_text,
+    worst,
+    write_outputs,
+)
 
-__all__ = ["FAIL", "GPU_METRICS", "HOST_METRICS", "LEVEL_TIMEOUT_S", "NO_GPU", "PASS", "REFERENCES", "UNITS", "WARN",
-           "Verdicts", "build_references", "burnin_argv", "check", "dump_references", "evaluate", "gather_one", "read_burnin",
-           "installed_version", "judge_metric", "load_references", "model_key", "model_label", "ref_range",
-           "render_html", "split_snapshot", "stacks_for", "summary_text", "validate_fleet", "worst", "write_outputs"]
+__all__ = [
+    "FAIL",
+    "GPU_METRICS",
+    "HOST_METRICS",
+    "LEVEL_TIMEOUT_S",
+    "NO_GPU",
+    "PASS",
+    "REFERENCES",
+    "UNITS",
+    "WARN",
+    "Verdicts",
+    "build_references",
+    "burnin_argv",
+    "check",
+    "dump_references",
+    "evaluate",
+    "gather_one",
+    "read_burnin",
+    "installed_version",
+    "judge_metric",
+    "load_references",
+    "model_key",
+    "model_label",
+    "ref_range",
+    "render_html",
+    "split_snapshot",
+    "stacks_for",
+    "summary_text",
+    "validate_fleet",
+    "worst",
+    "write_outputs",
+]
 
 # --------------------------------------------------------------------------- baseline
 
@@ -67,8 +110,9 @@ def _refuse_unmeasured(snapshots: dict[str, Any], names: list[str]) -> None:
         raise CheckFailed("baseline needs known-good hosts with burn-in results; " + "; ".join(bad))
 
 
-def build_references(snapshots: dict[str, Any], references: dict, *, hosts: Iterable[str] | None = None,
-                     note: str | None = None) -> dict:
+def build_references(
+    snapshots: dict[str, Any], references: dict, *, hosts: Iterable[str] | None = None, note: str | None = None
+) -> dict:
     """A references document whose metrics are the medians of known-good hosts.
 
     Models and metrics seen in the snapshots replace those of ``references``;
@@ -106,8 +150,11 @@ def build_references(snapshots: dict[str, Any], references: dict, *, hosts: Iter
             for metric, v in gpu_figures(burnin, g["index"]).items():
                 values.setdefault(model, {}).setdefault(metric, []).append(v)
         hm = {**(burnin.get("host_metrics") or {}), **host_figures(burnin, probe)}
-        models = {model_key(g.get("name"), references) or model_label(g.get("name"))
-                  for g in probe["gpus"] if "error" not in g}
+        models = {
+            model_key(g.get("name"), references) or model_label(g.get("name"))
+            for g in probe["gpus"]
+            if "error" not in g
+        }
         if len(models) == 1:
             for metric in HOST_METRICS:
                 if metric in hm:
@@ -125,7 +172,7 @@ def build_references(snapshots: dict[str, Any], references: dict, *, hosts: Iter
                 "lower": tol["lower"],
                 "upper": tol["upper"],
                 "source": f"baseline {stamp}: median of {len(vs)} measurement(s) on {', '.join(names)}"
-                          + (f" ({note})" if note else ""),
+                + (f" ({note})" if note else ""),
             }
             if tol.get("warn_lower") is not None:
                 m["warn_lower"] = tol["warn_lower"]
@@ -135,13 +182,25 @@ def build_references(snapshots: dict[str, Any], references: dict, *, hosts: Iter
     schema.conform(out, "gpu-references", "baseline references")
     return out
 
-def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False, as_json: bool = False,
-                   out_dir: Path | str = Path("results/validate"), references: Path | str | None = None,
-                   inventory: Path | str | None = None, stacks: dict | None = None,
-                   echo: Callable[[str], None] = print, gather: Callable | None = None,
-                   stacks_dir: Path | str | None = None, dcgm_level: Any = None,
-                   dcgm_levels: dict | None = None, past: Callable[..., dict] | None = None,
-                   limits: dict | None = None) -> Verdicts:
+
+def validate_fleet(
+    hosts: list,
+    *,
+    level: str = "quick",
+    baseline: bool = False,
+    as_json: bool = False,
+    out_dir: Path | str = Path("results/validate"),
+    references: Path | str | None = None,
+    inventory: Path | str | None = None,
+    stacks: dict | None = None,
+    echo: Callable[[str], None] = print,
+    gather: Callable | None = None,
+    stacks_dir: Path | str | None = None,
+    dcgm_level: Any = None,
+    dcgm_levels: dict | None = None,
+    past: Callable[..., dict] | None = None,
+    limits: dict | None = None,
+) -> Verdicts:
     """Gather every host's burn-in document, judge them, write validate.json/.html.
 
     DCGM's diagnostic runs at ``dcgm_level`` (--dcgm-level; 0: not at all), else at the level
@@ -159,16 +218,16 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
     refs_path = Path(references) if references else REFERENCES
     refs = load_references(refs_path)
     table = trend.load_trends() if past is not None else None
-    paths.folder(out_dir, "--out")             # every input is checked before the burn-in starts
+    paths.folder(out_dir, "--out")  # every input is checked before the burn-in starts
     writes.writable_folder(out_dir, "--out")
     dcgm_run = 0 if baseline else dcgm.level_for(level, dcgm_levels, dcgm_level)
-    limits = time_limits(limits)             # gpulab.validate.time_limits, checked before anything runs
+    limits = time_limits(limits)  # gpulab.validate.time_limits, checked before anything runs
     if stacks is None and not baseline:
         stacks = stacks_for(hosts, inventory, stacks_dir)
     tools = None if baseline else stacks_for(hosts, inventory, stacks_dir, what="tools")
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(out_dir) / stamp
-    if gather is None:   # over SSH: never to the example lab's documentation addresses
+    if gather is None:  # over SSH: never to the example lab's documentation addresses
         rem.inventory.refuse_examples(hosts, inventory)
     gather = gather or functools.partial(gather_one, dcgm_level=dcgm_run, limits=limits)
     snapshots = rem.on_hosts(hosts, lambda h: gather(h, level, stamp, out))
@@ -179,8 +238,11 @@ def validate_fleet(hosts: list, *, level: str = "quick", baseline: bool = False,
         writes.write_text(path, dump_references(data), "--out")
         echo(f"wrote {path} (from {len(hosts)} host(s); review it, then copy it over {refs_path})")
         return Verdicts({"hosts": {}, "verdict": PASS}, files=[path])
-    history = past(trend.uuids(snapshots, split_snapshot), trend.sources(table), trend.depth(table)) \
-        if past is not None else None
+    history = (
+        past(trend.uuids(snapshots, split_snapshot), trend.sources(table), trend.depth(table))
+        if past is not None
+        else None
+    )
     verdicts = evaluate(snapshots, hosts, refs, stacks, level=level, tools=tools, past=history, trends=table)
     verdicts.files = write_outputs(verdicts, out)
     echo(verdicts.to_json() if as_json else summary_text(verdicts))

@@ -28,15 +28,25 @@ def time_limits(configured: dict | None = None) -> dict:
     return out
 
 
-def burnin_argv(level: str, remote_dir: str, tools_s: float | None = None, burn_minutes: float | None = None) -> list[str]:
+def burnin_argv(
+    level: str, remote_dir: str, tools_s: float | None = None, burn_minutes: float | None = None
+) -> list[str]:
     tail = ["--tool-timeout", f"{tools_s:g}"] if tools_s is not None else []
     if burn_minutes is not None and level == "burn-in":
         tail += ["--minutes", f"{burn_minutes:g}"]
     return ["burnin", "--level", level, "--out", remote_dir, "--json", *tail]
 
 
-def gather_one(host, level: str, stamp: str, local_dir: Path | None = None, *, connect: Callable | None = None,
-               dcgm_level: int = 0, limits: dict | None = None) -> dict:
+def gather_one(
+    host,
+    level: str,
+    stamp: str,
+    local_dir: Path | None = None,
+    *,
+    connect: Callable | None = None,
+    dcgm_level: int = 0,
+    limits: dict | None = None,
+) -> dict:
     """Run the burn-in on one host, then DCGM's diagnostic at ``dcgm_level`` (0: none) and read Fabric
     Manager (lab.validate.vendor); return the burn-in document with theirs (raises HostError/RunError).
     ``limits``: ``time_limits()``; a burn-in that does not end in its limit is killed and reported."""
@@ -51,8 +61,10 @@ def gather_one(host, level: str, stamp: str, local_dir: Path | None = None, *, c
         argv = burnin_argv(level, remote_dir, limits["tools_s"], limits.get("burn_minutes"))
         res = r.run(inst.argv(*argv), check=False, timeout=limit)
         if res.code == 124:
-            raise RunError(f"{host.name}: runner burnin --level {level} did not end within {limit:g} s "
-                           "(gpulab.validate.time_limits.burnin_s) and was stopped")
+            raise RunError(
+                f"{host.name}: runner burnin --level {level} did not end within {limit:g} s "
+                "(gpulab.validate.time_limits.burnin_s) and was stopped"
+            )
         if res.code not in (0, 1):
             last = (res.stderr.strip() or res.stdout.strip() or f"exit {res.code}").splitlines()[-1]
             raise RunError(f"{host.name}: runner burnin exited {res.code}: {last}")
@@ -63,13 +75,23 @@ def gather_one(host, level: str, stamp: str, local_dir: Path | None = None, *, c
                     r.get(f"{remote_dir}/{name}", local_dir / host.name / name)
                 except GpulabError:
                     pass
-        doc.update(vendor.gather(r, dcgm_level, local_dir / host.name if local_dir is not None else None,
-                                 dcgm_timeout=limits["dcgm_s"].get(dcgm_level)))
+        doc.update(
+            vendor.gather(
+                r,
+                dcgm_level,
+                local_dir / host.name if local_dir is not None else None,
+                dcgm_timeout=limits["dcgm_s"].get(dcgm_level),
+            )
+        )
         return doc
 
 
-def stacks_for(hosts: Iterable[Any], inventory: Path | str | None = None,
-               stacks_dir: Path | str | None = None, what: str = "expected") -> dict:
+def stacks_for(
+    hosts: Iterable[Any],
+    inventory: Path | str | None = None,
+    stacks_dir: Path | str | None = None,
+    what: str = "expected",
+) -> dict:
     """Expected versions per stack name from lab.hosts.stacks profiles; {} when unavailable.
     ``what="tools"``: what each profile expects of DCGM and Fabric Manager instead (``Stack.tools()``).
 
@@ -95,5 +117,3 @@ def stacks_for(hosts: Iterable[Any], inventory: Path | str | None = None,
         # a branch-only driver ('550.*') agrees with any version of that branch (lab.core.versions)
         out[name] = getattr(prof, what)()
     return out
-
-

@@ -58,6 +58,7 @@ def xid_checks(refs: dict, events: list[dict], source: str | None, error: str | 
 class GpuFacts:
     """What the checks of one GPU read: its probe record, its burn-in entry, the host's
     inventory record, the references, the GPU's references model and the host's XID events."""
+
     gpu: dict
     bg: dict | None
     host: Any
@@ -84,13 +85,29 @@ def _model_checks(g: GpuFacts) -> list[dict]:
     want_model = host_field(host, "gpu_model", "auto") if host is not None else "auto"
     if want_model not in (None, "auto"):
         ok = model_label(gpu.get("name")) == model_label(want_model) or (
-            model is not None and model_key(want_model, refs) == model)
-        out.append(check("model", PASS if ok else FAIL, gpu.get("name"), want_model,
-                         f"{gpu.get('name')} as the inventory says" if ok else
-                         f"{gpu.get('name')} found, the inventory says {want_model}"))
+            model is not None and model_key(want_model, refs) == model
+        )
+        out.append(
+            check(
+                "model",
+                PASS if ok else FAIL,
+                gpu.get("name"),
+                want_model,
+                f"{gpu.get('name')} as the inventory says"
+                if ok
+                else f"{gpu.get('name')} found, the inventory says {want_model}",
+            )
+        )
     if mref is None:
-        out.append(check("references", WARN, gpu.get("name"), "a model in the references",
-                         f"no references for {gpu.get('name')}: only health and fleet checks apply"))
+        out.append(
+            check(
+                "references",
+                WARN,
+                gpu.get("name"),
+                "a model in the references",
+                f"no references for {gpu.get('name')}: only health and fleet checks apply",
+            )
+        )
     return out
 
 
@@ -112,27 +129,64 @@ def _pcie_checks(g: GpuFacts) -> list[dict]:
         gen_cur = pcie.get("gen_current")
         gen_max = pcie.get("gen_max")
         exp = f">= Gen{want['gen']} x{want['width']} ({want_src})"
-        measured = {"gen_current": gen_cur, "gen_max": gen_max, "gen_under_load": gen_load, "width": width,
-                    "width_max": pcie.get("width_max")}
+        measured = {
+            "gen_current": gen_cur,
+            "gen_max": gen_max,
+            "gen_under_load": gen_load,
+            "width": width,
+            "width_max": pcie.get("width_max"),
+        }
         if width is None and gen_cur is None and gen_max is None and gen_load is None:
             out.append(check("PCIe link", WARN, measured, exp, "PCIe link not readable"))
         elif width is not None and width < want["width"]:
-            out.append(check("PCIe link", FAIL, measured, exp,
-                             f"link trained down to x{width} (expected x{want['width']}; the GPU can do "
-                             f"x{pcie.get('width_max')})"))
+            out.append(
+                check(
+                    "PCIe link",
+                    FAIL,
+                    measured,
+                    exp,
+                    f"link trained down to x{width} (expected x{want['width']}; the GPU can do "
+                    f"x{pcie.get('width_max')})",
+                )
+            )
         elif gen_load is not None and gen_load < want["gen"]:
-            out.append(check("PCIe link", FAIL, measured, exp,
-                             f"link runs at Gen{gen_load} under load (expected Gen{want['gen']})"))
+            out.append(
+                check(
+                    "PCIe link",
+                    FAIL,
+                    measured,
+                    exp,
+                    f"link runs at Gen{gen_load} under load (expected Gen{want['gen']})",
+                )
+            )
         elif gen_max is not None and gen_max < want["gen"]:
-            out.append(check("PCIe link", FAIL, measured, exp,
-                             f"link can train only to Gen{gen_max} (expected Gen{want['gen']})"))
-        elif gen_load is None and gen_cur is not None and gen_cur < want["gen"] and not (
-                c.get("pcie", {}).get("idle_gen_ok", True) and gen_max is not None):
-            out.append(check("PCIe link", WARN, measured, exp,
-                             f"link at Gen{gen_cur} now and no load measurement to tell idle power saving from a fault"))
+            out.append(
+                check(
+                    "PCIe link", FAIL, measured, exp, f"link can train only to Gen{gen_max} (expected Gen{want['gen']})"
+                )
+            )
+        elif (
+            gen_load is None
+            and gen_cur is not None
+            and gen_cur < want["gen"]
+            and not (c.get("pcie", {}).get("idle_gen_ok", True) and gen_max is not None)
+        ):
+            out.append(
+                check(
+                    "PCIe link",
+                    WARN,
+                    measured,
+                    exp,
+                    f"link at Gen{gen_cur} now and no load measurement to tell idle power saving from a fault",
+                )
+            )
         else:
             g = gen_load or max((x for x in (gen_cur, gen_max) if x is not None), default="?")
-            note = f" (Gen{gen_cur} at idle: power saving)" if gen_cur is not None and gen_load is None and gen_cur < want["gen"] else ""
+            note = (
+                f" (Gen{gen_cur} at idle: power saving)"
+                if gen_cur is not None and gen_load is None and gen_cur < want["gen"]
+                else ""
+            )
             out.append(check("PCIe link", PASS, measured, exp, f"Gen{g} x{width}{note}"))
     return out
 
@@ -152,13 +206,29 @@ def ecc_checks(g: GpuFacts) -> list[dict]:
     uv, ua = ecc.get("uncorrected_volatile"), ecc.get("uncorrected_aggregate")
     if uv is not None or ua is not None:
         if uv:
-            out.append(check("ECC uncorrected", FAIL, {"volatile": uv, "aggregate": ua}, "0",
-                             f"{uv} uncorrected ECC error(s) since the driver loaded"))
+            out.append(
+                check(
+                    "ECC uncorrected",
+                    FAIL,
+                    {"volatile": uv, "aggregate": ua},
+                    "0",
+                    f"{uv} uncorrected ECC error(s) since the driver loaded",
+                )
+            )
         elif ua:
-            out.append(check("ECC uncorrected", WARN, {"volatile": uv, "aggregate": ua}, "0",
-                             f"{ua} uncorrected ECC error(s) over the GPU's life, none since the driver loaded"))
+            out.append(
+                check(
+                    "ECC uncorrected",
+                    WARN,
+                    {"volatile": uv, "aggregate": ua},
+                    "0",
+                    f"{ua} uncorrected ECC error(s) over the GPU's life, none since the driver loaded",
+                )
+            )
         else:
-            out.append(check("ECC uncorrected", PASS, {"volatile": uv, "aggregate": ua}, "0", "no uncorrected ECC error"))
+            out.append(
+                check("ECC uncorrected", PASS, {"volatile": uv, "aggregate": ua}, "0", "no uncorrected ECC error")
+            )
     return out
 
 
@@ -172,8 +242,15 @@ def memory_checks(g: GpuFacts) -> list[dict]:
         cfg = c["retired_pages"]
         m = {"single_bit": rp.get("single_bit"), "double_bit": rp.get("double_bit"), "pending": rp.get("pending")}
         if rp.get("pending"):
-            out.append(check("retired pages", FAIL, m, f"< {cfg['warn']}, none pending",
-                             f"page retirement pending: reset the GPU ({total} retired)"))
+            out.append(
+                check(
+                    "retired pages",
+                    FAIL,
+                    m,
+                    f"< {cfg['warn']}, none pending",
+                    f"page retirement pending: reset the GPU ({total} retired)",
+                )
+            )
         elif total >= cfg["fail"]:
             out.append(check("retired pages", FAIL, m, f"< {cfg['fail']}", f"{total} retired pages: replace the GPU"))
         elif total >= cfg["warn"]:
@@ -184,16 +261,39 @@ def memory_checks(g: GpuFacts) -> list[dict]:
     if any(rr.get(k) is not None for k in ("correctable", "uncorrectable", "pending", "failure")):
         m = dict(rr)
         if rr.get("failure"):
-            out.append(check("row remapping", FAIL, m, "no failure, none pending", "row remapping failed: replace the GPU"))
+            out.append(
+                check("row remapping", FAIL, m, "no failure, none pending", "row remapping failed: replace the GPU")
+            )
         elif rr.get("pending"):
-            out.append(check("row remapping", FAIL, m, "no failure, none pending",
-                             f"row remap pending ({rr.get('uncorrectable')} uncorrectable): reset the GPU"))
+            out.append(
+                check(
+                    "row remapping",
+                    FAIL,
+                    m,
+                    "no failure, none pending",
+                    f"row remap pending ({rr.get('uncorrectable')} uncorrectable): reset the GPU",
+                )
+            )
         elif rr.get("uncorrectable"):
-            out.append(check("row remapping", WARN, m, "0 uncorrectable",
-                             f"{rr['uncorrectable']} row(s) remapped for uncorrectable errors"))
+            out.append(
+                check(
+                    "row remapping",
+                    WARN,
+                    m,
+                    "0 uncorrectable",
+                    f"{rr['uncorrectable']} row(s) remapped for uncorrectable errors",
+                )
+            )
         else:
-            out.append(check("row remapping", PASS, m, "no failure, none pending",
-                             f"{rr.get('correctable') or 0} correctable, 0 uncorrectable remapped rows"))
+            out.append(
+                check(
+                    "row remapping",
+                    PASS,
+                    m,
+                    "no failure, none pending",
+                    f"{rr.get('correctable') or 0} correctable, 0 uncorrectable remapped rows",
+                )
+            )
     return out
 
 
@@ -221,12 +321,29 @@ def _metric_checks(g: GpuFacts) -> list[dict]:
 
 
 # The checks of one GPU, in the order a verdict lists them: each a small unit from GpuFacts to check records.
-GPU_CHECKS = (_model_checks, _pcie_checks, _link_checks, ecc_checks, memory_checks, gpu_xid_checks, _load_checks,
-              _power_limit_checks, _metric_checks)
+GPU_CHECKS = (
+    _model_checks,
+    _pcie_checks,
+    _link_checks,
+    ecc_checks,
+    memory_checks,
+    gpu_xid_checks,
+    _load_checks,
+    _power_limit_checks,
+    _metric_checks,
+)
 
 
-def gpu_checks(gpu: dict, bg: dict | None, host, refs: dict, model: str | None, xid: dict | None,
-                window: LinkWindow | None = None, gpus_on_host: int = 1) -> list[dict]:
+def gpu_checks(
+    gpu: dict,
+    bg: dict | None,
+    host,
+    refs: dict,
+    model: str | None,
+    xid: dict | None,
+    window: LinkWindow | None = None,
+    gpus_on_host: int = 1,
+) -> list[dict]:
     """Health, load behaviour and burn-in metrics of one GPU (GPU_CHECKS)."""
     facts = GpuFacts(gpu, bg, host, refs, model, xid, window, gpus_on_host)
     return [record for unit in GPU_CHECKS for record in unit(facts)]

@@ -26,11 +26,15 @@ def load_references(path: Path | str = REFERENCES) -> dict:
     data = schema.load_yaml(path, "gpu-references")
     for name, model in data["models"].items():
         if model_label(name) != name:
-            raise ConfigError(f"{path}: models.{name}: not a device name of lab/data/devices.yml "
-                              f"(it calls this model {model_label(name)})")
+            raise ConfigError(
+                f"{path}: models.{name}: not a device name of lab/data/devices.yml "
+                f"(it calls this model {model_label(name)})"
+            )
         for metric, ref in model["metrics"].items():
             where = f"{path}: models.{name}.metrics.{metric}"
-            if ref.get("scope", "host" if metric in HOST_METRICS else "gpu") != ("host" if metric in HOST_METRICS else "gpu"):
+            if ref.get("scope", "host" if metric in HOST_METRICS else "gpu") != (
+                "host" if metric in HOST_METRICS else "gpu"
+            ):
                 raise ConfigError(f"{where}: scope {ref.get('scope')!r} does not fit this metric")
             for side in ("lower", "upper"):
                 w, f = ref.get(f"warn_{side}"), ref.get(side)
@@ -60,11 +64,14 @@ def model_key(gpu_name: str | None, references: dict) -> str | None:
             return key
     return None
 
+
 def dump_references(data: dict) -> str:
     import yaml
 
-    head = ("# GPU references made by `invoke validate --baseline` (lab/validate/fleet.py).\n"
-            "# Checked against lab/schemas/gpu-references.schema.json when loaded.\n")
+    head = (
+        "# GPU references made by `invoke validate --baseline` (lab/validate/fleet.py).\n"
+        "# Checked against lab/schemas/gpu-references.schema.json when loaded.\n"
+    )
     return head + yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=120)
 
 
@@ -99,10 +106,16 @@ def from_history(stats: dict, references: dict, note: str | None = None) -> dict
                 continue
             p10, p50, p90 = _percentiles(values)
             unit = UNITS.get(metric, "")
-            m = {"value": round(p50, 3), "unit": unit, "lower": tol["lower"], "upper": tol["upper"],
-                 "source": f"history {str(e.get('first'))[:10]}..{str(e.get('last'))[:10]}: median of {len(values)} "
-                           f"value(s) of {e.get('gpus')} known-good GPU(s) in {e.get('validations')} validate(s) "
-                           f"(p10 {p10:.4g}, p90 {p90:.4g} {unit})".replace(" )", ")") + (f" ({note})" if note else "")}
+            m = {
+                "value": round(p50, 3),
+                "unit": unit,
+                "lower": tol["lower"],
+                "upper": tol["upper"],
+                "source": f"history {str(e.get('first'))[:10]}..{str(e.get('last'))[:10]}: median of {len(values)} "
+                f"value(s) of {e.get('gpus')} known-good GPU(s) in {e.get('validations')} validate(s) "
+                f"(p10 {p10:.4g}, p90 {p90:.4g} {unit})".replace(" )", ")")
+                + (f" ({note})" if note else ""),
+            }
             if tol.get("warn_lower") is not None:
                 m["warn_lower"] = tol["warn_lower"]
             entry["metrics"][metric] = m
@@ -116,8 +129,10 @@ def baseline_from_history(stats: dict, references: Path | str, out_dir: Path | s
     import datetime as dt
 
     if not any(e.get("values") for metrics in stats.values() for e in metrics.values()):
-        raise CheckFailed(f"baseline: the history database {where} holds no figure of a known-good GPU "
-                          "(passing validates of GPUs not in quarantine; `invoke history.import results` loads them)")
+        raise CheckFailed(
+            f"baseline: the history database {where} holds no figure of a known-good GPU "
+            "(passing validates of GPUs not in quarantine; `invoke history.import results` loads them)"
+        )
     data = from_history(stats, load_references(references), note="invoke validate --baseline --from-history")
     out = Path(out_dir) / dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = out / "references-baseline.yml"

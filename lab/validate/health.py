@@ -27,17 +27,18 @@ SCHEMAS = (1,)
 
 @dataclass
 class Failure:
-    gpu: int | None          # None: the whole host
-    reason: str              # "<check>: <reason>"
-    action: str | None       # "<kind>: <what to do>" (lab/data/actions.yml)
+    gpu: int | None  # None: the whole host
+    reason: str  # "<check>: <reason>"
+    action: str | None  # "<kind>: <what to do>" (lab/data/actions.yml)
 
 
 @dataclass
 class Health:
     """Host checks, per-GPU checks (with the GPU's ids) and what failed."""
+
     ok: bool
     host_checks: list[dict] = field(default_factory=list)
-    gpus: dict[int, dict] = field(default_factory=dict)     # index -> {uuid, serial, name, checks}
+    gpus: dict[int, dict] = field(default_factory=dict)  # index -> {uuid, serial, name, checks}
     failures: list[Failure] = field(default_factory=list)
     boot_id: str | None = None
     uptime_s: float | None = None
@@ -55,12 +56,14 @@ def check_document(doc) -> str | None:
         return f"not a health document (kind {KIND!r} expected)"
     if doc.get("schema") not in SCHEMAS:
         return f"health document schema {doc.get('schema')!r} is not one this gpulab reads"
-    if not isinstance(doc.get("gpus"), list) or not all(isinstance(g, dict) and isinstance(g.get("index"), int)
-                                                      and not isinstance(g.get("index"), bool) for g in doc["gpus"]):
+    if not isinstance(doc.get("gpus"), list) or not all(
+        isinstance(g, dict) and isinstance(g.get("index"), int) and not isinstance(g.get("index"), bool)
+        for g in doc["gpus"]
+    ):
         return "its 'gpus' is not a list of GPUs with indices"
     if not isinstance(doc.get("xid"), dict) or not isinstance(doc["xid"].get("events", []), list):
         return "its 'xid' is not an object with events"
-    try:   # its probe part (GPUs, ECC, row remapping, ...) has the burn-in document's probe shape
+    try:  # its probe part (GPUs, ECC, row remapping, ...) has the burn-in document's probe shape
         schema.conform(doc, "burnin", "health document")
     except ConfigError as exc:
         return exc.message
@@ -79,8 +82,9 @@ def _action_text(record: dict, table: dict) -> str | None:
     return f"{act['kind']}: {act['do']}" if act else None
 
 
-def judge(doc: dict, *, expect_gpus: bool, mark=None, used=(), refs: dict | None = None,
-          table: dict | None = None) -> Health:
+def judge(
+    doc: dict, *, expect_gpus: bool, mark=None, used=(), refs: dict | None = None, table: dict | None = None
+) -> Health:
     """The verdict of one health document (check_document first); ``expect_gpus``: the inventory says
     the host has GPUs, so NVML must answer; ``used``: the GPUs a run had (one NVML no longer lists is lost)."""
     refs, table = refs or load_references(), table or load_actions()
@@ -88,9 +92,16 @@ def judge(doc: dict, *, expect_gpus: bool, mark=None, used=(), refs: dict | None
     nvidia = doc.get("nvidia")
     if nvidia and expect_gpus:
         h.host_checks.append(check("GPU present", FAIL, 0, ">= 1", str(nvidia)[:300]))
-    elif nvidia:   # a CPU host, named as validate names it (lab.validate.hostchecks.no_gpu_checks)
-        h.host_checks.append(check("GPU count", PASS, 0, "none expected",
-                                   f"no GPU ({str(nvidia)[:200]}); the inventory expects none: a CPU host"))
+    elif nvidia:  # a CPU host, named as validate names it (lab.validate.hostchecks.no_gpu_checks)
+        h.host_checks.append(
+            check(
+                "GPU count",
+                PASS,
+                0,
+                "none expected",
+                f"no GPU ({str(nvidia)[:200]}); the inventory expects none: a CPU host",
+            )
+        )
     else:
         h.host_checks.append(check("GPU present", PASS, doc.get("gpu_count"), ">= 1", "NVML answers"))
     xid = dict(doc.get("xid") or {})
@@ -108,8 +119,20 @@ def judge(doc: dict, *, expect_gpus: bool, mark=None, used=(), refs: dict | None
                     c["reason"] = c["reason"].replace(" since boot", since)
         h.gpus[idx] = {"uuid": g.get("uuid"), "serial": g.get("serial"), "name": g.get("name"), "checks": checks}
     for idx in sorted(set(used) - set(h.gpus)):
-        h.gpus[idx] = {"uuid": None, "serial": None, "name": None, "checks": [check(
-            "GPU count", FAIL, doc.get("gpu_count"), f"GPU {idx} listed", f"GPU {idx} lost: NVML no longer lists it")]}
+        h.gpus[idx] = {
+            "uuid": None,
+            "serial": None,
+            "name": None,
+            "checks": [
+                check(
+                    "GPU count",
+                    FAIL,
+                    doc.get("gpu_count"),
+                    f"GPU {idx} listed",
+                    f"GPU {idx} lost: NVML no longer lists it",
+                )
+            ],
+        }
     for c in h.host_checks:
         if c["verdict"] == FAIL:
             h.failures.append(Failure(None, f"{c['check']}: {c['reason']}", _action_text(c, table)))

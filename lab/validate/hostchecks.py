@@ -49,15 +49,24 @@ def stack_checks(probe: dict, expected: dict | None) -> list[dict]:
         "tensorflow": fw.get("tensorflow"),
     }
     if expected is None:
-        out.append(check("stack", WARN, {k: v for k, v in found.items() if v}, "a stack profile",
-                         "no expected versions for this host's stack profile: versions not checked"))
+        out.append(
+            check(
+                "stack",
+                WARN,
+                {k: v for k, v in found.items() if v},
+                "a stack profile",
+                "no expected versions for this host's stack profile: versions not checked",
+            )
+        )
     else:
         for comp, want in expected.items():
             if want is None:
                 continue
             have = found.get(comp, fw.get(comp))
             if have is None:
-                out.append(check(f"stack {comp}", FAIL, None, str(want), f"{comp} {want} expected, not found on the host"))
+                out.append(
+                    check(f"stack {comp}", FAIL, None, str(want), f"{comp} {want} expected, not found on the host")
+                )
             elif versions.agrees(have, want):
                 out.append(check(f"stack {comp}", PASS, have, str(want), f"{comp} {have} as the profile says"))
             else:
@@ -66,12 +75,26 @@ def stack_checks(probe: dict, expected: dict | None) -> list[dict]:
     drv, tk = _mm(stack.get("cuda_driver")), _mm(stack.get("cuda_toolkit"))
     if drv and tk:
         if drv < tk:
-            out.append(check("driver supports CUDA", FAIL, stack.get("cuda_driver"), f">= {tk[0]}.{tk[1]}",
-                             f"driver {stack.get('driver')} supports CUDA up to {stack.get('cuda_driver')}, "
-                             f"the toolkit is {stack.get('cuda_toolkit')}"))
+            out.append(
+                check(
+                    "driver supports CUDA",
+                    FAIL,
+                    stack.get("cuda_driver"),
+                    f">= {tk[0]}.{tk[1]}",
+                    f"driver {stack.get('driver')} supports CUDA up to {stack.get('cuda_driver')}, "
+                    f"the toolkit is {stack.get('cuda_toolkit')}",
+                )
+            )
         else:
-            out.append(check("driver supports CUDA", PASS, stack.get("cuda_driver"), f">= {tk[0]}.{tk[1]}",
-                             f"driver supports CUDA {stack.get('cuda_driver')}, toolkit {stack.get('cuda_toolkit')}"))
+            out.append(
+                check(
+                    "driver supports CUDA",
+                    PASS,
+                    stack.get("cuda_driver"),
+                    f">= {tk[0]}.{tk[1]}",
+                    f"driver supports CUDA {stack.get('cuda_driver')}, toolkit {stack.get('cuda_toolkit')}",
+                )
+            )
     return out
 
 
@@ -83,8 +106,15 @@ def count_checks(host, probe: dict, gpus: list[dict]) -> list[dict]:
     if want in (None, "auto"):
         out.append(check("GPU count", PASS, have, "auto", f"{have} GPU(s) found (inventory says auto)"))
     elif have < int(want):
-        out.append(check("GPU count", FAIL, have, str(want), f"{have} GPU(s) found, the inventory says {want}: "
-                         f"{int(want) - have} missing"))
+        out.append(
+            check(
+                "GPU count",
+                FAIL,
+                have,
+                str(want),
+                f"{have} GPU(s) found, the inventory says {want}: {int(want) - have} missing",
+            )
+        )
     elif have > int(want):
         out.append(check("GPU count", FAIL, have, str(want), f"{have} GPU(s) found, the inventory says {want}"))
     else:
@@ -93,8 +123,6 @@ def count_checks(host, probe: dict, gpus: list[dict]) -> list[dict]:
         bad = [g for g in gpus if "error" in g]
         out.append(check("GPUs readable", FAIL, readable, str(len(gpus)), "; ".join(g["error"] for g in bad)))
     return out
-
-
 
 
 def expects_gpus(host) -> bool:
@@ -110,7 +138,7 @@ def expects_gpus(host) -> bool:
             return int(count) > 0
         except (TypeError, ValueError):
             return True
-    return str(model).lower() not in ("", "auto", "none", "cpu")   # CPU: lab/data/devices.yml's CPU device
+    return str(model).lower() not in ("", "auto", "none", "cpu")  # CPU: lab/data/devices.yml's CPU device
 
 
 def no_gpu_checks(host, probe: dict) -> list[dict]:
@@ -120,8 +148,16 @@ def no_gpu_checks(host, probe: dict) -> list[dict]:
     detail = reason.split(": ", 1)[1] if reason.startswith("no NVIDIA driver/GPU found: ") else reason
     if not expects_gpus(host):
         want = host_field(host, "gpu_count", "auto")
-        return [check("GPU count", PASS, 0, str(want), f"no GPU ({detail}); the inventory expects none "
-                      f"(gpu_count {want}, gpu_model {host_field(host, 'gpu_model', 'auto')}): validated as a CPU host",
-                      cpu_host=True)]
+        return [
+            check(
+                "GPU count",
+                PASS,
+                0,
+                str(want),
+                f"no GPU ({detail}); the inventory expects none "
+                f"(gpu_count {want}, gpu_model {host_field(host, 'gpu_model', 'auto')}): validated as a CPU host",
+                cpu_host=True,
+            )
+        ]
     want = host_field(host, "gpu_count", ">= 1") if host is not None else ">= 1"
     return [check("GPU present", FAIL, 0, f"{want} GPU(s)", f"{NO_GPU}: {detail}")]

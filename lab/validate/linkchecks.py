@@ -22,6 +22,7 @@ AER_KINDS = ("correctable", "nonfatal", "fatal")
 @dataclass
 class LinkWindow:
     """The counters one GPU showed after the burn-in's load, and the seconds since the probe."""
+
     after: dict
     seconds: float
 
@@ -86,27 +87,52 @@ def nvlink_link_checks(gpu: dict, host, mref: dict | None, model: str | None, gp
     exp = f"{want} up ({src})" if want is not None else "all links up"
     if nv is None:
         if not want:
-            return [check("NVLink links", PASS, 0, exp, "no NVLink on this GPU" + (", as expected" if want == 0 else ""))]
+            return [
+                check("NVLink links", PASS, 0, exp, "no NVLink on this GPU" + (", as expected" if want == 0 else ""))
+            ]
         verdict = FAIL if from_inventory else WARN
-        return [check("NVLink links", verdict, 0, exp,
-                      f"NVML reports no NVLink on this GPU; {want} link(s) expected"
-                      + ("" if from_inventory else " (a PCIe card of this model? set gpulab_nvlink_links)"))]
+        return [
+            check(
+                "NVLink links",
+                verdict,
+                0,
+                exp,
+                f"NVML reports no NVLink on this GPU; {want} link(s) expected"
+                + ("" if from_inventory else " (a PCIe card of this model? set gpulab_nvlink_links)"),
+            )
+        ]
     up, present, down = nv.get("links_up") or 0, nv.get("links_present") or 0, nv.get("links_down") or []
     measured = {"up": up, "present": present, "down": down}
     unread = [x["link"] for x in nv.get("links") or [] if x.get("up") is None]
     tail = (f"; down: {', '.join(map(str, down))}" if down else "") + (
-        f"; state not readable: {', '.join(map(str, unread))}" if unread else "")
+        f"; state not readable: {', '.join(map(str, unread))}" if unread else ""
+    )
     if want is None:
         verdict = PASS if up == present else WARN
         return [check("NVLink links", verdict, measured, exp, f"{up} of {present} links up{tail} (no expected count)")]
     if up == want:
         return [check("NVLink links", PASS, measured, exp, f"{up} of {present} links up")]
     if up > want:
-        return [check("NVLink links", WARN, measured, exp, f"{up} links up, more than the {want} expected: fix the expectation")]
+        return [
+            check(
+                "NVLink links",
+                WARN,
+                measured,
+                exp,
+                f"{up} links up, more than the {want} expected: fix the expectation",
+            )
+        ]
     if not from_inventory and gpus_on_host < 2 and up == 0:
-        return [check("NVLink links", WARN, measured, exp,
-                      f"no link up on a host with one GPU (no NVLink peer here?); {want} expected: "
-                      "set gpulab_nvlink_links for this host")]
+        return [
+            check(
+                "NVLink links",
+                WARN,
+                measured,
+                exp,
+                f"no link up on a host with one GPU (no NVLink peer here?); {want} expected: "
+                "set gpulab_nvlink_links for this host",
+            )
+        ]
     return [check("NVLink links", FAIL, measured, exp, f"{up} of {want} expected links up{tail}")]
 
 
@@ -119,8 +145,7 @@ def nvlink_error_checks(gpu: dict, limits: dict, window: LinkWindow | None) -> l
     total = {k: nv["errors"].get(k) for k in NVLINK_COUNTERS}
     rr_total = (total["replay"] or 0) + (total["recovery"] or 0)
     measured: dict = {"since_load": total}
-    exp = (f"no replay or recovery error under load; CRC below {cfg['window_crc_per_s_fail']:g}/s "
-           f"({cfg['source']})")
+    exp = f"no replay or recovery error under load; CRC below {cfg['window_crc_per_s_fail']:g}/s ({cfg['source']})"
     after = (window.after.get("nvlink_errors") or {}) if window else {}
     d = {k: _delta(total[k], after.get(k)) for k in NVLINK_COUNTERS} if after else {}
     if d and all(v is not None for v in d.values()):
@@ -128,22 +153,52 @@ def nvlink_error_checks(gpu: dict, limits: dict, window: LinkWindow | None) -> l
         rr, crc = d["replay"] + d["recovery"], d["crc_flit"] + d["crc_data"]
         rate = crc / window.seconds
         if rr >= cfg["window_replay_recovery_fail"]:
-            return [check("NVLink errors", FAIL, measured, exp,
-                          f"{d['replay']} replay and {d['recovery']} recovery error(s) during the burn-in "
-                          f"({window.seconds:.0f} s)")]
+            return [
+                check(
+                    "NVLink errors",
+                    FAIL,
+                    measured,
+                    exp,
+                    f"{d['replay']} replay and {d['recovery']} recovery error(s) during the burn-in "
+                    f"({window.seconds:.0f} s)",
+                )
+            ]
         if rate >= cfg["window_crc_per_s_fail"]:
             return [check("NVLink errors", FAIL, measured, exp, f"{rate:.0f} CRC errors/s during the burn-in")]
         if crc >= cfg["window_crc_warn"]:
-            return [check("NVLink errors", WARN, measured, exp,
-                          f"{crc} CRC error(s) during the burn-in ({rate:.2g}/s, below the failure rate)")]
+            return [
+                check(
+                    "NVLink errors",
+                    WARN,
+                    measured,
+                    exp,
+                    f"{crc} CRC error(s) during the burn-in ({rate:.2g}/s, below the failure rate)",
+                )
+            ]
     if rr_total >= cfg["total_replay_recovery_warn"]:
-        when = "before the burn-in" if "in_window" in measured else "since the driver loaded (no load window to date them)"
-        return [check("NVLink errors", WARN, measured, exp,
-                      f"{total['replay'] or 0} replay and {total['recovery'] or 0} recovery error(s) {when}")]
+        when = (
+            "before the burn-in" if "in_window" in measured else "since the driver loaded (no load window to date them)"
+        )
+        return [
+            check(
+                "NVLink errors",
+                WARN,
+                measured,
+                exp,
+                f"{total['replay'] or 0} replay and {total['recovery'] or 0} recovery error(s) {when}",
+            )
+        ]
     crc_total = (total["crc_flit"] or 0) + (total["crc_data"] or 0)
     where = " and none during the burn-in" if "in_window" in measured else ""
-    return [check("NVLink errors", PASS, measured, exp,
-                  f"no replay or recovery error{where}; {crc_total} CRC error(s) since the driver loaded")]
+    return [
+        check(
+            "NVLink errors",
+            PASS,
+            measured,
+            exp,
+            f"no replay or recovery error{where}; {crc_total} CRC error(s) since the driver loaded",
+        )
+    ]
 
 
 def pcie_replay_checks(gpu: dict, limits: dict, window: LinkWindow | None) -> list[dict]:
@@ -152,17 +207,23 @@ def pcie_replay_checks(gpu: dict, limits: dict, window: LinkWindow | None) -> li
     if not isinstance(count, int):
         return []
     cfg = limits["pcie_replay"]
-    exp = (f"< {cfg['window_fail']} in the burn-in and <= {cfg['window_per_min_warn']}/min; "
-           f"< {cfg['total_warn']} since the driver loaded ({cfg['source']})")
+    exp = (
+        f"< {cfg['window_fail']} in the burn-in and <= {cfg['window_per_min_warn']}/min; "
+        f"< {cfg['total_warn']} since the driver loaded ({cfg['source']})"
+    )
     measured: dict = {"since_load": count}
     d = _delta(count, window.after.get("pcie_replay_count")) if window else None
     if d is not None:
         per_min = d / (window.seconds / 60.0)
         measured.update(in_window=d, window_s=round(window.seconds, 1))
         if d >= cfg["window_fail"]:
-            return [check("PCIe replays", FAIL, measured, exp, f"{d} PCIe replays during the burn-in ({per_min:.1f}/min)")]
+            return [
+                check("PCIe replays", FAIL, measured, exp, f"{d} PCIe replays during the burn-in ({per_min:.1f}/min)")
+            ]
         if per_min > cfg["window_per_min_warn"]:
-            return [check("PCIe replays", WARN, measured, exp, f"{d} PCIe replays during the burn-in: {per_min:.1f}/min")]
+            return [
+                check("PCIe replays", WARN, measured, exp, f"{d} PCIe replays during the burn-in: {per_min:.1f}/min")
+            ]
     if count >= cfg["total_warn"]:
         return [check("PCIe replays", WARN, measured, exp, f"{count} PCIe replays since the driver loaded")]
     where = f", {d} during the burn-in" if d is not None else ""
@@ -191,7 +252,7 @@ def _aer_measured(aer: dict, window: LinkWindow | None) -> tuple[dict, dict, dic
 
 
 def _aer_names(part: dict | None, kind: str) -> str:
-    """" (name count, ...)" of the AER error names counted in ``part`` for ``kind``, or ""."""
+    """ " (name count, ...)" of the AER error names counted in ``part`` for ``kind``, or ""."""
     counts = ((part or {}).get(kind) or {}).get("counts") or {}
     return f" ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})" if counts else ""
 
@@ -202,8 +263,9 @@ def aer_checks(gpu: dict, limits: dict, window: LinkWindow | None) -> list[dict]
     if "aer" not in gpu:
         return []
     cfg = limits["aer"]
-    exp = (f"no fatal; no non-fatal under load; < {cfg['total_correctable_warn']} correctable since boot "
-           f"({cfg['source']})")
+    exp = (
+        f"no fatal; no non-fatal under load; < {cfg['total_correctable_warn']} correctable since boot ({cfg['source']})"
+    )
     aer = gpu["aer"]
     if aer is None:
         why = (gpu.get("unavailable") or {}).get("aer") or "no AER counters"
@@ -212,23 +274,61 @@ def aer_checks(gpu: dict, limits: dict, window: LinkWindow | None) -> list[dict]
     both = {k: dev[k] + port.get(k, 0) for k in AER_KINDS}
     if both["fatal"] >= cfg["total_fatal_fail"]:
         where = "the GPU" if dev["fatal"] else f"the port above it ({aer['upstream']['device']})"
-        return [check("PCIe AER", FAIL, measured, exp,
-                      f"{both['fatal']} fatal PCIe error(s) on {where} since boot"
-                      f"{_aer_names(aer, 'fatal') or _aer_names(aer.get('upstream'), 'fatal')}")]
+        return [
+            check(
+                "PCIe AER",
+                FAIL,
+                measured,
+                exp,
+                f"{both['fatal']} fatal PCIe error(s) on {where} since boot"
+                f"{_aer_names(aer, 'fatal') or _aer_names(aer.get('upstream'), 'fatal')}",
+            )
+        ]
     if d and d["nonfatal"] >= cfg["window_nonfatal_fail"]:
-        return [check("PCIe AER", FAIL, measured, exp,
-                      f"{d['nonfatal']} non-fatal uncorrectable PCIe error(s) during the burn-in{_aer_names(aer, 'nonfatal')}")]
+        return [
+            check(
+                "PCIe AER",
+                FAIL,
+                measured,
+                exp,
+                f"{d['nonfatal']} non-fatal uncorrectable PCIe error(s) during the burn-in{_aer_names(aer, 'nonfatal')}",
+            )
+        ]
     if both["nonfatal"] >= cfg["total_nonfatal_warn"]:
-        return [check("PCIe AER", WARN, measured, exp,
-                      f"{both['nonfatal']} non-fatal uncorrectable PCIe error(s) since boot{_aer_names(aer, 'nonfatal')}")]
+        return [
+            check(
+                "PCIe AER",
+                WARN,
+                measured,
+                exp,
+                f"{both['nonfatal']} non-fatal uncorrectable PCIe error(s) since boot{_aer_names(aer, 'nonfatal')}",
+            )
+        ]
     if d and d["correctable"] >= cfg["window_correctable_warn"]:
-        return [check("PCIe AER", WARN, measured, exp,
-                      f"{d['correctable']} corrected PCIe error(s) during the burn-in{_aer_names(aer, 'correctable')}")]
+        return [
+            check(
+                "PCIe AER",
+                WARN,
+                measured,
+                exp,
+                f"{d['correctable']} corrected PCIe error(s) during the burn-in{_aer_names(aer, 'correctable')}",
+            )
+        ]
     if both["correctable"] >= cfg["total_correctable_warn"]:
-        return [check("PCIe AER", WARN, measured, exp,
-                      f"{both['correctable']} corrected PCIe error(s) since boot{_aer_names(aer, 'correctable')}")]
-    return [check("PCIe AER", PASS, measured, exp,
-                  f"no uncorrectable PCIe error; {both['correctable']} corrected since boot")]
+        return [
+            check(
+                "PCIe AER",
+                WARN,
+                measured,
+                exp,
+                f"{both['correctable']} corrected PCIe error(s) since boot{_aer_names(aer, 'correctable')}",
+            )
+        ]
+    return [
+        check(
+            "PCIe AER", PASS, measured, exp, f"no uncorrectable PCIe error; {both['correctable']} corrected since boot"
+        )
+    ]
 
 
 def guarded(label: str, unit, *args) -> list[dict]:
@@ -237,16 +337,26 @@ def guarded(label: str, unit, *args) -> list[dict]:
     try:
         return unit(*args)
     except (TypeError, KeyError, AttributeError, ValueError, IndexError) as exc:
-        return [check(label, WARN, None, "facts of the documented form",
-                      f"not judged: the host's {label} facts are malformed ({type(exc).__name__}: {exc})"[:300])]
+        return [
+            check(
+                label,
+                WARN,
+                None,
+                "facts of the documented form",
+                f"not judged: the host's {label} facts are malformed ({type(exc).__name__}: {exc})"[:300],
+            )
+        ]
 
 
-def interconnect_checks(gpu: dict, host, refs: dict, model: str | None, window: LinkWindow | None,
-                        gpus_on_host: int) -> list[dict]:
+def interconnect_checks(
+    gpu: dict, host, refs: dict, model: str | None, window: LinkWindow | None, gpus_on_host: int
+) -> list[dict]:
     """Every interconnect check of one GPU."""
     limits = refs["checks"]["interconnect"]
     mref = refs["models"].get(model) if model else None
-    return (guarded("NVLink links", nvlink_link_checks, gpu, host, mref, model, gpus_on_host)
-            + guarded("NVLink errors", nvlink_error_checks, gpu, limits, window)
-            + guarded("PCIe replays", pcie_replay_checks, gpu, limits, window)
-            + guarded("PCIe AER", aer_checks, gpu, limits, window))
+    return (
+        guarded("NVLink links", nvlink_link_checks, gpu, host, mref, model, gpus_on_host)
+        + guarded("NVLink errors", nvlink_error_checks, gpu, limits, window)
+        + guarded("PCIe replays", pcie_replay_checks, gpu, limits, window)
+        + guarded("PCIe AER", aer_checks, gpu, limits, window)
+    )

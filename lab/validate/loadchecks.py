@@ -33,7 +33,9 @@ def idle_temperature_checks(gpu: dict, bg: dict | None, c: dict) -> list[dict]:
         return []
     exp = f"< {tcfg['idle_warn_c']} C"
     if t_idle >= tcfg["idle_fail_c"]:
-        return [check("idle temperature", FAIL, t_idle, exp, f"{t_idle} C at idle (FAIL from {tcfg['idle_fail_c']} C)", "C")]
+        return [
+            check("idle temperature", FAIL, t_idle, exp, f"{t_idle} C at idle (FAIL from {tcfg['idle_fail_c']} C)", "C")
+        ]
     if t_idle >= tcfg["idle_warn_c"]:
         return [check("idle temperature", WARN, t_idle, exp, f"{t_idle} C at idle", "C")]
     return [check("idle temperature", PASS, t_idle, exp, f"{t_idle} C at idle", "C")]
@@ -48,9 +50,15 @@ def load_temperature_checks(gpu: dict, load: dict, c: dict) -> list[dict]:
         return []
     exp = f"< {slow - tcfg['load_margin_c']} C (slowdown {slow} C)"
     if t >= slow:
-        return [check("load temperature", FAIL, t, exp, f"{t} C under load reaches the slowdown temperature {slow} C", "C")]
+        return [
+            check("load temperature", FAIL, t, exp, f"{t} C under load reaches the slowdown temperature {slow} C", "C")
+        ]
     if t >= slow - tcfg["load_margin_c"]:
-        return [check("load temperature", WARN, t, exp, f"{t} C under load, within {tcfg['load_margin_c']} C of slowdown", "C")]
+        return [
+            check(
+                "load temperature", WARN, t, exp, f"{t} C under load, within {tcfg['load_margin_c']} C of slowdown", "C"
+            )
+        ]
     return [check("load temperature", PASS, t, exp, f"{t} C under load", "C")]
 
 
@@ -62,9 +70,16 @@ def throttle_checks(load: dict, c: dict) -> list[dict]:
     frac = max(bad.values()) / load["samples"] if bad else 0.0
     exp = f"none of {', '.join(sorted(bad_names))}"
     if bad and frac > c["throttle"]["fail_fraction"]:
-        return [check("throttling", FAIL, bad, exp,
-                      f"{', '.join(sorted(bad))} active in {frac:.0%} of load samples "
-                      f"(FAIL above {c['throttle']['fail_fraction']:.0%})")]
+        return [
+            check(
+                "throttling",
+                FAIL,
+                bad,
+                exp,
+                f"{', '.join(sorted(bad))} active in {frac:.0%} of load samples "
+                f"(FAIL above {c['throttle']['fail_fraction']:.0%})",
+            )
+        ]
     if bad:
         return [check("throttling", WARN, bad, exp, f"{', '.join(sorted(bad))} seen in {frac:.0%} of load samples")]
     cap = reasons.get("sw_power_cap")
@@ -81,7 +96,11 @@ def clock_checks(gpu: dict, load: dict, c: dict) -> list[dict]:
     f = c["clocks"]["load_sm_warn_fraction"]
     exp = f">= {f * smax:.0f} MHz ({f:.0%} of {smax})"
     v = WARN if med < f * smax else PASS
-    return [check("load SM clock", v, med, exp, f"median {med} MHz under load, {med / smax:.0%} of maximum {smax} MHz", "MHz")]
+    return [
+        check(
+            "load SM clock", v, med, exp, f"median {med} MHz under load, {med / smax:.0%} of maximum {smax} MHz", "MHz"
+        )
+    ]
 
 
 def power_checks(gpu: dict, load: dict, c: dict, mref: dict | None) -> list[dict]:
@@ -93,9 +112,22 @@ def power_checks(gpu: dict, load: dict, c: dict, mref: dict | None) -> list[dict
         over = c["power"]["over_limit_fraction"]
         exp = f"<= {lim * (1 + over):.0f} W (limit {lim:.0f} W)"
         if pw > lim * (1 + over):
-            out.append(check("power vs limit", FAIL, pw, exp, f"{fmt_value(pw)} W under load exceeds the {fmt_value(lim)} W limit", "W"))
+            out.append(
+                check(
+                    "power vs limit",
+                    FAIL,
+                    pw,
+                    exp,
+                    f"{fmt_value(pw)} W under load exceeds the {fmt_value(lim)} W limit",
+                    "W",
+                )
+            )
         else:
-            out.append(check("power vs limit", PASS, pw, exp, f"{fmt_value(pw)} W max under load, limit {fmt_value(lim)} W", "W"))
+            out.append(
+                check(
+                    "power vs limit", PASS, pw, exp, f"{fmt_value(pw)} W max under load, limit {fmt_value(lim)} W", "W"
+                )
+            )
     if mref and "load_power_w" in mref["metrics"] and pw is not None:
         out.append(judge_metric("load_power_w", pw, mref["metrics"]["load_power_w"], "power under load"))
     return out
@@ -106,7 +138,16 @@ def power_limit_checks(gpu: dict) -> list[dict]:
     dflt = (gpu.get("power") or {}).get("default_limit_w")
     lim = (gpu.get("power") or {}).get("limit_w")
     if dflt and lim and lim < dflt * 0.99:
-        return [check("power limit", WARN, lim, f"{dflt} W (default)", f"power limit lowered to {lim} W from the default {dflt} W", "W")]
+        return [
+            check(
+                "power limit",
+                WARN,
+                lim,
+                f"{dflt} W (default)",
+                f"power limit lowered to {lim} W from the default {dflt} W",
+                "W",
+            )
+        ]
     return []
 
 
@@ -144,21 +185,30 @@ def host_metric_checks(burnin: dict, probe: dict, refs: dict) -> list[dict]:
         value = hm.get(metric)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
-        with_ref = [(m, refs["models"][m]["metrics"][metric]) for m in models
-                    if metric in refs["models"][m]["metrics"]]
+        with_ref = [(m, refs["models"][m]["metrics"][metric]) for m in models if metric in refs["models"][m]["metrics"]]
         if with_ref and selected == count:
             out += [judge_metric(metric, float(value), ref) for _m, ref in with_ref]
             continue
         unit = UNITS[metric]
         if with_ref:
-            why = (f"measured over {selected} of the host's {count} GPUs; the reference "
-                   f"({fmt_value(with_ref[0][1]['value'])} {unit}) is for all of them")
+            why = (
+                f"measured over {selected} of the host's {count} GPUs; the reference "
+                f"({fmt_value(with_ref[0][1]['value'])} {unit}) is for all of them"
+            )
         elif models:
             why = f"no {metric} for {', '.join(models)} in the references"
         else:
             why = f"{', '.join(names)} is not in the references"
-        out.append(check(metric, WARN, float(value), "no reference",
-                         f"{fmt_value(float(value))} {unit} over {selected} GPUs, not judged: {why}", unit))
+        out.append(
+            check(
+                metric,
+                WARN,
+                float(value),
+                "no reference",
+                f"{fmt_value(float(value))} {unit} over {selected} GPUs, not judged: {why}",
+                unit,
+            )
+        )
     return out
 
 
@@ -167,7 +217,9 @@ def burnin_failures(burnin: dict, index: int | None) -> list[dict]:
     fails = [r for r in burnin.get("results", []) if not r.get("ok") and r.get("gpu") == index]
     if not fails:
         return []
-    text = "; ".join(f"{r.get('test')}{' ' + r['dtype'] if r.get('dtype') else ''} ({r.get('phase')}): {r.get('error')}"
-                     for r in fails[:4])
+    text = "; ".join(
+        f"{r.get('test')}{' ' + r['dtype'] if r.get('dtype') else ''} ({r.get('phase')}): {r.get('error')}"
+        for r in fails[:4]
+    )
     more = f" and {len(fails) - 4} more" if len(fails) > 4 else ""
     return [check("burn-in tests", FAIL, len(fails), "0 failed", f"{text}{more}")]

@@ -34,14 +34,17 @@ def gather(python: str, path: str | None) -> dict:
     if path:
         env["PYTHONPATH"] = path
     try:
-        res = subprocess.run([python, "-m", "runner", "health"], capture_output=True, text=True,
-                             timeout=TIMEOUT_S, env=env)
+        res = subprocess.run(
+            [python, "-m", "runner", "health"], capture_output=True, text=True, timeout=TIMEOUT_S, env=env
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"_error": f"runner health did not run: {type(exc).__name__}: {exc}"[:300]}
     if res.returncode != 0:
-        return {"_error": f"runner health exited {res.returncode}: {(res.stderr.strip().splitlines() or [''])[-1]}"[:300]}
+        return {
+            "_error": f"runner health exited {res.returncode}: {(res.stderr.strip().splitlines() or [''])[-1]}"[:300]
+        }
     try:
-        return json.loads(res.stdout[:4 << 20])
+        return json.loads(res.stdout[: 4 << 20])
     except ValueError:
         return {"_error": "runner health printed no JSON document"}
 

@@ -55,7 +55,9 @@ def nccl_version(code) -> str | None:
 def gpu_figures(burnin: dict | None, index) -> dict:
     """nvbandwidth's figures of one GPU by reference metric name (for baselines)."""
     figures = ((_tool(burnin, "nvbandwidth") or {}).get("gpus") or {}).get(str(index)) or {}
-    return {metric: float(figures[key]) for metric, key, _l, _o in NVB_FIGURES if isinstance(figures.get(key), (int, float))}
+    return {
+        metric: float(figures[key]) for metric, key, _l, _o in NVB_FIGURES if isinstance(figures.get(key), (int, float))
+    }
 
 
 def host_figures(burnin: dict | None, probe: dict) -> dict:
@@ -91,18 +93,31 @@ def gpu_tool_checks(burnin: dict | None, index, model_ref: dict | None) -> list[
         missing = mine if int(index) in peerless else [j for j in mine if j not in peerless]
         waived = ((nvb.get("testcases") or {}).get(P2P_CASE) or {}).get("status") == "Waived"
         if missing or waived:
-            what = ("nvbandwidth waived its GPU-to-GPU testcase: no GPU pair of the host has peer access" if waived
-                    else f"no peer access to GPU {', '.join(map(str, missing))} (nvbandwidth: N/A)")
-            out.append(check(P2P_LABEL, FAIL, None, f">= {fmt_value(ref['value'] * (1 - (ref.get('lower') or 0)))} GB/s "
-                             "to every peer", f"{what}: the references require GPU-to-GPU bandwidth of this model "
-                             f"({ref['source']})", "GB/s"))
+            what = (
+                "nvbandwidth waived its GPU-to-GPU testcase: no GPU pair of the host has peer access"
+                if waived
+                else f"no peer access to GPU {', '.join(map(str, missing))} (nvbandwidth: N/A)"
+            )
+            out.append(
+                check(
+                    P2P_LABEL,
+                    FAIL,
+                    None,
+                    f">= {fmt_value(ref['value'] * (1 - (ref.get('lower') or 0)))} GB/s to every peer",
+                    f"{what}: the references require GPU-to-GPU bandwidth of this model ({ref['source']})",
+                    "GB/s",
+                )
+            )
     return out
 
 
 def _said(t: dict) -> str:
     code = t.get("exit_code")
-    return f" (exit {code}: {t['tool_said']})" if code not in (0, None) and t.get("tool_said") else \
-        (f" (exit {code})" if code not in (0, None) else "")
+    return (
+        f" (exit {code}: {t['tool_said']})"
+        if code not in (0, None) and t.get("tool_said")
+        else (f" (exit {code})" if code not in (0, None) else "")
+    )
 
 
 def _not_run(tools: dict, expected: set | None) -> list[dict]:
@@ -139,8 +154,15 @@ def host_tool_checks(burnin: dict, probe: dict, refs: dict, expected: set | None
         missing = [m for m in models if not any(metric in refs["models"][m]["metrics"] for metric, *_ in NVB_FIGURES)]
         unknown = [n for n in names if model_key(n, refs) is None]
         if missing or unknown:
-            out.append(check("nvbandwidth", WARN, None, "a reference",
-                             f"nvbandwidth's figures not judged: no reference for {', '.join(missing + unknown)}"))
+            out.append(
+                check(
+                    "nvbandwidth",
+                    WARN,
+                    None,
+                    "a reference",
+                    f"nvbandwidth's figures not judged: no reference for {', '.join(missing + unknown)}",
+                )
+            )
     return out
 
 
@@ -150,37 +172,79 @@ def _nvbandwidth_data_check(tools: dict) -> list[dict]:
     if not (nvb_any.get("ran") and nvb_any.get("corruption")):
         return []
     c = nvb_any["corruption"]
-    return [check("nvbandwidth data check", FAIL, c.get("testcase"), "the copied data as written",
-                  f"nvbandwidth's check of the copied data failed in {c.get('testcase') or 'a testcase'}: "
-                  f"{c.get('detail') or ''}; its error: {(nvb_any.get('error') or '').strip()[:200]}"
-                  f"{_said(nvb_any)}: the GPUs, their memory or links corrupt data")]
+    return [
+        check(
+            "nvbandwidth data check",
+            FAIL,
+            c.get("testcase"),
+            "the copied data as written",
+            f"nvbandwidth's check of the copied data failed in {c.get('testcase') or 'a testcase'}: "
+            f"{c.get('detail') or ''}; its error: {(nvb_any.get('error') or '').strip()[:200]}"
+            f"{_said(nvb_any)}: the GPUs, their memory or links corrupt data",
+        )
+    ]
 
 
 def _nccl_checks(nccl: dict, probe: dict, refs: dict, names: list[str], models: list[str]) -> list[dict]:
     """nccl-tests' data check, its own minimum, its exit, and its bus bandwidth against the references."""
     out: list[dict] = []
     if nccl.get("wrong") or nccl.get("out_of_bounds"):
-        out.append(check("nccl-tests data check", FAIL, {"wrong": nccl.get("wrong"), "out_of_bounds": nccl.get("out_of_bounds")},
-                         "0 wrong elements", f"all_reduce_perf found {nccl.get('wrong') or 0} wrong element(s) "
-                         f"and {nccl.get('out_of_bounds') or 0} out-of-bounds value(s){_said(nccl)}: the GPUs or "
-                         "links corrupt data"))
+        out.append(
+            check(
+                "nccl-tests data check",
+                FAIL,
+                {"wrong": nccl.get("wrong"), "out_of_bounds": nccl.get("out_of_bounds")},
+                "0 wrong elements",
+                f"all_reduce_perf found {nccl.get('wrong') or 0} wrong element(s) "
+                f"and {nccl.get('out_of_bounds') or 0} out-of-bounds value(s){_said(nccl)}: the GPUs or "
+                "links corrupt data",
+            )
+        )
     elif nccl.get("min_bw_failed"):
-        out.append(check("nccl-tests busbw", FAIL, nccl.get("avg_busbw_gbs"), "NCCL_TESTS_MIN_BW",
-                         f"its average bus bandwidth {fmt_value(nccl.get('avg_busbw_gbs'))} GB/s is below the minimum "
-                         f"the host set (NCCL_TESTS_MIN_BW){_said(nccl)}", "GB/s"))
+        out.append(
+            check(
+                "nccl-tests busbw",
+                FAIL,
+                nccl.get("avg_busbw_gbs"),
+                "NCCL_TESTS_MIN_BW",
+                f"its average bus bandwidth {fmt_value(nccl.get('avg_busbw_gbs'))} GB/s is below the minimum "
+                f"the host set (NCCL_TESTS_MIN_BW){_said(nccl)}",
+                "GB/s",
+            )
+        )
     elif nccl.get("exit_code") not in (0, None):
-        out.append(check("nccl-tests", WARN, None, "exit 0", f"all_reduce_perf wrote all its results and "
-                         f"found no wrong element, but{_said(nccl)}"))
+        out.append(
+            check(
+                "nccl-tests",
+                WARN,
+                None,
+                "exit 0",
+                f"all_reduce_perf wrote all its results and found no wrong element, but{_said(nccl)}",
+            )
+        )
     value = nccl.get("busbw_gbs")
-    with_ref = [refs["models"][m]["metrics"][NCCL_METRIC] for m in models if NCCL_METRIC in refs["models"][m]["metrics"]]
+    with_ref = [
+        refs["models"][m]["metrics"][NCCL_METRIC] for m in models if NCCL_METRIC in refs["models"][m]["metrics"]
+    ]
     count = probe.get("gpu_count") or 0
     if isinstance(value, (int, float)) and with_ref and nccl.get("ngpus") == count:
         out += [judge_metric(NCCL_METRIC, float(value), ref, "nccl-tests busbw") for ref in with_ref]
     elif isinstance(value, (int, float)):
-        why = (f"measured over {nccl.get('ngpus')} of the host's {count} GPUs" if with_ref else
-               f"no {NCCL_METRIC} for {', '.join(models) or ', '.join(names)} in the references")
-        out.append(check("nccl-tests busbw", WARN, float(value), "no reference",
-                         f"{fmt_value(float(value))} GB/s, not judged: {why}", "GB/s"))
+        why = (
+            f"measured over {nccl.get('ngpus')} of the host's {count} GPUs"
+            if with_ref
+            else f"no {NCCL_METRIC} for {', '.join(models) or ', '.join(names)} in the references"
+        )
+        out.append(
+            check(
+                "nccl-tests busbw",
+                WARN,
+                float(value),
+                "no reference",
+                f"{fmt_value(float(value))} GB/s, not judged: {why}",
+                "GB/s",
+            )
+        )
     return out
 
 
@@ -192,10 +256,20 @@ def beside(burnin: dict | None) -> list[dict]:
     if nccl is not None:
         tool = "nccl-tests" + (f" {nccl['version']}" if nccl.get("version") else "") + " all_reduce_perf"
         version = nccl_version(nccl.get("nccl_version"))
-        rows.append({"figure": "all-reduce bus bandwidth", "gpu": None, "unit": "GB/s", "gpulab": own,
-                     "tool": nccl.get("busbw_gbs"), "by": tool + (f" (NCCL {version})" if version else "")})
+        rows.append(
+            {
+                "figure": "all-reduce bus bandwidth",
+                "gpu": None,
+                "unit": "GB/s",
+                "gpulab": own,
+                "tool": nccl.get("busbw_gbs"),
+                "by": tool + (f" (NCCL {version})" if version else ""),
+            }
+        )
     nvb = _tool(burnin, "nvbandwidth")
-    for idx, g in sorted(((burnin or {}).get("gpus") or {}).items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
+    for idx, g in sorted(
+        ((burnin or {}).get("gpus") or {}).items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0
+    ):
         if nvb is None:
             break
         figures = (nvb.get("gpus") or {}).get(str(idx)) or {}
@@ -203,7 +277,14 @@ def beside(burnin: dict | None) -> list[dict]:
             mine = (g.get("solo") or {}).get(own_metric) if own_metric else None
             if mine is None and figures.get(key) is None:
                 continue
-            rows.append({"figure": label.replace("nvbandwidth ", ""), "gpu": int(idx) if str(idx).isdigit() else idx,
-                         "unit": "GB/s", "gpulab": mine, "tool": figures.get(key),
-                         "by": "nvbandwidth" + (f" {nvb['version']}" if nvb.get("version") else "")})
+            rows.append(
+                {
+                    "figure": label.replace("nvbandwidth ", ""),
+                    "gpu": int(idx) if str(idx).isdigit() else idx,
+                    "unit": "GB/s",
+                    "gpulab": mine,
+                    "tool": figures.get(key),
+                    "by": "nvbandwidth" + (f" {nvb['version']}" if nvb.get("version") else ""),
+                }
+            )
     return rows

@@ -41,8 +41,11 @@ def load_trends(path: Path | str = TRENDS) -> dict:
     from lab.core.errors import ConfigError
 
     data = schema.load_yaml(path, "trends")
-    for part, warn, fail in (("figures", "warn_drop", "fail_drop"), ("ecc_corrected", "warn_growth", "fail_growth"),
-                             ("idle_temperature", "warn_rise_c", "fail_rise_c")):
+    for part, warn, fail in (
+        ("figures", "warn_drop", "fail_drop"),
+        ("ecc_corrected", "warn_growth", "fail_growth"),
+        ("idle_temperature", "warn_rise_c", "fail_rise_c"),
+    ):
         if data[part][warn] > data[part][fail]:
             raise ConfigError(f"{path}: {part}: {warn} {data[part][warn]} is above {fail} {data[part][fail]}")
     return data
@@ -61,7 +64,7 @@ def depth(table: dict) -> int:
     return max(table["figures"]["window"], table["idle_temperature"]["window"], table["ecc_corrected"]["min_points"])
 
 
-_number = limits.measurement   # a finite float of a past record, else None
+_number = limits.measurement  # a finite float of a past record, else None
 
 
 def points(past: dict | None, uuid: str | None, key: str) -> list[dict]:
@@ -80,39 +83,58 @@ def points(past: dict | None, uuid: str | None, key: str) -> list[dict]:
 
 def _not_judged(name: str, measured, unit, have: int, need: int, why: str | None = None) -> dict:
     reason = why or f"not judged: {have} past point(s), needs {need}"
-    return check(name, PASS, measured, f"{need}+ past points", reason, unit, judged=False, past_points=have,
-                 needs=need)
+    return check(name, PASS, measured, f"{need}+ past points", reason, unit, judged=False, past_points=have, needs=need)
 
 
 def _falling(metric: str, value: float, pts: list[dict], cfg: dict) -> dict:
     name, unit = metric + SUFFIX, UNITS.get(metric)
-    good = [p["value"] for p in pts if p["verdict"] == PASS][:cfg["window"]]
+    good = [p["value"] for p in pts if p["verdict"] == PASS][: cfg["window"]]
     if len(good) < cfg["min_points"]:
         return _not_judged(name, value, unit, len(good), cfg["min_points"])
     med = statistics.median(good)
     lo_warn, lo_fail = med * (1 - cfg["warn_drop"]), med * (1 - cfg["fail_drop"])
     share = (value / med) if med else float("nan")
-    text = (f"{fmt_value(value)} {unit or ''} is {share:.0%} of its own median {fmt_value(med)} of {len(good)} passing "
-            f"point(s)").replace("  ", " ")
+    text = (
+        f"{fmt_value(value)} {unit or ''} is {share:.0%} of its own median {fmt_value(med)} of {len(good)} passing "
+        f"point(s)"
+    ).replace("  ", " ")
     verdict = FAIL if value < lo_fail else WARN if value < lo_warn else PASS
     if verdict != PASS:
         drop = cfg["fail_drop"] if verdict == FAIL else cfg["warn_drop"]
         text += f" ({verdict} below {1 - drop:.0%})"
-    return check(name, verdict, value, f">= {fmt_value(lo_warn)} {unit or ''}".rstrip(), text, unit, judged=True,
-                 median=med, past_points=len(good))
+    return check(
+        name,
+        verdict,
+        value,
+        f">= {fmt_value(lo_warn)} {unit or ''}".rstrip(),
+        text,
+        unit,
+        judged=True,
+        median=med,
+        past_points=len(good),
+    )
 
 
 def _idle(value: float, pts: list[dict], cfg: dict) -> dict:
     name = IDLE + SUFFIX
-    good = [p["value"] for p in pts if p["verdict"] == PASS][:cfg["window"]]
+    good = [p["value"] for p in pts if p["verdict"] == PASS][: cfg["window"]]
     if len(good) < cfg["min_points"]:
         return _not_judged(name, value, "C", len(good), cfg["min_points"])
     med = statistics.median(good)
     rise = value - med
     verdict = FAIL if rise >= cfg["fail_rise_c"] else WARN if rise >= cfg["warn_rise_c"] else PASS
-    return check(name, verdict, value, f"< {fmt_value(med + cfg['warn_rise_c'])} C",
-                 f"{fmt_value(value)} C at idle, {rise:+.1f} C from its own median {fmt_value(med)} C of {len(good)} "
-                 f"passing point(s)", "C", judged=True, median=med, past_points=len(good))
+    return check(
+        name,
+        verdict,
+        value,
+        f"< {fmt_value(med + cfg['warn_rise_c'])} C",
+        f"{fmt_value(value)} C at idle, {rise:+.1f} C from its own median {fmt_value(med)} C of {len(good)} "
+        f"passing point(s)",
+        "C",
+        judged=True,
+        median=med,
+        past_points=len(good),
+    )
 
 
 def _ecc(count: float, pts: list[dict], cfg: dict) -> dict:
@@ -123,13 +145,30 @@ def _ecc(count: float, pts: list[dict], cfg: dict) -> dict:
     grew = count - last
     when = f" ({pts[0]['at']})" if pts[0].get("at") else ""
     if grew < 0:
-        return check(name, PASS, count, f"< +{cfg['warn_growth']}", f"{fmt_value(count)} corrected ECC error(s), "
-                     f"{fmt_value(last)} at the last check{when}: the counter was cleared", "errors", judged=True,
-                     last=last, past_points=len(pts))
+        return check(
+            name,
+            PASS,
+            count,
+            f"< +{cfg['warn_growth']}",
+            f"{fmt_value(count)} corrected ECC error(s), "
+            f"{fmt_value(last)} at the last check{when}: the counter was cleared",
+            "errors",
+            judged=True,
+            last=last,
+            past_points=len(pts),
+        )
     verdict = FAIL if grew >= cfg["fail_growth"] else WARN if grew >= cfg["warn_growth"] else PASS
-    return check(name, verdict, count, f"< +{cfg['warn_growth']} since the last check",
-                 f"{fmt_value(count)} corrected ECC error(s) over the GPU's life, {grew:+.0f} since the last check"
-                 f"{when}", "errors", judged=True, last=last, past_points=len(pts))
+    return check(
+        name,
+        verdict,
+        count,
+        f"< +{cfg['warn_growth']} since the last check",
+        f"{fmt_value(count)} corrected ECC error(s) over the GPU's life, {grew:+.0f} since the last check{when}",
+        "errors",
+        judged=True,
+        last=last,
+        past_points=len(pts),
+    )
 
 
 def gpu_trends(gpu: dict, bg: dict | None, past: dict | None, table: dict) -> list[dict]:
@@ -157,13 +196,19 @@ def gpu_trends(gpu: dict, bg: dict | None, past: dict | None, table: dict) -> li
     idle = ((bg or {}).get("idle") or {}).get("temp_c_max", gpu.get("temperature_c"))
     if (t := _number(idle)) is not None:
         cfg = table["idle_temperature"]
-        out.append(_not_judged(IDLE + SUFFIX, t, "C", 0, cfg["min_points"], why) if why
-                   else _idle(t, points(past, uuid, IDLE), cfg))
+        out.append(
+            _not_judged(IDLE + SUFFIX, t, "C", 0, cfg["min_points"], why)
+            if why
+            else _idle(t, points(past, uuid, IDLE), cfg)
+        )
     ecc = gpu.get("ecc") or {}
     if (n := _number(ecc.get("corrected_aggregate"))) is not None:
         cfg = table["ecc_corrected"]
-        out.append(_not_judged(ECC + SUFFIX, n, "errors", 0, cfg["min_points"], why) if why
-                   else _ecc(n, points(past, uuid, ECC), cfg))
+        out.append(
+            _not_judged(ECC + SUFFIX, n, "errors", 0, cfg["min_points"], why)
+            if why
+            else _ecc(n, points(past, uuid, ECC), cfg)
+        )
     return out
 
 

@@ -41,7 +41,7 @@ def _save(local_dir: Path, found: dict) -> None:
     try:
         writes.folder(local_dir, "--out")
         writes.write_text(local_dir / name, text, "--out")
-    except GpulabError as exc:          # the verdict stands without the copy; say why it is missing
+    except GpulabError as exc:  # the verdict stands without the copy; say why it is missing
         found["save_error"] = getattr(exc, "message", None) or str(exc)
 
 
@@ -49,7 +49,7 @@ def checks(snapshot: dict, probe: dict | None, expect: dict | None, gpus: dict) 
     """The host's records of DCGM and Fabric Manager; DCGM's GPU results go into ``gpus`` (index -> GPU record)."""
     expect = expect or {}
     host, per_gpu = dcgm.checks(snapshot.get("dcgm"), list(gpus), expect.get("dcgm"))
-    for g in (probe or {}).get("gpus") or []:     # each GPU's fabric registration (NVSwitch hosts)
+    for g in (probe or {}).get("gpus") or []:  # each GPU's fabric registration (NVSwitch hosts)
         idx = str(g.get("index"))
         if idx in gpus and "error" not in g:
             per_gpu.setdefault(idx, []).extend(fabric.gpu_checks(g, bool(expect.get("nvswitch"))))

@@ -24,15 +24,30 @@ NO_GPU = "no NVIDIA GPU"
 
 # metrics of `runner burnin`, all "higher is better"
 GPU_METRICS = (
-    "matmul_fp32_tflops", "matmul_tf32_tflops", "matmul_bf16_tflops", "matmul_fp16_tflops",
-    "memory_bandwidth_gbs", "h2d_bandwidth_gbs", "d2h_bandwidth_gbs", "resnet50_images_per_s",
+    "matmul_fp32_tflops",
+    "matmul_tf32_tflops",
+    "matmul_bf16_tflops",
+    "matmul_fp16_tflops",
+    "memory_bandwidth_gbs",
+    "h2d_bandwidth_gbs",
+    "d2h_bandwidth_gbs",
+    "resnet50_images_per_s",
 )
 HOST_METRICS = ("nccl_allreduce_busbw_gbs", "nccl_tests_busbw_gbs")
 UNITS = {
-    "matmul_fp32_tflops": "TFLOP/s", "matmul_tf32_tflops": "TFLOP/s", "matmul_bf16_tflops": "TFLOP/s",
-    "matmul_fp16_tflops": "TFLOP/s", "memory_bandwidth_gbs": "GB/s", "h2d_bandwidth_gbs": "GB/s",
-    "d2h_bandwidth_gbs": "GB/s", "resnet50_images_per_s": "images/s", "nccl_allreduce_busbw_gbs": "GB/s",
-    "load_power_w": "W", "nccl_tests_busbw_gbs": "GB/s", "nvbandwidth_h2d_gbs": "GB/s", "nvbandwidth_d2h_gbs": "GB/s",
+    "matmul_fp32_tflops": "TFLOP/s",
+    "matmul_tf32_tflops": "TFLOP/s",
+    "matmul_bf16_tflops": "TFLOP/s",
+    "matmul_fp16_tflops": "TFLOP/s",
+    "memory_bandwidth_gbs": "GB/s",
+    "h2d_bandwidth_gbs": "GB/s",
+    "d2h_bandwidth_gbs": "GB/s",
+    "resnet50_images_per_s": "images/s",
+    "nccl_allreduce_busbw_gbs": "GB/s",
+    "load_power_w": "W",
+    "nccl_tests_busbw_gbs": "GB/s",
+    "nvbandwidth_h2d_gbs": "GB/s",
+    "nvbandwidth_d2h_gbs": "GB/s",
     "nvbandwidth_d2d_read_gbs": "GB/s",
 }
 
@@ -44,10 +59,12 @@ def worst(verdicts: Iterable[str]) -> str:
             out = v
     return out
 
+
 def host_field(host: Any, name: str, default=None):
     if isinstance(host, dict):
         return host.get(name, default)
     return getattr(host, name, default)
+
 
 # --------------------------------------------------------------------------- verdict records
 
@@ -86,7 +103,14 @@ def fmt_value(v) -> str:
 
 
 def check(name: str, verdict: str, measured: Any, expected: str, reason: str, unit: str | None = None, **extra) -> dict:
-    rec = {"check": name, "verdict": verdict, "measured": measured, "expected": expected, "unit": unit, "reason": reason}
+    rec = {
+        "check": name,
+        "verdict": verdict,
+        "measured": measured,
+        "expected": expected,
+        "unit": unit,
+        "reason": reason,
+    }
     rec.update(extra)
     return rec
 
@@ -101,8 +125,12 @@ def ref_range(ref: dict) -> dict:
     def hi(f):
         return None if f is None else v * (1 + f)
 
-    return {"fail_lo": lo(ref.get("lower")), "fail_hi": hi(ref.get("upper")),
-            "warn_lo": lo(ref.get("warn_lower")), "warn_hi": hi(ref.get("warn_upper"))}
+    return {
+        "fail_lo": lo(ref.get("lower")),
+        "fail_hi": hi(ref.get("upper")),
+        "warn_lo": lo(ref.get("warn_lower")),
+        "warn_hi": hi(ref.get("warn_upper")),
+    }
 
 
 def range_text(lo, hi, unit) -> str:
@@ -123,13 +151,30 @@ def judge_metric(name: str, measured: float, ref: dict, label: str | None = None
     expected = range_text(r["fail_lo"], r["fail_hi"], unit)
     src = ref["source"]
     of = f"({percent(measured, ref['value'])} of {fmt_value(ref['value'])}; {src})"
-    for verdict, bound, below, words in ((FAIL, "fail_lo", True, "is below"), (FAIL, "fail_hi", False, "is above"),
-                                         (WARN, "warn_lo", True, "is low: below"),
-                                         (WARN, "warn_hi", False, "is high: above")):
+    for verdict, bound, below, words in (
+        (FAIL, "fail_lo", True, "is below"),
+        (FAIL, "fail_hi", False, "is above"),
+        (WARN, "warn_lo", True, "is low: below"),
+        (WARN, "warn_hi", False, "is high: above"),
+    ):
         limit = r[bound]
         if limit is not None and (measured < limit if below else measured > limit):
-            return check(label, verdict, measured, expected, f"{fmt_value(measured)} {unit} {words} {fmt_value(limit)} {of}", unit)
-    return check(label, PASS, measured, expected, f"{percent(measured, ref['value'])} of reference {fmt_value(ref['value'])} {unit} ({src})", unit)
+            return check(
+                label,
+                verdict,
+                measured,
+                expected,
+                f"{fmt_value(measured)} {unit} {words} {fmt_value(limit)} {of}",
+                unit,
+            )
+    return check(
+        label,
+        PASS,
+        measured,
+        expected,
+        f"{percent(measured, ref['value'])} of reference {fmt_value(ref['value'])} {unit} ({src})",
+        unit,
+    )
 
 
 def percent(a, b) -> str:
@@ -142,8 +187,13 @@ def percent(a, b) -> str:
 def render_html(verdicts: Verdicts) -> str:
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["fmt"] = _fmt_any
     return env.get_template("validate.html.j2").render(v=verdicts.data)
 
@@ -160,9 +210,11 @@ def _fmt_any(value) -> str:
 
 def summary_text(verdicts: Verdicts) -> str:
     d = verdicts.data
-    lines = [f"validate: {term.verdict(d['verdict'])} ({d['summary']['PASS']} pass, {d['summary']['WARN']} warn, "
-             f"{d['summary']['FAIL']} fail of {d['summary']['hosts']} host(s))"]
-    for name, h in d["hosts"].items():   # the word is the verdict; colour only where a terminal wants it
+    lines = [
+        f"validate: {term.verdict(d['verdict'])} ({d['summary']['PASS']} pass, {d['summary']['WARN']} warn, "
+        f"{d['summary']['FAIL']} fail of {d['summary']['hosts']} host(s))"
+    ]
+    for name, h in d["hosts"].items():  # the word is the verdict; colour only where a terminal wants it
         lines.append(f"{term.verdict(h['verdict'], 4)}  {name}: {h['reason']}")
         for r in h["reasons"][1:6]:
             lines.append(f"      {r}")

@@ -33,6 +33,8 @@ def gpulab_mirror_url(url, mirror):
 
 class FilterModule:
     def filters(self):
-        return {"gpulab_mirror_url": gpulab_mirror_url,
-                "gpulab_os_family": _osfamily.family,
-                "gpulab_repo_dist": _osfamily.repo_dist}
+        return {
+            "gpulab_mirror_url": gpulab_mirror_url,
+            "gpulab_os_family": _osfamily.family,
+            "gpulab_repo_dist": _osfamily.repo_dist,
+        }

@@ -87,8 +87,10 @@ from ansible.module_utils import gpulab_stackread as stackread
 from ansible.module_utils import gpulab_tools
 from ansible.module_utils.gpulab_versions import agrees
 
-PACKAGE_PATTERNS = re.compile(r"^(nvidia-driver|nvidia-utils|libnvidia-compute|cuda-drivers|cuda-toolkit|cuda-[0-9]|"
-                              r"libcudnn|libnccl|kmod-nvidia|datacenter-gpu-manager|nvidia-fabric-?manager)")
+PACKAGE_PATTERNS = re.compile(
+    r"^(nvidia-driver|nvidia-utils|libnvidia-compute|cuda-drivers|cuda-toolkit|cuda-[0-9]|"
+    r"libcudnn|libnccl|kmod-nvidia|datacenter-gpu-manager|nvidia-fabric-?manager)"
+)
 DCGM_PACKAGE = re.compile(r"^datacenter-gpu-manager(-[0-9]+-core)?$")
 FM_PACKAGE = re.compile(r"^nvidia-fabric-?manager(-[0-9]{3})?$")
 FM_SERVICE = "nvidia-fabricmanager"
@@ -158,13 +160,18 @@ def cuda_facts(root="/"):
         if v:
             versions[os.path.basename(path)] = v
     exists = os.path.exists(home)
-    return {"default": stackread.cuda_version(os.path.realpath(home))[0] if exists else None,
-            "default_path": os.path.realpath(home) if exists else None, "installed": versions}
+    return {
+        "default": stackread.cuda_version(os.path.realpath(home))[0] if exists else None,
+        "default_path": os.path.realpath(home) if exists else None,
+        "installed": versions,
+    }
 
 
 def cudnn_facts(pkgs, root="/"):
-    headers = dict((os.path.realpath(path), v)
-                   for path, v in stackread.headers(root, stackread.CUDNN_HEADERS, stackread.CUDNN_DEFINES))
+    headers = dict(
+        (os.path.realpath(path), v)
+        for path, v in stackread.headers(root, stackread.CUDNN_HEADERS, stackread.CUDNN_DEFINES)
+    )
     from_pkgs = sorted({upstream(v) for n, v in pkgs.items() if re.match(r"^libcudnn[0-9]+(-cuda-[0-9]+)?$", n)})
     versions = list(from_pkgs)
     for v in sorted(set(headers.values())):  # tar installs: header only
@@ -196,8 +203,11 @@ def dcgm_facts(module, pkgs):
     found = tool_version(module, ["dcgmi", "--version"], r"dcgmi\s+version:\s*([0-9][0-9.]*)")
     if found:
         return {"version": found, "source": "dcgmi --version", "packages": from_pkg}
-    return {"version": from_pkg[-1] if from_pkg else None, "source": "package" if from_pkg else None,
-            "packages": from_pkg}
+    return {
+        "version": from_pkg[-1] if from_pkg else None,
+        "source": "package" if from_pkg else None,
+        "packages": from_pkg,
+    }
 
 
 def process_running(comm, root="/"):
@@ -223,8 +233,13 @@ def fabric_manager_facts(module, pkgs):
     from_pkg = sorted(upstream(v) for n, v in pkgs.items() if FM_PACKAGE.match(n))
     found = tool_version(module, ["nv-fabricmanager", "--version"], r"Fabric Manager version is\s*:\s*([0-9][0-9.]*)")
     version = found or (from_pkg[-1] if from_pkg else None)
-    out = {"version": version, "source": "nv-fabricmanager --version" if found else ("package" if from_pkg else None),
-           "packages": from_pkg, "service": None, "service_source": None}
+    out = {
+        "version": version,
+        "source": "nv-fabricmanager --version" if found else ("package" if from_pkg else None),
+        "packages": from_pkg,
+        "service": None,
+        "service_source": None,
+    }
     if version:
         out["service"], out["service_source"] = service_state(module, FM_SERVICE, FM_COMM)
     return out
@@ -368,8 +383,7 @@ def main():
         "tools": gpulab_tools.built_tools(p["tools_dir"]),
     }
     from_python_env(stack, libs)
-    module.exit_json(changed=False, stack=stack,
-                     drift=drift(stack, p["expected"], p["gpu_model"], p["gpu_count"]))
+    module.exit_json(changed=False, stack=stack, drift=drift(stack, p["expected"], p["gpu_model"], p["gpu_count"]))
 
 
 if __name__ == "__main__":

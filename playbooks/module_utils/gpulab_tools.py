@@ -68,8 +68,13 @@ def built_tools(tools_dir):
     for name in names:
         path = os.path.join(tools_dir, name)
         doc = read_marker(path) or {}
-        out[name[:-5]] = {"version": doc.get("version"), "source": path, "problem": doc.get("problem"),
-                          "sha256": doc.get("sha256"), "url": doc.get("url")}
+        out[name[:-5]] = {
+            "version": doc.get("version"),
+            "source": path,
+            "problem": doc.get("problem"),
+            "sha256": doc.get("sha256"),
+            "url": doc.get("url"),
+        }
     return out
 
 

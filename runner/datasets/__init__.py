@@ -28,8 +28,14 @@ DATASETS = {
     "resnet34-torchvision": ("ResNet-34 ImageNet weights (torchvision)", "runner.datasets.weights"),
     "r50-msra": ("MSRA ResNet-50 ImageNet weights (Detectron R-50.pkl)", "runner.datasets.weights"),
 }
-BENCHMARKS = {"resnet50": "imagenet", "ssd": "coco", "maskrcnn": "coco", "gnmt": "wmt16",
-              "transformer": "wmt17", "ncf": "ml-20m"}
+BENCHMARKS = {
+    "resnet50": "imagenet",
+    "ssd": "coco",
+    "maskrcnn": "coco",
+    "gnmt": "wmt16",
+    "transformer": "wmt17",
+    "ncf": "ml-20m",
+}
 
 
 def resolve(name: str) -> str:
@@ -38,8 +44,7 @@ def resolve(name: str) -> str:
         return name
     if name in BENCHMARKS:
         return BENCHMARKS[name]
-    raise ValueError(f"unknown dataset {name!r} (datasets: {', '.join(DATASETS)}; "
-                     f"benchmarks: {', '.join(BENCHMARKS)})")
+    raise ValueError(f"unknown dataset {name!r} (datasets: {', '.join(DATASETS)}; benchmarks: {', '.join(BENCHMARKS)})")
 
 
 def dataset_dir(name: str, root: Path | str) -> Path:
@@ -68,12 +73,15 @@ def check(name: str, root: Path | str, deep: bool = False) -> dict:
     title = DATASETS[ds][0]
     d = dataset_dir(ds, root)
     if not d.is_dir():
-        raise NotPrepared(f"{ds} ({title}) is not prepared: {d} does not exist "
-                          f"(prepare it with `invoke datasets --names {ds}`)")
+        raise NotPrepared(
+            f"{ds} ({title}) is not prepared: {d} does not exist (prepare it with `invoke datasets --names {ds}`)"
+        )
     doc = read_manifest(d)
     if doc is None:
-        raise NotPrepared(f"{ds} ({title}) is not prepared at {d}: no {MANIFEST} "
-                          f"(preparation never finished; run `invoke datasets --names {ds}`)")
+        raise NotPrepared(
+            f"{ds} ({title}) is not prepared at {d}: no {MANIFEST} "
+            f"(preparation never finished; run `invoke datasets --names {ds}`)"
+        )
     if doc.get("kind") != "gpulab-dataset" or doc.get("dataset") != ds:
         raise NotPrepared(f"{d / MANIFEST}: not the manifest of {ds} (it names {doc.get('dataset')!r})")
     for rel, meta in (doc.get("files") or {}).items():
@@ -83,8 +91,9 @@ def check(name: str, root: Path | str, deep: bool = False) -> dict:
         except FileNotFoundError:
             raise NotPrepared(f"{ds} ({title}) at {d} is incomplete: {rel} is missing") from None
         if size != meta["size"]:
-            raise NotPrepared(f"{ds} ({title}) at {d} is incomplete: {rel} has {size} bytes, "
-                              f"the manifest says {meta['size']}")
+            raise NotPrepared(
+                f"{ds} ({title}) at {d} is incomplete: {rel} has {size} bytes, the manifest says {meta['size']}"
+            )
         if deep and sha256_file(path) != meta["sha256"]:
             raise NotPrepared(f"{ds} ({title}) at {d}: {rel} does not match its sha256 in the manifest")
     verify = getattr(module(ds), "verify", None)

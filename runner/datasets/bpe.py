@@ -70,14 +70,13 @@ class BPE:
             word_counts.update(words(line))
         char_counts: Counter = Counter()
         for w, c in word_counts.items():
-            for ch in (w[1:] if w.startswith(" ") else w):
+            for ch in w[1:] if w.startswith(" ") else w:
                 char_counts[ch] += c
         char_counts.pop(MARK, None)
         room = vocab_size - len(SPECIALS) - len(BYTE_TOKENS) - 1
         if room < 0:
             raise ValueError(f"vocab_size {vocab_size} is below the {len(SPECIALS) + len(BYTE_TOKENS) + 1} base tokens")
-        alphabet = [ch for ch, _ in sorted(char_counts.items(), key=lambda kv: (-kv[1], kv[0]))
-                    if ch != MARK][:room]
+        alphabet = [ch for ch, _ in sorted(char_counts.items(), key=lambda kv: (-kv[1], kv[0])) if ch != MARK][:room]
         base = list(SPECIALS) + list(BYTE_TOKENS) + [MARK] + alphabet
         known = set(alphabet) | {MARK}
         # each word as a list of symbols; unknown characters become unmergeable byte runs
@@ -200,8 +199,14 @@ class BPE:
 
     # ---- files ----
     def save(self, path: Path) -> None:
-        doc = {"kind": "gpulab-bpe", "schema": 1, "specials": list(SPECIALS), "mark": MARK,
-               "vocab": self.vocab, "merges": [list(m) for m in self.merges]}
+        doc = {
+            "kind": "gpulab-bpe",
+            "schema": 1,
+            "specials": list(SPECIALS),
+            "mark": MARK,
+            "vocab": self.vocab,
+            "merges": [list(m) for m in self.merges],
+        }
         Path(path).write_text(json.dumps(doc, ensure_ascii=False) + "\n", encoding="utf-8")
 
     @classmethod

@@ -64,8 +64,11 @@ def prepare(spec: dict, archives: Path, dest: Path) -> tuple[dict, dict]:
         names = {f.rsplit("/", 1)[-1] for f, _ in files}
         if names != listed:
             extra, missing = sorted(names - listed), sorted(listed - names)
-            what = f"{len(missing)} listed image(s) missing, e.g. {missing[0]}" if missing else \
-                f"{len(extra)} image(s) not in the annotations, e.g. {extra[0]}"
+            what = (
+                f"{len(missing)} listed image(s) missing, e.g. {missing[0]}"
+                if missing
+                else f"{len(extra)} image(s) not in the annotations, e.g. {extra[0]}"
+            )
             raise PrepareError(f"{img_zip}: does not match annotations/{ann.name}: {what}")
         counts[f"{split}_images"] = len(files)
         counts[f"{split}_annotations"] = n_ann

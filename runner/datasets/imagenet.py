@@ -36,7 +36,9 @@ def read_devkit(path: Path) -> tuple[dict[int, tuple[str, str]], list[int]]:
     try:
         from scipy.io import loadmat
     except ImportError:
-        raise PrepareError("reading the ImageNet devkit's meta.mat needs scipy (it comes with mlperf-logging)") from None
+        raise PrepareError(
+            "reading the ImageNet devkit's meta.mat needs scipy (it comes with mlperf-logging)"
+        ) from None
     import io
 
     meta = truth = None
@@ -86,8 +88,9 @@ def prepare(spec: dict, archives: Path, dest: Path) -> tuple[dict, dict]:
             if wnid not in wnids:
                 raise PrepareError(f"{train_tar}: class {wnid} is not one of the devkit's classes")
             with tarfile.open(fileobj=outer.extractfile(m), mode="r|") as inner:
-                names = extract_tar_flat(inner, train_dir / wnid, f"{train_tar}:{m.name}",
-                                         keep=lambda n: n.upper().endswith(".JPEG"))
+                names = extract_tar_flat(
+                    inner, train_dir / wnid, f"{train_tar}:{m.name}", keep=lambda n: n.upper().endswith(".JPEG")
+                )
             train_files += [(f"train/{wnid}/{n}", (train_dir / wnid / n).stat().st_size) for n in names]
     val_files: list[tuple[str, int]] = []
     by_id = {i: w for i, (w, _) in classes.items()}

@@ -45,8 +45,9 @@ def read_ratings(zip_path: Path) -> np.ndarray:
             try:
                 float(field)
             except ValueError:
-                raise PrepareError(f"{zip_path}: {names[0]}: line {k // 4 + 2}: {field[:20]!r} is not a number") \
-                    from None
+                raise PrepareError(
+                    f"{zip_path}: {names[0]}: line {k // 4 + 2}: {field[:20]!r} is not a number"
+                ) from None
     if values.size % 4:
         raise PrepareError(f"{zip_path}: {names[0]}: a line without 4 fields")
     return values.reshape(-1, 4)
@@ -79,18 +80,22 @@ def convert(ratings: np.ndarray, min_ratings: int, negatives: int, seed: int) ->
     if negatives > n_items - 1:
         raise PrepareError(f"{negatives} negatives per user asked, but only {n_items} items exist")
     neg = sample_negatives(users, items, n_users, n_items, negatives, seed)
-    return {"train": train.astype(np.int32), "test": test.astype(np.int32), "test_negatives": neg,
-            "users": n_users, "items": n_items}
+    return {
+        "train": train.astype(np.int32),
+        "test": test.astype(np.int32),
+        "test_negatives": neg,
+        "users": n_users,
+        "items": n_items,
+    }
 
 
-def sample_negatives(users: np.ndarray, items: np.ndarray, n_users: int, n_items: int, k: int,
-                     seed: int) -> np.ndarray:
+def sample_negatives(users: np.ndarray, items: np.ndarray, n_users: int, n_items: int, k: int, seed: int) -> np.ndarray:
     """``k`` distinct items per user that the user never rated (users' rows sorted by user)."""
     rng = np.random.default_rng(seed)
     starts = np.searchsorted(users, np.arange(n_users + 1))
     out = np.empty((n_users, k), np.int32)
     for u in range(n_users):
-        rated = np.unique(items[starts[u]:starts[u + 1]])
+        rated = np.unique(items[starts[u] : starts[u + 1]])
         free = n_items - len(rated)
         if free < k:
             raise PrepareError(f"user {u} rated {len(rated)} of {n_items} items: fewer than {k} negatives left")
@@ -112,17 +117,26 @@ def sample_negatives(users: np.ndarray, items: np.ndarray, n_users: int, n_items
 def prepare(spec: dict, archives: Path, dest: Path) -> tuple[dict, dict]:
     params = spec.get("params", {})
     zip_path = archives / spec["artifacts"][0]["file"]
-    data = convert(read_ratings(zip_path), int(params.get("min_ratings", 20)), int(params.get("negatives", 999)),
-                   int(params.get("seed", 0)))
+    data = convert(
+        read_ratings(zip_path),
+        int(params.get("min_ratings", 20)),
+        int(params.get("negatives", 999)),
+        int(params.get("seed", 0)),
+    )
     dest.mkdir(parents=True, exist_ok=True)
     sums = {}
     for key in ("train", "test", "test_negatives"):
         path = dest / f"{key}.npy"
         np.save(path, data[key])
         sums[path.name] = sha256_file(path)
-    counts = {"users": data["users"], "items": data["items"], "train": int(len(data["train"])),
-              "test": int(len(data["test"])), "negatives_per_user": int(data["test_negatives"].shape[1]),
-              "ratings": int(len(data["train"]) + len(data["test"]))}
+    counts = {
+        "users": data["users"],
+        "items": data["items"],
+        "train": int(len(data["train"])),
+        "test": int(len(data["test"])),
+        "negatives_per_user": int(data["test_negatives"].shape[1]),
+        "ratings": int(len(data["train"]) + len(data["test"])),
+    }
     return counts, sums
 
 

@@ -23,8 +23,16 @@ from pathlib import Path
 
 from runner import boundjson
 from runner.datasets import DATASETS, check, module, resolve
-from runner.datasets.common import (MANIFEST, NotPrepared, PrepareError, expect_counts, manifest_doc, read_manifest,
-                                    spec_digest, write_json_atomic)
+from runner.datasets.common import (
+    MANIFEST,
+    NotPrepared,
+    PrepareError,
+    expect_counts,
+    manifest_doc,
+    read_manifest,
+    spec_digest,
+    write_json_atomic,
+)
 
 
 def load_spec(path: Path | str) -> dict:
@@ -64,8 +72,11 @@ def prepare(spec: dict, archives: Path | str, root: Path | str, force: bool = Fa
     try:
         counts, sums = module(ds).prepare(spec, archives, work)
         expect_counts(ds, counts, spec.get("expect"), f"catalogue {spec.get('catalogue_version')}")
-        files = {rel: {"sha256": digest, "size": (work / rel).stat().st_size}
-                 for rel, digest in sums.items() if (work / rel).is_file()}
+        files = {
+            rel: {"sha256": digest, "size": (work / rel).stat().st_size}
+            for rel, digest in sums.items()
+            if (work / rel).is_file()
+        }
         doc = manifest_doc(ds, spec, counts, sums, {"files": files, "title": DATASETS[ds][0]})
         write_json_atomic(work / MANIFEST, doc)
     except BaseException:
@@ -101,6 +112,15 @@ def main(args) -> int:
     except (PrepareError, NotPrepared) as exc:
         print(f"runner prepare: {spec['name']}: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps({"dataset": doc["dataset"], "changed": changed, "path": str(Path(args.data) / doc["dataset"]),
-                      "counts": doc["counts"]}, sort_keys=True))
+    print(
+        json.dumps(
+            {
+                "dataset": doc["dataset"],
+                "changed": changed,
+                "path": str(Path(args.data) / doc["dataset"]),
+                "counts": doc["counts"],
+            },
+            sort_keys=True,
+        )
+    )
     return 0

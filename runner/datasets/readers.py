@@ -22,9 +22,12 @@ def ncf(root) -> dict:
     test = np.load(d / "test.npy")
     neg = np.load(d / "test_negatives.npy")
     return {
-        "users": int(doc["counts"]["users"]), "items": int(doc["counts"]["items"]),
-        "train_users": train[:, 0].astype(np.int64), "train_items": train[:, 1].astype(np.int64),
-        "test_users": test[:, 0].astype(np.int64), "test_items": test[:, 1].astype(np.int64),
+        "users": int(doc["counts"]["users"]),
+        "items": int(doc["counts"]["items"]),
+        "train_users": train[:, 0].astype(np.int64),
+        "train_items": train[:, 1].astype(np.int64),
+        "test_users": test[:, 0].astype(np.int64),
+        "test_items": test[:, 1].astype(np.int64),
         "test_negatives": neg.astype(np.int64),
     }
 
@@ -40,7 +43,7 @@ class Sentences:
         return len(self.offsets) - 1
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return self.ids[self.offsets[i]:self.offsets[i + 1]]
+        return self.ids[self.offsets[i] : self.offsets[i + 1]]
 
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
@@ -61,8 +64,10 @@ class WMT:
         self._mmap = "r" if mmap else None
 
     def split(self, split: str, lang: str) -> Sentences:
-        return Sentences(np.load(self.dir / f"{split}.{lang}.ids.npy", mmap_mode=self._mmap),
-                         np.load(self.dir / f"{split}.{lang}.offsets.npy"))
+        return Sentences(
+            np.load(self.dir / f"{split}.{lang}.ids.npy", mmap_mode=self._mmap),
+            np.load(self.dir / f"{split}.{lang}.offsets.npy"),
+        )
 
     def pairs(self, split: str, src: str = "en", tgt: str = "de") -> tuple[Sentences, Sentences]:
         return self.split(split, src), self.split(split, tgt)
@@ -93,5 +98,7 @@ def coco(root) -> dict:
     """Per split (train2017, val2017) the image folder and the instances JSON path."""
     check("coco", root)
     d = dataset_dir("coco", root)
-    return {split: {"images": d / split, "annotations": d / "annotations" / f"instances_{split}.json"}
-            for split in ("train2017", "val2017")}
+    return {
+        split: {"images": d / split, "annotations": d / "annotations" / f"instances_{split}.json"}
+        for split in ("train2017", "val2017")
+    }

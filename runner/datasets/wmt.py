@@ -59,7 +59,7 @@ def _sentences(archive: Path, member: str) -> list[str]:
     text = _member_text(archive, member)
     if member.endswith(".sgm"):
         return [html.unescape(s).strip() for s in _SEG.findall(text)]
-    return [ln.rstrip("\r").strip() for ln in text.split("\n")[:-1 if text.endswith("\n") else None]]
+    return [ln.rstrip("\r").strip() for ln in text.split("\n")[: -1 if text.endswith("\n") else None]]
 
 
 def read_split(sources: list[dict], archives: Path) -> tuple[list[str], list[str]]:

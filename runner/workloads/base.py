@@ -153,9 +153,13 @@ def _fmt_t(t) -> str:
 
 def _ttt_result(ctx, trainer, epochs, quality, target, ttt) -> dict:
     samples = trainer.train_samples * epochs
-    res = {"epochs": epochs, "quality": quality, "target": target,
-           "time_to_train_s": round(ttt, 3),
-           "samples_per_s": round(samples / ttt, 3) if ttt > 0 else None}
+    res = {
+        "epochs": epochs,
+        "quality": quality,
+        "target": target,
+        "time_to_train_s": round(ttt, 3),
+        "samples_per_s": round(samples / ttt, 3) if ttt > 0 else None,
+    }
     if ctx.first_step_time is not None:
         res["time_to_first_step_s"] = round(ctx.first_step_time - ctx.t_launch, 3)
     return res
@@ -197,12 +201,21 @@ def _throughput(ctx: Context, trainer) -> dict:
         log.end(C.RUN_STOP, metadata={"status": C.ABORTED})
         raise
     sps = steps * batch * ctx.world_size / elapsed
-    log.event("throughput", sps, metadata={"unit": f"{ctx.entry['sample_unit']}/s", "steps": steps,
-                                           "elapsed_s": round(elapsed, 3)})
+    log.event(
+        "throughput",
+        sps,
+        metadata={"unit": f"{ctx.entry['sample_unit']}/s", "steps": steps, "elapsed_s": round(elapsed, 3)},
+    )
     log.end(C.RUN_STOP, metadata={"status": C.SUCCESS})
-    res = {"samples_per_s": round(sps, 3), "sample_unit": ctx.entry["sample_unit"],
-           "steps": steps, "warmup_steps": warmup, "measured_s": round(elapsed, 3),
-           "batch_per_process": batch, "world_size": ctx.world_size}
+    res = {
+        "samples_per_s": round(sps, 3),
+        "sample_unit": ctx.entry["sample_unit"],
+        "steps": steps,
+        "warmup_steps": warmup,
+        "measured_s": round(elapsed, 3),
+        "batch_per_process": batch,
+        "world_size": ctx.world_size,
+    }
     if ctx.first_step_time is not None:
         res["time_to_first_step_s"] = round(ctx.first_step_time - ctx.t_launch, 3)
     return {
@@ -212,10 +225,20 @@ def _throughput(ctx: Context, trainer) -> dict:
     }
 
 
-def bench_context(name: str, device, optimized: bool = True, *, scale: str = "full",
-                  precision: str = "bf16", batch_size: int | None = None, seed: int = 0,
-                  overrides: dict | None = None, mode: str = "throughput", compile: bool | None = None,
-                  channels_last: bool | None = None):
+def bench_context(
+    name: str,
+    device,
+    optimized: bool = True,
+    *,
+    scale: str = "full",
+    precision: str = "bf16",
+    batch_size: int | None = None,
+    seed: int = 0,
+    overrides: dict | None = None,
+    mode: str = "throughput",
+    compile: bool | None = None,
+    channels_last: bool | None = None,
+):
     """``(ctx, module)`` of workload ``name`` in one process, as the benchmark hooks build it.
 
     ``compile`` and ``channels_last`` default to ``optimized`` on CUDA (what
@@ -234,24 +257,42 @@ def bench_context(name: str, device, optimized: bool = True, *, scale: str = "fu
     if device.type == "cpu" and precision == "fp16":
         precision = "fp32"
     default = bool(optimized and device.type == "cuda")
-    spec = {"workload": name, "scale": scale, "mode": mode, "seed": seed, "entry": entry,
-            "compile": default if compile is None else bool(compile), "optimized": bool(optimized)}
+    spec = {
+        "workload": name,
+        "scale": scale,
+        "mode": mode,
+        "seed": seed,
+        "entry": entry,
+        "compile": default if compile is None else bool(compile),
+        "optimized": bool(optimized),
+    }
     if batch_size is not None:
         spec["throughput_batch_size"] = int(batch_size)
-    ctx = Context(spec=spec, entry=entry, log=MLLog(None), device=device, rank=0, world_size=1,
-                  local_rank=0, precision=precision)
+    ctx = Context(
+        spec=spec, entry=entry, log=MLLog(None), device=device, rank=0, world_size=1, local_rank=0, precision=precision
+    )
     ctx.channels_last = default if channels_last is None else bool(channels_last)
     for key, value in (overrides or {}).items():
         if key not in ctx.cfg:
-            raise WorkloadError(f"setting {key!r}: the {scale} scale of {name} has none of that name "
-                                f"(it has {', '.join(sorted(ctx.cfg))})")
+            raise WorkloadError(
+                f"setting {key!r}: the {scale} scale of {name} has none of that name "
+                f"(it has {', '.join(sorted(ctx.cfg))})"
+            )
         ctx.cfg[key] = value  # checked against its declaration (WorkloadError)
     return ctx, importlib.import_module(entry["module"])
 
 
-def bench_step(name: str, device, optimized: bool = True, *, scale: str = "full",
-               precision: str = "bf16", batch_size: int | None = None, seed: int = 0,
-               overrides: dict | None = None):
+def bench_step(
+    name: str,
+    device,
+    optimized: bool = True,
+    *,
+    scale: str = "full",
+    precision: str = "bf16",
+    batch_size: int | None = None,
+    seed: int = 0,
+    overrides: dict | None = None,
+):
     """``(step_fn, samples_per_step)`` of workload ``name`` for the throughput benchmark.
 
     ``optimized`` picks the runner's throughput path or the plain eager
@@ -260,7 +301,8 @@ def bench_step(name: str, device, optimized: bool = True, *, scale: str = "full"
     settings of the scale (keys workloads.yml names for it, else WorkloadError).
     See the module docstring.
     """
-    ctx, module = bench_context(name, device, optimized, scale=scale, precision=precision,
-                                batch_size=batch_size, seed=seed, overrides=overrides)
+    ctx, module = bench_context(
+        name, device, optimized, scale=scale, precision=precision, batch_size=batch_size, seed=seed, overrides=overrides
+    )
     trainer = spec_of(module).build(ctx)
     return trainer.throughput_step, trainer.throughput_batch()

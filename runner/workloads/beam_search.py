@@ -48,8 +48,9 @@ def _strip(row: list[int]) -> list[int]:
 
 
 @torch.no_grad()
-def gnmt_search(model, src, beam: int, max_len: int, len_norm_factor: float, len_norm_const: float,
-                cov_penalty: float) -> list[list[int]]:
+def gnmt_search(
+    model, src, beam: int, max_len: int, len_norm_factor: float, len_norm_const: float, cov_penalty: float
+) -> list[list[int]]:
     B, K, dev = src.shape[0], beam, src.device
     rep = torch.arange(B, device=dev).repeat_interleave(K)
     state = model.select(model.start(src), rep)
@@ -109,7 +110,7 @@ def fairseq_search(model, src, beam: int, max_len: int, len_penalty: float) -> l
     rep = torch.arange(B, device=dev).repeat_interleave(K)
     state = model.select(model.start(src), rep)
     finalized: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
-    sent = list(range(B))                       # the sentence of each live group of K rows
+    sent = list(range(B))  # the sentence of each live group of K rows
     hist = torch.zeros((B * K, 0), dtype=torch.long, device=dev)
     scores = torch.zeros(B * K, device=dev)
     words = torch.full((B * K,), BOS, dtype=torch.long, device=dev)

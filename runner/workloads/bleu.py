@@ -40,8 +40,9 @@ def _sacrebleu():
     try:
         import sacrebleu
     except ImportError as exc:  # a dependency of the runner (pyproject.toml)
-        raise BleuError("sacrebleu is not installed (pip install sacrebleu): the translation "
-                        "workloads score BLEU with it") from exc
+        raise BleuError(
+            "sacrebleu is not installed (pip install sacrebleu): the translation workloads score BLEU with it"
+        ) from exc
     return sacrebleu
 
 
@@ -50,8 +51,9 @@ def _moses(lang: str):
     try:
         from sacremoses import MosesTokenizer
     except ImportError as exc:
-        raise BleuError("sacremoses is not installed (pip install sacremoses): the transformer "
-                        "scores BLEU on Moses-tokenized text") from exc
+        raise BleuError(
+            "sacremoses is not installed (pip install sacremoses): the transformer scores BLEU on Moses-tokenized text"
+        ) from exc
     return MosesTokenizer(lang=lang)
 
 

@@ -68,38 +68,73 @@ class COCOEvaluator:
 
     # --- one image --------------------------------------------------------------------------
 
-    def add(self, gt_labels, det_scores, det_labels, *, gt_boxes=None, det_boxes=None,
-            gt_crowd=None, gt_masks=None, det_masks=None, image_size=None) -> None:
+    def add(
+        self,
+        gt_labels,
+        det_scores,
+        det_labels,
+        *,
+        gt_boxes=None,
+        det_boxes=None,
+        gt_crowd=None,
+        gt_masks=None,
+        det_masks=None,
+        image_size=None,
+    ) -> None:
         """One image given as arrays: boxes xyxy in pixels, masks boolean (N, H, W).
 
         "bbox" reads ``gt_boxes``/``det_boxes``; "segm" reads ``gt_masks``/``det_masks``
         (the image size is the masks' size unless ``image_size`` (h, w) is given).
         """
         gt_labels = np.asarray(gt_labels, dtype=np.int64).reshape(-1)
-        crowd = (np.zeros(len(gt_labels), dtype=bool) if gt_crowd is None
-                 else np.asarray(gt_crowd, dtype=bool).reshape(-1))
+        crowd = (
+            np.zeros(len(gt_labels), dtype=bool) if gt_crowd is None else np.asarray(gt_crowd, dtype=bool).reshape(-1)
+        )
         if self.iou_type == "bbox":
             xywh = _xywh(gt_boxes if gt_boxes is not None else np.zeros((0, 4)))
-            gts = [{"category_id": int(c), "bbox": [float(v) for v in b], "area": float(b[2] * b[3]),
-                    "iscrowd": int(k)} for c, b, k in zip(gt_labels, xywh, crowd)]
+            gts = [
+                {"category_id": int(c), "bbox": [float(v) for v in b], "area": float(b[2] * b[3]), "iscrowd": int(k)}
+                for c, b, k in zip(gt_labels, xywh, crowd)
+            ]
             size = image_size or (0, 0)
         else:
             masks = np.zeros((0, 1, 1), bool) if gt_masks is None else np.asarray(gt_masks, dtype=bool)
             size = tuple(image_size or masks.shape[1:])
             rles = encode_masks(masks)
-            gts = [{"category_id": int(c), "segmentation": r, "area": float(mask_util.area(r)),
-                    "bbox": [float(v) for v in mask_util.toBbox(r)], "iscrowd": int(k)}
-                   for c, r, k in zip(gt_labels, rles, crowd)]
+            gts = [
+                {
+                    "category_id": int(c),
+                    "segmentation": r,
+                    "area": float(mask_util.area(r)),
+                    "bbox": [float(v) for v in mask_util.toBbox(r)],
+                    "iscrowd": int(k),
+                }
+                for c, r, k in zip(gt_labels, rles, crowd)
+            ]
         self._add(size, gts, det_scores, det_labels, det_boxes, det_masks)
 
-    def add_annotations(self, height: int, width: int, anns: list[dict], label_of: dict, det_scores, det_labels, *,
-                        det_boxes=None, det_masks=None) -> None:
+    def add_annotations(
+        self,
+        height: int,
+        width: int,
+        anns: list[dict],
+        label_of: dict,
+        det_scores,
+        det_labels,
+        *,
+        det_boxes=None,
+        det_masks=None,
+    ) -> None:
         """One image with its ground truth as the COCO JSON holds it (``anns``: that image's
         annotations; ``label_of`` maps COCO category ids to the workload's labels)."""
         gts = []
         for a in anns:
-            g = {"category_id": int(label_of[a["category_id"]]), "bbox": [float(v) for v in a["bbox"]],
-                 "area": float(a.get("area", a["bbox"][2] * a["bbox"][3])), "iscrowd": int(a.get("iscrowd", 0))}
+            g = {
+                "category_id": int(label_of[a["category_id"]]),
+                "bbox": [float(v) for v in a["bbox"]],
+                "area": float(a.get("area", a["bbox"][2] * a["bbox"][3])),
+                "iscrowd": int(a.get("iscrowd", 0)),
+            }
             if self.iou_type == "segm":
                 g["segmentation"] = a["segmentation"]
             gts.append(g)
@@ -110,12 +145,15 @@ class COCOEvaluator:
         labels = np.asarray(det_labels, dtype=np.int64).reshape(-1)
         if self.iou_type == "bbox":
             boxes = _xywh(det_boxes if det_boxes is not None else np.zeros((0, 4)))
-            dets = [{"category_id": int(c), "bbox": [float(v) for v in b], "score": float(s)}
-                    for c, b, s in zip(labels, boxes, scores)]
+            dets = [
+                {"category_id": int(c), "bbox": [float(v) for v in b], "score": float(s)}
+                for c, b, s in zip(labels, boxes, scores)
+            ]
         else:
             rles = encode_masks(det_masks) if det_masks is not None else []
-            dets = [{"category_id": int(c), "segmentation": r, "score": float(s)}
-                    for c, r, s in zip(labels, rles, scores)]
+            dets = [
+                {"category_id": int(c), "segmentation": r, "score": float(s)} for c, r, s in zip(labels, rles, scores)
+            ]
         if len(dets) != len(scores):
             raise ValueError(f"{len(scores)} detection scores but {len(dets)} detections")
         self.images.append({"size": tuple(int(v) for v in size), "gts": gts, "dets": dets})

@@ -160,8 +160,11 @@ def compile_fn(ctx: Context, fn, dynamic: bool | None = False, options: dict | N
                     target = getattr(target, part)
                 getattr(target, leaf)
             except AttributeError:  # settings come and go between releases: run without it, and say so
-                print(f"note: inductor option {key!r} skipped: torch {torch.__version__} has no such setting",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"note: inductor option {key!r} skipped: torch {torch.__version__} has no such setting",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 continue
             setattr(target, leaf, value)
     kw = {"dynamic": dynamic}

@@ -18,8 +18,18 @@ from runner.workloads.settings import Settings, declarations
 
 
 class Context:
-    def __init__(self, *, spec: dict, entry: dict, log, device: torch.device,
-                 rank: int, world_size: int, local_rank: int, precision: str):
+    def __init__(
+        self,
+        *,
+        spec: dict,
+        entry: dict,
+        log,
+        device: torch.device,
+        rank: int,
+        world_size: int,
+        local_rank: int,
+        precision: str,
+    ):
         self.spec = spec
         self.entry = entry
         self.name = spec["workload"]
@@ -28,9 +38,10 @@ class Context:
         self.seed = int(spec["seed"])
         self.data = spec.get("data")
         # the scale's settings, as declared in workloads.yml (a read of an undeclared name fails)
-        self.cfg = Settings(entry["scales"][self.scale], declarations(entry.get("settings", {})),
-                            f"{self.name} ({self.scale} scale)")
-        self.cfg.update(spec.get("settings") or {})   # runner run --set (each checked against its declaration)
+        self.cfg = Settings(
+            entry["scales"][self.scale], declarations(entry.get("settings", {})), f"{self.name} ({self.scale} scale)"
+        )
+        self.cfg.update(spec.get("settings") or {})  # runner run --set (each checked against its declaration)
         self.log = log
         self.device = device
         self.rank = rank
@@ -82,8 +93,11 @@ class Context:
         else ``throughput.batch_by_memory`` for this GPU's memory, else ``default``.
         """
         tp = self.cfg.get("throughput", {})
-        return int(self.spec.get("throughput_batch_size") or tp.get("batch_size")
-                   or self.by_memory(tp.get("batch_by_memory"), default))
+        return int(
+            self.spec.get("throughput_batch_size")
+            or tp.get("batch_size")
+            or self.by_memory(tp.get("batch_by_memory"), default)
+        )
 
     def gpu_memory_gib(self) -> float | None:
         if not self.cuda:
@@ -122,8 +136,7 @@ class Context:
         return DDP(model)
 
     def all_sum(self, values) -> list[float]:
-        t = torch.tensor([float(v) for v in values], dtype=torch.float64,
-                         device=self.device if self.cuda else "cpu")
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device if self.cuda else "cpu")
         if self.distributed:
             dist.all_reduce(t)
         return [float(v) for v in t.tolist()]

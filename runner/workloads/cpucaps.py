@@ -16,10 +16,24 @@ import platform
 import torch
 
 # oneDNN's instruction-set names as ONEDNN_MAX_CPU_ISA takes them, by rank (aliases share one)
-ONEDNN_ISAS = {"SSE41": 1, "AVX": 2, "AVX2": 3, "AVX2_VNNI": 4, "AVX2_VNNI_2": 5, "AVX512_CORE": 6,
-               "AVX512_CORE_VNNI": 7, "AVX512_CORE_BF16": 8, "AVX10_1_512": 9, "AVX512_CORE_FP16": 9,
-               "AVX512_CORE_AMX": 10, "AVX10_1_512_AMX": 11, "AVX512_CORE_AMX_FP16": 11,
-               "AVX10_1_512_AMX_FP16": 11, "AVX10_2_512": 12, "AVX10_2_512_AMX_2": 13}
+ONEDNN_ISAS = {
+    "SSE41": 1,
+    "AVX": 2,
+    "AVX2": 3,
+    "AVX2_VNNI": 4,
+    "AVX2_VNNI_2": 5,
+    "AVX512_CORE": 6,
+    "AVX512_CORE_VNNI": 7,
+    "AVX512_CORE_BF16": 8,
+    "AVX10_1_512": 9,
+    "AVX512_CORE_FP16": 9,
+    "AVX512_CORE_AMX": 10,
+    "AVX10_1_512_AMX": 11,
+    "AVX512_CORE_AMX_FP16": 11,
+    "AVX10_1_512_AMX_FP16": 11,
+    "AVX10_2_512": 12,
+    "AVX10_2_512_AMX_2": 13,
+}
 AVX512_CORE = ONEDNN_ISAS["AVX512_CORE"]
 
 
@@ -49,11 +63,19 @@ def onednn_isa() -> str | None:
     if platform.machine().lower() not in ("x86_64", "amd64", "i686", "x86"):
         return None
     c = torch.cpu
-    cpu = ("AVX512_CORE_AMX" if c._is_amx_tile_supported() else
-           "AVX512_CORE_BF16" if c._is_avx512_bf16_supported() else
-           "AVX512_CORE_VNNI" if c._is_avx512_supported() and c._is_vnni_supported() else
-           "AVX512_CORE" if c._is_avx512_supported() else
-           "AVX2" if c._is_avx2_supported() else "SSE41")
+    cpu = (
+        "AVX512_CORE_AMX"
+        if c._is_amx_tile_supported()
+        else "AVX512_CORE_BF16"
+        if c._is_avx512_bf16_supported()
+        else "AVX512_CORE_VNNI"
+        if c._is_avx512_supported() and c._is_vnni_supported()
+        else "AVX512_CORE"
+        if c._is_avx512_supported()
+        else "AVX2"
+        if c._is_avx2_supported()
+        else "SSE41"
+    )
     cap = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "").strip().upper()
     if cap in ONEDNN_ISAS and ONEDNN_ISAS[cap] < ONEDNN_ISAS[cpu]:
         return cap
@@ -72,5 +94,4 @@ def bf16_channels_last_crash() -> str | None:
     isa = onednn_isa()
     if isa is None or ONEDNN_ISAS[isa] < AVX512_CORE:
         return None
-    return (f"this CPU's oneDNN ({isa}) has an AVX-512 bf16 channels-last convolution gradient that "
-            f"kills the process")
+    return f"this CPU's oneDNN ({isa}) has an AVX-512 bf16 channels-last convolution gradient that kills the process"

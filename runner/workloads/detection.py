@@ -30,6 +30,7 @@ except Exception:  # not installed, or built for another torch
 
 # --- boxes --------------------------------------------------------------------------------
 
+
 def box_area(b: torch.Tensor) -> torch.Tensor:
     return (b[..., 2] - b[..., 0]).clamp(min=0) * (b[..., 3] - b[..., 1]).clamp(min=0)
 
@@ -51,8 +52,15 @@ def encode(boxes: torch.Tensor, anchors: torch.Tensor, weights) -> torch.Tensor:
     ax, ay = anchors[..., 0] + 0.5 * aw, anchors[..., 1] + 0.5 * ah
     bw, bh = boxes[..., 2] - boxes[..., 0], boxes[..., 3] - boxes[..., 1]
     bx, by = boxes[..., 0] + 0.5 * bw, boxes[..., 1] + 0.5 * bh
-    return torch.stack([wx * (bx - ax) / aw, wy * (by - ay) / ah,
-                        ww * torch.log(bw.clamp(min=1e-6) / aw), wh * torch.log(bh.clamp(min=1e-6) / ah)], -1)
+    return torch.stack(
+        [
+            wx * (bx - ax) / aw,
+            wy * (by - ay) / ah,
+            ww * torch.log(bw.clamp(min=1e-6) / aw),
+            wh * torch.log(bh.clamp(min=1e-6) / ah),
+        ],
+        -1,
+    )
 
 
 BOX_CLIP = math.log(1000.0 / 16)  # the largest log-scale of a decoded box's size
@@ -71,8 +79,7 @@ def decode(deltas: torch.Tensor, anchors: torch.Tensor, weights, clip=BOX_CLIP) 
 
 
 def clip_boxes(b: torch.Tensor, h, w) -> torch.Tensor:
-    return torch.stack([b[..., 0].clamp(0, w), b[..., 1].clamp(0, h),
-                        b[..., 2].clamp(0, w), b[..., 3].clamp(0, h)], -1)
+    return torch.stack([b[..., 0].clamp(0, w), b[..., 1].clamp(0, h), b[..., 2].clamp(0, w), b[..., 3].clamp(0, h)], -1)
 
 
 def nms(boxes: torch.Tensor, scores: torch.Tensor, thr: float) -> torch.Tensor:
@@ -137,8 +144,7 @@ def batched_nms(boxes, scores, labels, thr: float) -> torch.Tensor:
     return nms(boxes + offset, scores, thr)
 
 
-def roi_align(feat: torch.Tensor, rois: torch.Tensor, out_size: int, scale: float,
-              sampling: int = 2) -> torch.Tensor:
+def roi_align(feat: torch.Tensor, rois: torch.Tensor, out_size: int, scale: float, sampling: int = 2) -> torch.Tensor:
     """RoIAlign of padded per-image boxes on one map, through ``grid_sample`` (float32).
 
     ``feat`` (N, C, H, W); ``rois`` (N, K, 4) xyxy in image pixels; ``scale``
@@ -188,8 +194,9 @@ def _legacy_axis(v: torch.Tensor, size: torch.Tensor):
     return (lo.long(), hi.long()), ((1 - frac) * valid, frac * valid)
 
 
-def multilevel_roi_align(feats: list, rois: torch.Tensor, out_size: int, strides: list,
-                         sampling: int = 2) -> torch.Tensor:
+def multilevel_roi_align(
+    feats: list, rois: torch.Tensor, out_size: int, strides: list, sampling: int = 2
+) -> torch.Tensor:
     """RoIAlign on the FPN level each box belongs to: (N, K, C, out, out).
 
     The samples of maskrcnn-benchmark's RoIAlign (the CUDA kernel MLPerf v0.5
@@ -216,7 +223,7 @@ def multilevel_roi_align(feats: list, rois: torch.Tensor, out_size: int, strides
     ws = torch.tensor([f.shape[3] for f in feats], device=dev)
     sizes = [n * f.shape[2] * f.shape[3] for f in feats]
     starts = torch.tensor([sum(sizes[:i]) for i in range(len(feats))], device=dev)
-    scale = torch.tensor([1.0 / st for st in strides[:len(feats)]], device=dev)[level]
+    scale = torch.tensor([1.0 / st for st in strides[: len(feats)]], device=dev)[level]
     h, w = hs[level], ws[level]  # (N, K)
     base = starts[level] + torch.arange(n, device=dev)[:, None] * h * w
     s = out_size * sampling
@@ -242,6 +249,7 @@ def multilevel_roi_align(feats: list, rois: torch.Tensor, out_size: int, strides
 
 # --- COCO 2017 ---------------------------------------------------------------------------------
 
+
 def coco_root(data: str) -> Path:
     root = Path(data) / "coco"
     return root if root.is_dir() else Path(data)
@@ -259,8 +267,7 @@ def open_coco(ctx, num_classes: int) -> tuple["CocoIndex", "CocoIndex", list]:
     check_dataset("coco", str(root))
     train_idx, val_idx = CocoIndex(root, "train"), CocoIndex(root, "val")
     if len(train_idx.cat_ids) != num_classes - 1:
-        raise WorkloadError(f"coco data at {root}: {len(train_idx.cat_ids)} categories, "
-                            f"expected {num_classes - 1}")
+        raise WorkloadError(f"coco data at {root}: {len(train_idx.cat_ids)} categories, expected {num_classes - 1}")
     return train_idx, val_idx, train_idx.with_annotations()
 
 
@@ -304,11 +311,13 @@ class CocoIndex:
             labels.append(self.label_of[a["category_id"]])
             crowd.append(bool(a.get("iscrowd", 0)))
             if with_masks:
-                masks.append(segmentation_mask(a["segmentation"], im["height"], im["width"],
-                                               scale_xy, out_hw))
+                masks.append(segmentation_mask(a["segmentation"], im["height"], im["width"], scale_xy, out_hw))
         hw = out_hw or (im["height"], im["width"])
-        t = {"boxes": np.asarray(boxes, np.float32).reshape(-1, 4), "labels": np.asarray(labels, np.int64),
-             "crowd": np.asarray(crowd, bool)}
+        t = {
+            "boxes": np.asarray(boxes, np.float32).reshape(-1, 4),
+            "labels": np.asarray(labels, np.int64),
+            "crowd": np.asarray(crowd, bool),
+        }
         if with_masks:
             t["masks"] = np.stack(masks) if masks else np.zeros((0, *hw), bool)
         return t

@@ -8,8 +8,9 @@ import numpy as np
 DATA_SEED = 20190503
 
 SHAPES = ("rectangle", "ellipse", "triangle", "diamond", "cross", "ring")
-COLORS = np.array([[220, 60, 50], [60, 200, 70], [60, 90, 230], [230, 210, 50],
-                   [200, 70, 210], [60, 210, 220]], dtype=np.float32)
+COLORS = np.array(
+    [[220, 60, 50], [60, 200, 70], [60, 90, 230], [230, 210, 50], [200, 70, 210], [60, 210, 220]], dtype=np.float32
+)
 
 
 def _shape_mask(kind: str, h: int, w: int) -> np.ndarray:
@@ -55,7 +56,7 @@ def generate_shapes(cfg: dict, n: int, split: int) -> list[dict]:
                 continue
             cls = int(rng.integers(0, k))
             m = np.zeros((size, size), bool)
-            m[y0:y0 + h, x0:x0 + w] = _shape_mask(SHAPES[cls % len(SHAPES)], h, w)
+            m[y0 : y0 + h, x0 : x0 + w] = _shape_mask(SHAPES[cls % len(SHAPES)], h, w)
             color = COLORS[cls % len(COLORS)] + rng.uniform(-25, 25, size=3)
             img[m] = color + 6.0 * rng.standard_normal((int(m.sum()), 3))
             for prev in masks:  # the new object hides what it covers
@@ -70,13 +71,15 @@ def generate_shapes(cfg: dict, n: int, split: int) -> list[dict]:
                 continue
             boxes.append([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1])
             keep.append(i)
-        out.append({
-            "image": np.clip(img, 0, 255).astype(np.uint8),
-            "boxes": np.asarray(boxes, np.float32).reshape(-1, 4),
-            "labels": np.asarray([labels[i] for i in keep], np.int64),
-            "masks": np.stack([masks[i] for i in keep]) if keep else np.zeros((0, size, size), bool),
-            "crowd": np.zeros(len(keep), bool),
-        })
+        out.append(
+            {
+                "image": np.clip(img, 0, 255).astype(np.uint8),
+                "boxes": np.asarray(boxes, np.float32).reshape(-1, 4),
+                "labels": np.asarray([labels[i] for i in keep], np.int64),
+                "masks": np.stack([masks[i] for i in keep]) if keep else np.zeros((0, size, size), bool),
+                "crowd": np.zeros(len(keep), bool),
+            }
+        )
     return out
 
 

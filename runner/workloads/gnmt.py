@@ -43,7 +43,7 @@ class BahdanauAttention(nn.Module):
         super().__init__()
         self.q = nn.Linear(hidden, hidden, bias=False)
         self.k = nn.Linear(hidden, hidden, bias=False)
-        stdv = 1.0 / hidden ** 0.5
+        stdv = 1.0 / hidden**0.5
         self.v = nn.Parameter(torch.empty(hidden).uniform_(-stdv, stdv))
         self.g = nn.Parameter(torch.tensor(stdv))
         self.b = nn.Parameter(torch.zeros(hidden))
@@ -143,29 +143,36 @@ class GNMT(nn.Module):
         return {"enc": enc, "keys": self.attn.keys(enc), "mask": src == T.PAD, "lstm": None}
 
     def step(self, state, words):
-        logits, lstm, w = self.decode(words.unsqueeze(1), state["enc"], state["keys"], state["mask"],
-                                      state["lstm"])
+        logits, lstm, w = self.decode(words.unsqueeze(1), state["enc"], state["keys"], state["mask"], state["lstm"])
         logp = torch.log_softmax(logits[:, -1].float(), dim=-1)
         return logp, w[:, -1], dict(state, lstm=lstm)
 
     @staticmethod
     def select(state, rows):
         out = {k: state[k].index_select(0, rows) for k in ("enc", "keys", "mask")}
-        out["lstm"] = None if state["lstm"] is None else [
-            (h.index_select(1, rows), c.index_select(1, rows)) for h, c in state["lstm"]]
+        out["lstm"] = (
+            None
+            if state["lstm"] is None
+            else [(h.index_select(1, rows), c.index_select(1, rows)) for h, c in state["lstm"]]
+        )
         return out
 
 
 def make_model(cfg: dict, vocab_size: int) -> nn.Module:
-    return GNMT(vocab_size, int(cfg["hidden"]), int(cfg.get("layers", 4)), float(cfg.get("dropout", 0.2)),
-                cfg.get("init", "reference"))
+    return GNMT(
+        vocab_size,
+        int(cfg["hidden"]),
+        int(cfg.get("layers", 4)),
+        float(cfg.get("dropout", 0.2)),
+        cfg.get("init", "reference"),
+    )
 
 
 class Trainer(T.Trainer):
     src_frame = (True, True)  # the reference's source is BOS, the sentence, EOS
-    tgt_extra = 2             # its length filter counts the target's BOS and EOS too
+    tgt_extra = 2  # its length filter counts the target's BOS and EOS too
     bleu_scheme = "intl"
-    fixed_sampler = False     # the reference's BucketingSampler
+    fixed_sampler = False  # the reference's BucketingSampler
 
     def __init__(self, ctx):
         T.check_bucket_config(ctx.cfg, "gnmt")
@@ -176,38 +183,47 @@ class Trainer(T.Trainer):
 
     def decode_eval(self, src):
         b = self.beam
-        return gnmt_search(self.model, src, b["size"], b["max_len"], b["len_norm_factor"], b["len_norm_const"],
-                           b["cov_penalty_factor"])
+        return gnmt_search(
+            self.model, src, b["size"], b["max_len"], b["len_norm_factor"], b["len_norm_const"], b["cov_penalty_factor"]
+        )
 
     def hyperparameters(self) -> dict:
         cfg = self.cfg
         hp = self.common_hyperparameters()
-        hp.update({
-            C.OPT_LR_ALT_DECAY_FUNC: True,
-            C.OPT_LR_ALT_WARMUP_FUNC: True,
-            C.OPT_LR_DECAY_FACTOR: float(cfg.get("decay_factor", 0.5)),
-            C.OPT_LR_DECAY_INTERVAL: self.interval,
-            C.OPT_LR_DECAY_STEPS: int(cfg.get("decay_steps", 4)),
-            C.OPT_LR_REMAIN_STEPS: self.remain,
-            C.MAX_SEQUENCE_LENGTH: (int(cfg["max_len"]), {"method": "discard"}),
-            # the v0.5 reference's evaluation keys, with its values
-            "eval_hp_beam_size": self.beam["size"],
-            "eval_hp_max_sequence_length": self.beam["max_len"],
-            "eval_hp_length_normalization_constant": self.beam["len_norm_const"],
-            "eval_hp_length_normalization_factor": self.beam["len_norm_factor"],
-            "eval_hp_coverage_penalty_factor": self.beam["cov_penalty_factor"],
-        })
+        hp.update(
+            {
+                C.OPT_LR_ALT_DECAY_FUNC: True,
+                C.OPT_LR_ALT_WARMUP_FUNC: True,
+                C.OPT_LR_DECAY_FACTOR: float(cfg.get("decay_factor", 0.5)),
+                C.OPT_LR_DECAY_INTERVAL: self.interval,
+                C.OPT_LR_DECAY_STEPS: int(cfg.get("decay_steps", 4)),
+                C.OPT_LR_REMAIN_STEPS: self.remain,
+                C.MAX_SEQUENCE_LENGTH: (int(cfg["max_len"]), {"method": "discard"}),
+                # the v0.5 reference's evaluation keys, with its values
+                "eval_hp_beam_size": self.beam["size"],
+                "eval_hp_max_sequence_length": self.beam["max_len"],
+                "eval_hp_length_normalization_constant": self.beam["len_norm_const"],
+                "eval_hp_length_normalization_factor": self.beam["len_norm_factor"],
+                "eval_hp_coverage_penalty_factor": self.beam["cov_penalty_factor"],
+            }
+        )
         return hp
 
 
 def beam_config(cfg: dict) -> dict:
     b = cfg.get("beam") or {}
     try:
-        out = {"size": int(b["size"]), "max_len": int(b["max_len"]), "len_norm_factor": float(b["len_norm_factor"]),
-               "len_norm_const": float(b["len_norm_const"]), "cov_penalty_factor": float(b["cov_penalty_factor"])}
+        out = {
+            "size": int(b["size"]),
+            "max_len": int(b["max_len"]),
+            "len_norm_factor": float(b["len_norm_factor"]),
+            "len_norm_const": float(b["len_norm_const"]),
+            "cov_penalty_factor": float(b["cov_penalty_factor"]),
+        }
     except (KeyError, TypeError, ValueError):
-        raise T.WorkloadError("workloads.yml: gnmt: 'beam' needs size, max_len, len_norm_factor, len_norm_const "
-                              "and cov_penalty_factor") from None
+        raise T.WorkloadError(
+            "workloads.yml: gnmt: 'beam' needs size, max_len, len_norm_factor, len_norm_const and cov_penalty_factor"
+        ) from None
     if out["size"] < 1 or out["max_len"] < 2:
         raise T.WorkloadError("workloads.yml: gnmt: beam size must be at least 1 and max_len at least 2")
     return out

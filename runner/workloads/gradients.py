@@ -58,16 +58,14 @@ def _numerics(device: torch.device, optimized: bool):
     if device.type != "cuda":
         yield
         return
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-             torch.backends.cudnn.benchmark)
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
     torch.backends.cuda.matmul.allow_tf32 = optimized
     torch.backends.cudnn.allow_tf32 = optimized
     torch.backends.cudnn.benchmark = optimized
     try:
         yield
     finally:
-        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-         torch.backends.cudnn.benchmark) = saved
+        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark) = saved
 
 
 @contextlib.contextmanager
@@ -106,11 +104,23 @@ def perturb_constants(model: torch.nn.Module, seed: int) -> list[str]:
     return moved
 
 
-def gradient_step(name: str, device, optimized: bool, *, scale: str = "small", seed: int = 0,
-                  precision: str | None = None, batch_size: int | None = None, mode: str = "throughput",
-                  weights: dict | None = None, compile: bool | None = None,
-                  channels_last: bool | None = None, overrides: dict | None = None,
-                  backend: str | None = None, tf32: bool | None = None) -> dict:
+def gradient_step(
+    name: str,
+    device,
+    optimized: bool,
+    *,
+    scale: str = "small",
+    seed: int = 0,
+    precision: str | None = None,
+    batch_size: int | None = None,
+    mode: str = "throughput",
+    weights: dict | None = None,
+    compile: bool | None = None,
+    channels_last: bool | None = None,
+    overrides: dict | None = None,
+    backend: str | None = None,
+    tf32: bool | None = None,
+) -> dict:
     """One training step of workload ``name``; see the module docstring.
 
     ``precision`` defaults to bf16 (optimized) and fp32 (plain); ``compile``
@@ -129,9 +139,19 @@ def gradient_step(name: str, device, optimized: bool, *, scale: str = "small", s
     device = torch.device(device)
     precision = precision or ("bf16" if optimized else "fp32")
     t0 = time.time()
-    ctx, module = bench_context(name, device, optimized, scale=scale, precision=precision,
-                                batch_size=batch_size, seed=seed, overrides=overrides, mode=mode,
-                                compile=compile, channels_last=channels_last)
+    ctx, module = bench_context(
+        name,
+        device,
+        optimized,
+        scale=scale,
+        precision=precision,
+        batch_size=batch_size,
+        seed=seed,
+        overrides=overrides,
+        mode=mode,
+        compile=compile,
+        channels_last=channels_last,
+    )
     trainer, perturbed = _build(ctx, module, seed, weights, backend)
     model = trainer.model
     used = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
@@ -142,8 +162,15 @@ def gradient_step(name: str, device, optimized: bool, *, scale: str = "small", s
         raise WorkloadError(f"gradient_step: {name} ({mode}) never reached its optimizer step")
     modules = sorted({type(m).__name__ for m in model.modules()})
     loss = float(losses[0].float()) if losses else None
-    return {"grads": grads, "weights": used, "perturbed": perturbed, "loss": loss, "modules": modules,
-            "build_s": round(build_s, 3), "step_s": round(time.time() - t1, 3)}
+    return {
+        "grads": grads,
+        "weights": used,
+        "perturbed": perturbed,
+        "loss": loss,
+        "modules": modules,
+        "build_s": round(build_s, 3),
+        "step_s": round(time.time() - t1, 3),
+    }
 
 
 def _build(ctx, module, seed: int, weights: dict | None, backend: str | None) -> tuple:
@@ -204,8 +231,19 @@ def _take_gradients(trainer, device, tf32: bool, mode: str, seed: int) -> tuple[
 # a CPU run does not fail there; ``promote_capture_backend`` finds the cases on a CPU.
 
 #: ops CUDA autocast promotes (its "promote" list; cat and stack promote by themselves)
-CUDA_PROMOTE_OPS = ("addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler",
-                    "index_put", "tensordot", "scatter_add")
+CUDA_PROMOTE_OPS = (
+    "addcdiv",
+    "addcmul",
+    "atan2",
+    "bilinear",
+    "cross",
+    "dot",
+    "vdot",
+    "grid_sampler",
+    "index_put",
+    "tensordot",
+    "scatter_add",
+)
 
 
 def promote_capture_backend():
@@ -227,12 +265,17 @@ def promote_capture_backend():
                 name = getattr(node.target, "_opname", None) or getattr(node.target, "__name__", "")
                 if name.rstrip("_") not in CUDA_PROMOTE_OPS:
                     continue
-                dtypes = sorted({str(a.meta["val"].dtype) for a in node.all_input_nodes
-                                 if isinstance(a.meta.get("val"), torch.Tensor)
-                                 and a.meta["val"].is_floating_point()})
+                dtypes = sorted(
+                    {
+                        str(a.meta["val"].dtype)
+                        for a in node.all_input_nodes
+                        if isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].is_floating_point()
+                    }
+                )
                 if any(str(d) in dtypes for d in low):
                     hazards.append((which, str(node.target), dtypes))
             return make_boxed_func(gm.forward)
+
         return compiler
 
     backend = aot_autograd(fw_compiler=inspect("forward"), bw_compiler=inspect("backward"))

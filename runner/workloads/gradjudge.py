@@ -104,18 +104,24 @@ def _distance(failures: list, sums: dict, rows: list, largest: float, precision:
         if strict and (noise is None or any(r["noise_error"] is None for r in rows)):
             distance["limit"] = FP32_DISTANCE
         elif noise is None or any(r["noise_error"] is None for r in rows):
-            _fail(failures, "*", "noise", f"no usable plain {precision} pass for every parameter: "
-                  f"a {precision} path is judged against it")
+            _fail(
+                failures,
+                "*",
+                "noise",
+                f"no usable plain {precision} pass for every parameter: a {precision} path is judged against it",
+            )
         else:
             distance["noise"] = math.sqrt(sums["noise"] / sums["ref"])
             distance["limit"] = NOISE_FACTOR * distance["noise"] + NOISE_ABS
             if strict:
                 distance["limit"] = max(FP32_DISTANCE, distance["limit"])
         if distance["limit"] is not None and d > distance["limit"]:
-            base = "" if distance["noise"] is None else (f" ({NOISE_FACTOR:g} x the plain {precision} pass's "
-                                                          f"{distance['noise']:.4g} + {NOISE_ABS:g})")
-            _fail(failures, "*", "distance", f"whole-model relative distance {d:.4g} > {distance['limit']:.4g}"
-                  + base)
+            base = (
+                ""
+                if distance["noise"] is None
+                else (f" ({NOISE_FACTOR:g} x the plain {precision} pass's {distance['noise']:.4g} + {NOISE_ABS:g})")
+            )
+            _fail(failures, "*", "distance", f"whole-model relative distance {d:.4g} > {distance['limit']:.4g}" + base)
     return distance
 
 
@@ -150,12 +156,22 @@ def judge(ref: dict, got: dict, precision: str = "bf16", noise: dict | None = No
             _fail(failures, name, "extra", "parameter only in the optimized model")
     distance = _distance(failures, sums, rows, largest, precision, noise)
     low = min(rows, key=lambda r: r["cosine"], default=None)
-    return {"passed": not failures, "precision": precision, "parameters": len(ref), "compared": len(rows),
-            "zero_in_both": zero, "distance": distance, "failures": failures, "rows": rows, "lowest": low}
+    return {
+        "passed": not failures,
+        "precision": precision,
+        "parameters": len(ref),
+        "compared": len(rows),
+        "zero_in_both": zero,
+        "distance": distance,
+        "failures": failures,
+        "rows": rows,
+        "lowest": low,
+    }
 
 
-def _judge_parameter(name: str, a, b, f, in_got: bool, tiny: float, precision: str, failures: list,
-                     zero: list) -> tuple[dict | None, bool]:
+def _judge_parameter(
+    name: str, a, b, f, in_got: bool, tiny: float, precision: str, failures: list, zero: list
+) -> tuple[dict | None, bool]:
     """(the row of one parameter's gradients ``a`` (plain), ``b`` (optimized) and ``f`` (the noise pass), or
     None where they cannot be compared; whether it counts in the whole-vector distance). A failure joins
     ``failures``, a gradient negligible in both ``zero``."""
@@ -186,19 +202,30 @@ def _judge_parameter(name: str, a, b, f, in_got: bool, tiny: float, precision: s
     e_noise = None
     if f is not None and _finite(f) and f.shape == a.shape:
         e_noise = _dist(a, f) / na
-    row = {"name": name, "norm": na, "norm_ratio": nb / na, "cosine": dot / (na * nb) if nb > 0 else 0.0,
-           "scale": dot / (na * na), "error": err, "noise_error": e_noise}
+    row = {
+        "name": name,
+        "norm": na,
+        "norm_ratio": nb / na,
+        "cosine": dot / (na * nb) if nb > 0 else 0.0,
+        "scale": dot / (na * na),
+        "error": err,
+        "noise_error": e_noise,
+    }
     if nb <= ZERO_SHARE * na:
         if e_noise is not None and _norm(f) <= ZERO_SHARE * na:
             pass  # the precision zeroes it in the plain model too: noise, judged with the rest
         else:
-            _fail(failures, name, "zero", f"zero gradient in the optimized path (norm {nb:.3g} against "
-                  f"{na:.3g})")
+            _fail(failures, name, "zero", f"zero gradient in the optimized path (norm {nb:.3g} against {na:.3g})")
             return row, False
     allowed = max(SCALE_TOLERANCE[precision], SCALE_NOISE * (e_noise or 0.0))
     if abs(row["scale"] - 1) > allowed:
-        _fail(failures, name, "scaled", f"scaled by {row['scale']:.4f} (projection on the plain gradient; "
-              f"allowed 1 +- {allowed:.3f}, plain {precision} pass error {_fmt(e_noise)})")
+        _fail(
+            failures,
+            name,
+            "scaled",
+            f"scaled by {row['scale']:.4f} (projection on the plain gradient; "
+            f"allowed 1 +- {allowed:.3f}, plain {precision} pass error {_fmt(e_noise)})",
+        )
         return row, False
     if precision == "fp32" and err > FP32_PARAM_ERROR:
         _fail(failures, name, "error", f"relative error {err:.4f} > {FP32_PARAM_ERROR} in fp32")

@@ -74,10 +74,18 @@ class Trainer(TrainerContract):
         self.det = Detector(self.model, cfg, ctx, feature_fn, roi_align_fn)
         gbs = self.batch * ctx.world_size
         self.lr = recipe.base_lr(cfg, gbs)
-        self.optimizer = torch.optim.SGD(recipe.param_groups(self.model, self.lr, cfg["weight_decay"],
-                                                       cfg.get("bias_lr_factor", 2.0),
-                                                       cfg.get("weight_decay_bias", 0.0)),
-                                   lr=self.lr, momentum=cfg["momentum"], **ctx.fused())
+        self.optimizer = torch.optim.SGD(
+            recipe.param_groups(
+                self.model,
+                self.lr,
+                cfg["weight_decay"],
+                cfg.get("bias_lr_factor", 2.0),
+                cfg.get("weight_decay_bias", 0.0),
+            ),
+            lr=self.lr,
+            momentum=cfg["momentum"],
+            **ctx.fused(),
+        )
         self.scaler = ctx.grad_scaler()
         self.steps_per_epoch = max(1, self.train_samples // gbs) if ctx.mode == "ttt" else 1
         self.warmup = int(cfg["warmup_steps"])
@@ -106,12 +114,17 @@ class Trainer(TrainerContract):
         common = {"num_workers": workers, "pin_memory": ctx.cuda, "persistent_workers": workers > 0}
         self.train_set = data.CocoSet(train_idx, ids, cfg, True, ctx.seed, ms)
         self.train_sampler = data.GroupedSampler(self.train_set, self.batch, ctx)
-        self.train_loader = torch.utils.data.DataLoader(self.train_set, batch_sampler=self.train_sampler,
-                                                        collate_fn=train_collate, **common)
+        self.train_loader = torch.utils.data.DataLoader(
+            self.train_set, batch_sampler=self.train_sampler, collate_fn=train_collate, **common
+        )
         eval_set = data.CocoSet(self.val_idx, self.val_idx.ids, cfg, False, ctx.seed, ms)
-        self.eval_loader = torch.utils.data.DataLoader(eval_set, batch_size=self.batch,
-                                                       sampler=data.ShardSampler(len(eval_set), ctx),
-                                                       collate_fn=data.collate, **common)
+        self.eval_loader = torch.utils.data.DataLoader(
+            eval_set,
+            batch_size=self.batch,
+            sampler=data.ShardSampler(len(eval_set), ctx),
+            collate_fn=data.collate,
+            **common,
+        )
 
     def hyperparameters(self) -> dict:
         return recipe.hyperparameters(self.ctx.cfg, self.batch, self.ctx.world_size, self.lr, self.boundaries)
@@ -138,7 +151,7 @@ class Trainer(TrainerContract):
         flat /= self.ctx.world_size
         o = 0
         for g in grads:
-            g.copy_(flat[o: o + g.numel()].view_as(g))
+            g.copy_(flat[o : o + g.numel()].view_as(g))
             o += g.numel()
 
     def _images(self, u8, sizes=None):
@@ -165,8 +178,8 @@ class Trainer(TrainerContract):
             flips = torch.rand(len(perm), device=ctx.device, generator=g) < 0.5
             sizes = torch.tensor([[s, s]], device=ctx.device, dtype=torch.float32).expand(self.batch, 2)
             for st in range(0, len(perm) - self.batch + 1, self.batch):
-                idx = perm[st: st + self.batch]
-                f = flips[st: st + self.batch]
+                idx = perm[st : st + self.batch]
+                f = flips[st : st + self.batch]
                 x, b, m = self.xtr[idx], self.btr[idx], self.mtr[idx]
                 x = torch.where(f.view(-1, 1, 1, 1), x.flip(2), x)
                 m = torch.where(f.view(-1, 1, 1, 1), m.flip(3), m)
@@ -233,8 +246,12 @@ class Trainer(TrainerContract):
         yy = (torch.arange((h + ms - 1) // ms, device=ctx.device) + 0.5) * ms
         xx = (torch.arange((w + ms - 1) // ms, device=ctx.device) + 0.5) * ms
         bb = boxes[..., None, None]
-        masks = ((yy[:, None] >= bb[..., 1, :, :]) & (yy[:, None] < bb[..., 3, :, :])
-                 & (xx[None] >= bb[..., 0, :, :]) & (xx[None] < bb[..., 2, :, :])).to(torch.uint8)
+        masks = (
+            (yy[:, None] >= bb[..., 1, :, :])
+            & (yy[:, None] < bb[..., 3, :, :])
+            & (xx[None] >= bb[..., 0, :, :])
+            & (xx[None] < bb[..., 2, :, :])
+        ).to(torch.uint8)
         sizes = torch.tensor([[h, w]], device=ctx.device, dtype=torch.float32).expand(self.batch, 2)
         return [(x, sizes, boxes, labels, masks)]
 

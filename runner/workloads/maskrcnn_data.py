@@ -110,8 +110,10 @@ class CocoSet(torch.utils.data.Dataset):
         h, w = self.size_of(i)
         img = D.read_image(self.index.image_dir / meta["file_name"]).resize((w, h), Image.BILINEAR)
         if not self.train:
-            return (torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()),
-                    {"id": iid, "orig": (meta["height"], meta["width"]), "size": (h, w)})
+            return (
+                torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()),
+                {"id": iid, "orig": (meta["height"], meta["width"]), "size": (h, w)},
+            )
         rng = np.random.default_rng((self.seed * 1000003 + self.epoch * 7919 + i) % (2**63))
         flip = bool(rng.uniform() < 0.5)
         if flip:
@@ -128,7 +130,7 @@ def collate(batch, divisor=32, mask_stride=1):
     imgs = torch.zeros(len(batch), h, w, 3, dtype=torch.uint8)
     sizes = torch.zeros(len(batch), 2)
     for i, (im, _) in enumerate(batch):
-        imgs[i, :im.shape[0], :im.shape[1]] = im
+        imgs[i, : im.shape[0], : im.shape[1]] = im
         sizes[i] = torch.tensor([im.shape[0], im.shape[1]])
     targets = [b[1] for b in batch]
     if "masks" not in targets[0]:
@@ -144,7 +146,7 @@ def collate(batch, divisor=32, mask_stride=1):
             boxes[i, :n] = torch.as_tensor(t["boxes"])
             labels[i, :n] = torch.as_tensor(t["labels"])
             m = torch.as_tensor(t["masks"])
-            masks[i, :n, :m.shape[1], :m.shape[2]] = m
+            masks[i, :n, : m.shape[1], : m.shape[2]] = m
     return imgs, sizes, (boxes, labels, masks)
 
 
@@ -158,7 +160,7 @@ def grouped_batches(portrait: np.ndarray, batch: int, seed: int, epoch: int, ran
         members = perm[portrait[perm] == group]
         pos = np.flatnonzero(portrait[perm] == group)
         for s in range(0, len(members) - batch + 1, batch):
-            batches.append((pos[s], members[s: s + batch].tolist()))
+            batches.append((pos[s], members[s : s + batch].tolist()))
     batches = [b for _, b in sorted(batches, key=lambda x: x[0])]
     usable = len(batches) // world * world
     return batches[rank:usable:world]
@@ -205,6 +207,7 @@ def boxes_to_original(b: np.ndarray, size, orig) -> np.ndarray:
 
 # --- generated shapes (small and tiny scales) ----------------------------------------------------
 
+
 def generated_train(cfg: dict, device) -> tuple:
     """The generated training set as device tensors: images, boxes, labels, masks (padded per image)."""
     tr = D.generate_shapes(cfg, cfg["train_images"], 0)
@@ -225,11 +228,16 @@ def generated_eval_batches(items: list, ctx, size: int, per_batch: int = 32) -> 
     """This process's share of the generated evaluation images, in batches (images, sizes, targets)."""
     n = len(items)
     per = n // ctx.world_size
-    mine = items[ctx.rank * per: n if ctx.rank == ctx.world_size - 1 else (ctx.rank + 1) * per]
+    mine = items[ctx.rank * per : n if ctx.rank == ctx.world_size - 1 else (ctx.rank + 1) * per]
     out = []
     for st in range(0, len(mine), per_batch):
-        part = mine[st: st + per_batch]
+        part = mine[st : st + per_batch]
         ts = [dict(t, orig=(size, size), size=(size, size)) for t in part]
-        out.append((torch.as_tensor(np.stack([t["image"] for t in part])),
-                    torch.tensor([[size, size]] * len(part), dtype=torch.float32), ts))
+        out.append(
+            (
+                torch.as_tensor(np.stack([t["image"] for t in part])),
+                torch.tensor([[size, size]] * len(part), dtype=torch.float32),
+                ts,
+            )
+        )
     return out

@@ -67,8 +67,9 @@ class Detector:
     def anchors(self, feats):
         key = tuple(tuple(f.shape[-2:]) for f in feats)
         if key not in self._anchor_cache:
-            self._anchor_cache[key] = grid_anchors([f.shape[-2:] for f in feats], self.sizes,
-                                                   self.m.ratios, feats[0].device)
+            self._anchor_cache[key] = grid_anchors(
+                [f.shape[-2:] for f in feats], self.sizes, self.m.ratios, feats[0].device
+            )
         return self._anchor_cache[key]
 
     # --- RPN ---
@@ -90,8 +91,7 @@ class Detector:
         sampled = (spos | sneg).float()
         count = sampled.sum().clamp(min=1.0)
         obj = (F.binary_cross_entropy_with_logits(lg, spos.float(), reduction="none") * sampled).sum() / count
-        tgt = D.encode(gt_boxes.gather(1, idx[..., None].expand(-1, -1, 4)), a[None].expand(n, -1, -1),
-                       RPN_WEIGHTS)
+        tgt = D.encode(gt_boxes.gather(1, idx[..., None].expand(-1, -1, 4)), a[None].expand(n, -1, -1), RPN_WEIGHTS)
         box = (F.smooth_l1_loss(dl, tgt, beta=1.0 / 9, reduction="none").sum(2) * spos).sum() / count
         return obj, box
 
@@ -120,8 +120,9 @@ class Detector:
         nl = len(boxes)
         b = torch.stack(boxes, 1)  # (N, L, pre, 4)
         sc = torch.stack(scores, 1)
-        keep = D.nms_sorted_padded(b.view(n * nl, pre, 4), torch.stack(valid, 1).view(n * nl, pre),
-                                   0.7).view(n, nl, pre)
+        keep = D.nms_sorted_padded(b.view(n * nl, pre, 4), torch.stack(valid, 1).view(n * nl, pre), 0.7).view(
+            n, nl, pre
+        )
         sc = sc.masked_fill(~keep, float("-inf")).view(n, -1)
         b = b.view(n, -1, 4)
         if training:  # the best of the whole batch
@@ -188,14 +189,14 @@ class Detector:
         anchors = self.anchors(feats)
         logits, deltas = self.m.rpn(feats)
         obj, rbox = self.rpn_loss(anchors, logits, deltas, gt_boxes, gt_valid, sizes)
-        props = self.proposals(anchors, [x.detach() for x in logits], [x.detach() for x in deltas],
-                               sizes, True)
+        props = self.proposals(anchors, [x.detach() for x in logits], [x.detach() for x in deltas], sizes, True)
         rois, labels, valid, matched = self.sample_rois(props, gt_boxes, gt_labels, gt_valid)
         cls, box = self.box_forward(feats, rois)
         cls, box = cls.float(), box.float()
         count = valid.sum().clamp(min=1)
-        cls_loss = (F.cross_entropy(cls.flatten(0, 1), labels.flatten(), reduction="none")
-                    * valid.flatten()).sum() / count
+        cls_loss = (
+            F.cross_entropy(cls.flatten(0, 1), labels.flatten(), reduction="none") * valid.flatten()
+        ).sum() / count
         pos = valid & (labels > 0)
         tgt = D.encode(gt_boxes.gather(1, matched[..., None].expand(-1, -1, 4)), rois, BOX_WEIGHTS)
         pred = box.gather(2, labels[..., None, None].expand(-1, -1, 1, 4)).squeeze(2)
@@ -215,8 +216,9 @@ class Detector:
             t = t.gather(2, mgt[..., None, None, None].expand(-1, -1, 1, r, r)).squeeze(2)
             t = (t >= 0.5).float()
         mcount = (mpos.sum() * r * r).clamp(min=1)
-        mask_loss = (F.binary_cross_entropy_with_logits(logits_m, t, reduction="none")
-                     * mpos[..., None, None]).sum() / mcount
+        mask_loss = (
+            F.binary_cross_entropy_with_logits(logits_m, t, reduction="none") * mpos[..., None, None]
+        ).sum() / mcount
         return obj + rbox + cls_loss + box_loss + mask_loss
 
     @torch.no_grad()
@@ -230,7 +232,7 @@ class Detector:
         n = len(props)
         rois = torch.zeros(n, k, 4, device=images.device)
         for i, p in enumerate(props):
-            rois[i, :len(p)] = p
+            rois[i, : len(p)] = p
         cls, box = self.box_forward(feats, rois)
         scores = F.softmax(cls.float(), -1)
         dets = []
@@ -238,8 +240,9 @@ class Detector:
         for i, p in enumerate(props):
             h, w = float(sizes[i, 0]), float(sizes[i, 1])
             m = len(p)
-            b = D.clip_boxes(D.decode(box[i, :m].float(), p[:, None, :].expand(-1, box.shape[2], -1),
-                                      BOX_WEIGHTS), h, w)[:, 1:]
+            b = D.clip_boxes(
+                D.decode(box[i, :m].float(), p[:, None, :].expand(-1, box.shape[2], -1), BOX_WEIGHTS), h, w
+            )[:, 1:]
             s = scores[i, :m, 1:]
             lab = torch.arange(1, s.shape[1] + 1, device=s.device).expand_as(s)
             ok = s > 0.05
@@ -249,15 +252,13 @@ class Detector:
         kd = max(1, max(len(d[0]) for d in dets))
         drois = torch.zeros(n, kd, 4, device=images.device)
         for i, d in enumerate(dets):
-            drois[i, :len(d[0])] = d[0]
+            drois[i, : len(d[0])] = d[0]
         mlog = self.mask_forward(feats, drois).float()
         out = []
         for i, (b, s, lab) in enumerate(dets):
             probs = torch.sigmoid(mlog[i, torch.arange(len(lab), device=lab.device), lab])
             out.append((b, s, lab, probs))
         return out
-
-
 
 
 def paste_masks(probs: np.ndarray, boxes: np.ndarray, h: int, w: int, thr: float = 0.5) -> np.ndarray:
@@ -284,5 +285,5 @@ def paste_masks(probs: np.ndarray, boxes: np.ndarray, h: int, w: int, thr: float
         mask = np.asarray(Image.fromarray(padded).resize((bw, bh), Image.BILINEAR)) > thr
         xa, xb, ya, yb = max(x0, 0), min(x1 + 1, w), max(y0, 0), min(y1 + 1, h)
         if xb > xa and yb > ya:
-            out[i, ya:yb, xa:xb] = mask[ya - y0: yb - y0, xa - x0: xb - x0]
+            out[i, ya:yb, xa:xb] = mask[ya - y0 : yb - y0, xa - x0 : xb - x0]
     return out

@@ -157,16 +157,16 @@ def anchors_inside(anchors: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
     """(N, A): anchors wholly inside each image as the reference tests it (straddle 0, on
     inclusive coordinates: x1 >= 0, y1 >= 0, x2 < width, y2 < height)."""
     a = anchors[None]
-    return ((a[..., 0] >= 0) & (a[..., 1] >= 0)
-            & (a[..., 2] - 1 < sizes[:, 1:2]) & (a[..., 3] - 1 < sizes[:, 0:1]))
+    return (a[..., 0] >= 0) & (a[..., 1] >= 0) & (a[..., 2] - 1 < sizes[:, 1:2]) & (a[..., 3] - 1 < sizes[:, 0:1])
 
 
 class MaskRCNN(nn.Module):
     def __init__(self, cfg: dict, num_classes: int, frozen_bn: bool):
         super().__init__()
         norm = frozen_affine if frozen_bn else nn.BatchNorm2d
-        self.backbone = V.ResNetTrunk(MSRABottleneck, cfg["layers"], cfg["width"], norm=norm,
-                                      zero_init=not frozen_bn, return_stages=[0, 1, 2, 3])
+        self.backbone = V.ResNetTrunk(
+            MSRABottleneck, cfg["layers"], cfg["width"], norm=norm, zero_init=not frozen_bn, return_stages=[0, 1, 2, 3]
+        )
         V.init_convs(self.backbone)
         if frozen_bn:  # as the reference: the stem and the first stage are frozen too
             for m in (self.backbone.conv1, self.backbone.layer1):

@@ -35,17 +35,19 @@ from runner.workloads import schedules as S
 GAMMA = 0.1
 
 
-def param_groups(model: nn.Module, lr: float, weight_decay: float, bias_lr_factor: float = 2.0,
-                 weight_decay_bias: float = 0.0) -> list[dict]:
+def param_groups(
+    model: nn.Module, lr: float, weight_decay: float, bias_lr_factor: float = 2.0, weight_decay_bias: float = 0.0
+) -> list[dict]:
     """Two groups as the reference's optimizer: parameters named "...bias" get ``bias_lr_factor`` x the
     rate and ``weight_decay_bias``; each group records its own base rate as ``base_lr``."""
     plain, bias = [], []
     for name, p in model.named_parameters():
         if p.requires_grad:
             (bias if "bias" in name else plain).append(p)
-    return [{"params": plain, "lr": lr, "base_lr": lr, "weight_decay": weight_decay},
-            {"params": bias, "lr": lr * bias_lr_factor, "base_lr": lr * bias_lr_factor,
-             "weight_decay": weight_decay_bias}]
+    return [
+        {"params": plain, "lr": lr, "base_lr": lr, "weight_decay": weight_decay},
+        {"params": bias, "lr": lr * bias_lr_factor, "base_lr": lr * bias_lr_factor, "weight_decay": weight_decay_bias},
+    ]
 
 
 def base_lr(cfg: dict, global_batch: int) -> float:
@@ -68,9 +70,20 @@ def group_rates(opt, step: int, base: float, warmup: int, boundaries, cfg: dict)
     """Every parameter group's rate at iteration ``step`` (from 0)."""
     S.check(cfg.get("lr_schedule"), ("multistep",), "maskrcnn")
     method = cfg.get("warmup_method", "linear")
-    return [S.rate("multistep", step, group_base=g["base_lr"], base=base, warmup=warmup, boundaries=boundaries,
-                   method=method, warmup_factor=cfg.get("warmup_factor", 1 / 3), gamma=GAMMA)
-            for g in opt.param_groups]
+    return [
+        S.rate(
+            "multistep",
+            step,
+            group_base=g["base_lr"],
+            base=base,
+            warmup=warmup,
+            boundaries=boundaries,
+            method=method,
+            warmup_factor=cfg.get("warmup_factor", 1 / 3),
+            gamma=GAMMA,
+        )
+        for g in opt.param_groups
+    ]
 
 
 def set_lr(opt, step: int, base: float, warmup: int, boundaries, cfg: dict) -> None:

@@ -85,10 +85,11 @@ def generate(cfg: dict) -> dict:
         rest = np.delete(items, held)
         train_u.append(np.full(len(rest), user))
         train_i.append(rest)
-        others = order[user, counts[user]:]
+        others = order[user, counts[user] :]
         test_neg.append(rng.choice(others, size=neg_n, replace=False))
     return {
-        "users": nu, "items": ni,
+        "users": nu,
+        "items": ni,
         "train_users": np.concatenate(train_u).astype(np.int64),
         "train_items": np.concatenate(train_i).astype(np.int64),
         "test_users": np.arange(nu, dtype=np.int64),
@@ -103,7 +104,8 @@ def load_prepared(root: str) -> dict:
         from runner.datasets import readers  # provided by the datasets package
     except ImportError as exc:
         raise WorkloadError(
-            "the prepared MovieLens-20M reader (runner.datasets) is not installed with this runner") from exc
+            "the prepared MovieLens-20M reader (runner.datasets) is not installed with this runner"
+        ) from exc
     return readers.ncf(root)
 
 
@@ -135,8 +137,9 @@ def ranking_masks(cand: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return counts, col < first
 
 
-def hits_at_k(pos_scores: torch.Tensor, neg_scores: torch.Tensor, counts: torch.Tensor,
-              before: torch.Tensor, k: int = 10) -> torch.Tensor:
+def hits_at_k(
+    pos_scores: torch.Tensor, neg_scores: torch.Tensor, counts: torch.Tensor, before: torch.Tensor, k: int = 10
+) -> torch.Tensor:
     """Per user: whether the positive is in the reference's top ``k`` (see ranking_masks)."""
     p = pos_scores.unsqueeze(1)
     ahead = (neg_scores > p) | ((neg_scores == p) & before)
@@ -164,8 +167,9 @@ class Trainer(TrainerContract):
             # sorted user*items+item keys of the training interactions: negatives are drawn outside them
             self.pos_keys = torch.sort(self.pos_u * n_items + self.pos_i)[0]
             self.test_u = torch.as_tensor(data["test_users"], device=dev)
-            self.test_cand = torch.cat([torch.as_tensor(data["test_items"]).unsqueeze(1),
-                                        torch.as_tensor(data["test_negatives"])], dim=1).to(dev)
+            self.test_cand = torch.cat(
+                [torch.as_tensor(data["test_items"]).unsqueeze(1), torch.as_tensor(data["test_negatives"])], dim=1
+            ).to(dev)
             self.neg_counts, self.neg_before = ranking_masks(self.test_cand)
         self.n_items = n_items
         self.model = NeuMF(n_users, n_items, cfg["mf_dim"], cfg["layers"]).to(dev)
@@ -173,8 +177,9 @@ class Trainer(TrainerContract):
         # compiled in throughput mode only (SPEC): ttt's last batch of an epoch is smaller
         self.step_fn = compile_fn(ctx, self.ddp, dynamic=None)
         S.check(cfg.get("lr_schedule"), ("constant",), "ncf")  # Adam at the base rate throughout
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg["lr"],
-                                    betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"], **ctx.fused())
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"], **ctx.fused()
+        )
         self.scaler = ctx.grad_scaler()
         if ctx.mode == "ttt":
             self.train_samples = int(self.pos_u.numel()) * (1 + self.negatives)
@@ -219,8 +224,9 @@ class Trainer(TrainerContract):
             todo = todo[clash]
             items[todo] = torch.randint(0, self.n_items, (todo.numel(),), device=users.device, generator=g)
         else:
-            raise WorkloadError("negative sampling did not finish: some user has a training interaction "
-                                "with (almost) every item")
+            raise WorkloadError(
+                "negative sampling did not finish: some user has a training interaction with (almost) every item"
+            )
         return users, items
 
     def loss(self, u, i, y):
@@ -239,7 +245,7 @@ class Trainer(TrainerContract):
         mine = perm[ctx.shard(perm.numel())]
         self.model.train()
         for s in range(0, mine.numel(), self.batch):
-            idx = mine[s: s + self.batch]
+            idx = mine[s : s + self.batch]
             self.train_step(users[idx], items[idx], labels[idx])
             ctx.mark_step()
 
@@ -259,12 +265,12 @@ class Trainer(TrainerContract):
             cand = self.test_cand[part]
             counts, before = self.neg_counts[part], self.neg_before[part]
             for s in range(0, u.numel(), 4096):
-                uu, cc = u[s: s + 4096], cand[s: s + 4096]
+                uu, cc = u[s : s + 4096], cand[s : s + 4096]
                 # fp32 logits, no autocast: bf16 would round distinct scores into ties
                 scores = self.model(uu.unsqueeze(1).expand_as(cc).reshape(-1), cc.reshape(-1))
                 scores = scores.float().view(cc.shape)
-                hits += int(hits_at_k(scores[:, 0], scores[:, 1:], counts[s: s + 4096], before[s: s + 4096]).sum())
-        total_hits, = ctx.all_sum([hits])
+                hits += int(hits_at_k(scores[:, 0], scores[:, 1:], counts[s : s + 4096], before[s : s + 4096]).sum())
+        (total_hits,) = ctx.all_sum([hits])
         return total_hits / self.test_u.numel()
 
     # --- throughput mode: synthetic on-device batches ---------------------------------

@@ -32,9 +32,15 @@ import torch.nn as nn
 from runner import artifacts
 from runner.workloads.base import WorkloadError
 
-_ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-            ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
-            ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}
+_ALLOWED = {
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("_codecs", "encode"),
+}
 
 
 class _ArraysOnly(pickle.Unpickler):

@@ -146,6 +146,7 @@ class WithLoss(nn.Module):
 
 # --- data ------------------------------------------------------------------------------
 
+
 def generate(cfg: dict) -> dict:
     """The generated classification set of the small and tiny scales (deterministic)."""
     rng = np.random.default_rng(DATA_SEED)
@@ -256,6 +257,7 @@ class EpochSampler(torch.utils.data.Sampler):
 
 # --- trainer -------------------------------------------------------------------------
 
+
 class Trainer(TrainerContract):
     def __init__(self, ctx):
         self.ctx = ctx
@@ -269,8 +271,7 @@ class Trainer(TrainerContract):
         if ctx.mode == "ttt":
             self._load_data()
         with build_device(ctx):
-            model = ResNet(cfg["layers"], cfg["width"], self.classes, cfg.get("init", "gpulab"),
-                           **V.stem_options(ctx))
+            model = ResNet(cfg["layers"], cfg["width"], self.classes, cfg.get("init", "gpulab"), **V.stem_options(ctx))
         self.model = V.prepare_model(ctx, model)
         self.net = ctx.wrap(WithLoss(self.model, cfg.get("label_smoothing", 0.0)))
         self.step_model = compile_fn(ctx, self.net)
@@ -315,12 +316,13 @@ class Trainer(TrainerContract):
             common["prefetch_factor"] = 4
         self.train_set = ImageFolder(tr_paths, tr_labels, self.image_size, True, ctx.seed)
         self.train_sampler = EpochSampler(len(tr_paths), ctx, self.batch)
-        self.train_loader = torch.utils.data.DataLoader(self.train_set, batch_size=self.batch,
-                                                        sampler=self.train_sampler, drop_last=True, **common)
+        self.train_loader = torch.utils.data.DataLoader(
+            self.train_set, batch_size=self.batch, sampler=self.train_sampler, drop_last=True, **common
+        )
         ev_set = ImageFolder(ev_paths, ev_labels, self.image_size, False, ctx.seed)
-        self.eval_loader = torch.utils.data.DataLoader(ev_set, batch_size=self.batch,
-                                                       sampler=EpochSampler(len(ev_paths), ctx, self.batch, False),
-                                                       **common)
+        self.eval_loader = torch.utils.data.DataLoader(
+            ev_set, batch_size=self.batch, sampler=EpochSampler(len(ev_paths), ctx, self.batch, False), **common
+        )
 
     def hyperparameters(self) -> dict:
         cfg = self.ctx.cfg
@@ -344,9 +346,9 @@ class Trainer(TrainerContract):
             perm = torch.randperm(n, device=ctx.device, generator=g)[ctx.shard(n)]
             flips = torch.rand(len(perm), device=ctx.device, generator=g) < 0.5
             for s in range(0, len(perm) - self.batch + 1, self.batch):
-                idx = perm[s: s + self.batch]
+                idx = perm[s : s + self.batch]
                 x = self.xtr[idx]
-                f = flips[s: s + self.batch].view(-1, 1, 1, 1)
+                f = flips[s : s + self.batch].view(-1, 1, 1, 1)
                 x = torch.where(f, x.flip(3), x)
                 self.train_step(x, self.ytr[idx])
                 ctx.mark_step()
@@ -368,10 +370,12 @@ class Trainer(TrainerContract):
             per = n // ctx.world_size
             sl = slice(ctx.rank * per, n if ctx.rank == ctx.world_size - 1 else (ctx.rank + 1) * per)
             xev, yev = self.xev[sl], self.yev[sl]
-            batches = [(xev[s: s + 256], yev[s: s + 256]) for s in range(0, len(yev), 256)]
+            batches = [(xev[s : s + 256], yev[s : s + 256]) for s in range(0, len(yev), 256)]
         else:
-            batches = ((V.to_device_images(ctx, im, REFERENCE_MEAN, REFERENCE_STD), lb.to(ctx.device))
-                       for im, lb in self.eval_loader)
+            batches = (
+                (V.to_device_images(ctx, im, REFERENCE_MEAN, REFERENCE_STD), lb.to(ctx.device))
+                for im, lb in self.eval_loader
+            )
         for x, y in batches:
             with ctx.autocast():
                 logits = self.model(x)

@@ -43,14 +43,17 @@ def boundary_steps(spe: float, boundary_epochs) -> list[int]:
 
 def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Weight decay on every parameter but the batch-norm ones (the reference filters names holding 'batchnorm')."""
-    bn = {id(p) for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
-          for p in m.parameters(recurse=False)}
+    bn = {
+        id(p)
+        for m in model.modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm)
+        for p in m.parameters(recurse=False)
+    }
     decay, no_decay = [], []
     for p in model.parameters():
         if p.requires_grad:
             (no_decay if id(p) in bn else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
 class Recipe:
@@ -69,21 +72,35 @@ class Recipe:
             self.boundary_epochs = list(cfg["decay_boundary_epochs"])
             self.boundaries = boundary_steps(self.per_epoch, self.boundary_epochs)
             self.factor = cfg["decay_factor"]
-            self.params = {"peak": self.peak, "warmup": self.warmup, "boundaries": self.boundaries,
-                           "factor": self.factor}
+            self.params = {
+                "peak": self.peak,
+                "warmup": self.warmup,
+                "boundaries": self.boundaries,
+                "factor": self.factor,
+            }
         else:
             self.end_lr = cfg.get("end_lr", 0.0001)
             self.total = max(1, int(self.per_epoch)) * cfg.get("decay_epochs", cfg["max_epochs"])
-            self.params = {"total": self.total, "warmup": self.warmup, "base": self.peak, "end": self.end_lr,
-                           "power": 2}
+            self.params = {
+                "total": self.total,
+                "warmup": self.warmup,
+                "base": self.peak,
+                "end": self.end_lr,
+                "power": 2,
+            }
 
     def lr(self, step: int) -> float:
         return S.rate(self.schedule, step, **self.params)
 
     def optimizer(self, model: nn.Module, fused: dict) -> torch.optim.Optimizer:
         cfg = self.cfg
-        return torch.optim.SGD(decay_groups(model, cfg["weight_decay"]), lr=self.peak, momentum=cfg["momentum"],
-                               nesterov=bool(cfg.get("nesterov", False)), **fused)
+        return torch.optim.SGD(
+            decay_groups(model, cfg["weight_decay"]),
+            lr=self.peak,
+            momentum=cfg["momentum"],
+            nesterov=bool(cfg.get("nesterov", False)),
+            **fused,
+        )
 
     def hyperparameters(self, bn_span: int) -> dict:
         """The MLLOG keys: the reference's (v0.5 names where 0.7.0 has none) at full, 0.7.0's poly keys otherwise."""

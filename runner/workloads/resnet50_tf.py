@@ -27,17 +27,24 @@ import time
 from runner.workloads.resnet50_tfdata import ttt_data
 from runner.workloads.settings import Settings, declarations
 
+
 def _model(tf, cfg, classes, wd):
     L = tf.keras.layers
     reg = tf.keras.regularizers.l2(wd / 2) if wd else None  # l2(x) adds x*sum(w^2): grad wd*w
 
     def bn(x, zero=False):
-        return L.BatchNormalization(momentum=0.9, epsilon=1e-5,
-                                    gamma_initializer="zeros" if zero else "ones")(x)
+        return L.BatchNormalization(momentum=0.9, epsilon=1e-5, gamma_initializer="zeros" if zero else "ones")(x)
 
     def conv(x, c, k, s=1):
-        return L.Conv2D(c, k, strides=s, padding="same", use_bias=False, kernel_regularizer=reg,
-                        kernel_initializer=tf.keras.initializers.VarianceScaling(2.0, "fan_out", "truncated_normal"))(x)
+        return L.Conv2D(
+            c,
+            k,
+            strides=s,
+            padding="same",
+            use_bias=False,
+            kernel_regularizer=reg,
+            kernel_initializer=tf.keras.initializers.VarianceScaling(2.0, "fan_out", "truncated_normal"),
+        )(x)
 
     size = cfg["image_size"]
     inp = tf.keras.Input((size, size, 3))
@@ -45,7 +52,7 @@ def _model(tf, cfg, classes, wd):
     x = L.MaxPool2D(3, 2, padding="same")(x)
     cin = cfg["width"]
     for i, n in enumerate(cfg["layers"]):
-        w = cfg["width"] * 2 ** i
+        w = cfg["width"] * 2**i
         for j in range(n):
             s = 2 if (i > 0 and j == 0) else 1
             idt = x
@@ -87,14 +94,24 @@ def _devices(tf, spec, seed: int):
 
 def _hyperparameters(C, cfg, mode: str, gbs: int, per: int, lr: float, end_lr: float, warm: int, total: int) -> dict:
     """The run's hyperparameters as MLPerf logs them."""
-    return {C.GLOBAL_BATCH_SIZE: gbs, C.OPT_NAME: "sgd", C.OPT_BASE_LR: lr,
-            "sgd_opt_base_learning_rate": lr, "sgd_opt_end_learning_rate": end_lr,
-            "sgd_opt_learning_rate_decay_poly_power": 2,
-            "sgd_opt_learning_rate_decay_steps": max(1, total - warm) if mode == "ttt" else 1,
-            "sgd_opt_weight_decay": cfg["weight_decay"], "sgd_opt_momentum": cfg["momentum"],
-            "opt_learning_rate_warmup_epochs": cfg["warmup_epochs"], "model_bn_span": per,
-            "label_smoothing": cfg.get("label_smoothing", 0.0), "model_layers": list(cfg["layers"]),
-            "model_width": cfg["width"], "image_size": cfg["image_size"], "framework": "tensorflow"}
+    return {
+        C.GLOBAL_BATCH_SIZE: gbs,
+        C.OPT_NAME: "sgd",
+        C.OPT_BASE_LR: lr,
+        "sgd_opt_base_learning_rate": lr,
+        "sgd_opt_end_learning_rate": end_lr,
+        "sgd_opt_learning_rate_decay_poly_power": 2,
+        "sgd_opt_learning_rate_decay_steps": max(1, total - warm) if mode == "ttt" else 1,
+        "sgd_opt_weight_decay": cfg["weight_decay"],
+        "sgd_opt_momentum": cfg["momentum"],
+        "opt_learning_rate_warmup_epochs": cfg["warmup_epochs"],
+        "model_bn_span": per,
+        "label_smoothing": cfg.get("label_smoothing", 0.0),
+        "model_layers": list(cfg["layers"]),
+        "model_width": cfg["width"],
+        "image_size": cfg["image_size"],
+        "framework": "tensorflow",
+    }
 
 
 def run_tf(spec, log, rank=0, world_size=1) -> dict:
@@ -104,15 +121,19 @@ def run_tf(spec, log, rank=0, world_size=1) -> dict:
     from runner.mllog import platform_name
 
     entry = spec["entry"]
-    cfg = Settings(entry["scales"][spec["scale"]], declarations(entry.get("settings", {})),
-                   f"{spec['workload']} ({spec['scale']} scale)")
+    cfg = Settings(
+        entry["scales"][spec["scale"]],
+        declarations(entry.get("settings", {})),
+        f"{spec['workload']} ({spec['scale']} scale)",
+    )
     mode = spec["mode"]
     seed = int(spec["seed"])
     gpus, precision, strategy, dev_name = _devices(tf, spec, seed)
     replicas = strategy.num_replicas_in_sync
     # its full scale keeps the test scales' recipe (module docstring): never the closed division
-    log.submission(entry["benchmark"], platform_name(max(1, len(gpus)), dev_name), spec["scale"], mode,
-                   reference_recipe=False)
+    log.submission(
+        entry["benchmark"], platform_name(max(1, len(gpus)), dev_name), spec["scale"], mode, reference_recipe=False
+    )
     log.event(C.SEED, seed)
 
     per = cfg["batch_size"]
@@ -134,11 +155,10 @@ def run_tf(spec, log, rank=0, world_size=1) -> dict:
         if precision == "fp16":
             opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
         loss_fn = tf.keras.losses.CategoricalCrossentropy(
-            from_logits=True, label_smoothing=cfg.get("label_smoothing", 0.0),
-            reduction="none")
+            from_logits=True, label_smoothing=cfg.get("label_smoothing", 0.0), reduction="none"
+        )
     lr_at = _lr_schedule(tf, lr, end_lr, warm, total)
-    train_step, eval_step = _steps(tf, spec, strategy, model, opt, loss_fn, lr_at, classes, gbs, precision,
-                                   bool(gpus))
+    train_step, eval_step = _steps(tf, spec, strategy, model, opt, loss_fn, lr_at, classes, gbs, precision, bool(gpus))
     log.hyperparameters(_hyperparameters(C, cfg, mode, gbs, per, lr, end_lr, warm, total))
     t_launch = float(spec.get("t_launch", time.time()))
     if mode == "throughput":
@@ -149,6 +169,7 @@ def run_tf(spec, log, rank=0, world_size=1) -> dict:
 def _lr_schedule(tf, lr: float, end_lr: float, warm: int, total: int):
     """The learning rate at a step: linear warm-up over ``warm`` steps, then polynomial decay (power 2) to
     ``end_lr`` at ``total``."""
+
     def lr_at(step):
         step = tf.cast(step, tf.float32)
         t = tf.minimum(1.0, tf.maximum(0.0, (step - warm) / float(max(1, total - warm))))
@@ -188,6 +209,7 @@ def _steps(tf, spec, strategy, model, opt, loss_fn, lr_at, classes: int, gbs: in
         def one(x, y):
             pred = tf.argmax(model(x, training=False), axis=1, output_type=tf.int32)
             return tf.reduce_sum(tf.cast(tf.equal(pred, tf.cast(y, tf.int32)), tf.float32))
+
         return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(one, args=(x, y)), axis=None)
 
     return train_step, eval_step
@@ -224,19 +246,30 @@ def _ttt(spec, cfg, entry, log, C, train_step, eval_step, data, n_train, n_eval,
         if quality >= target:
             ttt = time.time() - t0
             log.end(C.RUN_STOP, metadata={"status": C.SUCCESS})
-            return {"outcome": "success", "precision": precision,
-                    "reason": f"reached top1 {quality:.4f} (target {target}) at epoch {epoch}",
-                    "result": _result(epoch, quality, target, ttt, n_train, first, t_launch)}
+            return {
+                "outcome": "success",
+                "precision": precision,
+                "reason": f"reached top1 {quality:.4f} (target {target}) at epoch {epoch}",
+                "result": _result(epoch, quality, target, ttt, n_train, first, t_launch),
+            }
     ttt = time.time() - t0
     log.end(C.RUN_STOP, metadata={"status": C.ABORTED})
-    return {"outcome": "target_missed", "precision": precision,
-            "reason": f"top1 {quality:.4f} after {epoch} epochs (the limit) is below the target {target}",
-            "result": _result(epoch, quality, target, ttt, n_train, first, t_launch)}
+    return {
+        "outcome": "target_missed",
+        "precision": precision,
+        "reason": f"top1 {quality:.4f} after {epoch} epochs (the limit) is below the target {target}",
+        "result": _result(epoch, quality, target, ttt, n_train, first, t_launch),
+    }
 
 
 def _result(epochs, quality, target, ttt, n_train, first, t_launch):
-    res = {"epochs": epochs, "quality": quality, "target": target, "time_to_train_s": round(ttt, 3),
-           "samples_per_s": round(n_train * epochs / ttt, 3) if ttt > 0 else None}
+    res = {
+        "epochs": epochs,
+        "quality": quality,
+        "target": target,
+        "time_to_train_s": round(ttt, 3),
+        "samples_per_s": round(n_train * epochs / ttt, 3) if ttt > 0 else None,
+    }
     if first is not None:
         res["time_to_first_step_s"] = round(first - t_launch, 3)
     return res
@@ -271,10 +304,20 @@ def _throughput(tf, spec, cfg, log, C, train_step, per, replicas, precision, t_l
     sps = steps * gbs / elapsed
     log.event("throughput", sps, metadata={"unit": "images/s", "steps": steps, "elapsed_s": round(elapsed, 3)})
     log.end(C.RUN_STOP, metadata={"status": C.SUCCESS})
-    res = {"samples_per_s": round(sps, 3), "sample_unit": "images", "steps": steps, "warmup_steps": warmup,
-           "measured_s": round(elapsed, 3), "batch_per_process": gbs, "world_size": 1}
+    res = {
+        "samples_per_s": round(sps, 3),
+        "sample_unit": "images",
+        "steps": steps,
+        "warmup_steps": warmup,
+        "measured_s": round(elapsed, 3),
+        "batch_per_process": gbs,
+        "world_size": 1,
+    }
     if first is not None:
         res["time_to_first_step_s"] = round(first - t_launch, 3)
-    return {"outcome": "success", "precision": precision,
-            "reason": f"measured {sps:,.1f} images/s over {steps} steps ({elapsed:.1f} s)", "result": res}
-
+    return {
+        "outcome": "success",
+        "precision": precision,
+        "reason": f"measured {sps:,.1f} images/s over {steps} steps ({elapsed:.1f} s)",
+        "result": res,
+    }

@@ -26,8 +26,9 @@ def generate(cfg):
     # smooth the blocky upsampling with a box filter along both axes
     ker = np.ones(reps, np.float32) / reps
     for ax in (1, 2):
-        protos = np.apply_along_axis(lambda v: np.convolve(np.pad(v, reps // 2, mode="wrap"), ker, "valid")[:s],
-                                     ax, protos)
+        protos = np.apply_along_axis(
+            lambda v: np.convolve(np.pad(v, reps // 2, mode="wrap"), ker, "valid")[:s], ax, protos
+        )
     protos /= protos.reshape(k, -1).std(axis=1).reshape(k, 1, 1, 1)
 
     def make(n, label_noise):
@@ -48,8 +49,11 @@ def imagenet(tf, root: Path, cfg, batch, seed):
     """(train, val, n_train, n_eval, classes found): tf.data pipelines over a prepared ImageNet tree
     (random-resized crop and flip for training; resize and centre crop for evaluation)."""
     f = root / "classes.txt"
-    classes = ([ln.split()[0] for ln in f.read_text().splitlines() if ln.strip()] if f.is_file()
-               else sorted(p.name for p in (root / "train").iterdir() if p.is_dir()))
+    classes = (
+        [ln.split()[0] for ln in f.read_text().splitlines() if ln.strip()]
+        if f.is_file()
+        else sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
+    )
     size = cfg["image_size"]
 
     def files(split):
@@ -66,8 +70,14 @@ def imagenet(tf, root: Path, cfg, batch, seed):
         shape = tf.io.extract_jpeg_shape(raw)
         bbox = tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4])
         begin, csize, _ = tf.image.sample_distorted_bounding_box(
-            shape, bbox, min_object_covered=0.1, aspect_ratio_range=(3 / 4, 4 / 3),
-            area_range=(0.08, 1.0), max_attempts=10, use_image_if_no_bounding_boxes=True)
+            shape,
+            bbox,
+            min_object_covered=0.1,
+            aspect_ratio_range=(3 / 4, 4 / 3),
+            area_range=(0.08, 1.0),
+            max_attempts=10,
+            use_image_if_no_bounding_boxes=True,
+        )
         oy, ox, _ = tf.unstack(begin)
         h, w, _ = tf.unstack(csize)
         img = tf.image.decode_and_crop_jpeg(raw, tf.stack([oy, ox, h, w]), channels=3)
@@ -87,10 +97,16 @@ def imagenet(tf, root: Path, cfg, batch, seed):
     tp, tl = files("train")
     vp, vl = files("val")
     auto = tf.data.AUTOTUNE
-    train = (tf.data.Dataset.from_tensor_slices((tp, tl)).shuffle(len(tp), seed=seed, reshuffle_each_iteration=True)
-             .map(train_map, num_parallel_calls=auto).batch(batch, drop_remainder=True).prefetch(auto))
-    val = (tf.data.Dataset.from_tensor_slices((vp, vl)).map(eval_map, num_parallel_calls=auto)
-           .batch(batch).prefetch(auto))
+    train = (
+        tf.data.Dataset.from_tensor_slices((tp, tl))
+        .shuffle(len(tp), seed=seed, reshuffle_each_iteration=True)
+        .map(train_map, num_parallel_calls=auto)
+        .batch(batch, drop_remainder=True)
+        .prefetch(auto)
+    )
+    val = (
+        tf.data.Dataset.from_tensor_slices((vp, vl)).map(eval_map, num_parallel_calls=auto).batch(batch).prefetch(auto)
+    )
     return train, val, len(tp), len(vp), len(classes)
 
 
@@ -99,8 +115,9 @@ def ttt_data(tf, spec, cfg, gbs: int, seed: int, strategy):
     classes = cfg["classes"]
     if cfg["data"] == "generated":
         (xtr, ytr), (xev, yev) = generate(cfg)
-        train = (tf.data.Dataset.from_tensor_slices((xtr, ytr)).shuffle(len(ytr), seed=seed)
-                 .batch(gbs, drop_remainder=True))
+        train = (
+            tf.data.Dataset.from_tensor_slices((xtr, ytr)).shuffle(len(ytr), seed=seed).batch(gbs, drop_remainder=True)
+        )
         val = tf.data.Dataset.from_tensor_slices((xev, yev)).batch(256)
         n_train, n_eval = len(ytr), len(yev)
     else:
@@ -115,5 +132,8 @@ def ttt_data(tf, spec, cfg, gbs: int, seed: int, strategy):
         train, val, n_train, n_eval, found = imagenet(tf, root, cfg, gbs, seed)
         if found != classes:
             raise ValueError(f"imagenet data at {root}: {found} classes, expected {classes}")
-    return (strategy.experimental_distribute_dataset(train), strategy.experimental_distribute_dataset(val)), \
-        n_train, n_eval
+    return (
+        (strategy.experimental_distribute_dataset(train), strategy.experimental_distribute_dataset(val)),
+        n_train,
+        n_eval,
+    )

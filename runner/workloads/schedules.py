@@ -54,8 +54,16 @@ def warmup_step_lr(step: int, warmup: int, warmup_factor: float, base: float, bo
     return base * factor ** sum(1 for b in boundaries if step >= b)
 
 
-def multistep_lr(step: int, group_base: float, base: float, warmup: int, boundaries, method: str,
-                 warmup_factor: float = 1.0 / 3, gamma: float = 0.1) -> float:
+def multistep_lr(
+    step: int,
+    group_base: float,
+    base: float,
+    warmup: int,
+    boundaries,
+    method: str,
+    warmup_factor: float = 1.0 / 3,
+    gamma: float = 0.1,
+) -> float:
     """One group's rate at iteration ``step`` (from 0), as WarmupMultiStepLR gives it then."""
     decay = gamma ** bisect_right(boundaries, step)
     if step < warmup:
@@ -68,8 +76,7 @@ def multistep_lr(step: int, group_base: float, base: float, warmup: int, boundar
     return group_base * decay
 
 
-def gnmt_lr(update: int, base: float, warmup: int, remain: int, interval: int, steps: int,
-            factor: float) -> float:
+def gnmt_lr(update: int, base: float, warmup: int, remain: int, interval: int, steps: int, factor: float) -> float:
     """Rate of update ``update`` (1 = the first), as the GNMT reference's WarmupMultiStepLR.
 
     Exponential warm-up from ``base / 100`` reaching ``base`` at update

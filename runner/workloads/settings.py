@@ -83,7 +83,7 @@ def parse(decl) -> tuple:
     if m:
         return ("list", int(m.group(1)) if m.group(1) else None, parse(m.group(2)))
     if text.startswith("map of "):
-        return ("map", parse(text[len("map of "):]))
+        return ("map", parse(text[len("map of ") :]))
     if "|" in text:
         words = [w.strip() for w in text.split("|")]
         if len(words) < 2 or not all(re.fullmatch(r"[A-Za-z0-9_.-]+", w) for w in words):
@@ -161,17 +161,17 @@ def check(decl, value, where: str = "value") -> str | None:
 
 #: settings every workload may have; the catalogue loader checks the rules between them
 COMMON = {
-    "target": "any",                        # a number or a mapping of numbers: checked by the loader
+    "target": "any",  # a number or a mapping of numbers: checked by the loader
     "max_epochs": "int 1..",
     "eval_every": "int 1..",
     "eval_epochs": "list of int 1..",
     "data": "generated | prepared",
     "batch_size": "int 1..",
-    "lr_schedule": "str",                   # a name of runner/workloads/schedules.py: checked by the loader
-    "compile": "bool",                      # false: this scale compiles nothing (runner.workloads.compiling)
+    "lr_schedule": "str",  # a name of runner/workloads/schedules.py: checked by the loader
+    "compile": "bool",  # false: this scale compiles nothing (runner.workloads.compiling)
     "compile_mode": "default | reduce-overhead | max-autotune | max-autotune-no-cudagraphs",
-    "inductor": "map of any",               # torch._inductor.config settings: checked by the loader
-    "pretrained": "any",                    # runner.artifacts.check_entry
+    "inductor": "map of any",  # torch._inductor.config settings: checked by the loader
+    "pretrained": "any",  # runner.artifacts.check_entry
     "throughput": {
         "batch_size": "int 1.. or null",
         "batch_by_memory": "map of int 1..",

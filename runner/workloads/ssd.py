@@ -40,6 +40,7 @@ from runner.workloads.pretrained import load_backbone
 from runner.workloads.trainer import Trainer as TrainerContract
 from runner.workloads.trainer import WorkloadSpec
 from runner.workloads.ssd_data import CocoEval, CocoTrain, collate, color_jitter, pad_targets
+
 # GRAY, ssd_crop and ssd_loss are not used here: tests and benchmarks/ssd_bf16.py read them as ssd.<name>
 # (each noqa on a one-line import, where `ruff format` leaves it)
 from runner.workloads.ssd_data import GRAY, ssd_crop  # noqa: F401
@@ -75,8 +76,9 @@ class Trainer(TrainerContract):
         scales = cfg["scales"]
         if len(scales) != len(feat_sizes) + 1:
             raise WorkloadError(f"ssd: {len(feat_sizes)} feature levels need {len(feat_sizes) + 1} scales")
-        self.anchors = default_boxes(self.size, feat_sizes, scales, cfg["aspect_ratios"],
-                                     cfg.get("steps")).to(ctx.device)
+        self.anchors = default_boxes(self.size, feat_sizes, scales, cfg["aspect_ratios"], cfg.get("steps")).to(
+            ctx.device
+        )
         self.feat_sizes = feat_sizes
         self.data = None
         if ctx.mode == "ttt":
@@ -88,8 +90,12 @@ class Trainer(TrainerContract):
         self.lr = base_lr(cfg["lr_per_32"], gbs)
         # weight decay on every parameter (BN and biases too), as the reference's SGD
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.SGD([{"params": params, "weight_decay": cfg["weight_decay"]}], lr=self.lr,
-                                   momentum=cfg["momentum"], **ctx.fused())
+        self.optimizer = torch.optim.SGD(
+            [{"params": params, "weight_decay": cfg["weight_decay"]}],
+            lr=self.lr,
+            momentum=cfg["momentum"],
+            **ctx.fused(),
+        )
         self.scaler = ctx.grad_scaler()
         self.steps_per_epoch = max(1, self.train_samples // gbs) if ctx.mode == "ttt" else 1
         self.warmup = int(cfg["warmup_steps"])
@@ -115,17 +121,25 @@ class Trainer(TrainerContract):
         V.log_note("ssd: " + load_backbone(ctx, model.backbone))  # its sum is checked before the run
         self.train_samples, self.eval_samples = len(ids), len(self.val_idx.ids)
         workers = V.loader_workers(ctx)
-        common = {"num_workers": workers, "pin_memory": ctx.cuda, "persistent_workers": workers > 0,
-                  "collate_fn": collate}
+        common = {
+            "num_workers": workers,
+            "pin_memory": ctx.cuda,
+            "persistent_workers": workers > 0,
+            "collate_fn": collate,
+        }
         from runner.workloads.resnet50 import EpochSampler
 
         self.train_set = CocoTrain(train_idx, ids, self.size, cfg["max_samples"], ctx.seed)
         self.train_sampler = EpochSampler(len(ids), ctx, self.batch)
-        self.train_loader = torch.utils.data.DataLoader(self.train_set, batch_size=self.batch,
-                                                        sampler=self.train_sampler, drop_last=True, **common)
+        self.train_loader = torch.utils.data.DataLoader(
+            self.train_set, batch_size=self.batch, sampler=self.train_sampler, drop_last=True, **common
+        )
         self.eval_loader = torch.utils.data.DataLoader(
-            CocoEval(self.val_idx, self.val_idx.ids, self.size), batch_size=self.batch,
-            sampler=EpochSampler(len(self.val_idx.ids), ctx, self.batch, False), **common)
+            CocoEval(self.val_idx, self.val_idx.ids, self.size),
+            batch_size=self.batch,
+            sampler=EpochSampler(len(self.val_idx.ids), ctx, self.batch, False),
+            **common,
+        )
 
     def hyperparameters(self) -> dict:
         cfg, ctx = self.ctx.cfg, self.ctx
@@ -151,8 +165,15 @@ class Trainer(TrainerContract):
         return [round(b * gbs / self.train_samples, 2) for b in self.boundaries]
 
     def schedule(self, update: int) -> float:
-        return S.rate(self.lr_schedule, update, warmup=self.warmup, warmup_factor=self.ctx.cfg["warmup_factor"],
-                      base=self.lr, boundaries=self.boundaries, factor=0.1)
+        return S.rate(
+            self.lr_schedule,
+            update,
+            warmup=self.warmup,
+            warmup_factor=self.ctx.cfg["warmup_factor"],
+            base=self.lr,
+            boundaries=self.boundaries,
+            factor=0.1,
+        )
 
     def loss(self, x, boxes, labels):
         with torch.autocast(self.ctx.device.type, enabled=False):  # matching in fp32, outside autocast
@@ -169,8 +190,9 @@ class Trainer(TrainerContract):
         u = torch.rand(x.shape[0], 4, device=ctx.device, generator=g)
         j = self.jitter
         x = color_jitter(x, u, j["brightness"], j["contrast"], j["saturation"], j["hue"])
-        x = (x - torch.tensor(V.IMAGENET_MEAN, device=ctx.device).view(1, 3, 1, 1)) / \
-            torch.tensor(V.IMAGENET_STD, device=ctx.device).view(1, 3, 1, 1)
+        x = (x - torch.tensor(V.IMAGENET_MEAN, device=ctx.device).view(1, 3, 1, 1)) / torch.tensor(
+            V.IMAGENET_STD, device=ctx.device
+        ).view(1, 3, 1, 1)
         return x.contiguous(memory_format=torch.channels_last) if ctx.channels_last else x
 
     def train_epoch(self, epoch: int) -> None:
@@ -182,9 +204,9 @@ class Trainer(TrainerContract):
             perm = torch.randperm(n, device=ctx.device, generator=g)[ctx.shard(n)]
             flips = torch.rand(len(perm), device=ctx.device, generator=g) < 0.5
             for s in range(0, len(perm) - self.batch + 1, self.batch):
-                idx = perm[s: s + self.batch]
+                idx = perm[s : s + self.batch]
                 x, b = self._images(self.xtr[idx], g), self.btr[idx].clone()
-                f = flips[s: s + self.batch]
+                f = flips[s : s + self.batch]
                 x = torch.where(f.view(-1, 1, 1, 1), x.flip(3), x)
                 fb = torch.stack([1 - b[..., 2], b[..., 1], 1 - b[..., 0], b[..., 3]], -1)
                 b = torch.where(f.view(-1, 1, 1), fb, b)
@@ -207,10 +229,10 @@ class Trainer(TrainerContract):
         if self.data == "generated":
             n = len(self.eval_items)
             per = n // ctx.world_size
-            mine = self.eval_items[ctx.rank * per: n if ctx.rank == ctx.world_size - 1 else (ctx.rank + 1) * per]
+            mine = self.eval_items[ctx.rank * per : n if ctx.rank == ctx.world_size - 1 else (ctx.rank + 1) * per]
             batches = []
             for s in range(0, len(mine), 64):
-                part = mine[s: s + 64]
+                part = mine[s : s + 64]
                 for t in part:
                     t["size"] = (self.size, self.size)
                 batches.append((torch.as_tensor(np.stack([t["image"] for t in part])), part))
@@ -223,8 +245,14 @@ class Trainer(TrainerContract):
                 b, s, lab = detect(ploc[i], pconf[i], self.anchors, **self.ctx.cfg.get("detect", {}))
                 w, h = t["size"]
                 b = (b * torch.tensor([w, h, w, h], device=b.device)).cpu().numpy()
-                ev.add(t["labels"], s.cpu().numpy(), lab.cpu().numpy(), gt_boxes=t["boxes"], det_boxes=b,
-                       gt_crowd=t.get("crowd"))
+                ev.add(
+                    t["labels"],
+                    s.cpu().numpy(),
+                    lab.cpu().numpy(),
+                    gt_boxes=t["boxes"],
+                    det_boxes=b,
+                    gt_crowd=t.get("crowd"),
+                )
         states = ctx.gather(ev.state())
         ap = None
         if ctx.is_main:

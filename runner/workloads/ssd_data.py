@@ -14,8 +14,9 @@ GRAY = (0.299, 0.587, 0.114)
 _YIQ = torch.tensor([[0.299, 0.587, 0.114], [0.596, -0.274, -0.322], [0.211, -0.523, 0.312]], dtype=torch.float64)
 
 
-def color_jitter(x: torch.Tensor, u: torch.Tensor, brightness: float, contrast: float, saturation: float,
-                 hue: float) -> torch.Tensor:
+def color_jitter(
+    x: torch.Tensor, u: torch.Tensor, brightness: float, contrast: float, saturation: float, hue: float
+) -> torch.Tensor:
     """The reference's colour jitter on a batch of float RGB images (N, 3, H, W) in 0..255.
 
     ``u`` (N, 4): uniform draws in [0, 1) per image. Brightness, contrast and saturation
@@ -88,8 +89,10 @@ class CocoTrain(torch.utils.data.Dataset):
             boxes = np.stack([1 - boxes[:, 2], boxes[:, 1], 1 - boxes[:, 0], boxes[:, 3]], 1)
         s = self.size
         img = img.resize((s, s), Image.BILINEAR)
-        return (torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()),
-                {"boxes": (boxes * s).astype(np.float32).reshape(-1, 4), "labels": labels})
+        return (
+            torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()),
+            {"boxes": (boxes * s).astype(np.float32).reshape(-1, 4), "labels": labels},
+        )
 
 
 CROP_MIN_IOU = (None, 0.1, 0.3, 0.5, 0.7, 0.9, -math.inf)  # None: keep the whole image
@@ -152,4 +155,3 @@ class CocoEval(torch.utils.data.Dataset):
 
 def collate(batch):
     return torch.stack([b[0] for b in batch]), [b[1] for b in batch]
-

@@ -21,15 +21,19 @@ class SSD(nn.Module):
     def __init__(self, cfg: dict, num_classes: int):
         super().__init__()
         w = cfg["width"]
-        self.backbone = V.ResNetTrunk(V.BasicBlock, cfg["layers"], w, strides=BACKBONE_STRIDES,
-                                      zero_init=False)
+        self.backbone = V.ResNetTrunk(V.BasicBlock, cfg["layers"], w, strides=BACKBONE_STRIDES, zero_init=False)
         cin = self.backbone.channels[-1]
         self.extras = nn.ModuleList()
         chans = [cin]
         for mid, out, stride, pad in cfg["extras"]:  # as the reference: biased convolutions, no BN
-            self.extras.append(nn.Sequential(
-                nn.Conv2d(cin, mid, 1), nn.ReLU(inplace=True),
-                nn.Conv2d(mid, out, 3, stride=stride, padding=pad), nn.ReLU(inplace=True)))
+            self.extras.append(
+                nn.Sequential(
+                    nn.Conv2d(cin, mid, 1),
+                    nn.ReLU(inplace=True),
+                    nn.Conv2d(mid, out, 3, stride=stride, padding=pad),
+                    nn.ReLU(inplace=True),
+                )
+            )
             chans.append(out)
             cin = out
         self.num_anchors = [2 + 2 * len(a) for a in cfg["aspect_ratios"]]
@@ -37,8 +41,7 @@ class SSD(nn.Module):
             raise WorkloadError(f"ssd: {len(chans)} feature levels but {len(self.num_anchors)} aspect-ratio lists")
         self.num_classes = num_classes
         self.loc = nn.ModuleList(nn.Conv2d(c, a * 4, 3, padding=1) for c, a in zip(chans, self.num_anchors))
-        self.conf = nn.ModuleList(nn.Conv2d(c, a * num_classes, 3, padding=1)
-                                  for c, a in zip(chans, self.num_anchors))
+        self.conf = nn.ModuleList(nn.Conv2d(c, a * num_classes, 3, padding=1) for c, a in zip(chans, self.num_anchors))
         V.init_convs(self.backbone)
         # the reference: Xavier-uniform weights in the extra blocks and heads, PyTorch's default biases
         for m in list(self.extras.modules()) + list(self.loc) + list(self.conf):
@@ -76,8 +79,10 @@ def feature_sizes(cfg: dict) -> list[int]:
     sizes = [s]
     for k, (_, _, stride, pad) in enumerate(cfg["extras"]):
         if s + 2 * pad < 3:
-            raise WorkloadError(f"ssd: extra block {k + 1} gets a {s}x{s} map, too small for its 3x3 convolution "
-                                f"(padding {pad}) at image_size {size}: change image_size or extras")
+            raise WorkloadError(
+                f"ssd: extra block {k + 1} gets a {s}x{s} map, too small for its 3x3 convolution "
+                f"(padding {pad}) at image_size {size}: change image_size or extras"
+            )
         s = (s + 2 * pad - 3) // stride + 1
         sizes.append(s)
     return sizes
@@ -196,4 +201,3 @@ def detect(ploc, pconf, anchors, score_thr=0.05, nms_thr=0.5, per_class=200, max
     b, s, lab = torch.cat(cand_b), torch.cat(cand_s), torch.cat(cand_l)
     keep = D.batched_nms(b, s, lab, nms_thr)[:max_out]
     return b[keep], s[keep], lab[keep]
-

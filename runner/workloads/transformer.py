@@ -55,8 +55,9 @@ class MHA(nn.Module):
             k, v = (self._split(t) for t in self.kv(mem).chunk(2, dim=-1))
         else:
             q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None,
-                                           dropout_p=self.p if self.training else 0.0)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal and mask is None, dropout_p=self.p if self.training else 0.0
+        )
         B, H, L, Dh = y.shape
         return self.o(y.transpose(1, 2).reshape(B, L, H * Dh))
 
@@ -95,7 +96,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.d = d
         self.emb = nn.Embedding(vocab, d, padding_idx=T.PAD)
-        nn.init.normal_(self.emb.weight, 0.0, d ** -0.5)
+        nn.init.normal_(self.emb.weight, 0.0, d**-0.5)
         with torch.no_grad():
             self.emb.weight[T.PAD].zero_()
         self.register_buffer("pe", sinusoids(max_pos, d), persistent=False)
@@ -149,14 +150,23 @@ class Transformer(nn.Module):
     @staticmethod
     def select(state, rows):
         mask = state["mask"]
-        return {"mem": state["mem"].index_select(0, rows), "ys": state["ys"].index_select(0, rows),
-                "mask": None if mask is None else mask.index_select(0, rows)}
+        return {
+            "mem": state["mem"].index_select(0, rows),
+            "ys": state["ys"].index_select(0, rows),
+            "mask": None if mask is None else mask.index_select(0, rows),
+        }
 
 
 def make_model(cfg: dict, vocab_size: int) -> nn.Module:
-    return Transformer(vocab_size, int(cfg["d_model"]), int(cfg["d_ff"]), int(cfg["heads"]),
-                       int(cfg["layers"]), float(cfg.get("dropout", 0.1)),
-                       max_pos=max(1024, int((cfg.get("beam") or {}).get("max_len", 256)) + 2))
+    return Transformer(
+        vocab_size,
+        int(cfg["d_model"]),
+        int(cfg["d_ff"]),
+        int(cfg["heads"]),
+        int(cfg["layers"]),
+        float(cfg.get("dropout", 0.1)),
+        max_pos=max(1024, int((cfg.get("beam") or {}).get("max_len", 256)) + 2),
+    )
 
 
 class Trainer(T.Trainer):
@@ -177,9 +187,12 @@ class Trainer(T.Trainer):
         hp = self.common_hyperparameters()
         hp[C.MAX_SEQUENCE_LENGTH] = (int(self.cfg["max_len"]), {"method": "discard"})
         # the v0.5 reference's key, with its values
-        hp["model_hp_sequence_beam_search"] = {"alpha": self.beam["len_penalty"], "beam_size": self.beam["size"],
-                                               "extra_decode_length": self.beam["max_len"],
-                                               "vocab_size": self.vocab_size}
+        hp["model_hp_sequence_beam_search"] = {
+            "alpha": self.beam["len_penalty"],
+            "beam_size": self.beam["size"],
+            "extra_decode_length": self.beam["max_len"],
+            "vocab_size": self.vocab_size,
+        }
         if self.max_tokens:
             hp["gpulab_max_tokens_per_process"] = self.max_tokens
         return hp

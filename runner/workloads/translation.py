@@ -36,8 +36,20 @@ from runner.workloads import schedules as S
 from runner.workloads.base import WorkloadError, compile_fn
 from runner.workloads.compiling import build_device
 from runner.workloads.trainer import Trainer as TrainerContract
-from runner.workloads.translation_data import (BOS, N_SPECIAL, PAD, bucket_length, bucketed_shards, frame_source,
-                                               generate, keep_pairs, load_prepared, pad_batch, token_batches)
+from runner.workloads.translation_data import (
+    BOS,
+    N_SPECIAL,
+    PAD,
+    bucket_length,
+    bucketed_shards,
+    frame_source,
+    generate,
+    keep_pairs,
+    load_prepared,
+    pad_batch,
+    token_batches,
+)
+
 # read as translation.<name> by gnmt, transformer and the tests (one line: a noqa on it stays put under `ruff format`)
 from runner.workloads.translation_data import DATA_SEED, EOS, UNK, WordVocab  # noqa: F401
 
@@ -75,6 +87,7 @@ def smoothed_loss(logits, target, smoothing: float):
 # The trainer
 # ----------------------------------------------------------------------------------------
 
+
 class Trainer(TrainerContract):
     """Drives a seq2seq model (``make_model(cfg, vocab_size)``) through runner.workloads.base.
 
@@ -111,24 +124,29 @@ class Trainer(TrainerContract):
             vocab_size = int(cfg["vocab_size"])
             train_samples = int((cfg.get("schedule_at") or {}).get("train_samples", 1))
         else:
-            self.data = (generate(cfg) if cfg["data"] == "generated"
-                         else load_prepared(ctx.data, ctx.entry["benchmark"], datasets))
+            self.data = (
+                generate(cfg)
+                if cfg["data"] == "generated"
+                else load_prepared(ctx.data, ctx.entry["benchmark"], datasets)
+            )
             vocab_size = self.data["vocab_size"]
             src, tgt = self.data["train"]
             self.keep = np.asarray(keep_pairs(src, tgt, self.max_len, self.src_frame, self.tgt_extra), np.int64)
             self.train_samples = train_samples = len(self.keep)
             self.eval_samples = len(self.data["eval"][0])
             if self.fixed_sampler:  # fairseq: fixed batches (of max_tokens, else of batch_size sentences)
-                self.fixed_batches = token_batches(src, tgt, self.keep.tolist(), self.max_tokens or 1 << 62,
-                                                   self.batch, self.buckets, self.src_frame)
+                self.fixed_batches = token_batches(
+                    src, tgt, self.keep.tolist(), self.max_tokens or 1 << 62, self.batch, self.buckets, self.src_frame
+                )
                 self.steps_per_epoch = len(self.fixed_batches) // world
             else:
                 self.fixed_batches = None
                 self.lengths = np.asarray([len(src[i]) + len(tgt[i]) for i in self.keep], np.int64)
                 self.steps_per_epoch = len(self.keep) // (self.batch * world)
             if self.steps_per_epoch == 0:
-                raise WorkloadError(f"{len(self.keep)} training pairs cannot feed {world} processes "
-                                    f"a batch of {self.batch}")
+                raise WorkloadError(
+                    f"{len(self.keep)} training pairs cannot feed {world} processes a batch of {self.batch}"
+                )
         self.vocab_size = vocab_size
         torch.manual_seed(ctx.seed)
         with build_device(ctx):
@@ -147,12 +165,15 @@ class Trainer(TrainerContract):
         self.lr_schedule = S.check(cfg.get("lr_schedule"), ("gnmt", "rsqrt"), ctx.name)
         self.warmup = scaled_steps(int(cfg["warmup_steps"]), cfg, self.global_batch, train_samples)
         gnmt = self.lr_schedule == "gnmt"  # its decay settings are gnmt's (workloads.yml declares them there)
-        self.remain = scaled_steps(int(cfg.get("remain_steps", 0) or 0) if gnmt else 0, cfg, self.global_batch,
-                                   train_samples)
-        self.interval = scaled_steps(int(cfg.get("decay_interval", 0) or 0) if gnmt else 0, cfg, self.global_batch,
-                                     train_samples)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.lr, betas=tuple(cfg["betas"]),
-                                          eps=adam_eps, **ctx.fused())
+        self.remain = scaled_steps(
+            int(cfg.get("remain_steps", 0) or 0) if gnmt else 0, cfg, self.global_batch, train_samples
+        )
+        self.interval = scaled_steps(
+            int(cfg.get("decay_interval", 0) or 0) if gnmt else 0, cfg, self.global_batch, train_samples
+        )
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=self.lr, betas=tuple(cfg["betas"]), eps=adam_eps, **ctx.fused()
+        )
         self.scaler = ctx.grad_scaler()
         self.grad_clip = float(cfg.get("grad_clip") or 0)
         self.apply_schedule()
@@ -163,8 +184,15 @@ class Trainer(TrainerContract):
         cfg = self.cfg
         if self.lr_schedule == "rsqrt":
             return S.rsqrt_lr(update, self.lr, self.warmup)
-        return S.gnmt_lr(update, self.lr, self.warmup, self.remain, self.interval, int(cfg.get("decay_steps", 4)),
-                         float(cfg.get("decay_factor", 0.5)))
+        return S.gnmt_lr(
+            update,
+            self.lr,
+            self.warmup,
+            self.remain,
+            self.interval,
+            int(cfg.get("decay_steps", 4)),
+            float(cfg.get("decay_factor", 0.5)),
+        )
 
     def schedule(self, update: int) -> float:
         return self.lr_at(update + 1)
@@ -188,7 +216,7 @@ class Trainer(TrainerContract):
             g = torch.Generator()
             g.manual_seed(seed)
             order = torch.randperm(len(self.fixed_batches), generator=g).tolist()
-            return [self.fixed_batches[b] for b in order[ctx.rank::ctx.world_size][: self.steps_per_epoch]]
+            return [self.fixed_batches[b] for b in order[ctx.rank :: ctx.world_size][: self.steps_per_epoch]]
         shards = bucketed_shards(self.lengths, self.batch, ctx.world_size, ctx.rank, seed)
         return [self.keep[p].tolist() for p in shards]
 
@@ -198,9 +226,12 @@ class Trainer(TrainerContract):
         self.model.train()
         for part in self.epoch_batches(epoch):
             S, TI, TO = pad_batch(src, tgt, part, self.buckets, self.src_frame)
-            self.train_step(torch.from_numpy(S).to(dev, non_blocking=True),
-                       torch.from_numpy(TI).to(dev, non_blocking=True),
-                       torch.from_numpy(TO).to(dev, non_blocking=True), bool((S == PAD).any()))
+            self.train_step(
+                torch.from_numpy(S).to(dev, non_blocking=True),
+                torch.from_numpy(TI).to(dev, non_blocking=True),
+                torch.from_numpy(TO).to(dev, non_blocking=True),
+                bool((S == PAD).any()),
+            )
             ctx.mark_step()
 
     @torch.no_grad()
@@ -212,11 +243,11 @@ class Trainer(TrainerContract):
         out: list = [None] * len(sources)
         eb = int(self.cfg.get("eval_batch_size", self.batch))
         for s in range(0, len(order), eb):
-            part = order[s:s + eb]
+            part = order[s : s + eb]
             framed = [frame_source(sources[i], self.src_frame) for i in part]
             S = np.full((len(part), bucket_length(max(len(f) for f in framed), self.buckets)), PAD, np.int64)
             for j, f in enumerate(framed):
-                S[j, :len(f)] = f  # the whole sentence: nothing is cut
+                S[j, : len(f)] = f  # the whole sentence: nothing is cut
             with ctx.autocast():
                 hyps = self.decode_eval(torch.from_numpy(S).to(dev))
             for j, i in enumerate(part):
@@ -271,8 +302,10 @@ class Trainer(TrainerContract):
             C.OPT_LR_WARMUP_STEPS: self.warmup,
             "gpulab_lr_scaling": cfg.get("lr_scaling", "none"),
             "gpulab_loss_per": self.loss_per,
-            "gpulab_bleu": {"intl": "sacrebleu tokenize=intl lowercase",
-                            "moses": "sacremoses -a -l de, sacrebleu tokenize=none lowercase"}[self.bleu_scheme],
+            "gpulab_bleu": {
+                "intl": "sacrebleu tokenize=intl lowercase",
+                "moses": "sacremoses -a -l de, sacrebleu tokenize=none lowercase",
+            }[self.bleu_scheme],
             "model_hp_loss_smoothing": self.smoothing,
         }
         if cfg.get("schedule_at"):

@@ -85,18 +85,24 @@ def generate(cfg: dict) -> dict:
 
     tr_s, tr_t = pairs(int(cfg["train_pairs"]))
     ev_s, ev_t = pairs(int(cfg["eval_pairs"]))
-    return {"vocab": vocab, "vocab_size": len(vocab), "train": (tr_s, tr_t), "eval": (ev_s, ev_t),
-            "refs": [vocab.decode(t) for t in ev_t]}
+    return {
+        "vocab": vocab,
+        "vocab_size": len(vocab),
+        "train": (tr_s, tr_t),
+        "eval": (ev_s, ev_t),
+        "refs": [vocab.decode(t) for t in ev_t],
+    }
 
 
 def _split(root: Path, split: str, lang: str) -> list[np.ndarray]:
     ids = np.load(root / f"{split}.{lang}.ids.npy", mmap_mode="r")
     off = np.load(root / f"{split}.{lang}.offsets.npy")
-    return [np.asarray(ids[off[i]:off[i + 1]], dtype=np.int64) for i in range(len(off) - 1)]
+    return [np.asarray(ids[off[i] : off[i + 1]], dtype=np.int64) for i in range(len(off) - 1)]
 
 
 def _from_reader(wmt, src_lang: str, tgt_lang: str) -> dict:
     """Through runner.datasets.readers (the datasets package, with its manifest check)."""
+
     def sents(split, lang):
         ss = wmt.split(split, lang)
         return [np.asarray(ss[i], dtype=np.int64) for i in range(len(ss))]
@@ -110,12 +116,18 @@ def _from_reader(wmt, src_lang: str, tgt_lang: str) -> dict:
     dec = _Dec()
     tr = (sents("train", src_lang), sents("train", tgt_lang))
     ev = (sents("eval", src_lang), sents("eval", tgt_lang))
-    return {"vocab": dec, "vocab_size": int(wmt.vocab_size), "train": tr, "eval": ev,
-            "refs": [dec.decode(t) for t in ev[1]]}
+    return {
+        "vocab": dec,
+        "vocab_size": int(wmt.vocab_size),
+        "train": tr,
+        "eval": ev,
+        "refs": [dec.decode(t) for t in ev[1]],
+    }
 
 
-def load_prepared(root: str, benchmark: str, folders: tuple[str, ...],
-                  src_lang: str = "en", tgt_lang: str = "de") -> dict:
+def load_prepared(
+    root: str, benchmark: str, folders: tuple[str, ...], src_lang: str = "en", tgt_lang: str = "de"
+) -> dict:
     """The prepared WMT data of ``benchmark`` under the data root ``root``.
 
     Through ``runner.datasets.readers.wmt`` where the datasets package is
@@ -133,18 +145,22 @@ def load_prepared(root: str, benchmark: str, folders: tuple[str, ...],
         except Exception as exc:  # NotPrepared and friends: one line naming what is missing
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise WorkloadError(msg) from exc
-    need = ["vocab.json"] + [f"{s}.{lg}.{k}.npy" for s in ("train", "eval") for lg in (src_lang, tgt_lang)
-                             for k in ("ids", "offsets")]
+    need = ["vocab.json"] + [
+        f"{s}.{lg}.{k}.npy" for s in ("train", "eval") for lg in (src_lang, tgt_lang) for k in ("ids", "offsets")
+    ]
     cands = [Path(root) / f for f in folders] + [Path(root)]
     d = next((c for c in cands if (c / "vocab.json").is_file()), cands[0])
     missing = [f for f in need if not (d / f).is_file()]
     if missing:
-        raise WorkloadError(f"{d}: not a prepared WMT dataset (missing {', '.join(missing[:3])}); "
-                            "prepare it with the datasets playbook")
+        raise WorkloadError(
+            f"{d}: not a prepared WMT dataset (missing {', '.join(missing[:3])}); prepare it with the datasets playbook"
+        )
     try:
         from runner.datasets.bpe import BPE
     except ImportError as exc:
-        raise WorkloadError("the WMT vocabulary reader (runner.datasets.bpe) is not installed with this runner") from exc
+        raise WorkloadError(
+            "the WMT vocabulary reader (runner.datasets.bpe) is not installed with this runner"
+        ) from exc
     bpe = BPE.load(d / "vocab.json")
     tr = (_split(d, "train", src_lang), _split(d, "train", tgt_lang))
     ev = (_split(d, "eval", src_lang), _split(d, "eval", tgt_lang))
@@ -154,8 +170,7 @@ def load_prepared(root: str, benchmark: str, folders: tuple[str, ...],
             return bpe.decode([int(i) for i in ids if int(i) >= N_SPECIAL])
 
     dec = _Dec()
-    return {"vocab": dec, "vocab_size": len(bpe.vocab), "train": tr, "eval": ev,
-            "refs": [dec.decode(t) for t in ev[1]]}
+    return {"vocab": dec, "vocab_size": len(bpe.vocab), "train": tr, "eval": ev, "refs": [dec.decode(t) for t in ev[1]]}
 
 
 def bucket_length(n: int, buckets: list[int]) -> int:
@@ -175,8 +190,14 @@ def frame_source(s: np.ndarray, frame: tuple[bool, bool]) -> np.ndarray:
 def keep_pairs(src, tgt, max_len: int, frame: tuple[bool, bool], tgt_extra: int) -> list[int]:
     """Indices of the pairs whose framed source and ``len(tgt) + tgt_extra`` fit ``max_len`` (others discarded)."""
     n_frame = int(frame[0]) + int(frame[1])
-    return [i for i in range(len(src)) if 0 < len(src[i]) and len(src[i]) + n_frame <= max_len
-            and 0 < len(tgt[i]) and len(tgt[i]) + tgt_extra <= max_len]
+    return [
+        i
+        for i in range(len(src))
+        if 0 < len(src[i])
+        and len(src[i]) + n_frame <= max_len
+        and 0 < len(tgt[i])
+        and len(tgt[i]) + tgt_extra <= max_len
+    ]
 
 
 def pad_batch(src, tgt, part, buckets: list[int], frame: tuple[bool, bool]):
@@ -188,17 +209,18 @@ def pad_batch(src, tgt, part, buckets: list[int], frame: tuple[bool, bool]):
     TI = np.full((len(part), tl), PAD, np.int64)
     TO = np.full((len(part), tl), PAD, np.int64)
     for j, i in enumerate(part):
-        S[j, :len(framed[j])] = framed[j]
+        S[j, : len(framed[j])] = framed[j]
         t = tgt[i]
         TI[j, 0] = BOS
-        TI[j, 1:len(t) + 1] = t
-        TO[j, :len(t)] = t
+        TI[j, 1 : len(t) + 1] = t
+        TO[j, : len(t)] = t
         TO[j, len(t)] = EOS
     return S, TI, TO
 
 
-def token_batches(src, tgt, keep: list[int], max_tokens: int, max_sentences: int, buckets: list[int],
-                  frame: tuple[bool, bool]) -> list[list[int]]:
+def token_batches(
+    src, tgt, keep: list[int], max_tokens: int, max_sentences: int, buckets: list[int], frame: tuple[bool, bool]
+) -> list[list[int]]:
     """Fixed batches of at most ``max_tokens`` padded tokens (fairseq's ``--max-tokens``).
 
     Pairs sorted by (source, target) length fill a batch while its count times
@@ -220,8 +242,9 @@ def token_batches(src, tgt, keep: list[int], max_tokens: int, max_sentences: int
     return out
 
 
-def bucketed_shards(lengths: np.ndarray, batch: int, world: int, rank: int, seed: int,
-                    batches_in_shard: int = 80) -> list[np.ndarray]:
+def bucketed_shards(
+    lengths: np.ndarray, batch: int, world: int, rank: int, seed: int, batches_in_shard: int = 80
+) -> list[np.ndarray]:
     """This rank's batches of one epoch, as the GNMT reference's BucketingSampler draws them.
 
     A seeded permutation, cut to a multiple of the global batch; shards of
@@ -237,7 +260,7 @@ def bucketed_shards(lengths: np.ndarray, batch: int, world: int, rank: int, seed
     shard = gb * batches_in_shard
     parts = []
     for s in range(0, num, shard):
-        chunk = idx[s:s + shard]
+        chunk = idx[s : s + shard]
         parts.append(chunk[np.argsort(lengths[chunk], kind="stable")])
     idx = np.concatenate(parts) if parts else idx
     glob = idx.reshape(-1, gb)[g.permutation(num // gb)]

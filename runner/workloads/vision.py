@@ -26,6 +26,7 @@ IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 
 # --- ResNet blocks -------------------------------------------------------------------
 
+
 def conv3x3(cin, cout, stride=1, dilation=1):
     return nn.Conv2d(cin, cout, 3, stride=stride, padding=dilation, dilation=dilation, bias=False)
 
@@ -142,8 +143,18 @@ class ResNetTrunk(nn.Module):
     ``forward`` returns the outputs of the stages listed in ``return_stages``.
     """
 
-    def __init__(self, block, layers, width=64, strides=(1, 2, 2, 2), norm=nn.BatchNorm2d,
-                 zero_init=True, return_stages=None, space_to_depth_stem=False, stem_pad_channels=None):
+    def __init__(
+        self,
+        block,
+        layers,
+        width=64,
+        strides=(1, 2, 2, 2),
+        norm=nn.BatchNorm2d,
+        zero_init=True,
+        return_stages=None,
+        space_to_depth_stem=False,
+        stem_pad_channels=None,
+    ):
         super().__init__()
         if space_to_depth_stem:
             self.conv1 = SpaceToDepthConv7(3, width, pad_channels=stem_pad_channels)
@@ -155,7 +166,7 @@ class ResNetTrunk(nn.Module):
         cin = width
         self.channels = []
         for i, (n, st) in enumerate(zip(layers, strides)):
-            stage, cin = make_stage(block, cin, width * 2 ** i, n, st, norm=norm, zero_init=zero_init)
+            stage, cin = make_stage(block, cin, width * 2**i, n, st, norm=norm, zero_init=zero_init)
             setattr(self, f"layer{i + 1}", stage)
             self.channels.append(cin)
         self.num_stages = len(layers)
@@ -181,8 +192,10 @@ def stem_options(ctx) -> dict:
     if not ctx.fast_layers:
         return {}
     cfg = ctx.cfg
-    return {"space_to_depth_stem": bool(cfg.get("space_to_depth_stem", False)),
-            "stem_pad_channels": cfg.get("stem_pad_channels")}
+    return {
+        "space_to_depth_stem": bool(cfg.get("space_to_depth_stem", False)),
+        "stem_pad_channels": cfg.get("stem_pad_channels"),
+    }
 
 
 def init_convs(module: nn.Module) -> None:
@@ -211,6 +224,7 @@ class FrozenBatchNorm2d(nn.Module):
 
 
 # --- the speed path ----------------------------------------------------------------------
+
 
 def prepare_model(ctx, model: nn.Module) -> nn.Module:
     """Move to the device; channels-last when the context asks for it."""
@@ -246,8 +260,15 @@ def synthetic_images(ctx, batch: int, size, generator=None) -> torch.Tensor:
     return x
 
 
-def synthetic_boxes(ctx, batch: int, num_classes: int, generator, centre: tuple[float, float],
-                    extent: tuple[float, float], gmax: int = 8):
+def synthetic_boxes(
+    ctx,
+    batch: int,
+    num_classes: int,
+    generator,
+    centre: tuple[float, float],
+    extent: tuple[float, float],
+    gmax: int = 8,
+):
     """``gmax`` random boxes per image (x0, y0, x1, y1 as fractions of the image) and labels 1..classes-1.
 
     Centres are drawn from ``centre[0] + centre[1] * U`` and widths and heights
@@ -279,6 +300,7 @@ def round_lr(lr: float, quantum: float) -> float:
 
 
 # --- data -----------------------------------------------------------------------------------
+
 
 def check_dataset(name: str, root: str) -> None:
     """Verify a prepared dataset with ``runner.datasets.check`` where that package exists."""

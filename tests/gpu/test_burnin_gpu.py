@@ -15,8 +15,12 @@ pytestmark = needs_nvml()
 
 def _burnin(tmp_path, *argv, timeout=900):
     out = tmp_path / "burnin"
-    p = subprocess.run([sys.executable, "-m", "runner", "burnin", "--out", str(out), "--json", *argv],
-                       capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(
+        [sys.executable, "-m", "runner", "burnin", "--out", str(out), "--json", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return p, json.loads(p.stdout), out
 
 
@@ -38,8 +42,16 @@ def test_standard_on_one_gpu(tmp_path):
     p, doc, out = _burnin(tmp_path, "--level", "standard", "--gpus", "1", "--resnet", "builtin")
     assert p.returncode == 0, p.stderr + json.dumps(doc["results"])[-2000:]
     g = doc["gpus"]["0"]
-    for key in ("matmul_fp32_tflops", "matmul_tf32_tflops", "matmul_bf16_tflops", "matmul_fp16_tflops",
-                "memory_bandwidth_gbs", "h2d_bandwidth_gbs", "d2h_bandwidth_gbs", "resnet50_images_per_s"):
+    for key in (
+        "matmul_fp32_tflops",
+        "matmul_tf32_tflops",
+        "matmul_bf16_tflops",
+        "matmul_fp16_tflops",
+        "memory_bandwidth_gbs",
+        "h2d_bandwidth_gbs",
+        "d2h_bandwidth_gbs",
+        "resnet50_images_per_s",
+    ):
         assert g["solo"][key] > 0, key
     for r in doc["results"]:
         if r["test"] == "matmul":
@@ -59,8 +71,9 @@ def test_worker_nccl(tmp_path):
     from runner import burnin
 
     (tmp_path / "logs").mkdir()
-    recs = burnin.run_workers(sys.executable, [([0, 1], None, [{"test": "nccl", "iters": 5, "sizes": [1 << 24]}])],
-                              tmp_path, "host", False)
+    recs = burnin.run_workers(
+        sys.executable, [([0, 1], None, [{"test": "nccl", "iters": 5, "sizes": [1 << 24]}])], tmp_path, "host", False
+    )
     nccl = [r for r in recs if r["test"] == "nccl"][0]
     assert nccl["ok"], nccl["error"]
     assert nccl["value"] > 0 and nccl["detail"]["world_size"] == 2

@@ -60,14 +60,18 @@ def _env_list(key: str, default: str, known: tuple) -> list[str]:
     return items
 
 
-KNOWN = tuple(gradcheck.catalogue(pytest.UsageError))   # the runner's catalogue, as gradcheck.py reads it
+KNOWN = tuple(gradcheck.catalogue(pytest.UsageError))  # the runner's catalogue, as gradcheck.py reads it
 WORKLOADS = _env_list("GPULAB_GRADCHECK_WORKLOADS", ",".join(KNOWN), KNOWN)
 SCALES = _env_list("GPULAB_GRADCHECK_SCALES", "small,full", gradcheck.SCALES)
 MODES = _env_list("GPULAB_GRADCHECK_MODES", "throughput", gradcheck.MODES)
 PRECISIONS = _env_list("GPULAB_GRADCHECK_PRECISIONS", "bf16,fp32", gradcheck.PRECISIONS)
 try:
-    PLANTS = gradcheck._pairs(os.environ.get("GPULAB_GRADCHECK_PLANTS", ",".join(
-        f"resnet50:small:{p}" for p in gradcheck.EXPECT)), "GPULAB_GRADCHECK_PLANTS", 3, KNOWN)
+    PLANTS = gradcheck._pairs(
+        os.environ.get("GPULAB_GRADCHECK_PLANTS", ",".join(f"resnet50:small:{p}" for p in gradcheck.EXPECT)),
+        "GPULAB_GRADCHECK_PLANTS",
+        3,
+        KNOWN,
+    )
 except ValueError as exc:
     raise pytest.UsageError(str(exc)) from None
 #: workload:scale groups marked long
@@ -78,8 +82,14 @@ def _param(*values):
     return pytest.param(*values, marks=[pytest.mark.long] if tuple(values[:2]) in LONG else [])
 
 
-CASES = [_param(w, s, m, p) for w in WORKLOADS for s in SCALES for m in MODES for p in PRECISIONS
-         if not (m == "ttt" and s == "full")]
+CASES = [
+    _param(w, s, m, p)
+    for w in WORKLOADS
+    for s in SCALES
+    for m in MODES
+    for p in PRECISIONS
+    if not (m == "ttt" and s == "full")
+]
 
 
 def _selected(session) -> tuple[list, list]:
@@ -108,11 +118,30 @@ def checked(request, tmp_path_factory):
     out = Path(target).resolve() if target else tmp_path_factory.mktemp("gradcheck") / "gradcheck.json"
     pick = sorted({(w, s) for w, s, _, _ in cases})
     skip = [f"{w}:{s}" for w in WORKLOADS for s in SCALES if (w, s) not in pick]
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "gradcheck.py"), "--device", "cuda",
-           "--workloads", ",".join(WORKLOADS), "--scales", ",".join(SCALES), "--modes", ",".join(MODES),
-           "--precisions", ",".join(sorted({c[3] for c in cases}, key=PRECISIONS.index)),
-           "--skip", ",".join(skip), "--plants", ",".join(":".join(p) for p in plants),
-           "--jobs", os.environ.get("GPULAB_GRADCHECK_JOBS", "4"), "--timeout", "840", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "gradcheck.py"),
+        "--device",
+        "cuda",
+        "--workloads",
+        ",".join(WORKLOADS),
+        "--scales",
+        ",".join(SCALES),
+        "--modes",
+        ",".join(MODES),
+        "--precisions",
+        ",".join(sorted({c[3] for c in cases}, key=PRECISIONS.index)),
+        "--skip",
+        ",".join(skip),
+        "--plants",
+        ",".join(":".join(p) for p in plants),
+        "--jobs",
+        os.environ.get("GPULAB_GRADCHECK_JOBS", "4"),
+        "--timeout",
+        "840",
+        "--out",
+        str(out),
+    ]
     if os.environ.get("GPULAB_GRADCHECK_DEADLINE"):
         cmd += ["--deadline", os.environ["GPULAB_GRADCHECK_DEADLINE"]]
     if os.environ.get("GPULAB_CACHE_DIR"):

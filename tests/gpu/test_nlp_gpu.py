@@ -15,8 +15,24 @@ pytestmark = needs_cuda()
 @pytest.mark.parametrize("name", ["gnmt", "transformer"])
 def test_throughput_fills_telemetry_and_manifest(tmp_path, name, scale):
     out = tmp_path / "run"
-    r = _run("run", name, "--mode", "throughput", "--scale", scale, "--gpus", "1", "--seed", "1",
-             "--measure-seconds", "3", "--cache-dir", tmp_path / "cache", "--out", out)
+    r = _run(
+        "run",
+        name,
+        "--mode",
+        "throughput",
+        "--scale",
+        scale,
+        "--gpus",
+        "1",
+        "--seed",
+        "1",
+        "--measure-seconds",
+        "3",
+        "--cache-dir",
+        tmp_path / "cache",
+        "--out",
+        out,
+    )
     assert r.returncode == 0, r.stdout + r.stderr + (out / "stdout.log").read_text()
     st = json.loads((out / "status.json").read_text())
     res = st["result"]
@@ -32,6 +48,6 @@ def test_throughput_fills_telemetry_and_manifest(tmp_path, name, scale):
     assert all(row["uuid"] == g["uuid"] for row in rows)
     assert max(float(row["power_w"]) for row in rows if row["power_w"]) > 0
     assert any(row["sm_clock_mhz"] for row in rows) and any(row["mem_used_mib"] for row in rows)
-    ev = [json.loads(line[len(":::MLLOG "):]) for line in (out / "mllog.log").read_text().splitlines()]
+    ev = [json.loads(line[len(":::MLLOG ") :]) for line in (out / "mllog.log").read_text().splitlines()]
     tp = next(e for e in ev if e["key"] == "throughput")
     assert tp["metadata"]["unit"] == "tokens/s" and tp["value"] == pytest.approx(res["samples_per_s"], rel=1e-3)

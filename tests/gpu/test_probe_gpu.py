@@ -14,7 +14,9 @@ pytestmark = needs_nvml()
 
 
 def test_probe_reads_every_gpu():
-    out = subprocess.run([sys.executable, "-m", "runner", "probe", "--json"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "runner", "probe", "--json"], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["nvidia"] is None

@@ -25,9 +25,26 @@ SCALES = ["small", pytest.param("full", marks=pytest.mark.long)]
 @pytest.mark.parametrize("name", ["resnet50", "ssd", "maskrcnn"])
 def test_throughput_fills_result_telemetry_and_manifest(tmp_path, name, scale):
     out = tmp_path / "run"
-    r = run("run", name, "--mode", "throughput", "--scale", scale, "--gpus", "0,", "--seed", "1",
-            "--measure-seconds", "4", "--warmup-steps", "3", "--cache-dir", tmp_path.parent / "gpulab-cache",
-            "--out", out)
+    r = run(
+        "run",
+        name,
+        "--mode",
+        "throughput",
+        "--scale",
+        scale,
+        "--gpus",
+        "0,",
+        "--seed",
+        "1",
+        "--measure-seconds",
+        "4",
+        "--warmup-steps",
+        "3",
+        "--cache-dir",
+        tmp_path.parent / "gpulab-cache",
+        "--out",
+        out,
+    )
     assert r.returncode == 0, r.stdout + r.stderr + (out / "stdout.log").read_text()[-3000:]
     st = json.loads((out / "status.json").read_text())
     assert st["outcome"] == "success" and st["precision"] == "bf16" and st["gpus"] == [0]
@@ -58,8 +75,7 @@ def test_bench_step_baseline_and_optimized_run_on_the_gpu(scale):
 
     for name in ("resnet50", "ssd", "maskrcnn"):
         for optimized in (False, True):
-            step, n = base.bench_step(name, "cuda", optimized, scale=scale,
-                                      batch_size=4 if name != "maskrcnn" else 2)
+            step, n = base.bench_step(name, "cuda", optimized, scale=scale, batch_size=4 if name != "maskrcnn" else 2)
             step()
             import torch
 

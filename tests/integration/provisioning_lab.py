@@ -15,11 +15,19 @@ from tests.testlab import wheels
 
 GPUS = [{"name": "Tesla T4", "memory_mib": 15360}, {"name": "Tesla T4", "memory_mib": 15360}]
 PROVISION_VARS = {
-    "gpulab_gpu_model": "T4", "gpulab_gpu_count": 2, "gpulab_stack": "current", "gpulab_os": "Debian 12",
+    "gpulab_gpu_model": "T4",
+    "gpulab_gpu_count": 2,
+    "gpulab_stack": "current",
+    "gpulab_os": "Debian 12",
     "gpulab_mirror": lambda lab: lab.http_url,
-    "kernel_prereqs_enabled": False, "nouveau_rebuild_initramfs": False, "nouveau_unload": False,
-    "nvidia_driver_persistence_mode": False, "dcgm_service_enabled": False, "fabric_manager_service_enabled": False,
-    "reboot_allowed": False, "nvidia_repo_trusted": True,
+    "kernel_prereqs_enabled": False,
+    "nouveau_rebuild_initramfs": False,
+    "nouveau_unload": False,
+    "nvidia_driver_persistence_mode": False,
+    "dcgm_service_enabled": False,
+    "fabric_manager_service_enabled": False,
+    "reboot_allowed": False,
+    "nvidia_repo_trusted": True,
     "python_env_system_site_packages": True,
 }
 
@@ -34,4 +42,6 @@ def prepare(lab, dists=("debian12",)) -> None:
     wheels.build(lab.wheels_dir)
     lab.refresh_index()
     for name in lab.names:
-        lab.exec(name, f"mkdir -p /etc/gpulab-testlab && echo '{json.dumps(GPUS)}' > /etc/gpulab-testlab/fake-gpus.json")
+        lab.exec(
+            name, f"mkdir -p /etc/gpulab-testlab && echo '{json.dumps(GPUS)}' > /etc/gpulab-testlab/fake-gpus.json"
+        )

@@ -77,7 +77,7 @@ class Mirror:
                 key = (self.client_address[0], self.path)
                 if self.path in mirror.cut and key not in mirror._cut_done and not m:
                     mirror._cut_done.add(key)
-                    self.wfile.write(data[start:start + mirror.cut[self.path]])
+                    self.wfile.write(data[start : start + mirror.cut[self.path]])
                     self.wfile.flush()
                     self.close_connection = True
                     self.connection.shutdown(2)
@@ -95,8 +95,9 @@ class Mirror:
 
 
 def _invoke(*args, env) -> subprocess.CompletedProcess:
-    return subprocess.run([str(INVOKE), "datasets", *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [str(INVOKE), "datasets", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def _summary(out: str, host: str) -> dict:
@@ -119,9 +120,15 @@ def test_datasets_on_two_hosts(testlab, tmp_path):
     assert set(entries) == set(real["datasets"])
     assert entries["r50-msra"]["artifacts"][0]["sha256"] is None and entries["r50-msra"]["artifacts"][0]["md5"]
     weights = (tmp_path / "src" / "r50-msra" / "R-50.pkl").read_bytes()
-    cat = {"schema": 1, "version": "lab-test-1", "origins": {"nowhere": None}, "benchmarks": real["benchmarks"],
-           "datasets": {n: {**e, "artifacts": [{**a, "origin": "nowhere"} for a in e["artifacts"]]}
-                        for n, e in entries.items()}}
+    cat = {
+        "schema": 1,
+        "version": "lab-test-1",
+        "origins": {"nowhere": None},
+        "benchmarks": real["benchmarks"],
+        "datasets": {
+            n: {**e, "artifacts": [{**a, "origin": "nowhere"} for a in e["artifacts"]]} for n, e in entries.items()
+        },
+    }
     (tmp_path / "catalogue.yml").write_text(yaml.safe_dump(cat, sort_keys=False))
     mirror = Mirror(www, lab.controller)
     try:
@@ -129,10 +136,20 @@ def test_datasets_on_two_hosts(testlab, tmp_path):
         inv["all"].setdefault("vars", {})["gpulab_mirror"] = mirror.url
         (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inv))
         # Ansible's artifacts in the test's folder, not the checkout's artifacts/
-        env = {**os.environ, **lab.ansible_env(), "PYTHONPATH": str(REPO),
-               "INVOKE_GPULAB_ARTIFACTS": str(tmp_path / "artifacts")}
-        common = ["--inventory", str(tmp_path / "inventory.yml"), "--catalogue", str(tmp_path / "catalogue.yml"),
-                  "--host", ",".join(lab.names)]
+        env = {
+            **os.environ,
+            **lab.ansible_env(),
+            "PYTHONPATH": str(REPO),
+            "INVOKE_GPULAB_ARTIFACTS": str(tmp_path / "artifacts"),
+        }
+        common = [
+            "--inventory",
+            str(tmp_path / "inventory.yml"),
+            "--catalogue",
+            str(tmp_path / "catalogue.yml"),
+            "--host",
+            ",".join(lab.names),
+        ]
         ml = entries["ml-20m"]["artifacts"][0]
         mirror.cut["/datasets/ml-20m/ml-20m.zip"] = ml["size"] // 2
 
@@ -177,8 +194,17 @@ def test_datasets_on_two_hosts(testlab, tmp_path):
         data[len(data) // 3] ^= 0xFF
         served.write_bytes(bytes(data))
         bad = hashlib.sha256(bytes(data)).hexdigest()
-        p = _invoke("--inventory", str(tmp_path / "inventory.yml"), "--catalogue", str(tmp_path / "catalogue.yml"),
-                    "--host", host, "--names", "ncf", env=env)
+        p = _invoke(
+            "--inventory",
+            str(tmp_path / "inventory.yml"),
+            "--catalogue",
+            str(tmp_path / "catalogue.yml"),
+            "--host",
+            host,
+            "--names",
+            "ncf",
+            env=env,
+        )
         assert p.returncode == 1, p.stdout + p.stderr
         assert f"ml-20m.zip: sha256 mismatch: expected {ml['sha256']}, found {bad}" in p.stdout, p.stdout
         left = lab.exec(host, f"ls -a {ROOT}/.archives").stdout.split()
@@ -194,9 +220,19 @@ def test_datasets_on_two_hosts(testlab, tmp_path):
         shared.mkdir()
         for name in lab.names:
             h = lab.hosts[name]
-            subprocess.run(["nsenter", "-t", str(h.init_pid), "--mount", "sh", "-c",
-                            f"mkdir -p {h.dir}/mnt/root/srv/shared && mount --bind {shared} {h.dir}/mnt/root/srv/shared"],
-                           check=True, timeout=30)
+            subprocess.run(
+                [
+                    "nsenter",
+                    "-t",
+                    str(h.init_pid),
+                    "--mount",
+                    "sh",
+                    "-c",
+                    f"mkdir -p {h.dir}/mnt/root/srv/shared && mount --bind {shared} {h.dir}/mnt/root/srv/shared",
+                ],
+                check=True,
+                timeout=30,
+            )
         before = len(mirror.log)
         p = _invoke(*common, "--names", "ncf", "--storage", "shared", "--root", "/srv/shared/data", env=env)
         assert p.returncode == 0, p.stdout + p.stderr
@@ -205,7 +241,9 @@ def test_datasets_on_two_hosts(testlab, tmp_path):
         assert _summary(p.stdout, lab.names[0])["changed"] > 0
         second = _summary(p.stdout, lab.names[1])
         assert second["state"] == "ok" and second["changed"] == 0 and second["failed"] == 0, p.stdout
-        assert re.search(rf"\[{lab.names[1]}\] ok\s+(datasets : )?Check every prepared dataset on this host", p.stdout), p.stdout
+        assert re.search(
+            rf"\[{lab.names[1]}\] ok\s+(datasets : )?Check every prepared dataset on this host", p.stdout
+        ), p.stdout
         assert json.loads((shared / "data" / "ml-20m" / "gpulab-dataset.json").read_text())["dataset"] == "ml-20m"
 
         # 5. archives kept on the controller (datasets_origins: controller:/folder) are copied to the host,
@@ -219,8 +257,18 @@ def test_datasets_on_two_hosts(testlab, tmp_path):
         inv2["all"].setdefault("vars", {})["datasets_origins"] = {"nowhere": f"controller:{flat}"}
         (tmp_path / "inventory2.yml").write_text(yaml.safe_dump(inv2))
         host = lab.names[1]
-        args = ["--inventory", str(tmp_path / "inventory2.yml"), "--catalogue", str(tmp_path / "catalogue.yml"),
-                "--host", host, "--names", "ssd", "--root", "/var/lib/gpulab/data-ctl"]
+        args = [
+            "--inventory",
+            str(tmp_path / "inventory2.yml"),
+            "--catalogue",
+            str(tmp_path / "catalogue.yml"),
+            "--host",
+            host,
+            "--names",
+            "ssd",
+            "--root",
+            "/var/lib/gpulab/data-ctl",
+        ]
         before = len(mirror.log)
         for run in (1, 2):
             p = _invoke(*args, env=env)

@@ -55,16 +55,25 @@ def flab(testlab, tmp_path_factory):
 
 
 def invoke(lab, *args, timeout=900):
-    env = {**os.environ, **lab.ansible_env(), "PYTHONPATH": str(REPO),
-           "INVOKE_GPULAB_ARTIFACTS": str(lab.work / "artifacts"), "INVOKE_GPULAB_RESULTS": str(lab.work / "results")}
+    env = {
+        **os.environ,
+        **lab.ansible_env(),
+        "PYTHONPATH": str(REPO),
+        "INVOKE_GPULAB_ARTIFACTS": str(lab.work / "artifacts"),
+        "INVOKE_GPULAB_RESULTS": str(lab.work / "results"),
+    }
     res = subprocess.run([str(INVOKE), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     print(f"$ invoke {' '.join(args)}  -> {res.returncode}\n{res.stdout}\n{res.stderr}")
     return res
 
 
 def recap(stdout: str) -> dict[str, tuple[str, int]]:
-    return {m.group(1): (m.group(2), int(m.group(3))) for m in re.finditer(
-        r"^\s+(\S+)\s+(ok|changed|failed|unreachable|not run)\s+stack \S+\s+ok=\d+ changed=(\d+)", stdout, re.M)}
+    return {
+        m.group(1): (m.group(2), int(m.group(3)))
+        for m in re.finditer(
+            r"^\s+(\S+)\s+(ok|changed|failed|unreachable|not run)\s+stack \S+\s+ok=\d+ changed=(\d+)", stdout, re.M
+        )
+    }
 
 
 def test_provision_sweep_report_on_two_hosts(flab):
@@ -79,8 +88,20 @@ def test_provision_sweep_report_on_two_hosts(flab):
         assert json.loads(flab.exec(name, "cat /etc/gpulab/stack.json").stdout)["drift"] == []
 
     # sweep: one tiny CPU run on both hosts at once, detached, fetched and verified
-    sweep = invoke(flab, "sweep", "--inventory", str(flab.cpu_inventory), "--workloads", "ncf", "--seeds", "1",
-                   "--scale", "tiny", "--name", "e2e")
+    sweep = invoke(
+        flab,
+        "sweep",
+        "--inventory",
+        str(flab.cpu_inventory),
+        "--workloads",
+        "ncf",
+        "--seeds",
+        "1",
+        "--scale",
+        "tiny",
+        "--name",
+        "e2e",
+    )
     assert sweep.returncode == 0, sweep.stdout[-3000:] + sweep.stderr
     root = flab.work / "results" / "e2e"
     starts = []

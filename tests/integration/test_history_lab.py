@@ -33,8 +33,11 @@ pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
 INVOKE = Path(sys.executable).parent / "invoke"
-GPUS = [{"name": "Tesla T4"}, {"name": "Tesla T4", "remap_uncorrectable": 1, "remap_pending": True},
-        {"name": "Tesla T4"}]
+GPUS = [
+    {"name": "Tesla T4"},
+    {"name": "Tesla T4", "remap_uncorrectable": 1, "remap_pending": True},
+    {"name": "Tesla T4"},
+]
 REMAP = "row remapping: row remap pending (1 uncorrectable): reset the GPU"
 
 
@@ -46,18 +49,46 @@ def readme_commands() -> list[str]:
 
 
 def test_the_readme_walk_on_a_lab_host_with_a_pending_row_remap(testlab, tmp_path):
-    lab = testlab(names=["r740-03"], all_vars={"gpulab_gpu_model": "T4", "gpulab_gpu_count": 3,
-                                               "gpulab_stack": "current"})
+    lab = testlab(
+        names=["r740-03"], all_vars={"gpulab_gpu_model": "T4", "gpulab_gpu_count": 3, "gpulab_stack": "current"}
+    )
     fakenvml.install(lab, "r740-03", fakenvml.build(tmp_path), json.dumps(GPUS))
     work = tmp_path / "lab"
     earlier = work / "results" / "earlier" / "localhost" / "ncf-throughput-tiny-cpu-s1"
-    r = subprocess.run([sys.executable, "-m", "runner", "run", "ncf", "--scale", "tiny", "--mode", "throughput",
-                        "--gpus", "0", "--seed", "1", "--out", str(earlier)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "run",
+            "ncf",
+            "--scale",
+            "tiny",
+            "--mode",
+            "throughput",
+            "--gpus",
+            "0",
+            "--seed",
+            "1",
+            "--out",
+            str(earlier),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert r.returncode == 0, r.stdout + r.stderr
-    env = {**os.environ, **lab.ansible_env(), "PYTHONPATH": str(ROOT), "INVOKE_GPULAB_INVENTORY": str(lab.inventory),
-           "INVOKE_GPULAB_WORKLOADS": "ncf", "INVOKE_GPULAB_SCALE": "tiny",
-           "INVOKE_GPULAB_REFERENCES": str(ROOT / "inventory" / "references" / "gpus.yml")}
+    env = {
+        **os.environ,
+        **lab.ansible_env(),
+        "PYTHONPATH": str(ROOT),
+        "INVOKE_GPULAB_INVENTORY": str(lab.inventory),
+        "INVOKE_GPULAB_WORKLOADS": "ncf",
+        "INVOKE_GPULAB_SCALE": "tiny",
+        "INVOKE_GPULAB_REFERENCES": str(ROOT / "inventory" / "references" / "gpus.yml"),
+    }
     for key in ("INVOKE_GPULAB_RESULTS", "INVOKE_GPULAB_HISTORY_URL"):
         env.pop(key, None)
     ran = []
@@ -65,20 +96,34 @@ def test_the_readme_walk_on_a_lab_host_with_a_pending_row_remap(testlab, tmp_pat
         argv = shlex.split(line)
         assert argv[0] == "invoke", line
         invoke = [str(INVOKE)] if INVOKE.exists() else [sys.executable, "-m", "invoke"]
-        p = subprocess.run([*invoke, "-r", str(ROOT), *argv[1:]], cwd=work, env=env, capture_output=True,
-                           text=True, timeout=600)
+        p = subprocess.run(
+            [*invoke, "-r", str(ROOT), *argv[1:]], cwd=work, env=env, capture_output=True, text=True, timeout=600
+        )
         print(f"$ {line} -> {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-2000:]}")
         ran.append((argv[1:3], p))
     names = [a[0] for a, _ in ran]
-    assert names == ["history.import", "history", "quarantine.add", "quarantine", "sweep", "sweep", "history",
-                     "validate", "quarantine.release", "quarantine.release"]
+    assert names == [
+        "history.import",
+        "history",
+        "quarantine.add",
+        "quarantine",
+        "sweep",
+        "sweep",
+        "history",
+        "validate",
+        "quarantine.release",
+        "quarantine.release",
+    ]
     (imp, hist, add, listed, dry, gated, hist1, validate, release, forced) = [p for _, p in ran]
     for p in (imp, hist, add, listed, dry, hist1, forced):
         assert p.returncode == 0, p.stdout + p.stderr
     assert imp.stdout.startswith("1 run(s) added, 0 already there")
     assert add.stdout.strip() == "r740-03 GPU 2: quarantined"
-    assert "r740-03 GPU 2" in listed.stdout and "row remap pending" in listed.stdout \
+    assert (
+        "r740-03 GPU 2" in listed.stdout
+        and "row remap pending" in listed.stdout
         and "reset the GPU, then validate" in listed.stdout
+    )
     assert "quarantine: r740-03: GPU(s) 2 quarantined (GPU 2: row remap pending): runs use GPU(s) 0,1" in dry.stdout
 
     # the gated sweep: GPU 1 fails the health check, is quarantined and planned around; the plan and the summary
@@ -86,10 +131,13 @@ def test_the_readme_walk_on_a_lab_host_with_a_pending_row_remap(testlab, tmp_pat
     out = gated.stdout
     assert gated.returncode == 1, out + gated.stderr
     assert f"health r740-03: GPU 1: {REMAP}" in out
-    assert ("quarantine: r740-03 GPU 1: quarantined (row remapping: row remap pending (1 uncorrectable): reset the "
-            "GPU; action reset_gpu: A remap is pending: reset the GPU to apply it") in out
-    kept_out = (f"r740-03: GPU(s) 1,2 quarantined (GPU 2: row remap pending; GPU 1: health check: {REMAP}): "
-                "runs use GPU(s) 0")
+    assert (
+        "quarantine: r740-03 GPU 1: quarantined (row remapping: row remap pending (1 uncorrectable): reset the "
+        "GPU; action reset_gpu: A remap is pending: reset the GPU to apply it"
+    ) in out
+    kept_out = (
+        f"r740-03: GPU(s) 1,2 quarantined (GPU 2: row remap pending; GPU 1: health check: {REMAP}): runs use GPU(s) 0"
+    )
     assert f"sweep gated: quarantine: {kept_out}" in out
     assert f"  QUARANTINE {kept_out}" in out
     (run,) = json.loads((work / "results" / "gated" / "sweep.json").read_text())["runs"]
@@ -99,7 +147,7 @@ def test_the_readme_walk_on_a_lab_host_with_a_pending_row_remap(testlab, tmp_pat
     epilogue = json.loads((rundir / "health.json").read_text())
     assert epilogue["kind"] == "gpulab-health" and epilogue["gpus"][1]["row_remap"]["pending"] is True
     assert f"health r740-03 after {run['run_id']}: GPU 1: {REMAP}" in out
-    assert "history: 0 run(s) added, 1 already there" in out     # recorded when collected, not only at the end
+    assert "history: 0 run(s) added, 1 already there" in out  # recorded when collected, not only at the end
     assert "row remapping" in hist1.stdout and "FAIL" in hist1.stdout
 
     # release: validate cannot pass on a host without CUDA, so the release that asks for it refuses; --force

@@ -36,8 +36,11 @@ def quick_start(label: str = "a") -> str:
 
 def checkout_files() -> list[str]:
     """What a fresh clone holds (tracked files, and new ones not ignored)."""
-    res = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                         capture_output=True, check=True)
+    res = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=True,
+    )
     return sorted(f for f in res.stdout.decode().split("\0") if f and (REPO / f).is_file())
 
 
@@ -49,17 +52,24 @@ def test_the_readme_quick_start_on_a_bare_debian_host(testlab):
     assert lab.exec(host, "python3 -c 'import torch'", check=False).returncode != 0  # nothing there yet
     # a copy of the checkout, over SSH as a user would bring it
     files = checkout_files()
-    tar = subprocess.Popen(["tar", "-C", str(REPO), "-cf", "-", "--null", "-T", "-"], stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE)
-    ssh = subprocess.Popen(["ssh", *lab.ssh_options(), f"root@{lab.hosts[host].address}",
-                            f"mkdir -p {HOME} && tar -xf - -C {HOME}"], stdin=tar.stdout)
+    tar = subprocess.Popen(
+        ["tar", "-C", str(REPO), "-cf", "-", "--null", "-T", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    ssh = subprocess.Popen(
+        ["ssh", *lab.ssh_options(), f"root@{lab.hosts[host].address}", f"mkdir -p {HOME} && tar -xf - -C {HOME}"],
+        stdin=tar.stdout,
+    )
     tar.stdin.write("\0".join(files).encode())
     tar.stdin.close()
     assert ssh.wait(timeout=300) == 0 and tar.wait(timeout=60) == 0
     # an air-gapped user's pip settings: the lab's index only; no cache and no byte-compiling
     # (tmpfs and CI time; Python compiles what it imports all the same)
-    env = {"PIP_INDEX_URL": lab.index_url, "PIP_TRUSTED_HOST": lab.controller, "PIP_NO_CACHE_DIR": "1",
-           "PIP_NO_COMPILE": "1"}
+    env = {
+        "PIP_INDEX_URL": lab.index_url,
+        "PIP_TRUSTED_HOST": lab.controller,
+        "PIP_NO_CACHE_DIR": "1",
+        "PIP_NO_COMPILE": "1",
+    }
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     res = lab.ssh(host, f"cd {HOME} && export {exports} && {command}", check=False, timeout=1500)
     print(res.stdout[-4000:], res.stderr[-4000:])

@@ -32,9 +32,11 @@ import pytest
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-SKIPPED = {".ci/setup": "the checkout's .venv stands in; tests/integration/test_new_user.py runs .ci/setup",
-           ".venv/bin/python -m pytest": "the test suite itself",
-           "sinfo ": "Slurm's own command: needs a Slurm cluster (tests/integration/test_slurm_lab.py has one)"}
+SKIPPED = {
+    ".ci/setup": "the checkout's .venv stands in; tests/integration/test_new_user.py runs .ci/setup",
+    ".venv/bin/python -m pytest": "the test suite itself",
+    "sinfo ": "Slurm's own command: needs a Slurm cluster (tests/integration/test_slurm_lab.py has one)",
+}
 
 
 def commands(readme: str) -> list[str]:
@@ -49,9 +51,9 @@ def commands(readme: str) -> list[str]:
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             heredoc = re.search(r"<<-?\s*'?([A-Za-z_]+)'?\s*$", line) if kind == "sh" else None
-            if heredoc:   # the lines up to its end word belong to this command
+            if heredoc:  # the lines up to its end word belong to this command
                 end = lines.index(heredoc.group(1))
-                line, lines = "\n".join([line, *lines[:end + 1]]), lines[end + 1:]
+                line, lines = "\n".join([line, *lines[: end + 1]]), lines[end + 1 :]
             out.append(line.strip())
     return out
 
@@ -75,8 +77,9 @@ def snapshot(root: Path) -> dict[str, tuple[int, int]]:
     out = {}
     for dirpath, dirnames, filenames in os.walk(root):
         rel = Path(dirpath).relative_to(root)
-        dirnames[:] = [d for d in dirnames if d != "__pycache__" and not (rel == Path(".") and d in
-                                                                           ("results", ".venv"))]
+        dirnames[:] = [
+            d for d in dirnames if d != "__pycache__" and not (rel == Path(".") and d in ("results", ".venv"))
+        ]
         for f in filenames:
             p = Path(dirpath) / f
             st = p.lstat()
@@ -94,7 +97,7 @@ def sent() -> int:
 
 def walk(clone: Path, report: Path) -> None:
     """Inside the namespace: run the README's commands in ``clone``; write what happened to ``report``."""
-    for _ in range(30):   # link-up chatter settles within seconds; after it, nothing leaves on its own
+    for _ in range(30):  # link-up chatter settles within seconds; after it, nothing leaves on its own
         before = sent()
         time.sleep(1)
         if sent() == before:
@@ -102,7 +105,7 @@ def walk(clone: Path, report: Path) -> None:
     home = clone.parent / "home"
     home.mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INVOKE_", "GPULAB_", "VIRTUAL_ENV"))}
-    env.update(HOME=str(home), PYTHONPATH=str(clone), OMP_NUM_THREADS="2")   # the venv's gpulab: this copy
+    env.update(HOME=str(home), PYTHONPATH=str(clone), OMP_NUM_THREADS="2")  # the venv's gpulab: this copy
     files = snapshot(clone)
     base = sent()
     done = []
@@ -115,10 +118,17 @@ def walk(clone: Path, report: Path) -> None:
                 env["PATH"] = f"{clone / '.venv' / 'bin'}:{env['PATH']}"
                 env["VIRTUAL_ENV"] = str(clone / ".venv")
             started = time.monotonic()
-            p = subprocess.run(["bash", "-c", part], cwd=clone, env=env, capture_output=True, text=True,
-                               timeout=900)
-            done.append({"command": part, "rc": p.returncode, "seconds": round(time.monotonic() - started, 1),
-                         "stdout": p.stdout[-3000:], "stderr": p.stderr[-3000:], "packets": sent() - base})
+            p = subprocess.run(["bash", "-c", part], cwd=clone, env=env, capture_output=True, text=True, timeout=900)
+            done.append(
+                {
+                    "command": part,
+                    "rc": p.returncode,
+                    "seconds": round(time.monotonic() - started, 1),
+                    "stdout": p.stdout[-3000:],
+                    "stderr": p.stderr[-3000:],
+                    "packets": sent() - base,
+                }
+            )
     after = snapshot(clone)
     mine = own_files((clone / "README.md").read_text())
     written = sorted(k for k in after.keys() | files.keys() if after.get(k) != files.get(k) and k not in mine)
@@ -138,8 +148,11 @@ exec "$@"
 
 
 def checkout_copy(dest: Path) -> None:
-    res = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                         capture_output=True, check=True)
+    res = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=True,
+    )
     for f in res.stdout.decode().split("\0"):
         src = REPO / f
         if f and src.is_file() and not src.is_symlink():
@@ -162,20 +175,25 @@ def test_the_readme_followed_literally(tmp_path):
     clone.mkdir()
     checkout_copy(clone)
     report = tmp_path / "walk.json"
-    p = subprocess.run(["unshare", "--net", "--", "sh", "-c", NETNS, "walk", sys.executable, __file__,
-                        str(clone), str(report)], capture_output=True, text=True, timeout=3000)
+    p = subprocess.run(
+        ["unshare", "--net", "--", "sh", "-c", NETNS, "walk", sys.executable, __file__, str(clone), str(report)],
+        capture_output=True,
+        text=True,
+        timeout=3000,
+    )
     assert p.returncode == 0 and report.exists(), p.stdout[-3000:] + p.stderr[-3000:]
     got = json.loads(report.read_text())
     ran = [s for s in got["steps"] if "rc" in s]
     for s in got["steps"]:
         print(f"$ {s['command']} -> {s.get('rc', 'not run: ' + s.get('skipped', ''))} ({s.get('seconds', 0)} s)")
     # not a curated subset: every command of the README was taken, in order
-    assert [s["command"] for s in got["steps"]] == \
-        [part for c in commands((REPO / "README.md").read_text()) for part, _ in steps(c)]
+    assert [s["command"] for s in got["steps"]] == [
+        part for c in commands((REPO / "README.md").read_text()) for part, _ in steps(c)
+    ]
     for s in ran:
         assert "Traceback" not in s["stdout"] + s["stderr"], s
         assert s["rc"] in (0, 1, 2), s
-        if s["rc"] == 2:   # bad input: one line, gpulab's
+        if s["rc"] == 2:  # bad input: one line, gpulab's
             lines = [ln for ln in s["stderr"].splitlines() if ln.strip()]
             assert len(lines) == 1 and lines[0].startswith("gpulab: "), s
         assert s["packets"] == 0, f"a packet left for a non-loopback address by: {s['command']}"

@@ -58,16 +58,28 @@ def readme() -> tuple[str, list[str]]:
 
 
 def env_for(lab, results: Path, **extra) -> dict:
-    env = {**os.environ, **lab.cluster.env, "PYTHONPATH": str(ROOT), "INVOKE_GPULAB_INVENTORY": str(lab.inventory),
-           "INVOKE_GPULAB_RESULTS": str(results), "INVOKE_GPULAB_SLURM_POLL_S": "0.5"}
+    env = {
+        **os.environ,
+        **lab.cluster.env,
+        "PYTHONPATH": str(ROOT),
+        "INVOKE_GPULAB_INVENTORY": str(lab.inventory),
+        "INVOKE_GPULAB_RESULTS": str(results),
+        "INVOKE_GPULAB_SLURM_POLL_S": "0.5",
+    }
     env.pop("INVOKE_GPULAB_HISTORY_URL", None)
     env.update(extra)
     return env
 
 
 def invoke(lab, results: Path, *args, timeout=600, **extra) -> subprocess.CompletedProcess:
-    p = subprocess.run(invoke_cmd() + ["-r", str(ROOT), *args], cwd=results.parent, capture_output=True, text=True,
-                       env=env_for(lab, results, **extra), timeout=timeout)
+    p = subprocess.run(
+        invoke_cmd() + ["-r", str(ROOT), *args],
+        cwd=results.parent,
+        capture_output=True,
+        text=True,
+        env=env_for(lab, results, **extra),
+        timeout=timeout,
+    )
     print(f"$ invoke {shlex.join(args)} -> {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-2000:]}")
     return p
 
@@ -108,19 +120,30 @@ def test_the_readme_on_a_slurm_cluster_and_the_ssh_backend_agree(slurmlab, tmp_p
         if argv[0] == "invoke":
             p = invoke(lab, results, "-f", str(cfg), *argv[1:])
         else:
-            if argv[:2] == ["sinfo", "-R"]:   # between the sweep and sinfo -R: node-02's GPU fails its check
+            if argv[:2] == ["sinfo", "-R"]:  # between the sweep and sinfo -R: node-02's GPU fails its check
                 break_gpu(lab, "node-02", tmp_path)
                 wait_until(lambda: node(lab, "node-02").get("Reason", "").startswith(ECC), "the health drain", 90)
-                fix_gpu(lab, "node-02")   # the hardware fixed: the check passes again, and resumes nothing
-                lab.exec("node-02", ": > /var/log/slurm/gpulab-health.log")   # (a check under way may still fail)
-                wait_until(lambda: "gpulab health node-02: PASS" in lab.exec(
-                    "node-02", "cat /var/log/slurm/gpulab-health.log").stdout, "a passing check after the fix", 90)
+                fix_gpu(lab, "node-02")  # the hardware fixed: the check passes again, and resumes nothing
+                lab.exec("node-02", ": > /var/log/slurm/gpulab-health.log")  # (a check under way may still fail)
+                wait_until(
+                    lambda: (
+                        "gpulab health node-02: PASS"
+                        in lab.exec("node-02", "cat /var/log/slurm/gpulab-health.log").stdout
+                    ),
+                    "a passing check after the fix",
+                    90,
+                )
                 assert "DRAIN" in node(lab, "node-02")["State"]
             p = lab.cluster.command(*argv, check=False)
             print(f"$ {line} -> {p.returncode}\n{p.stdout}{p.stderr}")
         ran.append((argv, p))
-    assert [a[:2] for a, _ in ran] == [["invoke", "sweep"], ["sinfo", "-R"], ["invoke", "quarantine"],
-                                      ["invoke", "quarantine.release"], ["invoke", "quarantine.release"]]
+    assert [a[:2] for a, _ in ran] == [
+        ["invoke", "sweep"],
+        ["sinfo", "-R"],
+        ["invoke", "quarantine"],
+        ["invoke", "quarantine.release"],
+        ["invoke", "quarantine.release"],
+    ]
     sweep, sinfo, listed, refused, forced = (p for _, p in ran)
 
     # the sweep: one array per node, both runs complete, run directories verified, task ids in sweep.json
@@ -145,8 +168,23 @@ def test_the_readme_on_a_slurm_cluster_and_the_ssh_backend_agree(slurmlab, tmp_p
     assert lab.cluster.command("sinfo", "-R", "-h").stdout.strip() == ""
 
     # the same sweep through gpulab's own SSH controller: the report has the same rows (same score rule)
-    ssh = invoke(lab, results, "sweep", "--backend", "ssh", "--host", "node-01,node-02", "--workloads", "ncf",
-                 "--scale", "tiny", "--seeds", "1", "--name", "on-ssh")
+    ssh = invoke(
+        lab,
+        results,
+        "sweep",
+        "--backend",
+        "ssh",
+        "--host",
+        "node-01,node-02",
+        "--workloads",
+        "ncf",
+        "--scale",
+        "tiny",
+        "--seeds",
+        "1",
+        "--name",
+        "on-ssh",
+    )
     assert ssh.returncode == 0, ssh.stdout + ssh.stderr
     for name in ("on-slurm", "on-ssh"):
         rep = invoke(lab, results, "report", str(results / name), "--format", "json")
@@ -165,16 +203,43 @@ def test_ctrl_c_cancels_the_sweeps_jobs_and_nothing_else(slurmlab, tmp_path):
     lab = slurmlab
     lab.cluster.reset()
     results = tmp_path / "results"
-    theirs = lab.cluster.command("sbatch", "--parsable", "--nodelist=node-01", "--job-name=admins-own",
-                                 "--output=/dev/null", "--wrap", "sleep 600").stdout.strip()
-    proc = subprocess.Popen(invoke_cmd() + ["-r", str(ROOT), "sweep", "--backend", "slurm", "--workloads", "ncf",
-                                            "--scale", "tiny", "--seeds", "1", "--name", "cc"],
-                            cwd=tmp_path, env=env_for(lab, results), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    theirs = lab.cluster.command(
+        "sbatch",
+        "--parsable",
+        "--nodelist=node-01",
+        "--job-name=admins-own",
+        "--output=/dev/null",
+        "--wrap",
+        "sleep 600",
+    ).stdout.strip()
+    proc = subprocess.Popen(
+        invoke_cmd()
+        + [
+            "-r",
+            str(ROOT),
+            "sweep",
+            "--backend",
+            "slurm",
+            "--workloads",
+            "ncf",
+            "--scale",
+            "tiny",
+            "--seeds",
+            "1",
+            "--name",
+            "cc",
+        ],
+        cwd=tmp_path,
+        env=env_for(lab, results),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
     def ours_running():
         out = lab.cluster.command("squeue", "-h", "-n", "gpulab-cc", "-o", "%i %T").stdout.split("\n")
         return sum(1 for line in out if line.endswith(" RUNNING")) == 2
+
     with reaped(proc):
         wait_until(lambda: ours_running() or proc.poll() is not None, "both tasks running", 120)
         wait_until(lambda: lab.exec("node-01", "pgrep -f '[r]unner run' || true").stdout.strip(), "the runner", 60)
@@ -188,8 +253,11 @@ def test_ctrl_c_cancels_the_sweeps_jobs_and_nothing_else(slurmlab, tmp_path):
     assert [r["state"] for r in runs] == ["interrupted", "interrupted"], runs
     assert all(r["reason"].startswith("interrupted (Ctrl-C); Slurm job ") for r in runs)
     for h in ("node-01", "node-02"):
-        wait_until(lambda h=h: not lab.exec(h, "pgrep -f '[r]unner run' || true").stdout.strip(),
-                   f"the runner on {h} to end", 30)
+        wait_until(
+            lambda h=h: not lab.exec(h, "pgrep -f '[r]unner run' || true").stdout.strip(),
+            f"the runner on {h} to end",
+            30,
+        )
     lab.cluster.command("scancel", theirs)
 
 
@@ -202,8 +270,14 @@ def test_an_admins_drain_is_kept_and_a_sweep_finishes_on_the_other_node(slurmlab
     for h in ("node-01", "node-02"):
         break_gpu(lab, h, tmp_path)
     wait_until(lambda: node(lab, "node-02").get("Reason", "").startswith(ECC), "node-02's health drain", 90)
-    wait_until(lambda: "left: drained by someone else" in lab.exec(
-        "node-01", "cat /var/log/slurm/gpulab-health.log 2>/dev/null || true").stdout, "node-01's health check", 90)
+    wait_until(
+        lambda: (
+            "left: drained by someone else"
+            in lab.exec("node-01", "cat /var/log/slurm/gpulab-health.log 2>/dev/null || true").stdout
+        ),
+        "node-01's health check",
+        90,
+    )
     assert node(lab, "node-01")["Reason"].startswith(admin + " [root@")
     # a release of the admin's node: not gpulab's to resume
     p = invoke(lab, results, "quarantine.release", "node-01", "--force", INVOKE_GPULAB_SWEEP_BACKEND="slurm")
@@ -213,11 +287,24 @@ def test_an_admins_drain_is_kept_and_a_sweep_finishes_on_the_other_node(slurmlab
     assert f"node-01                  Slurm idle+drain: {admin}" in listed.stdout and "node-02" in listed.stdout
 
     # the admin is done: node-01 fixed and resumed; node-02 stays drained by gpulab; the sweep runs on node-01
-    fix_gpu(lab, "node-01")   # and no check of the broken GPU still under way when the admin resumes it
+    fix_gpu(lab, "node-01")  # and no check of the broken GPU still under way when the admin resumes it
     wait_until(lambda: not lab.cluster.checking("node-01"), "node-01's health check in progress to end", 90)
     lab.cluster.command("scontrol", "update", "nodename=node-01", "state=resume")
-    p = invoke(lab, results, "sweep", "--backend", "slurm", "--workloads", "ncf", "--scale", "tiny", "--seeds", "1",
-               "--name", "one-left")
+    p = invoke(
+        lab,
+        results,
+        "sweep",
+        "--backend",
+        "slurm",
+        "--workloads",
+        "ncf",
+        "--scale",
+        "tiny",
+        "--seeds",
+        "1",
+        "--name",
+        "one-left",
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert f"QUARANTINE node-02: skipped: quarantined (Slurm: idle+drain: {ECC}" in p.stdout
     (run,) = json.loads((results / "one-left" / "sweep.json").read_text())["runs"]
@@ -234,12 +321,17 @@ def test_gpulabs_prolog_drains_a_failing_node_before_a_job_starts_there(slurmlab
     for h in ("node-01", "node-02"):
         lab.cluster.install_health(h, ROOT, program=False, prolog=True)
     fakenvml.install(lab, "node-02", fakenvml.build(tmp_path), json.dumps(BAD_GPU))
-    jobs = {h: lab.cluster.command("sbatch", "--parsable", f"--nodelist={h}", "--output=/dev/null", "--wrap",
-                                   "touch /tmp/ran-$SLURM_JOB_ID").stdout.strip() for h in ("node-01", "node-02")}
+    jobs = {
+        h: lab.cluster.command(
+            "sbatch", "--parsable", f"--nodelist={h}", "--output=/dev/null", "--wrap", "touch /tmp/ran-$SLURM_JOB_ID"
+        ).stdout.strip()
+        for h in ("node-01", "node-02")
+    }
 
     def job(h):
         out = lab.cluster.command("scontrol", "show", "job", "-o", jobs[h]).stdout
         return dict(re.findall(r"(?:^|\s)(JobState|Reason)=(\S+)", out))
+
     assert wait_until(lambda: job("node-01")["JobState"] == "COMPLETED", "the job on node-01", 60)
     assert lab.exec("node-01", f"test -e /tmp/ran-{jobs['node-01']} && echo ran").stdout.strip() == "ran"
     wait_until(lambda: job("node-02")["Reason"] == "launch_failed_requeued_held", "the job on node-02 held", 60)
@@ -263,38 +355,78 @@ def test_the_slurm_node_role_sets_up_a_node_and_its_health_check_idempotently(sl
     lab.cluster.reset()
     from lab.hosts import runnerdist
 
-    bundle = runnerdist.health_bundle(tmp_path / "health")   # what `invoke provision` hands the role
+    bundle = runnerdist.health_bundle(tmp_path / "health")  # what `invoke provision` hands the role
     playbook = tmp_path / "slurm.yml"
-    playbook.write_text(yaml.safe_dump([{"name": "Slurm node", "hosts": "node-01", "gather_facts": True,
-                                         "gather_subset": ["min"], "roles": ["slurm_node"]}]))
-    extravars = {"gpulab_slurm": True, "slurm_node_manage": True, "slurm_node_services": False,
-                 "slurm_node_munge_key_file": str(lab.cluster.dir / "munge.key"),
-                 "slurm_node_conf_file": str(lab.cluster.dir / "hosts-slurm.conf"),
-                 "slurm_node_health_bundle": str(bundle), "slurm_node_prolog": lab_slurm.PROLOG,
-                 "slurm_node_pip_args": ["--no-index", "--find-links", lab.find_links_url, "--trusted-host",
-                                         lab.controller]}
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Slurm node",
+                    "hosts": "node-01",
+                    "gather_facts": True,
+                    "gather_subset": ["min"],
+                    "roles": ["slurm_node"],
+                }
+            ]
+        )
+    )
+    extravars = {
+        "gpulab_slurm": True,
+        "slurm_node_manage": True,
+        "slurm_node_services": False,
+        "slurm_node_munge_key_file": str(lab.cluster.dir / "munge.key"),
+        "slurm_node_conf_file": str(lab.cluster.dir / "hosts-slurm.conf"),
+        "slurm_node_health_bundle": str(bundle),
+        "slurm_node_prolog": lab_slurm.PROLOG,
+        "slurm_node_pip_args": ["--no-index", "--find-links", lab.find_links_url, "--trusted-host", lab.controller],
+    }
     envvars = {**lab.ansible_env(), "ANSIBLE_ROLES_PATH": str(ROOT / "playbooks" / "roles")}
-    runs = [run_playbook(playbook, lab.inventory, extravars=extravars, artifacts_root=tmp_path / "artifacts",
-                         quiet=True, envvars=envvars) for _ in range(2)]
+    runs = [
+        run_playbook(
+            playbook,
+            lab.inventory,
+            extravars=extravars,
+            artifacts_root=tmp_path / "artifacts",
+            quiet=True,
+            envvars=envvars,
+        )
+        for _ in range(2)
+    ]
     assert runs[0].ok and runs[0].changed >= 1, runs[0].hosts
-    assert runs[1].ok and runs[1].changed == 0, runs[1].hosts      # idempotent
+    assert runs[1].ok and runs[1].changed == 0, runs[1].hosts  # idempotent
     assert lab.exec("node-01", "cat /etc/slurm/gres.conf").stdout.startswith("# Ansible managed")
     assert lab.exec("node-01", "stat -c '%U %a' /etc/munge/munge.key").stdout.split() == ["munge", "400"]
-    lab.exec("node-01", "/usr/local/sbin/gpulab-slurm-health")   # what slurmd runs
+    lab.exec("node-01", "/usr/local/sbin/gpulab-slurm-health")  # what slurmd runs
     assert "gpulab health node-01: PASS" in lab.exec("node-01", "cat /var/log/slurm/gpulab-health.log").stdout
     prolog = lab.exec("node-01", f"cat {lab_slurm.PROLOG}; env -i {lab_slurm.PROLOG} && echo prolog-ok").stdout
-    assert "nodehealth --prolog" in prolog and prolog.endswith("prolog-ok\n"), prolog   # slurmd gives no PATH
+    assert "nodehealth --prolog" in prolog and prolog.endswith("prolog-ok\n"), prolog  # slurmd gives no PATH
     assert node(lab, "node-01")["State"] == "IDLE"
 
     # the audit's part (playbooks/audit.yml imports it): node-01 has everything, node-02 lacks the health check
     from lab.hosts import provision
 
     audit = tmp_path / "audit.yml"
-    audit.write_text(yaml.safe_dump([{"name": "Audit", "hosts": "node-01,node-02", "gather_facts": True,
-                                      "gather_subset": ["min"], "tasks": [{"name": "Read Slurm's node side",
-                                      "ansible.builtin.import_role": {"name": "slurm_node", "tasks_from": "audit"}}]}]))
-    res = run_playbook(audit, lab.inventory, extravars=extravars, artifacts_root=tmp_path / "artifacts", quiet=True,
-                       envvars=envvars)
+    audit.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Audit",
+                    "hosts": "node-01,node-02",
+                    "gather_facts": True,
+                    "gather_subset": ["min"],
+                    "tasks": [
+                        {
+                            "name": "Read Slurm's node side",
+                            "ansible.builtin.import_role": {"name": "slurm_node", "tasks_from": "audit"},
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    res = run_playbook(
+        audit, lab.inventory, extravars=extravars, artifacts_root=tmp_path / "artifacts", quiet=True, envvars=envvars
+    )
     assert res.ok and res.changed == 0, res.hosts
     assert provision.slurm_drift(res.result("node-01", provision.SLURM_TASK)) == []
     drift = provision.slurm_drift(res.result("node-02", provision.SLURM_TASK))
@@ -309,8 +441,25 @@ def test_a_multi_node_run_takes_its_rendezvous_from_the_slurm_allocation(slurmla
     lab = slurmlab
     lab.cluster.reset()
     results = tmp_path / "results"
-    p = invoke(lab, results, "sweep", "--backend", "slurm", "--host", "node-01,node-02", "--nodes", "2",
-               "--workloads", "ncf", "--scale", "tiny", "--seeds", "1", "--name", "mn")
+    p = invoke(
+        lab,
+        results,
+        "sweep",
+        "--backend",
+        "slurm",
+        "--host",
+        "node-01,node-02",
+        "--nodes",
+        "2",
+        "--workloads",
+        "ncf",
+        "--scale",
+        "tiny",
+        "--seeds",
+        "1",
+        "--name",
+        "mn",
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     (run,) = json.loads((results / "mn" / "sweep.json").read_text())["runs"]
     assert run["nodes"] == ["node-01", "node-02"] and run["state"] == "complete" and run["slurm_job"], run
@@ -326,10 +475,17 @@ def test_a_crashed_slurm_labs_munged_is_cleaned_up(testlab_images, tmp_path):
     """The root namespace's munged of a Slurm lab whose owner was SIGKILLed goes with the rest of it."""
     from tests.testlab.lab import cleanup_stale, lab_objects
 
-    script = ("import sys, time; from tests.testlab.lab import Lab; lab = Lab(['cr-01'], slurm=True).up(); "
-              "print(lab.id, lab.cluster.munge_proc.pid, flush=True); time.sleep(600)")
-    owner = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    script = (
+        "import sys, time; from tests.testlab.lab import Lab; lab = Lab(['cr-01'], slurm=True).up(); "
+        "print(lab.id, lab.cluster.munge_proc.pid, flush=True); time.sleep(600)"
+    )
+    owner = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     try:
         lab_id, munged = owner.stdout.readline().split()
     finally:
@@ -347,14 +503,40 @@ def test_a_task_that_slurm_ends_is_recorded_with_slurms_word(slurmlab, tmp_path)
     lab = slurmlab
     lab.cluster.reset()
     results = tmp_path / "results"
-    proc = subprocess.Popen(invoke_cmd() + ["-r", str(ROOT), "sweep", "--backend", "slurm", "--host", "node-01",
-                                            "--workloads", "ncf", "--scale", "tiny", "--seeds", "1", "--name", "ended"],
-                            cwd=tmp_path, env=env_for(lab, results), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        invoke_cmd()
+        + [
+            "-r",
+            str(ROOT),
+            "sweep",
+            "--backend",
+            "slurm",
+            "--host",
+            "node-01",
+            "--workloads",
+            "ncf",
+            "--scale",
+            "tiny",
+            "--seeds",
+            "1",
+            "--name",
+            "ended",
+        ],
+        cwd=tmp_path,
+        env=env_for(lab, results),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     with reaped(proc):
-        job = wait_until(lambda: lab.cluster.command("squeue", "-h", "-n", "gpulab-ended", "-t", "RUNNING",
-                                                     "-o", "%i").stdout.strip() or proc.poll() is not None,
-                         "the task to run", 120)
+        job = wait_until(
+            lambda: (
+                lab.cluster.command("squeue", "-h", "-n", "gpulab-ended", "-t", "RUNNING", "-o", "%i").stdout.strip()
+                or proc.poll() is not None
+            ),
+            "the task to run",
+            120,
+        )
         assert proc.poll() is None, proc.stdout.read()
         lab.cluster.command("scancel", job)
         out, _ = proc.communicate(timeout=120)
@@ -387,8 +569,14 @@ def test_a_units_later_array_waits_for_its_earlier_one(slurmlab, tmp_path, monke
     remote, install, _, _ = prepare_host(host)
     first, later = PlannedRun("node-01", "ncf", 0, 1), PlannedRun("node-01", "ncf", 0, 2)
     sweep = Sweep.open(tmp_path / "results" / "chain", "chain", [first, later], {})
-    w = SlurmUnitWorker(sweep, [Node(host, remote, install, Settings(), "chain")], [first, later], Settings(),
-                        Progress({"node-01": 2}, live=False), threading.Event())
+    w = SlurmUnitWorker(
+        sweep,
+        [Node(host, remote, install, Settings(), "chain")],
+        [first, later],
+        Settings(),
+        Progress({"node-01": 2}, live=False),
+        threading.Event(),
+    )
     try:
         (a,), (b,) = w._submit([first]), w._submit([later])
     finally:
@@ -398,11 +586,12 @@ def test_a_units_later_array_waits_for_its_earlier_one(slurmlab, tmp_path, monke
     def job(j):
         out = lab.cluster.command("scontrol", "show", "job", "-o", j).stdout
         return dict(re.findall(r"(?:^|\s)(JobState|Dependency|StartTime|EndTime)=(\S+)", out))
+
     assert job(job_b)["Dependency"].startswith(f"afterany:{job_a}_*"), job(job_b)
     wait_until(lambda: job(job_a)["JobState"] != "PENDING", "the first array's task to start", 60)
     lab.cluster.command("scancel", job_a)
     wait_until(lambda: job(job_b)["JobState"] != "PENDING", "the later array to start", 60)
-    a, b = job(job_a), job(job_b)   # node-01 had room for both: only the dependency kept them apart
+    a, b = job(job_a), job(job_b)  # node-01 had room for both: only the dependency kept them apart
     assert a["JobState"] in ("CANCELLED", "COMPLETED") and b["StartTime"] >= a["EndTime"], (a, b)
     lab.cluster.reset()
 
@@ -418,13 +607,31 @@ def test_a_gpu_run_asks_slurm_for_its_gpus(slurmlab, tmp_path):
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
     fakenvml.install(lab, "node-02", fakenvml.build(tmp_path), json.dumps([{**BAD_GPU[0], "ecc_uncorrected": 0}]))
     try:
-        p = invoke(lab, results, "sweep", "--backend", "slurm", "--host", "node-02", "--workloads", "ncf",
-                   "--scale", "tiny", "--seeds", "1", "--gpus", "1", "--name", "gres",
-                   INVOKE_GPULAB_INVENTORY=str(tmp_path / "hosts.yml"))
+        p = invoke(
+            lab,
+            results,
+            "sweep",
+            "--backend",
+            "slurm",
+            "--host",
+            "node-02",
+            "--workloads",
+            "ncf",
+            "--scale",
+            "tiny",
+            "--seeds",
+            "1",
+            "--gpus",
+            "1",
+            "--name",
+            "gres",
+            INVOKE_GPULAB_INVENTORY=str(tmp_path / "hosts.yml"),
+        )
     finally:
         fix_gpu(lab, "node-02")
     assert p.returncode == 1, p.stdout + p.stderr
     (run,) = json.loads((results / "gres" / "sweep.json").read_text())["runs"]
     assert run["gpus"] == 1 and run["state"] == "failed", run
     assert run["reason"].startswith("slurm: ") and run["reason"].endswith(
-        "sbatch: error: Batch job submission failed: Requested node configuration is not available"), run
+        "sbatch: error: Batch job submission failed: Requested node configuration is not available"
+    ), run

@@ -45,11 +45,16 @@ pytestmark = pytest.mark.lab
 REPO = Path(__file__).resolve().parents[2]
 INVOKE = Path(sys.executable).parent / "invoke"
 T4, V100 = ["r740-01", "r740-02"], ["r740-03", "r740-04"]
-GPUS = {"T4": {"name": "Tesla T4", "memory_mib": 15360},
-        "V100-PCIE-16GB": {"name": "Tesla V100-PCIE-16GB", "memory_mib": 16160}}
+GPUS = {
+    "T4": {"name": "Tesla T4", "memory_mib": 15360},
+    "V100-PCIE-16GB": {"name": "Tesla V100-PCIE-16GB", "memory_mib": 16160},
+}
 # what the lab hosts cannot do (provisioning_lab.PROVISION_VARS without the hosts' own facts)
-LAB_ONLY = {k: v for k, v in provisioning_lab.PROVISION_VARS.items()
-            if k not in ("gpulab_gpu_model", "gpulab_gpu_count", "gpulab_stack", "gpulab_os", "gpulab_mirror")}
+LAB_ONLY = {
+    k: v
+    for k, v in provisioning_lab.PROVISION_VARS.items()
+    if k not in ("gpulab_gpu_model", "gpulab_gpu_count", "gpulab_stack", "gpulab_os", "gpulab_mirror")
+}
 
 
 def section() -> str:
@@ -95,11 +100,15 @@ class Walk:
     def __init__(self, lab, work: Path):
         self.lab, self.work = lab, work
         self.results = work / "results"
-        self.env = {**os.environ, **lab.ansible_env(), "PYTHONPATH": str(REPO),
-                    "INVOKE_GPULAB_INVENTORY": str(work / "hosts.yml"),
-                    "INVOKE_GPULAB_RESULTS": str(self.results),
-                    "INVOKE_GPULAB_ARTIFACTS": str(work / "artifacts"),
-                    "INVOKE_GPULAB_DATASETS_CATALOGUE": str(work / "catalogue.yml")}
+        self.env = {
+            **os.environ,
+            **lab.ansible_env(),
+            "PYTHONPATH": str(REPO),
+            "INVOKE_GPULAB_INVENTORY": str(work / "hosts.yml"),
+            "INVOKE_GPULAB_RESULTS": str(self.results),
+            "INVOKE_GPULAB_ARTIFACTS": str(work / "artifacts"),
+            "INVOKE_GPULAB_DATASETS_CATALOGUE": str(work / "catalogue.yml"),
+        }
         self.ran: set[str] = set()
 
     def run(self, command: str, *, extra=(), env=None, timeout=900) -> subprocess.CompletedProcess:
@@ -116,8 +125,14 @@ class Walk:
             argv = [re.sub(r"(^|,)results/", rf"\g<1>{self.results}/", a) for a in argv[1:]]
             self.ran.add(command)
             out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
-            proc = subprocess.Popen([str(INVOKE), *argv, *extra], cwd=REPO, env={**self.env, **(env or {})},
-                                    stdout=out, stderr=err, text=True)
+            proc = subprocess.Popen(
+                [str(INVOKE), *argv, *extra],
+                cwd=REPO,
+                env={**self.env, **(env or {})},
+                stdout=out,
+                stderr=err,
+                text=True,
+            )
             started.append((command, extra, argv, proc, out, err))
         done = []
         try:
@@ -162,18 +177,26 @@ def walk(testlab, tmp_path_factory):
     entries, _ = build(work / "archives")
     real = yaml.safe_load((REPO / "inventory" / "datasets.yml").read_text())
     assert set(real["datasets"]) == set(entries), "a catalogue entry has no tiny archive to test it with"
-    assert {n: e.get("kind", "data") for n, e in real["datasets"].items()} == \
-        {n: e.get("kind", "data") for n, e in entries.items()}
-    assert {n for n, e in real["datasets"].items() if any(a["sha256"] is None for a in e["artifacts"])} == \
-        {n for n, e in entries.items() if any(a["sha256"] is None for a in e["artifacts"])}
+    assert {n: e.get("kind", "data") for n, e in real["datasets"].items()} == {
+        n: e.get("kind", "data") for n, e in entries.items()
+    }
+    assert {n for n, e in real["datasets"].items() if any(a["sha256"] is None for a in e["artifacts"])} == {
+        n for n, e in entries.items() if any(a["sha256"] is None for a in e["artifacts"])
+    }
     www = lab.state_dir / "www" / "datasets"
     for name, e in entries.items():
         (www / name).mkdir(parents=True)
         for a in e["artifacts"]:
             os.link(work / "archives" / name / a["file"], www / name / a["file"])
-    cat = {"schema": 1, "version": "walkthrough-1", "origins": {"nowhere": None}, "benchmarks": real["benchmarks"],
-           "datasets": {n: {**e, "artifacts": [{**a, "origin": "nowhere"} for a in e["artifacts"]]}
-                        for n, e in entries.items()}}
+    cat = {
+        "schema": 1,
+        "version": "walkthrough-1",
+        "origins": {"nowhere": None},
+        "benchmarks": real["benchmarks"],
+        "datasets": {
+            n: {**e, "artifacts": [{**a, "origin": "nowhere"} for a in e["artifacts"]]} for n, e in entries.items()
+        },
+    }
     (work / "catalogue.yml").write_text(yaml.safe_dump(cat, sort_keys=False))
     walk = Walk(lab, work)
     walk.datasets = list(entries)
@@ -214,15 +237,17 @@ def test_4_validate(walk):
     # its history apart: a failing validate quarantines each host, and the sweeps below must still run here
     history = f"sqlite:///{walk.work / 'validate-history.sqlite'}"
     p = walk.run(one(r"invoke validate --level standard"), env={"INVOKE_GPULAB_HISTORY_URL": history})
-    assert p.returncode == 1, p.stdout + p.stderr           # no host of the lab has a GPU the runner can use
+    assert p.returncode == 1, p.stdout + p.stderr  # no host of the lab has a GPU the runner can use
     for name in T4 + V100:
         assert re.search(rf"^FAIL\s+{name}: GPU present: no NVIDIA GPU", p.stdout, re.M), p.stdout
         assert re.search(rf"^quarantined {name}: validate \S+: GPU present: no NVIDIA GPU", p.stdout, re.M), p.stdout
 
 
 def test_5_the_dry_runs_print_what_the_readme_shows(walk):
-    for command in (one(r"invoke sweep --device v100 --dry-run --name r740-v100"),
-                    one(r"invoke sweep --device v100 --mode throughput --dry-run --name r740-v100-throughput")):
+    for command in (
+        one(r"invoke sweep --device v100 --dry-run --name r740-v100"),
+        one(r"invoke sweep --device v100 --mode throughput --dry-run --name r740-v100-throughput"),
+    ):
         p = walk.run(command)
         assert p.returncode == 0, p.stderr
         assert p.stdout.splitlines() == shown(command)
@@ -244,8 +269,13 @@ def test_6_the_time_to_train_sweeps(walk):
         # as written: the whole study passes its data check on every host
         p = walk.run(command, extra=["--dry-run"])
         assert p.returncode == 0, p.stderr
-        assert p.stdout.count("data in /var/lib/gpulab/data: ready (imagenet, coco, resnet34-torchvision, r50-msra, "
-                              "wmt16, wmt17, ml-20m)") == 2
+        assert (
+            p.stdout.count(
+                "data in /var/lib/gpulab/data: ready (imagenet, coco, resnet34-torchvision, r50-msra, "
+                "wmt16, wmt17, ml-20m)"
+            )
+            == 2
+        )
     # the groups at the same time, one shell each, as the README allows
     for p in walk.together([(command, (), SMALL) for command in commands]):
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr
@@ -267,13 +297,21 @@ def test_7_the_throughput_sweeps(walk):
 
 def test_8_the_reports(walk):
     ttt = one(r"invoke report results/r740-t4,results/r740-v100 --out results/r740-study")
-    thr = one(r"invoke report results/r740-t4-throughput,results/r740-v100-throughput "
-              r"--out results/r740-study-throughput")
+    thr = one(
+        r"invoke report results/r740-t4-throughput,results/r740-v100-throughput "
+        r"--out results/r740-study-throughput"
+    )
     for command, out in ((ttt, "r740-study"), (thr, "r740-study-throughput")):
         p = walk.run(command)
         assert p.returncode == 0, p.stderr
-        for f in ("report.html", "report.md", "summary.json", "tables/ratios.csv", "tables/scaling.csv",
-                  "tables/seeds.csv"):
+        for f in (
+            "report.html",
+            "report.md",
+            "summary.json",
+            "tables/ratios.csv",
+            "tables/scaling.csv",
+            "tables/seeds.csv",
+        ):
             assert (walk.results / out / f).is_file(), (out, f)
     doc = json.loads((walk.results / "r740-study" / "summary.json").read_text())
     assert {(r["benchmark"], r["runs"]) for r in doc["records"]} == {("ncf [tiny]", 4)}

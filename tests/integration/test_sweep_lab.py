@@ -33,7 +33,7 @@ INVOKE = Path(sys.executable).parent / "invoke"
 EVIL_WORKDIR = "/var/lib/gl wd;touch /tmp/pwned-workdir;$(touch /tmp/pwned-subst)"
 SMALL_WORKDIR = "/var/lib/gl-small"
 LAB_VARS = {"gpulab_gpu_model": "cpu", "gpulab_gpu_count": 0, "gpulab_stack": "current"}
-RUNNER = "[r]unner run"   # a pgrep pattern that does not match pgrep's own shell
+RUNNER = "[r]unner run"  # a pgrep pattern that does not match pgrep's own shell
 
 
 def invoke_cmd() -> list[str]:
@@ -42,16 +42,27 @@ def invoke_cmd() -> list[str]:
 
 def env_for(results: Path, **settings) -> dict:
     # these tests sweep tiny ncf runs (the declared defaults (lab.core.settings) are the full-scale study)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), INVOKE_GPULAB_RESULTS=str(results), INVOKE_GPULAB_WORKLOADS="ncf",
-               INVOKE_GPULAB_SCALE="tiny")
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        INVOKE_GPULAB_RESULTS=str(results),
+        INVOKE_GPULAB_WORKLOADS="ncf",
+        INVOKE_GPULAB_SCALE="tiny",
+    )
     for key, value in settings.items():
         env[f"INVOKE_GPULAB_SWEEP_{key.upper()}"] = str(value)
     return env
 
 
 def sweep(args, results: Path, *, timeout=900, **settings) -> subprocess.CompletedProcess:
-    return subprocess.run(invoke_cmd() + ["sweep", *args], cwd=ROOT, env=env_for(results, **settings),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        invoke_cmd() + ["sweep", *args],
+        cwd=ROOT,
+        env=env_for(results, **settings),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def state(results: Path, name: str) -> dict:
@@ -69,16 +80,25 @@ def worker_pids(lab, name) -> list[str]:
 
 @pytest.fixture(scope="module")
 def lab(testlab):
-    return testlab(4, prefix="sw", all_vars=LAB_VARS,
-                   host_vars={"sw-02": {"gpulab_workdir": EVIL_WORKDIR},
-                              "sw-04": {"gpulab_workdir": SMALL_WORKDIR}})
+    return testlab(
+        4,
+        prefix="sw",
+        all_vars=LAB_VARS,
+        host_vars={"sw-02": {"gpulab_workdir": EVIL_WORKDIR}, "sw-04": {"gpulab_workdir": SMALL_WORKDIR}},
+    )
 
 
 def test_sweep_survives_a_lost_host_resumes_and_collects_again(lab, tmp_path):
     results = tmp_path / "results"
     args = ["--inventory", str(lab.inventory), "--host", "sw-01,sw-02,sw-03", "--seeds", "1", "--name", "s1"]
-    proc = subprocess.Popen(invoke_cmd() + ["sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env_for(results, reconnect_s=2))
+    proc = subprocess.Popen(
+        invoke_cmd() + ["sweep", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env_for(results, reconnect_s=2),
+    )
     # kill sw-03's sshd while its run is going: the run goes on there, the controller loses the host
     wait_until(lambda: runner_pids(lab, "sw-03") or proc.poll() is not None, "a run on sw-03")
     lab.kill_sshd("sw-03")
@@ -93,8 +113,14 @@ def test_sweep_survives_a_lost_host_resumes_and_collects_again(lab, tmp_path):
     # the results tree: one verified run directory per complete run, beside sweep.json
     for h in ("sw-01", "sw-02"):
         d = results / "s1" / h / rid
-        assert sorted(p.name for p in d.iterdir()) == ["SHA256SUMS", "manifest.json", "mllog.log", "status.json",
-                                                       "stdout.log", "telemetry.csv"]
+        assert sorted(p.name for p in d.iterdir()) == [
+            "SHA256SUMS",
+            "manifest.json",
+            "mllog.log",
+            "status.json",
+            "stdout.log",
+            "telemetry.csv",
+        ]
         assert checksums.verify(d) == []
         assert json.loads((d / "status.json").read_text())["outcome"] == runs[(h, rid)]["outcome"]
     # the host variable with shell metacharacters was a path, nothing more
@@ -120,8 +146,14 @@ def test_sweep_survives_a_lost_host_resumes_and_collects_again(lab, tmp_path):
 
     # a corrupted local copy: `invoke collect` fetches it again
     (results / "s1" / "sw-01" / rid / "mllog.log").write_text("corrupted\n")
-    c = subprocess.run(invoke_cmd() + ["collect", str(results / "s1"), "--inventory", str(lab.inventory)],
-                       cwd=ROOT, env=env_for(results), capture_output=True, text=True, timeout=300)
+    c = subprocess.run(
+        invoke_cmd() + ["collect", str(results / "s1"), "--inventory", str(lab.inventory)],
+        cwd=ROOT,
+        env=env_for(results),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert c.returncode == 0, c.stdout + c.stderr
     assert "1 run(s) fetched, 3 verified, 0 problem(s)" in c.stdout
     assert checksums.verify(results / "s1" / "sw-01" / rid) == []
@@ -133,11 +165,26 @@ def test_crash_hang_and_full_disk_are_recorded_with_reasons(lab, tmp_path):
     results = tmp_path / "results"
     # sw-04's workdir is a 4 MiB file system: the runner fits, a run's free-space check does not pass
     lab.exec("sw-04", f"mkdir -p {SMALL_WORKDIR} && mount -t tmpfs -o size=4m tmpfs {SMALL_WORKDIR}")
-    args = ["--inventory", str(lab.inventory), "--host", "sw-01,sw-02,sw-04", "--seeds", "1", "--name", "s2",
-            "--timeout", "0.4"]
-    proc = subprocess.Popen(invoke_cmd() + ["sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            env=env_for(results, kill_margin_s=1, stop_grace_s=2, min_free_mb=64))
+    args = [
+        "--inventory",
+        str(lab.inventory),
+        "--host",
+        "sw-01,sw-02,sw-04",
+        "--seeds",
+        "1",
+        "--name",
+        "s2",
+        "--timeout",
+        "0.4",
+    ]
+    proc = subprocess.Popen(
+        invoke_cmd() + ["sweep", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env_for(results, kill_margin_s=1, stop_grace_s=2, min_free_mb=64),
+    )
     # sw-01: the workload process crashes; sw-02: the whole run freezes (the runner cannot stop it itself)
     wait_until(lambda: worker_pids(lab, "sw-01") or proc.poll() is not None, "a workload process on sw-01")
     lab.exec("sw-01", "pkill -SEGV -f '[r]unner.worker'")
@@ -179,15 +226,25 @@ def test_ctrl_c_stops_every_remote_run_and_saves_the_state(lab, tmp_path, contro
     """Ctrl-C to `invoke sweep` run by each of Python 3.10-3.13: every running run on the hosts is stopped
     (SIGTERM, then SIGKILL), the state is saved, exit 130."""
     results = tmp_path / "results"
-    version = subprocess.run([controller_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    version = subprocess.run(
+        [controller_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     sweep_name = "s3-py" + version.replace(".", "")
     args = ["--inventory", str(lab.inventory), "--host", "sw-01,sw-03", "--seeds", "2", "--name", sweep_name]
     # as from a terminal: SIGINT at its default even when the tests run in the background (where the shell
     # starts them with SIGINT ignored, and Python would then never raise KeyboardInterrupt)
-    proc = subprocess.Popen([controller_python, "-m", "invoke", "sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env_for(results, stop_grace_s=10),
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [controller_python, "-m", "invoke", "sweep", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env_for(results, stop_grace_s=10),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     # a tiny run lasts seconds: hold each host's first workload process as soon as it appears, so that
     # Ctrl-C finds the first run going on both hosts however the two happen to be scheduled
     held = set()
@@ -220,11 +277,17 @@ def test_a_killed_controller_resumed_reruns_nothing_that_finished_on_the_host(la
     results = tmp_path / "results"
     rid = "ncf-ttt-tiny-cpu-s1"
     args = ["--inventory", str(lab.inventory), "--host", "sw-01,sw-03", "--seeds", "1", "--name", "k1"]
-    proc = subprocess.Popen(invoke_cmd() + ["sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env_for(results))
+    proc = subprocess.Popen(
+        invoke_cmd() + ["sweep", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env_for(results),
+    )
     held = set()
 
-    def hold_both():   # freeze each host's workload as soon as it appears: both runs are mid-way
+    def hold_both():  # freeze each host's workload as soon as it appears: both runs are mid-way
         for name in {"sw-01", "sw-03"} - held:
             if lab.exec(name, "pkill -STOP -f '[r]unner.worker' && echo held || true").stdout.strip():
                 held.add(name)
@@ -232,21 +295,31 @@ def test_a_killed_controller_resumed_reruns_nothing_that_finished_on_the_host(la
 
     wait_until(hold_both, "workload processes on both hosts")
     assert proc.poll() is None, "the sweep ended before it could be killed"
-    proc.kill()                                       # SIGKILL: no cleanup, no state saved at the end
+    proc.kill()  # SIGKILL: no cleanup, no state saved at the end
     proc.communicate(timeout=60)
     saved = state(results, "k1")
     assert {r["state"] for r in saved.values()} == {"running"}, saved
     runs_dir = "/var/lib/gpulab/sweeps/k1"
-    lab.exec("sw-01", "pkill -CONT -f '[r]unner.worker'")             # sw-01's run ends before the resume
+    lab.exec("sw-01", "pkill -CONT -f '[r]unner.worker'")  # sw-01's run ends before the resume
     wait_until(lambda: not runner_pids(lab, "sw-01"), "sw-01's run to end on its own")
     host_status = {"sw-01": json.loads(lab.exec("sw-01", f"cat {runs_dir}/{rid}/status.json").stdout)}
 
-    p = subprocess.Popen(invoke_cmd() + ["sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, env=env_for(results))
+    p = subprocess.Popen(
+        invoke_cmd() + ["sweep", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env_for(results),
+    )
     # sw-03's run is still going (frozen) when the resume takes over the lock the killed controller left
-    wait_until(lambda: f"pid={p.pid} " in lab.exec("sw-03", "cat /var/lib/gpulab/sweep.lock/owner",
-                                                    check=False).stdout or p.poll() is not None,
-               "the resume to take over sw-03's lock")
+    wait_until(
+        lambda: (
+            f"pid={p.pid} " in lab.exec("sw-03", "cat /var/lib/gpulab/sweep.lock/owner", check=False).stdout
+            or p.poll() is not None
+        ),
+        "the resume to take over sw-03's lock",
+    )
     assert runner_pids(lab, "sw-03"), "sw-03's run ended before the resume found it"
     lab.exec("sw-03", "pkill -CONT -f '[r]unner.worker'")
     out, _ = p.communicate(timeout=600)
@@ -260,7 +333,7 @@ def test_a_killed_controller_resumed_reruns_nothing_that_finished_on_the_host(la
         assert r["state"] == "complete" and r["attempts"] == 1 and "adopted on resume" in r["reason"], r
         d = results / "k1" / h / rid
         assert checksums.verify(d) == []
-        assert json.loads((d / "status.json").read_text()) == host_status[h]    # the host's own first run
+        assert json.loads((d / "status.json").read_text()) == host_status[h]  # the host's own first run
         # nothing was started again: no earlier attempt moved aside on the host, none kept here
         assert lab.exec(h, f"ls {runs_dir}").stdout.split() == [rid, f"{rid}.launch.log"]
         assert not (results / "k1" / ".attempts").exists()
@@ -274,26 +347,43 @@ def test_unknown_changed_and_unreachable_hosts_are_refused_and_bad_names_rejecte
     wrong = " ".join(Path(f"{other}.pub").read_text().split()[:2])
     h = lab.hosts
     known = tmp_path / "known_hosts"
-    known.write_text(f"sw-03,{h['sw-03'].address} {wrong}\n")          # changed key; sw-01 unknown
+    known.write_text(f"sw-03,{h['sw-03'].address} {wrong}\n")  # changed key; sw-01 unknown
     inv = yaml.safe_load(lab.inventory.read_text().replace(str(lab.known_hosts), str(known)))
     inv["all"]["hosts"]["ghost"] = {"ansible_host": str(lab.net.network_address + 200)}
     path = tmp_path / "inventory.yml"
     path.write_text(yaml.safe_dump(inv))
     lab.exec("sw-01", "rm -rf /var/lib/gpulab")
-    p = sweep(["--inventory", str(path), "--host", "sw-01,sw-03,ghost", "--seeds", "1", "--name", "keys"],
-              results, timeout=300)
+    p = sweep(
+        ["--inventory", str(path), "--host", "sw-01,sw-03,ghost", "--seeds", "1", "--name", "keys"],
+        results,
+        timeout=300,
+    )
     assert p.returncode == 1, p.stdout + p.stderr
     runs = state(results, "keys")
     rid = "ncf-ttt-tiny-cpu-s1"
     assert "host key verification failed: host unknown to" in runs[("sw-01", rid)]["reason"]
     assert "host key verification failed: the key it offers differs from" in runs[("sw-03", rid)]["reason"]
     assert "unreachable" in runs[("ghost", rid)]["reason"]
-    assert known.read_text() == f"sw-03,{h['sw-03'].address} {wrong}\n"      # never added nor rewritten
-    assert lab.exec("sw-01", "test -e /var/lib/gpulab", check=False).returncode != 0   # nothing ran there
+    assert known.read_text() == f"sw-03,{h['sw-03'].address} {wrong}\n"  # never added nor rewritten
+    assert lab.exec("sw-01", "test -e /var/lib/gpulab", check=False).returncode != 0  # nothing ran there
 
     # a workload name with shell metacharacters: rejected before any host is touched
-    p = sweep(["--inventory", str(lab.inventory), "--host", "sw-01", "--workloads",
-               "ncf;touch /tmp/pwned-name", "--seeds", "1", "--name", "evil"], results, timeout=120)
+    p = sweep(
+        [
+            "--inventory",
+            str(lab.inventory),
+            "--host",
+            "sw-01",
+            "--workloads",
+            "ncf;touch /tmp/pwned-name",
+            "--seeds",
+            "1",
+            "--name",
+            "evil",
+        ],
+        results,
+        timeout=120,
+    )
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == ["gpulab: --workloads: 'ncf;touch /tmp/pwned-name' is not a workload name"]
     assert lab.exec("sw-01", "ls /tmp/pwned-name /var/lib/gpulab", check=False).returncode != 0
@@ -303,8 +393,11 @@ def test_unknown_changed_and_unreachable_hosts_are_refused_and_bad_names_rejecte
 def test_dry_run_touches_nothing(lab, tmp_path):
     results = tmp_path / "results"
     lab.exec("sw-03", "rm -rf /var/lib/gpulab")
-    p = sweep(["--inventory", str(lab.inventory), "--host", "sw-03", "--seeds", "mlperf", "--name", "dry",
-               "--dry-run"], results, timeout=120)
+    p = sweep(
+        ["--inventory", str(lab.inventory), "--host", "sw-03", "--seeds", "mlperf", "--name", "dry", "--dry-run"],
+        results,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     lines = p.stdout.strip().splitlines()
     assert lines[-1] == "100 runs planned for sweep dry on 1 unit(s); nothing started (--dry-run)"
@@ -314,8 +407,10 @@ def test_dry_run_touches_nothing(lab, tmp_path):
 
 def test_multi_node_run_with_one_rendezvous(lab, tmp_path):
     results = tmp_path / "results"
-    p = sweep(["--inventory", str(lab.inventory), "--host", "sw-01,sw-03", "--nodes", "2", "--seeds", "1",
-               "--name", "mn"], results)
+    p = sweep(
+        ["--inventory", str(lab.inventory), "--host", "sw-01,sw-03", "--nodes", "2", "--seeds", "1", "--name", "mn"],
+        results,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     rid = "ncf-ttt-tiny-2node-cpu-s1"
     (run,) = state(results, "mn").values()

@@ -26,8 +26,13 @@ def ansible(lab: Lab, tmp_path: Path, module: str, args: str = "", inventory: Pa
     pdd = tmp_path / f"runner-{module}-{time.monotonic_ns()}"
     pdd.mkdir()
     r = ansible_runner.run(
-        private_data_dir=str(pdd), module=module, module_args=args or None, host_pattern="all",
-        inventory=str(inventory or lab.inventory), envvars=lab.ansible_env(), quiet=True,
+        private_data_dir=str(pdd),
+        module=module,
+        module_args=args or None,
+        host_pattern="all",
+        inventory=str(inventory or lab.inventory),
+        envvars=lab.ansible_env(),
+        quiet=True,
         timeout=180,
     )
     per_host: dict[str, list] = {}
@@ -60,12 +65,16 @@ def test_hosts_answer_on_their_own_address_only(lab2):
         assert f"default via {lab2.gateway} dev eth0" in out
     # the hosts see each other and the controller, and nobody answers at an unused address
     lab2.exec("lab-01", f"python3 -c \"import socket; socket.create_connection(('{peers['lab-02']}', 22), 3)\"")
-    res = lab2.exec("lab-01", f"python3 -c \"import socket; socket.create_connection(('{lab2.controller}', "
-                    f"{lab2.http_port}), 3)\"", check=False)
+    res = lab2.exec(
+        "lab-01",
+        f"python3 -c \"import socket; socket.create_connection(('{lab2.controller}', {lab2.http_port}), 3)\"",
+        check=False,
+    )
     assert res.returncode == 0, res.stderr
     unused = str(lab2.net.network_address + 200)
-    res = lab2.exec("lab-01", f"python3 -c \"import socket; socket.create_connection(('{unused}', 22), 1)\"",
-                    check=False)
+    res = lab2.exec(
+        "lab-01", f"python3 -c \"import socket; socket.create_connection(('{unused}', 22), 1)\"", check=False
+    )
     assert res.returncode != 0
     # in the root namespace the lab's /24 goes to the bridge, with an unreachable fallback
     routes = run(["ip", "-4", "route", "show", str(lab2.net)]).stdout
@@ -100,8 +109,9 @@ def test_changed_or_unknown_host_key_is_refused(testlab, tmp_path):
     wrong_key = " ".join(Path(f"{other}.pub").read_text().split()[:2])
     h = lab.hosts
     known = tmp_path / "known_hosts"
-    known.write_text(f"key-ok,{h['key-ok'].address} {h['key-ok'].host_key_pub}\n"
-                     f"key-changed,{h['key-changed'].address} {wrong_key}\n")
+    known.write_text(
+        f"key-ok,{h['key-ok'].address} {h['key-ok'].host_key_pub}\nkey-changed,{h['key-changed'].address} {wrong_key}\n"
+    )
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(lab.inventory.read_text().replace(str(lab.known_hosts), str(known)))
     marker = "/root/a-task-ran-here"
@@ -119,14 +129,22 @@ def test_changed_or_unknown_host_key_is_refused(testlab, tmp_path):
 
 def test_host_installs_and_upgrades_a_standin_driver_from_the_local_repo(lab2):
     name = "lab-02"
-    lab2.ssh(name, f"echo '{lab2.apt_source_line}' > /etc/apt/sources.list.d/gpulab-testlab.list && "
-                   "apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
-                   "nvidia-driver-550=550.127.05-0ubuntu0.22.04.1 nvidia-utils-550=550.127.05-0ubuntu0.22.04.1 "
-                   "libnvidia-compute-550=550.127.05-0ubuntu0.22.04.1 cuda-toolkit-12-4 cuda-10-0", timeout=180)
-    versions = lab2.ssh(name, "dpkg-query -W -f '${Package} ${Version}\\n' nvidia-driver-550 "
-                              "cuda-toolkit-12-4 cuda-nvcc-12-4").stdout.splitlines()
-    assert sorted(versions) == ["cuda-nvcc-12-4 12.4.131-1", "cuda-toolkit-12-4 12.4.1-1",
-                                "nvidia-driver-550 550.127.05-0ubuntu0.22.04.1"]
+    lab2.ssh(
+        name,
+        f"echo '{lab2.apt_source_line}' > /etc/apt/sources.list.d/gpulab-testlab.list && "
+        "apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+        "nvidia-driver-550=550.127.05-0ubuntu0.22.04.1 nvidia-utils-550=550.127.05-0ubuntu0.22.04.1 "
+        "libnvidia-compute-550=550.127.05-0ubuntu0.22.04.1 cuda-toolkit-12-4 cuda-10-0",
+        timeout=180,
+    )
+    versions = lab2.ssh(
+        name, "dpkg-query -W -f '${Package} ${Version}\\n' nvidia-driver-550 cuda-toolkit-12-4 cuda-nvcc-12-4"
+    ).stdout.splitlines()
+    assert sorted(versions) == [
+        "cuda-nvcc-12-4 12.4.131-1",
+        "cuda-toolkit-12-4 12.4.1-1",
+        "nvidia-driver-550 550.127.05-0ubuntu0.22.04.1",
+    ]
     # no GPU, no kernel driver: nvidia-smi fails the way the real one does
     res = lab2.ssh(name, "nvidia-smi", check=False)
     assert res.returncode == 9
@@ -134,13 +152,14 @@ def test_host_installs_and_upgrades_a_standin_driver_from_the_local_repo(lab2):
     # with recorded GPUs it prints the real formats
     gpus = json.dumps([{"name": "Tesla T4", "memory_mib": 15360}, {"name": "Tesla T4"}])
     lab2.ssh(name, f"mkdir -p /etc/gpulab-testlab && echo '{gpus}' > /etc/gpulab-testlab/fake-gpus.json")
-    csv = lab2.ssh(name, "nvidia-smi --query-gpu=index,name,driver_version,memory.total "
-                         "--format=csv,noheader").stdout
+    csv = lab2.ssh(name, "nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader").stdout
     assert csv.splitlines() == ["0, Tesla T4, 550.127.05, 15360 MiB", "1, Tesla T4, 550.127.05, 15360 MiB"]
     table = lab2.ssh(name, "nvidia-smi").stdout
     assert "Driver Version: 550.127.05" in table and "CUDA Version: 12.4" in table
-    assert lab2.ssh(name, "readlink /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").stdout.strip() == \
-        "libnvidia-ml.so.550.127.05"
+    assert (
+        lab2.ssh(name, "readlink /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").stdout.strip()
+        == "libnvidia-ml.so.550.127.05"
+    )
     cuda = json.loads(lab2.ssh(name, "cat /usr/local/cuda-12.4/version.json").stdout)
     assert cuda["cuda"]["version"] == "12.4.1"
     nvcc = lab2.ssh(name, "/usr/local/cuda-12.4/bin/nvcc --version").stdout
@@ -149,30 +168,49 @@ def test_host_installs_and_upgrades_a_standin_driver_from_the_local_repo(lab2):
     assert lab2.ssh(name, "cat /usr/local/cuda-10.0/version.txt").stdout == "CUDA Version 10.0.130\n"
     # upgrade to the newer driver of the branch
     lab2.ssh(name, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q nvidia-driver-550", timeout=180)
-    assert lab2.ssh(name, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout == \
-        "550.144.03\n550.144.03\n"
-    assert lab2.ssh(name, "ls /usr/lib/x86_64-linux-gnu/ | grep libnvidia-ml").stdout.split() == \
-        ["libnvidia-ml.so.1", "libnvidia-ml.so.550.144.03"]
+    assert (
+        lab2.ssh(name, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout
+        == "550.144.03\n550.144.03\n"
+    )
+    assert lab2.ssh(name, "ls /usr/lib/x86_64-linux-gnu/ | grep libnvidia-ml").stdout.split() == [
+        "libnvidia-ml.so.1",
+        "libnvidia-ml.so.550.144.03",
+    ]
     # the other host was not touched
     assert lab2.exec("lab-01", "command -v nvidia-smi", check=False).returncode != 0
 
 
 def test_python_layer_and_air_gapped_wheelhouse(lab2):
     name = "lab-01"
-    out = lab2.ssh(name, "python3 -c 'import torch, numpy, mlperf_logging, pynvml, yaml; "
-                         "print(torch.__version__, torch.ones(2).sum().item())'").stdout
+    out = lab2.ssh(
+        name,
+        "python3 -c 'import torch, numpy, mlperf_logging, pynvml, yaml; "
+        "print(torch.__version__, torch.ones(2).sum().item())'",
+    ).stdout
     assert out.split() == ["2.13.0+cpu", "2.0"]
     # the layer is shared and read-only in effect: importing torch wrote nothing to the host's own layer
     upper = lab2.hosts[name].dir / "mnt" / "upper"
     written = run(lab2.nsenter(name, root=False) + ["find", str(upper), "-name", "*.pyc"]).stdout
     assert written == ""
     pip = f"--no-index --trusted-host {lab2.controller}"
-    lab2.ssh(name, "python3 -m venv /root/v1 && /root/v1/bin/pip install -q "
-                   f"{pip} --find-links {lab2.find_links_url} nvidia-ml-py pyyaml", timeout=180)
-    lab2.ssh(name, "python3 -m venv /root/v2 && /root/v2/bin/pip install -q "
-                   f"--index-url {lab2.index_url} --trusted-host {lab2.controller} nvidia-ml-py", timeout=180)
-    assert lab2.ssh(name, "/root/v1/bin/python -c 'import pynvml, yaml' && /root/v2/bin/python -c 'import pynvml'"
-                    ).returncode == 0
+    lab2.ssh(
+        name,
+        "python3 -m venv /root/v1 && /root/v1/bin/pip install -q "
+        f"{pip} --find-links {lab2.find_links_url} nvidia-ml-py pyyaml",
+        timeout=180,
+    )
+    lab2.ssh(
+        name,
+        "python3 -m venv /root/v2 && /root/v2/bin/pip install -q "
+        f"--index-url {lab2.index_url} --trusted-host {lab2.controller} nvidia-ml-py",
+        timeout=180,
+    )
+    assert (
+        lab2.ssh(
+            name, "/root/v1/bin/python -c 'import pynvml, yaml' && /root/v2/bin/python -c 'import pynvml'"
+        ).returncode
+        == 0
+    )
     # the hosts reach no other index: without the wheelhouse pip finds nothing
     res = lab2.ssh(name, "/root/v1/bin/pip install -q --no-index rich", check=False, timeout=120)
     assert res.returncode != 0
@@ -181,11 +219,14 @@ def test_python_layer_and_air_gapped_wheelhouse(lab2):
 def test_killed_sshd_makes_one_host_unreachable_and_the_others_stay(lab2, tmp_path):
     # a detached process, as a sweep starts its workloads
     lab2.ssh("lab-01", "setsid nohup sleep 300 > /tmp/w.log 2>&1 < /dev/null & echo $! > /tmp/w.pid")
-    session = subprocess.Popen(["ssh", *lab2.ssh_options(), f"root@{lab2.hosts['lab-01'].address}", "sleep 60"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    session = subprocess.Popen(
+        ["ssh", *lab2.ssh_options(), f"root@{lab2.hosts['lab-01'].address}", "sleep 60"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     time.sleep(1)
     lab2.kill_sshd("lab-01")
-    assert session.wait(timeout=15) != 0          # the open session dropped with sshd
+    assert session.wait(timeout=15) != 0  # the open session dropped with sshd
     assert not lab2.reachable("lab-01")
     r, per_host = ansible(lab2, tmp_path, "ping")
     assert outcome(per_host["lab-01"]) == "unreachable"
@@ -199,8 +240,11 @@ def test_killed_sshd_makes_one_host_unreachable_and_the_others_stay(lab2, tmp_pa
 
 
 def test_stopped_sshd_refuses_new_connections_but_keeps_open_sessions(lab2):
-    session = subprocess.Popen(["ssh", *lab2.ssh_options(), f"root@{lab2.hosts['lab-02'].address}",
-                                "sleep 3; echo still-here"], stdout=subprocess.PIPE, text=True)
+    session = subprocess.Popen(
+        ["ssh", *lab2.ssh_options(), f"root@{lab2.hosts['lab-02'].address}", "sleep 3; echo still-here"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(1)
     lab2.stop_sshd("lab-02")
     try:
@@ -224,12 +268,20 @@ def test_disconnected_host_times_out(lab2):
 
 
 def test_inventory_carries_groups_and_vars(testlab, tmp_path):
-    lab = testlab(names=["inv-01", "inv-02", "inv-03"], groups={"t4": ["inv-01", "inv-02"], "v100": ["inv-03"]},
-                  group_vars={"t4": {"gpulab_gpu_model": "T4", "gpulab_gpu_count": 4}},
-                  host_vars={"inv-03": {"gpulab_gpu_model": "V100-PCIE-16GB", "gpulab_gpu_count": 3}},
-                  all_vars={"gpulab_stack": "current", "repo_url": lambda lab: lab.apt_url})
-    r, per_host = ansible(lab, tmp_path, "debug", "msg={{ group_names | join(',') }}|{{ gpulab_gpu_model }}|"
-                          "{{ gpulab_gpu_count }}|{{ gpulab_stack }}|{{ repo_url }}")
+    lab = testlab(
+        names=["inv-01", "inv-02", "inv-03"],
+        groups={"t4": ["inv-01", "inv-02"], "v100": ["inv-03"]},
+        group_vars={"t4": {"gpulab_gpu_model": "T4", "gpulab_gpu_count": 4}},
+        host_vars={"inv-03": {"gpulab_gpu_model": "V100-PCIE-16GB", "gpulab_gpu_count": 3}},
+        all_vars={"gpulab_stack": "current", "repo_url": lambda lab: lab.apt_url},
+    )
+    r, per_host = ansible(
+        lab,
+        tmp_path,
+        "debug",
+        "msg={{ group_names | join(',') }}|{{ gpulab_gpu_model }}|"
+        "{{ gpulab_gpu_count }}|{{ gpulab_stack }}|{{ repo_url }}",
+    )
     assert r.status == "successful"
     msgs = {h: ev[-1]["event_data"]["res"]["msg"] for h, ev in per_host.items()}
     assert msgs == {
@@ -258,7 +310,7 @@ def test_two_labs_run_side_by_side(testlab):
 
 def test_teardown_leaves_nothing_behind(testlab_images, tmp_path):
     lab = Lab(["gone-01", "gone-02"]).up()
-    r, _ = ansible(lab, tmp_path, "ping")          # leaves ssh control masters behind on purpose
+    r, _ = ansible(lab, tmp_path, "ping")  # leaves ssh control masters behind on purpose
     assert r.status == "successful"
     state, lab_id, net = lab.state_dir, lab.id, str(lab.net)
     assert lab_objects(lab_id)["pids"]
@@ -267,11 +319,11 @@ def test_teardown_leaves_nothing_behind(testlab_images, tmp_path):
     assert not state.exists()
     assert not (run_dir() / "labs" / f"{lab_id}.json").exists()
     assert run(["ip", "-4", "route", "show", "table", "all", net]).stdout == ""
-    assert pids_mentioning(str(state)) == []      # processes that vanish during the scan count as gone
+    assert pids_mentioning(str(state)) == []  # processes that vanish during the scan count as gone
 
 
 def test_a_crashed_lab_is_cleaned_by_the_next_session(testlab, testlab_images):
-    survivor = testlab(names=["alive-01"])          # a live lab of another session must survive the cleanup
+    survivor = testlab(names=["alive-01"])  # a live lab of another session must survive the cleanup
     code = textwrap.dedent("""
         import os, sys
         from tests.testlab.lab import Lab
@@ -279,8 +331,14 @@ def test_a_crashed_lab_is_cleaned_by_the_next_session(testlab, testlab_images):
         print(lab.id, flush=True)
         os.kill(os.getpid(), 9)
     """)
-    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     assert res.returncode == -signal.SIGKILL, res.stderr
     lab_id = res.stdout.split()[0]
     left = lab_objects(lab_id)

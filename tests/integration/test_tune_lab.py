@@ -44,10 +44,10 @@ def invoke_cmd() -> list[str]:
 def walkthrough() -> tuple[str, list[list[str]]]:
     """README "Tuning": the recipe file the first block writes, and each `invoke` command's words."""
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("\n## Tuning\n"):]
-    block = section[section.index("```sh\n") + 6:]
-    block = block[:block.index("```\n")]
-    recipe = block[block.index("<<'EOF'\n") + 8:block.index("\nEOF\n")]
+    section = text[text.index("\n## Tuning\n") :]
+    block = section[section.index("```sh\n") + 6 :]
+    block = block[: block.index("```\n")]
+    recipe = block[block.index("<<'EOF'\n") + 8 : block.index("\nEOF\n")]
     commands = [line.split()[1:] for line in block.splitlines() if line.startswith("invoke ")]
     return recipe, commands
 
@@ -76,8 +76,9 @@ def test_readme_tuning_walkthrough_finds_a_better_recipe_prunes_and_survives_a_c
 
     # 1. the search, killed (SIGKILL, no chance to clean up) while its third trial runs on the hosts
     t2_state = results / STUDY / f"{STUDY}-t0002" / "sweep.json"
-    proc = subprocess.Popen(invoke_cmd() + tune_words, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        invoke_cmd() + tune_words, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
     def trial2_running() -> bool:
         if proc.poll() is not None:
@@ -103,14 +104,14 @@ def test_readme_tuning_walkthrough_finds_a_better_recipe_prunes_and_survives_a_c
     assert "trial 2: pruned: seed(s)" in out and "cannot beat the best" in out, out
     t2 = json.loads(t2_state.read_text())
     assert all(r["state"] == "complete" and r["attempts"] == 1 for r in t2["runs"]), t2["runs"]
-    assert sorted(r["host"] for r in t2["runs"]) == HOSTS          # one seed per host
+    assert sorted(r["host"] for r in t2["runs"]) == HOSTS  # one seed per host
 
     storage = optuna.storages.RDBStorage(f"sqlite:///{results / 'history-tune.sqlite'}")
     study = optuna.load_study(study_name=STUDY, storage=storage)
     trials = study.get_trials()
     base = trials[0]
     assert base.user_attrs["gpulab_baseline"] and base.params["lr"] == 0.0015
-    assert base.value == 12            # both seeds missed within 6 epochs: 2 x 6 each
+    assert base.value == 12  # both seeds missed within 6 epochs: 2 x 6 each
     assert "gpulab_stale" in trials[2].user_attrs and trials[2].state == optuna.trial.TrialState.PRUNED
     best = study.best_trial
     assert best.value < base.value
@@ -125,11 +126,11 @@ def test_readme_tuning_walkthrough_finds_a_better_recipe_prunes_and_survives_a_c
     assert (results / "history.sqlite").is_file() and (results / "history-tune.sqlite").is_file()
 
     # 3. the recipe drives a sweep: each run's manifest carries its settings as runner run --set
-    sweep_words = [str(results / w[len("results/"):]) if w.startswith("results/") else w for w in commands[2]]
+    sweep_words = [str(results / w[len("results/") :]) if w.startswith("results/") else w for w in commands[2]]
     p = run_invoke(sweep_words + inv + ["--name", "with-recipe"], ROOT, env)
     assert p.returncode == 0, p.stdout + p.stderr
     manifests = list((results / "with-recipe").glob("*/*/manifest.json"))
-    assert len(manifests) == 2      # a sweep runs every seed on every host: 2 hosts x 1 seed
+    assert len(manifests) == 2  # a sweep runs every seed on every host: 2 hosts x 1 seed
     for m in manifests:
         sets = json.loads(m.read_text())["options"]["set"]
         assert f"lr={json.dumps(best.params['lr'])}" in sets, sets
@@ -142,13 +143,15 @@ def test_bad_tune_input_is_one_line_and_writes_nothing(lab, tmp_path):
     inv = ["--inventory", str(lab.inventory), "--device", "cpu"]
     bad_space = tmp_path / "space.yml"
     bad_space.write_text("schema: 1\nworkloads: {ncf: {params: {lr: {kind: float, low: 1, high: 0.1, rule: r}}}}\n")
-    for words, says in ((["tune", "ncf", "--seeds", "0"], "--seeds"),
-                        (["tune", "ncf", "--space", str(bad_space)], "source is missing"),
-                        (["tune", "resnet50", "--scale", "tiny"], "no search space for workload 'resnet50'"),
-                        (["tune", "ncf", "--baseline", str(tmp_path / "none.yml")], "file not found"),
-                        (["tune", "ncf", "--name", "../x"], "is not a study name"),
-                        (["tune", "ncf", "--gpus", "two"], "--gpus"),
-                        (["tune", "ncf", "--backend", "nope"], "--backend")):
+    for words, says in (
+        (["tune", "ncf", "--seeds", "0"], "--seeds"),
+        (["tune", "ncf", "--space", str(bad_space)], "source is missing"),
+        (["tune", "resnet50", "--scale", "tiny"], "no search space for workload 'resnet50'"),
+        (["tune", "ncf", "--baseline", str(tmp_path / "none.yml")], "file not found"),
+        (["tune", "ncf", "--name", "../x"], "is not a study name"),
+        (["tune", "ncf", "--gpus", "two"], "--gpus"),
+        (["tune", "ncf", "--backend", "nope"], "--backend"),
+    ):
         p = run_invoke(words + inv, ROOT, env, timeout=120)
         assert p.returncode == 2 and says in p.stderr, (words, p.stdout, p.stderr)
         assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
@@ -170,15 +173,36 @@ def test_a_transformer_search_beats_a_deliberately_poor_start(lab, tmp_path):
     poor.write_text("schema: gpulab-recipe/1\nworkload: transformer\nscale: tiny\nsettings: {lr: 0.0005}\n")
     results = tmp_path / "results"
     env = dict(os.environ, PYTHONPATH=str(ROOT), INVOKE_GPULAB_RESULTS=str(results))
-    p = run_invoke(["tune", "transformer", "--device", "cpu", "--scale", "tiny", "--seeds", "1", "--trials", "2",
-                    "--baseline", str(poor), "--max-epochs", "5", "--inventory", str(lab.inventory)], ROOT, env)
+    p = run_invoke(
+        [
+            "tune",
+            "transformer",
+            "--device",
+            "cpu",
+            "--scale",
+            "tiny",
+            "--seeds",
+            "1",
+            "--trials",
+            "2",
+            "--baseline",
+            str(poor),
+            "--max-epochs",
+            "5",
+            "--inventory",
+            str(lab.inventory),
+        ],
+        ROOT,
+        env,
+    )
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
     assert "reference recipe 0: batch_size=32, lr=0.0005, warmup_steps=30; seeds 1..1, epoch cap 5" in out, out
-    assert "trial 0: cost 10 (median 10 epochs, spread 0, 1 missed)" in out, out    # missed within 5: 2 x 5
+    assert "trial 0: cost 10 (median 10 epochs, spread 0, 1 missed)" in out, out  # missed within 5: 2 x 5
     name = "tune-transformer-tiny-cpu"
-    study = optuna.load_study(study_name=name,
-                              storage=optuna.storages.RDBStorage(f"sqlite:///{results / 'history-tune.sqlite'}"))
+    study = optuna.load_study(
+        study_name=name, storage=optuna.storages.RDBStorage(f"sqlite:///{results / 'history-tune.sqlite'}")
+    )
     base, best = study.trials[0], study.best_trial
     assert base.user_attrs["gpulab_baseline"] and base.params["lr"] == 0.0005
     assert best.number == 1 and best.params != base.params
@@ -191,7 +215,7 @@ def test_a_transformer_search_beats_a_deliberately_poor_start(lab, tmp_path):
     assert f"| trial 1 | {best.value:g} |" in report, report
     rec = yaml.safe_load((results / name / "recipe.yml").read_text())
     assert rec["settings"] == best.params and rec["provenance"]["trial"] == 1
-    for number, params in ((0, base.params), (1, best.params)):   # the settings as runner run --set
+    for number, params in ((0, base.params), (1, best.params)):  # the settings as runner run --set
         [m] = (results / name / f"{name}-t{number:04d}").glob("*/*/manifest.json")
         assert m.parts[-3] in HOSTS
         doc = json.loads(m.read_text())
@@ -207,18 +231,44 @@ def test_a_search_through_slurm_runs_its_trials_as_job_arrays(slurmlab, tmp_path
     lab = slurmlab
     lab.cluster.reset()
     results = tmp_path / "results"
-    env = {**os.environ, **lab.cluster.env, "PYTHONPATH": str(ROOT), "INVOKE_GPULAB_RESULTS": str(results),
-           "INVOKE_GPULAB_SLURM_POLL_S": "0.5"}
+    env = {
+        **os.environ,
+        **lab.cluster.env,
+        "PYTHONPATH": str(ROOT),
+        "INVOKE_GPULAB_RESULTS": str(results),
+        "INVOKE_GPULAB_SLURM_POLL_S": "0.5",
+    }
     env.pop("INVOKE_GPULAB_HISTORY_URL", None)
     name = "tune-on-slurm"
-    p = run_invoke(["tune", "ncf", "--backend", "slurm", "--scale", "tiny", "--seeds", "2", "--trials", "1",
-                    "--max-epochs", "3", "--name", name, "--inventory", str(lab.inventory)], ROOT, env)
+    p = run_invoke(
+        [
+            "tune",
+            "ncf",
+            "--backend",
+            "slurm",
+            "--scale",
+            "tiny",
+            "--seeds",
+            "2",
+            "--trials",
+            "1",
+            "--max-epochs",
+            "3",
+            "--name",
+            name,
+            "--inventory",
+            str(lab.inventory),
+        ],
+        ROOT,
+        env,
+    )
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
-    assert "2 runs on 2 host(s) as Slurm jobs" in out, out           # both seeds at once, one a node
+    assert "2 runs on 2 host(s) as Slurm jobs" in out, out  # both seeds at once, one a node
     assert len(re.findall(r"Slurm job (\d+): 1 run\(s\) \(CPU\)", out)) == 2, out
-    study = optuna.load_study(study_name=name,
-                              storage=optuna.storages.RDBStorage(f"sqlite:///{results / 'history-tune.sqlite'}"))
+    study = optuna.load_study(
+        study_name=name, storage=optuna.storages.RDBStorage(f"sqlite:///{results / 'history-tune.sqlite'}")
+    )
     [trial] = study.get_trials()
     assert trial.user_attrs["gpulab_baseline"] and trial.state == optuna.trial.TrialState.COMPLETE
     summary = trial.user_attrs["gpulab_summary"]
@@ -234,7 +284,7 @@ def test_a_search_through_slurm_runs_its_trials_as_job_arrays(slurmlab, tmp_path
         opts = json.loads(m.read_text())["options"]
         assert sorted(opts["set"]) == ["batch_size=2048", "beta1=0.9", "beta2=0.999", "lr=0.01"]
         assert opts["max_epochs"] == 3
-    assert not lab.cluster.command("squeue", "-h").stdout.strip()    # nothing left in the queue
+    assert not lab.cluster.command("squeue", "-h").stdout.strip()  # nothing left in the queue
     rec = yaml.safe_load((results / name / "recipe.yml").read_text())
     assert rec["settings"] == trial.params and rec["provenance"]["trial"] == 0
     assert "reference recipe (trial 0)" in (results / name / "report.md").read_text()

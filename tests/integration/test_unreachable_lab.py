@@ -25,8 +25,14 @@ LAB_VARS = {"gpulab_gpu_model": "cpu", "gpulab_gpu_count": 0, "gpulab_stack": "c
 
 def invoke(*args, artifacts: Path, timeout=600):
     env = dict(os.environ, PYTHONPATH=str(ROOT), INVOKE_GPULAB_ARTIFACTS=str(artifacts))
-    return subprocess.run([sys.executable, "-m", "invoke", *map(str, args)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +56,7 @@ def test_audit_reports_the_unreachable_host_and_audits_the_other(lab, inventory,
     doc = json.loads(p.stdout)
     ghost, real = doc["hosts"]["ghost"], doc["hosts"]["ur-01"]
     assert ghost["state"] == "unreachable" and ghost["error"].startswith("Connect: "), ghost
-    assert real["state"] in ("ok", "changed"), real          # audited: the other host went on
+    assert real["state"] in ("ok", "changed"), real  # audited: the other host went on
     assert "Traceback" not in p.stderr
 
 
@@ -62,4 +68,4 @@ def test_nothing_is_built_or_written_when_no_host_answers(inventory, tmp_path, t
     assert "Traceback" not in p.stdout + p.stderr
     assert "unreachable" in p.stdout and "ghost" in p.stdout
     assert "artifacts: none (no host could be reached; nothing written)" in p.stdout
-    assert not artifacts.exists()                             # no wheel, no artifacts folder
+    assert not artifacts.exists()  # no wheel, no artifacts folder

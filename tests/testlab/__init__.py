@@ -6,5 +6,15 @@ from tests.testlab.image import ensure_pylayer, ensure_rootfs
 from tests.testlab.lab import Host, Lab, cleanup_stale, lab_objects, missing_requirements
 from tests.testlab.util import LabError
 
-__all__ = ["Lab", "Host", "LabError", "cleanup_stale", "lab_objects", "missing_requirements",
-           "ensure_rootfs", "ensure_pylayer", "ensure_repo", "load_spec"]
+__all__ = [
+    "Lab",
+    "Host",
+    "LabError",
+    "cleanup_stale",
+    "lab_objects",
+    "missing_requirements",
+    "ensure_rootfs",
+    "ensure_pylayer",
+    "ensure_repo",
+    "load_spec",
+]

@@ -1,11 +1,11 @@
 """Command line of the test lab, for building, debugging and measuring by hand.
 
-    python -m tests.testlab build              # build or check the cached layers, apt repository and
-                                               # the controller environments of each Python (meanwhile)
-    python -m tests.testlab up -n 2            # start a lab, print how to reach it, wait for Ctrl-C
-    python -m tests.testlab status             # labs in the registry, their owners, leftovers
-    python -m tests.testlab clean              # tear down labs whose owner process is dead
-    python -m tests.testlab bench --hosts 2,4  # warm lab-up and ansible ping times, memory per host
+python -m tests.testlab build              # build or check the cached layers, apt repository and
+                                           # the controller environments of each Python (meanwhile)
+python -m tests.testlab up -n 2            # start a lab, print how to reach it, wait for Ctrl-C
+python -m tests.testlab status             # labs in the registry, their owners, leftovers
+python -m tests.testlab clean              # tear down labs whose owner process is dead
+python -m tests.testlab bench --hosts 2,4  # warm lab-up and ansible ping times, memory per host
 """
 
 from __future__ import annotations
@@ -28,8 +28,11 @@ def cmd_build(args) -> int:
     t_all = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(controllers.VERSIONS)) as pool:
         venvs = {v: pool.submit(controllers.python_for, v) for v in controllers.VERSIONS}
-        for what, fn in (("rootfs", image.ensure_rootfs), ("pylayer", image.ensure_pylayer),
-                         ("apt repository", aptrepo.ensure_repo)):
+        for what, fn in (
+            ("rootfs", image.ensure_rootfs),
+            ("pylayer", image.ensure_pylayer),
+            ("apt repository", aptrepo.ensure_repo),
+        ):
             t0 = time.monotonic()
             result = fn()
             print(f"{what:15} {time.monotonic() - t0:6.1f}s  {result}")
@@ -65,8 +68,10 @@ def cmd_up(args) -> int:
 def cmd_status(args) -> int:
     for entry in _read_entries():
         state = "live" if _entry_alive(entry) else "owner dead (stale)"
-        print(f"{entry['id']:5} {entry['subnet']:18} owner {entry['owner_pid']} {state}; "
-              f"hosts {json.dumps(entry['hosts'])}; state {entry['state_dir']}")
+        print(
+            f"{entry['id']:5} {entry['subnet']:18} owner {entry['owner_pid']} {state}; "
+            f"hosts {json.dumps(entry['hosts'])}; state {entry['state_dir']}"
+        )
     print("objects of any lab:", json.dumps(lab_objects()))
     return 0
 
@@ -79,6 +84,7 @@ def cmd_clean(args) -> int:
 
 def cmd_bench(args) -> int:
     import ansible_runner
+
     for n in [int(x) for x in args.hosts.split(",")]:
         lab = Lab([f"bench-{i:02d}" for i in range(1, n + 1)])
         try:
@@ -87,19 +93,27 @@ def cmd_bench(args) -> int:
             for _ in range(args.repeat):
                 with tempfile.TemporaryDirectory() as pdd:
                     t0 = time.monotonic()
-                    r = ansible_runner.run(private_data_dir=pdd, module="ping", host_pattern="all",
-                                           inventory=str(lab.inventory), envvars=lab.ansible_env(), quiet=True)
+                    r = ansible_runner.run(
+                        private_data_dir=pdd,
+                        module="ping",
+                        host_pattern="all",
+                        inventory=str(lab.inventory),
+                        envvars=lab.ansible_env(),
+                        quiet=True,
+                    )
                     pings.append(time.monotonic() - t0)
                     if r.status != "successful":
                         print(f"ansible ping failed on {n} hosts", file=sys.stderr)
                         return 1
             usage = [lab.usage(name) for name in lab.names]
             mib = 2**20
-            print(f"{n} hosts: up {lab.timings['up_s']:.2f}s; ansible ping "
-                  + ", ".join(f"{p:.1f}s" for p in pings)
-                  + f"; per host: upper tmpfs {max(u['upper_bytes'] for u in usage) / mib:.1f} MiB, "
-                  f"/run+/dev/shm {max(u['run_bytes'] for u in usage) / mib:.1f} MiB, "
-                  f"PSS {max(u['pss_bytes'] for u in usage) / mib:.1f} MiB (max over hosts)")
+            print(
+                f"{n} hosts: up {lab.timings['up_s']:.2f}s; ansible ping "
+                + ", ".join(f"{p:.1f}s" for p in pings)
+                + f"; per host: upper tmpfs {max(u['upper_bytes'] for u in usage) / mib:.1f} MiB, "
+                f"/run+/dev/shm {max(u['run_bytes'] for u in usage) / mib:.1f} MiB, "
+                f"PSS {max(u['pss_bytes'] for u in usage) / mib:.1f} MiB (max over hosts)"
+            )
         finally:
             lab.down()
     return 0
@@ -118,8 +132,9 @@ def main(argv=None) -> int:
     p.add_argument("--hosts", default="2,4", help="comma-separated lab sizes")
     p.add_argument("--repeat", type=int, default=2, help="ansible pings per size")
     args = parser.parse_args(argv)
-    return {"build": cmd_build, "up": cmd_up, "status": cmd_status, "clean": cmd_clean,
-            "bench": cmd_bench}[args.cmd](args)
+    return {"build": cmd_build, "up": cmd_up, "status": cmd_status, "clean": cmd_clean, "bench": cmd_bench}[args.cmd](
+        args
+    )
 
 
 if __name__ == "__main__":

@@ -37,8 +37,13 @@ class NoInterpreter(LabError):
 
 def _version_of(python: str) -> str | None:
     try:
-        p = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        p = subprocess.run(
+            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return p.stdout.strip() if p.returncode == 0 else None
@@ -46,10 +51,14 @@ def _version_of(python: str) -> str | None:
 
 def find(version: str) -> str | None:
     """A working interpreter of ``version`` ("3.12"), or None when this machine has none."""
-    candidates = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")),
-                        reverse=True)
-    candidates += [shutil.which(f"python{version}") or "", f"/usr/bin/python{version}",
-                   f"/usr/local/bin/python{version}"]
+    candidates = sorted(
+        glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")), reverse=True
+    )
+    candidates += [
+        shutil.which(f"python{version}") or "",
+        f"/usr/bin/python{version}",
+        f"/usr/local/bin/python{version}",
+    ]
     for c in candidates:
         if c and os.access(c, os.X_OK) and _version_of(c) == version:
             return c
@@ -70,17 +79,19 @@ def python_for(version: str) -> str:
         return sys.executable
     base = find(version)
     if base is None:
-        raise NoInterpreter(f"no Python {version} on this machine (looked in ~/.pyenv/versions, PATH, /usr/bin, "
-                       f"/usr/local/bin)")
+        raise NoInterpreter(
+            f"no Python {version} on this machine (looked in ~/.pyenv/versions, PATH, /usr/bin, /usr/local/bin)"
+        )
     venv = cache_dir() / "controllers" / f"py{version}-{digest(base, REPO / 'pyproject.toml')}"
     py = venv / "bin" / "python"
     with flock(cache_dir() / "locks" / f"controller-py{version}.lock", f"the Python {version} controller"):
         if (venv / ".ready").is_file():
             return str(py)
         shutil.rmtree(venv, ignore_errors=True)
-        steps = [[base, "-m", "venv", str(venv)],
-                 [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile",
-                  *requirements()]]  # no byte-compiling: Python compiles the few modules the test imports
+        steps = [
+            [base, "-m", "venv", str(venv)],
+            [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile", *requirements()],
+        ]  # no byte-compiling: Python compiles the few modules the test imports
         for argv in steps:
             p = subprocess.run(argv, capture_output=True, text=True, timeout=1500, stdin=subprocess.DEVNULL)
             if p.returncode != 0:

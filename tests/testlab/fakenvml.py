@@ -22,14 +22,23 @@ def build(dest_dir: Path) -> Path:
     if cc is None:
         raise RuntimeError("no C compiler (tests/testlab/install-deps.sh installs gcc)")
     out = Path(dest_dir) / LIB
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", str(out), str(SOURCE)], check=True,
-                   capture_output=True, text=True)
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", str(out), str(SOURCE)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return out
 
 
 def install(lab, name: str, lib: Path, gpus_json: str) -> None:
     """The library and the host's fake GPUs (a JSON list) on lab host ``name``."""
-    lab.exec(name, f"mkdir -p /etc/gpulab-testlab && cat > /etc/gpulab-testlab/fake-gpus.json <<'EOF'\n{gpus_json}\nEOF")
+    lab.exec(
+        name, f"mkdir -p /etc/gpulab-testlab && cat > /etc/gpulab-testlab/fake-gpus.json <<'EOF'\n{gpus_json}\nEOF"
+    )
     data = lib.read_bytes().hex()
-    lab.exec(name, f"python3 -c \"import sys; open('/usr/lib/{LIB}', 'wb').write(bytes.fromhex(sys.stdin.read().strip()))\" "
-                   f"<<'EOF'\n{data}\nEOF")
+    lab.exec(
+        name,
+        f"python3 -c \"import sys; open('/usr/lib/{LIB}', 'wb').write(bytes.fromhex(sys.stdin.read().strip()))\" "
+        f"<<'EOF'\n{data}\nEOF",
+    )

@@ -43,6 +43,7 @@ def testlab_images():
     """Build (or take from the cache) the rootfs, the python layer and the apt repository."""
     require_lab()
     from tests.testlab import aptrepo, image
+
     rootfs = image.ensure_rootfs()
     pylayer, wheelhouse = image.ensure_pylayer()
     repo = aptrepo.ensure_repo()

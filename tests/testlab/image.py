@@ -42,9 +42,17 @@ SUITE = "bookworm"
 # (its vars/Debian.yml) to build nccl-tests and nvbandwidth from source; present here
 # because a lab host reaches no Debian mirror (the role finds them installed).
 INCLUDE = [
-    "openssh-server", "python3", "python3-apt", "procps", "iproute2",
-    "tini", "python3-venv", "python3-pip",
-    "build-essential", "cmake", "libboost-program-options-dev",
+    "openssh-server",
+    "python3",
+    "python3-apt",
+    "procps",
+    "iproute2",
+    "tini",
+    "python3-venv",
+    "python3-pip",
+    "build-essential",
+    "cmake",
+    "libboost-program-options-dev",
 ]
 
 CLEAN_SCRIPT = r"""
@@ -128,6 +136,7 @@ def _log(msg: str) -> None:
 
 # -- rootfs -------------------------------------------------------------------
 
+
 def rootfs_key() -> str:
     return digest(inspect.getsource(_build_rootfs), SUITE, " ".join(INCLUDE), apt_mirror(), CLEAN_SCRIPT)
 
@@ -174,6 +183,7 @@ tar --numeric-owner -C "{work}/root" -cf - . | zstd -q -T0 -6 -o "{tmp_out}"
 
 
 # -- python layer and wheelhouse (tests/testlab/pylayer.py) ----------------------
+
 
 def ensure_pylayer() -> tuple[Layer, Path]:
     """(the python layer, the wheelhouse directory), built for the hosts' Python over the rootfs."""

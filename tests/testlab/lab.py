@@ -40,12 +40,23 @@ from tests.testlab import slurm as slurm_mod
 from tests.testlab.util import LabError, alive, flock, proc_start_time, run, run_dir, wait_for
 
 NETWORK = os.environ.get("GPULAB_TESTLAB_NET", "10.213.0.0/16")
-NETNS_PREFIX = "gpulab-t"   # netns names: gpulab-t<N>-<host>
-LINK_PREFIX = "gtl"         # bridge gtl<N>br, veth host ends gtl<N>h<i> (<= 15 characters)
+NETNS_PREFIX = "gpulab-t"  # netns names: gpulab-t<N>-<host>
+LINK_PREFIX = "gtl"  # bridge gtl<N>br, veth host ends gtl<N>h<i> (<= 15 characters)
 FIRST_HOST = 11
-GATEWAY = 254               # default route of the hosts: an address nobody owns
-REQUIRED_TOOLS = ["ip", "unshare", "nsenter", "ssh", "ssh-keygen", "debootstrap", "dpkg-deb",
-                  "dpkg-scanpackages", "apt-ftparchive", "zstd", "tar"]
+GATEWAY = 254  # default route of the hosts: an address nobody owns
+REQUIRED_TOOLS = [
+    "ip",
+    "unshare",
+    "nsenter",
+    "ssh",
+    "ssh-keygen",
+    "debootstrap",
+    "dpkg-deb",
+    "dpkg-scanpackages",
+    "apt-ftparchive",
+    "zstd",
+    "tar",
+]
 
 SSHD_CONF = """\
 # gpulab test lab host (read before sshd_config's own settings: first value wins)
@@ -86,8 +97,12 @@ hostname "$GL_NAME"
 exec chroot "$R" /usr/bin/tini -- /bin/sleep infinity
 """
 
-CLEAN_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-             "HOME": "/root", "LANG": "C.UTF-8", "TERM": "dumb"}
+CLEAN_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/root",
+    "LANG": "C.UTF-8",
+    "TERM": "dumb",
+}
 
 
 def missing_requirements() -> str | None:
@@ -106,6 +121,7 @@ def missing_requirements() -> str | None:
 
 
 # -- registry of labs -----------------------------------------------------------
+
 
 def _registry() -> Path:
     return run_dir() / "labs"
@@ -175,21 +191,21 @@ def _kill(pids, sig=signal.SIGKILL):
 def _teardown_objects(entry: dict, procs: list[subprocess.Popen] = ()) -> None:
     """Remove everything one lab entry names, in the order that works."""
     netns = entry.get("netns", [])
-    for pid, start in entry.get("pids", []):   # root-namespace helpers (a Slurm lab's munged), checked by start time
+    for pid, start in entry.get("pids", []):  # root-namespace helpers (a Slurm lab's munged), checked by start time
         if alive(pid, start):
             _kill([pid])
-    for ns in netns:                     # all hosts first (their PID 1 dies, the kernel kills the rest)
+    for ns in netns:  # all hosts first (their PID 1 dies, the kernel kills the rest)
         _kill(_netns_pids(ns))
     for proc in procs:
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
-    if entry.get("control_dir"):         # controller-side ssh masters of this lab
+    if entry.get("control_dir"):  # controller-side ssh masters of this lab
         _kill(pids_mentioning(entry["control_dir"]), signal.SIGTERM)
     for ns in netns:
         wait_for(lambda ns=ns: not _netns_pids(ns), 10, f"processes of {ns} to exit")
-    time.sleep(0.2)                      # let closing connections finish while the bridge is up
+    time.sleep(0.2)  # let closing connections finish while the bridge is up
     links = set(_link_list())
     for veth in entry.get("veths", []):
         if veth in links:
@@ -220,10 +236,12 @@ def cleanup_stale() -> list[str]:
             if entry["id"] not in live_ids:
                 _teardown_objects(entry)
                 removed.append(entry["id"])
+
         # objects no registry entry names (a registry lost with /run): match the naming scheme
         def orphan(name, pattern):
             m = re.match(pattern, name)
             return m and f"t{m.group(1)}" not in live_ids
+
         for ns in _netns_list():
             if orphan(ns, re.escape(NETNS_PREFIX) + r"(\d+)-"):
                 _kill(_netns_pids(ns))
@@ -249,6 +267,7 @@ def lab_objects(lab_id: str | None = None) -> dict:
 
 # -- the HTTP server of the controller address --------------------------------------
 
+
 class _Handler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, fmt, *args):
         with open(self.server.log_path, "a") as f:
@@ -260,6 +279,7 @@ class _Server(http.server.ThreadingHTTPServer):
 
 
 # -- the lab ---------------------------------------------------------------------------
+
 
 class Host:
     def __init__(self, lab: "Lab", index: int, name: str):
@@ -287,8 +307,21 @@ class Lab:
     layer: nothing of gpulab's dependencies); the wheelhouse is served all the same.
     """
 
-    def __init__(self, names, *, groups=None, host_vars=None, group_vars=None, all_vars=None,
-                 state_dir=None, package_specs=None, tmpfs_size="2g", shm_size="512m", bare=False, slurm=False):
+    def __init__(
+        self,
+        names,
+        *,
+        groups=None,
+        host_vars=None,
+        group_vars=None,
+        all_vars=None,
+        state_dir=None,
+        package_specs=None,
+        tmpfs_size="2g",
+        shm_size="512m",
+        bare=False,
+        slurm=False,
+    ):
         names = list(names)
         if not names or len(set(names)) != len(names):
             raise LabError(f"host names must be unique and non-empty: {names}")
@@ -363,9 +396,24 @@ class Lab:
         return self.state_dir / "www" / "wheels"
 
     def ssh_options(self) -> list[str]:
-        return ["-F", "/dev/null", "-i", str(self.private_key), "-o", "IdentitiesOnly=yes",
-                "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
-                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+        return [
+            "-F",
+            "/dev/null",
+            "-i",
+            str(self.private_key),
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts}",
+            "-o",
+            "GlobalKnownHostsFile=/dev/null",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=5",
+        ]
 
     def ansible_env(self) -> dict:
         """Environment for ansible-runner: strict host keys, all state under the lab's directory."""
@@ -441,15 +489,20 @@ class Lab:
             every = self.names + ([slurm_mod.CONTROLLER] if self.slurm else [])
             self.hosts = {name: Host(self, k, name) for k, name in enumerate(every)}
             self._entry = {
-                "id": self.id, "octet": i, "subnet": str(subnet), "bridge": self.bridge,
+                "id": self.id,
+                "octet": i,
+                "subnet": str(subnet),
+                "bridge": self.bridge,
                 "netns": [h.netns for h in self.hosts.values()],
                 "veths": [h.veth for h in self.hosts.values()],
                 "hosts": {h.name: h.address for h in self.hosts.values()},
-                "state_dir": str(self.state_dir), "state_dir_owned": owned,
+                "state_dir": str(self.state_dir),
+                "state_dir_owned": owned,
                 "control_dir": str(self.control_dir),
-                "owner_pid": os.getpid(), "owner_start": proc_start_time(os.getpid()),
+                "owner_pid": os.getpid(),
+                "owner_start": proc_start_time(os.getpid()),
                 "layers": self._images + [repo.name, wheelhouse.name],
-                "pids": [],   # processes of the root namespace the lab started (the Slurm lab's munged)
+                "pids": [],  # processes of the root namespace the lab started (the Slurm lab's munged)
                 "created": time.time(),
             }
             path = _registry() / f"{self.id}.json"
@@ -480,8 +533,20 @@ class Lab:
             run(["ip", "-n", h.netns, "route", "add", "default", "via", self.gateway])
 
     def _make_keys(self) -> None:
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"gpulab-testlab-{self.id}",
-             "-f", str(self.private_key)])
+        run(
+            [
+                "ssh-keygen",
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                f"gpulab-testlab-{self.id}",
+                "-f",
+                str(self.private_key),
+            ]
+        )
         self.control_dir.mkdir(mode=0o700, exist_ok=True)
         (self.state_dir / "ansible" / "tmp").mkdir(parents=True, exist_ok=True)
 
@@ -497,8 +562,7 @@ class Lab:
         self._httpd = _Server((self.controller, 0), handler)
         self._httpd.log_path = str(self.state_dir / "http.log")
         self.http_port = self._httpd.server_address[1]
-        threading.Thread(target=self._httpd.serve_forever, name=f"testlab-{self.id}-http",
-                         daemon=True).start()
+        threading.Thread(target=self._httpd.serve_forever, name=f"testlab-{self.id}-http", daemon=True).start()
 
     def refresh_index(self) -> None:
         """Rebuild simple/<project>/ (PEP 503) from the files in wheels_dir."""
@@ -518,8 +582,7 @@ class Lab:
         key = seed / "etc/ssh/ssh_host_ed25519_key"
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{host.name}", "-f", str(key)])
         host.host_key_pub = " ".join(key.with_suffix(".pub").read_text().split()[:2])
-        (seed / "etc/ssh/sshd_config.d/00-gpulab-testlab.conf").write_text(
-            SSHD_CONF.format(address=host.address))
+        (seed / "etc/ssh/sshd_config.d/00-gpulab-testlab.conf").write_text(SSHD_CONF.format(address=host.address))
         ssh_dir = seed / "root/.ssh"
         ssh_dir.mkdir(parents=True, mode=0o700)
         ssh_dir.chmod(0o700)
@@ -537,13 +600,41 @@ class Lab:
         """Boot a host from its seed (a fresh upper layer: whatever the host wrote before is gone)."""
         host = self.hosts[name]
         lower = ":".join(str(layer.tree) for layer in self._layers)
-        env = dict(CLEAN_ENV, GL_MNT=str(host.dir / "mnt"), GL_SEED=str(host.dir / "seed"),
-                   GL_LOWER=lower, GL_NAME=host.name, GL_SIZE=self.tmpfs_size, GL_SHM=self.shm_size)
+        env = dict(
+            CLEAN_ENV,
+            GL_MNT=str(host.dir / "mnt"),
+            GL_SEED=str(host.dir / "seed"),
+            GL_LOWER=lower,
+            GL_NAME=host.name,
+            GL_SIZE=self.tmpfs_size,
+            GL_SHM=self.shm_size,
+        )
         log = open(host.dir / "host.log", "ab")
         host.proc = subprocess.Popen(
-            ["ip", "netns", "exec", host.netns, "unshare", "--mount", "--pid", "--uts", "--ipc", "--fork",
-             "--kill-child=SIGKILL", "--propagation", "private", "sh", "-c", HOST_SCRIPT],
-            env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+            [
+                "ip",
+                "netns",
+                "exec",
+                host.netns,
+                "unshare",
+                "--mount",
+                "--pid",
+                "--uts",
+                "--ipc",
+                "--fork",
+                "--kill-child=SIGKILL",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                HOST_SCRIPT,
+            ],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
         log.close()
         host.init_pid = None
         if wait:
@@ -561,6 +652,7 @@ class Lab:
             except OSError:
                 pass
             return None
+
         host.init_pid = wait_for(init_ready, 30, f"host {host.name} to boot", 0.02)
         self.start_sshd(host.name)
 
@@ -569,17 +661,23 @@ class Lab:
         cmd = ["nsenter", "-t", str(host.init_pid), "--mount", "--uts", "--ipc", "--net", "--pid"]
         return cmd + (["--root", "--wd"] if root else [])
 
-    def exec(self, name: str, command: str, *, check: bool = True, timeout: float = 120,
-             input: str | None = None) -> subprocess.CompletedProcess:
+    def exec(
+        self, name: str, command: str, *, check: bool = True, timeout: float = 120, input: str | None = None
+    ) -> subprocess.CompletedProcess:
         """Run a shell command as root inside a host (through nsenter, not SSH)."""
-        return run(self.nsenter(name) + ["/bin/sh", "-c", command], check=check, timeout=timeout,
-                   env=CLEAN_ENV, input=input)
+        return run(
+            self.nsenter(name) + ["/bin/sh", "-c", command], check=check, timeout=timeout, env=CLEAN_ENV, input=input
+        )
 
-    def ssh(self, name: str, command: str, *, check: bool = True, timeout: float = 60,
-            options: list[str] = ()) -> subprocess.CompletedProcess:
+    def ssh(
+        self, name: str, command: str, *, check: bool = True, timeout: float = 60, options: list[str] = ()
+    ) -> subprocess.CompletedProcess:
         """Run a command on a host over SSH with the lab's key and strict host key checking."""
-        return run(["ssh", *self.ssh_options(), *options, f"root@{self.hosts[name].address}", command],
-                   check=check, timeout=timeout)
+        return run(
+            ["ssh", *self.ssh_options(), *options, f"root@{self.hosts[name].address}", command],
+            check=check,
+            timeout=timeout,
+        )
 
     def _sshd_pids(self, name: str) -> tuple[list[int], list[int]]:
         """(listener, per-connection) sshd processes of a host, as pids of this namespace."""
@@ -633,8 +731,9 @@ class Lab:
     def usage(self, name: str) -> dict:
         """Bytes of tmpfs used by the host's upper layer and /run, and the PSS of its processes."""
         host = self.hosts[name]
-        df = run(self.nsenter(name, root=False) + ["df", "-B1", "--output=used", str(host.dir / "mnt")],
-                 env=CLEAN_ENV).stdout.split()[-1]
+        df = run(
+            self.nsenter(name, root=False) + ["df", "-B1", "--output=used", str(host.dir / "mnt")], env=CLEAN_ENV
+        ).stdout.split()[-1]
         dfrun = self.exec(name, "df -B1 --output=used /run /dev/shm").stdout.split()[1:]
         pss = 0
         for pid in _netns_pids(host.netns):
@@ -657,9 +756,13 @@ class Lab:
     def write_inventory(self) -> Path:
         def resolved(d):
             return {k: self._value(v) for k, v in d.items()}
+
         common = [
-            f"-o UserKnownHostsFile={self.known_hosts}", "-o GlobalKnownHostsFile=/dev/null",
-            "-o StrictHostKeyChecking=yes", "-o IdentitiesOnly=yes", "-o ConnectTimeout=10",
+            f"-o UserKnownHostsFile={self.known_hosts}",
+            "-o GlobalKnownHostsFile=/dev/null",
+            "-o StrictHostKeyChecking=yes",
+            "-o IdentitiesOnly=yes",
+            "-o ConnectTimeout=10",
         ]
         all_vars = {
             "ansible_user": "root",
@@ -670,10 +773,12 @@ class Lab:
             **resolved(self.all_vars),
         }
         grouped = {h for members in self.groups.values() for h in members}
+
         def host_entry(name):
             return {"ansible_host": self.hosts[name].address, **resolved(self.host_vars.get(name, {}))}
+
         inv: dict = {"all": {"vars": all_vars}}
-        loose = [n for n in self.names if n not in grouped]   # a Slurm lab's controller host is not written
+        loose = [n for n in self.names if n not in grouped]  # a Slurm lab's controller host is not written
         if loose:
             inv["all"]["hosts"] = {n: host_entry(n) for n in loose}
         children = {}
@@ -687,7 +792,8 @@ class Lab:
         if children:
             inv["all"]["children"] = children
         self.inventory.write_text(
-            "# written by the gpulab test lab " + (self.id or "") + "\n" + yaml.safe_dump(inv, sort_keys=False))
+            "# written by the gpulab test lab " + (self.id or "") + "\n" + yaml.safe_dump(inv, sort_keys=False)
+        )
         return self.inventory
 
     # ---- tear down ----
@@ -718,14 +824,19 @@ class Lab:
         self.down()
 
     def describe(self) -> str:
-        lines = [f"lab {self.id}: bridge {self.bridge} {self.controller}/24, state {self.state_dir}",
-                 f"  inventory {self.inventory}", f"  known_hosts {self.known_hosts}",
-                 f"  key {self.private_key}", f"  apt: {self.apt_source_line}",
-                 f"  pip: --find-links {self.find_links_url} | --index-url {self.index_url} "
-                 f"--trusted-host {self.controller}"]
+        lines = [
+            f"lab {self.id}: bridge {self.bridge} {self.controller}/24, state {self.state_dir}",
+            f"  inventory {self.inventory}",
+            f"  known_hosts {self.known_hosts}",
+            f"  key {self.private_key}",
+            f"  apt: {self.apt_source_line}",
+            f"  pip: --find-links {self.find_links_url} | --index-url {self.index_url} "
+            f"--trusted-host {self.controller}",
+        ]
         for h in self.hosts.values():
-            lines.append(f"  {h.name:12} {h.address:15} netns {h.netns}  ssh {shlex.join(self.ssh_options())}"
-                         f" root@{h.address}")
+            lines.append(
+                f"  {h.name:12} {h.address:15} netns {h.netns}  ssh {shlex.join(self.ssh_options())} root@{h.address}"
+            )
         return "\n".join(lines)
 
 

@@ -39,7 +39,13 @@ def run(cmd, *, check=True, input=None, capture=True, timeout=None, env=None, cw
     """Run a command (list or shell string); raise LabError with its stderr on failure."""
     shell = isinstance(cmd, str)
     res = subprocess.run(
-        cmd, shell=shell, input=input, text=True, timeout=timeout, env=env, cwd=cwd,
+        cmd,
+        shell=shell,
+        input=input,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=cwd,
         stdout=subprocess.PIPE if capture else None,
         stderr=subprocess.PIPE if capture else None,
     )
@@ -91,7 +97,7 @@ def proc_start_time(pid: int) -> int | None:
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     # comm may contain spaces and parentheses: split after the last ')'
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     if fields[0] == "Z":
         return None
     return int(fields[19])
@@ -109,6 +115,7 @@ def exec_done(proc: subprocess.Popen, timeout: float = 30) -> subprocess.Popen:
     the new image's arguments and environment a moment later: until then /proc/PID/cmdline and
     /proc/PID/environ read empty, and a scan of /proc misses the child. Tests that start a process and
     then look for it call this first."""
+
     def shown():
         if proc.poll() is not None:
             raise AssertionError(f"process {proc.pid} ({proc.args!r}) exited early with {proc.returncode}")
@@ -116,10 +123,11 @@ def exec_done(proc: subprocess.Popen, timeout: float = 30) -> subprocess.Popen:
             return Path(f"/proc/{proc.pid}/cmdline").read_bytes() != b""
         except OSError:
             return False
+
     try:
         wait_for(shown, timeout, f"process {proc.pid} to show its command line in /proc")
     except BaseException:
-        proc.kill()                                   # the caller's cleanup never runs: leave nothing behind
+        proc.kill()  # the caller's cleanup never runs: leave nothing behind
         proc.wait()
         raise
     return proc

@@ -28,10 +28,14 @@ def build_wheel(project: str, version: str, dest: Path) -> Path:
     path = dest / f"{project}-{version}-py3-none-any.whl"
     info = f"{project}-{version}.dist-info"
     files = {
-        f"{project}/__init__.py": (f'"""gpulab test lab stand-in for {project} {version} (not the real framework)."""\n'
-                                   f'__version__ = "{version}"\n').encode(),
-        f"{info}/METADATA": (f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n"
-                             f"Summary: gpulab test lab stand-in for {project}\n").encode(),
+        f"{project}/__init__.py": (
+            f'"""gpulab test lab stand-in for {project} {version} (not the real framework)."""\n'
+            f'__version__ = "{version}"\n'
+        ).encode(),
+        f"{info}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n"
+            f"Summary: gpulab test lab stand-in for {project}\n"
+        ).encode(),
         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: gpulab-testlab\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
         f"{info}/top_level.txt": f"{project}\n".encode(),
     }

@@ -14,11 +14,15 @@ def ev(name, host, task, **res):
     return {"event": name, "event_data": {"host": host, "task": task, "res": res}}
 
 
-UNKNOWN = ("Failed to connect to the host via ssh: No ED25519 host key is known for 10.213.0.12 and you have "
-           "requested strict checking.\r\nHost key verification failed.")
-CHANGED = ("Failed to connect to the host via ssh: @@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@\r\n"
-           "@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\r\n...Offending ED25519 key in "
-           "/tmp/kh:2\r\n  remove with:...Host key verification failed.")
+UNKNOWN = (
+    "Failed to connect to the host via ssh: No ED25519 host key is known for 10.213.0.12 and you have "
+    "requested strict checking.\r\nHost key verification failed."
+)
+CHANGED = (
+    "Failed to connect to the host via ssh: @@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@\r\n"
+    "@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\r\n...Offending ED25519 key in "
+    "/tmp/kh:2\r\n  remove with:...Host key verification failed."
+)
 
 
 def test_events_make_progress_lines_and_a_summary_per_host():
@@ -30,13 +34,26 @@ def test_events_make_progress_lines_and_a_summary_per_host():
         ev("runner_on_skipped", "a", "Reboot"),
         ev("runner_on_failed", "c", "Install cuDNN", msg="non-zero return code", rc=100, stderr="E: broken"),
         ev("runner_on_unreachable", "b", "Gathering Facts", msg=UNKNOWN),
-        {"event": "playbook_on_stats", "event_data": {"ok": {"a": 2}, "changed": {"a": 1}, "skipped": {"a": 1},
-                                                      "failures": {"c": 1}, "dark": {"b": 1}}},
+        {
+            "event": "playbook_on_stats",
+            "event_data": {
+                "ok": {"a": 2},
+                "changed": {"a": 1},
+                "skipped": {"a": 1},
+                "failures": {"c": 1},
+                "dark": {"b": 1},
+            },
+        },
     ]:
         assert c(e) is True
     c.finish()
     assert [(ln["host"], ln["status"]) for ln in lines] == [
-        ("a", "changed"), ("a", "ok"), ("a", "skipped"), ("c", "failed"), ("b", "unreachable")]
+        ("a", "changed"),
+        ("a", "ok"),
+        ("a", "skipped"),
+        ("c", "failed"),
+        ("b", "unreachable"),
+    ]
     assert c.hosts["a"].state == "changed" and c.hosts["a"].ok == 2 and c.hosts["a"].skipped == 1
     assert c.hosts["c"].state == "failed"
     assert c.hosts["c"].reason == "Install cuDNN: exit code 100: E: broken"

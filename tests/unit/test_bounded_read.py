@@ -21,11 +21,29 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def write_run(d: Path, seed: int = 1) -> Path:
     d.mkdir(parents=True)
-    writer.write_json(d / "status.json", writer.status_document(
-        runner_version="0", workload="ncf", benchmark="ncf", framework="pytorch", mode="throughput",
-        scale="tiny", seed=seed, precision="fp32", gpus=[], world_size=1, nnodes=1, node_rank=0,
-        start="2026-01-01T00:00:00.000Z", end="2026-01-01T00:01:00.000Z", exit_code=0, outcome="success",
-        reason="measured", result={"samples_per_s": 100.0}))
+    writer.write_json(
+        d / "status.json",
+        writer.status_document(
+            runner_version="0",
+            workload="ncf",
+            benchmark="ncf",
+            framework="pytorch",
+            mode="throughput",
+            scale="tiny",
+            seed=seed,
+            precision="fp32",
+            gpus=[],
+            world_size=1,
+            nnodes=1,
+            node_rank=0,
+            start="2026-01-01T00:00:00.000Z",
+            end="2026-01-01T00:01:00.000Z",
+            exit_code=0,
+            outcome="success",
+            reason="measured",
+            result={"samples_per_s": 100.0},
+        ),
+    )
     (d / "mllog.log").write_text(':::MLLOG {"key": "run_start"}\n')
     (d / "telemetry.csv").write_text("time_s,gpu,power_w\n")
     writer.write_sums(d)
@@ -52,7 +70,7 @@ SPOILERS = {
     "status-devzero": (lambda d: link(d / "status.json", "/dev/zero"), "status.json leads outside"),
     "status-outside": (lambda d: link(d / "status.json", "/etc/hostname"), "status.json leads outside"),
     "telemetry-fifo": (lambda d: fifo(d / "telemetry.csv"), "telemetry.csv is a FIFO"),
-    "stdout-devzero": (lambda d: link(d / "stdout.log", "/dev/zero"), None),   # not listed, not read: no effect
+    "stdout-devzero": (lambda d: link(d / "stdout.log", "/dev/zero"), None),  # not listed, not read: no effect
 }
 
 
@@ -71,14 +89,23 @@ def spoilt(tmp_path):
 def test_report_skips_each_spoilt_run_with_its_reason_and_never_hangs(spoilt, tmp_path):
     sweep, good, bad = spoilt
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-m", "invoke", "report", str(sweep), "--format", "json",
-                        "--out", str(tmp_path / "rep")], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=120)   # a FIFO read would block forever, /dev/zero would fill the memory
+    p = subprocess.run(
+        [sys.executable, "-m", "invoke", "report", str(sweep), "--format", "json", "--out", str(tmp_path / "rep")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # a FIFO read would block forever, /dev/zero would fill the memory
     assert p.returncode == 0, p.stdout + p.stderr
     assert "Traceback" not in p.stdout + p.stderr
     doc = json.loads((tmp_path / "rep" / "summary.json").read_text())
-    skipped = {Path(s["source"]).name if Path(s["source"]).name.startswith("ncf") else Path(s["source"]).parent.name:
-               s["reason"] for s in doc["skipped"]}
+    skipped = {
+        Path(s["source"]).name if Path(s["source"]).name.startswith("ncf") else Path(s["source"]).parent.name: s[
+            "reason"
+        ]
+        for s in doc["skipped"]
+    }
     for case, d in bad.items():
         why = SPOILERS[case][1]
         if why is None:
@@ -115,7 +142,7 @@ def test_bounded_reader_limits(tmp_path):
     inside = tmp_path / "root"
     inside.mkdir()
     (inside / "ok").write_text("x")
-    (inside / "alias").symlink_to(inside / "ok")       # a link that stays inside its root is read
+    (inside / "alias").symlink_to(inside / "ok")  # a link that stays inside its root is read
     assert bounded.read_text(inside / "alias", root=inside) == "x"
     (inside / "escape").symlink_to(big)
     with pytest.raises(bounded.Unreadable, match="leads outside"):

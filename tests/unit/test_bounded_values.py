@@ -35,14 +35,18 @@ BRACKETS = st.sampled_from([("[", "]"), ('{"a":', "}"), ("[[", "]]")])
 
 
 @FAST
-@given(depth=st.one_of(st.integers(0, 200), st.sampled_from([1000, 100_000])), pair=BRACKETS,
-       how=st.sampled_from(["loads", "literal", "raw"]))
+@given(
+    depth=st.one_of(st.integers(0, 200), st.sampled_from([1000, 100_000])),
+    pair=BRACKETS,
+    how=st.sampled_from(["loads", "literal", "raw"]),
+)
 def test_any_depth_parses_or_is_a_value_error(depth, pair, how):
     opening, closing = pair
     text = opening * depth + "1" + closing * depth
     levels = depth * (2 if opening == "[[" else 1)
-    parse = {"loads": plaindata.loads, "literal": plaindata.literal,
-             "raw": lambda t: plaindata.raw_decode(t, 0)[0]}[how]
+    parse = {"loads": plaindata.loads, "literal": plaindata.literal, "raw": lambda t: plaindata.raw_decode(t, 0)[0]}[
+        how
+    ]
     if how == "literal" and opening.startswith("{"):
         text = text.replace('"a":', "'a':")
     if levels <= plaindata.MAX_DEPTH:
@@ -65,8 +69,11 @@ def test_integers_have_a_range_wherever_they_are_parsed(digits, sign, how):
 
 
 @FAST
-@given(text=st.sampled_from(["1+2j", "2j", "{1, 2}", "b'x'", "frozenset()", "(1, 2j)", "{'a': 1j}", "...",
-                             "1e999j", "[" * 70 + "]" * 70]))
+@given(
+    text=st.sampled_from(
+        ["1+2j", "2j", "{1, 2}", "b'x'", "frozenset()", "(1, 2j)", "{'a': 1j}", "...", "1e999j", "[" * 70 + "]" * 70]
+    )
+)
 def test_a_v05_value_that_is_not_plain_data_stays_raw_text(text):
     with pytest.raises(ValueError):
         plaindata.literal(text)
@@ -76,8 +83,10 @@ def test_a_v05_value_that_is_not_plain_data_stays_raw_text(text):
 MLLOG_FIELDS = st.sampled_from(["time_ms", "value", "epoch_num", "seed"])
 
 
-GOOD_MLLOG = ':::MLLOG {"namespace": "", "time_ms": 1000, "event_type": "POINT_IN_TIME", "key": "run_start", ' \
-             '"value": null, "metadata": {"file": "x.py", "lineno": 1}}'
+GOOD_MLLOG = (
+    ':::MLLOG {"namespace": "", "time_ms": 1000, "event_type": "POINT_IN_TIME", "key": "run_start", '
+    '"value": null, "metadata": {"file": "x.py", "lineno": 1}}'
+)
 
 
 def _with(field: str, value: str) -> str:
@@ -104,7 +113,7 @@ def test_a_time_ms_that_is_not_a_time_is_a_bad_line(t):
 
 
 @FAST
-@given(n=st.integers(-(2 ** 64 - 1), 2 ** 64 - 1), field=st.sampled_from(["value", "epoch_num", "seed"]))
+@given(n=st.integers(-(2**64 - 1), 2**64 - 1), field=st.sampled_from(["value", "epoch_num", "seed"]))
 def test_every_64_bit_integer_parses(n, field):
     # NVML and DCGM print unsigned 64-bit values; a seed from time.time_ns() has 19 digits
     assert plaindata.loads(f'{{"v": {n}}}') == {"v": n}
@@ -116,23 +125,31 @@ def test_every_64_bit_integer_parses(n, field):
 @given(kind=st.sampled_from(["deep", "int", "kv-deep", "kv-int", "entry-literal"]), n=st.integers(65, 20_000))
 def test_a_hostile_systems_or_entry_file_is_a_reason_not_a_traceback(tmp_path, kind, n):
     f = tmp_path / "entry.json"
-    text = {"deep": "[" * n + "]" * n, "int": '{"count": ' + "9" * n + "}",
-            "kv-deep": "entry: " + "[" * n + "]" * n, "kv-int": 'nodes: {"value": ' + "9" * n + "}",
-            "entry-literal": 'entry: {"value": "{\'nodes\': ' + "9" * n + '}"}'}[kind]
+    text = {
+        "deep": "[" * n + "]" * n,
+        "int": '{"count": ' + "9" * n + "}",
+        "kv-deep": "entry: " + "[" * n + "]" * n,
+        "kv-int": 'nodes: {"value": ' + "9" * n + "}",
+        "entry-literal": 'entry: {"value": "{\'nodes\': ' + "9" * n + '}"}',
+    }[kind]
     f.write_text(text + "\n")
     doc, why = resulttree.read_description(f, tmp_path)
-    assert (doc is None and why) or (isinstance(doc, dict) and all(
-        not isinstance(v, int) or abs(v) < 10 ** plaindata.MAX_INT_DIGITS for v in doc.values()))
+    assert (doc is None and why) or (
+        isinstance(doc, dict)
+        and all(not isinstance(v, int) or abs(v) < 10**plaindata.MAX_INT_DIGITS for v in doc.values())
+    )
 
 
 def inventory_file(tmp: Path, gpulab_vars: str) -> Path:
     f = tmp / "hosts.yml"
-    f.write_text("all:\n  hosts:\n    h1:\n      ansible_host: 127.0.0.1\n      gpulab_gpu_model: T4\n"
-                 "      gpulab_stack: current\n" + gpulab_vars)
+    f.write_text(
+        "all:\n  hosts:\n    h1:\n      ansible_host: 127.0.0.1\n      gpulab_gpu_model: T4\n"
+        "      gpulab_stack: current\n" + gpulab_vars
+    )
     return f
 
 
-@pytest.mark.parametrize("count", [65, 1000, 1_000_000_000, 10 ** 30, -1, True, 1.5])
+@pytest.mark.parametrize("count", [65, 1000, 1_000_000_000, 10**30, -1, True, 1.5])
 def test_gpu_count_has_a_range(tmp_path, count):
     inv = inventory.load(inventory_file(tmp_path, f"      gpulab_gpu_count: {json.dumps(count)}\n"))
     with pytest.raises(ConfigError) as exc:
@@ -180,29 +197,39 @@ def test_path_options_names_and_loops(tmp_path, name_len, depth, loop):
         assert paths.usable(path, "--out") == Path(path)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["report", "/tmp/" + "x" * 300], "PATH: /tmp/xxx"),
-    (["report", "{loop}"], "a symbolic link loop"),
-    (["report", "{tmp}", "--out", "{loop}/r"], "--out: "),
-    (["report", "{tmp}", "--compare", "/" + "c" * 256], "--compare: "),
-    (["collect", "{loop}"], "PATH: "),
-    (["sweep", "--inventory", "{loop}", "--dry-run"], "--inventory: "),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["report", "/tmp/" + "x" * 300], "PATH: /tmp/xxx"),
+        (["report", "{loop}"], "a symbolic link loop"),
+        (["report", "{tmp}", "--out", "{loop}/r"], "--out: "),
+        (["report", "{tmp}", "--compare", "/" + "c" * 256], "--compare: "),
+        (["collect", "{loop}"], "PATH: "),
+        (["sweep", "--inventory", "{loop}", "--dry-run"], "--inventory: "),
+    ],
+)
 def test_path_options_on_the_command_line(tmp_path, args, message):
     (tmp_path / "loop").symlink_to("loop")
     argv = [a.format(loop=tmp_path / "loop", tmp=tmp_path) for a in args]
     env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path))
-    r = subprocess.run([sys.executable, "-m", "invoke", *argv], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "invoke", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr
     assert "Traceback" not in r.stderr
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(plants=st.lists(st.tuples(st.sampled_from(["", "sub", "sub/deeper"]),
-                                 st.sampled_from(["self-loop", "pair-loop", "up", "x.log-loop"])),
-                       min_size=1, max_size=4))
+@given(
+    plants=st.lists(
+        st.tuples(
+            st.sampled_from(["", "sub", "sub/deeper"]), st.sampled_from(["self-loop", "pair-loop", "up", "x.log-loop"])
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_link_loops_in_a_report_input_are_skipped_not_fatal(tmp_path, plants):
     import shutil
     from lab.report.build import build_report

@@ -24,10 +24,12 @@ def test_clean_run_verifies(tmp_path):
 
 def test_corruption_missing_file_and_missing_sums_are_found(tmp_path):
     run = make_run(tmp_path)
-    (run / "mllog.log").write_text(":::MLLOG {\"tampered\": 1}\n")
+    (run / "mllog.log").write_text(':::MLLOG {"tampered": 1}\n')
     (run / "status.json").unlink()
-    assert checksums.verify(run) == ["mllog.log does not match SHA256SUMS (changed after the run)",
-                                    "status.json is listed in SHA256SUMS but missing"]
+    assert checksums.verify(run) == [
+        "mllog.log does not match SHA256SUMS (changed after the run)",
+        "status.json is listed in SHA256SUMS but missing",
+    ]
     (run / "SHA256SUMS").unlink()
     assert checksums.verify(run) == ["SHA256SUMS is missing"]
 
@@ -69,6 +71,7 @@ def test_what_the_runner_writes_the_controller_and_sha256sum_verify(tmp_path):
     rundir.write_sums(run)
     r = subprocess.run(["sha256sum", "--strict", "-c", "SHA256SUMS"], cwd=run, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert checksums.read(run) == {n: hashlib.sha256((run / n).read_bytes()).hexdigest()
-                                   for n in ("mllog.log", "status.json", "sub/x y.txt")}
+    assert checksums.read(run) == {
+        n: hashlib.sha256((run / n).read_bytes()).hexdigest() for n in ("mllog.log", "status.json", "sub/x y.txt")
+    }
     assert checksums.verify(run) == []

@@ -1,5 +1,6 @@
 """The GPU machine has torch, pytest, jinja2 and PyYAML but not the test lab's other packages:
 tests/conftest.py (which every test run loads) must import there. Only the lab tests need jsonschema."""
+
 from __future__ import annotations
 
 import subprocess

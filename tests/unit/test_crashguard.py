@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 CONFTEST = "from tests.crashguard import pytest_addoption, pytest_cmdline_main  # noqa: F401\n"
-MIXED = '''
+MIXED = """
 import os, pytest
 from pathlib import Path
 
@@ -42,8 +42,8 @@ def test_fails():
 @pytest.mark.parametrize("x", [1, 2])
 def test_par(x):
     ran(f"par{x}")
-'''
-LAST = '''
+"""
+LAST = """
 import os, signal
 from test_a import ran
 
@@ -57,7 +57,7 @@ def test_exits():
 def test_segv():
     ran("segv")
     os.kill(os.getpid(), signal.SIGSEGV)
-'''
+"""
 
 
 def session(tmp: Path, files: dict, *args, start=subprocess.run, **kw):
@@ -67,8 +67,12 @@ def session(tmp: Path, files: dict, *args, start=subprocess.run, **kw):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GPULAB_CRASHGUARD"))}
     env["PYTHONPATH"] = str(ROOT)
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # quicker starts; the guard needs no plugin
-    return start([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=tmp, env=env,
-                 **(kw or {"capture_output": True, "text": True, "timeout": 120}))
+    return start(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=tmp,
+        env=env,
+        **(kw or {"capture_output": True, "text": True, "timeout": 120}),
+    )
 
 
 def test_an_abort_and_a_segfault_are_two_failed_tests_and_every_other_test_runs_once(tmp_path):
@@ -76,8 +80,16 @@ def test_an_abort_and_a_segfault_are_two_failed_tests_and_every_other_test_runs_
     out = r.stdout
     assert r.returncode == 1, out + r.stderr
     # every test ran once, in order, the ones after each crash included
-    assert (tmp_path / "ran.txt").read_text().split() == ["one", "abort", "fails", "par1", "par2", "before", "exits",
-                                                            "segv"]
+    assert (tmp_path / "ran.txt").read_text().split() == [
+        "one",
+        "abort",
+        "fails",
+        "par1",
+        "par2",
+        "before",
+        "exits",
+        "segv",
+    ]
     assert "FAILED test_a.py::test_abort - killed by SIGABRT" in out
     assert "FAILED test_b.py::test_segv - killed by SIGSEGV" in out
     assert "FAILED test_b.py::test_exits - ended by exit code 7 before pytest's end" in out
@@ -85,8 +97,10 @@ def test_an_abort_and_a_segfault_are_two_failed_tests_and_every_other_test_runs_
     assert "FAILED test_a.py::test_fails (call)" in out and "assert False" in out
     closing = out.strip().splitlines()[-1]
     assert "4 failed, 4 passed, 1 skipped in " in closing, out
-    assert ("test_a.py::test_abort killed by SIGABRT; test_b.py::test_exits ended by exit code 7 before pytest's end; "
-            "test_b.py::test_segv killed by SIGSEGV") in closing
+    assert (
+        "test_a.py::test_abort killed by SIGABRT; test_b.py::test_exits ended by exit code 7 before pytest's end; "
+        "test_b.py::test_segv killed by SIGSEGV"
+    ) in closing
     assert "Fatal Python error: Aborted" in r.stderr  # the crashed test's own traceback is kept
     # -x: the crash is the first failure, nothing after it runs
     (tmp_path / "ran.txt").unlink()
@@ -109,11 +123,19 @@ def test_without_a_crash_the_exit_code_and_output_are_pytest_s_own(tmp_path):
 
 
 def test_sigterm_to_pytest_stops_the_session_and_nothing_resumes(tmp_path):
-    sleeper = ("import os, time\nfrom pathlib import Path\n\n"
-               "def test_sleeps():\n    Path('pid').write_text(str(os.getpid()))\n    time.sleep(120)\n\n"
-               "def test_after():\n    Path('after').write_text('ran')\n")
-    proc = session(tmp_path, {"test_s.py": sleeper}, start=subprocess.Popen, stdout=subprocess.PIPE,
-                   stderr=subprocess.STDOUT, text=True)
+    sleeper = (
+        "import os, time\nfrom pathlib import Path\n\n"
+        "def test_sleeps():\n    Path('pid').write_text(str(os.getpid()))\n    time.sleep(120)\n\n"
+        "def test_after():\n    Path('after').write_text('ran')\n"
+    )
+    proc = session(
+        tmp_path,
+        {"test_s.py": sleeper},
+        start=subprocess.Popen,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 90
     while not (tmp_path / "pid").is_file() or not (tmp_path / "pid").read_text():
         assert time.monotonic() < deadline and proc.poll() is None, "the test never started"
@@ -127,7 +149,7 @@ def test_sigterm_to_pytest_stops_the_session_and_nothing_resumes(tmp_path):
         os.kill(child, 0)
 
 
-SHARED = '''
+SHARED = """
 import os, time, pytest
 from pathlib import Path
 
@@ -142,23 +164,25 @@ def test_t(made, x, request):
         f.write(f"{Path(__file__).stem}-{x} {os.getpid()}\\n")
     time.sleep(0.2)
     CRASH
-'''
-LAB = '''
+"""
+LAB = """
 import pytest
 from pathlib import Path
 
 @pytest.mark.MARK
 def test_pinned(request):
     Path("MARK-slot").write_text(str(request.config.pluginmanager.get_plugin("gpulab-crashguard-sharer").slot))
-'''
+"""
 
 
 def test_two_processes_share_the_files_and_a_crash_is_still_one_failed_test(tmp_path):
     """--processes 2: every test runs once, a file's tests in one process (its module fixture made once), the lab's
     file and the one marked checkout in process 1; an abort is one failed test; one closing line and one JUnit XML
     for the whole session."""
-    files = {f"test_s{i}.py": SHARED.replace("CRASH", "os.abort() if x == 1 else None" if i == 2 else "")
-             for i in range(1, 6)}
+    files = {
+        f"test_s{i}.py": SHARED.replace("CRASH", "os.abort() if x == 1 else None" if i == 2 else "")
+        for i in range(1, 6)
+    }
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    lab: the test lab\n    checkout: watches it\n")
     pinned = {"test_lab.py": LAB.replace("MARK", "lab"), "test_watch.py": LAB.replace("MARK", "checkout")}
     r = session(tmp_path, {**files, **pinned}, "--processes", "2", "--junitxml", "out.xml")

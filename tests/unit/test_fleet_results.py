@@ -13,9 +13,21 @@ from lab.hosts.inventory import Host
 
 
 def host(name):
-    return Host(name=name, address="192.0.2.1", port=22, user="root", connection="ssh", gpu_model="T4",
-                gpu_count=1, stack="current", groups=("t4",), workdir="/var/lib/gpulab", python=None,
-                ssh_key=None, known_hosts="/dev/null")
+    return Host(
+        name=name,
+        address="192.0.2.1",
+        port=22,
+        user="root",
+        connection="ssh",
+        gpu_model="T4",
+        gpu_count=1,
+        stack="current",
+        groups=("t4",),
+        workdir="/var/lib/gpulab",
+        python=None,
+        ssh_key=None,
+        known_hosts="/dev/null",
+    )
 
 
 def test_each_host_gives_its_value_or_its_error_in_host_order():
@@ -49,14 +61,14 @@ def test_ctrl_c_while_waiting_cancels_the_hosts_not_started_and_raises_at_once(s
     def fn(h):
         started.append(h.name)
         if h.name == "a":
-            _thread.interrupt_main()   # what Ctrl-C does: KeyboardInterrupt in the waiting thread
+            _thread.interrupt_main()  # what Ctrl-C does: KeyboardInterrupt in the waiting thread
             release.wait(10)
         return h.name
 
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         remote.on_hosts([host(n) for n in "abc"], fn, max_workers=1)
-    assert time.monotonic() - t0 < 5   # it did not wait for the running call
+    assert time.monotonic() - t0 < 5  # it did not wait for the running call
     release.set()
     time.sleep(0.2)
-    assert started == ["a"]            # b and c were never started
+    assert started == ["a"]  # b and c were never started

@@ -19,15 +19,32 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_session.sh"
 WORKLOADS = ("resnet50", "ssd", "maskrcnn", "gnmt", "transformer", "ncf")
-PARTS = ("gpu-tests", "maxpool", "gpu-tests-long", "stem", *(f"throughput-{w}" for w in WORKLOADS),
-         *(f"ttfs-{w}" for w in WORKLOADS), *(f"profile-{w}" for w in WORKLOADS), "ttfs-shipped", "validate",
-         "nvbandwidth", "tune", "speed-resnet50", "bn-resnet50")
+PARTS = (
+    "gpu-tests",
+    "maxpool",
+    "gpu-tests-long",
+    "stem",
+    *(f"throughput-{w}" for w in WORKLOADS),
+    *(f"ttfs-{w}" for w in WORKLOADS),
+    *(f"profile-{w}" for w in WORKLOADS),
+    "ttfs-shipped",
+    "validate",
+    "nvbandwidth",
+    "tune",
+    "speed-resnet50",
+    "bn-resnet50",
+)
 
 
 def dry_run(*parts: str, env_out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), "--dry-run", *parts], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60, env={"PATH": "/usr/bin:/bin", "OUT": str(env_out),
-                                           "GPULAB_SESSION_WORK": str(env_out / "work")})
+    return subprocess.run(
+        ["bash", str(SCRIPT), "--dry-run", *parts],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "OUT": str(env_out), "GPULAB_SESSION_WORK": str(env_out / "work")},
+    )
 
 
 def commands(tmp_path) -> dict[str, list[str]]:
@@ -42,8 +59,14 @@ def commands(tmp_path) -> dict[str, list[str]]:
 
 
 def help_of(argv: list[str]) -> str:
-    r = subprocess.run([sys.executable, *argv, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    r = subprocess.run(
+        [sys.executable, *argv, "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+    )
     assert r.returncode == 0, (argv, r.stderr[-2000:])
     return r.stdout
 
@@ -54,10 +77,25 @@ def options(argv: list[str]) -> set[str]:
 
 def test_every_part_is_listed_and_nothing_is_written(tmp_path):
     found = commands(tmp_path)
-    assert set(found) == {"gpu-tests", "maxpool", "gpu-tests-long", "stem", "shipped-pilot", "shipped-second",
-                          "validate", "nvbandwidth-build", "nvbandwidth-run", "validate-burnin", "tune", "speed-resnet50", "bn-resnet50",
-                          *(f"throughput-{w}" for w in WORKLOADS), *(f"ttfs-{w}-cold" for w in WORKLOADS),
-                          *(f"ttfs-{w}-warm" for w in WORKLOADS), *(f"profile-{w}" for w in WORKLOADS)}
+    assert set(found) == {
+        "gpu-tests",
+        "maxpool",
+        "gpu-tests-long",
+        "stem",
+        "shipped-pilot",
+        "shipped-second",
+        "validate",
+        "nvbandwidth-build",
+        "nvbandwidth-run",
+        "validate-burnin",
+        "tune",
+        "speed-resnet50",
+        "bn-resnet50",
+        *(f"throughput-{w}" for w in WORKLOADS),
+        *(f"ttfs-{w}-cold" for w in WORKLOADS),
+        *(f"ttfs-{w}-warm" for w in WORKLOADS),
+        *(f"profile-{w}" for w in WORKLOADS),
+    }
     assert not (tmp_path / "out").exists() and not (tmp_path / "out" / "work").exists()
 
 
@@ -87,19 +125,33 @@ def test_the_tune_part_searches_ncf_small_on_this_machine_into_work(tmp_path):
     argv = commands(tmp_path)["tune"]
     work = tmp_path / "out" / "work"
     assert argv[:2] == ["env", f"INVOKE_GPULAB_RESULTS={work}/tune-results"]
-    assert argv[argv.index("python3") + 1:argv.index("python3") + 5] == ["-m", "invoke", "tune", "ncf"]
+    assert argv[argv.index("python3") + 1 : argv.index("python3") + 5] == ["-m", "invoke", "tune", "ncf"]
     opt = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
     assert opt["--host"] == "localhost" and opt["--inventory"] == "inventory/local.yml"
     assert opt["--scale"] == "small" and int(opt["--seeds"]) >= 3 and "--baseline" not in opt
-    assert opt["--gpus"] == "1"      # one GPU a run, on any machine: the trials compare like with like
-    r = subprocess.run(["bash", str(SCRIPT), "--dry-run", "tune"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=60, env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "o2"),
-                                        "GPULAB_SESSION_WORK": str(tmp_path / "w2"), "GPULAB_TUNE_SCALE": "tiny",
-                                        "GPULAB_TUNE_SEEDS": "2", "GPULAB_TUNE_TRIALS": "2",
-                                        "GPULAB_TUNE_GPUS": "", "GPULAB_TUNE_WORKLOAD": "gnmt"})
+    assert opt["--gpus"] == "1"  # one GPU a run, on any machine: the trials compare like with like
+    r = subprocess.run(
+        ["bash", str(SCRIPT), "--dry-run", "tune"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "OUT": str(tmp_path / "o2"),
+            "GPULAB_SESSION_WORK": str(tmp_path / "w2"),
+            "GPULAB_TUNE_SCALE": "tiny",
+            "GPULAB_TUNE_SEEDS": "2",
+            "GPULAB_TUNE_TRIALS": "2",
+            "GPULAB_TUNE_GPUS": "",
+            "GPULAB_TUNE_WORKLOAD": "gnmt",
+        },
+    )
     assert r.returncode == 0, r.stderr
-    assert ("tune gnmt --host localhost --scale tiny --seeds 2 --trials 2 --name tune-gnmt-tiny-gpu --inventory "
-            "inventory/local.yml\n") in r.stdout, r.stdout
+    assert (
+        "tune gnmt --host localhost --scale tiny --seeds 2 --trials 2 --name tune-gnmt-tiny-gpu --inventory "
+        "inventory/local.yml\n"
+    ) in r.stdout, r.stdout
 
 
 def test_first_steps_and_profiles_of_every_workload(tmp_path):
@@ -119,19 +171,39 @@ def test_first_steps_and_profiles_of_every_workload(tmp_path):
         assert prof[prof.index("--table") + 1] == f"{work}/profile-{w}.md"
         assert prof[prof.index("--out") + 1] == f"{work}/profile-{w}.json"
     # the planned call of issue 47: four workloads' first steps and profiles within one call's budget
-    r = dry_run(*(f"{p}-{w}" for w in ("ncf", "gnmt", "transformer", "ssd") for p in ("ttfs", "profile")),
-                env_out=tmp_path / "out")
+    r = dry_run(
+        *(f"{p}-{w}" for w in ("ncf", "gnmt", "transformer", "ssd") for p in ("ttfs", "profile")),
+        env_out=tmp_path / "out",
+    )
     assert r.returncode == 0, r.stderr
     assert [ln.split(" ")[0] for ln in r.stdout.splitlines()[1:]] == [
-        n for w in ("ncf", "gnmt", "transformer", "ssd") for n in (f"ttfs-{w}-cold", f"ttfs-{w}-warm", f"profile-{w}")]
+        n for w in ("ncf", "gnmt", "transformer", "ssd") for n in (f"ttfs-{w}-cold", f"ttfs-{w}-warm", f"profile-{w}")
+    ]
 
 
-@pytest.mark.parametrize("tries, ok", [("threads1:TORCHINDUCTOR_COMPILE_THREADS=1 two:A=1:B_2=x", True),
-                                        ("threads1", False), ("Bad:A=1", False), ("x:a=1", False)])
+@pytest.mark.parametrize(
+    "tries, ok",
+    [
+        ("threads1:TORCHINDUCTOR_COMPILE_THREADS=1 two:A=1:B_2=x", True),
+        ("threads1", False),
+        ("Bad:A=1", False),
+        ("x:a=1", False),
+    ],
+)
 def test_first_step_tries_add_warm_runs_with_their_environment(tmp_path, tries, ok):
-    r = subprocess.run(["bash", str(SCRIPT), "--dry-run", "ttfs-ncf"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=60, env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "o"),
-                                        "GPULAB_SESSION_WORK": str(tmp_path / "w"), "GPULAB_TTFS_TRIES": tries})
+    r = subprocess.run(
+        ["bash", str(SCRIPT), "--dry-run", "ttfs-ncf"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "OUT": str(tmp_path / "o"),
+            "GPULAB_SESSION_WORK": str(tmp_path / "w"),
+            "GPULAB_TTFS_TRIES": tries,
+        },
+    )
     if not ok:
         assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r
         assert r.stderr.startswith(f"gpu_session: GPULAB_TTFS_TRIES: {tries} is not NAME:VAR=VALUE"), r.stderr
@@ -169,7 +241,7 @@ def test_the_resnet50_candidates_run_beside_plain_compile_and_leave_the_profile_
 @pytest.mark.slow
 def test_the_options_each_command_uses_exist(tmp_path):
     found = commands(tmp_path)
-    python = [c[c.index("python3"):] for c in found.values() if "python3" in c]
+    python = [c[c.index("python3") :] for c in found.values() if "python3" in c]
     for argv in python:
         argv = argv[1:]
         if argv[:2] == ["-m", "pytest"]:

@@ -27,21 +27,45 @@ from lab.validate import dcgm, fleet
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-(10 ** 25), 10 ** 25),
-                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20))
-JSON = st.recursive(SCALARS, lambda kids: st.one_of(st.lists(kids, max_size=4),
-                                                     st.dictionaries(st.text(max_size=8), kids, max_size=4)),
-                    max_leaves=20)
-GPU = st.fixed_dictionaries({"index": st.one_of(st.integers(-3, 70), st.integers(10 ** 18, 2 ** 64), SCALARS)},
-                            optional={"pci_bus_id": SCALARS, "numa_node": st.one_of(st.integers(-2, 5000), SCALARS),
-                                      "name": SCALARS, "error": SCALARS})
-PROBE = st.fixed_dictionaries({"gpus": st.one_of(st.lists(st.one_of(GPU, JSON), max_size=6), JSON)},
-                              optional={"host": JSON, "nvidia": JSON})
-HOSTILE = st.sampled_from([
-    "", "not json", "[" * 100_000 + "]" * 100_000, '{"gpus": ' + "[" * 70 + "]" * 70 + "}",
-    '{"gpus": [], "x": ' + "9" * 21 + "}", '{"gpus": [], "x": 1e999}', '{"gpus": [], "x": NaN}',
-    '{"gpus": [], "x": -Infinity}',
-    '{"gpus": [], "pad": "' + "x" * (17 << 20) + '"}', "\x00\x01", '{"gpus": []} trailing'])
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**25), 10**25),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+)
+JSON = st.recursive(
+    SCALARS,
+    lambda kids: st.one_of(st.lists(kids, max_size=4), st.dictionaries(st.text(max_size=8), kids, max_size=4)),
+    max_leaves=20,
+)
+GPU = st.fixed_dictionaries(
+    {"index": st.one_of(st.integers(-3, 70), st.integers(10**18, 2**64), SCALARS)},
+    optional={
+        "pci_bus_id": SCALARS,
+        "numa_node": st.one_of(st.integers(-2, 5000), SCALARS),
+        "name": SCALARS,
+        "error": SCALARS,
+    },
+)
+PROBE = st.fixed_dictionaries(
+    {"gpus": st.one_of(st.lists(st.one_of(GPU, JSON), max_size=6), JSON)}, optional={"host": JSON, "nvidia": JSON}
+)
+HOSTILE = st.sampled_from(
+    [
+        "",
+        "not json",
+        "[" * 100_000 + "]" * 100_000,
+        '{"gpus": ' + "[" * 70 + "]" * 70 + "}",
+        '{"gpus": [], "x": ' + "9" * 21 + "}",
+        '{"gpus": [], "x": 1e999}',
+        '{"gpus": [], "x": NaN}',
+        '{"gpus": [], "x": -Infinity}',
+        '{"gpus": [], "pad": "' + "x" * (17 << 20) + '"}',
+        "\x00\x01",
+        '{"gpus": []} trailing',
+    ]
+)
 
 
 def _one_line(msg: str) -> bool:
@@ -52,7 +76,7 @@ def _finite_and_bounded(v) -> bool:
     if isinstance(v, float):
         return math.isfinite(v)
     if isinstance(v, int) and not isinstance(v, bool):
-        return abs(v) < 10 ** plaindata.MAX_INT_DIGITS
+        return abs(v) < 10**plaindata.MAX_INT_DIGITS
     if isinstance(v, list):
         return all(map(_finite_and_bounded, v))
     if isinstance(v, dict):
@@ -61,7 +85,7 @@ def _finite_and_bounded(v) -> bool:
 
 
 def _dump(doc) -> str:
-    return json.dumps(doc)   # Python writes NaN and Infinity for non-finite floats, as a careless host would
+    return json.dumps(doc)  # Python writes NaN and Infinity for non-finite floats, as a careless host would
 
 
 @FAST
@@ -75,15 +99,20 @@ def test_any_probe_document_is_a_topology_or_one_line(doc):
     gpus = topology.from_probe(checked)
     indices = [g.index for g in gpus]
     assert len(set(indices)) == len(indices) and all(0 <= i <= 63 for i in indices)
-    for n in range(len(gpus) + 1):   # every subset size the planner may ask for
+    for n in range(len(gpus) + 1):  # every subset size the planner may ask for
         assert len(set(topology.choose(gpus, n))) == n
 
 
 @FAST
 @given(text=HOSTILE)
 def test_hostile_probe_text_is_one_line(text):
-    for t in (text, '{"gpus": [{"index": 18446744073709551615}]}', '{"gpus": [{"index": true}]}',
-              '{"gpus": [{"index": 0}, {"index": 0}]}', '{"gpus": [' + ", ".join(['{"index": 1}'] * 65) + "]}"):
+    for t in (
+        text,
+        '{"gpus": [{"index": 18446744073709551615}]}',
+        '{"gpus": [{"index": true}]}',
+        '{"gpus": [{"index": 0}, {"index": 0}]}',
+        '{"gpus": [' + ", ".join(['{"index": 1}'] * 65) + "]}",
+    ):
         with pytest.raises(RunError) as exc:
             topology.read_probe(t, "h1")
         assert _one_line(exc.value.message)
@@ -93,9 +122,20 @@ def test_hostile_probe_text_is_one_line(text):
 
 
 def test_a_real_shaped_probe_passes_with_64_bit_values():
-    doc = {"gpus": [{"index": 0, "pci_bus_id": "00000000:3B:00.0", "numa_node": 0, "name": "Tesla T4",
-                     "memory": {"total_bytes": 18446744073709551615}},
-                    {"index": 1, "error": "GPU is lost"}], "host": {"hostname": "r740-01"}, "nvidia": "570.1"}
+    doc = {
+        "gpus": [
+            {
+                "index": 0,
+                "pci_bus_id": "00000000:3B:00.0",
+                "numa_node": 0,
+                "name": "Tesla T4",
+                "memory": {"total_bytes": 18446744073709551615},
+            },
+            {"index": 1, "error": "GPU is lost"},
+        ],
+        "host": {"hostname": "r740-01"},
+        "nvidia": "570.1",
+    }
     got = topology.read_probe(json.dumps(doc), "h1")
     assert [g.index for g in topology.from_probe(got)] == [0]
 
@@ -134,19 +174,30 @@ def test_any_dcgm_output_is_a_document_or_a_value_error(doc, before):
 @FAST
 @given(text=HOSTILE)
 def test_hostile_dcgm_text_is_a_failed_check(text):
-    host, _ = dcgm.checks({"installed": True, "version": "4.5.2", "level": 1, "exit_code": 0, "stdout": text,
-                           "stderr": ""}, [0], None)
+    host, _ = dcgm.checks(
+        {"installed": True, "version": "4.5.2", "level": 1, "exit_code": 0, "stdout": text, "stderr": ""}, [0], None
+    )
     assert host[0]["verdict"] == "FAIL" and _one_line(host[0]["reason"])
 
 
 def _validate_json(gpus: dict) -> str:
-    return json.dumps({"kind": sources.VALIDATE_KIND, "schema": sorted(sources.VALIDATE_SCHEMAS)[0],
-                       "generated_at": "2026-01-01T00:00:00Z", "verdict": "PASS",
-                       "hosts": {"h1": {"checks": [], "gpus": gpus}}})
+    return json.dumps(
+        {
+            "kind": sources.VALIDATE_KIND,
+            "schema": sorted(sources.VALIDATE_SCHEMAS)[0],
+            "generated_at": "2026-01-01T00:00:00Z",
+            "verdict": "PASS",
+            "hosts": {"h1": {"checks": [], "gpus": gpus}},
+        }
+    )
 
 
 @FAST
-@given(index=st.one_of(st.integers(-(2 ** 64), 2 ** 64), st.integers(-2, 70), st.sampled_from([2 ** 63 - 1, 2 ** 63, -(2 ** 63), -(2 ** 63) - 1])))
+@given(
+    index=st.one_of(
+        st.integers(-(2**64), 2**64), st.integers(-2, 70), st.sampled_from([2**63 - 1, 2**63, -(2**63), -(2**63) - 1])
+    )
+)
 def test_a_validate_json_gpu_index_outside_its_range_is_skipped(tmp_path, index):
     # a GPU index is a device number (lab.core.limits.GPU_INDEX), which also fits SQL's INTEGER
     f = tmp_path / "validate.json"
@@ -166,16 +217,19 @@ def test_hostile_validate_json_is_one_config_error(tmp_path, text):
         sources.read_validation(f)
     except ConfigError as exc:
         assert _one_line(exc.message)
-    else:   # pragma: no cover - none of HOSTILE is a validate.json
+    else:  # pragma: no cover - none of HOSTILE is a validate.json
         pytest.fail("accepted")
 
 
-@pytest.mark.parametrize("text", [
-    "a: " + "[" * 50_000 + "]" * 50_000 + "\n",
-    "a: " + "{b: " * 5_000 + "1" + "}" * 5_000 + "\n",
-    "".join(" " * i + f"k{i}:\n" for i in range(3_000)) + " " * 3_000 + "v\n",
-    "".join(" " * i + "-\n" for i in range(3_000)) + " " * 3_000 + "v\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: " + "[" * 50_000 + "]" * 50_000 + "\n",
+        "a: " + "{b: " * 5_000 + "1" + "}" * 5_000 + "\n",
+        "".join(" " * i + f"k{i}:\n" for i in range(3_000)) + " " * 3_000 + "v\n",
+        "".join(" " * i + "-\n" for i in range(3_000)) + " " * 3_000 + "v\n",
+    ],
+)
 def test_yaml_nested_past_the_recursion_limit_is_one_line(tmp_path, text):
     f = tmp_path / "deep.yml"
     f.write_text(text)

@@ -31,8 +31,14 @@ DURATIONS = ["0", "-5", "abc", "nan", "inf", "1e309"]
 NAMES = ["../../outside", "a/b", "$(touch pwned)", "x" * 300, ".", "ü;rm"]
 READ_FILES = ["{missing}", "{fifo}", "{binary}", "{folder}", "/dev/zero", "{devzero_link}"]
 OUT_FOLDERS = ["{file}", "{file}/below"]
-SELECTORS = [("--host", "nosuch"), ("--host", ","), ("--device", "a100"), ("--limit", "~(["),
-             ("--limit", "r740-01,nosuch"), ("--limit", "nothing*")]
+SELECTORS = [
+    ("--host", "nosuch"),
+    ("--host", ","),
+    ("--device", "a100"),
+    ("--limit", "~(["),
+    ("--limit", "r740-01,nosuch"),
+    ("--limit", "nothing*"),
+]
 
 
 def cases():
@@ -66,7 +72,7 @@ def cases():
         add("validate", "--host", "r740-01", "--references", f)
         add("datasets", "--host", "r740-01", "--names", "ncf", "--catalogue", f)
         add("collect", f)
-        if f != "{binary}":   # a readable file that holds no MLPerf log is listed as skipped in the report
+        if f != "{binary}":  # a readable file that holds no MLPerf log is listed as skipped in the report
             add("report", f)
     for f in OUT_FOLDERS:
         add("report", "{sweep}", "--out", f)
@@ -81,7 +87,17 @@ def cases():
     add("sweep", "--device", "v100", "--mode", "fast")
     add("sweep", "--device", "v100", "--scale", "huge")
     add("sweep", "--stak")
-    add("sweep", "--device", "v100", "--seeds", "1000", "--gpus", "1,2,3", "--workloads", "ncf,gnmt,transformer,resnet50")
+    add(
+        "sweep",
+        "--device",
+        "v100",
+        "--seeds",
+        "1000",
+        "--gpus",
+        "1,2,3",
+        "--workloads",
+        "ncf,gnmt,transformer,resnet50",
+    )
     return out
 
 
@@ -91,9 +107,15 @@ CASES = cases()
 @pytest.fixture(scope="module")
 def place(tmp_path_factory):
     base = tmp_path_factory.mktemp("hostile")
-    files = {"missing": base / "missing.yml", "fifo": base / "fifo.yml", "binary": base / "binary.yml",
-             "folder": base / "folder", "file": base / "a-file", "devzero_link": base / "zero.yml",
-             "sweep": base / "sweep"}
+    files = {
+        "missing": base / "missing.yml",
+        "fifo": base / "fifo.yml",
+        "binary": base / "binary.yml",
+        "folder": base / "folder",
+        "file": base / "a-file",
+        "devzero_link": base / "zero.yml",
+        "sweep": base / "sweep",
+    }
     os.mkfifo(files["fifo"])
     files["binary"].write_bytes(b"\x00\xff\xfe\x80" * 64)
     files["folder"].mkdir()
@@ -103,13 +125,19 @@ def place(tmp_path_factory):
     (files["sweep"] / "run.log").write_text(":::MLLOG {}\n")
     home = base / "home"
     home.mkdir()
-    return {"files": {k: str(v) for k, v in files.items()}, "base": base, "home": home,
-            "results": base / "results", "artifacts": base / "artifacts"}
+    return {
+        "files": {k: str(v) for k, v in files.items()},
+        "base": base,
+        "home": home,
+        "results": base / "results",
+        "artifacts": base / "artifacts",
+    }
 
 
 def checkout_state() -> str:
-    return subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=ROOT,
-                          capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=ROOT, capture_output=True, text=True
+    ).stdout
 
 
 @pytest.fixture(scope="module")
@@ -124,11 +152,18 @@ def checkout():
 @pytest.mark.parametrize("task, args", CASES, ids=[f"{t} {' '.join(a)[:60]}" for t, a in CASES])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(place, checkout, task, args):
     argv = [a.format(**place["files"]) for a in args]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(place["home"]), INVOKE_GPULAB_INVENTORY=str(ROOT / "inventory" / "hosts.yml"),
-               INVOKE_GPULAB_RESULTS=str(place["results"]), INVOKE_GPULAB_ARTIFACTS=str(place["artifacts"]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        HOME=str(place["home"]),
+        INVOKE_GPULAB_INVENTORY=str(ROOT / "inventory" / "hosts.yml"),
+        INVOKE_GPULAB_RESULTS=str(place["results"]),
+        INVOKE_GPULAB_ARTIFACTS=str(place["artifacts"]),
+    )
     home_before = sorted({p.name for p in place["home"].iterdir()} | {".ansible"})
-    p = subprocess.run([sys.executable, "-m", "invoke", task, *argv], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "invoke", task, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert "Traceback" not in p.stderr + p.stdout, p.stderr[-3000:]
     assert p.returncode == 2, f"exit {p.returncode}: {p.stdout[-1500:]}{p.stderr[-1500:]}"

@@ -25,8 +25,14 @@ RID = "ncf-ttt-tiny-cpu-s1"
 
 def invoke(*args, results: Path, timeout=120):
     env = dict(os.environ, PYTHONPATH=str(ROOT), INVOKE_GPULAB_RESULTS=str(results))
-    return subprocess.run([sys.executable, "-m", "invoke", *map(str, args)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def one_line(p) -> str:
@@ -39,11 +45,29 @@ def one_line(p) -> str:
 def write_run(d: Path, seed: int = 1, outcome: str = "success") -> Path:
     """A run directory through the runner's own writers (status.json, SHA256SUMS)."""
     d.mkdir(parents=True)
-    writer.write_json(d / "status.json", writer.status_document(
-        runner_version="0", workload="ncf", benchmark="ncf", framework="pytorch", mode="ttt", scale="tiny",
-        seed=seed, precision="fp32", gpus=[], world_size=1, nnodes=1, node_rank=0,
-        start="2026-01-01T00:00:00.000Z", end="2026-01-01T00:01:00.000Z", exit_code=0, outcome=outcome,
-        reason="reached", result={}))
+    writer.write_json(
+        d / "status.json",
+        writer.status_document(
+            runner_version="0",
+            workload="ncf",
+            benchmark="ncf",
+            framework="pytorch",
+            mode="ttt",
+            scale="tiny",
+            seed=seed,
+            precision="fp32",
+            gpus=[],
+            world_size=1,
+            nnodes=1,
+            node_rank=0,
+            start="2026-01-01T00:00:00.000Z",
+            end="2026-01-01T00:01:00.000Z",
+            exit_code=0,
+            outcome=outcome,
+            reason="reached",
+            result={},
+        ),
+    )
     (d / "mllog.log").write_text(':::MLLOG {"key": "run_start"}\n')
     writer.write_sums(d)
     return d
@@ -54,9 +78,23 @@ def lab(tmp_path):
     """A local host with a workdir, its inventory, a results folder and a victim folder outside it."""
     work = tmp_path / "host-workdir"
     inv = tmp_path / "inventory.yml"
-    inv.write_text(yaml.safe_dump({"all": {"hosts": {"here": {
-        "ansible_connection": "local", "gpulab_gpu_model": "cpu", "gpulab_gpu_count": 0,
-        "gpulab_stack": "current", "gpulab_workdir": str(work)}}}}))
+    inv.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        "here": {
+                            "ansible_connection": "local",
+                            "gpulab_gpu_model": "cpu",
+                            "gpulab_gpu_count": 0,
+                            "gpulab_stack": "current",
+                            "gpulab_workdir": str(work),
+                        }
+                    }
+                }
+            }
+        )
+    )
     victim = tmp_path / "outside" / "victim"
     victim.mkdir(parents=True)
     (victim / "precious").write_text("keep me\n")
@@ -65,8 +103,18 @@ def lab(tmp_path):
 
 
 def sweep_doc(name="S", **run):
-    entry = {"host": "here", "workload": "ncf", "gpus": 0, "seed": 1, "mode": "ttt", "scale": "tiny",
-             "state": "complete", "outcome": "success", "reason": "", "run_id": RID}
+    entry = {
+        "host": "here",
+        "workload": "ncf",
+        "gpus": 0,
+        "seed": 1,
+        "mode": "ttt",
+        "scale": "tiny",
+        "state": "complete",
+        "outcome": "success",
+        "reason": "",
+        "run_id": RID,
+    }
     entry.update(run)
     return {"schema": 1, "name": name, "hosts": {"here": {}}, "runs": [entry]}
 
@@ -103,7 +151,7 @@ HOSTILE_DOCS = {
     "runs mapping": (dict(sweep_doc(), runs={"a": {}}), "runs: {'a': {}} is not a list"),
     "gpus text": (sweep_doc(gpus="abc"), "runs[0].gpus: 'abc' is not a GPU count"),
     "binary": (b"\x00\xff\xfe garbage", "unreadable sweep state (is not UTF-8 text"),
-    "not json": ("{\"runs\": [", "unreadable sweep state (is not JSON"),
+    "not json": ('{"runs": [', "unreadable sweep state (is not JSON"),
     "hosts list": (dict(sweep_doc(), hosts=["here"]), "hosts: list is not a mapping"),
 }
 
@@ -113,25 +161,35 @@ def test_collect_refuses_a_hostile_sweep_state_and_writes_nothing(lab, case):
     doc, message = HOSTILE_DOCS[case]
     root = put_sweep(lab, doc)
     served_by_host(lab, f"S/{RID}")
-    served_by_host(lab, "outside/victim")     # what the issue's host served for the escaping path
+    served_by_host(lab, "outside/victim")  # what the issue's host served for the escaping path
     before = sorted(str(p) for p in lab["tmp"].rglob("*"))
     p = invoke("collect", root, "--inventory", lab["inventory"], results=lab["results"])
     line = one_line(p)
     assert p.returncode == 2, p.stdout + p.stderr
     assert line.startswith(f"gpulab: {root / 'sweep.json'}: ") and message in line, line
     untouched(lab)
-    assert sorted(str(p) for p in lab["tmp"].rglob("*")) == before   # nothing created or removed anywhere
+    assert sorted(str(p) for p in lab["tmp"].rglob("*")) == before  # nothing created or removed anywhere
 
 
 @pytest.mark.parametrize("case", ["seed", "host", "runs mapping", "gpus text", "binary"])
 def test_resume_refuses_a_hostile_sweep_state_before_touching_the_host(lab, case):
     doc, message = HOSTILE_DOCS[case]
     root = put_sweep(lab, doc)
-    p = invoke("sweep", "--inventory", lab["inventory"], "--name", "S", "--seeds", "1", "--workloads", "ncf",
-               results=lab["results"])
+    p = invoke(
+        "sweep",
+        "--inventory",
+        lab["inventory"],
+        "--name",
+        "S",
+        "--seeds",
+        "1",
+        "--workloads",
+        "ncf",
+        results=lab["results"],
+    )
     line = one_line(p)
     assert p.returncode == 2 and message in line and str(root / "sweep.json") in line, line
-    assert not lab["work"].exists()          # the host was not touched: no runner installed, no lock
+    assert not lab["work"].exists()  # the host was not touched: no runner installed, no lock
     untouched(lab)
 
 
@@ -146,7 +204,7 @@ def test_report_refuses_run_folders_that_leave_the_sweep(lab):
 
 def test_a_symlinked_host_folder_is_not_followed_out_of_the_sweep(lab):
     root = put_sweep(lab, sweep_doc(state="failed", outcome=None))
-    (root / "here").symlink_to(lab["victim"])            # results/S/here -> outside/victim
+    (root / "here").symlink_to(lab["victim"])  # results/S/here -> outside/victim
     served_by_host(lab, f"S/{RID}")
     p = invoke("collect", root, "--inventory", lab["inventory"], results=lab["results"])
     line = one_line(p)

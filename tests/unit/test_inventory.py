@@ -43,16 +43,23 @@ def test_local_inventory_is_this_machine():
 
 
 def test_ini_inventory_with_host_vars(tmp_path):
-    p = write(tmp_path, "lab.ini", """\
+    p = write(
+        tmp_path,
+        "lab.ini",
+        """\
         [t4]
         node1 ansible_host=10.0.0.1 ansible_port=2222 gpulab_gpu_model=T4 gpulab_gpu_count=2 gpulab_stack=current
-        """)
+        """,
+    )
     (h,) = inventory.load(p).select(device="t4")
     assert (h.address, h.port, h.gpu_count, h.groups) == ("10.0.0.1", 2222, 2, ("t4",))
 
 
 def test_known_hosts_comes_from_ssh_args(tmp_path):
-    p = write(tmp_path, "i.yml", """\
+    p = write(
+        tmp_path,
+        "i.yml",
+        """\
         all:
           hosts:
             a:
@@ -60,16 +67,20 @@ def test_known_hosts_comes_from_ssh_args(tmp_path):
               gpulab_gpu_count: 1
               gpulab_stack: current
               ansible_ssh_common_args: "-o UserKnownHostsFile=/tmp/kh -o StrictHostKeyChecking=yes"
-        """)
+        """,
+    )
     assert inventory.load(p).host("a").known_hosts == "/tmp/kh"
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(hosts="r740-99"), "inventory/hosts.yml: unknown host 'r740-99'"),
-    (dict(device="a100"), "inventory/hosts.yml: unknown device group 'a100'"),
-    (dict(limit="gpu-*"), "inventory/hosts.yml: pattern 'gpu-*' matches no host"),
-    (dict(hosts="r740-01", device="v100"), "inventory/hosts.yml: no host matches --host r740-01, --device v100"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(hosts="r740-99"), "inventory/hosts.yml: unknown host 'r740-99'"),
+        (dict(device="a100"), "inventory/hosts.yml: unknown device group 'a100'"),
+        (dict(limit="gpu-*"), "inventory/hosts.yml: pattern 'gpu-*' matches no host"),
+        (dict(hosts="r740-01", device="v100"), "inventory/hosts.yml: no host matches --host r740-01, --device v100"),
+    ],
+)
 def test_unknown_selectors_are_one_line_errors(kwargs, message):
     inv = inventory.load(ROOT / "inventory/hosts.yml")
     with pytest.raises(ConfigError) as err:
@@ -124,7 +135,10 @@ def test_malformed_and_missing_files(tmp_path):
 
 
 def test_only_selected_hosts_are_checked(tmp_path):
-    p = write(tmp_path, "i.yml", """\
+    p = write(
+        tmp_path,
+        "i.yml",
+        """\
         all:
           children:
             good:
@@ -133,7 +147,8 @@ def test_only_selected_hosts_are_checked(tmp_path):
             broken:
               hosts:
                 b: {gpulab_gpu_model: T4}
-        """)
+        """,
+    )
     inv = inventory.load(p)
     assert [h.name for h in inv.select(device="good")] == ["a"]
     with pytest.raises(ConfigError, match="host b: gpulab_gpu_count is missing"):

@@ -72,14 +72,21 @@ def test_a_folder_in_the_files_place_is_one_line(tmp_path):
 
 
 @FEW
-@given(doc=st.one_of(st.lists(st.integers() | st.text(max_size=5), max_size=3), st.text(min_size=1, max_size=10),
-                     st.integers(), st.floats(allow_nan=False), st.booleans()))
+@given(
+    doc=st.one_of(
+        st.lists(st.integers() | st.text(max_size=5), max_size=3),
+        st.text(min_size=1, max_size=10),
+        st.integers(),
+        st.floats(allow_nan=False),
+        st.booleans(),
+    )
+)
 def test_any_file_that_is_not_a_mapping_is_one_line(tmp_path, doc):
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     (home / ".invoke.yaml").write_text(yaml.safe_dump(doc))
     if isinstance(yaml.safe_load((home / ".invoke.yaml").read_text()), dict | type(None)):
-        return   # "a: b" as text, or an empty document: a mapping, or nothing
+        return  # "a: b" as text, or an empty document: a mapping, or nothing
     one_line_exit_2(run_invoke(GPULAB, home, "--list"), home / ".invoke.yaml")
 
 
@@ -95,14 +102,20 @@ def test_a_good_or_missing_user_file_is_read_as_before(tmp_path):
 
 def test_the_checkouts_own_gpulab_script_and_no_pth_line(tmp_path):
     """.ci/setup is `pip install -e .`: the console script is there and no .pth line of gpulab's (there was one)."""
-    site = Path(subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-c",
-                                "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, timeout=60).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(ROOT / ".venv" / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.strip()
+    )
     script = ROOT / ".venv" / "bin" / "gpulab"
     if not script.is_file():
         if os.environ.get("GPULAB_REQUIRE_LAB", "") not in ("", "0"):
-            pytest.fail(f"{script} is missing: `pip install -e .` (pyproject's [project.scripts]) makes it",
-                        pytrace=False)
+            pytest.fail(
+                f"{script} is missing: `pip install -e .` (pyproject's [project.scripts]) makes it", pytrace=False
+            )
         pytest.skip(".venv was not made by .ci/setup from this pyproject (no gpulab script)")
     assert not (site / "gpulab-invoke.pth").exists()
     home = tmp_path / "home"

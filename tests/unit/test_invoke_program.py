@@ -59,8 +59,7 @@ def run(which: str, project: Path, *args: str, home: Path, env=None, project_fil
         (project / "invoke.yaml").write_text(project_file)
     full = {k: v for k, v in os.environ.items() if not k.startswith("INVOKE_")}
     full.update(PYTHONPATH=str(ROOT), HOME=str(home), **(env or {}))
-    return subprocess.run([*PROGRAMS[which], *args], cwd=project, capture_output=True, text=True, env=full,
-                          timeout=120)
+    return subprocess.run([*PROGRAMS[which], *args], cwd=project, capture_output=True, text=True, env=full, timeout=120)
 
 
 def one_line(p, code: int = 2) -> str:
@@ -76,9 +75,9 @@ def test_both_programs_run_the_task_with_gpulabs_config_and_endings(which, proje
     r = run(which, project, "hello", "ab", "--times", "2", home=home)
     assert r.returncode == 0 and r.stdout == "GpulabConfig all abab\n", r.stdout + r.stderr
     r = run(which, project, "hello", "x", home=home, project_file="gpulab: {workloads: ncf}\n")
-    assert r.stdout == "GpulabConfig ncf x\n", r.stderr           # invoke.yaml beside tasks.py, read after adopt()
+    assert r.stdout == "GpulabConfig ncf x\n", r.stderr  # invoke.yaml beside tasks.py, read after adopt()
     usage = {"invoke": "inv[oke]", "gpulab": "gpulab"}[which]
-    r = run(which, project, "hello", "--help", home=home)          # the positional would take "--help"
+    r = run(which, project, "hello", "--help", home=home)  # the positional would take "--help"
     assert r.returncode == 0 and r.stdout.startswith(f"Usage: {usage} [--core-opts] hello"), r.stdout + r.stderr
     assert "'--stak'" in one_line(run(which, project, "hello", "x", "--stak", home=home))
     line = one_line(run(which, project, "hello", "x", "--times", "9" * 5000, home=home))
@@ -90,12 +89,16 @@ def test_both_programs_run_the_task_with_gpulabs_config_and_endings(which, proje
     assert "config gpulab.sweep: [1, 2] is not of type 'object'" in line, line
     line = one_line(run(which, project, "hello", "x", home=home, project_file="gpulab: [unclosed\n"))
     assert line.startswith(f"gpulab: config file {project / 'invoke.yaml'}: not readable as a config file"), line
-    line = one_line(run(which, project, "hello", "x", home=home, project_file="run: 5\n"))   # Invoke's own key
-    assert line == f"gpulab: config file {project / 'invoke.yaml'}: run: 5 where Invoke's run is a mapping of " \
-                   "settings (set the keys inside it)", line
+    line = one_line(run(which, project, "hello", "x", home=home, project_file="run: 5\n"))  # Invoke's own key
+    assert (
+        line == f"gpulab: config file {project / 'invoke.yaml'}: run: 5 where Invoke's run is a mapping of "
+        "settings (set the keys inside it)"
+    ), line
     line = one_line(run(which, project, "hello", "x", home=home, project_file="tasks: {executor_class: nosuch.X}\n"))
-    assert line == "gpulab: config tasks.executor_class: 'nosuch.X' names no class Invoke can run tasks with " \
-                   f"({project / 'invoke.yaml'})", line                # Program.execute would import it: a traceback
+    assert (
+        line == "gpulab: config tasks.executor_class: 'nosuch.X' names no class Invoke can run tasks with "
+        f"({project / 'invoke.yaml'})"
+    ), line  # Program.execute would import it: a traceback
     (tmp_path / "run.txt").write_text("gpulab: {}\n")
     line = one_line(run(which, project, "-f", str(tmp_path / "run.txt"), "hello", "x", home=home))
     assert line.startswith("gpulab: config: ") and "run.txt" in line, line
@@ -123,8 +126,10 @@ def test_only_gpulab_reaches_the_files_invoke_reads_before_tasks_py(project, tmp
     assert plain.returncode == 1 and "gpulab" not in plain.stderr and "'list' object" in plain.stderr, plain.stderr
     (tmp_path / ".invoke.yaml").write_text("run: {echo: {a: 1}}\n")
     line = one_line(run("gpulab", project, "hello", "x", home=tmp_path))
-    assert line == f"gpulab: config file {tmp_path / '.invoke.yaml'}: run.echo: a mapping where Invoke's run.echo " \
-                   "is a value (False)", line
+    assert (
+        line == f"gpulab: config file {tmp_path / '.invoke.yaml'}: run.echo: a mapping where Invoke's run.echo "
+        "is a value (False)"
+    ), line
     empty = tmp_path / "elsewhere"
     empty.mkdir()
     line = one_line(run("gpulab", empty, "--search-root", str(empty), "--list", home=empty))
@@ -148,11 +153,20 @@ def test_program_run_calls_its_steps_on_self_in_order():
     class Recording(Program):
         pass
 
-    for step in ("create_config", "parse_core", "parse_collection", "parse_tasks", "parse_cleanup",
-                 "update_config", "execute"):
+    for step in (
+        "create_config",
+        "parse_core",
+        "parse_collection",
+        "parse_tasks",
+        "parse_cleanup",
+        "update_config",
+        "execute",
+    ):
+
         def wrapped(self, *a, _step=step, **k):
             seen.append(_step)
             return getattr(Program, _step)(self, *a, **k)
+
         setattr(Recording, step, wrapped)
 
     @task
@@ -160,8 +174,16 @@ def test_program_run_calls_its_steps_on_self_in_order():
         seen.append("task")
 
     Recording(namespace=Collection(t)).run(["invoke", "t"], exit=False)
-    assert seen == ["create_config", "parse_core", "parse_collection", "parse_tasks", "parse_cleanup",
-                    "update_config", "execute", "task"]
+    assert seen == [
+        "create_config",
+        "parse_core",
+        "parse_collection",
+        "parse_tasks",
+        "parse_cleanup",
+        "update_config",
+        "execute",
+        "task",
+    ]
     # a collection loaded from disk is imported before the project file is read (adopt() runs first)
     source = inspect.getsource(Program.load_collection)
     assert source.index("loader.load(") < source.index("self.config.load_project()")
@@ -174,7 +196,7 @@ def test_config_keeps_its_data_environment_layer_and_prefixes_where_load_env_fin
     cfg.merge()
     assert cfg["gpulab"]["x"] == 1 and cfg._config["gpulab"] == {"x": 1}
     assert (Config.prefix, Config.env_prefix, gp.GpulabConfig.prefix) == ("invoke", None, "invoke")
-    assert object.__getattribute__(cfg, "_env_prefix") == "INVOKE_"   # what load_env computes from the class
+    assert object.__getattribute__(cfg, "_env_prefix") == "INVOKE_"  # what load_env computes from the class
     assert [p for p in inspect.signature(Config.load_shell_env).parameters] == ["self"]
     assert list(inspect.signature(Config.load_runtime).parameters) == ["self", "merge"]
 
@@ -187,13 +209,17 @@ def test_config_keeps_each_layer_and_its_file_where_layers_reads_them(tmp_path):
     got = {name: (where, data) for name, where, data in gp.layers(cfg)}
     assert got["runtime"] == (str(tmp_path / "run.yaml"), {"gpulab": {"seeds": 3}})
     assert got["env"][1] == {"gpulab": {"nodes": 2}} and got["overrides"][1] == {"gpulab": {"gpus": "1"}}
-    assert got["user"][0] == "~/.invoke.yaml"   # not read (lazy): named as the user knows it
+    assert got["user"][0] == "~/.invoke.yaml"  # not read (lazy): named as the user knows it
     assert (gp.set_by(cfg, "seeds"), gp.set_by(cfg, "nodes")) == (str(tmp_path / "run.yaml"), "INVOKE_GPULAB_NODES")
     assert gp.set_by(cfg, "gpus") == "overrides" and gp.set_by(cfg, "mode") is None
     # lowest first, as Config.merge applies them
-    source = inspect.getsource(Config.merge)   # merge_clash takes _defaults and _collection first
-    at = [source.index(f'"{name}"') if name in ("system", "user", "project", "runtime") else
-          source.index(f"self._{name})") for name in ("defaults", "collection", *dict(gp.LAYERS))]
+    source = inspect.getsource(Config.merge)  # merge_clash takes _defaults and _collection first
+    at = [
+        source.index(f'"{name}"')
+        if name in ("system", "user", "project", "runtime")
+        else source.index(f"self._{name})")
+        for name in ("defaults", "collection", *dict(gp.LAYERS))
+    ]
     assert at == sorted(at) and "merge_dicts(self._config, self._defaults)" in source
 
 
@@ -221,7 +247,7 @@ def test_config_files_are_read_through_the_per_suffix_loader(tmp_path, suffix):
 
 def test_adopt_turns_a_running_plain_program_into_gpulabs_keeping_its_data():
     program = Program()
-    gp.adopt(program)                                   # not running yet (no config): left alone
+    gp.adopt(program)  # not running yet (no config): left alone
     assert type(program) is Program
     program.create_config()
     program.config["run"]["echo"] = True
@@ -234,6 +260,7 @@ def test_adopt_turns_a_running_plain_program_into_gpulabs_keeping_its_data():
 def test_the_help_value_and_parse_error_context_are_where_the_program_sets_and_reads_them():
     """GpulabProgram._help_asked sets ``core[0].args['help']``; a ParseError of a task names its ``context``
     (tests/unit/test_task_help.py holds Invoke's parse_cleanup to printing from that value)."""
+
     @task(help={"path": "a path"})
     def report(c, path):
         """Report."""

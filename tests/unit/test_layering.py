@@ -26,8 +26,8 @@ def imports(path: Path, root: Path = ROOT) -> set[str]:
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:   # relative: resolve against the file's package
-                pkg = path.relative_to(root).with_suffix("").parts[:-node.level]
+            if node.level:  # relative: resolve against the file's package
+                pkg = path.relative_to(root).with_suffix("").parts[: -node.level]
                 base = ".".join([*pkg, *([node.module] if node.module else [])])
             else:
                 base = node.module or ""
@@ -59,8 +59,11 @@ def read_table(readme: Path) -> dict[str, set[str]]:
             continue
         name = cells[0].strip("`").removeprefix("lab.")
         assert name not in allowed, f"README.md Layers: lab.{name} has two rows"
-        allowed[name] = {x.strip().strip("`").removeprefix("lab.") for x in cells[2].split(",")
-                         if x.strip() and x.strip() != "nothing"}
+        allowed[name] = {
+            x.strip().strip("`").removeprefix("lab.")
+            for x in cells[2].split(",")
+            if x.strip() and x.strip() != "nothing"
+        }
     return allowed
 
 
@@ -98,7 +101,7 @@ def cycles(graph: dict[str, set[str]]) -> list[str]:
         state[node] = "open"
         for dep in sorted(graph.get(node, ())):
             if state.get(dep) == "open":
-                found.append(" -> ".join(path[path.index(dep):] + [dep]))
+                found.append(" -> ".join(path[path.index(dep) :] + [dep]))
             elif dep not in state:
                 visit(dep, path + [dep])
         state[node] = "done"
@@ -112,8 +115,10 @@ def cycles(graph: dict[str, set[str]]) -> list[str]:
 def module_graph(root: Path) -> dict[str, set[str]]:
     """lab module (dotted; a package's ``__init__`` by the package's name) -> lab modules it imports, at any depth
     of the file. ``from lab.x import y`` imports the package lab.x (its ``__init__`` runs) and lab.x.y."""
-    mods = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
-            for p in (root / "lab").rglob("*.py")}
+    mods = {
+        ".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in (root / "lab").rglob("*.py")
+    }
     return {m: {d for d in imports(p, root) if d in mods and d != m} for m, p in mods.items()}
 
 
@@ -155,8 +160,11 @@ def code_in_init(path: Path) -> list[str]:
     body = ast.parse(path.read_text(encoding="utf-8"), str(path)).body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]
-    return [f"{path.name}:{node.lineno}: {type(node).__name__}" for node in body
-            if not (isinstance(node, ast.ImportFrom) and node.module == "__future__")]
+    return [
+        f"{path.name}:{node.lineno}: {type(node).__name__}"
+        for node in body
+        if not (isinstance(node, ast.ImportFrom) and node.module == "__future__")
+    ]
 
 
 def test_each_lab_package_init_only_names_its_public_surface():
@@ -167,8 +175,10 @@ def test_each_lab_package_init_only_names_its_public_surface():
 
 
 def test_runner_never_imports_lab():
-    bad = {str(p.relative_to(ROOT)): sorted(m for m in imports(p) if m.split(".")[0] == "lab")
-           for p in (ROOT / "runner").rglob("*.py")}
+    bad = {
+        str(p.relative_to(ROOT)): sorted(m for m in imports(p) if m.split(".")[0] == "lab")
+        for p in (ROOT / "runner").rglob("*.py")
+    }
     assert {k: v for k, v in bad.items() if v} == {}
 
 
@@ -193,19 +203,33 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 TABLE = {"core": {"runner.rundir"}, "results": {"core"}, "report": {"core", "results"}}
 
 
-@pytest.mark.parametrize("planted, expected", [
-    ("def f():\n    from lab.report import build\n", "lab/results/x.py (lab.results) imports lab.report.build (lab.report)"),
-    ("from ..report import build\n", "lab/results/x.py (lab.results) imports lab.report.build (lab.report)"),
-    ("import lab.report.build\n", "lab/results/x.py (lab.results) imports lab.report.build (lab.report)"),
-    ("from runner import cli\n", "lab/results/x.py (lab.results) imports runner.cli"),
-    ("from runner.rundir import STATUS\n", "lab/results/x.py (lab.results) imports runner.rundir"),
-])
+@pytest.mark.parametrize(
+    "planted, expected",
+    [
+        (
+            "def f():\n    from lab.report import build\n",
+            "lab/results/x.py (lab.results) imports lab.report.build (lab.report)",
+        ),
+        ("from ..report import build\n", "lab/results/x.py (lab.results) imports lab.report.build (lab.report)"),
+        ("import lab.report.build\n", "lab/results/x.py (lab.results) imports lab.report.build (lab.report)"),
+        ("from runner import cli\n", "lab/results/x.py (lab.results) imports runner.cli"),
+        ("from runner.rundir import STATUS\n", "lab/results/x.py (lab.results) imports runner.rundir"),
+    ],
+)
 def test_a_planted_wrong_way_import_is_found(tmp_path, planted, expected):
     """The checks above can fail: a wrong-way import (function-level, relative, absolute) or a runner module
     the row does not name, planted in a small tree, is reported."""
-    root = _tree(tmp_path, {"lab/__init__.py": "", "lab/core/__init__.py": "", "lab/results/__init__.py": "",
-                            "lab/report/__init__.py": "", "lab/report/build.py": "from lab.results import x\n",
-                            "lab/results/x.py": planted})
+    root = _tree(
+        tmp_path,
+        {
+            "lab/__init__.py": "",
+            "lab/core/__init__.py": "",
+            "lab/results/__init__.py": "",
+            "lab/report/__init__.py": "",
+            "lab/report/build.py": "from lab.results import x\n",
+            "lab/results/x.py": planted,
+        },
+    )
     found = violations(root, TABLE)
     assert any(v.startswith(expected) for v in found), found
 
@@ -218,17 +242,29 @@ def test_a_loose_module_and_a_table_cycle_are_found(tmp_path):
 
 
 def test_a_module_cycle_is_found(tmp_path):
-    root = _tree(tmp_path, {"lab/__init__.py": "", "lab/core/__init__.py": "",
-                            "lab/core/a.py": "def f():\n    from lab.core import b\n",
-                            "lab/core/b.py": "from lab.core.a import f\n"})
+    root = _tree(
+        tmp_path,
+        {
+            "lab/__init__.py": "",
+            "lab/core/__init__.py": "",
+            "lab/core/a.py": "def f():\n    from lab.core import b\n",
+            "lab/core/b.py": "from lab.core.a import f\n",
+        },
+    )
     assert cycles(module_graph(root)) == ["lab.core.a -> lab.core.b -> lab.core.a"]
 
 
 def test_a_cycle_through_a_package_init_is_found(tmp_path):
     """The cycle issue 44 found: the package's ``__init__`` calls a module that imports the package back."""
-    root = _tree(tmp_path, {"lab/__init__.py": "", "lab/history/__init__.py": "def f():\n    from lab.history import auto\n",
-                            "lab/history/auto.py": "from lab.history import quarantine\n",
-                            "lab/history/quarantine.py": ""})
+    root = _tree(
+        tmp_path,
+        {
+            "lab/__init__.py": "",
+            "lab/history/__init__.py": "def f():\n    from lab.history import auto\n",
+            "lab/history/auto.py": "from lab.history import quarantine\n",
+            "lab/history/quarantine.py": "",
+        },
+    )
     assert cycles(module_graph(root)) == ["lab.history -> lab.history.auto -> lab.history"]
     assert code_in_init(root / "lab/history/__init__.py") == ["__init__.py:1: FunctionDef"]
     assert code_in_init(root / "lab/__init__.py") == []

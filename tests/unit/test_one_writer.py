@@ -26,8 +26,12 @@ def _calls(path: Path) -> set[str]:
     """The os.* calls and flags a module names: replace, rename, O_EXCL."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os" \
-                and node.attr in ("replace", "rename", "O_EXCL"):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+            and node.attr in ("replace", "rename", "O_EXCL")
+        ):
             found.add(node.attr)
     return found
 
@@ -43,11 +47,14 @@ def test_only_the_one_writer_makes_a_temporary_file_and_renames_it():
     assert {k: v for k, v in owners.items() if k not in FOLDER_RENAMES or "O_EXCL" in v} == {}
 
 
-@pytest.mark.parametrize("write", [
-    lambda p: writes.write_bytes(p, b"new", "test output"),
-    lambda p: rundir.write_new(p, b"new"),
-    lambda p: rundir.write_json(p, "new"),
-])
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda p: writes.write_bytes(p, b"new", "test output"),
+        lambda p: rundir.write_new(p, b"new"),
+        lambda p: rundir.write_json(p, "new"),
+    ],
+)
 def test_a_link_planted_where_a_file_goes_is_never_written_through(tmp_path, write):
     secret = tmp_path / "secret"
     secret.write_bytes(b"keep")
@@ -56,19 +63,32 @@ def test_a_link_planted_where_a_file_goes_is_never_written_through(tmp_path, wri
     (out / "f").symlink_to(secret)
     try:
         write(out / "f")
-    except ConfigError as exc:   # the controller refuses it; the runner replaces the name
+    except ConfigError as exc:  # the controller refuses it; the runner replaces the name
         assert "symbolic link" in exc.message
     assert secret.read_bytes() == b"keep"
-    assert sorted(os.listdir(out)) == ["f"]   # no temporary file left
+    assert sorted(os.listdir(out)) == ["f"]  # no temporary file left
 
 
 def _host(tmp_path, name):
     workdir = tmp_path / name
     workdir.mkdir()
-    return remote.LocalRemote(Host(name=name, address="127.0.0.1", port=22, user=None, connection="local",
-                                   gpu_model="NVIDIA H200", gpu_count=1, stack="current", groups=(),
-                                   workdir=str(workdir), python=None, ssh_key=None,
-                                   known_hosts="/dev/null")), str(workdir)
+    return remote.LocalRemote(
+        Host(
+            name=name,
+            address="127.0.0.1",
+            port=22,
+            user=None,
+            connection="local",
+            gpu_model="NVIDIA H200",
+            gpu_count=1,
+            stack="current",
+            groups=(),
+            workdir=str(workdir),
+            python=None,
+            ssh_key=None,
+            known_hosts="/dev/null",
+        )
+    ), str(workdir)
 
 
 def test_a_link_planted_in_the_artifact_store_is_not_shipped_and_not_written_through(tmp_path):
@@ -79,16 +99,16 @@ def test_a_link_planted_in_the_artifact_store_is_not_shipped_and_not_written_thr
     secret.write_bytes(b"private key")
     name = "ncf.full.ttt.bf16.x1.NVIDIA_H200.torch2.11.bin"
     (store / name).symlink_to(secret)
-    assert compiled.push(b, wb, store) == []                       # the link is not shipped
+    assert compiled.push(b, wb, store) == []  # the link is not shipped
     assert not (Path(wb) / compiled.REMOTE_DIR / name).exists()
     host_file = Path(wa) / compiled.REMOTE_DIR / name
     host_file.parent.mkdir(parents=True)
     host_file.write_bytes(b"graphs")
-    with pytest.raises(ConfigError, match="symbolic link"):      # a fetch never writes through a link
+    with pytest.raises(ConfigError, match="symbolic link"):  # a fetch never writes through a link
         a.get(str(host_file), store / name)
     assert secret.read_bytes() == b"private key"
     (store / name).unlink()
     assert compiled.pull(a, wa, store) == [name]
     assert (store / name).read_bytes() == b"graphs" and not (store / name).is_symlink()
-    assert compiled.push(b, wb, store) == [name]                  # a real file travels
+    assert compiled.push(b, wb, store) == [name]  # a real file travels
     assert (Path(wb) / compiled.REMOTE_DIR / name).read_bytes() == b"graphs"

@@ -37,8 +37,12 @@ def snapshot(root: Path) -> dict:
         for name in dirnames + filenames:
             p = Path(dirpath) / name
             st_ = os.lstat(p)
-            out[str(p.relative_to(root))] = (st_.st_mode, st_.st_size, st_.st_mtime_ns,
-                                             os.readlink(p) if p.is_symlink() else None)
+            out[str(p.relative_to(root))] = (
+                st_.st_mode,
+                st_.st_size,
+                st_.st_mtime_ns,
+                os.readlink(p) if p.is_symlink() else None,
+            )
     return out
 
 
@@ -64,6 +68,7 @@ def scene(tmp: Path) -> tuple[Path, Path]:
     for p in sorted(tmp.iterdir(), reverse=True):
         if p.is_dir() and not p.is_symlink():
             import shutil
+
             shutil.rmtree(p)
         else:
             p.unlink()
@@ -89,7 +94,7 @@ def test_report_refuses_a_planted_entry_and_writes_nothing(tmp_path, target, kin
         out.mkdir()
     is_folder = target in REPORT_FOLDERS
     if (is_folder and kind == "folder") or (not is_folder and kind == "file"):
-        return   # what belongs there: not a plant
+        return  # what belongs there: not a plant
     plant(out / target if target else out, kind, outside)
     before, victims = snapshot(work), snapshot(outside)
     with pytest.raises(ConfigError) as exc:
@@ -104,8 +109,7 @@ def test_sweep_state_is_saved_in_place_or_refused(tmp_path, target, kind):
     work, outside = scene(tmp_path)
     root = work / "results" / "s1"
     root.mkdir(parents=True)
-    where = {"sweep.json": root / "sweep.json", "root": root,
-             "tmp": root / f".sweep.json.{os.getpid()}.tmp"}[target]
+    where = {"sweep.json": root / "sweep.json", "root": root, "tmp": root / f".sweep.json.{os.getpid()}.tmp"}[target]
     if target == "root":
         root.rmdir()
     if (target == "sweep.json" and kind == "file") or (target == "root" and kind == "folder"):
@@ -113,7 +117,7 @@ def test_sweep_state_is_saved_in_place_or_refused(tmp_path, target, kind):
     plant(where, kind, outside)
     victims = snapshot(outside)
     sweep = Sweep(root=root, name="s1", runs=[])
-    if target == "tmp":   # the old fixed temporary name: passed over, never followed
+    if target == "tmp":  # the old fixed temporary name: passed over, never followed
         sweep.save()
         assert (root / "sweep.json").is_file() and not (root / "sweep.json").is_symlink()
     else:
@@ -139,13 +143,16 @@ def test_validate_outputs_refuse_a_planted_entry(tmp_path, target, kind):
 
 
 @FAST
-@given(depth=st.integers(1, 4), at=st.integers(0, 3), kind=st.sampled_from(["link-to-folder", "dangling", "loop",
-                                                                            "file", "fifo"]))
+@given(
+    depth=st.integers(1, 4),
+    at=st.integers(0, 3),
+    kind=st.sampled_from(["link-to-folder", "dangling", "loop", "file", "fifo"]),
+)
 def test_a_folder_is_made_component_by_component_never_through_a_link(tmp_path, depth, at, kind):
     work, outside = scene(tmp_path)
     parts = [f"d{i}" for i in range(depth)]
     at = min(at, depth - 1)
-    plant(work.joinpath(*parts[:at + 1]), kind, outside)
+    plant(work.joinpath(*parts[: at + 1]), kind, outside)
     victims = snapshot(outside)
     with pytest.raises(ConfigError):
         writes.folder(work.joinpath(*parts), root=work)
@@ -175,8 +182,10 @@ def _play(tmp: Path) -> tuple[Path, Path]:
     play, inv = tmp / "play" / "hello.yml", tmp / "play" / "hosts.yml"
     play.parent.mkdir()
     play.write_text(PLAY)
-    inv.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
-                   "      ansible_python_interpreter: \"{{ ansible_playbook_python }}\"\n")
+    inv.write_text(
+        "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+        '      ansible_python_interpreter: "{{ ansible_playbook_python }}"\n'
+    )
     return play, inv
 
 
@@ -205,7 +214,7 @@ def test_a_link_planted_at_a_runs_artifacts_name_is_passed_over_never_written_th
     root.mkdir()
     now = dt.datetime.now(dt.timezone.utc)
     kinds = ["link-to-folder", "dangling", "loop"]
-    for s in range(-2, 60):   # every name the next minute can give this playbook's run
+    for s in range(-2, 60):  # every name the next minute can give this playbook's run
         name = (now + dt.timedelta(seconds=s)).strftime("%Y%m%d-%H%M%S") + "-hello"
         plant(root / name, kinds[s % 3], outside)
     planted, victims = snapshot(root), snapshot(outside)
@@ -218,9 +227,13 @@ def test_a_link_planted_at_a_runs_artifacts_name_is_passed_over_never_written_th
 
 # ------------------------------------------------------------- the history database
 
+
 @FAST
-@given(suffix=st.sampled_from(["", "-journal", "-wal", "-shm"]), kind=st.sampled_from(PLANTS),
-       how=st.sampled_from(["default", "url"]))
+@given(
+    suffix=st.sampled_from(["", "-journal", "-wal", "-shm"]),
+    kind=st.sampled_from(PLANTS),
+    how=st.sampled_from(["default", "url"]),
+)
 def test_a_link_planted_at_the_history_database_or_its_journals_is_refused(tmp_path, suffix, kind, how):
     from lab.history import db as hdb
 
@@ -228,9 +241,9 @@ def test_a_link_planted_at_the_history_database_or_its_journals_is_refused(tmp_p
     results = work / "results"
     results.mkdir()
     if kind == "file" and suffix == "":
-        return   # a database file that is not a database: the corrupt-file case (test_history_errors)
+        return  # a database file that is not a database: the corrupt-file case (test_history_errors)
     if kind == "file":
-        return   # a leftover journal file is SQLite's to read
+        return  # a leftover journal file is SQLite's to read
     plant(results / f"{hdb.DEFAULT_FILE}{suffix}", kind, outside)
     url = hdb.resolve_url(None if how == "default" else f"sqlite:///{results / hdb.DEFAULT_FILE}", results)
     before, victims = snapshot(work), snapshot(outside)

@@ -22,22 +22,29 @@ def private_imports(path: Path, root: Path = ROOT) -> list[str]:
     found, modules = [], set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            base = ".".join([*pkg[:len(pkg) - node.level + 1], *([node.module] if node.module else [])]) \
-                if node.level else (node.module or "")
+            base = (
+                ".".join([*pkg[: len(pkg) - node.level + 1], *([node.module] if node.module else [])])
+                if node.level
+                else (node.module or "")
+            )
             if base.split(".")[0] not in ("lab", "runner"):
                 continue
             for a in node.names:
                 if private(a.name):
                     found.append(f"{node.lineno}: from {base} import {a.name}")
                 else:
-                    modules.add(a.asname or a.name)   # maybe a module: its attributes are checked below
+                    modules.add(a.asname or a.name)  # maybe a module: its attributes are checked below
         elif isinstance(node, ast.Import):
             for a in node.names:
                 if a.name.split(".")[0] in ("lab", "runner") and a.asname:
                     modules.add(a.asname)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and private(node.attr) and isinstance(node.value, ast.Name) \
-                and node.value.id in modules:
+        if (
+            isinstance(node, ast.Attribute)
+            and private(node.attr)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+        ):
             found.append(f"{node.lineno}: {node.value.id}.{node.attr}")
     return found
 
@@ -51,11 +58,16 @@ def test_no_module_imports_another_modules_private_names():
 def test_a_planted_private_import_is_found(tmp_path):
     (tmp_path / "lab" / "validate").mkdir(parents=True)
     planted = tmp_path / "lab" / "validate" / "fleet.py"
-    planted.write_text("from lab.validate.verdict import _fmt, FAIL\n"
-                       "from .gpuchecks import _gpu_checks\n"
-                       "from lab.validate import hostchecks as hc\n"
-                       "import json\n"
-                       "def f():\n    return hc._stack_checks(json._default_decoder)\n", encoding="utf-8")
-    assert private_imports(planted, tmp_path) == ["1: from lab.validate.verdict import _fmt",
-                                                  "2: from lab.validate.gpuchecks import _gpu_checks",
-                                                  "6: hc._stack_checks"]
+    planted.write_text(
+        "from lab.validate.verdict import _fmt, FAIL\n"
+        "from .gpuchecks import _gpu_checks\n"
+        "from lab.validate import hostchecks as hc\n"
+        "import json\n"
+        "def f():\n    return hc._stack_checks(json._default_decoder)\n",
+        encoding="utf-8",
+    )
+    assert private_imports(planted, tmp_path) == [
+        "1: from lab.validate.verdict import _fmt",
+        "2: from lab.validate.gpuchecks import _gpu_checks",
+        "6: hc._stack_checks",
+    ]

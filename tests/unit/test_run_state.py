@@ -20,8 +20,16 @@ def old_sweep_json(root) -> dict:
         run = pl.PlannedRun("h1", "ncf", 1, seed, "ttt", "tiny", reason="" if st != "failed" else "run crashed: x")
         doc = dict(run.to_json(), state=st, outcome="success" if st == "complete" else None)
         runs.append(doc)
-    doc = {"schema": pl.SCHEMA, "name": "s1", "created": "2026-12-01T10:00:00.000Z",
-           "updated": "2026-12-01T11:00:00.000Z", "controller": None, "options": {}, "hosts": {}, "runs": runs}
+    doc = {
+        "schema": pl.SCHEMA,
+        "name": "s1",
+        "created": "2026-12-01T10:00:00.000Z",
+        "updated": "2026-12-01T11:00:00.000Z",
+        "controller": None,
+        "options": {},
+        "hosts": {},
+        "runs": runs,
+    }
     root.mkdir(parents=True, exist_ok=True)
     (root / "sweep.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     return doc
@@ -33,7 +41,7 @@ def test_an_old_sweep_json_reads_into_the_enum_and_is_written_back_the_same(tmp_
     sweep = sweepstate.Sweep.load(root)
     assert [r.state for r in sweep.runs] == list(RunState)
     assert all(type(r.state) is RunState for r in sweep.runs)
-    assert sweep.runs[2].state == "complete" and f"{sweep.runs[3].state}" == "failed"   # str as before
+    assert sweep.runs[2].state == "complete" and f"{sweep.runs[3].state}" == "failed"  # str as before
     sweep.save()
     after = json.loads((root / "sweep.json").read_text(encoding="utf-8"))
     assert after["runs"] == before["runs"]
@@ -46,8 +54,11 @@ def test_a_state_outside_the_enum_is_refused_in_one_line(tmp_path):
     doc = old_sweep_json(root)
     doc["runs"][0]["state"] = "done"
     (root / "sweep.json").write_text(json.dumps(doc), encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"runs\[0\]\.state: 'done' is not one of planned, running, complete, "
-                                          r"failed, interrupted"):
+    with pytest.raises(
+        ConfigError,
+        match=r"runs\[0\]\.state: 'done' is not one of planned, running, complete, "
+        r"failed, interrupted",
+    ):
         sweepstate.Sweep.load(root)
 
 

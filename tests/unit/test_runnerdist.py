@@ -23,8 +23,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 def reported(pythonpath: Path) -> str:
     """What ``python -m runner --version`` says when the runner is the one under ``pythonpath``."""
-    p = subprocess.run([sys.executable, "-m", "runner", "--version"], cwd=pythonpath, capture_output=True,
-                       text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(pythonpath)}, check=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "runner", "--version"],
+        cwd=pythonpath,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(pythonpath)},
+        check=True,
+    )
     return p.stdout.strip()
 
 
@@ -38,7 +44,7 @@ def test_every_carrier_reports_the_digest_the_controller_computes(wheel, tmp_pat
     digest = runnerdist.digest()
     assert want.endswith(f" src={digest}") and len(digest) == 12
 
-    staged = runnerdist.stage(tmp_path)   # the datasets role's file: the sweep's tarball, byte for byte
+    staged = runnerdist.stage(tmp_path)  # the datasets role's file: the sweep's tarball, byte for byte
     assert staged.read_bytes() == runnerdist.tarball()
     with tarfile.open(staged, mode="r:gz") as tar:
         tar.extractall(tmp_path / "tar", filter="data")
@@ -53,7 +59,9 @@ def test_every_carrier_reports_the_digest_the_controller_computes(wheel, tmp_pat
 def test_the_wheel_holds_the_runner_files_and_no_lab(wheel):
     with zipfile.ZipFile(wheel) as z:
         names = [n for n in z.namelist() if ".dist-info/" not in n]
-    assert sorted(names) == sorted(f"runner/{p.relative_to(runnerdist.RUNNER_DIR).as_posix()}" for p in runnerdist.files())
+    assert sorted(names) == sorted(
+        f"runner/{p.relative_to(runnerdist.RUNNER_DIR).as_posix()}" for p in runnerdist.files()
+    )
     assert not [n for n in names if n.startswith("lab/")]
 
 
@@ -65,7 +73,7 @@ def test_a_changed_runner_file_changes_every_hash(tmp_path, monkeypatch):
     monkeypatch.setattr(runnerdist, "REPO", repo)
     monkeypatch.setattr(runnerdist, "RUNNER_DIR", repo / "runner")
     before = (runnerdist.digest(), runnerdist.wheel_id(), runnerdist.tarball(), reported(repo))
-    assert before[0] == source.digest()   # the copy is the checkout's runner
+    assert before[0] == source.digest()  # the copy is the checkout's runner
 
     catalogue = repo / "runner" / "workloads" / "workloads.yml"
     catalogue.write_text(catalogue.read_text() + "# one more line\n")
@@ -75,4 +83,4 @@ def test_a_changed_runner_file_changes_every_hash(tmp_path, monkeypatch):
 
     (repo / "runner" / "workloads" / "__pycache__").mkdir(exist_ok=True)
     (repo / "runner" / "workloads" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
-    assert runnerdist.digest() == after[0]   # compiled files are not the runner's source
+    assert runnerdist.digest() == after[0]  # compiled files are not the runner's source

@@ -13,26 +13,33 @@ from lab.sweep import statefile
 from lab.validate import nodehealth
 
 # scontrol show job -o / show node -o of Slurm 22.05 (Debian bookworm), as the test lab's printed them
-JOB = ("JobId=4 ArrayJobId=1 ArrayTaskId=2 ArrayTaskThrottle=2 JobName=wrap UserId=root(0) GroupId=root(0) "
-       "JobState=TIMEOUT Reason=TimeLimit Dependency=(null) ExitCode=0:15 NodeList=sl-01 BatchHost=sl-01\n"
-       "JobId=1 ArrayJobId=1 ArrayTaskId=3-5%2 JobState=PENDING Reason=JobArrayTaskLimit ExitCode=0:0 "
-       "NodeList=(null)\n")
-NODE = ("NodeName=sl-02 Arch=x86_64 CoresPerSocket=1 Gres=gpu:t4:3(S:0) NodeAddr=10.213.0.12 State=IDLE+DRAIN "
-        "Partitions=gpulab Reason=gpulab: ECC uncorrected: GPU 0 3 error(s) -> reset_gpu: reset [root@2026-12-06T18:33:24]"
-        "\nNodeName=sl-01 Gres=(null) State=IDLE Reason=(null)\n")
+JOB = (
+    "JobId=4 ArrayJobId=1 ArrayTaskId=2 ArrayTaskThrottle=2 JobName=wrap UserId=root(0) GroupId=root(0) "
+    "JobState=TIMEOUT Reason=TimeLimit Dependency=(null) ExitCode=0:15 NodeList=sl-01 BatchHost=sl-01\n"
+    "JobId=1 ArrayJobId=1 ArrayTaskId=3-5%2 JobState=PENDING Reason=JobArrayTaskLimit ExitCode=0:0 "
+    "NodeList=(null)\n"
+)
+NODE = (
+    "NodeName=sl-02 Arch=x86_64 CoresPerSocket=1 Gres=gpu:t4:3(S:0) NodeAddr=10.213.0.12 State=IDLE+DRAIN "
+    "Partitions=gpulab Reason=gpulab: ECC uncorrected: GPU 0 3 error(s) -> reset_gpu: reset [root@2026-12-06T18:33:24]"
+    "\nNodeName=sl-01 Gres=(null) State=IDLE Reason=(null)\n"
+)
 
 
 def test_scontrol_records_keep_free_text_values_whole():
     (node, other) = slurm.records(NODE)
     assert node["Reason"] == "gpulab: ECC uncorrected: GPU 0 3 error(s) -> reset_gpu: reset [root@2026-12-06T18:33:24]"
     assert node["State"] == "IDLE+DRAIN" and other["Reason"] == "(null)"
-    assert slurm._reason_text(node["Reason"]) == ("gpulab: ECC uncorrected: GPU 0 3 error(s) -> reset_gpu: reset",
-                                                  "2026-12-06T18:33:24")
+    assert slurm._reason_text(node["Reason"]) == (
+        "gpulab: ECC uncorrected: GPU 0 3 error(s) -> reset_gpu: reset",
+        "2026-12-06T18:33:24",
+    )
 
 
 def test_array_task_records_and_pending_ranges(monkeypatch):
     class Res:
         returncode, stdout = 0, JOB
+
     monkeypatch.setattr(slurm, "run", lambda args, **kw: Res())
     tasks = slurm.tasks(["1"])
     assert sorted(tasks) == [("1", 2), ("1", 3), ("1", 4), ("1", 5)]
@@ -88,12 +95,31 @@ def test_settings_backend_and_slurm_section():
     assert config.backend(" Slurm ") == "slurm"
     with pytest.raises(ConfigError, match="is not one of ssh, slurm, auto"):
         config.backend("kubernetes")
-    got = config.slurm_settings({"partition": "gpu", "qos": "", "constraint": "a100&ib", "max_running": "3",
-                                 "time_limit_minutes": "auto", "poll_s": 1})
-    assert got == {"partition": "gpu", "account": "", "qos": "", "constraint": "a100&ib", "max_running": 3,
-                   "time_limit_minutes": None, "poll_s": 1}   # a key not given: its declared default
-    for bad, match in (({"partition": "gpu --wrap=x"}, "is not a Slurm name"), ({"max_running": 0}, "max_running"),
-                       ({"nodes": 2}, "no such setting"), ({"account": ["a"]}, "is not a Slurm name")):
+    got = config.slurm_settings(
+        {
+            "partition": "gpu",
+            "qos": "",
+            "constraint": "a100&ib",
+            "max_running": "3",
+            "time_limit_minutes": "auto",
+            "poll_s": 1,
+        }
+    )
+    assert got == {
+        "partition": "gpu",
+        "account": "",
+        "qos": "",
+        "constraint": "a100&ib",
+        "max_running": 3,
+        "time_limit_minutes": None,
+        "poll_s": 1,
+    }  # a key not given: its declared default
+    for bad, match in (
+        ({"partition": "gpu --wrap=x"}, "is not a Slurm name"),
+        ({"max_running": 0}, "max_running"),
+        ({"nodes": 2}, "no such setting"),
+        ({"account": ["a"]}, "is not a Slurm name"),
+    ):
         with pytest.raises(ConfigError, match=match):
             config.slurm_settings(bad)
 
@@ -101,8 +127,10 @@ def test_settings_backend_and_slurm_section():
 def test_the_inventory_variable_gpulab_slurm_is_a_boolean(tmp_path):
     from lab.hosts import inventory
 
-    base = ("all:\n  hosts:\n    n1:\n      ansible_host: 127.0.0.1\n      gpulab_gpu_model: cpu\n"
-            "      gpulab_gpu_count: 0\n      gpulab_stack: current\n")
+    base = (
+        "all:\n  hosts:\n    n1:\n      ansible_host: 127.0.0.1\n      gpulab_gpu_model: cpu\n"
+        "      gpulab_gpu_count: 0\n      gpulab_stack: current\n"
+    )
     path = tmp_path / "hosts.yml"
     path.write_text(base + "      gpulab_slurm: true\n")
     assert inventory.load(path).select(["n1"])[0].vars["gpulab_slurm"] is True
@@ -122,7 +150,12 @@ def test_the_health_bundle_holds_what_nodehealth_runs_and_is_reproducible(tmp_pa
     with tarfile.open(first) as tar:
         names = tar.getnames()
         assert all(m.uid == 0 and m.mtime == 0 for m in tar.getmembers())
-    for need in ("lab/validate/nodehealth.py", "lab/hosts/slurm.py", "lab/data/actions.yml", "runner/health.py",
-                 "inventory/references/gpus.yml"):
+    for need in (
+        "lab/validate/nodehealth.py",
+        "lab/hosts/slurm.py",
+        "lab/data/actions.yml",
+        "runner/health.py",
+        "inventory/references/gpus.yml",
+    ):
         assert need in names, need
     assert not any("__pycache__" in n or n.startswith(("tests/", "/")) or ".." in n for n in names)

@@ -27,7 +27,11 @@ def debian_image(root: Path) -> None:
     """A CUDA 12.4 toolkit linked as /usr/local/cuda, cuDNN 9 behind the alternatives link, NCCL in usr/include."""
     write(root, "usr/local/cuda-12.4/version.json", '{"cuda": {"name": "CUDA SDK", "version": "12.4.1"}}')
     os.symlink("cuda-12.4", root / "usr/local/cuda")
-    write(root, "usr/include/x86_64-linux-gnu/cudnn_version_v9.h", defines("CUDNN", ("MAJOR", "MINOR", "PATCHLEVEL"), "9.1.0"))
+    write(
+        root,
+        "usr/include/x86_64-linux-gnu/cudnn_version_v9.h",
+        defines("CUDNN", ("MAJOR", "MINOR", "PATCHLEVEL"), "9.1.0"),
+    )
     os.symlink("x86_64-linux-gnu/cudnn_version_v9.h", root / "usr/include/cudnn_version.h")
     write(root, "usr/include/nccl.h", defines("NCCL", ("MAJOR", "MINOR", "PATCH"), "2.21.5"))
     write(root, "usr/lib/x86_64-linux-gnu/libcudnn.so.9.1.0")
@@ -45,23 +49,31 @@ def bare_toolkit(root: Path) -> None:
     write(root, "usr/local/cuda/include/cuda.h", "#define CUDA_VERSION 13000\n")
 
 
-@pytest.mark.parametrize("build, cuda, cudnn, nccl", [
-    (debian_image, "12.4.1", ["9.1.0"], "2.21.5"),
-    (legacy_host, "10.0.130", ["7.4.1"], "2.3.7"),
-    (bare_toolkit, "13.0", [], None),
-])
+@pytest.mark.parametrize(
+    "build, cuda, cudnn, nccl",
+    [
+        (debian_image, "12.4.1", ["9.1.0"], "2.21.5"),
+        (legacy_host, "10.0.130", ["7.4.1"], "2.3.7"),
+        (bare_toolkit, "13.0", [], None),
+    ],
+)
 def test_probe_and_audit_module_read_the_same_stack(tmp_path, monkeypatch, build, cuda, cudnn, nccl):
     build(tmp_path)
     monkeypatch.setattr(probe, "ROOT", tmp_path)
-    monkeypatch.setattr(probe, "dist_version", lambda name: None)   # no NVIDIA wheels in this tree
+    monkeypatch.setattr(probe, "dist_version", lambda name: None)  # no NVIDIA wheels in this tree
     monkeypatch.delitem(sys.modules, "torch", raising=False)
     mod = facts_module()
 
-    from_probe = (probe.cuda_toolkit_version() or {}).get("version"), \
-        sorted({f["version"] for f in probe.cudnn_versions() if f["source"].startswith("header ")}), \
-        [f["version"] for f in probe.nccl_versions() if f["source"].startswith("header ")][:1] or [None]
-    from_module = mod.cuda_facts(str(tmp_path))["default"], mod.cudnn_facts({}, str(tmp_path))["versions"], \
-        [mod.nccl_facts({}, str(tmp_path))["version"]]
+    from_probe = (
+        (probe.cuda_toolkit_version() or {}).get("version"),
+        sorted({f["version"] for f in probe.cudnn_versions() if f["source"].startswith("header ")}),
+        [f["version"] for f in probe.nccl_versions() if f["source"].startswith("header ")][:1] or [None],
+    )
+    from_module = (
+        mod.cuda_facts(str(tmp_path))["default"],
+        mod.cudnn_facts({}, str(tmp_path))["versions"],
+        [mod.nccl_facts({}, str(tmp_path))["version"]],
+    )
     assert from_probe == from_module == (cuda, cudnn, [nccl])
 
 

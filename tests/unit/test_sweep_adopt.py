@@ -19,20 +19,34 @@ from tests.testlab.util import exec_done
 
 @pytest.fixture
 def local(tmp_path):
-    return remote.LocalRemote(Host(name="here", address="127.0.0.1", port=22, user=None, connection="local",
-                                   gpu_model="cpu", gpu_count=0, stack="current", groups=(), workdir=str(tmp_path),
-                                   python=None, ssh_key=None, known_hosts="/dev/null"))
+    return remote.LocalRemote(
+        Host(
+            name="here",
+            address="127.0.0.1",
+            port=22,
+            user=None,
+            connection="local",
+            gpu_model="cpu",
+            gpu_count=0,
+            stack="current",
+            groups=(),
+            workdir=str(tmp_path),
+            python=None,
+            ssh_key=None,
+            known_hosts="/dev/null",
+        )
+    )
 
 
 def test_run_state_by_token(local, tmp_path):
     src = tmp_path / "sweeps" / "S" / "run"
     assert hostrun.run_state(local, str(src), "tok-a") == "none"
     src.mkdir(parents=True)
-    assert hostrun.run_state(local, str(src), "tok-a") == "gone"             # a partial folder, nothing running
+    assert hostrun.run_state(local, str(src), "tok-a") == "gone"  # a partial folder, nothing running
     p = exec_done(subprocess.Popen(["sleep", "30"], env=dict(os.environ, GPULAB_RUN_TOKEN="tok-a")))
     try:
         assert hostrun.run_state(local, str(src), "tok-a") == "running"
-        assert hostrun.run_state(local, str(src), "tok-other") == "gone"     # another run's processes do not count
+        assert hostrun.run_state(local, str(src), "tok-other") == "gone"  # another run's processes do not count
         (src / "SHA256SUMS").write_text("")
         assert hostrun.run_state(local, str(src), "tok-a") == "done"
     finally:
@@ -49,15 +63,15 @@ def dead_pid() -> int:
 def test_a_lock_left_by_a_dead_controller_is_taken_over_for_its_own_run_only(local, tmp_path):
     workdir = str(tmp_path)
     gone = hostlock.HostLock(local, workdir, "S")
-    gone.owner = gone.owner.replace(f"pid={os.getpid()}", f"pid={dead_pid()}")   # the killed controller
+    gone.owner = gone.owner.replace(f"pid={os.getpid()}", f"pid={dead_pid()}")  # the killed controller
     assert gone.try_acquire("tok-run") is None
     p = exec_done(subprocess.Popen(["sleep", "30"], env=dict(os.environ, GPULAB_RUN_TOKEN="tok-run")))  # runs on
     try:
         resumed = hostlock.HostLock(local, workdir, "S")
         busy = resumed.try_acquire("tok-new")
-        assert busy is not None and busy.alive and busy.token == "tok-run"     # not stale: its run still goes on
-        assert not busy.orphaned("tok-new", "S", 300)                          # not for another run
-        assert not busy.orphaned("tok-run", "other-sweep", 300)                # nor for another sweep
+        assert busy is not None and busy.alive and busy.token == "tok-run"  # not stale: its run still goes on
+        assert not busy.orphaned("tok-new", "S", 300)  # not for another run
+        assert not busy.orphaned("tok-run", "other-sweep", 300)  # nor for another sweep
         assert busy.orphaned("tok-run", "S", 300)
         assert resumed.take_over(busy, "tok-run") is None and resumed.held
         assert (tmp_path / "sweep.lock" / "owner").read_text().strip() == resumed.owner

@@ -10,9 +10,23 @@ from lab.sweep import compiled
 def _host(tmp_path, name, stack="current", gpu="NVIDIA H200"):
     workdir = tmp_path / name
     workdir.mkdir()
-    return remote.LocalRemote(Host(name=name, address="127.0.0.1", port=22, user=None, connection="local",
-                                   gpu_model=gpu, gpu_count=1, stack=stack, groups=(), workdir=str(workdir),
-                                   python=None, ssh_key=None, known_hosts="/dev/null")), str(workdir)
+    return remote.LocalRemote(
+        Host(
+            name=name,
+            address="127.0.0.1",
+            port=22,
+            user=None,
+            connection="local",
+            gpu_model=gpu,
+            gpu_count=1,
+            stack=stack,
+            groups=(),
+            workdir=str(workdir),
+            python=None,
+            ssh_key=None,
+            known_hosts="/dev/null",
+        )
+    ), str(workdir)
 
 
 def _write(workdir, name, data):
@@ -26,17 +40,17 @@ def _write(workdir, name, data):
 def test_the_first_hosts_artifacts_reach_a_second_host_of_the_same_group(tmp_path):
     (a, wa), (b, wb) = _host(tmp_path, "a"), _host(tmp_path, "b")
     store = compiled.store_dir(tmp_path / "sweep", "current", "NVIDIA H200")
-    assert compiled.push(b, wb, store) == []                     # nothing compiled yet: nothing to ship
+    assert compiled.push(b, wb, store) == []  # nothing compiled yet: nothing to ship
     _write(wa, "resnet50.full.ttt.bf16.x1.NVIDIA_H200.torch2.11.bin", b"graphs")
-    _write(wa, ".resnet50.bin.123.tmp", b"half")                 # the runner's unfinished write: never shipped
+    _write(wa, ".resnet50.bin.123.tmp", b"half")  # the runner's unfinished write: never shipped
     _write(wa, "notes.txt", b"x")
     assert compiled.pull(a, wa, store) == ["resnet50.full.ttt.bf16.x1.NVIDIA_H200.torch2.11.bin"]
-    assert compiled.pull(a, wa, store) == []                     # already held
+    assert compiled.pull(a, wa, store) == []  # already held
     assert compiled.push(b, wb, store) == ["resnet50.full.ttt.bf16.x1.NVIDIA_H200.torch2.11.bin"]
     got = tmp_path / "b" / "cache" / "artifacts" / "resnet50.full.ttt.bf16.x1.NVIDIA_H200.torch2.11.bin"
     assert got.read_bytes() == b"graphs"
-    assert sorted(p.name for p in got.parent.iterdir()) == [got.name]   # no temporary file left
-    assert compiled.push(b, wb, store) == []                     # the host has it: not copied again
+    assert sorted(p.name for p in got.parent.iterdir()) == [got.name]  # no temporary file left
+    assert compiled.push(b, wb, store) == []  # the host has it: not copied again
 
 
 def test_a_host_keeps_its_own_file_and_groups_stay_apart(tmp_path):
@@ -88,8 +102,11 @@ def test_the_controller_pulls_after_a_run_and_pushes_before_the_next_host_runs(t
     from lab.sweep.state import Sweep
 
     sweep = Sweep.open(tmp_path / "results" / "S", "S", [], {})
-    first, second, other = (_worker(tmp_path, sweep, "a"), _worker(tmp_path, sweep, "b"),
-                            _worker(tmp_path, sweep, "c", gpu="NVIDIA H100 80GB HBM3"))
+    first, second, other = (
+        _worker(tmp_path, sweep, "a"),
+        _worker(tmp_path, sweep, "b"),
+        _worker(tmp_path, sweep, "c", gpu="NVIDIA H100 80GB HBM3"),
+    )
     name = "resnet50.full.ttt.bf16.x1.NVIDIA_H200.torch2.11.bin"
     _write(tmp_path / "a", name, b"graphs")
     first._share_compiled("pull")
@@ -97,7 +114,7 @@ def test_the_controller_pulls_after_a_run_and_pushes_before_the_next_host_runs(t
     second._share_compiled("push")
     other._share_compiled("push")
     assert (tmp_path / "b" / "cache" / "artifacts" / name).read_bytes() == b"graphs"
-    assert not (tmp_path / "c" / "cache" / "artifacts").exists()     # another GPU model: not shipped
+    assert not (tmp_path / "c" / "cache" / "artifacts").exists()  # another GPU model: not shipped
     assert (tmp_path / "results" / "S" / compiled.STORE).is_dir()
 
 
@@ -110,7 +127,7 @@ def test_a_failed_share_never_fails_the_run(tmp_path):
     store.mkdir(parents=True)
     (store / "x.bin").write_bytes(b"x")
     (tmp_path / "a" / "cache").write_text("a file where the cache folder belongs")
-    w._share_compiled("push")           # mkdir fails on the host: the run goes on without the artifacts
+    w._share_compiled("push")  # mkdir fails on the host: the run goes on without the artifacts
     assert w.progress.lines == []
 
 
@@ -133,13 +150,36 @@ def test_the_controller_reads_the_runners_artifact_names_by_compile_group():
     from lab.sweep.pilot import Key
 
     k = Key("current", "NVIDIA H200", "resnet50", "full", "ttt", 2, 2)
-    name = compilecache.key(gpu="NVIDIA H200", torch_version="2.11.0+cu128", cuda="12.8", workload="resnet50",
-                            scale="full", mode="ttt", precision="bf16", world_size=4)   # 2 GPUs x 2 nodes
+    name = compilecache.key(
+        gpu="NVIDIA H200",
+        torch_version="2.11.0+cu128",
+        cuda="12.8",
+        workload="resnet50",
+        scale="full",
+        mode="ttt",
+        precision="bf16",
+        world_size=4,
+    )  # 2 GPUs x 2 nodes
     assert compiled.matches(name, k)
     for other in (dict(workload="ssd"), dict(scale="small"), dict(mode="throughput"), dict(world_size=2)):
-        assert not compiled.matches(compilecache.key(**{**dict(gpu="g", torch_version="2.11", cuda=None,
-                                                               workload="resnet50", scale="full", mode="ttt",
-                                                               precision="bf16", world_size=4), **other}), k)
+        assert not compiled.matches(
+            compilecache.key(
+                **{
+                    **dict(
+                        gpu="g",
+                        torch_version="2.11",
+                        cuda=None,
+                        workload="resnet50",
+                        scale="full",
+                        mode="ttt",
+                        precision="bf16",
+                        world_size=4,
+                    ),
+                    **other,
+                }
+            ),
+            k,
+        )
 
 
 def test_a_pilots_artifacts_release_the_hosts_waiting_for_them(tmp_path):
@@ -152,19 +192,26 @@ def test_a_pilots_artifacts_release_the_hosts_waiting_for_them(tmp_path):
     sweep = Sweep.open(tmp_path / "results" / "S", "S", [], {})
     pilots = pilot.Pilots(wait_s=600)
     a, b = _worker(tmp_path, sweep, "a"), _worker(tmp_path, sweep, "b")
-    seats = {w: pilot.Seat(pilots, w.unit, w.nodes[0].host, sweep.root, lambda w=w: w._share_compiled("pull"),
-                           w.progress.status) for w in (a, b)}
+    seats = {
+        w: pilot.Seat(
+            pilots, w.unit, w.nodes[0].host, sweep.root, lambda w=w: w._share_compiled("pull"), w.progress.status
+        )
+        for w in (a, b)
+    }
     ra, rb = PlannedRun("a", "resnet50", 1, 1, scale="full"), PlannedRun("b", "resnet50", 1, 1, scale="full")
     assert seats[a].next([ra], threading.Event()) == (ra, "pilot")
     got = []
     t = threading.Thread(target=lambda: got.append(seats[b].next([rb], threading.Event())))
     t.start()
-    seats[a].check()                           # nothing written yet: b keeps waiting
+    seats[a].check()  # nothing written yet: b keeps waiting
     t.join(0.5)
-    assert got == [] and ("b", "waiting for compiled artifacts: resnet50 full ttt 1 GPU on NVIDIA H200 "
-                                "(current) from a") in b.progress.lines
+    assert (
+        got == []
+        and ("b", "waiting for compiled artifacts: resnet50 full ttt 1 GPU on NVIDIA H200 (current) from a")
+        in b.progress.lines
+    )
     _write(tmp_path / "a", "resnet50.full.ttt.bf16.x1.NVIDIA_H200.torch2.11.bin", b"graphs")
-    seats[a].check()                           # the first compiled step wrote them: pulled, b goes
+    seats[a].check()  # the first compiled step wrote them: pulled, b goes
     t.join(5)
     assert got == [(rb, "warm")] and seats[a].piloting is None
     b._share_compiled("push")
@@ -199,21 +246,27 @@ def test_slurm_units_submit_a_groups_runs_after_its_pilots_artifacts(tmp_path):
         w = _worker(tmp_path, sweep, name)
         w.progress.print = lambda line: w.progress.lines.append((name, line))
         return SlurmUnitWorker(sweep, w.nodes, [], w.settings, w.progress, w.stop, pilots)
+
     a, b = slurm_worker("a"), slurm_worker("b")
     ra, rb = PlannedRun("a", "resnet50", 1, 1, scale="full"), PlannedRun("b", "resnet50", 1, 1, scale="full")
     other = PlannedRun("b", "ssd", 1, 1, scale="full")
-    assert a._claim([ra]) == [ra] and ("a", "  [a] resnet50-ttt-full-1gpu-s1 (pilot: compiles it for the hosts "
-                                            "of its GPU model and stack)") in a.progress.lines
-    assert b._claim([rb, other]) == [other]            # b pilots ssd meanwhile; resnet50 waits for a
-    assert ("b", "waiting for compiled artifacts: resnet50 full ttt 1 GPU on NVIDIA H200 (current) from a") \
-        in b.progress.lines
-    a._check_pilots()                                   # nothing written yet on a: b keeps waiting
+    assert (
+        a._claim([ra]) == [ra]
+        and ("a", "  [a] resnet50-ttt-full-1gpu-s1 (pilot: compiles it for the hosts of its GPU model and stack)")
+        in a.progress.lines
+    )
+    assert b._claim([rb, other]) == [other]  # b pilots ssd meanwhile; resnet50 waits for a
+    assert (
+        "b",
+        "waiting for compiled artifacts: resnet50 full ttt 1 GPU on NVIDIA H200 (current) from a",
+    ) in b.progress.lines
+    a._check_pilots()  # nothing written yet on a: b keeps waiting
     assert b._claim([rb]) == []
     name = "resnet50.full.ttt.bf16.x1.NVIDIA_H200.torch2.11.bin"
     _write(tmp_path / "a", name, b"graphs")
-    a._check_pilots()                                   # pulled: the group is ready, b's run may go
+    a._check_pilots()  # pulled: the group is ready, b's run may go
     assert a.piloting == {} and b._claim([rb]) == [rb]
-    b._share_compiled("push")                           # what _submit does right before sbatch
+    b._share_compiled("push")  # what _submit does right before sbatch
     assert (tmp_path / "b" / "cache" / "artifacts" / name).read_bytes() == b"graphs"
 
     # b's ssd pilot ends without artifacts: a's ssd run goes at once and compiles for itself

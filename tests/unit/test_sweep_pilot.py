@@ -13,16 +13,21 @@ K = [Key("current", "NVIDIA H200", w, "full", "ttt", g) for w in ("resnet50", "s
 
 def _key_lists():
     key = st.one_of(st.none(), st.sampled_from(K[:4]))
-    return st.dictionaries(st.sampled_from([f"h{i}" for i in range(6)]), st.lists(key, max_size=6),
-                           min_size=1, max_size=6)
+    return st.dictionaries(
+        st.sampled_from([f"h{i}" for i in range(6)]), st.lists(key, max_size=6), min_size=1, max_size=6
+    )
 
 
 @settings(max_examples=300, deadline=None)
-@given(units=_key_lists(), wait_s=st.sampled_from([0, 2.5, 50.0]),
-       times=st.lists(st.floats(0.1, 5.0), min_size=36, max_size=36), fail_bits=st.integers(0, 2**36 - 1))
+@given(
+    units=_key_lists(),
+    wait_s=st.sampled_from([0, 2.5, 50.0]),
+    times=st.lists(st.floats(0.1, 5.0), min_size=36, max_size=36),
+    fail_bits=st.integers(0, 2**36 - 1),
+)
 def test_every_run_runs_once_one_cold_compile_per_group_and_no_host_idles_with_work(units, wait_s, times, fail_bits):
     names = sorted(units)
-    dur = lambda u, i: times[(names.index(u) * 6 + i) % 36]          # noqa: E731
+    dur = lambda u, i: times[(names.index(u) * 6 + i) % 36]  # noqa: E731
     fails = {(u, i) for u in units for i in range(len(units[u])) if fail_bits >> (names.index(u) * 6 + i) & 1}
     r = pilot.simulate(units, wait_s, dur, fails)
     # every run exactly once
@@ -30,14 +35,16 @@ def test_every_run_runs_once_one_cold_compile_per_group_and_no_host_idles_with_w
     # one cold compile per group (its pilot), unless the pilot failed or passed the wait
     starts = {(u, i): (t, role) for t, u, i, role in r.order}
     for k in {k for ks in units.values() for k in ks} - {None}:
-        cold = [(u, i) for (u, i), (t, role) in starts.items() if units[u][i] == k and role in ("pilot", "cold", "plain")]
+        cold = [
+            (u, i) for (u, i), (t, role) in starts.items() if units[u][i] == k and role in ("pilot", "cold", "plain")
+        ]
         if wait_s == 0:
             continue
-        (pu, pi), = [x for x in cold if starts[x][1] == "pilot"]     # one pilot per group, the first to start it
+        ((pu, pi),) = [x for x in cold if starts[x][1] == "pilot"]  # one pilot per group, the first to start it
         assert starts[(pu, pi)][0] == min(starts[x][0] for x in cold)
         if (pu, pi) not in fails and dur(pu, pi) < wait_s:
             assert cold == [(pu, pi)], (k, cold)
-        for x in cold:   # nobody compiles cold before the pilot's run ended or its wait passed
+        for x in cold:  # nobody compiles cold before the pilot's run ended or its wait passed
             if x != (pu, pi):
                 assert starts[x][0] >= min(starts[(pu, pi)][0] + dur(pu, pi), starts[(pu, pi)][0] + wait_s) - 1e-9
     # a unit waits only while every run it has left belongs to a group another unit is piloting right now
@@ -45,7 +52,7 @@ def test_every_run_runs_once_one_cold_compile_per_group_and_no_host_idles_with_w
         left = [units[u][i] for i in range(len(units[u])) if starts[(u, i)][0] > t]
         assert left and None not in left
         for k in left:
-            (pu, pi), = [(v, i) for (v, i), (_, role) in starts.items() if role == "pilot" and units[v][i] == k]
+            ((pu, pi),) = [(v, i) for (v, i), (_, role) in starts.items() if role == "pilot" and units[v][i] == k]
             assert pu != u and starts[(pu, pi)][0] <= t < starts[(pu, pi)][0] + min(dur(pu, pi), wait_s)
 
 
@@ -85,16 +92,31 @@ def test_cpu_runs_have_no_group_and_the_plan_names_each_pilot():
     from lab.sweep.plan import PlannedRun
 
     def host(name, model):
-        return Host(name=name, address="127.0.0.1", port=22, user=None, connection="local", gpu_model=model,
-                    gpu_count=2, stack="current", groups=(), workdir="/tmp", python=None, ssh_key=None,
-                    known_hosts="/dev/null")
+        return Host(
+            name=name,
+            address="127.0.0.1",
+            port=22,
+            user=None,
+            connection="local",
+            gpu_model=model,
+            gpu_count=2,
+            stack="current",
+            groups=(),
+            workdir="/tmp",
+            python=None,
+            ssh_key=None,
+            known_hosts="/dev/null",
+        )
+
     hosts = {"a": host("a", "H200"), "b": host("b", "H200"), "c": host("c", "H100")}
     runs = [PlannedRun(h, "resnet50", 1, s, scale="full") for h in "abc" for s in (1, 2)]
     assert pilot.key_of(PlannedRun("a", "ncf", 0, 1), hosts["a"]) is None
     lines = pilot.describe(runs, hosts, 600)
     assert lines[0].startswith("compile once, then fan out: 2 compile group(s)")
-    assert lines[1:] == ["  resnet50 full ttt 1 GPU on H100 (current): pilot c",
-                         "  resnet50 full ttt 1 GPU on H200 (current): pilot a, then b"]
+    assert lines[1:] == [
+        "  resnet50 full ttt 1 GPU on H100 (current): pilot c",
+        "  resnet50 full ttt 1 GPU on H200 (current): pilot a, then b",
+    ]
     assert "off" in pilot.describe(runs, hosts, 0)[0]
 
 
@@ -130,8 +152,21 @@ def test_cpu_runs_compile_and_have_pilots_when_the_sweep_says_so(tmp_path):
     from lab.sweep.hostrun import Settings
     from lab.sweep.plan import PlannedRun
 
-    host = Host(name="a", address="127.0.0.1", port=22, user=None, connection="local", gpu_model="cpu", gpu_count=0,
-                stack="current", groups=(), workdir="/tmp", python=None, ssh_key=None, known_hosts="/dev/null")
+    host = Host(
+        name="a",
+        address="127.0.0.1",
+        port=22,
+        user=None,
+        connection="local",
+        gpu_model="cpu",
+        gpu_count=0,
+        stack="current",
+        groups=(),
+        workdir="/tmp",
+        python=None,
+        ssh_key=None,
+        known_hosts="/dev/null",
+    )
     run = PlannedRun("a", "ncf", 0, 1, mode="throughput")
     k = pilot.key_of(run, host, cpu=True)
     assert k.label() == "ncf tiny throughput CPU on cpu (current)" and pilot.key_of(run, host) is None
@@ -148,10 +183,10 @@ def test_a_unit_that_submits_in_batches_claims_what_may_go_and_waits_for_the_res
     groups: dict = {}
     go, last = pilot.claim("a", [K[0], None, K[0], K[1]], groups, 0.0, 600)
     assert go == [(0, "pilot"), (1, "plain"), (2, "cold"), (3, "pilot")] and last.index is None and not last.waiting_on
-    go, last = pilot.claim("b", [K[0], K[2], None], groups, 1.0, 600)   # K[0]: a pilots it; K[2]: nobody yet
+    go, last = pilot.claim("b", [K[0], K[2], None], groups, 1.0, 600)  # K[0]: a pilots it; K[2]: nobody yet
     assert go == [(1, "pilot"), (2, "plain")] and last.waiting_on == ((K[0], "a"),) and last.wake == 600.0
-    assert pilot.claim("b", [K[0]], groups, 2.0, 600)[0] == []                      # still piloting: wait
+    assert pilot.claim("b", [K[0]], groups, 2.0, 600)[0] == []  # still piloting: wait
     pilot.artifacts(groups, K[0])
-    assert pilot.claim("b", [K[0]], groups, 3.0, 600)[0] == [(0, "warm")]         # the artifacts: go, warm
-    assert pilot.claim("c", [K[1]], groups, 700.0, 600)[0] == [(0, "cold")]       # a's K[1] past the wait
-    assert pilot.claim("d", [K[0], K[1]], {}, 0.0, 0)[0] == [(0, "plain"), (1, "plain")]   # the rule off
+    assert pilot.claim("b", [K[0]], groups, 3.0, 600)[0] == [(0, "warm")]  # the artifacts: go, warm
+    assert pilot.claim("c", [K[1]], groups, 700.0, 600)[0] == [(0, "cold")]  # a's K[1] past the wait
+    assert pilot.claim("d", [K[0], K[1]], {}, 0.0, 0)[0] == [(0, "plain"), (1, "plain")]  # the rule off

@@ -26,9 +26,21 @@ from tests.testlab.util import exec_done
 
 
 def host(name="h1", count=3, connection="ssh", workdir="/var/lib/gpulab"):
-    return Host(name=name, address="192.0.2.1", port=22, user="root", connection=connection, gpu_model="V100",
-                gpu_count=count, stack="current", groups=("v100",), workdir=workdir, python=None,
-                ssh_key=None, known_hosts="/dev/null")
+    return Host(
+        name=name,
+        address="192.0.2.1",
+        port=22,
+        user="root",
+        connection=connection,
+        gpu_model="V100",
+        gpu_count=count,
+        stack="current",
+        groups=("v100",),
+        workdir=workdir,
+        python=None,
+        ssh_key=None,
+        known_hosts="/dev/null",
+    )
 
 
 def test_plan_is_hosts_x_workloads_x_gpus_x_seeds_with_stable_ids():
@@ -71,18 +83,21 @@ def test_multi_node_units_and_run_ids():
         pl.plan(hosts, ["ncf"], "1", 1, nodes=3)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(gpus="4"), "4 GPUs asked but h1 has 3"),
-    (dict(gpus="0"), "'0' is not a GPU count"),
-    (dict(gpus="two"), "'two' is not a GPU count"),
-    (dict(workloads=["ncf; rm -rf /"]), "is not a workload name"),
-    (dict(workloads=["$(touch x)"]), "is not a workload name"),
-    (dict(seeds=0), "--seeds"),
-    (dict(seeds="many"), "--seeds: 'many'"),
-    (dict(mode="fast"), "--mode: 'fast'"),
-    (dict(scale="huge"), "--scale: 'huge'"),
-    (dict(nodes=0), "--nodes"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(gpus="4"), "4 GPUs asked but h1 has 3"),
+        (dict(gpus="0"), "'0' is not a GPU count"),
+        (dict(gpus="two"), "'two' is not a GPU count"),
+        (dict(workloads=["ncf; rm -rf /"]), "is not a workload name"),
+        (dict(workloads=["$(touch x)"]), "is not a workload name"),
+        (dict(seeds=0), "--seeds"),
+        (dict(seeds="many"), "--seeds: 'many'"),
+        (dict(mode="fast"), "--mode: 'fast'"),
+        (dict(scale="huge"), "--scale: 'huge'"),
+        (dict(nodes=0), "--nodes"),
+    ],
+)
 def test_bad_plan_values(kwargs, message):
     args = dict(hosts=[host()], workloads=["ncf"], gpus="1", seeds=1)
     args.update(kwargs)
@@ -92,23 +107,29 @@ def test_bad_plan_values(kwargs, message):
 
 # --------------------------------------------------------------------------- topology
 
+
 def probe_doc(gpus):
     return {"gpus": [{"index": i, "pci_bus_id": bus, "numa_node": numa} for i, bus, numa in gpus]}
 
 
 # An R740-like box: two sockets; GPUs 0,1 under root pci0000:3a (NUMA 0), 2 under pci0000:5d (NUMA 0),
 # 3 under pci0000:ae (NUMA 1).
-R740 = probe_doc([(0, "00000000:3B:00.0", 0), (1, "00000000:3C:00.0", 0), (2, "00000000:5E:00.0", 0),
-                  (3, "00000000:AF:00.0", 1)])
-R740_ROOTS = {"00000000:3B:00.0": "pci0000:3a", "00000000:3C:00.0": "pci0000:3a",
-              "00000000:5E:00.0": "pci0000:5d", "00000000:AF:00.0": "pci0000:ae"}
+R740 = probe_doc(
+    [(0, "00000000:3B:00.0", 0), (1, "00000000:3C:00.0", 0), (2, "00000000:5E:00.0", 0), (3, "00000000:AF:00.0", 1)]
+)
+R740_ROOTS = {
+    "00000000:3B:00.0": "pci0000:3a",
+    "00000000:3C:00.0": "pci0000:3a",
+    "00000000:5E:00.0": "pci0000:5d",
+    "00000000:AF:00.0": "pci0000:ae",
+}
 
 
 def test_topology_prefers_one_pcie_root_then_one_numa_node():
     gpus = topology.from_probe(R740, R740_ROOTS)
-    assert topology.choose(gpus, 1) == [2]          # the tightest group that fits: a root with one GPU
-    assert topology.choose(gpus, 2) == [0, 1]       # the root with two
-    assert topology.choose(gpus, 3) == [0, 1, 2]    # NUMA node 0
+    assert topology.choose(gpus, 1) == [2]  # the tightest group that fits: a root with one GPU
+    assert topology.choose(gpus, 2) == [0, 1]  # the root with two
+    assert topology.choose(gpus, 3) == [0, 1, 2]  # NUMA node 0
     assert topology.choose(gpus, 4) == [0, 1, 2, 3]
     assert topology.choose(gpus, 0) == []
     with pytest.raises(ConfigError, match="5 GPUs asked but the host has 4"):
@@ -129,18 +150,33 @@ TWO = probe_doc([(0, "00000000:3B:00.0", 0), (1, "00000000:AF:00.0", 1)])
 TWO_ROOTS = {"00000000:3B:00.0": "pci0000:3a", "00000000:AF:00.0": "pci0000:ae"}
 
 
-@pytest.mark.parametrize("doc, roots, want", [
-    (TWO, TWO_ROOTS, {1: [0], 2: [0, 1]}),
-    (R740, R740_ROOTS, {1: [2], 2: [0, 1], 3: [0, 1, 2], 4: [0, 1, 2, 3]}),
-    (EIGHT, EIGHT_ROOTS, {1: [0], 2: [0, 1], 3: [0, 1, 2], 4: [0, 1, 2, 3], 5: [0, 1, 2, 3, 4],
-                          6: [0, 1, 2, 3, 4, 5], 7: [0, 1, 2, 3, 4, 5, 6], 8: list(range(8))}),
-], ids=["2gpu", "4gpu", "8gpu"])
+@pytest.mark.parametrize(
+    "doc, roots, want",
+    [
+        (TWO, TWO_ROOTS, {1: [0], 2: [0, 1]}),
+        (R740, R740_ROOTS, {1: [2], 2: [0, 1], 3: [0, 1, 2], 4: [0, 1, 2, 3]}),
+        (
+            EIGHT,
+            EIGHT_ROOTS,
+            {
+                1: [0],
+                2: [0, 1],
+                3: [0, 1, 2],
+                4: [0, 1, 2, 3],
+                5: [0, 1, 2, 3, 4],
+                6: [0, 1, 2, 3, 4, 5],
+                7: [0, 1, 2, 3, 4, 5, 6],
+                8: list(range(8)),
+            },
+        ),
+    ],
+    ids=["2gpu", "4gpu", "8gpu"],
+)
 def test_all_gpus_sweeps_every_count_on_the_gpus_the_topology_picks(doc, roots, want):
     """``invoke sweep --gpus all`` on a host whose probe found 2, 4 or 8 GPUs."""
     gpus = topology.from_probe(doc, roots)
     t = {"gpu_count": len(gpus), "gpus": [vars(g) for g in gpus]}
-    runs = pl.plan([host(count="auto")], ["ncf", "resnet50"], "all", 1, mode="throughput",
-                      topologies={"h1": t})
+    runs = pl.plan([host(count="auto")], ["ncf", "resnet50"], "all", 1, mode="throughput", topologies={"h1": t})
     assert [(r.workload, r.gpus) for r in runs] == [(w, n) for w in ("ncf", "resnet50") for n in want]
     assert {r.gpus: r.gpu_ids for r in runs} == want
     assert all(r.state == "planned" for r in runs)
@@ -172,16 +208,21 @@ def test_planned_gpu_subsets_are_recorded_in_the_state(tmp_path):
     s = sweepstate.Sweep(root=tmp_path / "s", name="s", runs=runs)
     s.save()
     doc = json.loads((tmp_path / "s" / "sweep.json").read_text())
-    assert [(r["run_id"], r["gpu_ids"]) for r in doc["runs"]] == [("ncf-ttt-tiny-2gpu-s1", [0, 1]),
-                                                                  ("ncf-ttt-tiny-3gpu-s1", [0, 1, 2])]
+    assert [(r["run_id"], r["gpu_ids"]) for r in doc["runs"]] == [
+        ("ncf-ttt-tiny-2gpu-s1", [0, 1]),
+        ("ncf-ttt-tiny-3gpu-s1", [0, 1, 2]),
+    ]
     # a host whose probe finds fewer GPUs than asked: those runs fail with the reason, the others stay
     t2 = {"gpu_count": 1, "gpus": [{"index": 0}]}
     runs = pl.plan([host(count=4)], ["ncf"], "1,2", 1, topologies={"h1": t2})
-    assert [(r.state, r.reason) for r in runs] == [("planned", ""),
-                                                   ("failed", "h1: 2 GPUs asked but the host has 1 (probe)")]
+    assert [(r.state, r.reason) for r in runs] == [
+        ("planned", ""),
+        ("failed", "h1: 2 GPUs asked but the host has 1 (probe)"),
+    ]
 
 
 # --------------------------------------------------------------------------- state and resume
+
 
 def write_rundir(d, outcome="success"):
     d.mkdir(parents=True)
@@ -196,7 +237,7 @@ def test_resume_skips_only_complete_and_verified_runs(tmp_path):
         r.state, r.outcome, r.reason = state, "success" if state == "complete" else None, state
     write_rundir(s.run_dir(runs[0]))
     write_rundir(s.run_dir(runs[1]))
-    (s.run_dir(runs[1]) / "status.json").write_text("{}")   # corrupted after the fetch
+    (s.run_dir(runs[1]) / "status.json").write_text("{}")  # corrupted after the fetch
     s.save()
     again = sweepstate.Sweep.open(tmp_path / "s", "s", pl.plan([host(count=0)], ["ncf"], None, 3), {})
     assert [r.state for r in again.runs] == ["complete", "planned", "planned"]
@@ -219,6 +260,7 @@ def test_sweep_names_are_checked():
 
 # --------------------------------------------------------------------------- quoting, lock, stop
 
+
 def test_cmd_quotes_values_so_metacharacters_stay_data(tmp_path):
     evil = f"x; touch {tmp_path}/pwned; echo $(id) `id` | cat > {tmp_path}/pwned2"
     text = remote.cmd(["printf", "%s", evil], "&&", ["echo", "done"])
@@ -234,7 +276,7 @@ def local(tmp_path):
 
 
 def test_host_lock_excludes_a_second_controller_and_takes_over_stale_locks(local, tmp_path):
-    workdir = str(tmp_path / "work; touch $HOME_pwned")   # a workdir with metacharacters stays one path
+    workdir = str(tmp_path / "work; touch $HOME_pwned")  # a workdir with metacharacters stays one path
     a = hostlock.HostLock(local, workdir, "sweep-a")
     b = hostlock.HostLock(local, workdir, "sweep-b", stale_s=300)
     assert a.try_acquire("tok-a") is None and a.held

@@ -30,24 +30,35 @@ def test_a_second_lock_on_the_same_sweep_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError) as exc:
         supervise.SweepLock(root, "s1")
     assert exc.value.exit_code == 2
-    assert exc.value.message == (f"sweep s1: another controller is running it ({root} is locked); "
-                                 "wait for it to end or choose another --name")
+    assert exc.value.message == (
+        f"sweep s1: another controller is running it ({root} is locked); wait for it to end or choose another --name"
+    )
     first.release()
     with supervise.SweepLock(root, "s1"):
         pass
     supervise.SweepLock(tmp_path / "results" / "s2", "s2").release(drop_if_empty=True)
-    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["s1"]   # a lock leaves nothing behind
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["s1"]  # a lock leaves nothing behind
 
 
 def test_the_lock_is_held_by_another_process_until_it_ends(tmp_path):
     root = tmp_path / "s1"
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import sys, time
         from lab.sweep import supervise
         supervise.SweepLock({str(root)!r}, "s1")
         print("held", flush=True)
         time.sleep(60)
-    """)], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE, text=True)
+    """),
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(ConfigError, match="another controller is running it"):
@@ -55,7 +66,7 @@ def test_the_lock_is_held_by_another_process_until_it_ends(tmp_path):
     finally:
         holder.kill()
         holder.wait()
-    supervise.SweepLock(root, "s1").release()   # the kernel dropped it with the process: nothing stale
+    supervise.SweepLock(root, "s1").release()  # the kernel dropped it with the process: nothing stale
 
 
 def test_a_locked_sweep_is_refused_before_any_host_is_touched(tmp_path):
@@ -63,8 +74,9 @@ def test_a_locked_sweep_is_refused_before_any_host_is_touched(tmp_path):
     results = tmp_path / "results"
     with supervise.SweepLock(results / "s1", "s1"):
         with pytest.raises(ConfigError, match="another controller is running it"):
-            driver.run_sweep(hosts, ["ncf"], results, "s1", seeds=1, scale="tiny",
-                             echo=lambda line: pytest.fail(f"went on: {line}"))
+            driver.run_sweep(
+                hosts, ["ncf"], results, "s1", seeds=1, scale="tiny", echo=lambda line: pytest.fail(f"went on: {line}")
+            )
     assert os.listdir(results / "s1") == []
 
 
@@ -92,11 +104,16 @@ class SlowToStop:
 def test_ctrl_c_waits_for_every_worker_to_stop_its_run(sigint_raises, when):
     stop, log = threading.Event(), []
     workers = [SlowToStop(f"u{i}", stop, 0.4 + 0.2 * i, log) for i in range(3)]
-    threading.Timer(when, _thread.interrupt_main).start()   # what Ctrl-C does to the main thread
+    threading.Timer(when, _thread.interrupt_main).start()  # what Ctrl-C does to the main thread
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        supervise.run_workers(workers, stop, grace_s=5, on_interrupt=lambda: log.append(("saved", None)),
-                              say=lambda line: log.append((line, None)))
+        supervise.run_workers(
+            workers,
+            stop,
+            grace_s=5,
+            on_interrupt=lambda: log.append(("saved", None)),
+            say=lambda line: log.append((line, None)),
+        )
     assert time.monotonic() - t0 >= when + 0.8
     assert log[0] == ("interrupted: stopping the remote runs...", None)
     assert sorted(log[1:4]) == [("stopped", "u0"), ("stopped", "u1"), ("stopped", "u2")]
@@ -111,8 +128,9 @@ def interpreter(version: str) -> str:
         return sys.executable
     found = controllers.find(version)
     if found is None:
-        pytest.skip(f"no Python {version} on this machine (looked in ~/.pyenv/versions, PATH, /usr/bin, "
-                    f"/usr/local/bin)")
+        pytest.skip(
+            f"no Python {version} on this machine (looked in ~/.pyenv/versions, PATH, /usr/bin, /usr/local/bin)"
+        )
     return found
 
 
@@ -140,14 +158,20 @@ def test_ctrl_c_from_a_real_signal_stops_the_running_process(tmp_path, version):
         except KeyboardInterrupt:
             sys.exit(130)
     """)
-    proc = subprocess.Popen([python, "-c", script], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [python, "-c", script],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 30
     while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)
     child = int(pidfile.read_text())
-    time.sleep(0.3)   # the controller is in its wait
+    time.sleep(0.3)  # the controller is in its wait
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "child stopped" in out and "Traceback" not in out, out

@@ -61,28 +61,44 @@ def helps(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("help-cwd")
     before = git_status()
     env = {k: v for k, v in os.environ.items() if not k.startswith("INVOKE_")}
-    p = subprocess.run([sys.executable, "-c", LOOP, str(ROOT)], cwd=cwd, capture_output=True, text=True,
-                       env={**env, "PYTHONPATH": str(ROOT), "HOME": str(cwd)}, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-c", LOOP, str(ROOT)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": str(ROOT), "HOME": str(cwd)},
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout), cwd, before
 
 
 def git_status() -> str:
-    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT, capture_output=True,
-                          text=True, check=True).stdout
+    return subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
 
 
 def test_every_task_help_is_invokes_help_and_writes_nothing(helps):
     got, cwd, before = helps
     names = [g["argv"][0] for g in got]
-    assert {"report", "history.page", "quarantine.add", "quarantine.release", "collect", "sweep", "validate",
-            "demo", "history.import"} <= set(names)
+    assert {
+        "report",
+        "history.page",
+        "quarantine.add",
+        "quarantine.release",
+        "collect",
+        "sweep",
+        "validate",
+        "demo",
+        "history.import",
+    } <= set(names)
     for g in got:
         task = g["argv"][0]
         assert g["code"] == 0 and g["err"] == "", g
         assert g["out"].startswith(f"Usage: inv[oke] [--core-opts] {task} [--options]"), g["out"][:200]
         assert "Options:" in g["out"]
-    assert [p.name for p in cwd.iterdir()] == []        # no report/, no file named --help
+    assert [p.name for p in cwd.iterdir()] == []  # no report/, no file named --help
     assert git_status() == before
 
 
@@ -90,8 +106,13 @@ def test_every_task_help_is_invokes_help_and_writes_nothing(helps):
 def test_a_closed_pipe_ends_quietly(tmp_path, args):
     """`invoke validate --help | head`: the reader is gone before the help is written."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("INVOKE_")}
-    proc = subprocess.Popen([sys.executable, "-m", "invoke", "--search-root", str(ROOT), *args], cwd=tmp_path,
-                            env={**env, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "invoke", "--search-root", str(ROOT), *args],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141 and err == "", err
@@ -129,7 +150,7 @@ def test_invokes_program_shows_task_help_from_the_core_help_value(capsys):
     program.parse_collection()
     program.parse_tasks()
     assert [t.name for t in program.tasks] == ["report"] and program.tasks[0].args["path"].value == "--help"
-    assert program.core[0].args["help"].value is None          # Invoke took it as the path: no help asked
+    assert program.core[0].args["help"].value is None  # Invoke took it as the path: no help asked
     program.core[0].args["help"].value = "report"
     with pytest.raises(Exit) as done:
         program.parse_cleanup()
@@ -146,7 +167,7 @@ def test_a_short_flag_means_one_option_in_every_task():
 
     spec = importlib.util.spec_from_file_location("gpulab_tasks_for_flags", ROOT / "tasks.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # tasks.py builds its namespace from its own module
+    sys.modules[spec.name] = module  # tasks.py builds its namespace from its own module
     try:
         spec.loader.exec_module(module)
     finally:

@@ -13,15 +13,21 @@ TASKS = {"provision", "sweep", "collect", "report", "validate", "audit", "demo",
 
 
 def invoke(*args, env=None):
-    full_env = dict(os.environ, INVOKE_GPULAB_INVENTORY=str(ROOT / "inventory" / "hosts.yml"), **(env or {}))   # the example lab (never contacted)
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
-                          env=full_env, timeout=120)
+    full_env = dict(
+        os.environ, INVOKE_GPULAB_INVENTORY=str(ROOT / "inventory" / "hosts.yml"), **(env or {})
+    )  # the example lab (never contacted)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True, env=full_env, timeout=120
+    )
 
 
 def test_list_shows_every_task_with_one_line_help():
     out = invoke("--list").stdout
-    listed = {line.split()[0] for line in out.splitlines()[1:] if line.strip() and line.startswith("  ")
-              and not line.startswith("    ")}
+    listed = {
+        line.split()[0]
+        for line in out.splitlines()[1:]
+        if line.strip() and line.startswith("  ") and not line.startswith("    ")
+    }
     assert TASKS <= listed
 
 
@@ -37,14 +43,17 @@ def test_every_task_argument_has_help():
         assert t.__doc__ and len(t.__doc__.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("args, message", [
-    (["sweep", "--device", "a100", "--dry-run"], "unknown device group 'a100'"),
-    (["sweep", "--host", "r740-09", "--dry-run"], "unknown host 'r740-09'"),
-    (["sweep", "--device", "t4", "--gpus", "5", "--dry-run"], "--gpus: 5 GPUs asked but r740-01 has 4"),
-    (["sweep", "--limit", "nothing*", "--dry-run"], "pattern 'nothing*' matches no host"),
-    (["sweep", "--inventory", "inventory/missing.yml", "--dry-run"], "inventory/missing.yml: inventory not found"),
-    (["sweep", "--workloads", "ncf;reboot", "--dry-run"], "is not a workload name"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["sweep", "--device", "a100", "--dry-run"], "unknown device group 'a100'"),
+        (["sweep", "--host", "r740-09", "--dry-run"], "unknown host 'r740-09'"),
+        (["sweep", "--device", "t4", "--gpus", "5", "--dry-run"], "--gpus: 5 GPUs asked but r740-01 has 4"),
+        (["sweep", "--limit", "nothing*", "--dry-run"], "pattern 'nothing*' matches no host"),
+        (["sweep", "--inventory", "inventory/missing.yml", "--dry-run"], "inventory/missing.yml: inventory not found"),
+        (["sweep", "--workloads", "ncf;reboot", "--dry-run"], "is not a workload name"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args, message):
     r = invoke(*args)
     assert r.returncode == 2, r.stderr
@@ -61,6 +70,7 @@ def test_defaults_come_from_invoke_config_and_env_overrides():
     throughput = {"INVOKE_GPULAB_MODE": "throughput", "INVOKE_GPULAB_WORKLOADS": "ncf"}
     plan = invoke("sweep", "--device", "v100", "--dry-run", env={"INVOKE_GPULAB_SEEDS": "2", **throughput}).stdout
     assert "  ncf          GPUs 1,2,3    x   2 seed(s)     6 runs" in plan and "resnet50" not in plan
-    plan = invoke("sweep", "--device", "v100", "--dry-run", "--seeds", "3",
-                  env={"INVOKE_GPULAB_SEEDS": "2", **throughput}).stdout
+    plan = invoke(
+        "sweep", "--device", "v100", "--dry-run", "--seeds", "3", env={"INVOKE_GPULAB_SEEDS": "2", **throughput}
+    ).stdout
     assert "x   3 seed(s)" in plan  # the command line beats the environment

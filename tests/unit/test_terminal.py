@@ -26,9 +26,21 @@ class Tty(io.StringIO):
         return True
 
 
-@pytest.mark.parametrize("value, text", [(53520.0, "53,520"), (5.352e4, "53,520"), (1234567, "1,234,567"),
-                                         (12.345, "12.35"), (0.0123, "0.01230"), (0, "0"), (-2.5, "-2.500"),
-                                         (999.94, "999.9"), (3, "3"), (1.5e-7, "0.0000001500")])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (53520.0, "53,520"),
+        (5.352e4, "53,520"),
+        (1234567, "1,234,567"),
+        (12.345, "12.35"),
+        (0.0123, "0.01230"),
+        (0, "0"),
+        (-2.5, "-2.500"),
+        (999.94, "999.9"),
+        (3, "3"),
+        (1.5e-7, "0.0000001500"),
+    ],
+)
 def test_numbers_are_written_out(value, text):
     assert term.number(value) == text and "e" not in term.number(value)
 
@@ -37,7 +49,7 @@ def test_colour_only_on_a_terminal_that_wants_it(monkeypatch):
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.setenv("TERM", "xterm")
     assert term.verdict("FAIL", 6, Tty()) == "\x1b[1;31mFAIL  \x1b[0m"
-    assert term.verdict("PASS", 0, io.StringIO()) == "PASS"                 # a pipe: the word alone
+    assert term.verdict("PASS", 0, io.StringIO()) == "PASS"  # a pipe: the word alone
     monkeypatch.setenv("NO_COLOR", "1")
     assert term.verdict("WARN", 4, Tty()) == "WARN"
     monkeypatch.delenv("NO_COLOR")
@@ -47,12 +59,44 @@ def test_colour_only_on_a_terminal_that_wants_it(monkeypatch):
 
 def rows():
     at = dt.datetime(2026, 12, 1, 10, 0, tzinfo=dt.timezone.utc)
-    return [dict(at=at, host="r740-01", gpu=2, uuid=None, metric="resnet50 throughput (images per second, fp16)",
-                 value=53520.0, unit="samples/s", verdict="PASS", stack=None, source="sweep demo-20261201-100000"),
-            dict(at=at, host="r740-01", gpu=2, uuid=None, metric="ECC corrected", value=3, unit=None, verdict="WARN",
-                 stack=None, source="validate standard"),
-            dict(at=at, host="r740-01", gpu=None, uuid=None, metric="GPU present", value=None, unit=None,
-                 verdict="FAIL", stack=None, source="sweep health gate")]
+    return [
+        dict(
+            at=at,
+            host="r740-01",
+            gpu=2,
+            uuid=None,
+            metric="resnet50 throughput (images per second, fp16)",
+            value=53520.0,
+            unit="samples/s",
+            verdict="PASS",
+            stack=None,
+            source="sweep demo-20261201-100000",
+        ),
+        dict(
+            at=at,
+            host="r740-01",
+            gpu=2,
+            uuid=None,
+            metric="ECC corrected",
+            value=3,
+            unit=None,
+            verdict="WARN",
+            stack=None,
+            source="validate standard",
+        ),
+        dict(
+            at=at,
+            host="r740-01",
+            gpu=None,
+            uuid=None,
+            metric="GPU present",
+            value=None,
+            unit=None,
+            verdict="FAIL",
+            stack=None,
+            source="sweep health gate",
+        ),
+    ]
 
 
 def test_history_shows_each_value_whole_with_its_unit():
@@ -61,23 +105,42 @@ def test_history_shows_each_value_whole_with_its_unit():
     assert "53,520 samples/s" in text and "e+" not in text
     assert "resnet50 throughput (images per second, fp16)" in text and "sweep demo-20261201-100000" in text
     col = lines[0].index("verdict")
-    assert all(line[col:col + 4] in ("verd", "PASS", "WARN", "FAIL") for line in lines)
+    assert all(line[col : col + 4] in ("verd", "PASS", "WARN", "FAIL") for line in lines)
     col = lines[0].index("from")
-    assert [line[col:] for line in lines] == ["from", "sweep demo-20261201-100000", "validate standard",
-                                              "sweep health gate"]
+    assert [line[col:] for line in lines] == [
+        "from",
+        "sweep demo-20261201-100000",
+        "validate standard",
+        "sweep health gate",
+    ]
 
 
 def test_quarantine_columns_line_up():
     at = dt.datetime(2026, 12, 1, 10, 0, tzinfo=dt.timezone.utc)
-    entries = [SimpleNamespace(host="r740-03", gpu_index=2, added_at=at, who="gpulab validate",
-                               reason="validate: row remapping: row remap pending", action="reset_gpu: reset it",
-                               gpu_uuid="GPU-1"),
-               SimpleNamespace(host="a-much-longer-host-name-01", gpu_index=None, added_at=at, who="ops",
-                               reason="fan", action=None, gpu_uuid=None)]
+    entries = [
+        SimpleNamespace(
+            host="r740-03",
+            gpu_index=2,
+            added_at=at,
+            who="gpulab validate",
+            reason="validate: row remapping: row remap pending",
+            action="reset_gpu: reset it",
+            gpu_uuid="GPU-1",
+        ),
+        SimpleNamespace(
+            host="a-much-longer-host-name-01",
+            gpu_index=None,
+            added_at=at,
+            who="ops",
+            reason="fan",
+            action=None,
+            gpu_uuid=None,
+        ),
+    ]
     lines = quarantine.table(entries)
     for word in ("since (UTC)", "who", "reason", "action"):
         col = lines[0].index(word)
-        assert all(line[col - 2:col] == "  " and line[col] != " " for line in lines), (word, lines)
+        assert all(line[col - 2 : col] == "  " and line[col] != " " for line in lines), (word, lines)
     assert "gpulab validate" in lines[1] and "reset_gpu: reset it" in lines[1] and lines[2].endswith("-")
 
 
@@ -91,10 +154,20 @@ def test_invoke_history_in_colour_on_a_terminal_only(tmp_path):
     database = hdb.open_db(url)
     try:
         at = dt.datetime.now(dt.timezone.utc)
-        add_validation(database, ValidationRecord(
-            key=hashlib.sha256(b"t").hexdigest(), source="v", at=at, level="quick", verdict="FAIL",
-            checks=[CheckRecord(host="h1", name="GPU present", verdict="FAIL", value=0, at=at),
-                    CheckRecord(host="h1", name="h2d bandwidth", verdict="PASS", value=24512.5, unit="MB/s", at=at)]))
+        add_validation(
+            database,
+            ValidationRecord(
+                key=hashlib.sha256(b"t").hexdigest(),
+                source="v",
+                at=at,
+                level="quick",
+                verdict="FAIL",
+                checks=[
+                    CheckRecord(host="h1", name="GPU present", verdict="FAIL", value=0, at=at),
+                    CheckRecord(host="h1", name="h2d bandwidth", verdict="PASS", value=24512.5, unit="MB/s", at=at),
+                ],
+            ),
+        )
     finally:
         database.close()
     env = {k: v for k, v in os.environ.items() if not k.startswith("INVOKE_") and k != "NO_COLOR"}
@@ -102,14 +175,19 @@ def test_invoke_history_in_colour_on_a_terminal_only(tmp_path):
 
     def on_pty(extra):
         main, sub = pty.openpty()
-        p = subprocess.Popen([sys.executable, "-m", "invoke", "history", "--url", url], cwd=ROOT, stdout=sub,
-                             stderr=subprocess.PIPE, env={**env, **extra})
+        p = subprocess.Popen(
+            [sys.executable, "-m", "invoke", "history", "--url", url],
+            cwd=ROOT,
+            stdout=sub,
+            stderr=subprocess.PIPE,
+            env={**env, **extra},
+        )
         os.close(sub)
         out = b""
         while True:
             try:
                 chunk = os.read(main, 65536)
-            except OSError:   # the child closed the terminal
+            except OSError:  # the child closed the terminal
                 break
             if not chunk:
                 break
@@ -122,8 +200,14 @@ def test_invoke_history_in_colour_on_a_terminal_only(tmp_path):
     assert "\x1b[1;31mFAIL" in coloured and "\x1b[32mPASS" in coloured and "24,512 MB/s" in coloured
     plain = on_pty({"NO_COLOR": "1"})
     assert "\x1b[" not in plain and "FAIL" in plain and "PASS" in plain
-    piped = subprocess.run([sys.executable, "-m", "invoke", "history", "--url", url], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=120)
+    piped = subprocess.run(
+        [sys.executable, "-m", "invoke", "history", "--url", url],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert piped.returncode == 0 and "\x1b[" not in piped.stdout and "FAIL" in piped.stdout
 
 
@@ -166,11 +250,12 @@ def test_the_live_table_reads_the_running_epoch_from_the_runs_mllog(tmp_path):
     run.mkdir()
     host = inventory.load(ROOT / "inventory" / "local.yml").select()[0]
     with remote.connect(host) as r:
-        assert last_epoch(r, str(run)) is None                        # no log yet
+        assert last_epoch(r, str(run)) is None  # no log yet
         (run / "mllog.log").write_text(
             ':::MLLOG {"key": "epoch_start", "value": null, "metadata": {"epoch_num": 1}}\n'
             ':::MLLOG {"key": "eval_accuracy", "value": 0.5, "metadata": {"epoch_num": 1}}\n'
-            ':::MLLOG {"key": "epoch_start", "value": null, "metadata": {"epoch_num": 2}}\n')
+            ':::MLLOG {"key": "epoch_start", "value": null, "metadata": {"epoch_num": 2}}\n'
+        )
         assert last_epoch(r, str(run)) == 2
     p = prog.Progress({"h1": 1}, live=False, stream=io.StringIO())
     p.run_started("h1", 1, 1, "ncf-ttt-tiny-cpu-s1")

@@ -17,8 +17,10 @@ def test_spec_expands_one_package_per_version_with_real_names():
     assert ("nvidia-driver-550", "550.127.05-0ubuntu0.22.04.1") in pkgs
     assert ("nvidia-driver-550", "550.144.03-0ubuntu0.22.04.1") in pkgs
     old = pkgs[("nvidia-driver-550", "550.127.05-0ubuntu0.22.04.1")]
-    assert old["depends"] == ["nvidia-utils-550 (= 550.127.05-0ubuntu0.22.04.1)",
-                              "libnvidia-compute-550 (= 550.127.05-0ubuntu0.22.04.1)"]
+    assert old["depends"] == [
+        "nvidia-utils-550 (= 550.127.05-0ubuntu0.22.04.1)",
+        "libnvidia-compute-550 (= 550.127.05-0ubuntu0.22.04.1)",
+    ]
     compute = pkgs[("libnvidia-compute-550", "550.144.03-0ubuntu0.22.04.1")]
     paths = {f["path"]: f for f in compute["files"]}
     assert "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.144.03" in paths
@@ -38,13 +40,17 @@ def test_bad_spec_names_file_and_field(tmp_path):
 
 
 def test_undefined_template_variable_is_an_error(tmp_path):
-    path = _write(tmp_path, "packages:\n  - name: 'x-{{ branch }}'\n    description: d\n    versions: [{version: '1.0-1'}]\n")
+    path = _write(
+        tmp_path, "packages:\n  - name: 'x-{{ branch }}'\n    description: d\n    versions: [{version: '1.0-1'}]\n"
+    )
     with pytest.raises(LabError, match=r"x-\{\{ branch \}\} 1.0-1: name: 'branch' is undefined"):
         load_spec([path])
 
 
 def test_duplicate_package_version_is_an_error(tmp_path):
-    path = _write(tmp_path, "packages:\n  - name: x\n    description: d\n    versions: [{version: '1-1'}, {version: '1-1'}]\n")
+    path = _write(
+        tmp_path, "packages:\n  - name: x\n    description: d\n    versions: [{version: '1-1'}, {version: '1-1'}]\n"
+    )
     with pytest.raises(LabError, match="x 1-1 is defined twice"):
         load_spec([path])
 
@@ -61,14 +67,17 @@ def smi(tmp_path):
             fake.write_text(json.dumps(gpus))
         env = {"GPULAB_FAKE_GPUS": str(fake), "PATH": "/usr/bin:/bin"}
         return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=env)
+
     return call
 
 
 def test_nvidia_smi_without_driver_fails_like_the_real_one(smi):
     res = smi()
     assert res.returncode == 9
-    assert res.stdout == ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-                          "Make sure that the latest NVIDIA driver is installed and running.\n")
+    assert res.stdout == (
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+        "Make sure that the latest NVIDIA driver is installed and running.\n"
+    )
 
 
 def test_nvidia_smi_formats(smi):
@@ -106,12 +115,34 @@ def test_dcgmi_stand_in_answers_like_dcgmi(tmp_path):
     res = call("diag", "-r", "1", "-j")  # no host engine (no file): dcgmi's two lines, DCGM_ST_CONNECTION_NOT_VALID
     assert res.returncode == 235 and res.stdout.splitlines()[1].startswith("Error: Unable to connect to host engine.")
     spec.write_text(json.dumps({"gpus": 2}))
-    tests = {lvl: [t["name"] for c in json.loads(call("diag", "-r", lvl, "-j").stdout)["DCGM Diagnostic"]["test_categories"]
-                   for t in c["tests"]] for lvl in ("1", "2", "3")}
+    tests = {
+        lvl: [
+            t["name"]
+            for c in json.loads(call("diag", "-r", lvl, "-j").stdout)["DCGM Diagnostic"]["test_categories"]
+            for t in c["tests"]
+        ]
+        for lvl in ("1", "2", "3")
+    }
     assert tests["1"] == ["software"] and set(tests["2"]) == {"software", "pcie", "memory"}
     assert {"diagnostic", "targeted_stress", "targeted_power", "memory_bandwidth"} <= set(tests["3"])
-    spec.write_text(json.dumps({"gpus": 2, "results": {"memory": {"1": {
-        "status": "Fail", "error_id": 52, "error_category": 10, "error_severity": 2, "warning": "faulty memory"}}}}))
+    spec.write_text(
+        json.dumps(
+            {
+                "gpus": 2,
+                "results": {
+                    "memory": {
+                        "1": {
+                            "status": "Fail",
+                            "error_id": 52,
+                            "error_category": 10,
+                            "error_severity": 2,
+                            "warning": "faulty memory",
+                        }
+                    }
+                },
+            }
+        )
+    )
     res = call("diag", "-r", "2", "-j")
     assert res.returncode == 205  # an ISOLATE-severity error: DCGM_ST_NVVS_ISOLATE_ERROR
     doc = json.loads(res.stdout)

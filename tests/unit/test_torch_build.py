@@ -10,8 +10,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / ".ci" / "torch_build.py"
-PROC_580 = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "
-            "(dvs-builder@U22-I3-AE18-23-3)  Mon Sep 29 23:04:19 UTC 2025\nGCC version:  gcc version 12.2.0\n")
+PROC_580 = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "
+    "(dvs-builder@U22-I3-AE18-23-3)  Mon Sep 29 23:04:19 UTC 2025\nGCC version:  gcc version 12.2.0\n"
+)
 
 
 def choose(tmp_path, smi_lines=None, proc=None, smi_rc=0):
@@ -25,25 +27,35 @@ def choose(tmp_path, smi_lines=None, proc=None, smi_rc=0):
     proc_path = tmp_path / "version"
     if proc is not None:
         proc_path.write_text(proc)
-    res = subprocess.run([sys.executable, str(SCRIPT), "--smi", str(smi), "--proc", str(proc_path)],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, str(SCRIPT), "--smi", str(smi), "--proc", str(proc_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     return dict(line.split("=", 1) for line in res.stdout.splitlines())
 
 
 def test_no_driver_gives_the_cpu_build(tmp_path):
     got = choose(tmp_path)
-    assert got == {"spec": "torch==2.13.0+cpu", "index": "https://download.pytorch.org/whl/cpu",
-                   "why": "no NVIDIA driver found: the CPU build"}
+    assert got == {
+        "spec": "torch==2.13.0+cpu",
+        "index": "https://download.pytorch.org/whl/cpu",
+        "why": "no NVIDIA driver found: the CPU build",
+    }
 
 
-@pytest.mark.parametrize("lines, tag", [
-    (["580.159.04, 9.0"], "cu130"),                       # H200 on the 580 branch
-    (["580.159.04, 7.5", "580.159.04, 7.5"], "cu130"),    # T4s
-    (["580.159.04, 7.0"], "cu126"),                       # V100: CUDA 13 dropped Volta
-    (["575.57.08, 8.0"], "cu126"),                        # a driver older than CUDA 13.0 needs
-    (["550.144.03, 7.5"], "cu126"),
-])
+@pytest.mark.parametrize(
+    "lines, tag",
+    [
+        (["580.159.04, 9.0"], "cu130"),  # H200 on the 580 branch
+        (["580.159.04, 7.5", "580.159.04, 7.5"], "cu130"),  # T4s
+        (["580.159.04, 7.0"], "cu126"),  # V100: CUDA 13 dropped Volta
+        (["575.57.08, 8.0"], "cu126"),  # a driver older than CUDA 13.0 needs
+        (["550.144.03, 7.5"], "cu126"),
+    ],
+)
 def test_a_driver_gives_the_newest_cuda_build_it_and_its_gpus_run(tmp_path, lines, tag):
     got = choose(tmp_path, smi_lines=lines)
     assert got["spec"] == f"torch==2.13.0+{tag}"
@@ -52,8 +64,7 @@ def test_a_driver_gives_the_newest_cuda_build_it_and_its_gpus_run(tmp_path, line
 
 
 def test_the_proc_file_stands_in_when_nvidia_smi_cannot_answer(tmp_path):
-    got = choose(tmp_path, smi_lines=["NVIDIA-SMI has failed because it couldn't communicate"], smi_rc=9,
-                 proc=PROC_580)
+    got = choose(tmp_path, smi_lines=["NVIDIA-SMI has failed because it couldn't communicate"], smi_rc=9, proc=PROC_580)
     assert got["spec"] == "torch==2.13.0+cu130" and "580.159.04" in got["why"]
 
 

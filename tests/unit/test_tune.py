@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # --------------------------------------------------------------------------- the cost
 
+
 def test_cost_is_median_plus_spread_and_a_miss_counts_twice_the_limit():
     assert objective.cost([4, 4, 4]) == 4
     assert objective.cost([3, 5, 12]) == 5 + 9
@@ -47,7 +48,7 @@ def test_epoch_cap_is_the_best_cost_rounded_down_and_a_capped_miss_prunes():
     assert objective.epoch_cap(0.5, 20) == 1
     runs = [SeedResult(1, "a", "complete", True, 3.0), SeedResult(2, "b", "complete", False, 7.0)]
     assert objective.capped_out(runs, 7, 20) == [2]
-    assert objective.capped_out(runs, 20, 20) == []   # at the scale's own limit a miss is a result, not a prune
+    assert objective.capped_out(runs, 20, 20) == []  # at the scale's own limit a miss is a result, not a prune
     # why the cap is exact: the cost is never below the slowest seed
     for epochs in ([1, 9], [5, 5, 6], [2, 3, 30]):
         assert objective.cost(epochs) >= max(epochs)
@@ -60,10 +61,11 @@ def test_a_run_that_did_not_finish_is_a_host_failure_never_a_result():
 
 # --------------------------------------------------------------------------- the space
 
+
 def test_the_space_is_the_v05_closed_rules_with_their_source():
     sp = spaces.load("ncf", "tiny")
     names = {p.name: p for p in sp.params}
-    assert set(names) == {"lr", "beta1", "beta2", "batch_size"}           # eps is outside the rules
+    assert set(names) == {"lr", "beta1", "beta2", "batch_size"}  # eps is outside the rules
     assert math.isclose(names["lr"].low, 0.001) and math.isclose(names["lr"].high, 0.1) and names["lr"].log
     assert (names["batch_size"].low, names["batch_size"].high) == (512, 8192)
     assert "NCF | lr | Arbitrary constant" in names["lr"].rule
@@ -88,15 +90,18 @@ def _space_file(tmp_path, params, workload="ncf") -> Path:
     return p
 
 
-@pytest.mark.parametrize("params, says", [
-    ({"lr": {"kind": "float", "low": 0.1, "high": 0.01, "rule": "r"}}, "empty range"),
-    ({"lr": {"kind": "float", "low": 0, "high": 0.1, "log": True, "rule": "r"}}, "log range must be above 0"),
-    ({"layers_x": {"kind": "int", "low": 1, "high": 3, "rule": "r"}}, "declares no setting"),
-    ({"target": {"kind": "float", "low": 0.1, "high": 0.9, "rule": "r"}}, "belongs to the benchmark"),
-    ({"lr": {"kind": "float", "rule": "r"}}, "give factor, low and high"),
-    ({"lr": {"kind": "float", "low": 0.1, "high": 1, "rule": "r", "extra": 1}}, "unknown key(s) extra"),
-    ({"lr": {"kind": "float", "low": 0.1, "high": 1}}, "rule is missing"),
-])
+@pytest.mark.parametrize(
+    "params, says",
+    [
+        ({"lr": {"kind": "float", "low": 0.1, "high": 0.01, "rule": "r"}}, "empty range"),
+        ({"lr": {"kind": "float", "low": 0, "high": 0.1, "log": True, "rule": "r"}}, "log range must be above 0"),
+        ({"layers_x": {"kind": "int", "low": 1, "high": 3, "rule": "r"}}, "declares no setting"),
+        ({"target": {"kind": "float", "low": 0.1, "high": 0.9, "rule": "r"}}, "belongs to the benchmark"),
+        ({"lr": {"kind": "float", "rule": "r"}}, "give factor, low and high"),
+        ({"lr": {"kind": "float", "low": 0.1, "high": 1, "rule": "r", "extra": 1}}, "unknown key(s) extra"),
+        ({"lr": {"kind": "float", "low": 0.1, "high": 1}}, "rule is missing"),
+    ],
+)
 def test_a_bad_space_file_is_one_line(tmp_path, params, says):
     with pytest.raises(ConfigError) as exc:
         spaces.load("ncf", "tiny", _space_file(tmp_path, params))
@@ -109,29 +114,43 @@ def test_a_space_file_that_is_no_yaml_or_lacks_the_workload(tmp_path):
     with pytest.raises(ConfigError, match="malformed YAML"):
         spaces.load("ncf", "tiny", bad)
     with pytest.raises(ConfigError, match="no search space for workload 'ncf'"):
-        spaces.load("ncf", "tiny", _space_file(tmp_path, {"lr": {"kind": "float", "low": 0.1, "high": 1,
-                                                                  "rule": "r"}}, workload="gnmt"))
+        spaces.load(
+            "ncf",
+            "tiny",
+            _space_file(tmp_path, {"lr": {"kind": "float", "low": 0.1, "high": 1, "rule": "r"}}, workload="gnmt"),
+        )
 
 
 # --------------------------------------------------------------------------- stale trials
 
+
 def _frozen(number, state, beat):
-    return optuna.trial.FrozenTrial(number=number, state=state, value=None, datetime_start=None,
-                                    datetime_complete=None, params={}, distributions={},
-                                    user_attrs={} if beat is None else {search.HEARTBEAT: beat},
-                                    system_attrs={}, intermediate_values={}, trial_id=number, values=None)
+    return optuna.trial.FrozenTrial(
+        number=number,
+        state=state,
+        value=None,
+        datetime_start=None,
+        datetime_complete=None,
+        params={},
+        distributions={},
+        user_attrs={} if beat is None else {search.HEARTBEAT: beat},
+        system_attrs={},
+        intermediate_values={},
+        trial_id=number,
+        values=None,
+    )
 
 
 def test_stale_trials_by_heartbeat_age_and_by_a_gone_owner_on_this_machine():
     me = "ctl:100"
     trials = [
-        _frozen(0, TrialState.RUNNING, {"at": 1000.0, "owner": "other:5"}),      # fresh, another machine
-        _frozen(1, TrialState.RUNNING, {"at": 100.0, "owner": "other:5"}),       # old heartbeat
-        _frozen(2, TrialState.RUNNING, {"at": 1000.0, "owner": "ctl:200"}),      # this machine, pid gone
-        _frozen(3, TrialState.RUNNING, {"at": 1000.0, "owner": "ctl:300"}),      # this machine, pid alive
-        _frozen(4, TrialState.RUNNING, {"at": 100.0, "owner": me}),              # this controller's own
-        _frozen(5, TrialState.RUNNING, None),                                    # no heartbeat at all
-        _frozen(6, TrialState.COMPLETE, {"at": 1.0, "owner": "other:5"}),        # not running
+        _frozen(0, TrialState.RUNNING, {"at": 1000.0, "owner": "other:5"}),  # fresh, another machine
+        _frozen(1, TrialState.RUNNING, {"at": 100.0, "owner": "other:5"}),  # old heartbeat
+        _frozen(2, TrialState.RUNNING, {"at": 1000.0, "owner": "ctl:200"}),  # this machine, pid gone
+        _frozen(3, TrialState.RUNNING, {"at": 1000.0, "owner": "ctl:300"}),  # this machine, pid alive
+        _frozen(4, TrialState.RUNNING, {"at": 100.0, "owner": me}),  # this controller's own
+        _frozen(5, TrialState.RUNNING, None),  # no heartbeat at all
+        _frozen(6, TrialState.COMPLETE, {"at": 1.0, "owner": "other:5"}),  # not running
     ]
     got = search.stale(trials, now=1010.0, stale_s=600, me=me, alive=lambda pid: pid == 300)
     assert [t.number for t in got] == [1, 2, 5]
@@ -139,10 +158,14 @@ def test_stale_trials_by_heartbeat_age_and_by_a_gone_owner_on_this_machine():
 
 # --------------------------------------------------------------------------- the search, with a stand-in fleet
 
+
 def fake_epochs(settings: dict, seed: int) -> int:
     """Converges fastest near lr 0.03; seed 2 a little slower (the seed effect)."""
-    return 2 + round(5 * abs(math.log10(settings["lr"] / 0.03))) + (seed == 2) * round(
-        3 * abs(math.log10(settings["lr"] / 0.03)))
+    return (
+        2
+        + round(5 * abs(math.log10(settings["lr"] / 0.03)))
+        + (seed == 2) * round(3 * abs(math.log10(settings["lr"] / 0.03)))
+    )
 
 
 class FakeFleet:
@@ -152,7 +175,7 @@ class FakeFleet:
     def __call__(self, req):
         self.calls.append(req)
         if self.crash_at is not None and len(self.calls) == self.crash_at:
-            raise KeyboardInterrupt   # the controller dies mid-trial
+            raise KeyboardInterrupt  # the controller dies mid-trial
         out = []
         for seed in range(1, req.seeds + 1):
             if self.fail_first > 0:
@@ -166,10 +189,19 @@ class FakeFleet:
 
 
 def _request(tmp_path, seeds=2, trials=4, wave=2, baseline=None, **kw):
-    settings = {"seeds": seeds, "trials": trials, "p_threshold": 0.1, "retries": 1, "heartbeat_s": 0.05,
-                "stale_s": 600}
-    req = entry.request("ncf", scale="tiny", name=kw.pop("name", "t1"), device="cpu", seeds=None, trials=None,
-                        tune_settings=settings, baseline=baseline, wave=wave, **kw)
+    settings = {"seeds": seeds, "trials": trials, "p_threshold": 0.1, "retries": 1, "heartbeat_s": 0.05, "stale_s": 600}
+    req = entry.request(
+        "ncf",
+        scale="tiny",
+        name=kw.pop("name", "t1"),
+        device="cpu",
+        seeds=None,
+        trials=None,
+        tune_settings=settings,
+        baseline=baseline,
+        wave=wave,
+        **kw,
+    )
     return req
 
 
@@ -197,7 +229,9 @@ def test_search_starts_from_the_reference_recipe_beats_it_caps_and_writes_a_reci
     # the recipe file: the best set, loadable by invoke sweep --recipe, with its provenance
     rec = recipes.load(tmp_path / "results" / "t1" / "recipe.yml")
     assert rec.settings == best.params and rec.provenance["trial"] == best.number
-    assert rec.provenance["reference_cost"] == base_cost and rec.provenance["rule_source"]["commit"].startswith("54a5bb0")
+    assert rec.provenance["reference_cost"] == base_cost and rec.provenance["rule_source"]["commit"].startswith(
+        "54a5bb0"
+    )
     md = (tmp_path / "results" / "t1" / "report.md").read_text()
     assert "reference recipe (trial 0)" in md and f"trial {best.number}" in md
     assert (tmp_path / "history-tune.sqlite").is_file() and not (tmp_path / "history.sqlite").exists()
@@ -210,7 +244,7 @@ def test_a_trial_that_cannot_beat_the_best_is_pruned_by_the_cap(tmp_path):
     study = search.open_study(req, storage)
     s = search.Search(req, study, FakeFleet(), echo=lambda *_: None)
     n, _ = s.start(baseline=True)
-    assert s.run(n) == "COMPLETE"          # the scale's own recipe: lr 0.01 -> 4 and 5 epochs, cost 5.5
+    assert s.run(n) == "COMPLETE"  # the scale's own recipe: lr 0.01 -> 4 and 5 epochs, cost 5.5
     assert study.best_value == 5.5
     study.enqueue_trial({"lr": 0.002, "beta1": 0.9, "beta2": 0.999, "batch_size": 2048})
     n, _ = s.start(baseline=False)
@@ -236,7 +270,7 @@ def test_wilcoxon_prunes_across_waves_of_seeds(tmp_path):
     study._storage.set_trial_user_attr(study.trials[n]._trial_id, "gpulab_cap", 20)
     assert s.run(n) == "PRUNED"
     assert "Wilcoxon" in study.trials[n].user_attrs["gpulab_pruned"]
-    assert fleet.calls[-1].seeds == 5     # stopped after its first wave of 5 seeds, not all 10
+    assert fleet.calls[-1].seeds == 5  # stopped after its first wave of 5 seeds, not all 10
 
 
 def test_host_failures_are_retried_then_marked_never_counted(tmp_path):
@@ -244,11 +278,11 @@ def test_host_failures_are_retried_then_marked_never_counted(tmp_path):
     req = _request(tmp_path, trials=1)
     storage, _ = entry.storage_for(url)
     study = search.open_study(req, storage)
-    fleet = FakeFleet(fail_first=1)                  # the first attempt loses a host: the retry succeeds
+    fleet = FakeFleet(fail_first=1)  # the first attempt loses a host: the retry succeeds
     s = search.Search(req, study, fleet, echo=lambda *_: None)
     n, _ = s.start(baseline=True)
     assert s.run(n) == "COMPLETE" and len(fleet.calls) == 2 and fleet.calls[0].sweep == fleet.calls[1].sweep
-    fleet.fail_first = 10                            # every attempt fails: marked, not a result
+    fleet.fail_first = 10  # every attempt fails: marked, not a result
     n, _ = s.start(baseline=False)
     assert s.run(n) == "FAIL"
     assert study.trials[n].state == TrialState.FAIL and "host lost" in study.trials[n].user_attrs["gpulab_failed"]
@@ -272,12 +306,13 @@ def test_a_killed_controller_leaves_a_stale_trial_that_the_next_one_resumes(tmp_
     storage.set_trial_user_attr(running[0]._trial_id, search.HEARTBEAT, beat)
     lines = []
     fleet.crash_at = None
-    result = search.tune(_request(tmp_path, trials=3), entry.storage_for(url)[0], fleet, tmp_path / "results",
-                         echo=lines.append)
+    result = search.tune(
+        _request(tmp_path, trials=3), entry.storage_for(url)[0], fleet, tmp_path / "results", echo=lines.append
+    )
     assert any("trial 1 is stale" in line and "resuming it" in line for line in lines)
     t1 = result.study.trials[1]
     assert t1.state in (TrialState.COMPLETE, TrialState.PRUNED) and "gpulab_stale" in t1.user_attrs
-    assert fleet.calls[2].sweep == "t1-t0001"        # the same sweep: its runs are adopted, not run again
+    assert fleet.calls[2].sweep == "t1-t0001"  # the same sweep: its runs are adopted, not run again
     # the resumed controller's sampler does not draw the dead one's sets again
     assert result.study.trials[2].params != result.study.trials[1].params
     assert sum(1 for t in result.study.trials if t.user_attrs.get(search.BASELINE)) == 1
@@ -294,11 +329,15 @@ def test_a_study_resumed_with_another_space_or_seed_count_is_refused(tmp_path):
 
 # --------------------------------------------------------------------------- requests, storage, recipes
 
-@pytest.mark.parametrize("kw, says", [
-    ({"name": "bad name"}, "is not a study name"),
-    ({"name": "x" * 59}, "is not a study name"),
-    ({"max_epochs": 0}, "--max-epochs"),
-])
+
+@pytest.mark.parametrize(
+    "kw, says",
+    [
+        ({"name": "bad name"}, "is not a study name"),
+        ({"name": "x" * 59}, "is not a study name"),
+        ({"max_epochs": 0}, "--max-epochs"),
+    ],
+)
 def test_bad_requests_are_one_line(tmp_path, kw, says):
     with pytest.raises(ConfigError, match=says):
         _request(tmp_path, **kw)
@@ -326,14 +365,17 @@ def test_storage_urls_keep_optunas_tables_apart_from_the_history():
         tunestorage.tune_url("::nope")
 
 
-@pytest.mark.parametrize("doc, says", [
-    ({"settings": {"target": 0.1}}, "belongs to the benchmark"),
-    ({"settings": {"layerz": 1}}, "declares no such setting"),
-    ({"settings": {"lr": {"a": 1}}}, "is not a number, text"),
-    ({"settings": {"lr": float("nan")}}, "not a finite number"),
-    ({"schema": "gpulab-recipe/9"}, "schema"),
-    ({"workload": "../x"}, "workload"),
-])
+@pytest.mark.parametrize(
+    "doc, says",
+    [
+        ({"settings": {"target": 0.1}}, "belongs to the benchmark"),
+        ({"settings": {"layerz": 1}}, "declares no such setting"),
+        ({"settings": {"lr": {"a": 1}}}, "is not a number, text"),
+        ({"settings": {"lr": float("nan")}}, "not a finite number"),
+        ({"schema": "gpulab-recipe/9"}, "schema"),
+        ({"workload": "../x"}, "workload"),
+    ],
+)
 def test_a_bad_recipe_file_is_one_line(tmp_path, doc, says):
     base = {"schema": "gpulab-recipe/1", "workload": "ncf", "scale": "tiny", "settings": {"lr": 0.01}}
     p = tmp_path / "r.yml"
@@ -345,28 +387,52 @@ def test_a_bad_recipe_file_is_one_line(tmp_path, doc, says):
 def test_a_recipe_reaches_each_planned_run_and_seeds_spread_over_the_units():
     from lab.hosts.inventory import Host
 
-    hosts = [Host(name=f"h{i}", address=f"10.0.0.{i}", port=22, user=None, connection="ssh", gpu_model="cpu",
-                  gpu_count=0, stack="current", groups=(), workdir="/var/lib/gpulab", python=None, ssh_key=None,
-                  known_hosts="") for i in (1, 2)]
-    runs = sweep_plan.plan(hosts, ["ncf"], None, 4, "ttt", "tiny", recipes={"ncf": {"lr": 0.02}}, spread=True,
-                           max_epochs=6)
+    hosts = [
+        Host(
+            name=f"h{i}",
+            address=f"10.0.0.{i}",
+            port=22,
+            user=None,
+            connection="ssh",
+            gpu_model="cpu",
+            gpu_count=0,
+            stack="current",
+            groups=(),
+            workdir="/var/lib/gpulab",
+            python=None,
+            ssh_key=None,
+            known_hosts="",
+        )
+        for i in (1, 2)
+    ]
+    runs = sweep_plan.plan(
+        hosts, ["ncf"], None, 4, "ttt", "tiny", recipes={"ncf": {"lr": 0.02}}, spread=True, max_epochs=6
+    )
     assert [(r.host, r.seed) for r in runs] == [("h1", 1), ("h1", 3), ("h2", 2), ("h2", 4)]
     assert all(r.settings == {"lr": 0.02} and r.max_epochs == 6 for r in runs)
     assert recipes.set_args({"lr": 0.02, "betas": [0.9, 0.98]}) == ["--set", "betas=[0.9,0.98]", "--set", "lr=0.02"]
-    assert len(sweep_plan.plan(hosts, ["ncf"], None, 4, "ttt", "tiny")) == 8     # a sweep: every unit, every seed
+    assert len(sweep_plan.plan(hosts, ["ncf"], None, 4, "ttt", "tiny")) == 8  # a sweep: every unit, every seed
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--set", "target=0.1"], "--set target: not a setting a run may change"),
-    (["--set", "layerz=1"], "declares no such setting"),
-    (["--set", "lr=-1"], "'lr' must be a number >= 0"),
-    (["--set", "lr"], "expected KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--set", "target=0.1"], "--set target: not a setting a run may change"),
+        (["--set", "layerz=1"], "declares no such setting"),
+        (["--set", "lr=-1"], "'lr' must be a number >= 0"),
+        (["--set", "lr"], "expected KEY=VALUE"),
+    ],
+)
 def test_runner_set_refuses_bad_settings_before_anything_is_written(tmp_path, args, says):
     out = tmp_path / "run"
-    p = subprocess.run([sys.executable, "-m", "runner", "run", "ncf", "--scale", "tiny", "--gpus", "0",
-                        "--out", str(out), *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    p = subprocess.run(
+        [sys.executable, "-m", "runner", "run", "ncf", "--scale", "tiny", "--gpus", "0", "--out", str(out), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert not out.exists()
 

@@ -25,15 +25,21 @@ SPEC = os.environ.get("GPULAB_FAKE_DCGM", "/etc/gpulab-testlab/dcgm-diag.json")
 LEVELS = [
     [("Deployment", "software")],
     [("Integration", "pcie"), ("Hardware", "memory")],
-    [("Hardware", "diagnostic"), ("Stress", "targeted_stress"), ("Stress", "targeted_power"),
-     ("Stress", "memory_bandwidth")],
+    [
+        ("Hardware", "diagnostic"),
+        ("Stress", "targeted_stress"),
+        ("Stress", "targeted_power"),
+        ("Stress", "memory_bandwidth"),
+    ],
     [("Hardware", "memtest"), ("Hardware", "pulse_test")],
 ]
 RANK = {"Pass": 0, "Skip": 0, "Warn": 1, "Fail": 2}
 
 
 def usage(message):
-    sys.stderr.write("PARSE ERROR:\n             %s\n\nBrief USAGE:\n   dcgmi diag -r <suite-or-tests> [-j]\n" % message)
+    sys.stderr.write(
+        "PARSE ERROR:\n             %s\n\nBrief USAGE:\n   dcgmi diag -r <suite-or-tests> [-j]\n" % message
+    )
     return 255
 
 
@@ -61,12 +67,16 @@ def diag(args):
     gpus = range(int(spec.get("gpus", 1)))
     given = spec.get("results") or {}
     categories, codes = [], []
-    for category, test in [t for lvl in LEVELS[:int(level)] for t in lvl]:
+    for category, test in [t for lvl in LEVELS[: int(level)] for t in lvl]:
         results, worst, summary_warnings = [], "Pass", []
         host = given.get(test, {}).get("host")
         if host and "warning" in host:
-            w = {"warning": host["warning"], "error_id": int(host.get("error_id", 0)),
-                 "error_category": int(host.get("error_category", 0)), "error_severity": int(host.get("error_severity", 0))}
+            w = {
+                "warning": host["warning"],
+                "error_id": int(host.get("error_id", 0)),
+                "error_category": int(host.get("error_category", 0)),
+                "error_severity": int(host.get("error_severity", 0)),
+            }
             summary_warnings.append(w)
             codes.append(w["error_severity"])
         for g in gpus:
@@ -74,8 +84,12 @@ def diag(args):
             status = "Fail" if r.get("status") == "Warn" and as_json else r.get("status", "Pass")
             entry = {"entity_group": "GPU", "entity_group_id": 1, "entity_id": g, "status": status}
             if "warning" in r:
-                w = {"warning": r["warning"], "error_id": int(r.get("error_id", 0)),
-                     "error_category": int(r.get("error_category", 0)), "error_severity": int(r.get("error_severity", 0))}
+                w = {
+                    "warning": r["warning"],
+                    "error_id": int(r.get("error_id", 0)),
+                    "error_category": int(r.get("error_category", 0)),
+                    "error_severity": int(r.get("error_severity", 0)),
+                }
                 entry["warnings"] = [w]
                 codes.append(w["error_severity"])
             if "info" in r:
@@ -91,11 +105,20 @@ def diag(args):
             cat = {"category": category, "tests": []}
             categories.append(cat)
         cat["tests"].append({"name": test, "results": results, "test_summary": summary})
-    doc = {"DCGM Diagnostic": {"test_categories": categories},
-           "entity_groups": [{"entity_group": "GPU", "entity_group_id": 1,
-                              "entities": [{"entity_id": g, "device_id": spec.get("device_id", "1eb8"),
-                                            "serial_num": "1320%09d" % g} for g in gpus]}],
-           "metadata": {"version": VERSION, "Driver Version Detected": spec.get("driver", "unknown")}}
+    doc = {
+        "DCGM Diagnostic": {"test_categories": categories},
+        "entity_groups": [
+            {
+                "entity_group": "GPU",
+                "entity_group_id": 1,
+                "entities": [
+                    {"entity_id": g, "device_id": spec.get("device_id", "1eb8"), "serial_num": "1320%09d" % g}
+                    for g in gpus
+                ],
+            }
+        ],
+        "metadata": {"version": VERSION, "Driver Version Detected": spec.get("driver", "unknown")},
+    }
     if as_json:
         print(json.dumps(doc, indent=3))
     else:

@@ -12,13 +12,15 @@ import time
 DRIVER = "{{ upstream.split('-')[0] }}"
 CUDA = "{{ cuda }}"
 FAKE = os.environ.get("GPULAB_FAKE_GPUS", "/etc/gpulab-testlab/fake-gpus.json")
-NO_DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-             "Make sure that the latest NVIDIA driver is installed and running.\n")
+NO_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running.\n"
+)
 FIELDS = {
     "index": lambda i, g: (str(i), ""),
     "name": lambda i, g: (g["name"], ""),
     "gpu_name": lambda i, g: (g["name"], ""),
-    "uuid": lambda i, g: (g.get("uuid", "GPU-%08x-0000-0000-0000-%012x" % (0x5eed0000 + i, i)), ""),
+    "uuid": lambda i, g: (g.get("uuid", "GPU-%08x-0000-0000-0000-%012x" % (0x5EED0000 + i, i)), ""),
     "gpu_uuid": lambda i, g: FIELDS["uuid"](i, g),
     "serial": lambda i, g: (g.get("serial", "1320%09d" % i), ""),
     "driver_version": lambda i, g: (DRIVER, ""),
@@ -40,31 +42,36 @@ FIELDS = {
 
 
 def table(gpus):
-    out = [time.strftime("%a %b %e %H:%M:%S %Y") + "       ",
-           "+" + "-" * 89 + "+",
-           "| NVIDIA-SMI %-22s Driver Version: %-14s CUDA Version: %-9s|" % (DRIVER, DRIVER, CUDA),
-           "|" + "-" * 41 + "+" + "-" * 24 + "+" + "-" * 22 + "+",
-           "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
-           "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
-           "|                                         |                        |               MIG M. |",
-           "|" + "=" * 41 + "+" + "=" * 24 + "+" + "=" * 22 + "|"]
+    out = [
+        time.strftime("%a %b %e %H:%M:%S %Y") + "       ",
+        "+" + "-" * 89 + "+",
+        "| NVIDIA-SMI %-22s Driver Version: %-14s CUDA Version: %-9s|" % (DRIVER, DRIVER, CUDA),
+        "|" + "-" * 41 + "+" + "-" * 24 + "+" + "-" * 22 + "+",
+        "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
+        "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
+        "|                                         |                        |               MIG M. |",
+        "|" + "=" * 41 + "+" + "=" * 24 + "+" + "=" * 22 + "|",
+    ]
     for i, g in enumerate(gpus):
         bus = FIELDS["pci.bus_id"](i, g)[0]
         mem = "%5dMiB / %6dMiB" % (g.get("memory_used_mib", 0), g.get("memory_mib", 15360))
-        out += ["| %3d  %-24s       Off | %18s Off | %20s |" % (i, g["name"][:24], bus, "0"),
-                "| N/A   %2dC    P8  %14s / %4dW | %22s | %6d%%      Default |" % (
-                    g.get("temp_c", 34), "%dW" % g.get("power_w", 9), g.get("power_limit_w", 70), mem,
-                    g.get("util_pct", 0)),
-                "|                                         |                        |                  N/A |",
-                "+" + "-" * 41 + "+" + "-" * 24 + "+" + "-" * 22 + "+"]
-    out += [" " * 91,
-            "+" + "-" * 89 + "+",
-            "| Processes:" + " " * 78 + "|",
-            "|  GPU   GI   CI        PID   Type   Process name                              GPU Memory |",
-            "|        ID   ID                                                               Usage      |",
-            "|" + "=" * 89 + "|",
-            "|  No running processes found" + " " * 61 + "|",
-            "+" + "-" * 89 + "+"]
+        out += [
+            "| %3d  %-24s       Off | %18s Off | %20s |" % (i, g["name"][:24], bus, "0"),
+            "| N/A   %2dC    P8  %14s / %4dW | %22s | %6d%%      Default |"
+            % (g.get("temp_c", 34), "%dW" % g.get("power_w", 9), g.get("power_limit_w", 70), mem, g.get("util_pct", 0)),
+            "|                                         |                        |                  N/A |",
+            "+" + "-" * 41 + "+" + "-" * 24 + "+" + "-" * 22 + "+",
+        ]
+    out += [
+        " " * 91,
+        "+" + "-" * 89 + "+",
+        "| Processes:" + " " * 78 + "|",
+        "|  GPU   GI   CI        PID   Type   Process name                              GPU Memory |",
+        "|        ID   ID                                                               Usage      |",
+        "|" + "=" * 89 + "|",
+        "|  No running processes found" + " " * 61 + "|",
+        "+" + "-" * 89 + "+",
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -79,8 +86,10 @@ def main(argv):
         sys.stdout.write(NO_DRIVER)
         return 9
     if argv == ["--version"]:
-        sys.stdout.write("NVIDIA-SMI version  : %s\nNVML version        : %s\nDRIVER version      : %s\n"
-                         "CUDA Version        : %s\n" % (DRIVER, DRIVER.rsplit(".", 1)[0], DRIVER, CUDA))
+        sys.stdout.write(
+            "NVIDIA-SMI version  : %s\nNVML version        : %s\nDRIVER version      : %s\n"
+            "CUDA Version        : %s\n" % (DRIVER, DRIVER.rsplit(".", 1)[0], DRIVER, CUDA)
+        )
         return 0
     if not gpus:
         sys.stdout.write("No devices were found\n")
@@ -102,9 +111,16 @@ def main(argv):
                 return 2
         opts = fmt[0].split(",")[1:]
         if "noheader" not in opts:
-            units = {"memory.total": " [MiB]", "memory.used": " [MiB]", "memory.free": " [MiB]",
-                     "power.limit": " [W]", "power.draw": " [W]", "utilization.gpu": " [%]",
-                     "clocks.sm": " [MHz]", "clocks.max.sm": " [MHz]"}
+            units = {
+                "memory.total": " [MiB]",
+                "memory.used": " [MiB]",
+                "memory.free": " [MiB]",
+                "power.limit": " [W]",
+                "power.draw": " [W]",
+                "utilization.gpu": " [%]",
+                "clocks.sm": " [MHz]",
+                "clocks.max.sm": " [MHz]",
+            }
             sys.stdout.write(", ".join(n + ("" if "nounits" in opts else units.get(n, "")) for n in names) + "\n")
         for i, g in enumerate(gpus):
             cells = []

@@ -25,7 +25,11 @@ JOURNAL = "[ 8123.000100] host kernel: NVRM: Xid (PCI:0000:1b:00): 119, pid=7, n
 def test_parse_xids_maps_pci_to_gpu():
     gpus = [{"index": 0, "pci_bus_id": "00000000:1B:00.0"}, {"index": 1, "pci_bus_id": "00000000:2A:00.0"}]
     ev = burnin.parse_xids(DMESG, gpus)
-    assert [(e["xid"], e["gpu"], e["pci"]) for e in ev] == [(79, 0, "0000:1b:00"), (13, 1, "0000:2a:00"), (48, None, "0000:9c:00")]
+    assert [(e["xid"], e["gpu"], e["pci"]) for e in ev] == [
+        (79, 0, "0000:1b:00"),
+        (13, 1, "0000:2a:00"),
+        (48, None, "0000:9c:00"),
+    ]
     assert ev[0]["uptime_s"] == 5123.456789
     assert ev[0]["text"].endswith("GPU has fallen off the bus.")
     j = burnin.parse_xids(JOURNAL, gpus)
@@ -43,7 +47,9 @@ def test_resolve_gpus():
 
 
 def _run(*argv, timeout=120):
-    return subprocess.run([sys.executable, "-m", "runner", "burnin", *argv], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "runner", "burnin", *argv], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_no_gpu_host_writes_document_and_exits_1(tmp_path):
@@ -112,20 +118,38 @@ def test_builtin_resnet50_is_the_workloads_resnet50():
 
     src = "".join(inspect.getsource(burnin_worker).split())  # whitespace aside: the same however it is laid out
     assert "nn.Conv2d" not in src and 'base.bench_context("resnet50",' in src
-    ctx, module = base.bench_context("resnet50", "cpu", True, scale="full", precision="fp32", batch_size=2,
-                                     compile=False)
+    ctx, module = base.bench_context(
+        "resnet50", "cpu", True, scale="full", precision="fp32", batch_size=2, compile=False
+    )
     model = spec_of(module).build(ctx).model
     assert sum(p.numel() for p in model.parameters()) == 25_557_032  # torchvision's resnet50 has the same count
 
 
 def _rec(test, gpu, phase, value, start, end, dtype=None, ok=True, error=None, **kw):
-    return {"test": test, "dtype": dtype, "gpu": gpu, "phase": phase, "value": value, "ok": ok, "error": error,
-            "start": start, "end": end, "unit": None, "detail": kw.get("detail", {}), **{k: v for k, v in kw.items() if k != "detail"}}
+    return {
+        "test": test,
+        "dtype": dtype,
+        "gpu": gpu,
+        "phase": phase,
+        "value": value,
+        "ok": ok,
+        "error": error,
+        "start": start,
+        "end": end,
+        "unit": None,
+        "detail": kw.get("detail", {}),
+        **{k: v for k, v in kw.items() if k != "detail"},
+    }
 
 
 def test_build_document_metrics_and_windows():
-    probe_doc = {"host": {"hostname": "h200-01"}, "gpus": [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-a", "pci_bus_id": "00000000:1B:00.0"},
-                                                          {"index": 1, "name": "NVIDIA H200", "uuid": "GPU-b", "pci_bus_id": "00000000:2A:00.0"}]}
+    probe_doc = {
+        "host": {"hostname": "h200-01"},
+        "gpus": [
+            {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-a", "pci_bus_id": "00000000:1B:00.0"},
+            {"index": 1, "name": "NVIDIA H200", "uuid": "GPU-b", "pci_bus_id": "00000000:2A:00.0"},
+        ],
+    }
     records = [
         _rec("matmul", 0, "solo", 700.0, 110, 115, dtype="bf16"),
         _rec("h2d", 0, "solo", 55.1, 115, 118),
@@ -139,12 +163,33 @@ def test_build_document_metrics_and_windows():
     for t in range(100, 143):
         for g in (0, 1):
             busy = (110 <= t <= 115 and g == 0) or (120 <= t <= 125 and g == 1) or 130 <= t <= 135
-            rows.append({"time_s": float(t), "gpu": g, "uuid": f"GPU-{g}", "power_w": 690.0 if busy else 75.0,
-                         "temp_c": 70 if busy else 30, "sm_clock_mhz": 1980 if busy else 345, "mem_clock_mhz": 3201,
-                         "util_gpu_pct": 100 if busy else 0, "util_mem_pct": 0, "mem_used_mib": 1,
-                         "throttle_reasons": "sw_power_cap" if busy else "gpu_idle", "pcie_gen": 5 if busy else 1, "pcie_width": 16})
-    xb = {"source": "dmesg", "error": None, "events": [{"xid": 13, "pci": "0000:1b:00", "gpu": 0, "uptime_s": 5.0, "text": "a"}]}
-    xa = {"source": "dmesg", "error": None, "events": [dict(xb["events"][0]), {"xid": 79, "pci": "0000:2a:00", "gpu": 1, "uptime_s": 9.0, "text": "b"}]}
+            rows.append(
+                {
+                    "time_s": float(t),
+                    "gpu": g,
+                    "uuid": f"GPU-{g}",
+                    "power_w": 690.0 if busy else 75.0,
+                    "temp_c": 70 if busy else 30,
+                    "sm_clock_mhz": 1980 if busy else 345,
+                    "mem_clock_mhz": 3201,
+                    "util_gpu_pct": 100 if busy else 0,
+                    "util_mem_pct": 0,
+                    "mem_used_mib": 1,
+                    "throttle_reasons": "sw_power_cap" if busy else "gpu_idle",
+                    "pcie_gen": 5 if busy else 1,
+                    "pcie_width": 16,
+                }
+            )
+    xb = {
+        "source": "dmesg",
+        "error": None,
+        "events": [{"xid": 13, "pci": "0000:1b:00", "gpu": 0, "uptime_s": 5.0, "text": "a"}],
+    }
+    xa = {
+        "source": "dmesg",
+        "error": None,
+        "events": [dict(xb["events"][0]), {"xid": 79, "pci": "0000:2a:00", "gpu": 1, "uptime_s": 9.0, "text": "b"}],
+    }
     doc = burnin.build_document("standard", [0, 1], probe_doc, xb, xa, records, rows, (100, 105), None, "s", 0, [])
     g0, g1 = doc["gpus"]["0"], doc["gpus"]["1"]
     assert g0["solo"] == {"matmul_bf16_tflops": 700.0, "h2d_bandwidth_gbs": 55.1}
@@ -172,12 +217,21 @@ def test_worker_pipeline_on_cpu(tmp_path):
     pytest.importorskip("torch")
     (tmp_path / "logs").mkdir()
     tests = [{"test": "matmul", "dtype": p, "seconds": 0.1, "n": 128} for p in burnin.PRECISIONS]
-    tests += [{"test": "membw", "seconds": 0.1, "bytes": 1 << 20}, {"test": "h2d", "seconds": 0.1, "bytes": 1 << 20},
-              {"test": "d2h", "seconds": 0.1, "bytes": 1 << 20},
-              {"test": "resnet50", "seconds": 0.1, "batch": 2, "scale": "tiny", "warmup_steps": 1}]
+    tests += [
+        {"test": "membw", "seconds": 0.1, "bytes": 1 << 20},
+        {"test": "h2d", "seconds": 0.1, "bytes": 1 << 20},
+        {"test": "d2h", "seconds": 0.1, "bytes": 1 << 20},
+        {"test": "resnet50", "seconds": 0.1, "batch": 2, "scale": "tiny", "warmup_steps": 1},
+    ]
     recs = burnin.run_workers(sys.executable, [([0], 0, tests)], tmp_path, "solo", False, device="cpu")
-    host = burnin.run_workers(sys.executable, [([0, 1], None, [{"test": "nccl", "iters": 2, "sizes": [1 << 16], "world": 2}])],
-                              tmp_path, "host", False, device="cpu")
+    host = burnin.run_workers(
+        sys.executable,
+        [([0, 1], None, [{"test": "nccl", "iters": 2, "sizes": [1 << 16], "world": 2}])],
+        tmp_path,
+        "host",
+        False,
+        device="cpu",
+    )
     by = {(r["test"], r.get("dtype")): r for r in recs + host}
     assert by[("device", None)]["detail"]["name"] == "cpu"
     for t in tests + [{"test": "nccl"}]:
@@ -188,16 +242,39 @@ def test_worker_pipeline_on_cpu(tmp_path):
         d = by[("matmul", p)]["detail"]
         assert d["n"] == 128 and d["max_rel_error"] <= d["tolerance"] and d["chunks"] >= 3
     resnet = by[("resnet50", None)]["detail"]
-    assert (resnet["batch"], resnet["image"], resnet["scale"], resnet["model"]) == (2, 32, "tiny",
-                                                                                     "runner.workloads.resnet50")
+    assert (resnet["batch"], resnet["image"], resnet["scale"], resnet["model"]) == (
+        2,
+        32,
+        "tiny",
+        "runner.workloads.resnet50",
+    )
     assert by[("nccl", None)]["detail"]["backend"] == "gloo"
     assert by[("nccl", None)]["detail"]["world_size"] == 2
     probe_doc = {"host": {"hostname": "cpu"}, "gpus": [{"index": 0, "name": "cpu", "uuid": None}]}
     xid = {"source": None, "error": "x", "events": []}
-    doc = burnin.build_document("standard", [0], probe_doc, xid, xid, [r for r in recs if r["test"] != "device"] + host,
-                                [], (0, 0), None, "s", 0, [])
+    doc = burnin.build_document(
+        "standard",
+        [0],
+        probe_doc,
+        xid,
+        xid,
+        [r for r in recs if r["test"] != "device"] + host,
+        [],
+        (0, 0),
+        None,
+        "s",
+        0,
+        [],
+    )
     assert doc["outcome"] == "completed"
     assert set(doc["gpus"]["0"]["solo"]) == {
-        "matmul_fp32_tflops", "matmul_tf32_tflops", "matmul_bf16_tflops", "matmul_fp16_tflops", "memory_bandwidth_gbs",
-        "h2d_bandwidth_gbs", "d2h_bandwidth_gbs", "resnet50_images_per_s"}
+        "matmul_fp32_tflops",
+        "matmul_tf32_tflops",
+        "matmul_bf16_tflops",
+        "matmul_fp16_tflops",
+        "memory_bandwidth_gbs",
+        "h2d_bandwidth_gbs",
+        "d2h_bandwidth_gbs",
+        "resnet50_images_per_s",
+    }
     assert doc["host_metrics"]["nccl_allreduce_busbw_gbs"] > 0

@@ -19,9 +19,19 @@ NVB_TEXT = FIXTURES / "nvbandwidth-h200x1.handmade.txt"
 
 def test_nccl_tests_figures():
     f = bwtools.parse_nccl_tests(NCCL.read_text())
-    assert f == {"file_version": 3, "nccl_version": 22602, "ngpus": 8, "max_bytes": 8589934592, "busbw_gbs": 481.72,
-                 "busbw_peak_gbs": 481.72, "avg_busbw_gbs": 292.882, "wrong": 0, "out_of_bounds": 0,
-                 "complete": True, "min_bw_failed": False}
+    assert f == {
+        "file_version": 3,
+        "nccl_version": 22602,
+        "ngpus": 8,
+        "max_bytes": 8589934592,
+        "busbw_gbs": 481.72,
+        "busbw_peak_gbs": 481.72,
+        "avg_busbw_gbs": 292.882,
+        "wrong": 0,
+        "out_of_bounds": 0,
+        "complete": True,
+        "min_bw_failed": False,
+    }
 
 
 def test_nccl_tests_unchecked_nan_and_in_place_only():
@@ -34,15 +44,21 @@ def test_nccl_tests_unchecked_nan_and_in_place_only():
     assert f["wrong"] is None and f["max_bytes"] == 1073741824 and f["busbw_gbs"] == 477.81  # in-place at 1 GiB
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", "not JSON"),
-    ('{"results": [{"size": 8, "out_of_place": {"bus_bw": inf}}]}', "not JSON"),
-    ("[1, 2]", "no results list"),
-    ('{"results": [{"count": 1}]}', "results[0] has no size"),
-    ('{"results": [{"size": 8, "in_place": {"bus_bw": "fast"}}]}', "results[0].in_place.bus_bw: 'fast' is not a number"),
-    ('{"results": [{"size": 8, "in_place": [1]}]}', "results[0].in_place is not an object"),
-    ('{"results": []}', "no bus bandwidth"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "not JSON"),
+        ('{"results": [{"size": 8, "out_of_place": {"bus_bw": inf}}]}', "not JSON"),
+        ("[1, 2]", "no results list"),
+        ('{"results": [{"count": 1}]}', "results[0] has no size"),
+        (
+            '{"results": [{"size": 8, "in_place": {"bus_bw": "fast"}}]}',
+            "results[0].in_place.bus_bw: 'fast' is not a number",
+        ),
+        ('{"results": [{"size": 8, "in_place": [1]}]}', "results[0].in_place is not an object"),
+        ('{"results": []}', "no bus bandwidth"),
+    ],
+)
 def test_nccl_tests_hostile_output(text, message):
     with pytest.raises(bwtools.ToolOutputError, match=message.replace("[", r"\[").replace("]", r"\]")):
         bwtools.parse_nccl_tests(text)
@@ -65,14 +81,17 @@ def test_nvbandwidth_plain_output_of_one_gpu():
     assert f["testcases"]["device_to_device_memcpy_read_ce"]["status"] == "Waived"
 
 
-@pytest.mark.parametrize("text, message", [
-    ("hello\n", "no 'Running <testcase>.' line"),
-    ('{"nvbandwidth": {"testcases": [{"status": "Passed"}]}}', "testcases\\[0\\] has no name"),
-    ('{"nvbandwidth": {"testcases": [{"name": "x", "bandwidth_matrix": "1"}]}}', "not a list of rows"),
-    ('{"nvbandwidth": {"testcases": [{"name": "x", "bandwidth_matrix": [["1", "x"]]}]}}', "'x' is not a number"),
-    ('{"other": 1}', "not nvbandwidth's JSON"),
-    ('{"nvbandwidth": ', "not JSON"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("hello\n", "no 'Running <testcase>.' line"),
+        ('{"nvbandwidth": {"testcases": [{"status": "Passed"}]}}', "testcases\\[0\\] has no name"),
+        ('{"nvbandwidth": {"testcases": [{"name": "x", "bandwidth_matrix": "1"}]}}', "not a list of rows"),
+        ('{"nvbandwidth": {"testcases": [{"name": "x", "bandwidth_matrix": [["1", "x"]]}]}}', "'x' is not a number"),
+        ('{"other": 1}', "not nvbandwidth's JSON"),
+        ('{"nvbandwidth": ', "not JSON"),
+    ],
+)
 def test_nvbandwidth_hostile_output(text, message):
     with pytest.raises(bwtools.ToolOutputError, match=message):
         bwtools.parse_nvbandwidth(text)
@@ -87,14 +106,22 @@ def test_stand_in_tools_run_and_their_output_is_kept(tmp_path, monkeypatch):
     tools = tmp_path / "bin"
     tools.mkdir()
     # all_reduce_perf writes its -J file (the last argument) and prints its table
-    _stand_in(tools / "all_reduce_perf", f'for a; do last="$a"; done\ncp {NCCL} "$last"\n'
-              'echo "# nccl-tests version 2.19.6 nccl-headers=22602 nccl-library=22602"\necho "# Avg bus bandwidth : 292.882"\n')
+    _stand_in(
+        tools / "all_reduce_perf",
+        f'for a; do last="$a"; done\ncp {NCCL} "$last"\n'
+        'echo "# nccl-tests version 2.19.6 nccl-headers=22602 nccl-library=22602"\necho "# Avg bus bandwidth : 292.882"\n',
+    )
     _stand_in(tools / "nvbandwidth", f"cat {NVB_JSON}\n")
     monkeypatch.setattr(bwtools, "TOOLS_DIR", tools)
     out = tmp_path / "out"
     out.mkdir()
     n = bwtools.run_nccl_tests([0, 1], out)
-    assert n["ran"] and n["busbw_gbs"] == 481.72 and n["path"] == str(tools / "all_reduce_perf") and n["version"] == "2.19.6"
+    assert (
+        n["ran"]
+        and n["busbw_gbs"] == 481.72
+        and n["path"] == str(tools / "all_reduce_perf")
+        and n["version"] == "2.19.6"
+    )
     assert (out / "nccl-tests.json").exists() and "Avg bus bandwidth" in (out / "nccl-tests.log").read_text()
     v = bwtools.run_nvbandwidth([0], out)
     assert v["ran"] and v["gpus"]["0"]["h2d_gbs"] == 55.31
@@ -108,9 +135,14 @@ def test_missing_failing_and_garbled_tools_are_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     out = tmp_path / "out"
     out.mkdir()
-    assert bwtools.run_nccl_tests([0], out) == {"ran": False, "expected": False,
-                                                "error": f"all_reduce_perf not found (in {tools} or on PATH)"}
-    _stand_in(tools / "all_reduce_perf", 'echo "Test NCCL failure common.cu:1005 \'unhandled cuda error\'" >&2\nexit 3\n')
+    assert bwtools.run_nccl_tests([0], out) == {
+        "ran": False,
+        "expected": False,
+        "error": f"all_reduce_perf not found (in {tools} or on PATH)",
+    }
+    _stand_in(
+        tools / "all_reduce_perf", "echo \"Test NCCL failure common.cu:1005 'unhandled cuda error'\" >&2\nexit 3\n"
+    )
     r = bwtools.run_nccl_tests([0], out)
     assert r["ran"] and r["exit_code"] == 3 and "busbw_gbs" not in r
     assert r["error"] == "all_reduce_perf exit 3: Test NCCL failure common.cu:1005 'unhandled cuda error'"

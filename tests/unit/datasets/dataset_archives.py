@@ -59,13 +59,29 @@ def imagenet(d: Path) -> tuple[dict, dict]:
     with tarfile.open(d / "ILSVRC2012_img_val.tar", "w") as tf:
         for i in range(len(VAL_LABELS)):
             _add(tf, f"ILSVRC2012_val_{i + 1:08d}.JPEG", _jpeg(9000 + i))
-    fields = ["ILSVRC2012_ID", "WNID", "words", "gloss", "num_children", "children", "wordnet_height",
-              "num_train_images"]
+    fields = [
+        "ILSVRC2012_ID",
+        "WNID",
+        "words",
+        "gloss",
+        "num_children",
+        "children",
+        "wordnet_height",
+        "num_train_images",
+    ]
     syn = np.zeros((len(WNIDS) + 1, 1), dtype=[(f, "O") for f in fields])
     for i, wnid in enumerate(WNIDS):
         syn[i, 0] = (i + 1, wnid, f"class {wnid}", "a gloss", 0, np.zeros((1, 0)), 0, 1300)
-    syn[len(WNIDS), 0] = (1001, "n00001740", "entity", "that which exists", 3,
-                          np.array([[1, 2, 3]], dtype=np.float64), 18, 0)
+    syn[len(WNIDS), 0] = (
+        1001,
+        "n00001740",
+        "entity",
+        "that which exists",
+        3,
+        np.array([[1, 2, 3]], dtype=np.float64),
+        18,
+        0,
+    )
     mat = io.BytesIO()
     savemat(mat, {"synsets": syn})
     truth = "".join(f"{x}\n" for x in VAL_LABELS).encode()
@@ -75,10 +91,17 @@ def imagenet(d: Path) -> tuple[dict, dict]:
         _add(tf, "ILSVRC2012_devkit_t12/readme.txt", b"devkit\n")
     val_counts = {w: sum(1 for x in VAL_LABELS if x == i + 1) for i, w in enumerate(WNIDS)}
     expect = {"classes": len(WNIDS), "train_images": sum(TRAIN_PER_CLASS), "val_images": len(VAL_LABELS)}
-    entry = {"title": "ImageNet ILSVRC2012", "licensed": True,
-             "artifacts": [_sum(d / "ILSVRC2012_img_train.tar"), _sum(d / "ILSVRC2012_img_val.tar"),
-                           _sum(d / "ILSVRC2012_devkit_t12.tar.gz")],
-             "params": {}, "expect": expect}
+    entry = {
+        "title": "ImageNet ILSVRC2012",
+        "licensed": True,
+        "artifacts": [
+            _sum(d / "ILSVRC2012_img_train.tar"),
+            _sum(d / "ILSVRC2012_img_val.tar"),
+            _sum(d / "ILSVRC2012_devkit_t12.tar.gz"),
+        ],
+        "params": {},
+        "expect": expect,
+    }
     return entry, {"val_per_class": val_counts, "classes_sorted": sorted(WNIDS)}
 
 
@@ -91,28 +114,54 @@ def coco(d: Path) -> tuple[dict, dict]:
             for i in ids:
                 zf.writestr(f"{split}/{i:012d}.jpg", _jpeg(i, (16, 12)))
         images = [{"id": i, "file_name": f"{i:012d}.jpg", "width": 16, "height": 12} for i in ids]
-        annotations = [{"id": 100 * i + k, "image_id": i, "category_id": 1 + (k % 2), "bbox": [1, 1, 5, 4],
-                        "area": 20.0, "iscrowd": 0, "segmentation": [[1, 1, 6, 1, 6, 5, 1, 5]]}
-                       for i in ids for k in range(1 + i % 3)]
-        cats = [{"id": 1, "name": "person", "supercategory": "person"},
-                {"id": 2, "name": "bicycle", "supercategory": "vehicle"}]
-        anns[split] = {"info": {"year": 2017}, "licenses": [], "images": images, "annotations": annotations,
-                       "categories": cats}
+        annotations = [
+            {
+                "id": 100 * i + k,
+                "image_id": i,
+                "category_id": 1 + (k % 2),
+                "bbox": [1, 1, 5, 4],
+                "area": 20.0,
+                "iscrowd": 0,
+                "segmentation": [[1, 1, 6, 1, 6, 5, 1, 5]],
+            }
+            for i in ids
+            for k in range(1 + i % 3)
+        ]
+        cats = [
+            {"id": 1, "name": "person", "supercategory": "person"},
+            {"id": 2, "name": "bicycle", "supercategory": "vehicle"},
+        ]
+        anns[split] = {
+            "info": {"year": 2017},
+            "licenses": [],
+            "images": images,
+            "annotations": annotations,
+            "categories": cats,
+        }
     with zipfile.ZipFile(d / "annotations_trainval2017.zip", "w") as zf:
         for split, doc in anns.items():
             zf.writestr(f"annotations/instances_{split}.json", json.dumps(doc))
             zf.writestr(f"annotations/captions_{split}.json", json.dumps({"annotations": []}))
-    expect = {"train2017_images": 5, "val2017_images": 3, "categories": 2,
-              "train2017_annotations": len(anns["train2017"]["annotations"]),
-              "val2017_annotations": len(anns["val2017"]["annotations"])}
-    entry = {"title": "COCO 2017", "artifacts": [_sum(d / "train2017.zip"), _sum(d / "val2017.zip"),
-                                                 _sum(d / "annotations_trainval2017.zip")],
-             "params": {}, "expect": expect}
+    expect = {
+        "train2017_images": 5,
+        "val2017_images": 3,
+        "categories": 2,
+        "train2017_annotations": len(anns["train2017"]["annotations"]),
+        "val2017_annotations": len(anns["val2017"]["annotations"]),
+    }
+    entry = {
+        "title": "COCO 2017",
+        "artifacts": [_sum(d / "train2017.zip"), _sum(d / "val2017.zip"), _sum(d / "annotations_trainval2017.zip")],
+        "params": {},
+        "expect": expect,
+    }
     return entry, {}
 
 
 WORDS_EN = "the house is small , and we see a green tree by the river today . where is my book ?".split()
-WORDS_DE = "das haus ist klein , und wir sehen einen grünen baum am fluss heute . wo ist mein buch ? Straße Grüße".split()
+WORDS_DE = (
+    "das haus ist klein , und wir sehen einen grünen baum am fluss heute . wo ist mein buch ? Straße Grüße".split()
+)
 
 
 def _sentences(rng: random.Random, vocab: list[str], n: int) -> list[str]:
@@ -129,28 +178,36 @@ def wmt(d: Path, name: str, vocab_size: int) -> tuple[dict, dict]:
     with tarfile.open(tgz, "w:gz") as tf:
         _add(tf, f"{nc}/news-commentary-{ver}.de-en.en", ("\n".join(en) + "\n").encode())
         _add(tf, f"{nc}/news-commentary-{ver}.de-en.de", ("\n".join(de) + "\n").encode())
-    ev_en = _sentences(rng, WORDS_EN, 12) + ["Tom & Jerry say \"hi\" -- naïve café, 100 % sure!"]
+    ev_en = _sentences(rng, WORDS_EN, 12) + ['Tom & Jerry say "hi" -- naïve café, 100 % sure!']
     ev_de = _sentences(rng, WORDS_DE, 12) + ["Tom & Jerry sagen „hallo“ – naiv, 100 % sicher!"]
 
     def sgm(lines, lang, kind):
         import html
 
         segs = "".join(f'<seg id="{i + 1}">{html.escape(s, quote=False)}</seg>\n' for i, s in enumerate(lines))
-        return (f'<{kind}set setid="newstest2014" srclang="any" trglang="{lang}">\n'
-                f'<doc sysid="ref" docid="1" origlang="en">\n{segs}</doc>\n</{kind}set>\n').encode()
+        return (
+            f'<{kind}set setid="newstest2014" srclang="any" trglang="{lang}">\n'
+            f'<doc sysid="ref" docid="1" origlang="en">\n{segs}</doc>\n</{kind}set>\n'
+        ).encode()
 
     dev = d / ("dev.tgz" if name == "wmt16" else "dev-2017.tgz")
     with tarfile.open(dev, "w:gz") as tf:
         _add(tf, "dev/newstest2014-deen-src.en.sgm", sgm(ev_en, "en", "src"))
         _add(tf, "dev/newstest2014-deen-ref.de.sgm", sgm(ev_de, "de", "ref"))
         _add(tf, "dev/newstest2013.en", b"other\n")
-    params = {"vocab_size": vocab_size,
-              "train": [{"archive": tgz.name, "en": f"news-commentary-{ver}.de-en.en",
-                         "de": f"news-commentary-{ver}.de-en.de"}],
-              "eval": [{"archive": dev.name, "en": "newstest2014-deen-src.en.sgm",
-                        "de": "newstest2014-deen-ref.de.sgm"}]}
-    entry = {"title": f"{name.upper()} En-De", "artifacts": [_sum(tgz), _sum(dev)], "params": params,
-             "expect": {"train_pairs": 159, "eval_pairs": 13, "vocab": vocab_size}}
+    params = {
+        "vocab_size": vocab_size,
+        "train": [
+            {"archive": tgz.name, "en": f"news-commentary-{ver}.de-en.en", "de": f"news-commentary-{ver}.de-en.de"}
+        ],
+        "eval": [{"archive": dev.name, "en": "newstest2014-deen-src.en.sgm", "de": "newstest2014-deen-ref.de.sgm"}],
+    }
+    entry = {
+        "title": f"{name.upper()} En-De",
+        "artifacts": [_sum(tgz), _sum(dev)],
+        "params": params,
+        "expect": {"train_pairs": 159, "eval_pairs": 13, "vocab": vocab_size},
+    }
     return entry, {"eval_en": ev_en, "eval_de": ev_de}
 
 
@@ -167,7 +224,7 @@ def movielens(d: Path, n_items: int = 1100) -> tuple[dict, dict]:
         n = rng.randint(20, 60) if k < 40 else rng.randint(3, 19)
         if k < 40:
             qualified.append(user)
-            items, at = cycle[at:at + n], at + n
+            items, at = cycle[at : at + n], at + n
         else:
             items = rng.sample(movie_ids, n)
         for j, m in enumerate(items):
@@ -185,12 +242,25 @@ def movielens(d: Path, n_items: int = 1100) -> tuple[dict, dict]:
     for idx, (u, m, _, t) in enumerate(rows):
         if u in set(qualified) and (u not in latest or (t, idx) >= latest[u][0]):
             latest[u] = ((t, idx), m)
-    facts = {"users": len(qualified), "items": n_kept_items, "ratings": len(kept), "rows": rows,
-             "qualified": qualified, "latest": {u: m for u, (_, m) in latest.items()}}
-    entry = {"title": "MovieLens-20M", "artifacts": [_sum(d / "ml-20m.zip")],
-             "params": {"min_ratings": 20, "negatives": 999, "seed": 0},
-             "expect": {"users": len(qualified), "items": n_kept_items, "test": len(qualified),
-                        "train": len(kept) - len(qualified)}}
+    facts = {
+        "users": len(qualified),
+        "items": n_kept_items,
+        "ratings": len(kept),
+        "rows": rows,
+        "qualified": qualified,
+        "latest": {u: m for u, (_, m) in latest.items()},
+    }
+    entry = {
+        "title": "MovieLens-20M",
+        "artifacts": [_sum(d / "ml-20m.zip")],
+        "params": {"min_ratings": 20, "negatives": 999, "seed": 0},
+        "expect": {
+            "users": len(qualified),
+            "items": n_kept_items,
+            "test": len(qualified),
+            "train": len(kept) - len(qualified),
+        },
+    }
     return entry, facts
 
 
@@ -200,15 +270,29 @@ def resnet34_torchvision(d: Path) -> tuple[dict, dict]:
     import torch
 
     g = torch.Generator().manual_seed(34)
-    shapes = {"conv1.weight": (4, 3, 7, 7), "layer1.0.conv1.weight": (4, 4, 3, 3),
-              "layer1.0.conv2.weight": (4, 4, 3, 3), "fc.weight": (5, 4), "fc.bias": (5,)}
+    shapes = {
+        "conv1.weight": (4, 3, 7, 7),
+        "layer1.0.conv1.weight": (4, 4, 3, 3),
+        "layer1.0.conv2.weight": (4, 4, 3, 3),
+        "fc.weight": (5, 4),
+        "fc.bias": (5,),
+    }
     state = {k: torch.randn(*s, generator=g) for k, s in shapes.items()}
     for bn in ("bn1", "layer1.0.bn1", "layer1.0.bn2"):
-        state.update({f"{bn}.weight": torch.ones(4), f"{bn}.bias": torch.zeros(4),
-                      f"{bn}.running_mean": torch.zeros(4), f"{bn}.running_var": torch.ones(4)})
+        state.update(
+            {
+                f"{bn}.weight": torch.ones(4),
+                f"{bn}.bias": torch.zeros(4),
+                f"{bn}.running_mean": torch.zeros(4),
+                f"{bn}.running_var": torch.ones(4),
+            }
+        )
     torch.save(state, d / "resnet34-333f7ec4.pth")
-    entry = {"title": "ResNet-34 ImageNet weights (torchvision)", "kind": "weights",
-             "artifacts": [_sum(d / "resnet34-333f7ec4.pth")]}
+    entry = {
+        "title": "ResNet-34 ImageNet weights (torchvision)",
+        "kind": "weights",
+        "artifacts": [_sum(d / "resnet34-333f7ec4.pth")],
+    }
     return entry, {"keys": sorted(state)}
 
 
@@ -218,17 +302,22 @@ def r50_msra(d: Path) -> tuple[dict, dict]:
     import pickle
 
     rng = np.random.default_rng(50)
-    blobs = {"conv1_w": rng.standard_normal((4, 3, 7, 7)).astype(np.float32),
-             "res_conv1_bn_s": np.ones(4, np.float32), "res_conv1_bn_b": np.zeros(4, np.float32)}
+    blobs = {
+        "conv1_w": rng.standard_normal((4, 3, 7, 7)).astype(np.float32),
+        "res_conv1_bn_s": np.ones(4, np.float32),
+        "res_conv1_bn_b": np.zeros(4, np.float32),
+    }
     for j in "abc":
         blobs[f"res2_0_branch2{j}_w"] = rng.standard_normal((4, 4, 1, 1)).astype(np.float32)
         blobs[f"res2_0_branch2{j}_bn_s"] = np.ones(4, np.float32)
         blobs[f"res2_0_branch2{j}_bn_b"] = np.zeros(4, np.float32)
     data = pickle.dumps({"blobs": blobs}, protocol=2)
     (d / "R-50.pkl").write_bytes(data)
-    entry = {"title": "MSRA ResNet-50 ImageNet weights (Detectron R-50.pkl)", "kind": "weights",
-             "artifacts": [{"file": "R-50.pkl", "sha256": None, "size": None,
-                            "md5": hashlib.md5(data).hexdigest()}]}
+    entry = {
+        "title": "MSRA ResNet-50 ImageNet weights (Detectron R-50.pkl)",
+        "kind": "weights",
+        "artifacts": [{"file": "R-50.pkl", "sha256": None, "size": None, "md5": hashlib.md5(data).hexdigest()}],
+    }
     return entry, {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "blobs": sorted(blobs)}
 
 
@@ -250,7 +339,12 @@ def build(d: Path) -> tuple[dict, dict]:
 def spec(entries: dict, name: str, version: str = "test-1") -> dict:
     """The JSON spec the datasets role hands to ``runner prepare``."""
     e = entries[name]
-    return {"name": name, "catalogue_version": version, "title": e["title"],
-            "kind": e.get("kind", "data"),
-            "artifacts": [{k: a[k] for k in ("file", "sha256", "size", "md5") if k in a} for a in e["artifacts"]],
-            "params": e.get("params", {}), "expect": e.get("expect", {})}
+    return {
+        "name": name,
+        "catalogue_version": version,
+        "title": e["title"],
+        "kind": e.get("kind", "data"),
+        "artifacts": [{k: a[k] for k in ("file", "sha256", "size", "md5") if k in a} for a in e["artifacts"]],
+        "params": e.get("params", {}),
+        "expect": e.get("expect", {}),
+    }

@@ -21,8 +21,13 @@ def test_the_catalogue_loads_and_names_every_artifact_with_sum_and_size():
     cat = ds.load_catalogue()
     assert set(cat.datasets) == {"imagenet", "coco", "wmt16", "wmt17", "ml-20m", "resnet34-torchvision", "r50-msra"}
     # the detection benchmarks also fetch the pretrained backbone their reference loads
-    assert cat.resolve("resnet50,ncf,ssd,maskrcnn") == ["imagenet", "coco", "ml-20m", "resnet34-torchvision",
-                                                         "r50-msra"]
+    assert cat.resolve("resnet50,ncf,ssd,maskrcnn") == [
+        "imagenet",
+        "coco",
+        "ml-20m",
+        "resnet34-torchvision",
+        "r50-msra",
+    ]
     assert cat.resolve("ssd") == ["coco", "resnet34-torchvision"]
     assert cat.resolve("transformer,gnmt") == ["wmt16", "wmt17"]
     for name, entry in cat.datasets.items():
@@ -46,8 +51,11 @@ def test_sources_mirror_overrides_and_licensed_data():
     assert src["ILSVRC2012_img_val.tar"] == "http://mirror.lab:8080/datasets/imagenet/ILSVRC2012_img_val.tar"
     src = ds.host_sources(cat, ["imagenet"], "h", {"datasets_origins": {"imagenet": "/nfs/ilsvrc2012"}})
     assert src["ILSVRC2012_devkit_t12.tar.gz"] == "/nfs/ilsvrc2012/ILSVRC2012_devkit_t12.tar.gz"
-    with pytest.raises(ConfigError, match=r"^host h: imagenet: licensed data: never taken from a public site; no "
-                                          r"source for ILSVRC2012_img_train\.tar"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^host h: imagenet: licensed data: never taken from a public site; no "
+        r"source for ILSVRC2012_img_train\.tar",
+    ):
         ds.host_sources(cat, ["imagenet"], "h", {})
     with pytest.raises(ConfigError, match="neither an http"):
         ds.host_sources(cat, ["coco"], "h", {"datasets_origins": {"coco": "ftp://x"}})
@@ -61,24 +69,39 @@ def _write(tmp_path, mutate) -> Path:
     return path
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d["datasets"]["coco"]["artifacts"][0].update(sha256="abc"),
-     r"datasets\.coco\.artifacts\.0\.sha256: 'abc' is not valid here \(64 lower-case hex digits"),
-    (lambda d: d["datasets"]["coco"]["artifacts"][1].pop("size"), r"datasets\.coco\.artifacts\.1: size is missing"),
-    (lambda d: d["datasets"]["ml-20m"]["artifacts"][0].update(origin="nowhere"),
-     r"datasets\.ml-20m\.artifacts\.0: origin 'nowhere' is not defined under origins"),
-    (lambda d: d["origins"].update(imagenet="https://image-net.org/data"),
-     r"datasets\.imagenet\.artifacts\.0: imagenet is licensed: its origin 'imagenet' must be null or a lab path"),
-    (lambda d: d["datasets"].update(bert=d["datasets"]["coco"]), r"datasets: 'bert' is not one of"),
-    (lambda d: d["datasets"]["wmt17"]["artifacts"][3].update(size=5),
-     r"datasets\.wmt17\.artifacts\.3: dev\.tgz is listed again with another sha256 or size"),
-    (lambda d: d["datasets"]["wmt16"]["params"]["eval"][0].update(archive="dev2.tgz"),
-     r"datasets\.wmt16\.params\.eval\.0: archive 'dev2\.tgz' is not one of wmt16's artifacts"),
-    (lambda d: d["datasets"]["ml-20m"].update(extra=1), r"datasets\.ml-20m: unknown key\(s\) extra"),
-    (lambda d: d["datasets"]["r50-msra"]["artifacts"][0].pop("md5"),
-     r"datasets\.r50-msra\.artifacts\.0: sha256 is null: give the sum the publisher does publish \(md5\)"),
-    (lambda d: d["benchmarks"].update(ssd=["coco", "resnet18"]), r"benchmarks\.ssd: 'resnet18' is not a dataset"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (
+            lambda d: d["datasets"]["coco"]["artifacts"][0].update(sha256="abc"),
+            r"datasets\.coco\.artifacts\.0\.sha256: 'abc' is not valid here \(64 lower-case hex digits",
+        ),
+        (lambda d: d["datasets"]["coco"]["artifacts"][1].pop("size"), r"datasets\.coco\.artifacts\.1: size is missing"),
+        (
+            lambda d: d["datasets"]["ml-20m"]["artifacts"][0].update(origin="nowhere"),
+            r"datasets\.ml-20m\.artifacts\.0: origin 'nowhere' is not defined under origins",
+        ),
+        (
+            lambda d: d["origins"].update(imagenet="https://image-net.org/data"),
+            r"datasets\.imagenet\.artifacts\.0: imagenet is licensed: its origin 'imagenet' must be null or a lab path",
+        ),
+        (lambda d: d["datasets"].update(bert=d["datasets"]["coco"]), r"datasets: 'bert' is not one of"),
+        (
+            lambda d: d["datasets"]["wmt17"]["artifacts"][3].update(size=5),
+            r"datasets\.wmt17\.artifacts\.3: dev\.tgz is listed again with another sha256 or size",
+        ),
+        (
+            lambda d: d["datasets"]["wmt16"]["params"]["eval"][0].update(archive="dev2.tgz"),
+            r"datasets\.wmt16\.params\.eval\.0: archive 'dev2\.tgz' is not one of wmt16's artifacts",
+        ),
+        (lambda d: d["datasets"]["ml-20m"].update(extra=1), r"datasets\.ml-20m: unknown key\(s\) extra"),
+        (
+            lambda d: d["datasets"]["r50-msra"]["artifacts"][0].pop("md5"),
+            r"datasets\.r50-msra\.artifacts\.0: sha256 is null: give the sum the publisher does publish \(md5\)",
+        ),
+        (lambda d: d["benchmarks"].update(ssd=["coco", "resnet18"]), r"benchmarks\.ssd: 'resnet18' is not a dataset"),
+    ],
+)
 def test_catalogue_errors_are_one_line_naming_file_and_place(tmp_path, mutate, message):
     path = _write(tmp_path, mutate)
     with pytest.raises(ConfigError) as e:
@@ -90,8 +113,14 @@ def test_catalogue_errors_are_one_line_naming_file_and_place(tmp_path, mutate, m
 
 
 def _invoke(*args):
-    return subprocess.run([sys.executable, "-m", "invoke", "datasets", *args], cwd=REPO, capture_output=True,
-                          text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "datasets", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        timeout=120,
+    )
 
 
 def test_invoke_datasets_bad_input_is_exit_2_one_line(tmp_path):
@@ -109,13 +138,22 @@ def test_invoke_datasets_bad_input_is_exit_2_one_line(tmp_path):
 
 
 def test_provision_with_datasets_checks_them_before_touching_hosts():
-    args = [sys.executable, "-m", "invoke", "provision", "--inventory", str(REPO / "inventory" / "hosts.yml"),
-            "--host", "r740-01"]
+    args = [
+        sys.executable,
+        "-m",
+        "invoke",
+        "provision",
+        "--inventory",
+        str(REPO / "inventory" / "hosts.yml"),
+        "--host",
+        "r740-01",
+    ]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     r = subprocess.run(args + ["--datasets", "bert"], cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 2 and "unknown dataset or benchmark 'bert'" in r.stderr
-    r = subprocess.run(args + ["--datasets", "resnet50"], cwd=REPO, capture_output=True, text=True, env=env,
-                       timeout=120)
+    r = subprocess.run(
+        args + ["--datasets", "resnet50"], cwd=REPO, capture_output=True, text=True, env=env, timeout=120
+    )
     assert r.returncode == 2 and "host r740-01: imagenet: licensed data" in r.stderr
 
 

@@ -45,7 +45,7 @@ class Server:
                 self.send_header("Content-Length", str(len(data) - start))
                 self.end_headers()
                 if srv.cut_first is not None and len(srv.log) == 1:
-                    self.wfile.write(data[:srv.cut_first])
+                    self.wfile.write(data[: srv.cut_first])
                     self.wfile.flush()
                     self.close_connection = True
                     self.connection.shutdown(2)
@@ -65,12 +65,33 @@ class Server:
 def fetch(tmp_path, **args) -> dict:
     """Run the module once through `ansible localhost -m ...`; its JSON result."""
     line = " ".join(f"{k}={v}" for k, v in args.items())
-    r = subprocess.run([str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
-                        "-M", str(LIBRARY), "-m", "gpulab_dataset_fetch", "-a", line, "-o"],
-                       capture_output=True, text=True, timeout=120,
-                       env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "ANSIBLE_HOME": str(tmp_path / ".a"),
-                            "ANSIBLE_LOCAL_TEMP": str(tmp_path / ".a" / "tmp"), "ANSIBLE_NOCOLOR": "1",
-                            "ANSIBLE_PYTHON_INTERPRETER": sys.executable})
+    r = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible"),
+            "localhost",
+            "-c",
+            "local",
+            "-i",
+            "localhost,",
+            "-M",
+            str(LIBRARY),
+            "-m",
+            "gpulab_dataset_fetch",
+            "-a",
+            line,
+            "-o",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            "ANSIBLE_HOME": str(tmp_path / ".a"),
+            "ANSIBLE_LOCAL_TEMP": str(tmp_path / ".a" / "tmp"),
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+        },
+    )
     m = re.search(r"localhost \| (\w+)[^{]*=> (\{.*\})\s*$", r.stdout, re.S)
     assert m, r.stdout + r.stderr
     doc = json.loads(m.group(2))
@@ -121,10 +142,18 @@ def test_a_host_path_is_verified_in_place_and_linked(tmp_path, blob):
     dest = tmp_path / "archives" / "ILSVRC2012_img_val.tar"
     r = fetch(tmp_path, url=lab / "ILSVRC2012_img_val.tar", dest=dest, sha256=digest, size=len(data))
     assert r["_status"] == "CHANGED" and dest.is_symlink() and dest.resolve() == lab / "ILSVRC2012_img_val.tar"
-    assert fetch(tmp_path, url=lab / "ILSVRC2012_img_val.tar", dest=dest, sha256=digest, size=len(data))["changed"] is False
+    assert (
+        fetch(tmp_path, url=lab / "ILSVRC2012_img_val.tar", dest=dest, sha256=digest, size=len(data))["changed"]
+        is False
+    )
     (lab / "other.tar").write_bytes(data[:-1] + b"x")
-    r = fetch(tmp_path, url=f"file://{lab / 'other.tar'}", dest=tmp_path / "archives" / "other.tar", sha256=digest,
-              size=len(data))
+    r = fetch(
+        tmp_path,
+        url=f"file://{lab / 'other.tar'}",
+        dest=tmp_path / "archives" / "other.tar",
+        sha256=digest,
+        size=len(data),
+    )
     assert r["_status"] == "FAILED" and "other.tar: sha256 mismatch: expected " + digest in r["msg"]
     assert (lab / "other.tar").exists()  # a lab's own copy is never removed
 

@@ -83,13 +83,17 @@ def test_the_pretrained_backbones_are_put_in_place_in_their_published_forms(tiny
     for name, file in (("resnet34-torchvision", "resnet34-333f7ec4.pth"), ("r50-msra", "R-50.pkl")):
         assert (root / name / file).read_bytes() == (d / "arch" / name / file).read_bytes()
         assert docs[name]["counts"] == {"files": 1} and check(name, root)["dataset"] == name
-    assert sorted(torch.load(root / "resnet34-torchvision" / "resnet34-333f7ec4.pth", weights_only=True)) == \
-        facts["resnet34-torchvision"]["keys"]
+    assert (
+        sorted(torch.load(root / "resnet34-torchvision" / "resnet34-333f7ec4.pth", weights_only=True))
+        == facts["resnet34-torchvision"]["keys"]
+    )
     assert sorted(read_detectron_pkl(root / "r50-msra" / "R-50.pkl")) == facts["r50-msra"]["blobs"]
     assert docs["r50-msra"]["files"]["R-50.pkl"] == {k: facts["r50-msra"][k] for k in ("sha256", "size")}
     # only an md5 is given for R-50.pkl, as published: a file that does not match it is refused
     (tmp_path / "R-50.pkl").write_bytes((d / "arch" / "r50-msra" / "R-50.pkl").read_bytes() + b"x")
-    with pytest.raises(PrepareError, match=r"R-50\.pkl: md5 mismatch: expected " + entries["r50-msra"]["artifacts"][0]["md5"]):
+    with pytest.raises(
+        PrepareError, match=r"R-50\.pkl: md5 mismatch: expected " + entries["r50-msra"]["artifacts"][0]["md5"]
+    ):
         prepare(spec(entries, "r50-msra"), tmp_path, tmp_path / "root")
 
 
@@ -114,9 +118,15 @@ def test_ncf_refuses_a_bad_ratings_file(tmp_path):
         read_ratings(z)
 
 
-ROUND_TRIP = ["Hello world, this is a test.", "Grüße aus Köln — „Anführungszeichen“ und 100 %!",
-              "  two  spaces\tand a tab  ", "Ωμέγα 日本語 emoji 🙂", "<s> </s> <0x41> <unk> literal ▁ mark", "",
-              "das haus ist klein , und wir sehen einen grünen baum am fluss heute ."]
+ROUND_TRIP = [
+    "Hello world, this is a test.",
+    "Grüße aus Köln — „Anführungszeichen“ und 100 %!",
+    "  two  spaces\tand a tab  ",
+    "Ωμέγα 日本語 emoji 🙂",
+    "<s> </s> <0x41> <unk> literal ▁ mark",
+    "",
+    "das haus ist klein , und wir sehen einen grünen baum am fluss heute .",
+]
 
 
 def test_bpe_round_trip_on_any_text(prepared):
@@ -161,8 +171,9 @@ def test_imagenet_layout_and_labels(prepared, tiny):
     assert classes == facts["imagenet"]["classes_sorted"]
     for wnid, n in facts["imagenet"]["val_per_class"].items():
         assert len(list((d / "val" / wnid).glob("ILSVRC2012_val_*.JPEG"))) == n
-    assert sorted(p.name for p in (d / "train" / "n02119789").iterdir()) == \
-        [f"n02119789_{1000 + i}.JPEG" for i in range(4)]
+    assert sorted(p.name for p in (d / "train" / "n02119789").iterdir()) == [
+        f"n02119789_{1000 + i}.JPEG" for i in range(4)
+    ]
     data = readers.imagenet(root)
     assert len(data["train"][0]) == 12 and len(data["val"][0]) == 7
     for path, label in zip(*data["val"]):
@@ -172,8 +183,11 @@ def test_imagenet_layout_and_labels(prepared, tiny):
 def test_coco_layout(prepared):
     root, docs = prepared
     d = root / "coco"
-    assert sorted(p.name for p in (d / "val2017").iterdir()) == ["000000000139.jpg", "000000000285.jpg",
-                                                                  "000000000632.jpg"]
+    assert sorted(p.name for p in (d / "val2017").iterdir()) == [
+        "000000000139.jpg",
+        "000000000285.jpg",
+        "000000000632.jpg",
+    ]
     doc = json.loads((d / "annotations" / "instances_train2017.json").read_text())
     assert {im["file_name"] for im in doc["images"]} == {p.name for p in (d / "train2017").iterdir()}
     assert not (d / "annotations" / "captions_train2017.json").exists()
@@ -199,11 +213,18 @@ def test_detection_workloads_open_the_prepared_coco(prepared, tmp_path):
     size = (root / "resnet34-torchvision" / "resnet34-333f7ec4.pth").stat().st_size
     out = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    r = subprocess.run([sys.executable, "-m", "runner", "run", "ssd", "--scale", "full", "--data", str(root),
-                        "--out", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "runner", "run", "ssd", "--scale", "full", "--data", str(root), "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 2 and r.stderr.splitlines() == [
         f"runner run: {root}/resnet34-torchvision/resnet34-333f7ec4.pth: {size} bytes, the published file has "
-        f"87306240 (fetch it with `invoke datasets --names resnet34-torchvision` again)"], r.stdout + r.stderr
+        f"87306240 (fetch it with `invoke datasets --names resnet34-torchvision` again)"
+    ], r.stdout + r.stderr
     assert not out.exists()
 
 
@@ -218,8 +239,11 @@ def test_coco_images_must_match_the_annotations(tiny, tmp_path):
         zf.writestr("val2017/000000000139.jpg", b"x")
     s = spec(entries, "coco")
     s["artifacts"] = [dict(a, size=(arch / a["file"]).stat().st_size) for a in s["artifacts"]]
-    with pytest.raises(PrepareError, match=r"val2017\.zip: does not match annotations/instances_val2017\.json: "
-                                           r"2 listed image\(s\) missing"):
+    with pytest.raises(
+        PrepareError,
+        match=r"val2017\.zip: does not match annotations/instances_val2017\.json: "
+        r"2 listed image\(s\) missing",
+    ):
         prepare(s, arch, tmp_path / "root")
     assert not (tmp_path / "root" / "coco").exists() and not list((tmp_path / "root").glob(".coco*"))
 
@@ -292,14 +316,24 @@ def test_a_damaged_archive_names_the_file(tiny, tmp_path):
 
 
 def _runner(*args):
-    return subprocess.run([sys.executable, "-m", "runner", *map(str, args)], cwd=REPO, capture_output=True,
-                          text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *map(str, args)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        timeout=120,
+    )
 
 
 def test_runner_datasets_check_command(prepared, tmp_path):
     root, _ = prepared
     r = _runner("datasets", "check", "ncf", "--data", root)
-    assert r.returncode == 0 and r.stdout.startswith("ml-20m: complete (catalogue test-1): items 1100,") and "users 40" in r.stdout
+    assert (
+        r.returncode == 0
+        and r.stdout.startswith("ml-20m: complete (catalogue test-1): items 1100,")
+        and "users 40" in r.stdout
+    )
     r = _runner("datasets", "check", "gnmt", "--data", tmp_path)
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "WMT16" in r.stderr
     r = _runner("datasets", "check", "bert", "--data", tmp_path)

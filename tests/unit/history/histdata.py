@@ -18,39 +18,89 @@ def gpu_uuid(host: str, index: int) -> str:
     return f"GPU-{abs(hash(host)) % 10**8:08d}-0000-0000-0000-{index:012d}"
 
 
-def write_run(root: Path, host: str, name: str, *, gpus=(0,), seed=1, outcome="success", samples_per_s=1000.0,
-              start="2026-12-01T10:00:00.000Z", host_gpus=4) -> Path:
+def write_run(
+    root: Path,
+    host: str,
+    name: str,
+    *,
+    gpus=(0,),
+    seed=1,
+    outcome="success",
+    samples_per_s=1000.0,
+    start="2026-12-01T10:00:00.000Z",
+    host_gpus=4,
+) -> Path:
     """A throughput run directory of ``host`` under ``root`` (a sweep folder when it holds sweep.json)."""
     d = root / host / name
     d.mkdir(parents=True)
-    writer.write_json(d / writer.STATUS, writer.status_document(
-        runner_version="0", workload="ncf", benchmark="ncf", framework="pytorch", mode="throughput",
-        scale="tiny", seed=seed, precision="fp32", gpus=list(gpus), world_size=len(gpus), nnodes=1, node_rank=0,
-        start=start, end=start.replace("10:00", "10:05"), exit_code=0 if outcome == "success" else 1,
-        outcome=outcome, reason="done" if outcome == "success" else "XID 79: GPU fell off the bus",
-        result={"samples_per_s": samples_per_s, "sample_unit": "samples"}))
-    probe = {"schema": 1, "host": {"hostname": host},
-             "stack": {"profile": "current", "driver": "580.105.08", "cuda_toolkit": "12.8.1"},
-             "frameworks": {"torch": "2.13.0"},
-             "gpus": [{"index": i, "name": "NVIDIA H200", "uuid": gpu_uuid(host, i), "serial": f"16{i:011d}"}
-                      for i in range(host_gpus)]}
+    writer.write_json(
+        d / writer.STATUS,
+        writer.status_document(
+            runner_version="0",
+            workload="ncf",
+            benchmark="ncf",
+            framework="pytorch",
+            mode="throughput",
+            scale="tiny",
+            seed=seed,
+            precision="fp32",
+            gpus=list(gpus),
+            world_size=len(gpus),
+            nnodes=1,
+            node_rank=0,
+            start=start,
+            end=start.replace("10:00", "10:05"),
+            exit_code=0 if outcome == "success" else 1,
+            outcome=outcome,
+            reason="done" if outcome == "success" else "XID 79: GPU fell off the bus",
+            result={"samples_per_s": samples_per_s, "sample_unit": "samples"},
+        ),
+    )
+    probe = {
+        "schema": 1,
+        "host": {"hostname": host},
+        "stack": {"profile": "current", "driver": "580.105.08", "cuda_toolkit": "12.8.1"},
+        "frameworks": {"torch": "2.13.0"},
+        "gpus": [
+            {"index": i, "name": "NVIDIA H200", "uuid": gpu_uuid(host, i), "serial": f"16{i:011d}"}
+            for i in range(host_gpus)
+        ],
+    }
     writer.write_json(d / writer.MANIFEST, {"schema": 1, "contract": 1, "gpus": list(gpus), "probe": probe})
     (d / writer.MLLOG).write_text(':::MLLOG {"key": "run_start"}\n')
     writer.write_sums(d)
     return d
 
 
-def write_sweep(root: Path, name: str, hosts: dict[str, int], *, runs_per_host=2, outcome="success",
-                day: int = 1) -> Path:
+def write_sweep(
+    root: Path, name: str, hosts: dict[str, int], *, runs_per_host=2, outcome="success", day: int = 1
+) -> Path:
     """A sweep folder with sweep.json and ``runs_per_host`` run directories per host."""
     sweep = root / name
     sweep.mkdir(parents=True)
-    (sweep / "sweep.json").write_text(json.dumps({"schema": 1, "name": name, "hosts": {
-        h: {"gpu_model": "H200", "gpu_count": n, "stack": "current"} for h, n in hosts.items()}, "runs": []}))
+    (sweep / "sweep.json").write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "name": name,
+                "hosts": {h: {"gpu_model": "H200", "gpu_count": n, "stack": "current"} for h, n in hosts.items()},
+                "runs": [],
+            }
+        )
+    )
     for h, n in hosts.items():
         for s in range(1, runs_per_host + 1):
-            write_run(sweep, h, f"ncf-throughput-tiny-1gpu-s{s}", gpus=(s % n,), seed=s, outcome=outcome,
-                      samples_per_s=1000.0 + s, host_gpus=n, start=f"2026-12-{day:02d}T10:00:00.000Z")
+            write_run(
+                sweep,
+                h,
+                f"ncf-throughput-tiny-1gpu-s{s}",
+                gpus=(s % n,),
+                seed=s,
+                outcome=outcome,
+                samples_per_s=1000.0 + s,
+                host_gpus=n,
+                start=f"2026-12-{day:02d}T10:00:00.000Z",
+            )
     return sweep
 
 
@@ -58,8 +108,9 @@ def burnin_doc() -> dict:
     return json.loads(H200.read_text())
 
 
-def write_validation(out: Path, host: str = "h200-01", doc: dict | None = None, *, fail_gpu: int | None = None,
-                     when: str | None = None) -> Path:
+def write_validation(
+    out: Path, host: str = "h200-01", doc: dict | None = None, *, fail_gpu: int | None = None, when: str | None = None
+) -> Path:
     """validate.json of one host as `invoke validate` writes it (lab.validate); ``fail_gpu``: that GPU has
     pending row remaps (a FAIL)."""
     from lab.validate import fleet as validate

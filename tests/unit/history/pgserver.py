@@ -49,27 +49,48 @@ class PgServer:
         if self.user is not None:
             kw = dict(user=self.user.pw_uid, group=self.user.pw_gid, extra_groups=[])
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8", "HOME": str(self.folder)}
-        return subprocess.run([str(self.bindir / argv[0]), *argv[1:]], capture_output=True, text=True,
-                              timeout=timeout, env=env, cwd=self.folder, **kw)
+        return subprocess.run(
+            [str(self.bindir / argv[0]), *argv[1:]],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=self.folder,
+            **kw,
+        )
 
     def start(self) -> "PgServer":
         os.chmod(self.folder, 0o755)
         if self.user is not None:
             os.chown(self.folder, self.user.pw_uid, self.user.pw_gid)
-        res = self._run("initdb", "-D", str(self.data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8",
-                        "--no-sync")
+        res = self._run("initdb", "-D", str(self.data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--no-sync")
         if res.returncode != 0:
             raise RuntimeError(f"initdb failed: {res.stderr.strip()[-500:]}")
         for _attempt in range(3):
             self.port = free_port()
-            opts = (f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=off "
-                    "-c shared_buffers=16MB -c max_connections=40")
-            res = self._run("pg_ctl", "start", "-w", "-t", "60", "-D", str(self.data), "-l",
-                            str(self.folder / "server.log"), "-o", opts)
+            opts = (
+                f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=off "
+                "-c shared_buffers=16MB -c max_connections=40"
+            )
+            res = self._run(
+                "pg_ctl",
+                "start",
+                "-w",
+                "-t",
+                "60",
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.folder / "server.log"),
+                "-o",
+                opts,
+            )
             if res.returncode == 0:
                 return self
-        raise RuntimeError(f"pg_ctl start failed: {res.stderr.strip()[-300:]} "
-                           f"{(self.folder / 'server.log').read_text(errors='replace')[-500:]}")
+        raise RuntimeError(
+            f"pg_ctl start failed: {res.stderr.strip()[-300:]} "
+            f"{(self.folder / 'server.log').read_text(errors='replace')[-500:]}"
+        )
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql+psycopg://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
@@ -78,8 +99,9 @@ class PgServer:
         import psycopg
 
         name = "t_" + uuid.uuid4().hex[:12]
-        with psycopg.connect(f"host=127.0.0.1 port={self.port} user={SUPERUSER} dbname=postgres",
-                             autocommit=True, connect_timeout=10) as conn:
+        with psycopg.connect(
+            f"host=127.0.0.1 port={self.port} user={SUPERUSER} dbname=postgres", autocommit=True, connect_timeout=10
+        ) as conn:
             conn.execute(f"CREATE DATABASE {name}")
         return self.url(name)
 

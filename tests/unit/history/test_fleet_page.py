@@ -49,21 +49,57 @@ def generate(url: str, hosts: int, gpus: int = 8, validates: int = 3) -> dict:
                     slow = last and (h, g) == (1, 5)
                     bw = 3000.0 + 10 * g + v - (600 if slow else 0)
                     checks += [
-                        CheckRecord(host=name, name="memory bandwidth", verdict="WARN" if slow else "PASS", gpu=ref,
-                                    value=bw, unit="GB/s", at=at),
-                        CheckRecord(host=name, name="row remapping", verdict="FAIL" if remap else "PASS", gpu=ref,
-                                    value=1 if remap else 0, reason="row remap failure: RMA" if remap else "none",
-                                    at=at)]
+                        CheckRecord(
+                            host=name,
+                            name="memory bandwidth",
+                            verdict="WARN" if slow else "PASS",
+                            gpu=ref,
+                            value=bw,
+                            unit="GB/s",
+                            at=at,
+                        ),
+                        CheckRecord(
+                            host=name,
+                            name="row remapping",
+                            verdict="FAIL" if remap else "PASS",
+                            gpu=ref,
+                            value=1 if remap else 0,
+                            reason="row remap failure: RMA" if remap else "none",
+                            at=at,
+                        ),
+                    ]
                     if slow:
-                        checks.append(CheckRecord(host=name, name="memory bandwidth trend", verdict="WARN", gpu=ref,
-                                                  value=bw, unit="GB/s", reason="17 % below its median of 3 points",
-                                                  at=at))
+                        checks.append(
+                            CheckRecord(
+                                host=name,
+                                name="memory bandwidth trend",
+                                verdict="WARN",
+                                gpu=ref,
+                                value=bw,
+                                unit="GB/s",
+                                reason="17 % below its median of 3 points",
+                                at=at,
+                            )
+                        )
                 key = hashlib.sha256(f"{name}{v}".encode()).hexdigest()
-                add_validation(db, ValidationRecord(key=key, source="validate.json", at=at, level="standard",
-                                                    verdict="FAIL" if any(c.verdict == "FAIL" for c in checks)
-                                                    else "PASS", checks=checks))
-        quarantine.add(db, quarantine.Target(names[2], 3), reason="validate: row remapping: row remap failure",
-                       who="gpulab validate", action="rma: replace the GPU (keep: nvidia-bug-report)")
+                add_validation(
+                    db,
+                    ValidationRecord(
+                        key=key,
+                        source="validate.json",
+                        at=at,
+                        level="standard",
+                        verdict="FAIL" if any(c.verdict == "FAIL" for c in checks) else "PASS",
+                        checks=checks,
+                    ),
+                )
+        quarantine.add(
+            db,
+            quarantine.Target(names[2], 3),
+            reason="validate: row remapping: row remap failure",
+            who="gpulab validate",
+            action="rma: replace the GPU (keep: nvidia-bug-report)",
+        )
     finally:
         db.close()
     return {"names": names}
@@ -74,12 +110,30 @@ def screenshot(html: Path, png: Path, tmp: Path, width=1280, height=900) -> None
 
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
-    r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                        "--disable-extensions", "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
-                        "--hide-scrollbars", f"--user-data-dir={tmp / 'profile'}", f"--window-size={width},{height}",
-                        f"--screenshot={png}", html.resolve().as_uri()],
-                       capture_output=True, text=True, timeout=180, env={"HOME": str(tmp), "PATH": "/usr/bin:/bin"})
+    r = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-extensions",
+            "--proxy-server=127.0.0.1:9",
+            "--proxy-bypass-list=<-loopback>",
+            "--hide-scrollbars",
+            f"--user-data-dir={tmp / 'profile'}",
+            f"--window-size={width},{height}",
+            f"--screenshot={png}",
+            html.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={"HOME": str(tmp), "PATH": "/usr/bin:/bin"},
+    )
     assert r.returncode == 0 and png.exists(), r.stderr[-2000:]
 
 
@@ -112,12 +166,12 @@ def test_the_overview_comes_first_and_names_the_bad_gpus(fleet, tmp_path):
     from test_report_html_chromium import render
 
     tmp, out, drawn, found, seconds, info = fleet
-    assert (drawn, found) == (256, 256)      # 16 hosts x 8 GPUs x 2 figures: none cut
+    assert (drawn, found) == (256, 256)  # 16 hosts x 8 GPUs x 2 figures: none cut
     dom = render(out, tmp_path)
     grid = dom.tables["fleet"]
     assert [r["cells"][0] for r in grid[1:]] == info["names"]
     assert grid[0]["cells"] == ["host", "host checks", *(f"GPU {i}" for i in range(8))]
-    assert grid[3]["cells"][2 + 3] == "FAIL row remapping FAIL"          # node-02 GPU 3: the row remap failure
+    assert grid[3]["cells"][2 + 3] == "FAIL row remapping FAIL"  # node-02 GPU 3: the row remap failure
     assert grid[2]["cells"][2 + 5].startswith("WARN memory bandwidth WARN")
     assert sum(c == "PASS" for r in grid[1:] for c in r["cells"][1:]) == 16 * 9 - 2
     (q,) = [r["cells"] for r in dom.tables["quarantines"][1:]]
@@ -147,10 +201,10 @@ def test_a_machine_without_gpu_history_is_told_what_to_do(tmp_path):
     text = " ".join(out.read_text().split())
     assert (drawn, found) == (0, 0) and 'id="no-gpu-history"' in text
     assert "No GPU has been checked yet" in text and "<code>invoke validate</code> records its verdicts" in text
-    assert 'id="empty"' not in text   # not the import it may have just run
+    assert 'id="empty"' not in text  # not the import it may have just run
 
 
-if __name__ == "__main__":   # the screenshots of the closing note, and the size the page was timed at
+if __name__ == "__main__":  # the screenshots of the closing note, and the size the page was timed at
     dest, hosts = Path(sys.argv[1]), int(sys.argv[2])
     dest.mkdir(parents=True, exist_ok=True)
     work = dest / f"fleet-{hosts}x8"
@@ -161,7 +215,9 @@ if __name__ == "__main__":   # the screenshots of the closing note, and the size
     database = hdb.open_db(url)
     started = time.monotonic()
     html, drawn, found = page.write_page(database, work / "fleet.html")
-    print(f"{hosts} hosts x 8 GPUs: {found} series, {drawn} drawn, {time.monotonic() - started:.1f} s, "
-          f"{html.stat().st_size / 1e6:.1f} MB")
+    print(
+        f"{hosts} hosts x 8 GPUs: {found} series, {drawn} drawn, {time.monotonic() - started:.1f} s, "
+        f"{html.stat().st_size / 1e6:.1f} MB"
+    )
     database.close()
     screenshot(html, dest / f"fleet-page-{hosts}x8.png", work, height=1100)

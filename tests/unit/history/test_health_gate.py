@@ -22,18 +22,32 @@ def doc(pending_gpu=None, at=None, uptime=1000.0):
     gpus = []
     for i in range(4):
         pending = i == pending_gpu
-        gpus.append({"index": i, "name": "Tesla T4", "uuid": f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd",
-                     "serial": f"13200000000{i}", "ecc": {"uncorrected_volatile": 0, "uncorrected_aggregate": 0},
-                     "row_remap": {"correctable": 0, "uncorrectable": int(pending), "pending": pending,
-                                   "failure": False}})
+        gpus.append(
+            {
+                "index": i,
+                "name": "Tesla T4",
+                "uuid": f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd",
+                "serial": f"13200000000{i}",
+                "ecc": {"uncorrected_volatile": 0, "uncorrected_aggregate": 0},
+                "row_remap": {"correctable": 0, "uncorrectable": int(pending), "pending": pending, "failure": False},
+            }
+        )
     at = at or dt.datetime.now(dt.timezone.utc)
-    return {"kind": "gpulab-health", "schema": 1, "collected_at": at.isoformat(), "boot_id": BOOT,
-            "uptime_s": uptime, "nvidia": None, "gpu_count": 4, "gpus": gpus,
-            "xid": {"source": "dmesg", "error": None, "events": []}}
+    return {
+        "kind": "gpulab-health",
+        "schema": 1,
+        "collected_at": at.isoformat(),
+        "boot_id": BOOT,
+        "uptime_s": uptime,
+        "nvidia": None,
+        "gpu_count": 4,
+        "gpus": gpus,
+        "xid": {"source": "dmesg", "error": None, "events": []},
+    }
 
 
 def t4_hosts():
-    return inventory.load(ROOT / "inventory" / "hosts.yml").select(device="t4")   # never contacted
+    return inventory.load(ROOT / "inventory" / "hosts.yml").select(device="t4")  # never contacted
 
 
 def test_a_failing_gpu_is_quarantined_by_the_sweep_with_its_action(db_url):
@@ -42,21 +56,24 @@ def test_a_failing_gpu_is_quarantined_by_the_sweep_with_its_action(db_url):
         assert not memory.recent_pass("r740-01", 24) and memory.mark("r740-01") is None
         d = doc(pending_gpu=2)
         lines = memory.record_health("r740-01", judge.judge(d, expect_gpus=True), d)
-        assert lines == ["r740-01 GPU 2: quarantined (row remapping: row remap pending (1 uncorrectable): reset the "
-                         "GPU; action reset_gpu: A remap is pending: reset the GPU to apply it; a remapping failure "
-                         "is an RMA case)"]
+        assert lines == [
+            "r740-01 GPU 2: quarantined (row remapping: row remap pending (1 uncorrectable): reset the "
+            "GPU; action reset_gpu: A remap is pending: reset the GPU to apply it; a remapping failure "
+            "is an RMA case)"
+        ]
         (entry,) = q.active(memory.db)
         assert (entry.host, entry.gpu_index, entry.who) == ("r740-01", 2, "gpulab sweep")
         assert entry.gpu_uuid == "GPU-00000002-aaaa-bbbb-cccc-dddddddddddd"
         assert entry.reason.startswith("health check before the first run: row remapping: row remap pending")
         assert entry.action.startswith("reset_gpu: ")
         assert q.for_sweep(memory.db, ["r740-01"])["r740-01"]["gpus"] == [2]
-        assert not memory.recent_pass("r740-01", 24)            # it failed: the next sweep checks again
+        assert not memory.recent_pass("r740-01", 24)  # it failed: the next sweep checks again
         assert memory.mark("r740-01") == (BOOT, 1000.0)
         # the same failure again: one entry, said so
         d2 = doc(pending_gpu=2, uptime=1200.0)
         assert memory.record_health("r740-01", judge.judge(d2, expect_gpus=True), d2)[0].startswith(
-            "r740-01 GPU 2: already quarantined (health check before the first run: ")
+            "r740-01 GPU 2: already quarantined (health check before the first run: "
+        )
         assert len(q.active(memory.db)) == 1 and memory.mark("r740-01") == (BOOT, 1200.0)
     finally:
         memory.close()
@@ -75,8 +92,7 @@ def test_a_recent_pass_spares_the_gate_within_the_window(db_url):
         echoed = []
         hosts = t4_hosts()
         assert gate.needed(hosts, memory, 24, echoed.append) == {"r740-01"}
-        assert echoed == ["health r740-02: a check passed within 24 h (gpulab.sweep.health_valid_hours): "
-                          "not run again"]
+        assert echoed == ["health r740-02: a check passed within 24 h (gpulab.sweep.health_valid_hours): not run again"]
     finally:
         memory.close()
 
@@ -85,24 +101,39 @@ def test_the_gate_plans_around_what_failed_and_says_so(tmp_path):
     memory = sweeps.open_for(f"sqlite:///{tmp_path / 'h.sqlite'}", "s1")
     try:
         hosts, echoed = t4_hosts(), []
-        held = gate.apply(hosts, {"r740-01": doc(pending_gpu=1), "r740-02": doc()}, memory,
-                          {"r740-02": {"gpus": [3], "reason": "GPU 3: fan"}}, echoed.append)
-        assert held == {"r740-01": {"gpus": [1], "reason": "GPU 1: health check: row remapping: row remap pending "
-                                    "(1 uncorrectable): reset the GPU"},
-                        "r740-02": {"gpus": [3], "reason": "GPU 3: fan"}}
+        held = gate.apply(
+            hosts,
+            {"r740-01": doc(pending_gpu=1), "r740-02": doc()},
+            memory,
+            {"r740-02": {"gpus": [3], "reason": "GPU 3: fan"}},
+            echoed.append,
+        )
+        assert held == {
+            "r740-01": {
+                "gpus": [1],
+                "reason": "GPU 1: health check: row remapping: row remap pending (1 uncorrectable): reset the GPU",
+            },
+            "r740-02": {"gpus": [3], "reason": "GPU 3: fan"},
+        }
         assert echoed[0] == "health r740-01: GPU 1: row remapping: row remap pending (1 uncorrectable): reset the GPU"
         assert echoed[1].startswith("quarantine: r740-01 GPU 1: quarantined (row remapping: ")
         assert echoed[2] == "health r740-02: passed (4 GPU(s))"
         _, topologies, notes = pl.plan_around(hosts, held)
-        assert notes[0] == ("r740-01: GPU(s) 1 quarantined (GPU 1: health check: row remapping: row remap pending "
-                            "(1 uncorrectable): reset the GPU): runs use GPU(s) 0,2,3")
+        assert notes[0] == (
+            "r740-01: GPU(s) 1 quarantined (GPU 1: health check: row remapping: row remap pending "
+            "(1 uncorrectable): reset the GPU): runs use GPU(s) 0,2,3"
+        )
         # a database that fails: one line, the sweep still plans around the GPU
         memory.close()
         (tmp_path / "h.sqlite").write_bytes(b"not a database" * 100)
         echoed.clear()
         held = gate.apply(hosts[:1], {"r740-01": doc(pending_gpu=0)}, memory, None, echoed.append)
-        assert held == {"r740-01": {"gpus": [0], "reason": "GPU 0: health check: row remapping: row remap pending "
-                                    "(1 uncorrectable): reset the GPU"}}
+        assert held == {
+            "r740-01": {
+                "gpus": [0],
+                "reason": "GPU 0: health check: row remapping: row remap pending (1 uncorrectable): reset the GPU",
+            }
+        }
         assert any(line.startswith("history: not recorded: history database ") for line in echoed), echoed
     finally:
         memory.close()
@@ -115,18 +146,22 @@ def test_a_failed_runs_epilogue_quarantines_a_lost_gpu_and_an_xid_since_the_gate
     try:
         host = t4_hosts()[0]
         before = doc()
-        memory.record_health(host.name, judge.judge(before, expect_gpus=True), before)   # the gate: passed
+        memory.record_health(host.name, judge.judge(before, expect_gpus=True), before)  # the gate: passed
         after = doc(uptime=2000.0)
-        after["gpus"] = [g for g in after["gpus"] if g["index"] != 3]              # GPU 3 fell off the bus
-        after["xid"]["events"] = [{"xid": 79, "pci": "0000:3b:00", "gpu": 0, "uptime_s": 500.0, "text": "old"},
-                                  {"xid": 48, "pci": "0000:3c:00", "gpu": 1, "uptime_s": 1500.0, "text": "DBE"}]
+        after["gpus"] = [g for g in after["gpus"] if g["index"] != 3]  # GPU 3 fell off the bus
+        after["xid"]["events"] = [
+            {"xid": 79, "pci": "0000:3b:00", "gpu": 0, "uptime_s": 500.0, "text": "old"},
+            {"xid": 48, "pci": "0000:3c:00", "gpu": 1, "uptime_s": 1500.0, "text": "DBE"},
+        ]
         run = tmp_path / "r740-01" / "ncf-ttt-tiny-4gpu-s1"
         run.mkdir(parents=True)
         (run / "health.json").write_text(json.dumps(after))
         echoed = []
         got = gate.after_run(host, run.name, run, [0, 1, 2, 3], memory, echoed.append)
-        assert got == {1: "XID events: XID 48 (double-bit ECC error) x1 since the last health check",
-                       3: "GPU count: GPU 3 lost: NVML no longer lists it"}
+        assert got == {
+            1: "XID events: XID 48 (double-bit ECC error) x1 since the last health check",
+            3: "GPU count: GPU 3 lost: NVML no longer lists it",
+        }
         assert echoed[0].startswith("health r740-01 after ncf-ttt-tiny-4gpu-s1: GPU 1: XID events: XID 48")
         entries = {e.gpu_index: e for e in q.active(memory.db)}
         assert sorted(entries) == [1, 3]
@@ -134,7 +169,8 @@ def test_a_failed_runs_epilogue_quarantines_a_lost_gpu_and_an_xid_since_the_gate
         assert entries[3].action.startswith("reseat: ")
         pr = pl.PlannedRun(host.name, "ncf", 2, 2, gpu_ids=[2, 3])
         assert gate.held_reason(pr, {host.name: got}) == (
-            "not run: GPU 3 quarantined during this sweep (GPU count: GPU 3 lost: NVML no longer lists it)")
+            "not run: GPU 3 quarantined during this sweep (GPU count: GPU 3 lost: NVML no longer lists it)"
+        )
         assert gate.held_reason(pl.PlannedRun(host.name, "ncf", 1, 1, gpu_ids=[2]), {host.name: got}) is None
         # a run without the file (it succeeded, or never finished): nothing
         assert gate.after_run(host, "x", tmp_path, [0], memory, echoed.append) == {}
@@ -147,7 +183,7 @@ def test_a_passing_health_check_is_no_validate_for_a_release(tmp_path):
     try:
         q.add(memory.db, q.Target("r740-01", 2), reason="fan", who="me")
         d = doc()
-        memory.record_health("r740-01", judge.judge(d, expect_gpus=True), d)   # GPU 2 passes the gate
+        memory.record_health("r740-01", judge.judge(d, expect_gpus=True), d)  # GPU 2 passes the gate
         import pytest
         from lab.core.errors import CheckFailed
 
@@ -194,8 +230,17 @@ def test_two_sweeps_recording_at_once_lose_nothing(db_url, tmp_path):
     b = write_sweep(tmp_path / "b", "b", {"h2": 2, "h3": 4}, runs_per_host=6, day=2)
     here = str(Path(__file__).resolve().parent)
     env = dict(os.environ, PYTHONPATH=f"{ROOT}:{here}")
-    procs = [subprocess.Popen([sys.executable, "-c", COLLECTOR, db_url, str(root), here], env=env, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for root in (a.parent, b.parent)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", COLLECTOR, db_url, str(root), here],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for root in (a.parent, b.parent)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert [o.strip() for o, _ in outs] == ["1", "1"]
@@ -218,8 +263,10 @@ def test_a_host_without_nvml_is_recorded_but_not_quarantined(tmp_path):
         assert not memory.recent_pass("r740-01", 24)
         echoed = []
         assert gate.apply(t4_hosts()[:1], {"r740-01": d}, memory, None, echoed.append) == {}
-        assert echoed[-1] == ("health r740-01: GPU present: no NVIDIA driver/GPU found: NVML could not start: not "
-                              "quarantined (no GPU to name); `invoke quarantine.add r740-01 --reason 'GPU present: no NVIDIA "
-                              "driver/GPU found: NVML could not start'` keeps the host out")
+        assert echoed[-1] == (
+            "health r740-01: GPU present: no NVIDIA driver/GPU found: NVML could not start: not "
+            "quarantined (no GPU to name); `invoke quarantine.add r740-01 --reason 'GPU present: no NVIDIA "
+            "driver/GPU found: NVML could not start'` keeps the host out"
+        )
     finally:
         memory.close()

@@ -23,9 +23,15 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def invoke(*args, results: Path):
-    env = dict(os.environ, INVOKE_GPULAB_RESULTS=str(results), PYTHONPATH=str(ROOT), INVOKE_GPULAB_INVENTORY=str(ROOT / "inventory" / "hosts.yml"))
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
-                          env=env, timeout=120)
+    env = dict(
+        os.environ,
+        INVOKE_GPULAB_RESULTS=str(results),
+        PYTHONPATH=str(ROOT),
+        INVOKE_GPULAB_INVENTORY=str(ROOT / "inventory" / "hosts.yml"),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def one_line(p) -> str:
@@ -54,8 +60,11 @@ def results(tmp_path) -> Path:
 def test_the_cli_imports_then_finds_everything_there(results):
     first = invoke("history.import", str(results), results=results)
     assert first.returncode == 0, first.stderr
-    assert re.fullmatch(r"2 run\(s\) added, 0 already there; 1 validation\(s\) added \(\d{3} checks\), "
-                        r"0 already there", first.stdout.strip()), first.stdout
+    assert re.fullmatch(
+        r"2 run\(s\) added, 0 already there; 1 validation\(s\) added \(\d{3} checks\), "
+        r"0 already there",
+        first.stdout.strip(),
+    ), first.stdout
     assert (results / hdb.DEFAULT_FILE).is_file()
     again = invoke("history.import", str(results), results=results)
     assert again.stdout.strip() == "0 run(s) added, 2 already there; 0 validation(s) added (0 checks), 1 already there"
@@ -69,8 +78,7 @@ def test_a_corrupt_database_file_is_one_line_and_nothing_changes(results):
     for args in (("history.import", str(results)), ("history",), ("quarantine",)):
         p = invoke(*args, results=results)
         assert p.returncode == 2
-        assert one_line(p).endswith("history.sqlite: not a readable SQLite database (corrupt, or another kind "
-                                    "of file)")
+        assert one_line(p).endswith("history.sqlite: not a readable SQLite database (corrupt, or another kind of file)")
     assert tree_digest(results) + (results / hdb.DEFAULT_FILE).read_text() == before
 
 
@@ -95,7 +103,7 @@ def test_a_locked_database_is_one_line_after_the_wait(results, monkeypatch):
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    added, _ = history.import_paths([results], url)   # the runs were not lost: they import now
+    added, _ = history.import_paths([results], url)  # the runs were not lost: they import now
     assert added.runs == 2
 
 
@@ -105,31 +113,40 @@ def test_a_server_that_does_not_answer_is_one_line(results):
     p = invoke("history.import", str(results), "--url", url, results=results)
     assert p.returncode == 2
     line = one_line(p)
-    assert f"history database postgresql+psycopg://gpulab:***@127.0.0.1:{port}/gpulab: the database server " \
-           "does not answer" in line and "secret" not in line
+    assert (
+        f"history database postgresql+psycopg://gpulab:***@127.0.0.1:{port}/gpulab: the database server does not answer"
+        in line
+        and "secret" not in line
+    )
 
 
-@pytest.mark.parametrize("url, why", [
-    ("nonsense", "not an SQLAlchemy URL"),
-    ("sqlite://", "a SQLite database needs a file path"),
-    ("sqlite:////nonexistent-folder/x.sqlite", "folder /nonexistent-folder does not exist"),
-    ("oracle9://h/db", "Can't load plugin"),
-])
+@pytest.mark.parametrize(
+    "url, why",
+    [
+        ("nonsense", "not an SQLAlchemy URL"),
+        ("sqlite://", "a SQLite database needs a file path"),
+        ("sqlite:////nonexistent-folder/x.sqlite", "folder /nonexistent-folder does not exist"),
+        ("oracle9://h/db", "Can't load plugin"),
+    ],
+)
 def test_a_bad_url_is_one_line(results, url, why):
     p = invoke("quarantine", "--url", url, results=results)
     assert p.returncode == 2 and why in one_line(p)
 
 
-@pytest.mark.parametrize("args, why", [
-    (("history.import", "nowhere"), "nowhere: no such file or directory"),
-    (("history", "--gpu", "7"), "--gpu INDEX needs --host"),
-    (("history", "--gpu", "x;y"), "is neither a GPU UUID"),
-    (("history", "--since", "yesterday"), "--since: 'yesterday' is not a date"),
-    (("history", "--limit", "0"), "--limit"),
-    (("quarantine.add", "r740-01:1"), "--reason is required"),
-    (("quarantine.add", "r740-01:77", "--reason", "x"), "GPU index"),
-    (("quarantine.release", "r740-01"), "r740-01 is not quarantined"),
-])
+@pytest.mark.parametrize(
+    "args, why",
+    [
+        (("history.import", "nowhere"), "nowhere: no such file or directory"),
+        (("history", "--gpu", "7"), "--gpu INDEX needs --host"),
+        (("history", "--gpu", "x;y"), "is neither a GPU UUID"),
+        (("history", "--since", "yesterday"), "--since: 'yesterday' is not a date"),
+        (("history", "--limit", "0"), "--limit"),
+        (("quarantine.add", "r740-01:1"), "--reason is required"),
+        (("quarantine.add", "r740-01:77", "--reason", "x"), "GPU index"),
+        (("quarantine.release", "r740-01"), "r740-01 is not quarantined"),
+    ],
+)
 def test_bad_input_is_one_line(results, args, why):
     p = invoke(*args, results=results)
     assert p.returncode == 2 and why in one_line(p)
@@ -137,22 +154,34 @@ def test_bad_input_is_one_line(results, args, why):
 
 def test_a_validate_json_that_does_not_check_is_one_line(results, tmp_path):
     bad = tmp_path / "validate.json"
-    for text, why in (('{"kind": "gpulab-validate", "schema": 7, "hosts": {}}', "schema 7 is not one"),
-                      ("[1, 2", "not JSON"), ('{"kind": "other"}', "not a validate.json")):
+    for text, why in (
+        ('{"kind": "gpulab-validate", "schema": 7, "hosts": {}}', "schema 7 is not one"),
+        ("[1, 2", "not JSON"),
+        ('{"kind": "other"}', "not a validate.json"),
+    ):
         bad.write_text(text)
         p = invoke("history.import", str(bad), results=results)
         assert p.returncode == 2 and why in one_line(p)
-    assert not (results / hdb.DEFAULT_FILE).exists()   # checked before the database is opened
+    assert not (results / hdb.DEFAULT_FILE).exists()  # checked before the database is opened
 
 
 def test_a_quarantine_round_trip_through_the_cli(results):
     assert invoke("history.import", str(results), results=results).returncode == 0
-    add = invoke("quarantine.add", "r740-01:1", "--reason", "XID 79 in run s1", "--action", "reseat",
-                 "--who", "ops", results=results)
+    add = invoke(
+        "quarantine.add",
+        "r740-01:1",
+        "--reason",
+        "XID 79 in run s1",
+        "--action",
+        "reseat",
+        "--who",
+        "ops",
+        results=results,
+    )
     assert add.returncode == 0 and add.stdout.strip() == "r740-01 GPU 1: quarantined"
     listed = invoke("quarantine", results=results).stdout
     line = next(ln for ln in listed.splitlines() if ln.startswith("r740-01 GPU 1"))
-    assert "XID 79 in run s1" in line and line.endswith("  reseat") and "GPU-" in line   # the action: its column
+    assert "XID 79 in run s1" in line and line.endswith("  reseat") and "GPU-" in line  # the action: its column
     refused = invoke("quarantine.release", "r740-01:1", results=results)
     assert refused.returncode == 1 and "no validate of r740-01 GPU 1 since it was quarantined" in one_line(refused)
     forced = invoke("quarantine.release", "r740-01:1", "--force", "--note", "reseated", results=results)

@@ -67,9 +67,15 @@ def test_an_import_that_fails_part_way_leaves_the_database_as_it_was(db_url, tmp
     res = tmp_path / "results"
     write_sweep(res, "sw1", {"r740-01": 2})
     src = read_sources([res])
-    bad = ValidationRecord(key="f" * 64, source="hostile", at=None, level="standard", verdict="PASS",
-                           checks=[CheckRecord(host="r740-01", name="bad \udc80 name", verdict="PASS")])
-    src.validations.append(bad)     # after the runs: on ac25178 they were committed one by one before it
+    bad = ValidationRecord(
+        key="f" * 64,
+        source="hostile",
+        at=None,
+        level="standard",
+        verdict="PASS",
+        checks=[CheckRecord(host="r740-01", name="bad \udc80 name", verdict="PASS")],
+    )
+    src.validations.append(bad)  # after the runs: on ac25178 they were committed one by one before it
     d = hdb.open_db(db_url)
     try:
         with pytest.raises(ConfigError, match=r"hostile: name: .* is not valid UTF-8 text"):
@@ -89,7 +95,7 @@ def test_runs_whose_sha256sums_lists_nothing_are_two_runs_not_one(db_url, tmp_pa
     d = hdb.open_db(db_url)
     try:
         assert add_sources(d, src).runs == 2
-        assert add_sources(d, read_sources([res])).runs_present == 2   # and importing again adds nothing
+        assert add_sources(d, read_sources([res])).runs_present == 2  # and importing again adds nothing
     finally:
         d.close()
 
@@ -101,11 +107,13 @@ def test_two_quarantine_adds_of_one_target_at_once_leave_one_open_entry(db_url):
     try:
         conn = first.engine.connect()
         trans = conn.begin()
-        conn.execute(insert(Quarantine).values(host="r740-01", gpu_index=2, reason="one", who="a",
-                                               added_at=dt.datetime.now(dt.timezone.utc)))
+        conn.execute(
+            insert(Quarantine).values(
+                host="r740-01", gpu_index=2, reason="one", who="a", added_at=dt.datetime.now(dt.timezone.utc)
+            )
+        )
         out = {}
-        t = threading.Thread(target=lambda: out.update(r=q.add(second, q.Target("r740-01", 2), reason="two",
-                                                               who="b")))
+        t = threading.Thread(target=lambda: out.update(r=q.add(second, q.Target("r740-01", 2), reason="two", who="b")))
         t.start()
         time.sleep(0.5)
         trans.commit()
@@ -155,10 +163,14 @@ def test_stored_values_of_another_program_are_one_line_and_escapes_are_not_print
     hdb.open_db(url).close()
     with sqlite3.connect(res / hdb.DEFAULT_FILE) as conn:
         conn.execute("INSERT INTO validations (key, source, imported_at) VALUES ('k', 's', '2026-12-01 10:00:00')")
-        conn.execute("INSERT INTO checks (validation_id, host, name, verdict, value_text, at) VALUES "
-                     "(1, 'evil\x1b[2J', 'name\x1b]0;owned\x07', 'PASS', 'x', '2026-12-01 10:00:00')")
-        conn.execute("INSERT INTO quarantine (host, reason, who, added_at) VALUES "
-                     "('h\x1b[31m', 'why\x1b[2J', 'ops', '2026-12-01 10:00:00')")
+        conn.execute(
+            "INSERT INTO checks (validation_id, host, name, verdict, value_text, at) VALUES "
+            "(1, 'evil\x1b[2J', 'name\x1b]0;owned\x07', 'PASS', 'x', '2026-12-01 10:00:00')"
+        )
+        conn.execute(
+            "INSERT INTO quarantine (host, reason, who, added_at) VALUES "
+            "('h\x1b[31m', 'why\x1b[2J', 'ops', '2026-12-01 10:00:00')"
+        )
     d = hdb.open_db(url)
     try:
         shown = "\n".join(query.table(query.history_rows(d)) + q.table(q.active(d)))
@@ -172,7 +184,7 @@ def test_stored_values_of_another_program_are_one_line_and_escapes_are_not_print
 
 
 def test_records_dated_in_the_future_pass_no_gate_and_release_nothing(db_url, tmp_path):
-    write_validation(tmp_path / "v", "r740-01", when="2099-01-01T00:00:00Z")   # a passing validate, far ahead
+    write_validation(tmp_path / "v", "r740-01", when="2099-01-01T00:00:00Z")  # a passing validate, far ahead
     d = hdb.open_db(db_url)
     try:
         q.add(d, q.Target("r740-01"), reason="suspect", who="ops")
@@ -213,16 +225,19 @@ def test_history_page_never_overwrites_the_database_or_another_file(tmp_path):
     assert q.table(q.active(hdb.open_db(f"sqlite:///{dbfile}")))[1].startswith("r740-01 GPU 1")
 
 
-@pytest.mark.parametrize("task, args, kwargs, why", [
-    ("history_show", (), {"since": "yesterday"}, "--since"),
-    ("history_show", (), {"gpu": "x;y"}, "neither a GPU UUID"),
-    ("history_show", (), {"host": "a b"}, "--host"),
-    ("history_page", ("out/page.txt/../x.html",), {"since": "nope"}, "--since"),
-    ("history_page", ("/usr/history.html",), {}, "system folder"),
-    ("quarantine_release", ("r740-01",), {}, "r740-01 is not quarantined"),
-    ("quarantine_release", ("r740-01",), {"force": True, "note": "n" * 3000}, "--note is longer"),
-    ("quarantine_add", ("r740-01",), {"reason": "r" * 3000}, "--reason is longer"),
-])
+@pytest.mark.parametrize(
+    "task, args, kwargs, why",
+    [
+        ("history_show", (), {"since": "yesterday"}, "--since"),
+        ("history_show", (), {"gpu": "x;y"}, "neither a GPU UUID"),
+        ("history_show", (), {"host": "a b"}, "--host"),
+        ("history_page", ("out/page.txt/../x.html",), {"since": "nope"}, "--since"),
+        ("history_page", ("/usr/history.html",), {}, "system folder"),
+        ("quarantine_release", ("r740-01",), {}, "r740-01 is not quarantined"),
+        ("quarantine_release", ("r740-01",), {"force": True, "note": "n" * 3000}, "--note is longer"),
+        ("quarantine_add", ("r740-01",), {"reason": "r" * 3000}, "--reason is longer"),
+    ],
+)
 def test_a_refused_command_leaves_no_database_and_no_folder(tmp_path, task, args, kwargs, why):
     res = tmp_path / "results"
     line = refused(getattr(htasks, task), ctx(res), *args, **kwargs)
@@ -243,8 +258,11 @@ def test_a_lock_another_session_holds_is_one_line_after_the_wait(pg_server):
     try:
         waiting = hdb.resolve_url(url, "results", lock_s=1)
         started = time.monotonic()
-        with pytest.raises(ConfigError, match="waited longer than gpulab.history_lock_timeout_s for a lock "
-                                              "another session holds; nothing was changed"):
+        with pytest.raises(
+            ConfigError,
+            match="waited longer than gpulab.history_lock_timeout_s for a lock "
+            "another session holds; nothing was changed",
+        ):
             d = hdb.open_db(waiting)
             try:
                 q.active(d)
@@ -261,22 +279,39 @@ def test_a_lock_another_session_holds_is_one_line_after_the_wait(pg_server):
 # ------------------------------------------------------------------ 5. booleans as Invoke users write them
 
 
-@pytest.mark.parametrize("word, value", [("false", False), ("no", False), ("OFF", False), ("0", False),
-                                         ("true", True), ("yes", True), ("on", True), ("1", True)])
+@pytest.mark.parametrize(
+    "word, value",
+    [
+        ("false", False),
+        ("no", False),
+        ("OFF", False),
+        ("0", False),
+        ("true", True),
+        ("yes", True),
+        ("on", True),
+        ("1", True),
+    ],
+)
 def test_a_yes_no_setting_is_read_as_written_in_every_layer(word, value):
     env = config.env_section(config.defaults()["gpulab"], {"INVOKE_GPULAB_VALIDATE_QUARANTINE": word})
     assert env == {"validate": {"quarantine": value}}
-    config.conform({"validate": {"quarantine": word}})   # a file layer takes the same words
+    config.conform({"validate": {"quarantine": word}})  # a file layer takes the same words
     assert flag(word, "config gpulab.validate.quarantine") is value
 
 
 @pytest.mark.parametrize("word", ["maybe", "", "2", "tru"])
 def test_any_other_word_is_one_line_naming_the_setting_and_the_layer(word):
-    with pytest.raises(ConfigError, match=r"INVOKE_GPULAB_VALIDATE_QUARANTINE \(gpulab.validate.quarantine\): "
-                                          r".* is not true/false, yes/no, on/off or 1/0 \(environment variable\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"INVOKE_GPULAB_VALIDATE_QUARANTINE \(gpulab.validate.quarantine\): "
+        r".* is not true/false, yes/no, on/off or 1/0 \(environment variable\)",
+    ):
         config.env_section(config.defaults()["gpulab"], {"INVOKE_GPULAB_VALIDATE_QUARANTINE": word})
-    with pytest.raises(ConfigError, match=r"config gpulab.validate.quarantine: .* \(true/false, yes/no, on/off or "
-                                          r"1/0\) \(invoke.yaml\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"config gpulab.validate.quarantine: .* \(true/false, yes/no, on/off or "
+        r"1/0\) \(invoke.yaml\)",
+    ):
         config._checked({"validate": {"quarantine": word}}, "invoke.yaml")
 
 
@@ -321,8 +356,11 @@ def test_an_older_database_with_two_open_entries_of_one_target_is_migrated_to_on
     with engine.begin() as conn:
         command.upgrade(migrate.alembic_config(conn), "0001")
         for who in ("a", "b"):
-            conn.execute(insert(Quarantine).values(host="r740-01", gpu_index=1, reason=f"by {who}", who=who,
-                                                   added_at=dt.datetime.now(dt.timezone.utc)))
+            conn.execute(
+                insert(Quarantine).values(
+                    host="r740-01", gpu_index=1, reason=f"by {who}", who=who, added_at=dt.datetime.now(dt.timezone.utc)
+                )
+            )
     engine.dispose()
     d = hdb.open_db(db_url)
     try:

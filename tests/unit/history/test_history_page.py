@@ -54,7 +54,7 @@ def read(path: Path) -> Page:
 
 
 def test_a_plot_per_gpu_and_metric_with_its_values(db_url, tmp_path):
-    past_validations(db_url, tmp_path, [4100.0, 4200.0, 4300.0, 3000.0])   # the last below its reference: FAIL
+    past_validations(db_url, tmp_path, [4100.0, 4200.0, 4300.0, 3000.0])  # the last below its reference: FAIL
     d = hdb.open_db(db_url)
     try:
         out, drawn, found = page.write_page(d, tmp_path / "site" / "history.html", host="h200-01", metric=BW)
@@ -67,15 +67,29 @@ def test_a_plot_per_gpu_and_metric_with_its_values(db_url, tmp_path):
     assert set(figs) == {(str(i), m) for i in range(8) for m in (BW, f"{BW} (all GPUs at once)", f"{BW} vs fleet")}
     assert (drawn, found) == (24, 24) == (len(p.figures), len(p.figures))
     f = figs[("2", BW)]
-    assert f["img"]["src"].startswith("data:image/svg+xml;base64,")   # drawn by the page itself (a fleet's worth)
+    assert f["img"]["src"].startswith("data:image/svg+xml;base64,")  # drawn by the page itself (a fleet's worth)
     assert base64.b64decode(f["img"]["src"].split(",", 1)[1]).startswith(b"<svg ")
     assert f["img"]["alt"] == f"h200-01 GPU 2: {BW} over time"
     caption = " ".join(f["cells"])
-    assert (f"h200-01 GPU 2: {BW} (GB/s): 4 point(s) from 2026-11-01 10:00 to 2026-11-04 10:00 UTC; last 3000 (FAIL); "
-            "median of passing points 4200.") in caption
+    assert (
+        f"h200-01 GPU 2: {BW} (GB/s): 4 point(s) from 2026-11-01 10:00 to 2026-11-04 10:00 UTC; last 3000 (FAIL); "
+        "median of passing points 4200."
+    ) in caption
     # the values under the plot, newest first, with their verdicts
-    assert f["cells"][-12:] == ["2026-11-04 10:00", "3000", "FAIL", "2026-11-03 10:00", "4300", "PASS",
-                                "2026-11-02 10:00", "4200", "PASS", "2026-11-01 10:00", "4100", "PASS"]
+    assert f["cells"][-12:] == [
+        "2026-11-04 10:00",
+        "3000",
+        "FAIL",
+        "2026-11-03 10:00",
+        "4300",
+        "PASS",
+        "2026-11-02 10:00",
+        "4200",
+        "PASS",
+        "2026-11-01 10:00",
+        "4100",
+        "PASS",
+    ]
     text = " ".join(p.text)
     assert "24 plot(s)" in text and "h200-01 GPU 2 GPU-5a1c0e2f-7d3b-4c8e-9f10-2b6d8e4a1c02" in " ".join(text.split())
 
@@ -106,8 +120,14 @@ def test_the_task_writes_the_page_and_refuses_a_link(tmp_path):
     past_validations(url, tmp_path, [4100.0, 4200.0, 4300.0])
     env = dict(os.environ, PYTHONPATH=str(ROOT), INVOKE_GPULAB_HISTORY_URL=url)
     run = [sys.executable, "-m", "invoke", "-r", str(ROOT), "history.page"]
-    p = subprocess.run(run + [str(tmp_path / "h.html"), "--host", "h200-01", "--gpu", "3"], env=env, cwd=tmp_path,
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        run + [str(tmp_path / "h.html"), "--host", "h200-01", "--gpu", "3"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     figs = read(tmp_path / "h.html").figures
     assert p.stdout.strip() == f"wrote {tmp_path / 'h.html'} ({len(figs)} plot(s))"
@@ -115,10 +135,13 @@ def test_the_task_writes_the_page_and_refuses_a_link(tmp_path):
     assert "idle temperature" in {f["data-metric"] for f in figs}
     (tmp_path / "target").write_text("keep")
     (tmp_path / "link.html").symlink_to(tmp_path / "target")
-    p = subprocess.run(run + [str(tmp_path / "link.html")], env=env, cwd=tmp_path, capture_output=True, text=True,
-                       timeout=300)
-    assert (p.returncode, p.stderr.strip()) == (2, f"gpulab: history page: {tmp_path / 'link.html'} is a symbolic "
-                                                   "link; gpulab does not write through links")
+    p = subprocess.run(
+        run + [str(tmp_path / "link.html")], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert (p.returncode, p.stderr.strip()) == (
+        2,
+        f"gpulab: history page: {tmp_path / 'link.html'} is a symbolic link; gpulab does not write through links",
+    )
     assert (tmp_path / "target").read_text() == "keep"
 
 
@@ -130,6 +153,6 @@ def test_bad_filters_are_one_line(tmp_path):
         with pytest.raises(ConfigError, match="--gpu INDEX needs --host"):
             page.write_page(d, tmp_path / "h.html", gpu="2")
         out, drawn, found = page.write_page(d, tmp_path / "h.html")
-        assert (drawn, found) == (0, 0) and "No GPU has been checked yet" in out.read_text()   # and what records them
+        assert (drawn, found) == (0, 0) and "No GPU has been checked yet" in out.read_text()  # and what records them
     finally:
         d.close()

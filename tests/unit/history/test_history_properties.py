@@ -27,20 +27,43 @@ from lab.results import resulttree, roundtree
 from runner import rundir as writer
 
 # deadline off: examples write files and open databases; few examples: the history tests' time stays lean
-FEW = settings(max_examples=15, deadline=None, derandomize=True,
-               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                      HealthCheck.data_too_large])
+FEW = settings(
+    max_examples=15,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 HOSTILE = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2 ** 70), 2 ** 70),
-    st.sampled_from([2 ** 31, -(2 ** 31) - 1, 2 ** 63, float("inf"), float("-inf"), float("nan"), 1e308, -0.0,
-                     5e-324]),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([2**31, -(2**31) - 1, 2**63, float("inf"), float("-inf"), float("nan"), 1e308, -0.0, 5e-324]),
     st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from(["", "\udc80", "a\udcffb", "\x1b[2J\x1b]0;x\x07", "\x00", "x" * 5000, "9999-99-99T99:99Z",
-                     "0001-01-01T00:00:00Z", "9999-12-31T23:59:59-12:00", "1e999", "٣", "GPU-\udc80", "../..",
-                     "r740-01", "FAIL", "PASS"]),
-    st.text(max_size=40), st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.none(),
-                                                                              max_size=2))
+    st.sampled_from(
+        [
+            "",
+            "\udc80",
+            "a\udcffb",
+            "\x1b[2J\x1b]0;x\x07",
+            "\x00",
+            "x" * 5000,
+            "9999-99-99T99:99Z",
+            "0001-01-01T00:00:00Z",
+            "9999-12-31T23:59:59-12:00",
+            "1e999",
+            "٣",
+            "GPU-\udc80",
+            "../..",
+            "r740-01",
+            "FAIL",
+            "PASS",
+        ]
+    ),
+    st.text(max_size=40),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.none(), max_size=2),
+)
 
 
 def _paths(node, at=()):
@@ -62,7 +85,7 @@ def mutate(doc, data, times: int = 3):
         for part in path[:-1]:
             node = node[part]
         if isinstance(node, dict) and data.draw(st.booleans()) and data.draw(st.booleans()):
-            node[data.draw(HOSTILE.filter(lambda v: isinstance(v, str)))] = node.pop(path[-1])   # a hostile key
+            node[data.draw(HOSTILE.filter(lambda v: isinstance(v, str)))] = node.pop(path[-1])  # a hostile key
         else:
             node[path[-1]] = data.draw(HOSTILE)
     return doc
@@ -72,8 +95,9 @@ def state(url: str) -> tuple:
     d = hdb.open_db(url)
     try:
         with d.session() as s:
-            return tuple(s.scalar(select(func.count()).select_from(m))
-                         for m in (Run, RunGpu, Validation, Check, Gpu, Quarantine))
+            return tuple(
+                s.scalar(select(func.count()).select_from(m)) for m in (Run, RunGpu, Validation, Check, Gpu, Quarantine)
+            )
     finally:
         d.close()
 
@@ -119,7 +143,7 @@ def _set(doc, path, value):
 KNOWN_VALIDATE = [
     (("hosts", "h200-01", "checks", 0, "check"), "bad \udc80 name"),
     (("hosts", "h200-01", "gpus", "0", "uuid"), "GPU-\udc80"),
-    (("hosts", "h200-01", "gpus", "0", "index"), 2 ** 40),
+    (("hosts", "h200-01", "gpus", "0", "index"), 2**40),
     (("hosts", "h200-01", "checks", 0, "reason"), "a\x00b"),
     (("hosts", "h200-01", "gpus", "0", "checks"), 7),
     (("hosts", "h200-01", "checks"), {"not": "a list"}),
@@ -133,7 +157,7 @@ def test_a_known_hostile_validate_json(db_url, tmp_path, validate_doc, path, val
     import_or_refuse(db_url, [path_])
 
 
-KNOWN_STATUS = [("gpus", [0, 0]), ("gpus", [2 ** 63]), ("seed", 2 ** 40), ("start", "0001-01-01T00:00:00Z")]
+KNOWN_STATUS = [("gpus", [0, 0]), ("gpus", [2**63]), ("seed", 2**40), ("start", "0001-01-01T00:00:00Z")]
 
 
 @pytest.mark.parametrize("key, value", KNOWN_STATUS)
@@ -164,8 +188,12 @@ def test_a_hostile_run_status(db_url, tmp_path_factory, data):
     import_or_refuse(db_url, [root])
 
 
-@settings(max_examples=10, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=10,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(data=st.data())
 def test_a_hostile_burnin_document_and_its_tools_output(tmp_path_factory, data):
     """The burn-in document (the vendor tools' output inside it: DCGM, nccl-tests, nvbandwidth) through
@@ -174,30 +202,44 @@ def test_a_hostile_burnin_document_and_its_tools_output(tmp_path_factory, data):
     doc = mutate(burnin_doc(), data, times=4)
     try:
         path = write_validation(out, "h200-01", doc=doc)
-    except GpulabError as exc:   # validate itself refuses it: one line
+    except GpulabError as exc:  # validate itself refuses it: one line
         assert "\n" not in exc.message
         return
     import_or_refuse(f"sqlite:///{out / 'h.sqlite'}", [path])
 
 
 def _health(i: int) -> dict:
-    return {"kind": "gpulab-health", "schema": 1, "collected_at": "2026-12-01T10:00:00+00:00",
-            "boot_id": "6a1f5d2e-0000-4000-8000-000000000001", "uptime_s": 1000.0, "nvidia": None, "gpu_count": 2,
-            "gpus": [{"index": g, "name": "Tesla T4", "uuid": f"GPU-0000000{g}-aaaa-bbbb-cccc-dddddddddd{i:02d}",
-                      "serial": f"13200000000{g}", "ecc": {"uncorrected_volatile": 0, "uncorrected_aggregate": 0},
-                      "row_remap": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False}}
-                     for g in range(2)],
-            "xid": {"source": "dmesg", "error": None, "events": []}}
+    return {
+        "kind": "gpulab-health",
+        "schema": 1,
+        "collected_at": "2026-12-01T10:00:00+00:00",
+        "boot_id": "6a1f5d2e-0000-4000-8000-000000000001",
+        "uptime_s": 1000.0,
+        "nvidia": None,
+        "gpu_count": 2,
+        "gpus": [
+            {
+                "index": g,
+                "name": "Tesla T4",
+                "uuid": f"GPU-0000000{g}-aaaa-bbbb-cccc-dddddddddd{i:02d}",
+                "serial": f"13200000000{g}",
+                "ecc": {"uncorrected_volatile": 0, "uncorrected_aggregate": 0},
+                "row_remap": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
+            }
+            for g in range(2)
+        ],
+        "xid": {"source": "dmesg", "error": None, "events": []},
+    }
 
 
-@settings(FEW, phases=[Phase.explicit, Phase.reuse, Phase.generate])   # a failure is shown, not shrunk for minutes
+@settings(FEW, phases=[Phase.explicit, Phase.reuse, Phase.generate])  # a failure is shown, not shrunk for minutes
 @given(data=st.data())
 def test_a_hostile_health_document(db_url, data):
     from lab.validate import health as judge
 
     doc = mutate(_health(data.draw(st.integers(0, 99))), data)
     before = state(db_url)
-    problem = judge.check_document(doc)   # what the health gate asks first (lab.sweep.gate)
+    problem = judge.check_document(doc)  # what the health gate asks first (lab.sweep.gate)
     if problem is not None:
         assert "\n" not in problem
         return
@@ -221,8 +263,7 @@ def test_a_hostile_scaling_json(tmp_path_factory, doc):
     assert roundtree.SCALING_RANGE[0] <= factor <= roundtree.SCALING_RANGE[1] and "\n" not in note
 
 
-SYSTEM_KEYS = ("accelerator_model_name", "accelerators_per_node", "number_of_nodes", "submitter", "framework",
-               "nodes")
+SYSTEM_KEYS = ("accelerator_model_name", "accelerators_per_node", "number_of_nodes", "submitter", "framework", "nodes")
 
 
 NODE = st.dictionaries(st.sampled_from(["accelerator", "num_accelerators", "num_nodes"]), HOSTILE)
@@ -245,8 +286,19 @@ def test_a_hostile_systems_json(tmp_path_factory, doc):
     assert facts.accelerators is None or 0 <= facts.accelerators <= resulttree.NODES[1] * resulttree.ACCELERATORS[1] * 3
 
 
-SETTING_KEYS = ("results", "history_url", "history_lock_timeout_s", "seeds", "gpus", "mode", "workloads",
-                "validate", "sweep", "nodes", "run_timeout_minutes")
+SETTING_KEYS = (
+    "results",
+    "history_url",
+    "history_lock_timeout_s",
+    "seeds",
+    "gpus",
+    "mode",
+    "workloads",
+    "validate",
+    "sweep",
+    "nodes",
+    "run_timeout_minutes",
+)
 
 
 @pytest.mark.parametrize("word", ["off", "no", "0", 0, "yes"])
@@ -255,8 +307,12 @@ def test_a_yes_no_word_in_a_file_layer_is_taken(word):
 
 
 @settings(max_examples=80, deadline=None, derandomize=True)
-@given(key=st.sampled_from(SETTING_KEYS), value=st.one_of(HOSTILE, st.fixed_dictionaries({"quarantine": HOSTILE}),
-                                                         st.fixed_dictionaries({"poll_s": HOSTILE})))
+@given(
+    key=st.sampled_from(SETTING_KEYS),
+    value=st.one_of(
+        HOSTILE, st.fixed_dictionaries({"quarantine": HOSTILE}), st.fixed_dictionaries({"poll_s": HOSTILE})
+    ),
+)
 def test_a_hostile_setting_in_a_file_layer_is_one_line(key, value):
     try:
         config._checked({key: value}, "invoke.yaml")
@@ -264,8 +320,14 @@ def test_a_hostile_setting_in_a_file_layer_is_one_line(key, value):
         assert "\n" not in exc.message and "(invoke.yaml)" in exc.message and len(exc.message) < 400
 
 
-ENV_VARS = ("INVOKE_GPULAB_VALIDATE_QUARANTINE", "INVOKE_GPULAB_SEEDS", "INVOKE_GPULAB_SWEEP_POLL_S",
-            "INVOKE_GPULAB_HISTORY_LOCK_TIMEOUT_S", "INVOKE_GPULAB_RESULTS", "INVOKE_GPULAB_NOSUCH")
+ENV_VARS = (
+    "INVOKE_GPULAB_VALIDATE_QUARANTINE",
+    "INVOKE_GPULAB_SEEDS",
+    "INVOKE_GPULAB_SWEEP_POLL_S",
+    "INVOKE_GPULAB_HISTORY_LOCK_TIMEOUT_S",
+    "INVOKE_GPULAB_RESULTS",
+    "INVOKE_GPULAB_NOSUCH",
+)
 
 
 @settings(max_examples=80, deadline=None, derandomize=True)

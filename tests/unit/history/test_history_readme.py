@@ -39,31 +39,47 @@ def test_the_readme_walk_runs_as_written(tmp_path):
     for line in readme_commands():
         argv = shlex.split(line)
         assert argv[0] == "invoke", line
-        if argv[1] == "sweep" and "--dry-run" not in argv:   # its health gate: GPU 1 with a row remap pending
+        if argv[1] == "sweep" and "--dry-run" not in argv:  # its health gate: GPU 1 with a row remap pending
             seen.append(("gated sweep", gate_records(lab / "results" / "history.sqlite")))
             continue
-        if argv[1] == "validate":   # what it leaves: a passing validate.json, recorded in the history
+        if argv[1] == "validate":  # what it leaves: a passing validate.json, recorded in the history
             later = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1)).isoformat()
             done = write_validation(lab / "results" / "validate" / "t1", "r740-03", when=later)
             seen.append(("validate", history.record([done], f"sqlite:///{lab / 'results' / 'history.sqlite'}")))
             continue
-        p = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *argv[1:]], cwd=lab, env=env,
-                           capture_output=True, text=True, timeout=120)
+        p = subprocess.run(
+            [sys.executable, "-m", "invoke", "-r", str(ROOT), *argv[1:]],
+            cwd=lab,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert p.returncode == 0, (line, p.stdout, p.stderr)
         seen.append((argv[1], p.stdout))
     out = dict(seen)
-    assert [name for name, _ in seen] == ["history.import", "history", "quarantine.add", "quarantine", "sweep",
-                                          "gated sweep", "history", "validate", "quarantine.release",
-                                          "quarantine.release"]
+    assert [name for name, _ in seen] == [
+        "history.import",
+        "history",
+        "quarantine.add",
+        "quarantine",
+        "sweep",
+        "gated sweep",
+        "history",
+        "validate",
+        "quarantine.release",
+        "quarantine.release",
+    ]
     assert seen[0][1].startswith("3 run(s) added, 0 already there; 1 validation(s) added")
     assert "h2d_bandwidth_gbs" in seen[1][1] and "r740-03" in seen[1][1]
-    assert seen[5][1] == ["r740-03 GPU 1: quarantined (row remapping: row remap pending (1 uncorrectable): reset the "
-                          "GPU; action reset_gpu: A remap is pending: reset the GPU to apply it; a remapping failure "
-                          "is an RMA case)"]
+    assert seen[5][1] == [
+        "r740-03 GPU 1: quarantined (row remapping: row remap pending (1 uncorrectable): reset the "
+        "GPU; action reset_gpu: A remap is pending: reset the GPU to apply it; a remapping failure "
+        "is an RMA case)"
+    ]
     assert "row remapping" in seen[6][1] and "FAIL" in seen[6][1]
     assert "r740-03 GPU 2" in out["quarantine"] and "row remap pending" in out["quarantine"]
-    assert "quarantine: r740-03: GPU(s) 2 quarantined (GPU 2: row remap pending): runs use GPU(s) 0,1" \
-        in out["sweep"]
+    assert "quarantine: r740-03: GPU(s) 2 quarantined (GPU 2: row remap pending): runs use GPU(s) 0,1" in out["sweep"]
     assert out["validate"].startswith("history: 0 run(s) added, 0 already there; 1 validation(s) added")
     assert seen[8][1].startswith("r740-03 GPU 2: released (the validate of ")
     assert seen[9][1].strip() == "r740-03 GPU 1: released (GPU reset by hand; validate next)"
@@ -74,12 +90,26 @@ def gate_records(path: Path) -> list[str]:
     from lab.history import sweeps
     from lab.validate import health
 
-    gpus = [{"index": i, "uuid": f"GPU-5eed000{i}-0000-0000-0000-00000000000{i}", "name": "Tesla T4",
-             "row_remap": {"correctable": 0, "uncorrectable": int(i == 1), "pending": i == 1, "failure": False}}
-            for i in range(3)]
-    doc = {"kind": "gpulab-health", "schema": 1, "collected_at": dt.datetime.now(dt.timezone.utc).isoformat(),
-           "boot_id": "b", "uptime_s": 10.0, "nvidia": None, "gpu_count": 3, "gpus": gpus,
-           "xid": {"source": "dmesg", "error": None, "events": []}}
+    gpus = [
+        {
+            "index": i,
+            "uuid": f"GPU-5eed000{i}-0000-0000-0000-00000000000{i}",
+            "name": "Tesla T4",
+            "row_remap": {"correctable": 0, "uncorrectable": int(i == 1), "pending": i == 1, "failure": False},
+        }
+        for i in range(3)
+    ]
+    doc = {
+        "kind": "gpulab-health",
+        "schema": 1,
+        "collected_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "boot_id": "b",
+        "uptime_s": 10.0,
+        "nvidia": None,
+        "gpu_count": 3,
+        "gpus": gpus,
+        "xid": {"source": "dmesg", "error": None, "events": []},
+    }
     memory = sweeps.open_for(f"sqlite:///{path}", "gated")
     try:
         return memory.record_health("r740-03", health.judge(doc, expect_gpus=True), doc)

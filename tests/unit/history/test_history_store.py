@@ -25,8 +25,10 @@ def counts(url) -> dict:
     d = hdb.open_db(url)
     try:
         with d.session() as s:
-            return {m.__tablename__: s.scalar(sa.select(sa.func.count()).select_from(m))
-                    for m in (Gpu, Run, RunGpu, Validation, Check)}
+            return {
+                m.__tablename__: s.scalar(sa.select(sa.func.count()).select_from(m))
+                for m in (Gpu, Run, RunGpu, Validation, Check)
+            }
     finally:
         d.close()
 
@@ -43,7 +45,7 @@ def test_a_new_database_is_at_the_head_revision_and_the_models_equal_the_migrati
         assert diff == []
     finally:
         d.close()
-    hdb.open_db(db_url).close()   # opening again migrates nothing
+    hdb.open_db(db_url).close()  # opening again migrates nothing
 
 
 def test_import_keys_runs_and_checks_on_gpu_uuids_and_adds_nothing_twice(db_url, tmp_path):
@@ -57,7 +59,7 @@ def test_import_keys_runs_and_checks_on_gpu_uuids_and_adds_nothing_twice(db_url,
     assert (again.runs, again.runs_present, again.validations, again.validations_present) == (0, 4, 0, 1)
     n = counts(db_url)
     assert n["runs"] == 4 and n["validations"] == 1 and n["run_gpus"] == 4
-    assert n["gpus"] == 8 + 4   # the H200 host's eight, and each GPU that a run used
+    assert n["gpus"] == 8 + 4  # the H200 host's eight, and each GPU that a run used
 
     d = hdb.open_db(db_url)
     try:
@@ -65,17 +67,24 @@ def test_import_keys_runs_and_checks_on_gpu_uuids_and_adds_nothing_twice(db_url,
             g = s.scalar(sa.select(Gpu).where(Gpu.uuid == gpu_uuid("r740-01", 1)))
             assert (g.serial, g.name, g.host) == ("1600000000001", "NVIDIA H200", "r740-01")
             run = s.scalar(sa.select(Run).where(Run.host == "r740-01", Run.seed == 1))
-            assert (run.sweep, run.benchmark, run.outcome, run.samples_per_s, run.gpu_indices) == \
-                ("sw1", "ncf", "success", 1001.0, "1")
+            assert (run.sweep, run.benchmark, run.outcome, run.samples_per_s, run.gpu_indices) == (
+                "sw1",
+                "ncf",
+                "success",
+                1001.0,
+                "1",
+            )
             assert run.stack == "current" and "torch 2.13.0" in run.stack_versions
         rows = query.history_rows(d, gpu=gpu_uuid("r740-01", 1))
-        assert [(r["metric"], r["value"], r["uuid"]) for r in rows] == \
-            [("ncf throughput", 1001.0, gpu_uuid("r740-01", 1))]
+        assert [(r["metric"], r["value"], r["uuid"]) for r in rows] == [
+            ("ncf throughput", 1001.0, gpu_uuid("r740-01", 1))
+        ]
         remap = query.history_rows(d, host="h200-01", gpu="2", metric="row remap")
         assert [(r["gpu"], r["verdict"]) for r in remap] == [(2, "FAIL")]
         assert remap[0]["uuid"].startswith("GPU-") and remap[0]["uuid"].endswith("02")
-        bandwidth = [r for r in query.history_rows(d, host="h200-01", gpu="0", limit=500)
-                     if isinstance(r["value"], float)]
+        bandwidth = [
+            r for r in query.history_rows(d, host="h200-01", gpu="0", limit=500) if isinstance(r["value"], float)
+        ]
         assert bandwidth and all(r["uuid"] == remap[0]["uuid"][:-2] + "00" for r in bandwidth)
         assert query.history_rows(d, host="h200-01", since="2099-01-01") == []
     finally:
@@ -91,7 +100,7 @@ def test_a_later_run_of_a_gpu_adds_to_its_history(db_url, tmp_path):
     d = hdb.open_db(db_url)
     try:
         rows = query.history_rows(d, gpu=gpu_uuid("r740-03", 2))
-        assert [r["value"] for r in rows] == [920.0, 1000.0]   # newest first
+        assert [r["value"] for r in rows] == [920.0, 1000.0]  # newest first
         assert rows[0]["at"] == dt.datetime(2026, 12, 1, 10, tzinfo=dt.timezone.utc)
         with d.session() as s:
             g = s.scalar(sa.select(Gpu).where(Gpu.uuid == gpu_uuid("r740-03", 2)))
@@ -118,18 +127,33 @@ def test_two_writers_at_once_lose_nothing(db_url, tmp_path):
     b = write_sweep(res, "b", {"h2": 2, "h3": 4}, runs_per_host=6, day=2)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     # both start on an empty database (both migrate it) and share sweep b, and so b's GPUs
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, db_url, str(a), str(b)], env=env, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
-             subprocess.Popen([sys.executable, "-c", WRITER, db_url, str(b)], env=env, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, db_url, str(a), str(b)],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ),
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, db_url, str(b)],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ),
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     added = [tuple(map(int, o.split())) for o, _ in outs]
-    assert added[0][0] + added[1][0] == 24 and added[0][1] + added[1][1] == 12   # b's 12 runs: once each
+    assert added[0][0] + added[1][0] == 24 and added[0][1] + added[1][1] == 12  # b's 12 runs: once each
     n = counts(db_url)
     assert n["runs"] == 24 and n["run_gpus"] == 24
-    assert n["gpus"] == len({(h, i) for h, k in (("h1", 2), ("h2", 2), ("h3", 4)) for i in range(k)
-                             if any(s % k == i for s in range(1, 7))})
+    assert n["gpus"] == len(
+        {(h, i) for h, k in (("h1", 2), ("h2", 2), ("h3", 4)) for i in range(k) if any(s % k == i for s in range(1, 7))}
+    )
 
 
 def test_a_database_of_a_newer_schema_is_refused(db_url):
@@ -153,7 +177,8 @@ def test_quarantine_release_asks_for_a_passing_validate_since(db_url, tmp_path):
         q.add(d, q.parse_target("r740-09"), reason="fans", who="ops", at=t0)
         assert q.for_sweep(d, ["h200-01", "r740-09", "other"]) == {
             "h200-01": {"gpus": [2], "reason": "GPU 2: row remap pending"},
-            "r740-09": {"gpus": None, "reason": "fans"}}
+            "r740-09": {"gpus": None, "reason": "fans"},
+        }
         assert "h200-01 GPU 2" in "\n".join(q.table(q.active(d)))
 
         with pytest.raises(CheckFailed, match="no validate of h200-01 GPU 2 since it was quarantined"):
@@ -182,5 +207,5 @@ def test_a_bad_quarantine_target_is_one_line(bad):
 def test_a_host_the_sweep_takes_can_be_quarantined(name):
     from lab.core import fields
 
-    assert fields.host_name(name) == name   # the inventory's and the sweep's grammar
+    assert fields.host_name(name) == name  # the inventory's and the sweep's grammar
     assert q.parse_target(name) == q.Target(name) and q.parse_target(f"{name}:3") == q.Target(name, 3)

@@ -23,12 +23,17 @@ EXAMPLE = ROOT / "inventory" / "hosts.yml"
 
 
 def t4_hosts():
-    return inventory.load(EXAMPLE).select(device="t4")   # r740-01, r740-02: 4x T4 each (never contacted)
+    return inventory.load(EXAMPLE).select(device="t4")  # r740-01, r740-02: 4x T4 each (never contacted)
 
 
 def probed(n, roots=("pci0000:00", "pci0000:00", "pci0000:80", "pci0000:80")):
-    return {"gpu_count": n, "gpus": [asdict(topo.Gpu(index=i, bus_id=f"0000:{i:02x}:00.0", numa=i // 2,
-                                                     root=roots[i], name="Tesla T4")) for i in range(n)]}
+    return {
+        "gpu_count": n,
+        "gpus": [
+            asdict(topo.Gpu(index=i, bus_id=f"0000:{i:02x}:00.0", numa=i // 2, root=roots[i], name="Tesla T4"))
+            for i in range(n)
+        ],
+    }
 
 
 def test_plan_around_leaves_quarantined_gpus_out_of_every_subset():
@@ -44,19 +49,20 @@ def test_plan_around_leaves_quarantined_gpus_out_of_every_subset():
     assert all(2 not in ids for ids in used.values())
     assert {r.gpus for r in runs if r.host == "r740-02"} == {1, 2, 3, 4}
     # probed: the topology's PCIe roots still choose, among the GPUs left
-    _, topologies, _ = pl.plan_around(hosts, {"r740-01": {"gpus": [0], "reason": "x"}},
-                                      {"r740-01": probed(4), "r740-02": probed(4)})
+    _, topologies, _ = pl.plan_around(
+        hosts, {"r740-01": {"gpus": [0], "reason": "x"}}, {"r740-01": probed(4), "r740-02": probed(4)}
+    )
     runs = pl.plan(hosts, ["ncf"], "2", 1, "throughput", "full", topologies=topologies)
-    assert [r.gpu_ids for r in runs if r.host == "r740-01"] == [[2, 3]]   # one root, not 1 + 2
+    assert [r.gpu_ids for r in runs if r.host == "r740-01"] == [[2, 3]]  # one root, not 1 + 2
     assert [r.gpu_ids for r in runs if r.host == "r740-02"] == [[0, 1]]
 
 
 def test_a_quarantine_does_not_lift_the_more_gpus_than_the_host_has_check():
-    hosts = t4_hosts()   # 4x T4 each, by the inventory
+    hosts = t4_hosts()  # 4x T4 each, by the inventory
     with pytest.raises(ConfigError, match="--gpus: 8 GPUs asked but r740-01 has 4"):
         pl.plan(hosts, ["ncf"], "8", 1, "throughput", "full")
     left, topologies, _ = pl.plan_around(hosts, {"r740-01": {"gpus": [2], "reason": "x"}})
-    with pytest.raises(ConfigError, match="--gpus: 8 GPUs asked but r740-01 has 4"):   # ac25178 planned it
+    with pytest.raises(ConfigError, match="--gpus: 8 GPUs asked but r740-01 has 4"):  # ac25178 planned it
         pl.plan(left, ["ncf"], "8", 1, "throughput", "full", topologies=topologies)
 
 
@@ -83,15 +89,39 @@ def test_the_dry_run_plans_around_the_quarantine_in_the_database(tmp_path):
         q.add(db, q.parse_target("r740-02"), reason="fans", who="ops")
     finally:
         db.close()
-    env = dict(os.environ, INVOKE_GPULAB_RESULTS=str(tmp_path), PYTHONPATH=str(ROOT), INVOKE_GPULAB_INVENTORY=str(ROOT / "inventory" / "hosts.yml"))
-    p = subprocess.run([sys.executable, "-m", "invoke", "sweep", "--device", "t4", "--mode", "throughput",
-                        "--dry-run", "--name", "q1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    env = dict(
+        os.environ,
+        INVOKE_GPULAB_RESULTS=str(tmp_path),
+        PYTHONPATH=str(ROOT),
+        INVOKE_GPULAB_INVENTORY=str(ROOT / "inventory" / "hosts.yml"),
+    )
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "sweep",
+            "--device",
+            "t4",
+            "--mode",
+            "throughput",
+            "--dry-run",
+            "--name",
+            "q1",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert lines[:3] == [
         "sweep q1: mode throughput, scale full; 18 runs on 1 unit(s)",
         "quarantine: r740-01: GPU(s) 2 quarantined (GPU 2: row remap pending): runs use GPU(s) 0,1,3",
-        "quarantine: r740-02: skipped: quarantined (fans)"]
-    assert all(" GPUs 1,2,3 " in x for x in lines if x.startswith("  ncf") and "seed(s)" in x)   # not the pilot lines
+        "quarantine: r740-02: skipped: quarantined (fans)",
+    ]
+    assert all(" GPUs 1,2,3 " in x for x in lines if x.startswith("  ncf") and "seed(s)" in x)  # not the pilot lines
     assert not any(x.startswith("r740-02") for x in lines)
     assert lines[-1] == "18 runs planned for sweep q1 on 1 unit(s); nothing started (--dry-run)"

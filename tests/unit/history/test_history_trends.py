@@ -40,8 +40,9 @@ def write_val(out, doc, when, fail_gpu=None):
     if fail_gpu is not None:
         doc["probe"]["gpus"][fail_gpu]["row_remap"]["pending"] = True
     doc["probe"]["collected_at"] = when
-    v = fleet.evaluate({"h200-01": doc}, [], fleet.load_references(), None, level="standard",
-                       past={"gpus": {}, "error": None})
+    v = fleet.evaluate(
+        {"h200-01": doc}, [], fleet.load_references(), None, level="standard", past={"gpus": {}, "error": None}
+    )
     v.data["generated_at"] = when
     write_outputs(v, out)
     return out / "validate.json"
@@ -56,8 +57,9 @@ def past_validations(url, tmp_path, values, *, ecc=0, idle=30.0, fail_gpu=None, 
 def judge(url, doc) -> dict:
     """GPU 0's trend records of a validate of ``doc``, its past read from ``url`` as `invoke validate` reads it."""
     table = trends.load_trends()
-    past = history.past_reader(url)(trends.uuids({"h200-01": doc}, fleet.split_snapshot), trends.sources(table),
-                                    trends.depth(table))
+    past = history.past_reader(url)(
+        trends.uuids({"h200-01": doc}, fleet.split_snapshot), trends.sources(table), trends.depth(table)
+    )
     v = fleet.evaluate({"h200-01": doc}, [], fleet.load_references(), None, level="standard", past=past)
     g = v.hosts["h200-01"]["gpus"]["0"]
     return {c["check"]: c for c in g["checks"] if c["check"].endswith(" trend")}, v, past
@@ -96,8 +98,9 @@ def test_corrected_ecc_growth_and_idle_temperature_rise(db_url, tmp_path):
     recs, _, _ = judge(db_url, doc_with(bw=4190.0, ecc=40, idle=40.0))
     ecc = recs["ECC corrected trend"]
     assert (ecc["verdict"], ecc["last"], ecc["measured"], ecc["past_points"]) == ("WARN", 12.0, 40.0, 4)
-    assert ecc["reason"] == ("40 corrected ECC error(s) over the GPU's life, +28 since the last check "
-                             "(2026-11-09T10:00:00Z)")
+    assert ecc["reason"] == (
+        "40 corrected ECC error(s) over the GPU's life, +28 since the last check (2026-11-09T10:00:00Z)"
+    )
     idle = recs["idle temperature trend"]
     assert (idle["verdict"], idle["median"], idle["past_points"]) == ("WARN", 30.0, 4)
     assert idle["reason"] == "40 C at idle, +10.0 C from its own median 30 C of 4 passing point(s)"
@@ -127,18 +130,35 @@ def hostile_rows(url, uuid):
     eng = sa.create_engine(url)
     with eng.begin() as conn:
         gid = conn.execute(sa.select(Gpu.id).where(Gpu.uuid == uuid)).scalar()
-        vid = conn.execute(sa.insert(Validation).values(key="x" * 64, source="planted", level="standard",
-                                                        verdict="PASS", imported_at=dt.datetime.now(dt.timezone.utc),
-                                                        at=dt.datetime(2026, 11, 25, tzinfo=dt.timezone.utc))
-                           .returning(Validation.id)).scalar()
+        vid = conn.execute(
+            sa.insert(Validation)
+            .values(
+                key="x" * 64,
+                source="planted",
+                level="standard",
+                verdict="PASS",
+                imported_at=dt.datetime.now(dt.timezone.utc),
+                at=dt.datetime(2026, 11, 25, tzinfo=dt.timezone.utc),
+            )
+            .returning(Validation.id)
+        ).scalar()
         rows = [("NaN", "2026-11-20 10:00:00"), (1e300, "2026-11-21 10:00:00"), (2**62, "2026-11-22 10:00:00")]
         if url.startswith("sqlite"):
             rows += [("abc", "2026-11-23 10:00:00"), (5.0, "not a time")]
         for value, at in rows:
-            conn.execute(sa.text("INSERT INTO checks (validation_id, host, gpu_id, gpu_index, name, verdict, value, at) "
-                                 "VALUES (:v, 'h200-01', :g, 0, :n, 'PASS', :val, :at)"),
-                         {"v": vid, "g": gid, "n": BW, "val": float(value) if value == "NaN" else value,
-                          "at": at if url.startswith("sqlite") else dt.datetime.fromisoformat(at + "+00:00")})
+            conn.execute(
+                sa.text(
+                    "INSERT INTO checks (validation_id, host, gpu_id, gpu_index, name, verdict, value, at) "
+                    "VALUES (:v, 'h200-01', :g, 0, :n, 'PASS', :val, :at)"
+                ),
+                {
+                    "v": vid,
+                    "g": gid,
+                    "n": BW,
+                    "val": float(value) if value == "NaN" else value,
+                    "at": at if url.startswith("sqlite") else dt.datetime.fromisoformat(at + "+00:00"),
+                },
+            )
     eng.dispose()
     return len(rows)
 
@@ -160,8 +180,9 @@ def test_a_database_that_cannot_be_read_is_said_in_the_records(tmp_path):
     bad.write_bytes(b"this is not a database" * 100)
     recs, v, past = judge(f"sqlite:///{bad}", doc_with(bw=4190.0))
     assert recs[f"{BW} trend"]["verdict"] == "PASS"
-    assert recs[f"{BW} trend"]["reason"].startswith("not judged: the history could not be read: history database "
-                                                     f"sqlite:///{bad}: not a readable SQLite database")
+    assert recs[f"{BW} trend"]["reason"].startswith(
+        f"not judged: the history could not be read: history database sqlite:///{bad}: not a readable SQLite database"
+    )
     assert all(r["verdict"] == "PASS" and r["judged"] is False for r in recs.values())
 
 
@@ -173,12 +194,22 @@ def test_a_failing_validate_quarantines_the_gpu_and_a_passing_one_releases_it(db
     lines = history.after_validate([f], doc, db_url)
     assert lines[0].startswith("history: 0 run(s) added, 0 already there; 1 validation(s) added")
     # the H200 document's GPUs 0 and 1 fail their concurrent host-to-device figure, GPU 2 has a remap pending
-    assert [line.split(":")[0] for line in lines[1:]] == ["quarantined h200-01", "quarantined h200-01",
-                                                         "quarantined h200-01"]
-    assert lines[3].startswith("quarantined h200-01:2: validate 2026-12-01T13:00:00Z: row remapping: row remap "
-                               "pending (0 uncorrectable): reset the GPU; action: reset_gpu: ")
-    assert lines[1].startswith("quarantined h200-01:0: validate 2026-12-01T13:00:00Z: h2d_bandwidth_gbs (all GPUs "
-                               "at once): 49.8 GB/s is below 49.9") and "; action: rerun: " in lines[1]
+    assert [line.split(":")[0] for line in lines[1:]] == [
+        "quarantined h200-01",
+        "quarantined h200-01",
+        "quarantined h200-01",
+    ]
+    assert lines[3].startswith(
+        "quarantined h200-01:2: validate 2026-12-01T13:00:00Z: row remapping: row remap "
+        "pending (0 uncorrectable): reset the GPU; action: reset_gpu: "
+    )
+    assert (
+        lines[1].startswith(
+            "quarantined h200-01:0: validate 2026-12-01T13:00:00Z: h2d_bandwidth_gbs (all GPUs "
+            "at once): 49.8 GB/s is below 49.9"
+        )
+        and "; action: rerun: " in lines[1]
+    )
     d = hdb.open_db(db_url)
     try:
         entries = q.active(d)
@@ -190,8 +221,10 @@ def test_a_failing_validate_quarantines_the_gpu_and_a_passing_one_releases_it(db
         assert again[1].startswith("h200-01:0: already quarantined since ") and len(q.active(d)) == 3
         later = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=2)).isoformat()
         ok = write_validation(tmp_path / "v2", "h200-01", when=later)
-        assert [line[:31] for line in history.after_validate([ok], json.loads(ok.read_text()), db_url)[1:]] == \
-            ["h200-01:0: already quarantined ", "h200-01:1: already quarantined "]
+        assert [line[:31] for line in history.after_validate([ok], json.loads(ok.read_text()), db_url)[1:]] == [
+            "h200-01:0: already quarantined ",
+            "h200-01:1: already quarantined ",
+        ]
         assert "passed" in q.release(d, q.parse_target("h200-01:2"), who="ops").release_note
         with pytest.raises(CheckFailed, match="fails: GPU 0 h2d_bandwidth_gbs"):
             q.release(d, q.parse_target("h200-01:0"), who="ops")
@@ -203,8 +236,12 @@ def test_a_host_wide_failure_quarantines_the_host_and_the_setting_turns_it_off(d
     from lab.core.errors import HostError
     from lab.validate.verdict import write_outputs
 
-    v = fleet.evaluate({"r740-09": HostError("r740-09: unreachable: no route to host")}, [{"name": "r740-09"}],
-                       fleet.load_references(), None)
+    v = fleet.evaluate(
+        {"r740-09": HostError("r740-09: unreachable: no route to host")},
+        [{"name": "r740-09"}],
+        fleet.load_references(),
+        None,
+    )
     write_outputs(v, tmp_path / "v")
     f = tmp_path / "v" / "validate.json"
     assert history.after_validate([f], v.data, db_url, quarantine=False)[1:] == []
@@ -218,10 +255,16 @@ def test_a_host_wide_failure_quarantines_the_host_and_the_setting_turns_it_off(d
         d.close()
 
 
-@pytest.mark.parametrize("doc", [{}, {"hosts": []}, {"hosts": {"../x": {"verdict": "FAIL"}}},
-                                 {"hosts": {"h": {"verdict": "FAIL", "gpus": {"0": {"index": 10**30,
-                                                                                   "verdict": "FAIL"}}}}},
-                                 {"hosts": {"h": {"verdict": "FAIL", "checks": "x", "gpus": []}}}])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {},
+        {"hosts": []},
+        {"hosts": {"../x": {"verdict": "FAIL"}}},
+        {"hosts": {"h": {"verdict": "FAIL", "gpus": {"0": {"index": 10**30, "verdict": "FAIL"}}}}},
+        {"hosts": {"h": {"verdict": "FAIL", "checks": "x", "gpus": []}}},
+    ],
+)
 def test_malformed_verdicts_quarantine_nothing(doc):
     from lab.history.autoquarantine import failures
 

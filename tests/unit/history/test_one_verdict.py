@@ -22,14 +22,31 @@ NOW = dt.datetime.now(dt.timezone.utc)
 def validate(db, host: str, verdict: str, minutes_ago: float, other_host_fails=False, level="quick"):
     """An `invoke validate` of ``host`` (and of another host, which fails when asked), as validate.json imports."""
     at = NOW - dt.timedelta(minutes=minutes_ago)
-    checks = [CheckRecord(host=host, name="GPU present", verdict="PASS", value=4, at=at),
-              CheckRecord(host=host, name="row remapping", verdict=verdict, gpu=GpuRef(index=0, uuid="GPU-00000000-"
-                          "aaaa-bbbb-cccc-dddddddddddd"), value=0, at=at)]
+    checks = [
+        CheckRecord(host=host, name="GPU present", verdict="PASS", value=4, at=at),
+        CheckRecord(
+            host=host,
+            name="row remapping",
+            verdict=verdict,
+            gpu=GpuRef(index=0, uuid="GPU-00000000-aaaa-bbbb-cccc-dddddddddddd"),
+            value=0,
+            at=at,
+        ),
+    ]
     if other_host_fails:
         checks.append(CheckRecord(host="r740-09", name="GPU present", verdict="FAIL", value=0, at=at))
     key = hashlib.sha256(f"{host}{verdict}{minutes_ago}{level}".encode()).hexdigest()
-    add_validation(db, ValidationRecord(key=key, source="validate.json", at=at, level=level,
-                                        verdict="FAIL" if other_host_fails else verdict, checks=checks))
+    add_validation(
+        db,
+        ValidationRecord(
+            key=key,
+            source="validate.json",
+            at=at,
+            level=level,
+            verdict="FAIL" if other_host_fails else verdict,
+            checks=checks,
+        ),
+    )
 
 
 def health(memory, host: str, minutes_ago: float, pending_gpu=None):
@@ -40,19 +57,19 @@ def health(memory, host: str, minutes_ago: float, pending_gpu=None):
 def test_the_newest_check_of_either_kind_decides(db_url):
     memory = sweeps.open_for(db_url, "s1")
     try:
-        health(memory, "r740-01", 60)                       # the gate passed an hour ago ...
+        health(memory, "r740-01", 60)  # the gate passed an hour ago ...
         assert memory.recent_pass("r740-01", 24)
-        validate(memory.db, "r740-01", "FAIL", 30)          # ... and a validate failed since: the gate runs again
+        validate(memory.db, "r740-01", "FAIL", 30)  # ... and a validate failed since: the gate runs again
         assert not memory.recent_pass("r740-01", 24)
-        health(memory, "r740-01", 10)                       # a newer passing gate decides now
+        health(memory, "r740-01", 10)  # a newer passing gate decides now
         assert memory.recent_pass("r740-01", 24)
-        validate(memory.db, "r740-02", "PASS", 5)           # a passing validate spares the gate too
+        validate(memory.db, "r740-02", "PASS", 5)  # a passing validate spares the gate too
         assert memory.recent_pass("r740-02", 24) and not memory.recent_pass("r740-02", 0)
         # a validate of several hosts that failed elsewhere passes this host
         validate(memory.db, "r740-03", "PASS", 5, other_host_fails=True)
         assert memory.recent_pass("r740-03", 24) and not memory.recent_pass("r740-09", 24)
         health(memory, "r740-04", 120)
-        validate(memory.db, "r740-04", "PASS", 200)         # an older validate does not undo a newer gate result
+        validate(memory.db, "r740-04", "PASS", 200)  # an older validate does not undo a newer gate result
         health(memory, "r740-04", 20, pending_gpu=1)
         assert not memory.recent_pass("r740-04", 24)
     finally:
@@ -73,9 +90,22 @@ def test_history_tells_the_gate_from_validate(db_url):
 
 
 def cpu_host(model="auto", count="auto"):
-    return Host(name="here", address="127.0.0.1", port=22, user=None, connection="local", gpu_model=model,
-                gpu_count=count, stack="current", groups=(), workdir="/tmp", python=None, ssh_key=None,
-                known_hosts="/dev/null", vars={"gpulab_gpu_model": model, "gpulab_gpu_count": count})
+    return Host(
+        name="here",
+        address="127.0.0.1",
+        port=22,
+        user=None,
+        connection="local",
+        gpu_model=model,
+        gpu_count=count,
+        stack="current",
+        groups=(),
+        workdir="/tmp",
+        python=None,
+        ssh_key=None,
+        known_hosts="/dev/null",
+        vars={"gpulab_gpu_model": model, "gpulab_gpu_count": count},
+    )
 
 
 def test_gate_and_validate_expect_gpus_by_one_rule_and_name_a_cpu_host_alike():
@@ -86,9 +116,12 @@ def test_gate_and_validate_expect_gpus_by_one_rule_and_name_a_cpu_host_alike():
     h = cpu_host()
     gated = judge.judge(d, expect_gpus=gate.expects_gpus(h))
     validated = hostchecks.no_gpu_checks(h, {"nvidia": d["nvidia"]})
-    assert gated.ok and [(c["check"], c["verdict"]) for c in gated.host_checks] == \
-        [(c["check"], c["verdict"]) for c in validated] == [("GPU count", "PASS")]
+    assert gated.ok and [(c["check"], c["verdict"]) for c in gated.host_checks] == [
+        (c["check"], c["verdict"]) for c in validated
+    ] == [("GPU count", "PASS")]
     failing = judge.judge(d, expect_gpus=gate.expects_gpus(cpu_host("T4", 4)))
-    assert [(c["check"], c["verdict"]) for c in failing.host_checks] == \
-        [(c["check"], c["verdict"]) for c in hostchecks.no_gpu_checks(cpu_host("T4", 4), {"nvidia": d["nvidia"]})] \
+    assert (
+        [(c["check"], c["verdict"]) for c in failing.host_checks]
+        == [(c["check"], c["verdict"]) for c in hostchecks.no_gpu_checks(cpu_host("T4", 4), {"nvidia": d["nvidia"]})]
         == [("GPU present", "FAIL")]
+    )

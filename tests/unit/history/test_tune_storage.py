@@ -26,12 +26,20 @@ def fleet(req):
 
 
 def _req(name="pg1", trials=3):
-    return entry.request("ncf", scale="tiny", name=name, device="cpu", seeds=2, trials=trials,
-                         tune_settings={"heartbeat_s": 0.05, "stale_s": 600}, wave=2)
+    return entry.request(
+        "ncf",
+        scale="tiny",
+        name=name,
+        device="cpu",
+        seeds=2,
+        trials=trials,
+        tune_settings={"heartbeat_s": 0.05, "stale_s": 600},
+        wave=2,
+    )
 
 
 def test_the_study_and_the_history_share_one_database_and_a_left_trial_resumes(db_url, tmp_path):
-    history = historydb.open_db(db_url)        # the history's schema first, as in a lab that has one
+    history = historydb.open_db(db_url)  # the history's schema first, as in a lab that has one
     history.close()
     storage, _ = entry.storage_for(db_url)
     req = _req(trials=2)
@@ -42,8 +50,12 @@ def test_the_study_and_the_history_share_one_database_and_a_left_trial_resumes(d
     with history.engine.connect() as conn:
         assert migrate.current(conn) == migrate.head()
         if history.engine.dialect.name == "postgresql":
-            names = {r[0] for r in conn.execute(text(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'gpulab_tune'"))}
+            names = {
+                r[0]
+                for r in conn.execute(
+                    text("SELECT table_name FROM information_schema.tables WHERE table_schema = 'gpulab_tune'")
+                )
+            }
             assert {"studies", "trials", "alembic_version"} <= names
     history.close()
     # a controller that died mid-trial: a trial left running, its owner a gone process of this machine
@@ -52,8 +64,7 @@ def test_the_study_and_the_history_share_one_database_and_a_left_trial_resumes(d
     left.set_user_attr("gpulab_sweep", f"{req.name}-t{left.number:04d}")
     left.set_user_attr("gpulab_cap", 20)
     left.set_user_attr(search.HEARTBEAT, {"at": 0, "owner": "elsewhere:1"})
-    again = search.tune(_req(trials=3), entry.storage_for(db_url)[0], fleet, tmp_path / "results",
-                        echo=lambda *_: None)
+    again = search.tune(_req(trials=3), entry.storage_for(db_url)[0], fleet, tmp_path / "results", echo=lambda *_: None)
     t = again.study.trials[left.number]
     assert t.state in (TrialState.COMPLETE, TrialState.PRUNED) and "gpulab_stale" in t.user_attrs
     assert not again.study.get_trials(states=(TrialState.RUNNING,))

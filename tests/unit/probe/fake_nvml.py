@@ -65,31 +65,76 @@ class FakeNvml:
         return i
 
     # -- device
-    def nvmlDeviceGetName(self, h): return self._get(h, "name")
-    def nvmlDeviceGetUUID(self, h): return self._get(h, "uuid")
-    def nvmlDeviceGetSerial(self, h): return self._get(h, "serial")
-    def nvmlDeviceGetVbiosVersion(self, h): return self._get(h, "vbios")
-    def nvmlDeviceGetPciInfo(self, h): return SimpleNamespace(busId=self._get(h, "bus_id"))
+    def nvmlDeviceGetName(self, h):
+        return self._get(h, "name")
+
+    def nvmlDeviceGetUUID(self, h):
+        return self._get(h, "uuid")
+
+    def nvmlDeviceGetSerial(self, h):
+        return self._get(h, "serial")
+
+    def nvmlDeviceGetVbiosVersion(self, h):
+        return self._get(h, "vbios")
+
+    def nvmlDeviceGetPciInfo(self, h):
+        return SimpleNamespace(busId=self._get(h, "bus_id"))
+
     def nvmlDeviceGetMemoryInfo(self, h):
         total, used = self._get(h, "mem")
         return SimpleNamespace(total=total, used=used, free=total - used)
-    def nvmlDeviceGetCurrPcieLinkGeneration(self, h): return self._get(h, "gen")
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, h): return self._get(h, "gen_max")
-    def nvmlDeviceGetCurrPcieLinkWidth(self, h): return self._get(h, "width")
-    def nvmlDeviceGetMaxPcieLinkWidth(self, h): return self._get(h, "width_max")
-    def nvmlDeviceGetEnforcedPowerLimit(self, h): return self._get(h, "power_limit_mw")
-    def nvmlDeviceGetPowerUsage(self, h): return self._get(h, "power_mw")
-    def nvmlDeviceGetEccMode(self, h): return self._get(h, "ecc_mode")
-    def nvmlDeviceGetTotalEccErrors(self, h, kind, counter): return self._get(h, "ecc")[(kind, counter)]
-    def nvmlDeviceGetRetiredPages(self, h, cause): return self._get(h, "retired")[cause]
-    def nvmlDeviceGetRetiredPagesPendingStatus(self, h): return self._get(h, "retired_pending")
-    def nvmlDeviceGetRemappedRows(self, h): return self._get(h, "remap")
-    def nvmlDeviceGetTemperature(self, h, sensor): return self._get(h, "temp")
-    def nvmlDeviceGetTemperatureThreshold(self, h, kind): return self._get(h, "thresholds")[kind]
-    def nvmlDeviceGetClockInfo(self, h, clock): return self._get(h, "clocks")[clock]
-    def nvmlDeviceGetMaxClockInfo(self, h, clock): return self._get(h, "max_clocks")[clock]
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h): return self._get(h, "throttle")
-    def nvmlDeviceGetPcieReplayCounter(self, h): return self._get(h, "pcie_replay")
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+        return self._get(h, "gen")
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+        return self._get(h, "gen_max")
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
+        return self._get(h, "width")
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
+        return self._get(h, "width_max")
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return self._get(h, "power_limit_mw")
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return self._get(h, "power_mw")
+
+    def nvmlDeviceGetEccMode(self, h):
+        return self._get(h, "ecc_mode")
+
+    def nvmlDeviceGetTotalEccErrors(self, h, kind, counter):
+        return self._get(h, "ecc")[(kind, counter)]
+
+    def nvmlDeviceGetRetiredPages(self, h, cause):
+        return self._get(h, "retired")[cause]
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h):
+        return self._get(h, "retired_pending")
+
+    def nvmlDeviceGetRemappedRows(self, h):
+        return self._get(h, "remap")
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        return self._get(h, "temp")
+
+    def nvmlDeviceGetTemperatureThreshold(self, h, kind):
+        return self._get(h, "thresholds")[kind]
+
+    def nvmlDeviceGetClockInfo(self, h, clock):
+        return self._get(h, "clocks")[clock]
+
+    def nvmlDeviceGetMaxClockInfo(self, h, clock):
+        return self._get(h, "max_clocks")[clock]
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return self._get(h, "throttle")
+
+    def nvmlDeviceGetPcieReplayCounter(self, h):
+        return self._get(h, "pcie_replay")
+
     def nvmlDeviceGetNvLinkState(self, h, link):
         links = self._get(h, "nvlink")  # list of per-link dicts: up, and counters by NVML number
         if not 0 <= link < len(links):
@@ -98,11 +143,13 @@ class FakeNvml:
         if isinstance(state, BaseException):
             raise state
         return pynvml.NVML_FEATURE_ENABLED if state else pynvml.NVML_FEATURE_DISABLED
+
     def nvmlDeviceGetNvLinkErrorCounter(self, h, link, counter):
         value = self._get(h, "nvlink")[link].get(counter, pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED))
         if isinstance(value, BaseException):
             raise value
         return value
+
     def nvmlDeviceGetUtilizationRates(self, h):
         g, m = self._get(h, "util")
         return SimpleNamespace(gpu=g, memory=m)
@@ -116,8 +163,12 @@ def h200_like(**over):
         "vbios": "96.00.99.00.01",
         "bus_id": "00000000:1B:00.0",
         "mem": (143771 * 1024 * 1024, 512 * 1024 * 1024),
-        "gen": 5, "gen_max": 5, "width": 16, "width_max": 16,
-        "power_limit_mw": 700000, "power_mw": 74321,
+        "gen": 5,
+        "gen_max": 5,
+        "width": 16,
+        "width_max": 16,
+        "power_limit_mw": 700000,
+        "power_mw": 74321,
         "ecc_mode": (1, 1),
         "ecc": {(1, 0): 0, (1, 1): 0, (0, 0): 0, (0, 1): 3},
         "remap": (0, 0, 0, 0),
@@ -147,4 +198,3 @@ def old_gpu(**over):
     }
     facts.update(over)
     return facts
-

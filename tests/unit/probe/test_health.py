@@ -14,13 +14,19 @@ from lab.validate import health as judge
 from runner import health
 
 ROOT = Path(__file__).resolve().parents[3]
-PENDING = h200_like(uuid="GPU-22222222-1111-2222-3333-444444444444", bus_id="00000000:9A:00.0",
-                    remap=(0, 1, 1, 0))
+PENDING = h200_like(uuid="GPU-22222222-1111-2222-3333-444444444444", bus_id="00000000:9A:00.0", remap=(0, 1, 1, 0))
 
 
 def doc_with(monkeypatch, gpus, events=()):
-    monkeypatch.setattr(health, "xid_scan", lambda probed: {"source": "dmesg", "error": None, "events": [
-        {"xid": x, "pci": "0000:1b:00", "gpu": g, "uptime_s": t, "text": "..."} for x, g, t in events]})
+    monkeypatch.setattr(
+        health,
+        "xid_scan",
+        lambda probed: {
+            "source": "dmesg",
+            "error": None,
+            "events": [{"xid": x, "pci": "0000:1b:00", "gpu": g, "uptime_s": t, "text": "..."} for x, g, t in events],
+        },
+    )
     return health.gather(None if gpus is None else FakeNvml(gpus))
 
 
@@ -46,23 +52,31 @@ def test_a_pending_row_remap_fails_its_gpu_with_validates_action(monkeypatch):
 def test_xids_count_only_after_the_last_check_of_the_same_boot(monkeypatch):
     doc = doc_with(monkeypatch, [h200_like()], events=[(79, 0, 100.0), (79, 0, 900.0)])
     assert [f.reason for f in judge.judge(doc, expect_gpus=True).failures] == [
-        "XID events: XID 79 (GPU has fallen off the bus) x2 since boot"]
+        "XID events: XID 79 (GPU has fallen off the bus) x2 since boot"
+    ]
     late = judge.judge(doc, expect_gpus=True, mark=(doc["boot_id"], 500.0))
     assert [(f.gpu, f.reason) for f in late.failures] == [
-        (0, "XID events: XID 79 (GPU has fallen off the bus) x1 since the last health check")]
+        (0, "XID events: XID 79 (GPU has fallen off the bus) x1 since the last health check")
+    ]
     assert late.failures[0].action.startswith("reboot: ") or late.failures[0].action.startswith("reset_gpu: ")
     assert judge.judge(doc, expect_gpus=True, mark=(doc["boot_id"], 1000.0)).ok
     assert not judge.judge(doc, expect_gpus=True, mark=("another-boot", 1000.0)).ok
 
 
 def test_without_nvml_a_gpu_host_fails_and_a_cpu_host_passes(monkeypatch):
-    monkeypatch.setattr(health.probe, "load_nvml", lambda: (_ for _ in ()).throw(
-        health.probe.NvmlUnavailable("NVML could not start: NVML Shared Library Not Found")))
+    monkeypatch.setattr(
+        health.probe,
+        "load_nvml",
+        lambda: (_ for _ in ()).throw(
+            health.probe.NvmlUnavailable("NVML could not start: NVML Shared Library Not Found")
+        ),
+    )
     doc = doc_with(monkeypatch, None)
     assert judge.judge(doc, expect_gpus=False).ok
     v = judge.judge(doc, expect_gpus=True)
     assert [(f.gpu, f.reason) for f in v.failures] == [
-        (None, "GPU present: no NVIDIA driver/GPU found: NVML could not start: NVML Shared Library Not Found")]
+        (None, "GPU present: no NVIDIA driver/GPU found: NVML could not start: NVML Shared Library Not Found")
+    ]
     assert v.failures[0].action.startswith("reboot: Load the NVIDIA driver")
 
 
@@ -73,8 +87,9 @@ def test_bad_documents_are_named():
 
 
 def test_the_command_prints_one_json_line_here():
-    p = subprocess.run([sys.executable, "-m", "runner", "health"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "runner", "health"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == 0, p.stderr
     (line,) = p.stdout.splitlines()
     assert judge.check_document(json.loads(line)) is None

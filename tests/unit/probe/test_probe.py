@@ -24,7 +24,9 @@ def test_no_driver_gives_gpus_empty_and_plain_reason(monkeypatch):
 
 def test_cli_on_this_machine_prints_one_json_document():
     """This machine has no NVIDIA driver: the real NVML path must say so, exit 0."""
-    out = subprocess.run([sys.executable, "-m", "runner", "probe", "--json"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "runner", "probe", "--json"], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["schema"] == 1
@@ -42,7 +44,9 @@ def test_cli_does_not_import_frameworks():
 
 
 def test_bad_gpu_list_is_one_line_exit_2():
-    out = subprocess.run([sys.executable, "-m", "runner", "probe", "--gpus", "0,x"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "runner", "probe", "--gpus", "0,x"], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 2
     assert out.stdout == ""
     assert out.stderr.strip().count("\n") == 0 and "--gpus" in out.stderr
@@ -58,8 +62,14 @@ def test_h200_like_gpu_fields():
     g = doc["gpus"][0]
     assert g["name"] == "NVIDIA H200"
     assert g["memory_total_mib"] == 143771
-    assert g["pcie"] == {"gen_current": 5, "gen_max": 5, "gen_gpu_max": None, "width_current": 16, "width_max": 16,
-                        "replay_count": 0}
+    assert g["pcie"] == {
+        "gen_current": 5,
+        "gen_max": 5,
+        "gen_gpu_max": None,
+        "width_current": 16,
+        "width_max": 16,
+        "replay_count": 0,
+    }
     assert g["power"]["limit_w"] == 700.0 and g["power"]["draw_w"] == 74.3
     assert g["ecc"]["enabled"] is True
     assert g["ecc"]["uncorrected_volatile"] == 0 and g["ecc"]["corrected_aggregate"] == 3

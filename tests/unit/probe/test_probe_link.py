@@ -107,13 +107,22 @@ def test_an_nvml_without_the_calls(tmp_path):
     unavailable = {}
     facts = probe_link.interconnect_facts(Bare(), 0, "not an address", tmp_path, unavailable)
     assert facts == {"nvlink": None, "pcie_replay_count": None, "aer": None}
-    assert unavailable == {"nvlink": "not in this nvidia-ml-py", "pcie.replay_count": "not in this nvidia-ml-py",
-                           "aer": "no PCI address to look up ('not an address')"}
+    assert unavailable == {
+        "nvlink": "not in this nvidia-ml-py",
+        "pcie.replay_count": "not in this nvidia-ml-py",
+        "aer": "no PCI address to look up ('not an address')",
+    }
 
 
 def test_aer_file_parsing_and_addresses():
-    assert probe_link.parse_aer("RxErr 3\nBadTLP 0\nTOTAL_ERR_COR 3\n", "TOTAL_ERR_COR") == {"total": 3, "counts": {"RxErr": 3}}
-    assert probe_link.parse_aer("RxErr 3\nBadDLLP 2\n", "TOTAL_ERR_COR") == {"total": 5, "counts": {"RxErr": 3, "BadDLLP": 2}}
+    assert probe_link.parse_aer("RxErr 3\nBadTLP 0\nTOTAL_ERR_COR 3\n", "TOTAL_ERR_COR") == {
+        "total": 3,
+        "counts": {"RxErr": 3},
+    }
+    assert probe_link.parse_aer("RxErr 3\nBadDLLP 2\n", "TOTAL_ERR_COR") == {
+        "total": 5,
+        "counts": {"RxErr": 3, "BadDLLP": 2},
+    }
     assert probe_link.parse_aer("garbage\n\x00\nRxErr -1\n", "TOTAL_ERR_COR") is None
     assert probe_link.sysfs_name("00000000:1B:00.0") == "0000:1b:00.0"
     assert probe_link.sysfs_name("0001:3b:00.1") == "0001:3b:00.1"
@@ -138,7 +147,11 @@ def test_counters_after_the_load_per_gpu(tmp_path, monkeypatch):
     after = probe_link.counters(doc)
     assert after["collected_at"] == doc["collected_at"]
     assert after["gpus"] == {
-        "0": {"nvlink_links_up": 2, "nvlink_errors": {"replay": 2, "recovery": 0, "crc_flit": 6, "crc_data": 0},
-              "pcie_replay_count": 9, "aer": {"correctable": 4, "nonfatal": 0, "fatal": 0}},
+        "0": {
+            "nvlink_links_up": 2,
+            "nvlink_errors": {"replay": 2, "recovery": 0, "crc_flit": 6, "crc_data": 0},
+            "pcie_replay_count": 9,
+            "aer": {"correctable": 4, "nonfatal": 0, "fatal": 0},
+        },
         "1": {"nvlink_links_up": None, "nvlink_errors": None, "pcie_replay_count": None, "aer": None},
     }

@@ -30,8 +30,19 @@ def test_no_gpu_writes_header_only(tmp_path):
 
 def test_columns_are_the_contract():
     assert telemetry.COLUMNS == [
-        "time_s", "gpu", "uuid", "power_w", "temp_c", "sm_clock_mhz", "mem_clock_mhz",
-        "util_gpu_pct", "util_mem_pct", "mem_used_mib", "throttle_reasons", "pcie_gen", "pcie_width",
+        "time_s",
+        "gpu",
+        "uuid",
+        "power_w",
+        "temp_c",
+        "sm_clock_mhz",
+        "mem_clock_mhz",
+        "util_gpu_pct",
+        "util_mem_pct",
+        "mem_used_mib",
+        "throttle_reasons",
+        "pcie_gen",
+        "pcie_width",
     ]
 
 

@@ -24,6 +24,7 @@ def mini_study(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def study_report(mini_study, tmp_path_factory):
     from lab.report.build import build_report
+
     out = tmp_path_factory.mktemp("ministudy-report") / "report"
     return build_report([mini_study], out), out
 
@@ -42,8 +43,10 @@ def _archive(name: str = NAME) -> Path | None:
 def _extract(tmp_path_factory, name: str) -> Path:
     archive = _archive(name)
     if archive is None:
-        pytest.skip(f"../shared/{name} not found: the published sample logs are in the folder "
-                    "shared/ beside the checkout, which CI provides")
+        pytest.skip(
+            f"../shared/{name} not found: the published sample logs are in the folder "
+            "shared/ beside the checkout, which CI provides"
+        )
     root = tmp_path_factory.mktemp("mlperf")
     with tarfile.open(archive) as tar:
         tar.extractall(root, filter="data")
@@ -79,8 +82,8 @@ def summarized(round_trees, rounds5_trees):
     @lru_cache(maxsize=None)
     def side(rnd: str):
         trees = rounds5_trees if rnd in ("v5.0", "v5.1") else round_trees
-        return rounds_compare.summarizer_side(trees / f"training_results_{rnd}",
-                                              default_rules().rounds[rnd]["ruleset"])
+        return rounds_compare.summarizer_side(trees / f"training_results_{rnd}", default_rules().rounds[rnd]["ruleset"])
+
     return side
 
 
@@ -90,21 +93,46 @@ def runner_sweep(tmp_path_factory):
     planned run that never ran (the runs cost some seconds each, made once per session)."""
     from lab.sweep import plan as pl
     from lab.sweep import state as sweepstate
+
     root = tmp_path_factory.mktemp("e2e") / "results" / "demo"
     planned = [pl.PlannedRun("localhost", "ncf", 0, seed, "ttt", "tiny") for seed in (1, 2)]
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="2",
-               GPULAB_CACHE_DIR=str(tmp_path_factory.mktemp("cache")))
+    env = dict(
+        os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="2", GPULAB_CACHE_DIR=str(tmp_path_factory.mktemp("cache"))
+    )
     for run in planned:
         out = root / run.host / run.run_id
-        p = subprocess.run([sys.executable, "-m", "runner", "run", "ncf", "--scale", "tiny", "--seed",
-                            str(run.seed), "--gpus", "0", "--out", str(out)],
-                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "runner",
+                "run",
+                "ncf",
+                "--scale",
+                "tiny",
+                "--seed",
+                str(run.seed),
+                "--gpus",
+                "0",
+                "--out",
+                str(out),
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert p.returncode == 0, p.stdout + p.stderr
         status = json.loads((out / "status.json").read_text())
         run.state, run.outcome, run.reason = "complete", status["outcome"], status["reason"]
     # A third planned run that never ran.
     planned.append(pl.PlannedRun("localhost", "ncf", 0, 3, "ttt", "tiny", state="failed", reason="interrupted"))
-    sweep = sweepstate.Sweep(root=root, name="demo", runs=planned, hosts={
-        "localhost": {"address": "localhost", "gpu_model": "auto", "gpu_count": "auto", "stack": "current"}})
+    sweep = sweepstate.Sweep(
+        root=root,
+        name="demo",
+        runs=planned,
+        hosts={"localhost": {"address": "localhost", "gpu_model": "auto", "gpu_count": "auto", "stack": "current"}},
+    )
     sweep.save()
     return root

@@ -18,12 +18,13 @@ from pathlib import Path
 from mlperf_logging.mllog import mllog as mllog_impl
 from mlperf_logging.mllog import constants as C
 
-T0 = 1_700_000_000.0   # run_start of the first run, unix seconds
+T0 = 1_700_000_000.0  # run_start of the first run, unix seconds
 
 
 # --------------------------------------------------------------------------
 # v0.5
 # --------------------------------------------------------------------------
+
 
 def v05_line(bench: str, t: float, key: str, value=None, src="train.py:42") -> str:
     line = f":::MLPv0.5.0 {bench} {t:.9f} ({src}) {key}"
@@ -32,15 +33,30 @@ def v05_line(bench: str, t: float, key: str, value=None, src="train.py:42") -> s
     return line
 
 
-def v05_run(bench, *, start=T0, epochs=3, epoch_s=100.0, seed=1, target=21.8, values=None,
-            samples=None, success_flag=True, stop_delay=0.0, eval_s=0.0, log_target=True):
+def v05_run(
+    bench,
+    *,
+    start=T0,
+    epochs=3,
+    epoch_s=100.0,
+    seed=1,
+    target=21.8,
+    values=None,
+    samples=None,
+    success_flag=True,
+    stop_delay=0.0,
+    eval_s=0.0,
+    log_target=True,
+):
     """Lines of one v0.5 run: epochs of epoch_s seconds (training epoch_s - eval_s,
     then eval_s of evaluation); eval_accuracy after each epoch."""
     if values is None:
         values = [target * (0.5 + 0.4 * (i + 1) / epochs) for i in range(epochs - 1)] + [target * 1.01]
-    out = [v05_line(bench, start - 5.0, "run_clear_caches"),
-           v05_line(bench, start, "run_start"),
-           v05_line(bench, start + 0.001, "run_set_random_seed", seed)]
+    out = [
+        v05_line(bench, start - 5.0, "run_clear_caches"),
+        v05_line(bench, start, "run_start"),
+        v05_line(bench, start + 0.001, "run_set_random_seed", seed),
+    ]
     if samples:
         out.append(v05_line(bench, start + 0.002, "preproc_num_train_examples", samples))
     if log_target:
@@ -69,16 +85,36 @@ def write_lines(path: Path, lines, prefix="") -> Path:
 # --------------------------------------------------------------------------
 
 GNMT_HPARAMS = {
-    C.OPT_BASE_LR: 2.0e-3, C.OPT_LR_ALT_DECAY_FUNC: True, C.OPT_LR_DECAY_FACTOR: 0.5,
-    C.OPT_LR_DECAY_INTERVAL: 809, C.OPT_LR_DECAY_STEPS: 4, C.OPT_LR_REMAIN_STEPS: 6453,
-    C.MAX_SEQUENCE_LENGTH: 75, C.OPT_LR_ALT_WARMUP_FUNC: True, C.OPT_LR_WARMUP_STEPS: 200,
+    C.OPT_BASE_LR: 2.0e-3,
+    C.OPT_LR_ALT_DECAY_FUNC: True,
+    C.OPT_LR_DECAY_FACTOR: 0.5,
+    C.OPT_LR_DECAY_INTERVAL: 809,
+    C.OPT_LR_DECAY_STEPS: 4,
+    C.OPT_LR_REMAIN_STEPS: 6453,
+    C.MAX_SEQUENCE_LENGTH: 75,
+    C.OPT_LR_ALT_WARMUP_FUNC: True,
+    C.OPT_LR_WARMUP_STEPS: 200,
 }
 
 
-def write_mllog(path: Path, *, benchmark="gnmt", platform="1xNVIDIA T4", seed=7, start=T0,
-                epochs=3, epoch_s=100.0, eval_s=10.0, values=None, status="success",
-                train_samples=3_498_161, global_batch_size=128, submission_benchmark=True,
-                blocks=False, truncate_after=None) -> Path:
+def write_mllog(
+    path: Path,
+    *,
+    benchmark="gnmt",
+    platform="1xNVIDIA T4",
+    seed=7,
+    start=T0,
+    epochs=3,
+    epoch_s=100.0,
+    eval_s=10.0,
+    values=None,
+    status="success",
+    train_samples=3_498_161,
+    global_batch_size=128,
+    submission_benchmark=True,
+    blocks=False,
+    truncate_after=None,
+) -> Path:
     """A run logged through mlperf_logging.mllog into ``path`` (0.7.0 rules for gnmt)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     logger = logging.Logger(f"mllog:{path}")
@@ -133,6 +169,7 @@ def write_mllog(path: Path, *, benchmark="gnmt", platform="1xNVIDIA T4", seed=7,
 # gpulab run directories
 # --------------------------------------------------------------------------
 
+
 def write_sums(rundir: Path):
     lines = []
     for f in sorted(p for p in rundir.rglob("*") if p.is_file() and p.name != "SHA256SUMS"):
@@ -140,31 +177,73 @@ def write_sums(rundir: Path):
     (rundir / "SHA256SUMS").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-STACK_2019 = {"driver": "410.72", "driver_source": "NVML", "cuda_driver": "10.0", "cuda_toolkit": "10.0.130",
-              "cuda_toolkit_source": "/usr/local/cuda/version.txt", "cudnn": "7.4.1", "nccl": "2.3.7",
-              "nvml": "10.410.72"}
+STACK_2019 = {
+    "driver": "410.72",
+    "driver_source": "NVML",
+    "cuda_driver": "10.0",
+    "cuda_toolkit": "10.0.130",
+    "cuda_toolkit_source": "/usr/local/cuda/version.txt",
+    "cudnn": "7.4.1",
+    "nccl": "2.3.7",
+    "nvml": "10.410.72",
+}
 
 
-def write_rundir(rundir: Path, *, benchmark="gnmt", gpu_name="Tesla T4", gpus=(0,), seed=7,
-                 outcome="success", mode="ttt", scale="full", stack=None, host="r740-01",
-                 telemetry=None, result=None, mllog_kwargs=None, manifest=True, sums=True,
-                 host_gpus=4, driver="410.72", torch="1.0.0", node_rank=0, nnodes=1) -> Path:
+def write_rundir(
+    rundir: Path,
+    *,
+    benchmark="gnmt",
+    gpu_name="Tesla T4",
+    gpus=(0,),
+    seed=7,
+    outcome="success",
+    mode="ttt",
+    scale="full",
+    stack=None,
+    host="r740-01",
+    telemetry=None,
+    result=None,
+    mllog_kwargs=None,
+    manifest=True,
+    sums=True,
+    host_gpus=4,
+    driver="410.72",
+    torch="1.0.0",
+    node_rank=0,
+    nnodes=1,
+) -> Path:
     """A complete run directory as the runner leaves it (runner/README.md, contract 1).
 
     ``stack`` adds a stack profile name to the probe's stack facts."""
     rundir.mkdir(parents=True, exist_ok=True)
-    kw = dict(benchmark=benchmark, platform=f"{len(gpus)}x{gpu_name}", seed=seed,
-              status="success" if outcome == "success" else "aborted")
+    kw = dict(
+        benchmark=benchmark,
+        platform=f"{len(gpus)}x{gpu_name}",
+        seed=seed,
+        status="success" if outcome == "success" else "aborted",
+    )
     kw.update(mllog_kwargs or {})
     if kw.pop("skip_log", False) is False:
         write_mllog(rundir / "mllog.log", **kw)
     (rundir / "stdout.log").write_text("training...\n", encoding="utf-8")
     status = {
-        "schema": 1, "runner_version": "0.1.0", "workload": benchmark, "benchmark": benchmark,
-        "framework": "pytorch", "mode": mode, "scale": scale, "seed": seed, "precision": "fp16",
-        "gpus": list(gpus), "world_size": len(gpus) * nnodes, "nnodes": nnodes, "node_rank": node_rank,
-        "start": "2026-12-02T18:00:00.000Z", "end": "2026-12-02T18:05:00.000Z",
-        "exit_code": 0 if outcome == "success" else 1, "outcome": outcome,
+        "schema": 1,
+        "runner_version": "0.1.0",
+        "workload": benchmark,
+        "benchmark": benchmark,
+        "framework": "pytorch",
+        "mode": mode,
+        "scale": scale,
+        "seed": seed,
+        "precision": "fp16",
+        "gpus": list(gpus),
+        "world_size": len(gpus) * nnodes,
+        "nnodes": nnodes,
+        "node_rank": node_rank,
+        "start": "2026-12-02T18:00:00.000Z",
+        "end": "2026-12-02T18:05:00.000Z",
+        "exit_code": 0 if outcome == "success" else 1,
+        "outcome": outcome,
         "reason": "reached target" if outcome == "success" else "stopped early",
     }
     if result is not None:
@@ -173,16 +252,30 @@ def write_rundir(rundir: Path, *, benchmark="gnmt", gpu_name="Tesla T4", gpus=(0
         stack_facts = dict(STACK_2019, driver=driver)
         if stack:
             stack_facts["profile"] = stack
-        probe = {"schema": 1, "host": {"hostname": host, "fqdn": f"{host}.lab"},
-                 "frameworks": {"torch": torch, "tensorflow": None, "mlperf_logging": "0.0.1"},
-                 "stack": stack_facts, "nvidia": None, "gpu_count": host_gpus,
-                 "gpus": [{"index": i, "name": gpu_name, "uuid": f"GPU-{i:04d}"} for i in range(host_gpus)]}
-        doc = {"schema": 1, "contract": 1, "runner_version": "0.1.0",
-               "command": f"python -m runner run {benchmark} --out {rundir}", "seed": seed,
-               "gpus": list(gpus), "world_size": len(gpus) * nnodes, "probe": probe}
+        probe = {
+            "schema": 1,
+            "host": {"hostname": host, "fqdn": f"{host}.lab"},
+            "frameworks": {"torch": torch, "tensorflow": None, "mlperf_logging": "0.0.1"},
+            "stack": stack_facts,
+            "nvidia": None,
+            "gpu_count": host_gpus,
+            "gpus": [{"index": i, "name": gpu_name, "uuid": f"GPU-{i:04d}"} for i in range(host_gpus)],
+        }
+        doc = {
+            "schema": 1,
+            "contract": 1,
+            "runner_version": "0.1.0",
+            "command": f"python -m runner run {benchmark} --out {rundir}",
+            "seed": seed,
+            "gpus": list(gpus),
+            "world_size": len(gpus) * nnodes,
+            "probe": probe,
+        }
         (rundir / "manifest.json").write_text(json.dumps(doc), encoding="utf-8")
-    header = ("time_s,gpu,uuid,power_w,temp_c,sm_clock_mhz,mem_clock_mhz,util_gpu_pct,"
-              "util_mem_pct,mem_used_mib,throttle_reasons,pcie_gen,pcie_width\n")
+    header = (
+        "time_s,gpu,uuid,power_w,temp_c,sm_clock_mhz,mem_clock_mhz,util_gpu_pct,"
+        "util_mem_pct,mem_used_mib,throttle_reasons,pcie_gen,pcie_width\n"
+    )
     rows = []
     for t, g, p in telemetry or []:
         rows.append(f"{t},{g},GPU-{g:04d},{p},60,1590,5000,98,40,9000,0,3,16\n")
@@ -200,24 +293,78 @@ def write_rundir(rundir: Path, *, benchmark="gnmt", gpu_name="Tesla T4", gpus=(0
 # Minutes per epoch by device and GPU count, and epochs to converge. One run
 # per configuration, as in the reference study.
 STUDY = {
-    "resnet": {"samples": 1_281_167, "target": 0.749,
-               "epochs": {("T4", n): 61 for n in (1, 2, 3, 4)} | {("V100", n): 61 for n in (1, 2, 3)},
-               "minutes": {("T4", 1): 10.0, ("T4", 2): 5.2, ("T4", 3): 3.5, ("T4", 4): 2.7,
-                           ("V100", 1): 10.0 / 3.6, ("V100", 2): 5.2 / 3.6, ("V100", 3): 3.5 / 3.6}},
-    "ssd": {"samples": 117_266, "target": 0.212,
-            "epochs": {("T4", n): 10 for n in (1, 2, 3, 4)} | {("V100", n): 10 for n in (1, 2, 3)},
-            "minutes": {("T4", 1): 6.6, ("T4", 2): 3.4, ("T4", 3): 2.38, ("T4", 4): 1.8,
-                        ("V100", 1): 2.0, ("V100", 2): 1.0, ("V100", 3): 0.7}},
-    "gnmt": {"samples": 3_600_000, "target": 21.8,
-             "epochs": {("T4", 1): 12, ("T4", 2): 7, ("T4", 3): 5, ("T4", 4): 4,
-                        ("V100", 1): 16, ("V100", 2): 12, ("V100", 3): 9},
-             "minutes": {("T4", 1): 60.0, ("T4", 2): 33.0, ("T4", 3): 24.0, ("T4", 4): 18.0,
-                         ("V100", 1): 20.0, ("V100", 2): 11.0, ("V100", 3): 8.0}},
-    "transformer": {"samples": 4_500_000, "target": 25.0,
-                    "epochs": {("T4", 1): 12, ("T4", 2): 4, ("T4", 3): 4, ("T4", 4): 4,
-                               ("V100", 1): 8, ("V100", 2): 4, ("V100", 3): 4},
-                    "minutes": {("T4", 1): 30.0, ("T4", 2): 16.0, ("T4", 3): 11.0, ("T4", 4): 8.5,
-                                ("V100", 1): 30.0 / 2.7, ("V100", 2): 16.0 / 2.7, ("V100", 3): 11.0 / 2.7}},
+    "resnet": {
+        "samples": 1_281_167,
+        "target": 0.749,
+        "epochs": {("T4", n): 61 for n in (1, 2, 3, 4)} | {("V100", n): 61 for n in (1, 2, 3)},
+        "minutes": {
+            ("T4", 1): 10.0,
+            ("T4", 2): 5.2,
+            ("T4", 3): 3.5,
+            ("T4", 4): 2.7,
+            ("V100", 1): 10.0 / 3.6,
+            ("V100", 2): 5.2 / 3.6,
+            ("V100", 3): 3.5 / 3.6,
+        },
+    },
+    "ssd": {
+        "samples": 117_266,
+        "target": 0.212,
+        "epochs": {("T4", n): 10 for n in (1, 2, 3, 4)} | {("V100", n): 10 for n in (1, 2, 3)},
+        "minutes": {
+            ("T4", 1): 6.6,
+            ("T4", 2): 3.4,
+            ("T4", 3): 2.38,
+            ("T4", 4): 1.8,
+            ("V100", 1): 2.0,
+            ("V100", 2): 1.0,
+            ("V100", 3): 0.7,
+        },
+    },
+    "gnmt": {
+        "samples": 3_600_000,
+        "target": 21.8,
+        "epochs": {
+            ("T4", 1): 12,
+            ("T4", 2): 7,
+            ("T4", 3): 5,
+            ("T4", 4): 4,
+            ("V100", 1): 16,
+            ("V100", 2): 12,
+            ("V100", 3): 9,
+        },
+        "minutes": {
+            ("T4", 1): 60.0,
+            ("T4", 2): 33.0,
+            ("T4", 3): 24.0,
+            ("T4", 4): 18.0,
+            ("V100", 1): 20.0,
+            ("V100", 2): 11.0,
+            ("V100", 3): 8.0,
+        },
+    },
+    "transformer": {
+        "samples": 4_500_000,
+        "target": 25.0,
+        "epochs": {
+            ("T4", 1): 12,
+            ("T4", 2): 4,
+            ("T4", 3): 4,
+            ("T4", 4): 4,
+            ("V100", 1): 8,
+            ("V100", 2): 4,
+            ("V100", 3): 4,
+        },
+        "minutes": {
+            ("T4", 1): 30.0,
+            ("T4", 2): 16.0,
+            ("T4", 3): 11.0,
+            ("T4", 4): 8.5,
+            ("V100", 1): 30.0 / 2.7,
+            ("V100", 2): 16.0 / 2.7,
+            ("V100", 3): 11.0 / 2.7,
+        },
+    },
 }
 
 
@@ -236,9 +383,16 @@ def write_mini_study(root: Path) -> Path:
     for bench, spec in STUDY.items():
         for (dev, n), epochs in spec["epochs"].items():
             seed += 1
-            lines = v05_run(bench, start=start, epochs=epochs, epoch_s=spec["minutes"][(dev, n)] * 60.0,
-                            seed=seed, target=spec["target"], samples=spec["samples"],
-                            success_flag=True if dev == "T4" else None)
+            lines = v05_run(
+                bench,
+                start=start,
+                epochs=epochs,
+                epoch_s=spec["minutes"][(dev, n)] * 60.0,
+                seed=seed,
+                target=spec["target"],
+                samples=spec["samples"],
+                success_flag=True if dev == "T4" else None,
+            )
             write_lines(study_path(root, bench, dev, n, seed), lines)
             start += 100_000.0
     return root

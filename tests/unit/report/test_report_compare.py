@@ -13,8 +13,14 @@ def write_set(root, runs):
     start = T0
     for (bench, gpus), minutes in runs.items():
         for i, m in enumerate(minutes):
-            lines = v05_run(bench, start=start, epochs=2, epoch_s=m * 30.0, samples=1_000_000,
-                            target={"resnet": 0.749, "gnmt": 21.8, "ssd": 0.212, "transformer": 25.0}[bench])
+            lines = v05_run(
+                bench,
+                start=start,
+                epochs=2,
+                epoch_s=m * 30.0,
+                samples=1_000_000,
+                target={"resnet": 0.749, "gnmt": 21.8, "ssd": 0.212, "transformer": 25.0}[bench],
+            )
             write_lines(root / f"{gpus}xT4" / bench / f"result_{i}.txt", lines)
             start += 10_000
     return root
@@ -22,10 +28,13 @@ def write_set(root, runs):
 
 @pytest.fixture()
 def compared(tmp_path):
-    before = write_set(tmp_path / "before", {("gnmt", 1): [100, 101, 102], ("resnet", 1): [100, 104, 98],
-                                             ("transformer", 1): [50]})
-    after = write_set(tmp_path / "after", {("gnmt", 1): [110, 111, 112], ("resnet", 1): [101, 99, 103],
-                                           ("transformer", 1): [40], ("ssd", 1): [20, 21]})
+    before = write_set(
+        tmp_path / "before", {("gnmt", 1): [100, 101, 102], ("resnet", 1): [100, 104, 98], ("transformer", 1): [50]}
+    )
+    after = write_set(
+        tmp_path / "after",
+        {("gnmt", 1): [110, 111, 112], ("resnet", 1): [101, 99, 103], ("transformer", 1): [40], ("ssd", 1): [20, 21]},
+    )
     build_report([after], tmp_path / "out", formats=("json", "md"), compare=before)
     doc = json.loads((tmp_path / "out" / "summary.json").read_text())
     return {r["benchmark"]: r for r in doc["compare"]}, tmp_path / "out"

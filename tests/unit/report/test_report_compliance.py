@@ -9,8 +9,9 @@ from report_logs import write_mllog
 
 
 def google_v06_log(trees):
-    return (trees / "training_results_v0.6" / "Google" / "results" / "tpu-v3-32" / "resnet"
-            / "result_0.txt").read_text()
+    return (
+        trees / "training_results_v0.6" / "Google" / "results" / "tpu-v3-32" / "resnet" / "result_0.txt"
+    ).read_text()
 
 
 def test_a_v06_fail_names_the_rule_the_2019_log_broke(trees):
@@ -27,8 +28,9 @@ def test_a_v06_fail_names_the_rule_the_2019_log_broke(trees):
     assert "epoch_start (common.yaml): not logged (at least one required)" in v.failures
     assert all("\n" not in f and len(f) < 200 for f in v.failures)
     # The same log with cache_clear true: that rule no longer fails, the others still do.
-    fixed = compliance.check(text.replace('cache_clear: {"value": null', 'cache_clear: {"value": true'),
-                             "v0.6", "resnet")
+    fixed = compliance.check(
+        text.replace('cache_clear: {"value": null', 'cache_clear: {"value": true'), "v0.6", "resnet"
+    )
     assert fixed.status == "FAIL" and not any(f.startswith("cache_clear") for f in fixed.failures)
     assert len(fixed.failures) == len(v.failures) - 1
 
@@ -76,22 +78,41 @@ def test_gpulab_logs_are_judged_by_its_ruleset_and_name_the_exceptions_used(tmp_
     assert compliance.check(ncf.replace('"value": "gpulab"', '"value": "other"'), "mllog", "ncf").status is None
 
 
-@pytest.mark.parametrize("message, file, line", [
-    ("Required AT_LEAST(3) occurrence of 'x' but found 1", "a.yaml", "x (a.yaml): logged 1 times (at least 3 required)"),
-    ("Required AT_LEAST_ONE occurrence of 'epoch_start' or 'block_start'", "common.yaml",
-     "epoch_start or block_start (common.yaml): none logged (one of them required)"),
-    ("Could not find config file: /x/training_0.7.0/open_ncf.yaml", "open_common.yaml",
-     "open_ncf.yaml: no such rule file in the ruleset"),
-    ("failed test: s['ok']\ncurrent context[s]={}", "common.yaml", "common.yaml: end of log fails s['ok']"),
-    ("something new\nwith detail", "", "whole log: something new"),
-])
+@pytest.mark.parametrize(
+    "message, file, line",
+    [
+        (
+            "Required AT_LEAST(3) occurrence of 'x' but found 1",
+            "a.yaml",
+            "x (a.yaml): logged 1 times (at least 3 required)",
+        ),
+        (
+            "Required AT_LEAST_ONE occurrence of 'epoch_start' or 'block_start'",
+            "common.yaml",
+            "epoch_start or block_start (common.yaml): none logged (one of them required)",
+        ),
+        (
+            "Could not find config file: /x/training_0.7.0/open_ncf.yaml",
+            "open_common.yaml",
+            "open_ncf.yaml: no such rule file in the ruleset",
+        ),
+        ("failed test: s['ok']\ncurrent context[s]={}", "common.yaml", "common.yaml: end of log fails s['ok']"),
+        ("something new\nwith detail", "", "whole log: something new"),
+    ],
+)
 def test_message_forms(message, file, line):
     assert checkmsg.failure(message, file).line() == line
 
 
 def test_a_records_runs_that_fail_for_one_reason_share_its_line():
     from lab.report.pages import by_reason
-    lines = ["result_0.txt: x (a.yaml): not logged", "result_1.txt: y (a.yaml): not logged",
-             "result_2.txt: x (a.yaml): not logged"]
-    assert by_reason(lines) == ["result_0.txt, result_2.txt: x (a.yaml): not logged",
-                                "result_1.txt: y (a.yaml): not logged"]
+
+    lines = [
+        "result_0.txt: x (a.yaml): not logged",
+        "result_1.txt: y (a.yaml): not logged",
+        "result_2.txt: x (a.yaml): not logged",
+    ]
+    assert by_reason(lines) == [
+        "result_0.txt, result_2.txt: x (a.yaml): not logged",
+        "result_1.txt: y (a.yaml): not logged",
+    ]

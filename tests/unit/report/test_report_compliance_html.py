@@ -39,18 +39,23 @@ def test_v06_fail_cell_names_the_failing_rule_per_run(v06):
     cell = tpu["Compliance"]
     # Every failing run named, in run order; runs failing for the same reason share its line.
     runs = ", ".join(f"result_{i}.txt" for i in range(5))
-    assert cell.startswith(f"FAIL (5 of 5) training 0.6.0 {runs}: cache_clear (common.yaml): line 6 logs null; "
-                           "fails ( v['value'] == True )")
-    assert cell.count("cache_clear") == 1 and re.search(r"\(\+9 more: block_start, eval_accuracy, block_stop, \+6\)$", cell)
+    assert cell.startswith(
+        f"FAIL (5 of 5) training 0.6.0 {runs}: cache_clear (common.yaml): line 6 logs null; "
+        "fails ( v['value'] == True )"
+    )
+    assert cell.count("cache_clear") == 1 and re.search(
+        r"\(\+9 more: block_start, eval_accuracy, block_stop, \+6\)$", cell
+    )
     assert dgx["Compliance"] == "PASS training 0.6.0"
     # Each run's own cell says it too.
     runs = [r for r in by_column(dom, "runs") if r["System"] == "tpu-v3-32"]
-    assert len(runs) == 5 and all(r["Compliance"].startswith("FAIL cache_clear (common.yaml): line 6 logs null")
-                                  for r in runs)
+    assert len(runs) == 5 and all(
+        r["Compliance"].startswith("FAIL cache_clear (common.yaml): line 6 logs null") for r in runs
+    )
     # Which checker and ruleset judged.
     text = dom.texts["compliance-rules"]
     assert f"the checker of {CHECKER} on every scored run's log, by the ruleset training 0.6.0." in text
-    assert "gpulab-exceptions" not in dom.texts      # no gpulab run in this report
+    assert "gpulab-exceptions" not in dom.texts  # no gpulab run in this report
 
 
 def test_v06_counts_are_named_for_the_hardware(v06):
@@ -88,8 +93,11 @@ def test_demo_sweep_shows_its_runs_checked_with_the_ruleset_and_exceptions(runne
     ncf = next(e for e in gpulab["exceptions"] if e["benchmarks"] == ["ncf"])
     (row,) = by_column(dom, "scores")
     assert row["System"] == "CPU / current" and row["Accelerators"] == "CPU"
-    assert row["Compliance"] == ("PASS training 0.7.0 + gpulab exceptions exception: " + ncf["why"]
-                                 + " (waived: submission_benchmark (open_common.yaml), open_ncf.yaml)")
+    assert row["Compliance"] == (
+        "PASS training 0.7.0 + gpulab exceptions exception: "
+        + ncf["why"]
+        + " (waived: submission_benchmark (open_common.yaml), open_ncf.yaml)"
+    )
     assert all(r["Compliance"] == "PASS training 0.7.0 + gpulab exceptions" for r in by_column(dom, "runs"))
     text = dom.texts["compliance-rules"]
     assert f"the checker of {CHECKER}" in text and "gpulab's own runs are checked with training 0.7.0" in text
@@ -116,7 +124,7 @@ def test_demo_report_fits_the_window_and_says_only_what_it_ran(runner_sweep, tmp
 
     out = tmp_path / "report"
     build_report([runner_sweep], out, formats=("html", "md", "json"))
-    dom = render(out / "report.html", tmp_path, window="1280,1400")   # the width the README and the screenshot claim
+    dom = render(out / "report.html", tmp_path, window="1280,1400")  # the width the README and the screenshot claim
     assert dom.body.get("data-scores-overflow") == "0" and dom.body.get("data-page-overflow") == "0"
     (row,) = by_column(dom, "scores")
     assert row["Mark"].startswith("too few runs") and row["CV"].endswith("%")
@@ -125,13 +133,31 @@ def test_demo_report_fits_the_window_and_says_only_what_it_ran(runner_sweep, tmp
     assert "waived" in dom.texts["gpulab-exceptions"] and "resnet" not in dom.texts["gpulab-exceptions"]
     assert "Targets and run counts: ncf HR@10 0.635" in md and "maskrcnn" not in md
     png = tmp_path / "report.png"
-    r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        f"--user-data-dir={tmp_path / 'shot'}", "--window-size=1280,1400",
-                        "--proxy-server=127.0.0.1:9", f"--screenshot={png}", (out / "report.html").as_uri()],
-                       capture_output=True, text=True, timeout=180, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    r = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--user-data-dir={tmp_path / 'shot'}",
+            "--window-size=1280,1400",
+            "--proxy-server=127.0.0.1:9",
+            f"--screenshot={png}",
+            (out / "report.html").as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     assert r.returncode == 0 and png.exists(), r.stderr[-2000:]
     img = Image.open(png).convert("RGB")
     px, (w, h) = img.load(), img.size
-    badge = [(x, y) for y in range(0, h, 2) for x in range(0, w, 2)
-             if all(abs(a - b) <= 8 for a, b in zip(px[x, y], (245, 194, 66)))]   # the "too few runs" badge
+    badge = [
+        (x, y)
+        for y in range(0, h, 2)
+        for x in range(0, w, 2)
+        if all(abs(a - b) <= 8 for a, b in zip(px[x, y], (245, 194, 66)))
+    ]  # the "too few runs" badge
     assert badge and max(x for x, _ in badge) < w - 16, "the Mark column is not in view"

@@ -49,14 +49,27 @@ def test_out_dir_is_a_file(tmp_path):
     assert str(exc.value) == f"report: {tmp_path / 'out'} exists and is not a folder"
 
 
-@pytest.mark.parametrize("old, new, message", [
-    ("runs_required: 5\n    sample_unit: images\n    train_samples", "runs_required: 0\n    sample_unit: images\n    train_samples",
-     "benchmarks.yml: benchmarks.resnet.runs_required: 0 is less than the minimum of 1"),
-    ("target: 21.8", "target: high", "benchmarks.yml: benchmarks.gnmt.target: 'high' is not valid here "
-     "(a positive number, or a mapping of metric name to positive number)"),
-    ("aliases: [rnn_translator", "aliases: [resnet50, rnn_translator",
-     "benchmarks.yml: alias 'resnet50' names both resnet and gnmt"),
-])
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        (
+            "runs_required: 5\n    sample_unit: images\n    train_samples",
+            "runs_required: 0\n    sample_unit: images\n    train_samples",
+            "benchmarks.yml: benchmarks.resnet.runs_required: 0 is less than the minimum of 1",
+        ),
+        (
+            "target: 21.8",
+            "target: high",
+            "benchmarks.yml: benchmarks.gnmt.target: 'high' is not valid here "
+            "(a positive number, or a mapping of metric name to positive number)",
+        ),
+        (
+            "aliases: [rnn_translator",
+            "aliases: [resnet50, rnn_translator",
+            "benchmarks.yml: alias 'resnet50' names both resnet and gnmt",
+        ),
+    ],
+)
 def test_rules_are_validated(tmp_path, old, new, message):
     data = tmp_path / "data"
     shutil.copytree(DATA_DIR, data)

@@ -28,7 +28,7 @@ class Dom(HTMLParser):
         self.images = []
         self.tables = {}
         self.figures = []
-        self.texts = {}          # text of every element with an id (nested ones included)
+        self.texts = {}  # text of every element with an id (nested ones included)
         self._ids = []
         self._table = None
         self._row = None
@@ -82,13 +82,30 @@ def render(html_path, tmp_path, window: str | None = None) -> Dom:
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
     profile = tmp_path / "chromium-profile"
     out = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-extensions", "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
-         f"--user-data-dir={profile}", "--virtual-time-budget=5000", "--dump-dom",
-         *([f"--window-size={window}"] if window else []),
-         html_path.resolve().as_uri()],
-        capture_output=True, text=True, timeout=180, env={**os.environ, "HOME": str(tmp_path)})
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-extensions",
+            "--proxy-server=127.0.0.1:9",
+            "--proxy-bypass-list=<-loopback>",
+            f"--user-data-dir={profile}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            *([f"--window-size={window}"] if window else []),
+            html_path.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "HOME": str(tmp_path)},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     dom = Dom()
     dom.feed(out.stdout)
@@ -106,19 +123,29 @@ def rendered(mini_study, tmp_path_factory):
     # Run directories with telemetry (Figure 4), a bad file, and a compared set.
     telemetry = [(t, 0, 65.0) for t in range(0, 301, 30)]
     for i, seed in enumerate((1, 2, 3)):
-        write_rundir(tmp / "lab" / "r740-01" / f"gnmt-1g-s{seed}", seed=seed, telemetry=telemetry,
-                     result={"samples_per_s": 30000.0},
-                     mllog_kwargs={"epochs": 3, "epoch_s": 100.0, "start": T0 + 1000 * i})
-    write_lines(tmp / "lab" / "broken" / "result_0.txt",
-                [x for x in v05_run("ssd", epochs=2, epoch_s=10.0, target=0.212) if "run_stop" not in x])
+        write_rundir(
+            tmp / "lab" / "r740-01" / f"gnmt-1g-s{seed}",
+            seed=seed,
+            telemetry=telemetry,
+            result={"samples_per_s": 30000.0},
+            mllog_kwargs={"epochs": 3, "epoch_s": 100.0, "start": T0 + 1000 * i},
+        )
+    write_lines(
+        tmp / "lab" / "broken" / "result_0.txt",
+        [x for x in v05_run("ssd", epochs=2, epoch_s=10.0, target=0.212) if "run_stop" not in x],
+    )
     # NCF (not in the mini-study) before and after, 1x T4: 101 -> 111 minutes.
     before = tmp / "before"
     for i, m in enumerate((100, 101, 102)):
-        write_lines(before / "1xT4" / "ncf" / f"result_{i}.txt",
-                    v05_run("ncf", start=T0 + 10_000 * i, epochs=2, epoch_s=m * 30.0, target=0.635))
+        write_lines(
+            before / "1xT4" / "ncf" / f"result_{i}.txt",
+            v05_run("ncf", start=T0 + 10_000 * i, epochs=2, epoch_s=m * 30.0, target=0.635),
+        )
     for i, m in enumerate((110, 111, 112)):
-        write_lines(tmp / "after" / "1xT4" / "ncf" / f"result_{i}.txt",
-                    v05_run("ncf", start=T0 + 10_000 * i, epochs=2, epoch_s=m * 30.0, target=0.635))
+        write_lines(
+            tmp / "after" / "1xT4" / "ncf" / f"result_{i}.txt",
+            v05_run("ncf", start=T0 + 10_000 * i, epochs=2, epoch_s=m * 30.0, target=0.635),
+        )
     out = tmp / "report"
     res = build_report([mini_study, tmp / "lab", tmp / "after"], out, compare=before)
     return render(out / "report.html", tmp), res
@@ -138,12 +165,12 @@ def test_every_figure_decoded(rendered):
 def test_scores_table_as_rendered(rendered):
     dom, res = rendered
     rows = data_rows(dom, "scores")
-    assert len(rows) == len(res.summary) == 30     # 28 of the mini-study, gnmt 1x T4 / mlperf-v0.5, ncf 1x T4
+    assert len(rows) == len(res.summary) == 30  # 28 of the mini-study, gnmt 1x T4 / mlperf-v0.5, ncf 1x T4
     by = {(r["cells"][0], r["cells"][2]): r for r in rows}
-    gnmt4 = by[("gnmt", "4xT4")]                            # the results folder names the system
-    assert gnmt4["cells"][3:5] == ["T4", "4"]              # device and GPUs from the folder name
-    assert gnmt4["cells"][10] == "72.00"                   # score, minutes to 0.01
-    assert gnmt4["cells"][11] == "not checked"             # v0.5 logs: no compliance ruleset
+    gnmt4 = by[("gnmt", "4xT4")]  # the results folder names the system
+    assert gnmt4["cells"][3:5] == ["T4", "4"]  # device and GPUs from the folder name
+    assert gnmt4["cells"][10] == "72.00"  # score, minutes to 0.01
+    assert gnmt4["cells"][11] == "not checked"  # v0.5 logs: no compliance ruleset
     assert gnmt4["cells"][17] == "too few runs 1 successful of 10 required"
     assert gnmt4["attrs"]["class"] == "warn"
     lab = by[("gnmt", "1x T4 / driver 410.72, cuda 10.0.130, torch 1.0.0")]
@@ -168,15 +195,18 @@ def test_ratio_scaling_and_seed_tables_as_rendered(rendered):
 def test_energy_compare_and_skipped_as_rendered(rendered):
     dom, _ = rendered
     (energy,) = [r["cells"] for r in data_rows(dom, "energy")]
-    assert energy[:3] == ["gnmt", "1x T4 / driver 410.72, cuda 10.0.130, torch 1.0.0", "65"] and energy[5] == "462"   # 30000 / 65
+    assert (
+        energy[:3] == ["gnmt", "1x T4 / driver 410.72, cuda 10.0.130, torch 1.0.0", "65"] and energy[5] == "462"
+    )  # 30000 / 65
     compare = {(r["cells"][0], r["cells"][1]): r for r in data_rows(dom, "compare")}
     cmp_row = compare[("ncf", "1x T4")]
     assert cmp_row["attrs"]["class"] == "flag"
     assert compare[("gnmt", "4x T4")]["cells"][3] == "only in this report"
     assert cmp_row["cells"][5] == "+9.9%" and cmp_row["cells"][7] == "worse"
     skipped = [r["cells"] for r in data_rows(dom, "skipped")]
-    assert [c[1] for c in skipped if c[0].endswith("broken/result_0.txt")] == \
-        ["no run_stop: the log is truncated or the run did not finish"]
+    assert [c[1] for c in skipped if c[0].endswith("broken/result_0.txt")] == [
+        "no run_stop: the log is truncated or the run did not finish"
+    ]
 
 
 def test_published_tree_report_as_rendered(trees, tmp_path):

@@ -26,16 +26,21 @@ from lab.report.analysis import analyse
 from lab.report.build import build_report
 from lab.results.logreader import read_runs
 
+
 @pytest.fixture(scope="module")
 def v05(trees):
-    return {(r["submitter"], r["system"], r["benchmark"]): r
-            for r in analyse(read_runs([trees / "training_results_v0.5"]).runs).systems}
+    return {
+        (r["submitter"], r["system"], r["benchmark"]): r
+        for r in analyse(read_runs([trees / "training_results_v0.5"]).runs).systems
+    }
 
 
 @pytest.fixture(scope="module")
 def v06(trees):
-    return {(r["submitter"], r["system"], r["benchmark"]): r
-            for r in analyse(read_runs([trees / "training_results_v0.6"]).runs).systems}
+    return {
+        (r["submitter"], r["system"], r["benchmark"]): r
+        for r in analyse(read_runs([trees / "training_results_v0.6"]).runs).systems
+    }
 
 
 def test_v05_one_record_per_results_folder(v05):
@@ -55,7 +60,7 @@ def test_google_8xv100_equals_the_published_table(v05):
     assert (r["runs"], r["successes"], r["scored_runs"]) == (5, 5, 5)
     # Published 137.80; by hand: 137.985 137.876 137.867 137.658 137.188 -> mean of the middle three.
     assert round(r["score_minutes"], 2) == 137.80
-    assert r["compliance"] == "not checked"        # mlperf-logging has no v0.5 ruleset
+    assert r["compliance"] == "not checked"  # mlperf-logging has no v0.5 ruleset
     # Throughput: its train_epoch events are all logged after the run, so the rate is the
     # whole run's: 62 epochs x 1,281,167 images / about 8,270 s, about 9,600 images/s.
     assert 9_000 < r["throughput_mean"] < 10_000 and r["sample_unit"] == "images"
@@ -96,7 +101,11 @@ def test_v06_systems_files_and_compliance(v06):
     nv = v06[("NVIDIA", "dgx1_ngc19.05_pytorch", "ssd")]
     # NVIDIA's v0.6 systems file is 'key: {"value": ...}' lines holding a Python literal.
     assert (nv["device"], nv["gpus"], nv["nodes"], nv["framework"]) == (
-        "V100-SXM2", 8, 1, "PyTorch NVIDIA Release 19.05")
+        "V100-SXM2",
+        8,
+        1,
+        "PyTorch NVIDIA Release 19.05",
+    )
     # By hand: 22.459 22.341 22.292 22.326 22.422 -> 22.36.
     assert round(nv["score_minutes"], 2) == 22.36 and nv["compliance"] == "PASS"
     g = v06[("Google", "tpu-v3-32", "resnet")]
@@ -110,8 +119,18 @@ def test_v06_systems_files_and_compliance(v06):
 def test_report_files_carry_the_facts(trees, tmp_path):
     res = build_report([trees / "training_results_v0.6"], tmp_path / "out", formats=("json", "md", "html"))
     rec = next(r for r in res.summary if r["system"] == "tpu-v3-32")
-    for key in ("submitter", "system", "device", "gpus", "nodes", "framework", "score_minutes", "runs",
-                "successes", "compliance"):
+    for key in (
+        "submitter",
+        "system",
+        "device",
+        "gpus",
+        "nodes",
+        "framework",
+        "score_minutes",
+        "runs",
+        "successes",
+        "compliance",
+    ):
         assert key in rec
     md = (tmp_path / "out" / "report.md").read_text()
     assert md.startswith("# gpulab report — MLPerf Training v0.6 results (training 0.6.0 ruleset)\n")
@@ -124,9 +143,22 @@ def test_scores_equal_mlperf_loggings_result_summarizer(trees, tmp_path):
     """v0.7 (MLLOG), a round the summarizer covers: the same tree, the same score."""
     tree = trees / "training_results_v0.7"
     out = tmp_path / "summary.csv"
-    subprocess.run([sys.executable, "-m", "mlperf_logging.result_summarizer", str(tree / "Google"),
-                    "training", "0.7.0", "--csv", str(out)], cwd=tmp_path, capture_output=True,
-                   text=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlperf_logging.result_summarizer",
+            str(tree / "Google"),
+            "training",
+            "0.7.0",
+            "--csv",
+            str(out),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     with open(out, newline="") as fh:
         rows = list(csv.DictReader(fh))
     theirs = {(r["system"], b): float(r[b]) for r in rows for b in ("resnet",) if r.get(b)}
@@ -142,7 +174,7 @@ def test_scores_equal_mlperf_loggings_result_summarizer(trees, tmp_path):
 def test_figures_have_a_panel_per_benchmark_with_a_value_and_no_other(trees, tmp_path):
     an = analyse(read_runs([trees / "training_results_v0.5"]).runs)
     figs = {f["name"]: f for f in figures.draw_all(an, default_rules(), tmp_path)}
-    assert sorted(figs) == ["fig1", "fig2"]        # one GPU count per device line: no scaling figure
+    assert sorted(figs) == ["fig1", "fig2"]  # one GPU count per device line: no scaling figure
     assert figs["fig1"]["panels"] == ["resnet", "ncf"]
     assert figs["fig2"]["panels"] == ["resnet", "ncf"]
     for f in figs.values():

@@ -38,8 +38,10 @@ def ruleset(rnd: str) -> str:
 
 
 def records(tree: Path, **kw) -> dict:
-    return {(Path(r["system_key"]).parts[0], Path(r["system_key"]).parts[-1], r["benchmark"]): r
-            for r in analyse(read_runs([tree], **kw).runs).systems}
+    return {
+        (Path(r["system_key"]).parts[0], Path(r["system_key"]).parts[-1], r["benchmark"]): r
+        for r in analyse(read_runs([tree], **kw).runs).systems
+    }
 
 
 def copy_round(round_trees: Path, rnd: str, dest: Path) -> Path:
@@ -50,13 +52,27 @@ def copy_round(round_trees: Path, rnd: str, dest: Path) -> Path:
 # The rules as data agree with the real tool
 # --------------------------------------------------------------------------
 
+
 def test_round_table_agrees_with_mlperf_loggings_benchmark_meta():
     from mlperf_logging.benchmark_meta import get_allowed_benchmarks, get_result_file_counts
     from mlperf_logging.compliance_checker.mlp_compliance import rule_choices
+
     counts = get_result_file_counts("training")
     scored = {n: t for n, t in default_rules().rounds.items() if t["failed_runs"] == "slowest"}
-    assert sorted(scored) == ["v0.7", "v1.0", "v1.1", "v2.0", "v2.1", "v3.0", "v3.1", "v4.0", "v4.1",
-                              "v5.0", "v5.1", "v6.0"]
+    assert sorted(scored) == [
+        "v0.7",
+        "v1.0",
+        "v1.1",
+        "v2.0",
+        "v2.1",
+        "v3.0",
+        "v3.1",
+        "v4.0",
+        "v4.1",
+        "v5.0",
+        "v5.1",
+        "v6.0",
+    ]
     for name, t in scored.items():
         assert t["ruleset"] in rule_choices(), name
         assert sorted(t["benchmarks"]) == sorted(set(get_allowed_benchmarks("training", t["ruleset"]))), name
@@ -66,6 +82,7 @@ def test_round_table_agrees_with_mlperf_loggings_benchmark_meta():
 # --------------------------------------------------------------------------
 # Row by row
 # --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("rnd", ROUNDS)
 def test_every_summarizer_row_equals_the_report(round_trees, summarized, rnd):
@@ -80,7 +97,7 @@ def test_every_summarizer_row_equals_the_report(round_trees, summarized, rnd):
 
 def test_round_is_found_from_the_folder_name(round_trees, summarized):
     """No round named: training_results_v0.7 says it."""
-    (key, theirs), = summarized("v0.7").rows.items()
+    ((key, theirs),) = summarized("v0.7").rows.items()
     mine = records(round_trees / "training_results_v0.7")[key]
     assert mine["round"] == "v0.7" and mine["compliance_ruleset"] == "training 0.7.0"
     assert rounds_compare.equal(mine["score_minutes"], theirs)
@@ -94,7 +111,7 @@ def test_a_run_failing_the_checker_is_one_of_the_dropped_slowest(round_trees, su
     assert len(runs) == 10
     failing = [r for r in runs if r.compliance == "FAIL"]
     assert len(failing) == 1 and failing[0].compliance_ruleset == "training 0.7.0"
-    (key, theirs), = summarized("v0.7").rows.items()
+    ((key, theirs),) = summarized("v0.7").rows.items()
     mine = records(tree)[key]
     assert rounds_compare.equal(mine["score_minutes"], theirs)
     assert mine["compliance_runs_failed"] == 1 and "dropped" in mine["mark"]
@@ -131,7 +148,7 @@ def test_scaling_json_multiplies_the_score(round_trees, rnd):
     factor = json.loads(scaling.read_text())["scaling_factor"]
     (rec,) = records(tree).values()
     assert rec["scaling_factor"] == factor and "scaling.json" in rec["mark"]
-    unscaled = records(tree, round=rnd)   # the same again: the file is read, not changed
+    unscaled = records(tree, round=rnd)  # the same again: the file is read, not changed
     assert next(iter(unscaled.values()))["score_minutes"] == rec["score_minutes"]
 
 
@@ -150,6 +167,7 @@ def test_summary_names_the_round_and_its_ruleset(round_trees, tmp_path):
 # --------------------------------------------------------------------------
 # Where the summarizer gives no score, or gives up
 # --------------------------------------------------------------------------
+
 
 def _truncate_run_stop(path: Path):
     lines = path.read_text(encoding="latin-1").splitlines(keepends=True)
@@ -179,7 +197,7 @@ def test_systems_the_summarizer_aborts_on_are_still_scored(round_trees, summariz
     desc.write_text(json.dumps(doc))
     s = rounds_compare.summarizer_side(tree, "0.7.0")
     assert s.rows == {} and "Google" in s.aborted
-    (key, theirs), = summarized("v0.7").rows.items()
+    ((key, theirs),) = summarized("v0.7").rows.items()
     mine = records(tree)[key]
     assert rounds_compare.equal(mine["score_minutes"], theirs)
     assert "number_of_nodes" in mine["mark"]
@@ -191,7 +209,7 @@ def test_a_system_without_its_description_is_still_scored(round_trees, summarize
     desc.unlink()
     s = rounds_compare.summarizer_side(tree, "0.7.0")
     assert s.rows == {} and s.skipped
-    (key, theirs), = summarized("v0.7").rows.items()
+    ((key, theirs),) = summarized("v0.7").rows.items()
     mine = records(tree)[key]
     assert rounds_compare.equal(mine["score_minutes"], theirs)
     assert "no system description" in mine["mark"]
@@ -210,12 +228,14 @@ def test_a_round_named_on_the_command_line(round_trees, summarized, tmp_path):
     """The tree under another folder name: its logs say the round (one line says how), and it
     scores as with the round named."""
     tree = Path(shutil.copytree(round_trees / "training_results_v0.7", tmp_path / "somewhere"))
-    (key, theirs), = summarized("v0.7").rows.items()
+    ((key, theirs),) = summarized("v0.7").rows.items()
     coll = read_runs([tree])
     (line,) = coll.notes
     assert line.startswith("round v0.7 (training 0.7.0 ruleset) detected from the logs") and "gnmt" in line
-    found = {(Path(r["system_key"]).parts[0], Path(r["system_key"]).parts[-1], r["benchmark"]): r
-             for r in analyse(coll.runs).systems}[key]
+    found = {
+        (Path(r["system_key"]).parts[0], Path(r["system_key"]).parts[-1], r["benchmark"]): r
+        for r in analyse(coll.runs).systems
+    }[key]
     named = records(tree, round="v0.7")[key]
     assert found["round"] == named["round"] == "v0.7"
     assert found["score_minutes"] == named["score_minutes"]
@@ -225,15 +245,30 @@ def test_a_round_named_on_the_command_line(round_trees, summarized, tmp_path):
 
 
 def test_the_comparison_script_prints_the_counts(round_trees, tmp_path):
-    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "rounds_compare.py"),
-                          str(round_trees / "training_results_v0.7"), "--round", "v0.7",
-                          "--json", str(tmp_path / "c.json")],
-                         capture_output=True, text=True, timeout=600, cwd=REPO)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "rounds_compare.py"),
+            str(round_trees / "training_results_v0.7"),
+            "--round",
+            "v0.7",
+            "--json",
+            str(tmp_path / "c.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr
     m = re.search(r"matched (\d+) of (\d+), equal (\d+) of (\d+)", out.stdout)
     assert m and len(set(m.groups())) == 1 and m.group(1) != "0", out.stdout
     doc = json.loads((tmp_path / "c.json").read_text())
     assert doc["matched"] == doc["equal"] == doc["summarizer_rows"] and doc["differ"] == []
-    bad = subprocess.run([sys.executable, str(REPO / "benchmarks" / "rounds_compare.py"),
-                          str(tmp_path), "--round", "v0.5"], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "rounds_compare.py"), str(tmp_path), "--round", "v0.5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "not a round that result_summarizer scores" in bad.stderr

@@ -44,6 +44,7 @@ def ruleset(rnd: str) -> str:
 def trees_of(rounds5_trees, round_trees):
     def tree(rnd: str) -> Path:
         return (rounds5_trees if rnd in ROUNDS5 else round_trees) / f"training_results_{rnd}"
+
     return tree
 
 
@@ -104,11 +105,14 @@ def test_a_tree_of_two_rounds_is_refused(trees_of, tmp_path):
     mixed = tmp_path / "mixed"
     shutil.copytree(trees_of("v0.7"), mixed, dirs_exist_ok=True)
     shutil.copytree(trees_of("v5.1"), mixed, dirs_exist_ok=True)
-    with pytest.raises(ConfigError, match=r"several MLPerf rounds .*dlrm_dcnv2 \(v3\.0 to v6\.0\).*"
-                                          r"gnmt \(v0\.7\).*--round") as exc:
+    with pytest.raises(
+        ConfigError,
+        match=r"several MLPerf rounds .*dlrm_dcnv2 \(v3\.0 to v6\.0\).*"
+        r"gnmt \(v0\.7\).*--round",
+    ) as exc:
         read_runs([mixed])
     assert "\n" not in str(exc.value)
-    named = read_runs([mixed], round="v5.1")    # named: no guess
+    named = read_runs([mixed], round="v5.1")  # named: no guess
     assert {r.round for r in named.runs} == {"v5.1"} and not named.notes
 
 
@@ -127,9 +131,15 @@ def test_the_report_says_what_it_detected(trees_of, tmp_path):
 # Energy to train from power logs, against the summarizer
 # --------------------------------------------------------------------------
 
+
 def _mllog(t: int, key: str, value, **md) -> str:
-    return ":::MLLOG " + json.dumps({"namespace": "", "time_ms": t, "event_type": "POINT_IN_TIME",
-                                     "key": key, "value": value, "metadata": md}) + "\n"
+    return (
+        ":::MLLOG "
+        + json.dumps(
+            {"namespace": "", "time_ms": t, "event_type": "POINT_IN_TIME", "key": key, "value": value, "metadata": md}
+        )
+        + "\n"
+    )
 
 
 def _write_power(bench: Path):
@@ -149,8 +159,9 @@ def _write_power(bench: Path):
                 lines.append(_mllog(t + 100, "power_measurement_stop", 0))
             (folder / f"node_{node}.txt").write_text("".join(lines))
         if i % 3 == 0:
-            (folder / "sw_0.txt").write_text(_mllog(0, "conversion_eff", 0.9)
-                                             + _mllog(1, "interconnect_power_est", 1200.0 + i))
+            (folder / "sw_0.txt").write_text(
+                _mllog(0, "conversion_eff", 0.9) + _mllog(1, "interconnect_power_est", 1200.0 + i)
+            )
 
 
 @pytest.mark.parametrize("rnd", ROUNDS5)
@@ -186,8 +197,14 @@ def test_invoke_report_refuses_a_tree_of_two_rounds_in_one_line(trees_of, tmp_pa
     shutil.copytree(trees_of("v0.7"), mixed, dirs_exist_ok=True)
     shutil.copytree(trees_of("v5.1"), mixed, dirs_exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(REPO), INVOKE_GPULAB_RESULTS=str(tmp_path / "results"))
-    p = subprocess.run([sys.executable, "-m", "invoke", "report", str(mixed), "--format", "json"],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "invoke", "report", str(mixed), "--format", "json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr + p.stdout, p.stderr
     assert "several MLPerf rounds" in lines[0] and "--round" in lines[0]
@@ -203,10 +220,10 @@ def test_result_files_that_cannot_be_dated_do_not_stop_the_detection(trees_of, t
     files[0].unlink()
     os.mkfifo(files[0])
     outside = tmp_path / "outside.txt"
-    outside.write_text(_mllog(10 ** 12, "cache_clear", True))     # 2001: would move the median
+    outside.write_text(_mllog(10**12, "cache_clear", True))  # 2001: would move the median
     files[1].unlink()
     files[1].symlink_to(outside)
-    files[2].write_text(_mllog(10 ** 16, "cache_clear", True) + files[2].read_text())
+    files[2].write_text(_mllog(10**16, "cache_clear", True) + files[2].read_text())
     found = rounddetect.detect(tree, default_rules())
     assert found.round == "v5.1" and "median first time_ms of 2 result file(s)" in found.line
 

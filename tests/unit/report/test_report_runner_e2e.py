@@ -22,8 +22,10 @@ def test_report_of_real_runner_runs(runner_sweep, tmp_path):
     # gpulab's own logs, checked by its ruleset: NCF needs the exception that 0.7.0 has no NCF rules.
     assert (rec["compliance"], rec["compliance_ruleset"]) == ("PASS", "training 0.7.0 + gpulab exceptions")
     assert [w.split(" (waived: ")[0] for w in rec["compliance_waived"]] == [
-        e["why"] for e in json.loads((tmp_path / "report" / "summary.json").read_text())["compliance"]["gpulab"]
-        ["exceptions"] if e["benchmarks"] == ["ncf"]]
+        e["why"]
+        for e in json.loads((tmp_path / "report" / "summary.json").read_text())["compliance"]["gpulab"]["exceptions"]
+        if e["benchmarks"] == ["ncf"]
+    ]
     statuses = [json.loads(p.read_text()) for p in sorted(runner_sweep.glob("localhost/*/status.json"))]
     # The MLLOG clock (run_start -> run_stop) agrees with the runner's own time to train; run_stop is
     # logged just after the runner stops its clock, so allow half a second on a busy machine.
@@ -31,8 +33,12 @@ def test_report_of_real_runner_runs(runner_sweep, tmp_path):
     assert rec["score_minutes"] == pytest.approx(sum(ttt) / 2, abs=0.5 / 60)
     assert rec["epochs_min"] == min(s["result"]["epochs"] for s in statuses)
     assert rec["throughput_mean"] == pytest.approx(sum(s["result"]["samples_per_s"] for s in statuses) / 2)
-    assert res.skipped == [(str(runner_sweep / "localhost" / "ncf-ttt-tiny-cpu-s3"),
-                            "planned run has no run directory (sweep state: failed; interrupted)")]
+    assert res.skipped == [
+        (
+            str(runner_sweep / "localhost" / "ncf-ttt-tiny-cpu-s3"),
+            "planned run has no run directory (sweep state: failed; interrupted)",
+        )
+    ]
     doc = json.loads((tmp_path / "report" / "summary.json").read_text())
     seeds = {e["benchmark"]: e for e in doc["seed_effects"]}
     assert seeds["ncf [tiny]"]["runs"] == 2

@@ -25,11 +25,18 @@ def test_nothing_skipped_and_one_record_per_benchmark_and_system(study_report):
 
 # The T4 logs sit in MLPerf's results/<system>/ layout: each system is its folder ("1xT4"),
 # with device and GPU count read from the folder name; the V100 logs are loose files.
-@pytest.mark.parametrize("bench, system, minutes", [
-    ("gnmt", "1xT4", 720.0), ("gnmt", "2xT4", 231.0), ("gnmt", "4xT4", 72.0),
-    ("gnmt", "1x V100-PCIe", 320.0), ("gnmt", "3x V100-PCIe", 72.0),
-    ("resnet", "1xT4", 610.0), ("transformer", "1x V100-PCIe", 8 * 30.0 / 2.7),
-])
+@pytest.mark.parametrize(
+    "bench, system, minutes",
+    [
+        ("gnmt", "1xT4", 720.0),
+        ("gnmt", "2xT4", 231.0),
+        ("gnmt", "4xT4", 72.0),
+        ("gnmt", "1x V100-PCIe", 320.0),
+        ("gnmt", "3x V100-PCIe", 72.0),
+        ("resnet", "1xT4", 610.0),
+        ("transformer", "1x V100-PCIe", 8 * 30.0 / 2.7),
+    ],
+)
 def test_scores_by_hand(study_report, bench, system, minutes):
     r = record(study_report[0].summary, bench, system)
     assert r["score_minutes"] == pytest.approx(minutes)
@@ -93,8 +100,12 @@ def test_figures_tables_and_markdown(study_report):
     # Submitter: the folder above results/ (here the input folder, "study").
     assert "| gnmt | study | 4xT4 | T4 | 4 | — | — | 1 | 1 | 10 | 72.00 | not checked |" in md
     assert "gnmt on T4: super-linear speedup at 2, 3, 4 GPUs (3.12x, 6.00x, 10.00x over 1)" in md
-    assert {str(p) for p in res.files} >= {str(out / "report.html"), str(out / "report.md"),
-                                            str(out / "summary.json"), str(out / "tables" / "runs.csv")}
+    assert {str(p) for p in res.files} >= {
+        str(out / "report.html"),
+        str(out / "report.md"),
+        str(out / "summary.json"),
+        str(out / "tables" / "runs.csv"),
+    }
 
 
 def test_html_is_self_contained(study_report):

@@ -16,13 +16,23 @@ THROUGHPUT = {"gnmt": {"T4": 25_000.0, "V100-PCIe": 75_000.0}, "ncf": {"T4": 8.0
 @pytest.fixture(scope="module")
 def throughput_report(tmp_path_factory):
     root = tmp_path_factory.mktemp("thr") / "results"
-    for device, gpu_name, host, counts in (("T4", "Tesla T4", "r740-01", 4), ("V100-PCIe", "Tesla V100-PCIE-16GB",
-                                                                              "r740-03", 3)):
+    for device, gpu_name, host, counts in (
+        ("T4", "Tesla T4", "r740-01", 4),
+        ("V100-PCIe", "Tesla V100-PCIE-16GB", "r740-03", 3),
+    ):
         for bench, per in THROUGHPUT.items():
             for n in range(1, counts + 1):
-                write_rundir(root / "fig2" / host / f"{bench}-throughput-full-{n}gpu-s1", benchmark=bench,
-                             gpu_name=gpu_name, gpus=tuple(range(n)), host=host, host_gpus=counts, seed=1,
-                             mode="throughput", result={"samples_per_s": per[device] * n * 0.95 ** (n - 1)})
+                write_rundir(
+                    root / "fig2" / host / f"{bench}-throughput-full-{n}gpu-s1",
+                    benchmark=bench,
+                    gpu_name=gpu_name,
+                    gpus=tuple(range(n)),
+                    host=host,
+                    host_gpus=counts,
+                    seed=1,
+                    mode="throughput",
+                    result={"samples_per_s": per[device] * n * 0.95 ** (n - 1)},
+                )
     out = root / "report"
     res = build_report([root / "fig2"], out, formats=("json", "md"))
     return res, out

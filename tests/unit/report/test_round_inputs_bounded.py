@@ -24,13 +24,16 @@ def test_a_scaling_factor_in_range_is_applied(tmp_path):
     assert roundtree.scaling_factor(tmp_path, tmp_path)[0] == 1.5
 
 
-@pytest.mark.parametrize("doc", [
-    {"accelerator_model_name": "NVIDIA H100", "accelerators_per_node": -8, "number_of_nodes": 1},
-    {"accelerator_model_name": "NVIDIA H100", "accelerators_per_node": 1e308, "number_of_nodes": 1},
-    {"accelerator_model_name": "NVIDIA H100", "accelerators_per_node": 8, "number_of_nodes": 1e308},
-    {"accelerator_model_name": "NVIDIA H100", "accelerators_per_node": 8, "number_of_nodes": -2},
-    {"nodes": [{"accelerator": "NVIDIA H100", "num_accelerators": 1e308, "num_nodes": 1}]},
-])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"accelerator_model_name": "NVIDIA H100", "accelerators_per_node": -8, "number_of_nodes": 1},
+        {"accelerator_model_name": "NVIDIA H100", "accelerators_per_node": 1e308, "number_of_nodes": 1},
+        {"accelerator_model_name": "NVIDIA H100", "accelerators_per_node": 8, "number_of_nodes": 1e308},
+        {"accelerator_model_name": "NVIDIA H100", "accelerators_per_node": 8, "number_of_nodes": -2},
+        {"nodes": [{"accelerator": "NVIDIA H100", "num_accelerators": 1e308, "num_nodes": 1}]},
+    ],
+)
 def test_a_system_count_out_of_range_is_not_taken(tmp_path, doc):
     reader = resulttree.TreeReader.__new__(resulttree.TreeReader)
     reader.rules = SimpleNamespace(device=lambda name, published=True: name)

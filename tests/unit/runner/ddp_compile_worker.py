@@ -24,15 +24,31 @@ def grads(world, rank, compiled: bool, distributed: bool):
     from runner.workloads import base, gnmt, gradients
 
     entry = workloads.load()["gnmt"]
-    spec = {"workload": "gnmt", "entry": entry, "scale": "tiny", "mode": "throughput", "seed": 1,
-            "compile": compiled, "gpus": [], "run_dir": "/tmp", "precision": "fp32"}
-    ctx = base.Context(spec=spec, entry=entry, log=MLLog(None), device=torch.device("cpu"),
-                       rank=rank if distributed else 0, world_size=world if distributed else 1,
-                       local_rank=0, precision="fp32")
-    ctx.cfg.update(compile=True, dropout=0.0)   # full scale compiles gnmt; dropout off for equal steps
+    spec = {
+        "workload": "gnmt",
+        "entry": entry,
+        "scale": "tiny",
+        "mode": "throughput",
+        "seed": 1,
+        "compile": compiled,
+        "gpus": [],
+        "run_dir": "/tmp",
+        "precision": "fp32",
+    }
+    ctx = base.Context(
+        spec=spec,
+        entry=entry,
+        log=MLLog(None),
+        device=torch.device("cpu"),
+        rank=rank if distributed else 0,
+        world_size=world if distributed else 1,
+        local_rank=0,
+        precision="fp32",
+    )
+    ctx.cfg.update(compile=True, dropout=0.0)  # full scale compiles gnmt; dropout off for equal steps
     with gradients._compile_backend("aot_eager" if compiled else None):
         tr = gnmt.build(ctx)
-    g = torch.Generator().manual_seed(100 + rank)   # each rank its own batch
+    g = torch.Generator().manual_seed(100 + rank)  # each rank its own batch
     src = torch.randint(4, tr.vocab_size, (8, 10), generator=g)
     tgt = torch.randint(4, tr.vocab_size, (8, 10), generator=g)
     tin = torch.cat([torch.full_like(tgt[:, :1], 2), tgt[:, :-1]], 1)
@@ -62,12 +78,17 @@ def main():
         others = [torch.empty_like(v) for _ in range(world)]
         dist.all_gather(others, v.contiguous())
         same &= all(torch.equal(o, v) for o in others)
-    out = {"rank": rank, "graphs": graphs, "grad_norm": norm, "params": len(comp),
-           "compiled_vs_eager": max(float((comp[n] - eager[n]).abs().max()) for n in eager) / norm,
-           "eager_vs_mean_of_ranks": max(float((eager[n] - mean[n]).abs().max()) for n in eager) / norm,
-           "compiled_vs_mean_of_ranks": max(float((comp[n] - mean[n]).abs().max()) for n in eager) / norm,
-           "local_vs_mean": max(float((local[n] - mean[n]).abs().max()) for n in eager) / norm,
-           "ranks_equal": same}
+    out = {
+        "rank": rank,
+        "graphs": graphs,
+        "grad_norm": norm,
+        "params": len(comp),
+        "compiled_vs_eager": max(float((comp[n] - eager[n]).abs().max()) for n in eager) / norm,
+        "eager_vs_mean_of_ranks": max(float((eager[n] - mean[n]).abs().max()) for n in eager) / norm,
+        "compiled_vs_mean_of_ranks": max(float((comp[n] - mean[n]).abs().max()) for n in eager) / norm,
+        "local_vs_mean": max(float((local[n] - mean[n]).abs().max()) for n in eager) / norm,
+        "ranks_equal": same,
+    }
     with open(f"result-{rank}.json", "w") as f:  # in the working directory the test gives
         json.dump(out, f)
     dist.barrier()

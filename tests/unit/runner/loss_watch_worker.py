@@ -22,8 +22,16 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     entry = workloads.load()["ncf"]
     spec = {"workload": "ncf", "entry": entry, "scale": "tiny", "mode": "ttt", "seed": 1}
-    ctx = base.Context(spec=spec, entry=entry, log=MLLog(None), device=torch.device("cpu"), rank=rank,
-                       world_size=world, local_rank=int(os.environ.get("LOCAL_RANK", "0")), precision="fp32")
+    ctx = base.Context(
+        spec=spec,
+        entry=entry,
+        log=MLLog(None),
+        device=torch.device("cpu"),
+        rank=rank,
+        world_size=world,
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        precision="fp32",
+    )
     scaler = ctx.grad_scaler()
     w = torch.ones(3, requires_grad=True)
     for step in range(3):

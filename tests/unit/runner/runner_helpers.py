@@ -23,13 +23,26 @@ def env() -> dict:
 
 
 def runner(*args, timeout=300, check=False, python: str = sys.executable) -> subprocess.CompletedProcess:
-    return subprocess.run([python, "-m", "runner", *map(str, args)], cwd=ROOT, env=env(),
-                          capture_output=True, text=True, timeout=timeout, check=check)
+    return subprocess.run(
+        [python, "-m", "runner", *map(str, args)],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=check,
+    )
 
 
 def start(*args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "runner", *map(str, args)], cwd=ROOT, env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner", *map(str, args)],
+        cwd=ROOT,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def two_gloo_workers(worker: str, cwd: Path, result: str, timeout: int = 300) -> list[dict]:
@@ -37,9 +50,21 @@ def two_gloo_workers(worker: str, cwd: Path, result: str, timeout: int = 300) ->
     each) in ``cwd``; each rank writes ``result.format(rank=...)`` there: the two results, rank 0 first."""
     e = env()
     e["OMP_NUM_THREADS"] = "1"
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                        str(ROOT / "tests" / "unit" / "runner" / worker)], cwd=cwd, env=e, capture_output=True,
-                       text=True, timeout=timeout)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            str(ROOT / "tests" / "unit" / "runner" / worker),
+        ],
+        cwd=cwd,
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     return [json.loads((cwd / result.format(rank=rank)).read_text()) for rank in (0, 1)]
 
@@ -61,7 +86,7 @@ def mllog_events(run_dir: Path) -> list[dict]:
     out = []
     for line in (Path(run_dir) / "mllog.log").read_text().splitlines():
         assert line.startswith(":::MLLOG "), line
-        out.append(json.loads(line[len(":::MLLOG "):]))
+        out.append(json.loads(line[len(":::MLLOG ") :]))
     return out
 
 
@@ -72,12 +97,11 @@ def assert_complete(run_dir: Path) -> None:
     run_dir = Path(run_dir)
     names = {"mllog.log", "stdout.log", "telemetry.csv", "manifest.json", "status.json", "SHA256SUMS"}
     assert names <= {p.name for p in run_dir.iterdir()}, sorted(p.name for p in run_dir.iterdir())
-    r = subprocess.run(["sha256sum", "--strict", "-c", "SHA256SUMS"], cwd=run_dir,
-                       capture_output=True, text=True)
+    r = subprocess.run(["sha256sum", "--strict", "-c", "SHA256SUMS"], cwd=run_dir, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     listed = {ln.split("  ", 1)[1] for ln in (run_dir / "SHA256SUMS").read_text().splitlines()}
     outcome = json.loads((run_dir / "status.json").read_text())["outcome"]
-    extra = {"health.json"} if outcome in ("failed", "aborted") else set()   # the health epilogue (runner.health)
+    extra = {"health.json"} if outcome in ("failed", "aborted") else set()  # the health epilogue (runner.health)
     assert listed - {"xid.json"} == names - {"SHA256SUMS"} | extra
     assert checksums.verify(run_dir) == []
 
@@ -117,9 +141,25 @@ def full_scale_trainer(name: str, build, world_size: int, batch: int):
     from runner.workloads.base import Context
 
     entry = workloads.load()[name]
-    spec = {"workload": name, "scale": "full", "mode": "throughput", "seed": 0, "entry": entry,
-            "compile": False, "optimized": False, "throughput_batch_size": batch}
-    ctx = Context(spec=spec, entry=entry, log=MLLog(None), device=torch.device("cpu"), rank=0,
-                  world_size=world_size, local_rank=0, precision="fp32")
+    spec = {
+        "workload": name,
+        "scale": "full",
+        "mode": "throughput",
+        "seed": 0,
+        "entry": entry,
+        "compile": False,
+        "optimized": False,
+        "throughput_batch_size": batch,
+    }
+    ctx = Context(
+        spec=spec,
+        entry=entry,
+        log=MLLog(None),
+        device=torch.device("cpu"),
+        rank=0,
+        world_size=world_size,
+        local_rank=0,
+        precision="fp32",
+    )
     ctx.distributed = False  # world_size only sets the global batch here; no process group
     return build(ctx)

@@ -13,10 +13,27 @@ from runner_helpers import ROOT, env
 
 def test_smoke_run_on_cpu_writes_the_document(tmp_path):
     out = tmp_path / "bench.json"
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "throughput.py"), "--device", "cpu",
-                        "--workloads", "transformer", "--measure-seconds", "0.3", "--out", str(out),
-                        "--workdir", str(tmp_path / "work")],
-                       cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "throughput.py"),
+            "--device",
+            "cpu",
+            "--workloads",
+            "transformer",
+            "--measure-seconds",
+            "0.3",
+            "--out",
+            str(out),
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(out.read_text())
     row = doc["transformer"]
@@ -77,10 +94,31 @@ def _scale(name, scale):
 
 def test_selection_and_the_deadline_still_write_the_document(tmp_path):
     out = tmp_path / "bench.json"
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "throughput.py"), "--device", "cpu",
-                        "--workloads", "ncf", "--variants", "compiled,baseline", "--runner-runs", "gnmt",
-                        "--deadline", "1", "--out", str(out), "--workdir", str(tmp_path / "work")],
-                       cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "throughput.py"),
+            "--device",
+            "cpu",
+            "--workloads",
+            "ncf",
+            "--variants",
+            "compiled,baseline",
+            "--runner-runs",
+            "gnmt",
+            "--deadline",
+            "1",
+            "--out",
+            str(out),
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(out.read_text())
     assert doc["ncf"]["errors"] == {"compiled": "not started: deadline", "baseline": "not started: deadline"}
@@ -89,23 +127,60 @@ def test_selection_and_the_deadline_still_write_the_document(tmp_path):
     assert doc["_meta"]["deadline_s"] == 1 and doc["_meta"]["runner_runs"] == ["gnmt"]
 
 
-@pytest.mark.parametrize("argv, says", [(["--workloads", "bert"], "--workloads: unknown bert"),
-                                        (["--variants", "fast"], "--variants: unknown fast"),
-                                        (["--runner-runs", "bert"], "--runner-runs: unknown bert"),
-                                        (["--deadline", "-5"], "--deadline -5.0: must be positive")])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--workloads", "bert"], "--workloads: unknown bert"),
+        (["--variants", "fast"], "--variants: unknown fast"),
+        (["--runner-runs", "bert"], "--runner-runs: unknown bert"),
+        (["--deadline", "-5"], "--deadline -5.0: must be positive"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(tmp_path, argv, says):
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "throughput.py"), "--device", "cpu",
-                        *argv, "--out", str(tmp_path / "x.json")],
-                       cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "throughput.py"),
+            "--device",
+            "cpu",
+            *argv,
+            "--out",
+            str(tmp_path / "x.json"),
+        ],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and says in r.stderr, r.stderr
     assert not (tmp_path / "x.json").exists()
 
 
 def test_profile_step_splits_the_step_time_into_kernel_categories(tmp_path):
     out = tmp_path / "profile.json"
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_step.py"), "resnet50", "--device", "cpu",
-                        "--steps", "2", "--profile-steps", "2", "--set", "space_to_depth_stem=false", "--out", str(out)],
-                       cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "profile_step.py"),
+            "resnet50",
+            "--device",
+            "cpu",
+            "--steps",
+            "2",
+            "--profile-steps",
+            "2",
+            "--set",
+            "space_to_depth_stem=false",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(out.read_text())
     assert doc["workload"] == "resnet50" and doc["variant"] == "optimized" and doc["samples_per_s"] > 0
@@ -142,13 +217,25 @@ def test_profile_categories_and_table_of_gpu_kernel_names():
     }
     for name, cat in names.items():
         assert profile_step.category(name) == cat, name
-    events = [("nvjet_tst_128x256_64x4_1x2_h_bz_coopB_NNT", 6000.0, 20), ("triton_poi_fused_add_0", 2000.0, 40),
-              ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>", 1000.0, 2)]
+    events = [
+        ("nvjet_tst_128x256_64x4_1x2_h_bz_coopB_NNT", 6000.0, 20),
+        ("triton_poi_fused_add_0", 2000.0, 40),
+        ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>", 1000.0, 2),
+    ]
     doc = profile_step.summarize(events, steps=2, top=5)
     assert doc["kernel_ms_per_step"] == 4.5 and doc["categories"]["matmul"]["share"] == pytest.approx(2 / 3, abs=1e-3)
-    doc.update(workload="ncf", variant="compiled", samples_per_step=1024, samples_per_s=170_000.0, step_ms=6.0,
-               build_and_first_step_s=20.0, timed_steps=30, profiled_steps=2, gpu_idle_ms_per_step=1.5,
-               settings={"scale": "full", "device": "cuda", "gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0"})
+    doc.update(
+        workload="ncf",
+        variant="compiled",
+        samples_per_step=1024,
+        samples_per_s=170_000.0,
+        step_ms=6.0,
+        build_and_first_step_s=20.0,
+        timed_steps=30,
+        profiled_steps=2,
+        gpu_idle_ms_per_step=1.5,
+        settings={"scale": "full", "device": "cuda", "gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0"},
+    )
     text = profile_step.table(doc)
     assert "| GEMM / convolution / attention / RNN | 3.000 | 50.0 % |" in text
     assert "| elementwise and normalization (Triton, eager) | 1.000 | 16.7 % |" in text
@@ -157,15 +244,32 @@ def test_profile_categories_and_table_of_gpu_kernel_names():
     assert text.startswith("# ncf (compiled), scale full, NVIDIA H100 80GB HBM3")
 
 
-@pytest.mark.parametrize("argv, says", [(["bert"], "workload 'bert' is not registered"),
-                                        (["ncf", "--batch", "0"], "--batch 0: must be at least 1"),
-                                        (["ncf", "--set", "bogus=1"], "setting 'bogus': the tiny scale of ncf"),
-                                        (["ncf", "--set", "nokey"], "--set: 'nokey' is not key=value"),
-                                        (["ncf", "--table", "/nonexistent/t.md"],
-                                         "--table /nonexistent/t.md: its folder does not exist")])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["bert"], "workload 'bert' is not registered"),
+        (["ncf", "--batch", "0"], "--batch 0: must be at least 1"),
+        (["ncf", "--set", "bogus=1"], "setting 'bogus': the tiny scale of ncf"),
+        (["ncf", "--set", "nokey"], "--set: 'nokey' is not key=value"),
+        (["ncf", "--table", "/nonexistent/t.md"], "--table /nonexistent/t.md: its folder does not exist"),
+    ],
+)
 def test_profile_step_bad_input_is_one_line_exit_2(tmp_path, argv, says):
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_step.py"), *argv, "--device", "cpu",
-                        "--out", str(tmp_path / "p.json")],
-                       cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "profile_step.py"),
+            *argv,
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path / "p.json"),
+        ],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and says in r.stderr, r.stderr
     assert not (tmp_path / "p.json").exists()

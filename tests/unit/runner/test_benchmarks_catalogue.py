@@ -33,8 +33,14 @@ def toy_env(catalogue: Path = TOY) -> dict:
 
 
 def script(name: str, *args, catalogue: Path = TOY, timeout=600):
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), *map(str, args)], cwd=ROOT,
-                          env=toy_env(catalogue), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), *map(str, args)],
+        cwd=ROOT,
+        env=toy_env(catalogue),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def load_script(name: str):
@@ -68,51 +74,94 @@ def test_the_default_workload_lists_are_the_catalogue_with_its_extra_entries(mon
 
 
 def test_gradcheck_takes_batches_and_group_order_from_the_entries(monkeypatch, tmp_path):
-    monkeypatch.setenv(workloads.EXTRA_ENV, str(toy_with_bench(
-        tmp_path, {"gradcheck_batch": {"cpu": 24, "cuda": 512}, "gradcheck_s": {"tiny": 99}})))
+    monkeypatch.setenv(
+        workloads.EXTRA_ENV,
+        str(toy_with_bench(tmp_path, {"gradcheck_batch": {"cpu": 24, "cuda": 512}, "gradcheck_s": {"tiny": 99}})),
+    )
     gc = load_script("gradcheck")
     groups = gc.plan(gc.parse(["--device", "cpu", "--workloads", "ncf,toy", "--scales", "tiny"]))
     assert [(g["workload"], g["batch"]) for g in groups] == [("toy", 24), ("ncf", 1024)]  # 99 s before 10 s
-    cuda = gc.plan(gc.parse(["--device", "cuda", "--workloads", "ncf,toy", "--scales", "small", "--precisions", "fp32"]))
+    cuda = gc.plan(
+        gc.parse(["--device", "cuda", "--workloads", "ncf,toy", "--scales", "small", "--precisions", "fp32"])
+    )
     assert {g["workload"]: g["batch"] for g in cuda} == {"toy": 512, "ncf": 65536}
     assert workloads.load(extra="")["ncf"]["bench"]["gradcheck_batch"] == {"cuda": 65536, "cpu": 1024}
 
 
 def test_the_scripts_run_the_toy_workload(tmp_path):
     cat = toy_with_bench(tmp_path, {"gradcheck_batch": {"cpu": 24, "cuda": 64}})
-    r = script("gradcheck", "--device", "cpu", "--workloads", "toy", "--scales", "tiny",
-               "--out", tmp_path / "gc.json", catalogue=cat)
+    r = script(
+        "gradcheck",
+        "--device",
+        "cpu",
+        "--workloads",
+        "toy",
+        "--scales",
+        "tiny",
+        "--out",
+        tmp_path / "gc.json",
+        catalogue=cat,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
-    case, = json.loads((tmp_path / "gc.json").read_text())["cases"]
+    (case,) = json.loads((tmp_path / "gc.json").read_text())["cases"]
     assert (case["workload"], case["batch"], case["passed"], case["compared"]) == ("toy", 24, True, 4)
-    r = script("scale_matrix", "--device", "cpu", "--workloads", "toy", "--measure-seconds", "0.3",
-               "--workdir", tmp_path / "w", "--out", tmp_path / "m.json")
+    r = script(
+        "scale_matrix",
+        "--device",
+        "cpu",
+        "--workloads",
+        "toy",
+        "--measure-seconds",
+        "0.3",
+        "--workdir",
+        tmp_path / "w",
+        "--out",
+        tmp_path / "m.json",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     ttt, tp = json.loads((tmp_path / "m.json").read_text())["runs"]
     assert (ttt["workload"], ttt["mode"], ttt["outcome"]) == ("toy", "ttt", "success")
     assert ttt["quality"] >= ttt["target"] == 0.9 and ttt["time_to_train_s"] > 0
     assert (tp["mode"], tp["outcome"], tp["sample_unit"]) == ("throughput", "success", "samples")
-    r = script("throughput", "--device", "cpu", "--workloads", "toy", "--variants", "baseline",
-               "--runner-runs", "none", "--measure-seconds", "0.3", "--out", tmp_path / "t.json",
-               "--workdir", tmp_path / "tw")
+    r = script(
+        "throughput",
+        "--device",
+        "cpu",
+        "--workloads",
+        "toy",
+        "--variants",
+        "baseline",
+        "--runner-runs",
+        "none",
+        "--measure-seconds",
+        "0.3",
+        "--out",
+        tmp_path / "t.json",
+        "--workdir",
+        tmp_path / "tw",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     row = json.loads((tmp_path / "t.json").read_text())["toy"]
     assert row["baseline"] > 0 and row["batch"] == 64 and row["unit"] == "samples/s"
 
 
-@pytest.mark.parametrize("name, argv", [
-    ("throughput", ["--device", "cpu", "--out", "OUT"]),
-    ("gradcheck", ["--device", "cpu", "--out", "OUT"]),
-    ("multigpu", ["--device", "cpu", "--out", "OUT"]),
-    ("scale_matrix", ["--device", "cpu", "--out", "OUT"]),
-])
+@pytest.mark.parametrize(
+    "name, argv",
+    [
+        ("throughput", ["--device", "cpu", "--out", "OUT"]),
+        ("gradcheck", ["--device", "cpu", "--out", "OUT"]),
+        ("multigpu", ["--device", "cpu", "--out", "OUT"]),
+        ("scale_matrix", ["--device", "cpu", "--out", "OUT"]),
+    ],
+)
 def test_a_catalogue_that_does_not_check_stops_each_script_in_one_line(tmp_path, name, argv):
     bad = toy_with_bench(tmp_path, {"gradcheck_batch": {"cpu": 0}})
     out = tmp_path / "out"
     r = script(name, *[out if a == "OUT" else a for a in argv], catalogue=bad, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert r.stderr.strip().endswith("toy.yml: workloads.toy: 'bench.gradcheck_batch.cpu' must be an integer >= 1 "
-                                     "(not 0)"), r.stderr
+    assert r.stderr.strip().endswith(
+        "toy.yml: workloads.toy: 'bench.gradcheck_batch.cpu' must be an integer >= 1 (not 0)"
+    ), r.stderr
     assert r.stderr.count("\n") == 1 and not out.exists()
 
 

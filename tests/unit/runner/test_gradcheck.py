@@ -27,16 +27,20 @@ GRADCHECK = ROOT / "benchmarks" / "gradcheck.py"
 
 # --- the hook ----------------------------------------------------------------------------
 
+
 def _flip_sign(gm, example_inputs):
     """A compile backend whose outputs keep their values but send the negated gradient back."""
+
     def run(*args):
         return [2 * o.detach() - o if isinstance(o, torch.Tensor) and o.requires_grad else o for o in gm(*args)]
+
     return run
 
 
 def _cut_gradient(gm, example_inputs):
     def run(*args):
         return [o - o + o.detach() if isinstance(o, torch.Tensor) and o.requires_grad else o for o in gm(*args)]
+
     return run
 
 
@@ -68,8 +72,18 @@ def _ncf_params():
 
 def test_ttt_mode_takes_the_first_batch_of_the_generated_data():
     a = G.gradient_step("ncf", "cpu", False, scale="tiny", mode="ttt", seed=2)
-    b = G.gradient_step("ncf", "cpu", True, scale="tiny", mode="ttt", seed=2, precision="fp32",
-                        weights=a["weights"], compile=True, backend="aot_eager")
+    b = G.gradient_step(
+        "ncf",
+        "cpu",
+        True,
+        scale="tiny",
+        mode="ttt",
+        seed=2,
+        precision="fp32",
+        weights=a["weights"],
+        compile=True,
+        backend="aot_eager",
+    )
     assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
     assert J.judge(a["grads"], b["grads"], "fp32")["passed"]
     with pytest.raises(G.WorkloadError, match="mode 'eval'"):
@@ -78,15 +92,36 @@ def test_ttt_mode_takes_the_first_batch_of_the_generated_data():
 
 # --- benchmarks/gradcheck.py -------------------------------------------------------------
 
+
 def gradcheck(*args, timeout=600):
-    return subprocess.run([sys.executable, str(GRADCHECK), *map(str, args)], cwd=ROOT, env=env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(GRADCHECK), *map(str, args)],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_the_script_checks_a_workload_in_both_precisions_and_catches_the_planted_faults(tmp_path):
     out = tmp_path / "g.json"
-    r = gradcheck("--device", "cpu", "--workloads", "ncf", "--backend", "aot_eager", "--precisions", "bf16,fp32",
-                  "--plants", "resnet50:tiny:scaled,resnet50:tiny:detached", "--jobs", 2, "--out", out)
+    r = gradcheck(
+        "--device",
+        "cpu",
+        "--workloads",
+        "ncf",
+        "--backend",
+        "aot_eager",
+        "--precisions",
+        "bf16,fp32",
+        "--plants",
+        "resnet50:tiny:scaled,resnet50:tiny:detached",
+        "--jobs",
+        2,
+        "--out",
+        out,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(out.read_text())
     real = [c for c in doc["cases"] if not c["plant"]]
@@ -97,8 +132,9 @@ def test_the_script_checks_a_workload_in_both_precisions_and_catches_the_planted
     assert real[0]["distance"]["noise"] is not None and real[0]["loss"]["noise"] > 0  # bf16: the noise pass ran
     # fp32: the plain fp32 pass in channels-last is its noise pass; the fixed bound is the floor
     assert real[1]["distance"]["noise"] is not None and real[1]["loss"]["noise"] > 0
-    assert real[1]["distance"]["limit"] == max(J.FP32_DISTANCE, J.NOISE_FACTOR * real[1]["distance"]["noise"]
-                                               + J.NOISE_ABS)
+    assert real[1]["distance"]["limit"] == max(
+        J.FP32_DISTANCE, J.NOISE_FACTOR * real[1]["distance"]["noise"] + J.NOISE_ABS
+    )
     planted = {c["plant"]: c for c in doc["cases"] if c["plant"]}
     assert planted["scaled"]["caught"] and planted["scaled"]["planted"]["parameters"] == ["fc.weight"]
     assert [f["rule"] for f in planted["scaled"]["failures"]] == ["scaled"]
@@ -113,26 +149,39 @@ def test_a_plant_the_check_does_not_catch_fails_the_script(tmp_path):
     """The offset max pool's backward is right under aot_eager on a CPU (the fault was Inductor's, on
     CUDA): planted there it is not caught, and the script says so and exits 1."""
     out = tmp_path / "g.json"
-    r = gradcheck("--device", "cpu", "--precisions", "", "--backend", "aot_eager",
-                  "--plants", "resnet50:tiny:maxpool", "--out", out)
+    r = gradcheck(
+        "--device",
+        "cpu",
+        "--precisions",
+        "",
+        "--backend",
+        "aot_eager",
+        "--plants",
+        "resnet50:tiny:maxpool",
+        "--out",
+        out,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     (case,) = json.loads(out.read_text())["cases"]
     assert case["passed"] and not case["caught"] and case["planted"]["modules"] == ["trunk.maxpool"]
     assert r.stdout.rstrip().splitlines()[-2].endswith("NOT CAUGHT")
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--workloads", "bert"], "--workloads: unknown bert"),
-    (["--scales", "huge"], "--scales: unknown huge"),
-    (["--modes", "eval"], "--modes: unknown eval"),
-    (["--batch", "-1"], "--batch -1: must be 0"),
-    (["--jobs", "0"], "--jobs 0: must be at least 1"),
-    (["--precisions", "int8"], "--precisions: unknown int8"),
-    (["--skip", "ssd"], "--skip: 'ssd' is not workload:scale"),
-    (["--plants", "ssd:huge:scaled"], "--plants: 'ssd:huge:scaled' is not workload:scale:plant"),
-    (["--plants", "resnet50:tiny:flipped"], "plants: maxpool, scaled, detached"),
-    (["--precisions", "", "--workloads", "ncf"], "nothing to check"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--workloads", "bert"], "--workloads: unknown bert"),
+        (["--scales", "huge"], "--scales: unknown huge"),
+        (["--modes", "eval"], "--modes: unknown eval"),
+        (["--batch", "-1"], "--batch -1: must be 0"),
+        (["--jobs", "0"], "--jobs 0: must be at least 1"),
+        (["--precisions", "int8"], "--precisions: unknown int8"),
+        (["--skip", "ssd"], "--skip: 'ssd' is not workload:scale"),
+        (["--plants", "ssd:huge:scaled"], "--plants: 'ssd:huge:scaled' is not workload:scale:plant"),
+        (["--plants", "resnet50:tiny:flipped"], "plants: maxpool, scaled, detached"),
+        (["--precisions", "", "--workloads", "ncf"], "nothing to check"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, argv, says):
     out = tmp_path / "g.json"
     r = gradcheck("--device", "cpu", *argv, "--out", out, timeout=120)
@@ -144,8 +193,9 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, argv, says):
 def test_every_workload_at_tiny_scale_passes_in_fp32(tmp_path):
     """All six, each in its own process, two at a time, within a deadline (about 1.5 min of CPU time)."""
     out = tmp_path / "g.json"
-    r = gradcheck("--device", "cpu", "--backend", "aot_eager", "--jobs", 2, "--deadline", 840, "--out", out,
-                  timeout=900)
+    r = gradcheck(
+        "--device", "cpu", "--backend", "aot_eager", "--jobs", 2, "--deadline", 840, "--out", out, timeout=900
+    )
     doc = json.loads(out.read_text())
     assert r.returncode == 0, r.stdout + r.stderr
     cases = {c["workload"]: c for c in doc["cases"]}

@@ -15,9 +15,14 @@ torch = pytest.importorskip("torch")
 from runner.workloads import gradjudge as J  # noqa: E402
 
 #: relative bf16-like error of each parameter: most small, one ill-conditioned 16-value vector
-SHAPES = {"stem.weight": ((64, 3, 7, 7), 0.05), "stem.bn.weight": ((16,), 0.6),
-          "layer.conv.weight": ((64, 64, 3, 3), 0.03), "layer.bn.bias": ((64,), 0.2),
-          "fc.weight": ((10, 512), 0.01), "fc.bias": ((10,), 0.01)}
+SHAPES = {
+    "stem.weight": ((64, 3, 7, 7), 0.05),
+    "stem.bn.weight": ((16,), 0.6),
+    "layer.conv.weight": ((64, 64, 3, 3), 0.03),
+    "layer.bn.bias": ((64,), 0.2),
+    "fc.weight": ((10, 512), 0.01),
+    "fc.bias": ((10,), 0.01),
+}
 
 
 def _grads(seed=0):
@@ -57,16 +62,23 @@ def test_identical_gradients_pass_in_every_precision():
         assert res["passed"] and res["distance"]["optimized"] == 0.0 and res["lowest"]["cosine"] == pytest.approx(1)
 
 
-@pytest.mark.parametrize("plant, rule", [
-    (lambda g, f: torch.zeros_like(g), "zero"),
-    (lambda g, f: 2 * g, "scaled"),
-    (lambda g, f: 0.5 * g, "scaled"),
-    (lambda g, f: None, "missing"),
-    (lambda g, f: g.clone().fill_(float("nan")), "non-finite"),
-    (lambda g, f: torch.where(torch.rand(g.shape, generator=torch.Generator().manual_seed(3)) < 0.01,
-                              torch.tensor(float("inf")), g), "non-finite"),
-    (lambda g, f: g.reshape(-1), "shape"),
-])
+@pytest.mark.parametrize(
+    "plant, rule",
+    [
+        (lambda g, f: torch.zeros_like(g), "zero"),
+        (lambda g, f: 2 * g, "scaled"),
+        (lambda g, f: 0.5 * g, "scaled"),
+        (lambda g, f: None, "missing"),
+        (lambda g, f: g.clone().fill_(float("nan")), "non-finite"),
+        (
+            lambda g, f: torch.where(
+                torch.rand(g.shape, generator=torch.Generator().manual_seed(3)) < 0.01, torch.tensor(float("inf")), g
+            ),
+            "non-finite",
+        ),
+        (lambda g, f: g.reshape(-1), "shape"),
+    ],
+)
 @pytest.mark.parametrize("target", ["fc.weight", "layer.conv.weight", "stem.weight"])
 def test_a_fault_in_one_parameter_fails_by_its_rule_naming_it(plant, rule, target):
     ref, noise, got = triple(1)
@@ -83,8 +95,10 @@ def test_a_detached_parameter_absent_from_the_map_and_one_only_in_the_optimized_
     got.pop("layer.bn.bias")
     got["extra.weight"] = torch.ones(3)
     res = J.judge(ref, got, "bf16", noise)
-    assert {(f["name"], f["rule"]) for f in res["failures"]} == {("layer.bn.bias", "missing"),
-                                                                 ("extra.weight", "extra")}
+    assert {(f["name"], f["rule"]) for f in res["failures"]} == {
+        ("layer.bn.bias", "missing"),
+        ("extra.weight", "extra"),
+    }
     ref["unused.weight"], got["unused.weight"] = None, torch.ones(4)  # the plain model has no gradient there
     assert ("unused.weight", "extra") in {(f["name"], f["rule"]) for f in J.judge(ref, got, "bf16", noise)["failures"]}
 

@@ -17,8 +17,9 @@ SCRIPT = ROOT / "benchmarks" / "multigpu.py"
 def script(*args, timeout=900, extra_env=None):
     e = env()
     e.update(extra_env or {})
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], cwd=ROOT, env=e, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *map(str, args)], cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def module():
@@ -41,17 +42,20 @@ def test_fewer_than_two_gpus_is_refused_in_one_line_and_nothing_runs(tmp_path):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--parts", "scaling,bench"], "--parts: unknown bench"),
-    (["--workloads", "bert"], "--workloads: unknown bert"),
-    (["--gpus", "1"], "--gpus 1: the multi-GPU runs need at least 2"),
-    (["--gpus", "two"], "argument --gpus: invalid int value: 'two'"),
-    (["--deadline", "-5"], "--deadline -5: must be positive"),
-    (["--device", "cpu", "--parts", "ttt,validate"], "--device cpu: only the parts scaling and ttt"),
-    (["--inductor", "coordinate_descent_tuning"], "--inductor 'coordinate_descent_tuning': expected KEY=VALUE"),
-    (["--wheels", "/nonexistent/wheels"], "--wheels '/nonexistent/wheels': no such folder"),
-    ([], "the following arguments are required: --out"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--parts", "scaling,bench"], "--parts: unknown bench"),
+        (["--workloads", "bert"], "--workloads: unknown bert"),
+        (["--gpus", "1"], "--gpus 1: the multi-GPU runs need at least 2"),
+        (["--gpus", "two"], "argument --gpus: invalid int value: 'two'"),
+        (["--deadline", "-5"], "--deadline -5: must be positive"),
+        (["--device", "cpu", "--parts", "ttt,validate"], "--device cpu: only the parts scaling and ttt"),
+        (["--inductor", "coordinate_descent_tuning"], "--inductor 'coordinate_descent_tuning': expected KEY=VALUE"),
+        (["--wheels", "/nonexistent/wheels"], "--wheels '/nonexistent/wheels': no such folder"),
+        ([], "the following arguments are required: --out"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, argv, says):
     out = tmp_path / "mg"
     r = script(*(["--out", out] if argv else []), *argv, timeout=120)
@@ -72,7 +76,10 @@ def test_nvlink_multicast_stays_off_for_every_child_whatever_the_caller_set(monk
         monkeypatch.setenv(k, "1" if k == "NCCL_NVLS_ENABLE" else "0")
     e = mod.child_env({"GPULAB_RUN_TOKEN": "t"})
     assert {k: e[k] for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")} == {
-        "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+        "NCCL_NVLS_ENABLE": "0",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        "NVSHMEM_DISABLE_NVLS": "1",
+    }
     assert e["GPULAB_RUN_TOKEN"] == "t" and e["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT)
 
 
@@ -80,7 +87,7 @@ def test_tagged_processes_are_found_until_they_end():
     mod = module()
     p = subprocess.Popen(["sleep", "30"], env=dict(os.environ, GPULAB_RUN_TOKEN="mg-test-tag"))
     try:
-        exec_done(p)                                  # Popen returns before /proc shows its environment
+        exec_done(p)  # Popen returns before /proc shows its environment
         assert mod.tagged_pids("mg-test-tag") == [p.pid]
         assert mod.tagged_pids("mg-test-ta") == []  # the whole value, not a prefix
     finally:
@@ -93,14 +100,30 @@ def test_tagged_processes_are_found_until_they_end():
 def test_cpu_scaling_and_ttt_with_two_gloo_processes(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "mg"
-    r = script("--out", out, "--device", "cpu", "--parts", "scaling,ttt", "--workloads", "ncf", "--measure-seconds",
-               "0.5", "--cache-dir", tmp_path / "cache", extra_env={"NCCL_NVLS_ENABLE": "1"})
+    r = script(
+        "--out",
+        out,
+        "--device",
+        "cpu",
+        "--parts",
+        "scaling,ttt",
+        "--workloads",
+        "ncf",
+        "--measure-seconds",
+        "0.5",
+        "--cache-dir",
+        tmp_path / "cache",
+        extra_env={"NCCL_NVLS_ENABLE": "1"},
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads((out / "multigpu.json").read_text())
     meta = doc["_meta"]
     assert meta["device"] == "cpu" and meta["gpus"] == 2 and meta["torch"] and meta["elapsed_s"] > 0
-    assert meta["env"] == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-                           "NVSHMEM_DISABLE_NVLS": "1"}
+    assert meta["env"] == {
+        "NCCL_NVLS_ENABLE": "0",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        "NVSHMEM_DISABLE_NVLS": "1",
+    }
     (row,) = doc["scaling"]
     one, two = row["one_gpu"], row["multi_gpu"]
     assert (one["outcome"], two["outcome"], one["world_size"], two["world_size"]) == ("success", "success", 1, 2)
@@ -122,8 +145,11 @@ def test_cpu_scaling_and_ttt_with_two_gloo_processes(tmp_path):
     (tmp_path / "twice").mkdir()
     (tmp_path / "twice" / "mllog.log").write_text(text + text)
     twice = module().mllog_check(tmp_path / "twice", ttt["epochs"])
-    assert not twice["ok"] and twice["not_once"]["run_start"] == 2 and twice["not_once"]["epoch_start"] == 2 * ttt[
-        "epochs"]
+    assert (
+        not twice["ok"]
+        and twice["not_once"]["run_start"] == 2
+        and twice["not_once"]["epoch_start"] == 2 * ttt["epochs"]
+    )
 
 
 def test_speedup_and_efficiency_are_each_rounded_once_from_the_measured_ratio():

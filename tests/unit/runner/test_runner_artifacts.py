@@ -21,8 +21,12 @@ CATALOGUE = ROOT / "inventory" / "datasets.yml"
 
 
 def pretrained_entries():
-    return {(name, scale): s["pretrained"] for name, w in load_workloads().items()
-            for scale, s in w["scales"].items() if "pretrained" in s}
+    return {
+        (name, scale): s["pretrained"]
+        for name, w in load_workloads().items()
+        for scale, s in w["scales"].items()
+        if "pretrained" in s
+    }
 
 
 def test_full_scale_detection_names_its_published_backbone_and_test_scales_none():
@@ -76,8 +80,9 @@ def test_check_accepts_the_published_file_and_names_what_is_wrong(tmp_path):
         artifacts.check(e, tmp_path)
 
 
-@pytest.mark.parametrize("name, file", [("maskrcnn", "r50-msra/R-50.pkl"),
-                                        ("ssd", "resnet34-torchvision/resnet34-333f7ec4.pth")])
+@pytest.mark.parametrize(
+    "name, file", [("maskrcnn", "r50-msra/R-50.pkl"), ("ssd", "resnet34-torchvision/resnet34-333f7ec4.pth")]
+)
 def test_full_scale_ttt_without_the_backbone_is_bad_input(tmp_path, name, file):
     data = tmp_path / "data"
     (data / "coco").mkdir(parents=True)
@@ -104,8 +109,21 @@ def test_throughput_at_full_scale_does_not_need_the_backbone(tmp_path):
     # (a hand-made one fell behind each new option: --compile, then --set)
     parser = argparse.ArgumentParser(prog="runner run")
     supervisor.add_arguments(parser)
-    A = parser.parse_args(["maskrcnn", "--gpus", "0", "--scale", "full", "--mode", "throughput",
-                           "--data", str(tmp_path), "--out", str(tmp_path / "run")])
+    A = parser.parse_args(
+        [
+            "maskrcnn",
+            "--gpus",
+            "0",
+            "--scale",
+            "full",
+            "--mode",
+            "throughput",
+            "--data",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     assert supervisor.plan(A, host_gpus=0)["workload"] == "maskrcnn"
 
 
@@ -114,8 +132,12 @@ def test_weights_are_prepared_in_place_with_their_sha256_recorded(tmp_path):
     arch = tmp_path / "arch"
     arch.mkdir()
     (arch / "R-50.pkl").write_bytes(data)
-    spec = {"name": "r50-msra", "catalogue_version": "t-1", "kind": "weights",
-            "artifacts": [{"file": "R-50.pkl", "sha256": None, "size": None, "md5": hashlib.md5(data).hexdigest()}]}
+    spec = {
+        "name": "r50-msra",
+        "catalogue_version": "t-1",
+        "kind": "weights",
+        "artifacts": [{"file": "R-50.pkl", "sha256": None, "size": None, "md5": hashlib.md5(data).hexdigest()}],
+    }
     changed, doc = prepare(spec, arch, tmp_path / "root")
     assert changed and (tmp_path / "root" / "r50-msra" / "R-50.pkl").read_bytes() == data
     assert doc["files"]["R-50.pkl"] == {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
@@ -130,11 +152,14 @@ def test_weights_are_prepared_in_place_with_their_sha256_recorded(tmp_path):
 
 
 def test_the_catalogue_validates_a_pretrained_entry():
-    assert artifacts.check_entry({"dataset": "x", "file": "f.pth", "title": "t", "format": "onnx",
-                                  "md5": "0" * 32}) == "'pretrained.format' must be one of torchvision, detectron-pkl"
+    assert (
+        artifacts.check_entry({"dataset": "x", "file": "f.pth", "title": "t", "format": "onnx", "md5": "0" * 32})
+        == "'pretrained.format' must be one of torchvision, detectron-pkl"
+    )
     assert "sha256" in artifacts.check_entry({"dataset": "x", "file": "f.pth", "title": "t", "format": "torchvision"})
-    assert "plain names" in artifacts.check_entry({"dataset": "..", "file": "../f", "title": "t",
-                                                   "format": "torchvision", "md5": "0" * 32})
+    assert "plain names" in artifacts.check_entry(
+        {"dataset": "..", "file": "../f", "title": "t", "format": "torchvision", "md5": "0" * 32}
+    )
 
 
 def test_paths_stay_below_the_data_root(tmp_path):

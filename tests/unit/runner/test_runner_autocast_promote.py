@@ -17,9 +17,18 @@ from runner.workloads import cpucaps  # noqa: E402
 from runner.workloads import gradients as G  # noqa: E402
 from runner.workloads import gnmt  # noqa: E402
 
-TINY_FULL = {"hidden": 16, "vocab_size": 40,
-             "throughput": {"batch_size": 2, "seq_len": 5, "warmup_steps": 1, "measure_s": 0.1, "min_steps": 1,
-                            "chunk_steps": 1}}
+TINY_FULL = {
+    "hidden": 16,
+    "vocab_size": 40,
+    "throughput": {
+        "batch_size": 2,
+        "seq_len": 5,
+        "warmup_steps": 1,
+        "measure_s": 0.1,
+        "min_steps": 1,
+        "chunk_steps": 1,
+    },
+}
 
 
 def test_the_capture_finds_a_bf16_gather_whose_backward_is_a_scatter_add():
@@ -42,8 +51,17 @@ def test_gnmt_full_scale_compiled_bf16_step_feeds_promoted_ops_fp32_only():
     # (test_gnmt_bf16_on_a_cpu_without_bf16_lstm_falls_back_to_fp32)
     torch._dynamo.reset()
     backend = G.promote_capture_backend()
-    res = G.gradient_step("gnmt", "cpu", True, scale="full", precision="bf16", batch_size=2, compile=True,
-                          overrides=TINY_FULL, backend=backend)
+    res = G.gradient_step(
+        "gnmt",
+        "cpu",
+        True,
+        scale="full",
+        precision="bf16",
+        batch_size=2,
+        compile=True,
+        overrides=TINY_FULL,
+        backend=backend,
+    )
     assert backend.hazards == []
     grads = res["grads"]
     assert grads["enc0_bwd.weight_ih_l0"] is not None and bool(torch.isfinite(grads["enc0_bwd.weight_ih_l0"]).all())

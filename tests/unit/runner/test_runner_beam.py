@@ -37,9 +37,9 @@ def _train(model, frame, steps=200):
     TO = torch.zeros(len(pairs), 4, dtype=torch.long)
     for i, (s, t) in enumerate(pairs):
         f = _frame(s, frame)
-        S[i, :len(f)] = torch.tensor(f)
-        TI[i, :len(t) + 1] = torch.tensor([T.BOS] + t)
-        TO[i, :len(t) + 1] = torch.tensor(t + [T.EOS])
+        S[i, : len(f)] = torch.tensor(f)
+        TI[i, : len(t) + 1] = torch.tensor([T.BOS] + t)
+        TO[i, : len(t) + 1] = torch.tensor(t + [T.EOS])
     opt = torch.optim.Adam(model.parameters(), lr=0.03)
     model.train()
     for _ in range(steps):
@@ -57,8 +57,8 @@ def _logprob(model, src, seqs):
     TI = torch.zeros(len(seqs), n, dtype=torch.long)
     TO = torch.zeros(len(seqs), n, dtype=torch.long)
     for i, s in enumerate(seqs):
-        TI[i, :len(s) + 1] = torch.tensor([T.BOS] + list(s))
-        TO[i, :len(s) + 1] = torch.tensor(list(s) + [T.EOS])
+        TI[i, : len(s) + 1] = torch.tensor([T.BOS] + list(s))
+        TO[i, : len(s) + 1] = torch.tensor(list(s) + [T.EOS])
     with torch.no_grad():
         lp = torch.log_softmax(model(src.expand(len(seqs), -1), TI).float(), dim=-1)
     lens = torch.tensor([len(s) + 1 for s in seqs])
@@ -88,8 +88,7 @@ def test_gnmt_beam_search_finds_the_exhaustive_optimum_of_the_references_score()
     right = 0
     for words, target in pairs:
         src = _src(words, (True, True))
-        got = B.gnmt_search(model, src, beam=5, max_len=5, len_norm_factor=0.6, len_norm_const=5.0,
-                            cov_penalty=0.0)[0]
+        got = B.gnmt_search(model, src, beam=5, max_len=5, len_norm_factor=0.6, len_norm_const=5.0, cov_penalty=0.0)[0]
         assert got == _exhaustive(model, src, every, 0, 3, score), words
         right += got == target
     assert right >= 30  # the model did learn the task
@@ -141,12 +140,26 @@ def test_gnmt_length_normalization_prefers_the_longer_output_as_the_reference():
     # step 1: EOS 0.4, word 7 0.6; step 2: EOS 1.0. Raw: [EOS] log .4 = -0.92 beats [7] log .6 = -0.51? no:
     # [7, EOS] = log 0.6 = -0.511, [EOS] = log 0.4 = -0.916; normalised by ((5+L)/6)^0.6, L = 3 and 2
     table = [_lp({T.EOS: 0.4, 7: 0.6}), _lp({T.EOS: 1.0})]
-    out = B.gnmt_search(_Fixed(table), torch.zeros(1, 2, dtype=torch.long), beam=2, max_len=5,
-                        len_norm_factor=0.6, len_norm_const=5.0, cov_penalty=0.0)
+    out = B.gnmt_search(
+        _Fixed(table),
+        torch.zeros(1, 2, dtype=torch.long),
+        beam=2,
+        max_len=5,
+        len_norm_factor=0.6,
+        len_norm_const=5.0,
+        cov_penalty=0.0,
+    )
     assert out == [[7]]
     # with a length penalty that punishes length hard enough the short one wins
-    out = B.gnmt_search(_Fixed(table), torch.zeros(1, 2, dtype=torch.long), beam=2, max_len=5,
-                        len_norm_factor=-8.0, len_norm_const=5.0, cov_penalty=0.0)
+    out = B.gnmt_search(
+        _Fixed(table),
+        torch.zeros(1, 2, dtype=torch.long),
+        beam=2,
+        max_len=5,
+        len_norm_factor=-8.0,
+        len_norm_const=5.0,
+        cov_penalty=0.0,
+    )
     assert math.log(0.6) / ((5 + 3) / 6) ** -8 < math.log(0.4) / ((5 + 2) / 6) ** -8
     assert out == [[]]
 
@@ -167,6 +180,7 @@ def test_fairseq_stops_once_beam_outputs_are_finished():
 
 # --- learning-rate schedules at chosen steps, against the references' formulas -----------------
 
+
 def test_gnmt_schedule_is_the_references_warmup_multistep_at_8_gpus():
     full = workloads.load()["gnmt"]["scales"]["full"]
     base = full["lr"]
@@ -178,7 +192,7 @@ def test_gnmt_schedule_is_the_references_warmup_multistep_at_8_gpus():
     def lr(n):
         return schedules.gnmt_lr(n, base, 200, 6000, 500, 4, 0.5)
 
-    assert lr(1) == pytest.approx(base * 0.01 ** (199 / 200))   # seq2seq/train/lr_scheduler.py
+    assert lr(1) == pytest.approx(base * 0.01 ** (199 / 200))  # seq2seq/train/lr_scheduler.py
     assert lr(100) == pytest.approx(base * 0.1)
     assert lr(200) == pytest.approx(base) and lr(5999) == base
     assert lr(6000) == base / 2 and lr(6499) == base / 2 and lr(6500) == base / 4
@@ -189,8 +203,9 @@ def test_gnmt_schedule_covers_the_same_share_of_the_data_at_any_gpu_count():
     full = workloads.load()["gnmt"]["scales"]["full"]
     for gpus, expect in ((1, (1600, 48000, 4000)), (2, (800, 24000, 2000)), (4, (400, 12000, 1000))):
         gb = 128 * gpus
-        got = tuple(T.scaled_steps(full[k], full, gb, 3498161) for k in ("warmup_steps", "remain_steps",
-                                                                            "decay_interval"))
+        got = tuple(
+            T.scaled_steps(full[k], full, gb, 3498161) for k in ("warmup_steps", "remain_steps", "decay_interval")
+        )
         assert got == expect
         assert T.scaled_lr(full, gb) == 0.00125  # lr_scaling: none
     # a data set of another size moves the points in proportion
@@ -213,8 +228,16 @@ def test_the_trainer_runs_each_update_at_the_schedules_rate():
 
     entry = workloads.load()["gnmt"]
     spec = {"workload": "gnmt", "scale": "tiny", "mode": "throughput", "seed": 1}
-    ctx = base.Context(spec=spec, entry=entry, log=MLLog(None), device=torch.device("cpu"), rank=0,
-                       world_size=1, local_rank=0, precision="fp32")
+    ctx = base.Context(
+        spec=spec,
+        entry=entry,
+        log=MLLog(None),
+        device=torch.device("cpu"),
+        rank=0,
+        world_size=1,
+        local_rank=0,
+        precision="fp32",
+    )
     tr = gnmt.build(ctx)
     seen = []
     for _ in range(12):

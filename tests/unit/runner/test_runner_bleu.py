@@ -26,7 +26,7 @@ REFS = [
 ]
 HYPS = [
     "Die Bundesregierung stellte am Dienstag einen 3,5-Milliarden-Euro-Plan vor.",
-    "\"Wir sind sehr zufrieden\", sagte ein Sprecher des Ministeriums in Berlin.",
+    '"Wir sind sehr zufrieden", sagte ein Sprecher des Ministeriums in Berlin.',
     "Das Spiel endete 2:1 - ein verdienter Sieg für Bayern München.",
     "Laut Polizei wurden drei Menschen leicht verletzt, keiner musste ins Krankenhaus.",
     "Er hat es geschafft: seit 2013 ist er Mitglied des Europaparlaments.",
@@ -42,13 +42,31 @@ def test_gnmt_bleu_is_the_sacrebleu_command_line_of_the_reference(tmp_path):
     ref.write_text("\n".join(REFS) + "\n", encoding="utf-8")
     # seq2seq/inference/inference.py: sacrebleu --input HYP REF --score-only -lc --tokenize intl
     # (sacrebleu 1.x printed two decimals there; 2.x needs -w 2 for the same)
-    r = subprocess.run([sys.executable, "-m", "sacrebleu", str(ref), "--input", str(hyp), "--score-only", "-lc",
-                        "--tokenize", "intl", "-w", "2"], capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sacrebleu",
+            str(ref),
+            "--input",
+            str(hyp),
+            "--score-only",
+            "-lc",
+            "--tokenize",
+            "intl",
+            "-w",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     cli = float(r.stdout.strip())
     assert bleu.corpus_bleu(HYPS, REFS, "intl") == pytest.approx(cli / 100.0, abs=1e-12)
     assert 0.2 < cli / 100 < 0.9
     # intl splits punctuation that 13a keeps: the scheme matters on this text
     import sacrebleu
+
     assert sacrebleu.corpus_bleu(HYPS, [REFS], tokenize="13a", lowercase=True).score != pytest.approx(cli, abs=0.01)
 
 
@@ -63,9 +81,9 @@ def fairseq_bleu(hyps_tok: list[str], refs_tok: list[str]) -> float:
             if len(h) < n:
                 continue
             stat[f"count{n}"] += len(h) - n + 1
-            hc = Counter(tuple(h[i:i + n]) for i in range(len(h) - n + 1))
+            hc = Counter(tuple(h[i : i + n]) for i in range(len(h) - n + 1))
             for i in range(len(r) - n + 1):
-                g = tuple(r[i:i + n])
+                g = tuple(r[i : i + n])
                 if hc[g] > 0:
                     stat[f"match{n}"] += 1
                     hc[g] -= 1
@@ -79,7 +97,7 @@ def test_transformer_bleu_is_fairseqs_formula_on_moses_tokenized_lowercased_text
     tok_h = [bleu.moses_tokenize(h) for h in HYPS]
     tok_r = [bleu.moses_tokenize(r) for r in REFS]
     assert "3,5 @-@ Milliarden @-@ Euro @-@ Plan" in tok_r[0]  # tokenizer.perl -a: aggressive dash splits
-    assert tok_r[4].startswith("Er hat &apos; s")             # German: apostrophes split off, escaped
+    assert tok_r[4].startswith("Er hat &apos; s")  # German: apostrophes split off, escaped
     assert bleu.corpus_bleu(HYPS, REFS, "moses") == pytest.approx(fairseq_bleu(tok_h, tok_r), abs=1e-12)
     # the test text of the reference had ’ -> ' before tokenizing
     assert bleu.moses_tokenize("Er hat’s") == bleu.moses_tokenize("Er hat's")

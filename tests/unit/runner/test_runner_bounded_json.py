@@ -27,10 +27,14 @@ def test_any_text_is_a_value_or_a_value_error(text):
     assert json.loads(text) == got or got != got  # what parses, parses as json does (NaN aside)
 
 
-@pytest.mark.parametrize("text, says", [
-    (DEEP, "nested deeper than 64 levels"), (HUGE_INT, "an integer of 5000 digits"),
-    ("{}" + " " * 100, "more than 50 characters"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        (DEEP, "nested deeper than 64 levels"),
+        (HUGE_INT, "an integer of 5000 digits"),
+        ("{}" + " " * 100, "more than 50 characters"),
+    ],
+)
 def test_hostile_text_is_refused_before_the_parser(text, says):
     with pytest.raises(ValueError, match=says):
         boundjson.loads(text, limit=50 if len(text) < 200 else boundjson.MAX_CHARS)
@@ -62,7 +66,9 @@ def test_a_hostile_spec_or_manifest_is_one_value_error_line(tmp_path, text):
     (tmp_path / "spec.json").write_text(text)
     with pytest.raises(ValueError) as exc:
         prepare.load_spec(tmp_path / "spec.json")
-    assert str(exc.value).startswith(f"{tmp_path / 'spec.json'}: not a JSON dataset spec (") and "\n" not in str(exc.value)
+    assert str(exc.value).startswith(f"{tmp_path / 'spec.json'}: not a JSON dataset spec (") and "\n" not in str(
+        exc.value
+    )
     (tmp_path / common.MANIFEST).write_text(text)
     with pytest.raises(common.NotPrepared) as exc:
         common.read_manifest(tmp_path)

@@ -26,25 +26,42 @@ def _broken(tmp_path, mutate):
     return p
 
 
-@pytest.mark.parametrize("mutate, words", [
-    (lambda d: d["workloads"]["ncf"]["scales"].pop("tiny"), "workloads.ncf: 'scales' must hold exactly"),
-    (lambda d: d["workloads"]["ncf"]["scales"]["tiny"].update(target="high"),
-     "workloads.ncf.scales.tiny: 'target' must be a number"),
-    (lambda d: d["workloads"]["ncf"].update(frameworks=["jax"]), "workloads.ncf: 'frameworks'"),
-    (lambda d: d["workloads"]["ncf"]["scales"]["full"].update(max_epochs=0),
-     "workloads.ncf.scales.full: 'max_epochs'"),
-    (lambda d: d.update(schema=2), "'schema: 1' expected"),
-    (lambda d: d["workloads"]["resnet50"]["scales"]["full"].update(compile_mode="fastest"),
-     "workloads.resnet50.scales.full: 'compile_mode' must be one of"),
-    (lambda d: d["workloads"]["gnmt"]["scales"]["small"].update(lr_schedule="cosine"),
-     "workloads.gnmt.scales.small: 'lr_schedule' must be one of"),
-    (lambda d: d["workloads"]["ncf"]["scales"]["tiny"].pop("lr_schedule"),
-     "workloads.ncf.scales.tiny: 'lr_schedule' must be one of"),
-    (lambda d: d["workloads"]["resnet50"]["scales"]["full"].update(inductor=["conv_1x1_as_mm"]),
-     "workloads.resnet50.scales.full: 'inductor' must map"),
-    (lambda d: d["workloads"]["resnet50"]["scales"]["full"].update(eval_epochs=[5, 1]),
-     "workloads.resnet50.scales.full: 'eval_epochs' must be a list of increasing positive integers"),
-])
+@pytest.mark.parametrize(
+    "mutate, words",
+    [
+        (lambda d: d["workloads"]["ncf"]["scales"].pop("tiny"), "workloads.ncf: 'scales' must hold exactly"),
+        (
+            lambda d: d["workloads"]["ncf"]["scales"]["tiny"].update(target="high"),
+            "workloads.ncf.scales.tiny: 'target' must be a number",
+        ),
+        (lambda d: d["workloads"]["ncf"].update(frameworks=["jax"]), "workloads.ncf: 'frameworks'"),
+        (
+            lambda d: d["workloads"]["ncf"]["scales"]["full"].update(max_epochs=0),
+            "workloads.ncf.scales.full: 'max_epochs'",
+        ),
+        (lambda d: d.update(schema=2), "'schema: 1' expected"),
+        (
+            lambda d: d["workloads"]["resnet50"]["scales"]["full"].update(compile_mode="fastest"),
+            "workloads.resnet50.scales.full: 'compile_mode' must be one of",
+        ),
+        (
+            lambda d: d["workloads"]["gnmt"]["scales"]["small"].update(lr_schedule="cosine"),
+            "workloads.gnmt.scales.small: 'lr_schedule' must be one of",
+        ),
+        (
+            lambda d: d["workloads"]["ncf"]["scales"]["tiny"].pop("lr_schedule"),
+            "workloads.ncf.scales.tiny: 'lr_schedule' must be one of",
+        ),
+        (
+            lambda d: d["workloads"]["resnet50"]["scales"]["full"].update(inductor=["conv_1x1_as_mm"]),
+            "workloads.resnet50.scales.full: 'inductor' must map",
+        ),
+        (
+            lambda d: d["workloads"]["resnet50"]["scales"]["full"].update(eval_epochs=[5, 1]),
+            "workloads.resnet50.scales.full: 'eval_epochs' must be a list of increasing positive integers",
+        ),
+    ],
+)
 def test_catalogue_errors_name_the_place(tmp_path, mutate, words):
     with pytest.raises(workloads.CatalogueError) as exc:
         workloads.load(_broken(tmp_path, mutate))

@@ -8,8 +8,14 @@ from runner.workloads.coco_eval import COCOEvaluator, box_iou
 
 def ap(gt_boxes, gt_labels, dets, crowd=None, iou_type="bbox"):
     ev = COCOEvaluator(iou_type)
-    ev.add(gt_labels, [d[1] for d in dets], [d[2] for d in dets], gt_boxes=np.array(gt_boxes, float),
-           det_boxes=np.array([d[0] for d in dets], float).reshape(-1, 4), gt_crowd=crowd)
+    ev.add(
+        gt_labels,
+        [d[1] for d in dets],
+        [d[2] for d in dets],
+        gt_boxes=np.array(gt_boxes, float),
+        det_boxes=np.array([d[0] for d in dets], float).reshape(-1, 4),
+        gt_crowd=crowd,
+    )
     return ev.summarize()
 
 
@@ -68,7 +74,7 @@ def test_crowd_regions_neither_count_nor_punish():
     dets = [([60, 60, 70, 70], 0.95, 1), ([0, 0, 10, 10], 0.9, 1)]
     r = ap(gts, [1, 1], dets, crowd=[False, True])
     assert r["AP"] == pytest.approx(1.0)
-    r = ap(gts, [1, 1], dets, crowd=[False, False])   # not crowd: a false positive first, a missed object
+    r = ap(gts, [1, 1], dets, crowd=[False, False])  # not crowd: a false positive first, a missed object
     assert r["AP"] == pytest.approx(51 * 0.5 / 101)
 
 
@@ -93,22 +99,21 @@ def test_images_accumulate_and_states_merge():
 
 def test_max_dets_keeps_the_best_scores_per_image():
     ev = COCOEvaluator(max_dets=1)
-    ev.add([1], [0.9, 0.5], [1, 1], gt_boxes=[[0, 0, 10, 10]],
-           det_boxes=[[50, 50, 60, 60], [0, 0, 10, 10]])
+    ev.add([1], [0.9, 0.5], [1, 1], gt_boxes=[[0, 0, 10, 10]], det_boxes=[[50, 50, 60, 60], [0, 0, 10, 10]])
     assert ev.summarize()["AP"] == 0.0
 
 
 def test_mask_ap_by_hand():
     gt = np.zeros((1, 20, 20), bool)
-    gt[0, 0:10, 0:10] = True                 # 100 pixels
+    gt[0, 0:10, 0:10] = True  # 100 pixels
     det = np.zeros((1, 20, 20), bool)
-    det[0, 0:10, 0:8] = True                 # inside: IoU 80 / 100
+    det[0, 0:10, 0:8] = True  # inside: IoU 80 / 100
     ev = COCOEvaluator("segm")
     ev.add([1], [0.9], [1], gt_masks=gt, det_masks=det)
     # IoU 0.8 matches at 0.50..0.80 (7 of 10 thresholds)
     assert ev.summarize()["AP"] == pytest.approx(0.7)
     far = np.zeros((1, 20, 20), bool)
-    far[0, 10:20, 10:20] = True              # disjoint
+    far[0, 10:20, 10:20] = True  # disjoint
     ev = COCOEvaluator("segm")
     ev.add([1], [0.9], [1], gt_masks=gt, det_masks=far)
     assert ev.summarize()["AP"] == 0.0

@@ -49,7 +49,7 @@ def make_coco(seed=0, n_images=36):
             crowd = rng.uniform() < 0.1
             if crowd:  # crowd regions are RLE, as in COCO; half of them with uncompressed counts
                 m = np.zeros((h, w), np.uint8)
-                m[int(max(0, cy - ry)):int(cy + ry), int(max(0, cx - rx)):int(cx + rx)] = 1
+                m[int(max(0, cy - ry)) : int(cy + ry), int(max(0, cx - rx)) : int(cx + rx)] = 1
                 rle = mask_util.encode(np.asfortranarray(m))
                 if rng.uniform() < 0.5:
                     seg = {"size": [h, w], "counts": _uncompressed(m)}
@@ -59,12 +59,21 @@ def make_coco(seed=0, n_images=36):
                 seg = [_polygon(rng, cx, cy, rx, ry, int(rng.integers(5, 16)))]
                 if rng.uniform() < 0.3:  # a second part
                     seg.append(_polygon(rng, min(w - 5, cx + rx), cy, rx / 2, ry / 2, 6))
-            rle = mask_util.merge(mask_util.frPyObjects(seg, h, w)) if isinstance(seg, list) else \
-                (mask_util.frPyObjects(seg, h, w) if isinstance(seg["counts"], list) else seg)
+            rle = (
+                mask_util.merge(mask_util.frPyObjects(seg, h, w))
+                if isinstance(seg, list)
+                else (mask_util.frPyObjects(seg, h, w) if isinstance(seg["counts"], list) else seg)
+            )
             x, y, bw, bh = mask_util.toBbox(rle).tolist()
-            ann = {"id": len(anns) + 1, "image_id": iid, "category_id": cat, "segmentation": seg,
-                   "bbox": [round(x, 2), round(y, 2), round(bw, 2), round(bh, 2)],
-                   "area": float(mask_util.area(rle)) * rng.uniform(0.97, 1.03), "iscrowd": int(crowd)}
+            ann = {
+                "id": len(anns) + 1,
+                "image_id": iid,
+                "category_id": cat,
+                "segmentation": seg,
+                "bbox": [round(x, 2), round(y, 2), round(bw, 2), round(bh, 2)],
+                "area": float(mask_util.area(rle)) * rng.uniform(0.97, 1.03),
+                "iscrowd": int(crowd),
+            }
             anns.append(ann)
             m = mask_util.decode(rle).astype(bool)
             for _ in range(int(rng.integers(0, 3))):  # detections near the object, some of the wrong class
@@ -77,7 +86,7 @@ def make_coco(seed=0, n_images=36):
             bx, by = rng.uniform(0, w - 10), rng.uniform(0, h - 10)
             bw, bh = rng.uniform(4, w - bx), rng.uniform(4, h - by)
             dm = np.zeros((h, w), bool)
-            dm[int(by):int(by + bh), int(bx):int(bx + bw)] = True
+            dm[int(by) : int(by + bh), int(bx) : int(bx + bw)] = True
             mine.append((int(rng.choice(CAT_IDS)), float(rng.uniform(0.05, 0.9)), [bx, by, bx + bw, by + bh], dm))
         dets[iid] = mine
     cats = [{"id": c, "name": f"c{c}", "supercategory": "s"} for c in CAT_IDS]
@@ -132,8 +141,15 @@ def runners(inst, dets, iou_type):
             kw["det_boxes"] = np.array([d[2] for d in items], float).reshape(-1, 4)
         else:
             kw["det_masks"] = np.stack([d[3] for d in items]) if items else np.zeros((0, im["height"], im["width"]))
-        shares[k % 2].add_annotations(im["height"], im["width"], by_image[im["id"]], label_of,
-                                      [d[1] for d in items], [label_of[d[0]] for d in items], **kw)
+        shares[k % 2].add_annotations(
+            im["height"],
+            im["width"],
+            by_image[im["id"]],
+            label_of,
+            [d[1] for d in items],
+            [label_of[d[0]] for d in items],
+            **kw,
+        )
     total = COCOEvaluator(iou_type)
     total.merge([pickle.loads(pickle.dumps(s.state())) for s in shares])
     r = total.summarize()
@@ -158,11 +174,25 @@ def test_generated_masks_given_as_arrays_score_as_their_rle_in_a_coco_json(tmp_p
     for im in inst["images"]:
         h, w = im["height"], im["width"]
         anns = [a for a in inst["annotations"] if a["image_id"] == im["id"]]
-        gm = np.stack([mask_util.decode(mask_util.merge(mask_util.frPyObjects(a["segmentation"], h, w))).astype(bool)
-                       for a in anns]) if anns else np.zeros((0, h, w), bool)
+        gm = (
+            np.stack(
+                [
+                    mask_util.decode(mask_util.merge(mask_util.frPyObjects(a["segmentation"], h, w))).astype(bool)
+                    for a in anns
+                ]
+            )
+            if anns
+            else np.zeros((0, h, w), bool)
+        )
         items = dets[im["id"]]
-        ev.add([label_of[a["category_id"]] for a in anns], [d[1] for d in items], [label_of[d[0]] for d in items],
-               gt_masks=gm, det_masks=np.stack([d[3] for d in items]) if items else None, image_size=(h, w))
+        ev.add(
+            [label_of[a["category_id"]] for a in anns],
+            [d[1] for d in items],
+            [label_of[d[0]] for d in items],
+            gt_masks=gm,
+            det_masks=np.stack([d[3] for d in items]) if items else None,
+            image_size=(h, w),
+        )
     r = ev.summarize()
     assert [r["AP"], r["AP50"], r["AP75"]] == want
 

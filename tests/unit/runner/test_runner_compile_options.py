@@ -17,17 +17,35 @@ from runner_helpers import ROOT, env  # noqa: E402
 
 def _ctx(compile_: bool = True):
     entry = workloads.load()["resnet50"]
-    spec = {"workload": "resnet50", "scale": "tiny", "mode": "throughput", "seed": 0, "entry": entry,
-            "compile": compile_}
-    return base.Context(spec=spec, entry=entry, log=MLLog(None), device=torch.device("cpu"), rank=0,
-                        world_size=1, local_rank=0, precision="fp32")
+    spec = {
+        "workload": "resnet50",
+        "scale": "tiny",
+        "mode": "throughput",
+        "seed": 0,
+        "entry": entry,
+        "compile": compile_,
+    }
+    return base.Context(
+        spec=spec,
+        entry=entry,
+        log=MLLog(None),
+        device=torch.device("cpu"),
+        rank=0,
+        world_size=1,
+        local_rank=0,
+        precision="fp32",
+    )
 
 
 def test_environment_settings_override_the_catalogue_and_are_typed(monkeypatch):
     monkeypatch.setenv("GPULAB_INDUCTOR", "conv_1x1_as_mm=1,triton.cudagraphs=false,max_autotune_gemm_backends=ATEN")
     opts = base.inductor_options({"conv_1x1_as_mm": False, "epilogue_fusion": True})
-    assert opts == {"conv_1x1_as_mm": True, "triton.cudagraphs": False, "epilogue_fusion": True,
-                    "max_autotune_gemm_backends": "ATEN"}
+    assert opts == {
+        "conv_1x1_as_mm": True,
+        "triton.cudagraphs": False,
+        "epilogue_fusion": True,
+        "max_autotune_gemm_backends": "ATEN",
+    }
 
 
 def test_malformed_environment_setting_names_itself(monkeypatch):
@@ -45,8 +63,9 @@ def test_compile_fn_sets_inductor_config_and_skips_settings_this_release_lacks(m
     # a setting of another release (older or newer than this one): the run goes on without it, and says so
     capsys.readouterr()
     with inductor_config.patch({"conv_1x1_as_mm": False}):
-        fn = base.compile_fn(_ctx(), lambda x: x * 2, options={"no_such_knob": 1, "triton.no_such_knob": 2,
-                                                                 "conv_1x1_as_mm": True})
+        fn = base.compile_fn(
+            _ctx(), lambda x: x * 2, options={"no_such_knob": 1, "triton.no_such_knob": 2, "conv_1x1_as_mm": True}
+        )
         assert inductor_config.conv_1x1_as_mm is True and not hasattr(inductor_config, "no_such_knob")
         assert fn(torch.ones(2)).tolist() == [2.0, 2.0]
     err = capsys.readouterr().err
@@ -76,8 +95,12 @@ def test_cudnn_search_is_on_by_default_and_the_environment_turns_it_off_or_limit
     saved = cudnn.benchmark, cudnn.benchmark_limit
     tf32 = torch.backends.cuda.matmul.allow_tf32, cudnn.allow_tf32
     try:
-        for value, want in ((None, (True, saved[1])), ("off", (False, saved[1])), ("On", (True, saved[1])),
-                            ("3", (True, 3))):
+        for value, want in (
+            (None, (True, saved[1])),
+            ("off", (False, saved[1])),
+            ("On", (True, saved[1])),
+            ("3", (True, 3)),
+        ):
             if value is None:
                 monkeypatch.delenv("GPULAB_CUDNN_BENCHMARK", raising=False)
             else:
@@ -102,8 +125,12 @@ def test_models_are_built_on_the_run_s_device_only_when_asked(monkeypatch):
     from runner.workloads.compiling import build_device
 
     gpu_like, cpu = SimpleNamespace(device=torch.device("meta")), SimpleNamespace(device=torch.device("cpu"))
-    for value, ctx, want in ((None, gpu_like, "cpu"), ("0", gpu_like, "cpu"), ("1", gpu_like, "meta"),
-                             ("1", cpu, "cpu")):
+    for value, ctx, want in (
+        (None, gpu_like, "cpu"),
+        ("0", gpu_like, "cpu"),
+        ("1", gpu_like, "meta"),
+        ("1", cpu, "cpu"),
+    ):
         if value is None:
             monkeypatch.delenv("GPULAB_BUILD_ON_DEVICE", raising=False)
         else:
@@ -119,10 +146,33 @@ def test_models_are_built_on_the_run_s_device_only_when_asked(monkeypatch):
 
 def test_tune_runs_variants_in_order_and_records_each(tmp_path):
     out = tmp_path / "tune.json"
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune.py"), "--device", "cpu", "--scale", "tiny",
-                        "--measure-seconds", "0.2", "--warmup-steps", "1", "--out", str(out),
-                        "--cache", str(tmp_path / "cache"), "--variant", "ncf compiled batch=512", "--variant", "ncf baseline"],
-                       cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "tune.py"),
+            "--device",
+            "cpu",
+            "--scale",
+            "tiny",
+            "--measure-seconds",
+            "0.2",
+            "--warmup-steps",
+            "1",
+            "--out",
+            str(out),
+            "--cache",
+            str(tmp_path / "cache"),
+            "--variant",
+            "ncf compiled batch=512",
+            "--variant",
+            "ncf baseline",
+        ],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     rows = json.loads(out.read_text())["variants"]
     assert [(v["workload"], v["baseline"]) for v in rows] == [("ncf", False), ("ncf", True)]
@@ -131,13 +181,23 @@ def test_tune_runs_variants_in_order_and_records_each(tmp_path):
     assert rows[1]["samples_per_step"] == 4096 and rows[1]["samples_per_s"] > 0  # tiny throughput batch
 
 
-@pytest.mark.parametrize("variant, named", [("ncf batch=lots", "batch=lots"),
-                                            ("ncf baseline compiled", "'compiled': a variant is the optimized"),
-                                            ("ncf cudnn=fast", "cudnn=fast: use on, off or a count")])
+@pytest.mark.parametrize(
+    "variant, named",
+    [
+        ("ncf batch=lots", "batch=lots"),
+        ("ncf baseline compiled", "'compiled': a variant is the optimized"),
+        ("ncf cudnn=fast", "cudnn=fast: use on, off or a count"),
+    ],
+)
 def test_tune_bad_variant_is_one_line_exit_2(tmp_path, variant, named):
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune.py"), "--variant", variant,
-                        "--out", str(tmp_path / "t.json")], cwd=ROOT, env=env(), capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "tune.py"), "--variant", variant, "--out", str(tmp_path / "t.json")],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and named in r.stderr, r.stderr
     assert not (tmp_path / "t.json").exists()
 
@@ -151,11 +211,33 @@ def test_bench_step_overrides_replace_scale_settings_and_unknown_ones_are_named(
 
 def test_tune_set_passes_settings_to_the_measurement(tmp_path):
     out = tmp_path / "tune.json"
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune.py"), "--device", "cpu", "--scale", "tiny",
-                        "--measure-seconds", "0.2", "--warmup-steps", "1", "--out", str(out),
-                        "--cache", str(tmp_path / "cache"), "--variant", "ncf set=mf_dim=8,lr=0.02",
-                        "--variant", "ncf set=mf_size=8"],
-                       cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "tune.py"),
+            "--device",
+            "cpu",
+            "--scale",
+            "tiny",
+            "--measure-seconds",
+            "0.2",
+            "--warmup-steps",
+            "1",
+            "--out",
+            str(out),
+            "--cache",
+            str(tmp_path / "cache"),
+            "--variant",
+            "ncf set=mf_dim=8,lr=0.02",
+            "--variant",
+            "ncf set=mf_size=8",
+        ],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     good, bad = json.loads(out.read_text())["variants"]
     assert good["set"] == {"mf_dim": 8, "lr": 0.02} and good["samples_per_s"] > 0
@@ -167,8 +249,16 @@ def _trainer(name: str, compile_: bool, mode: str = "throughput", **settings):
 
     entry = workloads.load()[name]
     spec = {"workload": name, "scale": "tiny", "mode": mode, "seed": 0, "entry": entry, "compile": compile_}
-    ctx = base.Context(spec=spec, entry=entry, log=MLLog(None), device=torch.device("cpu"), rank=0,
-                       world_size=1, local_rank=0, precision="fp32")
+    ctx = base.Context(
+        spec=spec,
+        entry=entry,
+        log=MLLog(None),
+        device=torch.device("cpu"),
+        rank=0,
+        world_size=1,
+        local_rank=0,
+        precision="fp32",
+    )
     ctx.cfg.update(settings)
     torch.manual_seed(0)
     return importlib.import_module(entry["module"]).build(ctx)
@@ -243,8 +333,9 @@ def test_later_runs_reuse_the_compiled_graph_of_the_fast_stem(tmp_path):
     e.pop("GPULAB_COMPILE_MODE", None)
     runs = []
     for _ in range(2):
-        r = subprocess.run([sys.executable, "-c", _STEM_RUN], cwd=ROOT, env=e, capture_output=True, text=True,
-                           timeout=600)
+        r = subprocess.run(
+            [sys.executable, "-c", _STEM_RUN], cwd=ROOT, env=e, capture_output=True, text=True, timeout=600
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
     first, second = runs

@@ -39,12 +39,17 @@ print(json.dumps({"loaded": loaded, "inductor": dict(counters["inductor"]), "aot
 
 
 def _process(art, inductor_dir):
-    e = {**env(), "TORCHINDUCTOR_CACHE_DIR": str(inductor_dir), "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
-         "TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}
+    e = {
+        **env(),
+        "TORCHINDUCTOR_CACHE_DIR": str(inductor_dir),
+        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
+        "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
+    }
     e.pop("GPULAB_INDUCTOR", None)
     e.pop("GPULAB_COMPILE_MODE", None)
-    r = subprocess.run([sys.executable, "-c", _RUN, str(art)], cwd=ROOT, env=e, capture_output=True, text=True,
-                       timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-c", _RUN, str(art)], cwd=ROOT, env=e, capture_output=True, text=True, timeout=900
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -55,13 +60,15 @@ def test_a_second_host_loads_the_first_hosts_artifacts_and_compiles_nothing(tmp_
     assert first["loaded"] is False and art.is_file() and art.stat().st_size > 0
     assert first["inductor"].get("fxgraph_cache_miss", 0) >= 1, first
     saved = art.read_bytes()
-    second = _process(art, tmp_path / "host-b")    # another host: its own, empty Inductor cache
+    second = _process(art, tmp_path / "host-b")  # another host: its own, empty Inductor cache
     assert second["loaded"] is True
     assert second["inductor"].get("fxgraph_cache_miss", 0) == 0, second
-    assert second["aot"].get("autograd_cache_hit", 0) >= 1 or second["inductor"].get("fxgraph_cache_hit", 0) >= 1, second
+    assert second["aot"].get("autograd_cache_hit", 0) >= 1 or second["inductor"].get("fxgraph_cache_hit", 0) >= 1, (
+        second
+    )
     assert second["grad"] == first["grad"]
     assert "fxgraph 0 compiled" in second["summary"] and "fxgraph 0 compiled" not in first["summary"], second
-    assert art.read_bytes() == saved                # kept: the first run's file is not rewritten
+    assert art.read_bytes() == saved  # kept: the first run's file is not rewritten
     # the first step's compile time, split by PyTorch's own timers (runner.phases): the first run compiles the
     # forward and the backward, the second loads them from the cache
     (text1, s1), (text2, s2) = first["split"], second["split"]
@@ -79,22 +86,51 @@ def test_a_damaged_file_costs_a_compilation_not_the_run(tmp_path, capsys):
 
 
 def test_the_key_names_what_compiled_graphs_depend_on():
-    k = dict(gpu="NVIDIA H200", torch_version="2.11.0+cu128", cuda="12.8", workload="resnet50", scale="full",
-             mode="ttt", precision="bf16", world_size=8)
+    k = dict(
+        gpu="NVIDIA H200",
+        torch_version="2.11.0+cu128",
+        cuda="12.8",
+        workload="resnet50",
+        scale="full",
+        mode="ttt",
+        precision="bf16",
+        world_size=8,
+    )
     name = compilecache.key(**k)
     assert name == "resnet50.full.ttt.bf16.x8.NVIDIA_H200.torch2.11.0+cu128.cuda12.8.bin"
-    for field, other in (("gpu", "NVIDIA H100 80GB HBM3"), ("torch_version", "2.13.0"), ("world_size", 1),
-                         ("scale", "small"), ("precision", "fp32"), ("workload", "ssd")):
+    for field, other in (
+        ("gpu", "NVIDIA H100 80GB HBM3"),
+        ("torch_version", "2.13.0"),
+        ("world_size", 1),
+        ("scale", "small"),
+        ("precision", "fp32"),
+        ("workload", "ssd"),
+    ):
         assert compilecache.key(**{**k, field: other}) != name
     assert "/" not in compilecache.key(**{**k, "gpu": "a/../b"})
 
 
 def _ctx(tmp_path, **spec_extra):
     entry = workloads.load()["resnet50"]
-    spec = {"workload": "resnet50", "scale": "tiny", "mode": "ttt", "seed": 0, "entry": entry, "compile": True,
-            **spec_extra}
-    return base.Context(spec=spec, entry=entry, log=MLLog(None), device=torch.device("cpu"), rank=0,
-                        world_size=1, local_rank=0, precision="fp32")
+    spec = {
+        "workload": "resnet50",
+        "scale": "tiny",
+        "mode": "ttt",
+        "seed": 0,
+        "entry": entry,
+        "compile": True,
+        **spec_extra,
+    }
+    return base.Context(
+        spec=spec,
+        entry=entry,
+        log=MLLog(None),
+        device=torch.device("cpu"),
+        rank=0,
+        world_size=1,
+        local_rank=0,
+        precision="fp32",
+    )
 
 
 def test_a_run_keeps_its_artifacts_in_the_cache_folder_only_when_compiled(tmp_path):
@@ -102,14 +138,30 @@ def test_a_run_keeps_its_artifacts_in_the_cache_folder_only_when_compiled(tmp_pa
     path = compilecache.for_context(ctx)
     assert path.parent == tmp_path / "cache" / "artifacts"
     assert path.name.startswith("resnet50.tiny.ttt.fp32.x1.cpu.torch")
-    assert compilecache.for_context(_ctx(tmp_path)) is None                  # no cache folder
+    assert compilecache.for_context(_ctx(tmp_path)) is None  # no cache folder
     assert compilecache.for_context(_ctx(tmp_path, cache_dir=str(tmp_path), compile=False)) is None
 
 
-
 def test_compile_and_no_compile_together_are_bad_input(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "runner", "run", "ncf", "--scale", "tiny", "--compile", "--no-compile",
-                        "--out", str(tmp_path / "run")], cwd=ROOT, env=env(), capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "run",
+            "ncf",
+            "--scale",
+            "tiny",
+            "--compile",
+            "--no-compile",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and "--compile and --no-compile: choose one" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()

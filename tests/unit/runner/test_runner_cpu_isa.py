@@ -34,22 +34,30 @@ from runner.workloads import cpucaps  # noqa: E402
 
 LAYOUT = "tests/unit/runner/test_runner_cpu_layout.py"
 PROMOTE = "tests/unit/runner/test_runner_autocast_promote.py"
-MASKRCNN = ("tests/unit/runner/test_runner_multiprocess.py::test_two_gloo_processes_train_to_target_and_measure_"
-            "together[maskrcnn]")
+MASKRCNN = (
+    "tests/unit/runner/test_runner_multiprocess.py::test_two_gloo_processes_train_to_target_and_measure_"
+    "together[maskrcnn]"
+)
 NO_BF16_LSTM = "this CPU's oneDNN has no bf16 LSTM (needs AVX-512)"
 # cap -> (the environment, the selection, what pytest's last line says, a line its output must have)
 CAPS = {
     "AVX512_CORE_BF16": ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, [LAYOUT, PROMOTE], "5 passed", None),
     "AVX512_CORE": ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}, [LAYOUT, PROMOTE], "5 passed", None),
-    "AVX2": ({"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}, [LAYOUT, PROMOTE, MASKRCNN],
-             "5 passed, 1 skipped", NO_BF16_LSTM),
+    "AVX2": (
+        {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
+        [LAYOUT, PROMOTE, MASKRCNN],
+        "5 passed, 1 skipped",
+        NO_BF16_LSTM,
+    ),
 }
 
 
 def outcome(line: str) -> dict[str, int]:
     """The counts of pytest's closing line (``5 passed, 1 skipped, 14 warnings in 6.2s``) but its warnings."""
-    return {word: int(n) for n, word in re.findall(r"(\d+) (passed|skipped|failed|errors?|xfailed|xpassed|deselected)\b",
-                                                   line)}
+    return {
+        word: int(n)
+        for n, word in re.findall(r"(\d+) (passed|skipped|failed|errors?|xfailed|xpassed|deselected)\b", line)
+    }
 
 
 def why_not(cap: str) -> str | None:
@@ -76,16 +84,28 @@ def test_cpu_sensitive_tests_pass_with_kernels_held_to_each_instruction_set(cap)
     if why:
         pytest.skip(why)
     extra, selection, last, line = CAPS[cap]
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *selection],
-                       cwd=ROOT, env={**env(), **extra}, capture_output=True, text=True, timeout=1200)
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *selection],
+        cwd=ROOT,
+        env={**env(), **extra},
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     out = r.stdout[-6000:] + r.stderr[-3000:]
     assert r.returncode == 0, out
-    assert outcome(r.stdout.strip().splitlines()[-1]) == outcome(last), out   # warnings may be counted too
+    assert outcome(r.stdout.strip().splitlines()[-1]) == outcome(last), out  # warnings may be counted too
     if line:
         assert line in r.stdout, out
     # the cap took: the layout rule sees AVX-512 kernels under the AVX512 caps and none under AVX2
     held = cap.startswith("AVX512")
-    probe = subprocess.run([sys.executable, "-c", "from runner.workloads import cpucaps; "
-                            "print(cpucaps.bf16_channels_last_crash() or '')"],
-                           cwd=ROOT, env={**env(), **extra}, capture_output=True, text=True, timeout=120, check=True)
+    probe = subprocess.run(
+        [sys.executable, "-c", "from runner.workloads import cpucaps; print(cpucaps.bf16_channels_last_crash() or '')"],
+        cwd=ROOT,
+        env={**env(), **extra},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert bool(probe.stdout.strip()) is held, probe.stdout

@@ -17,8 +17,7 @@ X86 = platform.machine() in ("x86_64", "AMD64")
 
 def test_bf16_channels_last_steps_train_here_or_the_layout_is_held_off_with_one_note(capsys):
     # the reduced case of the crash: ssd at tiny scale has a 1x1 stride-2 convolution 8 -> 16 channels
-    ctx, module = B.bench_context("ssd", "cpu", True, scale="tiny", precision="bf16", batch_size=2,
-                                  channels_last=True)
+    ctx, module = B.bench_context("ssd", "cpu", True, scale="tiny", precision="bf16", batch_size=2, channels_last=True)
     trainer = spec_of(module).build(ctx)
     trainer.throughput_step()
     trainer.throughput_step()

@@ -9,7 +9,6 @@ are the same on both ranks. Inductor's kernels on a GPU are left to the GPU
 gradient check and benchmarks/multigpu.py.
 """
 
-
 import pytest
 
 from runner_helpers import two_gloo_workers

@@ -66,7 +66,7 @@ def _bounded(fn, seconds: float = 10.0):
     def target():
         try:
             out.append(("ok", fn()))
-        except BaseException as exc:   # handed back to the test
+        except BaseException as exc:  # handed back to the test
             out.append(("raised", exc))
 
     t = threading.Thread(target=target, daemon=True)
@@ -89,8 +89,10 @@ def test_a_run_file_is_never_opened_through_a_planted_entry(tmp_path, name, kind
 
 
 @FAST
-@given(name=st.sampled_from([rundir.MANIFEST, rundir.STATUS, rundir.SUMS]),
-       kind=st.sampled_from(["link-to-file", "link-to-folder", "dangling", "loop"]))
+@given(
+    name=st.sampled_from([rundir.MANIFEST, rundir.STATUS, rundir.SUMS]),
+    kind=st.sampled_from(["link-to-file", "link-to-folder", "dangling", "loop"]),
+)
 def test_a_whole_file_replaces_a_link_at_its_name_and_writes_nothing_through_it(tmp_path, name, kind):
     outside, run = _fresh(tmp_path)
     _plant(run / name, kind, outside)
@@ -102,7 +104,7 @@ def test_a_whole_file_replaces_a_link_at_its_name_and_writes_nothing_through_it(
         rundir.write_json(run / name, {"a": 1})
     assert (run / name).is_file() and not (run / name).is_symlink()
     assert _outside(outside) == before
-    assert sorted(os.listdir(run)) == sorted([name, "x.log"])   # no temporary left behind
+    assert sorted(os.listdir(run)) == sorted([name, "x.log"])  # no temporary left behind
 
 
 def test_sha256sums_lists_no_link(tmp_path):
@@ -128,8 +130,14 @@ def test_the_mllog_file_is_not_opened_through_a_planted_entry(tmp_path, kind):
 
 
 def _cli(tmp: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=tmp, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp)), timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *args],
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp)),
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("command", [["run", "ncf", "--scale", "tiny"], ["burnin", "--level", "quick"]])

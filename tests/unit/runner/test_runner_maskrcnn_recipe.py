@@ -22,14 +22,18 @@ from runner.workloads.maskrcnn_model import STRIDES, grid_anchors  # noqa: E402
 
 # config_DGX1.sh, config_DGX2.sh, config_DGX1_multi.sh: global batch -> (BASE_LR, WARMUP_FACTOR, STEPS);
 # WARMUP_ITERS 625 and WARMUP_METHOD mlperf_linear in all three
-NVIDIA = {32: (0.04, 0.000064, [36000, 48000]), 64: (0.08, 0.000128, [18000, 24000]),
-          128: (0.16, 0.000256, [9000, 12000])}
+NVIDIA = {
+    32: (0.04, 0.000064, [36000, 48000]),
+    64: (0.08, 0.000128, [18000, 24000]),
+    128: (0.16, 0.000256, [9000, 12000]),
+}
 
 
 def detectron_anchors(stride, size, ratios=(0.5, 1.0, 2.0)):
     """maskrcnn_benchmark/modeling/anchor_generator.py: generate_anchors(stride, (size,), ratios),
     written out: a (0, 0, stride-1, stride-1) window, ratio enumeration with np.round, then the
     scale enumeration by size / stride, as inclusive x1, y1, x2, y2."""
+
     def whctrs(a):
         w, h = a[2] - a[0] + 1, a[3] - a[1] + 1
         return w, h, a[0] + 0.5 * (w - 1), a[1] + 0.5 * (h - 1)
@@ -189,7 +193,7 @@ def test_test_scales_stop_the_linear_rate_at_max_lr_and_full_scale_does_not():
 
     scales = workloads.load()["maskrcnn"]["scales"]
     tiny, small, full = scales["tiny"], scales["small"], scales["full"]
-    assert R.base_lr(tiny, 8) == 0.02 and R.base_lr(tiny, 4) == 0.01       # one process (8), half a batch
-    assert R.base_lr(tiny, 16) == 0.02 and R.base_lr(tiny, 64) == 0.02     # two and eight processes
+    assert R.base_lr(tiny, 8) == 0.02 and R.base_lr(tiny, 4) == 0.01  # one process (8), half a batch
+    assert R.base_lr(tiny, 16) == 0.02 and R.base_lr(tiny, 64) == 0.02  # two and eight processes
     assert R.base_lr(small, 16) == 0.02 and R.base_lr(small, 32) == 0.02
-    assert "max_lr" not in full and R.base_lr(full, 128) == 0.16           # the reference's linear rule
+    assert "max_lr" not in full and R.base_lr(full, 128) == 0.16  # the reference's linear rule

@@ -24,8 +24,18 @@ pytest.importorskip("torch")
 WORKLOADS = ["ncf", "resnet50", "ssd", "maskrcnn", "gnmt", "transformer"]
 SEEDS = {"ncf": 2, "resnet50": 4, "ssd": 1, "maskrcnn": 3, "gnmt": 3, "transformer": 3}
 # events of the run as a whole: a second writer would log them twice
-ONCE = ("init_start", "init_stop", "run_start", "run_stop", "seed", "submission_benchmark", "submission_platform",
-        "global_batch_size", "train_samples", "eval_samples")
+ONCE = (
+    "init_start",
+    "init_stop",
+    "run_start",
+    "run_stop",
+    "seed",
+    "submission_benchmark",
+    "submission_platform",
+    "global_batch_size",
+    "train_samples",
+    "eval_samples",
+)
 
 
 def tagged(token: str) -> list[int]:
@@ -51,8 +61,14 @@ def run_tagged(*args, timeout=900):
     token = f"test-{secrets.token_hex(6)}"
     e = env()
     e["GPULAB_RUN_TOKEN"] = token
-    r = subprocess.run([sys.executable, "-m", "runner", *map(str, args)], cwd=ROOT, env=e,
-                       capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(
+        [sys.executable, "-m", "runner", *map(str, args)],
+        cwd=ROOT,
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return r, tagged(token)
 
 
@@ -60,8 +76,9 @@ def run_tagged(*args, timeout=900):
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_two_gloo_processes_train_to_target_and_measure_together(tmp_path, name):
     out = tmp_path / "ttt"
-    r, left = run_tagged("run", name, "--scale", "tiny", "--seed", SEEDS[name], "--gpus", "0", "--cpu-procs", "2",
-                         "--out", out)
+    r, left = run_tagged(
+        "run", name, "--scale", "tiny", "--seed", SEEDS[name], "--gpus", "0", "--cpu-procs", "2", "--out", out
+    )
     log = (out / "stdout.log").read_text() if (out / "stdout.log").exists() else ""
     assert r.returncode == 0, r.stdout + r.stderr + log[-6000:]
     assert left == [], f"processes of the run still alive after the runner exited: {left}"
@@ -87,8 +104,26 @@ def test_two_gloo_processes_train_to_target_and_measure_together(tmp_path, name)
         assert f"[runner] rank {rank} ended: success (exit 0)" in log, log[-4000:]
 
     out = tmp_path / "throughput"
-    r, left = run_tagged("run", name, "--scale", "tiny", "--seed", "1", "--mode", "throughput", "--gpus", "0",
-                         "--cpu-procs", "2", "--measure-seconds", "0.5", "--warmup-steps", "1", "--out", out)
+    r, left = run_tagged(
+        "run",
+        name,
+        "--scale",
+        "tiny",
+        "--seed",
+        "1",
+        "--mode",
+        "throughput",
+        "--gpus",
+        "0",
+        "--cpu-procs",
+        "2",
+        "--measure-seconds",
+        "0.5",
+        "--warmup-steps",
+        "1",
+        "--out",
+        out,
+    )
     assert r.returncode == 0, r.stdout + r.stderr + (out / "stdout.log").read_text()[-6000:]
     assert left == []
     res = status(out)["result"]

@@ -59,7 +59,7 @@ def test_a_tie_with_a_negative_costs_the_positive_its_hit():
     pos = torch.tensor([0.5, 0.5])
     neg = torch.full((2, 20), 0.0)
     neg[0, :10] = 0.5  # ten negatives tie with the positive: rank 11, no hit
-    neg[1, :9] = 0.5   # nine tie: rank 10, a hit
+    neg[1, :9] = 0.5  # nine tie: rank 10, a hit
     ones = torch.ones_like(neg, dtype=torch.bool)
     assert ncf.hits_at_k(pos, neg, ones, ones).tolist() == [False, True]
 
@@ -89,8 +89,16 @@ def _ctx(scale, precision="fp32"):
 
     entry = workloads.load()["ncf"]
     spec = {"workload": "ncf", "scale": scale, "mode": "ttt", "seed": 1}
-    ctx = base.Context(spec=spec, entry=entry, log=MLLog(None), device=torch.device("cpu"), rank=0,
-                       world_size=1, local_rank=0, precision=precision)
+    ctx = base.Context(
+        spec=spec,
+        entry=entry,
+        log=MLLog(None),
+        device=torch.device("cpu"),
+        rank=0,
+        world_size=1,
+        local_rank=0,
+        precision=precision,
+    )
     return ctx
 
 
@@ -110,16 +118,36 @@ def test_the_catalogue_batch_is_global_at_every_scale(scale):
     cfg = workloads.load()["ncf"]["scales"][scale]
     assert cfg["batch_is_global"] is True
     if scale == "full":  # NVIDIA's v0.5 run_and_time.sh: -l 0.0045 -b 1048576 -b1 0.25 -b2 0.5 --eps 1e-8
-        assert (cfg["batch_size"], cfg["lr"], cfg["beta1"], cfg["beta2"], cfg["eps"]) == (1048576, 0.0045, 0.25,
-                                                                                          0.5, 1e-8)
+        assert (cfg["batch_size"], cfg["lr"], cfg["beta1"], cfg["beta2"], cfg["eps"]) == (
+            1048576,
+            0.0045,
+            0.25,
+            0.5,
+            1e-8,
+        )
         assert (cfg["train_negatives"], cfg["eval_negatives"], cfg["target"]) == (4, 999, 0.635)
         assert (cfg["mf_dim"], cfg["layers"]) == (64, [256, 256, 128, 64])
 
 
 def test_two_processes_split_the_global_batch(tmp_path):
     out = tmp_path / "run"
-    r = runner("run", "ncf", "--scale", "tiny", "--seed", "2", "--gpus", "0", "--cpu-procs", "2",
-               "--max-epochs", "1", "--out", out, timeout=600)
+    r = runner(
+        "run",
+        "ncf",
+        "--scale",
+        "tiny",
+        "--seed",
+        "2",
+        "--gpus",
+        "0",
+        "--cpu-procs",
+        "2",
+        "--max-epochs",
+        "1",
+        "--out",
+        out,
+        timeout=600,
+    )
     assert r.returncode in (0, 1), r.stdout + r.stderr
     assert status(out)["world_size"] == 2
     ev = {e["key"]: e for e in mllog_events(out)}

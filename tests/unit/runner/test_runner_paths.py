@@ -37,20 +37,34 @@ def test_no_run_folder_in_a_system_tree(tree, below):
     assert "a system folder" in path_problem("/".join([tree, *below]), made_here=True)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["run", "ncf", "--scale", "tiny", "--out", "{tmp}/run", "--cache-dir", "/proc/x"],
-     "runner run: --cache-dir '/proc/x': a system folder"),
-    (["run", "ncf", "--scale", "tiny", "--out", "/sys/gpulab-run"], "runner run: --out '/sys/gpulab-run': a system"),
-    (["run", "ncf", "--scale", "tiny", "--out", "{tmp}/" + "r" * 256], "a name longer than 255 bytes"),
-    (["run", "ncf", "--scale", "tiny", "--out", "{tmp}/run", "--data", "{tmp}/loop"], "a symbolic link loop"),
-    (["datasets", "check", "ncf", "--data", "{tmp}/loop"], "runner datasets check: --data"),
-    (["datasets", "check", "ncf", "--data", "/" + "d" * 300], "a name longer than 255 bytes"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["run", "ncf", "--scale", "tiny", "--out", "{tmp}/run", "--cache-dir", "/proc/x"],
+            "runner run: --cache-dir '/proc/x': a system folder",
+        ),
+        (
+            ["run", "ncf", "--scale", "tiny", "--out", "/sys/gpulab-run"],
+            "runner run: --out '/sys/gpulab-run': a system",
+        ),
+        (["run", "ncf", "--scale", "tiny", "--out", "{tmp}/" + "r" * 256], "a name longer than 255 bytes"),
+        (["run", "ncf", "--scale", "tiny", "--out", "{tmp}/run", "--data", "{tmp}/loop"], "a symbolic link loop"),
+        (["datasets", "check", "ncf", "--data", "{tmp}/loop"], "runner datasets check: --data"),
+        (["datasets", "check", "ncf", "--data", "/" + "d" * 300], "a name longer than 255 bytes"),
+    ],
+)
 def test_on_the_command_line_nothing_is_created(tmp_path, args, message):
     (tmp_path / "loop").symlink_to("loop")
     argv = [a.format(tmp=tmp_path) for a in args]
-    r = subprocess.run([sys.executable, "-m", "runner", *argv], cwd=tmp_path, capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path)), timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "runner", *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path)),
+        timeout=120,
+    )
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["loop"] and not os.path.lexists("/proc/x")

@@ -30,8 +30,9 @@ def r50_blob_names():
 def msra_trunk(layers=(3, 4, 6, 3), width=64):
     from runner.workloads.maskrcnn_model import MSRABottleneck, frozen_affine
 
-    return V.ResNetTrunk(MSRABottleneck, list(layers), width, norm=frozen_affine, zero_init=False,
-                         return_stages=[0, 1, 2, 3])
+    return V.ResNetTrunk(
+        MSRABottleneck, list(layers), width, norm=frozen_affine, zero_init=False, return_stages=[0, 1, 2, 3]
+    )
 
 
 def test_every_tensor_of_the_r50_trunk_has_its_detectron_blob():
@@ -112,8 +113,9 @@ def test_torchvision_weights_load_strictly(tmp_path):
     f = tmp_path / "resnet34.pth"
     torch.save(state, f)
     ssd_trunk = V.ResNetTrunk(V.BasicBlock, [3, 4, 6], 8, strides=(1, 2, 1), zero_init=False)
-    assert P.load_torchvision(ssd_trunk, f) == len([k for k in ssd_trunk.state_dict()
-                                                    if not k.endswith("num_batches_tracked")])
+    assert P.load_torchvision(ssd_trunk, f) == len(
+        [k for k in ssd_trunk.state_dict() if not k.endswith("num_batches_tracked")]
+    )
     assert torch.equal(ssd_trunk.layer3[5].conv2.weight, src.layer3[5].conv2.weight)
     del state["layer2.1.bn1.running_var"]
     torch.save(state, f)

@@ -20,8 +20,16 @@ IMAGENET = 1281167
 # results/8xV100/resnet/result_0.txt: opt_learning_rate logged every 100 steps (step: value). With
 # --variable_update=replicated the 8 GPUs' gradients are summed, so the logged rate is 1/8 of the rate
 # on the mean gradient of the 2048 batch (resnet_model.py get_scaled_base_learning_rate)
-PUBLISHED = {0: 0.0, 100: 0.00191877189, 3100: 0.05948193, 3200: 0.06, 18700: 0.06, 18800: 0.006,
-             37500: 0.006, 37600: 0.0006}
+PUBLISHED = {
+    0: 0.0,
+    100: 0.00191877189,
+    3100: 0.05948193,
+    3200: 0.06,
+    18700: 0.06,
+    18800: 0.006,
+    37500: 0.006,
+    37600: 0.0006,
+}
 
 
 def reference_lr(step, gbs, base_lr=0.06):
@@ -75,8 +83,12 @@ def test_nesterov_and_weight_decay_on_all_but_batch_norm(submission):
     assert all(g["nesterov"] and g["momentum"] == 0.9 and g["dampening"] == 0 for g in t.optimizer.param_groups)
     assert decay["weight_decay"] == 1e-4 and no_decay["weight_decay"] == 0.0
     names = {id(p): n for n, p in t.model.named_parameters()}
-    bn = {n for m_name, m in t.model.named_modules() if isinstance(m, torch.nn.BatchNorm2d)
-          for n in (f"{m_name}.weight", f"{m_name}.bias")}
+    bn = {
+        n
+        for m_name, m in t.model.named_modules()
+        if isinstance(m, torch.nn.BatchNorm2d)
+        for n in (f"{m_name}.weight", f"{m_name}.bias")
+    }
     assert {names[id(p)] for p in no_decay["params"]} == bn and len(bn) == 2 * 53
     # the classifier's bias is decayed, as every variable whose name lacks 'batchnorm' in the reference
     assert "fc.bias" in {names[id(p)] for p in decay["params"]}
@@ -89,6 +101,7 @@ def test_the_mllog_keys_carry_the_recipe(submission, tmp_path):
     log.hyperparameters(submission.hyperparameters())
     log.close()
     import json
+
     hp = {}
     for line in (tmp_path / "mllog.log").read_text().splitlines():
         e = json.loads(line.split(":::MLLOG ", 1)[1])

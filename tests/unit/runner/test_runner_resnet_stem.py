@@ -57,9 +57,12 @@ def test_compiled_fast_stem_matches_the_plain_stem_in_values_and_every_gradient(
     g = torch.randn(ya.shape, generator=torch.Generator().manual_seed(3))
     (ya * g).sum().backward()
     (yb * g).sum().backward()
-    for name, a, b in (("conv1.weight", plain.conv1.weight, fast.conv1.weight),
-                       ("bn1.weight", plain.bn1.weight, fast.bn1.weight), ("bn1.bias", plain.bn1.bias, fast.bn1.bias),
-                       ("input", xa, xb)):
+    for name, a, b in (
+        ("conv1.weight", plain.conv1.weight, fast.conv1.weight),
+        ("bn1.weight", plain.bn1.weight, fast.bn1.weight),
+        ("bn1.bias", plain.bn1.bias, fast.bn1.bias),
+        ("input", xa, xb),
+    ):
         assert b.grad.abs().sum() > 0, name
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-3, atol=1e-4, msg=name)
 
@@ -75,9 +78,11 @@ def test_resnet50_uses_the_fast_stem_only_when_compiled_on_the_optimized_path(mo
         def init(self, *a, **kw):  # bench_step compiles on CUDA only; here the test decides
             real_init(self, *a, **kw)
             self.compile = compile_
+
         monkeypatch.setattr(base.Context, "__init__", init)
-        return base.bench_step("resnet50", "cpu", optimized, scale="tiny", batch_size=2,
-                               overrides=overrides)[0].__self__.model
+        return base.bench_step("resnet50", "cpu", optimized, scale="tiny", batch_size=2, overrides=overrides)[
+            0
+        ].__self__.model
 
     fast, eager, plain = model(True, True), model(True, False), model(False, False)
     assert calls == [True, False, False]

@@ -11,8 +11,20 @@ import time
 
 import pytest
 
-from runner_helpers import (ROOT, SIGINT, SIGTERM, assert_complete, env, launched_spec,
-                            mllog_events, runner, start, status, wait_for, worker_processes)
+from runner_helpers import (
+    ROOT,
+    SIGINT,
+    SIGTERM,
+    assert_complete,
+    env,
+    launched_spec,
+    mllog_events,
+    runner,
+    start,
+    status,
+    wait_for,
+    worker_processes,
+)
 
 
 def test_ncf_tiny_trains_to_target_and_leaves_a_complete_run_dir(tmp_path):
@@ -31,10 +43,25 @@ def test_ncf_tiny_trains_to_target_and_leaves_a_complete_run_dir(tmp_path):
     assert "hr@10" in st["reason"]
     ev = mllog_events(out)
     keys = [e["key"] for e in ev]
-    for k in ("submission_benchmark", "submission_org", "seed", "global_batch_size", "opt_name",
-              "opt_base_learning_rate", "init_start", "init_stop", "run_start", "epoch_start",
-              "epoch_stop", "block_start", "block_stop", "eval_start", "eval_accuracy", "eval_stop",
-              "run_stop"):
+    for k in (
+        "submission_benchmark",
+        "submission_org",
+        "seed",
+        "global_batch_size",
+        "opt_name",
+        "opt_base_learning_rate",
+        "init_start",
+        "init_stop",
+        "run_start",
+        "epoch_start",
+        "epoch_stop",
+        "block_start",
+        "block_stop",
+        "eval_start",
+        "eval_accuracy",
+        "eval_stop",
+        "run_stop",
+    ):
         assert k in keys, k
     assert keys.index("init_stop") < keys.index("run_start") < keys.index("run_stop")
     stop = ev[keys.index("run_stop")]
@@ -96,8 +123,24 @@ def test_a_failing_workload_is_exit_1_with_its_reason(tmp_path):
 @pytest.mark.parametrize("sig", [SIGTERM, SIGINT])
 def test_a_signal_stops_every_rank_and_leaves_an_aborted_run(tmp_path, sig):
     out = tmp_path / "run"
-    p = start("run", "ncf", "--scale", "tiny", "--seed", "1", "--mode", "throughput",
-              "--measure-seconds", "300", "--gpus", "0", "--cpu-procs", "2", "--out", out)
+    p = start(
+        "run",
+        "ncf",
+        "--scale",
+        "tiny",
+        "--seed",
+        "1",
+        "--mode",
+        "throughput",
+        "--measure-seconds",
+        "300",
+        "--gpus",
+        "0",
+        "--cpu-procs",
+        "2",
+        "--out",
+        out,
+    )
     wait_for(out / "mllog.log", '"run_start"')
     spec = launched_spec(out)
     assert len(worker_processes(spec)) >= 3  # torchrun + 2 ranks
@@ -117,8 +160,22 @@ def test_a_signal_stops_every_rank_and_leaves_an_aborted_run(tmp_path, sig):
 def test_max_minutes_aborts_the_run(tmp_path):
     out = tmp_path / "run"
     t0 = time.time()
-    r = runner("run", "ncf", "--scale", "tiny", "--seed", "1", "--mode", "throughput",
-               "--measure-seconds", "300", "--max-minutes", "0.1", "--out", out)
+    r = runner(
+        "run",
+        "ncf",
+        "--scale",
+        "tiny",
+        "--seed",
+        "1",
+        "--mode",
+        "throughput",
+        "--measure-seconds",
+        "300",
+        "--max-minutes",
+        "0.1",
+        "--out",
+        out,
+    )
     assert time.time() - t0 < 120
     assert r.returncode == 1
     assert_complete(out)
@@ -128,16 +185,21 @@ def test_max_minutes_aborts_the_run(tmp_path):
 
 def test_throughput_mode_records_samples_per_s(tmp_path):
     out = tmp_path / "run"
-    r = runner("run", "ncf", "--scale", "tiny", "--seed", "1", "--mode", "throughput",
-               "--measure-seconds", "0.5", "--out", out)
+    r = runner(
+        "run", "ncf", "--scale", "tiny", "--seed", "1", "--mode", "throughput", "--measure-seconds", "0.5", "--out", out
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert_complete(out)
     res = status(out)["result"]
     assert res["samples_per_s"] > 0 and res["steps"] >= 5 and res["time_to_first_step_s"] > 0
     # where the start went (runner.phases): in order, the last moment the first step, also in stdout.log
     phases = res["phases_s"]
-    assert list(phases)[:4] == ["supervisor ready (plan, probe, manifest, telemetry)", "workload process started",
-                                "torch imported", "device ready, workload imported"]
+    assert list(phases)[:4] == [
+        "supervisor ready (plan, probe, manifest, telemetry)",
+        "workload process started",
+        "torch imported",
+        "device ready, workload imported",
+    ]
     assert list(phases)[-2:] == ["model built", "first step"]
     assert list(phases.values()) == sorted(phases.values()) and list(phases.values())[0] > 0
     assert phases["first step"] == pytest.approx(res["time_to_first_step_s"], abs=0.01)
@@ -149,27 +211,32 @@ def test_throughput_mode_records_samples_per_s(tmp_path):
     assert len(tp) == 1 and tp[0]["value"] == pytest.approx(res["samples_per_s"], rel=1e-3)
 
 
-@pytest.mark.parametrize("args, words", [
-    (["run", "nosuch", "--out", "{out}"], "unknown workload 'nosuch' (known: "),
-    (["run", "ncf", "--gpus", "1", "--out", "{out}"], "asks for 1 GPUs but this host has no GPUs"),
-    (["run", "ncf", "--gpus", "0,", "--out", "{out}"], "GPU 0 does not exist"),
-    (["run", "ncf", "--gpus", "1,1", "--out", "{out}"], "--gpus '1,1'"),
-    (["run", "ncf", "--gpus", "x", "--out", "{out}"], "expected 'all', a count"),
-    (["run", "ncf", "--framework", "tensorflow", "--out", "{out}"], "has no tensorflow implementation"),
-    (["run", "ncf", "--nnodes", "2", "--out", "{out}"], "needs --rdzv-endpoint"),
-    (["run", "ncf", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1", "--out", "{out}"],
-     "--node-rank 2: must be in 0..1"),
-    (["run", "ncf", "--rdzv-endpoint", "nohost", "--out", "{out}"], "expected HOST:PORT"),
-    (["run", "ncf", "--max-minutes", "0", "--out", "{out}"], "--max-minutes 0.0: must be positive"),
-    (["run", "ncf", "--seed", "-1", "--out", "{out}"], "--seed -1"),
-    (["run", "ncf", "--scale", "full", "--out", "{out}"], "give --data PATH"),
-    (["run", "ncf", "--data", "/nonexistent/x", "--out", "{out}"], "no such directory"),
-    (["run", "ncf", "--precision", "fp16", "--out", "{out}"], "fp16 needs a GPU"),
-    (["run", "ncf", "--cpu-procs", "0", "--out", "{out}"], "--cpu-procs 0"),
-    (["run", "ncf", "--python", "/nonexistent/python", "--out", "{out}"], "is not an executable"),
-    (["run", "ncf", "--mode", "fast", "--out", "{out}"], "invalid choice: 'fast'"),
-    (["run", "ncf"], "--out"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["run", "nosuch", "--out", "{out}"], "unknown workload 'nosuch' (known: "),
+        (["run", "ncf", "--gpus", "1", "--out", "{out}"], "asks for 1 GPUs but this host has no GPUs"),
+        (["run", "ncf", "--gpus", "0,", "--out", "{out}"], "GPU 0 does not exist"),
+        (["run", "ncf", "--gpus", "1,1", "--out", "{out}"], "--gpus '1,1'"),
+        (["run", "ncf", "--gpus", "x", "--out", "{out}"], "expected 'all', a count"),
+        (["run", "ncf", "--framework", "tensorflow", "--out", "{out}"], "has no tensorflow implementation"),
+        (["run", "ncf", "--nnodes", "2", "--out", "{out}"], "needs --rdzv-endpoint"),
+        (
+            ["run", "ncf", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1", "--out", "{out}"],
+            "--node-rank 2: must be in 0..1",
+        ),
+        (["run", "ncf", "--rdzv-endpoint", "nohost", "--out", "{out}"], "expected HOST:PORT"),
+        (["run", "ncf", "--max-minutes", "0", "--out", "{out}"], "--max-minutes 0.0: must be positive"),
+        (["run", "ncf", "--seed", "-1", "--out", "{out}"], "--seed -1"),
+        (["run", "ncf", "--scale", "full", "--out", "{out}"], "give --data PATH"),
+        (["run", "ncf", "--data", "/nonexistent/x", "--out", "{out}"], "no such directory"),
+        (["run", "ncf", "--precision", "fp16", "--out", "{out}"], "fp16 needs a GPU"),
+        (["run", "ncf", "--cpu-procs", "0", "--out", "{out}"], "--cpu-procs 0"),
+        (["run", "ncf", "--python", "/nonexistent/python", "--out", "{out}"], "is not an executable"),
+        (["run", "ncf", "--mode", "fast", "--out", "{out}"], "invalid choice: 'fast'"),
+        (["run", "ncf"], "--out"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, words):
     out = tmp_path / "run"
     r = runner(*[a.replace("{out}", str(out)) for a in args])
@@ -189,9 +256,11 @@ def test_an_occupied_run_dir_is_refused(tmp_path):
 
 
 def test_supervisor_imports_no_framework():
-    code = ("import sys; import runner.supervisor, runner.launch, runner.rundir, runner.mllog, "
-            "runner.workloads; bad = [m for m in ('torch', 'tensorflow') if m in sys.modules]; "
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys; import runner.supervisor, runner.launch, runner.rundir, runner.mllog, "
+        "runner.workloads; bad = [m for m in ('torch', 'tensorflow') if m in sys.modules]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env(), capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 

@@ -25,8 +25,17 @@ def test_sums_verify_with_sha256sum(tmp_path):
     assert [rundir.sums_entry(ln)[1] for ln in lines] == ["mllog.log", "status.json", "sub/x.txt"]
 
 
-@pytest.mark.parametrize("line", ["abc  mllog.log", "0" * 64 + "  ../x", "0" * 64 + "  /etc/passwd",
-                                  "0" * 64 + " mllog.log", "0" * 64 + "\tmllog.log", "\\" + "0" * 64 + "  a\\nb"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "abc  mllog.log",
+        "0" * 64 + "  ../x",
+        "0" * 64 + "  /etc/passwd",
+        "0" * 64 + " mllog.log",
+        "0" * 64 + "\tmllog.log",
+        "\\" + "0" * 64 + "  a\\nb",
+    ],
+)
 def test_sums_grammar_rejects_malformed_and_escaping_lines(line):
     assert rundir.sums_entry(line) is None
 
@@ -38,10 +47,26 @@ def test_sums_grammar_takes_text_and_binary_markers():
 
 def test_status_rejects_unknown_outcome():
     with pytest.raises(ValueError):
-        rundir.status_document(runner_version="0", workload="w", benchmark="b", framework="pytorch",
-                               mode="ttt", scale="tiny", seed=1, precision="fp32", gpus=[],
-                               world_size=1, nnodes=1, node_rank=0, start="s", end="e",
-                               exit_code=0, outcome="great", reason="", result={})
+        rundir.status_document(
+            runner_version="0",
+            workload="w",
+            benchmark="b",
+            framework="pytorch",
+            mode="ttt",
+            scale="tiny",
+            seed=1,
+            precision="fp32",
+            gpus=[],
+            world_size=1,
+            nnodes=1,
+            node_rank=0,
+            start="s",
+            end="e",
+            exit_code=0,
+            outcome="great",
+            reason="",
+            result={},
+        )
 
 
 def test_iso_times_are_utc_milliseconds():

@@ -43,8 +43,12 @@ def test_every_key_of_every_scale_is_declared():
 
 
 @hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(name=st.sampled_from(NAMES), scale=st.sampled_from(workloads.SCALES),
-       key=st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True), value=st.integers())
+@given(
+    name=st.sampled_from(NAMES),
+    scale=st.sampled_from(workloads.SCALES),
+    key=st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True),
+    value=st.integers(),
+)
 def test_an_undeclared_key_is_named_with_its_workload_and_scale(name, scale, key, value):
     declared = set(S.COMMON) | set(DOC["workloads"][name].get("settings", {}))
     if key in declared:
@@ -53,8 +57,12 @@ def test_an_undeclared_key_is_named_with_its_workload_and_scale(name, scale, key
     assert f"workloads.{name}.scales.{scale}: unknown setting {key!r}" in text
 
 
-WRONG = st.one_of(st.text(max_size=8), st.lists(st.integers(), max_size=3),
-                  st.dictionaries(st.text(max_size=3), st.integers(), max_size=2), st.none())
+WRONG = st.one_of(
+    st.text(max_size=8),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.none(),
+)
 
 
 def _scalar_keys():
@@ -84,29 +92,35 @@ def test_int_bounds_hold_for_integers_only(lo, value):
 
 
 @hsettings(max_examples=200, deadline=None)
-@given(value=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-3, 3), st.booleans(),
-                       st.text(max_size=3)))
+@given(
+    value=st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True), st.integers(-3, 3), st.booleans(), st.text(max_size=3)
+    )
+)
 def test_a_number_in_bounds_is_finite_and_no_boolean(value):
     bad = S.check("number 0..1", value)
-    good = (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1)
+    good = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
     assert (bad is None) == good
 
 
-@pytest.mark.parametrize("decl, value, ok", [
-    ("list[2] of int 1..", [3, 7], True),
-    ("list[2] of int 1..", [3, 7, 9], False),
-    ("list[2] of int 1..", [3, 0], False),
-    ("list of list[4] of int 0..", [[1, 2, 3, 4]], True),
-    ("list of list[4] of int 0..", [[1, 2, 3]], False),
-    ("token | sentence", "sentence", True),
-    ("token | sentence", "word", False),
-    ("int 1.. or null", None, True),
-    ("int 1..", None, False),
-    ("map of int 1..", {15: 2, 30: 4}, True),
-    ("map of int 1..", {15: 0}, False),
-    ({"size": "int 1..", "max_len": "int 1.."}, {"size": 5}, True),
-    ({"size": "int 1..", "max_len": "int 1.."}, {"size": 5, "width": 2}, False),
-])
+@pytest.mark.parametrize(
+    "decl, value, ok",
+    [
+        ("list[2] of int 1..", [3, 7], True),
+        ("list[2] of int 1..", [3, 7, 9], False),
+        ("list[2] of int 1..", [3, 0], False),
+        ("list of list[4] of int 0..", [[1, 2, 3, 4]], True),
+        ("list of list[4] of int 0..", [[1, 2, 3]], False),
+        ("token | sentence", "sentence", True),
+        ("token | sentence", "word", False),
+        ("int 1.. or null", None, True),
+        ("int 1..", None, False),
+        ("map of int 1..", {15: 2, 30: 4}, True),
+        ("map of int 1..", {15: 0}, False),
+        ({"size": "int 1..", "max_len": "int 1.."}, {"size": 5}, True),
+        ({"size": "int 1..", "max_len": "int 1.."}, {"size": 5, "width": 2}, False),
+    ],
+)
 def test_declarations(decl, value, ok):
     assert (S.check(decl, value) is None) == ok
 
@@ -119,10 +133,12 @@ def test_a_malformed_declaration_is_a_catalogue_error(decl):
 
 def test_a_workload_may_not_redeclare_a_shared_setting_nor_hold_unknown_entry_keys():
     assert "'batch_size' is a shared setting" in error_of(
-        lambda d: d["workloads"]["ncf"]["settings"].update(batch_size="int 1.."))
+        lambda d: d["workloads"]["ncf"]["settings"].update(batch_size="int 1..")
+    )
     assert "workloads.gnmt: unknown key 'setting'" in error_of(lambda d: d["workloads"]["gnmt"].update(setting={}))
     assert "'module' must be a module's import path" in error_of(
-        lambda d: d["workloads"]["gnmt"].update(module="../../etc/passwd"))
+        lambda d: d["workloads"]["gnmt"].update(module="../../etc/passwd")
+    )
 
 
 def test_the_runner_refuses_a_catalogue_with_an_ill_typed_setting_in_one_line(tmp_path):
@@ -136,12 +152,12 @@ def test_the_runner_refuses_a_catalogue_with_an_ill_typed_setting_in_one_line(tm
     e = env()
     e[workloads.EXTRA_ENV] = str(bad)
     for argv in (["list"], ["run", "ncf", "--scale", "tiny", "--out", str(tmp_path / "run")]):
-        r = subprocess.run([sys.executable, "-m", "runner", *argv], env=e, capture_output=True, text=True,
-                           timeout=120)
+        r = subprocess.run([sys.executable, "-m", "runner", *argv], env=e, capture_output=True, text=True, timeout=120)
         assert r.returncode == 2, r.stderr
         line = r.stderr.strip()
         assert "\n" not in line and line.endswith(
-            "extra.yml: workloads.ncf2.scales.tiny: 'users' must be an integer >= 1 (not 'many')"), line
+            "extra.yml: workloads.ncf2.scales.tiny: 'users' must be an integer >= 1 (not 'many')"
+        ), line
         assert "Traceback" not in r.stderr
     assert not (tmp_path / "run").exists()
 

@@ -38,8 +38,7 @@ def test_the_small_model_trains_one_step_with_finite_gradients_everywhere():
     torch.manual_seed(0)
     model = S.SSD(cfg, cfg["classes"] + 1).train()
     anchors = S.default_boxes(cfg["image_size"], S.feature_sizes(cfg), cfg["scales"], cfg["aspect_ratios"])
-    boxes = torch.tensor([[[0.1, 0.1, 0.5, 0.6], [0.55, 0.2, 0.95, 0.7]],
-                          [[0.3, 0.3, 0.6, 0.5], [0.0, 0.0, 0.0, 0.0]]])
+    boxes = torch.tensor([[[0.1, 0.1, 0.5, 0.6], [0.55, 0.2, 0.95, 0.7]], [[0.3, 0.3, 0.6, 0.5], [0.0, 0.0, 0.0, 0.0]]])
     labels = torch.tensor([[1, 4], [2, -1]])
     gloc, glab = S.match(anchors, boxes, labels)
     assert (glab > 0).sum() >= 3
@@ -55,6 +54,7 @@ def test_the_small_model_trains_one_step_with_finite_gradients_everywhere():
 
 
 # --- the recipe of the MLPerf v0.5 reference (full scale) ------------------------------------
+
 
 def _full_boxes():
     cfg = SCALES["full"]
@@ -194,16 +194,21 @@ def test_the_loss_takes_three_hard_negatives_per_positive_by_cross_entropy():
     def ce(z, k):  # logits (0, z)
         return math.log(1 + math.exp(z)) - (z if k == 1 else 0.0)
 
-    sl1 = 0.5 * 0.5 ** 2 + (2.0 - 0.5) + 0.0 + 0.5 * 0.25 ** 2
+    sl1 = 0.5 * 0.5**2 + (2.0 - 0.5) + 0.0 + 0.5 * 0.25**2
     want = sl1 + ce(2.0, 1) + ce(1.0, 0) + ce(3.0, 0) + ce(2.5, 0)
     assert loss.item() == pytest.approx(want, rel=1e-6)
     # an image without positives adds 0 to the mean
-    loss2, _ = S.ssd_loss(torch.zeros(2, 6, 4), pconf.repeat(2, 1, 1), gloc.repeat(2, 1, 1),
-                          torch.stack([glab[0], torch.zeros(6, dtype=torch.long)]))
+    loss2, _ = S.ssd_loss(
+        torch.zeros(2, 6, 4),
+        pconf.repeat(2, 1, 1),
+        gloc.repeat(2, 1, 1),
+        torch.stack([glab[0], torch.zeros(6, dtype=torch.long)]),
+    )
     assert loss2.item() == pytest.approx(want / 2, rel=1e-6)
 
 
 # --- benchmarks/ssd_bf16.py: the bf16 study of runner/README "ssd under bf16" -----------------
+
 
 def test_the_bf16_study_runs_every_case_and_its_fp32_floor_is_exact(tmp_path, capsys):
     import json
@@ -216,8 +221,14 @@ def test_the_bf16_study_runs_every_case_and_its_fp32_floor_is_exact(tmp_path, ca
     assert ssd_bf16.main(["--scale", "tiny", "--batch", "1", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     cases = res["cases"]
-    assert list(cases) == ["fp32_repeat", "bf16", "bf16_fp32_negatives", "fp32_input_noise",
-                           "fp32_input_noise_fp32_negatives", "bf16_channels_last_vs_bf16"]
+    assert list(cases) == [
+        "fp32_repeat",
+        "bf16",
+        "bf16_fp32_negatives",
+        "fp32_input_noise",
+        "fp32_input_noise_fp32_negatives",
+        "bf16_channels_last_vs_bf16",
+    ]
     assert cases["fp32_repeat"]["lowest"]["cosine"] >= 0.999999 and cases["fp32_repeat"]["negatives_differ"] == 0
     assert cases["bf16_fp32_negatives"]["negatives_differ"] == 0 and cases["bf16"]["compared"] > 20
     assert cases["bf16"]["lowest"]["cosine"] < 0.999999  # bf16 does move the gradient
@@ -256,9 +267,11 @@ def test_coco_training_items_are_cropped_flipped_resized_with_crowd_boxes_kept(t
     for i in range(3):
         Image.new("RGB", (160 + 40 * i, 120), (30 * i, 90, 200)).save(tmp_path / "train2017" / f"{i}.jpg")
         images.append({"id": i + 1, "file_name": f"{i}.jpg", "width": 160 + 40 * i, "height": 120})
-    anns = [{"id": 1, "image_id": 1, "category_id": 3, "bbox": [10, 20, 60, 50], "iscrowd": 0},
-            {"id": 2, "image_id": 1, "category_id": 7, "bbox": [90, 30, 50, 80], "iscrowd": 1},
-            {"id": 3, "image_id": 2, "category_id": 7, "bbox": [0, 0, 150, 100], "iscrowd": 1}]
+    anns = [
+        {"id": 1, "image_id": 1, "category_id": 3, "bbox": [10, 20, 60, 50], "iscrowd": 0},
+        {"id": 2, "image_id": 1, "category_id": 7, "bbox": [90, 30, 50, 80], "iscrowd": 1},
+        {"id": 3, "image_id": 2, "category_id": 7, "bbox": [0, 0, 150, 100], "iscrowd": 1},
+    ]
     doc = {"images": images, "annotations": anns, "categories": [{"id": 3, "name": "a"}, {"id": 7, "name": "b"}]}
     (tmp_path / "annotations" / "instances_train2017.json").write_text(json.dumps(doc))
     index = D.CocoIndex(tmp_path, "train")

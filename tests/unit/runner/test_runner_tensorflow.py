@@ -35,8 +35,7 @@ def _run(py, *args):
 
 def test_tiny_trains_to_target_and_the_log_passes_the_checker(tmp_path, tf_python):
     out = tmp_path / "run"
-    r = _run(tf_python, "run", "resnet50", "--framework", "tensorflow", "--scale", "tiny", "--seed", "3",
-             "--out", out)
+    r = _run(tf_python, "run", "resnet50", "--framework", "tensorflow", "--scale", "tiny", "--seed", "3", "--out", out)
     assert r.returncode == 0, r.stdout + r.stderr + (out / "stdout.log").read_text()
     assert_complete(out)
     st = status(out)
@@ -47,16 +46,47 @@ def test_tiny_trains_to_target_and_the_log_passes_the_checker(tmp_path, tf_pytho
     assert all(a < res["target"] for a in accs[:-1])
     man = json.loads((out / "manifest.json").read_text())
     assert man["probe"]["frameworks"]["tensorflow"]
-    chk = subprocess.run([tf_python, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
-                          "--ruleset", "0.7.0", str(out / "mllog.log")], cwd=tmp_path, env=env(),
-                         capture_output=True, text=True, timeout=300)
+    chk = subprocess.run(
+        [
+            tf_python,
+            "-m",
+            "mlperf_logging.compliance_checker",
+            "--usage",
+            "training",
+            "--ruleset",
+            "0.7.0",
+            str(out / "mllog.log"),
+        ],
+        cwd=tmp_path,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert chk.returncode == 0 and "SUCCESS" in chk.stdout + chk.stderr, chk.stdout + chk.stderr
 
 
 def test_tiny_throughput_mode_measures_images_per_s(tmp_path, tf_python):
     out = tmp_path / "run"
-    r = _run(tf_python, "run", "resnet50", "--framework", "tensorflow", "--scale", "tiny", "--mode", "throughput",
-             "--measure-seconds", "0.5", "--warmup-steps", "1", "--seed", "1", "--out", out)
+    r = _run(
+        tf_python,
+        "run",
+        "resnet50",
+        "--framework",
+        "tensorflow",
+        "--scale",
+        "tiny",
+        "--mode",
+        "throughput",
+        "--measure-seconds",
+        "0.5",
+        "--warmup-steps",
+        "1",
+        "--seed",
+        "1",
+        "--out",
+        out,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert_complete(out)
     res = status(out)["result"]
@@ -64,7 +94,18 @@ def test_tiny_throughput_mode_measures_images_per_s(tmp_path, tf_python):
 
 
 def test_two_processes_are_refused_with_one_line(tmp_path, tf_python):
-    r = _run(tf_python, "run", "resnet50", "--framework", "tensorflow", "--scale", "tiny", "--cpu-procs", "2",
-             "--out", tmp_path / "run")
+    r = _run(
+        tf_python,
+        "run",
+        "resnet50",
+        "--framework",
+        "tensorflow",
+        "--scale",
+        "tiny",
+        "--cpu-procs",
+        "2",
+        "--out",
+        tmp_path / "run",
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert not (tmp_path / "run").exists()

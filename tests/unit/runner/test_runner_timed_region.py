@@ -44,8 +44,9 @@ def test_compilation_of_a_ttt_run_is_inside_the_timed_region(tmp_path):
     e.pop("GPULAB_COMPILE_MODE", None)
     e.pop("GPULAB_INDUCTOR", None)
     log = tmp_path / "mllog.log"
-    r = subprocess.run([sys.executable, "-c", _RUN, str(log)], cwd=ROOT, env=e, capture_output=True, text=True,
-                       timeout=1200)
+    r = subprocess.run(
+        [sys.executable, "-c", _RUN, str(log)], cwd=ROOT, env=e, capture_output=True, text=True, timeout=1200
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["compiled"] is True

@@ -34,8 +34,14 @@ def runner(*args, timeout=300):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "runner", *map(str, args)], cwd=ROOT, env=toy_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *map(str, args)],
+        cwd=ROOT,
+        env=toy_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_the_toy_is_listed_beside_the_six():
@@ -95,29 +101,43 @@ def _extra(tmp_path, mutate) -> Path:
     return p
 
 
-@pytest.mark.parametrize("mutate, words", [
-    (lambda d: d["workloads"]["toy"]["scales"]["tiny"].update(hiden=16),
-     "extra.yml: workloads.toy.scales.tiny: unknown setting 'hiden'"),
-    (lambda d: d["workloads"]["toy"]["scales"]["small"].update(momentum=1.5),
-     "extra.yml: workloads.toy.scales.small: 'momentum' must be a number in 0..1 (not 1.5)"),
-    (lambda d: d["workloads"].update(ncf=copy.deepcopy(d["workloads"]["toy"])),
-     "extra.yml (GPULAB_RUNNER_CATALOGUE): workloads.ncf: that name is a workload of workloads.yml already"),
-    (lambda d: d["workloads"]["toy"].update(module="toy workload"),
-     "extra.yml: workloads.toy: 'module' must be a module's import path"),
-    (lambda d: d.update(schema=2), "extra.yml: top level: 'schema: 1' expected"),
-])
+@pytest.mark.parametrize(
+    "mutate, words",
+    [
+        (
+            lambda d: d["workloads"]["toy"]["scales"]["tiny"].update(hiden=16),
+            "extra.yml: workloads.toy.scales.tiny: unknown setting 'hiden'",
+        ),
+        (
+            lambda d: d["workloads"]["toy"]["scales"]["small"].update(momentum=1.5),
+            "extra.yml: workloads.toy.scales.small: 'momentum' must be a number in 0..1 (not 1.5)",
+        ),
+        (
+            lambda d: d["workloads"].update(ncf=copy.deepcopy(d["workloads"]["toy"])),
+            "extra.yml (GPULAB_RUNNER_CATALOGUE): workloads.ncf: that name is a workload of workloads.yml already",
+        ),
+        (
+            lambda d: d["workloads"]["toy"].update(module="toy workload"),
+            "extra.yml: workloads.toy: 'module' must be a module's import path",
+        ),
+        (lambda d: d.update(schema=2), "extra.yml: top level: 'schema: 1' expected"),
+    ],
+)
 def test_the_extra_catalogue_is_checked_as_strictly_as_the_built_in_one(tmp_path, mutate, words):
     with pytest.raises(workloads.CatalogueError) as exc:
         workloads.load(extra=str(_extra(tmp_path, mutate)))
     assert str(exc.value).startswith(words) and "\n" not in str(exc.value), str(exc.value)
 
 
-@pytest.mark.parametrize("make", [
-    lambda p: p,                                   # missing
-    lambda p: (p.mkdir(), p)[1],                   # a folder
-    lambda p: (p.write_bytes(b"x" * (2 << 20)), p)[1],   # over 1 MiB
-    lambda p: (p.write_bytes(b"\xff\xfe: ["), p)[1],      # not UTF-8 YAML
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda p: p,  # missing
+        lambda p: (p.mkdir(), p)[1],  # a folder
+        lambda p: (p.write_bytes(b"x" * (2 << 20)), p)[1],  # over 1 MiB
+        lambda p: (p.write_bytes(b"\xff\xfe: ["), p)[1],  # not UTF-8 YAML
+    ],
+)
 def test_an_unreadable_extra_catalogue_is_one_line_and_exit_2(tmp_path, make):
     import subprocess
     import sys
@@ -125,7 +145,8 @@ def test_an_unreadable_extra_catalogue_is_one_line_and_exit_2(tmp_path, make):
     p = make(tmp_path / "extra.yml")
     e = toy_env()
     e[workloads.EXTRA_ENV] = str(p)
-    r = subprocess.run([sys.executable, "-m", "runner", "list"], cwd=ROOT, env=e, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "runner", "list"], cwd=ROOT, env=e, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and "extra.yml: cannot be read" in r.stderr and "Traceback" not in r.stderr

@@ -14,6 +14,7 @@ from runner_helpers import assert_complete, mllog_events, runner, status  # noqa
 
 # --- generated data ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["gnmt", "transformer"])
 def test_generated_task_is_deterministic_and_follows_its_rule(name):
     cfg = workloads.load()[name]["scales"]["tiny"]
@@ -26,7 +27,7 @@ def test_generated_task_is_deterministic_and_follows_its_rule(name):
     for s, t in zip(src, tgt):
         assert len(s) == len(t) and T.N_SPECIAL <= s.min() and s.max() < T.N_SPECIAL + n <= t.min()
         unswapped = t.copy()
-        for i in (range(0, len(t) - 1, 2) if swap else ()):
+        for i in range(0, len(t) - 1, 2) if swap else ():
             unswapped[i], unswapped[i + 1] = t[i + 1], t[i]
         for w, x in zip(s, unswapped):  # one fixed translation per source word
             assert lex.setdefault(int(w), int(x)) == int(x)
@@ -34,6 +35,7 @@ def test_generated_task_is_deterministic_and_follows_its_rule(name):
 
 
 # --- tiny runs to the target, through the command line, with the compliance checker ---------
+
 
 @pytest.mark.parametrize("name", ["gnmt", "transformer"])
 def test_tiny_run_reaches_its_target_and_passes_the_compliance_checker(tmp_path, name):
@@ -50,16 +52,32 @@ def test_tiny_run_reaches_its_target_and_passes_the_compliance_checker(tmp_path,
     assert next(e for e in ev if e["key"] == "max_sequence_length")["metadata"]["method"] == "discard"
     hp = {e["key"]: e["value"] for e in ev}
     if name == "gnmt":  # the reference's beam search settings are in the log
-        assert (hp["eval_hp_beam_size"], hp["eval_hp_length_normalization_factor"],
-                hp["eval_hp_length_normalization_constant"], hp["eval_hp_coverage_penalty_factor"]) == (5, 0.6, 5.0, 0.1)
+        assert (
+            hp["eval_hp_beam_size"],
+            hp["eval_hp_length_normalization_factor"],
+            hp["eval_hp_length_normalization_constant"],
+            hp["eval_hp_coverage_penalty_factor"],
+        ) == (5, 0.6, 5.0, 0.1)
         assert hp["gpulab_bleu"] == "sacrebleu tokenize=intl lowercase"
     else:
         assert hp["model_hp_sequence_beam_search"]["beam_size"] == 4
         assert hp["model_hp_sequence_beam_search"]["alpha"] == 1.0
     assert hp["gpulab_scale"] == "tiny" and hp["submission_division"] == "open"
-    chk = subprocess.run([sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
-                          "--ruleset", "0.7.0", str(out / "mllog.log")], capture_output=True, text=True,
-                         cwd=tmp_path)  # the checker writes compliance_checker.log into its cwd
+    chk = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlperf_logging.compliance_checker",
+            "--usage",
+            "training",
+            "--ruleset",
+            "0.7.0",
+            str(out / "mllog.log"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )  # the checker writes compliance_checker.log into its cwd
     assert chk.returncode == 0, chk.stdout + chk.stderr
     assert "SUCCESS" in chk.stdout + chk.stderr, chk.stdout + chk.stderr
 
@@ -68,8 +86,9 @@ def test_full_scale_ttt_names_what_is_missing_in_the_data_folder(tmp_path):
     data = tmp_path / "data"
     (data / "wmt17_en_de").mkdir(parents=True)
     out = tmp_path / "run"
-    r = runner("run", "transformer", "--scale", "full", "--gpus", "0", "--data", data, "--out", out,
-               "--max-epochs", "1")
+    r = runner(
+        "run", "transformer", "--scale", "full", "--gpus", "0", "--data", data, "--out", out, "--max-epochs", "1"
+    )
     assert r.returncode == 1
     st = status(out)
     assert st["outcome"] == "failed"

@@ -16,8 +16,16 @@ CATALOGUE = workloads.load()
 def tiny_context(name, seed=0, mode="ttt"):
     entry = CATALOGUE[name]
     spec = {"workload": name, "scale": "tiny", "mode": mode, "seed": seed, "entry": entry}
-    return base.Context(spec=spec, entry=entry, log=MLLog(None), device=torch.device("cpu"),
-                        rank=0, world_size=1, local_rank=0, precision="fp32")
+    return base.Context(
+        spec=spec,
+        entry=entry,
+        log=MLLog(None),
+        device=torch.device("cpu"),
+        rank=0,
+        world_size=1,
+        local_rank=0,
+        precision="fp32",
+    )
 
 
 @pytest.mark.parametrize("name", sorted(n for n, w in CATALOGUE.items() if "pytorch" in w["frameworks"]))

@@ -17,8 +17,22 @@ VISION = ["resnet50", "ssd", "maskrcnn"]
 
 
 def compliance(mllog, cwd):
-    r = subprocess.run([sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
-                        "--ruleset", "0.7.0", str(mllog)], cwd=cwd, env=env(), capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlperf_logging.compliance_checker",
+            "--usage",
+            "training",
+            "--ruleset",
+            "0.7.0",
+            str(mllog),
+        ],
+        cwd=cwd,
+        env=env(),
+        capture_output=True,
+        text=True,
+    )
     return r.returncode, r.stdout + r.stderr
 
 
@@ -36,6 +50,7 @@ def tiny_run(tmp_path_factory):
             assert r.returncode == 0, r.stdout + r.stderr + (log.read_text() if log.exists() else "")
             runs[name] = out
         return runs[name]
+
     return get
 
 
@@ -65,7 +80,7 @@ def test_the_closed_rules_reject_a_vision_log_that_misses_a_required_key(tmp_pat
     # A tiny run claims the open division, whose rules check no recipe keys. The closed rules (what a
     # full-scale ttt run claims) check resnet50's SGD keys: the tiny log relabelled closed passes them,
     # and the same log without the SGD end learning rate fails them: the check is real.
-    out = tiny_run("resnet50")        # the run of the test above, read only
+    out = tiny_run("resnet50")  # the run of the test above, read only
     lines = (out / "mllog.log").read_text().splitlines()
     division = [ln for ln in lines if '"submission_division"' in ln]
     assert len(division) == 1 and '"value": "open"' in division[0]
@@ -83,8 +98,23 @@ def test_the_closed_rules_reject_a_vision_log_that_misses_a_required_key(tmp_pat
 @pytest.mark.parametrize("name", VISION)
 def test_tiny_throughput_mode_measures_images_per_s(tmp_path, name):
     out = tmp_path / "run"
-    r = runner("run", name, "--scale", "tiny", "--seed", "1", "--mode", "throughput",
-               "--measure-seconds", "0.5", "--warmup-steps", "1", "--out", out, timeout=600)
+    r = runner(
+        "run",
+        name,
+        "--scale",
+        "tiny",
+        "--seed",
+        "1",
+        "--mode",
+        "throughput",
+        "--measure-seconds",
+        "0.5",
+        "--warmup-steps",
+        "1",
+        "--out",
+        out,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert_complete(out)
     res = status(out)["result"]

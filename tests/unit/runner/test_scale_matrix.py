@@ -14,8 +14,14 @@ SCRIPT = ROOT / "benchmarks" / "scale_matrix.py"
 
 
 def matrix(*args, timeout=600):
-    return subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", *map(str, args)], cwd=ROOT, env=env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--device", "cpu", *map(str, args)],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_a_tiny_workload_trains_to_target_and_measures_throughput(tmp_path):
@@ -38,23 +44,40 @@ def test_a_tiny_workload_trains_to_target_and_measures_throughput(tmp_path):
 
 def test_the_deadline_leaves_runs_unstarted_and_still_writes_the_json(tmp_path):
     out = tmp_path / "m.json"
-    r = matrix("--workloads", "ncf,gnmt", "--deadline", "1", "--jobs", "2", "--workdir", tmp_path / "w", "--out", out,
-               timeout=120)
+    r = matrix(
+        "--workloads",
+        "ncf,gnmt",
+        "--deadline",
+        "1",
+        "--jobs",
+        "2",
+        "--workdir",
+        tmp_path / "w",
+        "--out",
+        out,
+        timeout=120,
+    )
     assert r.returncode == 1
     doc = json.loads(out.read_text())
     assert [(x["workload"], x["mode"], x["outcome"]) for x in doc["runs"]] == [
-        ("ncf", "ttt", "not_started"), ("gnmt", "ttt", "not_started"),
-        ("ncf", "throughput", "not_started"), ("gnmt", "throughput", "not_started")]
+        ("ncf", "ttt", "not_started"),
+        ("gnmt", "ttt", "not_started"),
+        ("ncf", "throughput", "not_started"),
+        ("gnmt", "throughput", "not_started"),
+    ]
     assert doc["summary"] == {"not_started": 4} and doc["_meta"]["deadline_s"] == 1 and doc["_meta"]["jobs"] == 2
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--workloads", "bert"], "--workloads: unknown bert"),
-    (["--ttt-scales", "full"], "--ttt-scales: full trains on the prepared data sets"),
-    (["--throughput-scales", "huge"], "--throughput-scales: unknown huge"),
-    (["--deadline", "0"], "--deadline 0.0: must be positive"),
-    (["--jobs", "0"], "--jobs 0: must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--workloads", "bert"], "--workloads: unknown bert"),
+        (["--ttt-scales", "full"], "--ttt-scales: full trains on the prepared data sets"),
+        (["--throughput-scales", "huge"], "--throughput-scales: unknown huge"),
+        (["--deadline", "0"], "--deadline 0.0: must be positive"),
+        (["--jobs", "0"], "--jobs 0: must be at least 1"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, argv, says):
     out = tmp_path / "m.json"
     r = matrix(*argv, "--out", out, timeout=60)

@@ -37,8 +37,9 @@ class ToyTrainer(Trainer):
         self.batch = int(cfg["batch_size"])
         if ctx.mode == "throughput":
             self.batch = ctx.throughput_batch_size(self.batch)
-        self.model = nn.Sequential(nn.Linear(cfg["features"], cfg["hidden"]), nn.ReLU(),
-                                   nn.Linear(cfg["hidden"], cfg["classes"])).to(ctx.device)
+        self.model = nn.Sequential(
+            nn.Linear(cfg["features"], cfg["hidden"]), nn.ReLU(), nn.Linear(cfg["hidden"], cfg["classes"])
+        ).to(ctx.device)
         self.net = ctx.wrap(self.model)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"])
         self.scaler = ctx.grad_scaler()
@@ -57,8 +58,12 @@ class ToyTrainer(Trainer):
         return schedules.rate(self.lr_schedule, update, base=self.ctx.cfg["lr"])
 
     def hyperparameters(self) -> dict:
-        return {C.GLOBAL_BATCH_SIZE: self.batch * self.ctx.world_size, C.OPT_NAME: "sgd",
-                C.OPT_BASE_LR: self.ctx.cfg["lr"], "model_hidden": self.ctx.cfg["hidden"]}
+        return {
+            C.GLOBAL_BATCH_SIZE: self.batch * self.ctx.world_size,
+            C.OPT_NAME: "sgd",
+            C.OPT_BASE_LR: self.ctx.cfg["lr"],
+            "model_hidden": self.ctx.cfg["hidden"],
+        }
 
     def train_epoch(self, epoch: int) -> None:
         ctx = self.ctx
@@ -66,7 +71,7 @@ class ToyTrainer(Trainer):
         order = torch.randperm(len(self.y), device=ctx.device, generator=g)[ctx.shard(len(self.y))]
         self.model.train()
         for s in range(0, len(order), self.batch):
-            idx = order[s: s + self.batch]
+            idx = order[s : s + self.batch]
             self.train_step(self.x[idx], self.y[idx])
             ctx.mark_step()
 
@@ -74,8 +79,9 @@ class ToyTrainer(Trainer):
     def evaluate(self, epoch: int) -> float:
         self.model.eval()
         part = self.ctx.shard(len(self.ey))
-        right, seen = self.ctx.all_sum([(self.model(self.ex[part]).argmax(1) == self.ey[part]).sum(),
-                                        len(self.ey[part])])
+        right, seen = self.ctx.all_sum(
+            [(self.model(self.ex[part]).argmax(1) == self.ey[part]).sum(), len(self.ey[part])]
+        )
         return right / seen
 
     def throughput_batch(self) -> int:

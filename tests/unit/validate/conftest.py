@@ -25,5 +25,3 @@ def snap(h200_doc) -> dict:
 @pytest.fixture(scope="session")
 def refs() -> dict:
     return fleet.load_references()
-
-

@@ -24,8 +24,13 @@ def healthy_path() -> Path:
 
 def inventory_for(doc: dict, name: str = "h200-01", **over) -> dict:
     probe = doc.get("probe", doc)
-    host = {"name": name, "gpu_model": "H200", "gpu_count": probe["gpu_count"],
-            "pcie": {"gen": 5, "width": 16}, "stack": "current"}
+    host = {
+        "name": name,
+        "gpu_model": "H200",
+        "gpu_count": probe["gpu_count"],
+        "pcie": {"gen": 5, "width": 16},
+        "stack": "current",
+    }
     host.update(over)
     return host
 
@@ -34,8 +39,12 @@ def stack_of(doc: dict) -> dict:
     """The expected versions that agree with the snapshot (what provisioning would have put there)."""
     probe = doc.get("probe", doc)
     s = probe["stack"]
-    want = {"driver": s["driver"], "cuda": s["cuda_toolkit"], "cudnn": fleet.installed_version(s, "cudnn"),
-            "nccl": fleet.installed_version(s, "nccl")}
+    want = {
+        "driver": s["driver"],
+        "cuda": s["cuda_toolkit"],
+        "cudnn": fleet.installed_version(s, "cudnn"),
+        "nccl": fleet.installed_version(s, "nccl"),
+    }
     if probe["frameworks"].get("torch"):
         want["torch"] = probe["frameworks"]["torch"].split("+")[0]
     return {"current": {k: v for k, v in want.items() if v}}

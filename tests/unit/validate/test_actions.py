@@ -11,16 +11,54 @@ from lab.validate import actions
 
 # every check name gpulab's own checks give (lab.validate: hostchecks, gpuchecks, linkchecks, toolchecks, fleet)
 GPULAB_CHECKS = (
-    "reachable", "runner", "GPU present", "GPU count", "GPUs readable", "readable", "stack", "stack driver",
-    "driver supports CUDA", "model", "references", "PCIe link", "PCIe replays", "PCIe AER", "NVLink links",
-    "NVLink errors", "ECC mode", "ECC uncorrected", "retired pages", "row remapping", "idle temperature",
-    "load temperature", "throttling", "load SM clock", "power vs limit", "power limit", "burn-in tests",
-    "matmul_bf16_tflops", "matmul_fp32_tflops (all GPUs at once)", "memory_bandwidth_gbs", "h2d_bandwidth_gbs",
-    "resnet50_images_per_s", "power under load", "memory_bandwidth_gbs vs fleet", "nccl_allreduce_busbw_gbs",
-    "nccl-tests", "nccl-tests busbw", "nccl-tests data check", "nvbandwidth", "nvbandwidth H2D",
+    "reachable",
+    "runner",
+    "GPU present",
+    "GPU count",
+    "GPUs readable",
+    "readable",
+    "stack",
+    "stack driver",
+    "driver supports CUDA",
+    "model",
+    "references",
+    "PCIe link",
+    "PCIe replays",
+    "PCIe AER",
+    "NVLink links",
+    "NVLink errors",
+    "ECC mode",
+    "ECC uncorrected",
+    "retired pages",
+    "row remapping",
+    "idle temperature",
+    "load temperature",
+    "throttling",
+    "load SM clock",
+    "power vs limit",
+    "power limit",
+    "burn-in tests",
+    "matmul_bf16_tflops",
+    "matmul_fp32_tflops (all GPUs at once)",
+    "memory_bandwidth_gbs",
+    "h2d_bandwidth_gbs",
+    "resnet50_images_per_s",
+    "power under load",
+    "memory_bandwidth_gbs vs fleet",
+    "nccl_allreduce_busbw_gbs",
+    "nccl-tests",
+    "nccl-tests busbw",
+    "nccl-tests data check",
+    "nvbandwidth",
+    "nvbandwidth H2D",
     "nvbandwidth P2P read (slowest peer)",
     # DCGM and Fabric Manager (lab.validate.dcgm, lab.validate.fabric)
-    "DCGM diagnostic", "DCGM version", "DCGM memtest", "Fabric Manager", "Fabric Manager version", "Fabric Manager service",
+    "DCGM diagnostic",
+    "DCGM version",
+    "DCGM memtest",
+    "Fabric Manager",
+    "Fabric Manager version",
+    "Fabric Manager service",
 )
 
 
@@ -77,8 +115,15 @@ def test_dcgm_results_by_their_codes(table):
 
 
 def test_attach_gives_hosts_the_actions_of_their_verdict(table):
-    data = {"hosts": {"h": {"verdict": "FAIL", "checks": [rec("stack driver"), rec("references", "WARN")],
-                            "gpus": {"0": {"checks": [rec("PCIe link"), rec("PCIe link"), rec("idle temperature", "PASS")]}}}}}
+    data = {
+        "hosts": {
+            "h": {
+                "verdict": "FAIL",
+                "checks": [rec("stack driver"), rec("references", "WARN")],
+                "gpus": {"0": {"checks": [rec("PCIe link"), rec("PCIe link"), rec("idle temperature", "PASS")]}},
+            }
+        }
+    }
     actions.attach_actions(data, table)
     h = data["hosts"]["h"]
     assert [a["where"] for a in h["actions"]] == ["stack driver", "GPU 0 PCIe link"]  # each step once
@@ -86,13 +131,19 @@ def test_attach_gives_hosts_the_actions_of_their_verdict(table):
     assert "action" not in h["gpus"]["0"]["checks"][2]
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda d: d["checks"]["PCIe link"]["fail"].update(action="pray"), "checks.PCIe link.fail.action: 'pray' is not one of"),
-    (lambda d: d["xid"][79].update(action="rma", evidence=[]), "xid.79.evidence"),
-    (lambda d: d["kinds"].pop("reseat"), "action 'reseat' is not described under kinds"),
-    (lambda d: d["dcgm"].update({"NOT_A_CODE": d["xid"][79]}), "dcgm: 'NOT_A_CODE' does not match"),
-    (lambda d: d.update(extra=1), "unknown key(s) extra"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda d: d["checks"]["PCIe link"]["fail"].update(action="pray"),
+            "checks.PCIe link.fail.action: 'pray' is not one of",
+        ),
+        (lambda d: d["xid"][79].update(action="rma", evidence=[]), "xid.79.evidence"),
+        (lambda d: d["kinds"].pop("reseat"), "action 'reseat' is not described under kinds"),
+        (lambda d: d["dcgm"].update({"NOT_A_CODE": d["xid"][79]}), "dcgm: 'NOT_A_CODE' does not match"),
+        (lambda d: d.update(extra=1), "unknown key(s) extra"),
+    ],
+)
 def test_a_wrong_table_is_one_line(tmp_path, change, message):
     data = copy.deepcopy(yaml.safe_load(actions.ACTIONS.read_text()))
     change(data)

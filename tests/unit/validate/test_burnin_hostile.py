@@ -16,10 +16,15 @@ from lab.validate import fleet
 
 DOC = json.loads(healthy_path().read_text())
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False, allow_infinity=False)
-                    | st.text(max_size=8),
-                    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
-                    max_leaves=8)
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
+    max_leaves=8,
+)
 
 
 def _paths(node, here=()):
@@ -74,8 +79,9 @@ def test_any_mutated_burnin_document_evaluates_or_is_one_line(refs, cuts):
     assert verdicts.hosts["h200-01"]["verdict"] in ("PASS", "WARN", "FAIL")
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(cuts=st.lists(st.tuples(st.sampled_from(PATHS), JSON), min_size=1, max_size=3))
 def test_evaluate_never_raises_on_a_document_read_without_the_gate(refs, cuts):
     """A document handed straight to evaluate (not through read_burnin) gives a FAIL record, no traceback."""
@@ -100,13 +106,16 @@ def test_a_real_document_reads_back_and_evaluates_as_before(refs):
     assert before == after
 
 
-@pytest.mark.parametrize("path, value, field", [
-    (("gpus", "0"), ["not", "an", "object"], "gpus.0"),
-    (("probe", "gpus"), "none", "probe.gpus"),
-    (("xid", "events"), [{"gpu": 0}], "xid.events.0"),
-    (("results",), {"ok": True}, "results"),
-    (("gpus_selected",), [10**12], "gpus_selected.0"),
-])
+@pytest.mark.parametrize(
+    "path, value, field",
+    [
+        (("gpus", "0"), ["not", "an", "object"], "gpus.0"),
+        (("probe", "gpus"), "none", "probe.gpus"),
+        (("xid", "events"), [{"gpu": 0}], "xid.events.0"),
+        (("results",), {"ok": True}, "results"),
+        (("gpus_selected",), [10**12], "gpus_selected.0"),
+    ],
+)
 def test_a_hostile_field_is_one_line_naming_host_and_field(path, value, field):
     with pytest.raises(RunError) as exc:
         fleet.read_burnin(_one_line(_replace(DOC, path, value)), "h200-01", 0)
@@ -115,10 +124,13 @@ def test_a_hostile_field_is_one_line_naming_host_and_field(path, value, field):
     assert "\n" not in msg
 
 
-@pytest.mark.parametrize("path, value, field", [
-    (("gpus", "0", "load", "samples"), -4, "gpus.0.load.samples"),
-    (("gpus", "0", "load", "power_w_max"), "698 W", "gpus.0.load.power_w_max"),
-])
+@pytest.mark.parametrize(
+    "path, value, field",
+    [
+        (("gpus", "0", "load", "samples"), -4, "gpus.0.load.samples"),
+        (("gpus", "0", "load", "power_w_max"), "698 W", "gpus.0.load.power_w_max"),
+    ],
+)
 def test_one_hostile_value_costs_that_value_alone(refs, path, value, field):
     """Issue 45: a value of the wrong form where the document may say "not measured" is left out and
     named; every other figure of the host is still read and judged."""
@@ -138,7 +150,7 @@ def test_one_hostile_value_costs_that_value_alone(refs, path, value, field):
     clean = run({"h200-01": DOC}, refs).hosts["h200-01"]
     assert set(host["gpus"]) == set(clean["gpus"])
     load_phase = {"load temperature", "throttling", "load SM clock", "power vs limit", "power under load"}
-    for g, rec in clean["gpus"].items():     # only the checks that read the load phase's figures may go
+    for g, rec in clean["gpus"].items():  # only the checks that read the load phase's figures may go
         kept = {(c["check"], c["verdict"]) for c in host["gpus"][g]["checks"]}
         lost = {(c["check"], c["verdict"]) for c in rec["checks"]} - kept
         assert {name for name, _ in lost} <= load_phase, lost
@@ -161,10 +173,16 @@ def test_the_runner_cannot_name_its_own_unreadable_values():
     assert "unreadable" not in got
 
 
-@pytest.mark.parametrize("path, value", [
-    (("gpus", "0", "load"), "hot"), (("probe", "gpus", 0, "pcie"), [5, 16]), (("xid",), {"events": "none"}),
-    (("results",), [7]), (("probe",), "a probe"),
-])
+@pytest.mark.parametrize(
+    "path, value",
+    [
+        (("gpus", "0", "load"), "hot"),
+        (("probe", "gpus", 0, "pcie"), [5, 16]),
+        (("xid",), {"events": "none"}),
+        (("results",), [7]),
+        (("probe",), "a probe"),
+    ],
+)
 def test_an_ungated_hostile_document_is_a_runner_fail(refs, path, value):
     host = run({"h200-01": _replace(DOC, path, value)}, refs).hosts["h200-01"]
     assert host["verdict"] == "FAIL"

@@ -49,14 +49,25 @@ def test_every_check_written_is_declared():
     assert missing == [], f"checks written in lab/validate but not declared in lab/data/checks.yml: {missing}"
 
 
-@pytest.mark.parametrize("name", ["ECC corrected trend", "idle temperature trend", "matmul_bf16_tflops trend",
-                                  "memory_bandwidth_gbs vs fleet", "matmul_fp32_tflops (all GPUs at once)",
-                                  "DCGM memory", "nvbandwidth P2P read (slowest peer)", "stack torch", "XID events"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ECC corrected trend",
+        "idle temperature trend",
+        "matmul_bf16_tflops trend",
+        "memory_bandwidth_gbs vs fleet",
+        "matmul_fp32_tflops (all GPUs at once)",
+        "DCGM memory",
+        "nvbandwidth P2P read (slowest peer)",
+        "stack torch",
+        "XID events",
+    ],
+)
 def test_names_find_their_declared_check(name):
     entry = catalogue.entry_for(name)
     assert entry is not None
     if name.endswith(" trend"):
-        assert entry["trend"] is not None                 # not the figure's own entry
+        assert entry["trend"] is not None  # not the figure's own entry
     if name.endswith(" vs fleet"):
         assert entry["id"] == "* vs fleet"
 
@@ -68,16 +79,29 @@ def test_every_declared_check_has_an_action_for_each_verdict_it_gives():
 def test_a_check_without_an_action_cannot_be_written(tmp_path):
     table = load_actions()
     extra = dict(catalogue.load())
-    extra["new check"] = {"id": "new check", "action": "new check", "trend": "nowhere", "codes": None, "unit": None,
-                          "thresholds": "x", "verdicts": ["fail"]}
+    extra["new check"] = {
+        "id": "new check",
+        "action": "new check",
+        "trend": "nowhere",
+        "codes": None,
+        "unit": None,
+        "thresholds": "x",
+        "verdicts": ["fail"],
+    }
     assert catalogue.problems(extra, table, trends.load_trends()) == [
         "new check: no action for FAIL (actions.yml checks.new check.fail)",
-        "new check: trend section 'nowhere' is not in trends.yml"]
+        "new check: trend section 'nowhere' is not in trends.yml",
+    ]
 
 
-@pytest.mark.parametrize("name, verdict, kind", [
-    ("ECC corrected trend", "FAIL", "reset_gpu"), ("idle temperature trend", "WARN", "reseat"),
-    ("matmul_bf16_tflops trend", "FAIL", "rerun")])
+@pytest.mark.parametrize(
+    "name, verdict, kind",
+    [
+        ("ECC corrected trend", "FAIL", "reset_gpu"),
+        ("idle temperature trend", "WARN", "reseat"),
+        ("matmul_bf16_tflops trend", "FAIL", "rerun"),
+    ],
+)
 def test_the_trend_checks_have_their_own_action(name, verdict, kind):
     """They fell out of the hand-kept list and got "rerun: nothing is known to be broken"."""
     act = action_for({"check": name, "verdict": verdict}, load_actions())

@@ -16,14 +16,20 @@ from lab.core.errors import ConfigError
 from lab.validate import dcgm, fabric, fleet
 from lab.validate.actions import action_for, load_actions
 
-FIXTURES = Path(__file__).resolve().parents[2] / "samples" / "dcgm"   # as dcgmi prints (SOURCE.md there)
+FIXTURES = Path(__file__).resolve().parents[2] / "samples" / "dcgm"  # as dcgmi prints (SOURCE.md there)
 REQUIRED = {"version": "4.5.2", "required": True}
 OPTIONAL = {"version": "4.5.2", "required": False}
 
 
 def gathered(name: str, level: int = 2, code: int = 0, version: str = "4.5.2") -> dict:
-    return {"installed": True, "version": version, "level": level, "exit_code": code,
-            "stdout": (FIXTURES / name).read_text(), "stderr": ""}
+    return {
+        "installed": True,
+        "version": version,
+        "level": level,
+        "exit_code": code,
+        "stdout": (FIXTURES / name).read_text(),
+        "stderr": "",
+    }
 
 
 def by_name(records: list[dict]) -> dict:
@@ -46,9 +52,18 @@ def test_real_dcgmi_prints_a_warning_as_fail_and_one_gpus_setting_fails_no_other
     _, gpus = dcgm.checks(gathered("v4-r1-persistence-gpu1.json", level=1, code=226), [0, 1], OPTIONAL)
     sw0, sw1 = by_name(gpus["0"])["DCGM software"], by_name(gpus["1"])["DCGM software"]
     assert sw1["verdict"] == "WARN" and sw1["measured"] == "Fail" and sw1["dcgm_code"] == "DCGM_FR_PERSISTENCE_MODE"
-    assert sw1["reason"].startswith("level 1 Deployment: DCGM_FR_PERSISTENCE_MODE: Persistence mode for GPU 1 is disabled.")
-    assert sw1["dcgm_errors"] == [{"code": 29, "name": "DCGM_FR_PERSISTENCE_MODE", "message": sw1["dcgm_errors"][0]["message"],
-                                   "severity": "DCGM_ERROR_CONFIG", "category": "DCGM_FR_EC_SOFTWARE_OTHER"}]
+    assert sw1["reason"].startswith(
+        "level 1 Deployment: DCGM_FR_PERSISTENCE_MODE: Persistence mode for GPU 1 is disabled."
+    )
+    assert sw1["dcgm_errors"] == [
+        {
+            "code": 29,
+            "name": "DCGM_FR_PERSISTENCE_MODE",
+            "message": sw1["dcgm_errors"][0]["message"],
+            "severity": "DCGM_ERROR_CONFIG",
+            "category": "DCGM_FR_EC_SOFTWARE_OTHER",
+        }
+    ]
     assert sw0["verdict"] == "PASS" and sw0["measured"] == "Fail" and "its error is GPU 1's" in sw0["reason"]
     assert sw0["dcgm_code"] is None
 
@@ -60,12 +75,19 @@ def test_a_failure_fails_its_gpu_only():
     assert mem0["dcgm_errors"][0]["severity"] == "DCGM_ERROR_RESET" and mem1["verdict"] == "PASS"
     # a GPU the probe does not list: the host's record, naming it
     host, gpus = dcgm.checks(gathered("v4-r2-memory-gpu0.json", code=205), [1], OPTIONAL)
-    assert by_name(host)["DCGM memory (GPU 0)"]["verdict"] == "FAIL" and by_name(gpus["1"])["DCGM memory"]["verdict"] == "PASS"
+    assert (
+        by_name(host)["DCGM memory (GPU 0)"]["verdict"] == "FAIL"
+        and by_name(gpus["1"])["DCGM memory"]["verdict"] == "PASS"
+    )
 
 
-@pytest.mark.parametrize("sample, test, code, verdict", [
-    ("v4-r2-fabric-training.json", "memory", "DCGM_FR_FABRIC_MANAGER_TRAINING_ERROR", "FAIL"),
-    ("v4-r1-denylist.json", "software", "DCGM_FR_DENYLISTED_DRIVER", "FAIL")])
+@pytest.mark.parametrize(
+    "sample, test, code, verdict",
+    [
+        ("v4-r2-fabric-training.json", "memory", "DCGM_FR_FABRIC_MANAGER_TRAINING_ERROR", "FAIL"),
+        ("v4-r1-denylist.json", "software", "DCGM_FR_DENYLISTED_DRIVER", "FAIL"),
+    ],
+)
 def test_dcgm_4_errors_of_no_gpu_keep_their_code_on_the_host(sample, test, code, verdict):
     """DCGM 4 writes an error of no GPU in the test's test_summary only; every GPU's result is "Fail"
     without an error of its own. The host record carries the code (so the action is the code's)."""
@@ -81,7 +103,7 @@ def test_dcgm_4_errors_of_no_gpu_keep_their_code_on_the_host(sample, test, code,
 
 def test_dcgm_3_form_after_warning_lines():
     host, gpus = dcgm.checks(gathered("v3-r2-remap-gpu0.txt", version="3.3.9"), [0, 1], {"version": "3.3.9"})
-    assert by_name(host)["DCGM Denylist"]["verdict"] == "PASS"            # no gpu_id: the host's
+    assert by_name(host)["DCGM Denylist"]["verdict"] == "PASS"  # no gpu_id: the host's
     remap = by_name(gpus["0"])["DCGM Page Retirement/Row Remap"]
     assert remap["verdict"] == "FAIL" and remap["dcgm_code"] == "DCGM_FR_ROW_REMAP_FAILURE"
     assert by_name(gpus["1"])["DCGM Persistence Mode"]["verdict"] == "WARN"
@@ -95,21 +117,33 @@ def test_a_runtime_error_or_no_document_fails_the_host():
     host, gpus = dcgm.checks(gathered("v4-runtime-error.json", code=226), [0], None)
     assert gpus == {} and [(r["check"], r["verdict"]) for r in host] == [("DCGM diagnostic", "FAIL")]
     assert "unable to establish a connection" in host[0]["reason"]
-    no_engine = {"installed": True, "version": "4.5.2", "level": 1, "exit_code": 235, "stderr": "",
-                 "stdout": "Error: unable to establish a connection to the specified host: localhost\n"
-                           "Error: Unable to connect to host engine. Host engine connection invalid/disconnected.\n"}
+    no_engine = {
+        "installed": True,
+        "version": "4.5.2",
+        "level": 1,
+        "exit_code": 235,
+        "stderr": "",
+        "stdout": "Error: unable to establish a connection to the specified host: localhost\n"
+        "Error: Unable to connect to host engine. Host engine connection invalid/disconnected.\n",
+    }
     host, _ = dcgm.checks(no_engine, [0], None)
     assert host[0]["verdict"] == "FAIL" and host[0]["reason"] == (
         "level 1: dcgmi exited 235, no DCGM diagnostic document in dcgmi's output: "
-        "Error: Unable to connect to host engine. Host engine connection invalid/disconnected.")
-    host, _ = dcgm.checks({**no_engine, "stdout": '{"DCGM Diagnostic": {"test_categories": [', "exit_code": 0}, [0], None)
+        "Error: Unable to connect to host engine. Host engine connection invalid/disconnected."
+    )
+    host, _ = dcgm.checks(
+        {**no_engine, "stdout": '{"DCGM Diagnostic": {"test_categories": [', "exit_code": 0}, [0], None
+    )
     assert host[0]["verdict"] == "FAIL" and "dcgmi exited 0" in host[0]["reason"]
     host, _ = dcgm.checks({**no_engine, "stdout": '{"a": ' * 100000 + "1" + "}" * 100000}, [0], None)
     assert host[0]["verdict"] == "FAIL" and "nested deeper than 64 levels" in host[0]["reason"]
     host, _ = dcgm.checks({**no_engine, "stdout": '{"DCGM Diagnostic": {"test_categories": []}}'}, [0], None)
     assert host[0]["reason"] == "level 1: no test results in dcgmi's output"
-    host, _ = dcgm.checks({"installed": True, "version": "4.5.2", "level": 3,
-                           "error": "dcgmi diag -r 3 did not finish within 10800 s"}, [0], None)
+    host, _ = dcgm.checks(
+        {"installed": True, "version": "4.5.2", "level": 3, "error": "dcgmi diag -r 3 did not finish within 10800 s"},
+        [0],
+        None,
+    )
     assert host[0]["verdict"] == "FAIL" and "did not finish" in host[0]["reason"]
 
 
@@ -118,7 +152,7 @@ def test_without_dcgm_one_record_warn_or_fail_when_required():
         host, gpus = dcgm.checks({"installed": False, "level": 2}, [0], expect)
         assert gpus == {} and [(r["check"], r["verdict"]) for r in host] == [("DCGM diagnostic", verdict)]
         assert host[0]["reason"].startswith("not run: DCGM not installed")
-    assert dcgm.checks(None, [0], REQUIRED) == ([], {})   # not gathered (a baseline, an older snapshot)
+    assert dcgm.checks(None, [0], REQUIRED) == ([], {})  # not gathered (a baseline, an older snapshot)
 
 
 def test_a_dcgm_of_another_version_than_the_profiles_fails():
@@ -128,23 +162,60 @@ def test_a_dcgm_of_another_version_than_the_profiles_fails():
 
 
 def test_unknown_statuses_and_codes_are_named_not_dropped():
-    doc = {"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [{"name": "memory", "results": [
-        {"entity_group": "GPU", "entity_group_id": 1, "entity_id": 0, "status": "Exploded"},
-        {"entity_group": "GPU", "entity_group_id": 1, "entity_id": 1, "status": "Fail",
-         "warnings": [{"warning": "new", "error_id": 999, "error_category": 99, "error_severity": 9}]},
-        {"entity_group": "GPU", "entity_group_id": 1, "entity_id": 2, "status": "Pass", "info": "not a list",
-         "warnings": [{"warning": ["odd"], "error_id": "52", "error_category": [1], "error_severity": {"a": 1}}]}]}]}]}}
+    doc = {
+        "DCGM Diagnostic": {
+            "test_categories": [
+                {
+                    "category": "Hardware",
+                    "tests": [
+                        {
+                            "name": "memory",
+                            "results": [
+                                {"entity_group": "GPU", "entity_group_id": 1, "entity_id": 0, "status": "Exploded"},
+                                {
+                                    "entity_group": "GPU",
+                                    "entity_group_id": 1,
+                                    "entity_id": 1,
+                                    "status": "Fail",
+                                    "warnings": [
+                                        {"warning": "new", "error_id": 999, "error_category": 99, "error_severity": 9}
+                                    ],
+                                },
+                                {
+                                    "entity_group": "GPU",
+                                    "entity_group_id": 1,
+                                    "entity_id": 2,
+                                    "status": "Pass",
+                                    "info": "not a list",
+                                    "warnings": [
+                                        {
+                                            "warning": ["odd"],
+                                            "error_id": "52",
+                                            "error_category": [1],
+                                            "error_severity": {"a": 1},
+                                        }
+                                    ],
+                                },
+                            ],
+                        }
+                    ],
+                }
+            ]
+        }
+    }
     _, gpus = dcgm.checks({"installed": True, "level": 2, "stdout": json.dumps(doc)}, [0, 1, 2], None)
     assert gpus["0"][0]["verdict"] == "FAIL" and "'Exploded' is not one DCGM reports" in gpus["0"][0]["reason"]
     assert gpus["1"][0]["dcgm_code"] == "DCGM error 999" and gpus["1"][0]["dcgm_errors"][0]["severity"] is None
-    odd = gpus["2"][0]                       # ill-typed fields: kept as text or left out, never a crash
-    assert odd["verdict"] == "PASS" and odd["dcgm_errors"][0]["code"] is None and odd["dcgm_errors"][0]["severity"] is None
+    odd = gpus["2"][0]  # ill-typed fields: kept as text or left out, never a crash
+    assert (
+        odd["verdict"] == "PASS" and odd["dcgm_errors"][0]["code"] is None and odd["dcgm_errors"][0]["severity"] is None
+    )
 
 
 def test_levels_follow_validate_and_can_be_configured():
     assert [dcgm.level_for(lv) for lv in ("quick", "standard", "burn-in")] == [1, 2, 3]
     assert dcgm.level_for("quick", {"quick": 2}) == 2 and dcgm.level_for("burn-in", None, "4") == 4
-    assert dcgm.level_for("standard", None, 0) == 0          # no diagnostic at all
+    assert dcgm.level_for("standard", None, 0) == 0  # no diagnostic at all
     with pytest.raises(ConfigError, match=r"^--dcgm-level: '7' is not a DCGM run level"):
         dcgm.level_for("quick", None, "7")
     with pytest.raises(ConfigError, match=r"^gpulab.validate.dcgm_levels.standard: 'x' is not"):
@@ -166,73 +237,148 @@ def test_the_test_labs_stand_in_prints_what_the_parser_reads(tmp_path):
     script = tmp_path / "dcgmi"
     script.write_text(next(f["content"] for f in pkg["files"] if f["path"] == "/usr/bin/dcgmi"))
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"gpus": 1, "results": {"memory": {"0": {
-        "status": "Fail", "error_id": 52, "error_category": 10, "error_severity": 2, "warning": "bad cell"}}}}))
-    res = subprocess.run([sys.executable, str(script), "diag", "-r", "2", "-j"], capture_output=True, text=True,
-                         env={"GPULAB_FAKE_DCGM": str(spec), "PATH": "/usr/bin:/bin"})
+    spec.write_text(
+        json.dumps(
+            {
+                "gpus": 1,
+                "results": {
+                    "memory": {
+                        "0": {
+                            "status": "Fail",
+                            "error_id": 52,
+                            "error_category": 10,
+                            "error_severity": 2,
+                            "warning": "bad cell",
+                        }
+                    }
+                },
+            }
+        )
+    )
+    res = subprocess.run(
+        [sys.executable, str(script), "diag", "-r", "2", "-j"],
+        capture_output=True,
+        text=True,
+        env={"GPULAB_FAKE_DCGM": str(spec), "PATH": "/usr/bin:/bin"},
+    )
     _, gpus = dcgm.checks({"installed": True, "level": 2, "exit_code": res.returncode, "stdout": res.stdout}, [0], None)
     assert [(r["check"], r["verdict"]) for r in gpus["0"]] == [
-        ("DCGM software", "PASS"), ("DCGM pcie", "PASS"), ("DCGM memory", "FAIL")]
+        ("DCGM software", "PASS"),
+        ("DCGM pcie", "PASS"),
+        ("DCGM memory", "FAIL"),
+    ]
     # as the real one: a warning prints "Fail", an error of no GPU goes to the test's summary only
-    spec.write_text(json.dumps({"gpus": 2, "results": {"software": {
-        "1": {"status": "Warn", "error_id": 29, "error_category": 8, "error_severity": 5, "warning": "pm off"},
-        "host": {"status": "Fail", "error_id": 23, "error_category": 3, "error_severity": 5, "warning": "nouveau"}}}}))
-    res = subprocess.run([sys.executable, str(script), "diag", "-r", "1", "-j"], capture_output=True, text=True,
-                         env={"GPULAB_FAKE_DCGM": str(spec), "PATH": "/usr/bin:/bin"})
+    spec.write_text(
+        json.dumps(
+            {
+                "gpus": 2,
+                "results": {
+                    "software": {
+                        "1": {
+                            "status": "Warn",
+                            "error_id": 29,
+                            "error_category": 8,
+                            "error_severity": 5,
+                            "warning": "pm off",
+                        },
+                        "host": {
+                            "status": "Fail",
+                            "error_id": 23,
+                            "error_category": 3,
+                            "error_severity": 5,
+                            "warning": "nouveau",
+                        },
+                    }
+                },
+            }
+        )
+    )
+    res = subprocess.run(
+        [sys.executable, str(script), "diag", "-r", "1", "-j"],
+        capture_output=True,
+        text=True,
+        env={"GPULAB_FAKE_DCGM": str(spec), "PATH": "/usr/bin:/bin"},
+    )
     assert '"Warn"' not in res.stdout
-    host, gpus = dcgm.checks({"installed": True, "level": 1, "exit_code": res.returncode, "stdout": res.stdout}, [0, 1], None)
+    host, gpus = dcgm.checks(
+        {"installed": True, "level": 1, "exit_code": res.returncode, "stdout": res.stdout}, [0, 1], None
+    )
     assert by_name(host)["DCGM software"]["dcgm_code"] == "DCGM_FR_DENYLISTED_DRIVER"
     assert gpus["1"][0]["verdict"] == "WARN" and gpus["0"][0]["verdict"] == "PASS"
 
 
-@pytest.mark.parametrize("found, nvswitch, driver, verdicts", [
-    ({"version": "580.159.04", "service": "active"}, True, "580.159.04",
-     [("Fabric Manager version", "PASS"), ("Fabric Manager service", "PASS")]),
-    ({"version": "580.126.20", "service": "active"}, True, "580.159.04",
-     [("Fabric Manager version", "FAIL"), ("Fabric Manager service", "PASS")]),
-    ({"version": "580.159.04", "service": "failed"}, True, "580.159.04",
-     [("Fabric Manager version", "PASS"), ("Fabric Manager service", "FAIL")]),
-    ({"version": None, "service": "inactive"}, True, "580.159.04", [("Fabric Manager", "FAIL")]),
-    ({"version": "580.159.04", "service": "active"}, True, None, [("Fabric Manager version", "FAIL"),
-                                                                  ("Fabric Manager service", "PASS")]),
-    ({"version": None, "service": "inactive"}, False, "580.159.04", []),   # no NVSwitches: nothing to judge
-])
+@pytest.mark.parametrize(
+    "found, nvswitch, driver, verdicts",
+    [
+        (
+            {"version": "580.159.04", "service": "active"},
+            True,
+            "580.159.04",
+            [("Fabric Manager version", "PASS"), ("Fabric Manager service", "PASS")],
+        ),
+        (
+            {"version": "580.126.20", "service": "active"},
+            True,
+            "580.159.04",
+            [("Fabric Manager version", "FAIL"), ("Fabric Manager service", "PASS")],
+        ),
+        (
+            {"version": "580.159.04", "service": "failed"},
+            True,
+            "580.159.04",
+            [("Fabric Manager version", "PASS"), ("Fabric Manager service", "FAIL")],
+        ),
+        ({"version": None, "service": "inactive"}, True, "580.159.04", [("Fabric Manager", "FAIL")]),
+        (
+            {"version": "580.159.04", "service": "active"},
+            True,
+            None,
+            [("Fabric Manager version", "FAIL"), ("Fabric Manager service", "PASS")],
+        ),
+        ({"version": None, "service": "inactive"}, False, "580.159.04", []),  # no NVSwitches: nothing to judge
+    ],
+)
 def test_fabric_manager_on_nvswitch_hosts(found, nvswitch, driver, verdicts):
     assert [(r["check"], r["verdict"]) for r in fabric.checks(found, nvswitch, driver)] == verdicts
 
 
-@pytest.mark.parametrize("fixture, level, gpu_verdict", [
-    ("v4-r2-pass.json", 2, "PASS"), ("v4-r1-persistence-gpu1.json", 1, "PASS"), ("v4-r2-memory-gpu0.json", 2, "FAIL")])
+@pytest.mark.parametrize(
+    "fixture, level, gpu_verdict",
+    [("v4-r2-pass.json", 2, "PASS"), ("v4-r1-persistence-gpu1.json", 1, "PASS"), ("v4-r2-memory-gpu0.json", 2, "FAIL")],
+)
 def test_dcgm_records_join_gpulabs_own_in_one_verdict(snap, refs, fixture, level, gpu_verdict):
     driver = snap["probe"]["stack"]["driver"]
-    snap.update(dcgm=gathered(fixture, level=level),
-                fabricmanager={"version": driver, "service": "active"})
+    snap.update(dcgm=gathered(fixture, level=level), fabricmanager={"version": driver, "service": "active"})
     for g in snap["probe"]["gpus"]:
         g["fabric"] = {"state": 3, "state_name": "completed", "status": 0, "clique_id": 32766}
     tools = {"current": {"dcgm": OPTIONAL, "nvswitch": True, "driver": "580.159.04"}}
     v = fleet.evaluate({"h200-01": snap}, [inventory_for(snap)], refs, stack_of(snap), level="standard", tools=tools)
     h = v.hosts["h200-01"]
     own = [f for f in findings(h) if "DCGM" not in f]
-    assert own == []                                              # gpulab's own checks as before
+    assert own == []  # gpulab's own checks as before
     g0 = {c["check"]: c for c in h["gpus"]["0"]["checks"]}
-    assert "matmul_bf16_tflops" in g0 and ("DCGM memory" in g0 or "DCGM software" in g0)   # side by side
+    assert "matmul_bf16_tflops" in g0 and ("DCGM memory" in g0 or "DCGM software" in g0)  # side by side
     assert h["gpus"]["0"]["verdict"] == gpu_verdict
     # GPU 1 of the samples is not the snapshot's: its persistence-mode warning is the host's record
     assert h["verdict"] == ("WARN" if "persistence" in fixture else gpu_verdict)
     host = {c["check"]: c for c in h["checks"]}
-    assert host["Fabric Manager version"]["verdict"] == "PASS"   # the running driver's (the probe's), not the profile's
+    assert host["Fabric Manager version"]["verdict"] == "PASS"  # the running driver's (the probe's), not the profile's
     assert host["Fabric Manager service"]["verdict"] == "PASS"
     if gpu_verdict == "FAIL":
         assert h["reason"].startswith("GPU 0 DCGM memory: level 2 Hardware: DCGM_FR_VOLATILE_DBE_DETECTED: Detected 2")
 
 
-@pytest.mark.parametrize("fabric_info, unavailable, verdict", [
-    ({"state": 3, "state_name": "completed", "status": 0, "clique_id": 4}, None, "PASS"),
-    ({"state": 2, "state_name": "in progress", "status": 0, "clique_id": 0}, None, "FAIL"),
-    ({"state": 1, "state_name": "not started", "status": 0, "clique_id": 0}, None, "FAIL"),
-    ({"state": 3, "state_name": "completed", "status": 999, "clique_id": 0}, None, "FAIL"),
-    (None, "Function Not Found", "WARN"),
-    ({"state": 0, "state_name": "not supported", "status": 0, "clique_id": 0}, None, None)])
+@pytest.mark.parametrize(
+    "fabric_info, unavailable, verdict",
+    [
+        ({"state": 3, "state_name": "completed", "status": 0, "clique_id": 4}, None, "PASS"),
+        ({"state": 2, "state_name": "in progress", "status": 0, "clique_id": 0}, None, "FAIL"),
+        ({"state": 1, "state_name": "not started", "status": 0, "clique_id": 0}, None, "FAIL"),
+        ({"state": 3, "state_name": "completed", "status": 999, "clique_id": 0}, None, "FAIL"),
+        (None, "Function Not Found", "WARN"),
+        ({"state": 0, "state_name": "not supported", "status": 0, "clique_id": 0}, None, None),
+    ],
+)
 def test_fabric_manager_is_judged_by_each_gpus_registration(snap, refs, fabric_info, unavailable, verdict):
     """An active nvidia-fabricmanager at the driver's version is not enough: each GPU of an NVSwitch host
     must have completed its fabric registration (NVML's GPU fabric info, nvidia-smi -q "Fabric")."""
@@ -246,7 +392,7 @@ def test_fabric_manager_is_judged_by_each_gpus_registration(snap, refs, fabric_i
     assert {c["check"]: c["verdict"] for c in h["checks"]}["Fabric Manager service"] == "PASS"
     rec = {c["check"]: c for c in h["gpus"]["0"]["checks"]}.get("Fabric registration")
     if verdict is None:
-        assert rec is None                       # before Hopper: no registration to judge
+        assert rec is None  # before Hopper: no registration to judge
         return
     assert rec["verdict"] == verdict
     if verdict == "FAIL":
@@ -262,15 +408,27 @@ def test_without_dcgm_the_host_warns_or_fails_as_its_profile_says(snap, refs):
         h = fleet.evaluate({"h200-01": snap}, [inventory_for(snap)], refs, stack_of(snap), tools=tools).hosts["h200-01"]
         rec = next(c for c in h["checks"] if c["check"] == "DCGM diagnostic")
         assert rec["verdict"] == verdict and rec["reason"].startswith("not run: DCGM not installed")
-        assert not any(c["check"].startswith("Fabric Manager") for c in h["checks"])   # no NVSwitches
+        assert not any(c["check"].startswith("Fabric Manager") for c in h["checks"])  # no NVSwitches
 
 
 def test_validate_fleet_passes_the_dcgm_level_and_checks_it_first(snap, tmp_path):
     from lab.hosts.inventory import Host
 
-    host = Host(name="h200-01", address="192.0.2.1", port=22, user="root", connection="ssh", gpu_model="H200",
-                gpu_count=snap["probe"]["gpu_count"], stack="current", groups=(), workdir="/var/lib/gpulab", python=None,
-                ssh_key=None, known_hosts="/dev/null")
+    host = Host(
+        name="h200-01",
+        address="192.0.2.1",
+        port=22,
+        user="root",
+        connection="ssh",
+        gpu_model="H200",
+        gpu_count=snap["probe"]["gpu_count"],
+        stack="current",
+        groups=(),
+        workdir="/var/lib/gpulab",
+        python=None,
+        ssh_key=None,
+        known_hosts="/dev/null",
+    )
     seen = []
 
     def gather(h, level, stamp, out):
@@ -280,8 +438,9 @@ def test_validate_fleet_passes_the_dcgm_level_and_checks_it_first(snap, tmp_path
     v = fleet.validate_fleet([host], level="quick", out_dir=tmp_path / "out", gather=gather, echo=lambda s: None)
     assert seen == ["quick"] and any(c["check"] == "DCGM diagnostic" for c in v.hosts["h200-01"]["checks"])
     with pytest.raises(ConfigError, match="--dcgm-level: 'x'"):
-        fleet.validate_fleet([host], level="quick", out_dir=tmp_path / "out2", gather=gather, dcgm_level="x",
-                             echo=lambda s: None)
+        fleet.validate_fleet(
+            [host], level="quick", out_dir=tmp_path / "out2", gather=gather, dcgm_level="x", echo=lambda s: None
+        )
     assert seen == ["quick"] and not (tmp_path / "out2").exists()
 
 
@@ -300,14 +459,16 @@ def test_gather_on_a_host_with_and_without_dcgmi(tmp_path):
     assert dcgm.gather(Local("/nonexistent"), 2) == {"installed": False, "level": 2}
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "dcgmi").write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then printf '\\ndcgmi  version: 4.5.2\\n\\n'; "
-                                   f"else echo 'Warning: old config'; cat {FIXTURES / 'v4-r1-persistence-gpu1.json'}; exit 226; fi\n")
+    (bin_dir / "dcgmi").write_text(
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then printf '\\ndcgmi  version: 4.5.2\\n\\n'; "
+        f"else echo 'Warning: old config'; cat {FIXTURES / 'v4-r1-persistence-gpu1.json'}; exit 226; fi\n"
+    )
     (bin_dir / "dcgmi").chmod(0o755)
     found = vendor.gather(Local(f"{bin_dir}:/usr/bin:/bin"), 2, tmp_path / "out")
     assert found["dcgm"]["installed"] and found["dcgm"]["version"] == "4.5.2" and found["dcgm"]["exit_code"] == 226
     assert found["dcgm"]["argv"] == ["dcgmi", "diag", "-r", "2", "-j"]
     assert found["fabricmanager"] == {"version": None, "service": "inactive"}
-    saved = json.loads((tmp_path / "out" / "dcgm-diag.json").read_text())     # the document, without the warning
+    saved = json.loads((tmp_path / "out" / "dcgm-diag.json").read_text())  # the document, without the warning
     assert saved == json.loads((FIXTURES / "v4-r1-persistence-gpu1.json").read_text())
     _, gpus = dcgm.checks(found["dcgm"], [0, 1], None)
     assert gpus["1"][0]["verdict"] == "WARN" and gpus["0"][0]["verdict"] == "PASS"
@@ -325,6 +486,10 @@ def test_the_probe_reads_each_gpus_fabric_registration_from_nvml():
             ref._obj.state, ref._obj.status, ref._obj.cliqueId = 2, 0, 7
 
     unavailable: dict = {}
-    assert fabric_facts(Nvml(), None, unavailable) == {"state": 2, "state_name": "in progress", "status": 0,
-                                                       "clique_id": 7}
+    assert fabric_facts(Nvml(), None, unavailable) == {
+        "state": 2,
+        "state_name": "in progress",
+        "status": 0,
+        "clique_id": 7,
+    }
     assert fabric_facts(object(), None, unavailable) is None and unavailable == {"fabric": "not in this nvidia-ml-py"}

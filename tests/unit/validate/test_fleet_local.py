@@ -18,9 +18,21 @@ from runner import probe
 
 
 def _local_host(tmp_path, **over) -> Host:
-    fields = dict(name="localhost", address="localhost", port=22, user=None, connection="local", gpu_model="auto",
-                  gpu_count="auto", stack="current", groups=("local",), workdir=str(tmp_path / "work"), python=None,
-                  ssh_key=None, known_hosts=str(tmp_path / "known_hosts"))
+    fields = dict(
+        name="localhost",
+        address="localhost",
+        port=22,
+        user=None,
+        connection="local",
+        gpu_model="auto",
+        gpu_count="auto",
+        stack="current",
+        groups=("local",),
+        workdir=str(tmp_path / "work"),
+        python=None,
+        ssh_key=None,
+        known_hosts=str(tmp_path / "known_hosts"),
+    )
     fields.update(over)
     return Host(**fields)
 
@@ -30,8 +42,9 @@ def test_quick_validation_of_this_gpu_less_machine(tmp_path):
     if probe.gather()["gpus"]:
         pytest.skip("this machine has an NVIDIA GPU")
     lines = []
-    v = fleet.validate_fleet([_local_host(tmp_path)], level="quick", out_dir=tmp_path / "out", stacks={},
-                                echo=lines.append)
+    v = fleet.validate_fleet(
+        [_local_host(tmp_path)], level="quick", out_dir=tmp_path / "out", stacks={}, echo=lines.append
+    )
     assert v.ok
     h = v.hosts["localhost"]
     assert h["verdict"] == "PASS" and [c["check"] for c in h["checks"]] == ["GPU count"]

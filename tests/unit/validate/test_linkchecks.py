@@ -13,23 +13,34 @@ H200 = {"links": 18, "source": "H200 SXM data sheet"}
 
 
 def nvlink(up=18, present=18, down=(), **errors):
-    links = [{"link": i, "up": i not in down, "replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0}
-             for i in range(present)]
+    links = [
+        {"link": i, "up": i not in down, "replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0}
+        for i in range(present)
+    ]
     totals = {k: errors.get(k, 0) for k in lc.NVLINK_COUNTERS}
     return {"links_present": present, "links_up": up, "links_down": list(down), "errors": totals, "links": links}
 
 
 def aer(cor=0, nonfatal=0, fatal=0, port=None, counts=None):
-    out = {"device": "0000:1b:00.0", "correctable": {"total": cor, "counts": counts or {}},
-           "nonfatal": {"total": nonfatal, "counts": {}}, "fatal": {"total": fatal, "counts": {}}, "upstream": None}
+    out = {
+        "device": "0000:1b:00.0",
+        "correctable": {"total": cor, "counts": counts or {}},
+        "nonfatal": {"total": nonfatal, "counts": {}},
+        "fatal": {"total": fatal, "counts": {}},
+        "upstream": None,
+    }
     if port is not None:
         out["upstream"] = {"device": "0000:17:01.0", **{k: {"total": v, "counts": {}} for k, v in port.items()}}
     return out
 
 
 def window(seconds=600.0, **after):
-    base = {"nvlink_links_up": 18, "nvlink_errors": {k: 0 for k in lc.NVLINK_COUNTERS}, "pcie_replay_count": 0,
-            "aer": {"correctable": 0, "nonfatal": 0, "fatal": 0}}
+    base = {
+        "nvlink_links_up": 18,
+        "nvlink_errors": {k: 0 for k in lc.NVLINK_COUNTERS},
+        "pcie_replay_count": 0,
+        "aer": {"correctable": 0, "nonfatal": 0, "fatal": 0},
+    }
     base.update(after)
     return lc.LinkWindow(base, seconds)
 
@@ -49,7 +60,11 @@ def one(records):
 
 def test_links_all_up_pass_one_down_fails():
     c = one(lc.nvlink_link_checks({"nvlink": nvlink()}, None, {"nvlink": H200}, "H200", 8))
-    assert c["verdict"] == "PASS" and c["reason"] == "18 of 18 links up" and c["expected"].startswith("18 up (H200 reference")
+    assert (
+        c["verdict"] == "PASS"
+        and c["reason"] == "18 of 18 links up"
+        and c["expected"].startswith("18 up (H200 reference")
+    )
     c = one(lc.nvlink_link_checks({"nvlink": nvlink(up=17, down=[3])}, None, {"nvlink": H200}, "H200", 8))
     assert c["verdict"] == "FAIL" and c["reason"] == "17 of 18 expected links up; down: 3"
     assert c["measured"] == {"up": 17, "present": 18, "down": [3]}
@@ -92,12 +107,22 @@ def test_nvlink_errors_pass_warn_fail(limits):
     c = one(lc.nvlink_error_checks({"nvlink": nvlink(crc_flit=40)}, limits, same))
     assert c["verdict"] == "PASS" and "none during the burn-in; 40 CRC error(s)" in c["reason"]
     # older replays, none under load
-    c = one(lc.nvlink_error_checks({"nvlink": nvlink(replay=3)}, limits,
-                                   window(nvlink_errors={"replay": 3, "recovery": 0, "crc_flit": 0, "crc_data": 0})))
+    c = one(
+        lc.nvlink_error_checks(
+            {"nvlink": nvlink(replay=3)},
+            limits,
+            window(nvlink_errors={"replay": 3, "recovery": 0, "crc_flit": 0, "crc_data": 0}),
+        )
+    )
     assert c["verdict"] == "WARN" and c["reason"] == "3 replay and 0 recovery error(s) before the burn-in"
     # a recovery error during the load
-    c = one(lc.nvlink_error_checks({"nvlink": nvlink()}, limits,
-                                   window(nvlink_errors={"replay": 0, "recovery": 1, "crc_flit": 0, "crc_data": 0})))
+    c = one(
+        lc.nvlink_error_checks(
+            {"nvlink": nvlink()},
+            limits,
+            window(nvlink_errors={"replay": 0, "recovery": 1, "crc_flit": 0, "crc_data": 0}),
+        )
+    )
     assert c["verdict"] == "FAIL" and c["measured"]["in_window"]["recovery"] == 1 and c["measured"]["window_s"] == 600.0
     assert "DCGM health watch" in c["expected"]
 
@@ -158,7 +183,10 @@ def test_aer_pass_warn_fail(limits):
 def test_aer_absent_is_said_plainly(limits):
     gpu = {"aer": None, "unavailable": {"aer": "no aer_dev_correctable in /sys/bus/pci/devices/0000:1b:00.0"}}
     c = one(lc.aer_checks(gpu, limits, None))
-    assert c["verdict"] == "WARN" and c["reason"] == "not judged: no aer_dev_correctable in /sys/bus/pci/devices/0000:1b:00.0"
+    assert (
+        c["verdict"] == "WARN"
+        and c["reason"] == "not judged: no aer_dev_correctable in /sys/bus/pci/devices/0000:1b:00.0"
+    )
     assert lc.aer_checks({"name": "older runner"}, limits, None) == []
 
 
@@ -167,7 +195,9 @@ def test_aer_absent_is_said_plainly(limits):
 
 def test_link_window_from_a_burnin_document():
     probe = {"collected_at": "2026-12-05T05:00:00.000Z"}
-    burnin = {"interconnect_after": {"collected_at": "2026-12-05T05:10:00.000Z", "gpus": {"0": {"pcie_replay_count": 1}}}}
+    burnin = {
+        "interconnect_after": {"collected_at": "2026-12-05T05:10:00.000Z", "gpus": {"0": {"pcie_replay_count": 1}}}
+    }
     w = lc.link_window(probe, burnin, 0)
     assert w.seconds == 600.0 and w.after == {"pcie_replay_count": 1}
     assert lc.link_window(probe, burnin, 1) is None
@@ -185,9 +215,17 @@ def test_interconnect_in_the_verdicts_with_actions(snap, refs):
     g0["pcie"]["replay_count"] = 0
     g0["aer"] = aer()
     snap["probe"]["collected_at"] = "2026-12-05T05:00:00.000Z"
-    snap["interconnect_after"] = {"collected_at": "2026-12-05T05:20:00.000Z", "gpus": {
-        "0": {"nvlink_links_up": 17, "nvlink_errors": {"replay": 4, "recovery": 0, "crc_flit": 0, "crc_data": 0},
-              "pcie_replay_count": 0, "aer": {"correctable": 0, "nonfatal": 0, "fatal": 0}}}}
+    snap["interconnect_after"] = {
+        "collected_at": "2026-12-05T05:20:00.000Z",
+        "gpus": {
+            "0": {
+                "nvlink_links_up": 17,
+                "nvlink_errors": {"replay": 4, "recovery": 0, "crc_flit": 0, "crc_data": 0},
+                "pcie_replay_count": 0,
+                "aer": {"correctable": 0, "nonfatal": 0, "fatal": 0},
+            }
+        },
+    }
     v = run({"h200-01": snap}, refs)
     c = checks_of(v, gpu=0)
     assert c["NVLink links"]["verdict"] == "FAIL"  # 17 of 18 up: a link is down whatever the GPU count
@@ -208,12 +246,16 @@ def test_malformed_facts_from_a_host_are_one_warn_each(snap, refs):
     g0["aer"] = "broken"
     g0["pcie"]["replay_count"] = 3
     snap["interconnect_after"] = ["not", "a", "dict"]
-    snap["tools"] = {"nvbandwidth": {"ran": True, "gpus": {"0": "fast"}}, "nccl_tests": {"ran": True, "busbw_gbs": "x",
-                                                                                         "wrong": {}}}
+    snap["tools"] = {
+        "nvbandwidth": {"ran": True, "gpus": {"0": "fast"}},
+        "nccl_tests": {"ran": True, "busbw_gbs": "x", "wrong": {}},
+    }
     v = run({"h200-01": snap}, refs)
     c = checks_of(v, gpu=0)
     for name in ("NVLink links", "NVLink errors", "PCIe AER"):
-        assert c[name]["verdict"] == "WARN" and c[name]["reason"].startswith(f"not judged: the host's {name} facts are malformed")
+        assert c[name]["verdict"] == "WARN" and c[name]["reason"].startswith(
+            f"not judged: the host's {name} facts are malformed"
+        )
     assert c["PCIe replays"]["verdict"] == "PASS"
     assert c["nvbandwidth"]["verdict"] == "WARN" and v.hosts["h200-01"]["beside"] == []
     json.loads(v.to_json())

@@ -59,9 +59,21 @@ class Remote:
 def host(tmp_path):
     from lab.hosts.inventory import Host
 
-    return Host(name="h1", address="192.0.2.1", port=22, user="root", connection="ssh", gpu_model="auto",
-                gpu_count="auto", stack=None, groups=(), workdir="/var/lib/gpulab", python=None, ssh_key=None,
-                known_hosts="/dev/null")
+    return Host(
+        name="h1",
+        address="192.0.2.1",
+        port=22,
+        user="root",
+        connection="ssh",
+        gpu_model="auto",
+        gpu_count="auto",
+        stack=None,
+        groups=(),
+        workdir="/var/lib/gpulab",
+        python=None,
+        ssh_key=None,
+        known_hosts="/dev/null",
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -75,13 +87,15 @@ def test_the_settings_give_every_limit_and_bad_ones_are_one_line():
     lim = gathering.time_limits({"burnin_s": {"quick": 42}, "dcgm_s": {"2": "90"}, "tools_s": 7})
     assert lim["burnin_s"] == {"quick": 42.0, "standard": 3600, "burn-in": 21600}
     assert lim["dcgm_s"][2] == 90.0 and lim["dcgm_s"][3] == 10800 and lim["tools_s"] == 7.0
-    for bad, words in (({"tools_s": 0}, "tools_s: 0 is not a number from 1 to 604800 s"),
-                       ({"burnin_s": {"slow": 1}}, "burnin_s.slow: no such setting"),
-                       ({"dcgm_s": {"9": 1}}, "dcgm_s.9: no such setting"),
-                       ({"burnin_s": {"quick": "soon"}}, "burnin_s.quick: 'soon' is not a number"),
-                       ({"burnin_s": 5}, "burnin_s: 5 is not a mapping of settings"),
-                       ({"tool_s": 5}, "tool_s: no such setting"),
-                       ({"burn_minutes": 90}, "burn_minutes: 90 is not a number from 0.1 to 60 minutes")):
+    for bad, words in (
+        ({"tools_s": 0}, "tools_s: 0 is not a number from 1 to 604800 s"),
+        ({"burnin_s": {"slow": 1}}, "burnin_s.slow: no such setting"),
+        ({"dcgm_s": {"9": 1}}, "dcgm_s.9: no such setting"),
+        ({"burnin_s": {"quick": "soon"}}, "burnin_s.quick: 'soon' is not a number"),
+        ({"burnin_s": 5}, "burnin_s: 5 is not a mapping of settings"),
+        ({"tool_s": 5}, "tool_s: no such setting"),
+        ({"burn_minutes": 90}, "burn_minutes: 90 is not a number from 0.1 to 60 minutes"),
+    ):
         with pytest.raises(ConfigError, match="^config gpulab.validate.time_limits") as exc:
             gathering.time_limits(bad)
         assert words in exc.value.message

@@ -20,10 +20,11 @@ SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-def stand_in(tools: Path, name: str, stdout: Path | None, code: int, results: Path | None = None,
-             sleep: int = 0) -> None:
+def stand_in(
+    tools: Path, name: str, stdout: Path | None, code: int, results: Path | None = None, sleep: int = 0
+) -> None:
     """A stand-in that prints a sample, writes a -J file from one (nccl-tests) and exits as the tool did."""
-    body = "#!/bin/sh\nprev=''\nfor a; do [ \"$prev\" = -J ] && out=\"$a\"; prev=\"$a\"; done\n"
+    body = '#!/bin/sh\nprev=\'\'\nfor a; do [ "$prev" = -J ] && out="$a"; prev="$a"; done\n'
     if results is not None:
         body += f'cp "{results}" "$out"\n'
     if stdout is not None:
@@ -51,8 +52,12 @@ def burnin(n: int, **tools) -> tuple[dict, dict]:
 
 def refs_with_h100_p2p(refs: dict) -> dict:
     out = copy.deepcopy(refs)
-    out["models"]["H100-TEST"] = {"names": [H100], "metrics": {"nvbandwidth_d2d_read_gbs": {
-        "value": 360.0, "unit": "GB/s", "lower": 0.15, "source": "test reference"}}}
+    out["models"]["H100-TEST"] = {
+        "names": [H100],
+        "metrics": {
+            "nvbandwidth_d2d_read_gbs": {"value": 360.0, "unit": "GB/s", "lower": 0.15, "source": "test reference"}
+        },
+    }
     return out
 
 
@@ -75,7 +80,7 @@ def test_nccl_tests_data_check_failure_is_that_checks_fail_not_a_tool_warning(to
     c = recs["nccl-tests data check"]
     assert c["verdict"] == "FAIL" and "2 wrong element(s)" in c["reason"]
     assert "exit 7: .. h100-01 pid 41235: Test failure common.cu:1454" in c["reason"]
-    assert "nccl-tests" not in recs                                   # not "the tool failed"
+    assert "nccl-tests" not in recs  # not "the tool failed"
     assert action_for(c, load_actions())["kind"] == "reset_gpu"
 
 
@@ -118,7 +123,7 @@ def test_nvbandwidth_verification_failure_is_read_and_fails_its_data_check(tools
     stand_in(tools, "nvbandwidth", SAMPLES / "nvbandwidth" / "verify-fail-h100x2.stdout", 1)
     t = bwtools.run_nvbandwidth([0, 1], tools.parent / "out")
     assert t["corruption"]["testcase"] == "device_to_host_memcpy_ce"
-    assert t["gpus"]["0"]["h2d_gbs"] == pytest.approx(55.2391)       # what it measured before is kept
+    assert t["gpus"]["0"]["h2d_gbs"] == pytest.approx(55.2391)  # what it measured before is kept
     doc, probe = burnin(2, nvbandwidth=t)
     c = by_name(toolchecks.host_tool_checks(doc, probe, refs))["nvbandwidth data check"]
     assert c["verdict"] == "FAIL" and "Invalid value when checking the pattern" in c["reason"]
@@ -126,8 +131,9 @@ def test_nvbandwidth_verification_failure_is_read_and_fails_its_data_check(tools
     assert action_for(c, load_actions())["kind"] == "reset_gpu"
 
 
-@pytest.mark.parametrize("sample, ngpus, failing", [
-    ("nopeer-gpu2-h100x3.stdout", 3, {"2"}), ("waived-d2d-h100x2.stdout", 2, {"0", "1"})])
+@pytest.mark.parametrize(
+    "sample, ngpus, failing", [("nopeer-gpu2-h100x3.stdout", 3, {"2"}), ("waived-d2d-h100x2.stdout", 2, {"0", "1"})]
+)
 def test_a_gpu_without_peer_access_fails_where_references_require_p2p(tools, refs, sample, ngpus, failing):
     stand_in(tools, "nvbandwidth", SAMPLES / "nvbandwidth" / sample, 0)
     t = bwtools.run_nvbandwidth(list(range(ngpus)), tools.parent / "out")
@@ -145,9 +151,13 @@ def test_a_gpu_without_peer_access_fails_where_references_require_p2p(tools, ref
     assert toolchecks.P2P_LABEL not in by_name(toolchecks.gpu_tool_checks(doc, 0, None))
 
 
-@pytest.mark.parametrize("sample, code, sleep, words", [
-    ("cuda-error.stdout", 1, 0, "[CUDA_ERROR_NO_DEVICE] no CUDA-capable device is detected"),
-    ("partial-h100x2.stdout", 0, 30, "timed out after 1 s and was killed (its output stops mid-document)")])
+@pytest.mark.parametrize(
+    "sample, code, sleep, words",
+    [
+        ("cuda-error.stdout", 1, 0, "[CUDA_ERROR_NO_DEVICE] no CUDA-capable device is detected"),
+        ("partial-h100x2.stdout", 0, 30, "timed out after 1 s and was killed (its output stops mid-document)"),
+    ],
+)
 def test_nvbandwidth_that_could_not_run_is_a_warning_saying_why(tools, refs, sample, code, sleep, words):
     stand_in(tools, "nvbandwidth", SAMPLES / "nvbandwidth" / sample, code, sleep=sleep)
     t0 = time.monotonic()
@@ -160,10 +170,10 @@ def test_nvbandwidth_that_could_not_run_is_a_warning_saying_why(tools, refs, sam
 
 def test_a_tool_gone_where_provisioning_built_it_is_a_warning(tools, refs):
     t = bwtools.run_nvbandwidth([0, 1], tools.parent / "out")
-    assert t["ran"] is False and not t["expected"]          # never built here (bwtools_tools: {}): no record
+    assert t["ran"] is False and not t["expected"]  # never built here (bwtools_tools: {}): no record
     doc, probe = burnin(2, nvbandwidth=t)
     assert toolchecks.host_tool_checks(doc, probe, refs) == []
-    (tools.parent / "nvbandwidth.json").write_text('{"version": "0.8"}')   # the bwtools role's marker
+    (tools.parent / "nvbandwidth.json").write_text('{"version": "0.8"}')  # the bwtools role's marker
     t = bwtools.run_nvbandwidth([0, 1], tools.parent / "out")
     doc, probe = burnin(2, nvbandwidth=t)
     c = by_name(toolchecks.host_tool_checks(doc, probe, refs))["nvbandwidth"]
@@ -206,8 +216,12 @@ def test_the_test_labs_all_reduce_perf_stand_in_ends_a_data_check_failure_as_the
     (build / "nccl.h").write_text("#define NCCL_VERSION_CODE 22809\n")
     (build / "common.h").write_text((src / "common.h").read_text().replace("@VERSION@", "2.19.6"))
     shutil.copy(src / "all_reduce.c", build / "all_reduce.c")
-    subprocess.run([cc, "-O0", "-I", str(build), "-o", str(tools / "all_reduce_perf"), str(build / "all_reduce.c")],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [cc, "-O0", "-I", str(build), "-o", str(tools / "all_reduce_perf"), str(build / "all_reduce.c")],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     gpus = tools.parent / "gpus.json"
     gpus.write_text('{"gpus": [{"name": "NVIDIA H100 80GB HBM3"}, {"name": "NVIDIA H100 80GB HBM3"}]}')
     monkeypatch.setenv("GPULAB_FAKE_GPUS", str(gpus))

@@ -36,7 +36,9 @@ def nccl(scale: float = 1.0, wrong: int = 0) -> dict:
 def nvb_json(scale: float = 1.0) -> dict:
     doc = json.loads((TOOL_FIXTURES / "nvbandwidth-h200x8.handmade.json").read_text())
     for t in doc["nvbandwidth"]["testcases"]:
-        t["bandwidth_matrix"] = [[v if v == "N/A" else f"{float(v) * scale:.2f}" for v in row] for row in t["bandwidth_matrix"]]
+        t["bandwidth_matrix"] = [
+            [v if v == "N/A" else f"{float(v) * scale:.2f}" for v in row] for row in t["bandwidth_matrix"]
+        ]
     return {"ran": True, **bwtools.parse_nvbandwidth(json.dumps(doc))}
 
 
@@ -85,8 +87,11 @@ def test_nvbandwidth_plain_output_pass_warn_fail(snap, h2d, verdict):
 
 
 def test_failed_tools_warn_and_tools_not_built_say_nothing(x8):
-    v = verdicts(x8, nccl_tests={"ran": True, "error": "all_reduce_perf exit 3: unhandled cuda error"},
-                 nvbandwidth={"ran": False, "error": "nvbandwidth not found (in /opt/gpulab/tools/bin or on PATH)"})
+    v = verdicts(
+        x8,
+        nccl_tests={"ran": True, "error": "all_reduce_perf exit 3: unhandled cuda error"},
+        nvbandwidth={"ran": False, "error": "nvbandwidth not found (in /opt/gpulab/tools/bin or on PATH)"},
+    )
     c = checks_of(v)
     assert c["nccl-tests"]["verdict"] == "WARN" and c["nccl-tests"]["reason"].endswith("unhandled cuda error")
     assert "nvbandwidth" not in c and v.hosts["h200-01"]["beside"] == []
@@ -98,7 +103,10 @@ def test_not_judged_without_a_reference_or_over_fewer_gpus(x8, refs):
         g["name"] = "Tesla T4"
     out = toolchecks.host_tool_checks({"tools": {"nccl_tests": nccl(), "nvbandwidth": nvb_json()}}, t4["probe"], refs)
     by = {c["check"]: c for c in out}
-    assert by["nccl-tests busbw"]["verdict"] == "WARN" and "no nccl_tests_busbw_gbs for T4" in by["nccl-tests busbw"]["reason"]
+    assert (
+        by["nccl-tests busbw"]["verdict"] == "WARN"
+        and "no nccl_tests_busbw_gbs for T4" in by["nccl-tests busbw"]["reason"]
+    )
     assert by["nvbandwidth"]["reason"] == "nvbandwidth's figures not judged: no reference for T4"
     four = nccl()
     four["ngpus"] = 4
@@ -109,8 +117,14 @@ def test_not_judged_without_a_reference_or_over_fewer_gpus(x8, refs):
 def test_gpulab_figures_beside_the_tools_in_json_and_html(x8):
     v = verdicts(x8, nccl_tests=nccl(), nvbandwidth=nvb_json())
     rows = v.hosts["h200-01"]["beside"]
-    assert rows[0] == {"figure": "all-reduce bus bandwidth", "gpu": None, "unit": "GB/s", "gpulab": 478.2,
-                       "tool": 481.72, "by": "nccl-tests all_reduce_perf (NCCL 2.26.2)"}
+    assert rows[0] == {
+        "figure": "all-reduce bus bandwidth",
+        "gpu": None,
+        "unit": "GB/s",
+        "gpulab": 478.2,
+        "tool": 481.72,
+        "by": "nccl-tests all_reduce_perf (NCCL 2.26.2)",
+    }
     h2d0 = next(r for r in rows if r["gpu"] == 0 and r["figure"] == "H2D")
     assert h2d0["gpulab"] == x8["gpus"]["0"]["solo"]["h2d_bandwidth_gbs"] and h2d0["tool"] == 55.31
     assert h2d0["by"] == "nvbandwidth v0.8"

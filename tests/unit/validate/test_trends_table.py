@@ -18,13 +18,16 @@ def test_the_shipped_table_loads_and_names_every_figure_of_the_burn_in():
     assert trends.depth(table) == 5
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda t: t["figures"].update(warn_drop=0.2), "figures: warn_drop 0.2 is above fail_drop 0.1"),
-    (lambda t: t["figures"].update(fail_drop=2), "figures.fail_drop"),
-    (lambda t: t["idle_temperature"].pop("window"), "idle_temperature"),
-    (lambda t: t.update(extra=1), "extra"),
-    (lambda t: t["ecc_corrected"].update(warn_growth="many"), "ecc_corrected.warn_growth"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda t: t["figures"].update(warn_drop=0.2), "figures: warn_drop 0.2 is above fail_drop 0.1"),
+        (lambda t: t["figures"].update(fail_drop=2), "figures.fail_drop"),
+        (lambda t: t["idle_temperature"].pop("window"), "idle_temperature"),
+        (lambda t: t.update(extra=1), "extra"),
+        (lambda t: t["ecc_corrected"].update(warn_growth="many"), "ecc_corrected.warn_growth"),
+    ],
+)
 def test_a_bad_table_is_one_line(tmp_path, change, message):
     table = yaml.safe_load(trends.TRENDS.read_text())
     change(table)

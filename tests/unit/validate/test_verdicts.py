@@ -19,8 +19,17 @@ def test_healthy_snapshot_passes(snap, refs):
     assert len(h["gpus"]) == snap["probe"]["gpu_count"]
     g0 = checks_of(v, gpu=0)
     # each check carries measured value, expected range and reason
-    for name in ("model", "PCIe link", "ECC uncorrected", "XID events", "idle temperature", "load temperature",
-                 "throttling", "power vs limit", "matmul_bf16_tflops"):
+    for name in (
+        "model",
+        "PCIe link",
+        "ECC uncorrected",
+        "XID events",
+        "idle temperature",
+        "load temperature",
+        "throttling",
+        "power vs limit",
+        "matmul_bf16_tflops",
+    ):
         c = g0[name]
         assert c["verdict"] in ("PASS", "WARN") and c["expected"] and c["reason"]  # WARN: see findings()
     assert g0["matmul_bf16_tflops"]["measured"] == snap["gpus"]["0"]["solo"]["matmul_bf16_tflops"]
@@ -97,8 +106,16 @@ def test_xid_fallen_off_the_bus_fails(snap, refs):
     snap["xid"].update(source="dmesg", error=None)
     g0 = snap["probe"]["gpus"][0]
     pci = g0["pci_bus_id"].lower()[4:-2]  # 00000000:1B:00.0 -> 0000:1b:00
-    snap["xid"]["events"] = [{"xid": 79, "pci": pci, "gpu": 0, "uptime_s": 5123.4, "during_burnin": True,
-                              "text": "pid=2301, name=python, GPU has fallen off the bus."}]
+    snap["xid"]["events"] = [
+        {
+            "xid": 79,
+            "pci": pci,
+            "gpu": 0,
+            "uptime_s": 5123.4,
+            "during_burnin": True,
+            "text": "pid=2301, name=python, GPU has fallen off the bus.",
+        }
+    ]
     v = run({"h200-01": snap}, refs)
     c = checks_of(v, gpu=0)["XID events"]
     assert c["verdict"] == "FAIL" and c["measured"] == [79]
@@ -109,8 +126,10 @@ def test_xid_fallen_off_the_bus_fails(snap, refs):
 
 def test_xid_application_error_warns_and_unknown_device_is_host_level(snap, refs):
     snap["xid"].update(source="dmesg", error=None)
-    snap["xid"]["events"] = [{"xid": 13, "pci": "x", "gpu": 0, "uptime_s": 1.0, "text": "Graphics SM Warp Exception"},
-                             {"xid": 48, "pci": "0000:ff:00", "gpu": None, "uptime_s": 2.0, "text": "DBE"}]
+    snap["xid"]["events"] = [
+        {"xid": 13, "pci": "x", "gpu": 0, "uptime_s": 1.0, "text": "Graphics SM Warp Exception"},
+        {"xid": 48, "pci": "0000:ff:00", "gpu": None, "uptime_s": 2.0, "text": "DBE"},
+    ]
     v = run({"h200-01": snap}, refs)
     assert checks_of(v, gpu=0)["XID events"]["verdict"] == "WARN"
     host = checks_of(v)["XID events (other devices)"]
@@ -118,8 +137,11 @@ def test_xid_application_error_warns_and_unknown_device_is_host_level(snap, refs
 
 
 def test_unreadable_kernel_log_warns(snap, refs):
-    snap["xid"] = {"source": None, "error": "journalctl not found; dmesg: read kernel buffer failed: Operation not permitted",
-                   "events": []}
+    snap["xid"] = {
+        "source": None,
+        "error": "journalctl not found; dmesg: read kernel buffer failed: Operation not permitted",
+        "events": [],
+    }
     c = checks_of(run({"h200-01": snap}, refs), gpu=0)["XID events"]
     assert c["verdict"] == "WARN" and "Operation not permitted" in c["reason"]
 
@@ -147,7 +169,10 @@ def test_throttling_gpu(snap, refs):
     load["temp_c_max"] = 87
     load["sm_clock_mhz_median"] = 900
     g = checks_of(run({"h200-01": snap}, refs), gpu=0)
-    assert g["throttling"]["verdict"] == "FAIL" and "hw_thermal_slowdown active in 50% of load samples" in g["throttling"]["reason"]
+    assert (
+        g["throttling"]["verdict"] == "FAIL"
+        and "hw_thermal_slowdown active in 50% of load samples" in g["throttling"]["reason"]
+    )
     assert g["load temperature"]["verdict"] == "WARN"
     assert g["load SM clock"]["verdict"] == "WARN"
     # a brief slowdown is a WARN, the power cap alone is normal
@@ -182,9 +207,9 @@ def _fleet(snap, n_hosts=4):
 def test_slow_outlier_against_the_fleet_median(snap, refs):
     docs = _fleet(snap)
     slow = docs["h200-03"]["gpus"]["0"]["solo"]
-    slow["matmul_bf16_tflops"] *= 0.80       # has a reference, and is far below its peers
-    slow["resnet50_images_per_s"] *= 0.85    # no reference for this metric: only the fleet can tell
-    slow["h2d_bandwidth_gbs"] *= 0.93        # a little slow: WARN
+    slow["matmul_bf16_tflops"] *= 0.80  # has a reference, and is far below its peers
+    slow["resnet50_images_per_s"] *= 0.85  # no reference for this metric: only the fleet can tell
+    slow["h2d_bandwidth_gbs"] *= 0.93  # a little slow: WARN
     v = run(docs, refs)
     c = checks_of(v, "h200-03", 0)
     assert c["resnet50_images_per_s vs fleet"]["verdict"] == "FAIL"
@@ -209,8 +234,19 @@ def test_below_reference_fails(snap, refs):
 
 def test_failed_burnin_test_fails_the_gpu(snap, refs):
     snap["outcome"] = "failed"
-    snap["results"].append({"test": "matmul", "dtype": "bf16", "gpu": 0, "phase": "solo", "ok": False, "value": None,
-                            "error": "wrong results: max relative error 0.5 > 0.03 for bf16", "start": 1, "end": 2})
+    snap["results"].append(
+        {
+            "test": "matmul",
+            "dtype": "bf16",
+            "gpu": 0,
+            "phase": "solo",
+            "ok": False,
+            "value": None,
+            "error": "wrong results: max relative error 0.5 > 0.03 for bf16",
+            "start": 1,
+            "end": 2,
+        }
+    )
     c = checks_of(run({"h200-01": snap}, refs), gpu=0)["burn-in tests"]
     assert c["verdict"] == "FAIL" and "wrong results" in c["reason"]
 
@@ -248,15 +284,35 @@ def test_driver_older_than_toolkit(snap, refs):
 def test_unreachable_and_gpu_less_hosts_fail_without_crash(snap, refs):
     from lab.core.errors import HostError
 
-    no_gpu = {"schema": 1, "kind": "gpulab-burnin", "level": "quick", "outcome": "no_gpu",
-              "probe": {"schema": 1, "gpus": [], "gpu_count": 0, "host": {"hostname": "lab-a"},
-                        "nvidia": "no NVIDIA driver/GPU found: NVML could not start: NVML Shared Library Not Found"},
-              "gpus": {}, "results": [], "xid": {"source": "dmesg", "error": None, "events": []}}
-    docs = {"h200-01": snap, "lab-a": no_gpu,
-            "lab-b": HostError("lab-b (10.213.7.12): unreachable: Connection refused"),
-            "lab-c": ValueError("bad answer")}
-    hosts = [inventory_for(snap, "h200-01"), {"name": "lab-a", "gpu_model": "T4", "gpu_count": 4},
-             {"name": "lab-b", "gpu_model": "T4", "gpu_count": 4}, {"name": "lab-c"}, {"name": "lab-d"}]
+    no_gpu = {
+        "schema": 1,
+        "kind": "gpulab-burnin",
+        "level": "quick",
+        "outcome": "no_gpu",
+        "probe": {
+            "schema": 1,
+            "gpus": [],
+            "gpu_count": 0,
+            "host": {"hostname": "lab-a"},
+            "nvidia": "no NVIDIA driver/GPU found: NVML could not start: NVML Shared Library Not Found",
+        },
+        "gpus": {},
+        "results": [],
+        "xid": {"source": "dmesg", "error": None, "events": []},
+    }
+    docs = {
+        "h200-01": snap,
+        "lab-a": no_gpu,
+        "lab-b": HostError("lab-b (10.213.7.12): unreachable: Connection refused"),
+        "lab-c": ValueError("bad answer"),
+    }
+    hosts = [
+        inventory_for(snap, "h200-01"),
+        {"name": "lab-a", "gpu_model": "T4", "gpu_count": 4},
+        {"name": "lab-b", "gpu_model": "T4", "gpu_count": 4},
+        {"name": "lab-c"},
+        {"name": "lab-d"},
+    ]
     v = run(docs, refs, hosts=hosts)
     assert findings(v.hosts["h200-01"]) == []
     a = v.hosts["lab-a"]
@@ -295,6 +351,7 @@ def test_baseline_from_good_hosts(snap, refs, tmp_path):
     m = out["models"]["H200"]["metrics"]
     vals = [g["solo"]["matmul_bf16_tflops"] for d in docs.values() for g in d["gpus"].values()]
     import statistics
+
     assert m["matmul_bf16_tflops"]["value"] == round(statistics.median(vals), 3)
     assert m["matmul_bf16_tflops"]["source"].startswith("baseline ")
     assert "resnet50_images_per_s" in m and m["resnet50_images_per_s"]["unit"] == "images/s"
@@ -347,8 +404,11 @@ def test_bad_references_are_one_line_config_errors(tmp_path, refs):
     bad = copy.deepcopy(refs)
     bad["models"]["H200-SXM"] = bad["models"].pop("H200")
     p.write_text(yaml.safe_dump(bad))
-    with pytest.raises(ConfigError, match="models.H200-SXM: not a device name of lab/data/devices.yml "
-                                          r"\(it calls this model H200\)"):
+    with pytest.raises(
+        ConfigError,
+        match="models.H200-SXM: not a device name of lab/data/devices.yml "
+        r"\(it calls this model H200\)",
+    ):
         fleet.load_references(p)
 
 
@@ -358,7 +418,7 @@ def test_model_names():
     assert fleet.model_key("Tesla V100-PCIE-16GB", refs) == "V100-PCIe"
     assert fleet.model_key("V100-PCIE-32GB", refs) == "V100-PCIe"
     assert fleet.model_key("NVIDIA H200", refs) == "H200"
-    assert fleet.model_key("NVIDIA A100-SXM4-80GB", refs) == "A100-SXM4"   # DCGM's floors (issue 48)
+    assert fleet.model_key("NVIDIA A100-SXM4-80GB", refs) == "A100-SXM4"  # DCGM's floors (issue 48)
     assert fleet.model_key("NVIDIA RTX 4090", refs) is None
 
 

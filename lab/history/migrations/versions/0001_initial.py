@@ -72,8 +72,9 @@ def _create_checks() -> None:
         sa.Column("expected", sa.Text()),
         sa.Column("reason", sa.Text()),
         sa.Column("at", When),
-        sa.ForeignKeyConstraint(["validation_id"], ["validations.id"], ondelete="CASCADE",
-                                name="fk_checks_validation_id_validations"),
+        sa.ForeignKeyConstraint(
+            ["validation_id"], ["validations.id"], ondelete="CASCADE", name="fk_checks_validation_id_validations"
+        ),
         sa.ForeignKeyConstraint(["gpu_id"], ["gpus.id"], name="fk_checks_gpu_id_gpus"),
         sa.PrimaryKeyConstraint("id", name="pk_checks"),
     )

@@ -21,17 +21,37 @@ OPEN = sa.text("released_at IS NULL")
 
 
 def upgrade() -> None:
-    quarantine = sa.table("quarantine", sa.column("id", sa.Integer()), sa.column("host", sa.String()),
-                          sa.column("gpu_index", sa.Integer()), sa.column("released_at", sa.DateTime(timezone=True)),
-                          sa.column("released_by", sa.String()), sa.column("release_note", sa.Text()))
-    first = (sa.select(sa.func.min(quarantine.c.id)).where(quarantine.c.released_at.is_(None))
-             .group_by(quarantine.c.host, sa.func.coalesce(quarantine.c.gpu_index, -1)))
-    op.execute(quarantine.update()
-               .where(quarantine.c.released_at.is_(None), quarantine.c.id.not_in(first.scalar_subquery()))
-               .values(released_at=dt.datetime.now(dt.timezone.utc), released_by="gpulab migration 0002",
-                       release_note="a second open entry of the same target (the first stays)"))
-    op.create_index("uq_quarantine_open", "quarantine", ["host", sa.text("coalesce(gpu_index, -1)")], unique=True,
-                    sqlite_where=OPEN, postgresql_where=OPEN)
+    quarantine = sa.table(
+        "quarantine",
+        sa.column("id", sa.Integer()),
+        sa.column("host", sa.String()),
+        sa.column("gpu_index", sa.Integer()),
+        sa.column("released_at", sa.DateTime(timezone=True)),
+        sa.column("released_by", sa.String()),
+        sa.column("release_note", sa.Text()),
+    )
+    first = (
+        sa.select(sa.func.min(quarantine.c.id))
+        .where(quarantine.c.released_at.is_(None))
+        .group_by(quarantine.c.host, sa.func.coalesce(quarantine.c.gpu_index, -1))
+    )
+    op.execute(
+        quarantine.update()
+        .where(quarantine.c.released_at.is_(None), quarantine.c.id.not_in(first.scalar_subquery()))
+        .values(
+            released_at=dt.datetime.now(dt.timezone.utc),
+            released_by="gpulab migration 0002",
+            release_note="a second open entry of the same target (the first stays)",
+        )
+    )
+    op.create_index(
+        "uq_quarantine_open",
+        "quarantine",
+        ["host", sa.text("coalesce(gpu_index, -1)")],
+        unique=True,
+        sqlite_where=OPEN,
+        postgresql_where=OPEN,
+    )
 
 
 def downgrade() -> None:

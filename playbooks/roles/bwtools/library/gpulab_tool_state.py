@@ -39,9 +39,10 @@ from ansible.module_utils import gpulab_tools
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(tools=dict(type="dict", required=True),
-                                              tools_dir=dict(type="path", required=True)),
-                           supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec=dict(tools=dict(type="dict", required=True), tools_dir=dict(type="path", required=True)),
+        supports_check_mode=True,
+    )
     out = {}
     for name, tarball in sorted(module.params["tools"].items()):
         marker = gpulab_tools.read_marker(os.path.join(module.params["tools_dir"], "%s.json" % name))

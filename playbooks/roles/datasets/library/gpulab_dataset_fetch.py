@@ -150,17 +150,27 @@ def download(module, url, part, size, retries, timeout):
             return attempt + 1, resumed
         last_error = "the server closed the connection at %d of %d bytes" % (os.path.getsize(part), size)
     have = os.path.getsize(part) if os.path.exists(part) else 0
-    module.fail_json(msg="%s: download incomplete after %d attempt(s): %d of %s bytes (%s); "
-                         "the next run resumes from %s" % (url, retries + 1, have, size or "?", last_error, part),
-                     bytes=have)
+    module.fail_json(
+        msg="%s: download incomplete after %d attempt(s): %d of %s bytes (%s); "
+        "the next run resumes from %s" % (url, retries + 1, have, size or "?", last_error, part),
+        bytes=have,
+    )
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(url=dict(type="str", required=True), dest=dict(type="path", required=True),
-                           sha256=dict(type="str"), md5=dict(type="str"), size=dict(type="int"),
-                           retries=dict(type="int", default=3), timeout=dict(type="int", default=60)),
-        required_one_of=[["sha256", "md5"]], supports_check_mode=True)
+        argument_spec=dict(
+            url=dict(type="str", required=True),
+            dest=dict(type="path", required=True),
+            sha256=dict(type="str"),
+            md5=dict(type="str"),
+            size=dict(type="int"),
+            retries=dict(type="int", default=3),
+            timeout=dict(type="int", default=60),
+        ),
+        required_one_of=[["sha256", "md5"]],
+        supports_check_mode=True,
+    )
     p = module.params
     url, dest, size = p["url"], p["dest"], p["size"]
     want = Want(p["sha256"], p["md5"])
@@ -168,20 +178,23 @@ def main():
         module.exit_json(changed=False, dest=dest, **{want.algo: want.value}, msg="present and verified")
     if module.check_mode:
         module.exit_json(changed=True, dest=dest, msg="would fetch %s" % url)
-    local = url[len("file://"):] if url.startswith("file://") else url if url.startswith("/") else None
+    local = url[len("file://") :] if url.startswith("file://") else url if url.startswith("/") else None
     os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
     if local is not None:
         if not os.path.isfile(local):
             module.fail_json(msg="%s: source not found on this host" % local)
         found = want.found(local)
         if found != want.value:
-            module.fail_json(msg="%s: %s mismatch: expected %s, found %s (the source is left as it is)"
-                                 % (local, want.algo, want.value, found))
+            module.fail_json(
+                msg="%s: %s mismatch: expected %s, found %s (the source is left as it is)"
+                % (local, want.algo, want.value, found)
+            )
         remove(dest, dest + ".sha256")
         os.symlink(os.path.abspath(local), dest)
         record(dest, want.key)
-        module.exit_json(changed=True, dest=dest, msg="verified in place and linked", source=local,
-                         **{want.algo: want.value})
+        module.exit_json(
+            changed=True, dest=dest, msg="verified in place and linked", source=local, **{want.algo: want.value}
+        )
     if os.path.exists(dest):  # present but not recorded as verified: check it once
         if size in (None, os.path.getsize(dest)) and want.found(dest) == want.value:
             record(dest, want.key)
@@ -193,14 +206,24 @@ def main():
     got = os.path.getsize(part)
     if found != want.value or size not in (None, got):
         remove(part, dest, dest + ".sha256")
-        module.fail_json(msg="%s: %s mismatch: expected %s, found %s (%d bytes, %s expected); the file was "
-                             "removed" % (os.path.basename(dest), want.algo, want.value, found, got, size or "size not published"),
-                         expected=want.value, found=found, dest=dest)
+        module.fail_json(
+            msg="%s: %s mismatch: expected %s, found %s (%d bytes, %s expected); the file was "
+            "removed" % (os.path.basename(dest), want.algo, want.value, found, got, size or "size not published"),
+            expected=want.value,
+            found=found,
+            dest=dest,
+        )
     os.replace(part, dest)
     record(dest, want.key)
-    module.exit_json(changed=True, dest=dest, size=got, attempts=attempts, resumed_from=resumed,
-                     msg="fetched%s" % (" (resumed at %s)" % ", ".join(map(str, resumed)) if resumed else ""),
-                     **{want.algo: want.value})
+    module.exit_json(
+        changed=True,
+        dest=dest,
+        size=got,
+        attempts=attempts,
+        resumed_from=resumed,
+        msg="fetched%s" % (" (resumed at %s)" % ", ".join(map(str, resumed)) if resumed else ""),
+        **{want.algo: want.value},
+    )
 
 
 if __name__ == "__main__":
