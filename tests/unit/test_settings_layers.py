@@ -123,6 +123,8 @@ def test_the_highest_layer_that_sets_a_key_wins(tmp_path, chosen, key):
     winner = next((name for name in reversed(LAYERS) if name in chosen), None)
     if winner is None:
         assert got == config.defaults()["gpulab"][key]
+    elif winner == "cli":  # the task's argument as given: the task judges it where it is used
+        assert got == str(chosen["cli"])
     elif key == "nodes":  # a number setting: read as its number (lab.core.settings)
         assert int(got) == int(chosen[winner])
     elif winner in ("env", "cli"):

@@ -33,8 +33,16 @@ def test_list_shows_every_task_with_one_line_help():
 
 def test_every_task_argument_has_help():
     sys.path.insert(0, str(ROOT))
+    import importlib
+
+    import lab.commands.hosttasks
     import tasks
 
+    # Invoke's Task.get_arguments pops each argument's help as it builds a parser, and the host tasks live in an
+    # imported module that every load of tasks.py shares: a Program run earlier in this process (another test)
+    # leaves their help dicts empty. Fresh task objects, as a command line's one process has them:
+    importlib.reload(lab.commands.hosttasks)
+    tasks = importlib.reload(tasks)
     for name in TASKS:
         t = getattr(tasks, name)
         params = [p for p in inspect.signature(t.body).parameters if p != "c"]
