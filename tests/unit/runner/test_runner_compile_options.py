@@ -117,17 +117,18 @@ def test_cudnn_search_is_on_by_default_and_the_environment_turns_it_off_or_limit
         torch.backends.cuda.matmul.allow_tf32, cudnn.allow_tf32 = tf32
 
 
-def test_models_are_built_on_the_run_s_device_only_when_asked(monkeypatch):
-    """GPULAB_BUILD_ON_DEVICE=1 makes a non-CPU device the default while the model is constructed (the meta
-    device stands in for a GPU here); unset, 0, or a CPU run: the host, as always; another value is named."""
+def test_models_are_built_on_the_run_s_gpu_unless_told_otherwise(monkeypatch):
+    """A non-CPU run's device is the default while the model is constructed (the meta device stands in for
+    a GPU here), unset or GPULAB_BUILD_ON_DEVICE=1; 0, or a CPU run: the host; another value is named."""
     from types import SimpleNamespace
 
     from runner.workloads.compiling import build_device
 
     gpu_like, cpu = SimpleNamespace(device=torch.device("meta")), SimpleNamespace(device=torch.device("cpu"))
     for value, ctx, want in (
-        (None, gpu_like, "cpu"),
+        (None, gpu_like, "meta"),
         ("0", gpu_like, "cpu"),
+        (None, cpu, "cpu"),
         ("1", gpu_like, "meta"),
         ("1", cpu, "cpu"),
     ):
