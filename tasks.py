@@ -20,9 +20,8 @@ from lab.core.cli import setting, task, task_errors
 from lab.core.errors import GpulabError
 from lab.core.program import adopt
 from lab.commands import historytasks as history_tasks
-
-# provision, audit and datasets are tasks of this namespace: Collection.from_module takes them from its names
-from lab.commands.hosttasks import SELECT_HELP, audit, datasets, provision, select  # noqa: F401
+from lab.commands import hosttasks as host_tasks
+from lab.commands.hosttasks import SELECT_HELP, select
 
 adopt()  # `invoke ...`: Invoke's own program goes on as gpulab's (lab/core/program.py)
 
@@ -386,5 +385,7 @@ def demo(c, workloads=None, seeds=None, name=None):
 # ~/.invoke.yaml, a lab's invoke.yaml, INVOKE_GPULAB_*, `invoke -f FILE` and the options override them.
 ns = Collection.from_module(sys.modules[__name__])
 ns.configure(_defaults())
+for _task in host_tasks.tasks():  # provision, audit, datasets: new Task objects for each load of this file
+    ns.add_task(_task)
 for _sub in history_tasks.collections():  # `invoke history`, `history.import`, `quarantine`, `quarantine.add|release`
     ns.add_collection(_sub)

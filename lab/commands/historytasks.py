@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from invoke import Collection
 
-from lab.core.cli import setting, task, task_errors
+from lab.core.cli import fresh_tasks, setting, task_errors, task_options
 
 URL_HELP = "database URL (default: gpulab.history_url, else results/history.sqlite)"
 TARGET_HELP = "HOST or HOST:GPU_INDEX (e.g. r740-03:2)"
@@ -36,7 +36,7 @@ def where(c, url=None) -> dict:
     return {"default": not setting(c, "history_url", url)}
 
 
-@task(
+@task_options(
     name="import",
     help={"path": "results folders, run directories or validate.json files (comma separated)", "url": URL_HELP},
 )
@@ -51,7 +51,7 @@ def history_import(c, path, url=None):
     print(done.added)
 
 
-@task(
+@task_options(
     name="show",
     default=True,
     help={
@@ -85,7 +85,7 @@ def history_show(c, host=None, gpu=None, metric=None, since=None, until=None, li
     )
 
 
-@task(
+@task_options(
     name="page",
     help={
         "out": "the HTML file to write (e.g. results/history.html)",
@@ -111,7 +111,7 @@ def history_page(c, out, host=None, gpu=None, metric=None, since=None, until=Non
     )
 
 
-@task(name="list", default=True, help={"url": URL_HELP})
+@task_options(name="list", default=True, help={"url": URL_HELP})
 @task_errors
 def quarantine_list(c, url=None):
     """The GPUs and hosts in quarantine: who put them there, when and why (and, on Slurm, drained nodes)."""
@@ -120,7 +120,7 @@ def quarantine_list(c, url=None):
     print("\n".join(cmd.quarantine_list(url_for(c, url), **where(c, url), backend=setting(c, "sweep.backend"))))
 
 
-@task(
+@task_options(
     name="add",
     help={
         "target": TARGET_HELP,
@@ -146,7 +146,7 @@ def quarantine_add(c, target, reason=None, action=None, who=None, url=None):
     )
 
 
-@task(
+@task_options(
     name="release",
     help={
         "target": TARGET_HELP,
@@ -167,8 +167,8 @@ def quarantine_release(c, target, force=False, note=None, who=None, url=None):
 
 
 def collections() -> list[Collection]:
-    """The sub-collections tasks.py adds to its namespace."""
+    """The sub-collections tasks.py adds to its namespace, with new Task objects each time it loads."""
     return [
-        Collection("history", history_import, history_show, history_page),
-        Collection("quarantine", quarantine_list, quarantine_add, quarantine_release),
+        Collection("history", *fresh_tasks(history_import, history_show, history_page)),
+        Collection("quarantine", *fresh_tasks(quarantine_list, quarantine_add, quarantine_release)),
     ]

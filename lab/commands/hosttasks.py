@@ -1,14 +1,15 @@
 """The tasks that work on the hosts themselves: `invoke provision`, `audit` and `datasets`, with the host
 selection (--host, --device, --limit, --inventory) every host task shares. tasks.py takes them into its
-namespace. Thin as every task is: parse, call lab.hosts, print, exit code (lab.core.cli.task_errors); the
-modules that do the work are imported when a task runs, not when `invoke` starts.
+namespace from ``tasks()``, new Task objects each time it loads (lab.core.cli.task_options). Thin as every
+task is: parse, call lab.hosts, print, exit code (lab.core.cli.task_errors); the modules that do the work are
+imported when a task runs, not when `invoke` starts.
 """
 
 from __future__ import annotations
 
-from invoke import Exit
+from invoke import Exit, Task
 
-from lab.core.cli import setting, task, task_errors
+from lab.core.cli import fresh_tasks, setting, task_errors, task_options
 
 SELECT_HELP = {
     "host": "host name(s), comma separated",
@@ -42,7 +43,7 @@ def _changes_hosts(c, inventory, task: str) -> None:
         )
 
 
-@task(
+@task_options(
     help={
         **SELECT_HELP,
         "stack": "stack profile to apply instead of each host's gpulab_stack",
@@ -76,7 +77,7 @@ def provision(
         raise Exit(code=1)
 
 
-@task(help={**SELECT_HELP, "json": "print the drift as JSON"})
+@task_options(help={**SELECT_HELP, "json": "print the drift as JSON"})
 @task_errors
 def audit(c, host=None, device=None, limit=None, json=False, inventory=None):
     """Compare hosts with their stack profiles and print the drift; exit 1 on drift."""
@@ -94,7 +95,7 @@ def audit(c, host=None, device=None, limit=None, json=False, inventory=None):
         raise Exit(code=1)
 
 
-@task(
+@task_options(
     help={
         **SELECT_HELP,
         "names": "datasets or benchmarks, comma separated (resnet50,ncf or imagenet,ml-20m)",
@@ -128,3 +129,8 @@ def datasets(
         print(line)
     if not result.ok:
         raise Exit(code=1)
+
+
+def tasks() -> list[Task]:
+    """New Task objects of provision, audit and datasets, for each load of tasks.py."""
+    return fresh_tasks(provision, audit, datasets)

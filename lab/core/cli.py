@@ -101,6 +101,24 @@ class GpulabTask(Task):
 task = functools.partial(invoke_task, klass=GpulabTask)
 
 
+def task_options(**options):
+    """``@task``'s options, kept on the task's function for ``fresh_tasks``, in a module that tasks.py takes
+    tasks from. Invoke's Task.get_arguments pops each argument's help as it builds a parser from the Task: one
+    made at import would be shared by every load of tasks.py in a process, without help in a load after the
+    first load's namespace was parsed (Invoke's Program parses a copy; a test or a library caller the Task)."""
+
+    def keep(fn):
+        fn.task_options = options
+        return fn
+
+    return keep
+
+
+def fresh_tasks(*fns) -> list[Task]:
+    """A new Task for each function marked by ``task_options``: tasks.py asks for them each time it loads."""
+    return [task(**fn.task_options)(fn) for fn in fns]
+
+
 def setting(c, key, value=None):
     """The task argument if given, else gpulab.<key> (dotted) of the Invoke config as lab.core.settings.read gives
     it: typed, inside its declared range, its declared default where no layer sets it (0, false and "" are
