@@ -70,8 +70,67 @@ def conform(data: Any, schema_name: str, source: str) -> Any:
     return data
 
 
+def _libyaml_bounded() -> bool:
+    """Whether PyYAML's C loader is there and its libyaml refuses deep nesting itself (0.2.6 stops at 1000
+    levels); an older libyaml composes nested nodes recursively in C, past Python's recursion limit, and a
+    50,000-level flow sequence crashes the process, so the pure-Python loader (RecursionError) reads then."""
+    if not getattr(yaml, "__with_libyaml__", False):
+        return False
+    try:
+        from yaml import _yaml
+    except ImportError:  # pragma: no cover - __with_libyaml__ says it imported
+        return False
+    return tuple(_yaml.get_version()) >= (0, 2, 6)
+
+
+_READ_FAILURES = (ValueError, TypeError, KeyError, AttributeError, OverflowError)
+
+
+def bounded_loader(base: type) -> type:
+    """``base`` (yaml.SafeLoader or yaml.CSafeLoader) whose constructors' failures are YAML errors at the
+    value's place: ``!!int abc``, ``!!timestamp x`` and an integer of 5,000 digits raise ValueError,
+    KeyError or AttributeError in PyYAML's safe constructors, not a YAMLError."""
+
+    class Loader(base):
+        def construct_object(self, node, deep=False):
+            try:
+                return super().construct_object(node, deep=deep)
+            except _READ_FAILURES as exc:
+                kind = str(node.tag).rsplit(":", 1)[-1]
+                value = excerpt(repr(node.value), 40) if isinstance(node.value, str) else "here"
+                problem = f"{kind} value {value} cannot be read: {excerpt(exc, 80)}"
+                raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from None
+
+    Loader.__name__ = Loader.__qualname__ = f"Bounded{base.__name__}"
+    return Loader
+
+
+# libyaml's loader reads gpulab's data files several times faster than PyYAML's pure-Python one
+LOADER = bounded_loader(yaml.CSafeLoader if _libyaml_bounded() else yaml.SafeLoader)
+
+
+def _place(exc: yaml.YAMLError, text: str) -> str:
+    """'line L, column C: ' of a YAML error, or '' where it has none."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        return f"line {mark.line + 1}, column {mark.column + 1}: "
+    if isinstance(exc, yaml.reader.ReaderError) and isinstance(exc.position, int):
+        pos = exc.position  # characters into the text; libyaml counts bytes of its UTF-8
+        if getattr(yaml, "CSafeLoader", None) and issubclass(LOADER, yaml.CSafeLoader):
+            pos = len(text.encode("utf-8")[:pos].decode("utf-8", "ignore"))
+        line, line_start = text.count("\n", 0, pos) + 1, text.rfind("\n", 0, pos) + 1
+        return f"line {line}, column {pos - line_start + 1}: "
+    return ""
+
+
+def _problem(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.reader.ReaderError) and isinstance(exc.character, int):
+        return f"unacceptable character #x{exc.character:04x}"  # each loader words the reason its own way
+    return getattr(exc, "problem", None) or str(exc)
+
+
 def read_yaml(path: Path | str) -> Any:
-    """Parse a YAML file; a missing or malformed file is a ConfigError naming it."""
+    """Parse a YAML file; a missing or malformed file is a ConfigError naming it (and the place in it)."""
     path = Path(path)
     try:
         text = bounded.read_text(path, limit=limits.DATA_BYTES)
@@ -80,12 +139,9 @@ def read_yaml(path: Path | str) -> Any:
     except bounded.Unreadable as exc:
         raise ConfigError(str(exc)) from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=LOADER)  # a safe loader: SafeLoader or CSafeLoader
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{path}: {where}malformed YAML ({problem})") from None
+        raise ConfigError(f"{path}: {_place(exc, text)}malformed YAML ({_problem(exc)})") from None
     except RecursionError:  # PyYAML composes nested nodes recursively: flow or block nesting this deep
         raise ConfigError(f"{path}: YAML nested too deep") from None
 
