@@ -2,18 +2,23 @@
 
 ``tune`` checks the whole request before a host is touched or anything is written (lab.tune.entry: the
 workload, scale, study name, seeds, trials, space and baseline; the backend; a trial's plan on the hosts),
-then runs the study to its trial count (lab.tune.search.tune), each trial a sweep with the history's
-quarantine planned around, and returns the search's TuneResult (the study, its folder, the report's lines).
+before Optuna and SQLAlchemy load (a refused request is quick), then runs the study to its trial count
+(lab.tune.search.tune), each trial a sweep with the history's quarantine planned around, and returns the
+search's TuneResult (the study, its folder, the report's lines).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lab.core.settings import default as declared_default
 from lab.history import memory
 from lab.sweep import driver, hostrun, slurmworker
-from lab.tune import entry, search, trials
+from lab.tune import entry
+
+if TYPE_CHECKING:
+    from lab.tune import search
 
 
 def tune(
@@ -62,6 +67,8 @@ def tune(
     kind = driver.resolve_backend(backend)  # slurm without a controller here: one line before the study is written
     entry.check_plan(hosts, req)  # --gpus and the hosts as a trial's sweep plans them
     results_dir = Path(results_dir)
+    from lab.tune import search, trials  # Optuna, SQLAlchemy, the results' readers: once the request is checked
+
     storage, req.storage_shown = entry.storage_for(history_url)
     on_fleet = trials.SweepBackend(
         hosts,

@@ -2,12 +2,14 @@
 
 Everything is checked before a host is touched or anything is written (bad input: ConfigError, exit 2):
 the workload and scale, the study name, K seeds and the trial count (gpulab.tune.*), the space file, a
-baseline recipe (its workload, scale and values inside the space), the database URL.
+baseline recipe (its workload, scale and values inside the space), the database URL. Optuna and SQLAlchemy
+load after that, when the study's storage is opened (``storage_for``): bad input is refused without them.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from lab.core import fields
@@ -17,10 +19,30 @@ from lab.core.errors import ConfigError
 from lab.sweep import recipe as recipes
 from lab.sweep import workloads as catalogue
 from lab.tune import space as spaces
-from lab.tune import storage as tunestorage
-from lab.tune.search import TuneRequest
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,57}$")  # + "-t0000" stays a sweep name
+
+
+@dataclass
+class TuneRequest:
+    """A checked request: what lab.tune.search.tune runs."""
+
+    name: str  # the study's name (results/<name>/, the database's study name)
+    space: spaces.Space
+    seeds: int  # K
+    trials: int  # trials with a result (complete or pruned) to reach
+    limit: int  # the scale's epoch limit (max_epochs): a miss counts 2 x limit
+    baseline: dict  # the reference recipe's values of the searched settings
+    baseline_from: str = "the scale's own settings (runner/workloads/workloads.yml)"
+    wave: int = 1  # seeds run at once (the fleet's units)
+    p_threshold: float = settings.default("tune.p_threshold")  # gpulab.tune.* (lab.core.settings)
+    retries: int = settings.default("tune.retries")
+    heartbeat_s: float = settings.default("tune.heartbeat_s")
+    stale_s: float = settings.default("tune.stale_s")
+    gpus: str | None = None
+    device: str = ""
+    sampler_seed: int = 0
+    storage_shown: str = ""  # the study's database for messages and provenance (never a password)
 
 
 def default_name(workload: str, scale: str, device: str | None) -> str:
@@ -119,4 +141,6 @@ def check_plan(hosts, req: TuneRequest) -> None:
 
 def storage_for(history_url: str):
     """(Optuna storage, its URL for messages) for the lab's database."""
+    from lab.tune import storage as tunestorage  # Optuna and SQLAlchemy: once the request is checked
+
     return tunestorage.open_storage(history_url), tunestorage.shown(history_url)

@@ -35,35 +35,14 @@ import optuna
 from optuna.trial import TrialState
 
 from lab.core import paths
-from lab.core.settings import default as declared_default
 from lab.core.errors import ConfigError, RunError
 from lab.sweep import supervise
 from lab.tune import objective
-from lab.tune.space import Space
+from lab.tune.entry import TuneRequest
 from lab.tune.trials import Backend, TrialRequest
 
 HEARTBEAT = "gpulab_heartbeat"
 BASELINE = "gpulab_baseline"
-
-
-@dataclass
-class TuneRequest:
-    name: str  # the study's name (results/<name>/, the database's study name)
-    space: Space
-    seeds: int  # K
-    trials: int  # trials with a result (complete or pruned) to reach
-    limit: int  # the scale's epoch limit (max_epochs): a miss counts 2 x limit
-    baseline: dict  # the reference recipe's values of the searched settings
-    baseline_from: str = "the scale's own settings (runner/workloads/workloads.yml)"
-    wave: int = 1  # seeds run at once (the fleet's units)
-    p_threshold: float = declared_default("tune.p_threshold")  # gpulab.tune.* (lab.core.settings)
-    retries: int = declared_default("tune.retries")
-    heartbeat_s: float = declared_default("tune.heartbeat_s")
-    stale_s: float = declared_default("tune.stale_s")
-    gpus: str | None = None
-    device: str = ""
-    sampler_seed: int = 0
-    storage_shown: str = ""  # the study's database for messages and provenance (never a password)
 
 
 @dataclass

@@ -15,12 +15,14 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import optuna
+from typing import TYPE_CHECKING
 
 from lab.core import schema
 from lab.core.errors import ConfigError
 from lab.sweep import workloads as catalogue
+
+if TYPE_CHECKING:
+    import optuna
 
 SPACE = Path(__file__).resolve().parents[1] / "data" / "tune_space.yml"
 
@@ -38,6 +40,8 @@ class Param:
     base: object = None  # the scale's own value (the reference recipe), None when it has none
 
     def distribution(self) -> optuna.distributions.BaseDistribution:
+        import optuna  # when the search runs: a refused request loads no Optuna
+
         if self.kind == "choice":
             return optuna.distributions.CategoricalDistribution(list(self.choices))
         if self.kind == "int":

@@ -80,3 +80,33 @@ def test_defaults_come_from_invoke_config_and_env_overrides():
         "sweep", "--device", "v100", "--dry-run", "--seeds", "3", env={"INVOKE_GPULAB_SEEDS": "2", **throughput}
     ).stdout
     assert "x   3 seed(s)" in plan  # the command line beats the environment
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--trials", "abc"], "--trials: 'abc' is not a whole number"),
+        (["--device", "t4", "--gpus", "9"], "--gpus: 9 GPUs asked but r740-01 has 4"),  # the last check
+    ],
+)
+def test_bad_tune_options_are_refused_before_optuna_and_sqlalchemy_load(tmp_path, args, message):
+    """`invoke tune` checks its options before it loads Optuna and SQLAlchemy (about 0.3 CPU s of every
+    refusal): one line, exit 2, nothing written, and neither module imported (Python's -X importtime list)."""
+    env = dict(
+        os.environ,
+        INVOKE_GPULAB_INVENTORY=str(ROOT / "inventory" / "hosts.yml"),
+        INVOKE_GPULAB_RESULTS=str(tmp_path / "results"),
+    )
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "invoke", "tune", "ncf", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    lines = [line for line in r.stderr.splitlines() if line.strip() and not line.startswith("import time:")]
+    assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr[-2000:]
+    assert "lab.commands.tune" in imported and not imported & {"optuna", "sqlalchemy", "alembic"}, r.stderr[-300:]
+    assert list(tmp_path.iterdir()) == []
