@@ -130,9 +130,9 @@ def seed_count(seeds, workload: str, rules=None, mode: str = "ttt") -> int:
     if word == "auto" and mode == "throughput":
         return 1
     if word in ("mlperf", "auto"):
-        from lab.core.mlperf import Rules
+        from lab.core.mlperf import default_rules
 
-        rules = rules or Rules()
+        rules = rules or default_rules()  # lab/data's rules, read once per process (the estimates read them too)
         bench = rules.benchmark(workload)
         if bench is None:
             raise ConfigError(
@@ -247,12 +247,7 @@ def plan(
     workloads = study.expand_workloads(workloads)
     for w in workloads:
         fields.workload(w)
-    rules = None  # 'mlperf' and 'auto' read lab/data's rules: once for every workload
-    if isinstance(seeds, str) and seeds.strip().lower() in ("mlperf", "auto"):
-        from lab.core.mlperf import Rules
-
-        rules = Rules()
-    counts = {w: seed_count(seeds, w, rules, mode=mode) for w in workloads}
+    counts = {w: seed_count(seeds, w, mode=mode) for w in workloads}
     workload_catalogue.known(workloads)
     topologies = topologies or {}
     units = units_of(hosts, nodes)

@@ -420,3 +420,25 @@ def test_a_host_of_auto_model_is_estimated_from_its_own_earlier_runs(tmp_path):
     assert "(earlier runs on this host)" in lines[1] and "unknown" not in " ".join(lines)
     other = pl.PlannedRun("elsewhere", "ncf", -1, 1, "ttt", "tiny")
     assert study.estimate(other, None, past) == (None, "test scale")  # another host's past is not this one's
+
+
+def test_lab_data_s_rules_are_read_once_for_a_sweep_s_plans_estimates_and_limits(monkeypatch):
+    """A sweep plans (again after its hosts are prepared), estimates and sets each run's limit from the device of
+    its unit: lab/data's Rules (four YAML files checked against their schemas) are built once for all of it."""
+    from lab.core import mlperf
+
+    built = []
+    init = mlperf.Rules.__init__
+    monkeypatch.setattr(mlperf.Rules, "__init__", lambda self, *a, **k: (built.append(1), init(self, *a, **k))[1])
+    mlperf.default_rules.cache_clear()
+    hosts = inventory.load(EXAMPLE).select(device="v100")
+    probed = [{"index": i, "name": "Tesla V100-PCIE-16GB"} for i in range(3)]
+    topologies = {h.name: {"gpu_count": 3, "gpus": probed} for h in hosts}
+    for _ in range(2):  # the plan of the dry run, then the one after the hosts were prepared
+        runs = pl.plan(hosts, ["all"], "all", "auto", "ttt", "full", topologies=topologies)
+        for run in runs:  # driver._estimate_runs and hostprep's time limits
+            device = study.unit_device(hosts, run, topologies)
+            assert device == "V100-PCIe"
+            study.estimate(run, device, {})
+            study.time_limit_minutes(run, device, {})
+    assert len(runs) == 2 * 3 * (5 + 5 + 5 + 10 + 10 + 100) and len(built) == 1
