@@ -167,9 +167,19 @@ def _read(path: Path) -> dict:
             raise OSError("not a regular file")
         if path.stat().st_size > MAX_BYTES:
             raise OSError(f"larger than {MAX_BYTES} bytes")
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
         raise CatalogueError(f"{path.name}: cannot be read: {exc}".splitlines()[0]) from exc
+    try:
+        doc = yaml.safe_load(text)
+    except RecursionError:
+        raise CatalogueError(f"{path.name}: cannot be read: nested too deeply") from None
+    except yaml.YAMLError as exc:
+        raise CatalogueError(f"{path.name}: cannot be read: {exc}".splitlines()[0]) from exc
+    except Exception as exc:  # a tag's constructor refusing its value (``!!int abc``,
+        # ``!!timestamp soon``, an integer past Python's digit limit) raises what it raises, not a YAMLError
+        why = f"a tagged value cannot be built ({type(exc).__name__}: {exc})"
+        raise CatalogueError(f"{path.name}: cannot be read: {why}".splitlines()[0]) from exc
     try:
         _need(isinstance(doc, dict) and doc.get("schema") == 1, "top level", "'schema: 1' expected")
         ws = doc.get("workloads")

@@ -136,6 +136,10 @@ def test_the_extra_catalogue_is_checked_as_strictly_as_the_built_in_one(tmp_path
         lambda p: (p.mkdir(), p)[1],  # a folder
         lambda p: (p.write_bytes(b"x" * (2 << 20)), p)[1],  # over 1 MiB
         lambda p: (p.write_bytes(b"\xff\xfe: ["), p)[1],  # not UTF-8 YAML
+        lambda p: (p.write_text("schema: !!int abc\n"), p)[1],  # a tag's constructor refuses the value
+        lambda p: (p.write_text("when: !!timestamp soon\n"), p)[1],
+        lambda p: (p.write_text("n: " + "9" * 5000 + "\n"), p)[1],  # past Python's digits limit for int()
+        lambda p: (p.write_text("[" * 5000 + "]" * 5000 + "\n"), p)[1],  # nesting past the recursion limit
     ],
 )
 def test_an_unreadable_extra_catalogue_is_one_line_and_exit_2(tmp_path, make):
