@@ -8,7 +8,7 @@ same order as the task always did: the workloads, the recipe, the name, then the
 
 from __future__ import annotations
 
-import threading
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,46 +125,20 @@ def sweep(
     (no gpulab.history_url). ``echo``: where the sweep's progress lines go."""
     r = _resolve(req)
     held = memory.quarantined(history_url, hosts)  # what the plan leaves out (invoke quarantine)
-    mem = _FirstUse(history_url, r.name, make_folder)  # health gate, quarantine
-    try:
-        result = driver.run_sweep(
-            hosts,
-            results_dir=results_dir,
-            name=r.name,
-            settings=settings,
-            datasets_catalogue=catalogue,
-            quarantine=held,
-            memory=mem,
-            backend=backend,
-            slurm_settings=slurm_settings,
-            echo=echo,
-            **r.args,
-        )
-    finally:
-        mem.close()
+    result = driver.run_sweep(
+        hosts,
+        results_dir=results_dir,
+        name=r.name,
+        settings=settings,
+        datasets_catalogue=catalogue,
+        quarantine=held,
+        open_memory=functools.partial(memory.for_sweep, history_url, r.name, make_folder),  # health gate, quarantine
+        backend=backend,
+        slurm_settings=slurm_settings,
+        echo=echo,
+        **r.args,
+    )
     return SweepDone(result, memory.record([result.sweep.root], history_url))
-
-
-class _FirstUse:
-    """The sweep's side of the history (lab.history.sweeps.open_for) made when the sweep first uses it: a sweep
-    that its plan refuses (bad --gpus, --seeds, ...) loads no database modules (SQLAlchemy and the history's
-    models: about half a second of every such `invoke sweep`)."""
-
-    def __init__(self, url: str, name: str, make_folder: bool):
-        self._args, self._made, self._lock = (url, name, make_folder), None, threading.Lock()
-
-    def __getattr__(self, attr):
-        with self._lock:
-            if self._made is None:
-                from lab.history import sweeps as memories
-
-                url, name, make_folder = self._args
-                self._made = memories.open_for(url, name, make_folder=make_folder)
-        return getattr(self._made, attr)
-
-    def close(self) -> None:
-        if self._made is not None:
-            self._made.close()
 
 
 def collect(sweep_root: str | Path, inventory: str | Path, *, retries: int | None = None) -> refetch.CollectResult:

@@ -58,6 +58,15 @@ def record(paths, url: str, make_folder: bool = False) -> str:
     return f"history: {added.line()}"
 
 
+def for_sweep(url: str, sweep: str, make_folder: bool = False):
+    """The sweep's side of the history (lab.history.sweeps.SweepMemory: the health gate's checks, the quarantine,
+    each collected run; its database opened when first used). lab.sweep.driver.run_sweep calls it (its
+    ``open_memory``) once the sweep's plan and preflight are accepted: a refused sweep loads no database modules."""
+    from lab.history import sweeps
+
+    return sweeps.open_for(url, sweep, make_folder=make_folder)
+
+
 def _no_file(url: str) -> bool:
     """Whether ``url`` is a SQLite file that does not exist yet (a lab with no history)."""
     from lab.history.db import missing_file

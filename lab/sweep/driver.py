@@ -304,7 +304,7 @@ def run_sweep(
     echo=print,
     datasets_catalogue=None,
     quarantine: dict[str, dict] | None = None,
-    memory=None,
+    open_memory=None,
     recipes: dict[str, dict] | None = None,
     spread: bool = False,
     max_epochs: int | None = None,
@@ -312,8 +312,9 @@ def run_sweep(
     slurm_settings: slurmworker.SlurmSettings | None = None,
 ) -> SweepResult:
     """Check the prepared data, prepare the hosts (and their health gate), plan, run the plan (units in
-    parallel, one run at a time each), collect. ``memory``: the history's side of the sweep
-    (lab.history.sweeps.SweepMemory; None: no database). ``recipes``, ``spread``, ``max_epochs``: see
+    parallel, one run at a time each), collect. ``open_memory``: makes the history's side of the sweep
+    (lab.history.memory.for_sweep), called once the plan and the preflight are accepted (a refused sweep loads no
+    database modules) and closed at the end; None: no database. ``recipes``, ``spread``, ``max_epochs``: see
     lab.sweep.plan.plan (a recipe's settings per workload; seeds spread over the units; an epoch limit).
     ``backend``: how the units' runs start (ssh: gpulab's own controller, lab.sweep.unitworker; slurm: job
     arrays, lab.sweep.slurmworker; auto)."""
@@ -330,8 +331,10 @@ def run_sweep(
     planner = functools.partial(plan, **{k: options[k] for k in PLAN_OPTIONS}, recipes=recipes)
     hosts, planned, left_out, root = _checked(hosts, workloads, planner, quarantine, results_dir, name)
     lock = supervise.SweepLock(root, name)  # one controller per sweep, taken before any host is touched
+    memory = None
     try:
         _preflight(hosts, planned, datasets_catalogue, name, left_out, echo)
+        memory = open_memory() if open_memory is not None else None
         prepared, topologies, quarantine, held, runs = hostprep.prepare_hosts(
             hosts, workloads, planner, quarantine, memory, settings, name, echo, results_dir
         )
@@ -361,3 +364,5 @@ def run_sweep(
         return SweepResult(sweep, quarantined=_quarantined(left_out, held, during))
     finally:
         lock.release(drop_if_empty=True)
+        if memory is not None:
+            memory.close()

@@ -6,9 +6,9 @@ the host's last check), judged by lab.validate.health, unless a check of that ho
 sweep; the plan and the summary name it. After a failed run the same check runs again (its
 document is kept beside the run directory as ``<run id>.health.json`` and recorded).
 
-``memory`` is what the history gives a sweep (lab.history.sweeps.SweepMemory, passed in by
-tasks.py): lab.sweep itself imports nothing of the database. Without it the gate still runs and
-plans around what fails, for this sweep only.
+``memory`` is what the history gives a sweep (lab.history.sweeps.SweepMemory, made by the ``open_memory``
+that lab.commands passes to lab.sweep.driver.run_sweep): lab.sweep itself imports nothing of the database.
+Without it the gate still runs and plans around what fails, for this sweep only.
 """
 
 from __future__ import annotations

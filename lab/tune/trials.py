@@ -10,6 +10,7 @@ runs still going on a host are adopted, only failed ones run again (lab.sweep).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
@@ -80,32 +81,27 @@ class SweepBackend:
 
     def __call__(self, request: TrialRequest) -> list[SeedResult]:
         from lab.history import memory as history
-        from lab.history import sweeps as memories
         from lab.sweep import progress
 
-        memory = memories.open_for(self.history_url, request.sweep, make_folder=self.make_folder)
-        try:
-            result = driver.run_sweep(
-                self.hosts,
-                [request.workload],
-                self.results_dir,
-                request.sweep,
-                gpus=request.gpus,
-                seeds=request.seeds,
-                mode="ttt",
-                scale=request.scale,
-                settings=self.settings,
-                memory=memory,
-                quarantine=self.quarantine,
-                recipes={request.workload: request.settings},
-                spread=True,
-                max_epochs=request.max_epochs,
-                echo=self.echo,
-                backend=self.kind,
-                slurm_settings=self.slurm_settings,
-                progress_factory=lambda units: progress.Progress(units, live=False),
-            )
-        finally:
-            memory.close()
+        result = driver.run_sweep(
+            self.hosts,
+            [request.workload],
+            self.results_dir,
+            request.sweep,
+            gpus=request.gpus,
+            seeds=request.seeds,
+            mode="ttt",
+            scale=request.scale,
+            settings=self.settings,
+            open_memory=functools.partial(history.for_sweep, self.history_url, request.sweep, self.make_folder),
+            quarantine=self.quarantine,
+            recipes={request.workload: request.settings},
+            spread=True,
+            max_epochs=request.max_epochs,
+            echo=self.echo,
+            backend=self.kind,
+            slurm_settings=self.slurm_settings,
+            progress_factory=lambda units: progress.Progress(units, live=False),
+        )
         self.echo(history.record([result.sweep.root], self.history_url))
         return seed_results(result.sweep.root, result.sweep.runs)

@@ -85,20 +85,22 @@ def test_defaults_come_from_invoke_config_and_env_overrides():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--trials", "abc"], "--trials: 'abc' is not a whole number"),
-        (["--device", "t4", "--gpus", "9"], "--gpus: 9 GPUs asked but r740-01 has 4"),  # the last check
+        (["tune", "ncf", "--trials", "abc"], "--trials: 'abc' is not a whole number"),
+        (["tune", "ncf", "--device", "t4", "--gpus", "9"], "--gpus: 9 GPUs asked but r740-01 has 4"),  # tune's last
+        (["sweep", "--device", "t4", "--gpus", "5"], "--gpus: 5 GPUs asked but r740-01 has 4"),  # run_sweep's plan
     ],
 )
-def test_bad_tune_options_are_refused_before_optuna_and_sqlalchemy_load(tmp_path, args, message):
-    """`invoke tune` checks its options before it loads Optuna and SQLAlchemy (about 0.3 CPU s of every
-    refusal): one line, exit 2, nothing written, and neither module imported (Python's -X importtime list)."""
+def test_bad_tune_and_sweep_options_are_refused_before_optuna_and_sqlalchemy_load(tmp_path, args, message):
+    """`invoke tune` and `invoke sweep` check their options before they load Optuna and SQLAlchemy (0.3-0.5 CPU s
+    of every refusal; a sweep opens the history's side once run_sweep accepted its plan and preflight): one line,
+    exit 2, nothing written, and neither module imported (Python's -X importtime list)."""
     env = dict(
         os.environ,
         INVOKE_GPULAB_INVENTORY=str(ROOT / "inventory" / "hosts.yml"),
         INVOKE_GPULAB_RESULTS=str(tmp_path / "results"),
     )
     r = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "invoke", "tune", "ncf", *args],
+        [sys.executable, "-X", "importtime", "-m", "invoke", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -108,5 +110,5 @@ def test_bad_tune_options_are_refused_before_optuna_and_sqlalchemy_load(tmp_path
     imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
     lines = [line for line in r.stderr.splitlines() if line.strip() and not line.startswith("import time:")]
     assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr[-2000:]
-    assert "lab.commands.tune" in imported and not imported & {"optuna", "sqlalchemy", "alembic"}, r.stderr[-300:]
+    assert f"lab.commands.{args[0]}" in imported and not imported & {"optuna", "sqlalchemy", "alembic"}, r.stderr[-300:]
     assert list(tmp_path.iterdir()) == []
