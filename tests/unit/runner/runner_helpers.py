@@ -34,6 +34,19 @@ def runner(*args, timeout=300, check=False, python: str = sys.executable) -> sub
     )
 
 
+def script(path, *args, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run one of the project's scripts (``path``: relative to the checkout, e.g. ``benchmarks/tune.py``, or
+    absolute) with ``args`` as a user would: this interpreter, from the checkout, output captured."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / path), *map(str, args)],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def start(*args) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "runner", *map(str, args)],

@@ -6,12 +6,10 @@ code path runs on the CPU (eager, two sites), and bad input is one line, exit 2,
 
 import importlib.util
 import json
-import subprocess
-import sys
 
 import pytest
 
-from runner_helpers import ROOT, env
+from runner_helpers import ROOT, script
 
 SCRIPT = ROOT / "benchmarks" / "bn_kernels.py"
 
@@ -33,27 +31,20 @@ def test_the_sites_are_resnet50_v15s_53_batch_norms():
 
 def test_it_times_the_sites_on_the_cpu_and_writes_its_json(tmp_path):
     out = tmp_path / "bn.json"
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT),
-            "--device",
-            "cpu",
-            "--batch",
-            "2",
-            "--impl",
-            "eager",
-            "--repeat",
-            "1",
-            "--sites",
-            "2",
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
+    r = script(
+        SCRIPT,
+        "--device",
+        "cpu",
+        "--batch",
+        "2",
+        "--impl",
+        "eager",
+        "--repeat",
+        "1",
+        "--sites",
+        "2",
+        "--out",
+        str(out),
         timeout=300,
     )
     assert r.returncode == 0, r.stdout + r.stderr
@@ -75,13 +66,6 @@ def test_it_times_the_sites_on_the_cpu_and_writes_its_json(tmp_path):
 )
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, args, said):
     out = tmp_path / "bn.json"
-    r = subprocess.run(
-        [sys.executable, str(SCRIPT), "--device", "cpu", *args, "--out", str(out)],
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = script(SCRIPT, "--device", "cpu", *args, "--out", str(out), timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and said in r.stderr, r.stderr
     assert not out.exists()

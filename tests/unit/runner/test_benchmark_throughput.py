@@ -1,37 +1,29 @@
 """benchmarks/throughput.py on the CPU: the smoke path of one workload (no timing assertions)."""
 
 import json
-import subprocess
 import sys
 
 import pytest
 
 pytest.importorskip("torch")
 
-from runner_helpers import ROOT, env
+from runner_helpers import ROOT, script
 
 
 def test_smoke_run_on_cpu_writes_the_document(tmp_path):
     out = tmp_path / "bench.json"
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "throughput.py"),
-            "--device",
-            "cpu",
-            "--workloads",
-            "transformer",
-            "--measure-seconds",
-            "0.3",
-            "--out",
-            str(out),
-            "--workdir",
-            str(tmp_path / "work"),
-        ],
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
+    r = script(
+        "benchmarks/throughput.py",
+        "--device",
+        "cpu",
+        "--workloads",
+        "transformer",
+        "--measure-seconds",
+        "0.3",
+        "--out",
+        str(out),
+        "--workdir",
+        str(tmp_path / "work"),
         timeout=600,
     )
     assert r.returncode == 0, r.stdout + r.stderr
@@ -94,29 +86,22 @@ def _scale(name, scale):
 
 def test_selection_and_the_deadline_still_write_the_document(tmp_path):
     out = tmp_path / "bench.json"
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "throughput.py"),
-            "--device",
-            "cpu",
-            "--workloads",
-            "ncf",
-            "--variants",
-            "compiled,baseline",
-            "--runner-runs",
-            "gnmt",
-            "--deadline",
-            "1",
-            "--out",
-            str(out),
-            "--workdir",
-            str(tmp_path / "work"),
-        ],
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
+    r = script(
+        "benchmarks/throughput.py",
+        "--device",
+        "cpu",
+        "--workloads",
+        "ncf",
+        "--variants",
+        "compiled,baseline",
+        "--runner-runs",
+        "gnmt",
+        "--deadline",
+        "1",
+        "--out",
+        str(out),
+        "--workdir",
+        str(tmp_path / "work"),
         timeout=120,
     )
     assert r.returncode == 0, r.stdout + r.stderr
@@ -137,48 +122,26 @@ def test_selection_and_the_deadline_still_write_the_document(tmp_path):
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, argv, says):
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "throughput.py"),
-            "--device",
-            "cpu",
-            *argv,
-            "--out",
-            str(tmp_path / "x.json"),
-        ],
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = script("benchmarks/throughput.py", "--device", "cpu", *argv, "--out", str(tmp_path / "x.json"), timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and says in r.stderr, r.stderr
     assert not (tmp_path / "x.json").exists()
 
 
 def test_profile_step_splits_the_step_time_into_kernel_categories(tmp_path):
     out = tmp_path / "profile.json"
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "profile_step.py"),
-            "resnet50",
-            "--device",
-            "cpu",
-            "--steps",
-            "2",
-            "--profile-steps",
-            "2",
-            "--set",
-            "space_to_depth_stem=false",
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
+    r = script(
+        "benchmarks/profile_step.py",
+        "resnet50",
+        "--device",
+        "cpu",
+        "--steps",
+        "2",
+        "--profile-steps",
+        "2",
+        "--set",
+        "space_to_depth_stem=false",
+        "--out",
+        str(out),
         timeout=600,
     )
     assert r.returncode == 0, r.stdout + r.stderr
@@ -255,21 +218,6 @@ def test_profile_categories_and_table_of_gpu_kernel_names():
     ],
 )
 def test_profile_step_bad_input_is_one_line_exit_2(tmp_path, argv, says):
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "profile_step.py"),
-            *argv,
-            "--device",
-            "cpu",
-            "--out",
-            str(tmp_path / "p.json"),
-        ],
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = script("benchmarks/profile_step.py", *argv, "--device", "cpu", "--out", str(tmp_path / "p.json"), timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and says in r.stderr, r.stderr
     assert not (tmp_path / "p.json").exists()

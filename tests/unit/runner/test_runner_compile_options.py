@@ -12,7 +12,7 @@ inductor_config = pytest.importorskip("torch._inductor.config")
 from runner import workloads  # noqa: E402
 from runner.mllog import MLLog  # noqa: E402
 from runner.workloads import base  # noqa: E402
-from runner_helpers import ROOT, env  # noqa: E402
+from runner_helpers import ROOT, env, script  # noqa: E402
 
 
 def _ctx(compile_: bool = True):
@@ -147,31 +147,24 @@ def test_models_are_built_on_the_run_s_gpu_unless_told_otherwise(monkeypatch):
 
 def test_tune_runs_variants_in_order_and_records_each(tmp_path):
     out = tmp_path / "tune.json"
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "tune.py"),
-            "--device",
-            "cpu",
-            "--scale",
-            "tiny",
-            "--measure-seconds",
-            "0.2",
-            "--warmup-steps",
-            "1",
-            "--out",
-            str(out),
-            "--cache",
-            str(tmp_path / "cache"),
-            "--variant",
-            "ncf compiled batch=512",
-            "--variant",
-            "ncf baseline",
-        ],
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
+    r = script(
+        "benchmarks/tune.py",
+        "--device",
+        "cpu",
+        "--scale",
+        "tiny",
+        "--measure-seconds",
+        "0.2",
+        "--warmup-steps",
+        "1",
+        "--out",
+        str(out),
+        "--cache",
+        str(tmp_path / "cache"),
+        "--variant",
+        "ncf compiled batch=512",
+        "--variant",
+        "ncf baseline",
         timeout=600,
     )
     assert r.returncode == 0, r.stdout + r.stderr
@@ -191,14 +184,7 @@ def test_tune_runs_variants_in_order_and_records_each(tmp_path):
     ],
 )
 def test_tune_bad_variant_is_one_line_exit_2(tmp_path, variant, named):
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "tune.py"), "--variant", variant, "--out", str(tmp_path / "t.json")],
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = script("benchmarks/tune.py", "--variant", variant, "--out", str(tmp_path / "t.json"), timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and named in r.stderr, r.stderr
     assert not (tmp_path / "t.json").exists()
 
@@ -212,31 +198,24 @@ def test_bench_step_overrides_replace_scale_settings_and_unknown_ones_are_named(
 
 def test_tune_set_passes_settings_to_the_measurement(tmp_path):
     out = tmp_path / "tune.json"
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "tune.py"),
-            "--device",
-            "cpu",
-            "--scale",
-            "tiny",
-            "--measure-seconds",
-            "0.2",
-            "--warmup-steps",
-            "1",
-            "--out",
-            str(out),
-            "--cache",
-            str(tmp_path / "cache"),
-            "--variant",
-            "ncf set=mf_dim=8,lr=0.02",
-            "--variant",
-            "ncf set=mf_size=8",
-        ],
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
+    r = script(
+        "benchmarks/tune.py",
+        "--device",
+        "cpu",
+        "--scale",
+        "tiny",
+        "--measure-seconds",
+        "0.2",
+        "--warmup-steps",
+        "1",
+        "--out",
+        str(out),
+        "--cache",
+        str(tmp_path / "cache"),
+        "--variant",
+        "ncf set=mf_dim=8,lr=0.02",
+        "--variant",
+        "ncf set=mf_size=8",
         timeout=600,
     )
     assert r.returncode == 0, r.stdout + r.stderr
