@@ -14,40 +14,16 @@ import pytest
 from lab.core import bounded
 from lab.results import checksums
 from lab.core import limits
-from runner import rundir as writer
+import rundirs
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_run(d: Path, seed: int = 1) -> Path:
-    d.mkdir(parents=True)
-    writer.write_json(
-        d / "status.json",
-        writer.status_document(
-            runner_version="0",
-            workload="ncf",
-            benchmark="ncf",
-            framework="pytorch",
-            mode="throughput",
-            scale="tiny",
-            seed=seed,
-            precision="fp32",
-            gpus=[],
-            world_size=1,
-            nnodes=1,
-            node_rank=0,
-            start="2026-01-01T00:00:00.000Z",
-            end="2026-01-01T00:01:00.000Z",
-            exit_code=0,
-            outcome="success",
-            reason="measured",
-            result={"samples_per_s": 100.0},
-        ),
+    """A throughput run with a telemetry file (rundirs.write_run)."""
+    return rundirs.write_run(
+        d, seed=seed, mode="throughput", reason="measured", result={"samples_per_s": 100.0}, telemetry=True
     )
-    (d / "mllog.log").write_text(':::MLLOG {"key": "run_start"}\n')
-    (d / "telemetry.csv").write_text("time_s,gpu,power_w\n")
-    writer.write_sums(d)
-    return d
 
 
 def fifo(path: Path) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runner import rundir as writer
+from rundirs import write_run
 
 ROOT = Path(__file__).resolve().parents[2]
 RID = "ncf-ttt-tiny-cpu-s1"
@@ -40,37 +40,6 @@ def one_line(p) -> str:
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, p.stderr
     return lines[0]
-
-
-def write_run(d: Path, seed: int = 1, outcome: str = "success") -> Path:
-    """A run directory through the runner's own writers (status.json, SHA256SUMS)."""
-    d.mkdir(parents=True)
-    writer.write_json(
-        d / "status.json",
-        writer.status_document(
-            runner_version="0",
-            workload="ncf",
-            benchmark="ncf",
-            framework="pytorch",
-            mode="ttt",
-            scale="tiny",
-            seed=seed,
-            precision="fp32",
-            gpus=[],
-            world_size=1,
-            nnodes=1,
-            node_rank=0,
-            start="2026-01-01T00:00:00.000Z",
-            end="2026-01-01T00:01:00.000Z",
-            exit_code=0,
-            outcome=outcome,
-            reason="reached",
-            result={},
-        ),
-    )
-    (d / "mllog.log").write_text(':::MLLOG {"key": "run_start"}\n')
-    writer.write_sums(d)
-    return d
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import yaml
 
 from lab.core import config, settings
 from lab.core.errors import ConfigError
+from rundirs import write_run
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- settings table: python -m lab.core.settings -->\n", "<!-- end of the settings table -->"
@@ -144,38 +145,6 @@ def test_the_readers_take_their_defaults_from_the_declaration():
 
 
 # --------------------------------------------------------------------------- invoke collect and fetch_retries
-
-
-def write_run(d: Path) -> Path:
-    from runner import rundir as writer
-
-    d.mkdir(parents=True)
-    writer.write_json(
-        d / "status.json",
-        writer.status_document(
-            runner_version="0",
-            workload="ncf",
-            benchmark="ncf",
-            framework="pytorch",
-            mode="ttt",
-            scale="tiny",
-            seed=1,
-            precision="fp32",
-            gpus=[],
-            world_size=1,
-            nnodes=1,
-            node_rank=0,
-            start="2026-01-01T00:00:00.000Z",
-            end="2026-01-01T00:01:00.000Z",
-            exit_code=0,
-            outcome="success",
-            reason="reached",
-            result={},
-        ),
-    )
-    (d / "mllog.log").write_text(':::MLLOG {"key": "run_start"}\n')
-    writer.write_sums(d)
-    return d
 
 
 @pytest.mark.parametrize("retries", ["0", "3"])
