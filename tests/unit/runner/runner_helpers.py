@@ -143,10 +143,9 @@ def launched_spec(run_dir: Path) -> str:
 SIGTERM, SIGINT = signal.SIGTERM, signal.SIGINT
 
 
-def full_scale_trainer(name: str, build, world_size: int, batch: int):
-    """A workload's full-scale trainer built on the CPU by ``build`` (its module's ``build``), as if
-    ``world_size`` processes of ``batch`` each ran it: the global batch and what is derived from it,
-    without a process group."""
+def cpu_context(name: str, *, scale: str = "tiny", mode: str = "throughput", world_size: int = 1, **spec):
+    """A workload's run context on the CPU in this process (rank 0, fp32, no MLLOG file): the spec names
+    ``name``, ``scale`` and ``mode``, seed 0 and the catalogue entry, plus ``spec``'s other keys."""
     import torch
 
     from runner import workloads
@@ -154,18 +153,8 @@ def full_scale_trainer(name: str, build, world_size: int, batch: int):
     from runner.workloads.base import Context
 
     entry = workloads.load()[name]
-    spec = {
-        "workload": name,
-        "scale": "full",
-        "mode": "throughput",
-        "seed": 0,
-        "entry": entry,
-        "compile": False,
-        "optimized": False,
-        "throughput_batch_size": batch,
-    }
-    ctx = Context(
-        spec=spec,
+    return Context(
+        spec={"workload": name, "scale": scale, "mode": mode, "seed": 0, "entry": entry, **spec},
         entry=entry,
         log=MLLog(None),
         device=torch.device("cpu"),
@@ -173,6 +162,15 @@ def full_scale_trainer(name: str, build, world_size: int, batch: int):
         world_size=world_size,
         local_rank=0,
         precision="fp32",
+    )
+
+
+def full_scale_trainer(name: str, build, world_size: int, batch: int):
+    """A workload's full-scale trainer built on the CPU by ``build`` (its module's ``build``), as if
+    ``world_size`` processes of ``batch`` each ran it: the global batch and what is derived from it,
+    without a process group."""
+    ctx = cpu_context(
+        name, scale="full", world_size=world_size, compile=False, optimized=False, throughput_batch_size=batch
     )
     ctx.distributed = False  # world_size only sets the global batch here; no process group
     return build(ctx)

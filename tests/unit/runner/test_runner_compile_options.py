@@ -9,32 +9,12 @@ import pytest
 torch = pytest.importorskip("torch")
 inductor_config = pytest.importorskip("torch._inductor.config")
 
-from runner import workloads  # noqa: E402
-from runner.mllog import MLLog  # noqa: E402
 from runner.workloads import base  # noqa: E402
-from runner_helpers import ROOT, env, script  # noqa: E402
+from runner_helpers import ROOT, cpu_context, env, script  # noqa: E402
 
 
 def _ctx(compile_: bool = True):
-    entry = workloads.load()["resnet50"]
-    spec = {
-        "workload": "resnet50",
-        "scale": "tiny",
-        "mode": "throughput",
-        "seed": 0,
-        "entry": entry,
-        "compile": compile_,
-    }
-    return base.Context(
-        spec=spec,
-        entry=entry,
-        log=MLLog(None),
-        device=torch.device("cpu"),
-        rank=0,
-        world_size=1,
-        local_rank=0,
-        precision="fp32",
-    )
+    return cpu_context("resnet50", compile=compile_)
 
 
 def test_environment_settings_override_the_catalogue_and_are_typed(monkeypatch):
@@ -227,21 +207,10 @@ def test_tune_set_passes_settings_to_the_measurement(tmp_path):
 def _trainer(name: str, compile_: bool, mode: str = "throughput", **settings):
     import importlib
 
-    entry = workloads.load()[name]
-    spec = {"workload": name, "scale": "tiny", "mode": mode, "seed": 0, "entry": entry, "compile": compile_}
-    ctx = base.Context(
-        spec=spec,
-        entry=entry,
-        log=MLLog(None),
-        device=torch.device("cpu"),
-        rank=0,
-        world_size=1,
-        local_rank=0,
-        precision="fp32",
-    )
+    ctx = cpu_context(name, mode=mode, compile=compile_)
     ctx.cfg.update(settings)
     torch.manual_seed(0)
-    return importlib.import_module(entry["module"]).build(ctx)
+    return importlib.import_module(ctx.entry["module"]).build(ctx)
 
 
 def test_gnmt_compiled_between_its_lstms_gives_the_eager_loss_and_gradients(monkeypatch):

@@ -9,10 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from runner import compilecache, workloads  # noqa: E402
-from runner.mllog import MLLog  # noqa: E402
-from runner.workloads import base  # noqa: E402
-from runner_helpers import ROOT, env  # noqa: E402
+from runner import compilecache  # noqa: E402
+from runner_helpers import ROOT, cpu_context, env  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not compilecache.supported(), reason="this torch has no save/load_cache_artifacts")
 
@@ -111,26 +109,7 @@ def test_the_key_names_what_compiled_graphs_depend_on():
 
 
 def _ctx(tmp_path, **spec_extra):
-    entry = workloads.load()["resnet50"]
-    spec = {
-        "workload": "resnet50",
-        "scale": "tiny",
-        "mode": "ttt",
-        "seed": 0,
-        "entry": entry,
-        "compile": True,
-        **spec_extra,
-    }
-    return base.Context(
-        spec=spec,
-        entry=entry,
-        log=MLLog(None),
-        device=torch.device("cpu"),
-        rank=0,
-        world_size=1,
-        local_rank=0,
-        precision="fp32",
-    )
+    return cpu_context("resnet50", mode="ttt", **{"compile": True, **spec_extra})
 
 
 def test_a_run_keeps_its_artifacts_in_the_cache_folder_only_when_compiled(tmp_path):
