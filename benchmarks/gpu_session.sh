@@ -102,8 +102,20 @@ check_files() {   # --dry-run: every file a part names exists
     for f in "$@"; do [ -e "$ROOT/$f" ] || { echo "gpu_session: $f is missing" >&2; exit 2; }; done
 }
 
+# gpu_code_id: one id for the code a GPU record depends on, the same here and on the GPU machine (whose copy of
+# the tree has no .git): sha256 over the paths and contents of GPU_CODE's files, documentation (*.md), the
+# records (benchmarks/recorded) and Python's caches left out. Records made at different commits of main with
+# the same id ran the same code (issue 47 asks for its records "at one commit": one id); tests/unit/
+# test_gpu_session.py checks that the id is the one of `git ls-files` on the same paths.
+GPU_CODE="runner benchmarks tests/gpu tests/__init__.py tests/conftest.py tests/crashguard.py lab tasks.py pyproject.toml inventory/local.yml"
+gpu_code_id() {
+    # shellcheck disable=SC2086  # GPU_CODE is a list of paths
+    find $GPU_CODE -type f ! -path 'benchmarks/recorded/*' ! -path '*/__pycache__/*' ! -name '*.pyc' ! -name '*.md' \
+        -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16
+}
+
 setup() {
-    if [ "$DRY" = 1 ]; then echo "setup: wheels from .whl into /tmp/site; machine.txt"; return 0; fi
+    if [ "$DRY" = 1 ]; then echo "setup: wheels from .whl into /tmp/site; machine.txt; gpu code $(gpu_code_id)"; return 0; fi
     if ls .whl/*.whl > /dev/null 2>&1; then
         "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
             .whl/*.whl || { say "setup: the wheels in .whl did not install"; exit 1; }
@@ -113,13 +125,14 @@ setup() {
     export PYTHONUNBUFFERED=1 GPULAB_CACHE_DIR=${GPULAB_CACHE_DIR:-/tmp/gpucache}
     {
         echo "commit: ${GPULAB_COMMIT:-unknown (set GPULAB_COMMIT)}"
+        echo "gpu code: $(gpu_code_id)"
         date -u +"date: %Y-%m-%dT%H:%M:%SZ"
         nvidia-smi --query-gpu=name,driver_version,memory.total,pci.bus_id --format=csv,noheader 2>&1
         "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__,
 "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "nccl", torch.cuda.nccl.version())' 2>&1
         echo "cores: $(nproc)"
     } > "$WORK/machine.txt"
-    say "setup: $(head -n 3 "$WORK/machine.txt" | tr '\n' ' ')"
+    say "setup: $(head -n 4 "$WORK/machine.txt" | tr '\n' ' ')"
 }
 
 # THROUGHPUT_S: a throughput-W part's limit in seconds. Measured on one H100 (2026-12-06, s of build and first

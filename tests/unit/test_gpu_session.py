@@ -260,3 +260,38 @@ def test_the_options_each_command_uses_exist(tmp_path):
             text = help_of([argv[0]])
         missing = {o for o in options(argv) if o not in text}
         assert not missing, (argv, missing)
+
+
+def _tracked_gpu_code_id() -> str:
+    """The id of benchmarks/gpu_session.sh's gpu_code_id, computed from git's own list of tracked files."""
+    import hashlib
+
+    line = next(ln for ln in SCRIPT.read_text().splitlines() if ln.startswith("GPU_CODE="))
+    paths = shlex.split(line.split("=", 1)[1])[0].split()
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--", *paths], cwd=ROOT, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    files = sorted(f for f in listed if f and not f.startswith(b"benchmarks/recorded/") and not f.endswith(b".md"))
+    sums = b"".join(
+        hashlib.sha256((ROOT / f.decode()).read_bytes()).hexdigest().encode() + b"  " + f + b"\n" for f in files
+    )
+    return hashlib.sha256(sums).hexdigest()[:16]
+
+
+def test_the_gpu_code_id_covers_exactly_the_tracked_code(tmp_path):
+    """Records made at two commits can be shown to have run the same code: the id the GPU machine prints
+    (no .git there) is the one of git's tracked files, whatever caches or records lie beside them."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    if subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=normal", "--", "runner", "benchmarks", "tests/gpu", "lab"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip():
+        pytest.skip("uncommitted changes in the GPU code: the id would differ from git's by design")
+    r = dry_run("ttfs-ncf", env_out=tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    shown = re.search(r"gpu code ([0-9a-f]{16})$", r.stdout.splitlines()[0])
+    assert shown, r.stdout.splitlines()[0]
+    assert shown.group(1) == _tracked_gpu_code_id()
