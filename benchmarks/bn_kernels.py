@@ -14,7 +14,10 @@ the runner's compiled step under autocast), by each implementation:
 
 and sums them over the network: milliseconds per training step that the normalization costs each way. If
 ``eager`` is not clearly below ``inductor`` here, putting cuDNN's batch norm into the compiled graph (a
-custom operator) cannot give the 1.3x either. JSON (``--out``): per site and in total, with the GPU and torch.
+custom operator) cannot give the 1.3x either. On a GPU it also gives each site's ``floor``: its fewest
+full-tensor reads and writes (``passes``) at the copy rate measured on the same GPU (``copy_gbps``), the
+least any kernel could take for it; the sum, ``ms_per_step.floor``, bounds what faster normalization kernels
+alone could win. JSON (``--out``): per site and in total, with the GPU and torch.
 
     python benchmarks/bn_kernels.py --out bn.json [--batch 384] [--impl inductor,eager] [--repeat 20]
 
@@ -71,7 +74,10 @@ def time_site(impl: str, c: int, side: int, add: bool, batch: int, device, repea
     mk = dict(device=device, dtype=torch.bfloat16)
     x = torch.randn(batch, c, side, side, generator=g, **mk).contiguous(memory_format=torch.channels_last)
     x.requires_grad_(True)
-    res = torch.randn(x.shape, generator=g, **mk).contiguous(memory_format=torch.channels_last) if add else None
+    res = None
+    if add:  # the residual branch trains too: its gradient is written, as in the network
+        res = torch.randn(x.shape, generator=g, **mk).contiguous(memory_format=torch.channels_last)
+        res.requires_grad_(True)
     weight = torch.ones(c, device=device, requires_grad=True)
     bias = torch.zeros(c, device=device, requires_grad=True)
     mean, var = torch.zeros(c, device=device), torch.ones(c, device=device)
@@ -83,6 +89,8 @@ def time_site(impl: str, c: int, side: int, add: bool, batch: int, device, repea
 
     def once():
         x.grad = weight.grad = bias.grad = None  # no accumulation pass: the training step has none either
+        if res is not None:
+            res.grad = None
         y = fn(x, res, weight, bias, mean, var)
         y.backward(grad)
 
@@ -97,6 +105,32 @@ def time_site(impl: str, c: int, side: int, add: bool, batch: int, device, repea
     return (time.perf_counter() - t) / repeat * 1000.0
 
 
+def passes(add: bool) -> int:
+    """Full-tensor reads and writes that one training pass of a site needs at the least, each kernel perfect:
+    forward, the statistics (read x) and the normalization (read x [and the residual], write y); backward, the
+    reductions for the weight and bias gradients (read dy and x; ReLU's mask recomputed from x [and the
+    residual: read it again]), then the input gradient (read dy and x [and the residual], write dx [and the
+    residual's gradient]). 8 without the add, 12 with it."""
+    return 12 if add else 8
+
+
+def copy_gbps(device, repeat: int) -> float:
+    """This GPU's device-to-device copy rate in GB/s (bytes read + bytes written, a 1 GiB bf16 tensor): the
+    rate a memory-bound pass could reach at best, measured here rather than taken from a data sheet."""
+    import torch
+
+    src = torch.empty(1 << 29, dtype=torch.bfloat16, device=device)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize(device)
+    t = time.perf_counter()
+    for _ in range(repeat):
+        dst.copy_(src)
+    torch.cuda.synchronize(device)
+    return 2 * src.numel() * src.element_size() * repeat / (time.perf_counter() - t) / 1e9
+
+
 def measure(impls: list[str], batch: int, device: str, repeat: int, limit: int | None = None) -> dict:
     import torch
 
@@ -105,9 +139,14 @@ def measure(impls: list[str], batch: int, device: str, repeat: int, limit: int |
         from runner.workloads.compiling import cuda_backends
 
         cuda_backends()
+    gbps = copy_gbps(dev, repeat) if dev.type == "cuda" else None
     rows, totals = [], {i: 0.0 for i in impls}
+    floor = 0.0
     for c, side, layers, add in sites()[:limit]:
         row = {"channels": c, "side": side, "layers": layers, "add": add}
+        if gbps:
+            row["floor_ms"] = round(passes(add) * batch * c * side * side * 2 / (gbps * 1e9) * 1000.0, 4)
+            floor += row["floor_ms"] * layers
         for impl in impls:
             ms = time_site(impl, c, side, add, batch, dev, repeat)
             row[f"{impl}_ms"] = round(ms, 4)
@@ -127,6 +166,10 @@ def measure(impls: list[str], batch: int, device: str, repeat: int, limit: int |
     }
     if dev.type == "cuda":
         doc["gpu"] = torch.cuda.get_device_name(dev)
+        # the least these passes can take on this GPU: every site at its fewest full-tensor passes (passes())
+        # at the measured copy rate; what separates a compiled step from it is all a better kernel could win
+        doc["copy_gbps"] = round(gbps, 1)
+        doc["ms_per_step"]["floor"] = round(floor, 3)
     return doc
 
 
