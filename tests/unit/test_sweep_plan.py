@@ -12,7 +12,6 @@ import time
 
 import pytest
 
-from lab.results import checksums
 from lab.sweep import hostlock
 from lab.hosts import remote
 from lab.sweep import driver
@@ -23,6 +22,7 @@ from lab.sweep import topology
 from lab.core.errors import ConfigError
 from lab.hosts.inventory import Host
 from tests.testlab.util import exec_done
+from rundirs import write_run
 
 
 def host(name="h1", count=3, connection="ssh", workdir="/var/lib/gpulab"):
@@ -224,19 +224,13 @@ def test_planned_gpu_subsets_are_recorded_in_the_state(tmp_path):
 # --------------------------------------------------------------------------- state and resume
 
 
-def write_rundir(d, outcome="success"):
-    d.mkdir(parents=True)
-    (d / "status.json").write_text(json.dumps({"outcome": outcome, "reason": "r"}))
-    (d / "SHA256SUMS").write_text(f"{checksums.sha256(d / 'status.json')}  status.json\n")
-
-
 def test_resume_skips_only_complete_and_verified_runs(tmp_path):
     runs = pl.plan([host(count=0)], ["ncf"], None, 3)
     s = sweepstate.Sweep(root=tmp_path / "s", name="s", runs=runs)
     for r, state in zip(runs, ("complete", "complete", "failed")):
         r.state, r.outcome, r.reason = state, "success" if state == "complete" else None, state
-    write_rundir(s.run_dir(runs[0]))
-    write_rundir(s.run_dir(runs[1]))
+    write_run(s.run_dir(runs[0]))
+    write_run(s.run_dir(runs[1]))
     (s.run_dir(runs[1]) / "status.json").write_text("{}")  # corrupted after the fetch
     s.save()
     again = sweepstate.Sweep.open(tmp_path / "s", "s", pl.plan([host(count=0)], ["ncf"], None, 3), {})

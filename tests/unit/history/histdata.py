@@ -1,6 +1,6 @@
 """Inputs of the history tests, made by the project's own writers: run directories through the runner's
-run-directory writers (runner.rundir), validate.json through lab.validate from the validation tests'
-H200 burn-in document."""
+run-directory writers (runner.rundir, by tests/unit/rundirs.write_run), validate.json through lab.validate
+from the validation tests' H200 burn-in document."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import copy
 import json
 from pathlib import Path
 
-from runner import rundir as writer
+from tests.unit import rundirs
 
 ROOT = Path(__file__).resolve().parents[3]
 H200 = ROOT / "tests" / "unit" / "validate" / "fixtures" / "h200-x8-standard.handmade.json"
@@ -30,32 +30,8 @@ def write_run(
     start="2026-12-01T10:00:00.000Z",
     host_gpus=4,
 ) -> Path:
-    """A throughput run directory of ``host`` under ``root`` (a sweep folder when it holds sweep.json)."""
-    d = root / host / name
-    d.mkdir(parents=True)
-    writer.write_json(
-        d / writer.STATUS,
-        writer.status_document(
-            runner_version="0",
-            workload="ncf",
-            benchmark="ncf",
-            framework="pytorch",
-            mode="throughput",
-            scale="tiny",
-            seed=seed,
-            precision="fp32",
-            gpus=list(gpus),
-            world_size=len(gpus),
-            nnodes=1,
-            node_rank=0,
-            start=start,
-            end=start.replace("10:00", "10:05"),
-            exit_code=0 if outcome == "success" else 1,
-            outcome=outcome,
-            reason="done" if outcome == "success" else "XID 79: GPU fell off the bus",
-            result={"samples_per_s": samples_per_s, "sample_unit": "samples"},
-        ),
-    )
+    """A throughput run directory of ``host`` under ``root`` (a sweep folder when it holds sweep.json), with
+    the host's probe in its manifest (tests/unit/rundirs.write_run)."""
     probe = {
         "schema": 1,
         "host": {"hostname": host},
@@ -66,10 +42,20 @@ def write_run(
             for i in range(host_gpus)
         ],
     }
-    writer.write_json(d / writer.MANIFEST, {"schema": 1, "contract": 1, "gpus": list(gpus), "probe": probe})
-    (d / writer.MLLOG).write_text(':::MLLOG {"key": "run_start"}\n')
-    writer.write_sums(d)
-    return d
+    return rundirs.write_run(
+        root / host / name,
+        seed=seed,
+        mode="throughput",
+        outcome=outcome,
+        reason="done" if outcome == "success" else "XID 79: GPU fell off the bus",
+        result={"samples_per_s": samples_per_s, "sample_unit": "samples"},
+        manifest={"schema": 1, "contract": 1, "gpus": list(gpus), "probe": probe},
+        gpus=list(gpus),
+        world_size=len(gpus),
+        start=start,
+        end=start.replace("10:00", "10:05"),
+        exit_code=0 if outcome == "success" else 1,
+    )
 
 
 def write_sweep(

@@ -3,20 +3,21 @@
 - v0.5 logs, one `:::MLPv0.5.0 <benchmark> <time> (<file>:<line>) <key>[: <json>]`
   line per event, as the mlperf_compliance package of 2018 printed them;
 - MLLOG files written by the mlperf-logging package itself (mlperf_logging.mllog);
-- gpulab run directories (runner/README.md) with SHA256SUMS;
+- gpulab run directories (runner/README.md) with SHA256SUMS (runner.rundir.write_sums);
 - the synthetic mini-study: T4 1-4 GPUs and V100-PCIe 1-3 GPUs on four
   benchmarks, with the reference study's GNMT epochs 12, 7, 5, 4 / 16, 12, 9.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
 
 from mlperf_logging.mllog import mllog as mllog_impl
 from mlperf_logging.mllog import constants as C
+
+from runner.rundir import write_sums  # SHA256SUMS as the runner writes it
 
 T0 = 1_700_000_000.0  # run_start of the first run, unix seconds
 
@@ -168,13 +169,6 @@ def write_mllog(
 # --------------------------------------------------------------------------
 # gpulab run directories
 # --------------------------------------------------------------------------
-
-
-def write_sums(rundir: Path):
-    lines = []
-    for f in sorted(p for p in rundir.rglob("*") if p.is_file() and p.name != "SHA256SUMS"):
-        lines.append(f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.relative_to(rundir).as_posix()}")
-    (rundir / "SHA256SUMS").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 STACK_2019 = {
