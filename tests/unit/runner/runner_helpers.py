@@ -34,13 +34,14 @@ def runner(*args, timeout=300, check=False, python: str = sys.executable) -> sub
     )
 
 
-def script(path, *args, timeout: float = 120) -> subprocess.CompletedProcess:
+def script(path, *args, timeout: float = 120, extra_env: dict | None = None) -> subprocess.CompletedProcess:
     """Run one of the project's scripts (``path``: relative to the checkout, e.g. ``benchmarks/tune.py``, or
-    absolute) with ``args`` as a user would: this interpreter, from the checkout, output captured."""
+    absolute) with ``args`` as a user would: this interpreter, from the checkout, output captured;
+    ``extra_env``: variables set for it over the tests' environment (``env``)."""
     return subprocess.run(
         [sys.executable, str(ROOT / path), *map(str, args)],
         cwd=ROOT,
-        env=env(),
+        env=env() | (extra_env or {}),
         capture_output=True,
         text=True,
         timeout=timeout,

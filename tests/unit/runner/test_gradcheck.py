@@ -9,14 +9,12 @@ The verdict's rules are tested on fabricated gradients in test_gradjudge.py.
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from runner_helpers import ROOT, env  # noqa: E402
+from runner_helpers import ROOT, script  # noqa: E402
 
 from runner import workloads  # noqa: E402
 from runner.workloads import gradients as G  # noqa: E402
@@ -94,14 +92,7 @@ def test_ttt_mode_takes_the_first_batch_of_the_generated_data():
 
 
 def gradcheck(*args, timeout=600):
-    return subprocess.run(
-        [sys.executable, str(GRADCHECK), *map(str, args)],
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return script(GRADCHECK, *args, timeout=timeout)
 
 
 def test_the_script_checks_a_workload_in_both_precisions_and_catches_the_planted_faults(tmp_path):

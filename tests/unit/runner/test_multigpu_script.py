@@ -4,22 +4,18 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
-from runner_helpers import ROOT, env
+import runner_helpers
+from runner_helpers import ROOT
 from tests.testlab.util import exec_done
 
 SCRIPT = ROOT / "benchmarks" / "multigpu.py"
 
 
 def script(*args, timeout=900, extra_env=None):
-    e = env()
-    e.update(extra_env or {})
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *map(str, args)], cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout
-    )
+    return runner_helpers.script(SCRIPT, *args, timeout=timeout, extra_env=extra_env)
 
 
 def module():

@@ -1,27 +1,18 @@
 """benchmarks/scale_matrix.py on the CPU: the real ``runner run`` of a tiny workload in both modes."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 pytest.importorskip("torch")
 
-from runner_helpers import ROOT, env
+from runner_helpers import ROOT, script
 
 SCRIPT = ROOT / "benchmarks" / "scale_matrix.py"
 
 
 def matrix(*args, timeout=600):
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), "--device", "cpu", *map(str, args)],
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return script(SCRIPT, "--device", "cpu", *args, timeout=timeout)
 
 
 def test_a_tiny_workload_trains_to_target_and_measures_throughput(tmp_path):
