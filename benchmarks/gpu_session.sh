@@ -104,10 +104,13 @@ check_files() {   # --dry-run: every file a part names exists
 
 # gpu_code_id: one id for the code a GPU record depends on, the same here and on the GPU machine (whose copy of
 # the tree has no .git): sha256 over the paths and contents of GPU_CODE's files, documentation (*.md), the
-# records (benchmarks/recorded) and Python's caches left out. Records made at different commits of main with
-# the same id ran the same code (issue 47 asks for its records "at one commit": one id); tests/unit/
-# test_gpu_session.py checks that the id is the one of `git ls-files` on the same paths.
-GPU_CODE="runner benchmarks tests/gpu tests/__init__.py tests/conftest.py tests/crashguard.py lab tasks.py pyproject.toml inventory/local.yml"
+# records (benchmarks/recorded) and Python's caches left out. GPU_CODE is what the gpu-tests, ttfs, throughput,
+# profile, speed, bn, stem and maxpool parts run (the runner does not import lab/: tests/unit/test_layering.py);
+# validate, nvbandwidth and tune also run lab/ and tasks.py, which the id leaves out so that work on the
+# controller does not restart a set of records (their records name the commit). Records made at different
+# commits of main with the same id ran the same code (issue 47 asks for its records "at one commit": one id);
+# tests/unit/test_gpu_session.py checks that the id is the one of `git ls-files` on the same paths.
+GPU_CODE="runner benchmarks tests/gpu tests/conftest.py tests/crashguard.py pyproject.toml"
 gpu_code_id() {
     # shellcheck disable=SC2086  # GPU_CODE is a list of paths
     find $GPU_CODE -type f ! -path 'benchmarks/recorded/*' ! -path '*/__pycache__/*' ! -name '*.pyc' ! -name '*.md' \
