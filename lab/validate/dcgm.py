@@ -134,6 +134,11 @@ def _not_run(reason: str, required: bool) -> dict:
     return check(CHECK, verdict, None, "DCGM diagnostic results", f"not run: {reason}{why}", source="dcgm")
 
 
+def _failed(level, why) -> dict:
+    """The host's FAIL when dcgmi at ``level`` gave no judgeable results (``why``)."""
+    return check(CHECK, FAIL, None, "DCGM diagnostic results", f"level {level}: {why}", source="dcgm", dcgm_level=level)
+
+
 def _entity(result: dict) -> tuple[str, str] | None:
     """('GPU', '0') / ('NvSwitch', '3') / None (the whole host or several GPUs)."""
     if "entity_group" in result and "entity_id" in result:
@@ -248,34 +253,14 @@ def checks(gathered: dict | None, gpu_indices: list, expect: dict | None) -> tup
             )
         )
     if gathered.get("error"):
-        return host + [
-            check(
-                CHECK,
-                FAIL,
-                None,
-                "DCGM diagnostic results",
-                f"level {level}: {gathered['error']}",
-                source="dcgm",
-                dcgm_level=level,
-            )
-        ], {}
+        return host + [_failed(level, gathered["error"])], {}
     try:
         doc = document(gathered.get("stdout") or "")
     except ValueError as exc:
         last = (gathered.get("stderr") or gathered.get("stdout") or "").strip().splitlines()
         detail = f": {last[-1][:300]}" if last else ""
         msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-        return host + [
-            check(
-                CHECK,
-                FAIL,
-                None,
-                "DCGM diagnostic results",
-                f"level {level}: dcgmi exited {gathered.get('exit_code')}, {msg}{detail}",
-                source="dcgm",
-                dcgm_level=level,
-            )
-        ], {}
+        return host + [_failed(level, f"dcgmi exited {gathered.get('exit_code')}, {msg}{detail}")], {}
     return _from_document(doc, host, gpu_indices, level)
 
 
@@ -286,17 +271,7 @@ def _from_document(doc: dict, host: list[dict], gpu_indices: list, level) -> tup
     known = {str(i) for i in gpu_indices}
     per_gpu: dict[str, list[dict]] = {}
     if root.get("runtime_error"):
-        host.append(
-            check(
-                CHECK,
-                FAIL,
-                None,
-                "DCGM diagnostic results",
-                f"level {level}: {root['runtime_error']}",
-                source="dcgm",
-                dcgm_level=level,
-            )
-        )
+        host.append(_failed(level, root["runtime_error"]))
     count = 0
     for cat in root.get("test_categories") or []:
         if not isinstance(cat, dict):
@@ -330,15 +305,5 @@ def _from_document(doc: dict, host: list[dict], gpu_indices: list, level) -> tup
                 (per_gpu.setdefault(gpu, []) if gpu is not None else host).append(rec)
                 count += 1
     if not count and not root.get("runtime_error"):
-        host.append(
-            check(
-                CHECK,
-                FAIL,
-                None,
-                "DCGM diagnostic results",
-                f"level {level}: no test results in dcgmi's output",
-                source="dcgm",
-                dcgm_level=level,
-            )
-        )
+        host.append(_failed(level, "no test results in dcgmi's output"))
     return host, per_gpu

@@ -272,63 +272,33 @@ def aer_checks(gpu: dict, limits: dict, window: LinkWindow | None) -> list[dict]
         return [check("PCIe AER", WARN, None, exp, f"not judged: {why}")]
     measured, dev, port, d = _aer_measured(aer, window)
     both = {k: dev[k] + port.get(k, 0) for k in AER_KINDS}
+
+    def said(verdict: str, text: str) -> list[dict]:
+        return [check("PCIe AER", verdict, measured, exp, text)]
+
     if both["fatal"] >= cfg["total_fatal_fail"]:
         where = "the GPU" if dev["fatal"] else f"the port above it ({aer['upstream']['device']})"
-        return [
-            check(
-                "PCIe AER",
-                FAIL,
-                measured,
-                exp,
-                f"{both['fatal']} fatal PCIe error(s) on {where} since boot"
-                f"{_aer_names(aer, 'fatal') or _aer_names(aer.get('upstream'), 'fatal')}",
-            )
-        ]
-    if d and d["nonfatal"] >= cfg["window_nonfatal_fail"]:
-        return [
-            check(
-                "PCIe AER",
-                FAIL,
-                measured,
-                exp,
-                f"{d['nonfatal']} non-fatal uncorrectable PCIe error(s) during the burn-in{_aer_names(aer, 'nonfatal')}",
-            )
-        ]
-    if both["nonfatal"] >= cfg["total_nonfatal_warn"]:
-        return [
-            check(
-                "PCIe AER",
-                WARN,
-                measured,
-                exp,
-                f"{both['nonfatal']} non-fatal uncorrectable PCIe error(s) since boot{_aer_names(aer, 'nonfatal')}",
-            )
-        ]
-    if d and d["correctable"] >= cfg["window_correctable_warn"]:
-        return [
-            check(
-                "PCIe AER",
-                WARN,
-                measured,
-                exp,
-                f"{d['correctable']} corrected PCIe error(s) during the burn-in{_aer_names(aer, 'correctable')}",
-            )
-        ]
-    if both["correctable"] >= cfg["total_correctable_warn"]:
-        return [
-            check(
-                "PCIe AER",
-                WARN,
-                measured,
-                exp,
-                f"{both['correctable']} corrected PCIe error(s) since boot{_aer_names(aer, 'correctable')}",
-            )
-        ]
-    return [
-        check(
-            "PCIe AER", PASS, measured, exp, f"no uncorrectable PCIe error; {both['correctable']} corrected since boot"
+        return said(
+            FAIL,
+            f"{both['fatal']} fatal PCIe error(s) on {where} since boot"
+            f"{_aer_names(aer, 'fatal') or _aer_names(aer.get('upstream'), 'fatal')}",
         )
-    ]
+    if d and d["nonfatal"] >= cfg["window_nonfatal_fail"]:
+        return said(
+            FAIL,
+            f"{d['nonfatal']} non-fatal uncorrectable PCIe error(s) during the burn-in{_aer_names(aer, 'nonfatal')}",
+        )
+    if both["nonfatal"] >= cfg["total_nonfatal_warn"]:
+        return said(
+            WARN, f"{both['nonfatal']} non-fatal uncorrectable PCIe error(s) since boot{_aer_names(aer, 'nonfatal')}"
+        )
+    if d and d["correctable"] >= cfg["window_correctable_warn"]:
+        return said(
+            WARN, f"{d['correctable']} corrected PCIe error(s) during the burn-in{_aer_names(aer, 'correctable')}"
+        )
+    if both["correctable"] >= cfg["total_correctable_warn"]:
+        return said(WARN, f"{both['correctable']} corrected PCIe error(s) since boot{_aer_names(aer, 'correctable')}")
+    return said(PASS, f"no uncorrectable PCIe error; {both['correctable']} corrected since boot")
 
 
 def guarded(label: str, unit, *args) -> list[dict]:
