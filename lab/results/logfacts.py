@@ -147,6 +147,47 @@ def split_runs(events: list[tuple], bad: list[int], nlines: int) -> list[tuple[l
     return out
 
 
+def facts_per_run(runs: list[tuple], bad: list[int], nlines: int, facts_of) -> list[LogFacts]:
+    """One LogFacts per run of ``split_runs``' list, by ``facts_of(events, start, stop)``: each with the
+    file's unreadable-lines warning and its place in the file; a run without run_stop is a LogProblem."""
+    warnings = [bad_lines_note(bad, nlines).lstrip("; ")] if bad else []
+    out = []
+    for n, (evs, start, stop) in enumerate(runs, 1):
+        if stop is None:
+            raise LogProblem(f"run {n} of {len(runs)} in the file has no run_stop")
+        f = facts_of(evs, start, stop)
+        f.warnings = list(warnings)
+        f.run_in_file, f.runs_in_file = n, len(runs)
+        out.append(f)
+    return out
+
+
+def timed_run(fmt: str, bench, t0: float, t1: float, verdict: tuple, epochs, quality, speed: tuple, **rest) -> LogFacts:
+    """The facts of a run clocked run_start (``t0``) to run_stop (``t1``): its time to train is that span where it
+    succeeded. ``verdict``: (success, outcome, reason); ``speed``: (samples/s, its basis); ``rest``: seed, target,
+    sample_unit where the log gives them."""
+    success, outcome, reason = verdict
+    return LogFacts(
+        fmt=fmt,
+        benchmark=bench,
+        platform=None,
+        seed=rest.pop("seed", None),
+        start_s=t0,
+        stop_s=t1,
+        success=success,
+        outcome=outcome,
+        reason=reason,
+        ttt_s=(t1 - t0) if success else None,
+        epochs=epochs,
+        quality=quality,
+        target=rest.pop("target", None),
+        samples_per_s=speed[0],
+        throughput_basis=speed[1],
+        warnings=[],
+        **rest,
+    )
+
+
 def throughput(spe, timed_epochs, timed_s, epochs, elapsed):
     """(samples/s, basis) or (None, None) when it cannot be computed."""
     if spe and timed_epochs and timed_s > 0:

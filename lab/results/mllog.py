@@ -19,15 +19,15 @@ from __future__ import annotations
 
 from lab.results.logfacts import (
     LogFacts,
-    LogProblem,
-    bad_lines_note,
     check_benchmarks,
+    facts_per_run,
     fmt_quality,
     integer,
     num,
     samples_per_epoch,
     split_runs,
     throughput,
+    timed_run,
 )
 from lab.core.mlperf import Rules
 from lab.core import plaindata
@@ -81,18 +81,13 @@ def runs_from_events(events, bad, nlines, rules: Rules, fmt: str) -> list[LogFac
     org = next((str(e[2]) for e in events if e[1] == "submission_org" and e[2]), None)
     seed = next((integer(e[2]) for e in events if e[1] == "seed"), None)
     spe_logged = next((e[2] for e in reversed(events) if e[1] == "train_samples"), None)
-    runs = split_runs(events, bad, nlines)
-    warnings = [bad_lines_note(bad, nlines).lstrip("; ")] if bad else []
-    out = []
-    for n, (evs, start, stop) in enumerate(runs, 1):
-        if stop is None:
-            raise LogProblem(f"run {n} of {len(runs)} in the file has no run_stop")
+
+    def facts_of(evs, start, stop) -> LogFacts:
         f = _facts(evs, start, stop, bench, samples_per_epoch(bench, spe_logged, rules), fmt)
         f.platform, f.seed, f.submitter = platform, seed, org
-        f.warnings = list(warnings)
-        f.run_in_file, f.runs_in_file = n, len(runs)
-        out.append(f)
-    return out
+        return f
+
+    return facts_per_run(split_runs(events, bad, nlines), bad, nlines, facts_of)
 
 
 def _facts(evs, start, stop, bench, spe, fmt) -> LogFacts:
@@ -150,22 +145,4 @@ def _facts(evs, start, stop, bench, spe, fmt) -> LogFacts:
     if logged is not None:  # the runner's throughput mode logs samples/s itself
         sps, basis = num(logged[2]), "logged throughput event"
         unit = str(logged[3]["unit"]) if logged[3].get("unit") else None
-    return LogFacts(
-        fmt=fmt,
-        benchmark=bench,
-        platform=None,
-        seed=None,
-        start_s=t0,
-        stop_s=t1,
-        success=success,
-        outcome=outcome,
-        reason=reason,
-        ttt_s=(t1 - t0) if success else None,
-        epochs=epochs,
-        quality=quality,
-        target=None,
-        samples_per_s=sps,
-        throughput_basis=basis,
-        warnings=[],
-        sample_unit=unit,
-    )
+    return timed_run(fmt, bench, t0, t1, (success, outcome, reason), epochs, quality, (sps, basis), sample_unit=unit)

@@ -32,15 +32,15 @@ import re
 
 from lab.results.logfacts import (
     LogFacts,
-    LogProblem,
-    bad_lines_note,
     check_benchmarks,
+    facts_per_run,
     fmt_quality,
     integer,
     looks_structured,
     num,
     samples_per_epoch,
     split_runs,
+    timed_run,
     value_of,
 )
 from lab.core.mlperf import Rules
@@ -122,17 +122,13 @@ def runs_from_events(events, names, bad, nlines, rules: Rules, fmt: str = "v0.5"
     spe = samples_per_epoch(
         bench, next((e[2] for e in reversed(events) if e[1] == "preproc_num_train_examples"), None), rules
     )
-    warnings = [bad_lines_note(bad, nlines).lstrip("; ")] if bad else []
-    out = []
-    for n, (evs, start, stop) in enumerate(runs, 1):
-        if stop is None:
-            raise LogProblem(f"run {n} of {len(runs)} in the file has no run_stop")
+
+    def facts_of(evs, start, stop) -> LogFacts:
         f = _facts(evs, start, stop, bench, target, spe, rules)
         f.fmt = fmt
-        f.warnings = list(warnings)
-        f.run_in_file, f.runs_in_file = n, len(runs)
-        out.append(f)
-    return out
+        return f
+
+    return facts_per_run(runs, bad, nlines, facts_of)
 
 
 def _facts(evs, start, stop, bench, target, spe, rules: Rules) -> LogFacts:
@@ -160,23 +156,8 @@ def _facts(evs, start, stop, bench, target, spe, rules: Rules) -> LogFacts:
     epochs = max((x for x in (counted, evaluated) if x is not None), default=None)
     sps, basis = _throughput(done, train_epochs, spe, epochs, t0, t1)
     seed = next((integer(e[2]) for e in evs if e[1] == "run_set_random_seed"), None)
-    return LogFacts(
-        fmt="v0.5",
-        benchmark=bench,
-        platform=None,
-        seed=seed,
-        start_s=t0,
-        stop_s=t1,
-        success=success,
-        outcome=outcome,
-        reason=reason,
-        ttt_s=(t1 - t0) if success else None,
-        epochs=epochs,
-        quality=quality,
-        target=target,
-        samples_per_s=sps,
-        throughput_basis=basis,
-        warnings=[],
+    return timed_run(
+        "v0.5", bench, t0, t1, (success, outcome, reason), epochs, quality, (sps, basis), seed=seed, target=target
     )
 
 
