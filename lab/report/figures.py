@@ -11,7 +11,6 @@ Figure 4: performance per watt, where telemetry exists.
 from __future__ import annotations
 
 import functools
-import io
 import math
 from pathlib import Path
 
@@ -24,12 +23,11 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from lab.report import systemfigs
-from lab.core import writes
 from lab.core.mlperf import bench_order
 from lab.results.runs import count_header, count_label, count_noun
 
 PALETTE = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"]
-DPI = 96
+DPI = systemfigs.DPI
 
 
 def _series_namer(systems):
@@ -67,12 +65,6 @@ def _new_figure(n_panels, title, legend_labels=()):
     axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(n_panels)]
     fig.suptitle(title, fontsize=12)
     return fig, axes
-
-
-def _save(fig, path: Path):
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    writes.write_bytes(path, buf.getvalue(), "report")
 
 
 def _bars(systems, value_key, benches, title, ylabel, path, colors, name_of, label_fmt):
@@ -123,15 +115,8 @@ def _bars(systems, value_key, benches, title, ylabel, path, colors, name_of, lab
         ax.margins(y=0.15)
     handles = [Patch(color=colors[n], label=n) for n in sorted(used)]
     if any_hatched:
-        handles.append(Patch(facecolor="white", edgecolor="#333333", hatch="//", label="too few runs"))
-    fig.legend(
-        handles=handles,
-        loc="lower center",
-        fontsize=8,
-        frameon=False,
-        ncol=systemfigs.legend_columns(fig.get_figwidth(), [h.get_label() for h in handles]),
-    )
-    _save(fig, path)
+        handles.append(systemfigs.hatched("//", "too few runs"))
+    systemfigs.finish(fig, handles, path)
 
 
 def _short(x):
@@ -331,14 +316,7 @@ def _scaling_figure(an, rules, fdir: Path, names: list, colors: dict, name_of) -
     for ax, bench in zip(axes, benches):
         _scaling_panel(ax, bench, lines, colors, an.scaling)
     handles = _scaling_legend(names, lines, colors)
-    fig.legend(
-        handles=handles,
-        loc="lower center",
-        fontsize=8,
-        frameon=False,
-        ncol=systemfigs.legend_columns(fig.get_figwidth(), [h.get_label() for h in handles]),
-    )
-    _save(fig, path)
+    systemfigs.finish(fig, handles, path)
     return [
         {
             "name": "fig3",

@@ -43,6 +43,25 @@ def legend_columns(width_in: float, labels) -> int:
     return max(1, min(len(list(labels)) or 1, int(width_in / (0.075 * longest + 0.45))))
 
 
+def hatched(hatch: str, label: str) -> Patch:
+    """A legend entry for bars drawn hatched (``hatch``: matplotlib's pattern)."""
+    return Patch(facecolor="white", edgecolor="#333333", hatch=hatch, label=label)
+
+
+def finish(fig, handles: list, path: Path) -> None:
+    """The legend of ``handles`` in rows below the panels, then the figure written as a PNG at ``path``."""
+    fig.legend(
+        handles=handles,
+        loc="lower center",
+        fontsize=8,
+        frameon=False,
+        ncol=legend_columns(fig.get_figwidth(), [h.get_label() for h in handles]),
+    )
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    writes.write_bytes(path, buf.getvalue(), "report")
+
+
 def draw(systems, value_key, benches, title, unit_of, path: Path, colors, fmt) -> list[str]:
     """Draw the figure; returns the benchmarks that got a panel (none: no figure drawn)."""
     panels = []
@@ -101,20 +120,11 @@ def draw(systems, value_key, benches, title, unit_of, path: Path, colors, fmt) -
         ax.tick_params(axis="x", labelsize=8)
     handles = [Patch(color=colors.get(d, "#8c8c8c"), label=d) for d in devices]
     if any_few:
-        handles.append(Patch(facecolor="white", edgecolor="#333333", hatch="//", label="too few runs"))
+        handles.append(hatched("//", "too few runs"))
     if any_fail:
-        handles.append(Patch(facecolor="white", edgecolor="#333333", hatch="xx", label="fails the compliance checker"))
-    fig.legend(
-        handles=handles,
-        loc="lower center",
-        ncol=legend_columns(width, [h.get_label() for h in handles]),
-        fontsize=8,
-        frameon=False,
-    )
+        handles.append(hatched("xx", "fails the compliance checker"))
     fig.suptitle(title, fontsize=12)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    writes.write_bytes(path, buf.getvalue(), "report")
+    finish(fig, handles, path)
     return [b for b, _ in panels]
 
 
