@@ -73,14 +73,10 @@ class GpuFacts:
         """The references of the GPU's model (None: the references have no such model)."""
         return self.refs["models"].get(self.model) if self.model else None
 
-    def unpack(self):
-        load = (self.bg or {}).get("load") or {}
-        return self.gpu, self.bg, self.host, self.refs, self.model, self.xid, self.refs["checks"], self.mref, load
-
 
 def _model_checks(g: GpuFacts) -> list[dict]:
     """The GPU model against the inventory; a WARN when the references have no such model."""
-    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    gpu, host, model, refs, mref = g.gpu, g.host, g.model, g.refs, g.mref
     out: list[dict] = []
     want_model = host_field(host, "gpu_model", "auto") if host is not None else "auto"
     if want_model not in (None, "auto"):
@@ -113,14 +109,14 @@ def _model_checks(g: GpuFacts) -> list[dict]:
 
 def _pcie_checks(g: GpuFacts) -> list[dict]:
     """The PCIe link against the inventory's gpulab_pcie, else the model's minimum."""
-    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    gpu, host, model, mref, c = g.gpu, g.host, g.model, g.mref, g.refs["checks"]
     out: list[dict] = []
     pcie = gpu.get("pcie") or {}
     want = host_field(host, "pcie", None) if host is not None else None
     want_src = "inventory gpulab_pcie"
     if not want and mref and mref.get("pcie_min"):
         want, want_src = mref["pcie_min"], f"{model} minimum"
-    load = (bg or {}).get("load") or {}
+    load = (g.bg or {}).get("load") or {}
     if want:
         width = pcie.get("width_current")
         if load.get("pcie_width_min") is not None:
@@ -137,57 +133,35 @@ def _pcie_checks(g: GpuFacts) -> list[dict]:
             "width_max": pcie.get("width_max"),
         }
         if width is None and gen_cur is None and gen_max is None and gen_load is None:
-            out.append(check("PCIe link", WARN, measured, exp, "PCIe link not readable"))
+            verdict, text = WARN, "PCIe link not readable"
         elif width is not None and width < want["width"]:
-            out.append(
-                check(
-                    "PCIe link",
-                    FAIL,
-                    measured,
-                    exp,
-                    f"link trained down to x{width} (expected x{want['width']}; the GPU can do "
-                    f"x{pcie.get('width_max')})",
-                )
+            verdict, text = (
+                FAIL,
+                f"link trained down to x{width} (expected x{want['width']}; the GPU can do x{pcie.get('width_max')})",
             )
         elif gen_load is not None and gen_load < want["gen"]:
-            out.append(
-                check(
-                    "PCIe link",
-                    FAIL,
-                    measured,
-                    exp,
-                    f"link runs at Gen{gen_load} under load (expected Gen{want['gen']})",
-                )
-            )
+            verdict, text = FAIL, f"link runs at Gen{gen_load} under load (expected Gen{want['gen']})"
         elif gen_max is not None and gen_max < want["gen"]:
-            out.append(
-                check(
-                    "PCIe link", FAIL, measured, exp, f"link can train only to Gen{gen_max} (expected Gen{want['gen']})"
-                )
-            )
+            verdict, text = FAIL, f"link can train only to Gen{gen_max} (expected Gen{want['gen']})"
         elif (
             gen_load is None
             and gen_cur is not None
             and gen_cur < want["gen"]
             and not (c.get("pcie", {}).get("idle_gen_ok", True) and gen_max is not None)
         ):
-            out.append(
-                check(
-                    "PCIe link",
-                    WARN,
-                    measured,
-                    exp,
-                    f"link at Gen{gen_cur} now and no load measurement to tell idle power saving from a fault",
-                )
+            verdict, text = (
+                WARN,
+                f"link at Gen{gen_cur} now and no load measurement to tell idle power saving from a fault",
             )
         else:
-            g = gen_load or max((x for x in (gen_cur, gen_max) if x is not None), default="?")
+            gen = gen_load or max((x for x in (gen_cur, gen_max) if x is not None), default="?")
             note = (
                 f" (Gen{gen_cur} at idle: power saving)"
                 if gen_cur is not None and gen_load is None and gen_cur < want["gen"]
                 else ""
             )
-            out.append(check("PCIe link", PASS, measured, exp, f"Gen{g} x{width}{note}"))
+            verdict, text = PASS, f"Gen{gen} x{width}{note}"
+        out.append(check("PCIe link", verdict, measured, exp, text))
     return out
 
 
@@ -198,7 +172,7 @@ def _link_checks(g: GpuFacts) -> list[dict]:
 
 def ecc_checks(g: GpuFacts) -> list[dict]:
     """ECC mode and uncorrected ECC errors."""
-    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    gpu, mref = g.gpu, g.mref
     out: list[dict] = []
     ecc = gpu.get("ecc") or {}
     if ecc.get("enabled") is False and mref and mref.get("ecc_expected"):
@@ -234,7 +208,7 @@ def ecc_checks(g: GpuFacts) -> list[dict]:
 
 def memory_checks(g: GpuFacts) -> list[dict]:
     """Retired pages (pre-Ampere) and row remapping (Ampere and later)."""
-    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    gpu, c = g.gpu, g.refs["checks"]
     out: list[dict] = []
     rp = gpu.get("retired_pages") or {}
     if any(rp.get(k) is not None for k in ("single_bit", "double_bit", "pending")):
@@ -299,7 +273,7 @@ def memory_checks(g: GpuFacts) -> list[dict]:
 
 def gpu_xid_checks(g: GpuFacts) -> list[dict]:
     """The XID events of this GPU."""
-    gpu, bg, host, refs, model, xid, c, mref, load = g.unpack()
+    gpu, refs, xid = g.gpu, g.refs, g.xid
     out: list[dict] = []
     if xid is not None:
         mine = [e for e in xid.get("events", []) if e.get("gpu") == gpu.get("index")]
