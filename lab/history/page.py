@@ -26,14 +26,13 @@ from pathlib import Path
 
 from sqlalchemy import String, select, type_coerce
 
-from lab.core import paths, writes
+from lab.core import paths, templates, writes
 from lab.core.errors import ConfigError
 from lab.history.db import Database
 from lab.history.models import Check, Gpu, Validation
 from lab.history.past import stored_float, iso, number, when
 from lab.history.query import gpu_filter, check_filter, parse_time
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 COLOURS = {"PASS": "#55a868", "WARN": "#f5c242", "FAIL": "#c44e52"}
 LINE = "#4c72b0"
 MAX_PLOTS = (
@@ -240,15 +239,7 @@ def render(
     view: dict | None = None,
     all_groups: list[dict] | None = None,
 ) -> str:
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    env = templates.environment()
     env.filters["num"] = lambda v: "-" if v is None else f"{v:.4g}"
     env.filters["utc"] = lambda t: f"{t:%Y-%m-%d %H:%M}"
     env.filters["slug"] = lambda v: "".join(ch if ch.isalnum() else "-" for ch in str(v))

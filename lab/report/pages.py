@@ -12,11 +12,9 @@ from pathlib import Path
 
 import jinja2
 
-from lab.core import writes
+from lab.core import templates, writes
 from lab.report.analysis import Analysis
 from lab.results.runs import accelerator_kind, count_header, count_label
-
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates"
 
 
 def key_findings(an: Analysis) -> list[str]:
@@ -131,13 +129,8 @@ def fmt_pct(x) -> str:
 
 def environment() -> jinja2.Environment:
     """templates/report.*.j2's Jinja environment: HTML escaped, undefined names an error, the filters above."""
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
-        autoescape=lambda name: bool(name) and name.endswith(".html.j2"),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
+    env = templates.environment(
+        autoescape=lambda name: bool(name) and name.endswith(".html.j2"), keep_trailing_newline=True
     )
     env.filters.update(
         num=fmt_num,

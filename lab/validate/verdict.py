@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from lab.core import term
+from lab.core import templates
 from lab.core import writes
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 _RANK = {PASS: 0, WARN: 1, FAIL: 2}
@@ -185,15 +185,7 @@ def percent(a, b) -> str:
 
 
 def render_html(verdicts: Verdicts) -> str:
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    env = templates.environment()
     env.filters["fmt"] = _fmt_any
     return env.get_template("validate.html.j2").render(v=verdicts.data)
 
