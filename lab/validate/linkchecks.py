@@ -77,6 +77,11 @@ def _expected_links(host, mref: dict | None, model: str | None) -> tuple[int | N
     return None, None
 
 
+def _judge(label: str, measured, exp: str):
+    """``said(verdict, text)``: the one check of ``label`` that a ladder of thresholds ends in, as a list."""
+    return lambda verdict, text: [check(label, verdict, measured, exp, text)]
+
+
 def nvlink_link_checks(gpu: dict, host, mref: dict | None, model: str | None, gpus_on_host: int) -> list[dict]:
     """NVLink links up against the inventory's gpulab_nvlink_links, else the model's reference."""
     if "nvlink" not in gpu:
@@ -103,37 +108,25 @@ def nvlink_link_checks(gpu: dict, host, mref: dict | None, model: str | None, gp
         ]
     up, present, down = nv.get("links_up") or 0, nv.get("links_present") or 0, nv.get("links_down") or []
     measured = {"up": up, "present": present, "down": down}
+    said = _judge("NVLink links", measured, exp)
     unread = [x["link"] for x in nv.get("links") or [] if x.get("up") is None]
     tail = (f"; down: {', '.join(map(str, down))}" if down else "") + (
         f"; state not readable: {', '.join(map(str, unread))}" if unread else ""
     )
     if want is None:
         verdict = PASS if up == present else WARN
-        return [check("NVLink links", verdict, measured, exp, f"{up} of {present} links up{tail} (no expected count)")]
+        return said(verdict, f"{up} of {present} links up{tail} (no expected count)")
     if up == want:
-        return [check("NVLink links", PASS, measured, exp, f"{up} of {present} links up")]
+        return said(PASS, f"{up} of {present} links up")
     if up > want:
-        return [
-            check(
-                "NVLink links",
-                WARN,
-                measured,
-                exp,
-                f"{up} links up, more than the {want} expected: fix the expectation",
-            )
-        ]
+        return said(WARN, f"{up} links up, more than the {want} expected: fix the expectation")
     if not from_inventory and gpus_on_host < 2 and up == 0:
-        return [
-            check(
-                "NVLink links",
-                WARN,
-                measured,
-                exp,
-                f"no link up on a host with one GPU (no NVLink peer here?); {want} expected: "
-                "set gpulab_nvlink_links for this host",
-            )
-        ]
-    return [check("NVLink links", FAIL, measured, exp, f"{up} of {want} expected links up{tail}")]
+        return said(
+            WARN,
+            f"no link up on a host with one GPU (no NVLink peer here?); {want} expected: "
+            "set gpulab_nvlink_links for this host",
+        )
+    return said(FAIL, f"{up} of {want} expected links up{tail}")
 
 
 def nvlink_error_checks(gpu: dict, limits: dict, window: LinkWindow | None) -> list[dict]:
@@ -146,6 +139,7 @@ def nvlink_error_checks(gpu: dict, limits: dict, window: LinkWindow | None) -> l
     rr_total = (total["replay"] or 0) + (total["recovery"] or 0)
     measured: dict = {"since_load": total}
     exp = f"no replay or recovery error under load; CRC below {cfg['window_crc_per_s_fail']:g}/s ({cfg['source']})"
+    said = _judge("NVLink errors", measured, exp)
     after = (window.after.get("nvlink_errors") or {}) if window else {}
     d = {k: _delta(total[k], after.get(k)) for k in NVLINK_COUNTERS} if after else {}
     if d and all(v is not None for v in d.values()):
@@ -153,52 +147,23 @@ def nvlink_error_checks(gpu: dict, limits: dict, window: LinkWindow | None) -> l
         rr, crc = d["replay"] + d["recovery"], d["crc_flit"] + d["crc_data"]
         rate = crc / window.seconds
         if rr >= cfg["window_replay_recovery_fail"]:
-            return [
-                check(
-                    "NVLink errors",
-                    FAIL,
-                    measured,
-                    exp,
-                    f"{d['replay']} replay and {d['recovery']} recovery error(s) during the burn-in "
-                    f"({window.seconds:.0f} s)",
-                )
-            ]
+            return said(
+                FAIL,
+                f"{d['replay']} replay and {d['recovery']} recovery error(s) during the burn-in "
+                f"({window.seconds:.0f} s)",
+            )
         if rate >= cfg["window_crc_per_s_fail"]:
-            return [check("NVLink errors", FAIL, measured, exp, f"{rate:.0f} CRC errors/s during the burn-in")]
+            return said(FAIL, f"{rate:.0f} CRC errors/s during the burn-in")
         if crc >= cfg["window_crc_warn"]:
-            return [
-                check(
-                    "NVLink errors",
-                    WARN,
-                    measured,
-                    exp,
-                    f"{crc} CRC error(s) during the burn-in ({rate:.2g}/s, below the failure rate)",
-                )
-            ]
+            return said(WARN, f"{crc} CRC error(s) during the burn-in ({rate:.2g}/s, below the failure rate)")
     if rr_total >= cfg["total_replay_recovery_warn"]:
         when = (
             "before the burn-in" if "in_window" in measured else "since the driver loaded (no load window to date them)"
         )
-        return [
-            check(
-                "NVLink errors",
-                WARN,
-                measured,
-                exp,
-                f"{total['replay'] or 0} replay and {total['recovery'] or 0} recovery error(s) {when}",
-            )
-        ]
+        return said(WARN, f"{total['replay'] or 0} replay and {total['recovery'] or 0} recovery error(s) {when}")
     crc_total = (total["crc_flit"] or 0) + (total["crc_data"] or 0)
     where = " and none during the burn-in" if "in_window" in measured else ""
-    return [
-        check(
-            "NVLink errors",
-            PASS,
-            measured,
-            exp,
-            f"no replay or recovery error{where}; {crc_total} CRC error(s) since the driver loaded",
-        )
-    ]
+    return said(PASS, f"no replay or recovery error{where}; {crc_total} CRC error(s) since the driver loaded")
 
 
 def pcie_replay_checks(gpu: dict, limits: dict, window: LinkWindow | None) -> list[dict]:
@@ -212,22 +177,19 @@ def pcie_replay_checks(gpu: dict, limits: dict, window: LinkWindow | None) -> li
         f"< {cfg['total_warn']} since the driver loaded ({cfg['source']})"
     )
     measured: dict = {"since_load": count}
+    said = _judge("PCIe replays", measured, exp)
     d = _delta(count, window.after.get("pcie_replay_count")) if window else None
     if d is not None:
         per_min = d / (window.seconds / 60.0)
         measured.update(in_window=d, window_s=round(window.seconds, 1))
         if d >= cfg["window_fail"]:
-            return [
-                check("PCIe replays", FAIL, measured, exp, f"{d} PCIe replays during the burn-in ({per_min:.1f}/min)")
-            ]
+            return said(FAIL, f"{d} PCIe replays during the burn-in ({per_min:.1f}/min)")
         if per_min > cfg["window_per_min_warn"]:
-            return [
-                check("PCIe replays", WARN, measured, exp, f"{d} PCIe replays during the burn-in: {per_min:.1f}/min")
-            ]
+            return said(WARN, f"{d} PCIe replays during the burn-in: {per_min:.1f}/min")
     if count >= cfg["total_warn"]:
-        return [check("PCIe replays", WARN, measured, exp, f"{count} PCIe replays since the driver loaded")]
+        return said(WARN, f"{count} PCIe replays since the driver loaded")
     where = f", {d} during the burn-in" if d is not None else ""
-    return [check("PCIe replays", PASS, measured, exp, f"{count} PCIe replay(s) since the driver loaded{where}")]
+    return said(PASS, f"{count} PCIe replay(s) since the driver loaded{where}")
 
 
 def _aer_totals(aer: dict | None) -> dict:
@@ -272,10 +234,7 @@ def aer_checks(gpu: dict, limits: dict, window: LinkWindow | None) -> list[dict]
         return [check("PCIe AER", WARN, None, exp, f"not judged: {why}")]
     measured, dev, port, d = _aer_measured(aer, window)
     both = {k: dev[k] + port.get(k, 0) for k in AER_KINDS}
-
-    def said(verdict: str, text: str) -> list[dict]:
-        return [check("PCIe AER", verdict, measured, exp, text)]
-
+    said = _judge("PCIe AER", measured, exp)
     if both["fatal"] >= cfg["total_fatal_fail"]:
         where = "the GPU" if dev["fatal"] else f"the port above it ({aer['upstream']['device']})"
         return said(
