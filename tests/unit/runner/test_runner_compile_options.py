@@ -125,28 +125,20 @@ def test_models_are_built_on_the_run_s_gpu_unless_told_otherwise(monkeypatch):
         build_device(gpu_like)
 
 
-def test_tune_runs_variants_in_order_and_records_each(tmp_path):
-    out = tmp_path / "tune.json"
-    r = script(
+def tune_on_cpu(tmp_path, out, *variants: str):
+    """benchmarks/tune.py at the tiny scale on the CPU, short measurements, its JSON in ``out``."""
+    flags = [f for v in variants for f in ("--variant", v)]
+    return script(
         "benchmarks/tune.py",
-        "--device",
-        "cpu",
-        "--scale",
-        "tiny",
-        "--measure-seconds",
-        "0.2",
-        "--warmup-steps",
-        "1",
-        "--out",
-        str(out),
-        "--cache",
-        str(tmp_path / "cache"),
-        "--variant",
-        "ncf compiled batch=512",
-        "--variant",
-        "ncf baseline",
+        *("--device", "cpu", "--scale", "tiny", "--measure-seconds", "0.2", "--warmup-steps", "1"),
+        *("--out", str(out), "--cache", str(tmp_path / "cache"), *flags),
         timeout=600,
     )
+
+
+def test_tune_runs_variants_in_order_and_records_each(tmp_path):
+    out = tmp_path / "tune.json"
+    r = tune_on_cpu(tmp_path, out, "ncf compiled batch=512", "ncf baseline")
     assert r.returncode == 0, r.stdout + r.stderr
     rows = json.loads(out.read_text())["variants"]
     assert [(v["workload"], v["baseline"]) for v in rows] == [("ncf", False), ("ncf", True)]
@@ -178,26 +170,7 @@ def test_bench_step_overrides_replace_scale_settings_and_unknown_ones_are_named(
 
 def test_tune_set_passes_settings_to_the_measurement(tmp_path):
     out = tmp_path / "tune.json"
-    r = script(
-        "benchmarks/tune.py",
-        "--device",
-        "cpu",
-        "--scale",
-        "tiny",
-        "--measure-seconds",
-        "0.2",
-        "--warmup-steps",
-        "1",
-        "--out",
-        str(out),
-        "--cache",
-        str(tmp_path / "cache"),
-        "--variant",
-        "ncf set=mf_dim=8,lr=0.02",
-        "--variant",
-        "ncf set=mf_size=8",
-        timeout=600,
-    )
+    r = tune_on_cpu(tmp_path, out, "ncf set=mf_dim=8,lr=0.02", "ncf set=mf_size=8")
     assert r.returncode == 0, r.stdout + r.stderr
     good, bad = json.loads(out.read_text())["variants"]
     assert good["set"] == {"mf_dim": 8, "lr": 0.02} and good["samples_per_s"] > 0
