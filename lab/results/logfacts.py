@@ -162,16 +162,29 @@ def facts_per_run(runs: list[tuple], bad: list[int], nlines: int, facts_of) -> l
     return out
 
 
-def timed_run(fmt: str, bench, t0: float, t1: float, verdict: tuple, epochs, quality, speed: tuple, **rest) -> LogFacts:
+def timed_run(
+    fmt: str,
+    bench,
+    t0: float,
+    t1: float,
+    verdict: tuple,
+    epochs,
+    quality,
+    speed: tuple,
+    *,
+    seed=None,
+    target=None,
+    sample_unit: str | None = None,
+) -> LogFacts:
     """The facts of a run clocked run_start (``t0``) to run_stop (``t1``): its time to train is that span where it
-    succeeded. ``verdict``: (success, outcome, reason); ``speed``: (samples/s, its basis); ``rest``: seed, target,
+    succeeded. ``verdict``: (success, outcome, reason); ``speed``: (samples/s, its basis); seed, target and
     sample_unit where the log gives them."""
     success, outcome, reason = verdict
     return LogFacts(
         fmt=fmt,
         benchmark=bench,
         platform=None,
-        seed=rest.pop("seed", None),
+        seed=seed,
         start_s=t0,
         stop_s=t1,
         success=success,
@@ -180,11 +193,11 @@ def timed_run(fmt: str, bench, t0: float, t1: float, verdict: tuple, epochs, qua
         ttt_s=(t1 - t0) if success else None,
         epochs=epochs,
         quality=quality,
-        target=rest.pop("target", None),
+        target=target,
         samples_per_s=speed[0],
         throughput_basis=speed[1],
         warnings=[],
-        **rest,
+        sample_unit=sample_unit,
     )
 
 
