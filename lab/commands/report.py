@@ -28,7 +28,13 @@ def report(
             f"report: {','.join(map(str, inputs))!r}: give a sweep directory, run directories or MLPerf log files"
         )
     first = found[0]
-    out_dir = lab_paths.folder(Path(out) if out else (first if first.is_dir() else first.parent) / "report", "--out")
+    if out:
+        out_dir = lab_paths.folder(out, "--out")
+    else:  # the default beside the input obeys --out's rule too: no report files spread into /etc or /usr
+        what = "report folder (PATH's folder/report; give --out)"
+        out_dir = lab_paths.folder(
+            lab_paths.output_root((first if first.is_dir() else first.parent) / "report", what), what
+        )
     return build.build_report(
         found, out_dir, formats=tuple(formats), compare=Path(compare) if compare else None, round=round
     )

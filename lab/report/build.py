@@ -252,6 +252,11 @@ def build_report(
     _check_outputs(out_dir, formats)
     rules = rules or default_rules()
     coll = read_runs(paths, rules, round=round)
+    if not coll.runs:  # every input skipped: an empty report would only hide that, so nothing is written
+        first = coll.skipped[0] if coll.skipped else None
+        more = f" (and {len(coll.skipped) - 1} more skipped)" if len(coll.skipped) > 1 else ""
+        where = f"{first.source}: {first.reason}{more}" if first else ", ".join(coll.inputs)
+        raise ConfigError(f"report: nothing to report: {where}")
     other = read_runs([Path(compare)], rules, round=round) if compare is not None else None
     an = analyse(coll.runs, rules, other.runs if other else None)
     result = ReportResult(skipped=[(s.source, s.reason) for s in coll.skipped], notes=list(coll.notes))

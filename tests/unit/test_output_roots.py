@@ -88,6 +88,8 @@ def test_an_error_quotes_an_excerpt_of_a_file_not_the_file(tmp_path):
     [
         (["report", "{tmp}", "--out", "/"], {}, "--out: / is a system folder"),
         (["report", "{tmp}", "--out", "/etc/gpulab"], {}, "--out: /etc/gpulab is a system folder"),
+        (["report", "/etc/passwd"], {}, "report folder (PATH's folder/report; give --out): /etc/report is a system"),
+        (["report", "/usr/lib"], {}, "report folder (PATH's folder/report; give --out): /usr/lib/report is a system"),
         (
             ["sweep", "--device", "v100", "--mode", "throughput", "--dry-run"],
             {"INVOKE_GPULAB_RESULTS": "/etc"},

@@ -27,11 +27,27 @@ def test_path_without_logs(tmp_path):
 
 
 def test_explicit_file_that_is_not_a_log_is_reported_not_fatal(tmp_path):
+    write_lines(tmp_path / "l" / "a.log", v05_run("gnmt", epochs=1, epoch_s=1.0))
     f = tmp_path / "notes.txt"
     f.write_text("nothing here\n")
-    res = build_report([f], tmp_path / "out", formats=("json",))
+    res = build_report([tmp_path / "l" / "a.log", f], tmp_path / "out", formats=("json",))
     assert res.skipped == [(str(f), "no :::MLLOG, :::MLL or :::MLPv0.5.0 lines")]
-    assert res.summary == []
+    assert [s["benchmark"] for s in res.summary] == ["gnmt"]
+
+
+def test_inputs_that_are_all_skipped_write_no_report(tmp_path):
+    """Nothing readable in any input: exit 2 and no folder, not an empty report beside a stray file (a
+    report of /etc/passwd would otherwise land in /etc/report)."""
+    f, g = tmp_path / "notes.txt", tmp_path / "empty.log"
+    f.write_text("nothing here\n")
+    g.write_text("")
+    with pytest.raises(ConfigError) as exc:
+        build_report([f, g], tmp_path / "out")
+    assert str(exc.value) == (
+        f"report: nothing to report: {f}: no :::MLLOG, :::MLL or :::MLPv0.5.0 lines (and 1 more skipped)"
+    )
+    assert exc.value.exit_code == 2
+    assert not (tmp_path / "out").exists()
 
 
 def test_unknown_format(tmp_path):
