@@ -24,13 +24,17 @@ def import_paths(paths, url: str, make_folder: bool = False) -> tuple[Added, lis
 
     Everything is read (and checked) before the database is opened (and, with
     ``make_folder``, before a SQLite file's folder is made); returns what was
-    added and one line per thing skipped.
+    added and one line per thing skipped. ConfigError when everything found was
+    skipped: nothing to import, no database opened or made.
     """
     from lab.history.db import open_db, sqlite_folder
     from lab.history.sources import read_sources
     from lab.history.store import add_sources
 
     src = read_sources([Path(p) for p in paths])
+    if not src.runs and not src.validations:
+        more = f" (and {len(src.skipped) - 1} more skipped)" if len(src.skipped) > 1 else ""
+        raise ConfigError(f"nothing to import: {src.skipped[0]}{more}")
     if make_folder:
         sqlite_folder(url)
     db = open_db(url)

@@ -165,6 +165,21 @@ def test_a_validate_json_that_does_not_check_is_one_line(results, tmp_path):
     assert not (results / hdb.DEFAULT_FILE).exists()  # checked before the database is opened
 
 
+def test_a_folder_whose_every_run_is_skipped_imports_nothing_and_makes_no_database(results, tmp_path):
+    """Everything found was skipped (here every status.json garbled): one line, exit 2, no database file,
+    not "0 run(s) added" over a new empty database."""
+    broken = tmp_path / "broken"
+    write_sweep(broken, "sw2", {"r740-01": 2})
+    statuses = sorted(broken.rglob("status.json"))
+    assert len(statuses) >= 2
+    for s in statuses:
+        s.write_text("{not json")
+    p = invoke("history.import", str(broken), results=results)
+    line = one_line(p)
+    assert p.returncode == 2 and line.startswith("gpulab: nothing to import: ") and "more skipped)" in line, line
+    assert not (results / hdb.DEFAULT_FILE).exists()
+
+
 def test_a_quarantine_round_trip_through_the_cli(results):
     assert invoke("history.import", str(results), results=results).returncode == 0
     add = invoke(
