@@ -49,6 +49,13 @@ def one_line(exc: BaseException) -> str:
     return exc.message if isinstance(exc, GpulabError) else f"{type(exc).__name__}: {exc}"
 
 
+def nothing_read(what: str, skipped: list[str]) -> ConfigError:
+    """The refusal of a command that found inputs but could use none of them: ``what``, the first skip and
+    how many more (``skipped``: one line each, at least one)."""
+    more = f" (and {len(skipped) - 1} more skipped)" if len(skipped) > 1 else ""
+    return ConfigError(f"{what}: {skipped[0]}{more}")
+
+
 EXCERPT = 80
 
 

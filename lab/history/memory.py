@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lab.core import advice
-from lab.core.errors import ConfigError
+from lab.core.errors import ConfigError, nothing_read
 
 if TYPE_CHECKING:
     from lab.history.store import Added
@@ -32,9 +32,8 @@ def import_paths(paths, url: str, make_folder: bool = False) -> tuple[Added, lis
     from lab.history.store import add_sources
 
     src = read_sources([Path(p) for p in paths])
-    if not src.runs and not src.validations:
-        more = f" (and {len(src.skipped) - 1} more skipped)" if len(src.skipped) > 1 else ""
-        raise ConfigError(f"nothing to import: {src.skipped[0]}{more}")
+    if not src.runs and not src.validations:  # read_sources refuses a path with nothing found
+        raise nothing_read("nothing to import", src.skipped)
     if make_folder:
         sqlite_folder(url)
     db = open_db(url)

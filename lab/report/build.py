@@ -36,7 +36,7 @@ from pathlib import Path
 from lab.report.analysis import Analysis, analyse
 from lab.report.pages import key_findings, write_pages
 from lab.core import writes
-from lab.core.errors import ConfigError
+from lab.core.errors import ConfigError, nothing_read
 from lab.core.mlperf import Rules, default_rules
 from lab.results.logreader import read_runs
 
@@ -252,11 +252,8 @@ def build_report(
     _check_outputs(out_dir, formats)
     rules = rules or default_rules()
     coll = read_runs(paths, rules, round=round)
-    if not coll.runs:  # every input skipped: an empty report would only hide that, so nothing is written
-        first = coll.skipped[0] if coll.skipped else None
-        more = f" (and {len(coll.skipped) - 1} more skipped)" if len(coll.skipped) > 1 else ""
-        where = f"{first.source}: {first.reason}{more}" if first else ", ".join(coll.inputs)
-        raise ConfigError(f"report: nothing to report: {where}")
+    if not coll.runs:  # every input skipped (read_runs refuses a path with nothing found): nothing is written
+        raise nothing_read("report: nothing to report", [f"{s.source}: {s.reason}" for s in coll.skipped])
     other = read_runs([Path(compare)], rules, round=round) if compare is not None else None
     an = analyse(coll.runs, rules, other.runs if other else None)
     result = ReportResult(skipped=[(s.source, s.reason) for s in coll.skipped], notes=list(coll.notes))
