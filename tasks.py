@@ -370,7 +370,7 @@ def demo(c, workloads=None, seeds=None, name=None):
 
     hosts = inv.load(setting(c, "demo.inventory")).select()
     name = "demo-" + sw.default_name()[len("sweep-") :] if name is None else name
-    result = _sweep(c, hosts, workloads=workloads, seeds=seeds, name=name, nodes=1, cfg_prefix="demo.")
+    result = _sweep(c, hosts, workloads=workloads, seeds=seeds, name=name, cfg_prefix="demo.")  # demo.nodes too
     from lab.commands import report as cmd  # after the sweep: a refused demo loads no report modules
 
     rep_result = cmd.report([result.sweep.root], out=result.sweep.root / "report", formats=("html", "md", "json"))
