@@ -133,7 +133,7 @@ SWEEP_HELP = {
     "mode": "ttt (train to target) or throughput",
     "scale": "tiny, small or full",
     "name": "sweep name (default: sweep-<UTC time>); the same name resumes it",
-    "nodes": "hosts per run (multi-node runs with one rendezvous; default 1)",
+    "nodes": "hosts per run (multi-node runs with one rendezvous; default: gpulab.nodes)",
     "dry_run": "print the plan with estimated wall times and the prepared data of each host "
     "(one read-only command per host); start nothing",
     "timeout": "minutes before a run is stopped, or 'auto': three times each run's estimate (lab/data/study.yml)",
