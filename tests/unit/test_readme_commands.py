@@ -123,3 +123,23 @@ def test_short_flag_list_is_cli_short_flags():
 
     said = dict(re.findall(r"`-([a-z])` ([a-z-]+)", README.split("a short flag\nmeans one option", 1)[1][:800]))
     assert said == {s: k.replace("_", "-") for k, s in cli.SHORT_FLAGS.items()}
+
+
+def test_runner_command_line_block_is_the_runners_options():
+    """runner/README "Command line": each command's options as `python -m runner CMD --help` has them, all of them."""
+    block = (ROOT / "runner/README.md").read_text().split("## Command line", 1)[1].split("```", 2)[1]
+    said: dict[str, set[str]] = {}
+    cmd = None
+    for line in block.splitlines():
+        if line.startswith("python -m runner "):
+            cmd = line.split()[3]
+        if cmd and not cmd.startswith("-"):
+            code = line.split("  #", 1)[0] if line.startswith("python") else line.split("#", 1)[0]
+            said.setdefault(cmd, set()).update(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", code))
+    assert {"run", "list", "probe", "health"} <= set(said)
+    for cmd, flags in said.items():
+        shown = subprocess.run(
+            [sys.executable, "-m", "runner", cmd, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
+        ).stdout
+        options = set(re.findall(r"^  (?:-\w, )?(--[a-z][a-z0-9-]*)", shown, re.M)) - {"--help"}
+        assert flags == options, (cmd, flags ^ options)
