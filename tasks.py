@@ -270,7 +270,7 @@ def collect(c, path, inventory=None):
 @task(
     help={
         "path": "a sweep directory, run directories or MLPerf log files (comma separated)",
-        "format": "output formats, comma separated: html, md, json, csv",
+        "format": "output formats, comma separated: html, md, json, csv (default: gpulab.report_formats)",
         "compare": "another sweep to set side by side",
         "out": "output folder (default: PATH/report)",
         "round": "the published MLPerf round of MLLOG result trees, e.g. v5.1 (default: a "
@@ -291,10 +291,10 @@ def report(c, path, format=None, compare=None, out=None, round=None):
 @task(
     help={
         **SELECT_HELP,
-        "level": "quick, standard or burn-in",
+        "level": "quick (default), standard or burn-in",
         "baseline": "build references from these hosts",
         "json": "print verdicts as JSON",
-        "out": "folder for verdicts and the HTML page",
+        "out": "folder for verdicts and the HTML page (default: <gpulab.results>/validate)",
         "references": "GPU references YAML (default: gpulab.references)",
         "dcgm_level": "run level of DCGM's dcgmi diag, 1-4, 0 for none (default: gpulab.validate.dcgm_levels)",
         "from_history": "with --baseline: from the history database's known-good GPUs instead of these hosts",
