@@ -133,7 +133,7 @@ SWEEP_HELP = {
     "mode": "ttt (train to target) or throughput",
     "scale": "tiny, small or full",
     "name": "sweep name (default: sweep-<UTC time>); the same name resumes it",
-    "nodes": "hosts per run (multi-node runs with one rendezvous; default 1)",
+    "nodes": "hosts per run (multi-node runs with one rendezvous; default: gpulab.nodes)",
     "dry_run": "print the plan with estimated wall times and the prepared data of each host "
     "(one read-only command per host); start nothing",
     "timeout": "minutes before a run is stopped, or 'auto': three times each run's estimate (lab/data/study.yml)",
@@ -270,7 +270,7 @@ def collect(c, path, inventory=None):
 @task(
     help={
         "path": "a sweep directory, run directories or MLPerf log files (comma separated)",
-        "format": "output formats, comma separated: html, md, json, csv",
+        "format": "output formats, comma separated: html, md, json, csv (default: gpulab.report_formats)",
         "compare": "another sweep to set side by side",
         "out": "output folder (default: PATH/report)",
         "round": "the published MLPerf round of MLLOG result trees, e.g. v5.1 (default: a "
@@ -291,10 +291,10 @@ def report(c, path, format=None, compare=None, out=None, round=None):
 @task(
     help={
         **SELECT_HELP,
-        "level": "quick, standard or burn-in",
+        "level": "quick (default), standard or burn-in",
         "baseline": "build references from these hosts",
         "json": "print verdicts as JSON",
-        "out": "folder for verdicts and the HTML page",
+        "out": "folder for verdicts and the HTML page (default: <gpulab.results>/validate)",
         "references": "GPU references YAML (default: gpulab.references)",
         "dcgm_level": "run level of DCGM's dcgmi diag, 1-4, 0 for none (default: gpulab.validate.dcgm_levels)",
         "from_history": "with --baseline: from the history database's known-good GPUs instead of these hosts",
@@ -370,7 +370,7 @@ def demo(c, workloads=None, seeds=None, name=None):
 
     hosts = inv.load(setting(c, "demo.inventory")).select()
     name = "demo-" + sw.default_name()[len("sweep-") :] if name is None else name
-    result = _sweep(c, hosts, workloads=workloads, seeds=seeds, name=name, nodes=1, cfg_prefix="demo.")
+    result = _sweep(c, hosts, workloads=workloads, seeds=seeds, name=name, cfg_prefix="demo.")  # demo.nodes too
     from lab.commands import report as cmd  # after the sweep: a refused demo loads no report modules
 
     rep_result = cmd.report([result.sweep.root], out=result.sweep.root / "report", formats=("html", "md", "json"))

@@ -69,7 +69,7 @@ class Catalogue:
         """The ``spec_sha256`` a dataset prepared from this catalogue entry records in its manifest.
 
         The runner computes it when it prepares (runner/datasets/common.py, spec_digest);
-        tests/unit/test_preflight.py checks that both agree for every entry."""
+        tests/unit/test_study.py checks that both agree for every entry."""
         spec = self.spec(name)
         keep = {k: spec.get(k) for k in ("catalogue_version", "params", "expect")}
         keep["artifacts"] = sorted((a["file"], a["sha256"]) for a in spec["artifacts"])

@@ -76,7 +76,7 @@ class Run:
     power_note: str = ""
 
     def judged(self, verdict) -> None:
-        """Take a compliance verdict (lab.compliance.Verdict)."""
+        """Take a compliance verdict (lab.results.compliance.Verdict)."""
         self.compliance, self.compliance_note = verdict.status, verdict.note
         self.compliance_ruleset = verdict.ruleset
         self.compliance_failures, self.compliance_waived = list(verdict.failures), list(verdict.waived)

@@ -1,4 +1,4 @@
-"""Compiled artifacts shared between the hosts of a sweep (runner/README "Compiled artifacts").
+"""Compiled artifacts shared between the hosts of a sweep (runner/README "Compiled kernels").
 
 A compiled run's rank 0 writes ``<workdir>/cache/artifacts/<key>.bin`` on its host (runner.compilecache;
 the key names the GPU model, PyTorch build, workload, scale, mode, precision and process count). After

@@ -323,7 +323,7 @@ def describe(runs: list, hosts: list, *, past: dict | None = None, data=None) ->
         nodes = f"{len(unit)} nodes of " if len(unit) > 1 else ""
         lines.append(
             f"{'+'.join(unit)} ({nodes}{count}{what}): {len(rs)} runs, "
-            f"{'about ' + fmt_minutes(total) if total else 'no estimate'}"
+            f"{('about ' if total >= 1 else '') + fmt_minutes(total) if total else 'no estimate'}"
             + (f" (+ {unknown} runs without an estimate)" if unknown and total else "")
         )
         lines += rows

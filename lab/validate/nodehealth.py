@@ -77,7 +77,7 @@ def verdict(doc: dict, expect_gpus: bool) -> tuple[str, str, str | None] | None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lab.validate.nodehealth", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lab.validate.nodehealth", description=__doc__.split("\n\n")[0])
     ap.add_argument("--node", help="this node's Slurm name (default: SLURMD_NODENAME, else the host name)")
     ap.add_argument("--runner-python", default=sys.executable, help="the Python that runs `-m runner`")
     ap.add_argument("--runner-path", default=None, help="PYTHONPATH of the runner (its install folder)")
