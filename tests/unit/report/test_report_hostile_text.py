@@ -8,6 +8,7 @@ others is written, every file of it UTF-8), and such an input path is one line, 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -124,3 +125,22 @@ def test_plain_json_keeps_pairs_and_escaped_backslashes(text, value):
 def test_a_python_literal_with_a_lone_surrogate_is_refused():
     with pytest.raises(ValueError, match="lone surrogate"):
         plaindata.literal("{'platform': '\\udcff'}")
+
+
+def test_a_gpu_name_of_megabytes_labels_the_report_cut_short_and_in_seconds(tmp_path):
+    """manifest.json's GPU name labels the tables and figures: one of 2 MB took matplotlib minutes to draw
+    (a report that seemed to hang); it is cut to a line and the report is written at once."""
+    study = tmp_path / "study"
+    for seed in (1, 2):
+        write_rundir(study / f"r{seed}", seed=seed, gpu_name="Tesla " + "V" * (2 << 20))
+    p = subprocess.run(
+        [sys.executable, "-m", "invoke", "report", study, "--format", "json,md,html"],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        timeout=60,
+    )
+    no_traceback(p)
+    assert p.returncode == 0, p.stderr
+    labels = {r["system"] for r in json.loads((study / "report" / "summary.json").read_text())["records"]}
+    assert len(labels) == 1 and len(labels.pop()) < 200, labels
