@@ -4,6 +4,8 @@ A folder name of bytes of another encoding (Latin-1, say) reaches Python as lone
 does a JSON escape of half a UTF-16 pair ("\\udcff") in status.json, mllog.log or sweep.json. Neither may
 stop a report half-written with a traceback: such a run or file is listed as skipped (the report of the
 others is written, every file of it UTF-8), and such an input path is one line, exit 2, nothing written.
+Names and figures of absurd size read back (a GPU name of megabytes, 1e308 samples) end neither in a
+report that seems to hang nor in a figure that cannot be drawn.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from lab.core import plaindata
-from report_logs import write_rundir
+from report_logs import v05_run, write_lines, write_rundir
 from runner.rundir import write_sums
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -144,3 +146,17 @@ def test_a_gpu_name_of_megabytes_labels_the_report_cut_short_and_in_seconds(tmp_
     assert p.returncode == 0, p.stderr
     labels = {r["system"] for r in json.loads((study / "report" / "summary.json").read_text())["records"]}
     assert len(labels) == 1 and len(labels.pop()) < 200, labels
+
+
+def test_a_logged_sample_count_past_the_float_range_makes_no_throughput_and_no_traceback(tmp_path):
+    """A v0.5 log's preproc_num_train_examples of 1e308 made a throughput the figures drew as inf ("Axis limits
+    cannot be NaN or Inf"); such a run has no throughput, and the report with its figures is written."""
+    study = tmp_path / "study"
+    write_lines(study / "V100-PCIe_x1" / "gnmt_seed1.log", v05_run("gnmt", seed=1, samples=3_600_000))
+    write_lines(study / "V100-PCIe_x3" / "gnmt_seed2.log", v05_run("gnmt", seed=2, samples=1e308, epoch_s=1e-3))
+    p = report(study)
+    no_traceback(p)
+    assert p.returncode == 0, p.stderr
+    records = json.loads((study / "report" / "summary.json").read_text())["records"]
+    assert sorted(str(r["throughput_mean"])[:4] for r in records) == ["3600", "None"]  # 36,000 samples/s; none of 1e308
+    assert list((study / "report" / "figures").glob("*.png"))
