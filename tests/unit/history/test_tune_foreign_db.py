@@ -1,0 +1,69 @@
+"""`invoke tune` keeps its study in SQLite beside the history (results/history-tune.sqlite): a file there that
+Optuna did not make is another program's (or a history database copied there), and Optuna wrote its own
+tables into it. Now that is one line naming that file, exit 2, and the file is left as it was; a corrupt one
+is named too (the line named results/history.sqlite, a file that need not exist)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def tune(tmp_path: Path) -> subprocess.CompletedProcess:
+    inv = tmp_path / "inventory.yml"
+    host = {"ansible_connection": "local", "gpulab_gpu_model": "cpu", "gpulab_gpu_count": 0}
+    host |= {"gpulab_stack": "current", "gpulab_workdir": str(tmp_path / "workdir")}
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {"here": host}}}))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), INVOKE_GPULAB_RESULTS=str(tmp_path / "results"))
+    args = ["tune", "ncf", "--inventory", inv, "--host", "here", "--scale", "tiny", "--trials", "1", "--seeds", "2"]
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def one_line(p) -> str:
+    assert "Traceback" not in p.stderr + p.stdout, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1, p.stdout + p.stderr
+    return lines[0]
+
+
+def test_a_foreign_sqlite_file_where_the_study_lives_is_refused_and_left_as_it_was(tmp_path):
+    study = tmp_path / "results" / "history-tune.sqlite"
+    study.parent.mkdir()
+    with sqlite3.connect(study) as db:
+        db.execute("CREATE TABLE precious (x)")
+        db.execute("INSERT INTO precious VALUES (1)")
+    db.close()
+    before = study.read_bytes()
+    line = one_line(tune(tmp_path))
+    assert line == (
+        f"gpulab: tune study database (sqlite:///{study}): holds tables Optuna did not make (precious): "
+        "not a gpulab tune study; move it away"
+    )
+    assert study.read_bytes() == before
+    assert sorted(os.listdir(study.parent)) == ["history-tune.sqlite"]
+    assert not (tmp_path / "workdir").exists()
+
+
+@pytest.mark.parametrize("content", [b"not a database\n", b"SQLite format 3\x00" + b"\xff" * 200])
+def test_a_corrupt_study_file_is_named_itself(tmp_path, content):
+    study = tmp_path / "results" / "history-tune.sqlite"
+    study.parent.mkdir()
+    study.write_bytes(content)
+    line = one_line(tune(tmp_path))
+    assert line.startswith(f"gpulab: tune study database (sqlite:///{study}): "), line
+    assert study.read_bytes() == content and sorted(os.listdir(study.parent)) == ["history-tune.sqlite"]
