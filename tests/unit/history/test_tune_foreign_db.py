@@ -1,7 +1,8 @@
 """`invoke tune` keeps its study in SQLite beside the history (results/history-tune.sqlite): a file there that
 Optuna did not make is another program's (or a history database copied there), and Optuna wrote its own
 tables into it. Now that is one line naming that file, exit 2, and the file is left as it was; a corrupt one
-is named too (the line named results/history.sqlite, a file that need not exist)."""
+is named too (the line named results/history.sqlite, a file that need not exist). A study's trials are read
+back as any input too: their stored results of another shape are left out of the report, never a traceback."""
 
 from __future__ import annotations
 
@@ -67,3 +68,33 @@ def test_a_corrupt_study_file_is_named_itself(tmp_path, content):
     line = one_line(tune(tmp_path))
     assert line.startswith(f"gpulab: tune study database (sqlite:///{study}): "), line
     assert study.read_bytes() == content and sorted(os.listdir(study.parent)) == ["history-tune.sqlite"]
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"gpulab_seeds": "bogus"},
+        {"gpulab_seeds": [{"seed": "1", "reached": "yes", "epochs": {}}, 7, None]},
+        {"gpulab_seeds": [{"seed": 1, "reached": True, "epochs": "many"}], "gpulab_summary": "not an object"},
+    ],
+    ids=["seeds text", "seeds of other shapes", "epochs text, summary text"],
+)
+def test_a_study_whose_trials_another_writer_stored_is_reported_without_a_traceback(tmp_path, attrs):
+    """The study is read back from its database as any input: a trial's per-seed results of another shape
+    ended the tune report half-written (report.json, no report.md) in a TypeError traceback."""
+    import optuna
+
+    study = tmp_path / "results" / "history-tune.sqlite"
+    study.parent.mkdir()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    s = optuna.create_study(storage=f"sqlite:///{study}", study_name="tune-ncf-tiny-here", direction="minimize")
+    s.add_trial(
+        optuna.trial.create_trial(params={}, distributions={}, value=1.0, user_attrs={"gpulab_baseline": True, **attrs})
+    )
+    p = tune(tmp_path)  # the study has its one trial: tune writes its report and starts nothing
+    assert "Traceback" not in p.stderr + p.stdout, p.stderr
+    assert p.returncode == 0, p.stdout + p.stderr
+    folder = tmp_path / "results" / "tune-ncf-tiny-here"
+    assert sorted(os.listdir(folder)) == ["recipe.yml", "report.json", "report.md"]
+    assert "| reference recipe (trial 0) | - | - | - | - | 1 |" in (folder / "report.md").read_text()
+    assert not (tmp_path / "workdir").exists()
