@@ -98,3 +98,25 @@ def test_a_study_whose_trials_another_writer_stored_is_reported_without_a_traceb
     assert sorted(os.listdir(folder)) == ["recipe.yml", "report.json", "report.md"]
     assert "| reference recipe (trial 0) | - | - | - | - | 1 |" in (folder / "report.md").read_text()
     assert not (tmp_path / "workdir").exists()
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [{"gpulab_heartbeat": "x"}, {"gpulab_heartbeat": {"at": 0, "owner": "elsewhere:1"}, "gpulab_sweep": "../x"}],
+    ids=["heartbeat text", "stale, sweep out of its folder"],
+)
+def test_a_running_trial_another_writer_left_is_one_line_and_nothing_is_started(tmp_path, attrs):
+    """A running trial gpulab did not start (no sweep name and epoch cap of its own) looked stale and was
+    resumed: an AttributeError or KeyError traceback. Now it is refused before anything is written or run."""
+    import optuna
+
+    study = tmp_path / "results" / "history-tune.sqlite"
+    study.parent.mkdir()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    s = optuna.create_study(storage=f"sqlite:///{study}", study_name="tune-ncf-tiny-here", direction="minimize")
+    running = optuna.trial.TrialState.RUNNING
+    s.add_trial(optuna.trial.create_trial(params={}, distributions={}, state=running, user_attrs=attrs))
+    line = one_line(tune(tmp_path))
+    assert line.startswith("gpulab: tune tune-ncf-tiny-here: trial 0 of the study's database has no sweep"), line
+    assert s.get_trials()[0].user_attrs == attrs and s.get_trials()[0].state == running
+    assert not (tmp_path / "workdir").exists()
