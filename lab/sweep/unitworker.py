@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import threading
 import time
 
@@ -38,7 +37,7 @@ def keep_attempt(sweep: Sweep, run: PlannedRun, host: str) -> None:
             what=f"{sweep.state_file}: earlier attempt of {host}",
         )
         writes.folder(dest.parent, "earlier attempts", root=sweep.root)
-        shutil.rmtree(dest, ignore_errors=True)
+        writes.remove(dest)
         os.replace(d, dest)
 
 

@@ -6,6 +6,7 @@ command (collect, report, a resumed sweep) refused as hostile state: the sweep c
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -51,3 +52,19 @@ def test_an_outcome_of_the_hosts_own_is_no_outcome_in_the_sweep_state(lab):  # n
     assert (run["state"], run["outcome"]) == ("failed", None), run
     again = invoke("report", root, "--format", "json", results=lab["results"])
     assert "sweep.json" not in again.stderr, again.stderr
+
+
+@pytest.mark.parametrize("planted", ["fifo", "file", "fifo at the partial copy"])
+def test_what_sits_where_the_fetched_run_goes_is_replaced_never_opened(lab, planted):  # noqa: F811
+    """A FIFO where collect puts its copy of a run (results/S/here/<run>, or its .partial) hung collect for
+    good (shutil.rmtree opens its path first); a file there ended it in a raw NotADirectoryError with the
+    .partial copy left behind. Now either is replaced by the verified run directory."""
+    root = put_sweep(lab, sweep_doc(state="failed", outcome=None))
+    write_run(lab["work"] / "sweeps" / "S" / RID)
+    (root / "here").mkdir()
+    at = root / "here" / (f".{RID}.partial" if "partial" in planted else RID)
+    os.mkfifo(at) if "fifo" in planted else at.write_text("x\n")
+    p = invoke("collect", root, "--inventory", lab["inventory"], results=lab["results"], timeout=60)
+    assert "Traceback" not in p.stderr + p.stdout, p.stderr
+    assert p.returncode == 0 and "1 run(s) fetched, 1 verified, 0 problem(s)" in p.stdout, p.stdout + p.stderr
+    assert sorted(os.listdir(root / "here")) == [RID] and (root / "here" / RID / "SHA256SUMS").is_file()
