@@ -28,6 +28,16 @@ def is_component(name) -> bool:
     )
 
 
+def utf8(name: str | Path) -> bool:
+    """Is ``name`` text a UTF-8 file (a report, a table) can hold? A name of bytes of another encoding comes
+    from the file system as lone surrogates (\\udcff), which no UTF-8 writer takes."""
+    try:
+        str(name).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def real(path: str | Path) -> Path:
     """``path`` with its links resolved as far as they go: a link loop stays as it is, never an error
     (``Path.resolve`` raises RuntimeError on a loop before Python 3.13)."""

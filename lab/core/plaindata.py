@@ -19,6 +19,8 @@ MemoryError or an OverflowError further on:
   ``NaN``/``Infinity`` words) are refused: a measurement that is not a finite
   number would compare as neither above nor below its reference;
 * text longer than ``limit`` characters is refused before it is scanned;
+* a string escape that leaves a lone surrogate (``"\\udcff"``, half of a pair) is refused: such a string
+  is no text, and no file, database or terminal takes it (every write of it would fail);
 * a literal holds only None, booleans, bounded integers, floats, text, lists,
   tuples and mappings (``1+2j`` parses as a complex number and is refused).
 """
@@ -74,6 +76,30 @@ def _constant(name: str):
     raise ValueError(f"{name} is not a finite number")
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _no_lone_surrogate(text: str, value):
+    """``value`` when none of its strings holds a lone surrogate (only a ``\\uD800``..``\\uDFFF`` escape in
+    ``text`` makes one, so only then are the strings walked); ValueError otherwise."""
+    if not _SURROGATE_ESCAPE.search(text):
+        return value
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("a string escape makes a lone surrogate (half of a UTF-16 pair), not text") from None
+    return value
+
+
 _DECODER = json.JSONDecoder(parse_int=_int)
 _FINITE = json.JSONDecoder(parse_int=_int, parse_float=_finite, parse_constant=_constant)
 
@@ -88,7 +114,7 @@ def loads(text: str, *, finite: bool = False, limit: int | None = None):
         raise ValueError(f"more than {limit} characters")
     _check_depth(text)
     try:
-        return (_FINITE if finite else _DECODER).decode(text)
+        return _no_lone_surrogate(text, (_FINITE if finite else _DECODER).decode(text))
     except RecursionError:  # pragma: no cover - the depth scan comes first
         raise ValueError("nested too deep") from None
 
@@ -97,16 +123,19 @@ def raw_decode(text: str, start: int = 0):
     """``JSONDecoder.raw_decode`` with the bounds above: (value, end); ValueError on any failure."""
     _check_depth(text[start:])
     try:
-        return _DECODER.raw_decode(text, start)
+        value, end = _DECODER.raw_decode(text, start)
     except RecursionError:  # pragma: no cover
         raise ValueError("nested too deep") from None
+    return _no_lone_surrogate(text[start:end], value), end
 
 
 def checked(value, _level: int = 0):
     """``value`` when it is plain data within the bounds (types, integer size, depth); ValueError otherwise."""
     if _level > MAX_DEPTH:
         raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
-    if value is None or isinstance(value, (bool, float, str)):
+    if isinstance(value, str):
+        return _no_lone_surrogate("\\uD800", value)
+    if value is None or isinstance(value, (bool, float)):
         return value
     if isinstance(value, int):
         if abs(value) >= 10**MAX_INT_DIGITS:

@@ -124,3 +124,18 @@ def new_file(path: str | Path, what: str = "output"):
 
 def write_text(path: str | Path, text: str, what: str = "output") -> Path:
     return write_bytes(path, text.encode("utf-8"), what)
+
+
+def remove(path: str | Path) -> None:
+    """Remove what is at ``path``, never opening it: a folder with what it holds, anything else (a file, a
+    symbolic link, a FIFO) unlinked. shutil.rmtree opens its path first, and a FIFO there blocks that open
+    forever; on a file it fails, and the folder meant to replace it could not."""
+    import shutil
+
+    found = _lstat(Path(path))
+    if found is None:
+        return
+    if stat.S_ISDIR(found.st_mode):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        os.unlink(path)

@@ -24,7 +24,7 @@ from lab.history.models import Check, Gpu, Quarantine, RunGpu, Run, Validation
 from lab.history.store import aware_utc, now
 from lab.history.values import FUTURE_SLACK, clean_text, printable
 
-GPU_SUFFIX = re.compile(r"^(.+):(\d{1,2})$")
+GPU_SUFFIX = re.compile(r"^(.+):([-+]?\d*)$")  # HOST:, HOST:-1, HOST:100 too: an index to check
 MAX_TEXT = 2000
 HEALTH_LEVEL = "health"  # lab.history.sweeps: a sweep's health check, recorded as a validation of this level
 
@@ -49,7 +49,8 @@ class Target:
 
 def parse_target(text: str) -> Target:
     """HOST or HOST:GPU_INDEX, the host by the one grammar of host names (lab.core.fields.host_name: what the
-    inventory and a sweep accept); a host whose name itself ends in ':<digits>' is quarantined as HOST:INDEX."""
+    inventory and a sweep accept); a host whose name itself ends in ':<digits>' is quarantined as HOST:INDEX,
+    and an index out of range (r740-03:100, r740-03:-1, r740-03:) is refused, never taken for a host's name."""
     bad = ConfigError(f"quarantine: {excerpt(repr(text), 80)} is not HOST or HOST:GPU_INDEX (e.g. r740-03:2)")
     if not isinstance(text, str) or not text.strip():
         raise bad
@@ -59,7 +60,7 @@ def parse_target(text: str) -> Target:
     if not is_host(host):
         raise bad
     if gpu is not None:
-        gpu = limits.number(int(gpu), f"quarantine target {excerpt(repr(text), 80)}: GPU index", limits.GPU_INDEX)
+        gpu = limits.number(gpu, f"quarantine target {excerpt(repr(text), 80)}: GPU index", limits.GPU_INDEX)
     return Target(host, gpu)
 
 

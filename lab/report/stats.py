@@ -14,13 +14,19 @@ def mean(xs) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
+def square(x: float) -> float:
+    """``x * x``: inf past the float range, where ``x ** 2`` raises OverflowError (a figure of 1e200 read
+    from a run's files is a float all the same)."""
+    return x * x
+
+
 def stdev(xs) -> float | None:
     """Sample standard deviation (n - 1); None for fewer than two values."""
     xs = list(xs)
     if len(xs) < 2:
         return None
     m = sum(xs) / len(xs)
-    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+    return math.sqrt(sum(square(x - m) for x in xs) / (len(xs) - 1))
 
 
 def geomean(xs) -> float | None:
@@ -54,15 +60,17 @@ class Welch:
 def welch(a, b) -> Welch | None:
     """Welch's unequal-variance t test of mean(b) - mean(a), two-sided.
 
-    None when either side has fewer than two values. Two samples without any
-    spread give p = 1 when their means are equal and p = 0 otherwise.
+    None when either side has fewer than two values, or its spread or mean is past the float range. Two
+    samples without any spread give p = 1 when their means are equal and p = 0 otherwise.
     """
     a, b = list(a), list(b)
     if len(a) < 2 or len(b) < 2:
         return None
     ma, mb = sum(a) / len(a), sum(b) / len(b)
-    va, vb = stdev(a) ** 2 / len(a), stdev(b) ** 2 / len(b)
+    va, vb = square(stdev(a)) / len(a), square(stdev(b)) / len(b)
     se2 = va + vb
+    if not math.isfinite(se2 + ma + mb):  # figures past the float range: no test can be made of them
+        return None
     if se2 == 0:
         same = math.isclose(ma, mb, rel_tol=1e-12, abs_tol=0.0)
         return Welch(
@@ -75,7 +83,7 @@ def welch(a, b) -> Welch | None:
             1.0 if same else 0.0,
         )
     t = (mb - ma) / math.sqrt(se2)
-    df = se2**2 / ((va**2) / (len(a) - 1) + (vb**2) / (len(b) - 1))
+    df = square(se2) / (square(va) / (len(a) - 1) + square(vb) / (len(b) - 1))
     return Welch(len(a), len(b), ma, mb, t, df, t_two_sided_p(t, df))
 
 

@@ -126,8 +126,10 @@ _MISSING_FILE = re.compile(r"Could not find config file: (?P<path>.*)")
 
 
 def failure(message: str, file: str | None) -> Failure:
-    """The short form of one checker message, raised while ``file`` was being checked."""
-    text = str(message)
+    """The short form of one checker message, raised while ``file`` was being checked. The checker quotes the
+    log's values as its own JSON parser read them: a lone surrogate of an escape (``"\\udcff"``) is shown as
+    that escape, as no report file could hold it."""
+    text = str(message).encode("utf-8", "backslashreplace").decode("utf-8")
     m = _MISSING_FILE.match(text)
     if m:
         name = m["path"].strip().replace("\\", "/").rsplit("/", 1)[-1]

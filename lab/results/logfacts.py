@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from lab.core import plaindata
+from lab.core import limits, plaindata
 from lab.core.mlperf import Rules
 
 
@@ -180,6 +180,7 @@ def timed_run(
     succeeded. ``verdict``: (success, outcome, reason); ``speed``: (samples/s, its basis); seed, target and
     sample_unit where the log gives them."""
     success, outcome, reason = verdict
+    sps = limits.measurement(speed[0])  # a count of 1e308 samples per epoch makes no figure (nor an inf to plot)
     return LogFacts(
         fmt=fmt,
         benchmark=bench,
@@ -194,8 +195,8 @@ def timed_run(
         epochs=epochs,
         quality=quality,
         target=target,
-        samples_per_s=speed[0],
-        throughput_basis=speed[1],
+        samples_per_s=sps,
+        throughput_basis=speed[1] if sps is not None else None,
         warnings=[],
         sample_unit=sample_unit,
     )

@@ -51,8 +51,9 @@ import os
 from pathlib import Path
 
 from lab.core import paths
+from lab.core.paths import utf8
 from lab.results import rounddetect, roundtree
-from lab.core.errors import ConfigError
+from lab.core.errors import ConfigError, printable
 from lab.results.logfacts import LogFacts, LogProblem
 from lab.core.mlperf import Rules, default_rules
 from lab.results.plainlogs import detect_format, parse_log, parse_runs, read_plain
@@ -228,6 +229,8 @@ def read_runs(paths, rules: Rules | None = None, round: str | None = None) -> Co
     for p in paths:
         p = Path(p)
         inputs.append(str(p))
+        if not utf8(p):
+            raise ConfigError(f"{printable(p)}: its name is not UTF-8 text (bytes of another encoding): rename it")
         if not p.exists():
             raise ConfigError(f"{p}: no such file or directory")
         before = len(ctx.runs) + len(ctx.skipped) + ctx.repeats
@@ -270,8 +273,9 @@ def _walk(ctx: _Context, root: Path):
     for dirpath, dirnames, filenames in os.walk(
         root, onerror=lambda e: ctx.skip(e.filename, f"cannot list folder ({e.strerror})")
     ):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
         here = Path(dirpath)
+        filenames = _utf8_names(ctx, here, dirnames, filenames)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
         names = set(filenames)
         if round_tree and roundtree.below_benchmark(here):
             ctx.skip(
@@ -297,6 +301,16 @@ def _walk(ctx: _Context, root: Path):
                     ctx.skip(path, f"not a run: a {rnd} result tree's runs are its {roundtree.RESULT_FILE} files")
                     continue
                 _read_plain(ctx, path, root, explicit=False)
+
+
+def _utf8_names(ctx: _Context, here: Path, dirnames: list[str], filenames: list[str]) -> list[str]:
+    """The file names of ``here`` that are UTF-8 text (``dirnames`` pruned to those in place); each other name is
+    skipped, shown escaped: nothing a report writes could hold it."""
+    for name in dirnames + filenames:
+        if not utf8(name):
+            ctx.skip(printable(here / name), "its name is not UTF-8 text (bytes of another encoding): not read")
+    dirnames[:] = [d for d in dirnames if utf8(d)]
+    return [f for f in filenames if utf8(f)]
 
 
 def _missing_planned_runs(ctx: _Context, sweep_dir: Path):

@@ -371,10 +371,10 @@ def _take_log(run, log_facts, log_problem, status: dict) -> None:
 def _take_result(run, status: dict) -> None:
     """status.json's ``result``: its epochs, throughput, quality and target over the log's."""
     result = status.get("result") if isinstance(status.get("result"), dict) else {}
-    if result:
-        if _num(result.get("epochs")) is not None:
+    if result:  # a figure past limits.MEASUREMENT_ABS (1e308 samples/s) is none: it would plot as inf
+        if limits.measurement(_num(result.get("epochs"))) is not None:
             run.epochs = _num(result["epochs"])
-        if _num(result.get("samples_per_s")):
+        if limits.measurement(_num(result.get("samples_per_s"))):
             run.samples_per_s = _num(result["samples_per_s"])
             run.throughput_basis = "status.json result.samples_per_s"
             if result.get("sample_unit"):

@@ -12,6 +12,27 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 
+from lab.core.errors import excerpt
+
+
+# The texts that name a run's benchmark, system and setting (groups, table cells, figure labels and legends),
+# cut to this many characters: a GPU name of a megabyte in manifest.json took matplotlib minutes to draw.
+LABEL_CHARS = 120
+LABELS = (
+    "benchmark",
+    "device",
+    "stack",
+    "scale",
+    "mode",
+    "host",
+    "submitter",
+    "system_name",
+    "submission",
+    "framework",
+    "accelerator",
+    "division",
+)
+
 
 @dataclass
 class Run:
@@ -74,6 +95,12 @@ class Run:
     rcp_error: str = ""
     power_rate: float | None = None  # joules per ms of the run; None: no power logs (power_note)
     power_note: str = ""
+
+    def __post_init__(self):
+        for name in LABELS:  # a name read from a run's files labels tables and figures: a line, not a megabyte
+            value = getattr(self, name)
+            if isinstance(value, str) and len(value) > LABEL_CHARS:
+                setattr(self, name, excerpt(value, LABEL_CHARS))
 
     def judged(self, verdict) -> None:
         """Take a compliance verdict (lab.results.compliance.Verdict)."""

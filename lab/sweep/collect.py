@@ -16,7 +16,7 @@ from lab.hosts.inventory import Host
 from lab.results import checksums
 from lab.sweep.hostrun import HostLayout, fetch_verified
 from lab.sweep.plan import COMPLETE_OUTCOMES
-from lab.sweep.state import Sweep, read_run_json
+from lab.sweep.state import Sweep, read_run_json, run_outcome
 from runner.rundir import STATUS
 
 
@@ -66,11 +66,10 @@ def collect(sweep_root: Path, inventory_path: str | Path, *, retries: int | None
         if sweep.problems(run):
             continue
         result.verified += 1
-        status = read_run_json(sweep.run_dir(run) / STATUS)
-        run.outcome = status.get("outcome")
+        run.outcome, why = run_outcome(read_run_json(sweep.run_dir(run) / STATUS))
         if run.outcome in COMPLETE_OUTCOMES:
-            run.state, run.reason = RunState.COMPLETE, status.get("reason", "")
+            run.state, run.reason = RunState.COMPLETE, why
         elif run.state == RunState.COMPLETE:
-            run.state, run.reason = RunState.FAILED, f"run {run.outcome}: {status.get('reason', '')}"
+            run.state, run.reason = RunState.FAILED, f"run {run.outcome or 'ended without status'}: {why}"
     sweep.save()
     return result

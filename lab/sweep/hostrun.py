@@ -6,7 +6,6 @@ process, and fetching its run directory back verified (lab.results.checksums).
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,7 +153,7 @@ def fetch_run(remote: rmt.Remote, src: str, dest: Path) -> list[str]:
     tmp = dest.with_name(f".{dest.name}.partial")
     if tmp.is_symlink() or not paths.inside(tmp.parent, dest.parent):
         raise ConfigError(f"{tmp}: a symbolic link where the fetch puts its copy; not followed")
-    shutil.rmtree(tmp, ignore_errors=True)
+    writes.remove(tmp)
     writes.folder(tmp, "fetched run")  # made component by component, never through a link
     names = [n for n in remote.listdir(src) if paths.is_component(n)]  # the host's listing is input too
     if checksums.SUMS in names:
@@ -171,9 +170,7 @@ def fetch_run(remote: rmt.Remote, src: str, dest: Path) -> list[str]:
         for name in names:
             remote.get(f"{src}/{name}", tmp / name)
     problems = checksums.verify(tmp)
-    if dest.is_symlink():
-        dest.unlink()
-    shutil.rmtree(dest, ignore_errors=True)
+    writes.remove(dest)  # whatever a copy left there: a folder, a file, a link, a FIFO (never opened)
     os.replace(tmp, dest)
     return problems
 

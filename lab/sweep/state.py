@@ -15,8 +15,8 @@ from lab.core import writes
 from lab.results import checksums
 from lab.hosts import runnerdist
 from lab.sweep import statefile
-from lab.core.errors import GpulabError
-from lab.core.fields import RunState
+from lab.core.errors import GpulabError, excerpt, printable
+from lab.core.fields import OUTCOMES, RunState
 from lab.sweep.plan import PlannedRun, SCHEMA, utcnow
 
 
@@ -114,6 +114,19 @@ def read_run_json(path: Path) -> dict:
         return doc if isinstance(doc, dict) else {}
     except bounded.Unreadable:
         return {}
+
+
+REASON_CHARS = 240  # a run's reason in sweep.json: one line (the runner writes one sentence)
+
+
+def run_outcome(status: dict) -> tuple[str | None, str]:
+    """(outcome, reason) of a fetched run's status.json as sweep.json may hold them: an outcome of
+    lab.core.fields.OUTCOMES, else None; the reason as one printable line of at most REASON_CHARS, else "".
+    A host's status.json is input: a reason that is an object, or an outcome of its own, saved as it was made a
+    sweep.json that every later command refused."""
+    outcome, reason = status.get("outcome"), status.get("reason")
+    reason = excerpt(printable(" ".join(reason.split())), REASON_CHARS) if isinstance(reason, str) else ""
+    return (outcome if isinstance(outcome, str) and outcome in OUTCOMES else None), reason
 
 
 def last_line(text: str) -> str:

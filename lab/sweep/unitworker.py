@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import threading
 import time
 
@@ -17,7 +16,7 @@ from lab.core import paths
 from lab.core import writes
 from lab.core.errors import GpulabError
 from lab.sweep.plan import COMPLETE_OUTCOMES, PlannedRun, utcnow
-from lab.sweep.state import Sweep, read_run_json
+from lab.sweep.state import Sweep, read_run_json, run_outcome
 from lab.sweep.hostrun import Settings, last_epoch, run_state, stop_run, wait_gone
 from lab.sweep.node import HostLost, Node, fetch_run, free_space, launch, runner_args
 from runner.rundir import STATUS
@@ -38,7 +37,7 @@ def keep_attempt(sweep: Sweep, run: PlannedRun, host: str) -> None:
             what=f"{sweep.state_file}: earlier attempt of {host}",
         )
         writes.folder(dest.parent, "earlier attempts", root=sweep.root)
-        shutil.rmtree(dest, ignore_errors=True)
+        writes.remove(dest)
         os.replace(d, dest)
 
 
@@ -330,7 +329,7 @@ class UnitWorker:
             problems += [f"{node.host.name}: {x}" for x in fetch_run(run, node, dest, self.settings.fetch_retries)]
             if rank == 0:
                 status = read_run_json(dest / STATUS)
-        outcome, why = status.get("outcome"), status.get("reason", "")
+        outcome, why = run_outcome(status)
         limit = f"{self._limit_s(run) / 60:g} min"
         if ended == "interrupted":
             self._end(

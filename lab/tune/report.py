@@ -20,11 +20,31 @@ from pathlib import Path
 
 import optuna
 
-from lab.core import writes
+from lab.core import limits, writes
 from lab.hosts import runnerdist
 from lab.sweep import recipe as recipes
 
 TOP = 3
+
+
+def _mapping(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _seeds(value) -> list[dict] | None:
+    """A trial's per-seed results as gpulab stores them ({seed, reached, epochs}); an entry of another shape is
+    left out. The study's database is read back as any input: another program, or another gpulab, may have
+    written it."""
+    if not isinstance(value, list):
+        return None
+    return [
+        s
+        for s in value
+        if isinstance(s, dict)
+        and isinstance(s.get("seed"), int)
+        and isinstance(s.get("reached"), bool)
+        and (s.get("epochs") is None or limits.measurement(s["epochs"]) is not None)
+    ]
 
 
 def _row(t: optuna.trial.FrozenTrial) -> dict:
@@ -37,8 +57,8 @@ def _row(t: optuna.trial.FrozenTrial) -> dict:
         "baseline": bool(a.get("gpulab_baseline")),
         "sweep": a.get("gpulab_sweep"),
         "cap": a.get("gpulab_cap"),
-        "summary": a.get("gpulab_summary"),
-        "seeds": a.get("gpulab_seeds"),
+        "summary": _mapping(a.get("gpulab_summary")) or None,
+        "seeds": _seeds(a.get("gpulab_seeds")),
         "pruned": a.get("gpulab_pruned"),
         "failed": a.get("gpulab_failed"),
         "stale": a.get("gpulab_stale"),
@@ -84,7 +104,7 @@ def outcome(study: optuna.Study, k: int) -> dict:
 
 def markdown(out: dict, storage_shown: str) -> str:
     a, k = out["attrs"], out["seeds"]
-    src = a.get("gpulab_source") or {}
+    src = _mapping(a.get("gpulab_source"))
     lines = [
         f"# Tune study {out['study']}",
         "",
@@ -92,7 +112,7 @@ def markdown(out: dict, storage_shown: str) -> str:
         f"seeds 1..{k} per trial; cost = median + spread of epochs to the target over the seeds (a run that "
         f"misses it counts {2} x the epoch limit {a.get('gpulab_limit')}).",
         "",
-        f"Space: {src.get('document', '?')}, {src.get('repository', '?')} at {src.get('commit', '?')[:12]}, "
+        f"Space: {src.get('document', '?')}, {src.get('repository', '?')} at {str(src.get('commit', '?'))[:12]}, "
         f"section {src.get('section', '?')}.",
         f"Study storage: {storage_shown}.",
         "",

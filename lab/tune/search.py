@@ -34,8 +34,8 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from lab.core import paths
-from lab.core.errors import ConfigError, RunError
+from lab.core import fields, paths
+from lab.core.errors import ConfigError, RunError, excerpt
 from lab.sweep import supervise
 from lab.tune import objective
 from lab.tune.entry import TuneRequest
@@ -66,6 +66,28 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def heartbeat(t) -> dict:
+    """A trial's last heartbeat ({at, owner}); {} for none, or for one of another shape."""
+    beat = t.user_attrs.get(HEARTBEAT)
+    return beat if isinstance(beat, dict) else {}
+
+
+def resumable(t, study_name: str) -> tuple[str, int]:
+    """(sweep name, epoch cap) gpulab stored on a trial it started; ConfigError for a trial of the study's
+    database without them (another program's or another gpulab's): it cannot be resumed, and nothing is."""
+    sweep, cap = t.user_attrs.get("gpulab_sweep"), t.user_attrs.get("gpulab_cap")
+    if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+        sweep = None
+    try:
+        return fields.sweep_name(sweep, "gpulab_sweep"), cap
+    except ConfigError:
+        raise ConfigError(
+            f"tune {study_name}: trial {t.number} of the study's database has no sweep and epoch cap gpulab "
+            f"stored (gpulab_sweep {excerpt(repr(sweep), 40)}, gpulab_cap {excerpt(repr(cap), 20)}): not a "
+            "trial this gpulab started; give another --name"
+        ) from None
+
+
 def stale(trials, now: float, stale_s: float, me: str | None = None, alive=_alive) -> list:
     """Running trials no controller tends: heartbeat missing or older than ``stale_s``, or owned by a
     process of this machine that is gone. ``me``: this controller's owner string (its own are never stale)."""
@@ -75,7 +97,7 @@ def stale(trials, now: float, stale_s: float, me: str | None = None, alive=_aliv
     for t in trials:
         if t.state != TrialState.RUNNING:
             continue
-        beat = t.user_attrs.get(HEARTBEAT) or {}
+        beat = heartbeat(t)
         who, at = str(beat.get("owner", "")), beat.get("at")
         if who == me:
             continue
@@ -188,7 +210,7 @@ class Search:
         """Run (or resume) trial ``number`` to its end and tell it; its final state's name."""
         frozen = self.storage.get_trial(self._id(number))
         settings = dict(frozen.params)
-        sweep, cap = frozen.user_attrs["gpulab_sweep"], int(frozen.user_attrs["gpulab_cap"])
+        sweep, cap = resumable(frozen, self.req.name)
         k, wave = self.req.seeds, max(1, self.req.wave)
         label = "reference recipe" if frozen.user_attrs.get(BASELINE) else "trial"
         self.echo(f"tune {self.req.name}: {label} {number}: {_fmt(settings)}; seeds 1..{k}, epoch cap {cap}")
@@ -250,7 +272,8 @@ class Search:
             self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)), time.time(), self.req.stale_s
         )
         for t in found:
-            beat = t.user_attrs.get(HEARTBEAT) or {}
+            resumable(t, self.req.name)  # before anything is written: a trial of another writer is refused
+            beat = heartbeat(t)
             self.echo(
                 f"tune {self.req.name}: trial {t.number} is stale (heartbeat of {beat.get('owner', '?')} "
                 f"gone): resuming it"

@@ -19,11 +19,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from lab.core.errors import ConfigError
+from lab.core.errors import ConfigError, excerpt
 from lab.history import db as historydb, migrate
 
 PG_SCHEMA = "gpulab_tune"
@@ -74,16 +74,39 @@ def _make_schema(url: str) -> None:
         engine.dispose()
 
 
+OPTUNA_TABLES = {"studies", "version_info"}  # in every database Optuna made (its models.py)
+
+
+def _refuse_foreign_sqlite(url: str, kwargs: dict, name: str) -> None:
+    """ConfigError for a SQLite study file that holds tables Optuna did not make: Optuna would write its own
+    tables into another program's database (or into a history database copied there)."""
+    if not Path(make_url(url).database).exists():
+        return  # a new study file: nothing to read (connecting would make it)
+    engine = create_engine(url, **kwargs)
+    try:
+        with engine.connect() as conn:
+            tables = set(inspect(conn).get_table_names())
+    finally:
+        engine.dispose()
+    if tables and not OPTUNA_TABLES <= tables:
+        raise ConfigError(
+            f"tune study database ({name}): holds tables Optuna did not make "
+            f"({excerpt(', '.join(sorted(tables)), 80)}): not a gpulab tune study; move it away"
+        )
+
+
 def open_storage(history_url: str) -> optuna.storages.RDBStorage:
-    """Optuna's storage for this lab's database; ConfigError (exit 2) when it cannot be opened."""
+    """Optuna's storage for this lab's database; ConfigError (exit 2) naming the study's own database (for
+    SQLite the file beside the history's) when it cannot be opened or is another program's."""
     url, kwargs = tune_url(history_url)
-    name = historydb.shown(history_url)
+    name = historydb.shown(url)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         if make_url(url).get_backend_name() == "postgresql":
             _make_schema(url)
         else:
             historydb.sqlite_folder(url)
+            _refuse_foreign_sqlite(url, kwargs, name)
         return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
     except ConfigError:
         raise

@@ -236,6 +236,11 @@ def test_history_page_never_overwrites_the_database_or_another_file(tmp_path):
         ("quarantine_release", ("r740-01",), {}, "r740-01 is not quarantined"),
         ("quarantine_release", ("r740-01",), {"force": True, "note": "n" * 3000}, "--note is longer"),
         ("quarantine_add", ("r740-01",), {"reason": "r" * 3000}, "--reason is longer"),
+        # an index out of range is refused as r740-01:64 is, never quarantined as a host named 'r740-01:100'
+        ("quarantine_add", ("r740-01:100",), {"reason": "r"}, "'100' is not a whole number from 0 to 63"),
+        ("quarantine_add", ("r740-01:-1",), {"reason": "r"}, "'-1' is not a whole number from 0 to 63"),
+        ("quarantine_add", ("r740-01:",), {"reason": "r"}, "'' is not a whole number from 0 to 63"),
+        ("quarantine_release", ("r740-01:100",), {}, "GPU index: '100'"),
     ],
 )
 def test_a_refused_command_leaves_no_database_and_no_folder(tmp_path, task, args, kwargs, why):

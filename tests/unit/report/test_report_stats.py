@@ -204,3 +204,27 @@ def test_identical_repeats_fall_back_to_the_epoch_range():
     (e,) = seed_tables(runs, RULES)[1]
     assert e["seed_share"] is None and e["epoch_ratio"] == 3.0 and e["seed_dominated"]
     assert e["basis"] == ("no system has 2 runs that differ in time to train: max/min epochs 3.00 vs threshold 1.5")
+
+
+@pytest.mark.parametrize("xs", [[1e200, 1.0], [1e308, -1e308], [1.7e308, 1.7e308, 1e-300]])
+def test_figures_past_the_float_range_spread_to_inf_not_an_overflow_error(xs):
+    """A figure a run's files give (status.json's result.samples_per_s: 1e200) is a finite float: its spread
+    is inf, never an OverflowError that ends the report in a traceback."""
+    assert stats.stdev(xs) == math.inf
+    assert stats.welch(xs, [1.0, 2.0, 3.0]) is None  # no test of such a side: not p = 0, "significant"
+
+
+def test_a_report_of_runs_with_absurd_throughputs_is_written(tmp_path):
+    """Through build_report, as invoke report runs it: status.json's 1e200 samples/s is no figure (the log's
+    throughput stands), summary.json is strict JSON, and the report is written."""
+    import json
+
+    from lab.report.build import build_report
+    from report_logs import write_rundir
+
+    for seed, sps in ((1, 1e200), (2, 1.0)):
+        write_rundir(tmp_path / "in" / f"r{seed}", seed=seed, result={"samples_per_s": sps})
+    build_report([tmp_path / "in"], tmp_path / "out", formats=("json", "md", "html"))
+    doc = json.loads((tmp_path / "out" / "summary.json").read_text(), parse_constant=lambda c: pytest.fail(c))
+    assert [r["throughput_runs"] for r in doc["records"]] == [2]
+    assert all(r["throughput_mean"] < 1e12 and r["throughput_std"] < 1e12 for r in doc["records"])
