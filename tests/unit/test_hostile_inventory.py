@@ -1,0 +1,84 @@
+"""Hostile inventories through the command line: each is one line naming the file, the host and the key, exit 2,
+nothing written, nothing contacted.
+
+The hosts are this machine's loopback on port 1 (nothing listens there): a value that slipped through would at
+most be refused by it. The tasks are a sweep's dry run at the tiny scale (no host is asked anything) and audit
+(which refuses a host without gpulab_os before it connects), so no case reaches a host either way.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DRY = ["sweep", "--dry-run", "--scale", "tiny", "--workloads", "ncf", "--seeds", "1"]
+
+
+def host(name: str = "h1", **extra: str) -> str:
+    """One host of a YAML inventory, its variables given as YAML text (``ansible_host`` defaults to loopback)."""
+    lines = {
+        "ansible_host": "127.0.0.1",
+        "ansible_port": "1",
+        "gpulab_gpu_model": "T4",
+        "gpulab_gpu_count": "2",
+        "gpulab_stack": "current",
+        **extra,
+    }
+    return f"all:\n  hosts:\n    {name}:\n" + "".join(f"      {k}: {v}\n" for k, v in lines.items() if v is not None)
+
+
+CASES = [
+    # ssh reads a leading '-' as an option: ProxyCommand would run a command on this machine
+    (DRY, host(ansible_host="'-oProxyCommand=touch pwned'"), "host h1: ansible_host: '-oProxyCommand"),
+    (DRY, host(ansible_host='"lab\\nhost"'), "host h1: ansible_host: 'lab\\nhost' is not a host name"),
+    (DRY, host(ansible_host="''"), "host h1: ansible_host: '' is not a host name"),
+    (DRY, host(ansible_host="'a b'"), "host h1: ansible_host: 'a b' is not a host name"),
+    (DRY, host(ansible_host="[1, 2]"), "host h1: ansible_host: [1, 2] is not a host name"),
+    (DRY, host(ansible_user="'-oProxyCommand=x'"), "host h1: ansible_user: '-oProxyCommand=x' is not a user name"),
+    (DRY, host(ansible_port="22.7"), "host h1: ansible_port 22.7 is not a port"),
+    (DRY, host(ansible_port="true"), "host h1: ansible_port True is not a port"),
+    (DRY, host(ansible_ssh_common_args='"-o \'UserKnownHostsFile=x"'), "No closing quotation"),
+    (DRY, host(gpulab_gpu_model="A100x"), "host h1: gpulab_gpu_model 'A100x' is not 'auto' nor a GPU model"),
+    (DRY, host(gpulab_gpu_model='"T4\\nx"'), "host h1: gpulab_gpu_model 'T4\\nx' is not"),
+    # the last of two values silently won
+    (DRY, host(gpulab_gpu_count="1\n      gpulab_gpu_count: 2"), "gives key 'gpulab_gpu_count' twice"),
+    # a host name is a folder of results/<sweep>/ and of validate's output: every task checks it
+    (["audit"], host("'..'"), "host: '..' is not a host name"),
+    (["audit"], host("'-x'"), "host: '-x' is not a host name"),
+    (["audit"], host("'a;touch x'"), "host: 'a;touch x' is not a host name"),
+    (["audit"], host('"a\\nb"'), "host: 'a\\nb' is not a host name"),
+]
+
+
+@pytest.mark.parametrize("args, text, message", CASES, ids=[m[:50] for _, _, m in CASES])
+def test_a_hostile_inventory_is_one_line_exit_2_and_nothing_written(tmp_path, args, text, message):
+    inv = tmp_path / "lab.yml"
+    inv.write_text(text)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        HOME=str(home),
+        INVOKE_GPULAB_RESULTS=str(tmp_path / "results"),
+        INVOKE_GPULAB_ARTIFACTS=str(tmp_path / "artifacts"),
+    )
+    p = subprocess.run(
+        [sys.executable, "-m", "invoke", *args, "--inventory", str(inv)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert "Traceback" not in p.stderr + p.stdout, p.stderr[-3000:]
+    assert p.returncode == 2, f"exit {p.returncode}: {p.stdout[-1500:]}{p.stderr[-1500:]}"
+    assert len(lines) == 1 and lines[0].startswith(f"gpulab: {inv}: ") and message in lines[0], p.stderr
+    assert not (tmp_path / "results").exists() and not (tmp_path / "artifacts").exists()
+    assert not (ROOT / "pwned").exists() and {q.name for q in home.iterdir()} <= {".ansible"}
