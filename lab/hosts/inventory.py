@@ -27,6 +27,7 @@ from lab.core import mlperf
 from lab.core import paths
 from lab.core import schema
 from lab.core.errors import ConfigError, excerpt
+from lab.hosts import templating
 
 # Make Ansible fail on an unparsable source instead of warning and going on
 # with an empty inventory. Must be set before ansible.constants is imported.
@@ -186,15 +187,25 @@ class Inventory:
         from ansible.template import Templar
 
         templar = Templar(loader=self._loader, variables=data)
-        out = {}
-        for key, value in data.items():
-            if (key.startswith("gpulab_") or key in CONNECTION_VARS) and isinstance(value, str) and "{{" in value:
-                try:
-                    value = templar.template(value)
-                except Exception as exc:  # undefined variable and the like
-                    raise ConfigError(
-                        f"{self.path}: host {name}: {key}: cannot template {excerpt(repr(value))} ({excerpt(exc)})"
-                    ) from None
+        templated = {
+            key: value
+            for key, value in data.items()
+            if (key.startswith("gpulab_") or key in CONNECTION_VARS) and isinstance(value, str) and "{{" in value
+        }
+        try:  # in a child process, bounded: a template is a program (lab.hosts.templating)
+            rendered = templating.render(templar.template, templated)
+        except templating.Refused as exc:
+            keys = ", ".join(templated)
+            raise ConfigError(
+                f"{self.path}: host {name}: {excerpt(keys, 80)}: cannot template ({exc.reason})"
+            ) from None
+        out = dict(data)
+        for key, (how, value) in rendered.items():
+            if how != "ok":  # undefined variable and the like
+                raise ConfigError(
+                    f"{self.path}: host {name}: {key}: cannot template {excerpt(repr(templated[key]))} "
+                    f"({excerpt(value)})"
+                )
             out[key] = value
         return out
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,10 @@ CASES = [
     (DRY, host(ansible_ssh_common_args='"-o \'UserKnownHostsFile=x"'), "No closing quotation"),
     (DRY, host(gpulab_gpu_model="A100x"), "host h1: gpulab_gpu_model 'A100x' is not 'auto' nor a GPU model"),
     (DRY, host(gpulab_gpu_model='"T4\\nx"'), "host h1: gpulab_gpu_model 'T4\\nx' is not"),
+    # a template is a program, rendered while the input is checked: 10 GB asked, or 10**9 list items
+    (DRY, host(gpulab_gpu_model="\"{{ 'x' * 10**10 }}\""), "host h1: gpulab_gpu_model: cannot template"),
+    (DRY, host(gpulab_stack='"{{ range(10**9) | list | length }}"'), "host h1: gpulab_stack: cannot template"),
+    (DRY, host(ansible_host='"{{ 10**9 * [1] }}"'), "(needs more than 512 MB to render)"),
     # the last of two values silently won
     (DRY, host(gpulab_gpu_count="1\n      gpulab_gpu_count: 2"), "gives key 'gpulab_gpu_count' twice"),
     # a host name is a folder of results/<sweep>/ and of validate's output: every task checks it
@@ -82,3 +87,44 @@ def test_a_hostile_inventory_is_one_line_exit_2_and_nothing_written(tmp_path, ar
     assert len(lines) == 1 and lines[0].startswith(f"gpulab: {inv}: ") and message in lines[0], p.stderr
     assert not (tmp_path / "results").exists() and not (tmp_path / "artifacts").exists()
     assert not (ROOT / "pwned").exists() and {q.name for q in home.iterdir()} <= {".ansible"}
+
+
+@pytest.fixture
+def quick(monkeypatch):
+    from lab.hosts import templating
+
+    monkeypatch.setattr(templating, "SECONDS", 1)
+    return templating
+
+
+LOOP = "{{ '' }}{% for i in range(10**5) %}{% for j in range(10**5) %}{% endfor %}{% endfor %}T4"
+
+
+@pytest.mark.parametrize(
+    "value, why",
+    [
+        (LOOP, "cannot template (takes more than 1 s of CPU to render)"),
+        ("{{ 'x' * 3000000 }}", "cannot template (renders to more than 1024 KB)"),
+    ],
+)
+def test_a_template_that_runs_long_or_renders_large_is_refused_in_bounds(tmp_path, quick, value, why):
+    from lab.core.errors import ConfigError
+    from lab.hosts import inventory
+
+    inv = tmp_path / "lab.yml"
+    inv.write_text(host(gpulab_gpu_model=repr(value).replace("\\'", "''")))
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError) as exc:
+        inventory.load(inv).select()
+    assert time.monotonic() - t0 < 10 and exc.value.message == f"{inv}: host h1: gpulab_gpu_model: {why}"
+
+
+def test_a_template_within_bounds_renders_as_ansible_renders_it(tmp_path, quick):
+    from lab.hosts import inventory
+
+    inv = tmp_path / "lab.yml"
+    inv.write_text(
+        host(ansible_user="ops", gpulab_gpu_model="\"{{ 'T' ~ 4 }}\"", gpulab_workdir='"/home/{{ ansible_user }}/g"')
+    )
+    (h,) = inventory.load(inv).select()
+    assert (h.gpu_model, h.workdir) == ("T4", "/home/ops/g")
