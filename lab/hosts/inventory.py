@@ -99,19 +99,19 @@ def _one_line_parse_error(path: Path, captured: str) -> str:
 
 def _address(value, what: str) -> str:
     """``ansible_host`` as a DNS name or an IP address (IPv6 with a zone index too), else ConfigError."""
-    if isinstance(value, str) and DNS_NAME.match(value):
+    if isinstance(value, str) and DNS_NAME.fullmatch(value):
         return value
     if isinstance(value, str):
         ip, _, zone = value.partition("%")
         with contextlib.suppress(ValueError):
-            if ":" in ip and ipaddress.ip_address(ip) and (not zone or re.match(r"^[A-Za-z0-9_.-]{1,64}$", zone)):
+            if ":" in ip and ipaddress.ip_address(ip) and (not zone or re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", zone)):
                 return value
     raise ConfigError(f"{what}: {excerpt(repr(value), 60)} is not a host name or an IP address")
 
 
 def _login(value, what: str) -> str | None:
     """``ansible_user`` as a login name (or unset), else ConfigError."""
-    if value is None or (isinstance(value, str) and LOGIN_NAME.match(value)):
+    if value is None or (isinstance(value, str) and LOGIN_NAME.fullmatch(value)):
         return value
     raise ConfigError(f"{what}: {excerpt(repr(value), 60)} is not a user name (letters, digits, . _ -)")
 

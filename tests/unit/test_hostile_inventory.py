@@ -50,6 +50,11 @@ CASES = [
     (DRY, host(gpulab_gpu_model="\"{{ 'x' * 10**10 }}\""), "host h1: gpulab_gpu_model: cannot template"),
     (DRY, host(gpulab_stack='"{{ range(10**9) | list | length }}"'), "host h1: gpulab_stack: cannot template"),
     (DRY, host(ansible_host='"{{ 10**9 * [1] }}"'), "(needs more than 512 MB to render)"),
+    # JSON Schema's $ ends the text (Python's also matched before a final newline); a mirror is one URL
+    (DRY, host(gpulab_stack='"current\\n"'), "host h1: gpulab_stack: 'current\\n' does not match"),
+    (DRY, host(gpulab_mirror='"http://m/ stable main"'), "host h1: gpulab_mirror: 'http://m/ stable main' does not"),
+    (DRY, host(ansible_host='"h1\\n"'), "host h1: ansible_host: 'h1\\n' is not a host name"),
+    (["audit"], host('"h1\\n"'), "host: 'h1\\n' is not a host name"),
     # the last of two values silently won
     (DRY, host(gpulab_gpu_count="1\n      gpulab_gpu_count: 2"), "gives key 'gpulab_gpu_count' twice"),
     # a host name is a folder of results/<sweep>/ and of validate's output: every task checks it
@@ -103,7 +108,7 @@ LOOP = "{{ '' }}{% for i in range(10**5) %}{% for j in range(10**5) %}{% endfor 
 @pytest.mark.parametrize(
     "value, why",
     [
-        (LOOP, "cannot template (takes more than 1 s of CPU to render)"),
+        (LOOP, "cannot template (takes more than 1 s"),  # of CPU, or of wall clock on a loaded machine
         ("{{ 'x' * 3000000 }}", "cannot template (renders to more than 1024 KB)"),
     ],
 )
@@ -116,7 +121,8 @@ def test_a_template_that_runs_long_or_renders_large_is_refused_in_bounds(tmp_pat
     t0 = time.monotonic()
     with pytest.raises(ConfigError) as exc:
         inventory.load(inv).select()
-    assert time.monotonic() - t0 < 10 and exc.value.message == f"{inv}: host h1: gpulab_gpu_model: {why}"
+    assert time.monotonic() - t0 < 10, "not bounded"
+    assert exc.value.message.startswith(f"{inv}: host h1: gpulab_gpu_model: {why}"), exc.value.message
 
 
 def test_a_template_within_bounds_renders_as_ansible_renders_it(tmp_path, quick):
