@@ -55,6 +55,9 @@ CASES = [
     (DRY, host(gpulab_mirror='"http://m/ stable main"'), "host h1: gpulab_mirror: 'http://m/ stable main' does not"),
     (DRY, host(ansible_host='"h1\\n"'), "host h1: ansible_host: 'h1\\n' is not a host name"),
     (["audit"], host('"h1\\n"'), "host: 'h1\\n' is not a host name"),
+    # one word: the runner is started as [gpulab_python, -m, runner, ...], so 'python3 -X dev' never starts
+    (DRY, host(gpulab_python="'python3 -X dev'"), "host h1: gpulab_python: 'python3 -X dev' does not match"),
+    (DRY, host(gpulab_python="'-c'"), "host h1: gpulab_python: '-c' does not match"),
     # the last of two values silently won
     (DRY, host(gpulab_gpu_count="1\n      gpulab_gpu_count: 2"), "gives key 'gpulab_gpu_count' twice"),
     # a host name is a folder of results/<sweep>/ and of validate's output: every task checks it
