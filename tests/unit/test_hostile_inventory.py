@@ -33,6 +33,12 @@ def host(name: str = "h1", **extra: str) -> str:
     return f"all:\n  hosts:\n    {name}:\n" + "".join(f"      {k}: {v}\n" for k, v in lines.items() if v is not None)
 
 
+# a YAML alias bomb: 9 levels of 9 references, 387 million strings once expanded (or turned into text)
+BOMB = {"b0": "&l0 [x, x, x, x, x, x, x, x, x]"} | {
+    f"b{i}": f"&l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, 10)
+}
+DATASETS = ["datasets", "--names", "ncf", "--check"]
+
 CASES = [
     # ssh reads a leading '-' as an option: ProxyCommand would run a command on this machine
     (DRY, host(ansible_host="'-oProxyCommand=touch pwned'"), "host h1: ansible_host: '-oProxyCommand"),
@@ -58,6 +64,10 @@ CASES = [
     # one word: the runner is started as [gpulab_python, -m, runner, ...], so 'python3 -X dev' never starts
     (DRY, host(gpulab_python="'python3 -X dev'"), "host h1: gpulab_python: 'python3 -X dev' does not match"),
     (DRY, host(gpulab_python="'-c'"), "host h1: gpulab_python: '-c' does not match"),
+    # datasets' own host variables: a bomb is refused by its kind, never turned into text (a MemoryError traceback)
+    (DATASETS, host(**BOMB, datasets_storage="*l9"), "host h1: datasets_storage a list: use one of copy, shared"),
+    (DATASETS, host(**BOMB, datasets_origins="{grouplens: *l9}"), "host h1: datasets_origins.grouplens: a list is"),
+    (DATASETS, host(datasets_origins="{grouplens: 'http://m/ x'}"), "datasets_origins.grouplens: 'http://m/ x' is not"),
     # the last of two values silently won
     (DRY, host(gpulab_gpu_count="1\n      gpulab_gpu_count: 2"), "gives key 'gpulab_gpu_count' twice"),
     # a host name is a folder of results/<sweep>/ and of validate's output: every task checks it
