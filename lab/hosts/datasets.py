@@ -24,7 +24,7 @@ from typing import Callable
 
 from lab.hosts import runnerdist
 from lab.core import schema
-from lab.core.errors import ConfigError, excerpt
+from lab.core.errors import ConfigError, excerpt, shown
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CATALOGUE = REPO / "inventory" / "datasets.yml"
@@ -150,14 +150,6 @@ MAX_ORIGIN = 2048
 ORIGIN_TEXT = re.compile(rf"[^\s\x00-\x1f\x7f]{{1,{MAX_ORIGIN}}}")
 
 
-def _shown(value) -> str:
-    """A refused inventory value in an error line: a short excerpt of text or a number, else its kind (an alias
-    bomb is never turned into text)."""
-    if isinstance(value, (str, int, float)) or value is None:
-        return excerpt(repr(value), 60)
-    return "a mapping" if isinstance(value, dict) else "a list" if isinstance(value, (list, tuple)) else "not text"
-
-
 def host_sources(catalogue: Catalogue, names: list[str], host: str, hostvars: dict) -> dict[str, str]:
     """file -> where this host takes it from (URL or host path); ConfigError when there is none."""
     mirror = hostvars.get("gpulab_mirror")
@@ -173,7 +165,7 @@ def host_sources(catalogue: Catalogue, names: list[str], host: str, hostvars: di
             )
         if value is not None and (not isinstance(value, str) or not ORIGIN_TEXT.fullmatch(value)):
             raise ConfigError(
-                f"host {host}: datasets_origins.{key}: {_shown(value)} is not one URL or path (no space, at most "
+                f"host {host}: datasets_origins.{key}: {shown(value)} is not one URL or path (no space, at most "
                 f"{MAX_ORIGIN} characters)"
             )
     origins.update(override)
@@ -246,7 +238,7 @@ def plan(hosts, names, *, inventory, catalogue=None, storage: str | None = None)
         mode = storage or raw.get("datasets_storage", "copy")
         if not isinstance(mode, str) or mode not in STORAGE_MODES:
             raise ConfigError(
-                f"{inventory}: host {h.name}: datasets_storage {_shown(mode)}: use one of {', '.join(STORAGE_MODES)}"
+                f"{inventory}: host {h.name}: datasets_storage {shown(mode)}: use one of {', '.join(STORAGE_MODES)}"
             )
         try:
             sources[h.name] = host_sources(cat, chosen, h.name, raw)

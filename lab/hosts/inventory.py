@@ -26,7 +26,7 @@ from lab.core import limits
 from lab.core import mlperf
 from lab.core import paths
 from lab.core import schema
-from lab.core.errors import ConfigError, excerpt
+from lab.core.errors import ConfigError, excerpt, shown
 from lab.hosts import templating
 
 # Make Ansible fail on an unparsable source instead of warning and going on
@@ -106,14 +106,14 @@ def _address(value, what: str) -> str:
         with contextlib.suppress(ValueError):
             if ":" in ip and ipaddress.ip_address(ip) and (not zone or re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", zone)):
                 return value
-    raise ConfigError(f"{what}: {excerpt(repr(value), 60)} is not a host name or an IP address")
+    raise ConfigError(f"{what}: {shown(value)} is not a host name or an IP address")
 
 
 def _login(value, what: str) -> str | None:
     """``ansible_user`` as a login name (or unset), else ConfigError."""
     if value is None or (isinstance(value, str) and LOGIN_NAME.fullmatch(value)):
         return value
-    raise ConfigError(f"{what}: {excerpt(repr(value), 60)} is not a user name (letters, digits, . _ -)")
+    raise ConfigError(f"{what}: {shown(value)} is not a user name (letters, digits, . _ -)")
 
 
 def _port(value, what: str) -> int:
@@ -121,7 +121,7 @@ def _port(value, what: str) -> int:
     if isinstance(value, str) and value.strip().isdecimal() and len(value.strip()) <= 5:
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535:
-        raise ConfigError(f"{what} {excerpt(repr(value), 40)} is not a port (1 to 65535)")
+        raise ConfigError(f"{what} {shown(value, 40)} is not a port (1 to 65535)")
     return value
 
 
@@ -225,14 +225,18 @@ class Inventory:
                 f"lab/data/devices.yml (a name or an alias there: T4, V100-PCIE-16GB, H200, ...)"
             )
         connection = v.get("ansible_connection", "ssh")
-        if connection not in ("ssh", "local", "paramiko", "smart"):
+        if not isinstance(connection, str) or connection not in ("ssh", "local", "paramiko", "smart"):
             raise ConfigError(
-                f"{self.path}: host {name}: ansible_connection {connection!r} is not supported "
+                f"{where}: ansible_connection {shown(connection)} is not supported "
                 f"(gpulab drives hosts over SSH or locally)"
             )
         address = _address(v.get("ansible_host", name), f"{where}: ansible_host")
         user = _login(v.get("ansible_user"), f"{where}: ansible_user")
-        ssh_args = " ".join(str(v.get(k, "")) for k in ("ansible_ssh_common_args", "ansible_ssh_extra_args"))
+        ssh_keys = ("ansible_ssh_private_key_file", "ansible_private_key_file")
+        for key in ("ansible_ssh_common_args", "ansible_ssh_extra_args", *ssh_keys):
+            if v.get(key) is not None and not isinstance(v[key], str):  # never turned into text: an alias bomb
+                raise ConfigError(f"{where}: {key} {shown(v[key])} is not text")
+        ssh_args = " ".join(v.get(k) or "" for k in ("ansible_ssh_common_args", "ansible_ssh_extra_args"))
         try:
             kh = _ssh_option(ssh_args, "UserKnownHostsFile") or known_hosts or DEFAULT_KNOWN_HOSTS
         except ValueError as exc:  # an unclosed quote

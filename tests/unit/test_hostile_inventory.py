@@ -23,13 +23,16 @@ DRY = ["sweep", "--dry-run", "--scale", "tiny", "--workloads", "ncf", "--seeds",
 def host(name: str = "h1", **extra: str) -> str:
     """One host of a YAML inventory, its variables given as YAML text (``ansible_host`` defaults to loopback)."""
     lines = {
-        "ansible_host": "127.0.0.1",
-        "ansible_port": "1",
-        "gpulab_gpu_model": "T4",
-        "gpulab_gpu_count": "2",
-        "gpulab_stack": "current",
-        **extra,
-    }
+        k: v
+        for k, v in {
+            "ansible_host": "127.0.0.1",
+            "ansible_port": "1",
+            "gpulab_gpu_model": "T4",
+            "gpulab_gpu_count": "2",
+            "gpulab_stack": "current",
+        }.items()
+        if k not in extra
+    } | extra  # in the order given: an alias's anchor comes first
     return f"all:\n  hosts:\n    {name}:\n" + "".join(f"      {k}: {v}\n" for k, v in lines.items() if v is not None)
 
 
@@ -45,7 +48,7 @@ CASES = [
     (DRY, host(ansible_host='"lab\\nhost"'), "host h1: ansible_host: 'lab\\nhost' is not a host name"),
     (DRY, host(ansible_host="''"), "host h1: ansible_host: '' is not a host name"),
     (DRY, host(ansible_host="'a b'"), "host h1: ansible_host: 'a b' is not a host name"),
-    (DRY, host(ansible_host="[1, 2]"), "host h1: ansible_host: [1, 2] is not a host name"),
+    (DRY, host(ansible_host="[1, 2]"), "host h1: ansible_host: a list is not a host name"),
     (DRY, host(ansible_user="'-oProxyCommand=x'"), "host h1: ansible_user: '-oProxyCommand=x' is not a user name"),
     (DRY, host(ansible_port="22.7"), "host h1: ansible_port 22.7 is not a port"),
     (DRY, host(ansible_port="true"), "host h1: ansible_port True is not a port"),
@@ -68,6 +71,11 @@ CASES = [
     (DATASETS, host(**BOMB, datasets_storage="*l9"), "host h1: datasets_storage a list: use one of copy, shared"),
     (DATASETS, host(**BOMB, datasets_origins="{grouplens: *l9}"), "host h1: datasets_origins.grouplens: a list is"),
     (DATASETS, host(datasets_origins="{grouplens: 'http://m/ x'}"), "datasets_origins.grouplens: 'http://m/ x' is not"),
+    # Ansible's own variables that gpulab reads: an alias bomb is named by its kind, never turned into text
+    (DRY, host(**BOMB, ansible_connection="*l9"), "host h1: ansible_connection a list is not supported"),
+    (DRY, host(**BOMB, ansible_ssh_common_args="*l9"), "host h1: ansible_ssh_common_args a list is not text"),
+    (DRY, host(**BOMB, ansible_port="*l9"), "host h1: ansible_port a list is not a port"),
+    (DRY, host(**BOMB, ansible_host="*l9"), "host h1: ansible_host: a list is not a host name"),
     # the last of two values silently won
     (DRY, host(gpulab_gpu_count="1\n      gpulab_gpu_count: 2"), "gives key 'gpulab_gpu_count' twice"),
     # a host name is a folder of results/<sweep>/ and of validate's output: every task checks it
