@@ -163,15 +163,19 @@ def quarantine_add(
     action: str | None = None,
     who: str | None = None,
     backend: str | None = None,
+    inventory: str | Path | None = None,
     echo=print,
 ) -> Quarantined:
     """Keep a GPU or a host (``HOST`` or ``HOST:GPU_INDEX``) out of sweeps until released; each line to ``echo``
     as it happens (the quarantine is said before a Slurm drain is tried). Bad input before the database is
-    touched."""
+    touched: with ``inventory`` (the task's --inventory, else gpulab.inventory), a host that is not one of its
+    hosts, or a GPU index past the host's gpulab_gpu_count."""
     from lab.history import quarantine as q
 
     tgt, by = q.parse_target(target), by_whom(who)
     q.check_entry(reason, by, action)
+    if inventory is not None:
+        in_inventory(tgt, inventory)
     with database(url, default=default, create=True) as db:
         entry, added = q.add(db, tgt, reason=reason, who=by, action=action)
     echo(
@@ -186,6 +190,29 @@ def quarantine_add(
         done = slurmctl.drain(tgt.host, slurmctl.reason_line("quarantine", entry.reason, entry.action))
         echo(f"{tgt}: Slurm node {done}")
     return Quarantined(str(tgt), added, done)
+
+
+def in_inventory(tgt, inventory: str | Path) -> None:
+    """ConfigError unless ``tgt``'s host is a host of ``inventory`` (the one sweeps plan from: a quarantine is kept
+    by host name, and a name no inventory gives keeps nothing out) and its GPU index, if any, one the host has."""
+    from lab.hosts import inventory as inv
+
+    hosts = inv.load(inventory)
+    if tgt.host not in hosts.names:
+        shown = ", ".join(hosts.names[:8]) + (f" and {len(hosts.names) - 8} more" if len(hosts.names) > 8 else "")
+        raise ConfigError(
+            f"quarantine: {inventory}: no host {tgt.host} (hosts: {shown}); name the lab's inventory with "
+            f"--inventory FILE or the setting gpulab.inventory"
+        )
+    (host,) = hosts.select(tgt.host)
+    if tgt.gpu is not None and isinstance(host.gpu_count, int) and tgt.gpu >= host.gpu_count:
+        raise ConfigError(
+            f"quarantine: {tgt.host}:{tgt.gpu}: {inventory} gives {tgt.host} {host.gpu_count} GPU(s) "
+            f"(gpulab_gpu_count), indices 0 to {host.gpu_count - 1}"
+            if host.gpu_count
+            else f"quarantine: {tgt.host}:{tgt.gpu}: {inventory} gives {tgt.host} no GPU (gpulab_gpu_count 0); "
+            f"quarantine the host"
+        )
 
 
 def quarantine_release(

@@ -128,10 +128,11 @@ def quarantine_list(c, url=None):
         "action": "what to do about it (e.g. reseat, RMA)",
         "who": WHO_HELP,
         "url": URL_HELP,
+        "inventory": "Ansible inventory HOST must be a host of (default: gpulab.inventory, which sweeps use)",
     },
 )
 @task_errors
-def quarantine_add(c, target, reason=None, action=None, who=None, url=None):
+def quarantine_add(c, target, reason=None, action=None, who=None, url=None, inventory=None):
     """Keep a GPU or a host out of sweeps until released."""
     from lab.commands import history as cmd
 
@@ -143,6 +144,7 @@ def quarantine_add(c, target, reason=None, action=None, who=None, url=None):
         action=action,
         who=who,
         backend=setting(c, "sweep.backend"),
+        inventory=setting(c, "inventory", inventory),
     )
 
 

@@ -65,6 +65,16 @@ def excerpt(text, limit: int = EXCERPT) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def shown(value, limit: int = 60) -> str:
+    """A refused value of a data file in an error line: an excerpt of its repr where it is text, a number or
+    null, else its kind; a list or mapping (a YAML alias bomb among them) is never turned into text."""
+    if isinstance(value, (str, int, float)) or value is None:
+        if isinstance(value, str) and len(value) > 4 * limit:
+            value = value[: 4 * limit]
+        return excerpt(repr(value), limit)
+    return "a mapping" if isinstance(value, dict) else "a list" if isinstance(value, (list, tuple)) else "not text"
+
+
 def printable(text) -> str:
     """``text`` for a terminal: control characters (an escape sequence's ESC among them) and text that is not
     valid UTF-8 (a lone surrogate of a non-UTF-8 file name) shown as \\x.. / \\udc.., never sent raw."""

@@ -52,20 +52,20 @@ def _shown(value) -> str:
 
 
 def sweep_name(value, what: str = "--name") -> str:
-    if not isinstance(value, str) or not NAME_RE.match(value):
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
         raise ConfigError(f"{what}: {_shown(value)} is not a sweep name (letters, digits, . _ -)")
     return value
 
 
 def workload(value, what: str = "--workloads") -> str:
-    if not isinstance(value, str) or not WORKLOAD_RE.match(value):
+    if not isinstance(value, str) or not WORKLOAD_RE.fullmatch(value):
         raise ConfigError(f"{what}: {_shown(value)} is not a workload name")
     return value
 
 
 def host_name(value, what: str = "host") -> str:
     """An inventory host name that can name a folder: results/<sweep>/<host>/."""
-    if not isinstance(value, str) or not HOST_RE.match(value) or not paths.is_component(value):
+    if not isinstance(value, str) or not HOST_RE.fullmatch(value) or not paths.is_component(value):
         raise ConfigError(
             f"{what}: {_shown(value)} is not a host name gpulab can use as a folder name (letters, digits, . _ - : @ +)"
         )
@@ -94,6 +94,6 @@ def gpu_count(value, what: str = "gpus") -> int:
 
 
 def token(value, what: str = "token") -> str | None:
-    if value is not None and (not isinstance(value, str) or not TOKEN_RE.match(value)):
+    if value is not None and (not isinstance(value, str) or not TOKEN_RE.fullmatch(value)):
         raise ConfigError(f"{what}: {_shown(value)} is not a run token")
     return value

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,35 @@ def describe(error: jsonschema.ValidationError) -> str:
     return error.message
 
 
+@functools.lru_cache(maxsize=None)
+def _anchored(pattern: str) -> re.Pattern:
+    """``pattern`` as JSON Schema means it (ECMA-262): a ``$`` outside a character class ends the text, where
+    Python's ``$`` also matches before a final newline (``current\\n`` would match ``^[a-z0-9._-]*$``)."""
+    out, in_class, escaped = [], False, False
+    for ch in pattern:
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == "[" and not in_class:
+            in_class = True
+        elif ch == "]" and in_class:
+            in_class = False
+        elif ch == "$" and not in_class:
+            ch = r"\Z"
+        out.append(ch)
+    return re.compile("".join(out))
+
+
+def _pattern(validator, pattern: str, instance, _schema):
+    """The ``pattern`` keyword with ``_anchored``'s end of text."""
+    if validator.is_type(instance, "string") and not _anchored(pattern).search(instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_VALIDATOR = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _pattern})
+
+
 def conform(data: Any, schema_name: str, source: str) -> Any:
     """Validate ``data``; raise ConfigError '<source>: <where>: <what>' on the first error.
 
@@ -61,7 +91,7 @@ def conform(data: Any, schema_name: str, source: str) -> Any:
             f"{source}: more than {plaindata.MAX_NODES} values or {plaindata.MAX_DEPTH} levels "
             f"(YAML aliases count each time they are used)"
         )
-    validator = jsonschema.Draft202012Validator(schema(schema_name))
+    validator = _VALIDATOR(schema(schema_name))
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         err = errors[0]

@@ -42,7 +42,7 @@ def gpu_filter(gpu, host):
     if gpu in (None, ""):
         return None, None
     gpu = str(gpu).strip()
-    if UUID_RE.match(gpu):
+    if UUID_RE.fullmatch(gpu):
         return gpu, None
     if gpu.isdigit():
         if not host:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Callable
 
 from lab.hosts import runnerdist
 from lab.core import schema
-from lab.core.errors import ConfigError
+from lab.core.errors import ConfigError, excerpt, shown
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CATALOGUE = REPO / "inventory" / "datasets.yml"
@@ -145,6 +146,10 @@ def load_catalogue(path: Path | str | None = None) -> Catalogue:
     return Catalogue(path, doc["version"], origins, benchmarks, doc["datasets"])
 
 
+MAX_ORIGIN = 2048
+ORIGIN_TEXT = re.compile(rf"[^\s\x00-\x1f\x7f]{{1,{MAX_ORIGIN}}}")
+
+
 def host_sources(catalogue: Catalogue, names: list[str], host: str, hostvars: dict) -> dict[str, str]:
     """file -> where this host takes it from (URL or host path); ConfigError when there is none."""
     mirror = hostvars.get("gpulab_mirror")
@@ -152,11 +157,16 @@ def host_sources(catalogue: Catalogue, names: list[str], host: str, hostvars: di
     override = hostvars.get("datasets_origins") or {}
     if not isinstance(override, dict):
         raise ConfigError(f"host {host}: datasets_origins must be a mapping of origin name to URL or path")
-    for key in override:  # a misspelt origin would leave the host on the public one: refused
+    for key, value in override.items():  # a misspelt origin would leave the host on the public one: refused
         if key not in catalogue.origins:
             raise ConfigError(
-                f"host {host}: datasets_origins.{key}: no such origin in {catalogue.path} "
+                f"host {host}: datasets_origins.{excerpt(key, 60)}: no such origin in {catalogue.path} "
                 f"(origins: {', '.join(catalogue.origins)})"
+            )
+        if value is not None and (not isinstance(value, str) or not ORIGIN_TEXT.fullmatch(value)):
+            raise ConfigError(
+                f"host {host}: datasets_origins.{key}: {shown(value)} is not one URL or path (no space, at most "
+                f"{MAX_ORIGIN} characters)"
             )
     origins.update(override)
     out = {}
@@ -226,9 +236,14 @@ def plan(hosts, names, *, inventory, catalogue=None, storage: str | None = None)
     for h in hosts:
         raw = loaded.raw_vars(h.name)
         mode = storage or raw.get("datasets_storage", "copy")
-        if mode not in STORAGE_MODES:
-            raise ConfigError(f"host {h.name}: datasets_storage {mode!r}: use one of {', '.join(STORAGE_MODES)}")
-        sources[h.name] = host_sources(cat, chosen, h.name, raw)
+        if not isinstance(mode, str) or mode not in STORAGE_MODES:
+            raise ConfigError(
+                f"{inventory}: host {h.name}: datasets_storage {shown(mode)}: use one of {', '.join(STORAGE_MODES)}"
+            )
+        try:
+            sources[h.name] = host_sources(cat, chosen, h.name, raw)
+        except ConfigError as exc:  # the variables are the inventory's: its file named
+            raise ConfigError(f"{inventory}: {exc.message}") from None
     return Plan(cat, chosen, sources, storage)
 
 

@@ -21,15 +21,20 @@ from pathlib import Path
 from typing import Any
 
 from lab.core import bounded
+from lab.core import fields
 from lab.core import limits
+from lab.core import mlperf
 from lab.core import paths
 from lab.core import schema
-from lab.core.errors import ConfigError, excerpt
+from lab.core.errors import ConfigError, excerpt, shown
+from lab.hosts import templating
 
 # Make Ansible fail on an unparsable source instead of warning and going on
 # with an empty inventory. Must be set before ansible.constants is imported.
 os.environ.setdefault("ANSIBLE_INVENTORY_UNPARSED_FAILED", "True")
 os.environ.setdefault("ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED", "True")
+# A key given twice in a YAML inventory is an error, not the last one silently winning (Ansible's default warns).
+os.environ.setdefault("ANSIBLE_DUPLICATE_YAML_DICT_KEY", "error")
 
 DEFAULT_WORKDIR = "/var/lib/gpulab"
 # addresses reserved for documentation (RFC 5737, RFC 3849): the example lab (inventory/hosts.yml) uses them,
@@ -38,6 +43,12 @@ DOCUMENTATION_NETS = tuple(
     ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")
 )
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+# What ssh, Ansible and Fabric are given as the host to reach and the user to log in as: a DNS name or an IP
+# address, a login name; never a word ssh would read as an option (a leading '-'), never a space or a newline
+DNS_NAME = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]{0,252})$")
+LOGIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}[$]?$")
+# Ansible's connection variables gpulab reads itself, templated as Ansible templates them
+CONNECTION_VARS = ("ansible_host", "ansible_user", "ansible_port", "ansible_ssh_port")
 
 
 @dataclass(frozen=True)
@@ -74,14 +85,48 @@ def _one_line_parse_error(path: Path, captured: str) -> str:
         text,
     )
     if m:
+        twice = re.search(r"found a duplicate dict key \((.*?)\)", m.group(1))
+        if twice:  # ANSIBLE_DUPLICATE_YAML_DICT_KEY=error, whose message still says 'Using last defined value'
+            return (
+                f"{path}: line {m.group(2)}, column {m.group(3)}: the mapping there gives key "
+                f"{excerpt(repr(twice.group(1)), 60)} twice"
+            )
         return f"{path}: line {m.group(2)}, column {m.group(3)}: malformed YAML ({m.group(1)})"
     m = re.search(r"with (?:yaml|ini) plugin: (.*?)(?: \[WARNING\]|$)", text)
     reason = m.group(1) if m else "no inventory plugin could parse it"
     return f"{path}: not a valid inventory ({reason})"
 
 
+def _address(value, what: str) -> str:
+    """``ansible_host`` as a DNS name or an IP address (IPv6 with a zone index too), else ConfigError."""
+    if isinstance(value, str) and DNS_NAME.fullmatch(value):
+        return value
+    if isinstance(value, str):
+        ip, _, zone = value.partition("%")
+        with contextlib.suppress(ValueError):
+            if ":" in ip and ipaddress.ip_address(ip) and (not zone or re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", zone)):
+                return value
+    raise ConfigError(f"{what}: {shown(value)} is not a host name or an IP address")
+
+
+def _login(value, what: str) -> str | None:
+    """``ansible_user`` as a login name (or unset), else ConfigError."""
+    if value is None or (isinstance(value, str) and LOGIN_NAME.fullmatch(value)):
+        return value
+    raise ConfigError(f"{what}: {shown(value)} is not a user name (letters, digits, . _ -)")
+
+
+def _port(value, what: str) -> int:
+    """``ansible_port`` as a whole number from 1 to 65535 (an INI inventory gives it as text), else ConfigError."""
+    if isinstance(value, str) and value.strip().isdecimal() and len(value.strip()) <= 5:
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535:
+        raise ConfigError(f"{what} {shown(value, 40)} is not a port (1 to 65535)")
+    return value
+
+
 def _ssh_option(args: str, option: str) -> str | None:
-    """Value of ``-o Option=value`` in an ssh argument string."""
+    """Value of ``-o Option=value`` in an ssh argument string (ValueError for one shlex cannot split)."""
     words = shlex.split(args or "")
     for i, word in enumerate(words):
         candidate = (
@@ -142,50 +187,72 @@ class Inventory:
         from ansible.template import Templar
 
         templar = Templar(loader=self._loader, variables=data)
-        out = {}
-        for key, value in data.items():
-            if key.startswith("gpulab_") and isinstance(value, str) and "{{" in value:
-                try:
-                    value = templar.template(value)
-                except Exception as exc:  # undefined variable and the like
-                    raise ConfigError(
-                        f"{self.path}: host {name}: {key}: cannot template {excerpt(repr(value))} ({excerpt(exc)})"
-                    ) from None
+        templated = {
+            key: value
+            for key, value in data.items()
+            if (key.startswith("gpulab_") or key in CONNECTION_VARS) and isinstance(value, str) and "{{" in value
+        }
+        try:  # in a child process, bounded: a template is a program (lab.hosts.templating)
+            rendered = templating.render(templar.template, templated)
+        except templating.Refused as exc:
+            keys = ", ".join(templated)
+            raise ConfigError(
+                f"{self.path}: host {name}: {excerpt(keys, 80)}: cannot template ({exc.reason})"
+            ) from None
+        out = dict(data)
+        for key, (how, value) in rendered.items():
+            if how != "ok":  # undefined variable and the like
+                raise ConfigError(
+                    f"{self.path}: host {name}: {key}: cannot template {excerpt(repr(templated[key]))} "
+                    f"({excerpt(value)})"
+                )
             out[key] = value
         return out
 
     def host(self, name: str, *, known_hosts: str | None = None) -> Host:
-        """One host, its gpulab variables checked against the schema."""
+        """One host, its name, its connection variables and its gpulab variables checked."""
+        fields.host_name(name, f"{self.path}: host")  # it names results/<sweep>/<host>/ and a line of output
+        where = f"{self.path}: host {name}"
         v = self.raw_vars(name)
         own = {k: val for k, val in v.items() if k.startswith("gpulab_")}
         schema.conform(own, "hostvars", f"{self.path}: host {name}")
         if "gpulab_workdir" in own:  # the host's runs and data land there: never /, /etc, /usr, ...
             paths.output_root(own["gpulab_workdir"], f"{self.path}: host {name}: gpulab_workdir", local=False)
-        connection = v.get("ansible_connection", "ssh")
-        if connection not in ("ssh", "local", "paramiko", "smart"):
+        model = own["gpulab_gpu_model"]
+        if model != "auto" and mlperf.default_rules().device(model) not in mlperf.default_rules().device_power:
             raise ConfigError(
-                f"{self.path}: host {name}: ansible_connection {connection!r} is not supported "
+                f"{where}: gpulab_gpu_model {excerpt(repr(model), 60)} is not 'auto' nor a GPU model of "
+                f"lab/data/devices.yml (a name or an alias there: T4, V100-PCIE-16GB, H200, ...)"
+            )
+        connection = v.get("ansible_connection", "ssh")
+        if not isinstance(connection, str) or connection not in ("ssh", "local", "paramiko", "smart"):
+            raise ConfigError(
+                f"{where}: ansible_connection {shown(connection)} is not supported "
                 f"(gpulab drives hosts over SSH or locally)"
             )
-        ssh_args = " ".join(str(v.get(k, "")) for k in ("ansible_ssh_common_args", "ansible_ssh_extra_args"))
-        kh = _ssh_option(ssh_args, "UserKnownHostsFile") or known_hosts or DEFAULT_KNOWN_HOSTS
-        port = v.get("ansible_port", v.get("ansible_ssh_port", 22))
+        address = _address(v.get("ansible_host", name), f"{where}: ansible_host")
+        user = _login(v.get("ansible_user"), f"{where}: ansible_user")
+        ssh_keys = ("ansible_ssh_private_key_file", "ansible_private_key_file")
+        for key in ("ansible_ssh_common_args", "ansible_ssh_extra_args", *ssh_keys):
+            if v.get(key) is not None and not isinstance(v[key], str):  # never turned into text: an alias bomb
+                raise ConfigError(f"{where}: {key} {shown(v[key])} is not text")
+        ssh_args = " ".join(v.get(k) or "" for k in ("ansible_ssh_common_args", "ansible_ssh_extra_args"))
         try:
-            port = int(port)
-            if not 1 <= port <= 65535:
-                raise ValueError(port)
-        except (TypeError, ValueError):
+            kh = _ssh_option(ssh_args, "UserKnownHostsFile") or known_hosts or DEFAULT_KNOWN_HOSTS
+        except ValueError as exc:  # an unclosed quote
             raise ConfigError(
-                f"{self.path}: host {name}: ansible_port {excerpt(repr(port), 40)} is not a port (1 to 65535)"
+                f"{where}: ansible_ssh_common_args/ansible_ssh_extra_args {excerpt(repr(ssh_args), 60)}: {exc}"
             ) from None
+        port_key = "ansible_port" if "ansible_port" in v or "ansible_ssh_port" not in v else "ansible_ssh_port"
+        port = _port(v.get(port_key, 22), f"{where}: {port_key}")
         groups = tuple(
             sorted(g.name for g in self._inv.get_host(name).get_groups() if g.name not in ("all", "ungrouped"))
         )
         return Host(
             name=name,
-            address=str(v.get("ansible_host", name)),
+            address=address,
             port=port,
-            user=v.get("ansible_user"),
+            user=user,
             connection="local" if connection == "local" else "ssh",
             gpu_model=own["gpulab_gpu_model"],
             gpu_count=own["gpulab_gpu_count"],

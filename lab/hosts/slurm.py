@@ -127,7 +127,7 @@ def nodes() -> dict[str, Node]:
 
 
 def check_node(name: str) -> str:
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise ConfigError(f"slurm: {str(name)[:80]!r} is not a node name")
     return name
 
@@ -175,7 +175,7 @@ def submit(script: str, options: list[str]) -> str:
     """``sbatch --parsable OPTIONS`` with the script on stdin; the job id."""
     res = run(["sbatch", "--parsable", *options], stdin=script)
     job = res.stdout.strip().split(";")[0]
-    if not JOB_RE.match(job):
+    if not JOB_RE.fullmatch(job):
         raise HostError(f"slurm: sbatch answered {one_line(res.stdout)[:80]!r}, not a job id")
     return job
 
@@ -220,7 +220,7 @@ def tasks(job_ids: list[str]) -> dict[tuple[str, int], Task]:
     """Each task of those array jobs that Slurm still knows; a job id it no longer knows gives nothing."""
     out = {}
     for job in job_ids:
-        if not JOB_RE.match(str(job)):
+        if not JOB_RE.fullmatch(str(job)):
             raise ConfigError(f"slurm: {str(job)[:40]!r} is not a job id")
         res = run(["scontrol", "show", "job", "-o", str(job)], check=False)
         if res.returncode != 0:  # "Invalid job id specified": gone past MinJobAge
@@ -237,6 +237,6 @@ def tasks(job_ids: list[str]) -> dict[tuple[str, int], Task]:
 
 def cancel(job_ids: list[str]) -> None:
     """``scancel`` of these jobs (and nothing else)."""
-    ids = [str(j) for j in job_ids if JOB_RE.match(str(j))]
+    ids = [str(j) for j in job_ids if JOB_RE.fullmatch(str(j))]
     if ids:
         run(["scancel", *ids], check=False)

@@ -36,7 +36,7 @@ def store_dir(sweep_root: Path, stack: str, gpu_model: str) -> Path:
 
 
 def _names(items) -> set[str]:
-    return {n for n in items if _NAME.match(n)}
+    return {n for n in items if _NAME.fullmatch(n)}
 
 
 def pull(remote: rmt.Remote, workdir: str, store: Path) -> list[str]:

@@ -64,7 +64,7 @@ def check_settings(settings, workload: str, what: str) -> dict:
     declared = catalogue.declared(workload)
     out = {}
     for key, value in settings.items():
-        if not isinstance(key, str) or not KEY_RE.match(key):
+        if not isinstance(key, str) or not KEY_RE.fullmatch(key):
             raise ConfigError(f"{what}: {str(key)[:40]!r} is not a setting name")
         if key in NOT_SETTABLE:
             raise ConfigError(f"{what}: {key}: belongs to the benchmark, a recipe cannot change it")

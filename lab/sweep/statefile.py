@@ -55,7 +55,7 @@ def _settings(value, what: str) -> dict:
     if not isinstance(value, dict):
         raise ConfigError(f"{what}: {type(value).__name__} is not a mapping of settings")
     for key, v in value.items():
-        if not isinstance(key, str) or not recipe.KEY_RE.match(key) or key in recipe.NOT_SETTABLE:
+        if not isinstance(key, str) or not recipe.KEY_RE.fullmatch(key) or key in recipe.NOT_SETTABLE:
             raise ConfigError(f"{what}: {str(key)[:40]!r} is not a setting a run may change")
         recipe.plain(v, f"{what}.{key}")
     return value

@@ -69,7 +69,7 @@ def request(
     catalogue.known([workload], "WORKLOAD")
     fields.choice(scale, fields.SCALES, "--scale")
     name = name or default_name(workload, scale, device)
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise ConfigError(f"--name: {name!r} is not a study name (letters, digits, . _ -; at most 58)")
     tune_settings = {**settings.default("tune"), **tune_settings}
     k = limits.number(

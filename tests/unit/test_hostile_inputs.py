@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # bad values by kind; FILES are made by the fixture (a FIFO, a binary file, a folder, ...)
 COUNTS = ["abc", "-5", "0", "1e309", "nan", "99999999999", " "]
 DURATIONS = ["0", "-5", "abc", "nan", "inf", "1e309"]
-NAMES = ["../../outside", "a/b", "$(touch pwned)", "x" * 300, ".", "ü;rm"]
+NAMES = ["../../outside", "a/b", "$(touch pwned)", "x" * 300, ".", "ü;rm", "name\n"]
 READ_FILES = ["{missing}", "{fifo}", "{binary}", "{folder}", "/dev/zero", "{devzero_link}"]
 OUT_FOLDERS = ["{file}", "{file}/below"]
 SELECTORS = [

@@ -153,3 +153,33 @@ def test_only_selected_hosts_are_checked(tmp_path):
     assert [h.name for h in inv.select(device="good")] == ["a"]
     with pytest.raises(ConfigError, match="host b: gpulab_gpu_count is missing"):
         inv.select(device="broken")
+
+
+@pytest.mark.parametrize(
+    "given, address",
+    [
+        ("10.0.0.1", "10.0.0.1"),
+        ("node-1.lab.example", "node-1.lab.example"),
+        ("'::1'", "::1"),
+        ("'fe80::1%eth0'", "fe80::1%eth0"),
+        ('"{{ inventory_hostname }}.lab.example"', "n1.lab.example"),  # templated, as Ansible connects to it
+    ],
+)
+def test_ansible_host_takes_names_addresses_and_templates(tmp_path, given, address):
+    p = write(
+        tmp_path,
+        "i.yml",
+        f"""\
+        all:
+          hosts:
+            n1:
+              ansible_host: {given}
+              ansible_user: gpu.admin
+              ansible_port: "2222"
+              gpulab_gpu_model: V100
+              gpulab_gpu_count: 1
+              gpulab_stack: current
+        """,
+    )
+    (h,) = inventory.load(p).select()
+    assert (h.address, h.user, h.port) == (address, "gpu.admin", 2222)

@@ -100,6 +100,16 @@ def _write(tmp_path, mutate) -> Path:
             r"datasets\.r50-msra\.artifacts\.0: sha256 is null: give the sum the publisher does publish \(md5\)",
         ),
         (lambda d: d["benchmarks"].update(ssd=["coco", "resnet18"]), r"benchmarks\.ssd: 'resnet18' is not a dataset"),
+        # a path below a controller:/ origin that climbs out of it would copy any file of the controller to hosts
+        (
+            lambda d: d["datasets"]["coco"]["artifacts"][0].update(path="zips/../../../etc/shadow"),
+            r"datasets\.coco\.artifacts\.0\.path: 'zips/\.\./\.\./\.\./etc/shadow' does not match",
+        ),
+        # JSON Schema's $ ends the text: a trailing newline is not a file name
+        (
+            lambda d: d["datasets"]["coco"]["artifacts"][0].update(file="train2017.zip\n"),
+            r"datasets\.coco\.artifacts\.0\.file: 'train2017\.zip\\n' does not match",
+        ),
     ],
 )
 def test_catalogue_errors_are_one_line_naming_file_and_place(tmp_path, mutate, message):

@@ -202,3 +202,22 @@ def test_a_quarantine_round_trip_through_the_cli(results):
     forced = invoke("quarantine.release", "r740-01:1", "--force", "--note", "reseated", results=results)
     assert forced.returncode == 0 and forced.stdout.strip() == "r740-01 GPU 1: released (reseated)"
     assert invoke("quarantine", results=results).stdout.strip() == "nothing quarantined"
+
+
+@pytest.mark.parametrize(
+    "args, why",
+    [
+        # a typo keeps nothing out of a sweep: the sweep plans from the inventory's names
+        (("r740-1",), "quarantine: {hosts}: no host r740-1 (hosts: r740-01, r740-02, r740-03, r740-04)"),
+        (("r740-01:4",), "quarantine: r740-01:4: {hosts} gives r740-01 4 GPU(s) (gpulab_gpu_count), indices 0 to 3"),
+        (("r740-03:3",), "quarantine: r740-03:3: {hosts} gives r740-03 3 GPU(s)"),
+        (("r740-01", "--inventory", "{local}"), "quarantine: {local}: no host r740-01 (hosts: localhost)"),
+    ],
+)
+def test_quarantine_add_takes_only_a_host_and_gpu_of_the_inventory(tmp_path, args, why):
+    """The reference is the inventory sweeps plan from: --inventory, else gpulab.inventory (here hosts.yml)."""
+    inventories = {"hosts": ROOT / "inventory" / "hosts.yml", "local": ROOT / "inventory" / "local.yml"}
+    results = tmp_path / "results"
+    p = invoke("quarantine.add", *(a.format(**inventories) for a in args), "--reason", "x", results=results)
+    assert p.returncode == 2 and one_line(p).startswith("gpulab: " + why.format(**inventories))
+    assert not results.exists()  # refused before the database is made

@@ -211,7 +211,13 @@ def test_history_page_never_overwrites_the_database_or_another_file(tmp_path):
     res = tmp_path / "results"
     write_sweep(res, "sw1", {"r740-01": 2})
     c = ctx(res)
-    htasks.quarantine_add(c, "r740-01:1", reason="XID 79", who="ops")
+    htasks.quarantine_add(
+        c,
+        "r740-01:1",
+        reason="XID 79",
+        who="ops",
+        inventory=str(Path(__file__).resolve().parents[3] / "inventory" / "hosts.yml"),
+    )
     dbfile = res / hdb.DEFAULT_FILE
     before = digest(dbfile)
     line = refused(htasks.history_page, c, str(dbfile))
