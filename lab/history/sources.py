@@ -286,13 +286,16 @@ def read_validation(path: Path) -> ValidationRecord:
         for c in h.get("checks") if isinstance(h.get("checks"), list) else ():
             if (r := _check(host, c, None, stack, when)) is not None:
                 rec.checks.append(r)
-        for g in (h.get("gpus") or {}).values() if isinstance(h.get("gpus"), dict) else ():
-            if (
-                not isinstance(g, dict)
-                or _int(g.get("index")) is None
-                or not limits.GPU_INDEX.lo <= g["index"] <= limits.GPU_INDEX.hi
-            ):
-                continue
+        for key, g in (h.get("gpus") or {}).items() if isinstance(h.get("gpus"), dict) else ():
+            index = g.get("index") if isinstance(g, dict) else None
+            if _int(index) is None or not limits.GPU_INDEX.lo <= index <= limits.GPU_INDEX.hi:
+                # its checks would be lost without a word: the file is refused, as a host that is no object is
+                lo, hi = limits.GPU_INDEX.lo, limits.GPU_INDEX.hi
+                what = f"index {excerpt(ascii(index), 20)} is not a whole number from {lo} to {hi}"
+                raise ConfigError(
+                    f"{path}: host {name}: GPU {excerpt(ascii(key), 20)}: "
+                    + (what if isinstance(g, dict) else "is not an object")
+                )
             ref = GpuRef(
                 index=g["index"],
                 uuid=_text(g.get("uuid"), 96),

@@ -18,6 +18,7 @@ from pgserver import free_port
 from lab.history import memory as history
 from lab.core.errors import ConfigError
 from lab.history import db as hdb
+from lab.history import sources
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -152,12 +153,28 @@ def test_bad_input_is_one_line(results, args, why):
     assert p.returncode == 2 and why in one_line(p)
 
 
+# a validate.json of one host whose GPU '1' is the entry given (%s), with one check that would be imported
+GPU_ENTRY = (
+    '{"kind": "gpulab-validate", "schema": %d, "generated_at": "2026-12-01T00:00:00Z", '
+    '"hosts": {"r740-01": {"gpus": {"1": %%s}}}}' % max(sources.VALIDATE_SCHEMAS)
+)
+CHECK = '{"check": "memory bandwidth", "verdict": "PASS", "measured": 1}'
+
+
 def test_a_validate_json_that_does_not_check_is_one_line(results, tmp_path):
+    """A GPU entry whose index is no GPU index (1.0, 64, none) was dropped with its checks without a word."""
     bad = tmp_path / "validate.json"
     for text, why in (
         ('{"kind": "gpulab-validate", "schema": 7, "hosts": {}}', "schema 7 is not one"),
         ("[1, 2", "not JSON"),
         ('{"kind": "other"}', "not a validate.json"),
+        (
+            GPU_ENTRY % '{"index": 1.0, "checks": [%s]}' % CHECK,
+            "host r740-01: GPU '1': index 1.0 is not a whole number",
+        ),
+        (GPU_ENTRY % '{"index": 64, "checks": [%s]}' % CHECK, "GPU '1': index 64 is not a whole number from 0 to 63"),
+        (GPU_ENTRY % '{"checks": [%s]}' % CHECK, "GPU '1': index None is not a whole number"),
+        (GPU_ENTRY % "[%s]" % CHECK, "GPU '1': is not an object"),
     ):
         bad.write_text(text)
         p = invoke("history.import", str(bad), results=results)
