@@ -24,9 +24,14 @@ class Range:
     unit: str = ""
     integer: bool = True
 
+    def shown(self, v: float) -> str:
+        """A bound as a user types it: a whole range's bound in digits (100000000, which its parser takes, not
+        1e+08, which it refuses), else the shortest form."""
+        return str(int(v)) if self.integer and float(v).is_integer() else f"{v:g}"
+
     def describe(self) -> str:
         what = "a whole number" if self.integer else "a number"
-        return f"{what} from {self.lo:g} to {self.hi:g}" + (f" {self.unit}" if self.unit else "")
+        return f"{what} from {self.shown(self.lo)} to {self.shown(self.hi)}" + (f" {self.unit}" if self.unit else "")
 
 
 # --- a sweep's plan (command line, settings, sweep.json) --------------------------------------

@@ -236,13 +236,13 @@ def _shown(value) -> str:
 
 def _takes(s: Setting) -> str:
     if s.kind == "number":
-        lo, hi = (f"{v:g}" for v in (s.range.lo, s.range.hi))
+        lo, hi = (s.range.shown(v) for v in (s.range.lo, s.range.hi))
         head = ("whole " if s.range.integer else "") + f"{lo} to {hi}"
         return ", ".join([head, *s.words, *(["null"] if s.null else [])])
     if s.kind == "choice":
         return ", ".join(s.words)
     if s.kind == "count":
-        lo, hi = (f"{v:g}" for v in (s.range.lo, s.range.hi))
+        lo, hi = (s.range.shown(v) for v in (s.range.lo, s.range.hi))
         return ", ".join([("a comma list of " if s.many else "") + f"whole {lo} to {hi}", *s.words])
     if s.kind == "list" and (s.words or s.items):
         return ", ".join([f"a comma list of {', '.join(s.items) or 'names'}", *s.words])

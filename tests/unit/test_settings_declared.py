@@ -131,6 +131,20 @@ def test_an_environment_variable_out_of_range_names_the_variable():
         config.env_section(base, {"INVOKE_GPULAB_SWEEP_POLL_S": "often"})
 
 
+def test_every_bound_the_table_shows_is_taken_as_typed():
+    """A number's bounds, typed as the table shows them (an environment variable is text), are in its range:
+    sweep.min_free_mb's maximum was shown as 1e+08, a text its whole-number parser refuses."""
+    base = config.defaults()["gpulab"]
+    numbers = [s for s in settings.DECLARED if s.kind == "number"]
+    assert any(s.range.hi >= 1e6 and s.range.integer for s in numbers)  # a bound :g would print with an exponent
+    for s in numbers:
+        var = "INVOKE_GPULAB_" + s.key.upper().replace(".", "_")
+        for bound in (s.range.lo, s.range.hi):
+            shown = s.range.shown(bound)
+            assert f"{shown} to" in settings._takes(s) or f"to {shown}" in settings._takes(s), (s.key, shown)
+            assert config.env_section(base, {var: shown}), (var, shown)
+
+
 def test_the_readers_take_their_defaults_from_the_declaration():
     from lab.sweep import hostrun, slurmworker
     from lab.tune import search
