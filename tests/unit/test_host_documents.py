@@ -198,14 +198,18 @@ def _validate_json(gpus: dict) -> str:
         st.integers(-(2**64), 2**64), st.integers(-2, 70), st.sampled_from([2**63 - 1, 2**63, -(2**63), -(2**63) - 1])
     )
 )
-def test_a_validate_json_gpu_index_outside_its_range_is_skipped(tmp_path, index):
-    # a GPU index is a device number (lab.core.limits.GPU_INDEX), which also fits SQL's INTEGER
+def test_a_validate_json_gpu_index_outside_its_range_refuses_the_file(tmp_path, index):
+    # a GPU index is a device number (lab.core.limits.GPU_INDEX), which also fits SQL's INTEGER; an entry out of
+    # it was once dropped with its checks without a word: the file is refused in one line naming host and GPU
     f = tmp_path / "validate.json"
     f.write_text(_validate_json({"0": {"index": index, "checks": [{"check": "c", "verdict": "PASS"}]}}))
-    rec = sources.read_validation(f)
-    ok = limits.GPU_INDEX.lo <= index <= limits.GPU_INDEX.hi
-    assert all(c.gpu.index == index for c in rec.checks if c.gpu is not None)
-    assert len(rec.checks) == (1 if ok else 0)
+    if limits.GPU_INDEX.lo <= index <= limits.GPU_INDEX.hi:
+        rec = sources.read_validation(f)
+        assert [c.gpu.index for c in rec.checks if c.gpu is not None] == [index]
+    else:
+        with pytest.raises(ConfigError) as got:
+            sources.read_validation(f)
+        assert "GPU '0': index" in got.value.message and _one_line(got.value.message)
 
 
 @FAST
