@@ -6,7 +6,6 @@ is loaded once, nothing runs."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -14,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import tasksfile
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", "runner/README.md", "benchmarks/recorded/README.md", "playbooks/README.md")
@@ -23,13 +23,7 @@ README = (ROOT / "README.md").read_text()
 @pytest.fixture(scope="module")
 def task_options() -> dict[str, set[str]]:
     """Each task's name (and its collection's default name, `invoke history`) -> its option spellings."""
-    spec = importlib.util.spec_from_file_location("gpulab_tasks_for_docs", ROOT / "tasks.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # tasks.py builds its namespace from its own module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
+    module = tasksfile.load("gpulab_tasks_for_docs")
     found: dict[str, set[str]] = {}
 
     def walk(coll, prefix=""):

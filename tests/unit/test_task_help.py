@@ -161,17 +161,11 @@ def test_invokes_program_shows_task_help_from_the_core_help_value(capsys):
 def test_a_short_flag_means_one_option_in_every_task():
     """-u is --url wherever it exists (it was --until in `invoke history`); every short flag is gpulab's table's,
     given through Invoke's documented ``@task(klass=...)`` and Task.arg_opts."""
-    import importlib.util
+    import tasksfile
 
     from lab.core import cli
 
-    spec = importlib.util.spec_from_file_location("gpulab_tasks_for_flags", ROOT / "tasks.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # tasks.py builds its namespace from its own module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
+    module = tasksfile.load("gpulab_tasks_for_flags")
     seen: dict[str, set[str]] = {}
 
     def walk(coll):
