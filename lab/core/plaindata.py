@@ -79,11 +79,8 @@ def _constant(name: str):
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-def _no_lone_surrogate(text: str, value):
-    """``value`` when none of its strings holds a lone surrogate (only a ``\\uD800``..``\\uDFFF`` escape in
-    ``text`` makes one, so only then are the strings walked); ValueError otherwise."""
-    if not _SURROGATE_ESCAPE.search(text):
-        return value
+def _text_only(value):
+    """``value`` when none of its strings holds a lone surrogate; ValueError otherwise."""
     stack = [value]
     while stack:
         node = stack.pop()
@@ -98,6 +95,12 @@ def _no_lone_surrogate(text: str, value):
             except UnicodeEncodeError:
                 raise ValueError("a string escape makes a lone surrogate (half of a UTF-16 pair), not text") from None
     return value
+
+
+def _no_lone_surrogate(text: str, value):
+    """``value`` decoded from ``text``, walked by ``_text_only`` only where ``text`` has a ``\\uD800``..``\\uDFFF``
+    escape (the only way a decoded string gets a lone surrogate)."""
+    return _text_only(value) if _SURROGATE_ESCAPE.search(text) else value
 
 
 _DECODER = json.JSONDecoder(parse_int=_int)
@@ -134,7 +137,7 @@ def checked(value, _level: int = 0):
     if _level > MAX_DEPTH:
         raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, str):
-        return _no_lone_surrogate("\\uD800", value)
+        return _text_only(value)
     if value is None or isinstance(value, (bool, float)):
         return value
     if isinstance(value, int):
