@@ -39,8 +39,7 @@ def _where(error: jsonschema.ValidationError) -> str:
 def describe(error: jsonschema.ValidationError) -> str:
     """One readable clause for a schema violation."""
     if error.validator == "additionalProperties" and error.validator_value is False:
-        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
-        return f"unknown key(s) {', '.join(extra)}"
+        return _unknown(_additional(error.instance, error.schema))
     if error.validator == "required":
         return error.message.replace("is a required property", "is missing").replace("'", "")
     shown = excerpt(repr(error.instance), 60)  # a value quoted, never a whole file
@@ -78,7 +77,44 @@ def _pattern(validator, pattern: str, instance, _schema):
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
-_VALIDATOR = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _pattern})
+def _additional(instance: dict, schema: dict) -> list:
+    """The keys of ``instance`` that neither ``properties`` nor (by ``_anchored``) ``patternProperties`` name."""
+    properties, patterns = schema.get("properties", {}), [_anchored(p) for p in schema.get("patternProperties", {})]
+    return [k for k in instance if k not in properties and not any(p.search(k) for p in patterns)]
+
+
+def _unknown(keys: list) -> str:
+    """'unknown key(s) a, b': a key with a newline or other unprintable character quoted, so that it shows."""
+    shown = sorted(k if isinstance(k, str) and k.isprintable() else repr(k) for k in keys)
+    return f"unknown key(s) {', '.join(shown)}"
+
+
+def _pattern_properties(validator, pattern_properties: dict, instance, _schema):
+    """``patternProperties`` with ``_anchored``'s end of text (a key ``"coco\\n"`` matches no ``...$``)."""
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in pattern_properties.items():
+        for key, value in instance.items():
+            if _anchored(pattern).search(key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator, allowed, instance, schema):
+    """``additionalProperties`` over ``_additional``'s keys."""
+    if not validator.is_type(instance, "object"):
+        return
+    extras = _additional(instance, schema)
+    if validator.is_type(allowed, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], allowed, path=extra)
+    elif not allowed and extras:
+        yield jsonschema.ValidationError(_unknown(extras))
+
+
+_VALIDATOR = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    {"pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": _additional_properties},
+)
 
 
 def conform(data: Any, schema_name: str, source: str) -> Any:

@@ -110,6 +110,9 @@ def _write(tmp_path, mutate) -> Path:
             lambda d: d["datasets"]["coco"]["artifacts"][0].update(file="train2017.zip\n"),
             r"datasets\.coco\.artifacts\.0\.file: 'train2017\.zip\\n' does not match",
         ),
+        # ... and a key of patternProperties too (jsonschema searches those with Python's $)
+        (lambda d: d["origins"].update({"coco\n": "/data"}), r"origins: unknown key\(s\) 'coco\\n'$"),
+        (lambda d: d["benchmarks"].update({"ssd\n": "coco"}), r"benchmarks: unknown key\(s\) 'ssd\\n'$"),
     ],
 )
 def test_catalogue_errors_are_one_line_naming_file_and_place(tmp_path, mutate, message):
