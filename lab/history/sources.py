@@ -95,7 +95,11 @@ def utc(value) -> dt.datetime | None:
 
 
 def _text(v, n=255) -> str | None:
-    return None if v is None else str(v)[:n]
+    """A stored text of at most ``n`` characters; a value of a JSON file that is not a text is stored as JSON
+    writes it (``{"a": 1}``, ``true``), not as Python's repr (``{'a': 1}``, ``True``)."""
+    if v is None:
+        return None
+    return (v if isinstance(v, str) else json.dumps(v, default=str, ensure_ascii=False))[:n]
 
 
 _int = values.whole  # SQL's INTEGER (PostgreSQL's 32 bits); JSON integers may be longer (plaindata: 20 digits)

@@ -382,3 +382,17 @@ def test_an_older_database_with_two_open_entries_of_one_target_is_migrated_to_on
         assert [(e.who, e.released_by) for e in released] == [("b", "gpulab migration 0002")]
     finally:
         d.close()
+
+
+def test_a_check_text_that_is_not_a_text_is_stored_as_json_writes_it(tmp_path):
+    """validate.json is another program's file: a check's unit or expected that is an object or a boolean is
+    kept as the JSON text the file holds, not as Python's repr of it."""
+    write_validation(tmp_path / "v", "h200-01")
+    path = tmp_path / "v" / "validate.json"
+    doc = json.loads(path.read_text())
+    check = doc["hosts"]["h200-01"]["gpus"]["0"]["checks"][0]
+    check.update(unit={"per": "GPU"}, expected=True, reason=["a", "b"])
+    path.write_text(json.dumps(doc))
+    (rec,) = read_sources([path]).validations
+    (stored,) = [c for c in rec.checks if c.gpu and c.gpu.index == 0 and c.name == check["check"]]
+    assert (stored.unit, stored.expected, stored.reason) == ('{"per": "GPU"}', "true", '["a", "b"]')
