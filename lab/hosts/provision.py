@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from lab.core.errors import printable
 from lab.hosts import ansible
 from lab.hosts import hostkeys
 from lab.hosts import reach
+from lab.hosts import readback
+
 from lab.hosts import runnerdist
 from lab.hosts import stacks
 
@@ -42,6 +45,7 @@ class HostOutcome:
     reboot: str = ""
     found: dict[str, Any] = field(default_factory=dict)
     drift: list[dict] = field(default_factory=list)
+    read_back: bool = True  # False: the host answered READ_TASK, but not as the stack facts module does
 
 
 @dataclass
@@ -53,37 +57,12 @@ class ProvisionSummary:
 
     @property
     def ok(self) -> bool:
-        return self.result.ok and (self.datasets is None or self.datasets.ok)
+        unread = any(not h.read_back for h in self.hosts)
+        return self.result.ok and not unread and (self.datasets is None or self.datasets.ok)
 
     @property
     def artifacts(self) -> Path:
         return self.result.artifacts
-
-
-def found_versions(stack: dict | None) -> dict[str, Any]:
-    """The versions a host reported (the stack facts module's ``stack``), flat."""
-    if not stack:
-        return {}
-    out = {
-        "driver": stack.get("driver", {}).get("version"),
-        "cuda": stack.get("cuda", {}).get("default"),
-        "cudnn": ", ".join(stack.get("cudnn", {}).get("versions", [])) or None,
-        "nccl": stack.get("nccl", {}).get("version"),
-    }
-    for k, v in (stack.get("python") or {}).items():
-        if k != "env":
-            out[k] = v
-    gpus = stack.get("gpus")
-    out["gpus"] = None if gpus is None else len(gpus)
-    fm = stack.get("fabricmanager") or {}
-    out.update(
-        dcgm=(stack.get("dcgm") or {}).get("version"),
-        fabricmanager=fm.get("version"),
-        fabricmanager_service=fm.get("service"),
-    )
-    for name, tool in sorted((stack.get("tools") or {}).items()):  # nccl-tests, nvbandwidth (role bwtools)
-        out[name] = tool.get("version") if not tool.get("problem") else f"{tool.get('version')} ({tool['problem']})"
-    return out
 
 
 def explain_unreachable(result: ansible.PlaybookResult, hosts) -> None:
@@ -97,34 +76,31 @@ def explain_unreachable(result: ansible.PlaybookResult, hosts) -> None:
             s.failures[0] = ansible.TaskFailure(s.failures[0].task, reason)
 
 
-def slurm_drift(res: dict | None) -> list[dict]:
-    """The slurm_node role's audit entries (what it would install and is missing), each checked as data."""
-    got = ((res or {}).get("ansible_facts") or {}).get("slurm_node_drift") or []
-    return [
-        {k: str(d[k])[:200] for k in ("component", "expected", "found")}
-        for d in got
-        if isinstance(d, dict) and all(k in d for k in ("component", "expected", "found"))
-    ][:10]
-
-
 def outcomes(
     result: ansible.PlaybookResult, plans: list[stacks.HostPlan], stack_override: str | None
 ) -> list[HostOutcome]:
     out = []
     for p in plans:
         s = result.hosts.get(p.host) or ansible.HostSummary(p.host)
-        read = result.result(p.host, READ_TASK) or {}
-        reboot = ((result.result(p.host, REBOOT_TASK) or {}).get("ansible_facts") or {}).get("reboot_state", "")
+        state = s.state if (s.ok or s.changed or s.failed or s.unreachable) else "not run"
+        reason, read_back = s.reason, True
+        try:
+            read = readback.mapping(result.result(p.host, READ_TASK), "the read-back")
+            found, drift = readback.found_versions(read.get("stack")), readback.drift(read.get("drift"))
+        except readback.Malformed as exc:  # a host answered, but not as the facts module does: nothing of it is trusted
+            found, drift = {}, []
+            state, reason, read_back = "failed", f"{READ_TASK}: the host's answer cannot be read: {exc}", False
         out.append(
             HostOutcome(
                 name=p.host,
                 stack=stack_override or p.stack.name,
-                state=s.state if (s.ok or s.changed or s.failed or s.unreachable) else "not run",
+                state=state,
                 changed=s.changed,
-                reason=s.reason,
-                reboot=reboot,
-                found=found_versions(read.get("stack")),
-                drift=list(read.get("drift") or []) + slurm_drift(result.result(p.host, SLURM_TASK)),
+                reason=reason,
+                reboot=readback.fact(result.result(p.host, REBOOT_TASK), "reboot_state"),
+                found=found,
+                drift=drift + readback.slurm_drift(result.result(p.host, SLURM_TASK)),
+                read_back=read_back,
             )
         )
     return out
@@ -149,7 +125,7 @@ def summary_lines(result: ansible.PlaybookResult, hosts: list[HostOutcome]) -> l
         for d in h.drift:
             lines.append(f"    drift: {d['component']}: expected {d['expected']}, found {d['found']}")
     lines.append(f"  artifacts: {result.artifacts or 'none (no host could be reached; nothing written)'}")
-    return lines
+    return [printable(line) for line in lines]  # what a host reported never reaches the terminal raw
 
 
 def provision(
@@ -276,7 +252,7 @@ class AuditReport:
             f"audit: {len(self.hosts)} host(s), {drifted} with drift, {unreached} not audited; "
             f"artifacts: {self.result.artifacts or 'none (no host could be reached)'}"
         )
-        return rows
+        return [printable(row) for row in rows]  # what a host reported never reaches the terminal raw
 
 
 def _progress_to_stderr(line: dict) -> None:

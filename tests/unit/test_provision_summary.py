@@ -299,3 +299,53 @@ def test_dcgm_and_fabric_manager_versions_and_service_are_read_from_the_host(tmp
         "failed",
         "systemctl is-active nvidia-fabricmanager",
     )
+
+
+@pytest.mark.parametrize(
+    "read, field",
+    [
+        ({"stack": {"driver": "550.144.03"}, "drift": []}, "stack.driver is a text, not a mapping"),
+        ({"stack": [1], "drift": []}, "stack is a list, not a mapping"),
+        ({"stack": {"cudnn": {"versions": "9.1"}}, "drift": []}, "stack.cudnn.versions is a text, not a list"),
+        ({"stack": {"python": {"torch": {"v": 1}}}, "drift": []}, "stack.python.torch is a mapping, not a version"),
+        ({"stack": {"gpus": 5}, "drift": []}, "stack.gpus is a number, not a list"),
+        (
+            {"stack": {"tools": {"nvbandwidth": "v0.8"}}, "drift": []},
+            "stack.tools.nvbandwidth is a text, not a mapping",
+        ),
+        ({"stack": {}, "drift": {"cudnn": 1}}, "drift is a mapping, not a list"),
+        ({"stack": {}, "drift": [{"component": "cudnn", "found": "9"}]}, "drift[0] has no expected"),
+        ({"stack": {}, "drift": [{"component": "x", "expected": "1", "found": "2"}] * 65}, "drift has 65 entries"),
+        ("all fine", "the read-back is a text, not a mapping"),
+    ],
+)
+def test_a_read_back_not_of_the_facts_module_fails_that_host_with_the_field_named(tmp_path, read, field):
+    """What a host answers is input: a shape the stack facts module never writes fails that host (provision
+    not ok, audit not audited) with one reason naming the field, never a traceback."""
+    plans = stacks.plan([host("a"), host("b")])
+    hosts = {"a": ansible.HostSummary("a", ok=30), "b": ansible.HostSummary("b", ok=30)}
+    results = {"a": {provision.READ_TASK: read}, "b": {provision.READ_TASK: {"stack": stack(), "drift": []}}}
+    r = playbook_result(tmp_path, hosts, results)
+    out = provision.outcomes(r, plans, None)
+    assert [h.state for h in out] == ["failed", "ok"]
+    assert out[0].reason.startswith(f"{provision.READ_TASK}: the host's answer cannot be read: {field}")
+    lines = provision.summary_lines(r, out)
+    assert lines[0] == "provision: 1/2 host(s) ok" and f"reason: {out[0].reason}" in lines[2]
+    assert not provision.ProvisionSummary(r, out, lines).ok
+    audit = provision.AuditReport(r, out)
+    assert "NOT AUDITED (failed)" in audit.lines()[0] and audit.lines()[1].split()[-2:] == ["no", "drift"]
+    assert not audit.ok
+
+
+def test_what_a_host_reports_reaches_the_terminal_escaped(tmp_path):
+    """A version or drift text with an escape sequence or a newline (a host's tool printed it) is shown as
+    \\x1b / \\n: one line each, no terminal control."""
+    plans = stacks.plan([host("a")])
+    drift = [{"component": "\x1b]0;owned\x07cudnn", "expected": "9.1.0.70", "found": "9.0\nprovision: 2/2 host(s) ok"}]
+    results = {"a": {provision.READ_TASK: {"stack": stack(driver="\x1b[2J550.144.03"), "drift": drift}}}
+    r = playbook_result(tmp_path, {"a": ansible.HostSummary("a", ok=30)}, results)
+    out = provision.outcomes(r, plans, None)
+    lines = provision.summary_lines(r, out) + provision.AuditReport(r, out).lines()
+    assert all(line.isprintable() for line in lines), lines
+    assert "installed: driver \\x1b[2J550.144.03" in lines[2]
+    assert "drift: \\x1b]0;owned\\x07cudnn: expected 9.1.0.70, found 9.0\\nprovision: 2/2 host(s) ok" in lines[3]
