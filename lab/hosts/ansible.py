@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lab.core import writes
-from lab.core.errors import ConfigError, RunError
+from lab.core.errors import ConfigError, RunError, printable
 from lab.hosts.hostkeys import host_key_reason
 
 REPO = Path(__file__).resolve().parents[2]
@@ -123,13 +123,16 @@ class PlaybookResult:
 
 
 def short_line(text: Any, limit: int = 400) -> str:
-    text = " ".join(str(text).split())
+    """``text`` (a host's message among them) as one printable line of at most ``limit`` characters: its
+    whitespace runs one space, an escape sequence's ESC shown as \\x1b (lab.core.errors.printable)."""
+    text = printable(" ".join(str(text).split()))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def result_message(res: dict) -> str:
     """The useful part of a failed module result (the first failed item of a loop)."""
-    for item in res.get("results") or []:
+    items = res.get("results")
+    for item in items if isinstance(items, list) else []:
         if isinstance(item, dict) and item.get("failed"):
             label = item.get("_ansible_item_label", item.get("item"))
             return (f"{short_line(label, 60)}: " if isinstance(label, str) else "") + result_message(item)

@@ -104,3 +104,14 @@ def test_bad_arguments_are_config_errors(tmp_path):
         ansible.run_playbook(pb, tmp_path / "missing.yml", ["a"])
     with pytest.raises(ConfigError, match="not usable"):
         ansible.run_playbook(pb, inv, ["a;touch /tmp/x"])
+
+
+def test_a_hosts_message_is_one_printable_line():
+    """A failed task's message is what the host printed: an escape sequence or a line break in it reaches
+    the summary as \\x1b and a space, and a module's odd 'results' is no traceback."""
+    c = ansible._Collector({}, None)
+    c(ev("runner_on_failed", "a", "Install cuDNN", msg="\x1b]0;owned\x07E: broken\r\nprovision: 2/2 host(s) ok"))
+    c(ev("runner_on_failed", "b", "Fetch", msg="gone", results=5))
+    assert c.hosts["a"].reason == "Install cuDNN: \\x1b]0;owned\\x07E: broken provision: 2/2 host(s) ok"
+    assert c.hosts["b"].reason == "Fetch: gone"
+    assert all(c.hosts[h].line().isprintable() for h in "ab")
