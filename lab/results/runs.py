@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 
-from lab.core.errors import excerpt
+from lab.core.errors import excerpt, printable
 
 
 # The texts that name a run's benchmark, system and setting (groups, table cells, figure labels and legends),
@@ -31,6 +31,7 @@ LABELS = (
     "framework",
     "accelerator",
     "division",
+    "sample_unit",
 )
 
 
@@ -99,8 +100,9 @@ class Run:
     def __post_init__(self):
         for name in LABELS:  # a name read from a run's files labels tables and figures: a line, not a megabyte
             value = getattr(self, name)
-            if isinstance(value, str) and len(value) > LABEL_CHARS:
-                setattr(self, name, excerpt(value, LABEL_CHARS))
+            if isinstance(value, str) and (len(value) > LABEL_CHARS or not value.isprintable()):
+                # a line break or an escape sequence in it would split a table row or reach a terminal raw
+                setattr(self, name, excerpt(printable(" ".join(value.split())), LABEL_CHARS))
 
     def judged(self, verdict) -> None:
         """Take a compliance verdict (lab.results.compliance.Verdict)."""

@@ -160,3 +160,28 @@ def test_a_logged_sample_count_past_the_float_range_makes_no_throughput_and_no_t
     records = json.loads((study / "report" / "summary.json").read_text())["records"]
     assert sorted(str(r["throughput_mean"])[:4] for r in records) == ["3600", "None"]  # 36,000 samples/s; none of 1e308
     assert list((study / "report" / "figures").glob("*.png"))
+
+
+def test_a_benchmark_name_with_markdown_and_line_breaks_keeps_every_table_row_whole(tmp_path):
+    """A log names its benchmark: `|`, a carriage return, an escape sequence, HTML and a backtick in that name
+    and in the run's folder stay inside their table cell of report.md (no row split or cut into more cells, no
+    raw HTML, no ESC) and draw no missing-glyph warnings."""
+    study = tmp_path / "study"
+    hostile = "resnet|x\r| a | b\x1b[31m<script>"
+    write_rundir(study / "run`1", benchmark=hostile, seed=1)
+    write_rundir(study / "good", seed=2)
+    p = report(study)
+    no_traceback(p)
+    assert p.returncode == 0, p.stderr
+    assert b"Glyph" not in p.stderr, p.stderr.decode()[-2000:]
+    text = (study / "report" / "report.md").read_text()
+    assert "<script" not in text and "\x1b" not in text and "\r" not in text
+    rows = [line for line in text.splitlines() if "resnet" in line and line.startswith("| ")]
+    assert rows, text
+    for row in rows:  # each row of a table has as many unescaped | as its table's header line
+        header = next(
+            h for h in reversed(text[: text.index(row)].splitlines()) if h.startswith("| ") and "---" not in h
+        )
+        cells = lambda line: len(line.replace("\\|", "")) - len(line.replace("\\|", "").replace("|", ""))  # noqa: E731
+        assert cells(row) == cells(header), (header, row)
+    assert "``" + str(study / "run`1") + "``" in text
