@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import base64
 import math
-import re
 from collections import defaultdict
 from pathlib import Path
 
 import jinja2
 
 from lab.core import templates, writes
-from lab.core.errors import printable
 from lab.report.analysis import Analysis
 from lab.results.runs import accelerator_kind, count_header, count_label
 
@@ -129,21 +127,6 @@ def fmt_pct(x) -> str:
     return "—" if x is None else f"{x:+.1f}%"
 
 
-def md_text(value) -> str:
-    """A text read from the inputs as Markdown shows it inside a table row: every line break a space, other
-    control characters as \\x.. escapes, ``|`` escaped, ``<`` an entity (no HTML of a log's making)."""
-    text = printable(" ".join(str(value).splitlines()))
-    return text.replace("|", "\\|").replace("<", "&lt;")
-
-
-def md_code(value) -> str:
-    """A path as one Markdown code span, whatever backticks it holds (a fence one longer than its longest run)."""
-    text = printable(" ".join(str(value).splitlines()))
-    fence = "`" * (max(map(len, re.findall(r"`+", text)), default=0) + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
-
-
 def environment() -> jinja2.Environment:
     """templates/report.*.j2's Jinja environment: HTML escaped, undefined names an error, the filters above."""
     env = templates.environment(
@@ -155,8 +138,8 @@ def environment() -> jinja2.Environment:
         ratio=fmt_ratio,
         pct=fmt_pct,
         rng=fmt_range,
-        md=md_text,
-        code=md_code,
+        md=templates.md_text,
+        code=templates.md_code,
         count=count_cell,
     )
     env.filters["by_reason"] = by_reason

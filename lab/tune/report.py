@@ -21,6 +21,7 @@ from pathlib import Path
 import optuna
 
 from lab.core import limits, writes
+from lab.core.templates import md_code, md_text
 from lab.hosts import runnerdist
 from lab.sweep import recipe as recipes
 
@@ -133,14 +134,15 @@ def markdown(out: dict, storage_shown: str) -> str:
         lines.append(
             f"| {label} | "
             + " | ".join(_epochs(r, k))
-            + f" | {s.get('median', '-')} | {s.get('spread', '-')} | {cost} |"
+            + f" | {md_text(s.get('median', '-'))} | {md_text(s.get('spread', '-'))} | {cost} |"
         )
     lines += ["", "## Settings of each set", ""]
     for label, r in shown:
         lines.append(
             f"- {label}: "
             + ", ".join(
-                f"`{n}={v:.4g}`" if isinstance(v, float) else f"`{n}={v}`" for n, v in sorted(r["settings"].items())
+                md_code(f"{n}={v:.4g}" if isinstance(v, float) else f"{n}={v}")
+                for n, v in sorted(r["settings"].items())
             )
         )
     lines += ["", "## Every trial", "", "| trial | state | cost | note | settings |", "|---|---|---|---|---|"]
@@ -151,7 +153,8 @@ def markdown(out: dict, storage_shown: str) -> str:
             f"{n}={v:.4g}" if isinstance(v, float) else f"{n}={v}" for n, v in sorted(r["settings"].items())
         )
         lines.append(
-            f"| {r['number']}{' (reference)' if r['baseline'] else ''} | {r['state']} | {val} | {note} | {sets} |"
+            f"| {r['number']}{' (reference)' if r['baseline'] else ''} | {r['state']} | {val} "
+            f"| {md_text(note)} | {md_text(sets)} |"
         )
     return "\n".join(lines) + "\n"
 

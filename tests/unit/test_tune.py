@@ -445,3 +445,23 @@ def test_report_of_a_study_without_results_writes_no_recipe(tmp_path):
     (tmp_path / "out").mkdir()
     lines = report.write(study, req, tmp_path / "out")
     assert "no recipe written" in lines[-1] and not (tmp_path / "out" / "recipe.yml").exists()
+
+
+def test_a_failed_trials_reason_stays_in_its_table_cell(tmp_path):
+    """A host's failure reason is text of its making: a '|', a line break or HTML in it stays inside the
+    'Every trial' row of report.md."""
+    url = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    req = _request(tmp_path, trials=1)
+    storage, _ = entry.storage_for(url)
+    study = search.open_study(req, storage)
+    s = search.Search(
+        req,
+        study,
+        lambda r: [SeedResult(i, "h1", "failed", reason="host lost | x\nrow <b>y</b>") for i in (1, 2)],
+        echo=lambda *_: None,
+    )
+    n, _ = s.start(baseline=True)
+    assert s.run(n) == "FAIL"
+    md = report.markdown(report.outcome(study, req.seeds), "db")
+    (row,) = [line for line in md.splitlines() if line.startswith(f"| {n} (reference) | FAIL")]
+    assert row.replace("\\|", "").count("|") == 6 and "<b>" not in md and "host lost \\| x row &lt;b>y&lt;/b>" in row
