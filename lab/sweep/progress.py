@@ -16,6 +16,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from lab.core.errors import printable
+
 # the state and outcome words in colour (rich leaves colour out off a terminal and under NO_COLOR)
 STYLES = {
     "complete": "green",
@@ -31,7 +33,8 @@ class Progress:
 
     def __init__(self, units: dict[str, int], *, live: bool | None = None, stream=None):
         self.stream = stream or sys.stdout
-        self.console = Console(file=self.stream, highlight=False, soft_wrap=True)
+        # markup off: a run's reason or a host's message is text, never rich's [style] tags ('[/]' raised)
+        self.console = Console(file=self.stream, highlight=False, soft_wrap=True, markup=False)
         self.live_mode = self.console.is_terminal if live is None else live
         self.rows = {
             u: {"i": 0, "n": n, "run": "", "doing": "waiting", "since": None, "epoch": None} for u, n in units.items()
@@ -55,6 +58,7 @@ class Progress:
             self._live = None
 
     def print(self, text: str) -> None:
+        text = printable(text)  # a host's message: an escape sequence shown as \x1b, never sent to the terminal
         with self._lock:
             if self._live is not None:
                 self._live.console.print(text, markup=False)
@@ -122,7 +126,7 @@ class Progress:
                     unit,
                     r["run"] or "-",
                     f"{r['i']} of {r['n']}",
-                    r["doing"],
+                    Text(printable(r["doing"])),  # a host's message among them: no markup
                     epoch,
                     _duration(el) if el is not None else "",
                     eta,
@@ -141,7 +145,7 @@ def _duration(seconds: float) -> str:
 
 def final_table(runs, console: Console | None = None) -> None:
     """Every run of the sweep: host, run id, state, outcome, duration, reason."""
-    console = console or Console(highlight=False, soft_wrap=True)
+    console = console or Console(highlight=False, soft_wrap=True, markup=False)
     t = Table(title="sweep result")
     for col in ("host", "run", "state", "outcome", "GPUs", "reason"):
         t.add_column(col, overflow="fold")
@@ -153,6 +157,6 @@ def final_table(runs, console: Console | None = None) -> None:
             Text(r.state, style=STYLES.get(r.state, "")),
             Text(r.outcome or "", style=STYLES.get(r.outcome or "", "")),
             ",".join(map(str, r.gpu_ids)) or "cpu",
-            r.reason or "",
+            Text(printable(r.reason or "")),  # the host's words: no markup, no escape sequence
         )
     console.print(t)

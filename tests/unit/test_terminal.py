@@ -266,3 +266,26 @@ def test_the_live_table_reads_the_running_epoch_from_the_runs_mllog(tmp_path):
     Console(file=out, width=160, color_system=None).print(p._table())
     (row,) = [ln for ln in out.getvalue().splitlines() if " h1 " in ln]
     assert " 2 " in row and "epoch" in out.getvalue()
+
+
+def test_a_hosts_words_in_the_sweep_tables_are_text_not_markup_or_escapes():
+    """A run's reason and a unit's wait message come from hosts and Slurm: rich markup in them ('[/]' raised
+    MarkupError at the end of a sweep, '[bold]' vanished) and escape sequences are shown as written."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from lab.sweep import progress as prog
+
+    words = "exit 1: [/] [bold]x\x1b[31m"
+    run = SimpleNamespace(
+        nodes=None, host="h1", run_id="ncf-1", state="failed", outcome="failed", gpu_ids=[0], reason=words
+    )
+    out = io.StringIO()
+    prog.final_table([run], Console(file=out, width=200, color_system=None))
+    assert "exit 1: [/] [bold]x\\x1b[31m" in out.getvalue() and "\x1b" not in out.getvalue()
+    p = prog.Progress({"h1": 1}, live=False, stream=io.StringIO())
+    p.status("h1", "waiting for h1: " + words)
+    live = io.StringIO()
+    Console(file=live, width=200, color_system=None).print(p._table())
+    assert "[/] [bold]x\\x1b[31m" in live.getvalue() and "\x1b" not in p.stream.getvalue() + live.getvalue()
