@@ -148,8 +148,21 @@ def _write_csv(path: Path, rows: list[dict]):
     w = csv.DictWriter(fh, fieldnames=cols or ["empty"])
     w.writeheader()
     for r in rows:
-        w.writerow({k: ("; ".join(map(str, v)) if isinstance(v, list) else v) for k, v in r.items()})
+        w.writerow({k: _cell("; ".join(map(str, v)) if isinstance(v, list) else v) for k, v in r.items()})
     writes.write_text(path, fh.getvalue(), "report")
+
+
+def _cell(value):
+    """A CSV cell a spreadsheet shows as text: a text read from a log or a result tree that starts like a
+    formula (``=HYPERLINK(...)``, ``+``, ``-``, ``@``, a tab) gets a leading ``'`` (OWASP's CSV injection
+    rule); numbers, and texts that are numbers (``-1.5``), stay as they are."""
+    if not isinstance(value, str) or not value.startswith(("=", "+", "-", "@", "\t", "\r")):
+        return value
+    try:
+        float(value)
+        return value
+    except ValueError:
+        return "'" + value
 
 
 def _title(systems: list[dict], rules: Rules) -> str:

@@ -185,3 +185,26 @@ def test_a_benchmark_name_with_markdown_and_line_breaks_keeps_every_table_row_wh
         cells = lambda line: len(line.replace("\\|", "")) - len(line.replace("\\|", "").replace("|", ""))  # noqa: E731
         assert cells(row) == cells(header), (header, row)
     assert "``" + str(study / "run`1") + "``" in text
+
+
+def test_a_name_that_starts_like_a_spreadsheet_formula_is_text_in_the_csv_tables(tmp_path):
+    """tables/*.csv are opened in spreadsheets: a benchmark or host name read from a log that starts with
+    '=' (=HYPERLINK(...)) or '@' is written with a leading quote; numbers stay numbers."""
+    import csv
+
+    study = tmp_path / "study"
+    write_rundir(study / "a", benchmark='=HYPERLINK("http://x","y")', host="@host", seed=1)
+    p = subprocess.run(
+        [sys.executable, "-m", "invoke", "report", study, "--format", "csv"],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        timeout=300,
+    )
+    no_traceback(p)
+    assert p.returncode == 0, p.stderr
+    cells = [
+        c for f in sorted((study / "report" / "tables").glob("*.csv")) for row in csv.reader(f.open()) for c in row
+    ]
+    assert '\'=HYPERLINK("http://x","y")' in cells and "'@host" in cells
+    assert not [c for c in cells if c[:1] in ("=", "@", "+")], [c for c in cells if c[:1] in ("=", "@", "+")]
