@@ -21,6 +21,7 @@ import io
 import os
 import shlex
 import shutil
+import stat
 import socket
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from lab.hosts import inventory, runnerdist
 from lab.core import writes
-from lab.core.errors import HostError, RunError, one_line
+from lab.core.errors import HostError, RunError, excerpt, one_line
 from lab.hosts.inventory import Host
 
 CONNECT_TIMEOUT_S = 10
@@ -79,7 +80,7 @@ class Remote:
         if check and not result.ok:
             detail = (result.stderr.strip() or result.stdout.strip()).splitlines()
             raise RunError(
-                f"{self.name}: `{_short(text)}` exited {result.code}" + (f": {detail[-1]}" if detail else "")
+                f"{self.name}: `{excerpt(text, 120)}` exited {result.code}" + (f": {detail[-1]}" if detail else "")
             )
         return result
 
@@ -111,10 +112,6 @@ class Remote:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def _short(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class SSHRemote(Remote):
@@ -254,11 +251,15 @@ class LocalRemote(Remote):
 
     def get(self, remote: str, local) -> None:
         Path(local).parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with open(remote, "rb") as src, writes.new_file(local, f"copy of {self.name}:{remote}") as fh:
-                shutil.copyfileobj(src, fh)
+        try:  # opened without blocking and copied only when a regular file: a FIFO is refused, not waited on
+            fd = os.open(remote, os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:
             raise RunError(f"{self.name}: {remote} does not exist") from None
+        with open(fd, "rb") as src:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise RunError(f"{self.name}: {remote} is not a regular file")
+            with writes.new_file(local, f"copy of {self.name}:{remote}") as fh:
+                shutil.copyfileobj(src, fh)
 
     def listdir(self, remote: str) -> list[str]:
         try:

@@ -144,6 +144,17 @@ def wait_gone(remote: rmt.Remote, token: str, grace_s: float, poll_s: float = 0.
     return True
 
 
+def _fetch_one(remote: rmt.Remote, src: str, tmp: Path, name: str) -> None:
+    """Copy one file the host lists into ``tmp``. A name the host's own SHA256SUMS makes impossible here (a
+    file ``a`` and a file ``a/b``, a folder listed as a file, ``x/``) is left out: the verification names it."""
+    try:
+        if "/" in name:
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        remote.get(f"{src}/{name}", tmp / name)
+    except OSError:
+        pass
+
+
 def fetch_run(remote: rmt.Remote, src: str, dest: Path) -> list[str]:
     """Copy a remote run directory to ``dest`` (replacing it) and verify it; the problems found.
 
@@ -163,12 +174,10 @@ def fetch_run(remote: rmt.Remote, src: str, dest: Path) -> list[str]:
         except ValueError:
             listed = [n for n in names if n != checksums.SUMS]
         for name in listed:
-            if "/" in name:
-                (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            remote.get(f"{src}/{name}", tmp / name)
+            _fetch_one(remote, src, tmp, name)
     else:
         for name in names:
-            remote.get(f"{src}/{name}", tmp / name)
+            _fetch_one(remote, src, tmp, name)
     problems = checksums.verify(tmp)
     writes.remove(dest)  # whatever a copy left there: a folder, a file, a link, a FIFO (never opened)
     os.replace(tmp, dest)

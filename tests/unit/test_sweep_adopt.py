@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from lab.core.errors import RunError
 from lab.sweep import hostlock
 from lab.hosts import remote
 from lab.sweep import hostrun
@@ -82,3 +83,40 @@ def test_a_lock_left_by_a_dead_controller_is_taken_over_for_its_own_run_only(loc
     finally:
         p.kill()
         p.wait()
+
+
+def _listing(src, names):
+    src.mkdir(exist_ok=True)
+    (src / "SHA256SUMS").write_text("".join(f"{'0' * 64}  {n}\n" for n in names))
+
+
+@pytest.mark.parametrize(
+    "make, names, problem",
+    [
+        (lambda s: (s / "a").write_text("x"), ["a", "a/b"], "a/b cannot read"),  # a file, then a file in it
+        (lambda s: (s / "d").mkdir(), ["d"], "d is listed in SHA256SUMS but missing"),  # a folder listed
+        (lambda s: (s / "x").write_text("x"), ["x/"], "x/ is listed in SHA256SUMS but missing"),
+    ],
+)
+def test_a_hosts_listing_that_cannot_be_copied_is_a_problem_of_that_run(local, tmp_path, make, names, problem):
+    """The host writes SHA256SUMS: names that cannot all exist here (a file 'a' and 'a/b') or a folder listed
+    as a file are problems of the copy, which verification names; the fetch raised FileExistsError."""
+    src, dest = tmp_path / "src", tmp_path / "out" / "run"
+    src.mkdir()
+    make(src)
+    _listing(src, names)
+    dest.parent.mkdir()
+    problems = hostrun.fetch_run(local, str(src), dest)
+    assert any(p.startswith(problem) for p in problems), problems
+    assert (dest / "SHA256SUMS").is_file() and not (tmp_path / "out" / ".run.partial").exists()
+
+
+def test_a_fifo_where_a_runs_file_should_be_is_refused_not_waited_on(local, tmp_path):
+    """A FIFO in a run directory of the controller's own host (ansible_connection=local) hung the fetch."""
+    src = tmp_path / "src"
+    src.mkdir()
+    os.mkfifo(src / "mllog.log")
+    _listing(src, ["mllog.log"])
+    (tmp_path / "out").mkdir()
+    with pytest.raises(RunError, match="mllog.log is not a regular file"):
+        hostrun.fetch_run(local, str(src), tmp_path / "out" / "run")
