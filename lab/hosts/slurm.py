@@ -34,7 +34,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 JOB_RE = re.compile(r"^\d{1,12}$")
 # scontrol's one-line records: Key=value pairs separated by spaces; a value may hold spaces only in the
 # keys that take free text (Reason, Comment, Command...), so a value runs to the next " Key=".
-_PAIR = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9:/_]*)=(.*?)(?=\s[A-Za-z][A-Za-z0-9:/_]*=|$)")
+_KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9:/_]*)=")
 
 
 def _bin(name: str) -> str | None:
@@ -68,13 +68,23 @@ def available(timeout: float = 10) -> bool:
         return False
 
 
+def record(line: str) -> dict[str, str]:
+    """One line of ``scontrol show ... -o``. Slurm prints each key once, so a key met again is free text that
+    looks like a key (a node's Reason ``x NodeName=other State=IDLE``, ``maint Reason=gpulab: ...``): it stays
+    part of the value before it, which never takes another key's place."""
+    starts: list[tuple[str, int, int]] = []  # (key, where its "Key=" starts, where its value starts)
+    seen: set[str] = set()
+    for m in _KEY.finditer(line):
+        if m.group(1) not in seen:
+            seen.add(m.group(1))
+            starts.append((m.group(1), m.start(), m.end()))
+    ends = [s for _, s, _ in starts[1:]] + [len(line)]
+    return {key: line[value:end].strip() for (key, _, value), end in zip(starts, ends)}
+
+
 def records(text: str) -> list[dict[str, str]]:
-    """``scontrol show ... -o`` output: one dict per line."""
-    out = []
-    for line in text.splitlines():
-        if "=" in line:
-            out.append({k: v.strip() for k, v in _PAIR.findall(line.strip())})
-    return out
+    """``scontrol show ... -o`` output: one dict per line (see record)."""
+    return [record(line) for line in text.splitlines() if "=" in line]
 
 
 @dataclass(frozen=True)
