@@ -25,13 +25,17 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from lab.core import limits
 from lab.core.errors import ConfigError, HostError, one_line
 
 TIMEOUT_S = 30
 PREFIX = "gpulab:"  # the start of every drain reason gpulab writes
 MAX_REASON = 200  # Slurm keeps longer reasons, sinfo -R cuts them: one readable line
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-JOB_RE = re.compile(r"^\d{1,12}$")
+JOB_RE = re.compile(r"[0-9]{1,12}")  # ASCII digits: str.isdigit and \d take any script's digits, Slurm does not
+TASK_RE = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,6})?")  # a job, or one task of an array: <job id>_<task id>
+MAX_TASK = limits.PLANNED_RUNS.hi - 1  # the highest array task id of gpulab's (an array holds runs of one sweep)
+_STATE = re.compile(r"[A-Z][A-Z_]{0,31}")  # a job state as scontrol prints it: PENDING, NODE_FAIL, ...
 # scontrol's one-line records: Key=value pairs separated by spaces; a value may hold spaces only in the
 # keys that take free text (Reason, Comment, Command...), so a value runs to the next " Key=".
 _KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9:/_]*)=")
@@ -216,13 +220,14 @@ class Task:
         )
 
 
-def _task_ids(text: str) -> list[int]:
-    """ArrayTaskId: ``3``, or a pending range ``1-3%1`` / ``1,4-5``."""
-    ids = []
+def _task_ids(text: str) -> set[int]:
+    """ArrayTaskId: ``3``, or a pending range ``1-3%1`` / ``1,4-5``; only ids up to MAX_TASK (a range past it,
+    ``0-4294967294``, is no array of gpulab's and is not spelled out)."""
+    ids: set[int] = set()
     for part in text.split("%")[0].split(","):
         lo, _, hi = part.partition("-")
-        if lo.isdigit() and (not hi or hi.isdigit()):
-            ids += list(range(int(lo), int(hi or lo) + 1))
+        if re.fullmatch(r"[0-9]{1,12}", lo) and (not hi or re.fullmatch(r"[0-9]{1,12}", hi)):
+            ids.update(range(int(lo), min(int(hi or lo), MAX_TASK) + 1))
     return ids
 
 
@@ -230,14 +235,14 @@ def tasks(job_ids: list[str]) -> dict[tuple[str, int], Task]:
     """Each task of those array jobs that Slurm still knows; a job id it no longer knows gives nothing."""
     out = {}
     for job in job_ids:
-        if not JOB_RE.fullmatch(str(job)):
+        if not isinstance(job, str) or not JOB_RE.fullmatch(job):
             raise ConfigError(f"slurm: {str(job)[:40]!r} is not a job id")
         res = run(["scontrol", "show", "job", "-o", str(job)], check=False)
         if res.returncode != 0:  # "Invalid job id specified": gone past MinJobAge
             continue
         for rec in records(res.stdout):
-            if rec.get("ArrayJobId") != str(job):
-                continue
+            if rec.get("ArrayJobId") != job or not _STATE.fullmatch(rec.get("JobState", "")):
+                continue  # another job's record, or one without a state gpulab can read: not known
             reason = "" if rec.get("Reason") in (None, "None", "(null)") else rec.get("Reason", "")
             node = "" if rec.get("NodeList") in (None, "(null)") else rec.get("NodeList", "")
             for t in _task_ids(rec.get("ArrayTaskId", "")):
@@ -246,7 +251,7 @@ def tasks(job_ids: list[str]) -> dict[tuple[str, int], Task]:
 
 
 def cancel(job_ids: list[str]) -> None:
-    """``scancel`` of these jobs (and nothing else)."""
-    ids = [str(j) for j in job_ids if JOB_RE.fullmatch(str(j))]
+    """``scancel`` of these jobs or array tasks (``<job>_<task>``), and nothing else."""
+    ids = [j for j in job_ids if isinstance(j, str) and TASK_RE.fullmatch(j)]
     if ids:
         run(["scancel", *ids], check=False)

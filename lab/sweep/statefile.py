@@ -86,7 +86,7 @@ RUN_FIELDS = {
 
 
 def _slurm_job(value, what: str) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"\d{1,12}_\d{1,6}", value):
+    if not isinstance(value, str) or not re.fullmatch(r"[0-9]{1,12}_[0-9]{1,6}", value):
         raise ConfigError(f"{what}: {str(value)[:40]!r} is not a Slurm array task (<job id>_<task id>)")
     return value
 

@@ -9,6 +9,7 @@ import shlex
 
 import pytest
 
+from lab.core.errors import ConfigError, HostError
 from lab.hosts import slurm
 
 
@@ -68,3 +69,69 @@ def test_an_admins_reason_that_holds_reason_gpulab_is_not_gpulabs(fake):
     assert slurm.resume("sl-01") == "left: drained by someone else (maint Reason=gpulab: x -> y)"
     assert slurm.drain("sl-01", "gpulab: ECC: bad") == "left: drained by someone else (maint Reason=gpulab: x -> y)"
     assert not [c for c in fake.calls if "update" in c]  # nothing changed on any node
+
+
+def test_a_queued_task_is_cancelled_by_its_array_task_id(fake):
+    """The sweep cancels a task queued for a drained node as ``<job>_<task>``: scancel was never called."""
+    slurm.cancel(["12_0", "13"])
+    assert fake.calls == ["scancel 12_0 13"]
+
+
+@pytest.mark.parametrize("job", ["", "-1", "12_", "_0", "12_[1-4]", "12_0;x", "--me", "١٢", "12_٣", 12, None])
+def test_nothing_but_job_and_task_ids_reaches_scancel(fake, job):
+    slurm.cancel([job])
+    assert fake.calls == []
+
+
+def job_record(task="0", state="RUNNING", job="7", extra=""):
+    return (
+        f"JobId=9 ArrayJobId={job} ArrayTaskId={task} JobName=gpulab-S UserId=me(1000) JobState={state} "
+        f"Reason=None ExitCode=0:0 NodeList=sl-01{extra}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "task, want",
+    [
+        ("²", []),  # a digit of another script: int() refused it (a traceback)
+        ("٣", []),
+        ("0-4294967294%1", list(range(slurm.MAX_TASK + 1))),  # was spelled out: 4 billion ids, memory gone
+        ("4294967295", []),
+        ("1-x", []),
+        ("", []),
+        ("2,5-6", [2, 5, 6]),
+    ],
+)
+def test_array_task_ids_are_ascii_and_bounded(fake, task, want):
+    fake.say("scontrol", job_record(task, "PENDING"))
+    assert sorted(t for _, t in slurm.tasks(["7"])) == want
+
+
+@pytest.mark.parametrize("state", ["", "running", "RUN NING", "$(reboot)", "0"])
+def test_a_task_record_without_a_readable_state_is_not_known(fake, state):
+    """A record without a JobState was a task of state '': finished, and the sweep's reading of it failed
+    (IndexError in SlurmUnitWorker._finish); now it is a task Slurm does not know."""
+    fake.say("scontrol", job_record("0", state) + job_record("1", "COMPLETED"))
+    assert list(slurm.tasks(["7"])) == [("7", 1)]
+
+
+def test_a_task_record_with_a_missing_state_key_is_not_known(fake):
+    fake.say("scontrol", "JobId=9 ArrayJobId=7 ArrayTaskId=0 Reason=None ExitCode=0:0\n")
+    assert slurm.tasks(["7"]) == {}
+
+
+@pytest.mark.parametrize("job", ["١٢", "-1", "", "7_0", 7])
+def test_job_ids_asked_of_scontrol_are_ascii_digits(fake, job):
+    with pytest.raises(ConfigError, match="is not a job id"):
+        slurm.tasks([job])
+    assert fake.calls == []
+
+
+@pytest.mark.parametrize("out", ["١٢\n", "12;cluster;x\n", "-1\n", "\n", "12\n13\n"])
+def test_sbatch_answers_that_are_not_a_job_id(fake, out):
+    fake.say("sbatch", out)
+    if out.startswith("12;"):
+        assert slurm.submit("#!/bin/sh\n", []) == "12"
+    else:
+        with pytest.raises(HostError, match="not a job id"):
+            slurm.submit("#!/bin/sh\n", [])

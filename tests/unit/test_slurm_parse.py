@@ -85,7 +85,7 @@ def test_sweep_state_slurm_job(value):
     assert statefile.RUN_FIELDS["slurm_job"](value, "runs[0].slurm_job") == value
 
 
-@pytest.mark.parametrize("value", ["1", "1_", "_1", "1_0;x", "a_1", 5, ["1_0"], "1" * 13 + "_0"])
+@pytest.mark.parametrize("value", ["1", "1_", "_1", "1_0;x", "a_1", 5, ["1_0"], "1" * 13 + "_0", "١٢_٣", "1_٣"])
 def test_sweep_state_slurm_job_hostile(value):
     with pytest.raises(ConfigError, match=r"runs\[0\].slurm_job: .* is not a Slurm array task"):
         statefile.RUN_FIELDS["slurm_job"](value, "runs[0].slurm_job")
