@@ -26,7 +26,7 @@ import subprocess
 from dataclasses import dataclass
 
 from lab.core import limits
-from lab.core.errors import ConfigError, HostError, one_line
+from lab.core.errors import ConfigError, HostError, excerpt, printable
 
 TIMEOUT_S = 30
 PREFIX = "gpulab:"  # the start of every drain reason gpulab writes
@@ -57,9 +57,15 @@ def run(args: list[str], *, timeout: float = TIMEOUT_S, check: bool = True, stdi
     except subprocess.TimeoutExpired:
         raise HostError(f"slurm: {' '.join(args[:3])} did not answer within {timeout:g} s") from None
     if check and res.returncode != 0:
-        why = one_line(res.stderr.strip() or res.stdout.strip() or f"exit {res.returncode}")
+        why = said(res.stderr.strip() or res.stdout.strip() or f"exit {res.returncode}")
         raise HostError(f"slurm: {' '.join(args[:3])}: {why}")
     return res
+
+
+def said(text: str, limit: int = 200) -> str:
+    """What a Slurm command printed, in an error line: one line of at most ``limit`` characters, control
+    characters (a terminal's escape sequences) shown escaped."""
+    return printable(excerpt(text, limit))
 
 
 def available(timeout: float = 10) -> bool:
@@ -190,7 +196,7 @@ def submit(script: str, options: list[str]) -> str:
     res = run(["sbatch", "--parsable", *options], stdin=script)
     job = res.stdout.strip().split(";")[0]
     if not JOB_RE.fullmatch(job):
-        raise HostError(f"slurm: sbatch answered {one_line(res.stdout)[:80]!r}, not a job id")
+        raise HostError(f"slurm: sbatch answered {said(repr(res.stdout), 80)}, not a job id")
     return job
 
 

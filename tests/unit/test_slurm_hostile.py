@@ -135,3 +135,18 @@ def test_sbatch_answers_that_are_not_a_job_id(fake, out):
     else:
         with pytest.raises(HostError, match="not a job id"):
             slurm.submit("#!/bin/sh\n", [])
+
+
+def test_a_failing_command_is_one_short_line_of_what_it_said(fake):
+    """A failing command's stderr was the error as it came ('str: ' before it, megabytes long, a terminal's
+    escape sequences raw); now one line of at most 200 characters of it, control characters escaped."""
+    fake.say("scontrol", err="scontrol: error: \x1b[2J bad\nnext line\n" + "x" * 1_000_000, rc=1)
+    with pytest.raises(HostError) as exc:
+        slurm.run(["scontrol", "update", "nodename=sl-01", "state=resume"])
+    msg = exc.value.message
+    assert msg.startswith("slurm: scontrol update nodename=sl-01: scontrol: error: \\x1b[2J bad next line xx")
+    assert len(msg) < 300 and "\x1b" not in msg and msg.endswith("...")
+    fake.say("sbatch", "Submitted batch job \x1b]0;x\x07 12\n" + "y" * 1000)
+    with pytest.raises(HostError, match=r"^slurm: sbatch answered 'Submitted batch job \\x1b\]0;x") as exc:
+        slurm.submit("#!/bin/sh\n", [])
+    assert len(exc.value.message) < 120 and "\x1b" not in exc.value.message and "str:" not in exc.value.message
