@@ -10,7 +10,9 @@ passing ``invoke validate`` and ``invoke quarantine.release`` (README "On a Slur
 
 Exit status: 0 when the node passed, or failed and was drained (slurmd ignores a health program's
 status); ``--prolog``: 1 on FAIL, so that Slurm requeues the job that was about to start. One line on
-stdout says what was found and done; a document the judge cannot read is a FAIL of its own.
+stdout says what was found and done; a document the judge cannot read is a FAIL of its own, and a node
+whose GPUs Slurm's listing does not say (no record of it, a Gres count that is no number) is not judged:
+one line, never a PASS.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 
-from lab.core.errors import GpulabError
+from lab.core.errors import ConfigError, GpulabError, excerpt
 from lab.hosts import slurm
 from lab.validate import health
 
@@ -50,12 +53,16 @@ def gather(python: str, path: str | None) -> dict:
 
 
 def gres_gpus(node: slurm.Node | None) -> int:
-    """GPUs Slurm schedules on this node (its Gres ``gpu:N`` or ``gpu:type:N``)."""
+    """GPUs Slurm schedules on this node (its Gres ``gpu:N`` or ``gpu:type:N``); ConfigError for a gpu
+    entry whose count is no number: the GPUs expected decide whether NVML must answer, never guessed."""
     total = 0
     for item in (node.gres if node else "").split(","):
         parts = item.split("(")[0].split(":")
-        if parts[0] == "gpu" and parts[-1].isdigit():
-            total += int(parts[-1])
+        if parts[0] != "gpu":
+            continue
+        if len(parts) < 2 or not re.fullmatch(r"[0-9]{1,4}", parts[-1]):
+            raise ConfigError(f"slurm: node {node.name}: Gres {excerpt(repr(item), 60)} holds no GPU count")
+        total += int(parts[-1])
     return total
 
 
@@ -87,6 +94,8 @@ def main(argv=None) -> int:
     try:
         slurm.check_node(name)
         node = slurm.nodes().get(name)
+        if node is None:  # its Gres says whether NVML must answer: a GPU node is never judged a CPU host
+            raise ConfigError(f"slurm: no node {name} in this cluster (scontrol show node)")
         doc = gather(args.runner_python, args.runner_path)
         failed = verdict(doc, expect_gpus=gres_gpus(node) > 0)
         if failed is None:

@@ -150,3 +150,48 @@ def test_a_failing_command_is_one_short_line_of_what_it_said(fake):
     with pytest.raises(HostError, match=r"^slurm: sbatch answered 'Submitted batch job \\x1b\]0;x") as exc:
         slurm.submit("#!/bin/sh\n", [])
     assert len(exc.value.message) < 120 and "\x1b" not in exc.value.message and "str:" not in exc.value.message
+
+
+@pytest.fixture
+def nvml_down(monkeypatch):
+    """The node's runner health: NVML does not answer. A GPU node fails on it; a CPU host passes."""
+    from lab.validate import nodehealth
+
+    monkeypatch.setattr(nodehealth, "gather", lambda python, path: {"nvidia": "NVML: driver not loaded"})
+    monkeypatch.setattr(
+        nodehealth,
+        "verdict",
+        lambda doc, expect_gpus: ("GPU present", "NVML: driver not loaded", None) if expect_gpus else None,
+    )
+    return nodehealth
+
+
+@pytest.mark.parametrize(
+    "listing, said",
+    [
+        ("NodeName=sl-02 Gres=gpu:2 State=IDLE Reason=(null)\n", "slurm: no node sl-01 in this cluster"),
+        ("", "slurm: no node sl-01 in this cluster"),  # scontrol printed nothing (cut short)
+        ("NodeName=sl-01 Gres=gpu:t4:3x(S:0) State=IDLE\n", "slurm: node sl-01: Gres 'gpu:t4:3x(S:0)' holds no GPU"),
+        ("NodeName=sl-01 Gres=gpu:t4:\u00b2 State=IDLE\n", "slurm: node sl-01: Gres 'gpu:t4:\u00b2' holds no GPU"),
+        ("NodeName=sl-01 Gres=gpu State=IDLE\n", "slurm: node sl-01: Gres 'gpu' holds no GPU count"),
+    ],
+)
+@pytest.mark.parametrize("prolog", [False, True])
+def test_node_health_never_passes_a_node_whose_gpus_it_cannot_read(fake, nvml_down, capsys, listing, said, prolog):
+    """The node's GPUs unknown (not in scontrol's listing, a Gres count that is no number) were none: a GPU
+    node whose NVML is down passed as a CPU host ('²' was a ValueError traceback); now one line, no PASS."""
+    fake.say("scontrol", listing)
+    rc = nvml_down.main(["--node", "sl-01"] + (["--prolog"] if prolog else []))
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"gpulab health sl-01: {out[0].split(': ', 1)[1]}"] and said in out[0], out
+    assert "PASS" not in out[0] and rc == (1 if prolog else 0)
+    assert not [c for c in fake.calls if "update" in c]
+
+
+def test_node_health_drains_the_node_named_and_no_other(fake, nvml_down, capsys):
+    fake.say("scontrol", "NodeName=sl-01 Gres=gpu:t4:2(S:0) State=IDLE Reason=(null)\n")
+    assert nvml_down.main(["--node", "sl-01"]) == 0
+    assert capsys.readouterr().out.startswith("gpulab health sl-01: FAIL: gpulab: GPU present: NVML")
+    assert [c for c in fake.calls if "update" in c] == [
+        "scontrol update nodename=sl-01 state=drain reason=gpulab: GPU present: NVML: driver not loaded"
+    ]
