@@ -237,8 +237,9 @@ def _task_ids(text: str) -> set[int]:
     return ids
 
 
-def tasks(job_ids: list[str]) -> dict[tuple[str, int], Task]:
-    """Each task of those array jobs that Slurm still knows; a job id it no longer knows gives nothing."""
+def tasks(job_ids: list[str], name: str | None = None) -> dict[tuple[str, int], Task]:
+    """Each task of those array jobs that Slurm still knows; a job id it no longer knows gives nothing, nor
+    (``name``) a job of another name: an id read back from a file may be another job's now (ids are reused)."""
     out = {}
     for job in job_ids:
         if not isinstance(job, str) or not JOB_RE.fullmatch(job):
@@ -249,6 +250,8 @@ def tasks(job_ids: list[str]) -> dict[tuple[str, int], Task]:
         for rec in records(res.stdout):
             if rec.get("ArrayJobId") != job or not _STATE.fullmatch(rec.get("JobState", "")):
                 continue  # another job's record, or one without a state gpulab can read: not known
+            if name is not None and rec.get("JobName") != name:
+                continue
             reason = "" if rec.get("Reason") in (None, "None", "(null)") else rec.get("Reason", "")
             node = "" if rec.get("NodeList") in (None, "(null)") else rec.get("NodeList", "")
             for t in _task_ids(rec.get("ArrayTaskId", "")):

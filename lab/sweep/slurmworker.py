@@ -113,6 +113,12 @@ class SlurmUnitWorker(UnitWorker):
         finally:
             self.done = True
 
+    @property
+    def job_name(self) -> str:
+        """The name of this sweep's jobs: a job id of sweep.json whose job has another name is not this
+        sweep's (Slurm reuses ids), never adopted, waited for or cancelled."""
+        return f"gpulab-{self.sweep.name}"
+
     def _job_of(self, run: PlannedRun) -> tuple[str, int] | None:
         if not run.slurm_job:
             return None
@@ -124,14 +130,15 @@ class SlurmUnitWorker(UnitWorker):
         mine = [r for r in todo if r.token and r.slurm_job]
         if not mine:
             return []
-        known = slurm.tasks(sorted({self._job_of(r)[0] for r in mine}))
+        known = slurm.tasks(sorted({self._job_of(r)[0] for r in mine}), self.job_name)
         out = []
         for run in mine:
             task = known.get(self._job_of(run))
             head = self.nodes[0]
             on_host = head.call(lambda r: run_state(r, head.layout.run_dir(run), run.token))
             if (task is not None and not task.finished) or on_host == "done":  # else: it failed or never ran
-                self.jobs.add(self._job_of(run)[0])
+                if task is not None:  # a job of this sweep's that Slurm still has (None: gone, or another's)
+                    self.jobs.add(self._job_of(run)[0])
                 run.state, run.ended = RunState.RUNNING, None
                 self.progress.print(
                     f"  [{self.unit}] {run.run_id}: Slurm task {run.slurm_job} of this sweep "
@@ -189,7 +196,7 @@ class SlurmUnitWorker(UnitWorker):
         limit_s = max(self._limit_s(r) for r in runs) + self.settings.kill_margin_s
         minutes = self.ss.time_limit_minutes or max(1, math.ceil(limit_s / 60))
         opts = [
-            f"--job-name=gpulab-{self.sweep.name}",
+            f"--job-name={self.job_name}",
             f"--array=0-{len(runs) - 1}%{max(1, self.ss.max_running)}",
             f"--nodelist={','.join(node_name(n) for n in self.nodes)}",
             f"--nodes={len(self.nodes)}",
@@ -244,7 +251,7 @@ class SlurmUnitWorker(UnitWorker):
         """This unit's jobs (submitted or adopted) that Slurm has not finished yet."""
         if not self.jobs:
             return []
-        known = slurm.tasks(sorted(self.jobs))
+        known = slurm.tasks(sorted(self.jobs), self.job_name)
         return sorted({job for (job, _), task in known.items() if not task.finished})
 
     @staticmethod
@@ -328,7 +335,7 @@ class SlurmUnitWorker(UnitWorker):
                     time.sleep(self.ss.poll_s)
                 continue
             try:
-                known = slurm.tasks(sorted(self.jobs))
+                known = slurm.tasks(sorted(self.jobs), self.job_name)
                 drained = {n for n, node in slurm.nodes().items() if node.drained}
                 reasons = {n: node.reason for n, node in slurm.nodes().items()}
             except HostError as exc:  # the controller is slow or restarting: look again
@@ -384,7 +391,7 @@ class SlurmUnitWorker(UnitWorker):
         deadline = time.monotonic() + self.settings.stop_grace_s + 10
         while time.monotonic() < deadline:
             try:
-                known = slurm.tasks(sorted(self.jobs))
+                known = slurm.tasks(sorted(self.jobs), self.job_name)
             except HostError:
                 break
             if all(t.finished for t in known.values()):

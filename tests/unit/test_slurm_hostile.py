@@ -195,3 +195,67 @@ def test_node_health_drains_the_node_named_and_no_other(fake, nvml_down, capsys)
     assert [c for c in fake.calls if "update" in c] == [
         "scontrol update nodename=sl-01 state=drain reason=gpulab: GPU present: NVML: driver not loaded"
     ]
+
+
+@pytest.fixture
+def worker(tmp_path):
+    """A Slurm unit of sweep S on one local host, 'sl-01'."""
+    import threading
+
+    from lab.hosts import remote
+    from lab.hosts.inventory import Host
+    from lab.sweep.hostrun import Settings
+    from lab.sweep.node import Node
+    from lab.sweep.slurmworker import SlurmUnitWorker
+    from lab.sweep.state import Sweep
+
+    class Progress:
+        def __init__(self):
+            self.lines = []
+
+        def print(self, line):
+            self.lines.append(line)
+
+        def status(self, unit, text):
+            self.lines.append(text)
+
+    (tmp_path / "work").mkdir()
+    host = Host(
+        name="sl-01",
+        address="127.0.0.1",
+        port=22,
+        user=None,
+        connection="local",
+        gpu_model="cpu",
+        gpu_count=0,
+        stack="current",
+        groups=(),
+        workdir=str(tmp_path / "work"),
+        python=None,
+        ssh_key=None,
+        known_hosts="/dev/null",
+    )
+    sweep = Sweep.open(tmp_path / "results" / "S", "S", [], {})
+    node = Node(host, remote.LocalRemote(host), remote.RunnerInstall("python3", "", "0", False), Settings(), "S")
+    settings = Settings(stop_grace_s=0)
+    return SlurmUnitWorker(sweep, [node], [], settings, Progress(), threading.Event())
+
+
+@pytest.mark.parametrize("finished_on_host", [False, True])
+def test_a_job_id_of_sweep_json_that_is_another_job_now_is_never_adopted_or_cancelled(fake, worker, finished_on_host):
+    """sweep.json's slurm_job 5_0, and Slurm's job 5 is now someone else's (ids are reused, or the file was
+    written by hand): it was adopted as this sweep's, waited for, and Ctrl-C cancelled it (scancel 5)."""
+    from lab.sweep.plan import PlannedRun
+
+    run = PlannedRun("sl-01", "ncf", 0, 1, scale="tiny", token="gl-0123456789abcdef", slurm_job="5_0")
+    if finished_on_host:  # the run left a finished folder: collected, but job 5 is still not this sweep's
+        done = worker.nodes[0].layout.run_dir(run)
+        os.makedirs(done)
+        open(f"{done}/SHA256SUMS", "w").close()
+    fake.say("scontrol", job_record("0", "RUNNING", job="5").replace("JobName=gpulab-S", "JobName=alice-train"))
+    assert worker._adopt_all([run]) == ([run] if finished_on_host else [])
+    assert worker.jobs == set() and worker._unfinished() == []
+    worker._interrupt([])
+    assert not [c for c in fake.calls if c.startswith("scancel")]
+    fake.say("scontrol", job_record("0", "RUNNING", job="5"))  # this sweep's own job 5: adopted as before
+    assert worker._adopt_all([run]) == [run] and worker.jobs == {"5"} and worker._unfinished() == ["5"]
