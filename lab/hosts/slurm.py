@@ -244,9 +244,11 @@ def tasks(job_ids: list[str], name: str | None = None) -> dict[tuple[str, int], 
     for job in job_ids:
         if not isinstance(job, str) or not JOB_RE.fullmatch(job):
             raise ConfigError(f"slurm: {str(job)[:40]!r} is not a job id")
-        res = run(["scontrol", "show", "job", "-o", str(job)], check=False)
-        if res.returncode != 0:  # "Invalid job id specified": gone past MinJobAge
+        res = run(["scontrol", "show", "job", "-o", job], check=False)
+        if res.returncode != 0 and "Invalid job id" in res.stderr:  # gone past MinJobAge
             continue
+        if res.returncode != 0:  # the controller did not answer (restarting, munge): not "gone"
+            raise HostError(f"slurm: scontrol show job {job}: {said(res.stderr.strip() or f'exit {res.returncode}')}")
         for rec in records(res.stdout):
             if rec.get("ArrayJobId") != job or not _STATE.fullmatch(rec.get("JobState", "")):
                 continue  # another job's record, or one without a state gpulab can read: not known

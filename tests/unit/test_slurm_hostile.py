@@ -259,3 +259,16 @@ def test_a_job_id_of_sweep_json_that_is_another_job_now_is_never_adopted_or_canc
     assert not [c for c in fake.calls if c.startswith("scancel")]
     fake.say("scontrol", job_record("0", "RUNNING", job="5"))  # this sweep's own job 5: adopted as before
     assert worker._adopt_all([run]) == [run] and worker.jobs == {"5"} and worker._unfinished() == ["5"]
+
+
+def test_a_controller_that_does_not_answer_is_not_a_job_gone(fake):
+    """scontrol show job failing for any reason was read as the job gone past MinJobAge: a slurmctld restart
+    ended every watched run ('Slurm no longer knows task') and a resume submitted again runs still running."""
+    fake.say("scontrol", err="slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n", rc=1)
+    with pytest.raises(HostError, match=r"^slurm: scontrol show job 7: slurm_load_jobs error: Unable to contact"):
+        slurm.tasks(["7"])
+    fake.say("scontrol", out="garbage\n", rc=2)
+    with pytest.raises(HostError, match=r"^slurm: scontrol show job 7: exit 2$"):
+        slurm.tasks(["7"])
+    fake.say("scontrol", err="slurm_load_jobs error: Invalid job id specified\n", rc=1)
+    assert slurm.tasks(["7"]) == {}
