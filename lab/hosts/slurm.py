@@ -35,6 +35,8 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 JOB_RE = re.compile(r"[0-9]{1,12}")  # ASCII digits: str.isdigit and \d take any script's digits, Slurm does not
 TASK_RE = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,6})?")  # a job, or one task of an array: <job id>_<task id>
 MAX_TASK = limits.PLANNED_RUNS.hi - 1  # the highest array task id of gpulab's (an array holds runs of one sweep)
+_OUT = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING"}  # states and flags of a node out of use
+_NODE_STATE = re.compile(r"[A-Z_]{1,32}[*~#!%$@^-]?(?:\+[A-Z_]{1,32}){0,15}")  # IDLE, DOWN*+DRAIN, ...
 _STATE = re.compile(r"[A-Z][A-Z_]{0,31}")  # a job state as scontrol prints it: PENDING, NODE_FAIL, ...
 # scontrol's one-line records: Key=value pairs separated by spaces; a value may hold spaces only in the
 # keys that take free text (Reason, Comment, Command...), so a value runs to the next " Key=".
@@ -107,7 +109,10 @@ class Node:
 
     @property
     def drained(self) -> bool:
-        return any(s in self.state.upper() for s in ("DRAIN", "DOWN", "FAIL"))
+        """Drained, down or failing; also a state scontrol's record does not give readably (no node to plan on)."""
+        if not _NODE_STATE.fullmatch(self.state):
+            return True
+        return any(part.rstrip("*~#!%$@^-") in _OUT for part in self.state.split("+"))
 
     @property
     def ours(self) -> bool:

@@ -272,3 +272,26 @@ def test_a_controller_that_does_not_answer_is_not_a_job_gone(fake):
         slurm.tasks(["7"])
     fake.say("scontrol", err="slurm_load_jobs error: Invalid job id specified\n", rc=1)
     assert slurm.tasks(["7"]) == {}
+
+
+@pytest.mark.parametrize("state", ["", "State= ", "State=idle", "State=IDLE;x", "State=$(reboot)"])
+def test_a_node_without_a_readable_state_is_not_planned_on(fake, state):
+    """A record without a readable State was a node up and free: a sweep planned on it (a drained node whose
+    state the listing did not give); now it is left out like a drained one."""
+    from lab.hosts.inventory import Host
+    from lab.sweep import driver
+
+    fake.say("scontrol", f"NodeName=sl-01 Gres=gpu:2 {state} Reason=(null)\nNodeName=sl-02 State=MIXED\n")
+    nodes = slurm.nodes()
+    assert nodes["sl-01"].drained and not nodes["sl-02"].drained
+    hosts = [
+        Host(n, "127.0.0.1", 22, None, "local", "cpu", 0, "current", (), "/tmp/w", None, None, "/dev/null")
+        for n in ("sl-01", "sl-02")
+    ]
+    assert list(driver.slurm_held(hosts, {})) == ["sl-01"]
+
+
+@pytest.mark.parametrize("state", ["IDLE", "MIXED", "ALLOCATED+COMPLETING", "IDLE+CLOUD+POWERED_DOWN", "IDLE~"])
+def test_a_node_up_is_still_planned_on(fake, state):
+    fake.say("scontrol", f"NodeName=sl-01 State={state} Reason=(null)\n")
+    assert not slurm.nodes()["sl-01"].drained
