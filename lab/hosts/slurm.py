@@ -158,9 +158,9 @@ def check_node(name: str) -> str:
 
 
 def reason_line(check: str, why: str, action: str | None) -> str:
-    """``gpulab: <check>: <why> -> <action>``, one line of at most MAX_REASON characters."""
+    """``gpulab: <check>: <why> -> <action>``, one line of at most MAX_REASON printable characters."""
     text = " ".join(f"{PREFIX} {check}: {why}".split()) + (f" -> {' '.join(action.split())}" if action else "")
-    text = text.replace('"', "'")
+    text = printable(text.replace('"', "'"))  # a NUL or an escape sequence of a runner's output: shown, not sent
     return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."
 
 

@@ -295,3 +295,17 @@ def test_a_node_without_a_readable_state_is_not_planned_on(fake, state):
 def test_a_node_up_is_still_planned_on(fake, state):
     fake.say("scontrol", f"NodeName=sl-01 State={state} Reason=(null)\n")
     assert not slurm.nodes()["sl-01"].drained
+
+
+def test_a_health_failure_with_control_characters_drains_with_them_shown(fake, monkeypatch, capsys):
+    """runner health's last stderr line holding a NUL went into the drain's scontrol argument: a ValueError
+    traceback (embedded null byte), the node not drained; an escape sequence went into Slurm's reason raw."""
+    from lab.validate import nodehealth
+
+    fake.say("scontrol", "NodeName=sl-01 Gres=gpu:1 State=IDLE Reason=(null)\n")
+    monkeypatch.setattr(nodehealth, "gather", lambda p, q: {"_error": "runner health exited 1: a\x00b \x1b[2J c"})
+    assert nodehealth.main(["--node", "sl-01"]) == 0
+    assert [c for c in fake.calls if "update" in c] == [
+        "scontrol update nodename=sl-01 state=drain reason=gpulab: health: runner health exited 1: a\\x00b \\x1b[2J c"
+    ]
+    assert "FAIL" in capsys.readouterr().out
