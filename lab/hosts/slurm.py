@@ -53,8 +53,14 @@ def run(args: list[str], *, timeout: float = TIMEOUT_S, check: bool = True, stdi
     if exe is None:
         raise HostError(f"slurm: {args[0]} is not installed here (Slurm's client commands are needed)")
     try:
-        res = subprocess.run(
-            [exe, *args[1:]], input=stdin, capture_output=True, text=True, timeout=timeout, env=os.environ.copy()
+        res = subprocess.run(  # bytes that are not UTF-8 (an admin's reason typed in Latin-1) read as U+FFFD
+            [exe, *args[1:]],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            env=os.environ.copy(),
         )
     except subprocess.TimeoutExpired:
         raise HostError(f"slurm: {' '.join(args[:3])} did not answer within {timeout:g} s") from None

@@ -38,7 +38,12 @@ def gather(python: str, path: str | None) -> dict:
         env["PYTHONPATH"] = path
     try:
         res = subprocess.run(
-            [python, "-m", "runner", "health"], capture_output=True, text=True, timeout=TIMEOUT_S, env=env
+            [python, "-m", "runner", "health"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=TIMEOUT_S,
+            env=env,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"_error": f"runner health did not run: {type(exc).__name__}: {exc}"[:300]}
@@ -48,7 +53,7 @@ def gather(python: str, path: str | None) -> dict:
         }
     try:
         return json.loads(res.stdout[: 4 << 20])
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep ("[[[[...")
         return {"_error": "runner health printed no JSON document"}
 
 

@@ -309,3 +309,27 @@ def test_a_health_failure_with_control_characters_drains_with_them_shown(fake, m
         "scontrol update nodename=sl-01 state=drain reason=gpulab: health: runner health exited 1: a\\x00b \\x1b[2J c"
     ]
     assert "FAIL" in capsys.readouterr().out
+
+
+def test_a_reason_that_is_not_utf8_is_read(fake, tmp_path):
+    """An admin's reason typed in Latin-1 ('L\\xfcfter') made every listing of nodes a UnicodeDecodeError."""
+    (tmp_path / "scontrol.out").write_bytes(b"NodeName=sl-01 State=IDLE+DRAIN Reason=L\xfcfter defekt" + STAMP.encode())
+    node = slurm.nodes()["sl-01"]
+    assert node.drained and node.reason == "L\ufffdfter defekt" and not node.ours
+
+
+@pytest.mark.parametrize("printed", [b"[" * 100_000, b'{"kind": "\xff\xfe"', b"\xff" * 10])
+def test_node_health_reads_odd_runner_output_as_a_failure(fake, tmp_path, capsys, printed):
+    """runner health printing JSON nested past Python's recursion limit, or bytes that are not UTF-8, was a
+    traceback of the node's health check (RecursionError, UnicodeDecodeError): never judged, never drained."""
+    from lab.validate import nodehealth
+
+    fake.say("scontrol", "NodeName=sl-01 Gres=gpu:1 State=IDLE Reason=(null)\n")
+    (tmp_path / "printed").write_bytes(printed)
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\ncat {shlex.quote(str(tmp_path / 'printed'))}\n")
+    python.chmod(0o755)
+    assert nodehealth.main(["--node", "sl-01", "--runner-python", str(python)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gpulab health sl-01: FAIL: gpulab: health: runner health printed no JSON document")
+    assert [c for c in fake.calls if "update" in c]  # drained, with that reason
