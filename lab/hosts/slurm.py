@@ -240,11 +240,16 @@ class Task:
 def _task_ids(text: str) -> set[int]:
     """ArrayTaskId: ``3``, or a pending range ``1-3%1`` / ``1,4-5``; only ids up to MAX_TASK (a range past it,
     ``0-4294967294``, is no array of gpulab's and is not spelled out)."""
-    ids: set[int] = set()
+    spans = []
     for part in text.split("%")[0].split(","):
         lo, _, hi = part.partition("-")
         if re.fullmatch(r"[0-9]{1,12}", lo) and (not hi or re.fullmatch(r"[0-9]{1,12}", hi)):
-            ids.update(range(int(lo), min(int(hi or lo), MAX_TASK) + 1))
+            spans.append((int(lo), min(int(hi or lo), MAX_TASK)))
+    ids: set[int] = set()
+    done = -1  # each id spelled out once, however often the ranges repeat or overlap
+    for lo, hi in sorted(spans):
+        ids.update(range(max(lo, done + 1), hi + 1))
+        done = max(done, hi)
     return ids
 
 

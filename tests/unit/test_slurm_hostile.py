@@ -333,3 +333,17 @@ def test_node_health_reads_odd_runner_output_as_a_failure(fake, tmp_path, capsys
     out = capsys.readouterr().out
     assert out.startswith("gpulab health sl-01: FAIL: gpulab: health: runner health printed no JSON document")
     assert [c for c in fake.calls if "update" in c]  # drained, with that reason
+
+
+def test_a_task_id_list_that_repeats_a_range_is_read_once(fake, monkeypatch):
+    """An ArrayTaskId of one range repeated ('0-9999,0-9999,...', 700 kB of it: 18 s a look at the queue)
+    spelled the range out at every repeat; each id is spelled out once now."""
+    spelled = []
+
+    def counted(*args):
+        spelled.append(len(range(*args)))
+        return range(*args)
+
+    monkeypatch.setattr(slurm, "range", counted, raising=False)  # the module's range, as _task_ids calls it
+    fake.say("scontrol", job_record(",".join(["0-9999"] * 100) + ",3-1,9998-10005", "PENDING"))
+    assert len(slurm.tasks(["7"])) == slurm.MAX_TASK + 1 and sum(spelled) == slurm.MAX_TASK + 1
