@@ -69,6 +69,12 @@ def node_name(node: Node) -> str:
     return slurm.check_node(node.host.name)
 
 
+def _pattern(folder: str) -> str:
+    """``folder`` as the literal start of an sbatch filename pattern (--output): a ``%`` of its own is ``%%``, so
+    that ``/scratch/%u`` is that folder and not the user's; a backslash turns Slurm's patterns off already."""
+    return folder if "\\" in folder else folder.replace("%", "%%")
+
+
 class SlurmUnitWorker(UnitWorker):
     """A unit's runs as Slurm array jobs (see the module docstring); the same callable as UnitWorker."""
 
@@ -204,7 +210,7 @@ class SlurmUnitWorker(UnitWorker):
             f"--time={int(math.ceil(minutes))}",
             "--export=NONE",
             f"--chdir={head.layout.base}",
-            f"--output={head.layout.base}/slurm-%A_%a.out",
+            f"--output={_pattern(head.layout.base)}/slurm-%A_%a.out",
         ]
         if runs[0].gpus > 0:
             opts.append(f"--gres=gpu:{runs[0].gpus}")

@@ -200,6 +200,10 @@ def test_node_health_drains_the_node_named_and_no_other(fake, nvml_down, capsys)
 @pytest.fixture
 def worker(tmp_path):
     """A Slurm unit of sweep S on one local host, 'sl-01'."""
+    return make_worker(tmp_path / "work")
+
+
+def make_worker(workdir):
     import threading
 
     from lab.hosts import remote
@@ -219,7 +223,7 @@ def worker(tmp_path):
         def status(self, unit, text):
             self.lines.append(text)
 
-    (tmp_path / "work").mkdir()
+    workdir.mkdir()
     host = Host(
         name="sl-01",
         address="127.0.0.1",
@@ -230,12 +234,12 @@ def worker(tmp_path):
         gpu_count=0,
         stack="current",
         groups=(),
-        workdir=str(tmp_path / "work"),
+        workdir=str(workdir),
         python=None,
         ssh_key=None,
         known_hosts="/dev/null",
     )
-    sweep = Sweep.open(tmp_path / "results" / "S", "S", [], {})
+    sweep = Sweep.open(workdir.parent / "results" / "S", "S", [], {})
     node = Node(host, remote.LocalRemote(host), remote.RunnerInstall("python3", "", "0", False), Settings(), "S")
     settings = Settings(stop_grace_s=0)
     return SlurmUnitWorker(sweep, [node], [], settings, Progress(), threading.Event())
@@ -347,3 +351,16 @@ def test_a_task_id_list_that_repeats_a_range_is_read_once(fake, monkeypatch):
     monkeypatch.setattr(slurm, "range", counted, raising=False)  # the module's range, as _task_ids calls it
     fake.say("scontrol", job_record(",".join(["0-9999"] * 100) + ",3-1,9998-10005", "PENDING"))
     assert len(slurm.tasks(["7"])) == slurm.MAX_TASK + 1 and sum(spelled) == slurm.MAX_TASK + 1
+
+
+@pytest.mark.parametrize("folder, literal", [("w%u", "w%%u"), ("50%", "50%%"), ("a\\%j", "a\\%j"), ("plain", "plain")])
+def test_the_output_folder_handed_to_sbatch_is_the_workdirs_own(tmp_path, folder, literal):
+    """A workdir holding '%' went into --output as a pattern: /scratch/%u/... was the user's folder (Slurm wrote
+    outside the sweep's), %j the job's; now the folder's own % is %% (a backslash turns patterns off)."""
+    from lab.sweep.plan import PlannedRun
+
+    w = make_worker(tmp_path / folder)
+    opts = w._options([PlannedRun("sl-01", "ncf", 0, 1, scale="tiny", limit_s=60)])
+    base = f"{tmp_path}/{folder}/sweeps/S"
+    assert f"--chdir={base}" in opts
+    assert f"--output={tmp_path}/{literal}/sweeps/S/slurm-%A_%a.out" in opts
