@@ -53,17 +53,18 @@ def run(args: list[str], *, timeout: float = TIMEOUT_S, check: bool = True, stdi
     if exe is None:
         raise HostError(f"slurm: {args[0]} is not installed here (Slurm's client commands are needed)")
     try:
-        res = subprocess.run(  # bytes that are not UTF-8 (an admin's reason typed in Latin-1) read as U+FFFD
+        res = subprocess.run(
             [exe, *args[1:]],
-            input=stdin,
+            input=None if stdin is None else stdin.encode(),
             capture_output=True,
-            text=True,
-            errors="replace",
             timeout=timeout,
             env=os.environ.copy(),
         )
     except subprocess.TimeoutExpired:
         raise HostError(f"slurm: {' '.join(args[:3])} did not answer within {timeout:g} s") from None
+    # bytes that are not UTF-8 (an admin's reason typed in Latin-1) read as U+FFFD; a "\r" stays a "\r" (text=True
+    # would make it a line end: a record of its own)
+    res.stdout, res.stderr = (b.decode("utf-8", "replace") for b in (res.stdout, res.stderr))
     if check and res.returncode != 0:
         why = said(res.stderr.strip() or res.stdout.strip() or f"exit {res.returncode}")
         raise HostError(f"slurm: {' '.join(args[:3])}: {why}")
@@ -101,8 +102,9 @@ def record(line: str) -> dict[str, str]:
 
 
 def records(text: str) -> list[dict[str, str]]:
-    """``scontrol show ... -o`` output: one dict per line (see record)."""
-    return [record(line) for line in text.splitlines() if "=" in line]
+    """``scontrol show ... -o`` output: one dict per line (see record). Lines end at "\\n" only, as Slurm ends
+    them: str.splitlines also ends one at a reason's U+2028, \\x1e or \\r, which would start a record of its own."""
+    return [record(line) for line in text.split("\n") if "=" in line]
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,7 @@ def ours(reason: str | None) -> bool:
     return bool(reason) and reason.startswith(PREFIX)
 
 
-_STAMP = re.compile(r"\s*\[[^\]@]*@([0-9T:-]+)\]$")
+_STAMP = re.compile(r"\s*\[[^][@\s]*@([0-9T:-]+)\]$")  # " [user@time]": a user name holds no bracket or space
 
 
 def _reason_text(reason: str) -> tuple[str, str]:
@@ -153,7 +155,8 @@ def nodes() -> dict[str, Node]:
         name = rec.get("NodeName")
         if name:
             reason, stamp = ("", "") if rec.get("Reason") in (None, "(null)") else _reason_text(rec.get("Reason", ""))
-            out[name] = Node(name, rec.get("State", ""), reason, rec.get("Gres", ""), stamp)
+            # an admin's free text: shown wherever gpulab prints or keeps it, so control characters escaped
+            out[name] = Node(name, printable(rec.get("State", "")), printable(reason), rec.get("Gres", ""), stamp)
     return out
 
 
@@ -270,10 +273,10 @@ def tasks(job_ids: list[str], name: str | None = None) -> dict[tuple[str, int], 
                 continue  # another job's record, or one without a state gpulab can read: not known
             if name is not None and rec.get("JobName") != name:
                 continue
-            reason = "" if rec.get("Reason") in (None, "None", "(null)") else rec.get("Reason", "")
-            node = "" if rec.get("NodeList") in (None, "(null)") else rec.get("NodeList", "")
+            reason = "" if rec.get("Reason") in (None, "None", "(null)") else printable(rec.get("Reason", ""))
+            node = "" if rec.get("NodeList") in (None, "(null)") else printable(rec.get("NodeList", ""))
             for t in _task_ids(rec.get("ArrayTaskId", "")):
-                out[(str(job), t)] = Task(str(job), t, rec.get("JobState", ""), reason, rec.get("ExitCode", ""), node)
+                out[(job, t)] = Task(job, t, rec.get("JobState", ""), reason, printable(rec.get("ExitCode", "")), node)
     return out
 
 

@@ -364,3 +364,28 @@ def test_the_output_folder_handed_to_sbatch_is_the_workdirs_own(tmp_path, folder
     base = f"{tmp_path}/{folder}/sweeps/S"
     assert f"--chdir={base}" in opts
     assert f"--output={tmp_path}/{literal}/sweeps/S/slurm-%A_%a.out" in opts
+
+
+@pytest.mark.parametrize("sep", ["\u2028", "\x1e", "\r", "\x85", "\x0c"])
+def test_a_reason_holding_a_line_separator_starts_no_record(fake, sep):
+    """str.splitlines ended a record at a reason's U+2028, \\x1e, \\r...: 'x<sep>NodeName=sl-02 State=IDLE' was a
+    record of its own, and sl-02, drained, was read as idle (the later record of a name won)."""
+    fake.say(
+        "scontrol",
+        "NodeName=sl-02 State=IDLE+DRAIN Reason=broken" + STAMP + "\n"
+        f"NodeName=sl-01 State=IDLE+DRAIN Reason=x{sep}NodeName=sl-02 State=IDLE\n",
+    )
+    nodes = slurm.nodes()
+    assert nodes["sl-02"].drained and nodes["sl-02"].reason == "broken"
+    assert nodes["sl-01"].drained and nodes["sl-01"].reason.startswith("x\\")
+
+
+def test_free_text_read_from_slurm_has_no_control_characters(fake):
+    """A node's reason (an admin's text), a job's reason, node list and exit code went raw into the sweep's
+    lines, sweep.json and the terminal (an escape sequence that clears it); now escaped as \\x1b."""
+    fake.say("scontrol", "NodeName=sl-01 State=IDLE+DRAIN\x07 Reason=\x1b[2Jgone" + STAMP + "\n")
+    node = slurm.nodes()["sl-01"]
+    assert node.reason == "\\x1b[2Jgone" and node.state == "IDLE+DRAIN\\x07" and node.drained
+    fake.say("scontrol", job_record("0", "TIMEOUT", extra=" \x1b]0;t\x07").replace("Reason=None", "Reason=\x1b[2J"))
+    task = slurm.tasks(["7"])[("7", 0)]
+    assert (task.reason, task.nodes) == ("\\x1b[2J", "sl-01 \\x1b]0;t\\x07")
