@@ -107,10 +107,11 @@ class SlurmUnitWorker(UnitWorker):
             self._watch_all(watched, fresh)
             self.progress.unit_done(self.unit, "interrupted" if self.stop.is_set() else "done")
         except GpulabError as exc:
-            self._pilots_gone(f"slurm: {exc.message}")
+            why = exc.message if exc.message.startswith("slurm:") else f"slurm: {exc.message}"  # said once
+            self._pilots_gone(why)
             for run in self.runs:
                 if run.state in (RunState.RUNNING, RunState.PLANNED):
-                    self._end(run, RunState.FAILED, f"slurm: {exc.message}")
+                    self._end(run, RunState.FAILED, why)
             self.progress.unit_done(self.unit, "failed")
         except Exception as exc:  # never lose the state to a bug in one thread
             self._pilots_gone("controller error")

@@ -389,3 +389,19 @@ def test_free_text_read_from_slurm_has_no_control_characters(fake):
     fake.say("scontrol", job_record("0", "TIMEOUT", extra=" \x1b]0;t\x07").replace("Reason=None", "Reason=\x1b[2J"))
     task = slurm.tasks(["7"])[("7", 0)]
     assert (task.reason, task.nodes) == ("\\x1b[2J", "sl-01 \\x1b]0;t\\x07")
+
+
+def test_a_refused_submission_fails_the_units_runs_with_slurms_line_once(fake, worker):
+    """sbatch refusing the array failed each run with 'slurm: slurm: sbatch ...': the prefix said twice."""
+    from lab.sweep.plan import PlannedRun
+
+    fake.say("sbatch", err="sbatch: error: Batch job submission failed: Invalid partition name specified\n", rc=1)
+    run = PlannedRun("sl-01", "ncf", 0, 1, scale="tiny", limit_s=60)
+    worker.runs = [run]
+    worker.progress.unit_done = lambda unit, how: worker.progress.lines.append(how)
+    worker()
+    assert run.state == "failed" and run.reason == (
+        "slurm: sbatch --parsable --job-name=gpulab-S: sbatch: error: Batch job submission failed: "
+        "Invalid partition name specified"
+    )
+    assert worker.progress.lines[-1] == "failed" and [c.split()[0] for c in fake.calls] == ["sbatch"]
