@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 
-from lab.core.errors import ConfigError, GpulabError, excerpt
+from lab.core.errors import ConfigError, GpulabError, excerpt, printable
 from lab.hosts import slurm
 from lab.validate import health
 
@@ -96,6 +96,7 @@ def main(argv=None) -> int:
     ap.add_argument("--prolog", action="store_true", help="exit 1 on FAIL (Slurm requeues the job)")
     args = ap.parse_args(argv)
     name = args.node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    shown = excerpt(printable(name), 64)  # the one line names it, whatever the name is (check_node says)
     try:
         slurm.check_node(name)
         node = slurm.nodes().get(name)
@@ -104,14 +105,14 @@ def main(argv=None) -> int:
         doc = gather(args.runner_python, args.runner_path)
         failed = verdict(doc, expect_gpus=gres_gpus(node) > 0)
         if failed is None:
-            print(f"gpulab health {name}: PASS")
+            print(f"gpulab health {shown}: PASS")
             return 0
         reason = slurm.reason_line(*failed)
         done = slurm.drain(name, reason)
     except GpulabError as exc:
-        print(f"gpulab health {name}: {exc.message}")
+        print(f"gpulab health {shown}: {exc.message}")
         return 1 if args.prolog else 0
-    print(f"gpulab health {name}: FAIL: {reason}: {done}")
+    print(f"gpulab health {shown}: FAIL: {reason}: {done}")
     return 1 if args.prolog else 0
 
 

@@ -405,3 +405,17 @@ def test_a_refused_submission_fails_the_units_runs_with_slurms_line_once(fake, w
         "Invalid partition name specified"
     )
     assert worker.progress.lines[-1] == "failed" and [c.split()[0] for c in fake.calls] == ["sbatch"]
+
+
+def test_node_health_says_one_line_whatever_the_node_name(fake, monkeypatch, capsys):
+    """A node name that is no Slurm name (SLURMD_NODENAME, --node) was printed as it came: a newline in it
+    made two lines, an escape sequence went to the terminal."""
+    from lab.validate import nodehealth
+
+    monkeypatch.setenv("SLURMD_NODENAME", "a\nb\x1b[2J")
+    assert nodehealth.main([]) == 0 and nodehealth.main(["--prolog"]) == 1
+    assert (
+        capsys.readouterr().out.splitlines()
+        == ["gpulab health a\\nb\\x1b[2J: slurm: 'a\\nb\\x1b[2J' is not a node name"] * 2
+    )
+    assert fake.calls == []
