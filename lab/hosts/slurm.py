@@ -36,7 +36,8 @@ JOB_RE = re.compile(r"[0-9]{1,12}")  # ASCII digits: str.isdigit and \d take any
 TASK_RE = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,6})?")  # a job, or one task of an array: <job id>_<task id>
 MAX_TASK = limits.PLANNED_RUNS.hi - 1  # the highest array task id of gpulab's (an array holds runs of one sweep)
 _OUT = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING"}  # states and flags of a node out of use
-_NODE_STATE = re.compile(r"[A-Z_]{1,32}[*~#!%$@^-]?(?:\+[A-Z_]{1,32}){0,15}")  # IDLE, DOWN*+DRAIN, ...
+# IDLE, IDLE+DRAIN, DOWN+DRAIN+NOT_RESPONDING (a flag this Slurm has no word for: "?"), DOWN*+DRAIN (older)
+_NODE_STATE = re.compile(r"[A-Z_]{1,32}[*~#!%$@^-]?(?:\+(?:[A-Z_]{1,32}|\?)){0,31}")
 _STATE = re.compile(r"[A-Z][A-Z_]{0,31}")  # a job state as scontrol prints it: PENDING, NODE_FAIL, ...
 # scontrol's one-line records: Key=value pairs separated by spaces; a value may hold spaces only in the
 # keys that take free text (Reason, Comment, Command...), so a value runs to the next " Key=".

@@ -295,7 +295,9 @@ def test_a_node_without_a_readable_state_is_not_planned_on(fake, state):
     assert list(driver.slurm_held(hosts, {})) == ["sl-01"]
 
 
-@pytest.mark.parametrize("state", ["IDLE", "MIXED", "ALLOCATED+COMPLETING", "IDLE+CLOUD+POWERED_DOWN", "IDLE~"])
+@pytest.mark.parametrize(
+    "state", ["IDLE", "MIXED", "ALLOCATED+COMPLETING", "IDLE+CLOUD+POWERED_DOWN", "IDLE~", "IDLE+?"]
+)
 def test_a_node_up_is_still_planned_on(fake, state):
     fake.say("scontrol", f"NodeName=sl-01 State={state} Reason=(null)\n")
     assert not slurm.nodes()["sl-01"].drained
