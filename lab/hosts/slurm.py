@@ -63,6 +63,8 @@ def run(args: list[str], *, timeout: float = TIMEOUT_S, check: bool = True, stdi
         )
     except subprocess.TimeoutExpired:
         raise HostError(f"slurm: {' '.join(args[:3])} did not answer within {timeout:g} s") from None
+    except OSError as exc:  # not a program this machine runs (another architecture, a broken #! line), or gone
+        raise HostError(f"slurm: {exe} could not be started: {exc.strerror or exc}") from None
     # bytes that are not UTF-8 (an admin's reason typed in Latin-1) read as U+FFFD; a "\r" stays a "\r" (text=True
     # would make it a line end: a record of its own)
     res.stdout, res.stderr = (b.decode("utf-8", "replace") for b in (res.stdout, res.stderr))

@@ -421,3 +421,12 @@ def test_node_health_says_one_line_whatever_the_node_name(fake, monkeypatch, cap
         == ["gpulab health a\\nb\\x1b[2J: slurm: 'a\\nb\\x1b[2J' is not a node name"] * 2
     )
     assert fake.calls == []
+
+
+@pytest.mark.parametrize("content", [b"\x7fELF\x02\x01\x01garbage", b"#!/nonexistent/sh\n"])
+def test_a_slurm_command_that_cannot_start_is_one_line(fake, tmp_path, content):
+    """scontrol on PATH that cannot be run here (another architecture, a broken #! line) was an OSError
+    traceback of every Slurm step (Exec format error, No such file or directory)."""
+    (tmp_path / "bin" / "scontrol").write_bytes(content)
+    with pytest.raises(HostError, match=rf"^slurm: {tmp_path}/bin/scontrol could not be started: \w"):
+        slurm.nodes()
