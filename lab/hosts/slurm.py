@@ -8,9 +8,14 @@ output parsed into plain data.
   ``ours(reason)``: a reason gpulab wrote (it starts ``gpulab:``), the only kind gpulab ever
   touches again;
 * ``submit(script, options)``: ``sbatch --parsable``, the job id;
-* ``tasks(job_ids)``: each array task's state, reason, exit code and node (``scontrol show job -o``:
-  the records of finished jobs stay there ``MinJobAge`` seconds; no accounting database needed);
-* ``cancel(job_ids)``: ``scancel`` of those jobs only.
+* ``tasks(job_ids, name)``: each array task's state, reason, exit code and node (``scontrol show job -o``:
+  the records of finished jobs stay there ``MinJobAge`` seconds; no accounting database needed), of the
+  jobs of that name only;
+* ``cancel(job_ids)``: ``scancel`` of those jobs (or array tasks) only.
+
+What the commands print is input: a record's free text (a node's Reason, an admin's) never takes the
+place of another key or starts a record of its own, control characters come back escaped, and an
+output that does not say what is asked (no readable state) is never read as a good answer.
 
 Slurm's own settings (``SLURM_CONF``, the munge socket) come from the environment, as for any Slurm
 command. Nothing here builds a shell line: every command is an argument list.
@@ -38,6 +43,7 @@ MAX_TASK = limits.PLANNED_RUNS.hi - 1  # the highest array task id of gpulab's (
 _OUT = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING"}  # states and flags of a node out of use
 # IDLE, IDLE+DRAIN, DOWN+DRAIN+NOT_RESPONDING (a flag this Slurm has no word for: "?"), DOWN*+DRAIN (older)
 _NODE_STATE = re.compile(r"[A-Z_]{1,32}[*~#!%$@^-]?(?:\+(?:[A-Z_]{1,32}|\?)){0,31}")
+_AFTER_REASON = ("Comment", "Extra", "InstanceId", "InstanceType", "ReservationName")  # a node record's last keys
 _STATE = re.compile(r"[A-Z][A-Z_]{0,31}")  # a job state as scontrol prints it: PENDING, NODE_FAIL, ...
 # scontrol's one-line records: Key=value pairs separated by spaces; a value may hold spaces only in the
 # keys that take free text (Reason, Comment, Command...), so a value runs to the next " Key=".
@@ -157,6 +163,9 @@ def nodes() -> dict[str, Node]:
     for rec in records(run(["scontrol", "show", "node", "-o"]).stdout):
         name = rec.get("NodeName")
         if name:
+            keys = list(rec)  # in the order printed: Slurm prints the Reason before these free texts, so a
+            if "Reason" in rec and any(keys.index(k) < keys.index("Reason") for k in _AFTER_REASON if k in rec):
+                del rec["Reason"]  # "Reason=" after them is their text (Comment=x Reason=gpulab: y), no reason
             reason, stamp = ("", "") if rec.get("Reason") in (None, "(null)") else _reason_text(rec.get("Reason", ""))
             # an admin's free text: shown wherever gpulab prints or keeps it, so control characters escaped
             out[name] = Node(name, printable(rec.get("State", "")), printable(reason), rec.get("Gres", ""), stamp)

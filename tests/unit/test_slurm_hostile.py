@@ -430,3 +430,16 @@ def test_a_slurm_command_that_cannot_start_is_one_line(fake, tmp_path, content):
     (tmp_path / "bin" / "scontrol").write_bytes(content)
     with pytest.raises(HostError, match=rf"^slurm: {tmp_path}/bin/scontrol could not be started: \w"):
         slurm.nodes()
+
+
+@pytest.mark.parametrize("field", ["Comment", "Extra"])
+def test_reason_text_in_a_nodes_comment_is_no_reason(fake, field):
+    """A node down without a reason whose Comment (an admin's free text, printed after the Reason) read
+    'x Reason=gpulab: y' was a node gpulab drained: a release resumed a node gpulab never drained."""
+    fake.say("scontrol", f"NodeName=sl-01 State=DOWN+NOT_RESPONDING {field}=x Reason=gpulab: y -> z\n")
+    node = slurm.nodes()["sl-01"]
+    assert node.drained and node.reason == "" and not node.ours
+    assert slurm.resume("sl-01") == "left: drained by someone else ()"
+    assert not [c for c in fake.calls if "update" in c]
+    fake.say("scontrol", f"NodeName=sl-01 State=IDLE+DRAIN Reason=gpulab: y{STAMP} {field}=x Reason=z\n")
+    assert slurm.nodes()["sl-01"].reason == "gpulab: y"  # its own reason, before the free text
