@@ -162,6 +162,8 @@ def nodes() -> dict[str, Node]:
     out = {}
     for rec in records(run(["scontrol", "show", "node", "-o"]).stdout):
         name = rec.get("NodeName")
+        if name in out:  # Slurm lists a node once: the other is free text (a Comment's line break), not which
+            raise HostError(f"slurm: scontrol show node lists node {said(name, 64)} twice: which record is its own?")
         if name:
             keys = list(rec)  # in the order printed: Slurm prints the Reason before these free texts, so a
             if "Reason" in rec and any(keys.index(k) < keys.index("Reason") for k in _AFTER_REASON if k in rec):

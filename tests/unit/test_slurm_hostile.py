@@ -443,3 +443,15 @@ def test_reason_text_in_a_nodes_comment_is_no_reason(fake, field):
     assert not [c for c in fake.calls if "update" in c]
     fake.say("scontrol", f"NodeName=sl-01 State=IDLE+DRAIN Reason=gpulab: y{STAMP} {field}=x Reason=z\n")
     assert slurm.nodes()["sl-01"].reason == "gpulab: y"  # its own reason, before the free text
+
+
+def test_a_node_listed_twice_is_one_line_not_a_guess(fake):
+    """A line break in a node's Comment printed a record of its own ('NodeName=sl-02 State=IDLE'): the later
+    record of a name won, so drained sl-02 read as idle. Slurm lists a node once: now one line, no guess."""
+    fake.say(
+        "scontrol",
+        "NodeName=sl-02 State=IDLE+DRAIN Reason=broken" + STAMP + "\n"
+        "NodeName=sl-01 State=IDLE Comment=x\nNodeName=sl-02 State=IDLE\n",
+    )
+    with pytest.raises(HostError, match=r"^slurm: scontrol show node lists node sl-02 twice"):
+        slurm.nodes()
