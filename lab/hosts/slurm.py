@@ -219,6 +219,17 @@ def resume(name: str) -> str:
     return "resumed"
 
 
+def literal(folder: str) -> str:
+    """``folder`` as the literal start of an sbatch filename pattern (--output): a ``%`` of its own is ``%%``, so
+    that ``/scratch/%u`` is that folder and not the user's; a backslash turns Slurm's patterns off already."""
+    return folder if "\\" in folder else folder.replace("%", "%%")
+
+
+def after_any(jobs: list[str]) -> list[str]:
+    """sbatch's option that starts a job once those jobs ended, whatever their end (none: no option)."""
+    return [f"--dependency=afterany:{':'.join(jobs)}"] if jobs else []
+
+
 def submit(script: str, options: list[str]) -> str:
     """``sbatch --parsable OPTIONS`` with the script on stdin; the job id."""
     res = run(["sbatch", "--parsable", *options], stdin=script)

@@ -69,12 +69,6 @@ def node_name(node: Node) -> str:
     return slurm.check_node(node.host.name)
 
 
-def _pattern(folder: str) -> str:
-    """``folder`` as the literal start of an sbatch filename pattern (--output): a ``%`` of its own is ``%%``, so
-    that ``/scratch/%u`` is that folder and not the user's; a backslash turns Slurm's patterns off already."""
-    return folder if "\\" in folder else folder.replace("%", "%%")
-
-
 class SlurmUnitWorker(UnitWorker):
     """A unit's runs as Slurm array jobs (see the module docstring); the same callable as UnitWorker."""
 
@@ -97,6 +91,7 @@ class SlurmUnitWorker(UnitWorker):
         self._told: tuple = ()  # the pilots this unit last said it waits for
         self.ss = slurm_settings or SlurmSettings()
         self.jobs: set[str] = set()
+        self.job_name = f"gpulab-{sweep.name}"  # a job id of sweep.json named otherwise is another's now
 
     # -- the unit -------------------------------------------------------------
     def __call__(self) -> None:
@@ -119,12 +114,6 @@ class SlurmUnitWorker(UnitWorker):
             raise
         finally:
             self.done = True
-
-    @property
-    def job_name(self) -> str:
-        """The name of this sweep's jobs: a job id of sweep.json whose job has another name is not this
-        sweep's (Slurm reuses ids), never adopted, waited for or cancelled."""
-        return f"gpulab-{self.sweep.name}"
 
     def _job_of(self, run: PlannedRun) -> tuple[str, int] | None:
         if not run.slurm_job:
@@ -211,7 +200,7 @@ class SlurmUnitWorker(UnitWorker):
             f"--time={int(math.ceil(minutes))}",
             "--export=NONE",
             f"--chdir={head.layout.base}",
-            f"--output={_pattern(head.layout.base)}/slurm-%A_%a.out",
+            f"--output={slurm.literal(head.layout.base)}/slurm-%A_%a.out",
         ]
         if runs[0].gpus > 0:
             opts.append(f"--gres=gpu:{runs[0].gpus}")
@@ -239,7 +228,9 @@ class SlurmUnitWorker(UnitWorker):
             for run in group:
                 run.token = f"gl-{secrets.token_hex(8)}"
                 run.attempts += 1
-            job = slurm.submit(self._script(group), self._options(group) + self._after(after))
+            # a later array of a unit (runs a pilot released, another GPU count, what a resume submits) starts after
+            # the unit's earlier ones ended, whatever their end: a host runs at most max_running of its runs at once
+            job = slurm.submit(self._script(group), self._options(group) + slurm.after_any(after))
             self.jobs.add(job)
             after.append(job)
             for i, run in enumerate(group):
@@ -260,13 +251,6 @@ class SlurmUnitWorker(UnitWorker):
             return []
         known = slurm.tasks(sorted(self.jobs), self.job_name)
         return sorted({job for (job, _), task in known.items() if not task.finished})
-
-    @staticmethod
-    def _after(jobs: list[str]) -> list[str]:
-        """A later array of a unit (runs a pilot released, another GPU count, what a resume submits) starts
-        only after the unit's earlier ones ended, whatever their end (``afterany``): a host runs one array of
-        its unit at a time, at most ``max_running`` of its runs, as the ssh backend runs one at a time."""
-        return [f"--dependency=afterany:{':'.join(jobs)}"] if jobs else []
 
     # -- compile once, then fan out ------------------------------------------------
     def _claim(self, waiting: list[PlannedRun]) -> list[PlannedRun]:

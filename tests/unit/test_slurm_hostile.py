@@ -15,7 +15,7 @@ from lab.hosts import slurm
 
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
-    """scontrol, sbatch and scancel on PATH: each prints ``<name>.out`` (and ``<name>.err``), exits with
+    """scontrol, sbatch, scancel and sinfo on PATH: each prints ``<name>.out`` (and ``<name>.err``), exits with
     ``<name>.rc`` (0 when absent) and appends its arguments, one line per call, to ``calls``."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
