@@ -73,7 +73,7 @@ def gres_gpus(node: slurm.Node | None) -> int:
 
 def verdict(doc: dict, expect_gpus: bool) -> tuple[str, str, str | None] | None:
     """None when the node passes; else (check, reason, action) of its first failure."""
-    if "_error" in doc:
+    if isinstance(doc, dict) and "_error" in doc:
         return "health", doc["_error"], None
     bad = health.check_document(doc)
     if bad:

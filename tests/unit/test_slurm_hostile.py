@@ -324,10 +324,20 @@ def test_a_reason_that_is_not_utf8_is_read(fake, tmp_path):
     assert node.drained and node.reason == "L\ufffdfter defekt" and not node.ours
 
 
-@pytest.mark.parametrize("printed", [b"[" * 100_000, b'{"kind": "\xff\xfe"', b"\xff" * 10])
-def test_node_health_reads_odd_runner_output_as_a_failure(fake, tmp_path, capsys, printed):
-    """runner health printing JSON nested past Python's recursion limit, or bytes that are not UTF-8, was a
-    traceback of the node's health check (RecursionError, UnicodeDecodeError): never judged, never drained."""
+@pytest.mark.parametrize(
+    "printed, said",
+    [
+        (b"[" * 100_000, "runner health printed no JSON document"),
+        (b'{"kind": "\xff\xfe"', "runner health printed no JSON document"),
+        (b"\xff" * 10, "runner health printed no JSON document"),
+        (b"5", "runner health: not a health document"),  # JSON, but no object: TypeError
+        (b'"_error"', "runner health: not a health document"),  # a text holding "_error": TypeError
+    ],
+)
+def test_node_health_reads_odd_runner_output_as_a_failure(fake, tmp_path, capsys, printed, said):
+    """runner health printing JSON nested past Python's recursion limit, bytes that are not UTF-8, or JSON that
+    is no object was a traceback of the node's health check (RecursionError, UnicodeDecodeError, TypeError):
+    never judged, never drained."""
     from lab.validate import nodehealth
 
     fake.say("scontrol", "NodeName=sl-01 Gres=gpu:1 State=IDLE Reason=(null)\n")
@@ -337,7 +347,7 @@ def test_node_health_reads_odd_runner_output_as_a_failure(fake, tmp_path, capsys
     python.chmod(0o755)
     assert nodehealth.main(["--node", "sl-01", "--runner-python", str(python)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("gpulab health sl-01: FAIL: gpulab: health: runner health printed no JSON document")
+    assert out.startswith(f"gpulab health sl-01: FAIL: gpulab: health: {said}")
     assert [c for c in fake.calls if "update" in c]  # drained, with that reason
 
 
