@@ -71,19 +71,20 @@ def gres_gpus(node: slurm.Node | None) -> int:
     return total
 
 
-def verdict(doc: dict, expect_gpus: bool) -> tuple[str, str, str | None] | None:
-    """None when the node passes; else (check, reason, action) of its first failure."""
+def verdict(doc: dict, expect_gpus: bool, gpus: int = 0) -> tuple[str, str, str | None] | None:
+    """None when the node passes; else (check, reason, action) of its first failure. ``gpus``: the GPUs Slurm
+    hands out on the node (its Gres), each of which NVML must list (indices 0 to gpus - 1)."""
     if isinstance(doc, dict) and "_error" in doc:
         return "health", doc["_error"], None
     bad = health.check_document(doc)
     if bad:
         return "health", f"runner health: {bad}", None
-    judged = health.judge(doc, expect_gpus=expect_gpus)
+    judged = health.judge(doc, expect_gpus=expect_gpus or gpus > 0, used=range(gpus))
     if judged.ok:
         return None
     first = judged.failures[0]
     check, _, why = first.reason.partition(": ")
-    where = "" if first.gpu is None else f"GPU {first.gpu} "
+    where = "" if first.gpu is None or why.startswith(f"GPU {first.gpu} ") else f"GPU {first.gpu} "
     more = f" (+{len(judged.failures) - 1} more)" if len(judged.failures) > 1 else ""
     return check, f"{where}{why}{more}", first.action
 
@@ -103,7 +104,8 @@ def main(argv=None) -> int:
         if node is None:  # its Gres says whether NVML must answer: a GPU node is never judged a CPU host
             raise ConfigError(f"slurm: no node {name} in this cluster (scontrol show node)")
         doc = gather(args.runner_python, args.runner_path)
-        failed = verdict(doc, expect_gpus=gres_gpus(node) > 0)
+        gpus = gres_gpus(node)
+        failed = verdict(doc, expect_gpus=gpus > 0, gpus=gpus)
         if failed is None:
             print(f"gpulab health {shown}: PASS")
             return 0

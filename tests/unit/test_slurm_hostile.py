@@ -161,7 +161,7 @@ def nvml_down(monkeypatch):
     monkeypatch.setattr(
         nodehealth,
         "verdict",
-        lambda doc, expect_gpus: ("GPU present", "NVML: driver not loaded", None) if expect_gpus else None,
+        lambda doc, expect_gpus, gpus=0: ("GPU present", "NVML: driver not loaded", None) if expect_gpus else None,
     )
     return nodehealth
 
@@ -465,3 +465,37 @@ def test_a_node_listed_twice_is_one_line_not_a_guess(fake):
     )
     with pytest.raises(HostError, match=r"^slurm: scontrol show node lists node sl-02 twice"):
         slurm.nodes()
+
+
+def health_doc(listed: int) -> dict:
+    """runner health of a node whose NVML answers and lists ``listed`` GPUs, each of them healthy."""
+    gpu = {"name": "Tesla T4", "ecc": {"uncorrected_volatile": 0, "uncorrected_aggregate": 0}}
+    return {
+        "kind": "gpulab-health",
+        "schema": 1,
+        "collected_at": "2026-12-07T18:00:00+00:00",
+        "boot_id": "6a1f5d2e-0000-4000-8000-000000000001",
+        "uptime_s": 1000.0,
+        "nvidia": None,
+        "gpu_count": listed,
+        "gpus": [dict(gpu, index=i, uuid=f"GPU-{i}", serial=f"13200{i}") for i in range(listed)],
+        "xid": {"source": "dmesg", "error": None, "events": []},
+    }
+
+
+@pytest.mark.parametrize("listed", [0, 3])
+def test_node_health_fails_a_node_whose_nvml_lists_fewer_gpus_than_slurm_hands_out(fake, monkeypatch, capsys, listed):
+    """Gres gpu:4 and NVML listing 3 GPUs (one fallen off the bus), or none, passed: the judge only asked that
+    NVML answer. Slurm would hand out a GPU that is gone; now each of the node's GPUs must be listed."""
+    from lab.validate import nodehealth
+
+    fake.say("scontrol", "NodeName=sl-01 Gres=gpu:t4:4(S:0) State=IDLE Reason=(null)\n")
+    monkeypatch.setattr(nodehealth, "gather", lambda p, q: health_doc(listed))
+    assert nodehealth.main(["--node", "sl-01", "--prolog"]) == 1
+    said = f"gpulab health sl-01: FAIL: gpulab: GPU count: GPU {listed} lost: NVML no longer lists it"
+    assert capsys.readouterr().out.startswith(said)
+    assert len([c for c in fake.calls if "update nodename=sl-01 state=drain" in c]) == 1
+    monkeypatch.setattr(nodehealth, "gather", lambda p, q: health_doc(4))
+    fake.say("scontrol", "NodeName=sl-01 Gres=gpu:t4:4(S:0) State=IDLE Reason=(null)\n")
+    assert nodehealth.main(["--node", "sl-01", "--prolog"]) == 0
+    assert capsys.readouterr().out == "gpulab health sl-01: PASS\n"
