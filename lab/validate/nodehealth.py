@@ -57,9 +57,13 @@ def gather(python: str, path: str | None) -> dict:
         return {"_error": "runner health printed no JSON document"}
 
 
-def gres_gpus(node: slurm.Node | None) -> int:
-    """GPUs Slurm schedules on this node (its Gres ``gpu:N`` or ``gpu:type:N``); ConfigError for a gpu
-    entry whose count is no number: the GPUs expected decide whether NVML must answer, never guessed."""
+MIG = re.compile(r"(?:^|_)[0-9]+g\.[0-9]+gb$")  # a MIG instance's Gres type (1g.10gb, nvidia_a100_3g.20gb)
+
+
+def gres_gpus(node: slurm.Node | None, whole: bool = False) -> int:
+    """GPUs Slurm schedules on this node (its Gres ``gpu:N`` or ``gpu:type:N``; ``whole``: not counting MIG
+    instances, several to one GPU); ConfigError for a gpu entry whose count is no number: the GPUs expected
+    decide whether NVML must answer, never guessed."""
     total = 0
     for item in (node.gres if node else "").split(","):
         parts = item.split("(")[0].split(":")
@@ -67,7 +71,7 @@ def gres_gpus(node: slurm.Node | None) -> int:
             continue
         if len(parts) < 2 or not re.fullmatch(r"[0-9]{1,4}", parts[-1]):
             raise ConfigError(f"slurm: node {node.name}: Gres {excerpt(repr(item), 60)} holds no GPU count")
-        total += int(parts[-1])
+        total += 0 if whole and len(parts) == 3 and MIG.search(parts[1]) else int(parts[-1])
     return total
 
 
@@ -104,8 +108,7 @@ def main(argv=None) -> int:
         if node is None:  # its Gres says whether NVML must answer: a GPU node is never judged a CPU host
             raise ConfigError(f"slurm: no node {name} in this cluster (scontrol show node)")
         doc = gather(args.runner_python, args.runner_path)
-        gpus = gres_gpus(node)
-        failed = verdict(doc, expect_gpus=gpus > 0, gpus=gpus)
+        failed = verdict(doc, expect_gpus=gres_gpus(node) > 0, gpus=gres_gpus(node, whole=True))
         if failed is None:
             print(f"gpulab health {shown}: PASS")
             return 0

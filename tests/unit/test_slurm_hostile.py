@@ -499,3 +499,11 @@ def test_node_health_fails_a_node_whose_nvml_lists_fewer_gpus_than_slurm_hands_o
     fake.say("scontrol", "NodeName=sl-01 Gres=gpu:t4:4(S:0) State=IDLE Reason=(null)\n")
     assert nodehealth.main(["--node", "sl-01", "--prolog"]) == 0
     assert capsys.readouterr().out == "gpulab health sl-01: PASS\n"
+
+
+def test_mig_instances_are_not_gpus_nvml_must_list(fake, monkeypatch, capsys):
+    from lab.validate import nodehealth
+
+    fake.say("scontrol", "NodeName=sl-01 Gres=gpu:1g.10gb:7(S:0),gpu:a100:1 State=IDLE Reason=(null)\n")
+    monkeypatch.setattr(nodehealth, "gather", lambda p, q: health_doc(1))
+    assert nodehealth.main(["--node", "sl-01"]) == 0 and capsys.readouterr().out == "gpulab health sl-01: PASS\n"
