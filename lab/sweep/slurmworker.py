@@ -91,6 +91,7 @@ class SlurmUnitWorker(UnitWorker):
         self._told: tuple = ()  # the pilots this unit last said it waits for
         self.ss = slurm_settings or SlurmSettings()
         self.jobs: set[str] = set()
+        self.job_name = f"gpulab-{sweep.name}"  # a job id of sweep.json named otherwise is another's now
 
     # -- the unit -------------------------------------------------------------
     def __call__(self) -> None:
@@ -101,10 +102,11 @@ class SlurmUnitWorker(UnitWorker):
             self._watch_all(watched, fresh)
             self.progress.unit_done(self.unit, "interrupted" if self.stop.is_set() else "done")
         except GpulabError as exc:
-            self._pilots_gone(f"slurm: {exc.message}")
+            why = exc.message if exc.message.startswith("slurm:") else f"slurm: {exc.message}"  # said once
+            self._pilots_gone(why)
             for run in self.runs:
                 if run.state in (RunState.RUNNING, RunState.PLANNED):
-                    self._end(run, RunState.FAILED, f"slurm: {exc.message}")
+                    self._end(run, RunState.FAILED, why)
             self.progress.unit_done(self.unit, "failed")
         except Exception as exc:  # never lose the state to a bug in one thread
             self._pilots_gone("controller error")
@@ -124,14 +126,15 @@ class SlurmUnitWorker(UnitWorker):
         mine = [r for r in todo if r.token and r.slurm_job]
         if not mine:
             return []
-        known = slurm.tasks(sorted({self._job_of(r)[0] for r in mine}))
+        known = slurm.tasks(sorted({self._job_of(r)[0] for r in mine}), self.job_name)
         out = []
         for run in mine:
             task = known.get(self._job_of(run))
             head = self.nodes[0]
             on_host = head.call(lambda r: run_state(r, head.layout.run_dir(run), run.token))
             if (task is not None and not task.finished) or on_host == "done":  # else: it failed or never ran
-                self.jobs.add(self._job_of(run)[0])
+                if task is not None:  # a job of this sweep's that Slurm still has (None: gone, or another's)
+                    self.jobs.add(self._job_of(run)[0])
                 run.state, run.ended = RunState.RUNNING, None
                 self.progress.print(
                     f"  [{self.unit}] {run.run_id}: Slurm task {run.slurm_job} of this sweep "
@@ -189,7 +192,7 @@ class SlurmUnitWorker(UnitWorker):
         limit_s = max(self._limit_s(r) for r in runs) + self.settings.kill_margin_s
         minutes = self.ss.time_limit_minutes or max(1, math.ceil(limit_s / 60))
         opts = [
-            f"--job-name=gpulab-{self.sweep.name}",
+            f"--job-name={self.job_name}",
             f"--array=0-{len(runs) - 1}%{max(1, self.ss.max_running)}",
             f"--nodelist={','.join(node_name(n) for n in self.nodes)}",
             f"--nodes={len(self.nodes)}",
@@ -197,7 +200,7 @@ class SlurmUnitWorker(UnitWorker):
             f"--time={int(math.ceil(minutes))}",
             "--export=NONE",
             f"--chdir={head.layout.base}",
-            f"--output={head.layout.base}/slurm-%A_%a.out",
+            f"--output={slurm.literal(head.layout.base)}/slurm-%A_%a.out",
         ]
         if runs[0].gpus > 0:
             opts.append(f"--gres=gpu:{runs[0].gpus}")
@@ -225,7 +228,9 @@ class SlurmUnitWorker(UnitWorker):
             for run in group:
                 run.token = f"gl-{secrets.token_hex(8)}"
                 run.attempts += 1
-            job = slurm.submit(self._script(group), self._options(group) + self._after(after))
+            # a later array of a unit (runs a pilot released, another GPU count, what a resume submits) starts after
+            # the unit's earlier ones ended, whatever their end: a host runs at most max_running of its runs at once
+            job = slurm.submit(self._script(group), self._options(group) + slurm.after_any(after))
             self.jobs.add(job)
             after.append(job)
             for i, run in enumerate(group):
@@ -244,15 +249,8 @@ class SlurmUnitWorker(UnitWorker):
         """This unit's jobs (submitted or adopted) that Slurm has not finished yet."""
         if not self.jobs:
             return []
-        known = slurm.tasks(sorted(self.jobs))
+        known = slurm.tasks(sorted(self.jobs), self.job_name)
         return sorted({job for (job, _), task in known.items() if not task.finished})
-
-    @staticmethod
-    def _after(jobs: list[str]) -> list[str]:
-        """A later array of a unit (runs a pilot released, another GPU count, what a resume submits) starts
-        only after the unit's earlier ones ended, whatever their end (``afterany``): a host runs one array of
-        its unit at a time, at most ``max_running`` of its runs, as the ssh backend runs one at a time."""
-        return [f"--dependency=afterany:{':'.join(jobs)}"] if jobs else []
 
     # -- compile once, then fan out ------------------------------------------------
     def _claim(self, waiting: list[PlannedRun]) -> list[PlannedRun]:
@@ -328,7 +326,7 @@ class SlurmUnitWorker(UnitWorker):
                     time.sleep(self.ss.poll_s)
                 continue
             try:
-                known = slurm.tasks(sorted(self.jobs))
+                known = slurm.tasks(sorted(self.jobs), self.job_name)
                 drained = {n for n, node in slurm.nodes().items() if node.drained}
                 reasons = {n: node.reason for n, node in slurm.nodes().items()}
             except HostError as exc:  # the controller is slow or restarting: look again
@@ -384,7 +382,7 @@ class SlurmUnitWorker(UnitWorker):
         deadline = time.monotonic() + self.settings.stop_grace_s + 10
         while time.monotonic() < deadline:
             try:
-                known = slurm.tasks(sorted(self.jobs))
+                known = slurm.tasks(sorted(self.jobs), self.job_name)
             except HostError:
                 break
             if all(t.finished for t in known.values()):

@@ -86,7 +86,7 @@ RUN_FIELDS = {
 
 
 def _slurm_job(value, what: str) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"\d{1,12}_\d{1,6}", value):
+    if not isinstance(value, str) or not re.fullmatch(r"[0-9]{1,12}_[0-9]{1,6}", value):
         raise ConfigError(f"{what}: {str(value)[:40]!r} is not a Slurm array task (<job id>_<task id>)")
     return value
 
@@ -115,6 +115,12 @@ def conform(doc, source: str) -> dict:
     if len(runs) > limits.PLANNED_RUNS.hi:
         raise ConfigError(f"{source}: runs: {len(runs)} runs, more than {limits.PLANNED_RUNS.hi:g}")
     checked = [conform_run(r, f"{source}: runs[{i}]") for i, r in enumerate(runs)]
+    tasks: dict[str, int] = {}  # one Slurm array task runs one run: a second run of it would never be watched
+    for i, r in enumerate(checked):
+        if r.get("slurm_job") is not None and tasks.setdefault(r["slurm_job"], i) != i:
+            raise ConfigError(
+                f"{source}: runs[{i}].slurm_job: {r['slurm_job']!r} is runs[{tasks[r['slurm_job']]}]'s Slurm task too"
+            )
     hosts = doc.get("hosts", {})
     if not isinstance(hosts, dict):
         raise ConfigError(f"{source}: hosts: {type(hosts).__name__} is not a mapping of host name to facts")

@@ -10,7 +10,9 @@ passing ``invoke validate`` and ``invoke quarantine.release`` (README "On a Slur
 
 Exit status: 0 when the node passed, or failed and was drained (slurmd ignores a health program's
 status); ``--prolog``: 1 on FAIL, so that Slurm requeues the job that was about to start. One line on
-stdout says what was found and done; a document the judge cannot read is a FAIL of its own.
+stdout says what was found and done; a document the judge cannot read is a FAIL of its own, and a node
+whose GPUs Slurm's listing does not say (no record of it, a Gres count that is no number) is not judged:
+one line, never a PASS.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 
-from lab.core.errors import GpulabError
+from lab.core.errors import ConfigError, GpulabError, excerpt, printable
 from lab.hosts import slurm
 from lab.validate import health
 
@@ -35,7 +38,12 @@ def gather(python: str, path: str | None) -> dict:
         env["PYTHONPATH"] = path
     try:
         res = subprocess.run(
-            [python, "-m", "runner", "health"], capture_output=True, text=True, timeout=TIMEOUT_S, env=env
+            [python, "-m", "runner", "health"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=TIMEOUT_S,
+            env=env,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"_error": f"runner health did not run: {type(exc).__name__}: {exc}"[:300]}
@@ -45,33 +53,42 @@ def gather(python: str, path: str | None) -> dict:
         }
     try:
         return json.loads(res.stdout[: 4 << 20])
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep ("[[[[...")
         return {"_error": "runner health printed no JSON document"}
 
 
-def gres_gpus(node: slurm.Node | None) -> int:
-    """GPUs Slurm schedules on this node (its Gres ``gpu:N`` or ``gpu:type:N``)."""
+MIG = re.compile(r"(?:^|_)[0-9]+g\.[0-9]+gb$")  # a MIG instance's Gres type (1g.10gb, nvidia_a100_3g.20gb)
+
+
+def gres_gpus(node: slurm.Node | None, whole: bool = False) -> int:
+    """GPUs Slurm schedules on this node (its Gres ``gpu:N`` or ``gpu:type:N``; ``whole``: not counting MIG
+    instances, several to one GPU); ConfigError for a gpu entry whose count is no number: the GPUs expected
+    decide whether NVML must answer, never guessed."""
     total = 0
     for item in (node.gres if node else "").split(","):
         parts = item.split("(")[0].split(":")
-        if parts[0] == "gpu" and parts[-1].isdigit():
-            total += int(parts[-1])
+        if parts[0] != "gpu":
+            continue
+        if len(parts) < 2 or not re.fullmatch(r"[0-9]{1,4}", parts[-1]):
+            raise ConfigError(f"slurm: node {node.name}: Gres {excerpt(repr(item), 60)} holds no GPU count")
+        total += 0 if whole and len(parts) == 3 and MIG.search(parts[1]) else int(parts[-1])
     return total
 
 
-def verdict(doc: dict, expect_gpus: bool) -> tuple[str, str, str | None] | None:
-    """None when the node passes; else (check, reason, action) of its first failure."""
-    if "_error" in doc:
+def verdict(doc: dict, expect_gpus: bool, gpus: int = 0) -> tuple[str, str, str | None] | None:
+    """None when the node passes; else (check, reason, action) of its first failure. ``gpus``: the GPUs Slurm
+    hands out on the node (its Gres), each of which NVML must list (indices 0 to gpus - 1)."""
+    if isinstance(doc, dict) and "_error" in doc:
         return "health", doc["_error"], None
     bad = health.check_document(doc)
     if bad:
         return "health", f"runner health: {bad}", None
-    judged = health.judge(doc, expect_gpus=expect_gpus)
+    judged = health.judge(doc, expect_gpus=expect_gpus or gpus > 0, used=range(gpus))
     if judged.ok:
         return None
     first = judged.failures[0]
     check, _, why = first.reason.partition(": ")
-    where = "" if first.gpu is None else f"GPU {first.gpu} "
+    where = "" if first.gpu is None or why.startswith(f"GPU {first.gpu} ") else f"GPU {first.gpu} "
     more = f" (+{len(judged.failures) - 1} more)" if len(judged.failures) > 1 else ""
     return check, f"{where}{why}{more}", first.action
 
@@ -84,20 +101,23 @@ def main(argv=None) -> int:
     ap.add_argument("--prolog", action="store_true", help="exit 1 on FAIL (Slurm requeues the job)")
     args = ap.parse_args(argv)
     name = args.node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    shown = excerpt(printable(name), 64)  # the one line names it, whatever the name is (check_node says)
     try:
         slurm.check_node(name)
         node = slurm.nodes().get(name)
+        if node is None:  # its Gres says whether NVML must answer: a GPU node is never judged a CPU host
+            raise ConfigError(f"slurm: no node {name} in this cluster (scontrol show node)")
         doc = gather(args.runner_python, args.runner_path)
-        failed = verdict(doc, expect_gpus=gres_gpus(node) > 0)
+        failed = verdict(doc, expect_gpus=gres_gpus(node) > 0, gpus=gres_gpus(node, whole=True))
         if failed is None:
-            print(f"gpulab health {name}: PASS")
+            print(f"gpulab health {shown}: PASS")
             return 0
         reason = slurm.reason_line(*failed)
         done = slurm.drain(name, reason)
     except GpulabError as exc:
-        print(f"gpulab health {name}: {exc.message}")
+        print(f"gpulab health {shown}: {exc.message}")
         return 1 if args.prolog else 0
-    print(f"gpulab health {name}: FAIL: {reason}: {done}")
+    print(f"gpulab health {shown}: FAIL: {reason}: {done}")
     return 1 if args.prolog else 0
 
 

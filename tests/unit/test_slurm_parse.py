@@ -85,7 +85,7 @@ def test_sweep_state_slurm_job(value):
     assert statefile.RUN_FIELDS["slurm_job"](value, "runs[0].slurm_job") == value
 
 
-@pytest.mark.parametrize("value", ["1", "1_", "_1", "1_0;x", "a_1", 5, ["1_0"], "1" * 13 + "_0"])
+@pytest.mark.parametrize("value", ["1", "1_", "_1", "1_0;x", "a_1", 5, ["1_0"], "1" * 13 + "_0", "١٢_٣", "1_٣"])
 def test_sweep_state_slurm_job_hostile(value):
     with pytest.raises(ConfigError, match=r"runs\[0\].slurm_job: .* is not a Slurm array task"):
         statefile.RUN_FIELDS["slurm_job"](value, "runs[0].slurm_job")
@@ -159,3 +159,14 @@ def test_the_health_bundle_holds_what_nodehealth_runs_and_is_reproducible(tmp_pa
     ):
         assert need in names, need
     assert not any("__pycache__" in n or n.startswith(("tests/", "/")) or ".." in n for n in names)
+
+
+def test_sweep_state_one_slurm_task_per_run():
+    """Two runs of sweep.json with one slurm_job: the Slurm unit watched one of them, the other stayed
+    'running' after the sweep ended; now the file is refused in one line."""
+    run = {"host": "n1", "workload": "ncf", "gpus": 0, "seed": 1, "slurm_job": "5_0"}
+    doc = {"name": "S", "runs": [run, dict(run, seed=2, slurm_job="5_1"), dict(run, seed=3)]}
+    with pytest.raises(ConfigError, match=r"^sweep.json: runs\[2\].slurm_job: '5_0' is runs\[0\]'s Slurm task too$"):
+        statefile.conform(doc, "sweep.json")
+    doc["runs"][2]["slurm_job"] = None
+    assert [r["slurm_job"] for r in statefile.conform(doc, "sweep.json")["runs"]] == ["5_0", "5_1", None]
