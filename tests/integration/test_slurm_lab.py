@@ -403,7 +403,7 @@ def test_the_slurm_node_role_sets_up_a_node_and_its_health_check_idempotently(sl
     assert node(lab, "node-01")["State"] == "IDLE"
 
     # the audit's part (playbooks/audit.yml imports it): node-01 has everything, node-02 lacks the health check
-    from lab.hosts import provision
+    from lab.hosts import provision, readback
 
     audit = tmp_path / "audit.yml"
     audit.write_text(
@@ -428,8 +428,8 @@ def test_the_slurm_node_role_sets_up_a_node_and_its_health_check_idempotently(sl
         audit, lab.inventory, extravars=extravars, artifacts_root=tmp_path / "artifacts", quiet=True, envvars=envvars
     )
     assert res.ok and res.changed == 0, res.hosts
-    assert provision.slurm_drift(res.result("node-01", provision.SLURM_TASK)) == []
-    drift = provision.slurm_drift(res.result("node-02", provision.SLURM_TASK))
+    assert readback.slurm_drift(res.result("node-01", provision.SLURM_TASK)) == []
+    drift = readback.slurm_drift(res.result("node-02", provision.SLURM_TASK))
     assert {"component": "slurm health check", "expected": "installed", "found": "missing"} in drift, drift
     assert all(d["component"].startswith("slurm health") for d in drift), drift
     lab.cluster.reset()

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from lab.core.errors import ConfigError
-from lab.hosts import provision, stacks
+from lab.hosts import readback, stacks
 from tests.testlab import sourcetars
 from tests.unit.test_provision_summary import REPO, facts_module
 from tests.unit.test_stacks import edit, stacks_dir  # noqa: F401  (fixture)
@@ -111,7 +111,7 @@ def test_the_audit_reads_the_built_tools_back(tmp_path):
         "tools": tools,
     }
     assert mod.drift(base, {"nccl-tests": "2.19.6", "nvbandwidth": "0.8"}, "auto", "auto") == []
-    assert provision.found_versions(base)["nccl-tests"] == "2.19.6"
+    assert readback.found_versions(base)["nccl-tests"] == "2.19.6"
     # a binary replaced by hand, one removed, a marker that does not parse, a tool never built
     (tmp_path / "bin" / "all_reduce_perf").write_bytes(b"other")
     os.unlink(tmp_path / "bin" / "nvbandwidth")
