@@ -149,6 +149,11 @@ def _entity(result: dict) -> tuple[str, str] | None:
     return ("GPU", ids[0].strip()) if len(ids) == 1 and ids[0].strip() else None
 
 
+def _items(value) -> list[dict]:
+    """The objects of a list in dcgmi's document; nothing where it holds another shape."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
 def _named(table: dict, number) -> str | None:
     return table.get(number) if isinstance(number, int) else None
 
@@ -273,18 +278,10 @@ def _from_document(doc: dict, host: list[dict], gpu_indices: list, level) -> tup
     if root.get("runtime_error"):
         host.append(_failed(level, root["runtime_error"]))
     count = 0
-    for cat in root.get("test_categories") or []:
-        if not isinstance(cat, dict):
-            continue
-        for test in cat.get("tests") or []:
-            if not isinstance(test, dict):
-                continue
+    for cat in _items(root.get("test_categories")):
+        for test in _items(cat.get("tests")):
             name, category = str(test.get("name", "?")), str(cat.get("category", "?"))
-            results = (
-                [r for r in test.get("results") or [] if isinstance(r, dict)]
-                if isinstance(test.get("results"), list)
-                else []
-            )
+            results = _items(test.get("results"))
             summary = test.get("test_summary") if isinstance(test.get("test_summary"), dict) else None
             if summary is not None and (not results or _errors(summary, table)):
                 results.append({**summary, "_summary": True})  # errors of no GPU: the host's, with their codes

@@ -147,6 +147,22 @@ def test_a_runtime_error_or_no_document_fails_the_host():
     assert host[0]["verdict"] == "FAIL" and "did not finish" in host[0]["reason"]
 
 
+@pytest.mark.parametrize(
+    "root",
+    [
+        {"test_categories": 5},
+        {"test_categories": [{"category": "Hardware", "tests": 5}]},
+    ],
+)
+def test_a_document_of_the_wrong_shape_fails_the_host_in_one_record(root):
+    host, gpus = dcgm.checks(
+        {"installed": True, "level": 2, "stdout": json.dumps({"DCGM Diagnostic": root})}, [0], None
+    )
+    assert gpus == {} and [(r["check"], r["verdict"], r["reason"]) for r in host] == [
+        ("DCGM diagnostic", "FAIL", "level 2: no test results in dcgmi's output")
+    ]
+
+
 def test_without_dcgm_one_record_warn_or_fail_when_required():
     for expect, verdict in ((None, "WARN"), (OPTIONAL, "WARN"), (REQUIRED, "FAIL")):
         host, gpus = dcgm.checks({"installed": False, "level": 2}, [0], expect)
