@@ -31,6 +31,8 @@ How dcgmi's JSON is read (what its writer does, and the verdict of each):
   Manager training error, a denylisted driver, a device-count mismatch) become
   one host record of that test with their DCGM_FR codes, so the action is the
   code's. A Fail with no error anywhere is a FAIL that says so.
+- A test with results per GPU that leaves out a GPU of the host (no result names it) gives that
+  GPU a WARN of that test, "not judged by DCGM": a GPU missing from the output is never a silent pass.
 
 A GPU's result joins that GPU's checks; a result of the whole host, of another
 entity or of a GPU the probe does not list joins the host's. Without dcgmi the
@@ -147,6 +149,39 @@ def _entity(result: dict) -> tuple[str, str] | None:
         return "GPU", str(result["gpu_id"])
     ids = str(result.get("gpu_ids", "")).split(",")
     return ("GPU", ids[0].strip()) if len(ids) == 1 and ids[0].strip() else None
+
+
+def _reports_on(result: dict) -> set[str]:
+    """The GPUs a result of one GPU reports on: DCGM 4's entity of group GPU, DCGM 3's plugin result (its
+    ``gpu_id`` text, or ``gpu_ids``); none for the host, another entity or a DCGM 3 basic test (its
+    ``gpu_id`` a number: the GPU of its last error, not the GPUs it covered)."""
+    if result.get("_summary"):
+        return set()
+    if "entity_group" in result and "entity_id" in result:
+        return {str(result["entity_id"]).strip()} if str(result["entity_group"]) == "GPU" else set()
+    if isinstance(result.get("gpu_id"), str):
+        return {result["gpu_id"].strip()}
+    ids = result.get("gpu_ids")
+    ids = ids.split(",") if isinstance(ids, str) else ids if isinstance(ids, list) else []
+    return {str(i).strip() for i in ids if str(i).strip()}
+
+
+def _unreported(test: str, category: str, level, reported: set[str]) -> dict:
+    """The WARN of a GPU that a test with results per GPU leaves out."""
+    named = ", ".join(sorted(reported, key=lambda i: (not i.isdigit(), int(i) if i.isdigit() else 0, i)))
+    return check(
+        f"DCGM {test}",
+        WARN,
+        None,
+        "a result for this GPU",
+        f"level {level} {category}: dcgmi's output has no result for this GPU (it reports GPU {named[:200]}): "
+        "not judged by DCGM",
+        source="dcgm",
+        dcgm_level=level,
+        dcgm_test=test,
+        dcgm_code=None,
+        dcgm_errors=[],
+    )
 
 
 def _items(value) -> list[dict]:
@@ -301,6 +336,9 @@ def _from_document(doc: dict, host: list[dict], gpu_indices: list, level) -> tup
                 rec = _record(name, category, r, level, table, entity, gpu is not None, elsewhere)
                 (per_gpu.setdefault(gpu, []) if gpu is not None else host).append(rec)
                 count += 1
+            reported = set().union(*(_reports_on(r) for r in results))
+            for gpu in [str(i) for i in gpu_indices if str(i) not in reported] if reported else ():
+                per_gpu.setdefault(gpu, []).append(_unreported(name, category, level, reported))
     if not count and not root.get("runtime_error"):
         host.append(_failed(level, "no test results in dcgmi's output"))
     return host, per_gpu
