@@ -22,6 +22,7 @@ The rules for what the tools said (their output as tests/samples/ shows it, from
 from __future__ import annotations
 
 from lab.validate.gpurefs import model_key
+from lab.validate.linkchecks import guarded
 from lab.validate.verdict import FAIL, WARN, fmt_value, check, judge_metric
 
 # (reference metric, the tool's figure, label, gpulab's own metric of the same path)
@@ -142,28 +143,40 @@ def host_tool_checks(burnin: dict, probe: dict, refs: dict, expected: set | None
     against the references (a reference is for all GPUs of the host); figures no reference judges.
     ``expected``: the tools the host's stack profile builds (None: not known)."""
     tools = burnin.get("tools") or {}
-    out = _not_run(tools, expected)
-    out += _nvbandwidth_data_check(tools)
     names = sorted({g.get("name") or "?" for g in probe.get("gpus") or [] if "error" not in g})
     models = sorted({m for m in (model_key(n, refs) for n in names) if m})
+    # each tool's section judged on its own: a malformed one is its own WARN and hides no other tool's verdict
+    return (
+        guarded("standard tools", _not_run, tools, expected)
+        + guarded("nvbandwidth", _nvbandwidth_data_check, tools)
+        + guarded("nccl-tests", _nccl_part, burnin, probe, refs, names, models)
+        + guarded("nvbandwidth", _nvbandwidth_unjudged, burnin, refs, names, models)
+    )
+
+
+def _nccl_part(burnin: dict, probe: dict, refs: dict, names: list[str], models: list[str]) -> list[dict]:
     nccl = _tool(burnin, "nccl_tests")
-    if nccl is not None:
-        out += _nccl_checks(nccl, probe, refs, names, models)
+    return _nccl_checks(nccl, probe, refs, names, models) if nccl is not None else []
+
+
+def _nvbandwidth_unjudged(burnin: dict, refs: dict, names: list[str], models: list[str]) -> list[dict]:
+    """A WARN when no reference judges nvbandwidth's figures of these GPUs."""
     nvb = _tool(burnin, "nvbandwidth")
-    if nvb is not None and nvb.get("gpus"):
-        missing = [m for m in models if not any(metric in refs["models"][m]["metrics"] for metric, *_ in NVB_FIGURES)]
-        unknown = [n for n in names if model_key(n, refs) is None]
-        if missing or unknown:
-            out.append(
-                check(
-                    "nvbandwidth",
-                    WARN,
-                    None,
-                    "a reference",
-                    f"nvbandwidth's figures not judged: no reference for {', '.join(missing + unknown)}",
-                )
-            )
-    return out
+    if nvb is None or not nvb.get("gpus"):
+        return []
+    missing = [m for m in models if not any(metric in refs["models"][m]["metrics"] for metric, *_ in NVB_FIGURES)]
+    unknown = [n for n in names if model_key(n, refs) is None]
+    if not (missing or unknown):
+        return []
+    return [
+        check(
+            "nvbandwidth",
+            WARN,
+            None,
+            "a reference",
+            f"nvbandwidth's figures not judged: no reference for {', '.join(missing + unknown)}",
+        )
+    ]
 
 
 def _nvbandwidth_data_check(tools: dict) -> list[dict]:

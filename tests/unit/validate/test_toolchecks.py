@@ -67,6 +67,17 @@ def test_nccl_tests_wrong_results_fail_with_their_action(x8):
     assert c["action"]["kind"] == "reset_gpu" and "nccl-tests.json" in c["action"]["evidence"]
 
 
+@pytest.mark.parametrize("corruption", [True, "yes", 5])
+def test_a_malformed_nvbandwidth_section_hides_no_nccl_tests_failure(x8, corruption):
+    """One tool's section of the wrong shape is that tool's WARN; the other tool's FAIL stands."""
+    nvb = {**nvb_json(), "corruption": corruption}
+    c = checks_of(verdicts(x8, nccl_tests=nccl(wrong=3), nvbandwidth=nvb))
+    assert c["nccl-tests data check"]["verdict"] == "FAIL" and c["nccl-tests busbw"]["verdict"] == "PASS"
+    assert c["nvbandwidth"]["verdict"] == "WARN"
+    assert c["nvbandwidth"]["reason"].startswith("not judged: the host's nvbandwidth facts are malformed")
+    assert "standard tools" not in c
+
+
 @pytest.mark.parametrize("scale, verdict", [(1.0, "PASS"), (0.92, "WARN"), (0.8, "FAIL")])
 def test_nvbandwidth_json_pass_warn_fail(x8, scale, verdict):
     v = verdicts(x8, nvbandwidth=nvb_json(scale))
