@@ -235,7 +235,8 @@ def _host_checks(
     checks += stack_checks(probe, _expected_stack(stacks, name, host))
     xid = (burnin or {}).get("xid")
     if xid is not None:
-        orphans = [e for e in xid.get("events", []) if e.get("gpu") is None]
+        judged = {g.get("index") for g in probe["gpus"] if "error" not in g}  # each judges its own (gpu_xid_checks)
+        orphans = [e for e in xid.get("events", []) if e.get("gpu") is None or e.get("gpu") not in judged]
         if orphans or xid.get("source") is None:
             checks += xid_checks(references, orphans, xid.get("source"), xid.get("error"), "XID events (other devices)")
     if burnin is not None:

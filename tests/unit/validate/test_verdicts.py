@@ -136,6 +136,19 @@ def test_xid_application_error_warns_and_unknown_device_is_host_level(snap, refs
     assert host["verdict"] == "FAIL" and "XID 48 (double-bit ECC error)" in host["reason"]
 
 
+def test_an_xid_of_a_gpu_index_the_host_does_not_judge_is_host_level_never_dropped(snap, refs):
+    snap["xid"].update(source="dmesg", error=None)
+    n = len(snap["probe"]["gpus"])
+    snap["xid"]["events"] = [{"xid": 79, "pci": "0000:ff:00", "gpu": n, "uptime_s": 2.0, "text": "off the bus"}]
+    host = checks_of(run({"h200-01": snap}, refs))["XID events (other devices)"]
+    assert host["verdict"] == "FAIL" and host["measured"] == [79]
+    # a GPU the probe could not read has no XID check of its own: its XIDs are the host's
+    snap["xid"]["events"][0]["gpu"] = 0
+    snap["probe"]["gpus"][0] = {"index": 0, "error": "NVML: Unknown Error"}
+    host = checks_of(run({"h200-01": snap}, refs))["XID events (other devices)"]
+    assert host["verdict"] == "FAIL" and "XID 79 (GPU has fallen off the bus)" in host["reason"]
+
+
 def test_unreadable_kernel_log_warns(snap, refs):
     snap["xid"] = {
         "source": None,
