@@ -4,6 +4,7 @@ hostile input: whatever it holds is a FAIL that says why, never a traceback and 
 from __future__ import annotations
 
 import copy
+import stat
 
 import pytest
 
@@ -56,3 +57,24 @@ def test_an_xid_of_no_gpu_the_node_lists_fails_the_host(index):
     later = health.judge(doc, expect_gpus=True, mark=("b1", 20.0))
     assert later.failures[0].reason.endswith("x1 since the last health check")
     assert health.judge(doc, expect_gpus=True, mark=("b1", 60.0)).ok  # seen by the last check already
+
+
+@pytest.mark.parametrize(
+    "printed, code, error",
+    [
+        (b"[" * 100000 + b"]" * 100000, 0, "runner health printed no usable JSON document (nested deeper than 64"),
+        (b'{"kind": "gpulab-health", "gpus": [{"index": 0, "ecc": NaN}]}', 0, "(NaN is not a finite number)"),
+        (b'{"kind": "gpulab-health\\udcff"}', 0, "(a string escape makes a lone surrogate"),
+        (b"\xff\xfe not UTF-8", 3, "runner health exited 3: \ufffd\ufffd not UTF-8"),
+    ],
+)
+def test_what_a_node_prints_is_one_failure_line_never_a_traceback(tmp_path, printed, code, error):
+    out = tmp_path / "printed"
+    out.write_bytes(printed)
+    runner = tmp_path / "python"
+    runner.write_text(f'#!/bin/sh\ncat "{out}"\ncat "{out}" >&2\nexit {code}\n')
+    runner.chmod(runner.stat().st_mode | stat.S_IXUSR)
+    doc = nodehealth.gather(str(runner), None)
+    assert set(doc) == {"_error"} and error in doc["_error"] and "\n" not in doc["_error"]
+    check, why, action = nodehealth.verdict(doc, expect_gpus=True)
+    assert (check, action) == ("health", None) and why == doc["_error"]
