@@ -231,6 +231,10 @@ def _host_checks(
         ], {}
     if not probe.get("gpus"):
         return list(no_gpu_checks(host, probe)), {}  # a CPU host where the inventory expects no GPU
+    indices = [str(g.get("index")) for g in probe["gpus"]]
+    twice = sorted({i for i in indices if indices.count(i) > 1})
+    if twice:  # one GPU's record would replace the other's, and its failures with it
+        raise ValueError(f"probe.gpus lists GPU index {', '.join(twice[:5])} more than once")
     checks = list(count_checks(host, probe, probe["gpus"]))
     checks += stack_checks(probe, _expected_stack(stacks, name, host))
     xid = (burnin or {}).get("xid")

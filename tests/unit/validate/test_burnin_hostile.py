@@ -187,3 +187,14 @@ def test_an_ungated_hostile_document_is_a_runner_fail(refs, path, value):
     host = run({"h200-01": _replace(DOC, path, value)}, refs).hosts["h200-01"]
     assert host["verdict"] == "FAIL"
     assert any(c["check"] == "runner" and "malformed" in c["reason"] for c in host["checks"])
+
+
+def test_a_gpu_index_listed_twice_is_a_malformed_document_not_one_gpu_hidden(refs):
+    doc = copy.deepcopy(DOC)
+    doc["probe"]["gpus"].append(copy.deepcopy(doc["probe"]["gpus"][0]))  # a clean GPU 0 after ...
+    doc["probe"]["gpus"][0]["ecc"]["uncorrected_volatile"] = 4  # ... the one that fails
+    host = run({"h200-01": fleet.read_burnin(_one_line(doc), "h200-01", 0)}, refs).hosts["h200-01"]
+    assert host["verdict"] == "FAIL" and host["gpus"] == {}
+    assert [c["reason"] for c in host["checks"] if c["check"] == "runner"] == [
+        "the host's burn-in document is malformed (ValueError: probe.gpus lists GPU index 0 more than once)"
+    ]
