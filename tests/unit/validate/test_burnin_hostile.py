@@ -198,3 +198,37 @@ def test_a_gpu_index_listed_twice_is_a_malformed_document_not_one_gpu_hidden(ref
     assert [c["reason"] for c in host["checks"] if c["check"] == "runner"] == [
         "the host's burn-in document is malformed (ValueError: probe.gpus lists GPU index 0 more than once)"
     ]
+
+
+def _with_link_and_tool_facts(doc: dict) -> dict:
+    doc = copy.deepcopy(doc)
+    gpu = doc["probe"]["gpus"][0]
+    gpu["pcie"]["replay_count"] = 0
+    gpu["aer"] = {"device": "0000:18:00.0", "upstream": None}
+    gpu["aer"].update({k: {"total": 0, "counts": {}} for k in ("correctable", "nonfatal", "fatal")})
+    doc["tools"] = {"nccl_tests": {"ran": True, "busbw_gbs": 480.0, "ngpus": len(doc["probe"]["gpus"]), "wrong": 0}}
+    return doc
+
+
+@pytest.mark.parametrize(
+    "path, value, field, judged",
+    [
+        (("gpus", "0", "idle", "temp_c_max"), -1e308, "gpus.0.idle.temp_c_max", "idle temperature"),
+        (("gpus", "0", "load", "sm_clock_mhz_median"), 1e308, "gpus.0.load.sm_clock_mhz_median", "load SM clock"),
+        (("gpus", "0", "solo", "matmul_bf16_tflops"), 1e308, "gpus.0.solo.matmul_bf16_tflops", "matmul_bf16_tflops"),
+        (("probe", "gpus", 0, "pcie", "width_current"), 1e308, "probe.gpus.0.pcie.width_current", "PCIe link"),
+        (("probe", "gpus", 0, "pcie", "replay_count"), -5, "probe.gpus.0.pcie.replay_count", "PCIe replays"),
+        (("probe", "gpus", 0, "aer", "fatal", "total"), -1, "probe.gpus.0.aer.fatal.total", "PCIe AER"),
+        (("tools", "nccl_tests", "busbw_gbs"), 1e308, "tools.nccl_tests.busbw_gbs", "nccl-tests busbw"),
+    ],
+)
+def test_a_figure_or_counter_no_gpu_can_show_is_left_out_never_judged(refs, path, value, field, judged):
+    """A negative count or temperature, or a figure beyond 1e12 (lab.core.limits.MEASUREMENT_ABS), passed
+    its check: -1 fatal AER errors, 1e308 TFLOP/s. It is no measurement: left out and named."""
+    doc = _with_link_and_tool_facts(DOC)
+    got = fleet.read_burnin(_one_line(_replace(doc, path, value)), "h200-01", 0)
+    assert [x.split(": ")[0] for x in got["unreadable"]] == [field]
+    host = run({"h200-01": got}, refs).hosts["h200-01"]
+    assert host["verdict"] != "PASS" and any(c["check"] == "burn-in document" for c in host["checks"])
+    records = host["checks"] + host["gpus"]["0"]["checks"]
+    assert all(c["measured"] != value for c in records if c["check"] == judged)
