@@ -237,16 +237,15 @@ def _host_checks(
         raise ValueError(f"probe.gpus lists GPU index {', '.join(twice[:5])} more than once")
     checks = list(count_checks(host, probe, probe["gpus"]))
     checks += stack_checks(probe, _expected_stack(stacks, name, host))
+    judged = {g.get("index") for g in probe["gpus"] if "error" not in g}  # GPUs whose own records judge theirs
     xid = (burnin or {}).get("xid")
     if xid is not None:
-        judged = {g.get("index") for g in probe["gpus"] if "error" not in g}  # each judges its own (gpu_xid_checks)
         orphans = [e for e in xid.get("events", []) if e.get("gpu") is None or e.get("gpu") not in judged]
         if orphans or xid.get("source") is None:
             checks += xid_checks(references, orphans, xid.get("source"), xid.get("error"), "XID events (other devices)")
     if burnin is not None:
         checks += unreadable_check(burnin)
-        if burnin.get("outcome") == "failed":
-            checks += burnin_failures(burnin, None)
+        checks += burnin_failures(burnin, None, judged)
         checks += host_metric_checks(burnin, probe, references)
         checks += guarded("standard tools", host_tool_checks, burnin, probe, references)
     gpus = {

@@ -264,6 +264,19 @@ def test_failed_burnin_test_fails_the_gpu(snap, refs):
     assert c["verdict"] == "FAIL" and "wrong results" in c["reason"]
 
 
+@pytest.mark.parametrize("outcome", ["completed", "failed"])
+def test_a_failed_test_of_no_gpu_the_host_judges_fails_the_host_whatever_the_outcome(snap, refs, outcome):
+    """A document that says "completed" beside a failed test, or a test of a GPU index past the last: the
+    failure is the host's, never dropped."""
+    snap["outcome"] = outcome
+    n = len(snap["probe"]["gpus"])
+    for gpu, error in ((None, "NCCL error: unhandled system error"), (n, "wrong results")):
+        snap["results"].append({"test": "nccl", "gpu": gpu, "phase": "host", "ok": False, "error": error})
+    c = checks_of(run({"h200-01": snap}, refs))["burn-in tests"]
+    assert c["verdict"] == "FAIL" and c["measured"] == 2
+    assert c["reason"] == f"nccl (host): NCCL error: unhandled system error; GPU {n} nccl (host): wrong results"
+
+
 def test_a_model_has_one_name_in_verdicts_and_reports(snap, refs, tmp_path):
     """'Tesla V100-PCIE-16GB' is V100-PCIe in a verdict: its references, the inventory's model check,
     a baseline (the report side: tests/unit/report/test_report_rundir.py)."""
