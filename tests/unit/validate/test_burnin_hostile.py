@@ -232,3 +232,27 @@ def test_a_figure_or_counter_no_gpu_can_show_is_left_out_never_judged(refs, path
     assert host["verdict"] != "PASS" and any(c["check"] == "burn-in document" for c in host["checks"])
     records = host["checks"] + host["gpus"]["0"]["checks"]
     assert all(c["measured"] != value for c in records if c["check"] == judged)
+
+
+@pytest.mark.parametrize(
+    "path, value, said",
+    [
+        (("gpus",), {}, "no figure under load of GPU 0"),
+        (("gpus", "0", "solo"), {}, "no figure under load of GPU 0"),
+        (("outcome",), "exploded", "outcome 'exploded', not one the runner writes"),
+        (("level",), "quick", "level 'quick', not the standard asked for"),
+        (("kind",), "a bare probe", "a probe document, no burn-in"),
+    ],
+)
+def test_a_burn_in_that_did_not_report_what_its_level_writes_is_never_a_pass(refs, path, value, said):
+    doc = _replace(DOC, path, value)
+    if path == ("kind",):
+        doc = doc["probe"]
+    got = fleet.read_burnin(_one_line(doc), "h200-01", 0)
+    v = fleet.evaluate({"h200-01": got}, [inventory_for(DOC)], refs, stack_of(DOC), level="standard")
+    host = v.hosts["h200-01"]
+    (warn,) = [c for c in host["checks"] if c["check"] == "burn-in document"]
+    assert host["verdict"] == "WARN" and warn["verdict"] == "WARN" and warn["reason"].startswith(said)
+    assert warn["action"]["kind"] == "fix_config"
+    clean = fleet.evaluate({"h200-01": DOC}, [inventory_for(DOC)], refs, stack_of(DOC), level="standard")
+    assert clean.hosts["h200-01"]["verdict"] == "PASS"
