@@ -405,6 +405,20 @@ def test_baseline_refuses_bad_hosts(snap, refs):
         fleet.build_references({"h200-01": quick}, refs)
 
 
+def test_baseline_refuses_a_document_with_unreadable_values_and_skips_figures_not_measured(snap, refs):
+    hostile = copy.deepcopy(snap)
+    hostile["gpus"]["0"]["solo"]["matmul_bf16_tflops"] = 1e308
+    got = fleet.read_burnin(json.dumps(hostile), "h200-02", 0)  # left out and named as unreadable
+    with pytest.raises(CheckFailed, match=r"h200-02: its burn-in document had unreadable values \(gpus.0.solo.matmul"):
+        fleet.build_references({"h200-01": snap, "h200-02": got}, refs)
+    unmeasured = copy.deepcopy(snap)  # a document handed in without the reader: null is "not measured"
+    unmeasured["gpus"]["0"]["solo"]["matmul_bf16_tflops"] = None
+    unmeasured["host_metrics"]["nccl_allreduce_busbw_gbs"] = None
+    out = fleet.build_references({"h200-01": snap, "h200-02": unmeasured}, refs)
+    assert "median of 2 measurement(s)" in out["models"]["H200"]["metrics"]["matmul_fp32_tflops"]["source"]
+    assert "median of 1 measurement(s)" in out["models"]["H200"]["metrics"]["matmul_bf16_tflops"]["source"]
+
+
 def test_bad_references_are_one_line_config_errors(tmp_path, refs):
     import yaml
 
