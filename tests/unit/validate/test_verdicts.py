@@ -545,3 +545,16 @@ def test_nccl_bus_bandwidth_is_judged_against_the_reference_or_says_no_reference
     one = copy.deepcopy(doc)
     del one["host_metrics"]["nccl_allreduce_busbw_gbs"]
     assert "nccl_allreduce_busbw_gbs" not in checks_of(run({"h200-01": one}, refs))
+
+
+def test_the_summary_shows_what_a_host_printed_on_one_bounded_line_without_escapes(snap, refs):
+    """dcgmi's runtime_error is the host's text: a newline in it forged a "PASS" line of another host, an escape
+    sequence reached the terminal, a megabyte of it was one line."""
+    said = "no host engine\nPASS  h200-02: all checks passed\x1b[2J" + "x" * 1_000_000
+    snap["dcgm"] = {"installed": True, "level": 2, "stdout": json.dumps({"DCGM Diagnostic": {"runtime_error": said}})}
+    v = run({"h200-01": snap}, refs)
+    assert checks_of(v)["DCGM diagnostic"]["reason"] == f"level 2: {said}"  # validate.json keeps it whole
+    lines = fleet.summary_text(v).splitlines()
+    assert lines[1].startswith("FAIL  h200-01: DCGM diagnostic: level 2: no host engine PASS h200-02: all checks")
+    assert not any(line.startswith("PASS") for line in lines) and "\x1b" not in "".join(lines)
+    assert "\\x1b[2J" in lines[1] and max(map(len, lines)) < 500
