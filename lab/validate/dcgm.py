@@ -62,6 +62,7 @@ STATUS = {"pass": PASS, "skip": PASS, "warn": WARN, "fail": FAIL}
 CHECK = "DCGM diagnostic"
 ROOTS = ("DCGM Diagnostic", "DCGM GPU Diagnostic")
 VERSION = re.compile(r"dcgmi\s+version:\s*([0-9][0-9A-Za-z.+-]*)")
+TEXT, NAME = 500, 100  # characters kept of dcgmi's messages, and of its names (tests, categories, statuses, ids)
 
 
 @functools.lru_cache(maxsize=4)
@@ -138,15 +139,16 @@ def _not_run(reason: str, required: bool) -> dict:
 
 def _failed(level, why) -> dict:
     """The host's FAIL when dcgmi at ``level`` gave no judgeable results (``why``)."""
+    why = str(why)[:TEXT]
     return check(CHECK, FAIL, None, "DCGM diagnostic results", f"level {level}: {why}", source="dcgm", dcgm_level=level)
 
 
 def _entity(result: dict) -> tuple[str, str] | None:
     """('GPU', '0') / ('NvSwitch', '3') / None (the whole host or several GPUs)."""
     if "entity_group" in result and "entity_id" in result:
-        return str(result["entity_group"]), str(result["entity_id"])
+        return str(result["entity_group"])[:NAME], str(result["entity_id"])[:NAME]
     if "gpu_id" in result:
-        return "GPU", str(result["gpu_id"])
+        return "GPU", str(result["gpu_id"])[:NAME]
     ids = str(result.get("gpu_ids", "")).split(",")
     return ("GPU", ids[0].strip()) if len(ids) == 1 and ids[0].strip() else None
 
@@ -209,7 +211,7 @@ def _errors(result: dict, table: dict) -> list[dict]:
             {
                 "code": code,
                 "name": name,
-                "message": str(w.get("warning") or w.get("warnings") or "")[:500],
+                "message": str(w.get("warning") or w.get("warnings") or "")[:TEXT],
                 "severity": _named(table["severities"], w.get("error_severity")),
                 "category": _named(table["categories"], w.get("error_category")),
             }
@@ -228,7 +230,7 @@ def _record(
     elsewhere: str | None = None,
 ) -> dict:
     """One result as a check record; ``elsewhere``: where the test's errors are when not in this result."""
-    status = str(result.get("status", "")).strip()
+    status = str(result.get("status", "")).strip()[:NAME]
     verdict = STATUS.get(status.lower(), FAIL)
     errors = _errors(result, table)
     if status.lower() == "fail" and errors and all(e["name"] in table["warnings"] for e in errors):
@@ -249,7 +251,7 @@ def _record(
     else:
         reason = {"pass": "passed", "skip": "skipped by DCGM"}.get(status.lower(), status.lower())
         info = (
-            [str(i) for i in result.get("info") or [] if isinstance(i, str)][:2]
+            [i[:TEXT] for i in result.get("info") or [] if isinstance(i, str)][:2]
             if isinstance(result.get("info"), list)
             else []
         )
@@ -315,7 +317,7 @@ def _from_document(doc: dict, host: list[dict], gpu_indices: list, level) -> tup
     count = 0
     for cat in _items(root.get("test_categories")):
         for test in _items(cat.get("tests")):
-            name, category = str(test.get("name", "?")), str(cat.get("category", "?"))
+            name, category = str(test.get("name", "?"))[:NAME], str(cat.get("category", "?"))[:NAME]
             results = _items(test.get("results"))
             summary = test.get("test_summary") if isinstance(test.get("test_summary"), dict) else None
             if summary is not None and (not results or _errors(summary, table)):

@@ -187,6 +187,21 @@ def test_a_gpu_that_a_test_leaves_out_is_not_judged_by_dcgm_never_a_silent_pass(
     assert [r["check"] for r in gpus["2"] if r["verdict"] == "WARN"] == ["DCGM PCIe"]
 
 
+def test_dcgmis_texts_are_kept_as_excerpts_never_whole():
+    """A megabyte in runtime_error, a test's name, its status or info went whole into the records (validate.json,
+    the history): each is kept to its first 500 characters (a name, status or id to 100)."""
+    mb = "x" * 1_000_000
+    host, _ = dcgm.checks(
+        {"installed": True, "level": 2, "stdout": json.dumps({"DCGM Diagnostic": {"runtime_error": mb}})}, [0], None
+    )
+    assert host[0]["reason"] == f"level 2: {'x' * 500}"
+    result = {"entity_group": "GPU", "entity_id": 0, "status": mb, "info": [mb]}
+    doc = {"DCGM Diagnostic": {"test_categories": [{"category": mb, "tests": [{"name": mb, "results": [result]}]}]}}
+    _, gpus = dcgm.checks({"installed": True, "level": 2, "stdout": json.dumps(doc)}, [0], None)
+    (rec,) = gpus["0"]
+    assert rec["check"] == "DCGM " + "x" * 100 and rec["measured"] == "x" * 100 and len(rec["reason"]) < 400
+
+
 def test_without_dcgm_one_record_warn_or_fail_when_required():
     for expect, verdict in ((None, "WARN"), (OPTIONAL, "WARN"), (REQUIRED, "FAIL")):
         host, gpus = dcgm.checks({"installed": False, "level": 2}, [0], expect)
