@@ -109,14 +109,21 @@ def _has_figures(entry) -> bool:
 
 def incomplete_check(doc: dict | None, probe: dict, asked: str | None = None) -> list[dict]:
     """One WARN when the host's answer lacks what a burn-in of the level asked for (``asked``; None: the
-    document's own level) writes: no burn-in document at all, another level, an outcome the runner never
-    writes, a GPU without one figure under load (and without a failed test of its own, which fails it);
-    nothing otherwise. A cut or emptied document is never a pass of the checks that did not run."""
+    document's own level) writes: a GPU the driver counts that it does not list, no burn-in document at all,
+    another level, an outcome the runner never writes, a GPU without one figure under load (and without a
+    failed test of its own, which fails it); nothing otherwise. A cut or emptied document is never a pass of
+    the checks that did not run."""
+    listed = {g.get("index") for g in probe.get("gpus") or []}
+    count = probe.get("gpu_count")
+    unlisted = [str(i) for i in range(count) if i not in listed] if isinstance(count, int) else []
+    problems = (
+        [f"GPU {', '.join(unlisted[:8])} counted by the driver (gpu_count {count}) but not in it"] if unlisted else []
+    )
     if doc is None:
-        problems = ["a probe document, no burn-in"] if asked in LOADED else []
+        problems += ["a probe document, no burn-in"] if asked in LOADED else []
     else:
         level, outcome = doc.get("level"), doc.get("outcome")
-        problems = [f"level {str(level)[:40]!r}, not the {asked} asked for"] if asked and level != asked else []
+        problems += [f"level {str(level)[:40]!r}, not the {asked} asked for"] if asked and level != asked else []
         if outcome not in OUTCOMES:
             problems.append(f"outcome {str(outcome)[:40]!r}, not one the runner writes")
         if (asked or level) in LOADED:
@@ -138,7 +145,7 @@ def incomplete_check(doc: dict | None, probe: dict, asked: str | None = None) ->
             "burn-in document",
             WARN,
             None,
-            f"a {asked or doc.get('level')} burn-in's document",
+            f"a {asked or (doc or {}).get('level') or 'probe'} document of every GPU",
             f"{'; '.join(problems)}: what the burn-in did not report is not judged"[:300],
         )
     ]

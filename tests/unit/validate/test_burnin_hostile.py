@@ -242,6 +242,7 @@ def test_a_figure_or_counter_no_gpu_can_show_is_left_out_never_judged(refs, path
         (("outcome",), "exploded", "outcome 'exploded', not one the runner writes"),
         (("level",), "quick", "level 'quick', not the standard asked for"),
         (("kind",), "a bare probe", "a probe document, no burn-in"),
+        (("probe", "gpu_count"), 2, "GPU 1 counted by the driver (gpu_count 2) but not in it"),
     ],
 )
 def test_a_burn_in_that_did_not_report_what_its_level_writes_is_never_a_pass(refs, path, value, said):
@@ -249,7 +250,8 @@ def test_a_burn_in_that_did_not_report_what_its_level_writes_is_never_a_pass(ref
     if path == ("kind",):
         doc = doc["probe"]
     got = fleet.read_burnin(_one_line(doc), "h200-01", 0)
-    v = fleet.evaluate({"h200-01": got}, [inventory_for(DOC)], refs, stack_of(DOC), level="standard")
+    host = inventory_for(DOC, gpu_count=doc.get("probe", doc)["gpu_count"])  # the inventory agrees with the count
+    v = fleet.evaluate({"h200-01": got}, [host], refs, stack_of(DOC), level="standard")
     host = v.hosts["h200-01"]
     (warn,) = [c for c in host["checks"] if c["check"] == "burn-in document"]
     assert host["verdict"] == "WARN" and warn["verdict"] == "WARN" and warn["reason"].startswith(said)
