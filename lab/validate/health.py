@@ -91,7 +91,8 @@ def judge(
     doc: dict, *, expect_gpus: bool, mark=None, used=(), refs: dict | None = None, table: dict | None = None
 ) -> Health:
     """The verdict of one health document (check_document first); ``expect_gpus``: the inventory says
-    the host has GPUs, so NVML must answer; ``used``: the GPUs a run had (one NVML no longer lists is lost)."""
+    the host has GPUs, so NVML must answer; ``used``: the GPUs a run had (one NVML no longer lists is lost, as is one it counts, ``gpu_count``, but
+    does not list)."""
     refs, table = refs or load_references(), table or load_actions()
     h = Health(ok=True, boot_id=doc.get("boot_id"), uptime_s=doc.get("uptime_s"), at=doc.get("collected_at"))
     nvidia = doc.get("nvidia")
@@ -128,7 +129,9 @@ def judge(
                 if c["check"] == "XID events":
                     c["reason"] = c["reason"].replace(" since boot", since)
         h.gpus[idx] = {"uuid": g.get("uuid"), "serial": g.get("serial"), "name": g.get("name"), "checks": checks}
-    for idx in sorted(set(used) - set(h.gpus)):
+    count = doc.get("gpu_count")
+    counted = set(range(count)) if isinstance(count, int) and 0 < count <= 4096 else set()
+    for idx in sorted((set(used) | counted) - set(h.gpus)):  # a GPU counted but not listed is judged by nothing
         h.gpus[idx] = {
             "uuid": None,
             "serial": None,

@@ -44,6 +44,14 @@ def test_a_health_document_that_lists_one_gpu_index_twice_is_refused():
     )
 
 
+def test_a_gpu_the_document_counts_but_does_not_list_is_lost_never_passed():
+    doc = copy.deepcopy(DOC)
+    doc["gpu_count"] = 3
+    assert [(f.gpu, f.reason) for f in health.judge(doc, expect_gpus=True).failures] == [
+        (2, "GPU count: GPU 2 lost: NVML no longer lists it")
+    ]
+
+
 @pytest.mark.parametrize("index", [None, 7])
 def test_an_xid_of_no_gpu_the_node_lists_fails_the_host(index):
     """A GPU that fell off the bus is no longer listed: its XID 79 is the host's, as in validate."""
