@@ -452,6 +452,31 @@ def test_bad_references_are_one_line_config_errors(tmp_path, refs):
         fleet.load_references(p)
 
 
+@pytest.mark.parametrize(
+    "where, text",
+    [
+        ("models.H200.metrics.matmul_bf16_tflops.value", ".nan"),
+        ("models.H200.metrics.matmul_bf16_tflops.warn_lower", ".nan"),
+        ("checks.temperature.idle_fail_c", ".inf"),
+    ],
+)
+def test_a_reference_that_is_not_a_finite_number_is_refused_not_passed(tmp_path, refs, where, text):
+    """Every comparison with .nan is false: a NaN reference passed every GPU's figure; an .inf bound never fails."""
+    import yaml
+
+    bad = copy.deepcopy(refs)
+    node = bad
+    *head, last = where.split(".")
+    for key in head:
+        node = node[key]
+    node[last] = "PLACEHOLDER"
+    p = tmp_path / "gpus.yml"
+    p.write_text(yaml.safe_dump(bad).replace("PLACEHOLDER", text))
+    with pytest.raises(ConfigError) as e:
+        fleet.load_references(p)
+    assert str(e.value) == f"{p}: {where}: not a finite number"
+
+
 def test_model_names():
     refs = fleet.load_references()
     assert fleet.model_key("Tesla T4", refs) == "T4"
