@@ -258,3 +258,13 @@ def test_a_burn_in_that_did_not_report_what_its_level_writes_is_never_a_pass(ref
     assert warn["action"]["kind"] == "fix_config"
     clean = fleet.evaluate({"h200-01": DOC}, [inventory_for(DOC)], refs, stack_of(DOC), level="standard")
     assert clean.hosts["h200-01"]["verdict"] == "PASS"
+
+
+def test_a_negative_error_count_cannot_offset_the_others(refs):
+    """-40 single-bit retired pages took 70 double-bit ones below the FAIL bound: now -40 is left out."""
+    doc = _replace(DOC, ("probe", "gpus", 0, "retired_pages"), {"single_bit": -40, "double_bit": 70, "pending": False})
+    got = fleet.read_burnin(_one_line(doc), "h200-01", 0)
+    assert got["probe"]["gpus"][0]["retired_pages"]["single_bit"] is None
+    host = run({"h200-01": got}, refs).hosts["h200-01"]
+    c = next(c for c in host["gpus"]["0"]["checks"] if c["check"] == "retired pages")
+    assert c["verdict"] == "FAIL" and c["reason"] == "70 retired pages: replace the GPU"
