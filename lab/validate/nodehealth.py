@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -49,12 +50,13 @@ def gather(python: str, path: str | None) -> dict:
 
 
 def gres_gpus(node: slurm.Node | None) -> int:
-    """GPUs Slurm schedules on this node (its Gres ``gpu:N`` or ``gpu:type:N``)."""
+    """GPUs Slurm schedules on this node (its Gres ``gpu:N`` or ``gpu:type:N``); a gpu Gres whose count is not
+    plain digits (``gpu:²``, thousands of digits) still says the node has GPUs: one."""
     total = 0
     for item in (node.gres if node else "").split(","):
         parts = item.split("(")[0].split(":")
-        if parts[0] == "gpu" and parts[-1].isdigit():
-            total += int(parts[-1])
+        if parts[0] == "gpu":
+            total += int(parts[-1]) if re.fullmatch(r"[0-9]{1,9}", parts[-1]) else 1
     return total
 
 

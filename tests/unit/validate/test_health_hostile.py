@@ -8,6 +8,7 @@ import stat
 
 import pytest
 
+from lab.hosts import slurm
 from lab.validate import health, nodehealth
 
 
@@ -86,3 +87,9 @@ def test_what_a_node_prints_is_one_failure_line_never_a_traceback(tmp_path, prin
     assert set(doc) == {"_error"} and error in doc["_error"] and "\n" not in doc["_error"]
     check, why, action = nodehealth.verdict(doc, expect_gpus=True)
     assert (check, action) == ("health", None) and why == doc["_error"]
+
+
+@pytest.mark.parametrize("gres, gpus", [("gpu:t4:²", 1), ("gpu:" + "9" * 5000, 1), ("gpu:a100:2(S:0),gpu:x", 3)])
+def test_a_gpu_gres_whose_count_is_not_digits_still_says_the_node_has_gpus(gres, gpus):
+    """int() of '²' (a digit to str.isdigit) or of 5,000 digits raised ValueError out of the health program."""
+    assert nodehealth.gres_gpus(slurm.Node("n", "IDLE", "", gres)) == gpus
