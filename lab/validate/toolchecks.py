@@ -14,6 +14,8 @@ The rules for what the tools said (their output as tests/samples/ shows it, from
   of several GPUs) FAILs "nvbandwidth P2P read (slowest peer)" where the references give its model
   a GPU-to-GPU figure (a GPU that reaches no peer is the one at fault: the peers it leaves N/A are
   not failed for it);
+- a GPU that nvbandwidth's output has no figure of where the references give its model one (a column
+  missing, N/A from host copies) is a WARN of that figure, "not judged", never a silent pass;
 - a tool that could not run (gone where provisioning built it, timed out and killed, its own
   error, output that stops or cannot be read) is a WARN that says why, never a PASS; a tool that
   provisioning did not build here (``bwtools_tools: {}``) and that is not there gives no record.
@@ -73,6 +75,13 @@ P2P_METRIC, P2P_LABEL = "nvbandwidth_d2d_read_gbs", "nvbandwidth P2P read (slowe
 P2P_CASE = "device_to_device_memcpy_read_ce"
 
 
+def _peers(burnin: dict | None, nvb: dict, figures: dict) -> bool:
+    """Whether this GPU should have a GPU-to-GPU figure: peers on the host, and neither a waived testcase nor
+    peers without access (both FAIL "nvbandwidth P2P read (slowest peer)" below)."""
+    waived = ((nvb.get("testcases") or {}).get(P2P_CASE) or {}).get("status") == "Waived"
+    return len((burnin or {}).get("gpus") or {}) > 1 and not waived and not figures.get("d2d_no_peer")
+
+
 def gpu_tool_checks(burnin: dict | None, index, model_ref: dict | None) -> list[dict]:
     """nvbandwidth's figures of one GPU against its model's references (where they have one); a GPU
     without peer access where the references require GPU-to-GPU bandwidth FAILs."""
@@ -84,6 +93,17 @@ def gpu_tool_checks(burnin: dict | None, index, model_ref: dict | None) -> list[
         value = figures.get(key)
         if ref is not None and isinstance(value, (int, float)):
             out.append(judge_metric(metric, float(value), ref, label))
+        elif ref is not None and nvb is not None and (key != "d2d_read_min_gbs" or _peers(burnin, nvb, figures)):
+            out.append(
+                check(
+                    label,
+                    WARN,
+                    None,
+                    "a figure of this GPU",
+                    f"not judged: nvbandwidth's output has no {label.removeprefix('nvbandwidth ')} figure of this GPU",
+                    "GB/s",
+                )
+            )
     ref = ((model_ref or {}).get("metrics") or {}).get(P2P_METRIC)
     ngpus = len((burnin or {}).get("gpus") or {})
     if nvb is not None and ref is not None and ngpus > 1:
