@@ -102,16 +102,17 @@ LOADED = ("standard", "burn-in")  # the levels whose document holds every GPU's 
 OUTCOMES = ("completed", "failed")  # what the runner's document of a host with GPUs says
 
 
-def _has_figures(entry) -> bool:
+def _figures(entry) -> set[str]:
+    """The names of the figures a GPU's burn-in entry measured on its own (its ``solo``)."""
     solo = entry.get("solo") if isinstance(entry, dict) else None
-    return isinstance(solo, dict) and any(v is not None for v in solo.values())
+    return {k for k, v in solo.items() if v is not None} if isinstance(solo, dict) else set()
 
 
 def incomplete_check(doc: dict | None, probe: dict, asked: str | None = None) -> list[dict]:
     """One WARN when the host's answer lacks what a burn-in of the level asked for (``asked``; None: the
     document's own level) writes: a GPU the driver counts that it does not list, no burn-in document at all,
-    another level, an outcome the runner never writes, a GPU without one figure under load (and without a
-    failed test of its own, which fails it); nothing otherwise. A cut or emptied document is never a pass of
+    another level, an outcome the runner never writes, a GPU without one figure under load or without one the
+    host's other GPUs have (and without a failed test of its own, which fails it); nothing otherwise. A cut or emptied document is never a pass of
     the checks that did not run."""
     listed = {g.get("index") for g in probe.get("gpus") or []}
     count = probe.get("gpu_count")
@@ -129,15 +130,16 @@ def incomplete_check(doc: dict | None, probe: dict, asked: str | None = None) ->
         if (asked or level) in LOADED:
             entries = doc.get("gpus") or {}
             failed = {r.get("gpu") for r in doc.get("results") or [] if not r.get("ok")}
-            bare = [
-                str(g.get("index"))
-                for g in probe.get("gpus") or []
-                if "error" not in g
-                and g.get("index") not in failed
-                and not _has_figures(entries.get(str(g.get("index"))))
+            judged = [g.get("index") for g in probe.get("gpus") or [] if "error" not in g]
+            have = {str(i): _figures(entries.get(str(i))) for i in judged if i not in failed}
+            every = set().union(*have.values())  # what the same tests gave the host's other GPUs
+            bare = [i for i, names in have.items() if not names]
+            short = [
+                f"GPU {i} lacks {', '.join(sorted(every - names)[:3])}" for i, names in have.items() if names < every
             ]
             if bare:
                 problems.append(f"no figure under load of GPU {', '.join(bare[:8])}{' ...' if len(bare) > 8 else ''}")
+            problems += short[:3]
     if not problems:
         return []
     return [

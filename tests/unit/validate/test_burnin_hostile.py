@@ -9,7 +9,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from snapshots import healthy_path, inventory_for, stack_of
+from snapshots import FIXTURES, healthy_path, inventory_for, stack_of
 
 from lab.core.errors import GpulabError, RunError
 from lab.validate import fleet
@@ -268,3 +268,12 @@ def test_a_negative_error_count_cannot_offset_the_others(refs):
     host = run({"h200-01": got}, refs).hosts["h200-01"]
     c = next(c for c in host["gpus"]["0"]["checks"] if c["check"] == "retired pages")
     assert c["verdict"] == "FAIL" and c["reason"] == "70 retired pages: replace the GPU"
+
+
+def test_a_gpu_missing_a_figure_the_hosts_other_gpus_have_is_named(refs):
+    x8 = json.loads((FIXTURES / "h200-x8-standard.handmade.json").read_text())
+    del x8["gpus"]["3"]["solo"]["matmul_bf16_tflops"]  # its reference check and fleet check go with it
+    got = fleet.read_burnin(_one_line(x8), "h200-01", 0)
+    v = fleet.evaluate({"h200-01": got}, [inventory_for(x8)], refs, stack_of(x8), level="standard")
+    (warn,) = [c for c in v.hosts["h200-01"]["checks"] if c["check"] == "burn-in document"]
+    assert warn["verdict"] == "WARN" and warn["reason"].startswith("GPU 3 lacks matmul_bf16_tflops")
