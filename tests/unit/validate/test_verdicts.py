@@ -583,3 +583,12 @@ def test_the_summary_shows_what_a_host_printed_on_one_bounded_line_without_escap
     assert lines[1].startswith("FAIL  h200-01: DCGM diagnostic: level 2: no host engine PASS h200-02: all checks")
     assert not any(line.startswith("PASS") for line in lines) and "\x1b" not in "".join(lines)
     assert "\\x1b[2J" in lines[1] and max(map(len, lines)) < 500
+
+
+def test_an_xid_section_that_names_no_kernel_log_read_is_no_pass(snap, refs):
+    """The runner names the log it read, else why none: a section with neither passed as "no XID event since
+    boot (None)"."""
+    snap["xid"] = {"source": None, "error": None, "events": []}
+    v = run({"h200-01": snap}, refs)
+    for c in (checks_of(v, gpu=0)["XID events"], checks_of(v)["XID events (other devices)"]):
+        assert c["verdict"] == "WARN" and c["reason"] == "kernel log not readable: no log named as read"
