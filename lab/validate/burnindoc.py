@@ -6,8 +6,10 @@ lab.validate's checks read). A value the schema refuses where the schema allows 
 is set to null and named in the document's ``unreadable`` list, so that one hostile value costs that
 value alone and the host's other figures are still judged (``unreadable_check``: one WARN that names
 them); a document whose shape cannot be read even so is one RunError naming the host and the field.
-``malformed`` is the one FAIL record of a host whose document still held a shape the checks could not
-read (a document handed to ``evaluate`` without ``read_burnin``).
+``incomplete_check`` is one WARN when the answer lacks what a burn-in of the level asked for writes (a
+probe alone, another level, an unknown outcome, a GPU without a figure under load): what did not run is
+never a pass. ``malformed`` is the one FAIL record of a host whose document still held a shape the checks
+could not read (a document handed to ``evaluate`` without ``read_burnin``).
 """
 
 from __future__ import annotations
@@ -92,6 +94,61 @@ def unreadable_check(doc: dict) -> list[dict]:
             f"{len(left)} value(s) of the burn-in document were unreadable and left out, the rest judged: {shown}"[
                 :300
             ],
+        )
+    ]
+
+
+LOADED = ("standard", "burn-in")  # the levels whose document holds every GPU's figures under load
+OUTCOMES = ("completed", "failed")  # what the runner's document of a host with GPUs says
+
+
+def _figures(entry) -> set[str]:
+    """The names of the figures a GPU's burn-in entry measured on its own (its ``solo``)."""
+    solo = entry.get("solo") if isinstance(entry, dict) else None
+    return {k for k, v in solo.items() if v is not None} if isinstance(solo, dict) else set()
+
+
+def incomplete_check(doc: dict | None, probe: dict, asked: str | None = None) -> list[dict]:
+    """One WARN when the host's answer lacks what a burn-in of the level asked for (``asked``; None: the
+    document's own level) writes: a GPU the driver counts that it does not list, no burn-in document at all,
+    another level, an outcome the runner never writes, a GPU without one figure under load or without one the
+    host's other GPUs have (and without a failed test of its own, which fails it); nothing otherwise. A cut or emptied document is never a pass of
+    the checks that did not run."""
+    listed = {g.get("index") for g in probe.get("gpus") or []}
+    count = probe.get("gpu_count")
+    unlisted = [str(i) for i in range(count) if i not in listed] if isinstance(count, int) else []
+    problems = (
+        [f"GPU {', '.join(unlisted[:8])} counted by the driver (gpu_count {count}) but not in it"] if unlisted else []
+    )
+    if doc is None:
+        problems += ["a probe document, no burn-in"] if asked in LOADED else []
+    else:
+        level, outcome = doc.get("level"), doc.get("outcome")
+        problems += [f"level {str(level)[:40]!r}, not the {asked} asked for"] if asked and level != asked else []
+        if outcome not in OUTCOMES:
+            problems.append(f"outcome {str(outcome)[:40]!r}, not one the runner writes")
+        if (asked or level) in LOADED:
+            entries = doc.get("gpus") or {}
+            failed = {r.get("gpu") for r in doc.get("results") or [] if not r.get("ok")}
+            judged = [g.get("index") for g in probe.get("gpus") or [] if "error" not in g]
+            have = {str(i): _figures(entries.get(str(i))) for i in judged if i not in failed}
+            every = set().union(*have.values())  # what the same tests gave the host's other GPUs
+            bare = [i for i, names in have.items() if not names]
+            short = [
+                f"GPU {i} lacks {', '.join(sorted(every - names)[:3])}" for i, names in have.items() if names < every
+            ]
+            if bare:
+                problems.append(f"no figure under load of GPU {', '.join(bare[:8])}{' ...' if len(bare) > 8 else ''}")
+            problems += short[:3]
+    if not problems:
+        return []
+    return [
+        check(
+            "burn-in document",
+            WARN,
+            None,
+            f"a {asked or (doc or {}).get('level') or 'probe'} document of every GPU",
+            f"{'; '.join(problems)}: what the burn-in did not report is not judged"[:300],
         )
     ]
 

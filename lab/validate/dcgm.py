@@ -31,6 +31,8 @@ How dcgmi's JSON is read (what its writer does, and the verdict of each):
   Manager training error, a denylisted driver, a device-count mismatch) become
   one host record of that test with their DCGM_FR codes, so the action is the
   code's. A Fail with no error anywhere is a FAIL that says so.
+- A test with results per GPU that leaves out a GPU of the host (no result names it) gives that
+  GPU a WARN of that test, "not judged by DCGM": a GPU missing from the output is never a silent pass.
 
 A GPU's result joins that GPU's checks; a result of the whole host, of another
 entity or of a GPU the probe does not list joins the host's. Without dcgmi the
@@ -60,6 +62,7 @@ STATUS = {"pass": PASS, "skip": PASS, "warn": WARN, "fail": FAIL}
 CHECK = "DCGM diagnostic"
 ROOTS = ("DCGM Diagnostic", "DCGM GPU Diagnostic")
 VERSION = re.compile(r"dcgmi\s+version:\s*([0-9][0-9A-Za-z.+-]*)")
+TEXT, NAME = 500, 100  # characters kept of dcgmi's messages, and of its names (tests, categories, statuses, ids)
 
 
 @functools.lru_cache(maxsize=4)
@@ -136,17 +139,56 @@ def _not_run(reason: str, required: bool) -> dict:
 
 def _failed(level, why) -> dict:
     """The host's FAIL when dcgmi at ``level`` gave no judgeable results (``why``)."""
+    why = str(why)[:TEXT]
     return check(CHECK, FAIL, None, "DCGM diagnostic results", f"level {level}: {why}", source="dcgm", dcgm_level=level)
 
 
 def _entity(result: dict) -> tuple[str, str] | None:
     """('GPU', '0') / ('NvSwitch', '3') / None (the whole host or several GPUs)."""
     if "entity_group" in result and "entity_id" in result:
-        return str(result["entity_group"]), str(result["entity_id"])
+        return str(result["entity_group"])[:NAME], str(result["entity_id"])[:NAME]
     if "gpu_id" in result:
-        return "GPU", str(result["gpu_id"])
+        return "GPU", str(result["gpu_id"])[:NAME]
     ids = str(result.get("gpu_ids", "")).split(",")
     return ("GPU", ids[0].strip()) if len(ids) == 1 and ids[0].strip() else None
+
+
+def _reports_on(result: dict) -> set[str]:
+    """The GPUs a result of one GPU reports on: DCGM 4's entity of group GPU, DCGM 3's plugin result (its
+    ``gpu_id`` text, or ``gpu_ids``); none for the host, another entity or a DCGM 3 basic test (its
+    ``gpu_id`` a number: the GPU of its last error, not the GPUs it covered)."""
+    if result.get("_summary"):
+        return set()
+    if "entity_group" in result and "entity_id" in result:
+        return {str(result["entity_id"]).strip()} if str(result["entity_group"]) == "GPU" else set()
+    if isinstance(result.get("gpu_id"), str):
+        return {result["gpu_id"].strip()}
+    ids = result.get("gpu_ids")
+    ids = ids.split(",") if isinstance(ids, str) else ids if isinstance(ids, list) else []
+    return {str(i).strip() for i in ids if str(i).strip()}
+
+
+def _unreported(test: str, category: str, level, reported: set[str]) -> dict:
+    """The WARN of a GPU that a test with results per GPU leaves out."""
+    named = ", ".join(sorted(reported, key=lambda i: (not i.isdigit(), int(i) if i.isdigit() else 0, i)))
+    return check(
+        f"DCGM {test}",
+        WARN,
+        None,
+        "a result for this GPU",
+        f"level {level} {category}: dcgmi's output has no result for this GPU (it reports GPU {named[:200]}): "
+        "not judged by DCGM",
+        source="dcgm",
+        dcgm_level=level,
+        dcgm_test=test,
+        dcgm_code=None,
+        dcgm_errors=[],
+    )
+
+
+def _items(value) -> list[dict]:
+    """The objects of a list in dcgmi's document; nothing where it holds another shape."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 def _named(table: dict, number) -> str | None:
@@ -169,7 +211,7 @@ def _errors(result: dict, table: dict) -> list[dict]:
             {
                 "code": code,
                 "name": name,
-                "message": str(w.get("warning") or w.get("warnings") or "")[:500],
+                "message": str(w.get("warning") or w.get("warnings") or "")[:TEXT],
                 "severity": _named(table["severities"], w.get("error_severity")),
                 "category": _named(table["categories"], w.get("error_category")),
             }
@@ -188,7 +230,7 @@ def _record(
     elsewhere: str | None = None,
 ) -> dict:
     """One result as a check record; ``elsewhere``: where the test's errors are when not in this result."""
-    status = str(result.get("status", "")).strip()
+    status = str(result.get("status", "")).strip()[:NAME]
     verdict = STATUS.get(status.lower(), FAIL)
     errors = _errors(result, table)
     if status.lower() == "fail" and errors and all(e["name"] in table["warnings"] for e in errors):
@@ -209,7 +251,7 @@ def _record(
     else:
         reason = {"pass": "passed", "skip": "skipped by DCGM"}.get(status.lower(), status.lower())
         info = (
-            [str(i) for i in result.get("info") or [] if isinstance(i, str)][:2]
+            [i[:TEXT] for i in result.get("info") or [] if isinstance(i, str)][:2]
             if isinstance(result.get("info"), list)
             else []
         )
@@ -273,18 +315,10 @@ def _from_document(doc: dict, host: list[dict], gpu_indices: list, level) -> tup
     if root.get("runtime_error"):
         host.append(_failed(level, root["runtime_error"]))
     count = 0
-    for cat in root.get("test_categories") or []:
-        if not isinstance(cat, dict):
-            continue
-        for test in cat.get("tests") or []:
-            if not isinstance(test, dict):
-                continue
-            name, category = str(test.get("name", "?")), str(cat.get("category", "?"))
-            results = (
-                [r for r in test.get("results") or [] if isinstance(r, dict)]
-                if isinstance(test.get("results"), list)
-                else []
-            )
+    for cat in _items(root.get("test_categories")):
+        for test in _items(cat.get("tests")):
+            name, category = str(test.get("name", "?"))[:NAME], str(cat.get("category", "?"))[:NAME]
+            results = _items(test.get("results"))
             summary = test.get("test_summary") if isinstance(test.get("test_summary"), dict) else None
             if summary is not None and (not results or _errors(summary, table)):
                 results.append({**summary, "_summary": True})  # errors of no GPU: the host's, with their codes
@@ -304,6 +338,9 @@ def _from_document(doc: dict, host: list[dict], gpu_indices: list, level) -> tup
                 rec = _record(name, category, r, level, table, entity, gpu is not None, elsewhere)
                 (per_gpu.setdefault(gpu, []) if gpu is not None else host).append(rec)
                 count += 1
+            reported = set().union(*(_reports_on(r) for r in results))
+            for gpu in [str(i) for i in gpu_indices if str(i) not in reported] if reported else ():
+                per_gpu.setdefault(gpu, []).append(_unreported(name, category, level, reported))
     if not count and not root.get("runtime_error"):
         host.append(_failed(level, "no test results in dcgmi's output"))
     return host, per_gpu

@@ -28,7 +28,7 @@ from typing import Any, Iterable
 from lab.core.errors import HostError
 from lab.validate import trends as trend, vendor
 from lab.validate.actions import attach_actions, load_actions
-from lab.validate.burnindoc import malformed, unreadable_check
+from lab.validate.burnindoc import incomplete_check, malformed, unreadable_check
 from lab.validate.gpuchecks import fleet_checks, fleet_medians, gpu_checks, split_snapshot, xid_checks
 from lab.validate.gpurefs import model_key
 from lab.validate.hostchecks import count_checks, no_gpu_checks, stack_checks
@@ -165,7 +165,9 @@ def evaluate(
     medians = fleet_medians(per_gpu, references)
 
     out_hosts = {
-        name: _host_verdict(name, hosts.get(name), parsed[name], references, medians, stacks, tools, past, trends)
+        name: _host_verdict(
+            name, hosts.get(name), parsed[name], references, medians, stacks, tools, past, trends, level=level
+        )
         for name in names
     }
     summary = {v: sum(1 for h in out_hosts.values() if h["verdict"] == v) for v in (PASS, WARN, FAIL)}
@@ -193,11 +195,16 @@ def _host_verdict(
     tools: dict | None,
     past,
     trends,
+    *,
+    level: str | None = None,
 ) -> dict:
-    """One host's record: its own checks, its GPUs' records, DCGM's and Fabric Manager's, the tools' figures."""
+    """One host's record: its own checks, its GPUs' records, DCGM's and Fabric Manager's, the tools' figures;
+    ``level``: the burn-in level asked for (None: the document's own)."""
     snap, probe, burnin = parsed
     try:
-        checks, gpus = _host_checks(name, host, snap, probe, burnin, references, medians, stacks, past, trends)
+        checks, gpus = _host_checks(
+            name, host, snap, probe, burnin, references, medians, stacks, past, trends, level=level
+        )
     except MALFORMED as exc:
         checks, gpus, probe, burnin = [malformed(exc)], {}, None, None
     cpu_host = any(c.get("cpu_host") for c in checks)
@@ -214,7 +221,18 @@ def _host_verdict(
 
 
 def _host_checks(
-    name: str, host, snap, probe, burnin, references: dict, medians: dict, stacks: dict | None, past, trends
+    name: str,
+    host,
+    snap,
+    probe,
+    burnin,
+    references: dict,
+    medians: dict,
+    stacks: dict | None,
+    past,
+    trends,
+    *,
+    level: str | None = None,
 ) -> tuple[list[dict], dict[str, dict]]:
     """(the host's own checks, its GPUs' records by index); a malformed document raises one of MALFORMED."""
     if isinstance(probe, BaseException):
@@ -231,17 +249,22 @@ def _host_checks(
         ], {}
     if not probe.get("gpus"):
         return list(no_gpu_checks(host, probe)), {}  # a CPU host where the inventory expects no GPU
+    indices = [str(g.get("index")) for g in probe["gpus"]]
+    twice = sorted({i for i in indices if indices.count(i) > 1})
+    if twice:  # one GPU's record would replace the other's, and its failures with it
+        raise ValueError(f"probe.gpus lists GPU index {', '.join(twice[:5])} more than once")
     checks = list(count_checks(host, probe, probe["gpus"]))
     checks += stack_checks(probe, _expected_stack(stacks, name, host))
+    judged = {g.get("index") for g in probe["gpus"] if "error" not in g}  # GPUs whose own records judge theirs
     xid = (burnin or {}).get("xid")
     if xid is not None:
-        orphans = [e for e in xid.get("events", []) if e.get("gpu") is None]
+        orphans = [e for e in xid.get("events", []) if e.get("gpu") is None or e.get("gpu") not in judged]
         if orphans or xid.get("source") is None:
             checks += xid_checks(references, orphans, xid.get("source"), xid.get("error"), "XID events (other devices)")
+    checks += incomplete_check(burnin, probe, level)
     if burnin is not None:
         checks += unreadable_check(burnin)
-        if burnin.get("outcome") == "failed":
-            checks += burnin_failures(burnin, None)
+        checks += burnin_failures(burnin, None, judged)
         checks += host_metric_checks(burnin, probe, references)
         checks += guarded("standard tools", host_tool_checks, burnin, probe, references)
     gpus = {

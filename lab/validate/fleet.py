@@ -30,7 +30,7 @@ from lab.core import schema
 from lab.core import writes
 from lab.core.errors import CheckFailed, ConfigError
 from lab.validate import dcgm, trends as trend
-from lab.validate.burnindoc import read_burnin
+from lab.validate.burnindoc import UNREADABLE, read_burnin
 from lab.validate.evaluation import evaluate
 from lab.validate.gathering import LEVEL_TIMEOUT_S, burnin_argv, gather_one, stacks_for, time_limits
 from lab.validate.gpuchecks import split_snapshot
@@ -106,6 +106,8 @@ def _refuse_unmeasured(snapshots: dict[str, Any], names: list[str]) -> None:
             bad.append(f"{n}: no burn-in measurements (run --level standard or burn-in)")
         elif burnin.get("outcome") != "completed":
             bad.append(f"{n}: burn-in {burnin.get('outcome')}: {burnin.get('reason')}")
+        elif burnin.get(UNREADABLE):  # values left out as no measurement: the rest is no known-good figure either
+            bad.append(f"{n}: its burn-in document had unreadable values ({'; '.join(burnin[UNREADABLE][:2])[:160]})")
     if bad:
         raise CheckFailed("baseline needs known-good hosts with burn-in results; " + "; ".join(bad))
 
@@ -143,7 +145,8 @@ def build_references(
             gpu_names.setdefault(model, set()).add(g.get("name"))
             bg = (burnin.get("gpus") or {}).get(str(g["index"])) or {}
             for metric, v in (bg.get("solo") or {}).items():
-                values.setdefault(model, {}).setdefault(metric, []).append(float(v))
+                if v is not None:  # not measured
+                    values.setdefault(model, {}).setdefault(metric, []).append(float(v))
             pw = (bg.get("load") or {}).get("power_w_max")
             if pw is not None:
                 values.setdefault(model, {}).setdefault("load_power_w", []).append(float(pw))
@@ -157,7 +160,7 @@ def build_references(
         }
         if len(models) == 1:
             for metric in HOST_METRICS:
-                if metric in hm:
+                if hm.get(metric) is not None:
                     values.setdefault(next(iter(models)), {}).setdefault(metric, []).append(float(hm[metric]))
 
     out = copy.deepcopy(references)

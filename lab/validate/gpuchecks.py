@@ -38,8 +38,8 @@ def _xid_name(refs: dict, xid: int) -> str:
 def xid_checks(refs: dict, events: list[dict], source: str | None, error: str | None, label: str) -> list[dict]:
     xcfg = refs["checks"]["xid"]
     events = [e for e in events if e["xid"] not in set(xcfg.get("ignore", []))]
-    if source is None and error:
-        return [check(label, WARN, None, "no XID", f"kernel log not readable: {error}")]
+    if source is None:  # no kernel log read: no XID seen is no XID known
+        return [check(label, WARN, None, "no XID", f"kernel log not readable: {error or 'no log named as read'}")]
     if not events:
         return [check(label, PASS, 0, "no XID", f"no XID event since boot ({source})")]
     fails = [e for e in events if e["xid"] in set(xcfg["fail"])]

@@ -6,7 +6,8 @@ remapping, XID events; "GPU present" and "readable" as validate names them), so 
 the gate for exactly what would fail it in `invoke validate`, with the action of
 lab/data/actions.yml (lab.validate.actions). XIDs count only when they came after ``mark`` (the
 boot id and uptime of the host's last check: same boot, later uptime); without a mark, every XID
-of the current boot counts. Plain data in, plain data out.
+of the current boot counts; an XID of no GPU the document lists (one that fell off the bus) is the
+host's, "XID events (other devices)" as validate names it. Plain data in, plain data out.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from lab.core import schema
 from lab.core.errors import ConfigError
 
 from lab.validate.actions import action_for, load_actions
-from lab.validate.gpuchecks import GpuFacts, ecc_checks, gpu_xid_checks, memory_checks
+from lab.validate.gpuchecks import GpuFacts, ecc_checks, gpu_xid_checks, memory_checks, xid_checks
 from lab.validate.gpurefs import load_references
 from lab.validate.verdict import FAIL, PASS, check
 
@@ -61,6 +62,10 @@ def check_document(doc) -> str | None:
         for g in doc["gpus"]
     ):
         return "its 'gpus' is not a list of GPUs with indices"
+    indices = [g["index"] for g in doc["gpus"]]
+    twice = sorted({i for i in indices if indices.count(i) > 1})
+    if twice:  # one GPU's record would hide the other's
+        return f"its 'gpus' lists GPU index {', '.join(map(str, twice[:5]))} more than once"
     if not isinstance(doc.get("xid"), dict) or not isinstance(doc["xid"].get("events", []), list):
         return "its 'xid' is not an object with events"
     try:  # its probe part (GPUs, ECC, row remapping, ...) has the burn-in document's probe shape
@@ -86,7 +91,8 @@ def judge(
     doc: dict, *, expect_gpus: bool, mark=None, used=(), refs: dict | None = None, table: dict | None = None
 ) -> Health:
     """The verdict of one health document (check_document first); ``expect_gpus``: the inventory says
-    the host has GPUs, so NVML must answer; ``used``: the GPUs a run had (one NVML no longer lists is lost)."""
+    the host has GPUs, so NVML must answer; ``used``: the GPUs a run had (one NVML no longer lists is lost, as is one it counts, ``gpu_count``, but
+    does not list)."""
     refs, table = refs or load_references(), table or load_actions()
     h = Health(ok=True, boot_id=doc.get("boot_id"), uptime_s=doc.get("uptime_s"), at=doc.get("collected_at"))
     nvidia = doc.get("nvidia")
@@ -107,6 +113,11 @@ def judge(
     xid = dict(doc.get("xid") or {})
     xid["events"] = _new_events(xid, mark, doc.get("boot_id"))
     since = " since the last health check" if mark and mark[0] == doc.get("boot_id") else " since boot"
+    judged = {g["index"] for g in doc.get("gpus") or [] if not g.get("error")}
+    orphans = [e for e in xid["events"] if e.get("gpu") is None or e.get("gpu") not in judged]
+    if orphans:  # a GPU NVML no longer lists (fallen off the bus) has no check of its own: the host's, as validate's
+        rec = xid_checks(refs, orphans, xid.get("source"), xid.get("error"), "XID events (other devices)")[0]
+        h.host_checks.append({**rec, "reason": rec["reason"].replace(" since boot", since)})
     for g in doc.get("gpus") or []:
         idx = g["index"]
         if g.get("error"):
@@ -118,7 +129,9 @@ def judge(
                 if c["check"] == "XID events":
                     c["reason"] = c["reason"].replace(" since boot", since)
         h.gpus[idx] = {"uuid": g.get("uuid"), "serial": g.get("serial"), "name": g.get("name"), "checks": checks}
-    for idx in sorted(set(used) - set(h.gpus)):
+    count = doc.get("gpu_count")
+    counted = set(range(count)) if isinstance(count, int) and 0 < count <= 4096 else set()
+    for idx in sorted((set(used) | counted) - set(h.gpus)):  # a GPU counted but not listed is judged by nothing
         h.gpus[idx] = {
             "uuid": None,
             "serial": None,

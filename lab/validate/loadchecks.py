@@ -212,13 +212,20 @@ def host_metric_checks(burnin: dict, probe: dict, refs: dict) -> list[dict]:
     return out
 
 
-def burnin_failures(burnin: dict, index: int | None) -> list[dict]:
-    """Failed load tests (crash, wrong results, timeout) of one GPU (None: host-wide tests)."""
-    fails = [r for r in burnin.get("results", []) if not r.get("ok") and r.get("gpu") == index]
+def burnin_failures(burnin: dict, index: int | None, judged: set | frozenset = frozenset()) -> list[dict]:
+    """Failed load tests (crash, wrong results, timeout) of one GPU; None: the host's, those of no GPU and
+    those of a GPU index not in ``judged`` (the GPUs whose own records judge theirs), whatever the outcome."""
+    fails = [
+        r
+        for r in burnin.get("results") or []
+        if not r.get("ok")
+        and (r.get("gpu") == index if index is not None else r.get("gpu") is None or r.get("gpu") not in judged)
+    ]
     if not fails:
         return []
     text = "; ".join(
-        f"{r.get('test')}{' ' + r['dtype'] if r.get('dtype') else ''} ({r.get('phase')}): {r.get('error')}"
+        ("" if index is not None or r.get("gpu") is None else f"GPU {r.get('gpu')} ")
+        + f"{r.get('test')}{' ' + r['dtype'] if r.get('dtype') else ''} ({r.get('phase')}): {r.get('error')}"
         for r in fails[:4]
     )
     more = f" and {len(fails) - 4} more" if len(fails) > 4 else ""

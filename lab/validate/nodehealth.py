@@ -18,18 +18,19 @@ one line, never a PASS.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import socket
 import subprocess
 import sys
 
+from lab.core import plaindata
 from lab.core.errors import ConfigError, GpulabError, excerpt, printable
 from lab.hosts import slurm
 from lab.validate import health
 
 TIMEOUT_S = 120
+OUTPUT_CHARS = 4 << 20  # the health document is a few kB
 
 
 def gather(python: str, path: str | None) -> dict:
@@ -37,24 +38,17 @@ def gather(python: str, path: str | None) -> dict:
     if path:
         env["PYTHONPATH"] = path
     try:
-        res = subprocess.run(
-            [python, "-m", "runner", "health"],
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=TIMEOUT_S,
-            env=env,
-        )
+        res = subprocess.run([python, "-m", "runner", "health"], capture_output=True, timeout=TIMEOUT_S, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"_error": f"runner health did not run: {type(exc).__name__}: {exc}"[:300]}
+    # what the node printed is hostile: bytes that are not UTF-8, nesting, NaN, a lone surrogate are its error
+    stdout, stderr = (b.decode(errors="replace") for b in (res.stdout, res.stderr))
     if res.returncode != 0:
-        return {
-            "_error": f"runner health exited {res.returncode}: {(res.stderr.strip().splitlines() or [''])[-1]}"[:300]
-        }
+        return {"_error": f"runner health exited {res.returncode}: {(stderr.strip().splitlines() or [''])[-1]}"[:300]}
     try:
-        return json.loads(res.stdout[: 4 << 20])
-    except (ValueError, RecursionError):  # RecursionError: nested too deep ("[[[[...")
-        return {"_error": "runner health printed no JSON document"}
+        return plaindata.loads(stdout, finite=True, limit=OUTPUT_CHARS)
+    except ValueError as exc:
+        return {"_error": f"runner health printed no usable JSON document ({exc})"[:300]}
 
 
 MIG = re.compile(r"(?:^|_)[0-9]+g\.[0-9]+gb$")  # a MIG instance's Gres type (1g.10gb, nvidia_a100_3g.20gb)

@@ -14,6 +14,8 @@ The rules for what the tools said (their output as tests/samples/ shows it, from
   of several GPUs) FAILs "nvbandwidth P2P read (slowest peer)" where the references give its model
   a GPU-to-GPU figure (a GPU that reaches no peer is the one at fault: the peers it leaves N/A are
   not failed for it);
+- a GPU that nvbandwidth's output has no figure of where the references give its model one (a column
+  missing, N/A from host copies) is a WARN of that figure, "not judged", never a silent pass;
 - a tool that could not run (gone where provisioning built it, timed out and killed, its own
   error, output that stops or cannot be read) is a WARN that says why, never a PASS; a tool that
   provisioning did not build here (``bwtools_tools: {}``) and that is not there gives no record.
@@ -22,6 +24,7 @@ The rules for what the tools said (their output as tests/samples/ shows it, from
 from __future__ import annotations
 
 from lab.validate.gpurefs import model_key
+from lab.validate.linkchecks import guarded
 from lab.validate.verdict import FAIL, WARN, fmt_value, check, judge_metric
 
 # (reference metric, the tool's figure, label, gpulab's own metric of the same path)
@@ -72,6 +75,13 @@ P2P_METRIC, P2P_LABEL = "nvbandwidth_d2d_read_gbs", "nvbandwidth P2P read (slowe
 P2P_CASE = "device_to_device_memcpy_read_ce"
 
 
+def _peers(burnin: dict | None, nvb: dict, figures: dict) -> bool:
+    """Whether this GPU should have a GPU-to-GPU figure: peers on the host, and neither a waived testcase nor
+    peers without access (both FAIL "nvbandwidth P2P read (slowest peer)" below)."""
+    waived = ((nvb.get("testcases") or {}).get(P2P_CASE) or {}).get("status") == "Waived"
+    return len((burnin or {}).get("gpus") or {}) > 1 and not waived and not figures.get("d2d_no_peer")
+
+
 def gpu_tool_checks(burnin: dict | None, index, model_ref: dict | None) -> list[dict]:
     """nvbandwidth's figures of one GPU against its model's references (where they have one); a GPU
     without peer access where the references require GPU-to-GPU bandwidth FAILs."""
@@ -83,6 +93,17 @@ def gpu_tool_checks(burnin: dict | None, index, model_ref: dict | None) -> list[
         value = figures.get(key)
         if ref is not None and isinstance(value, (int, float)):
             out.append(judge_metric(metric, float(value), ref, label))
+        elif ref is not None and nvb is not None and (key != "d2d_read_min_gbs" or _peers(burnin, nvb, figures)):
+            out.append(
+                check(
+                    label,
+                    WARN,
+                    None,
+                    "a figure of this GPU",
+                    f"not judged: nvbandwidth's output has no {label.removeprefix('nvbandwidth ')} figure of this GPU",
+                    "GB/s",
+                )
+            )
     ref = ((model_ref or {}).get("metrics") or {}).get(P2P_METRIC)
     ngpus = len((burnin or {}).get("gpus") or {})
     if nvb is not None and ref is not None and ngpus > 1:
@@ -142,28 +163,40 @@ def host_tool_checks(burnin: dict, probe: dict, refs: dict, expected: set | None
     against the references (a reference is for all GPUs of the host); figures no reference judges.
     ``expected``: the tools the host's stack profile builds (None: not known)."""
     tools = burnin.get("tools") or {}
-    out = _not_run(tools, expected)
-    out += _nvbandwidth_data_check(tools)
     names = sorted({g.get("name") or "?" for g in probe.get("gpus") or [] if "error" not in g})
     models = sorted({m for m in (model_key(n, refs) for n in names) if m})
+    # each tool's section judged on its own: a malformed one is its own WARN and hides no other tool's verdict
+    return (
+        guarded("standard tools", _not_run, tools, expected)
+        + guarded("nvbandwidth", _nvbandwidth_data_check, tools)
+        + guarded("nccl-tests", _nccl_part, burnin, probe, refs, names, models)
+        + guarded("nvbandwidth", _nvbandwidth_unjudged, burnin, refs, names, models)
+    )
+
+
+def _nccl_part(burnin: dict, probe: dict, refs: dict, names: list[str], models: list[str]) -> list[dict]:
     nccl = _tool(burnin, "nccl_tests")
-    if nccl is not None:
-        out += _nccl_checks(nccl, probe, refs, names, models)
+    return _nccl_checks(nccl, probe, refs, names, models) if nccl is not None else []
+
+
+def _nvbandwidth_unjudged(burnin: dict, refs: dict, names: list[str], models: list[str]) -> list[dict]:
+    """A WARN when no reference judges nvbandwidth's figures of these GPUs."""
     nvb = _tool(burnin, "nvbandwidth")
-    if nvb is not None and nvb.get("gpus"):
-        missing = [m for m in models if not any(metric in refs["models"][m]["metrics"] for metric, *_ in NVB_FIGURES)]
-        unknown = [n for n in names if model_key(n, refs) is None]
-        if missing or unknown:
-            out.append(
-                check(
-                    "nvbandwidth",
-                    WARN,
-                    None,
-                    "a reference",
-                    f"nvbandwidth's figures not judged: no reference for {', '.join(missing + unknown)}",
-                )
-            )
-    return out
+    if nvb is None or not nvb.get("gpus"):
+        return []
+    missing = [m for m in models if not any(metric in refs["models"][m]["metrics"] for metric, *_ in NVB_FIGURES)]
+    unknown = [n for n in names if model_key(n, refs) is None]
+    if not (missing or unknown):
+        return []
+    return [
+        check(
+            "nvbandwidth",
+            WARN,
+            None,
+            "a reference",
+            f"nvbandwidth's figures not judged: no reference for {', '.join(missing + unknown)}",
+        )
+    ]
 
 
 def _nvbandwidth_data_check(tools: dict) -> list[dict]:

@@ -327,9 +327,9 @@ def test_a_reason_that_is_not_utf8_is_read(fake, tmp_path):
 @pytest.mark.parametrize(
     "printed, said",
     [
-        (b"[" * 100_000, "runner health printed no JSON document"),
-        (b'{"kind": "\xff\xfe"', "runner health printed no JSON document"),
-        (b"\xff" * 10, "runner health printed no JSON document"),
+        (b"[" * 100_000, "runner health printed no usable JSON document"),
+        (b'{"kind": "\xff\xfe"', "runner health printed no usable JSON document"),
+        (b"\xff" * 10, "runner health printed no usable JSON document"),
         (b"5", "runner health: not a health document"),  # JSON, but no object: TypeError
         (b'"_error"', "runner health: not a health document"),  # a text holding "_error": TypeError
     ],

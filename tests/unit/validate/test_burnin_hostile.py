@@ -9,7 +9,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from snapshots import healthy_path, inventory_for, stack_of
+from snapshots import FIXTURES, healthy_path, inventory_for, stack_of
 
 from lab.core.errors import GpulabError, RunError
 from lab.validate import fleet
@@ -187,3 +187,93 @@ def test_an_ungated_hostile_document_is_a_runner_fail(refs, path, value):
     host = run({"h200-01": _replace(DOC, path, value)}, refs).hosts["h200-01"]
     assert host["verdict"] == "FAIL"
     assert any(c["check"] == "runner" and "malformed" in c["reason"] for c in host["checks"])
+
+
+def test_a_gpu_index_listed_twice_is_a_malformed_document_not_one_gpu_hidden(refs):
+    doc = copy.deepcopy(DOC)
+    doc["probe"]["gpus"].append(copy.deepcopy(doc["probe"]["gpus"][0]))  # a clean GPU 0 after ...
+    doc["probe"]["gpus"][0]["ecc"]["uncorrected_volatile"] = 4  # ... the one that fails
+    host = run({"h200-01": fleet.read_burnin(_one_line(doc), "h200-01", 0)}, refs).hosts["h200-01"]
+    assert host["verdict"] == "FAIL" and host["gpus"] == {}
+    assert [c["reason"] for c in host["checks"] if c["check"] == "runner"] == [
+        "the host's burn-in document is malformed (ValueError: probe.gpus lists GPU index 0 more than once)"
+    ]
+
+
+def _with_link_and_tool_facts(doc: dict) -> dict:
+    doc = copy.deepcopy(doc)
+    gpu = doc["probe"]["gpus"][0]
+    gpu["pcie"]["replay_count"] = 0
+    gpu["aer"] = {"device": "0000:18:00.0", "upstream": None}
+    gpu["aer"].update({k: {"total": 0, "counts": {}} for k in ("correctable", "nonfatal", "fatal")})
+    doc["tools"] = {"nccl_tests": {"ran": True, "busbw_gbs": 480.0, "ngpus": len(doc["probe"]["gpus"]), "wrong": 0}}
+    return doc
+
+
+@pytest.mark.parametrize(
+    "path, value, field, judged",
+    [
+        (("gpus", "0", "idle", "temp_c_max"), -1e308, "gpus.0.idle.temp_c_max", "idle temperature"),
+        (("gpus", "0", "load", "sm_clock_mhz_median"), 1e308, "gpus.0.load.sm_clock_mhz_median", "load SM clock"),
+        (("gpus", "0", "solo", "matmul_bf16_tflops"), 1e308, "gpus.0.solo.matmul_bf16_tflops", "matmul_bf16_tflops"),
+        (("probe", "gpus", 0, "pcie", "width_current"), 1e308, "probe.gpus.0.pcie.width_current", "PCIe link"),
+        (("probe", "gpus", 0, "pcie", "replay_count"), -5, "probe.gpus.0.pcie.replay_count", "PCIe replays"),
+        (("probe", "gpus", 0, "aer", "fatal", "total"), -1, "probe.gpus.0.aer.fatal.total", "PCIe AER"),
+        (("tools", "nccl_tests", "busbw_gbs"), 1e308, "tools.nccl_tests.busbw_gbs", "nccl-tests busbw"),
+    ],
+)
+def test_a_figure_or_counter_no_gpu_can_show_is_left_out_never_judged(refs, path, value, field, judged):
+    """A negative count or temperature, or a figure beyond 1e12 (lab.core.limits.MEASUREMENT_ABS), passed
+    its check: -1 fatal AER errors, 1e308 TFLOP/s. It is no measurement: left out and named."""
+    doc = _with_link_and_tool_facts(DOC)
+    got = fleet.read_burnin(_one_line(_replace(doc, path, value)), "h200-01", 0)
+    assert [x.split(": ")[0] for x in got["unreadable"]] == [field]
+    host = run({"h200-01": got}, refs).hosts["h200-01"]
+    assert host["verdict"] != "PASS" and any(c["check"] == "burn-in document" for c in host["checks"])
+    records = host["checks"] + host["gpus"]["0"]["checks"]
+    assert all(c["measured"] != value for c in records if c["check"] == judged)
+
+
+@pytest.mark.parametrize(
+    "path, value, said",
+    [
+        (("gpus",), {}, "no figure under load of GPU 0"),
+        (("gpus", "0", "solo"), {}, "no figure under load of GPU 0"),
+        (("outcome",), "exploded", "outcome 'exploded', not one the runner writes"),
+        (("level",), "quick", "level 'quick', not the standard asked for"),
+        (("kind",), "a bare probe", "a probe document, no burn-in"),
+        (("probe", "gpu_count"), 2, "GPU 1 counted by the driver (gpu_count 2) but not in it"),
+    ],
+)
+def test_a_burn_in_that_did_not_report_what_its_level_writes_is_never_a_pass(refs, path, value, said):
+    doc = _replace(DOC, path, value)
+    if path == ("kind",):
+        doc = doc["probe"]
+    got = fleet.read_burnin(_one_line(doc), "h200-01", 0)
+    host = inventory_for(DOC, gpu_count=doc.get("probe", doc)["gpu_count"])  # the inventory agrees with the count
+    v = fleet.evaluate({"h200-01": got}, [host], refs, stack_of(DOC), level="standard")
+    host = v.hosts["h200-01"]
+    (warn,) = [c for c in host["checks"] if c["check"] == "burn-in document"]
+    assert host["verdict"] == "WARN" and warn["verdict"] == "WARN" and warn["reason"].startswith(said)
+    assert warn["action"]["kind"] == "fix_config"
+    clean = fleet.evaluate({"h200-01": DOC}, [inventory_for(DOC)], refs, stack_of(DOC), level="standard")
+    assert clean.hosts["h200-01"]["verdict"] == "PASS"
+
+
+def test_a_negative_error_count_cannot_offset_the_others(refs):
+    """-40 single-bit retired pages took 70 double-bit ones below the FAIL bound: now -40 is left out."""
+    doc = _replace(DOC, ("probe", "gpus", 0, "retired_pages"), {"single_bit": -40, "double_bit": 70, "pending": False})
+    got = fleet.read_burnin(_one_line(doc), "h200-01", 0)
+    assert got["probe"]["gpus"][0]["retired_pages"]["single_bit"] is None
+    host = run({"h200-01": got}, refs).hosts["h200-01"]
+    c = next(c for c in host["gpus"]["0"]["checks"] if c["check"] == "retired pages")
+    assert c["verdict"] == "FAIL" and c["reason"] == "70 retired pages: replace the GPU"
+
+
+def test_a_gpu_missing_a_figure_the_hosts_other_gpus_have_is_named(refs):
+    x8 = json.loads((FIXTURES / "h200-x8-standard.handmade.json").read_text())
+    del x8["gpus"]["3"]["solo"]["matmul_bf16_tflops"]  # its reference check and fleet check go with it
+    got = fleet.read_burnin(_one_line(x8), "h200-01", 0)
+    v = fleet.evaluate({"h200-01": got}, [inventory_for(x8)], refs, stack_of(x8), level="standard")
+    (warn,) = [c for c in v.hosts["h200-01"]["checks"] if c["check"] == "burn-in document"]
+    assert warn["verdict"] == "WARN" and warn["reason"].startswith("GPU 3 lacks matmul_bf16_tflops")

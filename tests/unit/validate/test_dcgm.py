@@ -147,6 +147,61 @@ def test_a_runtime_error_or_no_document_fails_the_host():
     assert host[0]["verdict"] == "FAIL" and "did not finish" in host[0]["reason"]
 
 
+@pytest.mark.parametrize(
+    "root",
+    [
+        {"test_categories": 5},
+        {"test_categories": [{"category": "Hardware", "tests": 5}]},
+    ],
+)
+def test_a_document_of_the_wrong_shape_fails_the_host_in_one_record(root):
+    host, gpus = dcgm.checks(
+        {"installed": True, "level": 2, "stdout": json.dumps({"DCGM Diagnostic": root})}, [0], None
+    )
+    assert gpus == {} and [(r["check"], r["verdict"], r["reason"]) for r in host] == [
+        ("DCGM diagnostic", "FAIL", "level 2: no test results in dcgmi's output")
+    ]
+
+
+def test_a_gpu_that_a_test_leaves_out_is_not_judged_by_dcgm_never_a_silent_pass():
+    doc = json.loads((FIXTURES / "v4-r2-pass.json").read_text())
+    memory = doc["DCGM Diagnostic"]["test_categories"][2]["tests"][0]
+    memory["results"] = [r for r in memory["results"] if r["entity_id"] == 0]
+    _, gpus = dcgm.checks(gathered("v4-r2-pass.json") | {"stdout": json.dumps(doc)}, [0, 1], OPTIONAL)
+    left_out = by_name(gpus["1"])["DCGM memory"]
+    assert left_out["verdict"] == "WARN" and left_out["reason"] == (
+        "level 2 Hardware: dcgmi's output has no result for this GPU (it reports GPU 0): not judged by DCGM"
+    )
+    assert action_for(left_out, load_actions())["kind"] == "rerun"
+    assert by_name(gpus["1"])["DCGM pcie"]["verdict"] == by_name(gpus["0"])["DCGM memory"]["verdict"] == "PASS"
+    # results of a GPU index the host does not have: every GPU it has is left out
+    for cat in doc["DCGM Diagnostic"]["test_categories"]:
+        for r in cat["tests"][0]["results"]:
+            r["entity_id"] = 99
+    _, gpus = dcgm.checks(gathered("v4-r2-pass.json") | {"stdout": json.dumps(doc)}, [0, 1], OPTIONAL)
+    assert {(g, r["check"], r["verdict"]) for g, rs in gpus.items() for r in rs} == {
+        (g, f"DCGM {t}", "WARN") for g in "01" for t in ("software", "pcie", "memory")
+    }
+    # DCGM 3's basic tests name only the GPU of their last error (a number): no GPU is left out by them
+    _, gpus = dcgm.checks(gathered("v3-r2-remap-gpu0.txt", version="3.3.9"), [0, 1, 2], None)
+    assert [r["check"] for r in gpus["2"] if r["verdict"] == "WARN"] == ["DCGM PCIe"]
+
+
+def test_dcgmis_texts_are_kept_as_excerpts_never_whole():
+    """A megabyte in runtime_error, a test's name, its status or info went whole into the records (validate.json,
+    the history): each is kept to its first 500 characters (a name, status or id to 100)."""
+    mb = "x" * 1_000_000
+    host, _ = dcgm.checks(
+        {"installed": True, "level": 2, "stdout": json.dumps({"DCGM Diagnostic": {"runtime_error": mb}})}, [0], None
+    )
+    assert host[0]["reason"] == f"level 2: {'x' * 500}"
+    result = {"entity_group": "GPU", "entity_id": 0, "status": mb, "info": [mb]}
+    doc = {"DCGM Diagnostic": {"test_categories": [{"category": mb, "tests": [{"name": mb, "results": [result]}]}]}}
+    _, gpus = dcgm.checks({"installed": True, "level": 2, "stdout": json.dumps(doc)}, [0], None)
+    (rec,) = gpus["0"]
+    assert rec["check"] == "DCGM " + "x" * 100 and rec["measured"] == "x" * 100 and len(rec["reason"]) < 400
+
+
 def test_without_dcgm_one_record_warn_or_fail_when_required():
     for expect, verdict in ((None, "WARN"), (OPTIONAL, "WARN"), (REQUIRED, "FAIL")):
         host, gpus = dcgm.checks({"installed": False, "level": 2}, [0], expect)

@@ -67,6 +67,29 @@ def test_nccl_tests_wrong_results_fail_with_their_action(x8):
     assert c["action"]["kind"] == "reset_gpu" and "nccl-tests.json" in c["action"]["evidence"]
 
 
+@pytest.mark.parametrize("corruption", [True, "yes", 5])
+def test_a_malformed_nvbandwidth_section_hides_no_nccl_tests_failure(x8, corruption):
+    """One tool's section of the wrong shape is that tool's WARN; the other tool's FAIL stands."""
+    nvb = {**nvb_json(), "corruption": corruption}
+    c = checks_of(verdicts(x8, nccl_tests=nccl(wrong=3), nvbandwidth=nvb))
+    assert c["nccl-tests data check"]["verdict"] == "FAIL" and c["nccl-tests busbw"]["verdict"] == "PASS"
+    assert c["nvbandwidth"]["verdict"] == "WARN"
+    assert c["nvbandwidth"]["reason"].startswith("not judged: the host's nvbandwidth facts are malformed")
+    assert "standard tools" not in c
+
+
+def test_a_gpu_missing_from_nvbandwidths_output_is_not_judged_never_a_silent_pass(x8):
+    nvb = nvb_json()
+    del nvb["gpus"]["7"]
+    v = verdicts(x8, nvbandwidth=nvb)
+    seven = {k: c for k, c in checks_of(v, gpu=7).items() if k.startswith("nvbandwidth")}
+    assert {k: (c["verdict"], c["reason"]) for k, c in seven.items()} == {
+        f"nvbandwidth {f}": ("WARN", f"not judged: nvbandwidth's output has no {f} figure of this GPU")
+        for f in ("H2D", "D2H", "P2P read (slowest peer)")
+    }
+    assert {c["verdict"] for k, c in checks_of(v, gpu=6).items() if k.startswith("nvbandwidth")} == {"PASS"}
+
+
 @pytest.mark.parametrize("scale, verdict", [(1.0, "PASS"), (0.92, "WARN"), (0.8, "FAIL")])
 def test_nvbandwidth_json_pass_warn_fail(x8, scale, verdict):
     v = verdicts(x8, nvbandwidth=nvb_json(scale))

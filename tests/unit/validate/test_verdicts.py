@@ -136,6 +136,19 @@ def test_xid_application_error_warns_and_unknown_device_is_host_level(snap, refs
     assert host["verdict"] == "FAIL" and "XID 48 (double-bit ECC error)" in host["reason"]
 
 
+def test_an_xid_of_a_gpu_index_the_host_does_not_judge_is_host_level_never_dropped(snap, refs):
+    snap["xid"].update(source="dmesg", error=None)
+    n = len(snap["probe"]["gpus"])
+    snap["xid"]["events"] = [{"xid": 79, "pci": "0000:ff:00", "gpu": n, "uptime_s": 2.0, "text": "off the bus"}]
+    host = checks_of(run({"h200-01": snap}, refs))["XID events (other devices)"]
+    assert host["verdict"] == "FAIL" and host["measured"] == [79]
+    # a GPU the probe could not read has no XID check of its own: its XIDs are the host's
+    snap["xid"]["events"][0]["gpu"] = 0
+    snap["probe"]["gpus"][0] = {"index": 0, "error": "NVML: Unknown Error"}
+    host = checks_of(run({"h200-01": snap}, refs))["XID events (other devices)"]
+    assert host["verdict"] == "FAIL" and "XID 79 (GPU has fallen off the bus)" in host["reason"]
+
+
 def test_unreadable_kernel_log_warns(snap, refs):
     snap["xid"] = {
         "source": None,
@@ -249,6 +262,19 @@ def test_failed_burnin_test_fails_the_gpu(snap, refs):
     )
     c = checks_of(run({"h200-01": snap}, refs), gpu=0)["burn-in tests"]
     assert c["verdict"] == "FAIL" and "wrong results" in c["reason"]
+
+
+@pytest.mark.parametrize("outcome", ["completed", "failed"])
+def test_a_failed_test_of_no_gpu_the_host_judges_fails_the_host_whatever_the_outcome(snap, refs, outcome):
+    """A document that says "completed" beside a failed test, or a test of a GPU index past the last: the
+    failure is the host's, never dropped."""
+    snap["outcome"] = outcome
+    n = len(snap["probe"]["gpus"])
+    for gpu, error in ((None, "NCCL error: unhandled system error"), (n, "wrong results")):
+        snap["results"].append({"test": "nccl", "gpu": gpu, "phase": "host", "ok": False, "error": error})
+    c = checks_of(run({"h200-01": snap}, refs))["burn-in tests"]
+    assert c["verdict"] == "FAIL" and c["measured"] == 2
+    assert c["reason"] == f"nccl (host): NCCL error: unhandled system error; GPU {n} nccl (host): wrong results"
 
 
 def test_a_model_has_one_name_in_verdicts_and_reports(snap, refs, tmp_path):
@@ -379,6 +405,20 @@ def test_baseline_refuses_bad_hosts(snap, refs):
         fleet.build_references({"h200-01": quick}, refs)
 
 
+def test_baseline_refuses_a_document_with_unreadable_values_and_skips_figures_not_measured(snap, refs):
+    hostile = copy.deepcopy(snap)
+    hostile["gpus"]["0"]["solo"]["matmul_bf16_tflops"] = 1e308
+    got = fleet.read_burnin(json.dumps(hostile), "h200-02", 0)  # left out and named as unreadable
+    with pytest.raises(CheckFailed, match=r"h200-02: its burn-in document had unreadable values \(gpus.0.solo.matmul"):
+        fleet.build_references({"h200-01": snap, "h200-02": got}, refs)
+    unmeasured = copy.deepcopy(snap)  # a document handed in without the reader: null is "not measured"
+    unmeasured["gpus"]["0"]["solo"]["matmul_bf16_tflops"] = None
+    unmeasured["host_metrics"]["nccl_allreduce_busbw_gbs"] = None
+    out = fleet.build_references({"h200-01": snap, "h200-02": unmeasured}, refs)
+    assert "median of 2 measurement(s)" in out["models"]["H200"]["metrics"]["matmul_fp32_tflops"]["source"]
+    assert "median of 1 measurement(s)" in out["models"]["H200"]["metrics"]["matmul_bf16_tflops"]["source"]
+
+
 def test_bad_references_are_one_line_config_errors(tmp_path, refs):
     import yaml
 
@@ -410,6 +450,31 @@ def test_bad_references_are_one_line_config_errors(tmp_path, refs):
         r"\(it calls this model H200\)",
     ):
         fleet.load_references(p)
+
+
+@pytest.mark.parametrize(
+    "where, text",
+    [
+        ("models.H200.metrics.matmul_bf16_tflops.value", ".nan"),
+        ("models.H200.metrics.matmul_bf16_tflops.warn_lower", ".nan"),
+        ("checks.temperature.idle_fail_c", ".inf"),
+    ],
+)
+def test_a_reference_that_is_not_a_finite_number_is_refused_not_passed(tmp_path, refs, where, text):
+    """Every comparison with .nan is false: a NaN reference passed every GPU's figure; an .inf bound never fails."""
+    import yaml
+
+    bad = copy.deepcopy(refs)
+    node = bad
+    *head, last = where.split(".")
+    for key in head:
+        node = node[key]
+    node[last] = "PLACEHOLDER"
+    p = tmp_path / "gpus.yml"
+    p.write_text(yaml.safe_dump(bad).replace("PLACEHOLDER", text))
+    with pytest.raises(ConfigError) as e:
+        fleet.load_references(p)
+    assert str(e.value) == f"{p}: {where}: not a finite number"
 
 
 def test_model_names():
@@ -505,3 +570,25 @@ def test_nccl_bus_bandwidth_is_judged_against_the_reference_or_says_no_reference
     one = copy.deepcopy(doc)
     del one["host_metrics"]["nccl_allreduce_busbw_gbs"]
     assert "nccl_allreduce_busbw_gbs" not in checks_of(run({"h200-01": one}, refs))
+
+
+def test_the_summary_shows_what_a_host_printed_on_one_bounded_line_without_escapes(snap, refs):
+    """dcgmi's runtime_error is the host's text: a newline in it forged a "PASS" line of another host, an escape
+    sequence reached the terminal, a megabyte of it was one line."""
+    said = "no host engine\nPASS  h200-02: all checks passed\x1b[2J" + "x" * 1_000_000
+    snap["dcgm"] = {"installed": True, "level": 2, "stdout": json.dumps({"DCGM Diagnostic": {"runtime_error": said}})}
+    v = run({"h200-01": snap}, refs)
+    assert checks_of(v)["DCGM diagnostic"]["reason"] == f"level 2: {said[:500]}"  # validate.json: DCGM's excerpt
+    lines = fleet.summary_text(v).splitlines()
+    assert lines[1].startswith("FAIL  h200-01: DCGM diagnostic: level 2: no host engine PASS h200-02: all checks")
+    assert not any(line.startswith("PASS") for line in lines) and "\x1b" not in "".join(lines)
+    assert "\\x1b[2J" in lines[1] and max(map(len, lines)) < 500
+
+
+def test_an_xid_section_that_names_no_kernel_log_read_is_no_pass(snap, refs):
+    """The runner names the log it read, else why none: a section with neither passed as "no XID event since
+    boot (None)"."""
+    snap["xid"] = {"source": None, "error": None, "events": []}
+    v = run({"h200-01": snap}, refs)
+    for c in (checks_of(v, gpu=0)["XID events"], checks_of(v)["XID events (other devices)"]):
+        assert c["verdict"] == "WARN" and c["reason"] == "kernel log not readable: no log named as read"
