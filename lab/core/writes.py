@@ -24,7 +24,7 @@ import os
 import stat
 from pathlib import Path
 
-from lab.core.errors import ConfigError
+from lab.core.errors import ConfigError, RunError
 from runner import rundir
 
 
@@ -108,16 +108,34 @@ def write_bytes(path: str | Path, data: bytes, what: str = "output", mode: int =
     return path
 
 
+class TooBig(RunError):
+    """A copy past its ``limit`` (new_file): a host's endless or oversized file is not taken whole."""
+
+
+class _Capped:
+    """A binary file object that takes at most ``limit`` bytes; TooBig past them."""
+
+    def __init__(self, fh, limit: int, what: str):
+        self.fh, self.left, self.limit, self.what = fh, limit, limit, what
+
+    def write(self, data) -> int:
+        self.left -= len(data)
+        if self.left < 0:
+            raise TooBig(f"{self.what}: more than {self.limit:,} bytes; not copied")
+        return self.fh.write(data)
+
+
 @contextlib.contextmanager
-def new_file(path: str | Path, what: str = "output"):
+def new_file(path: str | Path, what: str = "output", limit: int | None = None):
     """A binary file object whose content becomes ``path`` when the block ends (runner.rundir.new_file: never
-    through a link, whole or absent); ConfigError if a link or non-file is there or it cannot be made."""
+    through a link, whole or absent); ConfigError if a link or non-file is there or it cannot be made; with
+    ``limit``, TooBig (and no file) once more than ``limit`` bytes are written to it."""
     path = Path(path)
     writable_folder(path.parent, what)
     writable_file(path, what)
     try:
         with rundir.new_file(path, sync=False) as fh:
-            yield fh
+            yield fh if limit is None else _Capped(fh, limit, what)
     except OSError as exc:
         raise ConfigError(f"{what}: {path} cannot be written ({exc.strerror or exc})") from None
 

@@ -98,7 +98,7 @@ class Remote:
     def put(self, local: str | Path | io.BytesIO, remote: str) -> None:  # pragma: no cover
         raise NotImplementedError
 
-    def get(self, remote: str, local: str | Path) -> None:  # pragma: no cover
+    def get(self, remote: str, local: str | Path, limit: int | None = None) -> None:  # pragma: no cover
         raise NotImplementedError
 
     def listdir(self, remote: str) -> list[str]:  # pragma: no cover
@@ -200,10 +200,10 @@ class SSHRemote(Remote):
         except (self._paramiko.SSHException, OSError, EOFError) as exc:
             raise HostError(f"{self._where()}: cannot write {remote}: {exc or type(exc).__name__}") from None
 
-    def get(self, remote: str, local) -> None:
+    def get(self, remote: str, local, limit: int | None = None) -> None:
         Path(local).parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with writes.new_file(local, f"copy of {self.name}:{remote}") as fh:  # never through a planted link
+        try:  # never through a planted link; past ``limit`` bytes (an endless file of the host's) writes.TooBig
+            with writes.new_file(local, f"copy of {self.name}:{remote}", limit) as fh:
                 self.sftp.getfo(remote, fh)
         except FileNotFoundError:
             raise RunError(f"{self.name}: {remote} does not exist") from None
@@ -249,7 +249,7 @@ class LocalRemote(Remote):
         else:
             shutil.copyfile(local, remote)
 
-    def get(self, remote: str, local) -> None:
+    def get(self, remote: str, local, limit: int | None = None) -> None:
         Path(local).parent.mkdir(parents=True, exist_ok=True)
         try:  # opened without blocking and copied only when a regular file: a FIFO is refused, not waited on
             fd = os.open(remote, os.O_RDONLY | os.O_NONBLOCK)
@@ -258,7 +258,7 @@ class LocalRemote(Remote):
         with open(fd, "rb") as src:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise RunError(f"{self.name}: {remote} is not a regular file")
-            with writes.new_file(local, f"copy of {self.name}:{remote}") as fh:
+            with writes.new_file(local, f"copy of {self.name}:{remote}", limit) as fh:
                 shutil.copyfileobj(src, fh)
 
     def listdir(self, remote: str) -> list[str]:

@@ -17,7 +17,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from lab.core import writes
+from lab.core import limits, writes
 from lab.core.errors import GpulabError
 from lab.hosts import remote as rmt
 
@@ -48,7 +48,7 @@ def pull(remote: rmt.Remote, workdir: str, store: Path) -> list[str]:
     for name in new:
         writes.folder(store, "compiled artifacts", root=store.parent.parent)  # <sweep>/.compiled/<group>
         try:  # whole or absent (lab.core.writes.new_file), never through a link planted in the store
-            remote.get(f"{src}/{name}", store / name)
+            remote.get(f"{src}/{name}", store / name, limits.FETCH_BYTES)
             done.append(name)
         except (GpulabError, OSError):
             pass  # gone or unreadable meanwhile: that run compiles, nothing more

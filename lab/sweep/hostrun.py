@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.results import checksums
-from lab.core import paths
+from lab.core import limits, paths
 from lab.core import settings
 from lab.core import writes
 from lab.hosts import remote as rmt
@@ -144,15 +144,19 @@ def wait_gone(remote: rmt.Remote, token: str, grace_s: float, poll_s: float = 0.
     return True
 
 
-def _fetch_one(remote: rmt.Remote, src: str, tmp: Path, name: str) -> None:
+def _fetch_one(remote: rmt.Remote, src: str, tmp: Path, name: str) -> str | None:
     """Copy one file the host lists into ``tmp``. A name the host's own SHA256SUMS makes impossible here (a
-    file ``a`` and a file ``a/b``, a folder listed as a file, ``x/``) is left out: the verification names it."""
+    file ``a`` and a file ``a/b``, a folder listed as a file, ``x/``) is left out: the verification names it.
+    A file past limits.FETCH_BYTES (an endless one) is left out too; the problem saying so is returned."""
     try:
         if "/" in name:
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-        remote.get(f"{src}/{name}", tmp / name)
+        remote.get(f"{src}/{name}", tmp / name, limits.FETCH_BYTES)
+    except writes.TooBig as exc:
+        return f"{name}: {exc.message.rpartition(': ')[2]}"
     except OSError:
         pass
+    return None
 
 
 def fetch_run(remote: rmt.Remote, src: str, dest: Path) -> list[str]:
@@ -167,18 +171,15 @@ def fetch_run(remote: rmt.Remote, src: str, dest: Path) -> list[str]:
     writes.remove(tmp)
     writes.folder(tmp, "fetched run")  # made component by component, never through a link
     names = [n for n in remote.listdir(src) if paths.is_component(n)]  # the host's listing is input too
+    listed = names
     if checksums.SUMS in names:
-        remote.get(f"{src}/{checksums.SUMS}", tmp / checksums.SUMS)
+        remote.get(f"{src}/{checksums.SUMS}", tmp / checksums.SUMS, limits.SUMS_BYTES)
         try:
             listed = list(checksums.read(tmp))
         except ValueError:
             listed = [n for n in names if n != checksums.SUMS]
-        for name in listed:
-            _fetch_one(remote, src, tmp, name)
-    else:
-        for name in names:
-            _fetch_one(remote, src, tmp, name)
-    problems = checksums.verify(tmp)
+    left_out = [p for p in (_fetch_one(remote, src, tmp, name) for name in listed) if p]
+    problems = left_out + checksums.verify(tmp)
     writes.remove(dest)  # whatever a copy left there: a folder, a file, a link, a FIFO (never opened)
     os.replace(tmp, dest)
     return problems

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from lab.core import settings
+from lab.core import limits as core_limits, settings
 from lab.core.errors import GpulabError, RunError
 from lab.validate import vendor
 from lab.validate.burnindoc import read_burnin
@@ -70,9 +70,9 @@ def gather_one(
             raise RunError(f"{host.name}: runner burnin exited {res.code}: {last}")
         doc = read_burnin(res.stdout, host.name, res.code)
         if local_dir is not None:
-            for name in ("burnin.json", "telemetry.csv"):
-                try:
-                    r.get(f"{remote_dir}/{name}", local_dir / host.name / name)
+            for name, cap in (("burnin.json", core_limits.JSON_BYTES), ("telemetry.csv", core_limits.TELEMETRY_BYTES)):
+                try:  # a copy kept beside validate.json; past its cap (an endless file) it is left out
+                    r.get(f"{remote_dir}/{name}", local_dir / host.name / name, cap)
                 except GpulabError:
                     pass
         doc.update(

@@ -120,3 +120,21 @@ def test_a_fifo_where_a_runs_file_should_be_is_refused_not_waited_on(local, tmp_
     (tmp_path / "out").mkdir()
     with pytest.raises(RunError, match="mllog.log is not a regular file"):
         hostrun.fetch_run(local, str(src), tmp_path / "out" / "run")
+
+
+def test_a_file_past_the_fetch_limit_is_left_out_and_named(local, tmp_path, monkeypatch):
+    """A host's file far past any real log (an endless one) is not copied whole: the copy stops at
+    limits.FETCH_BYTES, that file is left out and named, the run's other files come."""
+    from lab.core import limits
+
+    monkeypatch.setattr(limits, "FETCH_BYTES", 1 << 20)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "status.json").write_text("{}")
+    with open(src / "stdout.log", "wb") as fh:
+        fh.truncate(3 << 20)  # sparse: 3 MB read back, none written
+    _listing(src, ["status.json", "stdout.log"])
+    (tmp_path / "out").mkdir()
+    problems = hostrun.fetch_run(local, str(src), tmp_path / "out" / "run")
+    assert problems[0] == "stdout.log: more than 1,048,576 bytes; not copied", problems
+    assert sorted(p.name for p in (tmp_path / "out" / "run").iterdir()) == ["SHA256SUMS", "status.json"]
