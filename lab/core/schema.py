@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,8 @@ def describe(error: jsonschema.ValidationError) -> str:
     """One readable clause for a schema violation."""
     if error.validator == "additionalProperties" and error.validator_value is False:
         return _unknown(_additional(error.instance, error.schema))
+    if isinstance(error.instance, float) and not math.isfinite(error.instance):  # _finite_number's refusal
+        return f"{error.instance!r} is not a finite number"
     if error.validator == "required":
         return error.message.replace("is a required property", "is missing").replace("'", "")
     shown = excerpt(repr(error.instance), 60)  # a value quoted, never a whole file
@@ -111,9 +114,22 @@ def _additional_properties(validator, allowed, instance, schema):
         yield jsonschema.ValidationError(_unknown(extras))
 
 
+def _finite_number(checker, value) -> bool:
+    """JSON Schema's number, as JSON has them: ``.nan`` and ``.inf`` of a YAML file pass no bound (every
+    comparison with NaN is false) and are not numbers here."""
+    return jsonschema.Draft202012Validator.TYPE_CHECKER.is_type(value, "number") and (
+        not isinstance(value, float) or math.isfinite(value)
+    )
+
+
 _VALIDATOR = jsonschema.validators.extend(
     jsonschema.Draft202012Validator,
-    {"pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": _additional_properties},
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("number", _finite_number),
+    validators={
+        "pattern": _pattern,
+        "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties,
+    },
 )
 
 

@@ -100,6 +100,9 @@ def _space_file(tmp_path, params, workload="ncf") -> Path:
         ({"lr": {"kind": "float", "rule": "r"}}, "give factor, low and high"),
         ({"lr": {"kind": "float", "low": 0.1, "high": 1, "rule": "r", "extra": 1}}, "unknown key(s) extra"),
         ({"lr": {"kind": "float", "low": 0.1, "high": 1}}, "rule is missing"),
+        # .nan passes every bound (each comparison with it is false): not a number of the schema's
+        ({"lr": {"kind": "float", "low": float("nan"), "high": 1, "rule": "r"}}, "low: nan is not a finite number"),
+        ({"lr": {"kind": "float", "low": 0.1, "high": float("inf"), "rule": "r"}}, "high: inf is not a finite number"),
     ],
 )
 def test_a_bad_space_file_is_one_line(tmp_path, params, says):
