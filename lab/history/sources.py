@@ -331,7 +331,7 @@ def _texts_ok(path: Path, rec: ValidationRecord) -> None:
 
 def _validate_files(root: Path) -> list[Path]:
     found, seen = [], 0
-    for folder, dirs, files in os.walk(root):  # symlinked folders are not followed
+    for folder, dirs, files in bounded.walk(root):  # symlinked folders are not followed
         seen += 1
         if seen > MAX_WALK:
             raise ConfigError(f"{root}: more than {MAX_WALK} folders: import a smaller tree")

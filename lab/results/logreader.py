@@ -50,7 +50,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lab.core import paths
+from lab.core import bounded, paths
 from lab.core.paths import utf8
 from lab.results import rounddetect, roundtree
 from lab.core.errors import ConfigError, printable
@@ -270,9 +270,7 @@ def _walk(ctx: _Context, root: Path):
         return
     rnd = ctx.round_of(root)
     round_tree = roundtree.summarizer_scored(ctx.rules, rnd)
-    for dirpath, dirnames, filenames in os.walk(
-        root, onerror=lambda e: ctx.skip(e.filename, f"cannot list folder ({e.strerror})")
-    ):
+    for dirpath, dirnames, filenames in bounded.walk(root, skip=ctx.skip):
         here = Path(dirpath)
         filenames = _utf8_names(ctx, here, dirnames, filenames)
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
