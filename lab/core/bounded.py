@@ -50,6 +50,14 @@ def _kind(mode: int) -> str:
     return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
+def kind(path: str | Path) -> str:
+    """What ``path`` is, as the reasons above say it ("a FIFO", "a character device"), links followed."""
+    try:
+        return _kind(os.stat(path).st_mode)
+    except OSError as exc:
+        return f"not readable ({exc.strerror or exc})"
+
+
 def _open(path: Path, root) -> tuple[int, os.stat_result]:
     if root is not None and not paths.inside(path, root):
         raise Unreadable(path, f"leads outside {root} (a symbolic link); not read")

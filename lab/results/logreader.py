@@ -236,8 +236,10 @@ def read_runs(paths, rules: Rules | None = None, round: str | None = None) -> Co
         before = len(ctx.runs) + len(ctx.skipped) + ctx.repeats
         if p.is_file():
             _read_plain(ctx, p, p.parent, explicit=True)
-        else:
+        elif p.is_dir():
             _walk(ctx, p)
+        else:  # a FIFO, a socket, a device (or a link to one): neither read nor listed
+            raise ConfigError(f"{p}: is {bounded.kind(p)}, not a file or a folder; not read")
         if len(ctx.runs) + len(ctx.skipped) + ctx.repeats == before:
             raise ConfigError(f"{p}: no run directories or MLPerf log files found")
     ctx.runs.sort(

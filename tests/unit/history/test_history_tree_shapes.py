@@ -3,8 +3,12 @@ traceback."""
 
 from __future__ import annotations
 
+import os
+
+import pytest
 from histdata import write_validation
 
+from lab.core.errors import ConfigError
 from lab.history.sources import read_sources
 from tests.unit.deeptree import nested
 
@@ -17,3 +21,14 @@ def test_folders_nested_deeper_than_python_recurses_are_not_a_traceback(tmp_path
         src = read_sources([root])
     assert [v.source for v in src.validations] == [str(found.resolve())]
     assert any("more than 64 folders below" in s for s in src.skipped), src.skipped
+
+
+def test_an_input_that_is_neither_file_nor_folder_is_named_for_what_it_is(tmp_path):
+    """Was: listed as a folder, one line "cannot read (Not a directory)"."""
+    fifo, link = tmp_path / "validate.json", tmp_path / "zero"
+    os.mkfifo(fifo)
+    link.symlink_to("/dev/zero")
+    for path, what in ((fifo, "a FIFO"), (link, "a character device")):
+        with pytest.raises(ConfigError) as exc:
+            read_sources([path])
+        assert str(exc.value) == f"{path}: is {what}, not a file or a folder; not read"

@@ -1,8 +1,18 @@
 """The shape of what the report reads from disk, as a hostile tree gives it: folders nested deeper than Python
-recurses. Each is a line naming the path, never a traceback or a hang."""
+recurses, inputs that are neither file nor folder. Each is a line naming the path, never a traceback or a
+hang."""
 
 from __future__ import annotations
 
+import os
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+
+from lab.core.errors import ConfigError
+from lab.report.build import build_report
 from lab.results.logreader import read_runs
 from report_logs import v05_run, write_lines
 from tests.unit.deeptree import nested
@@ -20,3 +30,24 @@ def test_folders_nested_deeper_than_python_recurses_are_a_skip_not_a_traceback(t
     assert [(s.source, s.reason) for s in found.skipped] == [
         (str(root.joinpath(*["d"] * 65)), f"more than 64 folders below {root}: not searched")
     ]
+
+
+def special_files(tmp_path) -> list[tuple[Path, str]]:
+    """A FIFO, a socket, a device node and a link to /dev/zero, each named like a log, and what each is."""
+    fifo, sock, dev, link = (tmp_path / n for n in ("fifo.log", "sock.log", "null.log", "zero.log"))
+    os.mkfifo(fifo)
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(sock))
+    os.mknod(dev, 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers (the tests run as root)
+    link.symlink_to("/dev/zero")
+    return [(fifo, "a FIFO"), (sock, "a socket"), (dev, "a character device"), (link, "a character device")]
+
+
+def test_an_input_that_is_neither_file_nor_folder_is_named_for_what_it_is(tmp_path):
+    """Was: listed as a folder, one line "cannot read (Not a directory)"."""
+    for path, what in special_files(tmp_path):
+        with pytest.raises(ConfigError) as exc:
+            build_report([path], tmp_path / "out")
+        assert str(exc.value) == f"{path}: is {what}, not a file or a folder; not read"
+        assert exc.value.exit_code == 2
+    assert not (tmp_path / "out").exists()
