@@ -55,7 +55,7 @@ SUMS_BYTES = 1 << 20  # SHA256SUMS
 DATA_BYTES = 16 << 20  # YAML data files: stacks, references, catalogues
 LOG_BYTES = 512 << 20  # mllog.log and plain MLPerf logs
 TELEMETRY_BYTES = 1 << 30  # telemetry.csv: one row per GPU per second of a long run
-HASH_BYTES = 64 << 30  # a file hashed (streamed, never held) for SHA256SUMS
+HASH_BYTES = 64 << 30  # the files of one run directory hashed (streamed, never held) for SHA256SUMS
 WALK_DEPTH = 64  # folders below an input path searched for runs, result files and validate.json
 
 

@@ -4,17 +4,21 @@ The grammar is the runner's (runner.rundir.SUMS_LINE, the run-directory
 contract): ``<sha256> <space or *><relative path>``, what ``sha256sum`` writes
 in text or binary (``-b``) mode. The sums file and every file it lists are
 read through lab.core.bounded: regular files inside the run directory only, with a
-size cap.
+size cap; and the files listed hold at most limits.HASH_BYTES in all, counted before any is hashed (one
+sparse file listed under many names, ``x`` and ``./x``, or hard links to it, would be hashed once per name).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.core import bounded
 from lab.core import limits
+from lab.core import paths
 from runner.rundir import SUMS, SUMS_LINE, sums_entry
 
 __all__ = ["SUMS", "SUMS_LINE", "Missing", "Compared", "sha256", "parse", "read", "compare", "verify"]
@@ -79,6 +83,14 @@ def compare(run_dir: Path, keep: dict[str, int] | None = None) -> Compared:
         return Compared([str(exc)], missing=True)
     except ValueError as exc:
         return Compared([str(exc)])
+    total = _listed_bytes(run_dir, listed)
+    if total > limits.HASH_BYTES:
+        return Compared(
+            [
+                f"the files {SUMS} lists hold {total} bytes, more than the {limits.HASH_BYTES} verified of one run "
+                "directory; not read"
+            ]
+        )
     out = Compared()
     for name, digest in listed.items():
         target = run_dir / name
@@ -100,6 +112,21 @@ def compare(run_dir: Path, keep: dict[str, int] | None = None) -> Compared:
     if out.problems:
         out.kept = {}
     return out
+
+
+def _listed_bytes(run_dir: Path, listed: dict[str, str]) -> int:
+    """The bytes of the regular files inside ``run_dir`` that ``listed`` names, each name counted (what hashing
+    them all would read)."""
+    total = 0
+    for name in listed:
+        target = run_dir / name
+        try:
+            st = os.stat(target)
+        except OSError:
+            continue  # missing or unreadable: compare says so, reading nothing
+        if stat.S_ISREG(st.st_mode) and paths.inside(target, run_dir):
+            total += st.st_size
+    return total
 
 
 def verify(run_dir: Path) -> list[str]:

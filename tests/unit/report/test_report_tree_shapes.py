@@ -1,9 +1,10 @@
 """The shape of what the report reads from disk, as a hostile tree gives it: folders nested deeper than Python
-recurses, inputs that are neither file nor folder. Each is a line naming the path, never a traceback or a
-hang."""
+recurses, inputs that are neither file nor folder, run directories whose SHA256SUMS would have the same bytes
+hashed without end. Each is a line naming the path, never a traceback or a hang."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import stat
@@ -11,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from lab.core import limits
 from lab.core.errors import ConfigError
 from lab.report.build import build_report
 from lab.results.logreader import read_runs
 from report_logs import v05_run, write_lines
 from tests.unit.deeptree import nested
+from tests.unit.rundirs import write_run
 
 DEPTH = 1200  # past Python's default recursion limit of 1000: os.walk of Python 3.11 recurses once a folder
 
@@ -51,3 +54,29 @@ def test_an_input_that_is_neither_file_nor_folder_is_named_for_what_it_is(tmp_pa
         assert str(exc.value) == f"{path}: is {what}, not a file or a folder; not read"
         assert exc.value.exit_code == 2
     assert not (tmp_path / "out").exists()
+
+
+def test_a_sums_file_that_names_one_big_file_many_times_is_refused_before_hashing(tmp_path, monkeypatch):
+    """SHA256SUMS may name a file under several spellings (``x``, ``./x``): each was hashed up to
+    limits.HASH_BYTES (64 GiB), so that one sparse file, costing no disk, listed a thousand times in the 1 MiB
+    SHA256SUMS kept the report hashing for days. The files it lists now hold at most HASH_BYTES in all,
+    counted before anything is hashed."""
+    run = write_run(tmp_path / "sweep" / "r1" / "run1", mode="throughput", result={"samples_per_s": 10.0})
+    with open(run / "ckpt.bin", "wb") as f:
+        f.truncate(1 << 20)  # sparse: no byte is written
+    digest = hashlib.sha256(bytes(1 << 20)).hexdigest()
+    with open(run / "SHA256SUMS", "a") as f:
+        f.writelines(f"{digest}  {name}\n" for name in ("ckpt.bin", "./ckpt.bin", ".//ckpt.bin"))
+    listed = sum((run / n).stat().st_size for n in os.listdir(run) if n != "SHA256SUMS") + 2 * (1 << 20)
+    monkeypatch.setattr(limits, "HASH_BYTES", 5 << 19)  # 2.5 MiB: the file once, not three times
+    found = read_runs([tmp_path / "sweep"])
+    assert found.runs == []
+    assert [(s.source, s.reason) for s in found.skipped] == [
+        (
+            str(run),
+            f"the files SHA256SUMS lists hold {listed} bytes, more than the {5 << 19} verified of one run "
+            "directory; not read",
+        )
+    ]
+    monkeypatch.setattr(limits, "HASH_BYTES", 4 << 20)
+    assert [r.source for r in read_runs([tmp_path / "sweep"]).runs] == [str(run)]
