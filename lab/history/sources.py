@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.core import bounded, fields, limits, plaindata
+from lab.results import checksums
 from lab.results import logreader as lab_results
 from lab.core.errors import ConfigError, excerpt
 from lab.history import values
@@ -29,7 +30,6 @@ VALIDATE_FILE = "validate.json"
 VALIDATE_KIND = "gpulab-validate"
 VALIDATE_SCHEMAS = (1,)
 MAX_WALK = 200_000  # folders visited looking for validate.json
-SUMS = "SHA256SUMS"
 
 
 @dataclass
@@ -124,22 +124,11 @@ def _run_gpus(rundir: Path, indices) -> list[GpuRef]:
     return out
 
 
-def _key(rundir: Path) -> str:
-    """The sha256 of SHA256SUMS; where SHA256SUMS does not list status.json (it lists nothing, say), of it and
-    status.json together: two runs with an empty list are two runs, not one."""
-    sums = bounded.read_bytes(rundir / SUMS, root=rundir, limit=limits.SUMS_BYTES)
-    listed = any(line.split()[-1:] in ([STATUS.encode()], [b"*" + STATUS.encode()]) for line in sums.splitlines())
-    if listed:
-        return hashlib.sha256(sums).hexdigest()
-    status = bounded.read_bytes(rundir / STATUS, root=rundir, limit=limits.JSON_BYTES)
-    return hashlib.sha256(sums + b"\0" + STATUS.encode() + b"\0" + status).hexdigest()
-
-
 def _run_record(run, out: Sources) -> RunRecord | None:
     rundir = Path(run.source)
     where = values.printable(rundir)
     try:
-        key = _key(rundir)
+        key = checksums.run_key(rundir)
         status = bounded.read_json(rundir / STATUS, root=rundir, limit=limits.JSON_BYTES)
     except (bounded.Unreadable, OSError, ValueError) as exc:
         out.skipped.append(f"{where}: {values.printable(getattr(exc, 'reason', exc))}")

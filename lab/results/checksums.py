@@ -19,9 +19,9 @@ from pathlib import Path
 from lab.core import bounded
 from lab.core import limits
 from lab.core import paths
-from runner.rundir import SUMS, SUMS_LINE, sums_entry
+from runner.rundir import STATUS, SUMS, SUMS_LINE, sums_entry
 
-__all__ = ["SUMS", "SUMS_LINE", "Missing", "Compared", "sha256", "parse", "read", "compare", "verify"]
+__all__ = ["SUMS", "SUMS_LINE", "Missing", "Compared", "sha256", "parse", "read", "compare", "verify", "run_key"]
 
 
 class Missing(ValueError):
@@ -132,3 +132,17 @@ def _listed_bytes(run_dir: Path, listed: dict[str, str]) -> int:
 def verify(run_dir: Path) -> list[str]:
     """Problems found in ``run_dir`` against its SHA256SUMS; empty when it verifies."""
     return compare(run_dir).problems
+
+
+def run_key(run_dir: Path) -> str:
+    """What one run is known by, wherever its directory lies (a copy under another name is the same run): the
+    sha256 of its SHA256SUMS; where SHA256SUMS does not list status.json (it lists nothing, say), of it and
+    status.json together, so that two runs with an empty list are two runs, not one. bounded.Unreadable when
+    either cannot be read."""
+    run_dir = Path(run_dir)
+    sums = bounded.read_bytes(run_dir / SUMS, root=run_dir, limit=limits.SUMS_BYTES)
+    listed = any(line.split()[-1:] in ([STATUS.encode()], [b"*" + STATUS.encode()]) for line in sums.splitlines())
+    if listed:
+        return hashlib.sha256(sums).hexdigest()
+    status = bounded.read_bytes(run_dir / STATUS, root=run_dir, limit=limits.JSON_BYTES)
+    return hashlib.sha256(sums + b"\0" + STATUS.encode() + b"\0" + status).hexdigest()

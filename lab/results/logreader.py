@@ -35,6 +35,9 @@ device         the probe's GPU names in manifest.json (of the run's GPU
                <host>/ folder, else the probe's hostname. Directories of nodes
                other than 0 of a multi-host run are listed as skipped (node 0's
                directory is the run).
+copies         a run directory whose SHA256SUMS (and status.json) are the bytes of one
+               already read (the same run copied under another name) is listed as
+               skipped: each run counts once, as history.import adds it once.
 
 Bad input never stops a report: a file or folder that cannot be used becomes a
 ``Skipped`` entry with a one-line reason. A path that does not exist, or holds
@@ -121,6 +124,7 @@ class _Context:
         self._systems_dirs: dict[Path, bool] = {}
         self._json_cache: dict[Path, dict | None] = {}
         self._seen: set[Path] = set()
+        self._run_keys: dict[str, Path] = {}
         self.repeats = 0
         self.planned: dict[Path, dict] = {}
         self._trees: dict[Path, TreeReader] = {}
@@ -162,6 +166,12 @@ class _Context:
             return False
         self._seen.add(key)
         return True
+
+    def first_of_run(self, key: str, rundir: Path) -> Path | None:
+        """The run directory already read whose run is ``key`` (lab.results.checksums.run_key): ``rundir`` is a
+        copy of it; None for the first."""
+        first = self._run_keys.setdefault(key, rundir)
+        return None if first == rundir else first
 
     def skip(self, source, reason):
         self.skipped.append(Skipped(str(source), reason))

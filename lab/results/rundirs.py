@@ -317,6 +317,14 @@ def _checked(ctx, rundir: Path) -> tuple[dict, dict] | None:
             "the run is reported from node 0's run directory",
         )
         return None
+    try:
+        first = ctx.first_of_run(checksums.run_key(rundir), rundir)
+    except bounded.Unreadable as exc:  # changed since it was verified
+        ctx.skip(rundir, exc.reason)
+        return None
+    if first is not None:
+        ctx.skip(rundir, f"a copy of {first} (the same SHA256SUMS and status.json): the run is counted once")
+        return None
     return status, kept
 
 

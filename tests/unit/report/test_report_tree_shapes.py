@@ -1,11 +1,13 @@
 """The shape of what the report reads from disk, as a hostile tree gives it: folders nested deeper than Python
 recurses, inputs that are neither file nor folder, run directories whose SHA256SUMS would have the same bytes
-hashed without end. Each is a line naming the path, never a traceback or a hang."""
+hashed without end, one run directory copied under several names. Each is a line naming the path, never a
+traceback, a hang or a run counted twice."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import socket
 import stat
 from pathlib import Path
@@ -80,3 +82,23 @@ def test_a_sums_file_that_names_one_big_file_many_times_is_refused_before_hashin
     ]
     monkeypatch.setattr(limits, "HASH_BYTES", 4 << 20)
     assert [r.source for r in read_runs([tmp_path / "sweep"]).runs] == [str(run)]
+
+
+def test_a_run_directory_copied_under_another_name_is_one_run(tmp_path):
+    """r1/run1 and r1/RUN1 (or a sweep copied beside itself) are one run's bytes: the report counted it once
+    per copy (its mean unchanged, its run count and spread not), where history.import knows the run by its
+    SHA256SUMS and adds it once. Now the copies are skipped, each naming the run directory it copies."""
+    sweep = tmp_path / "sweep"
+    run = write_run(sweep / "r1" / "run1", mode="throughput", result={"samples_per_s": 10.0})
+    shutil.copytree(run, sweep / "r1" / "RUN1")
+    shutil.copytree(sweep / "r1", sweep / "R1")
+    other = write_run(sweep / "r1" / "run2", seed=2, mode="throughput", result={"samples_per_s": 12.0})
+    found = read_runs([sweep])
+    first = sweep / "R1" / "RUN1"  # the first in the search's (sorted) order
+    assert sorted(r.source for r in found.runs) == [str(first), str(other)]
+    copy = f"a copy of {first} (the same SHA256SUMS and status.json): the run is counted once"
+    assert sorted((s.source, s.reason) for s in found.skipped) == [
+        (str(sweep / "R1" / "run1"), copy),
+        (str(sweep / "r1" / "RUN1"), copy),
+        (str(run), copy),
+    ]
