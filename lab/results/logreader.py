@@ -59,7 +59,7 @@ from lab.results import rounddetect, roundtree
 from lab.core.errors import ConfigError, printable
 from lab.results.logfacts import LogFacts, LogProblem
 from lab.core.mlperf import Rules, default_rules
-from lab.results.plainlogs import detect_format, parse_log, parse_runs, read_plain
+from lab.results.plainlogs import detect_format, named_like_log, parse_log, parse_runs, read_plain
 from lab.results.resulttree import TreeReader
 from lab.results.runs import Collection, Run, Skipped, system_label
 from lab.results.rundirs import read_json, read_rundir, read_text, verify_sums
@@ -348,7 +348,9 @@ def _missing_planned_runs(ctx: _Context, sweep_dir: Path):
 
 
 def _read_plain(ctx: _Context, path: Path, root: Path, explicit: bool):
-    if not (path.is_file() or path.is_symlink() or explicit) or not ctx.first_visit(path):
+    """The runs of one log file; a FIFO, socket or device is passed over, or listed as skipped (lab.core.bounded
+    says what it is) where it is named like a log."""
+    if not (path.is_file() or path.is_symlink() or explicit or named_like_log(path)) or not ctx.first_visit(path):
         return
     text = read_text(ctx, path, root)
     if text is not None:

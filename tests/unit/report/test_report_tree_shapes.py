@@ -102,3 +102,18 @@ def test_a_run_directory_copied_under_another_name_is_one_run(tmp_path):
         (str(sweep / "r1" / "RUN1"), copy),
         (str(run), copy),
     ]
+
+
+def test_a_fifo_socket_or_device_named_like_a_log_beside_good_logs_is_listed_as_skipped(tmp_path):
+    """Was: passed over without a word (a FIFO result_39.txt of a round's unet3d folder left 39 runs and "too few
+    runs" with no input skipped), while a link to /dev/zero in its place was listed. Now each is listed, saying
+    what it is; one not named like a log (``control``) is passed over as any such file is."""
+    root = tmp_path / "logs"
+    write_lines(root / "a.log", v05_run("gnmt", epochs=1, epoch_s=1.0))
+    specials = special_files(root)
+    os.mkfifo(root / "control")
+    found = read_runs([root])
+    assert [r.benchmark for r in found.runs] == ["gnmt"]
+    reasons = {str(p): f"is {what}, not a regular file; not read" for p, what in specials if not p.is_symlink()}
+    reasons[str(root / "zero.log")] = f"leads outside {root} (a symbolic link); not read"
+    assert {s.source: s.reason for s in found.skipped} == reasons
