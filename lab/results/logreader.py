@@ -53,7 +53,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lab.core import bounded, paths
+from lab.core import bounded, limits, paths
 from lab.core.paths import utf8
 from lab.results import rounddetect, roundtree
 from lab.core.errors import ConfigError, printable
@@ -120,7 +120,7 @@ class _Context:
         self.runs: list[Run] = []
         self.skipped: list[Skipped] = []
         self.notes: list[str] = []
-        self._sweeps: dict[Path, dict | None] = {}
+        self._sweeps: dict[Path, dict | str] = {}
         self._systems_dirs: dict[Path, bool] = {}
         self._json_cache: dict[Path, dict | None] = {}
         self._seen: set[Path] = set()
@@ -178,9 +178,15 @@ class _Context:
 
     # sweep.json ----------------------------------------------------------
     def sweep(self, sweep_dir: Path) -> dict | None:
+        """sweep.json of ``sweep_dir`` read once; None where it cannot be used (``sweep_unused`` says why)."""
         if sweep_dir not in self._sweeps:
             self._sweeps[sweep_dir] = _load_sweep(sweep_dir / "sweep.json")
-        return self._sweeps[sweep_dir]
+        found = self._sweeps[sweep_dir]
+        return found if isinstance(found, dict) else None
+
+    def sweep_unused(self, sweep_dir: Path) -> str:
+        """Why sweep.json of ``sweep_dir`` is not used (after ``sweep`` gave None)."""
+        return str(self._sweeps.get(sweep_dir) or "")
 
     # MLPerf systems/<name>.json --------------------------------------------
     def systems_file(self, log: Path, root: Path) -> tuple[dict, str] | None:
@@ -208,10 +214,11 @@ def _is_within(p: Path, root: Path) -> bool:
     return p == root or root in p.parents
 
 
-def _load_sweep(path: Path) -> dict | None:
+def _load_sweep(path: Path) -> dict | str:
+    """The hosts and planned runs of a sweep.json; why not, where it cannot be used."""
     doc = read_json(path)
     if not isinstance(doc, dict):
-        return None
+        return "is not a readable JSON object"
     hosts = {}
     raw_hosts = doc.get("hosts") or {}
     if isinstance(raw_hosts, list):
@@ -222,6 +229,9 @@ def _load_sweep(path: Path) -> dict | None:
                 hosts[str(name)] = facts
     runs = []
     raw_runs = doc.get("runs", doc.get("plan")) or []
+    most = limits.PLANNED_RUNS.hi  # each run's folder is looked up, and a missing one is a line of the report
+    if isinstance(raw_runs, (list, dict)) and len(raw_runs) > most:
+        return f"lists {len(raw_runs)} runs, more than the {limits.PLANNED_RUNS.shown(most)} of one sweep"
     if isinstance(raw_runs, dict):
         raw_runs = [dict(v, id=v.get("id", k)) for k, v in raw_runs.items() if isinstance(v, dict)]
     for entry in raw_runs if isinstance(raw_runs, list) else []:
@@ -326,10 +336,8 @@ def _utf8_names(ctx: _Context, here: Path, dirnames: list[str], filenames: list[
 def _missing_planned_runs(ctx: _Context, sweep_dir: Path):
     sweep = ctx.sweep(sweep_dir)
     if sweep is None:
-        ctx.skip(
-            sweep_dir / "sweep.json",
-            "sweep.json is not a readable JSON object; its run directories are read without host facts",
-        )
+        why = ctx.sweep_unused(sweep_dir)
+        ctx.skip(sweep_dir / "sweep.json", f"sweep.json {why}; its run directories are read without host facts")
         return
     for i, entry in enumerate(sweep["runs"]):
         run_id = entry.get("id") or entry.get("run_id")
