@@ -53,7 +53,8 @@ def _kind(mode: int) -> str:
 def kind(path: str | Path) -> str:
     """What ``path`` is, as the reasons above say it ("a FIFO", "a character device"), links followed."""
     try:
-        return _kind(os.stat(path).st_mode)
+        mode = os.stat(path).st_mode
+        return "a file" if stat.S_ISREG(mode) else _kind(mode)
     except OSError as exc:
         return f"not readable ({exc.strerror or exc})"
 

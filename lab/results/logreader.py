@@ -348,11 +348,12 @@ def _missing_planned_runs(ctx: _Context, sweep_dir: Path):
             what=f"{sweep_dir / 'sweep.json'}: runs[{i}] (host {entry['host']!r}, run {run_id!r})",
         )
         ctx.planned[paths.real(rundir)] = entry
-        if rundir.exists():
+        if rundir.is_dir():
             continue
         state = entry.get("state") or "unknown"
         why = entry.get("reason")
-        ctx.skip(rundir, f"planned run has no run directory (sweep state: {state}" + (f"; {why}" if why else "") + ")")
+        what = f"is {bounded.kind(rundir)}, not a run directory" if os.path.lexists(rundir) else "has no run directory"
+        ctx.skip(rundir, f"planned run {what} (sweep state: {state}" + (f"; {why}" if why else "") + ")")
 
 
 def _read_plain(ctx: _Context, path: Path, root: Path, explicit: bool):

@@ -1,7 +1,7 @@
 """The shape of what the report reads from disk, as a hostile tree gives it: folders nested deeper than Python
 recurses, inputs that are neither file nor folder, run directories whose SHA256SUMS would have the same bytes
 hashed without end, one run directory copied under several names, FIFOs named like logs, a sweep.json that
-plans more runs than a sweep can. Each is a line naming the path, never a traceback, a hang or a run counted
+plans more runs than a sweep can, or runs whose folder is a file. Each is a line naming the path, never a traceback, a hang or a run counted
 twice."""
 
 from __future__ import annotations
@@ -138,4 +138,23 @@ def test_a_sweep_json_that_plans_more_runs_than_a_sweep_can_is_not_used(tmp_path
             f"sweep.json lists {too_many} runs, more than the 10000 of one sweep; its run directories are read "
             "without host facts",
         )
+    ]
+
+
+def test_a_planned_run_whose_folder_is_a_file_or_a_fifo_is_listed(tmp_path):
+    """A planned run with no run directory is listed with its sweep state; one whose name was taken by a file
+    or a FIFO vanished without a word (it is no folder to search, nor a log). Now it is listed, saying what is
+    there."""
+    sweep = tmp_path / "sweep"
+    run = write_run(sweep / "r1" / "run1", mode="throughput", result={"samples_per_s": 10.0})
+    planned = [{"id": n, "host": "r1", "state": "done"} for n in ("run1", "run2", "run3", "run4")]
+    (sweep / "sweep.json").write_text(json.dumps({"name": "sweep", "hosts": {"r1": {}}, "runs": planned}))
+    os.mkfifo(sweep / "r1" / "run2")
+    (sweep / "r1" / "run3").write_text("not a folder\n")
+    found = read_runs([sweep])
+    assert [r.source for r in found.runs] == [str(run)]
+    assert sorted((s.source, s.reason) for s in found.skipped) == [
+        (str(sweep / "r1" / "run2"), "planned run is a FIFO, not a run directory (sweep state: done)"),
+        (str(sweep / "r1" / "run3"), "planned run is a file, not a run directory (sweep state: done)"),
+        (str(sweep / "r1" / "run4"), "planned run has no run directory (sweep state: done)"),
     ]
