@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -328,7 +327,7 @@ def _validate_files(root: Path) -> list[Path]:
             dirs[:] = []  # a run directory: lab.results reads it
             continue
         dirs.sort()
-        if VALIDATE_FILE in files and not os.path.islink(os.path.join(folder, VALIDATE_FILE)):
+        if VALIDATE_FILE in files:  # a link too: read_sources says it is not read
             found.append(Path(folder) / VALIDATE_FILE)
     return found
 
@@ -346,6 +345,9 @@ def read_sources(paths) -> Sources:
         before = len(out.runs) + len(out.validations) + len(out.skipped)
         files = _validate_files(p) if p.is_dir() else []
         for f in files:
+            if f.is_symlink():  # never followed from a tree: give the file it leads to by its own path
+                out.skipped.append(f"{f}: a symbolic link; not read (import the file it leads to by its path)")
+                continue
             try:
                 out.validations.append(read_validation(f))
             except ConfigError as exc:

@@ -1,5 +1,5 @@
 """The shape of the tree `invoke history.import` searches, as a hostile one gives it: nothing in it is a
-traceback."""
+traceback, nothing found is passed over without a line."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 from histdata import write_validation
 
 from lab.core.errors import ConfigError
+from lab.history import memory as history
 from lab.history.sources import read_sources
 from tests.unit.deeptree import nested
 
@@ -32,3 +33,22 @@ def test_an_input_that_is_neither_file_nor_folder_is_named_for_what_it_is(tmp_pa
         with pytest.raises(ConfigError) as exc:
             read_sources([path])
         assert str(exc.value) == f"{path}: is {what}, not a file or a folder; not read"
+
+
+def test_a_validate_json_that_is_a_link_is_listed_as_not_read(tmp_path):
+    """A validate.json found in a tree is never followed when it is a symbolic link; it was passed over without
+    a word (one alone: "no run directories or MLPerf log files found"). Now it is listed as skipped."""
+    root = tmp_path / "results"
+    found = write_validation(root / "validate")
+    (root / "latest").mkdir()
+    (root / "latest" / "validate.json").symlink_to(found)
+    (root / "shadow").mkdir()
+    (root / "shadow" / "validate.json").symlink_to("/etc/shadow")
+    src = read_sources([root])
+    assert [v.source for v in src.validations] == [str(found.resolve())]
+    why = "a symbolic link; not read (import the file it leads to by its path)"
+    assert src.skipped == [f"{root / 'latest' / 'validate.json'}: {why}", f"{root / 'shadow' / 'validate.json'}: {why}"]
+    with pytest.raises(ConfigError) as exc:
+        history.import_paths([root / "shadow"], f"sqlite:///{tmp_path / 'h.sqlite'}")
+    assert str(exc.value) == f"nothing to import: {root / 'shadow' / 'validate.json'}: {why}"
+    assert not (tmp_path / "h.sqlite").exists()
