@@ -12,11 +12,9 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from lab.core import bounded
-from lab.core import plaindata
-from lab.results import checksums
-from lab.results import compliance
-from lab.core import limits
+from lab.core import bounded, fields, limits, plaindata
+from lab.core.errors import ConfigError
+from lab.results import checksums, compliance
 from lab.results.logfacts import LogProblem, integer as _int, num as _num
 from lab.results.plainlogs import parse_log
 from lab.results.runs import Run
@@ -157,6 +155,11 @@ def _read_status(ctx, rundir: Path) -> dict | None:
         return None
     if status.get("outcome") not in OUTCOMES:
         ctx.skip(rundir, f"status.json: outcome {status.get('outcome')!r} is not one of {', '.join(OUTCOMES)}")
+        return None
+    try:  # the GPUs counted: a million as [0, 0, ...] is no run
+        fields.run_gpus(status.get("gpus"), status.get("nnodes"), status.get("world_size"))
+    except ConfigError as exc:
+        ctx.skip(rundir, exc.message)
         return None
     return status
 

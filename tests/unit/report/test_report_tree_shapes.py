@@ -158,3 +158,23 @@ def test_a_planned_run_whose_folder_is_a_file_or_a_fifo_is_listed(tmp_path):
         (str(sweep / "r1" / "run3"), "planned run is a file, not a run directory (sweep state: done)"),
         (str(sweep / "r1" / "run4"), "planned run has no run directory (sweep state: done)"),
     ]
+
+
+@pytest.mark.parametrize(
+    "status, why",
+    [
+        ({"gpus": [0] * 100_000, "world_size": 1}, "gpus [0, 0, 0, "),
+        ({"gpus": [0, 1, 1]}, "gpus [0, 1, 1] is not a list of distinct GPU indices from 0 to 63"),
+        ({"gpus": [0, 64]}, "gpus [0, 64] is not a list of distinct GPU indices from 0 to 63"),
+        ({"gpus": [0], "nnodes": 10**9}, "nnodes: 1000000000 is not a whole number from 1 to 64 hosts"),
+    ],
+)
+def test_a_status_json_that_lists_gpus_no_run_used_is_skipped(tmp_path, status, why):
+    """status.json's gpus listing GPU 0 a hundred thousand times made a run of 100,000 GPUs in the report (its
+    system "100000x ...", its scaling point), while history.import refused the same run. Now such a run
+    directory is skipped in one line naming the field."""
+    run = write_run(tmp_path / "sweep" / "r1" / "run1", mode="throughput", result={"samples_per_s": 1.0}, **status)
+    found = read_runs([tmp_path / "sweep"])
+    assert found.runs == []
+    assert [s.source for s in found.skipped] == [str(run)]
+    assert found.skipped[0].reason.startswith("status.json: ") and why in found.skipped[0].reason
