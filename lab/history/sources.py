@@ -13,10 +13,12 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.core import bounded, fields, limits, plaindata
+from lab.core.paths import existing
 from lab.results import checksums
 from lab.results import logreader as lab_results
 from lab.core.errors import ConfigError, excerpt
@@ -138,7 +140,7 @@ def _run_record(run, out: Sources) -> RunRecord | None:
         if isinstance(idx, list)
         else []
     )
-    sweep = rundir.parent.parent.name if (rundir.parent.parent / "sweep.json").is_file() else None
+    sweep = rundir.parent.parent.name if os.path.isfile(rundir.parent.parent / "sweep.json") else None
     fields = dict(
         source=str(rundir.resolve()),
         sweep=_text(sweep),
@@ -337,7 +339,7 @@ def read_sources(paths) -> Sources:
     out = Sources()
     for p in paths:
         p = Path(p)
-        if not p.exists():
+        if not existing(p):
             raise ConfigError(f"{p}: no such file or directory")
         if p.is_file() and p.suffix == ".json":
             out.validations.append(read_validation(p))
@@ -345,7 +347,7 @@ def read_sources(paths) -> Sources:
         before = len(out.runs) + len(out.validations) + len(out.skipped)
         files = _validate_files(p) if p.is_dir() else []
         for f in files:
-            if f.is_symlink():  # never followed from a tree: give the file it leads to by its own path
+            if os.path.islink(f):  # never followed from a tree: give the file it leads to by its own path
                 out.skipped.append(f"{f}: a symbolic link; not read (import the file it leads to by its path)")
                 continue
             try:

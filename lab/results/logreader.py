@@ -54,7 +54,7 @@ import os
 from pathlib import Path
 
 from lab.core import bounded, limits, paths
-from lab.core.paths import utf8
+from lab.core.paths import existing, utf8
 from lab.results import rounddetect, roundtree
 from lab.core.errors import ConfigError, printable
 from lab.results.logfacts import LogFacts, LogProblem
@@ -194,7 +194,7 @@ class _Context:
         for anchor in anchors:
             sysdir = anchor / "systems"
             if sysdir not in self._systems_dirs:
-                self._systems_dirs[sysdir] = sysdir.is_dir()
+                self._systems_dirs[sysdir] = os.path.isdir(sysdir)
             if not self._systems_dirs[sysdir]:
                 continue
             try:
@@ -204,7 +204,7 @@ class _Context:
             for part in parts:
                 f = sysdir / f"{part}.json"
                 if f not in self._json_cache:
-                    self._json_cache[f] = read_json(f) if f.is_file() else None
+                    self._json_cache[f] = read_json(f) if os.path.isfile(f) else None
                 if isinstance(self._json_cache[f], dict):
                     return self._json_cache[f], f"{f.name}"
         return None
@@ -251,7 +251,7 @@ def read_runs(paths, rules: Rules | None = None, round: str | None = None) -> Co
         inputs.append(str(p))
         if not utf8(p):
             raise ConfigError(f"{printable(p)}: its name is not UTF-8 text (bytes of another encoding): rename it")
-        if not p.exists():
+        if not existing(p):
             raise ConfigError(f"{p}: no such file or directory")
         before = len(ctx.runs) + len(ctx.skipped) + ctx.repeats
         if p.is_file():
@@ -313,7 +313,7 @@ def _walk(ctx: _Context, root: Path):
             _missing_planned_runs(ctx, here)
         for name in sorted(filenames):
             path = here / name
-            if name.endswith(".launch.log") and (here / name[: -len(".launch.log")]).is_dir():
+            if name.endswith(".launch.log") and os.path.isdir(here / name[: -len(".launch.log")]):
                 continue  # a sweep's launch log beside its run directory: not a training log
             suffix = path.suffix.lower()
             if suffix in LOG_SUFFIXES or ("log" in name.lower() and suffix not in SOURCE_SUFFIXES):
@@ -348,7 +348,7 @@ def _missing_planned_runs(ctx: _Context, sweep_dir: Path):
             what=f"{sweep_dir / 'sweep.json'}: runs[{i}] (host {entry['host']!r}, run {run_id!r})",
         )
         ctx.planned[paths.real(rundir)] = entry
-        if rundir.is_dir():
+        if os.path.isdir(rundir):
             continue
         state = entry.get("state") or "unknown"
         why = entry.get("reason")
@@ -359,7 +359,11 @@ def _missing_planned_runs(ctx: _Context, sweep_dir: Path):
 def _read_plain(ctx: _Context, path: Path, root: Path, explicit: bool):
     """The runs of one log file; a FIFO, socket or device is passed over, or listed as skipped (lab.core.bounded
     says what it is) where it is named like a log."""
-    if not (path.is_file() or path.is_symlink() or explicit or named_like_log(path)) or not ctx.first_visit(path):
+    # os.path's tests, not pathlib's: a file in a folder that may be listed but not searched is a skip, not a
+    # PermissionError (Python 3.11's Path.is_file raises it)
+    if not (os.path.isfile(path) or os.path.islink(path) or explicit or named_like_log(path)):
+        return
+    if not ctx.first_visit(path):
         return
     text = read_text(ctx, path, root)
     if text is not None:

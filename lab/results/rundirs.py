@@ -1,9 +1,7 @@
-"""One gpulab run directory (runner/README.md) read into a ``Run``: SHA256SUMS
-verified first (lab.results.checksums), then status.json, manifest.json (device, stack,
-host: the precedence rules are lab.results.logreader' docstring's), mllog.log
-(lab.results.mllog) and telemetry.csv (lab.results.telemetry). lab.results.logreader finds the
-directories and passes its discovery context (``ctx``: rules, skip, sweep
-facts) in.
+"""One gpulab run directory (runner/README.md) read into a ``Run``: SHA256SUMS verified first
+(lab.results.checksums), then status.json, manifest.json (device, stack, host: the precedence rules are
+lab.results.logreader' docstring's), mllog.log (lab.results.mllog) and telemetry.csv (lab.results.telemetry).
+lab.results.logreader finds the directories and passes its discovery context (``ctx``: rules, skip, sweep facts) in.
 """
 
 from __future__ import annotations
@@ -134,9 +132,13 @@ def _manifest_host(manifest: dict) -> str | None:
 
 def _read_status(ctx, rundir: Path) -> dict | None:
     """status.json of ``rundir`` when the run ended with a known outcome; None (said as a skip) otherwise."""
-    if not os.path.lexists(rundir / STATUS):
+    try:
+        os.lstat(rundir / STATUS)
+    except OSError as exc:  # a folder that may be listed but not searched, too
         entry = ctx.planned_dir(rundir)
         why = "incomplete run directory: no status.json (still running or interrupted)"
+        if not isinstance(exc, FileNotFoundError):
+            why = f"status.json cannot read ({exc.strerror or exc})"
         if entry:
             why += f"; sweep state: {entry.get('state') or 'unknown'}"
             if entry.get("reason"):
@@ -166,7 +168,7 @@ def _read_status(ctx, rundir: Path) -> dict | None:
 
 def _host_of(ctx, rundir: Path, manifest: dict) -> tuple[str | None, dict]:
     """The run's host and what sweep.json says of it (in a sweep, ``<host>/`` is the lab's inventory name)."""
-    sweep = ctx.sweep(rundir.parent.parent) if (rundir.parent.parent / "sweep.json").is_file() else None
+    sweep = ctx.sweep(rundir.parent.parent) if os.path.isfile(rundir.parent.parent / "sweep.json") else None
     host = _manifest_host(manifest)
     host_facts = {}
     if sweep:
@@ -246,7 +248,7 @@ def read_rundir(ctx, rundir: Path):
     manifest = read_json(rundir / MANIFEST)
     notes = []
     if not isinstance(manifest, dict):
-        if (rundir / MANIFEST).exists():
+        if os.path.lexists(rundir / MANIFEST):
             notes.append("manifest.json unreadable")
         manifest = {}
     host, host_facts = _host_of(ctx, rundir, manifest)

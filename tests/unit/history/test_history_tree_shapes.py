@@ -11,7 +11,7 @@ from histdata import write_validation
 from lab.core.errors import ConfigError
 from lab.history import memory as history
 from lab.history.sources import read_sources
-from tests.unit.deeptree import nested
+from tests.unit.treeshapes import listed_not_searched, nested
 
 
 def test_folders_nested_deeper_than_python_recurses_are_not_a_traceback(tmp_path):
@@ -52,3 +52,14 @@ def test_a_validate_json_that_is_a_link_is_listed_as_not_read(tmp_path):
         history.import_paths([root / "shadow"], f"sqlite:///{tmp_path / 'h.sqlite'}")
     assert str(exc.value) == f"nothing to import: {root / 'shadow' / 'validate.json'}: {why}"
     assert not (tmp_path / "h.sqlite").exists()
+
+
+def test_an_input_below_a_folder_that_may_not_be_searched_is_one_line(tmp_path, monkeypatch):
+    """As a user other than root, a path below a folder of mode r--: was PermissionError from pathlib's exists()
+    (a traceback, exit 1)."""
+    root = tmp_path / "results"
+    found = write_validation(root / "validate")
+    listed_not_searched(monkeypatch, root / "validate")
+    with pytest.raises(ConfigError) as exc:
+        read_sources([found])
+    assert str(exc.value) == f"{found}: cannot read (Permission denied)"

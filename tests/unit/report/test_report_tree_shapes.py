@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 from lab.core import limits
+from lab.commands.report import report
 from lab.core.errors import ConfigError
 from lab.report.build import build_report
 from lab.results.logreader import read_runs
 from report_logs import v05_run, write_lines
-from tests.unit.deeptree import nested
+from tests.unit.treeshapes import listed_not_searched, nested
 from tests.unit.rundirs import write_run
 
 DEPTH = 1200  # past Python's default recursion limit of 1000: os.walk of Python 3.11 recurses once a folder
@@ -178,3 +179,30 @@ def test_a_status_json_that_lists_gpus_no_run_used_is_skipped(tmp_path, status, 
     assert found.runs == []
     assert [s.source for s in found.skipped] == [str(run)]
     assert found.skipped[0].reason.startswith("status.json: ") and why in found.skipped[0].reason
+
+
+def test_a_folder_that_may_be_listed_but_not_searched_is_a_skip_not_a_traceback(tmp_path, monkeypatch):
+    """As a user other than root: a folder of mode r-- beside good logs, an input path below one, a run directory
+    of mode r--. Was: PermissionError from pathlib's is_file() and exists() (a traceback, exit 1), and "no
+    status.json" for a run directory whose status.json is there. Now each says "cannot read (Permission
+    denied)" where it is."""
+    root = tmp_path / "logs"
+    write_lines(root / "a.log", v05_run("gnmt", epochs=1, epoch_s=1.0))
+    write_lines(root / "locked" / "b.log", v05_run("gnmt", epochs=1, epoch_s=1.0))
+    run = write_run(root / "sweep" / "r1" / "run1", mode="throughput", result={"samples_per_s": 1.0})
+    listed_not_searched(monkeypatch, root / "locked")
+    listed_not_searched(monkeypatch, run)
+    found = read_runs([root])
+    assert [r.source for r in found.runs] == [str(root / "a.log")]
+    assert sorted((s.source, s.reason) for s in found.skipped) == [
+        (str(root / "locked" / "b.log"), "cannot read (Permission denied)"),
+        (str(run), "status.json cannot read (Permission denied)"),
+    ]
+    for given in (root / "locked" / "b.log", root / "locked" / "nested" / "c.log"):
+        with pytest.raises(ConfigError) as exc:
+            report([given], out=tmp_path / "out")
+        assert str(exc.value) == f"{given}: cannot read (Permission denied)"
+        with pytest.raises(ConfigError) as exc:  # the default report folder beside it: refused, not a traceback
+            report([given])
+        assert "(Permission denied)" in str(exc.value)
+    assert not (tmp_path / "out").exists() and not os.path.lexists(root / "locked" / "report")
