@@ -53,7 +53,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lab.core import bounded, limits, paths
+from lab.core import bounded, limits, paths, plaindata
 from lab.core.paths import existing, utf8
 from lab.results import rounddetect, roundtree
 from lab.core.errors import ConfigError, printable
@@ -216,7 +216,14 @@ def _is_within(p: Path, root: Path) -> bool:
 
 def _load_sweep(path: Path) -> dict | str:
     """The hosts and planned runs of a sweep.json; why not, where it cannot be used."""
-    doc = read_json(path)
+    try:
+        text = bounded.read_text(path, root=path.parent, limit=limits.JSON_BYTES)
+    except bounded.Unreadable as exc:  # not there, a FIFO, too big, not to be read by this user: said as such
+        return exc.reason
+    try:
+        doc = plaindata.loads(text)
+    except (ValueError, RecursionError):
+        doc = None
     if not isinstance(doc, dict):
         return "is not a readable JSON object"
     hosts = {}
@@ -348,11 +355,18 @@ def _missing_planned_runs(ctx: _Context, sweep_dir: Path):
             what=f"{sweep_dir / 'sweep.json'}: runs[{i}] (host {entry['host']!r}, run {run_id!r})",
         )
         ctx.planned[paths.real(rundir)] = entry
-        if os.path.isdir(rundir):
+        try:
+            os.lstat(rundir)
+        except (FileNotFoundError, NotADirectoryError):
+            what = "has no run directory"
+        except OSError:  # a folder on its way that may not be searched: the search lists that folder
             continue
+        else:
+            if os.path.isdir(rundir):
+                continue
+            what = f"is {bounded.kind(rundir)}, not a run directory"
         state = entry.get("state") or "unknown"
         why = entry.get("reason")
-        what = f"is {bounded.kind(rundir)}, not a run directory" if os.path.lexists(rundir) else "has no run directory"
         ctx.skip(rundir, f"planned run {what} (sweep state: {state}" + (f"; {why}" if why else "") + ")")
 
 

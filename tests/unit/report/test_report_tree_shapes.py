@@ -206,3 +206,27 @@ def test_a_folder_that_may_be_listed_but_not_searched_is_a_skip_not_a_traceback(
             report([given])
         assert "(Permission denied)" in str(exc.value)
     assert not (tmp_path / "out").exists() and not os.path.lexists(root / "locked" / "report")
+
+
+def test_a_sweep_folder_that_may_not_be_searched_is_said_once_and_as_it_is(tmp_path, monkeypatch):
+    """A planned run below a host folder of mode r-- was also "planned run has no run directory" beside what the
+    search found there; a sweep.json that could not be read (a FIFO, too big, mode ---) was "not a readable JSON
+    object". Now the run is said once, by the search, and sweep.json's line says why it was not read."""
+    sweep = tmp_path / "sweep"
+    run = write_run(sweep / "r1" / "run1", mode="throughput", result={"samples_per_s": 1.0})
+    (sweep / "sweep.json").write_text(json.dumps({"name": "sweep", "runs": [{"id": "run1", "host": "r1"}]}))
+    listed_not_searched(monkeypatch, sweep / "r1")
+    found = read_runs([sweep])
+    denied = "status.json cannot read (Permission denied); sweep state: unknown"
+    assert [(s.source, s.reason) for s in found.skipped] == [(str(run), denied)]
+    monkeypatch.undo()
+    (sweep / "sweep.json").unlink()
+    os.mkfifo(sweep / "sweep.json")
+    found = read_runs([sweep])
+    assert [r.source for r in found.runs] == [str(run)]
+    assert [(s.source, s.reason) for s in found.skipped] == [
+        (
+            str(sweep / "sweep.json"),
+            "sweep.json is a FIFO, not a regular file; not read; its run directories are read without host facts",
+        )
+    ]
