@@ -20,8 +20,10 @@ from lab.core import limits
 from lab.commands.report import report
 from lab.core.errors import ConfigError
 from lab.report.build import build_report
+from lab.results import telemetry
 from lab.results.logreader import read_runs
 from report_logs import v05_run, write_lines
+from runner import rundir as runner_rundir
 from tests.unit.treeshapes import listed_not_searched, nested
 from tests.unit.rundirs import write_run
 
@@ -230,3 +232,19 @@ def test_a_sweep_folder_that_may_not_be_searched_is_said_once_and_as_it_is(tmp_p
             "sweep.json is a FIFO, not a regular file; not read; its run directories are read without host facts",
         )
     ]
+
+
+@pytest.mark.parametrize("line", [b"x" * 200_000, bytes(1 << 20)])
+def test_a_telemetry_line_longer_than_a_row_is_a_note_not_a_traceback(tmp_path, line):
+    """telemetry.csv may hold 1 GiB (limits.TELEMETRY_BYTES): a line past csv's 128 KiB field limit was csv's
+    traceback (exit 1), and one line of 1 GiB held 12 GiB while it was parsed. Now a line longer than a
+    telemetry row leaves the file unparsed, said in the run's notes; the run is reported without energy."""
+    run = write_run(tmp_path / "sweep" / "r1" / "run1", mode="throughput", result={"samples_per_s": 1.0})
+    (run / "telemetry.csv").write_bytes(b"time_s,gpu,power_w\n0,0,100\n" + line + b"\n1,0,100\n")
+    (run / "SHA256SUMS").unlink()
+    runner_rundir.write_sums(run)
+    (found,) = read_runs([tmp_path / "sweep"]).runs
+    assert found.energy_j is None
+    assert f"telemetry.csv has a line longer than the {telemetry.ROW_BYTES} bytes of a telemetry row: not read" in (
+        found.notes
+    )
