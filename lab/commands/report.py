@@ -3,6 +3,7 @@ lab.report.build."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from lab.core import paths as lab_paths
@@ -33,7 +34,7 @@ def report(
     else:  # the default beside the input obeys --out's rule too: no report files spread into /etc or /usr
         what = "report folder (PATH's folder/report; give --out)"
         out_dir = lab_paths.folder(
-            lab_paths.output_root((first if first.is_dir() else first.parent) / "report", what), what
+            lab_paths.output_root((first if os.path.isdir(first) else first.parent) / "report", what), what
         )
     return build.build_report(
         found, out_dir, formats=tuple(formats), compare=Path(compare) if compare else None, round=round

@@ -8,6 +8,9 @@ the file is opened with O_NONBLOCK and O_NOFOLLOW and checked again after the
 open, and never more than a cap (lab.core.limits) is read. What cannot be read is
 ``Unreadable`` (``Missing`` when it does not exist) with a one-line reason;
 callers turn that into a skipped run or a ConfigError naming the file.
+
+A tree is searched by ``walk``: os.walk's order and pruning, without its recursion (Python 3.11's os.walk
+raises RecursionError some thousand folders down) and at most ``limits.WALK_DEPTH`` folders deep.
 """
 
 from __future__ import annotations
@@ -45,6 +48,15 @@ class Missing(Unreadable):
 
 def _kind(mode: int) -> str:
     return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def kind(path: str | Path) -> str:
+    """What ``path`` is, as the reasons above say it ("a FIFO", "a character device"), links followed."""
+    try:
+        mode = os.stat(path).st_mode
+        return "a file" if stat.S_ISREG(mode) else _kind(mode)
+    except OSError as exc:
+        return f"not readable ({exc.strerror or exc})"
 
 
 def _open(path: Path, root) -> tuple[int, os.stat_result]:
@@ -169,3 +181,36 @@ def sha256(path: str | Path, *, root: str | Path | None = None, limit: int = lim
         raise Unreadable(path, f"cannot read ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
+
+
+def walk(root: str | Path, *, skip=None, depth: int = limits.WALK_DEPTH):
+    """os.walk(root) top-down, symbolic links to folders listed but not followed, without recursion: yields
+    (folder, dirnames, filenames), and only the names left in ``dirnames`` are visited. A folder that cannot
+    be listed, or lies more than ``depth`` folders below ``root``, is not; ``skip(folder, reason)`` hears of it."""
+    pending = [(os.fspath(root), 0)]
+    while pending:
+        top, level = pending.pop()
+        try:
+            with os.scandir(top) as found:
+                entries = list(found)
+        except OSError as exc:
+            if skip:
+                skip(top, f"cannot list folder ({exc.strerror or exc})")
+            continue
+        dirnames, filenames = [], []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            (dirnames if is_dir else filenames).append(entry.name)
+        yield top, dirnames, filenames
+        for name in reversed(dirnames):
+            below = os.path.join(top, name)
+            if os.path.islink(below):
+                continue
+            if level >= depth:
+                if skip:
+                    skip(below, f"more than {depth} folders below {os.fspath(root)}: not searched")
+                continue
+            pending.append((below, level + 1))

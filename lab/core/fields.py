@@ -93,6 +93,21 @@ def gpu_count(value, what: str = "gpus") -> int:
     return limits.number(value, what, limits.GPUS)
 
 
+def run_gpus(gpus, nnodes, world_size, what: str = "status.json") -> None:
+    """A finished run's GPUs as status.json gives them, as the runner writes them: ``gpus`` distinct GPU indices
+    (none: a CPU run; not a list: not given, ``world_size`` counts them), ``nnodes`` limits.NODES hosts (None:
+    one). ConfigError '<what>: <field> <value> is not ...' otherwise ([0, 0, ...] is no million GPUs)."""
+    if isinstance(gpus, list):
+        lo, hi = limits.GPU_INDEX.lo, limits.GPU_INDEX.hi
+        found = {i for i in gpus if isinstance(i, int) and not isinstance(i, bool) and lo <= i <= hi}
+        if len(found) != len(gpus):
+            raise ConfigError(f"{what}: gpus {_shown(gpus)} is not a list of distinct GPU indices from {lo} to {hi}")
+    elif world_size is not None:
+        limits.number(world_size, f"{what}: world_size", limits.Range(0, limits.GPUS.hi * limits.NODES.hi))
+    if nnodes is not None:
+        limits.number(nnodes, f"{what}: nnodes", limits.NODES)
+
+
 def token(value, what: str = "token") -> str | None:
     if value is not None and (not isinstance(value, str) or not TOKEN_RE.fullmatch(value)):
         raise ConfigError(f"{what}: {_shown(value)} is not a run token")

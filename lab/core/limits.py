@@ -55,8 +55,9 @@ SUMS_BYTES = 1 << 20  # SHA256SUMS
 DATA_BYTES = 16 << 20  # YAML data files: stacks, references, catalogues
 LOG_BYTES = 512 << 20  # mllog.log and plain MLPerf logs
 TELEMETRY_BYTES = 1 << 30  # telemetry.csv: one row per GPU per second of a long run
-HASH_BYTES = 64 << 30  # a file hashed (streamed, never held) for SHA256SUMS
+HASH_BYTES = 64 << 30  # the files of one run directory hashed (streamed, never held) for SHA256SUMS
 FETCH_BYTES = 4 << 30  # one file of a run directory or one compiled artifact copied from a host
+WALK_DEPTH = 64  # folders below an input path searched for runs, result files and validate.json
 
 
 def number(value, what: str, rng: Range) -> int | float:

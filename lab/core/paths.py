@@ -44,6 +44,18 @@ def real(path: str | Path) -> Path:
     return Path(os.path.realpath(path))
 
 
+def existing(path: str | Path) -> bool:
+    """Whether ``path`` exists (links followed); ConfigError '<path>: cannot read (<why>)' where that cannot be
+    told: a folder on the way that may not be searched (pathlib's exists() raises PermissionError there)."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return True
+
+
 def inside(path: str | Path, root: str | Path) -> bool:
     """Does ``path`` (symbolic links resolved) lie in ``root`` (resolved)?"""
     real, base = os.path.realpath(path), os.path.realpath(root)
@@ -135,15 +147,15 @@ def folder(path: str | Path, what: str) -> Path:
     file, or lies below one, is one ConfigError line and not a traceback after
     the work was done. Nothing is created here.
     """
-    path = Path(path)
-    if path.exists() or path.is_symlink():
-        if not path.is_dir():
+    path = Path(path)  # os.path's tests: pathlib's raise PermissionError below a folder that may not be searched
+    if os.path.lexists(path):
+        if not os.path.isdir(path):
             raise ConfigError(f"{what}: {path} exists and is not a folder")
         if not os.access(path, os.W_OK | os.X_OK):
             raise ConfigError(f"{what}: {path} is not writable")
         return path
-    parent = next((p for p in path.absolute().parents if p.exists()), None)
-    if parent is None or not parent.is_dir():
+    parent = next((p for p in path.absolute().parents if os.path.exists(p)), None)
+    if parent is None or not os.path.isdir(parent):
         raise ConfigError(f"{what}: {path} cannot be made: {parent} is not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError(f"{what}: {path} cannot be made: {parent} is not writable")

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.core import bounded, fields, limits, plaindata
+from lab.core.paths import existing
+from lab.results import checksums
 from lab.results import logreader as lab_results
 from lab.core.errors import ConfigError, excerpt
 from lab.history import values
@@ -29,7 +31,6 @@ VALIDATE_FILE = "validate.json"
 VALIDATE_KIND = "gpulab-validate"
 VALIDATE_SCHEMAS = (1,)
 MAX_WALK = 200_000  # folders visited looking for validate.json
-SUMS = "SHA256SUMS"
 
 
 @dataclass
@@ -128,22 +129,11 @@ def _run_gpus(rundir: Path, indices) -> list[GpuRef]:
     return out
 
 
-def _key(rundir: Path) -> str:
-    """The sha256 of SHA256SUMS; where SHA256SUMS does not list status.json (it lists nothing, say), of it and
-    status.json together: two runs with an empty list are two runs, not one."""
-    sums = bounded.read_bytes(rundir / SUMS, root=rundir, limit=limits.SUMS_BYTES)
-    listed = any(line.split()[-1:] in ([STATUS.encode()], [b"*" + STATUS.encode()]) for line in sums.splitlines())
-    if listed:
-        return hashlib.sha256(sums).hexdigest()
-    status = bounded.read_bytes(rundir / STATUS, root=rundir, limit=limits.JSON_BYTES)
-    return hashlib.sha256(sums + b"\0" + STATUS.encode() + b"\0" + status).hexdigest()
-
-
 def _run_record(run, out: Sources) -> RunRecord | None:
     rundir = Path(run.source)
     where = values.printable(rundir)
     try:
-        key = _key(rundir)
+        key = checksums.run_key(rundir)
         status = bounded.read_json(rundir / STATUS, root=rundir, limit=limits.JSON_BYTES)
     except (bounded.Unreadable, OSError, ValueError) as exc:
         out.skipped.append(f"{where}: {values.printable(getattr(exc, 'reason', exc))}")
@@ -154,7 +144,7 @@ def _run_record(run, out: Sources) -> RunRecord | None:
         if isinstance(idx, list)
         else []
     )
-    sweep = rundir.parent.parent.name if (rundir.parent.parent / "sweep.json").is_file() else None
+    sweep = rundir.parent.parent.name if os.path.isfile(rundir.parent.parent / "sweep.json") else None
     fields = dict(
         source=str(rundir.resolve()),
         sweep=_text(sweep),
@@ -335,7 +325,7 @@ def _texts_ok(path: Path, rec: ValidationRecord) -> None:
 
 def _validate_files(root: Path) -> list[Path]:
     found, seen = [], 0
-    for folder, dirs, files in os.walk(root):  # symlinked folders are not followed
+    for folder, dirs, files in bounded.walk(root):  # symlinked folders are not followed
         seen += 1
         if seen > MAX_WALK:
             raise ConfigError(f"{root}: more than {MAX_WALK} folders: import a smaller tree")
@@ -343,7 +333,7 @@ def _validate_files(root: Path) -> list[Path]:
             dirs[:] = []  # a run directory: lab.results reads it
             continue
         dirs.sort()
-        if VALIDATE_FILE in files and not os.path.islink(os.path.join(folder, VALIDATE_FILE)):
+        if VALIDATE_FILE in files:  # a link too: read_sources says it is not read
             found.append(Path(folder) / VALIDATE_FILE)
     return found
 
@@ -353,7 +343,7 @@ def read_sources(paths) -> Sources:
     out = Sources()
     for p in paths:
         p = Path(p)
-        if not p.exists():
+        if not existing(p):
             raise ConfigError(f"{p}: no such file or directory")
         if p.is_file() and p.suffix == ".json":
             out.validations.append(read_validation(p))
@@ -361,6 +351,9 @@ def read_sources(paths) -> Sources:
         before = len(out.runs) + len(out.validations) + len(out.skipped)
         files = _validate_files(p) if p.is_dir() else []
         for f in files:
+            if os.path.islink(f):  # never followed from a tree: give the file it leads to by its own path
+                out.skipped.append(f"{f}: a symbolic link; not read (import the file it leads to by its path)")
+                continue
             try:
                 out.validations.append(read_validation(f))
             except ConfigError as exc:

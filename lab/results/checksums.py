@@ -4,20 +4,24 @@ The grammar is the runner's (runner.rundir.SUMS_LINE, the run-directory
 contract): ``<sha256> <space or *><relative path>``, what ``sha256sum`` writes
 in text or binary (``-b``) mode. The sums file and every file it lists are
 read through lab.core.bounded: regular files inside the run directory only, with a
-size cap.
+size cap; and the files listed hold at most limits.HASH_BYTES in all, counted before any is hashed (one
+sparse file listed under many names, ``x`` and ``./x``, or hard links to it, would be hashed once per name).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.core import bounded
 from lab.core import limits
-from runner.rundir import SUMS, SUMS_LINE, sums_entry
+from lab.core import paths
+from runner.rundir import STATUS, SUMS, SUMS_LINE, sums_entry
 
-__all__ = ["SUMS", "SUMS_LINE", "Missing", "Compared", "sha256", "parse", "read", "compare", "verify"]
+__all__ = ["SUMS", "SUMS_LINE", "Missing", "Compared", "sha256", "parse", "read", "compare", "verify", "run_key"]
 
 
 class Missing(ValueError):
@@ -79,6 +83,14 @@ def compare(run_dir: Path, keep: dict[str, int] | None = None) -> Compared:
         return Compared([str(exc)], missing=True)
     except ValueError as exc:
         return Compared([str(exc)])
+    total = _listed_bytes(run_dir, listed)
+    if total > limits.HASH_BYTES:
+        return Compared(
+            [
+                f"the files {SUMS} lists hold {total} bytes, more than the {limits.HASH_BYTES} verified of one run "
+                "directory; not read"
+            ]
+        )
     out = Compared()
     for name, digest in listed.items():
         target = run_dir / name
@@ -102,6 +114,35 @@ def compare(run_dir: Path, keep: dict[str, int] | None = None) -> Compared:
     return out
 
 
+def _listed_bytes(run_dir: Path, listed: dict[str, str]) -> int:
+    """The bytes of the regular files inside ``run_dir`` that ``listed`` names, each name counted (what hashing
+    them all would read)."""
+    total = 0
+    for name in listed:
+        target = run_dir / name
+        try:
+            st = os.stat(target)
+        except OSError:
+            continue  # missing or unreadable: compare says so, reading nothing
+        if stat.S_ISREG(st.st_mode) and paths.inside(target, run_dir):
+            total += st.st_size
+    return total
+
+
 def verify(run_dir: Path) -> list[str]:
     """Problems found in ``run_dir`` against its SHA256SUMS; empty when it verifies."""
     return compare(run_dir).problems
+
+
+def run_key(run_dir: Path) -> str:
+    """What one run is known by, wherever its directory lies (a copy under another name is the same run): the
+    sha256 of its SHA256SUMS; where SHA256SUMS does not list status.json (it lists nothing, say), of it and
+    status.json together, so that two runs with an empty list are two runs, not one. bounded.Unreadable when
+    either cannot be read."""
+    run_dir = Path(run_dir)
+    sums = bounded.read_bytes(run_dir / SUMS, root=run_dir, limit=limits.SUMS_BYTES)
+    listed = any(line.split()[-1:] in ([STATUS.encode()], [b"*" + STATUS.encode()]) for line in sums.splitlines())
+    if listed:
+        return hashlib.sha256(sums).hexdigest()
+    status = bounded.read_bytes(run_dir / STATUS, root=run_dir, limit=limits.JSON_BYTES)
+    return hashlib.sha256(sums + b"\0" + STATUS.encode() + b"\0" + status).hexdigest()

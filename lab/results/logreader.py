@@ -35,6 +35,9 @@ device         the probe's GPU names in manifest.json (of the run's GPU
                <host>/ folder, else the probe's hostname. Directories of nodes
                other than 0 of a multi-host run are listed as skipped (node 0's
                directory is the run).
+copies         a run directory whose SHA256SUMS (and status.json) are the bytes of one
+               already read (the same run copied under another name) is listed as
+               skipped: each run counts once, as history.import adds it once.
 
 Bad input never stops a report: a file or folder that cannot be used becomes a
 ``Skipped`` entry with a one-line reason. A path that does not exist, or holds
@@ -50,13 +53,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lab.core import paths
-from lab.core.paths import utf8
+from lab.core import bounded, limits, paths, plaindata
+from lab.core.paths import existing, utf8
 from lab.results import rounddetect, roundtree
 from lab.core.errors import ConfigError, printable
 from lab.results.logfacts import LogFacts, LogProblem
 from lab.core.mlperf import Rules, default_rules
-from lab.results.plainlogs import detect_format, parse_log, parse_runs, read_plain
+from lab.results.plainlogs import detect_format, named_like_log, parse_log, parse_runs, read_plain
 from lab.results.resulttree import TreeReader
 from lab.results.runs import Collection, Run, Skipped, system_label
 from lab.results.rundirs import read_json, read_rundir, read_text, verify_sums
@@ -117,10 +120,11 @@ class _Context:
         self.runs: list[Run] = []
         self.skipped: list[Skipped] = []
         self.notes: list[str] = []
-        self._sweeps: dict[Path, dict | None] = {}
+        self._sweeps: dict[Path, dict | str] = {}
         self._systems_dirs: dict[Path, bool] = {}
         self._json_cache: dict[Path, dict | None] = {}
         self._seen: set[Path] = set()
+        self._run_keys: dict[str, Path] = {}
         self.repeats = 0
         self.planned: dict[Path, dict] = {}
         self._trees: dict[Path, TreeReader] = {}
@@ -163,14 +167,26 @@ class _Context:
         self._seen.add(key)
         return True
 
+    def first_of_run(self, key: str, rundir: Path) -> Path | None:
+        """The run directory already read whose run is ``key`` (lab.results.checksums.run_key): ``rundir`` is a
+        copy of it; None for the first."""
+        first = self._run_keys.setdefault(key, rundir)
+        return None if first == rundir else first
+
     def skip(self, source, reason):
         self.skipped.append(Skipped(str(source), reason))
 
     # sweep.json ----------------------------------------------------------
     def sweep(self, sweep_dir: Path) -> dict | None:
+        """sweep.json of ``sweep_dir`` read once; None where it cannot be used (``sweep_unused`` says why)."""
         if sweep_dir not in self._sweeps:
             self._sweeps[sweep_dir] = _load_sweep(sweep_dir / "sweep.json")
-        return self._sweeps[sweep_dir]
+        found = self._sweeps[sweep_dir]
+        return found if isinstance(found, dict) else None
+
+    def sweep_unused(self, sweep_dir: Path) -> str:
+        """Why sweep.json of ``sweep_dir`` is not used (after ``sweep`` gave None)."""
+        return str(self._sweeps.get(sweep_dir) or "")
 
     # MLPerf systems/<name>.json --------------------------------------------
     def systems_file(self, log: Path, root: Path) -> tuple[dict, str] | None:
@@ -178,7 +194,7 @@ class _Context:
         for anchor in anchors:
             sysdir = anchor / "systems"
             if sysdir not in self._systems_dirs:
-                self._systems_dirs[sysdir] = sysdir.is_dir()
+                self._systems_dirs[sysdir] = os.path.isdir(sysdir)
             if not self._systems_dirs[sysdir]:
                 continue
             try:
@@ -188,7 +204,7 @@ class _Context:
             for part in parts:
                 f = sysdir / f"{part}.json"
                 if f not in self._json_cache:
-                    self._json_cache[f] = read_json(f) if f.is_file() else None
+                    self._json_cache[f] = read_json(f) if os.path.isfile(f) else None
                 if isinstance(self._json_cache[f], dict):
                     return self._json_cache[f], f"{f.name}"
         return None
@@ -198,10 +214,18 @@ def _is_within(p: Path, root: Path) -> bool:
     return p == root or root in p.parents
 
 
-def _load_sweep(path: Path) -> dict | None:
-    doc = read_json(path)
+def _load_sweep(path: Path) -> dict | str:
+    """The hosts and planned runs of a sweep.json; why not, where it cannot be used."""
+    try:
+        text = bounded.read_text(path, root=path.parent, limit=limits.JSON_BYTES)
+    except bounded.Unreadable as exc:  # not there, a FIFO, too big, not to be read by this user: said as such
+        return exc.reason
+    try:
+        doc = plaindata.loads(text)
+    except (ValueError, RecursionError):
+        doc = None
     if not isinstance(doc, dict):
-        return None
+        return "is not a readable JSON object"
     hosts = {}
     raw_hosts = doc.get("hosts") or {}
     if isinstance(raw_hosts, list):
@@ -212,6 +236,9 @@ def _load_sweep(path: Path) -> dict | None:
                 hosts[str(name)] = facts
     runs = []
     raw_runs = doc.get("runs", doc.get("plan")) or []
+    most = limits.PLANNED_RUNS.hi  # each run's folder is looked up, and a missing one is a line of the report
+    if isinstance(raw_runs, (list, dict)) and len(raw_runs) > most:
+        return f"lists {len(raw_runs)} runs, more than the {limits.PLANNED_RUNS.shown(most)} of one sweep"
     if isinstance(raw_runs, dict):
         raw_runs = [dict(v, id=v.get("id", k)) for k, v in raw_runs.items() if isinstance(v, dict)]
     for entry in raw_runs if isinstance(raw_runs, list) else []:
@@ -231,13 +258,15 @@ def read_runs(paths, rules: Rules | None = None, round: str | None = None) -> Co
         inputs.append(str(p))
         if not utf8(p):
             raise ConfigError(f"{printable(p)}: its name is not UTF-8 text (bytes of another encoding): rename it")
-        if not p.exists():
+        if not existing(p):
             raise ConfigError(f"{p}: no such file or directory")
         before = len(ctx.runs) + len(ctx.skipped) + ctx.repeats
         if p.is_file():
             _read_plain(ctx, p, p.parent, explicit=True)
-        else:
+        elif p.is_dir():
             _walk(ctx, p)
+        else:  # a FIFO, a socket, a device (or a link to one): neither read nor listed
+            raise ConfigError(f"{p}: is {bounded.kind(p)}, not a file or a folder; not read")
         if len(ctx.runs) + len(ctx.skipped) + ctx.repeats == before:
             raise ConfigError(f"{p}: no run directories or MLPerf log files found")
     ctx.runs.sort(
@@ -270,9 +299,7 @@ def _walk(ctx: _Context, root: Path):
         return
     rnd = ctx.round_of(root)
     round_tree = roundtree.summarizer_scored(ctx.rules, rnd)
-    for dirpath, dirnames, filenames in os.walk(
-        root, onerror=lambda e: ctx.skip(e.filename, f"cannot list folder ({e.strerror})")
-    ):
+    for dirpath, dirnames, filenames in bounded.walk(root, skip=ctx.skip):
         here = Path(dirpath)
         filenames = _utf8_names(ctx, here, dirnames, filenames)
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
@@ -293,7 +320,7 @@ def _walk(ctx: _Context, root: Path):
             _missing_planned_runs(ctx, here)
         for name in sorted(filenames):
             path = here / name
-            if name.endswith(".launch.log") and (here / name[: -len(".launch.log")]).is_dir():
+            if name.endswith(".launch.log") and os.path.isdir(here / name[: -len(".launch.log")]):
                 continue  # a sweep's launch log beside its run directory: not a training log
             suffix = path.suffix.lower()
             if suffix in LOG_SUFFIXES or ("log" in name.lower() and suffix not in SOURCE_SUFFIXES):
@@ -316,10 +343,8 @@ def _utf8_names(ctx: _Context, here: Path, dirnames: list[str], filenames: list[
 def _missing_planned_runs(ctx: _Context, sweep_dir: Path):
     sweep = ctx.sweep(sweep_dir)
     if sweep is None:
-        ctx.skip(
-            sweep_dir / "sweep.json",
-            "sweep.json is not a readable JSON object; its run directories are read without host facts",
-        )
+        why = ctx.sweep_unused(sweep_dir)
+        ctx.skip(sweep_dir / "sweep.json", f"sweep.json {why}; its run directories are read without host facts")
         return
     for i, entry in enumerate(sweep["runs"]):
         run_id = entry.get("id") or entry.get("run_id")
@@ -330,15 +355,29 @@ def _missing_planned_runs(ctx: _Context, sweep_dir: Path):
             what=f"{sweep_dir / 'sweep.json'}: runs[{i}] (host {entry['host']!r}, run {run_id!r})",
         )
         ctx.planned[paths.real(rundir)] = entry
-        if rundir.exists():
+        try:
+            os.lstat(rundir)
+        except (FileNotFoundError, NotADirectoryError):
+            what = "has no run directory"
+        except OSError:  # a folder on its way that may not be searched: the search lists that folder
             continue
+        else:
+            if os.path.isdir(rundir):
+                continue
+            what = f"is {bounded.kind(rundir)}, not a run directory"
         state = entry.get("state") or "unknown"
         why = entry.get("reason")
-        ctx.skip(rundir, f"planned run has no run directory (sweep state: {state}" + (f"; {why}" if why else "") + ")")
+        ctx.skip(rundir, f"planned run {what} (sweep state: {state}" + (f"; {why}" if why else "") + ")")
 
 
 def _read_plain(ctx: _Context, path: Path, root: Path, explicit: bool):
-    if not (path.is_file() or path.is_symlink() or explicit) or not ctx.first_visit(path):
+    """The runs of one log file; a FIFO, socket or device is passed over, or listed as skipped (lab.core.bounded
+    says what it is) where it is named like a log."""
+    # os.path's tests, not pathlib's: a file in a folder that may be listed but not searched is a skip, not a
+    # PermissionError (Python 3.11's Path.is_file raises it)
+    if not (os.path.isfile(path) or os.path.islink(path) or explicit or named_like_log(path)):
+        return
+    if not ctx.first_visit(path):
         return
     text = read_text(ctx, path, root)
     if text is not None:

@@ -71,6 +71,11 @@ def _relative(path: Path, root: Path) -> str:
         return path.name
 
 
+def named_like_log(path: Path) -> bool:
+    """``*.log`` or ``result*.txt``: a file worth a line in the report when it cannot be read as a log."""
+    return path.suffix.lower() == ".log" or bool(re.match(r"result.*\.txt$", path.name, re.I))
+
+
 def read_plain(ctx, path: Path, root: Path, text: str, explicit: bool):
     """Add the runs of one log file to ``ctx.runs`` (or one Skipped entry to ``ctx``).
 
@@ -81,8 +86,7 @@ def read_plain(ctx, path: Path, root: Path, text: str, explicit: bool):
     run_file = roundtree.summarizer_scored(rules, rnd) and roundtree.is_run_file(path)
     fmt, runs, problem = _parse(text, rules)
     if problem is not None and not run_file:
-        # Only files named like logs are worth a line in the report.
-        if fmt is not None or explicit or path.suffix.lower() == ".log" or re.match(r"result.*\.txt$", path.name, re.I):
+        if fmt is not None or explicit or named_like_log(path):
             ctx.skip(path, problem)
         return
     folders = [path.stem, *[p.name for p in path.parents if p == root or root in p.parents]]

@@ -24,6 +24,7 @@ regular file inside the input root, at most MAX_DESC_BYTES), never above the roo
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,7 +102,7 @@ class TreeReader:
         sysfile = org_dir / "systems" / f"{sysdir.name}.json"
         if between:
             submitter, submission = between[0], "/".join(between[1:]) or None
-        elif self._inside(entry) and entry.is_file() and org_dir != self.root:
+        elif self._inside(entry) and os.path.isfile(entry) and org_dir != self.root:
             submitter, submission = org_dir.parent.name, org_dir.name
         else:
             submitter, submission = org_dir.name, None

@@ -26,7 +26,6 @@ with no such MLLOG file has no round here (v0.5/v0.6 logs are scored by their fo
 from __future__ import annotations
 
 import calendar
-import os
 import re
 import statistics
 from dataclasses import dataclass
@@ -63,7 +62,7 @@ def benchmark_folders(root: Path) -> dict[Path, list[Path]]:
     """results/<system>/<benchmark>/ folders under ``root`` -> their result_*.txt files
     (natural order); nothing below a benchmark folder is listed."""
     out: dict[Path, list[Path]] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in bounded.walk(root):
         here = Path(dirpath)
         depth = _below_results(here)
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")

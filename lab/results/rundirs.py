@@ -1,9 +1,7 @@
-"""One gpulab run directory (runner/README.md) read into a ``Run``: SHA256SUMS
-verified first (lab.results.checksums), then status.json, manifest.json (device, stack,
-host: the precedence rules are lab.results.logreader' docstring's), mllog.log
-(lab.results.mllog) and telemetry.csv (lab.results.telemetry). lab.results.logreader finds the
-directories and passes its discovery context (``ctx``: rules, skip, sweep
-facts) in.
+"""One gpulab run directory (runner/README.md) read into a ``Run``: SHA256SUMS verified first
+(lab.results.checksums), then status.json, manifest.json (device, stack, host: the precedence rules are
+lab.results.logreader' docstring's), mllog.log (lab.results.mllog) and telemetry.csv (lab.results.telemetry).
+lab.results.logreader finds the directories and passes its discovery context (``ctx``: rules, skip, sweep facts) in.
 """
 
 from __future__ import annotations
@@ -12,11 +10,9 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from lab.core import bounded
-from lab.core import plaindata
-from lab.results import checksums
-from lab.results import compliance
-from lab.core import limits
+from lab.core import bounded, fields, limits, plaindata
+from lab.core.errors import ConfigError
+from lab.results import checksums, compliance
 from lab.results.logfacts import LogProblem, integer as _int, num as _num
 from lab.results.plainlogs import parse_log
 from lab.results.runs import Run
@@ -136,9 +132,13 @@ def _manifest_host(manifest: dict) -> str | None:
 
 def _read_status(ctx, rundir: Path) -> dict | None:
     """status.json of ``rundir`` when the run ended with a known outcome; None (said as a skip) otherwise."""
-    if not os.path.lexists(rundir / STATUS):
+    try:
+        os.lstat(rundir / STATUS)
+    except OSError as exc:  # a folder that may be listed but not searched, too
         entry = ctx.planned_dir(rundir)
         why = "incomplete run directory: no status.json (still running or interrupted)"
+        if not isinstance(exc, FileNotFoundError):
+            why = f"status.json cannot read ({exc.strerror or exc})"
         if entry:
             why += f"; sweep state: {entry.get('state') or 'unknown'}"
             if entry.get("reason"):
@@ -158,12 +158,17 @@ def _read_status(ctx, rundir: Path) -> dict | None:
     if status.get("outcome") not in OUTCOMES:
         ctx.skip(rundir, f"status.json: outcome {status.get('outcome')!r} is not one of {', '.join(OUTCOMES)}")
         return None
+    try:  # the GPUs counted: a million as [0, 0, ...] is no run
+        fields.run_gpus(status.get("gpus"), status.get("nnodes"), status.get("world_size"))
+    except ConfigError as exc:
+        ctx.skip(rundir, exc.message)
+        return None
     return status
 
 
 def _host_of(ctx, rundir: Path, manifest: dict) -> tuple[str | None, dict]:
     """The run's host and what sweep.json says of it (in a sweep, ``<host>/`` is the lab's inventory name)."""
-    sweep = ctx.sweep(rundir.parent.parent) if (rundir.parent.parent / "sweep.json").is_file() else None
+    sweep = ctx.sweep(rundir.parent.parent) if os.path.isfile(rundir.parent.parent / "sweep.json") else None
     host = _manifest_host(manifest)
     host_facts = {}
     if sweep:
@@ -243,7 +248,7 @@ def read_rundir(ctx, rundir: Path):
     manifest = read_json(rundir / MANIFEST)
     notes = []
     if not isinstance(manifest, dict):
-        if (rundir / MANIFEST).exists():
+        if os.path.lexists(rundir / MANIFEST):
             notes.append("manifest.json unreadable")
         manifest = {}
     host, host_facts = _host_of(ctx, rundir, manifest)
@@ -316,6 +321,14 @@ def _checked(ctx, rundir: Path) -> tuple[dict, dict] | None:
             f"node {node_rank} of a {_int(status.get('nnodes')) or '?'}-node run: "
             "the run is reported from node 0's run directory",
         )
+        return None
+    try:
+        first = ctx.first_of_run(checksums.run_key(rundir), rundir)
+    except bounded.Unreadable as exc:  # changed since it was verified
+        ctx.skip(rundir, exc.reason)
+        return None
+    if first is not None:
+        ctx.skip(rundir, f"a copy of {first} (the same SHA256SUMS and status.json): the run is counted once")
         return None
     return status, kept
 

@@ -1,6 +1,9 @@
 """Energy and average power of a run from its telemetry.csv (runner/README.md):
 power_w integrated over time_s (trapezoids) per GPU of the run, summed;
-average power = the sum of the per-GPU means. Read with bounds (lab.core.bounded).
+average power = the sum of the per-GPU means. Read with bounds (lab.core.bounded): at most
+limits.TELEMETRY_BYTES, and only where no line is longer than ROW_BYTES and there are at most ROWS lines,
+so that what parsing holds stays near the file's size (a 1 GiB file of one line held 12 GiB, and past 128 KiB
+a line was csv's traceback).
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ import numpy as np
 
 from lab.core import bounded
 from lab.core import limits
+
+ROW_BYTES = 4 << 10  # a row of the runner's 13 columns is about 150 bytes
+ROWS = 1 << 24  # one row per GPU per second: 8 GPUs for 24 days
 
 # --------------------------------------------------------------------------
 # Telemetry
@@ -37,6 +43,9 @@ def read_telemetry(
             data = bounded.read_bytes(path, root=Path(path).parent, limit=limits.TELEMETRY_BYTES)
         except bounded.Unreadable as exc:
             return None, None, f"telemetry.csv {exc.reason}"
+    shape = _shape_problem(data)
+    if shape:
+        return None, None, f"telemetry.csv {shape}: not read"
     first, _, _ = data.partition(b"\n")
     header = [h.strip() for h in first.decode("utf-8", errors="replace").strip().split(",")]
     if header == [""]:
@@ -46,7 +55,10 @@ def read_telemetry(
     cols = (header.index("time_s"), header.index("gpu"), header.index("power_w"))
     series = _telemetry_numpy(data, cols)
     if series is None:
-        series = _telemetry_python(data, cols)
+        try:
+            series = _telemetry_python(data, cols)
+        except csv.Error as exc:  # Python 3.10's "line contains NUL", say
+            return None, None, f"telemetry.csv is not CSV ({exc}): not read"
     if gpus:
         wanted = {str(g) for g in gpus}
         if wanted & series.keys():
@@ -68,6 +80,24 @@ def read_telemetry(
     if not used:
         return None, None, None
     return energy, power, None
+
+
+def _shape_problem(data: bytes, chunk: int = 8 << 20) -> str | None:
+    """Why ``data`` is no telemetry to parse: more than ROWS lines, or a line longer than ROW_BYTES (looked for
+    ``chunk`` bytes at a time, so that the search itself holds little)."""
+    rows = data.count(b"\n")
+    if rows > ROWS:
+        return f"has {rows} lines, more than the {ROWS} of telemetry"
+    arr, start = np.frombuffer(data, dtype=np.uint8), 0  # start: where the line being measured began
+    longest = 0
+    for lo in range(0, arr.size, chunk):
+        ends = np.flatnonzero(arr[lo : lo + chunk] == 10) + lo
+        if ends.size:
+            longest = max(longest, int((ends - np.concatenate(([start], ends[:-1] + 1))).max()))
+            start = int(ends[-1]) + 1
+        if max(longest, min(lo + chunk, arr.size) - start) > ROW_BYTES:
+            return f"has a line longer than the {ROW_BYTES} bytes of a telemetry row"
+    return None
 
 
 def _gpu_key(v: float) -> str:
@@ -97,7 +127,7 @@ def _telemetry_python(data: bytes, cols) -> dict:
     it, ig, ip = cols
     need = max(cols)
     series: dict[str, tuple[list, list]] = {}
-    reader = csv.reader(io.StringIO(data.decode("utf-8", errors="replace"), newline=""))
+    reader = csv.reader(line.decode("utf-8", errors="replace") for line in io.BytesIO(data))  # a line at a time
     next(reader, None)
     for row in reader:
         if len(row) <= need:
