@@ -11,6 +11,7 @@ import pytest
 
 from lab.core.errors import ConfigError, HostError
 from lab.hosts import slurm
+from tests.unit.localhost import local_host
 
 
 @pytest.fixture
@@ -207,7 +208,6 @@ def make_worker(workdir):
     import threading
 
     from lab.hosts import remote
-    from lab.hosts.inventory import Host
     from lab.sweep.hostrun import Settings
     from lab.sweep.node import Node
     from lab.sweep.slurmworker import SlurmUnitWorker
@@ -224,21 +224,7 @@ def make_worker(workdir):
             self.lines.append(text)
 
     workdir.mkdir()
-    host = Host(
-        name="sl-01",
-        address="127.0.0.1",
-        port=22,
-        user=None,
-        connection="local",
-        gpu_model="cpu",
-        gpu_count=0,
-        stack="current",
-        groups=(),
-        workdir=str(workdir),
-        python=None,
-        ssh_key=None,
-        known_hosts="/dev/null",
-    )
+    host = local_host(workdir, "sl-01")
     sweep = Sweep.open(workdir.parent / "results" / "S", "S", [], {})
     node = Node(host, remote.LocalRemote(host), remote.RunnerInstall("python3", "", "0", False), Settings(), "S")
     settings = Settings(stop_grace_s=0)
@@ -282,16 +268,12 @@ def test_a_controller_that_does_not_answer_is_not_a_job_gone(fake):
 def test_a_node_without_a_readable_state_is_not_planned_on(fake, state):
     """A record without a readable State was a node up and free: a sweep planned on it (a drained node whose
     state the listing did not give); now it is left out like a drained one."""
-    from lab.hosts.inventory import Host
     from lab.sweep import driver
 
     fake.say("scontrol", f"NodeName=sl-01 Gres=gpu:2 {state} Reason=(null)\nNodeName=sl-02 State=MIXED\n")
     nodes = slurm.nodes()
     assert nodes["sl-01"].drained and not nodes["sl-02"].drained
-    hosts = [
-        Host(n, "127.0.0.1", 22, None, "local", "cpu", 0, "current", (), "/tmp/w", None, None, "/dev/null")
-        for n in ("sl-01", "sl-02")
-    ]
+    hosts = [local_host("/tmp/w", n) for n in ("sl-01", "sl-02")]
     assert list(driver.slurm_held(hosts, {})) == ["sl-01"]
 
 

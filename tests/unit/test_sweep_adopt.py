@@ -14,29 +14,13 @@ from lab.core.errors import RunError
 from lab.sweep import hostlock
 from lab.hosts import remote
 from lab.sweep import hostrun
-from lab.hosts.inventory import Host
+from tests.unit.localhost import local_host
 from tests.testlab.util import exec_done
 
 
 @pytest.fixture
 def local(tmp_path):
-    return remote.LocalRemote(
-        Host(
-            name="here",
-            address="127.0.0.1",
-            port=22,
-            user=None,
-            connection="local",
-            gpu_model="cpu",
-            gpu_count=0,
-            stack="current",
-            groups=(),
-            workdir=str(tmp_path),
-            python=None,
-            ssh_key=None,
-            known_hosts="/dev/null",
-        )
-    )
+    return remote.LocalRemote(local_host(tmp_path))
 
 
 def test_run_state_by_token(local, tmp_path):
