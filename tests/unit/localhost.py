@@ -8,9 +8,10 @@ from pathlib import Path
 from lab.hosts.inventory import Host
 
 
-def local_host(workdir: str | Path, name: str = "here") -> Host:
-    """This machine as host ``name``: a CPU host of the current stack whose gpulab_workdir is ``workdir``."""
-    return Host(
+def local_host(workdir: str | Path, name: str = "here", **fields) -> Host:
+    """This machine as host ``name``: a CPU host of the current stack whose gpulab_workdir is ``workdir``;
+    ``fields`` replace those (``gpu_model="NVIDIA H200", gpu_count=1``)."""
+    base = dict(
         name=name,
         address="127.0.0.1",
         port=22,
@@ -25,3 +26,4 @@ def local_host(workdir: str | Path, name: str = "here") -> Host:
         ssh_key=None,
         known_hosts="/dev/null",
     )
+    return Host(**{**base, **fields})

@@ -12,9 +12,9 @@ import pytest
 from lab.core import writes
 from lab.core.errors import ConfigError
 from lab.hosts import remote
-from lab.hosts.inventory import Host
 from lab.sweep import compiled
 from runner import rundir
+from tests.unit.localhost import local_host
 
 ROOT = Path(__file__).resolve().parents[2]
 OWNER = "runner/rundir.py"
@@ -72,23 +72,7 @@ def test_a_link_planted_where_a_file_goes_is_never_written_through(tmp_path, wri
 def _host(tmp_path, name):
     workdir = tmp_path / name
     workdir.mkdir()
-    return remote.LocalRemote(
-        Host(
-            name=name,
-            address="127.0.0.1",
-            port=22,
-            user=None,
-            connection="local",
-            gpu_model="NVIDIA H200",
-            gpu_count=1,
-            stack="current",
-            groups=(),
-            workdir=str(workdir),
-            python=None,
-            ssh_key=None,
-            known_hosts="/dev/null",
-        )
-    ), str(workdir)
+    return remote.LocalRemote(local_host(workdir, name, gpu_model="NVIDIA H200", gpu_count=1)), str(workdir)
 
 
 def test_a_link_planted_in_the_artifact_store_is_not_shipped_and_not_written_through(tmp_path):

@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from lab.sweep import pilot
 from lab.sweep.pilot import Key, pick
+from tests.unit.localhost import local_host
 
 K = [Key("current", "NVIDIA H200", w, "full", "ttt", g) for w in ("resnet50", "ssd", "ncf") for g in (1, 2)]
 
@@ -88,25 +89,10 @@ def test_off_and_artifacts_held_already():
 
 
 def test_cpu_runs_have_no_group_and_the_plan_names_each_pilot():
-    from lab.hosts.inventory import Host
     from lab.sweep.plan import PlannedRun
 
     def host(name, model):
-        return Host(
-            name=name,
-            address="127.0.0.1",
-            port=22,
-            user=None,
-            connection="local",
-            gpu_model=model,
-            gpu_count=2,
-            stack="current",
-            groups=(),
-            workdir="/tmp",
-            python=None,
-            ssh_key=None,
-            known_hosts="/dev/null",
-        )
+        return local_host("/tmp", name, gpu_model=model, gpu_count=2)
 
     hosts = {"a": host("a", "H200"), "b": host("b", "H200"), "c": host("c", "H100")}
     runs = [PlannedRun(h, "resnet50", 1, s, scale="full") for h in "abc" for s in (1, 2)]
@@ -147,26 +133,11 @@ def test_threads_wait_for_the_pilot_and_stop_ends_a_wait():
 
 
 def test_cpu_runs_compile_and_have_pilots_when_the_sweep_says_so(tmp_path):
-    from lab.hosts.inventory import Host
     from lab.sweep import compiled
     from lab.sweep.hostrun import Settings
     from lab.sweep.plan import PlannedRun
 
-    host = Host(
-        name="a",
-        address="127.0.0.1",
-        port=22,
-        user=None,
-        connection="local",
-        gpu_model="cpu",
-        gpu_count=0,
-        stack="current",
-        groups=(),
-        workdir="/tmp",
-        python=None,
-        ssh_key=None,
-        known_hosts="/dev/null",
-    )
+    host = local_host("/tmp", "a")
     run = PlannedRun("a", "ncf", 0, 1, mode="throughput")
     k = pilot.key_of(run, host, cpu=True)
     assert k.label() == "ncf tiny throughput CPU on cpu (current)" and pilot.key_of(run, host) is None
