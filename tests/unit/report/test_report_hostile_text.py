@@ -194,13 +194,7 @@ def test_a_name_that_starts_like_a_spreadsheet_formula_is_text_in_the_csv_tables
 
     study = tmp_path / "study"
     write_rundir(study / "a", benchmark='=HYPERLINK("http://x","y")', host="@host", seed=1)
-    p = subprocess.run(
-        [sys.executable, "-m", "invoke", "report", study, "--format", "csv"],
-        cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        capture_output=True,
-        timeout=300,
-    )
+    p = report(study, "--format", "csv")
     no_traceback(p)
     assert p.returncode == 0, p.stderr
     cells = [
