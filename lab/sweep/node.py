@@ -6,11 +6,12 @@ detached, its run directory fetched back."""
 from __future__ import annotations
 
 import datetime as _dt
+import re
 import shlex
 import time
 from pathlib import Path
 
-from lab.core.errors import HostError, RunError
+from lab.core.errors import HostError, RunError, excerpt, printable
 from lab.hosts import remote as rmt
 from lab.hosts.inventory import Host
 from lab.results import checksums
@@ -62,15 +63,24 @@ class Node:
             raise HostLost(self.host.name, self.lost) from None
 
 
+_DF_LINE = re.compile(r"\s\d{1,20}\s+\d{1,20}\s+(\d{1,20})\s+\d{1,3}%\s+/")
+
+
 def free_space(node: Node, min_free_mb: int) -> str | None:
     """Why the node cannot take a run for lack of disk (gpulab.sweep.min_free_mb), or None."""
     base = node.layout.base
     out = node.call(lambda r: r.run(rmt.cmd(["mkdir", "-p", base], "&&", ["df", "-Pk", base]), timeout=60))
     lines = out.stdout.strip().splitlines()
-    try:
-        free_mb = int(lines[-1].split()[3]) // 1024
-    except (IndexError, ValueError):
-        return None
+    # df -P's line: filesystem, 1024-blocks, used, available, capacity%, mount point (the filesystem's name may
+    # hold spaces); anything else is no answer, never "enough"
+    found = _DF_LINE.search(" " + lines[-1][:4096]) if lines else None
+    if found is None:
+        said = excerpt(printable(lines[-1]), 60) if lines else "nothing"
+        return (
+            f"free space unknown: `df -Pk {base}` on {node.host.name} printed '{said}', not a filesystem's "
+            f"available kilobytes; not started"
+        )
+    free_mb = int(found.group(1)) // 1024
     if free_mb < min_free_mb:
         return (
             f"disk full: {free_mb} MB free in {base} on {node.host.name}, "

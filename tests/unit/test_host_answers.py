@@ -1,0 +1,68 @@
+"""What a host answers on the way to and before a sweep's runs is input: the free space its ``df`` prints, the
+runner version it reports, the dataset manifests the preflight reads. An odd answer is one short line naming the
+host, never a run started on it nor a line that quotes all of it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from lab.hosts import remote as rmt
+from lab.sweep import node as nodes
+from lab.sweep.hostrun import Settings
+from tests.unit.localhost import local_host
+
+HEADER = "Filesystem     1024-blocks      Used Available Capacity Mounted on\n"
+
+
+def _node(stdout: str):
+    """A node whose ``df`` prints ``stdout``."""
+    remote = SimpleNamespace(run=lambda command, timeout=None: rmt.Result(command, 0, stdout, ""))
+    return SimpleNamespace(
+        layout=SimpleNamespace(base="/w/sweeps/s"), host=SimpleNamespace(name="h1"), call=lambda fn: fn(remote)
+    )
+
+
+def test_this_machines_df_is_read(tmp_path):
+    host = local_host(tmp_path / "work")
+    node = nodes.Node(host, rmt.connect(host), None, Settings(), "s1")
+    assert nodes.free_space(node, 0) is None
+    assert nodes.free_space(node, 10**12).startswith("disk full: ")
+
+
+@pytest.mark.parametrize(
+    "stdout, free",
+    [
+        (HEADER + "/dev/sda1 100000000 5000 99000000 1% /\n", None),
+        (HEADER + "/dev/sda1 100000 5000 1000 99% /w\n", "disk full: 0 MB free"),
+        (HEADER + "fs with spaces 100000000 5000 99000000 1% /mnt/a b\n", None),  # sshfs names, mount points
+    ],
+)
+def test_a_df_line_gives_its_available_space(stdout, free):
+    got = nodes.free_space(_node(stdout), 1024)
+    assert got == free or got.startswith(free)
+
+
+@pytest.mark.parametrize(
+    "stdout",
+    [
+        "",
+        "abc",
+        "-1",
+        "1e308",
+        HEADER,
+        HEADER + "/dev/x 100 1 -1 1% /",
+        HEADER + "/dev/x 100 1 1e308 1% /",
+        HEADER + "/dev/x 100 1 99999999999999999999999 1% /",
+        HEADER + "/dev/x 100 1 NaN 1% /",
+        HEADER + "/dev/x 100 1 5000000 1% /\nmore\n",
+        "\x1b[31m" + "9" * 5000,
+        " 1" * 50_000,
+    ],
+)
+def test_an_odd_df_answer_never_lets_a_run_start(stdout):
+    """It was taken as enough space: the run started on a host whose free space nobody knew."""
+    got = nodes.free_space(_node(stdout), 1024)
+    assert got is not None and got.startswith("free space unknown: `df -Pk /w/sweeps/s` on h1 printed ")
+    assert len(got) < 250 and got.isprintable()
