@@ -41,6 +41,9 @@ def pcie_root(sysfs_path: str) -> str | None:
     return m.group(1) if m else None
 
 
+NVIDIA_CHARS = 4096  # the probe's "nvidia": null, or why there is no NVIDIA driver or GPU
+
+
 def _text_or_none(v, n: int) -> bool:
     return v is None or (isinstance(v, str) and len(v) <= n)
 
@@ -62,6 +65,10 @@ def read_probe(text: str, host: str) -> dict:
         if len(gpus) > limits.GPUS.hi
         else "has a 'host' that is not an object"
         if not isinstance(doc.get("host") or {}, dict)
+        else "has a host.hostname that is not a name (text of at most 255 characters)"
+        if not _text_or_none((doc.get("host") or {}).get("hostname"), 255)
+        else f"has an 'nvidia' that is not a short text (at most {NVIDIA_CHARS} characters)"
+        if not _text_or_none(doc.get("nvidia"), NVIDIA_CHARS)
         else None
     )
     seen: set[int] = set()

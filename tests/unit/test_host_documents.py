@@ -240,3 +240,21 @@ def test_yaml_nested_past_the_recursion_limit_is_one_line(tmp_path, text):
     with pytest.raises(ConfigError) as exc:
         schema.read_yaml(f)
     assert _one_line(exc.value.message) and str(f) in exc.value.message
+
+
+@pytest.mark.parametrize(
+    "doc, field",
+    [
+        ({"gpus": [], "host": {"hostname": "x" * (4 << 20)}}, "host.hostname"),
+        ({"gpus": [], "host": {"hostname": ["r740-01"] * 1000}}, "host.hostname"),
+        ({"gpus": [], "nvidia": {"driver": "x" * (4 << 20)}}, "'nvidia'"),
+        ({"gpus": [], "nvidia": "x" * 5000}, "'nvidia'"),
+        ({"gpus": [], "nvidia": [570, 1]}, "'nvidia'"),
+    ],
+)
+def test_a_probe_hostname_or_nvidia_of_any_size_or_shape_is_refused(doc, field):
+    """Both went into sweep.json as the host printed them: a few hosts' megabytes put the sweep's state past what
+    it is read back with (limits.JSON_BYTES), and resume, collect and report refused the sweep."""
+    with pytest.raises(RunError) as exc:
+        topology.read_probe(json.dumps(doc), "h1")
+    assert field in exc.value.message and exc.value.message.startswith("h1: ") and len(exc.value.message) < 200
