@@ -14,13 +14,12 @@ Without it the gate still runs and plans around what fails, for this sweep only.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shlex
 from pathlib import Path
 
 from lab.core import advice
-from lab.core import bounded, limits
-from lab.core.errors import GpulabError, RunError
+from lab.core import bounded, limits, plaindata
+from lab.core.errors import GpulabError, RunError, excerpt
 from lab.hosts import remote as rmt
 from lab.hosts.inventory import Host
 from lab.validate import health as judge
@@ -42,10 +41,10 @@ def read(remote: rmt.Remote, install: rmt.RunnerInstall) -> dict:
     if res.code != 0 or not out or len(out[-1]) > MAX_DOC:
         detail = (res.stderr.strip().splitlines() or [f"exit {res.code}, no output"])[-1][:200]
         raise RunError(f"{remote.name}: `runner health` failed: {detail}")
-    try:
-        doc = json.loads(out[-1])
-    except (ValueError, RecursionError):
-        raise RunError(f"{remote.name}: `runner health` printed no JSON document") from None
+    try:  # a NaN or infinite uptime would hide every XID after it (lab.validate.health compares uptimes)
+        doc = plaindata.loads(out[-1], finite=True)
+    except ValueError as exc:
+        raise RunError(f"{remote.name}: `runner health` printed no usable JSON document ({excerpt(exc, 80)})") from None
     problem = judge.check_document(doc)
     if problem:
         raise RunError(f"{remote.name}: `runner health`: {problem}")
@@ -124,8 +123,11 @@ def after_run(host: Host, run_id: str, run_dir: Path, used, memory, echo) -> dic
     and recorded; the GPUs that failed it (an XID since the last check, a GPU lost, a pending remap...)
     are quarantined. Returns {GPU index: reason} for the rest of the sweep to plan around."""
     try:
-        doc = bounded.read_json(run_dir / HEALTH, root=run_dir, limit=limits.JSON_BYTES)
+        doc = plaindata.loads(bounded.read_text(run_dir / HEALTH, root=run_dir, limit=limits.JSON_BYTES), finite=True)
     except (bounded.Unreadable, OSError):
+        return {}
+    except ValueError as exc:  # NaN, Infinity: see read
+        echo(f"health {host.name} after {run_id}: {HEALTH}: not a usable JSON document ({excerpt(exc, 80)})")
         return {}
     problem = judge.check_document(doc)
     if problem:

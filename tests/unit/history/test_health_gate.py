@@ -270,3 +270,32 @@ def test_a_host_without_nvml_is_recorded_but_not_quarantined(tmp_path):
         )
     finally:
         memory.close()
+
+
+def test_a_health_document_with_a_non_finite_number_is_no_pass(tmp_path):
+    """An XID event at uptime NaN compared as older than the last check's mark: the XID was not counted and the
+    gate passed (and an uptime of Infinity as the mark would hide every later XID). The document is refused."""
+    import json
+    from types import SimpleNamespace
+
+    import pytest
+
+    from lab.core.errors import RunError
+    from lab.hosts import remote as rmt
+
+    host = t4_hosts()[0]
+    for bad in (float("nan"), float("inf")):
+        d = doc(uptime=2000.0)
+        d["xid"]["events"] = [{"xid": 79, "pci": "0000:3b:00", "gpu": 0, "uptime_s": bad, "text": "off the bus"}]
+        text = json.dumps(d)  # Python writes NaN and Infinity, as a careless host would
+        remote = SimpleNamespace(name=host.name, run=lambda argv, **kw: rmt.Result("health", 0, text + "\n", ""))
+        with pytest.raises(RunError, match=r"`runner health` printed no usable JSON document \((NaN|Infinity) is"):
+            gate.read(remote, SimpleNamespace(argv=lambda *a: list(a)))
+        run = tmp_path / f"run-{bad}"
+        run.mkdir()
+        (run / "health.json").write_text(text)
+        echoed = []
+        assert gate.after_run(host, run.name, run, [0], None, echoed.append) == {}
+        assert len(echoed) == 1 and echoed[0].startswith(
+            f"health {host.name} after {run.name}: health.json: not a usable JSON document ("
+        )
