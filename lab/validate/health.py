@@ -108,6 +108,9 @@ def judge(
                 f"no GPU ({str(nvidia)[:200]}); the inventory expects none: a CPU host",
             )
         )
+    elif expect_gpus and not doc.get("gpus") and not (isinstance(doc.get("gpu_count"), int) and doc["gpu_count"] > 0):
+        # NVML answered with no GPU at all (the runner says so in "nvidia"): nothing was checked, no pass
+        h.host_checks.append(check("GPU present", FAIL, doc.get("gpu_count"), ">= 1", "NVML answers but lists no GPU"))
     else:
         h.host_checks.append(check("GPU present", PASS, doc.get("gpu_count"), ">= 1", "NVML answers"))
     xid = dict(doc.get("xid") or {})

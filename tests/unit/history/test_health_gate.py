@@ -299,3 +299,14 @@ def test_a_health_document_with_a_non_finite_number_is_no_pass(tmp_path):
         assert len(echoed) == 1 and echoed[0].startswith(
             f"health {host.name} after {run.name}: health.json: not a usable JSON document ("
         )
+
+
+def test_nvml_listing_no_gpu_on_a_gpu_host_is_no_pass():
+    """A document whose NVML answered (no 'nvidia' reason) but listed and counted no GPU passed the gate of a
+    host the inventory gives GPUs ("GPU present" PASS at 0 against ">= 1"): nothing had been checked."""
+    empty = {**doc(), "gpus": [], "gpu_count": 0}
+    got = judge.judge(empty, expect_gpus=True)
+    assert not got.ok and [f.reason for f in got.failures] == ["GPU present: NVML answers but lists no GPU"]
+    assert judge.judge({**empty, "nvidia": ""}, expect_gpus=True).failures == got.failures
+    assert judge.judge(empty, expect_gpus=False).ok  # a CPU host
+    assert judge.judge(doc(), expect_gpus=True).ok
