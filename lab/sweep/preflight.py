@@ -27,7 +27,7 @@ from lab.hosts import remote as rmt
 from lab.hosts.inventory import refuse_examples
 from lab.hosts.datasets import Catalogue, load_catalogue
 from lab.core import plaindata
-from lab.core.errors import ConfigError
+from lab.core.errors import ConfigError, shown
 
 MANIFEST = "gpulab-dataset.json"
 MANIFEST_MAX_BYTES = 1 << 20
@@ -128,8 +128,8 @@ def judge(catalogue: Catalogue, name: str, text: str | None) -> str | None:
         return f"{name} is not in the catalogue {catalogue.path}"
     if doc.get("spec_sha256") != catalogue.spec_digest(name):
         return (
-            f"prepared from catalogue {doc.get('catalogue_version')!r}, not from the entry of catalogue "
-            f"{catalogue.version!r} (prepare it again)"
+            f"prepared from catalogue {shown(doc.get('catalogue_version'), 40)}, not from the entry of catalogue "
+            f"{shown(catalogue.version, 40)} (prepare it again)"  # the host's words: a short excerpt
         )
     return None
 

@@ -4,12 +4,15 @@ host, never a run started on it nor a line that quotes all of it."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
 
+from lab.hosts import datasets
 from lab.hosts import remote as rmt
 from lab.sweep import node as nodes
+from lab.sweep import preflight
 from lab.sweep.hostrun import Settings
 from tests.unit.localhost import local_host
 
@@ -66,3 +69,14 @@ def test_an_odd_df_answer_never_lets_a_run_start(stdout):
     got = nodes.free_space(_node(stdout), 1024)
     assert got is not None and got.startswith("free space unknown: `df -Pk /w/sweeps/s` on h1 printed ")
     assert len(got) < 250 and got.isprintable()
+
+
+@pytest.mark.parametrize("version", ["v" * 900_000, {"v": [1] * 100_000}, ["2026.12-2"] * 50_000])
+def test_a_manifests_catalogue_version_is_quoted_short(version):
+    """The host's catalogue_version was quoted whole (its repr): a stale manifest made a dry-run line and the
+    sweep's refusal of up to a megabyte."""
+    cat = datasets.load_catalogue()
+    manifest = {"kind": "gpulab-dataset", "dataset": "ml-20m", "spec_sha256": "0" * 64, "catalogue_version": version}
+    why = preflight.judge(cat, "ml-20m", json.dumps(manifest))
+    assert why.startswith("prepared from catalogue ") and why.endswith(f"catalogue {cat.version!r} (prepare it again)")
+    assert len(why) < 200
