@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from lab.hosts import inventory, runnerdist
 from lab.core import writes
-from lab.core.errors import HostError, RunError, excerpt, one_line
+from lab.core.errors import HostError, RunError, excerpt, one_line, shown
 from lab.hosts.inventory import Host
 
 CONNECT_TIMEOUT_S = 10
@@ -392,7 +392,9 @@ def ensure_runner(remote: Remote) -> RunnerInstall:
     got = remote.run(install.argv("--version"), check=False, timeout=60)
     if not got.ok:
         reason = (got.stderr.strip() or got.stdout.strip() or f"exit {got.code}").splitlines()[-1]
-        raise RunError(f"{host.name}: the runner does not start with {install.python}: {reason}")
-    if got.stdout.strip() != want:
-        raise RunError(f"{host.name}: runner version is {got.stdout.strip()!r} after install, expected {want!r}")
+        raise RunError(f"{host.name}: the runner does not start with {install.python}: {excerpt(reason, 200)}")
+    if got.stdout.strip() != want:  # the host's words: a short excerpt
+        raise RunError(
+            f"{host.name}: runner version is {shown(got.stdout.strip(), 80)} after install, expected {want!r}"
+        )
     return RunnerInstall(install.python, install.pythonpath, want, True, inherited)

@@ -80,3 +80,23 @@ def test_a_manifests_catalogue_version_is_quoted_short(version):
     why = preflight.judge(cat, "ml-20m", json.dumps(manifest))
     assert why.startswith("prepared from catalogue ") and why.endswith(f"catalogue {cat.version!r} (prepare it again)")
     assert len(why) < 200
+
+
+@pytest.mark.parametrize(
+    "said, code, start",
+    [
+        ("x" * 2_000_000, 0, "runner version is 'xxx"),
+        ("\x1b]0;owned\x07" * 5000, 1, "the runner does not start with "),
+    ],
+)
+def test_a_runner_version_answer_is_quoted_short(tmp_path, said, code, start):
+    """The version a host's runner reported after the install was quoted whole (its repr), as was the line it
+    failed with: a host's megabytes in one error line."""
+    (tmp_path / "said").write_text(said)
+    python = tmp_path / "python"  # the host's runner interpreter (gpulab_python), answering what it likes
+    python.write_text(f"#!/bin/sh\ncat {tmp_path / 'said'} >&{2 if code else 1}\nexit {code}\n")
+    python.chmod(0o755)
+    host = local_host(tmp_path / "work", python=str(python))
+    with rmt.connect(host) as remote, pytest.raises(rmt.RunError) as exc:
+        rmt.ensure_runner(remote)
+    assert exc.value.message.startswith(f"here: {start}") and len(exc.value.message) < 400
