@@ -393,8 +393,6 @@ def ensure_runner(remote: Remote) -> RunnerInstall:
     if not got.ok:
         reason = (got.stderr.strip() or got.stdout.strip() or f"exit {got.code}").splitlines()[-1]
         raise RunError(f"{host.name}: the runner does not start with {install.python}: {excerpt(reason, 200)}")
-    if got.stdout.strip() != want:  # the host's words: a short excerpt
-        raise RunError(
-            f"{host.name}: runner version is {shown(got.stdout.strip(), 80)} after install, expected {want!r}"
-        )
+    if (said := got.stdout.strip()) != want:  # the host's words: a short excerpt
+        raise RunError(f"{host.name}: runner version is {shown(said, 80)} after install, expected {want!r}")
     return RunnerInstall(install.python, install.pythonpath, want, True, inherited)
