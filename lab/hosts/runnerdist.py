@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import zipfile
 from pathlib import Path
 
 from runner import source
@@ -114,7 +115,8 @@ def health_bundle(dest: Path) -> Path:
                 tar.addfile(info, fh)
     data = buf.getvalue()
     out = Path(dest) / f"gpulab-health-{hashlib.sha256(data).hexdigest()[:12]}.tar.gz"
-    if not out.exists():
+    # a file there that is not this bundle (cut) is replaced; a link or folder is refused in one line
+    if out.is_symlink() or not out.is_file() or out.read_bytes() != data:
         out.parent.mkdir(parents=True, exist_ok=True)
         writes.write_bytes(out, data, "the Slurm health check's bundle")  # the one writer: whole, never via a link
     return out
@@ -137,7 +139,7 @@ def build_wheel(cache_dir: Path | str) -> Path:
     """The runner's wheel of this checkout (the ``runner`` package, no ``lab``), built once per
     wheel id into ``cache_dir/<wheel_id>/``."""
     out = Path(cache_dir) / wheel_id()
-    found = sorted(out.glob("gpulab-*.whl"))
+    found = [p for p in sorted(out.glob("gpulab-*.whl")) if _whole_wheel(p)]
     if found:
         return found[0].resolve()
     with tempfile.TemporaryDirectory(prefix="gpulab-wheel-") as tmp:
@@ -167,9 +169,23 @@ def build_wheel(cache_dir: Path | str) -> Path:
         wheels = sorted((Path(tmp) / "dist").glob("gpulab-*.whl"))
         if res.returncode != 0 or not wheels:
             raise RunError(f"building the runner wheel failed: {' '.join((res.stderr or res.stdout).split())[-300:]}")
-        out.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(wheels[0], out / wheels[0].name)
+        writes.folder(out, "the runner's wheel cache")
+        # whole or absent (an interrupted copy left a cut wheel that every later provisioning shipped); never
+        # through a link planted in the cache
+        writes.write_bytes(out / wheels[0].name, wheels[0].read_bytes(), "the runner's wheel")
     return (out / wheels[0].name).resolve()
+
+
+def _whole_wheel(path: Path) -> bool:
+    """A cached wheel that may be used: a regular file (no link), a zip whose members all read back whole,
+    holding the runner."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        with zipfile.ZipFile(path) as z:
+            return "runner/__init__.py" in z.namelist() and z.testzip() is None
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError):
+        return False
 
 
 def wheel_version(wheel: Path) -> str:

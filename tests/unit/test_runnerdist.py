@@ -84,3 +84,33 @@ def test_a_changed_runner_file_changes_every_hash(tmp_path, monkeypatch):
     (repo / "runner" / "workloads" / "__pycache__").mkdir(exist_ok=True)
     (repo / "runner" / "workloads" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
     assert runnerdist.digest() == after[0]  # compiled files are not the runner's source
+
+
+def test_a_cut_or_planted_wheel_in_the_cache_is_never_shipped(tmp_path):
+    """The cache's wheel was copied in place (an interrupted copy left it cut) and whatever matched its name was
+    used as found: a cut wheel went to every host at every provisioning, a link planted in the cache sent its
+    target (/etc/hostname here). Now a cut one is built again, written whole, and a link is refused in one line."""
+    from lab.core.errors import ConfigError
+
+    built = runnerdist.build_wheel(tmp_path)
+    whole = built.read_bytes()
+    built.write_bytes(whole[: len(whole) // 2])
+    assert runnerdist.build_wheel(tmp_path) == built and zipfile.ZipFile(built).testzip() is None
+    built.unlink()
+    built.symlink_to("/etc/hostname")
+    with pytest.raises(ConfigError, match="is a symbolic link; gpulab does not write through links"):
+        runnerdist.build_wheel(tmp_path)
+
+
+def test_a_cut_or_planted_health_bundle_is_never_shipped(tmp_path):
+    """The Slurm health bundle was used whenever its name existed: a cut file or a planted link went to the nodes."""
+    from lab.core.errors import ConfigError
+
+    bundle = runnerdist.health_bundle(tmp_path)
+    whole = bundle.read_bytes()
+    bundle.write_bytes(whole[:100])
+    assert runnerdist.health_bundle(tmp_path) == bundle and bundle.read_bytes() == whole
+    bundle.unlink()
+    bundle.symlink_to("/etc/hostname")
+    with pytest.raises(ConfigError, match="is a symbolic link"):
+        runnerdist.health_bundle(tmp_path)
