@@ -28,6 +28,7 @@ from lab.core.errors import ConfigError, excerpt, shown
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CATALOGUE = REPO / "inventory" / "datasets.yml"
+MAX_SIZE = 1 << 50  # bytes of one artifact (a PiB)
 STORAGE_MODES = ("copy", "shared")
 PLAYBOOK = "datasets.yml"
 
@@ -110,6 +111,9 @@ def load_catalogue(path: Path | str | None = None) -> Catalogue:
             where = f"{path}: datasets.{name}.artifacts.{i}"
             if a["origin"] not in origins:
                 raise ConfigError(f"{where}: origin {a['origin']!r} is not defined under origins")
+            size = a["size"]  # JSON Schema's integer takes 1e3 (a float the fetch module refuses on the host)
+            if size is not None and (not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_SIZE):
+                raise ConfigError(f"{where}.size: {shown(size)} is not a whole number of bytes from 1 to {MAX_SIZE}")
             if a["sha256"] is None and not a.get("md5"):
                 raise ConfigError(f"{where}: sha256 is null: give the sum the publisher does publish (md5)")
             if (
@@ -127,23 +131,37 @@ def load_catalogue(path: Path | str | None = None) -> Catalogue:
                     f"{where}: {a['file']} is listed again with another sha256 or size (first under {seen[0]})"
                 )
             files.setdefault(a["file"], (name, a["sha256"], a["size"], a.get("md5")))
-        params = entry.get("params", {})
         if name.startswith("wmt"):
-            for split in ("train", "eval"):
-                for j, src in enumerate(params.get(split) or []):
-                    if src.get("archive") not in {a["file"] for a in entry["artifacts"]}:
-                        raise ConfigError(
-                            f"{path}: datasets.{name}.params.{split}.{j}: archive "
-                            f"{src.get('archive')!r} is not one of {name}'s artifacts"
-                        )
-            if not params.get("train") or not params.get("eval") or not isinstance(params.get("vocab_size"), int):
-                raise ConfigError(f"{path}: datasets.{name}.params: needs vocab_size, train and eval")
+            _check_wmt_params(path, name, entry)
     benchmarks = doc.get("benchmarks", {})
     for b, value in benchmarks.items():
         for ds in [value] if isinstance(value, str) else value:
             if ds not in doc["datasets"]:
                 raise ConfigError(f"{path}: benchmarks.{b}: {ds!r} is not a dataset of this catalogue")
     return Catalogue(path, doc["version"], origins, benchmarks, doc["datasets"])
+
+
+def _check_wmt_params(path: Path, name: str, entry: dict) -> None:
+    """A WMT entry's params: vocab_size (a whole number from 1), train and eval (lists of sources, each with
+    the archive, one of the entry's artifacts, it is read from); ConfigError naming the place otherwise."""
+    params = entry.get("params", {})
+    vocab = params.get("vocab_size")
+    if not params.get("train") or not params.get("eval") or vocab is None:
+        raise ConfigError(f"{path}: datasets.{name}.params: needs vocab_size, train and eval")
+    if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 1:
+        raise ConfigError(f"{path}: datasets.{name}.params.vocab_size: {shown(vocab)} is not a whole number from 1")
+    archives = {a["file"] for a in entry["artifacts"]}
+    for split in ("train", "eval"):
+        sources = params[split]
+        if not isinstance(sources, list):
+            raise ConfigError(f"{path}: datasets.{name}.params.{split}: {shown(sources)} is not a list of sources")
+        for j, src in enumerate(sources):
+            archive = src.get("archive") if isinstance(src, dict) else None
+            if not isinstance(archive, str) or archive not in archives:
+                what = shown(archive) if isinstance(src, dict) else f"missing ({shown(src)} is not a mapping)"
+                raise ConfigError(
+                    f"{path}: datasets.{name}.params.{split}.{j}: archive {what} is not one of {name}'s artifacts"
+                )
 
 
 MAX_ORIGIN = 2048

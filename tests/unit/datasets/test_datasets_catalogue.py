@@ -113,6 +113,35 @@ def _write(tmp_path, mutate) -> Path:
         # ... and a key of patternProperties too (jsonschema searches those with Python's $)
         (lambda d: d["origins"].update({"coco\n": "/data"}), r"origins: unknown key\(s\) 'coco\\n'$"),
         (lambda d: d["benchmarks"].update({"ssd\n": "coco"}), r"benchmarks: unknown key\(s\) 'ssd\\n'$"),
+        # params of the wrong shape were a traceback (AttributeError, TypeError), a bool a vocabulary size
+        (
+            lambda d: d["datasets"]["wmt16"]["params"].update(train=["x"]),
+            r"datasets\.wmt16\.params\.train\.0: archive missing \('x' is not a mapping\)",
+        ),
+        (
+            lambda d: d["datasets"]["wmt17"]["params"].update(eval={"archive": "dev.tgz"}),
+            r"datasets\.wmt17\.params\.eval: a mapping is not a list of sources$",
+        ),
+        (
+            lambda d: d["datasets"]["wmt16"]["params"]["train"][0].update(archive=["dev.tgz"]),
+            r"datasets\.wmt16\.params\.train\.0: archive a list is not one of wmt16's artifacts",
+        ),
+        (
+            lambda d: d["datasets"]["wmt16"]["params"].update(vocab_size=True),
+            r"datasets\.wmt16\.params\.vocab_size: True is not a whole number from 1$",
+        ),
+        # sizes JSON Schema's integer lets through: a float the fetch module refuses on the host, 10**30 bytes
+        (
+            lambda d: d["datasets"]["coco"]["artifacts"][0].update(size=1e3),
+            r"datasets\.coco\.artifacts\.0\.size: 1000\.0 is not a whole number of bytes from 1 to",
+        ),
+        (
+            lambda d: d["datasets"]["coco"]["artifacts"][0].update(size=10**30),
+            r"datasets\.coco\.artifacts\.0\.size: 1000000000000000000000000000000 is not a whole number of bytes",
+        ),
+        # the version goes into every manifest and into the sweep's lines: one short word
+        (lambda d: d.update(version="2026.12\n\x1b[31m"), r"version: '2026\.12\\n\\x1b\[31m' does not match"),
+        (lambda d: d.update(version="v" * 100_000), r"version: 'vvvv.*\.\.\. does not match"),
     ],
 )
 def test_catalogue_errors_are_one_line_naming_file_and_place(tmp_path, mutate, message):
