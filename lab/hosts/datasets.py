@@ -204,16 +204,24 @@ def host_sources(catalogue: Catalogue, names: list[str], host: str, hostvars: di
             base = str(base)
             if not base.startswith(("http://", "https://", "file:///", "/", "controller:/")):
                 raise ConfigError(
-                    f"host {host}: datasets_origins.{a['origin']}: {base!r} is neither an http(s) "
+                    f"host {host}: datasets_origins.{a['origin']}: {shown(base)} is neither an http(s) "
                     f"URL, an absolute path on the host nor controller:/<path>"
                 )
-            if base.startswith("controller:") and not Path(base[len("controller:") :]).is_dir():
+            if base.startswith("controller:") and not _is_dir(base[len("controller:") :]):
                 raise ConfigError(
-                    f"host {host}: datasets_origins.{a['origin']}: {base[len('controller:') :]} is "
+                    f"host {host}: datasets_origins.{a['origin']}: {excerpt(base[len('controller:') :], 120)} is "
                     f"not a folder on this controller"
                 )
             out[a["file"]] = f"{base.rstrip('/')}/{a.get('path', a['file'])}"
     return out
+
+
+def _is_dir(path: str) -> bool:
+    """Whether ``path`` is a folder of this controller; False where it cannot be (a name of more than 255 bytes)."""
+    try:
+        return Path(path).is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 @dataclass

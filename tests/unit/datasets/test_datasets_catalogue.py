@@ -205,3 +205,13 @@ def test_controller_folders_as_sources(tmp_path):
     assert src == {"ml-20m.zip": f"controller:{tmp_path}/ml-20m.zip"}
     with pytest.raises(ConfigError, match=r"^host h: datasets_origins\.grouplens: /no/such is not a folder"):
         ds.host_sources(cat, ["ml-20m"], "h", {"datasets_origins": {"grouplens": "controller:/no/such"}})
+
+
+def test_a_controller_origin_too_long_for_a_file_name_is_one_line():
+    """A controller:/ folder whose name no file system takes (ENAMETOOLONG) was an OSError traceback."""
+    cat = ds.load_catalogue()
+    for folder in ("/" + "a" * 300, "/a" * 1000):
+        with pytest.raises(ConfigError) as e:
+            ds.host_sources(cat, ["coco"], "h", {"datasets_origins": {"coco": f"controller:{folder}"}})
+        assert e.value.message.startswith("host h: datasets_origins.coco: /a") and len(e.value.message) < 250
+        assert e.value.message.endswith("... is not a folder on this controller")
