@@ -100,3 +100,28 @@ def test_a_runner_version_answer_is_quoted_short(tmp_path, said, code, start):
     with rmt.connect(host) as remote, pytest.raises(rmt.RunError) as exc:
         rmt.ensure_runner(remote)
     assert exc.value.message.startswith(f"here: {start}") and len(exc.value.message) < 400
+
+
+@pytest.mark.parametrize("said", ["0", "1", "\u0661\u0662\u0663", "99999999999999999999", "", "12 13", "-5"])
+def test_a_launch_answer_that_is_no_process_id_is_a_failed_start(said):
+    """`echo $!` answered 0 (or Arabic-Indic digits, which str.isdigit takes): the sweep kept that as the runner's
+    pid, and `kill -0 0` on the host said the run was alive whatever had become of it."""
+    remote = SimpleNamespace(run=lambda command, timeout=None: rmt.Result(command, 0, said + "\n", ""))
+    layout = SimpleNamespace(base="/w/s", run_dir=lambda run: "/w/s/r1", launch_log=lambda run: "/w/s/r1.launch.log")
+    node = SimpleNamespace(
+        layout=layout,
+        host=SimpleNamespace(name="h1"),
+        install=SimpleNamespace(argv=lambda *a: ["python", "-m", "runner", *a]),
+        call=lambda fn: fn(remote),
+    )
+    run = SimpleNamespace(run_id="r1", token="gl-1")
+    with pytest.raises(rmt.RunError) as exc:
+        nodes.launch(run, node, ["run", "ncf"])
+    assert exc.value.message.startswith("h1: could not start r1: its shell printed '")
+    ok = SimpleNamespace(
+        **{
+            **vars(node),
+            "call": lambda fn: fn(SimpleNamespace(run=lambda c, timeout=None: rmt.Result(c, 0, "4242\n", ""))),
+        }
+    )
+    assert nodes.launch(run, ok, ["run", "ncf"]) == "4242"
