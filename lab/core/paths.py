@@ -12,7 +12,7 @@ import errno
 import os
 from pathlib import Path
 
-from lab.core.errors import ConfigError, excerpt
+from lab.core.errors import ConfigError, RunError, excerpt, shown
 
 MAX_NAME = 255
 
@@ -160,3 +160,16 @@ def folder(path: str | Path, what: str) -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError(f"{what}: {path} cannot be made: {parent} is not writable")
     return path
+
+
+def host_home(host: str, said) -> str:
+    """A host's home folder from its answer to ``printf %s "$HOME"`` (``said``: its code and stdout): an absolute
+    path of printable text, else RunError naming the host. An empty answer, or one cut by a timeout, would put
+    ``~/...`` (its gpulab_workdir) at the host's ``/``."""
+    home = said.stdout.strip()
+    if said.code != 0 or not home.startswith("/") or not home.isprintable() or len(os.fsencode(home)) > MAX_PATH:
+        raise RunError(
+            f"{host}: its home folder ($HOME) is {shown(home)} (exit {said.code}), not an absolute path; "
+            f"a path under ~ cannot be placed there"
+        )
+    return home

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from lab.hosts import inventory, runnerdist
-from lab.core import writes
+from lab.core import paths, writes
 from lab.core.errors import HostError, RunError, excerpt, one_line, shown
 from lab.hosts.inventory import Host
 
@@ -88,7 +88,7 @@ class Remote:
         """Resolve a leading ``~/`` against the remote user's home directory."""
         if path == "~" or path.startswith("~/"):
             if self._home is None:
-                self._home = self._run('printf %s "$HOME"', 30).stdout.strip()
+                self._home = paths.host_home(self.name, self._run('printf %s "$HOME"', 30))  # never "": not /
             return self._home + path[1:]
         return path
 

@@ -125,3 +125,30 @@ def test_a_launch_answer_that_is_no_process_id_is_a_failed_start(said):
         }
     )
     assert nodes.launch(run, ok, ["run", "ncf"]) == "4242"
+
+
+class _Home(rmt.LocalRemote):
+    """This machine, answering ``printf %s "$HOME"`` as a host might."""
+
+    def __init__(self, host, said: rmt.Result):
+        super().__init__(host)
+        self.said = said
+
+    def _run(self, text, timeout):
+        return self.said if text.startswith("printf %s") else super()._run(text, timeout)
+
+
+@pytest.mark.parametrize(
+    "code, home",
+    [(0, ""), (124, ""), (0, "relative/home"), (0, "/home/a\x1b[2J"), (0, "/h/" + "a" * 5000), (1, "/home/a")],
+)
+def test_a_home_folder_answer_that_is_no_absolute_path_places_nothing(tmp_path, code, home):
+    """An empty answer (or one a timeout cut: exit 124) made ~/.local/share/gpulab the host's
+    /.local/share/gpulab: the runner was installed, and runs were written, at the root of the host."""
+    remote = _Home(local_host("~/.local/share/gpulab"), rmt.Result("printf", code, home, ""))
+    with pytest.raises(rmt.RunError) as exc:
+        remote.expand("~/.local/share/gpulab")
+    assert exc.value.message.startswith("here: its home folder ($HOME) is ") and len(exc.value.message) < 250
+    with pytest.raises(rmt.RunError):
+        rmt.ensure_runner(remote)  # nothing made anywhere
+    assert _Home(local_host("~/w"), rmt.Result("printf", 0, str(tmp_path), "")).expand("~/w") == f"{tmp_path}/w"
