@@ -38,11 +38,11 @@ def read(remote: rmt.Remote, install: rmt.RunnerInstall) -> dict:
     """The host's health document (``python -m runner health``); RunError when it cannot be had."""
     res = remote.run(install.argv("health"), check=False, timeout=180)
     out = res.stdout.strip().splitlines()
-    if res.code != 0 or not out or len(out[-1]) > MAX_DOC:
+    if res.code != 0 or not out:
         detail = (res.stderr.strip().splitlines() or [f"exit {res.code}, no output"])[-1][:200]
         raise RunError(f"{remote.name}: `runner health` failed: {detail}")
     try:  # a NaN or infinite uptime would hide every XID after it (lab.validate.health compares uptimes)
-        doc = plaindata.loads(out[-1], finite=True)
+        doc = plaindata.loads(out[-1], finite=True, limit=MAX_DOC)
     except ValueError as exc:
         raise RunError(f"{remote.name}: `runner health` printed no usable JSON document ({excerpt(exc, 80)})") from None
     problem = judge.check_document(doc)

@@ -310,3 +310,18 @@ def test_nvml_listing_no_gpu_on_a_gpu_host_is_no_pass():
     assert judge.judge({**empty, "nvidia": ""}, expect_gpus=True).failures == got.failures
     assert judge.judge(empty, expect_gpus=False).ok  # a CPU host
     assert judge.judge(doc(), expect_gpus=True).ok
+
+
+def test_a_health_document_past_its_size_is_said_so():
+    """A last line past gate.MAX_DOC was reported as "`runner health` failed: exit 0, no output"."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from lab.core.errors import RunError
+    from lab.hosts import remote as rmt
+
+    text = '{"kind": "gpulab-health", "x": "' + "a" * gate.MAX_DOC + '"}'
+    remote = SimpleNamespace(name="h1", run=lambda argv, **kw: rmt.Result("health", 0, text, ""))
+    with pytest.raises(RunError, match=r"^h1: `runner health` printed no usable JSON document \(more than \d+ char"):
+        gate.read(remote, SimpleNamespace(argv=lambda *a: list(a)))
