@@ -80,7 +80,8 @@ class Remote:
         if check and not result.ok:
             detail = (result.stderr.strip() or result.stdout.strip()).splitlines()
             raise RunError(
-                f"{self.name}: `{excerpt(text, 120)}` exited {result.code}" + (f": {detail[-1]}" if detail else "")
+                f"{self.name}: `{excerpt(text, 120)}` exited {result.code}"
+                + (f": {excerpt(detail[-1], 300)}" if detail else "")
             )
         return result
 

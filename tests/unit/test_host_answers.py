@@ -152,3 +152,12 @@ def test_a_home_folder_answer_that_is_no_absolute_path_places_nothing(tmp_path, 
     with pytest.raises(rmt.RunError):
         rmt.ensure_runner(remote)  # nothing made anywhere
     assert _Home(local_host("~/w"), rmt.Result("printf", 0, str(tmp_path), "")).expand("~/w") == f"{tmp_path}/w"
+
+
+def test_a_failed_commands_last_line_is_quoted_short(tmp_path):
+    """A command that failed had the last line it printed quoted whole: a host's megabyte line in one error."""
+    remote = rmt.connect(local_host(tmp_path))
+    with pytest.raises(rmt.RunError) as exc:
+        remote.run("head -c 2000000 /dev/zero | tr '\\0' x >&2; exit 3", timeout=60)
+    assert exc.value.message.startswith("here: `head -c 2000000") and " exited 3: xxx" in exc.value.message
+    assert len(exc.value.message) < 500
