@@ -11,6 +11,7 @@ import shlex
 import time
 from pathlib import Path
 
+from lab.core import limits, writes
 from lab.core.errors import HostError, RunError, excerpt, printable
 from lab.hosts import remote as rmt
 from lab.hosts.inventory import Host
@@ -178,12 +179,16 @@ def fetch_run(run: PlannedRun, node: Node, dest: Path, retries: int) -> list[str
     if p and checksums.SUMS in p[0] and not (dest / checksums.SUMS).exists():
         log = node.layout.launch_log(run)
         tail = node.call(lambda r: r.run(["tail", "-n", "5", log], check=False, timeout=60)).stdout
-        node.call(
-            lambda r: (
-                r.get(log, dest.with_name(f"{run.run_id}.launch.log"))
-                if r.run(["test", "-f", log], check=False, timeout=60).ok
-                else None
-            )
-        )
+        node.call(lambda r: _keep_log(r, log, dest.with_name(f"{run.run_id}.launch.log")))
         p = [f"no complete run directory (runner: {last_line(tail) or 'no output'})"]
     return p
+
+
+def _keep_log(remote: rmt.Remote, log: str, local: Path) -> None:
+    """The launch log copied beside the run's folder, when there is one and it is at most limits.LOG_BYTES (the
+    output of a run that wrote without end is not taken; its last line is the reason all the same)."""
+    if remote.run(["test", "-f", log], check=False, timeout=60).ok:
+        try:
+            remote.get(log, local, limits.LOG_BYTES)
+        except writes.TooBig:
+            pass

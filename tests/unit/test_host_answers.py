@@ -161,3 +161,20 @@ def test_a_failed_commands_last_line_is_quoted_short(tmp_path):
         remote.run("head -c 2000000 /dev/zero | tr '\\0' x >&2; exit 3", timeout=60)
     assert exc.value.message.startswith("here: `head -c 2000000") and " exited 3: xxx" in exc.value.message
     assert len(exc.value.message) < 500
+
+
+@pytest.mark.parametrize("cap, kept", [(1000, False), (1 << 20, True)])
+def test_a_failed_runs_launch_log_is_copied_only_up_to_its_cap(tmp_path, monkeypatch, cap, kept):
+    """A run that left no SHA256SUMS had its launch log copied whatever its size: a run that wrote without end
+    filled the controller's disk with it."""
+    from lab.core import limits
+
+    monkeypatch.setattr(limits, "LOG_BYTES", cap)
+    host = local_host(tmp_path / "work")
+    node = nodes.Node(host, rmt.connect(host), None, Settings(), "s1")
+    run = SimpleNamespace(run_id="r1")
+    (tmp_path / "work" / "sweeps" / "s1" / "r1").mkdir(parents=True)
+    (tmp_path / "work" / "sweeps" / "s1" / "r1.launch.log").write_text("x" * 5000 + "\nboom\n")
+    dest = tmp_path / "results" / "here" / "r1"
+    assert nodes.fetch_run(run, node, dest, 0) == ["no complete run directory (runner: boom)"]
+    assert dest.with_name("r1.launch.log").exists() == kept
