@@ -178,7 +178,7 @@ def fetch_run(run: PlannedRun, node: Node, dest: Path, retries: int) -> list[str
     p = node.call(lambda r: fetch_verified(r, src, dest, retries))
     if p and checksums.SUMS in p[0] and not (dest / checksums.SUMS).exists():
         log = node.layout.launch_log(run)
-        tail = node.call(lambda r: r.run(["tail", "-n", "5", log], check=False, timeout=60)).stdout
+        tail = node.call(lambda r: r.run(["tail", "-c", "4096", log], check=False, timeout=60)).stdout
         node.call(lambda r: _keep_log(r, log, dest.with_name(f"{run.run_id}.launch.log")))
         p = [f"no complete run directory (runner: {last_line(tail) or 'no output'})"]
     return p

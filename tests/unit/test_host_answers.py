@@ -178,3 +178,14 @@ def test_a_failed_runs_launch_log_is_copied_only_up_to_its_cap(tmp_path, monkeyp
     dest = tmp_path / "results" / "here" / "r1"
     assert nodes.fetch_run(run, node, dest, 0) == ["no complete run directory (runner: boom)"]
     assert dest.with_name("r1.launch.log").exists() == kept
+
+
+def test_a_failed_runs_last_words_are_read_from_the_logs_end_only(tmp_path):
+    """`tail -n 5` of a log without a newline brought the whole log (a run's endless line) into memory and into
+    the run's reason; the last 4 kB are read."""
+    host = local_host(tmp_path / "work")
+    node = nodes.Node(host, rmt.connect(host), None, Settings(), "s1")
+    (tmp_path / "work" / "sweeps" / "s1" / "r1").mkdir(parents=True)
+    (tmp_path / "work" / "sweeps" / "s1" / "r1.launch.log").write_text("y" * 3_000_000)
+    (problem,) = nodes.fetch_run(SimpleNamespace(run_id="r1"), node, tmp_path / "results" / "here" / "r1", 0)
+    assert problem.startswith("no complete run directory (runner: yyy") and len(problem) < 5000
