@@ -16,12 +16,13 @@ script: nothing from the inventory or the command line is shell syntax there.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass
 
 from lab.hosts import remote as rmt
-from lab.core.errors import RunError
+from lab.core.errors import RunError, excerpt, printable, shown
 from lab.core.settings import default as declared_default
 
 LOCK_NAME = "sweep.lock"
@@ -34,7 +35,7 @@ if mkdir "$lock" 2>/dev/null; then
   printf '%s\n' "$2" > "$lock/owner"; printf '%s\n' "$3" > "$lock/token"; : > "$lock/heartbeat"
   echo acquired; exit 0
 fi
-owner=$(cat "$lock/owner" 2>/dev/null); tok=$(cat "$lock/token" 2>/dev/null)
+owner=$(head -c 4096 "$lock/owner" 2>/dev/null); tok=$(head -c 4096 "$lock/token" 2>/dev/null)
 now=$(date +%s); hb=$(stat -c %Y "$lock/heartbeat" 2>/dev/null || stat -c %Y "$lock" 2>/dev/null || echo "$now")
 alive=0
 if [ -n "$tok" ] && [ -n "$(grep -lzxF "GPULAB_RUN_TOKEN=$tok" /proc/[0-9]*/environ 2>/dev/null)" ]; then alive=1; fi
@@ -71,10 +72,11 @@ def parse_owner(line: str) -> dict:
 def owner_dead_here(line: str) -> bool:
     """The owner is a process of this controller machine that no longer exists."""
     o = parse_owner(line)
-    if o.get("controller") != socket.gethostname() or not o.get("pid", "").isdigit():
+    pid = o.get("pid", "")  # the lock file's words: a pid of this machine, 2..2**31 in ASCII digits, or none
+    if o.get("controller") != socket.gethostname() or not (pid.isascii() and pid.isdigit() and len(pid) <= 10):
         return False
-    pid = int(o["pid"])
-    if pid == os.getpid():
+    pid = int(pid)
+    if not 1 < pid < 2**31 or pid == os.getpid():
         return False
     try:
         os.kill(pid, 0)
@@ -106,7 +108,7 @@ class Busy:
         )
 
     def describe(self) -> str:
-        o = parse_owner(self.owner)
+        o = {k: excerpt(printable(v), 64) for k, v in parse_owner(self.owner).items()}  # the lock file's words
         who = f"sweep {o.get('sweep', '?')} of {o.get('controller', '?')} (pid {o.get('pid', '?')})"
         return f"{who}, heartbeat {self.age_s} s ago" + (", its run still going" if self.alive else "")
 
@@ -134,8 +136,9 @@ class HostLock:
                 return None
             parts = out.split("\t", 4)
             if len(parts) != 5 or parts[0] != "busy":
-                raise RunError(f"{self.remote.name}: cannot read the lock {self.path}: {out!r}")
-            busy = Busy(int(parts[1]) if parts[1].lstrip("-").isdigit() else 0, parts[2] == "1", parts[4], parts[3])
+                raise RunError(f"{self.remote.name}: cannot read the lock {self.path}: {shown(out)}")
+            age = int(parts[1]) if re.fullmatch(r"-?[0-9]{1,12}", parts[1]) else 0  # seconds; else not known
+            busy = Busy(age, parts[2] == "1", parts[4], parts[3])
             if not busy.stale(self.stale_s):
                 return busy
             self.remote.run(["sh", "-c", _BREAK, "hostlock", self.path, busy.owner], timeout=60)

@@ -334,3 +334,18 @@ def test_a_finished_run_counts_as_over_only_once_its_processes_have_exited(local
     time.sleep(0.2)
     assert hostrun.wait_gone(local, "tok-hang", grace_s=0.5, poll_s=0.1) is True
     assert q.wait(10) == -9
+
+
+@pytest.mark.parametrize("pid", ["9" * 5000, "9" * 30, "0", "\u0661\u0662"])
+def test_a_lock_owner_of_any_words_is_a_busy_host_in_one_short_line(local, tmp_path, pid):
+    """The lock's owner file is the host's: a pid of 5000 digits was a ValueError (int's digit limit), one of
+    30 an OverflowError (os.kill), both out of the unit's worker; and a megabyte of it went into the line."""
+    import socket
+
+    lockdir = tmp_path / "work" / "sweep.lock"
+    lockdir.mkdir(parents=True)
+    (lockdir / "heartbeat").write_text("")
+    (lockdir / "owner").write_text(f"controller={socket.gethostname()} pid={pid} sweep={'s' * 1_000_000}\n")
+    busy = hostlock.HostLock(local, str(tmp_path / "work"), "sweep-b", stale_s=300).try_acquire("tok-b")
+    assert busy is not None and not busy.alive and len(busy.describe()) < 300
+    assert busy.describe().startswith("sweep ")  # the owner file read up to 4 kB
