@@ -110,7 +110,7 @@ def last_epoch(remote: rmt.Remote, src: str) -> int | None:
 
 def signal_tagged(remote: rmt.Remote, token: str, sig: str) -> list[int]:
     out = remote.run(["sh", "-c", _SIGNAL_TAGGED, "gpulab-stop", sig, token], timeout=60, check=False).stdout
-    return [int(p) for p in out.split() if p.isdigit()]
+    return [int(p) for p in out.split() if p.isascii() and p.isdigit() and len(p) <= 10]  # pids, not any digits
 
 
 def tagged_alive(remote: rmt.Remote, token: str) -> list[int]:

@@ -189,3 +189,13 @@ def test_a_failed_runs_last_words_are_read_from_the_logs_end_only(tmp_path):
     (tmp_path / "work" / "sweeps" / "s1" / "r1.launch.log").write_text("y" * 3_000_000)
     (problem,) = nodes.fetch_run(SimpleNamespace(run_id="r1"), node, tmp_path / "results" / "here" / "r1", 0)
     assert problem.startswith("no complete run directory (runner: yyy") and len(problem) < 5000
+
+
+def test_a_stop_answer_of_odd_digits_is_no_process():
+    """The pids a host's shell listed were taken as int(word) for every word str.isdigit takes: 5000 digits were
+    a ValueError out of stopping a run."""
+    from lab.sweep import hostrun
+
+    said = "123 " + "9" * 5000 + " \u0661\u0662 456\n"
+    remote = SimpleNamespace(run=lambda argv, timeout=None, check=True: rmt.Result("kill", 0, said, ""))
+    assert hostrun.tagged_alive(remote, "tok") == [123, 456]
