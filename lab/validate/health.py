@@ -108,8 +108,11 @@ def judge(
                 f"no GPU ({str(nvidia)[:200]}); the inventory expects none: a CPU host",
             )
         )
-    elif expect_gpus and not doc.get("gpus") and not (isinstance(doc.get("gpu_count"), int) and doc["gpu_count"] > 0):
-        # NVML answered with no GPU at all (the runner says so in "nvidia"): nothing was checked, no pass
+    elif expect_gpus and not (
+        doc.get("gpus") or used or (isinstance(doc.get("gpu_count"), int) and doc["gpu_count"] > 0)
+    ):
+        # NVML answered with no GPU at all (the runner says so in "nvidia"), none expected by a run (``used``: each
+        # one lost, below): nothing was checked, no pass
         h.host_checks.append(check("GPU present", FAIL, doc.get("gpu_count"), ">= 1", "NVML answers but lists no GPU"))
     else:
         h.host_checks.append(check("GPU present", PASS, doc.get("gpu_count"), ">= 1", "NVML answers"))
