@@ -56,7 +56,7 @@ class Catalogue:
             found = [n] if n in self.datasets else self.for_benchmark(n)
             if not found or any(ds not in self.datasets for ds in found):
                 raise ConfigError(
-                    f"{self.path}: unknown dataset or benchmark {n!r} (datasets: "
+                    f"{self.path}: unknown dataset or benchmark {shown(n)} (datasets: "
                     f"{', '.join(self.datasets)}; benchmarks: {', '.join(self.benchmarks)})"
                 )
             chosen += [ds for ds in found if ds not in chosen]
@@ -256,7 +256,7 @@ def plan(hosts, names, *, inventory, catalogue=None, storage: str | None = None)
     cat = catalogue if isinstance(catalogue, Catalogue) else load_catalogue(catalogue)
     chosen = cat.resolve(names)
     if storage is not None and storage not in STORAGE_MODES:
-        raise ConfigError(f"--storage {storage!r}: use one of {', '.join(STORAGE_MODES)}")
+        raise ConfigError(f"--storage {shown(storage)}: use one of {', '.join(STORAGE_MODES)}")
     loaded = inv.load(inventory)
     sources = {}
     for h in hosts:
@@ -285,7 +285,7 @@ def check_root(root: str | None) -> str | None:
         or ".." in root.split("/")
     ):
         raise ConfigError(
-            f"--root {root!r}: give an absolute path on the hosts (/... or ~/...), without '..' or control characters"
+            f"--root {shown(root)}: give an absolute path on the hosts (/... or ~/...), without '..' or control characters"
         )
     return root.rstrip("/") or "/"
 

@@ -215,3 +215,16 @@ def test_a_controller_origin_too_long_for_a_file_name_is_one_line():
             ds.host_sources(cat, ["coco"], "h", {"datasets_origins": {"coco": f"controller:{folder}"}})
         assert e.value.message.startswith("host h: datasets_origins.coco: /a") and len(e.value.message) < 250
         assert e.value.message.endswith("... is not a folder on this controller")
+
+
+def test_a_names_storage_or_root_value_is_quoted_short():
+    """--names, --storage and --root were quoted whole (their repr) in the line that refused them."""
+    cat = ds.load_catalogue()
+    for refuse in (
+        lambda: cat.resolve("n" * 100_000),
+        lambda: ds.plan([], "ncf", inventory=None, storage="s" * 100_000),
+        lambda: ds.check_root("r\n" * 100_000),
+    ):
+        with pytest.raises(ConfigError) as e:
+            refuse()
+        assert len(e.value.message) < 400
