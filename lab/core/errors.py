@@ -65,6 +65,12 @@ def excerpt(text, limit: int = EXCERPT) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def line_of(text, limit: int = EXCERPT) -> str:
+    """What another program or a file said, as one line of an error or a table: whitespace runs one space,
+    control characters shown escaped (``printable``), at most ``limit`` characters."""
+    return excerpt(printable(" ".join(str(text).split())), limit)
+
+
 def shown(value, limit: int = 60) -> str:
     """A refused value of a data file in an error line: an excerpt of its repr where it is text, a number or
     null, else its kind; a list or mapping (a YAML alias bomb among them) is never turned into text."""

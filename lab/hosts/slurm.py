@@ -31,7 +31,7 @@ import subprocess
 from dataclasses import dataclass
 
 from lab.core import limits
-from lab.core.errors import ConfigError, HostError, excerpt, printable
+from lab.core.errors import ConfigError, HostError, line_of, printable
 
 TIMEOUT_S = 30
 PREFIX = "gpulab:"  # the start of every drain reason gpulab writes
@@ -75,15 +75,9 @@ def run(args: list[str], *, timeout: float = TIMEOUT_S, check: bool = True, stdi
     # would make it a line end: a record of its own)
     res.stdout, res.stderr = (b.decode("utf-8", "replace") for b in (res.stdout, res.stderr))
     if check and res.returncode != 0:
-        why = said(res.stderr.strip() or res.stdout.strip() or f"exit {res.returncode}")
+        why = line_of(res.stderr.strip() or res.stdout.strip() or f"exit {res.returncode}", 200)
         raise HostError(f"slurm: {' '.join(args[:3])}: {why}")
     return res
-
-
-def said(text: str, limit: int = 200) -> str:
-    """What a Slurm command printed, in an error line: one line of at most ``limit`` characters, control
-    characters (a terminal's escape sequences) shown escaped."""
-    return printable(excerpt(text, limit))
 
 
 def available(timeout: float = 10) -> bool:
@@ -163,7 +157,7 @@ def nodes() -> dict[str, Node]:
     for rec in records(run(["scontrol", "show", "node", "-o"]).stdout):
         name = rec.get("NodeName")
         if name in out:  # Slurm lists a node once: the other is free text (a Comment's line break), not which
-            raise HostError(f"slurm: scontrol show node lists node {said(name, 64)} twice: which record is its own?")
+            raise HostError(f"slurm: scontrol show node lists node {line_of(name, 64)} twice: which record is its own?")
         if name:
             keys = list(rec)  # in the order printed: Slurm prints the Reason before these free texts, so a
             if "Reason" in rec and any(keys.index(k) < keys.index("Reason") for k in _AFTER_REASON if k in rec):
@@ -235,7 +229,7 @@ def submit(script: str, options: list[str]) -> str:
     res = run(["sbatch", "--parsable", *options], stdin=script)
     job = res.stdout.strip().split(";")[0]
     if not JOB_RE.fullmatch(job):
-        raise HostError(f"slurm: sbatch answered {said(repr(res.stdout), 80)}, not a job id")
+        raise HostError(f"slurm: sbatch answered {line_of(repr(res.stdout), 80)}, not a job id")
     return job
 
 
@@ -292,7 +286,9 @@ def tasks(job_ids: list[str], name: str | None = None) -> dict[tuple[str, int], 
         if res.returncode != 0 and "Invalid job id" in res.stderr:  # gone past MinJobAge
             continue
         if res.returncode != 0:  # the controller did not answer (restarting, munge): not "gone"
-            raise HostError(f"slurm: scontrol show job {job}: {said(res.stderr.strip() or f'exit {res.returncode}')}")
+            raise HostError(
+                f"slurm: scontrol show job {job}: {line_of(res.stderr.strip() or f'exit {res.returncode}', 200)}"
+            )
         for rec in records(res.stdout):
             if rec.get("ArrayJobId") != job or not _STATE.fullmatch(rec.get("JobState", "")):
                 continue  # another job's record, or one without a state gpulab can read: not known

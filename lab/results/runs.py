@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 
-from lab.core.errors import excerpt, printable
+from lab.core.errors import line_of
 
 
 # The texts that name a run's benchmark, system and setting (groups, table cells, figure labels and legends),
@@ -102,7 +102,7 @@ class Run:
             value = getattr(self, name)
             if isinstance(value, str) and (len(value) > LABEL_CHARS or not value.isprintable()):
                 # a line break or an escape sequence in it would split a table row or reach a terminal raw
-                setattr(self, name, excerpt(printable(" ".join(value.split())), LABEL_CHARS))
+                setattr(self, name, line_of(value, LABEL_CHARS))
 
     def judged(self, verdict) -> None:
         """Take a compliance verdict (lab.results.compliance.Verdict)."""

@@ -15,7 +15,7 @@ from lab.core import writes
 from lab.results import checksums
 from lab.hosts import runnerdist
 from lab.sweep import statefile
-from lab.core.errors import GpulabError, excerpt, printable
+from lab.core.errors import GpulabError, line_of
 from lab.core.fields import OUTCOMES, RunState
 from lab.sweep.plan import PlannedRun, SCHEMA, utcnow
 
@@ -125,7 +125,7 @@ def run_outcome(status: dict) -> tuple[str | None, str]:
     A host's status.json is input: a reason that is an object, or an outcome of its own, saved as it was made a
     sweep.json that every later command refused."""
     outcome, reason = status.get("outcome"), status.get("reason")
-    reason = excerpt(printable(" ".join(reason.split())), REASON_CHARS) if isinstance(reason, str) else ""
+    reason = line_of(reason, REASON_CHARS) if isinstance(reason, str) else ""
     return (outcome if isinstance(outcome, str) and outcome in OUTCOMES else None), reason
 
 

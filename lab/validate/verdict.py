@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from lab.core import templates, term, writes
-from lab.core.errors import excerpt, printable
+from lab.core.errors import line_of
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 _RANK = {PASS: 0, WARN: 1, FAIL: 2}
@@ -198,13 +198,10 @@ def _fmt_any(value) -> str:
     return fmt_value(value)
 
 
-SHOWN = 400  # characters of one reason on the terminal; validate.json and validate.html keep it whole
-
-
-def _shown(text) -> str:
-    """A reason as one line of the summary: what a host's tool printed (a newline that would start a line of
-    its own, an escape sequence, a megabyte of text) is never written to the terminal as it came."""
-    return printable(excerpt(text, SHOWN))
+# characters of one reason on the terminal (lab.core.errors.line_of: what a host's tool printed, a newline
+# that would start a line of its own, an escape sequence, a megabyte, never as it came); validate.json and
+# validate.html keep it whole
+SHOWN = 400
 
 
 def summary_text(verdicts: Verdicts) -> str:
@@ -214,14 +211,14 @@ def summary_text(verdicts: Verdicts) -> str:
         f"{d['summary']['FAIL']} fail of {d['summary']['hosts']} host(s))"
     ]
     for name, h in d["hosts"].items():  # the word is the verdict; colour only where a terminal wants it
-        lines.append(f"{term.verdict(h['verdict'], 4)}  {_shown(name)}: {_shown(h['reason'])}")
+        lines.append(f"{term.verdict(h['verdict'], 4)}  {line_of(name, SHOWN)}: {line_of(h['reason'], SHOWN)}")
         for r in h["reasons"][1:6]:
-            lines.append(f"      {_shown(r)}")
+            lines.append(f"      {line_of(r, SHOWN)}")
         if len(h["reasons"]) > 6:
             lines.append(f"      ... {len(h['reasons']) - 6} more")
         for a in h.get("actions", [])[:3]:
             keep = f" (keep: {', '.join(a['evidence'])})" if a["kind"] == "rma" and a["evidence"] else ""
-            lines.append(f"      action for {_shown(a['where'])}: {a['kind']}: {a['do']}{keep}")
+            lines.append(f"      action for {line_of(a['where'], SHOWN)}: {a['kind']}: {a['do']}{keep}")
         if len(h.get("actions", [])) > 3:
             lines.append(f"      ... {len(h['actions']) - 3} more actions in validate.html")
     return "\n".join(lines)
