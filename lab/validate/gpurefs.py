@@ -9,7 +9,6 @@ plain data by the entry point: lab.history.baseline).
 from __future__ import annotations
 
 import copy
-import math
 import statistics
 from pathlib import Path
 
@@ -22,25 +21,10 @@ ROOT = Path(__file__).resolve().parents[2]
 REFERENCES = ROOT / "inventory" / "references" / "gpus.yml"
 
 
-def _not_finite(node, where: str = "") -> str | None:
-    """The place of the first number that is not finite (YAML's .nan, .inf) in ``node``, else None."""
-    if isinstance(node, float) and not math.isfinite(node):
-        return where or "(top level)"
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-    for key, value in items:
-        found = _not_finite(value, f"{where}.{key}" if where else str(key))
-        if found:
-            return found
-    return None
-
-
 def load_references(path: Path | str = REFERENCES) -> dict:
-    """The references file, checked against lab/schemas/gpu-references.schema.json; a number that is not finite
-    is refused (every comparison with .nan is false: each figure and temperature would pass)."""
+    """The references file, checked against lab/schemas/gpu-references.schema.json (whose numbers are finite ones,
+    lab.core.schema: every comparison with .nan is false, each figure and temperature would pass)."""
     data = schema.load_yaml(path, "gpu-references")
-    bad = _not_finite(data)
-    if bad:
-        raise ConfigError(f"{path}: {bad}: not a finite number")
     for name, model in data["models"].items():
         if model_label(name) != name:
             raise ConfigError(
