@@ -45,7 +45,6 @@ class HostOutcome:
     reboot: str = ""
     found: dict[str, Any] = field(default_factory=dict)
     drift: list[dict] = field(default_factory=list)
-    read_back: bool = True  # False: the host answered READ_TASK, but not as the stack facts module does
 
 
 @dataclass
@@ -57,8 +56,9 @@ class ProvisionSummary:
 
     @property
     def ok(self) -> bool:
-        unread = any(not h.read_back for h in self.hosts)
-        return self.result.ok and not unread and (self.datasets is None or self.datasets.ok)
+        # a host failed here with Ansible's run ok: its answer to READ_TASK could not be read (outcomes)
+        failed = any(h.state == "failed" for h in self.hosts)
+        return self.result.ok and not failed and (self.datasets is None or self.datasets.ok)
 
     @property
     def artifacts(self) -> Path:
@@ -83,13 +83,13 @@ def outcomes(
     for p in plans:
         s = result.hosts.get(p.host) or ansible.HostSummary(p.host)
         state = s.state if (s.ok or s.changed or s.failed or s.unreachable) else "not run"
-        reason, read_back = s.reason, True
+        reason = s.reason
         try:
             read = readback.mapping(result.result(p.host, READ_TASK), "the read-back")
             found, drift = readback.found_versions(read.get("stack")), readback.drift(read.get("drift"))
         except readback.Malformed as exc:  # a host answered, but not as the facts module does: nothing of it is trusted
             found, drift = {}, []
-            state, reason, read_back = "failed", f"{READ_TASK}: the host's answer cannot be read: {exc}", False
+            state, reason = "failed", f"{READ_TASK}: the host's answer cannot be read: {exc}"
         out.append(
             HostOutcome(
                 name=p.host,
@@ -100,7 +100,6 @@ def outcomes(
                 reboot=readback.fact(result.result(p.host, REBOOT_TASK), "reboot_state"),
                 found=found,
                 drift=drift + readback.slurm_drift(result.result(p.host, SLURM_TASK)),
-                read_back=read_back,
             )
         )
     return out
