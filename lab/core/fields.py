@@ -108,6 +108,16 @@ def run_gpus(gpus, nnodes, world_size, what: str = "status.json") -> None:
         limits.number(nnodes, f"{what}: nnodes", limits.NODES)
 
 
+def process_id(text) -> int | None:
+    """A process id as a host's shell or a lock file wrote it: ASCII digits (not another script's, not 5,000 of
+    them) naming a process 2..2**31-1; None for anything else (0 would make ``kill -0`` ask about the caller's
+    own process group, 1 is init)."""
+    if not (isinstance(text, str) and text.isascii() and text.isdigit() and len(text) <= 10):
+        return None
+    pid = int(text)
+    return pid if 1 < pid < 2**31 else None
+
+
 def token(value, what: str = "token") -> str | None:
     if value is not None and (not isinstance(value, str) or not TOKEN_RE.fullmatch(value)):
         raise ConfigError(f"{what}: {_shown(value)} is not a run token")

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from lab.hosts import remote as rmt
+from lab.core import fields
 from lab.core.errors import RunError, excerpt, printable, shown
 from lab.core.settings import default as declared_default
 
@@ -72,11 +73,8 @@ def parse_owner(line: str) -> dict:
 def owner_dead_here(line: str) -> bool:
     """The owner is a process of this controller machine that no longer exists."""
     o = parse_owner(line)
-    pid = o.get("pid", "")  # the lock file's words: a pid of this machine, 2..2**31 in ASCII digits, or none
-    if o.get("controller") != socket.gethostname() or not (pid.isascii() and pid.isdigit() and len(pid) <= 10):
-        return False
-    pid = int(pid)
-    if not 1 < pid < 2**31 or pid == os.getpid():
+    pid = fields.process_id(o.get("pid"))  # the lock file's words: a pid of this machine, or none
+    if o.get("controller") != socket.gethostname() or pid is None or pid == os.getpid():
         return False
     try:
         os.kill(pid, 0)

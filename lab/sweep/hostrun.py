@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.results import checksums
-from lab.core import limits, paths
+from lab.core import fields, limits, paths
 from lab.core import settings
 from lab.core import writes
 from lab.hosts import remote as rmt
@@ -110,7 +110,7 @@ def last_epoch(remote: rmt.Remote, src: str) -> int | None:
 
 def signal_tagged(remote: rmt.Remote, token: str, sig: str) -> list[int]:
     out = remote.run(["sh", "-c", _SIGNAL_TAGGED, "gpulab-stop", sig, token], timeout=60, check=False).stdout
-    return [int(p) for p in out.split() if p.isascii() and p.isdigit() and len(p) <= 10]  # pids, not any digits
+    return [pid for pid in map(fields.process_id, out.split()) if pid is not None]
 
 
 def tagged_alive(remote: rmt.Remote, token: str) -> list[int]:

@@ -11,7 +11,7 @@ import shlex
 import time
 from pathlib import Path
 
-from lab.core import limits, writes
+from lab.core import fields, limits, writes
 from lab.core.errors import HostError, RunError, excerpt, printable
 from lab.hosts import remote as rmt
 from lab.hosts.inventory import Host
@@ -165,7 +165,7 @@ def launch(run: PlannedRun, node: Node, args: list[str]) -> str:
     out = node.call(lambda r: r.run(command, timeout=60))
     pid = out.stdout.strip()
     # a process id of the host (`kill -0 0` would say the run is alive whatever it did; ١٢ is no pid either)
-    if not (pid.isascii() and pid.isdigit() and 1 < int(pid[:12]) < 2**31):
+    if fields.process_id(pid) is None:
         said = excerpt(printable(out.stderr.strip() or f"its shell printed '{pid[:40]}', not a process id"), 200)
         raise RunError(f"{node.host.name}: could not start {run.run_id}: {said}")
     return pid
