@@ -108,14 +108,20 @@ def run_gpus(gpus, nnodes, world_size, what: str = "status.json") -> None:
         limits.number(nnodes, f"{what}: nnodes", limits.NODES)
 
 
+def whole(text, digits: int = 9) -> int | None:
+    """The number a host, a tool or a user wrote as ASCII digits (at most ``digits`` of them); None for anything
+    else: ``str.isdigit`` also takes "²" (which ``int`` refuses) and "٣" (which ``int`` reads as 3)."""
+    if isinstance(text, str) and text.isascii() and text.isdigit() and len(text) <= digits:
+        return int(text)
+    return None
+
+
 def process_id(text) -> int | None:
     """A process id as a host's shell or a lock file wrote it: ASCII digits (not another script's, not 5,000 of
     them) naming a process 2..2**31-1; None for anything else (0 would make ``kill -0`` ask about the caller's
     own process group, 1 is init)."""
-    if not (isinstance(text, str) and text.isascii() and text.isdigit() and len(text) <= 10):
-        return None
-    pid = int(text)
-    return pid if 1 < pid < 2**31 else None
+    pid = whole(text, 10)
+    return pid if pid is not None and 1 < pid < 2**31 else None
 
 
 def token(value, what: str = "token") -> str | None:

@@ -60,7 +60,8 @@ def parse_log(text: str, rules: Rules | None = None) -> LogFacts:
 
 def natural(s: str) -> tuple:
     """Sort key: result_2 before result_10."""
-    return tuple((0, int(x), "") if x.isdigit() else (1, 0, x) for x in re.split(r"(\d+)", s) if x)
+    # re.split with the group puts the digit runs at the odd places ("²" is no \d, though "²".isdigit())
+    return tuple((0, int(x), "") if i % 2 else (1, 0, x) for i, x in enumerate(re.split(r"(\d+)", s)) if x)
 
 
 def _relative(path: Path, root: Path) -> str:

@@ -70,7 +70,7 @@ def benchmark_folders(root: Path) -> dict[Path, list[Path]]:
             dirnames[:] = []
             runs = sorted(
                 (here / f for f in filenames if fnmatchcase(f, "result_*.txt")),
-                key=lambda p: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", p.name)],
+                key=lambda p: [int(x) if i % 2 else x for i, x in enumerate(re.split(r"(\d+)", p.name))],
             )
             if runs:
                 out[here] = runs

@@ -105,7 +105,7 @@ def last_epoch(remote: rmt.Remote, src: str) -> int | None:
     from runner.rundir import MLLOG
 
     out = remote.run(["sh", "-c", _EPOCH, "gpulab-epoch", src, MLLOG], timeout=30, check=False).stdout.strip()
-    return int(out) if out.isdigit() and len(out) < 7 else None
+    return fields.whole(out, 6)
 
 
 def signal_tagged(remote: rmt.Remote, token: str, sig: str) -> list[int]:

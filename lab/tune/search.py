@@ -102,7 +102,7 @@ def stale(trials, now: float, stale_s: float, me: str | None = None, alive=_aliv
         if who == me:
             continue
         host, _, pid = who.rpartition(":")
-        gone_here = host == here and pid.isdigit() and not alive(int(pid))
+        gone_here = host == here and fields.process_id(pid) is not None and not alive(fields.process_id(pid))
         if not isinstance(at, (int, float)) or now - at > stale_s or gone_here:
             out.append(t)
     return out

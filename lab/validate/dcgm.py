@@ -51,7 +51,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lab.core import limits, plaindata, schema, settings, versions
+from lab.core import fields, limits, plaindata, schema, settings, versions
 from lab.core.errors import ConfigError, GpulabError
 from lab.validate.verdict import FAIL, PASS, WARN, check
 
@@ -170,7 +170,7 @@ def _reports_on(result: dict) -> set[str]:
 
 def _unreported(test: str, category: str, level, reported: set[str]) -> dict:
     """The WARN of a GPU that a test with results per GPU leaves out."""
-    named = ", ".join(sorted(reported, key=lambda i: (not i.isdigit(), int(i) if i.isdigit() else 0, i)))
+    named = ", ".join(sorted(reported, key=lambda i: (fields.whole(i) is None, fields.whole(i) or 0, i)))
     return check(
         f"DCGM {test}",
         WARN,

@@ -23,6 +23,7 @@ The rules for what the tools said (their output as tests/samples/ shows it, from
 
 from __future__ import annotations
 
+from lab.core import fields
 from lab.validate.gpurefs import model_key
 from lab.validate.linkchecks import guarded
 from lab.validate.verdict import FAIL, WARN, fmt_value, check, judge_metric
@@ -300,9 +301,7 @@ def beside(burnin: dict | None) -> list[dict]:
             }
         )
     nvb = _tool(burnin, "nvbandwidth")
-    for idx, g in sorted(
-        ((burnin or {}).get("gpus") or {}).items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0
-    ):
+    for idx, g in sorted(((burnin or {}).get("gpus") or {}).items(), key=lambda kv: fields.whole(kv[0]) or 0):
         if nvb is None:
             break
         figures = (nvb.get("gpus") or {}).get(str(idx)) or {}
@@ -313,7 +312,7 @@ def beside(burnin: dict | None) -> list[dict]:
             rows.append(
                 {
                     "figure": label.replace("nvbandwidth ", ""),
-                    "gpu": int(idx) if str(idx).isdigit() else idx,
+                    "gpu": idx if fields.whole(str(idx)) is None else fields.whole(str(idx)),
                     "unit": "GB/s",
                     "gpulab": mine,
                     "tool": figures.get(key),

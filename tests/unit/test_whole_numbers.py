@@ -1,0 +1,35 @@
+"""A number a host, a tool, a file or a user wrote is read as ASCII digits: ``str.isdigit`` also takes "²" (which
+``int`` refuses: a traceback) and "٣" (which ``int`` reads as 3: a silent guess)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lab.core import fields
+from lab.core.errors import ConfigError
+from lab.history import query
+from lab.results import plainlogs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_whole_reads_ascii_digits_only():
+    assert fields.whole("0") == 0 and fields.whole("123456789") == 123456789
+    for text in ("\u00b2", "\u0663", "1\u00b2", "", " 1", "1 ", "-1", "+1", "1.0", "1234567890", None, 3, b"1"):
+        assert fields.whole(text) is None, text
+    assert fields.whole("1234567890", 10) == 1234567890
+    assert fields.process_id("\u00b2") is None and fields.process_id("42") == 42
+
+
+@pytest.mark.parametrize("gpu", ["\u00b2", "\u0663", "1\u00b2"])
+def test_a_gpu_index_in_other_digits_is_one_line(gpu):
+    with pytest.raises(ConfigError, match="is neither a GPU UUID"):
+        query.gpu_filter(gpu, "node-1")
+    assert query.gpu_filter("3", "node-1") == (None, 3)
+
+
+def test_natural_order_of_names_with_other_digits():
+    names = ["result_10.txt", "\u00b2", "result_2.txt", "result_\u0663.txt"]
+    assert sorted(names, key=plainlogs.natural)[:2] == ["result_2.txt", "result_\u0663.txt"]
