@@ -160,10 +160,14 @@ def require_gpus(host: Host, usable: int, bad: list[dict], nvidia) -> None:
         if bad
         else f"0 ({line_of(nvidia or 'NVML answers but lists no GPU', 200)})"
     )
-    what = f"the inventory declares {_declared(host)}" if expects_gpus(host) else f"its probe lists {len(bad)} GPU(s)"
+    what = (
+        f"the inventory declares {_declared(host)} but the probe found {found}"
+        if expects_gpus(host)
+        else f"its probe lists {len(bad)} GPU(s) but found {found}"
+    )
     raise NoGpuFound(
         advice.carry(
-            f"{host.name}: {what} but the probe found {found}: nothing is run on it (a GPU host never runs on the "
+            f"{host.name}: {what}: nothing is run on it (a GPU host never runs on the "
             f"CPU in its GPUs' place); check its NVIDIA driver and GPUs (`nvidia-smi` there; "
             f"`invoke provision --host {host.name}` installs the stack's driver), or fix its inventory entry"
         )

@@ -133,6 +133,13 @@ def test_a_host_the_inventory_gives_no_gpu_stays_a_cpu_host(fleet):
     prepared, topologies, _, _, runs = prepare([cpu], [])
     assert prepared.failed == {} and topologies["no-driver"]["gpu_count"] == 0
     assert [r.gpus for r in runs] == [0]
+    # ... unless its probe lists GPUs, none of which NVML can read: a GPU host with a broken driver
+    lost = Host(**{**vars(cpu), "name": "all-lost"})
+    prepared, *_ = prepare([lost], [])
+    assert prepared.failed["all-lost"].message.startswith(
+        "all-lost: its probe lists 1 GPU(s) but found 0 usable: GPU 0: GPU 0 cannot be read: Unknown Error: "
+        "nothing is run on it"
+    )
 
 
 def test_the_sweep_runs_nothing_on_a_gpu_host_without_gpus_and_exits_2(fleet, monkeypatch, tmp_path):
