@@ -1,7 +1,9 @@
 """A sweep's hosts made ready: each connected (strict host keys), its runner installed or upgraded to this
 checkout's, its GPU topology probed and, where the health gate asks, its health read (lab.sweep.gate); the
 gate's quarantine planned around; the hosts and the runs of hosts that could not be prepared recorded in
-sweep.json. lab.sweep.driver calls it between the checks and the runs.
+sweep.json. A GPU the probe could not read is said as it is left out of the plan, a GPU host whose probe
+found no usable GPU (lab.sweep.topology.NoGpuFound) as it is failed. lab.sweep.driver calls it between the
+checks and the runs.
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ def prepare_hosts(
     gated = gate.needed(hosts, memory, settings.health_valid_hours, echo)
     prepared = rmt.on_hosts(hosts, lambda h: prepare_host(h, h.name in gated))
     topologies = {n: got[2] for n, got in prepared.succeeded.items()}
+    for h in hosts:  # a GPU NVML answered with an error for is planned around, never silently
+        for line in topo.left_out(h.name, topologies.get(h.name) or {}):
+            echo(f"sweep {name}: {line}")
+        if isinstance(prepared.failed.get(h.name), topo.NoGpuFound):
+            echo(f"sweep {name}: {prepared.failed[h.name].message}")
     quarantine = gate.apply(
         hosts, {n: got[3] for n, got in prepared.succeeded.items() if got[3]}, memory, quarantine, echo
     )

@@ -6,6 +6,12 @@ PCI device, whose first component (``pci0000:3a``) is its PCIe root complex.
 ``choose(topology, n)`` picks N GPUs that share a PCIe root when possible,
 else a NUMA node, else the fewest NUMA nodes; lowest indices first. The choice
 is recorded in sweep.json and passed to the runner as explicit indices.
+
+A GPU the probe lists with an ``error`` (NVML answered with an error for it) is left out of the subsets
+and kept in the topology's ``unreadable`` (``left_out`` says it, one line each: the host, the index, the
+error). A host without a usable GPU whose inventory declares GPUs (lab.validate.hostchecks.expects_gpus),
+or whose probe lists only unreadable ones, is refused (``NoGpuFound``): its runs never fall back to the CPU
+and pass for the device's.
 """
 
 from __future__ import annotations
@@ -14,8 +20,15 @@ import re
 from dataclasses import asdict, dataclass
 
 from lab.hosts import remote as rmt
-from lab.core import limits, plaindata
-from lab.core.errors import ConfigError, RunError
+from lab.hosts.inventory import Host
+from lab.core import advice, limits, plaindata
+from lab.core.errors import ConfigError, RunError, line_of
+from lab.validate.hostchecks import expects_gpus
+
+
+class NoGpuFound(ConfigError):
+    """A GPU host (by its inventory, or by the GPUs its probe lists) with no GPU a run can use: nothing runs
+    there. Exit 2: the host's driver, or its inventory entry, is to be fixed before a sweep uses it."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +131,59 @@ def from_probe(doc: dict, roots: dict[str, str | None] | None = None) -> list[Gp
     return sorted(gpus, key=lambda g: g.index)
 
 
+def unreadable(doc: dict) -> list[dict]:
+    """The GPUs a probe document lists with an ``error`` (NVML's answer for that GPU): ``{index, error}`` each,
+    the index None where it is no GPU index, the error one bounded line."""
+    out = []
+    for g in doc.get("gpus") or []:
+        if isinstance(g, dict) and g.get("error"):
+            i = g.get("index")
+            ok = isinstance(i, int) and not isinstance(i, bool) and limits.GPU_INDEX.lo <= i <= limits.GPU_INDEX.hi
+            out.append({"index": i if ok else None, "error": line_of(g["error"], 200)})
+    return out
+
+
+def _declared(host: Host) -> str:
+    count, model = host.gpu_count, host.gpu_model
+    if count in (None, "auto"):
+        return f"{model} GPUs (gpulab_gpu_model {model}, gpulab_gpu_count auto)"
+    return f"{count} GPU(s) (gpulab_gpu_count {count}, gpulab_gpu_model {model})"
+
+
+def require_gpus(host: Host, usable: int, bad: list[dict], nvidia) -> None:
+    """NoGpuFound when ``host`` has no usable GPU (``usable``) although its inventory declares GPUs or its probe
+    lists some, each unreadable (``bad``); a CPU host (no GPU declared, none listed) passes."""
+    if usable or not (expects_gpus(host) or bad):
+        return
+    found = (
+        "0 usable: " + "; ".join(f"GPU {b['index']}: {b['error']}" for b in bad[:4])
+        if bad
+        else f"0 ({line_of(nvidia or 'NVML answers but lists no GPU', 200)})"
+    )
+    what = (
+        f"the inventory declares {_declared(host)} but the probe found {found}"
+        if expects_gpus(host)
+        else f"its probe lists {len(bad)} GPU(s) but found {found}"
+    )
+    raise NoGpuFound(
+        advice.carry(
+            f"{host.name}: {what}: nothing is run on it (a GPU host never runs on the "
+            f"CPU in its GPUs' place); check its NVIDIA driver and GPUs (`nvidia-smi` there; "
+            f"`invoke provision --host {host.name}` installs the stack's driver), or fix its inventory entry"
+        )
+    )
+
+
+def left_out(host: str, topology: dict) -> list[str]:
+    """One line per GPU the probe listed with an error: the host, the index, NVML's error, and what the plan
+    does (the GPUs the runs use instead)."""
+    use = ",".join(str(g["index"]) for g in topology.get("gpus") or []) or "none"
+    return [
+        f"{host}: GPU {b['index']} left out of the plan (NVML: {b['error']}): runs use GPU(s) {use}"
+        for b in topology.get("unreadable") or []
+    ]
+
+
 def _groups(gpus: list[Gpu], key) -> list[list[Gpu]]:
     out: dict = {}
     for g in gpus:
@@ -164,7 +230,8 @@ _ROOTS_SCRIPT = 'for b in "$@"; do printf "%s %s\\n" "$b" "$(readlink -f "/sys/b
 
 
 def discover(remote: rmt.Remote, install: rmt.RunnerInstall) -> dict:
-    """The host's topology as recorded in sweep.json: ``{gpu_count, gpus: [Gpu...], nvidia}``."""
+    """The host's topology as recorded in sweep.json: ``{gpu_count, gpus: [Gpu...], unreadable, nvidia}``;
+    NoGpuFound for a GPU host without a usable GPU."""
     res = remote.run(install.argv("probe", "--json"), check=False, timeout=120)
     try:
         doc = read_probe(res.stdout, remote.name)
@@ -173,7 +240,8 @@ def discover(remote: rmt.Remote, install: rmt.RunnerInstall) -> dict:
             raise
         detail = (res.stderr.strip() or res.stdout.strip() or f"exit {res.code}").splitlines()[-1]
         raise RunError(f"{remote.name}: `runner probe` failed: {detail[:300]}") from None
-    gpus = from_probe(doc)
+    gpus, bad = from_probe(doc), unreadable(doc)
+    require_gpus(remote.host, len(gpus), bad, doc.get("nvidia"))  # before anything else is asked of the host
     ids = {g.bus_id: sysfs_bus_id(g.bus_id) for g in gpus if sysfs_bus_id(g.bus_id or "")}
     roots: dict[str, str | None] = {}
     if ids:
@@ -184,6 +252,7 @@ def discover(remote: rmt.Remote, install: rmt.RunnerInstall) -> dict:
     return {
         "gpu_count": len(gpus),
         "gpus": [asdict(g) for g in gpus],
+        "unreadable": bad,
         "nvidia": doc.get("nvidia"),
         "hostname": (doc.get("host") or {}).get("hostname"),
     }

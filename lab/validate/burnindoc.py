@@ -8,8 +8,10 @@ value alone and the host's other figures are still judged (``unreadable_check``:
 them); a document whose shape cannot be read even so is one RunError naming the host and the field.
 ``incomplete_check`` is one WARN when the answer lacks what a burn-in of the level asked for writes (a
 probe alone, another level, an unknown outcome, a GPU without a figure under load): what did not run is
-never a pass. ``malformed`` is the one FAIL record of a host whose document still held a shape the checks
-could not read (a document handed to ``evaluate`` without ``read_burnin``).
+never a pass. ``listed_twice`` names a GPU index a document's list of GPUs gives twice (the probe's in
+validate, the health document's in the gate). ``malformed`` is the one FAIL record of a host whose
+document still held a shape the checks could not read (a document handed to ``evaluate`` without
+``read_burnin``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,15 @@ from lab.validate.verdict import FAIL, WARN, check
 
 UNREADABLE = "unreadable"  # the document's key for the values read_burnin left out
 MAX_SALVAGED = 64  # values left out before the document counts as malformed as a whole
+
+
+def listed_twice(gpus: list[dict]) -> str | None:
+    """What is wrong with a document's list of GPUs that names one GPU index more than once (one GPU's record
+    would hide the other's, and its failures with it): "lists GPU index 0 more than once"; None when each
+    index is listed once. The probe, burn-in and health documents alike (validate and the health gate)."""
+    indices = [str(g.get("index")) for g in gpus]
+    twice = sorted({i for i in indices if indices.count(i) > 1}, key=lambda i: (len(i), i))
+    return f"lists GPU index {', '.join(twice[:5])} more than once" if twice else None
 
 
 def read_burnin(stdout: str, host: str, code: int | None = None) -> dict:

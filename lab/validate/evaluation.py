@@ -16,7 +16,8 @@ Every check gives PASS, WARN or FAIL with the measured value, the expected
 range and a reason; a GPU's verdict is its worst check, a host's the worst of
 its own checks and its GPUs'. A host that could not be reached, or has no
 NVIDIA GPU although its inventory expects some, is a FAIL with that reason; a host whose
-inventory expects none (gpu_count 0, or auto with no model) and has none is a CPU host (PASS).
+inventory expects none (gpu_count 0, or auto with no model) and has none is a CPU host (PASS). A GPU host
+whose burn-in could not read the kernel log fails its "kernel log" check: XIDs not checked are no pass.
 lab.validate.fleet gathers the documents and calls it.
 """
 
@@ -28,8 +29,15 @@ from typing import Any, Iterable
 from lab.core.errors import HostError
 from lab.validate import trends as trend, vendor
 from lab.validate.actions import attach_actions, load_actions
-from lab.validate.burnindoc import incomplete_check, malformed, unreadable_check
-from lab.validate.gpuchecks import fleet_checks, fleet_medians, gpu_checks, split_snapshot, xid_checks
+from lab.validate.burnindoc import incomplete_check, listed_twice, malformed, unreadable_check
+from lab.validate.gpuchecks import (
+    fleet_checks,
+    fleet_medians,
+    gpu_checks,
+    kernel_log_checks,
+    split_snapshot,
+    xid_checks,
+)
 from lab.validate.gpurefs import model_key
 from lab.validate.hostchecks import count_checks, no_gpu_checks, stack_checks
 from lab.validate.linkchecks import guarded, link_window
@@ -249,17 +257,17 @@ def _host_checks(
         ], {}
     if not probe.get("gpus"):
         return list(no_gpu_checks(host, probe)), {}  # a CPU host where the inventory expects no GPU
-    indices = [str(g.get("index")) for g in probe["gpus"]]
-    twice = sorted({i for i in indices if indices.count(i) > 1})
-    if twice:  # one GPU's record would replace the other's, and its failures with it
-        raise ValueError(f"probe.gpus lists GPU index {', '.join(twice[:5])} more than once")
+    twice = listed_twice(probe["gpus"])
+    if twice:
+        raise ValueError(f"probe.gpus {twice}")
     checks = list(count_checks(host, probe, probe["gpus"]))
     checks += stack_checks(probe, _expected_stack(stacks, name, host))
     judged = {g.get("index") for g in probe["gpus"] if "error" not in g}  # GPUs whose own records judge theirs
     xid = (burnin or {}).get("xid")
     if xid is not None:
+        checks += kernel_log_checks(xid)  # no kernel log read: the XIDs were not checked, a FAIL (never a pass)
         orphans = [e for e in xid.get("events", []) if e.get("gpu") is None or e.get("gpu") not in judged]
-        if orphans or xid.get("source") is None:
+        if orphans:
             checks += xid_checks(references, orphans, xid.get("source"), xid.get("error"), "XID events (other devices)")
     checks += incomplete_check(burnin, probe, level)
     if burnin is not None:

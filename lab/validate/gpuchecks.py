@@ -12,6 +12,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from lab.core.errors import line_of
 from lab.validate.gpurefs import model_key, model_label
 from lab.validate.linkchecks import LinkWindow, interconnect_checks
 from lab.validate.loadchecks import load_checks, metric_checks, power_limit_checks
@@ -35,11 +36,37 @@ def _xid_name(refs: dict, xid: int) -> str:
     return refs["checks"]["xid"].get("names", {}).get(str(xid), "see NVIDIA's XID catalogue")
 
 
+# what lets the runner read the kernel log (runner.burnin_xid.read_kernel_log: journalctl -k -b, then dmesg)
+KERNEL_LOG_FIX = (
+    "run the runner as root or with CAP_SYSLOG, or set kernel.dmesg_restrict=0 (sysctl), or let its user "
+    "read the journal (group systemd-journal or adm)"
+)
+
+
+def kernel_log_checks(xid: dict | None) -> list[dict]:
+    """The host's "kernel log" FAIL when the XID section names no kernel log read (``source`` None): its XIDs
+    were not checked, which never counts as none seen; nothing when it names one (or there is no section)."""
+    if not isinstance(xid, dict) or xid.get("source") is not None:
+        return []
+    why = line_of(xid.get("error") or "no log named as read", 300)
+    return [
+        check(
+            "kernel log",
+            FAIL,
+            None,
+            "journalctl -k -b or dmesg readable",
+            f"XID events not checked: the kernel log could not be read ({why}); {KERNEL_LOG_FIX}",
+        )
+    ]
+
+
 def xid_checks(refs: dict, events: list[dict], source: str | None, error: str | None, label: str) -> list[dict]:
+    """The XID events of a GPU (or of no listed GPU: ``label``); none when no kernel log was read and no event
+    is known (the host's "kernel log" check, kernel_log_checks, fails for that)."""
     xcfg = refs["checks"]["xid"]
     events = [e for e in events if e["xid"] not in set(xcfg.get("ignore", []))]
-    if source is None:  # no kernel log read: no XID seen is no XID known
-        return [check(label, WARN, None, "no XID", f"kernel log not readable: {error or 'no log named as read'}")]
+    if source is None and not events:  # not checked: no verdict of its own, never a PASS
+        return []
     if not events:
         return [check(label, PASS, 0, "no XID", f"no XID event since boot ({source})")]
     fails = [e for e in events if e["xid"] in set(xcfg["fail"])]

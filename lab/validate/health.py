@@ -7,7 +7,10 @@ the gate for exactly what would fail it in `invoke validate`, with the action of
 lab/data/actions.yml (lab.validate.actions). XIDs count only when they came after ``mark`` (the
 boot id and uptime of the host's last check: same boot, later uptime); without a mark, every XID
 of the current boot counts; an XID of no GPU the document lists (one that fell off the bus) is the
-host's, "XID events (other devices)" as validate names it. Plain data in, plain data out.
+host's, "XID events (other devices)" as validate names it. A host whose kernel log could not be read
+(the document's ``xid.source`` is None: dmesg refused to a non-root user under kernel.dmesg_restrict=1,
+no journal) fails validate's "kernel log" check, with what to do: its XIDs were not checked, which never
+counts as a pass, and the check keeps the last mark that did read them. Plain data in, plain data out.
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ from lab.core import schema
 from lab.core.errors import ConfigError
 
 from lab.validate.actions import action_for, load_actions
-from lab.validate.gpuchecks import GpuFacts, ecc_checks, gpu_xid_checks, memory_checks, xid_checks
+from lab.validate.burnindoc import listed_twice
+from lab.validate.gpuchecks import (
+    GpuFacts,
+    ecc_checks,
+    gpu_xid_checks,
+    kernel_log_checks,
+    memory_checks,
+    xid_checks,
+)
 from lab.validate.gpurefs import load_references
 from lab.validate.verdict import FAIL, PASS, check
 
@@ -62,10 +73,9 @@ def check_document(doc) -> str | None:
         for g in doc["gpus"]
     ):
         return "its 'gpus' is not a list of GPUs with indices"
-    indices = [g["index"] for g in doc["gpus"]]
-    twice = sorted({i for i in indices if indices.count(i) > 1})
-    if twice:  # one GPU's record would hide the other's
-        return f"its 'gpus' lists GPU index {', '.join(map(str, twice[:5]))} more than once"
+    twice = listed_twice(doc["gpus"])
+    if twice:
+        return f"its 'gpus' {twice}"
     if not isinstance(doc.get("xid"), dict) or not isinstance(doc["xid"].get("events", []), list):
         return "its 'xid' is not an object with events"
     try:  # its probe part (GPUs, ECC, row remapping, ...) has the burn-in document's probe shape
@@ -118,6 +128,10 @@ def judge(
         h.host_checks.append(check("GPU present", PASS, doc.get("gpu_count"), ">= 1", "NVML answers"))
     xid = dict(doc.get("xid") or {})
     xid["events"] = _new_events(xid, mark, doc.get("boot_id"))
+    unread = kernel_log_checks(xid) if doc.get("gpus") or used else []  # a CPU host's XIDs concern no GPU
+    if unread:  # XIDs not checked: a FAIL, and the next check counts from the last mark that did read them
+        h.host_checks += unread
+        h.boot_id, h.uptime_s = (mark[0], mark[1]) if mark else (doc.get("boot_id"), None)
     since = " since the last health check" if mark and mark[0] == doc.get("boot_id") else " since boot"
     judged = {g["index"] for g in doc.get("gpus") or [] if not g.get("error")}
     orphans = [e for e in xid["events"] if e.get("gpu") is None or e.get("gpu") not in judged]

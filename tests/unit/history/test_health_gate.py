@@ -325,3 +325,41 @@ def test_a_health_document_past_its_size_is_said_so():
     remote = SimpleNamespace(name="h1", run=lambda argv, **kw: rmt.Result("health", 0, text, ""))
     with pytest.raises(RunError, match=r"^h1: `runner health` printed no usable JSON document \(more than \d+ char"):
         gate.read(remote, SimpleNamespace(argv=lambda *a: list(a)))
+
+
+DMESG_REFUSED = "dmesg: read kernel buffer failed: Operation not permitted"
+
+
+def test_a_kernel_log_the_host_refused_fails_the_gate_with_what_to_do(tmp_path):
+    """A non-root runner under kernel.dmesg_restrict=1 reads no kernel log: its XIDs were not checked. That was a
+    WARN per GPU, so the gate passed ("passed (4 GPU(s))"), was recorded as a pass that spared the next sweeps'
+    gates, and its mark hid every XID before it from the next check."""
+    memory = sweeps.open_for(f"sqlite:///{tmp_path / 'h.sqlite'}", "s1")
+    try:
+        first = doc(uptime=500.0)
+        memory.record_health("r740-01", judge.judge(first, expect_gpus=True), first)
+        assert memory.recent_pass("r740-01", 24) and memory.mark("r740-01") == (BOOT, 500.0)
+        refused = doc(uptime=1000.0)
+        refused["xid"] = {"source": None, "error": DMESG_REFUSED, "events": []}
+        echoed = []
+        assert gate.apply(t4_hosts()[:1], {"r740-01": refused}, memory, None, echoed.append) == {}
+        fix = (
+            "run the runner as root or with CAP_SYSLOG, or set kernel.dmesg_restrict=0 (sysctl), or let its user "
+            "read the journal (group systemd-journal or adm)"
+        )
+        assert echoed[0] == (
+            f"health r740-01: host: kernel log: XID events not checked: the kernel log could not be read "
+            f"({DMESG_REFUSED}); {fix}"
+        )
+        assert not memory.recent_pass("r740-01", 24)  # no pass: the next sweep checks again
+        assert memory.mark("r740-01") == (BOOT, 500.0)  # XIDs after the last read still count then
+        assert q.active(memory.db) == []  # a host's configuration, not a GPU's fault
+        late = doc(uptime=1500.0)
+        late["xid"]["events"] = [{"xid": 79, "pci": "0000:3b:00", "gpu": 1, "uptime_s": 800.0, "text": "off"}]
+        assert [
+            (f.gpu, f.reason) for f in judge.judge(late, expect_gpus=True, mark=memory.mark("r740-01")).failures
+        ] == [(1, "XID events: XID 79 (GPU has fallen off the bus) x1 since the last health check")]
+        cpu = dict(refused, nvidia="no NVIDIA driver/GPU found: NVML could not start", gpu_count=0, gpus=[])
+        assert judge.judge(cpu, expect_gpus=False).ok  # a CPU host's kernel log concerns no GPU
+    finally:
+        memory.close()

@@ -44,6 +44,17 @@ def test_a_health_document_that_lists_one_gpu_index_twice_is_refused():
     )
 
 
+def test_validate_and_the_gate_name_a_gpu_index_listed_twice_with_one_rule():
+    """lab.validate.evaluation and lab.validate.health each spelled the rule out (numbers sorted as text in one)."""
+    from lab.validate import burnindoc, evaluation
+
+    assert evaluation.listed_twice is health.listed_twice is burnindoc.listed_twice
+    gpus = [{"index": i} for i in (10, 2, 10, 2, 3)]
+    assert health.listed_twice(gpus) == "lists GPU index 2, 10 more than once"
+    assert health.listed_twice([{"index": 0}, {"index": "0"}]) == "lists GPU index 0 more than once"
+    assert health.listed_twice([{"index": 0}, {"index": 1}]) is None
+
+
 def test_a_gpu_the_document_counts_but_does_not_list_is_lost_never_passed():
     doc = copy.deepcopy(DOC)
     doc["gpu_count"] = 3

@@ -149,14 +149,16 @@ def test_an_xid_of_a_gpu_index_the_host_does_not_judge_is_host_level_never_dropp
     assert host["verdict"] == "FAIL" and "XID 79 (GPU has fallen off the bus)" in host["reason"]
 
 
-def test_unreadable_kernel_log_warns(snap, refs):
+def test_unreadable_kernel_log_fails_the_host_not_its_gpus(snap, refs):
     snap["xid"] = {
         "source": None,
         "error": "journalctl not found; dmesg: read kernel buffer failed: Operation not permitted",
         "events": [],
     }
-    c = checks_of(run({"h200-01": snap}, refs), gpu=0)["XID events"]
-    assert c["verdict"] == "WARN" and "Operation not permitted" in c["reason"]
+    v = run({"h200-01": snap}, refs)
+    c = checks_of(v)["kernel log"]
+    assert c["verdict"] == "FAIL" and "Operation not permitted" in c["reason"]
+    assert "XID events" not in checks_of(v, gpu=0)  # not checked: no verdict of the GPU's own
 
 
 def test_missing_gpu_fails_the_host(snap, refs):
@@ -591,5 +593,28 @@ def test_an_xid_section_that_names_no_kernel_log_read_is_no_pass(snap, refs):
     boot (None)"."""
     snap["xid"] = {"source": None, "error": None, "events": []}
     v = run({"h200-01": snap}, refs)
-    for c in (checks_of(v, gpu=0)["XID events"], checks_of(v)["XID events (other devices)"]):
-        assert c["verdict"] == "WARN" and c["reason"] == "kernel log not readable: no log named as read"
+    assert not v.ok and v.hosts["h200-01"]["verdict"] == "FAIL"
+    assert checks_of(v)["kernel log"]["reason"].startswith(
+        "XID events not checked: the kernel log could not be read (no log named as read); run the runner as root"
+    )
+    assert "XID events" not in checks_of(v, gpu=0) and "XID events (other devices)" not in checks_of(v)
+
+
+def test_a_kernel_log_the_host_refused_fails_the_host_with_what_to_do(snap, refs):
+    """dmesg refused to a non-root user (kernel.dmesg_restrict=1) and no journal: the XIDs were not checked.
+    That was a WARN, so the host passed validate (exit 0) and its record spared the sweep's health gate."""
+    refused = (
+        "journalctl -k -b: No journal files were found.; dmesg: read kernel buffer failed: Operation not permitted"
+    )
+    snap["xid"] = {"source": None, "error": refused, "events": []}
+    v = run({"h200-01": snap}, refs)
+    host = v.hosts["h200-01"]
+    assert not v.ok and host["verdict"] == "FAIL"
+    assert host["reason"] == (
+        f"kernel log: XID events not checked: the kernel log could not be read ({refused}); run the runner as "
+        "root or with CAP_SYSLOG, or set kernel.dmesg_restrict=0 (sysctl), or let its user read the journal "
+        "(group systemd-journal or adm)"
+    )
+    act = checks_of(v)["kernel log"]["action"]
+    assert act["kind"] == "fix_config" and "kernel.dmesg_restrict=0" in act["do"]
+    assert fleet.summary_text(v).splitlines()[1].startswith("FAIL  h200-01: kernel log: XID events not checked")
