@@ -3,7 +3,7 @@ one of Slurm's client commands printing more than ``limits.OUTPUT_BYTES`` on one
 dcgmi, an endless loop) is stopped, and is one line of HostError, never the controller's memory.
 
 * ``run(argv, ...)``: ``subprocess.run(argv, capture_output=True, ...)`` for this machine (lab.hosts.remote's local
-  host, lab.hosts.slurm): the process starts in a session of its own and both streams are read as they come;
+  host, lab.hosts.slurm, lab.hosts.hostkeys' ssh probe, lab.validate.nodehealth's runner health): the process starts in a session of its own and both streams are read as they come;
   past the cap (``TooMuch``), past its time limit (``subprocess.TimeoutExpired``) or on any other exception
   (Ctrl-C) the whole session is killed first, so nothing it started is left printing or waiting;
 * ``runner(base)``: an Invoke ``Runner`` class (``fabric_runner()``: Fabric's, a Connection's ``runners.remote``)

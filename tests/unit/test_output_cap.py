@@ -234,8 +234,8 @@ def test_a_quick_large_ssh_output_does_not_hang(sshd):
 
 
 @pytest.fixture
-def fake_slurm(tmp_path, monkeypatch):
-    """A folder put first on PATH, for fake Slurm commands."""
+def fake_bin(tmp_path, monkeypatch):
+    """A folder put first on PATH, for fake commands (Slurm's, ssh), and the small cap."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
@@ -243,8 +243,8 @@ def fake_slurm(tmp_path, monkeypatch):
     return bin_dir
 
 
-def test_a_slurm_command_past_the_cap_is_one_line_and_leaves_no_process(fake_slurm):
-    script = flood_script(fake_slurm, "scontrol", "head -c 5000000 /dev/zero | tr '\\0' x")
+def test_a_slurm_command_past_the_cap_is_one_line_and_leaves_no_process(fake_bin):
+    script = flood_script(fake_bin, "scontrol", "head -c 5000000 /dev/zero | tr '\\0' x")
     started = time.monotonic()
     with pytest.raises(HostError) as err:
         slurm.nodes()
@@ -254,11 +254,11 @@ def test_a_slurm_command_past_the_cap_is_one_line_and_leaves_no_process(fake_slu
     assert all(ended(pid) for pid in pids_of(script)), "the command or what it started is still running"
 
 
-def test_sbatch_reads_its_script_and_a_flood_on_stderr_is_refused(fake_slurm, tmp_path):
+def test_sbatch_reads_its_script_and_a_flood_on_stderr_is_refused(fake_bin, tmp_path):
     """The job script (larger than a pipe holds) reaches sbatch whole; an answer up to the cap is read as
     printed, one byte more on stderr is refused."""
     got = tmp_path / "script.got"
-    sbatch = fake_slurm / "sbatch"
+    sbatch = fake_bin / "sbatch"
     sbatch.write_text(f"#!/bin/sh\ncat > {got}\nprintf '12345'\nhead -c \"$(cat {tmp_path}/n)\" /dev/zero >&2\n")
     sbatch.chmod(0o755)
     script = "#!/bin/sh\n" + "".join(f"echo line {i}\n" for i in range(40000))
@@ -268,6 +268,35 @@ def test_sbatch_reads_its_script_and_a_flood_on_stderr_is_refused(fake_slurm, tm
     (tmp_path / "n").write_text(str(CAP + 1))
     with pytest.raises(HostError, match=r"^slurm: `sbatch` printed more than 64 KiB on stderr "):
         slurm.submit(script, [])
+
+
+# --------------------------------------------------------------------------- the ssh host key probe, the node's health
+
+
+def test_the_host_key_probe_reads_a_hosts_flood_up_to_the_cap(fake_bin):
+    """``ssh HOST true`` prints what the host's side says (its banner, its shell's start-up files): a flood is
+    stopped at the cap, with what it started, and is no key reason; a byte that is not UTF-8 is no traceback."""
+    from lab.hosts import hostkeys
+
+    ssh = flood_script(fake_bin, "ssh", "head -c 5000000 /dev/zero\necho 'Host key verification failed.' >&2\nexit 255")
+    started = time.monotonic()
+    assert hostkeys.probe_host_key("h1", "127.0.0.1", timeout=10) is None
+    assert time.monotonic() - started < 10  # not the sleeper's 20 s, nor the probe's 15
+    assert all(ended(pid) for pid in pids_of(ssh)), "the probe or what it started is still running"
+    ssh.write_text("#!/bin/sh\nprintf 'banner \\377\\n' >&2\necho 'Host key verification failed.' >&2\nexit 255\n")
+    assert "is UNKNOWN" in hostkeys.probe_host_key("h1", "127.0.0.1", timeout=10)
+
+
+def test_a_nodes_runner_health_past_the_cap_is_its_one_error_line(tmp_path, monkeypatch):
+    from lab.validate import nodehealth
+
+    monkeypatch.setattr(limits, "OUTPUT_BYTES", CAP)
+    python = flood_script(tmp_path, "python", "head -c 5000000 /dev/zero | tr '\\0' x")
+    started = time.monotonic()
+    doc = nodehealth.gather(str(python), None)
+    assert doc == {"_error": "runner health printed more than 64 KiB on stdout and was stopped"}
+    assert time.monotonic() - started < 15  # not the sleeper's 20 s
+    assert all(ended(pid) for pid in pids_of(python)), "runner health or what it started is still running"
 
 
 def test_the_program_an_error_names():
