@@ -59,6 +59,15 @@ HASH_BYTES = 64 << 30  # the files of one run directory hashed (streamed, never 
 FETCH_BYTES = 4 << 30  # one file of a run directory or one compiled artifact copied from a host
 WALK_DEPTH = 64  # folders below an input path searched for runs, result files and validate.json
 
+# --- bytes a command prints, held in memory (lab.hosts.capped) -------------------------------------------------
+# One stream of one command of a host's (over SSH or on this machine) or of Slurm's client; past it the command is
+# stopped: one line of HostError. The largest output gpulab reads is a document its reader takes up to JSON_BYTES
+# (the burn-in's last line, `dcgmi diag -r N -j`) after whatever the program printed first: twice that fits it. In
+# practice outputs are far smaller: `dcgmi diag -j` prints ~3 kB for 2 GPUs at -r 2 (tests/samples/dcgm), tens
+# of kB for 8 GPUs at -r 3; nvidia-smi -q ~10 kB a GPU; `runner health` and `probe --json` a few kB; the largest,
+# `scontrol show job -o` of an array of PLANNED_RUNS.hi tasks at ~2 kB a record, ~20 MB.
+OUTPUT_BYTES = 2 * JSON_BYTES
+
 
 def number(value, what: str, rng: Range) -> int | float:
     """``value`` (int, float or text) inside ``rng``; ConfigError '<what>: <value> is not ...' otherwise."""

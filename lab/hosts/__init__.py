@@ -1,6 +1,7 @@
 """The hosts and their software: the inventory (``inventory``), remote execution over Fabric
-(``remote``: fleet operations and ``HostResults``), Ansible through ansible-runner (``ansible``,
-``reach``, ``hostkeys``), stack profiles (``stacks``, ``osfamily``), the runner as it reaches hosts (``runnerdist``).
+(``remote``: fleet operations and ``HostResults``; ``capped``: what a command prints, read with a cap),
+Ansible through ansible-runner (``ansible``, ``reach``, ``hostkeys``), stack profiles (``stacks``,
+``osfamily``), the runner as it reaches hosts (``runnerdist``).
 
 Entry points: ``provision.provision`` and ``provision.audit`` (invoke provision, audit),
 ``datasets.prepare`` (invoke datasets).

@@ -48,6 +48,8 @@ def probe_host_key(
     """
     import subprocess
 
+    from lab.hosts import capped
+
     cmd = [
         "ssh",
         "-F",
@@ -70,8 +72,9 @@ def probe_host_key(
     if key:
         cmd += ["-i", key, "-o", "IdentitiesOnly=yes"]
     cmd += [f"{user}@{address}" if user else address, "true"]
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 5, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
+    try:  # what the host's side prints (its banner, its shell's start-up files) is read up to limits.OUTPUT_BYTES
+        res = capped.run(cmd, timeout=timeout + 5)
+    except (OSError, subprocess.TimeoutExpired, capped.TooMuch):
         return None
-    return host_key_reason(res.stderr, host, known_hosts) if res.returncode != 0 else None
+    said = res.stderr.decode("utf-8", "replace")  # a byte that is not UTF-8 is U+FFFD, not a UnicodeDecodeError
+    return host_key_reason(said, host, known_hosts) if res.returncode != 0 else None

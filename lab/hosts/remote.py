@@ -5,7 +5,8 @@ Every remote command is built from argument lists quoted with ``shlex`` (see
 data, never as shell syntax. Host keys are checked against the known_hosts file
 named by the inventory (``-o UserKnownHostsFile=`` in ansible_ssh_common_args)
 or ~/.ssh/known_hosts; unknown and changed keys are refused (paramiko's
-RejectPolicy), as Ansible refuses them with StrictHostKeyChecking=yes.
+RejectPolicy), as Ansible refuses them with StrictHostKeyChecking=yes. What a command prints is read up to
+``limits.OUTPUT_BYTES`` a stream (lab.hosts.capped): past it the command is stopped, one line of HostError.
 
 ``connect(host)`` gives a ``Remote`` with ``run``, ``put``, ``get`` and
 ``listdir``; ``on_hosts`` runs one function per host in parallel and returns
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from lab.hosts import inventory, runnerdist
+from lab.hosts import capped, inventory, runnerdist
 from lab.core import paths, writes
 from lab.core.errors import HostError, RunError, excerpt, one_line, shown
 from lab.hosts.inventory import Host
@@ -128,7 +129,7 @@ class SSHRemote(Remote):
         if host.ssh_key:
             connect_kwargs["key_filename"] = os.path.expanduser(host.ssh_key)
             connect_kwargs["look_for_keys"] = False
-        config = Config(overrides={"load_ssh_configs": False})
+        config = Config(overrides={"load_ssh_configs": False, "runners": {"remote": capped.fabric_runner()}})
         self.conn = Connection(
             host=host.address,
             user=host.user or "root",
@@ -173,12 +174,15 @@ class SSHRemote(Remote):
             raise HostError(f"{self._where()}: unreachable: {reason}") from None
 
     def _run(self, text: str, timeout: float | None) -> Result:
-        from invoke.exceptions import CommandTimedOut
+        from invoke.exceptions import CommandTimedOut, ThreadException
 
         try:
-            r = self.conn.run(text, hide=True, warn=True, timeout=timeout, in_stream=False)
+            r = self.conn.run(text, hide=True, warn=True, timeout=timeout, in_stream=False, encoding="utf-8")
         except CommandTimedOut:
             return Result(text, 124, "", f"timed out after {timeout} s")
+        except ThreadException as exc:  # a stream past the cap closed the command: HostError (lab.hosts.capped)
+            capped.refuse(self._where(), text, exc)
+            raise
         except (self._paramiko.SSHException, OSError, EOFError) as exc:
             raise HostError(f"{self._where()}: connection lost: {exc or type(exc).__name__}") from None
         return Result(text, r.exited, r.stdout, r.stderr)
@@ -232,13 +236,13 @@ class LocalRemote(Remote):
     """This machine (ansible_connection=local): same interface, no SSH."""
 
     def _run(self, text: str, timeout: float | None) -> Result:
-        try:
-            p = subprocess.run(
-                ["/bin/sh", "-c", text], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
-            )
+        try:  # streams capped, what it started killed with it when stopped; UTF-8 and line ends as over SSH
+            p = capped.run(["/bin/sh", "-c", text], timeout=timeout)
         except subprocess.TimeoutExpired:
             return Result(text, 124, "", f"timed out after {timeout} s")
-        return Result(text, p.returncode, p.stdout, p.stderr)
+        except capped.TooMuch as exc:
+            raise capped.refusal(self.name, text, exc) from None
+        return Result(text, p.returncode, *(b.decode("utf-8", "replace") for b in (p.stdout, p.stderr)))
 
     def put(self, local, remote: str) -> None:
         Path(remote).parent.mkdir(parents=True, exist_ok=True)
@@ -374,22 +378,9 @@ def ensure_runner(remote: Remote) -> RunnerInstall:
     remote.run(["mkdir", "-p", base], timeout=60)
     remote.put(io.BytesIO(runnerdist.tarball()), tarball)
     tmp = f"{base}/{digest}.tmp"
-    remote.run(
-        cmd(
-            ["rm", "-rf", tmp],
-            "&&",
-            ["mkdir", "-p", tmp],
-            "&&",
-            ["tar", "-xzf", tarball, "-C", tmp],
-            "&&",
-            ["rm", "-rf", install.pythonpath],
-            "&&",
-            ["mv", tmp, install.pythonpath],
-            "&&",
-            ["rm", "-f", tarball],
-        ),
-        timeout=120,
-    )
+    unpack = [["rm", "-rf", tmp], ["mkdir", "-p", tmp], ["tar", "-xzf", tarball, "-C", tmp]]
+    swap = [["rm", "-rf", install.pythonpath], ["mv", tmp, install.pythonpath], ["rm", "-f", tarball]]
+    remote.run(" && ".join(cmd(step) for step in unpack + swap), timeout=120)
     got = remote.run(install.argv("--version"), check=False, timeout=60)
     if not got.ok:
         reason = (got.stderr.strip() or got.stdout.strip() or f"exit {got.code}").splitlines()[-1]

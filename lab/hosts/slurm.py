@@ -26,12 +26,14 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
 
 from lab.core import limits
 from lab.core.errors import ConfigError, HostError, line_of, printable
+from lab.hosts import capped
 
 TIMEOUT_S = 30
 PREFIX = "gpulab:"  # the start of every drain reason gpulab writes
@@ -55,20 +57,19 @@ def _bin(name: str) -> str | None:
 
 
 def run(args: list[str], *, timeout: float = TIMEOUT_S, check: bool = True, stdin: str | None = None):
-    """One Slurm command; HostError (one line) when it is missing, times out or (``check``) fails."""
+    """One Slurm command; HostError (one line) when it is missing, times out, prints more than
+    limits.OUTPUT_BYTES on a stream or (``check``) fails."""
     exe = _bin(args[0])
     if exe is None:
         raise HostError(f"slurm: {args[0]} is not installed here (Slurm's client commands are needed)")
-    try:
-        res = subprocess.run(
-            [exe, *args[1:]],
-            input=None if stdin is None else stdin.encode(),
-            capture_output=True,
-            timeout=timeout,
-            env=os.environ.copy(),
+    try:  # each stream read up to limits.OUTPUT_BYTES; past it, or its time, it is killed (lab.hosts.capped)
+        res = capped.run(
+            [exe, *args[1:]], timeout=timeout, stdin=None if stdin is None else stdin.encode(), env=os.environ.copy()
         )
     except subprocess.TimeoutExpired:
         raise HostError(f"slurm: {' '.join(args[:3])} did not answer within {timeout:g} s") from None
+    except capped.TooMuch as exc:
+        raise capped.refusal("slurm", shlex.join(args), exc) from None
     except OSError as exc:  # not a program this machine runs (another architecture, a broken #! line), or gone
         raise HostError(f"slurm: {exe} could not be started: {exc.strerror or exc}") from None
     # bytes that are not UTF-8 (an admin's reason typed in Latin-1) read as U+FFFD; a "\r" stays a "\r" (text=True

@@ -26,7 +26,7 @@ import sys
 
 from lab.core import plaindata
 from lab.core.errors import ConfigError, GpulabError, excerpt, printable
-from lab.hosts import slurm
+from lab.hosts import capped, slurm
 from lab.validate import health
 
 TIMEOUT_S = 120
@@ -37,8 +37,10 @@ def gather(python: str, path: str | None) -> dict:
     env = dict(os.environ)
     if path:
         env["PYTHONPATH"] = path
-    try:
-        res = subprocess.run([python, "-m", "runner", "health"], capture_output=True, timeout=TIMEOUT_S, env=env)
+    try:  # each stream read up to limits.OUTPUT_BYTES: a runner printing without end is stopped (lab.hosts.capped)
+        res = capped.run([python, "-m", "runner", "health"], timeout=TIMEOUT_S, env=env)
+    except capped.TooMuch as exc:
+        return {"_error": f"runner health printed more than {capped.size(exc.limit)} on {exc.stream} and was stopped"}
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"_error": f"runner health did not run: {type(exc).__name__}: {exc}"[:300]}
     # what the node printed is hostile: bytes that are not UTF-8, nesting, NaN, a lone surrogate are its error
