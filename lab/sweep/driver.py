@@ -65,7 +65,6 @@ from lab.core.fields import RunState
 from lab.hosts.inventory import Host, refuse_examples
 from lab.sweep.plan import PlannedRun, parse_list, plan, plan_around, utcnow
 from lab.sweep.state import Sweep
-from lab.sweep.topology import NoGpuFound
 from lab.sweep.hostrun import Settings
 from lab.sweep.unitworker import Node, UnitWorker
 
@@ -81,7 +80,6 @@ __all__ = ["SweepResult", "check_name", "default_name", "resolve_backend", "run_
 class SweepResult:
     sweep: Sweep
     quarantined: list[str] = field(default_factory=list)  # hosts left out, GPUs kept out (plan_around)
-    refused: list[str] = field(default_factory=list)  # GPU hosts whose probe found no usable GPU: nothing ran there
 
     @property
     def failed(self) -> list[PlannedRun]:
@@ -90,12 +88,6 @@ class SweepResult:
     @property
     def ok(self) -> bool:
         return not self.failed
-
-    @property
-    def exit_code(self) -> int:
-        """0 every run complete; 2 a GPU host was refused (lab.sweep.topology.NoGpuFound: its driver or its
-        inventory entry to fix first); else 1."""
-        return 0 if self.ok else 2 if self.refused else 1
 
     def summary(self) -> list[str]:
         runs = self.sweep.runs
@@ -369,8 +361,7 @@ def run_sweep(
             for got in prepared.succeeded.values():
                 got[0].close()
             sweep.save()
-        refused = [n for n, exc in prepared.failed.items() if isinstance(exc, NoGpuFound)]
-        return SweepResult(sweep, quarantined=_quarantined(left_out, held, during), refused=refused)
+        return SweepResult(sweep, quarantined=_quarantined(left_out, held, during))
     finally:
         lock.release(drop_if_empty=True)
         if memory is not None:

@@ -26,9 +26,10 @@ from lab.core.errors import ConfigError, RunError, line_of
 from lab.validate.hostchecks import expects_gpus
 
 
-class NoGpuFound(ConfigError):
+class NoGpuFound(RunError):
     """A GPU host (by its inventory, or by the GPUs its probe lists) with no GPU a run can use: nothing runs
-    there. Exit 2: the host's driver, or its inventory entry, is to be fixed before a sweep uses it."""
+    there, a failed host as an unreachable one is (exit 1): its driver, or its inventory entry, is to be fixed
+    before a sweep uses it."""
 
 
 @dataclass(frozen=True)

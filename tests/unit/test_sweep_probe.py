@@ -1,6 +1,6 @@
 """What a sweep makes of a host's probe (lab.sweep.topology.discover, lab.sweep.hostprep): a GPU NVML answered
 with an error for is left out of the plan in one line that names it, and a host the inventory gives GPUs whose
-probe finds none is refused (exit 2) with nothing run there, never given CPU runs that pass for the device's.
+probe finds none is a failed host (exit 1) with nothing run there, never given CPU runs that pass for the device's.
 The hosts are fakes of lab.hosts.remote: nothing is contacted."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lab.core.errors import ConfigError, RunError
+from lab.core.errors import RunError
 from lab.hosts import remote as rmt
 from lab.hosts.inventory import Host
 from lab.sweep import driver, hostprep
@@ -108,7 +108,7 @@ def test_a_gpu_host_whose_probe_finds_no_gpu_is_refused_and_the_others_go_on(fle
     echoed: list = []
     prepared, topologies, _, _, runs = prepare([v100("no-driver"), v100("healthy")], echoed)
     exc = prepared.failed["no-driver"]
-    assert isinstance(exc, topology.NoGpuFound) and isinstance(exc, ConfigError) and exc.exit_code == 2
+    assert isinstance(exc, topology.NoGpuFound) and exc.exit_code == 1
     want = (
         "no-driver: the inventory declares 3 GPU(s) (gpulab_gpu_count 3, gpulab_gpu_model V100-PCIE-16GB) but the "
         f"probe found 0 ({NO_DRIVER}): nothing is run on it (a GPU host never runs on the CPU in its GPUs' place); "
@@ -142,7 +142,7 @@ def test_a_host_the_inventory_gives_no_gpu_stays_a_cpu_host(fleet):
     )
 
 
-def test_the_sweep_runs_nothing_on_a_gpu_host_without_gpus_and_exits_2(fleet, monkeypatch, tmp_path):
+def test_the_sweep_runs_nothing_on_a_gpu_host_without_gpus(fleet, monkeypatch, tmp_path):
     started = []
     monkeypatch.setattr(driver, "_workers", lambda backend, sweep, units, *a: started.extend(units) or [])
     echoed: list = []
@@ -150,7 +150,7 @@ def test_the_sweep_runs_nothing_on_a_gpu_host_without_gpus_and_exits_2(fleet, mo
         [v100("no-driver")], ["ncf"], tmp_path / "results", "s1", gpus="all", seeds=1, echo=echoed.append
     )
     assert started == []  # no unit, no run
-    assert result.refused == ["no-driver"] and result.exit_code == 2
+    assert not result.ok
     assert {r.gpus for r in result.sweep.runs} == {1, 2, 3}  # the inventory's plan, every run failed with the line
     assert all(r.state == "failed" and "the probe found 0" in r.reason for r in result.sweep.runs)
     assert any(line.startswith("sweep s1: no-driver: the inventory declares 3 GPU(s)") for line in echoed)
@@ -182,7 +182,7 @@ main()
 """
 
 
-def test_invoke_sweep_on_a_v100_host_without_gpus_exits_2_in_one_line(tmp_path):
+def test_invoke_sweep_on_a_v100_host_without_gpus_exits_1_in_one_line(tmp_path):
     """`gpulab sweep --device v100` (as `invoke sweep`) where the one V100 host's probe finds no GPU."""
     import os
     import subprocess
@@ -202,7 +202,7 @@ def test_invoke_sweep_on_a_v100_host_without_gpus_exits_2_in_one_line(tmp_path):
     p = subprocess.run(
         [sys.executable, "-c", CLI, NO_DRIVER, *argv], cwd=root, capture_output=True, text=True, env=env, timeout=120
     )
-    assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
+    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
     said = [line for line in p.stdout.splitlines() if "the inventory declares" in line]
     assert said[0] == (
         "sweep s1: r740-09: the inventory declares 3 GPU(s) (gpulab_gpu_count 3, gpulab_gpu_model V100-PCIE-16GB) "
