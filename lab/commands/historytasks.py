@@ -65,7 +65,7 @@ def history_import(c, path, url=None):
     },
 )
 @task_errors
-def history_show(c, host=None, gpu=None, metric=None, since=None, until=None, limit=200, url=None):
+def history_show(c, host=None, gpu=None, metric=None, since=None, until=None, limit=None, url=None):
     """The history of checks and runs by GPU, host, metric and time, newest first."""
     from lab.commands import history as cmd
 
@@ -79,7 +79,7 @@ def history_show(c, host=None, gpu=None, metric=None, since=None, until=None, li
                 metric=metric,
                 since=since,
                 until=until,
-                limit=limit,
+                limit=200 if limit is None else limit,  # text: checked as every count is (Invoke's int takes '٣')
             )
         )
     )

@@ -44,10 +44,10 @@ def gpu_filter(gpu, host):
     gpu = str(gpu).strip()
     if UUID_RE.fullmatch(gpu):
         return gpu, None
-    if gpu.isdigit():
+    if gpu.isascii() and gpu.isdigit():  # an index in ASCII digits: not '٣', not '²'
         if not host:
             raise ConfigError("--gpu INDEX needs --host (or give the GPU's UUID)")
-        return None, limits.number(int(gpu), "--gpu", limits.GPU_INDEX)
+        return None, limits.number(gpu, "--gpu", limits.GPU_INDEX)
     raise ConfigError(f"--gpu: {gpu[:60]!r} is neither a GPU UUID (GPU-...) nor an index")
 
 

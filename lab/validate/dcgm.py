@@ -79,10 +79,8 @@ def level_for(level: str, configured: dict | None = None, override: Any = None) 
     """The DCGM run level of a validate level: ``override`` (--dcgm-level), else the configured mapping;
     0 runs no diagnostic."""
     value = override if override not in (None, "") else (dict(configured or {}) or LEVELS).get(level, LEVELS.get(level))
-    try:
-        n = int(str(value).strip())
-    except (TypeError, ValueError):
-        n = None
+    text = str(value).strip()
+    n = int(text) if limits.INTEGER_TEXT.fullmatch(text) else None  # ASCII digits: not '٣' for 3
     if n != 0 and n not in TIMEOUT_S:
         what = "--dcgm-level" if override not in (None, "") else f"gpulab.validate.dcgm_levels.{level}"
         raise ConfigError(f"{what}: {value!r} is not a DCGM run level (1, 2, 3 or 4; 0: none)")
