@@ -29,13 +29,15 @@ def report(
             f"report: {','.join(map(str, inputs))!r}: give a sweep directory, run directories or MLPerf log files"
         )
     first = found[0]
+    default = (first if os.path.isdir(first) else first.parent) / "report"
     if out:
         out_dir = lab_paths.folder(out, "--out")
+        if lab_paths.real(out_dir) != lab_paths.real(default):  # PATH/report, the default spelled out, is the one
+            # folder in an input a report writes: its files are named like no run and no log
+            lab_paths.apart(out_dir, [*found, *([compare] if compare else [])], "--out")
     else:  # the default beside the input obeys --out's rule too: no report files spread into /etc or /usr
         what = "report folder (PATH's folder/report; give --out)"
-        out_dir = lab_paths.folder(
-            lab_paths.output_root((first if os.path.isdir(first) else first.parent) / "report", what), what
-        )
+        out_dir = lab_paths.folder(lab_paths.output_root(default, what), what)
     return build.build_report(
         found, out_dir, formats=tuple(formats), compare=Path(compare) if compare else None, round=round
     )
