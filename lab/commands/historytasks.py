@@ -21,8 +21,11 @@ WHO_HELP = "who (default: $USER)"
 def url_for(c, url=None) -> str:
     """--url, else gpulab.history_url, else results/history.sqlite; a PostgreSQL URL with the waits of
     gpulab.history_lock_timeout_s and history_statement_timeout_s (lab.history.db.resolve_url)."""
+    from lab.core.errors import ConfigError
     from lab.history import db as historydb
 
+    if url is not None and not url.strip():  # --url '': a typo, never the default database
+        raise ConfigError(f"--url: {url!r} is not a database URL")
     return historydb.resolve_url(
         setting(c, "history_url", url),
         setting(c, "results"),

@@ -31,7 +31,7 @@ from lab.core.errors import ConfigError
 from lab.history.db import Database
 from lab.history.models import Check, Gpu, Validation
 from lab.history.past import stored_float, iso, number, when
-from lab.history.query import gpu_filter, check_filter, parse_time
+from lab.history.query import gpu_filter, check_filter, window
 
 COLOURS = {"PASS": "#55a868", "WARN": "#f5c242", "FAIL": "#c44e52"}
 LINE = "#4c72b0"
@@ -44,7 +44,7 @@ TREND = " trend"
 
 def series(db: Database, *, host=None, gpu=None, metric=None, since=None, until=None) -> tuple[list[dict], int]:
     """(one dict per GPU and metric with its points oldest first, the number of rows left out)."""
-    since, until = parse_time(since, "--since"), parse_time(until, "--until")
+    since, until = window(since, until)
     uuid, index = gpu_filter(gpu, host)
     q = (
         select(
@@ -103,7 +103,7 @@ def overview(db: Database, *, host=None, since=None, until=None) -> dict:
     the trend checks of those newest results that are WARN or FAIL (a figure going down against its past)."""
     from lab.history import quarantine
 
-    since, until = parse_time(since, "--since"), parse_time(until, "--until")
+    since, until = window(since, until)
     q = select(
         Check.host,
         Check.gpu_index,

@@ -307,13 +307,13 @@ class Inventory:
         Ansible host pattern. Unknown names, groups or empty patterns raise.
         """
         chosen = list(self.names)
-        if hosts:
-            wanted = [h.strip() for h in (hosts.split(",") if isinstance(hosts, str) else hosts) if h.strip()]
+        if hosts is not None:  # --host '' or 'a,,b' is a typo, never "every host" nor 'a,b'
+            wanted = [str(h) for h in limits.items(hosts, "--host")]
             for name in wanted:
                 if name not in self.names:
                     raise ConfigError(f"{self.path}: unknown host '{name}' (hosts: {', '.join(self.names)})")
             chosen = [n for n in chosen if n in wanted]
-        if device:
+        if device is not None:  # --device '' names no group: refused, never "every host"
             if device not in self._inv.groups:
                 raise ConfigError(f"{self.path}: unknown device group '{device}' (groups: {', '.join(self.groups)})")
             members = {h.name for h in self._inv.groups[device].get_hosts()}
