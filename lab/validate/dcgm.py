@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.core import limits, plaindata, schema, settings, versions
-from lab.core.errors import ConfigError, GpulabError
+from lab.core.errors import ConfigError, GpulabError, excerpt
 from lab.validate.verdict import FAIL, PASS, WARN, check
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "dcgm_errors.yml"
@@ -83,7 +83,7 @@ def level_for(level: str, configured: dict | None = None, override: Any = None) 
     n = int(text) if limits.INTEGER_TEXT.fullmatch(text) else None  # ASCII digits: not '٣' for 3
     if n != 0 and n not in TIMEOUT_S:
         what = "--dcgm-level" if override not in (None, "") else f"gpulab.validate.dcgm_levels.{level}"
-        raise ConfigError(f"{what}: {value!r} is not a DCGM run level (1, 2, 3 or 4; 0: none)")
+        raise ConfigError(f"{what}: {excerpt(repr(value), 40)} is not a DCGM run level (1, 2, 3 or 4; 0: none)")
     return n
 
 

@@ -163,3 +163,31 @@ def test_quarantine_texts_a_user_typed_are_one_printable_line(tmp_path):
         with pytest.raises(ConfigError, match=f"^quarantine: {said} .* holds a control character$"):
             hcmd.quarantine_add(url, "localhost", default=False, **kw)
     assert list(tmp_path.iterdir()) == []
+
+
+LONG = "x" * 5000
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("sweep", "--host", LONG, *THROUGHPUT),
+        ("sweep", "--device", LONG, *THROUGHPUT),
+        ("sweep", "--limit", LONG, *THROUGHPUT),
+        ("sweep", "--limit", f"localhost,{LONG}", *THROUGHPUT),
+        ("report", "{P}/in/sweep", "--round", LONG),
+        ("report", "{P}/in/sweep", "--format", LONG),
+        ("validate", "--level", LONG),
+        ("validate", "--dcgm-level", LONG),
+        ("history", "--url", f"sqlite:///{LONG}"),
+    ],
+    ids=lambda a: " ".join(x[:12] for x in a[:3]),
+)
+def test_a_long_value_is_quoted_as_an_excerpt(place, args):
+    """README: error lines quote at most a short excerpt of a value (these quoted all 5,000 characters)."""
+    before = tree(place)
+    p = invoke(place, *args)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("gpulab: "), p.stderr[-600:]
+    assert len(lines[0]) < 400 and "x" * 130 not in lines[0], lines[0][:600]
+    assert tree(place) == before
