@@ -77,6 +77,8 @@ THROUGHPUT = ("--workloads", "ncf", "--mode", "throughput", "--dry-run")  # a dr
         (("sweep", "--timeout", "", *THROUGHPUT), "gpulab: --timeout: '' is not a number"),
         (("validate", "--references", "", "--dcgm-level", "9"), "gpulab: --references: '' is not a path"),
         (("validate", "--out", "", "--dcgm-level", "9"), "gpulab: --out: '' is not a path"),
+        (("validate", "--dcgm-level", ""), "gpulab: --dcgm-level: '' is not a DCGM run level"),
+        (("tune", "ncf", "--scale", "tiny", "--name", "", "--backend", "slurm"), "gpulab: --name: '' is not a study"),
         (("history", "--url", ""), "gpulab: --url: '' is not a database URL"),
         (("history", "--host", ""), "gpulab: --host: '' is not a host name"),
         (("history", "--gpu", ""), "gpulab: --gpu: '' is neither a GPU UUID"),
