@@ -25,6 +25,18 @@ from lab.history import query
 from lab.hosts import inventory
 
 ROOT = Path(__file__).resolve().parents[2]
+# git status of the checkout: under --processes never beside the test lab's tests (tests/sharing.py)
+pytestmark = pytest.mark.checkout
+
+
+def checkout_state() -> set[str]:
+    """git status of the whole checkout, ignored files too (a refused value must write nothing there either)."""
+    out = subprocess.run(
+        ["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=ROOT, capture_output=True, text=True
+    ).stdout
+    return {line for line in out.splitlines() if "__pycache__" not in line and ".hypothesis" not in line}
+
+
 LOCAL = ROOT / "inventory" / "local.yml"
 sys.path.insert(0, str(ROOT / "tests" / "unit" / "report"))
 from report_logs import v05_run, write_lines  # noqa: E402
@@ -51,9 +63,12 @@ def invoke(place: Path, *args: str) -> subprocess.CompletedProcess:
         INVOKE_GPULAB_ARTIFACTS=str(place / "artifacts"),
     )
     argv = [a.replace("{P}", str(place)) for a in args]
-    return subprocess.run(
+    before = checkout_state()
+    p = subprocess.run(
         [sys.executable, "-m", "invoke", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
+    assert checkout_state() == before, "written into the checkout"  # --out ' ' wrote ' /report.html' there
+    return p
 
 
 THROUGHPUT = ("--workloads", "ncf", "--mode", "throughput", "--dry-run")  # a dry run that contacts no host
