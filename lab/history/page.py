@@ -263,6 +263,13 @@ HTML_STARTS = (b"<!doctype html", b"<html")
 WHAT = "history page"
 
 
+def _same(out: Path, target: Path) -> bool:
+    """Is ``out`` the file ``target``: one path (links resolved), made yet or not, or one file by two names."""
+    if paths.real(out) == paths.real(target):  # the database not made yet: the page would take its place
+        return True
+    return out.exists() and target.exists() and os.path.samefile(out, target)
+
+
 def check_out(out: str | Path, db: Database | None = None) -> Path:
     """``out`` when the page may be written there: its folder not a system folder and writable, and nothing
     there yet or an HTML page (which is replaced); never the database itself nor any other file (a typo of
@@ -271,7 +278,7 @@ def check_out(out: str | Path, db: Database | None = None) -> Path:
     paths.output_root(out.parent, f"{WHAT} {out}: its folder")  # not a system folder
     paths.folder(out.parent, WHAT)
     writes.writable_file(out, WHAT)
-    if db is not None and (target := db.file()) is not None and out.exists() and os.path.samefile(out, target):
+    if db is not None and (target := db.file()) is not None and _same(out, target):
         raise ConfigError(f"{WHAT}: {out} is the history database itself; give a file name ending in .html")
     if out.exists():
         with open(out, "rb") as fh:

@@ -108,6 +108,14 @@ THROUGHPUT = ("--workloads", "ncf", "--mode", "throughput", "--dry-run")  # a dr
             ("history.page", "{P}/page.html", "--since", "2026-02-01", "--until", "2026-01-01"),
             "gpulab: --since '2026-02-01' is after --until '2026-01-01'",
         ),
+        (  # the default database not made yet: the page took its name, and the next history command failed
+            ("history.page", "{P}/results/history.sqlite"),
+            "gpulab: history page: {P}/results/history.sqlite is the history database itself",
+        ),
+        (
+            ("history.page", "{P}/h.html", "--url", "sqlite:///{P}/h.html"),
+            "gpulab: history page: {P}/h.html is the history database itself",
+        ),
         (
             ("quarantine.add", "localhost", "--reason", "a\x07b"),
             "gpulab: quarantine: --reason 'a\\x07b' holds a control",
