@@ -40,7 +40,7 @@ def _settings(c, timeout):
     from lab.core import config
     from lab.sweep import hostrun
 
-    what = "--timeout" if timeout not in (None, "") else "config gpulab.run_timeout_minutes"
+    what = "--timeout" if timeout is not None else "config gpulab.run_timeout_minutes"  # --timeout '': refused
     return hostrun.Settings(
         timeout_s=config.timeout_s(setting(c, "run_timeout_minutes", timeout), what),
         **config.sweep_settings(setting(c, "sweep")),
@@ -52,9 +52,9 @@ def _backend(c, backend):
     from lab.core import config
     from lab.sweep import slurmworker
 
-    chosen = config.backend(
-        backend if backend not in (None, "") else setting(c, "sweep.backend"),
-        "--backend" if backend not in (None, "") else "config gpulab.sweep.backend",
+    chosen = config.backend(  # --backend '' is refused, never the setting's value
+        backend if backend is not None else setting(c, "sweep.backend"),
+        "--backend" if backend is not None else "config gpulab.sweep.backend",
     )
     return chosen, slurmworker.SlurmSettings(**config.slurm_settings(setting(c, "slurm")))
 
@@ -282,8 +282,7 @@ def report(c, path, format=None, compare=None, out=None, round=None):
     """Turn run logs into MLPerf scores, device comparisons, scaling, seed effects and plots."""
     from lab.commands import report as cmd
 
-    fmt = setting(c, "report_formats", format)
-    formats = tuple(f.strip() for f in (fmt.split(",") if isinstance(fmt, str) else fmt) if f.strip())
+    formats = setting(c, "report_formats", format)  # a comma list, read strictly by the command
     result = cmd.report(path.split(","), out=out, formats=formats, compare=compare, round=round)
     print("\n".join(result.lines()))
 

@@ -16,7 +16,7 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.core.errors import CheckFailed, ConfigError
+from lab.core.errors import CheckFailed, ConfigError, excerpt
 from lab.core.settings import default as declared_default
 from lab.history import db as historydb, memory
 
@@ -35,11 +35,20 @@ def database(url: str, *, default: bool, create: bool = False):
         db.close()
 
 
+def typed_line(**texts) -> None:
+    """What a user typed as one line (``--reason``, ``--action``, ``--who``, ``--note``): ConfigError for a control
+    character in it (a bell, an escape: kept by the database, carried into a Slurm drain reason); line breaks and
+    tabs are spaces (lab.history.quarantine). Text other programs wrote (a validate's reasons) is not judged here."""
+    for name, value in texts.items():
+        if isinstance(value, str) and not " ".join(value.split()).isprintable():
+            raise ConfigError(f"quarantine: --{name} {excerpt(ascii(value), 60)} holds a control character")
+
+
 def by_whom(given: str | None = None) -> str:
-    """``given``, else the login name, else "unknown"."""
+    """``given`` (``''`` too: refused as no one), else the login name, else "unknown"."""
     import getpass
 
-    if given:
+    if given is not None:
         return given
     try:
         return getpass.getuser()
@@ -173,6 +182,7 @@ def quarantine_add(
     from lab.history import quarantine as q
 
     tgt, by = q.parse_target(target), by_whom(who)
+    typed_line(reason=reason, action=action, who=by)
     q.check_entry(reason, by, action)
     if inventory is not None:
         in_inventory(tgt, inventory)
@@ -232,6 +242,7 @@ def quarantine_release(
     from lab.hosts import slurm as slurmctl
 
     tgt, by = q.parse_target(target), by_whom(who)
+    typed_line(note=note, who=by)
     q.check_release(by, note)
     node = slurmctl.nodes().get(slurmctl.check_node(tgt.host)) if tgt.gpu is None and on_slurm(backend) else None
     with database(url, default=default) as db:

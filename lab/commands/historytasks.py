@@ -21,8 +21,11 @@ WHO_HELP = "who (default: $USER)"
 def url_for(c, url=None) -> str:
     """--url, else gpulab.history_url, else results/history.sqlite; a PostgreSQL URL with the waits of
     gpulab.history_lock_timeout_s and history_statement_timeout_s (lab.history.db.resolve_url)."""
+    from lab.core.errors import ConfigError
     from lab.history import db as historydb
 
+    if url is not None and not url.strip():  # --url '': a typo, never the default database
+        raise ConfigError(f"--url: {url!r} is not a database URL")
     return historydb.resolve_url(
         setting(c, "history_url", url),
         setting(c, "results"),
@@ -65,7 +68,7 @@ def history_import(c, path, url=None):
     },
 )
 @task_errors
-def history_show(c, host=None, gpu=None, metric=None, since=None, until=None, limit=200, url=None):
+def history_show(c, host=None, gpu=None, metric=None, since=None, until=None, limit=None, url=None):
     """The history of checks and runs by GPU, host, metric and time, newest first."""
     from lab.commands import history as cmd
 
@@ -79,7 +82,7 @@ def history_show(c, host=None, gpu=None, metric=None, since=None, until=None, li
                 metric=metric,
                 since=since,
                 until=until,
-                limit=limit,
+                limit=200 if limit is None else limit,  # text: checked as every count is (Invoke's int takes '٣')
             )
         )
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lab.core import paths
 from lab.core.settings import default as declared_default
 from lab.history import memory
 from lab.sweep import driver, hostrun, slurmworker
@@ -67,6 +68,12 @@ def tune(
     kind = driver.resolve_backend(backend)  # slurm without a controller here: one line before the study is written
     entry.check_plan(hosts, req)  # --gpus and the hosts as a trial's sweep plans them
     results_dir = Path(results_dir)
+    paths.apart(  # the study's folder gets recipe.yml and reports: never over the recipe or space it started from
+        results_dir / req.name,
+        [f for f in (baseline, space_file) if f],
+        f"tune --name {req.name}",
+        "copy the file out of the study's folder or give another --name",
+    )
     from lab.tune import search, trials  # Optuna, SQLAlchemy, the results' readers: once the request is checked
 
     storage, req.storage_shown = entry.storage_for(history_url)

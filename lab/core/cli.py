@@ -18,7 +18,7 @@ from invoke import Exit, Task
 from invoke import task as invoke_task
 
 from lab.core import advice, config, settings
-from lab.core.errors import GpulabError, printable
+from lab.core.errors import ConfigError, GpulabError, excerpt, printable
 from lab.core.program import PIPE_GONE, config_flag_file, quiet_stdout, set_by
 
 
@@ -30,6 +30,9 @@ PATH_OPTIONS = {
     "references": True,
     "catalogue": True,
     "inventory": True,
+    "recipe": True,
+    "baseline": True,  # invoke tune's recipe file (validate's --baseline is a flag: not text, not checked)
+    "space": True,
     "root": False,
 }  # --root is a folder on the hosts
 PATH_SETTINGS = ("inventory", "results", "artifacts", "stacks", "references", "datasets_catalogue", "demo.inventory")
@@ -37,15 +40,21 @@ PATH_SETTINGS = ("inventory", "results", "artifacts", "stacks", "references", "d
 
 def check_paths(setting, arguments: dict) -> None:
     """ConfigError for a task's path option (``arguments``) or path setting (``setting(key)``) with a name over
-    255 bytes or a link loop, and for a folder tasks write into that is a system folder (lab.core.paths)."""
+    255 bytes or a link loop, empty or blank (``--out ''``, an item of ``PATH`` 'a,,b'), and for a folder tasks
+    write into that is a system folder (lab.core.paths)."""
     from lab.core import paths
 
     for name, local in PATH_OPTIONS.items():
         value = arguments.get(name)
         if isinstance(value, str):
-            for part in value.split(",") if name == "path" else [value]:
+            parts = value.split(",") if name == "path" else [value]
+            label = f"--{name}" if name != "path" else "PATH"
+            for n, part in enumerate(parts, 1):
                 if part.strip():
-                    paths.usable(part, f"--{name}" if name != "path" else "PATH", local=local)
+                    paths.usable(part, label, local=local)
+                elif name != "path" or len(parts) > 1:  # --out '' or PATH 'a,,b': a typo, never the default or 'a,b'
+                    said = f": item {n} is empty" if name == "path" else " is not a path"
+                    raise ConfigError(f"{label}: {excerpt(repr(value), 60)}{said}")
     for key in PATH_SETTINGS:
         if isinstance(setting(key), str):
             paths.usable(setting(key), f"config gpulab.{key}")

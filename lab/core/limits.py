@@ -17,6 +17,11 @@ from dataclasses import dataclass
 from lab.core.errors import ConfigError, excerpt
 
 
+# a number as text: ASCII digits (not '٣', '²' nor '1_000'), a minus at most (no '+1'), not 5,000 digits
+INTEGER_TEXT = re.compile(r"-?[0-9]{1,30}")
+DECIMAL_TEXT = re.compile(r"-?([0-9]{1,30}(\.[0-9]{0,30})?|\.[0-9]{1,30})([eE][+-]?[0-9]{1,3})?")
+
+
 @dataclass(frozen=True)
 class Range:
     lo: float
@@ -76,10 +81,9 @@ def number(value, what: str, rng: Range) -> int | float:
         raise bad
     if isinstance(value, str):
         text = value.strip()
-        try:
-            value = int(text) if rng.integer else float(text)
-        except ValueError:
-            raise bad from None
+        if not (INTEGER_TEXT if rng.integer else DECIMAL_TEXT).fullmatch(text):
+            raise bad
+        value = int(text) if rng.integer else float(text)
     if isinstance(value, float):
         if not math.isfinite(value) or (rng.integer and not value.is_integer()):
             raise bad
@@ -90,44 +94,72 @@ def number(value, what: str, rng: Range) -> int | float:
     return value
 
 
-def _items(value) -> list:
-    items = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else [value]
-    return [i.strip() if isinstance(i, str) else i for i in items if not (isinstance(i, str) and not i.strip())]
+def _split(value) -> tuple[list, str | None]:
+    """A comma list's items, whitespace around each stripped, and what is wrong with them: an empty item
+    ('1,,2', '1,', '') or one given twice ('1,1'); None if nothing."""
+    raw = value.split(",") if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else [value]
+    out = [i.strip() if isinstance(i, str) else i for i in raw]
+    for n, item in enumerate(out, 1):
+        if isinstance(item, str) and not item:
+            return out, "no item given" if len(out) == 1 else f"item {n} is empty"
+        if not isinstance(item, bool) and item in out[: n - 1]:
+            return out, f"{excerpt(repr(item), 30)} is given twice"
+    return out, None
+
+
+def items(value, what: str) -> list:
+    """A comma list as given (text '1,2', a YAML list, one YAML number) as its items, whitespace around each
+    stripped; ConfigError '<what>: <value>: item 2 is empty' for an empty item ('1,,2', '1,', '') and
+    '... 1 is given twice' for a repeated one ('1,1'): a typo is refused, never guessed."""
+    out, wrong = _split(value)
+    if wrong:
+        raise ConfigError(f"{what}: {excerpt(repr(value), 40)}: {wrong}")
+    return out
 
 
 def counts(value, what: str, rng: Range, words: tuple = (), *, many: bool = False):
     """A count as given (``seeds: 3``, ``gpus: 1,2``): a word of its own alone (``auto``), else whole numbers in
-    ``rng`` (a comma list where ``many``); ConfigError '<what>: <value> is not ...' otherwise."""
+    ``rng`` (a comma list where ``many``, each given once); ConfigError '<what>: <value> is not ...' otherwise,
+    naming the item at fault."""
     if isinstance(value, str) and value.strip().lower() in words:
         return value
-    items = _items(value) if many else [value]
-    try:
-        if not items:
-            raise ConfigError("")
-        for item in items:
-            number(item, what, rng)
-    except ConfigError:
-        takes = rng.describe().replace("a whole number", "a comma list of whole numbers" if many else "a whole number")
-        raise ConfigError(
-            f"{what}: {excerpt(repr(value), 40)} is not " + " or ".join([", ".join([takes, *words[:-1]]), *words[-1:]])
-        ) from None
+    takes = rng.describe().replace("a whole number", "a comma list of whole numbers" if many else "a whole number")
+    refused = f"{what}: {excerpt(repr(value), 40)} is not " + " or ".join(
+        [", ".join([takes, *words[:-1]]), *words[-1:]]
+    )
+    given, wrong = _split(value) if many else ([value], None)
+    if wrong:
+        raise ConfigError(f"{refused}: {wrong}")
+    seen = []
+    for n, item in enumerate(given, 1):
+        try:
+            seen.append(number(item, what, rng))
+        except ConfigError:
+            raise ConfigError(
+                refused + (f": item {n} is {excerpt(repr(item), 30)}" if len(given) > 1 else "")
+            ) from None
+        if seen[-1] in seen[:-1]:  # '1,01'
+            raise ConfigError(f"{refused}: {excerpt(repr(item), 30)} is given twice")
     return value
 
 
 def names(value, what: str, words: tuple = (), pattern: str | None = None, only: tuple = ()):
     """A comma list of names as given (``workloads: ncf,gnmt``), each matching ``pattern`` (or one of ``only``),
     or a word of its own alone (``all``); ConfigError naming ``what`` otherwise."""
-    items = _items(value)
+    refused = (
+        f"{what}: {excerpt(repr(value), 40)} is not a comma list of "
+        + (", ".join(only) if only else "names (letters, digits, _ -)")
+        + "".join(f" or {w} alone" for w in words)
+    )
+    given, wrong = _split(value)
+    if wrong:
+        raise ConfigError(f"{refused}: {wrong}")
     named = all(
         isinstance(i, str) and i not in words and re.fullmatch(pattern or ".+", i) and (not only or i in only)
-        for i in items
+        for i in given
     )
-    if not items or not (named or (len(items) == 1 and items[0] in words)):
-        raise ConfigError(
-            f"{what}: {excerpt(repr(value), 40)} is not a comma list of "
-            + (", ".join(only) if only else "names (letters, digits, _ -)")
-            + "".join(f" or {w} alone" for w in words)
-        )
+    if not (named or (len(given) == 1 and given[0] in words)):
+        raise ConfigError(refused)
     return value
 
 

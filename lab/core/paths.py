@@ -62,6 +62,28 @@ def inside(path: str | Path, root: str | Path) -> bool:
     return real == base or real.startswith(base.rstrip("/") + "/")
 
 
+def apart(out: str | Path, inputs, what: str, advice: str = "give a folder apart from what is read") -> Path:
+    """``out``, a folder a command writes into, when it lies apart from every one of ``inputs`` (the files and
+    folders the command reads): not one of them, not inside one (a report written into the runs it reads, and
+    read as a run by the next report) and holding none; symbolic links resolved. ConfigError '<what>: ...'
+    naming both and ``advice`` otherwise, before anything is read or written (invoke report's --out, invoke
+    tune's study folder)."""
+    for given in inputs:
+        if not str(given).strip():
+            continue
+        shown_out, shown_in = excerpt(str(out), 200), excerpt(str(given), 200)
+        if real(out) == real(given):
+            problem = f"{shown_out} is the input {shown_in}"
+        elif inside(out, given):
+            problem = f"{shown_out} lies inside the input {shown_in}"
+        elif inside(given, out):
+            problem = f"{shown_out} holds the input {shown_in}"
+        else:
+            continue
+        raise ConfigError(f"{what}: {problem}; {advice} (nothing was written)")
+    return Path(out)
+
+
 def child(root: str | Path, *parts: str, what: str = "path") -> Path:
     """``root/part/...`` when every part is one plain name and the result stays in ``root``."""
     for part in parts:

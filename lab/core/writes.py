@@ -24,7 +24,7 @@ import os
 import stat
 from pathlib import Path
 
-from lab.core.errors import ConfigError, RunError
+from lab.core.errors import ConfigError, RunError, excerpt
 from runner import rundir
 
 
@@ -34,7 +34,7 @@ def _lstat(path: Path):
     except FileNotFoundError:
         return None
     except OSError as exc:  # ENAMETOOLONG, ELOOP in a parent, EACCES
-        raise ConfigError(f"{path}: cannot be written ({exc.strerror or exc})") from None
+        raise ConfigError(f"{excerpt(str(path), 120)}: cannot be written ({exc.strerror or exc})") from None
 
 
 def _existing(path: str | Path, what: str, is_kind, kind: str, link_says: str) -> Path:

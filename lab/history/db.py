@@ -282,7 +282,7 @@ class Database:
             ) from None
 
     def file(self) -> Path | None:
-        """The SQLite file of this database (None: a server's, or none made yet)."""
+        """The SQLite file of this database, made yet or not (None: a server's, or one in memory)."""
         from sqlalchemy.engine import make_url
         from sqlalchemy.exc import ArgumentError
 
@@ -290,7 +290,7 @@ class Database:
             parsed = make_url(self.url)
         except (ArgumentError, ValueError, TypeError):
             return None
-        if parsed.get_backend_name() != "sqlite" or not parsed.database or not Path(parsed.database).exists():
+        if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
             return None
         return Path(parsed.database)
 

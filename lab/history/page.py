@@ -31,7 +31,7 @@ from lab.core.errors import ConfigError
 from lab.history.db import Database
 from lab.history.models import Check, Gpu, Validation
 from lab.history.past import stored_float, iso, number, when
-from lab.history.query import gpu_filter, check_filter, parse_time
+from lab.history.query import gpu_filter, check_filter, window
 
 COLOURS = {"PASS": "#55a868", "WARN": "#f5c242", "FAIL": "#c44e52"}
 LINE = "#4c72b0"
@@ -44,7 +44,7 @@ TREND = " trend"
 
 def series(db: Database, *, host=None, gpu=None, metric=None, since=None, until=None) -> tuple[list[dict], int]:
     """(one dict per GPU and metric with its points oldest first, the number of rows left out)."""
-    since, until = parse_time(since, "--since"), parse_time(until, "--until")
+    since, until = window(since, until)
     uuid, index = gpu_filter(gpu, host)
     q = (
         select(
@@ -103,7 +103,7 @@ def overview(db: Database, *, host=None, since=None, until=None) -> dict:
     the trend checks of those newest results that are WARN or FAIL (a figure going down against its past)."""
     from lab.history import quarantine
 
-    since, until = parse_time(since, "--since"), parse_time(until, "--until")
+    since, until = window(since, until)
     q = select(
         Check.host,
         Check.gpu_index,
@@ -263,6 +263,13 @@ HTML_STARTS = (b"<!doctype html", b"<html")
 WHAT = "history page"
 
 
+def _same(out: Path, target: Path) -> bool:
+    """Is ``out`` the file ``target``: one path (links resolved), made yet or not, or one file by two names."""
+    if paths.real(out) == paths.real(target):  # the database not made yet: the page would take its place
+        return True
+    return out.exists() and target.exists() and os.path.samefile(out, target)
+
+
 def check_out(out: str | Path, db: Database | None = None) -> Path:
     """``out`` when the page may be written there: its folder not a system folder and writable, and nothing
     there yet or an HTML page (which is replaced); never the database itself nor any other file (a typo of
@@ -271,7 +278,7 @@ def check_out(out: str | Path, db: Database | None = None) -> Path:
     paths.output_root(out.parent, f"{WHAT} {out}: its folder")  # not a system folder
     paths.folder(out.parent, WHAT)
     writes.writable_file(out, WHAT)
-    if db is not None and (target := db.file()) is not None and out.exists() and os.path.samefile(out, target):
+    if db is not None and (target := db.file()) is not None and _same(out, target):
         raise ConfigError(f"{WHAT}: {out} is the history database itself; give a file name ending in .html")
     if out.exists():
         with open(out, "rb") as fh:

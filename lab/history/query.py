@@ -17,7 +17,6 @@ from sqlalchemy import select
 from lab.core import advice, term
 from lab.core import fields, limits
 from lab.core.errors import ConfigError, excerpt, printable
-from lab.history import values
 from lab.history.db import Database
 from lab.history.models import Check, Gpu, Run, RunGpu, Validation
 from lab.history.quarantine import HEALTH_LEVEL
@@ -29,7 +28,8 @@ UUID_RE = re.compile(r"^GPU-[0-9A-Za-z-]{1,90}$")
 
 
 def parse_time(value, what: str) -> dt.datetime | None:
-    if value in (None, ""):
+    """A time given as --since or --until; None when not given (``''`` is given: refused, never "any time")."""
+    if value is None:
         return None
     t = utc(value) if isinstance(value, str) else None
     if t is None:
@@ -37,31 +37,40 @@ def parse_time(value, what: str) -> dt.datetime | None:
     return t
 
 
+def window(since, until) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """--since and --until as times; ConfigError for a window that ends before it starts (a typo, which would
+    show 'no history matches')."""
+    start, end = parse_time(since, "--since"), parse_time(until, "--until")
+    if start is not None and end is not None and start > end:
+        raise ConfigError(f"--since {str(since)[:60]!r} is after --until {str(until)[:60]!r}: no time lies between")
+    return start, end
+
+
 def gpu_filter(gpu, host):
     """(uuid, index) of --gpu: a GPU UUID, or an index on --host."""
-    if gpu in (None, ""):
+    if gpu is None:  # --gpu '' is given: refused below, never "every GPU"
         return None, None
     gpu = str(gpu).strip()
     if UUID_RE.fullmatch(gpu):
         return gpu, None
-    if fields.whole(gpu) is not None:
+    if gpu.isascii() and gpu.isdigit():  # an index in ASCII digits: not '٣', not '²'
         if not host:
             raise ConfigError("--gpu INDEX needs --host (or give the GPU's UUID)")
-        return None, limits.number(fields.whole(gpu), "--gpu", limits.GPU_INDEX)
+        return None, limits.number(gpu, "--gpu", limits.GPU_INDEX)
     raise ConfigError(f"--gpu: {gpu[:60]!r} is neither a GPU UUID (GPU-...) nor an index")
 
 
 def check_filter(q, host, uuid, index, metric):
     """``q`` (a select over Check joined to Gpu) narrowed to a host, a GPU (UUID or index) and a metric."""
-    if host:
+    if host is not None:  # --host '' is refused, never "every host"
         fields.host_name(host, "--host")  # the one grammar of host names
         q = q.where(Check.host == host)
     if uuid:
         q = q.where(Gpu.uuid == uuid)
     if index is not None:
         q = q.where(Check.gpu_index == index)
-    if metric:
-        if not isinstance(metric, str) or len(metric) > 128 or not values.text_ok(metric):
+    if metric is not None:  # '' would match every check; a control character none
+        if not isinstance(metric, str) or not metric.strip() or len(metric) > 128 or not metric.isprintable():
             raise ConfigError(
                 f"--metric: {excerpt(ascii(metric), 60)} is not a check name (text, at most 128 characters)"
             )
@@ -81,7 +90,7 @@ def history_rows(
     db: Database, *, host=None, gpu=None, metric=None, since=None, until=None, limit: int = 200
 ) -> list[dict]:
     limit = limits.number(limit, "--limit", limits.Range(1, MAX_ROWS, "rows"))
-    since, until = parse_time(since, "--since"), parse_time(until, "--until")
+    since, until = window(since, until)
     uuid, index = gpu_filter(gpu, host)
     out = []
     with db.session() as s:

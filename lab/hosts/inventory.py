@@ -182,7 +182,7 @@ class Inventory:
         """All variables of one host as Ansible resolves them (group_vars included)."""
         host = self._inv.get_host(name)
         if host is None:
-            raise ConfigError(f"{self.path}: unknown host '{name}'")
+            raise ConfigError(f"{self.path}: unknown host {excerpt(repr(name), 60)}")
         data = self._vm.get_vars(host=host, include_hostvars=False)
         from ansible.template import Templar
 
@@ -285,11 +285,16 @@ class Inventory:
                             f"one & or !)"
                         )
                     if (len(parts) > 1 or term != part) and not self._inv.list_hosts(term):
-                        raise ConfigError(f"{self.path}: --limit '{limit}': '{term}' matches no host or group")
+                        raise ConfigError(
+                            f"{self.path}: --limit {excerpt(repr(limit), 60)}: {excerpt(repr(term), 40)} "
+                            "matches no host or group"
+                        )
                 return {h.name for h in self._inv.list_hosts(limit)}
         except AnsibleError as exc:
             reason = " ".join(str(exc).split())
-            raise ConfigError(f"{self.path}: --limit '{limit}' is not a valid host pattern ({reason})") from None
+            raise ConfigError(
+                f"{self.path}: --limit {excerpt(repr(limit), 60)} is not a valid host pattern ({excerpt(reason, 200)})"
+            ) from None
         except re.error as exc:
             raise ConfigError(f"{self.path}: --limit '{limit}' is not a valid host pattern ({exc})") from None
 
@@ -307,24 +312,31 @@ class Inventory:
         Ansible host pattern. Unknown names, groups or empty patterns raise.
         """
         chosen = list(self.names)
-        if hosts:
-            wanted = [h.strip() for h in (hosts.split(",") if isinstance(hosts, str) else hosts) if h.strip()]
+        if hosts is not None:  # --host '' or 'a,,b' is a typo, never "every host" nor 'a,b'
+            wanted = [str(h) for h in limits.items(hosts, "--host")]
             for name in wanted:
                 if name not in self.names:
-                    raise ConfigError(f"{self.path}: unknown host '{name}' (hosts: {', '.join(self.names)})")
+                    raise ConfigError(
+                        f"{self.path}: unknown host {excerpt(repr(name), 60)} (hosts: {excerpt(', '.join(self.names))})"
+                    )
             chosen = [n for n in chosen if n in wanted]
-        if device:
+        if device is not None:  # --device '' names no group: refused, never "every host"
             if device not in self._inv.groups:
-                raise ConfigError(f"{self.path}: unknown device group '{device}' (groups: {', '.join(self.groups)})")
+                raise ConfigError(
+                    f"{self.path}: unknown device group {excerpt(repr(device), 60)} "
+                    f"(groups: {excerpt(', '.join(self.groups))})"
+                )
             members = {h.name for h in self._inv.groups[device].get_hosts()}
             chosen = [n for n in chosen if n in members]
         if limit is not None:  # --limit '' is a pattern too: an empty one, refused
             matched = self._matching(limit)
             if not matched:
-                raise ConfigError(f"{self.path}: pattern '{limit}' matches no host")
+                raise ConfigError(f"{self.path}: pattern {excerpt(repr(limit), 60)} matches no host")
             chosen = [n for n in chosen if n in matched]
         if not chosen:
-            given = ", ".join(f"{k} {v}" for k, v in (("--host", hosts), ("--device", device), ("--limit", limit)) if v)
+            given = ", ".join(
+                f"{k} {excerpt(v, 60)}" for k, v in (("--host", hosts), ("--device", device), ("--limit", limit)) if v
+            )
             raise ConfigError(f"{self.path}: no host matches {given}")
         return [self.host(n, known_hosts=known_hosts) for n in chosen]
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from lab.report.analysis import Analysis, analyse
 from lab.report.pages import key_findings, write_pages
 from lab.core import writes
-from lab.core.errors import ConfigError, nothing_read
+from lab.core.errors import ConfigError, excerpt, nothing_read
 from lab.core.mlperf import Rules, default_rules
 from lab.results.logreader import read_runs
 
@@ -257,7 +257,7 @@ def build_report(
     formats = tuple(formats)
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
-        raise ConfigError(f"report format {', '.join(bad) or '(none)'}: choose from {', '.join(FORMATS)}")
+        raise ConfigError(f"report format {excerpt(', '.join(bad), 40) or '(none)'}: choose from {', '.join(FORMATS)}")
     paths = [Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)]
     if not paths:
         raise ConfigError("report: no input path given")

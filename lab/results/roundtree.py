@@ -36,7 +36,7 @@ from pathlib import Path
 
 from lab.core import bounded
 from lab.core import paths
-from lab.core.errors import ConfigError
+from lab.core.errors import ConfigError, excerpt
 
 ROUND_FOLDER = re.compile(r"^training_results_(v\d+\.\d+)$")
 RESULT_FILE = "result_*.txt"
@@ -70,7 +70,9 @@ def known_round(rules, name: str | None, what: str = "--round") -> str | None:
     if not name.startswith("v"):
         name = "v" + name
     if name not in rules.rounds:
-        raise ConfigError(f"{what} {name}: not a round of lab/data/rounds.yml (known: {', '.join(rules.rounds)})")
+        raise ConfigError(
+            f"{what} {excerpt(name, 40)}: not a round of lab/data/rounds.yml (known: {', '.join(rules.rounds)})"
+        )
     return name
 
 

@@ -15,7 +15,7 @@ from lab.sweep import study
 from lab.sweep import statefile
 from lab.sweep import topology as topo
 from lab.sweep import workloads as workload_catalogue
-from lab.core.errors import ConfigError
+from lab.core.errors import ConfigError, excerpt
 from lab.core.fields import RunState
 from lab.hosts.inventory import Host
 
@@ -77,17 +77,14 @@ class PlannedRun:
 
 
 def parse_list(value: str | Iterable[str] | None, what: str) -> list[str]:
+    """``--<what>`` as its items (lab.core.limits.items: an empty or repeated item is refused, never dropped)."""
     if value is None:
         return []
     if isinstance(value, int) and not isinstance(value, bool):  # `gpus: 2` in a YAML file
         value = str(value)
     if not isinstance(value, (str, list, tuple)):
         raise ConfigError(f"--{what}: {value!r} is not a comma list")
-    items = value.split(",") if isinstance(value, str) else list(value)
-    items = [str(i).strip() for i in items if str(i).strip()]
-    if not items:
-        raise ConfigError(f"--{what}: empty list")
-    return items
+    return [str(i) for i in limits.items(value, f"--{what}")]
 
 
 FROM_INVENTORY = "from_inventory"  # a topology plan_around made of the inventory's GPU count, not a probe
@@ -109,8 +106,8 @@ def parse_gpu_counts(value: str | None, host: Host, topology: dict | None = None
         return list(range(1, count + 1)) if count else [0]
     out = []
     for item in parse_list(value, "gpus"):
-        if not item.isdigit() or int(item) < 1:
-            raise ConfigError(f"--gpus: {item!r} is not a GPU count (use 1,2,... or all)")
+        if not (item.isascii() and item.isdigit() and len(item) <= 30) or int(item) < 1:  # not '٣', '+1', '1.0'
+            raise ConfigError(f"--gpus: {excerpt(repr(item), 30)} is not a GPU count (use 1,2,... or all)")
         n = limits.number(item, "--gpus", limits.GPUS)
         inventory = host.gpu_count if isinstance(host.gpu_count, int) else None
         if topology is None and count is not None and n > count:
@@ -118,8 +115,9 @@ def parse_gpu_counts(value: str | None, host: Host, topology: dict | None = None
         if topology is not None and topology.get(FROM_INVENTORY) and inventory is not None and n > inventory:
             # a topology plan_around made of the inventory's count (GPUs quarantined): the host has no more
             raise ConfigError(f"--gpus: {n} GPUs asked but {host.name} has {inventory}")
-        if n not in out:
-            out.append(n)
+        if n in out:  # '1,01'
+            raise ConfigError(f"--gpus: {excerpt(repr(value), 40)}: {item!r} is given twice")
+        out.append(n)
     return out
 
 
@@ -140,13 +138,13 @@ def seed_count(seeds, workload: str, rules=None, mode: str = "ttt") -> int:
                 f"lab/data/benchmarks.yml; give a number of seeds"
             )
         return rules.benchmarks[bench].runs_required
-    try:
-        n = int(seeds)
-    except (TypeError, ValueError):
-        raise ConfigError(f"--seeds: {seeds!r} is not a number of seeds, 'auto' or 'mlperf'") from None
-    if n < 1:
-        raise ConfigError(f"--seeds: {seeds!r} is not a positive number of seeds")
-    return limits.number(n, "--seeds", limits.SEEDS)
+    try:  # as every count: ASCII digits (not '٣' for 3), no fraction (not 2.5 for 2)
+        return limits.number(seeds, "--seeds", limits.SEEDS)
+    except ConfigError:
+        raise ConfigError(
+            f"--seeds: {excerpt(repr(seeds), 40)} is not a number of seeds, 'auto' or 'mlperf' "
+            f"(a number: {limits.SEEDS.describe().removeprefix('a whole number ')})"
+        ) from None
 
 
 def units_of(hosts: list[Host], nodes: int) -> list[list[Host]]:

@@ -68,7 +68,7 @@ def request(
     fields.workload(workload, "WORKLOAD")
     catalogue.known([workload], "WORKLOAD")
     fields.choice(scale, fields.SCALES, "--scale")
-    name = name or default_name(workload, scale, device)
+    name = default_name(workload, scale, device) if name is None else name  # --name '': refused, not the default
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise ConfigError(f"--name: {name!r} is not a study name (letters, digits, . _ -; at most 58)")
     tune_settings = {**settings.default("tune"), **tune_settings}

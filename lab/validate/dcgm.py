@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.core import fields, limits, plaindata, schema, settings, versions
-from lab.core.errors import ConfigError, GpulabError
+from lab.core.errors import ConfigError, GpulabError, excerpt
 from lab.validate.verdict import FAIL, PASS, WARN, check
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "dcgm_errors.yml"
@@ -78,14 +78,13 @@ def codes(path: Path = DATA) -> dict:
 def level_for(level: str, configured: dict | None = None, override: Any = None) -> int:
     """The DCGM run level of a validate level: ``override`` (--dcgm-level), else the configured mapping;
     0 runs no diagnostic."""
-    value = override if override not in (None, "") else (dict(configured or {}) or LEVELS).get(level, LEVELS.get(level))
-    try:
-        n = int(str(value).strip())
-    except (TypeError, ValueError):
-        n = None
+    given = override is not None  # --dcgm-level '': refused, never the configured level
+    value = override if given else (dict(configured or {}) or LEVELS).get(level, LEVELS.get(level))
+    text = str(value).strip()
+    n = int(text) if limits.INTEGER_TEXT.fullmatch(text) else None  # ASCII digits: not '٣' for 3
     if n != 0 and n not in TIMEOUT_S:
-        what = "--dcgm-level" if override not in (None, "") else f"gpulab.validate.dcgm_levels.{level}"
-        raise ConfigError(f"{what}: {value!r} is not a DCGM run level (1, 2, 3 or 4; 0: none)")
+        what = "--dcgm-level" if given else f"gpulab.validate.dcgm_levels.{level}"
+        raise ConfigError(f"{what}: {excerpt(repr(value), 40)} is not a DCGM run level (1, 2, 3 or 4; 0: none)")
     return n
 
 

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable
 from lab.core import paths
 from lab.core import schema
 from lab.core import writes
-from lab.core.errors import CheckFailed, ConfigError
+from lab.core.errors import CheckFailed, ConfigError, excerpt
 from lab.validate import dcgm, trends as trend
 from lab.validate.burnindoc import UNREADABLE, read_burnin
 from lab.validate.evaluation import evaluate
@@ -217,7 +217,7 @@ def validate_fleet(
     from lab.hosts import remote as rem
 
     if level not in LEVEL_TIMEOUT_S:
-        raise ConfigError(f"--level {level!r}: choose quick, standard or burn-in")
+        raise ConfigError(f"--level {excerpt(repr(level), 40)}: choose quick, standard or burn-in")
     refs_path = Path(references) if references else REFERENCES
     refs = load_references(refs_path)
     table = trend.load_trends() if past is not None else None

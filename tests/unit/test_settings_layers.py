@@ -91,16 +91,24 @@ VALUES = st.one_of(
 def takes(key: str, value, in_file: bool) -> bool:
     """What README's settings table says the key takes (a file's YAML value, or a variable's text)."""
     text = str(value).strip()
-    items = [i.strip() for i in str(value).split(",") if i.strip()]
+    items = [i.strip() for i in str(value).split(",")]  # an empty item ('1,,2', '1,') or a repeated one: refused
+    listed = "" not in items and len(set(items)) == len(items)
+
+    def digits(t: str) -> bool:  # ASCII digits only: not '٣', '²', '1_0', '+1'
+        return t.isascii() and t.isdigit()
+
     if key == "nodes":
-        return text.isdigit() and 1 <= int(text) <= 64
+        return digits(text) and 1 <= int(text) <= 64
     if key == "seeds":
-        return text.lower() in ("auto", "mlperf") or (text.isdigit() and 1 <= int(text) <= 1000)
+        return text.lower() in ("auto", "mlperf") or (digits(text) and 1 <= int(text) <= 1000)
     if key == "gpus":
-        return text.lower() == "all" or (bool(items) and all(i.isdigit() and 1 <= int(i) <= 64 for i in items))
+        counts = [int(i) for i in items if digits(i)]
+        return text.lower() == "all" or (
+            listed and len(counts) == len(set(counts)) == len(items) and all(1 <= n <= 64 for n in counts)
+        )
     if in_file and not isinstance(value, str):  # workloads: a YAML number is no name
         return False
-    return items == ["all"] or (bool(items) and all(re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,31}", i) for i in items))
+    return items == ["all"] or (listed and all(re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,31}", i) for i in items))
 
 
 @FAST
@@ -233,7 +241,7 @@ def test_each_layer_overrides_the_one_below_on_the_command_line(tmp_path):
         (
             "runtime",
             "gpulab: {demo: {gpus: '1,0'}}\n",
-            "config gpulab.demo.gpus: '1,0' is not a comma list of whole numbers from 1 to 64 GPUs or all (",
+            "config gpulab.demo.gpus: '1,0' is not a comma list of whole numbers from 1 to 64 GPUs or all: item 2 is '0' (",
         ),
         ("user", "gpulab: {sweep: {poll_s: " + "9" * 400 + "}}\n", "config gpulab.sweep.poll_s: "),
     ],

@@ -468,3 +468,31 @@ def test_a_failed_trials_reason_stays_in_its_table_cell(tmp_path):
     md = report.markdown(report.outcome(study, req.seeds), "db")
     (row,) = [line for line in md.splitlines() if line.startswith(f"| {n} (reference) | FAIL")]
     assert row.replace("\\|", "").count("|") == 6 and "<b>" not in md and "host lost \\| x row &lt;b>y&lt;/b>" in row
+
+
+def test_a_baseline_or_space_inside_the_study_folder_is_refused_before_the_study_opens(tmp_path, monkeypatch):
+    """The study's folder gets recipe.yml: a --baseline results/<name>/recipe.yml would be overwritten by the study
+    it started (lab.core.paths.apart, as invoke report's --out); one line, nothing written, no storage opened."""
+    from lab.commands import tune as cmd
+    from lab.hosts import inventory
+
+    def opened(url):
+        raise AssertionError("the study's storage was opened")
+
+    monkeypatch.setattr(entry, "storage_for", opened)
+    study = tmp_path / "results" / "s1"
+    study.mkdir(parents=True)
+    recipes.write(study / "recipe.yml", recipes.Recipe("ncf", "tiny", {"lr": 0.0015}))
+    (study / "space.yml").write_bytes(spaces.SPACE.read_bytes())
+    before = sorted(tmp_path.rglob("*"))
+    hosts = inventory.load(ROOT / "inventory" / "local.yml").select()
+    for kw in ({"baseline": str(study / "recipe.yml")}, {"space_file": str(study / "space.yml")}):
+        with pytest.raises(ConfigError) as err:
+            cmd.tune(
+                hosts, "ncf", results_dir=tmp_path / "results", history_url="sqlite://", scale="tiny", name="s1", **kw
+            )
+        assert err.value.message == (
+            f"tune --name s1: {study} holds the input {next(iter(kw.values()))}; "
+            "copy the file out of the study's folder or give another --name (nothing was written)"
+        )
+    assert sorted(tmp_path.rglob("*")) == before
