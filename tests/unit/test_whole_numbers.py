@@ -33,3 +33,18 @@ def test_a_gpu_index_in_other_digits_is_one_line(gpu):
 def test_natural_order_of_names_with_other_digits():
     names = ["result_10.txt", "\u00b2", "result_2.txt", "result_\u0663.txt"]
     assert sorted(names, key=plainlogs.natural)[:2] == ["result_2.txt", "result_\u0663.txt"]
+
+
+def test_no_bare_isdigit_in_the_product():
+    """``x.isdigit()`` guards an ``int(x)`` that "²" crashes: the product reads digits with ``isascii()`` beside it
+    (lab.core.fields.whole, lab.core.limits, the runner's own checks) or by a pattern."""
+    found = []
+    for base in ("lab", "runner"):
+        for p in sorted((ROOT / base).rglob("*.py")):
+            for n, line in enumerate(p.read_text().splitlines(), 1):
+                code = line.split("#", 1)[0]
+                if ".isdigit()" in code and ".isascii()" not in code:
+                    found.append(f"{p.relative_to(ROOT)}:{n}: {line.strip()}")
+    tasks = (ROOT / "tasks.py").read_text()
+    assert ".isdigit()" not in tasks.replace(".isascii() and", "")
+    assert found == []
