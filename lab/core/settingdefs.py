@@ -99,6 +99,8 @@ DECLARED: tuple[Setting, ...] = (
        "the pilot's artifacts; 0: every host compiles itself"),
     _n("sweep.compile_cpu", 0, Range(0, 1), "1: CPU runs use torch.compile too (a C++ compiler and Python's headers "
        "on the host) and have pilots"),
+    _n("sweep.cpu_without_gpus", 0, Range(0, 1), "1: a host the inventory gives GPUs whose probe finds none runs on "
+       "the CPU in their place (a rehearsal on hosts without their GPUs); 0: it is a failed host, nothing runs there"),
     _n("sweep.health_valid_hours", 24, _s(0, 8_760, "h"), "a host's health check that passed this recently is not "
        "run again (0: every sweep checks)"),
     Setting("sweep.backend", "choice", "ssh", "how runs start: ssh (gpulab's controller), slurm (job arrays "

@@ -21,13 +21,17 @@ from lab.sweep.plan import plan_around, utcnow
 from lab.sweep.state import Sweep
 
 
-def prepare_host(host: Host, health: bool = False) -> tuple[rmt.Remote, rmt.RunnerInstall, dict, dict | None]:
-    """Connect, make the runner match this checkout, probe the GPU topology; with ``health``, read the
-    host's health document for the gate (lab.sweep.gate)."""
+def prepare_host(
+    host: Host, health: bool = False, cpu_without_gpus: bool = False
+) -> tuple[rmt.Remote, rmt.RunnerInstall, dict, dict | None]:
+    """Connect, make the runner match this checkout, probe the GPU topology (``cpu_without_gpus``: a GPU host
+    whose probe finds none runs on the CPU, gpulab.sweep.cpu_without_gpus); with ``health``, read the host's
+    health document for the gate (lab.sweep.gate)."""
     remote = rmt.connect(host)
     try:
         install = rmt.ensure_runner(remote)
-        return remote, install, topo.discover(remote, install), gate.read(remote, install) if health else None
+        topology = topo.discover(remote, install, cpu_without_gpus)
+        return remote, install, topology, gate.read(remote, install) if health else None
     except BaseException:
         remote.close()
         raise
@@ -48,7 +52,8 @@ def prepare_hosts(
     (the prepared hosts, their topologies, the quarantine, the lines of what was planned around, the runs, each
     with its time limit from its estimate unless the settings give one)."""
     gated = gate.needed(hosts, memory, settings.health_valid_hours, echo)
-    prepared = rmt.on_hosts(hosts, lambda h: prepare_host(h, h.name in gated))
+    cpu = bool(settings.cpu_without_gpus)
+    prepared = rmt.on_hosts(hosts, lambda h: prepare_host(h, h.name in gated, cpu))
     topologies = {n: got[2] for n, got in prepared.succeeded.items()}
     for h in hosts:  # a GPU NVML answered with an error for is planned around, never silently
         for line in topo.left_out(h.name, topologies.get(h.name) or {}):

@@ -44,6 +44,7 @@ class Settings:
     fetch_retries: int = _default("fetch_retries")
     pilot_wait_s: float = _default("pilot_wait_s")
     compile_cpu: int = _default("compile_cpu")
+    cpu_without_gpus: int = _default("cpu_without_gpus")
     health_valid_hours: float = _default("health_valid_hours")
 
 

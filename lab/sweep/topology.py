@@ -230,9 +230,10 @@ def gpus_arg(indices: list[int]) -> str:
 _ROOTS_SCRIPT = 'for b in "$@"; do printf "%s %s\\n" "$b" "$(readlink -f "/sys/bus/pci/devices/$b" 2>/dev/null)"; done'
 
 
-def discover(remote: rmt.Remote, install: rmt.RunnerInstall) -> dict:
+def discover(remote: rmt.Remote, install: rmt.RunnerInstall, cpu_without_gpus: bool = False) -> dict:
     """The host's topology as recorded in sweep.json: ``{gpu_count, gpus: [Gpu...], unreadable, nvidia}``;
-    NoGpuFound for a GPU host without a usable GPU."""
+    NoGpuFound for a GPU host without a usable GPU, unless ``cpu_without_gpus`` (gpulab.sweep.cpu_without_gpus:
+    it runs on the CPU)."""
     res = remote.run(install.argv("probe", "--json"), check=False, timeout=120)
     try:
         doc = read_probe(res.stdout, remote.name)
@@ -242,7 +243,8 @@ def discover(remote: rmt.Remote, install: rmt.RunnerInstall) -> dict:
         detail = (res.stderr.strip() or res.stdout.strip() or f"exit {res.code}").splitlines()[-1]
         raise RunError(f"{remote.name}: `runner probe` failed: {detail[:300]}") from None
     gpus, bad = from_probe(doc), unreadable(doc)
-    require_gpus(remote.host, len(gpus), bad, doc.get("nvidia"))  # before anything else is asked of the host
+    if not cpu_without_gpus:
+        require_gpus(remote.host, len(gpus), bad, doc.get("nvidia"))  # before anything else is asked of the host
     ids = {g.bus_id: sysfs_bus_id(g.bus_id) for g in gpus if sysfs_bus_id(g.bus_id or "")}
     roots: dict[str, str | None] = {}
     if ids:

@@ -17,7 +17,8 @@ What the lab hosts cannot be, and how the commands run on them:
   as published), so that the study's data check sees every entry a benchmark reads;
 - the time-to-train sweeps are run as the README writes them with --dry-run (the data
   check passes on every host), then as written with the scale, workloads and seeds
-  turned down through INVOKE_GPULAB_* (tiny ncf on the hosts' CPUs), and the throughput
+  turned down through INVOKE_GPULAB_* (tiny ncf on the hosts' CPUs, which
+  gpulab.sweep.cpu_without_gpus allows: a GPU host without GPUs is otherwise a failed host), and the throughput
   sweeps likewise (tiny ncf and gnmt): so that the reports have real run directories.
 """
 
@@ -260,7 +261,13 @@ def sweeps(pattern: str) -> list[str]:
     return found
 
 
-SMALL = {"INVOKE_GPULAB_SCALE": "tiny", "INVOKE_GPULAB_WORKLOADS": "ncf", "INVOKE_GPULAB_SEEDS": "1"}
+# the lab's hosts have no GPU: their runs are on the CPU, asked for (a GPU host without GPUs is a failed host)
+SMALL = {
+    "INVOKE_GPULAB_SCALE": "tiny",
+    "INVOKE_GPULAB_WORKLOADS": "ncf",
+    "INVOKE_GPULAB_SEEDS": "1",
+    "INVOKE_GPULAB_SWEEP_CPU_WITHOUT_GPUS": "1",
+}
 
 
 def test_6_the_time_to_train_sweeps(walk):

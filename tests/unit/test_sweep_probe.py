@@ -84,10 +84,10 @@ def fleet(monkeypatch):
     return asked
 
 
-def prepare(hosts, echoed):
+def prepare(hosts, echoed, **settings):
     planner = functools.partial(pl.plan, gpus="all", seeds=1, mode="throughput", scale="tiny")
     return hostprep.prepare_hosts(
-        hosts, ["ncf"], planner, None, None, Settings(health_valid_hours=24), "s1", echoed.append, None
+        hosts, ["ncf"], planner, None, None, Settings(health_valid_hours=24, **settings), "s1", echoed.append, None
     )
 
 
@@ -126,6 +126,14 @@ def test_a_gpu_host_whose_probe_finds_no_gpu_is_refused_and_the_others_go_on(fle
         "all-lost: the inventory declares V100-PCIE-16GB GPUs (gpulab_gpu_model V100-PCIE-16GB, gpulab_gpu_count "
         "auto) but the probe found 0 usable: GPU 0: GPU 0 cannot be read: Unknown Error: nothing is run on it"
     )
+
+
+def test_cpu_without_gpus_runs_such_a_host_on_the_cpu_when_asked(fleet):
+    """gpulab.sweep.cpu_without_gpus: 1, a rehearsal on hosts without their GPUs (the test lab's study walk)."""
+    echoed: list = []
+    prepared, topologies, _, _, runs = prepare([v100("no-driver")], echoed, cpu_without_gpus=1)
+    assert prepared.failed == {} and echoed == []
+    assert topologies["no-driver"]["gpu_count"] == 0 and [r.gpus for r in runs] == [0]
 
 
 def test_a_host_the_inventory_gives_no_gpu_stays_a_cpu_host(fleet):
