@@ -80,7 +80,7 @@ THROUGHPUT = ("--workloads", "ncf", "--mode", "throughput", "--dry-run")  # a dr
         (("report", "{P}/in/sweep", "--out", ""), "gpulab: --out: '' is not a path"),
         (("report", "{P}/in/sweep", "--out", " "), "gpulab: --out: ' ' is not a path"),
         (("report", "{P}/in/sweep", "--compare", ""), "gpulab: --compare: '' is not a path"),
-        (("report", "{P}/in/sweep,,{P}/in/sweep"), "gpulab: PATH: '{P}/in/|: item 2 is empty"),  # an excerpt
+        (("report", "{P}/in/sweep,,{P}/in/sweep"), "gpulab: PATH: '|: item 2 is empty"),  # an excerpt
         (("report", "{P}/in/sweep", "--format", "html,,md"), "gpulab: --format: 'html,,md': item 2 is empty"),
         (("report", "{P}/in/sweep", "--format", "md,md"), "gpulab: --format: 'md,md': 'md' is given twice"),
         (("sweep", "--inventory", "", *THROUGHPUT), "gpulab: --inventory: '' is not a path"),
