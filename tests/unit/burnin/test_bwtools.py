@@ -57,35 +57,6 @@ def test_nccl_tests_unchecked_nan_and_in_place_only():
         ),
         ('{"results": [{"size": 8, "in_place": [1]}]}', "results[0].in_place is not an object"),
         ('{"results": []}', "no bus bandwidth"),
-        # a document with an infinite figure could not be written back as JSON: refused where it is read
-        (
-            '{"results": [{"size": 8, "in_place": {"bus_bw": "inf"}}]}',
-            "results[0].in_place.bus_bw: 'inf' is not a bandwidth",
-        ),
-        (
-            '{"results": [{"size": 8, "in_place": {"bus_bw": 1e400}}]}',
-            "results[0].in_place.bus_bw: inf is not a bandwidth",
-        ),
-        (
-            '{"results": [{"size": 8, "in_place": {"bus_bw": -3.5}}]}',
-            "results[0].in_place.bus_bw: -3.5 is not a bandwidth",
-        ),
-        (
-            '{"results": [{"size": 8, "in_place": {"bus_bw": 1, "nwrong": "inf"}}]}',
-            "results[0].in_place.nwrong: 'inf' is not a count",
-        ),
-        (
-            '{"results": [{"size": 8, "in_place": {"bus_bw": 1, "nwrong": 1.5}}]}',
-            "results[0].in_place.nwrong: 1.5 is not a count",
-        ),
-        (
-            '{"results": [{"size": 8, "in_place": {"bus_bw": 1, "nwrong": -2}}]}',
-            "results[0].in_place.nwrong: -2 is not a count",
-        ),
-        (
-            '{"results": [{"size": 8, "in_place": {"bus_bw": 1, "nwrong": "٣"}}]}',
-            "results[0].in_place.nwrong: '٣' is not a count",
-        ),
     ],
 )
 def test_nccl_tests_hostile_output(text, message):
@@ -183,13 +154,3 @@ def test_missing_failing_and_garbled_tools_are_one_line(tmp_path, monkeypatch):
     r = bwtools.run_nvbandwidth([0], out, timeout_s=0.5)
     assert r["ran"] and r["exit_code"] is None and time.monotonic() - t0 < 10
     assert r["error"] == "nvbandwidth timed out after 0.5 s and was killed"
-
-
-def test_nccl_tests_counts_as_strings_and_whole_floats_add_up():
-    doc = {
-        "results": [
-            {"size": 8, "out_of_place": {"bus_bw": "2.5", "nwrong": "3"}, "in_place": {"bus_bw": 2, "nwrong": 1.0}}
-        ]
-    }
-    got = bwtools.parse_nccl_tests(json.dumps(doc))
-    assert got["wrong"] == 4 and got["busbw_gbs"] == 2.5

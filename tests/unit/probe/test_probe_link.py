@@ -124,11 +124,6 @@ def test_aer_file_parsing_and_addresses():
         "counts": {"RxErr": 3, "BadDLLP": 2},
     }
     assert probe_link.parse_aer("garbage\n\x00\nRxErr -1\n", "TOTAL_ERR_COR") is None
-    # digits int() refuses ("²" passes str.isdigit) and more digits than a u64 has are no counter, not a crash
-    assert probe_link.parse_aer("RxErr \u00b2\nBadTLP 9" + "9" * 30 + "\nBadDLLP 1\n", "TOTAL_ERR_COR") == {
-        "total": 1,
-        "counts": {"BadDLLP": 1},
-    }
     assert probe_link.sysfs_name("00000000:1B:00.0") == "0000:1b:00.0"
     assert probe_link.sysfs_name("0001:3b:00.1") == "0001:3b:00.1"
     assert probe_link.sysfs_name("1B:00.0") == "0000:1b:00.0"
