@@ -32,6 +32,11 @@ class HostError(GpulabError):
     exit_code = 2
 
 
+class HostCommandError(HostError):
+    """A host answered, but a command of its misbehaved there and was stopped (printed past gpulab's cap,
+    lab.hosts.capped): not a host that cannot be reached."""
+
+
 class RunError(GpulabError):
     """A run, a playbook or a sweep failed after it started."""
 
@@ -47,6 +52,14 @@ class CheckFailed(GpulabError):
 def one_line(exc: BaseException) -> str:
     """The one line a caller reports for ``exc``: a GpulabError's message, else its type and text."""
     return exc.message if isinstance(exc, GpulabError) else f"{type(exc).__name__}: {exc}"
+
+
+def about(name: str, message: str) -> str:
+    """``message`` said of host ``name``: prefixed with ``name: `` unless it names the host already (a host's
+    errors start with ``name:`` or ``name (address):``), so that the host is named once."""
+    if message.startswith((f"{name}:", f"{name} (")):
+        return message
+    return f"{name}: {message}"
 
 
 def nothing_read(what: str, skipped: list[str]) -> ConfigError:

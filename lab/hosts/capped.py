@@ -29,7 +29,7 @@ import subprocess
 import time
 
 from lab.core import limits
-from lab.core.errors import HostError, excerpt, printable
+from lab.core.errors import HostCommandError, HostError, excerpt, printable
 
 CHUNK = 1 << 16
 
@@ -68,8 +68,9 @@ def _assignment(word: str) -> bool:
 
 
 def refusal(where: str, command: str, exc: TooMuch) -> HostError:
-    """The one line of a command stopped for printing too much: host (or ``slurm``), program, stream and cap."""
-    return HostError(
+    """The one line of a command stopped for printing too much: host (or ``slurm``), program, stream and cap (a
+    HostCommandError: the host answered, its command misbehaved)."""
+    return HostCommandError(
         f"{where}: `{program(command)}` printed more than {size(exc.limit)} on {exc.stream} "
         "(gpulab's limit on what one command prints, lab.core.limits.OUTPUT_BYTES) and was stopped"
     )

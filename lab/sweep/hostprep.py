@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lab.core.errors import about
 from lab.core.fields import RunState
 from lab.hosts import remote as rmt
 from lab.hosts.inventory import Host
@@ -92,7 +93,7 @@ def record_hosts(sweep: Sweep, hosts: list[Host], errors: dict, topologies: dict
         if (quarantine or {}).get(h.name):
             entry["quarantined"] = quarantine[h.name]
     for run in sweep.runs:
-        bad = [f"{n}: {errors[n]}" for n in run.hosts if n in errors]
+        bad = [about(n, errors[n]) for n in run.hosts if n in errors]  # a host's own error names it already
         if bad and run.state != RunState.COMPLETE:
             run.state, run.reason, run.ended = RunState.FAILED, "; ".join(bad), utcnow()
     sweep.save()

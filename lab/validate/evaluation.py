@@ -26,7 +26,7 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any, Iterable
 
-from lab.core.errors import HostError
+from lab.core.errors import HostCommandError, HostError
 from lab.validate import trends as trend, vendor
 from lab.validate.actions import attach_actions, load_actions
 from lab.validate.burnindoc import incomplete_check, listed_twice, malformed, unreadable_check
@@ -249,7 +249,10 @@ def _host_checks(
         return [check("reachable", FAIL, None, "a probe document", "no result gathered from this host")], {}
     if isinstance(snap, BaseException):
         msg = getattr(snap, "message", None) or str(snap) or type(snap).__name__
-        label = "reachable" if isinstance(snap, HostError) or "unreachable" in msg else "runner"
+        if isinstance(snap, HostCommandError):  # it answered; a command of its was stopped (lab.hosts.capped)
+            label = "host command"
+        else:
+            label = "reachable" if isinstance(snap, HostError) or "unreachable" in msg else "runner"
         return [check(label, FAIL, None, "a probe document", msg)], {}
     if probe is None or not isinstance(probe, dict) or "gpus" not in probe:
         return [
