@@ -51,9 +51,28 @@ def _shown(value) -> str:
     return excerpt(repr(value), 60)
 
 
+# What gpulab itself keeps under the results folder beside the sweeps (results/<sweep>/): validate's output
+# folder (tasks.py), the history database and its SQLite journals (lab.history.db DEFAULT_FILE, SQLITE_FILES), tune's
+# study database beside it (lab.tune.storage SQLITE_SUFFIX) and the report of the results folder itself
+# (`invoke report results`: PATH/report). A sweep by one of these names would mix its files into another tool's;
+# tests/unit/test_reserved_names.py keeps this list equal to those modules'.
+_SQLITE = ("", "-journal", "-wal", "-shm")
+RESERVED_NAMES = {
+    "validate": "validate's output folder",
+    "report": "the report folder of a report on the whole results folder",
+    **{f"history.sqlite{suffix}": "the history database" for suffix in _SQLITE},
+    **{f"history-tune.sqlite{suffix}": "the tune studies' database" for suffix in _SQLITE},
+}
+
+
 def sweep_name(value, what: str = "--name") -> str:
     if not isinstance(value, str) or not NAME_RE.fullmatch(value):
         raise ConfigError(f"{what}: {_shown(value)} is not a sweep name (letters, digits, . _ -)")
+    if value.lower() in RESERVED_NAMES:  # any case: a case-insensitive results folder (a Mac's) has one of each
+        raise ConfigError(
+            f"{what}: {_shown(value)} is the name of {RESERVED_NAMES[value.lower()]} under the results folder, "
+            "kept for it; give another name"
+        )
     return value
 
 

@@ -71,6 +71,7 @@ def request(
     name = default_name(workload, scale, device) if name is None else name  # --name '': refused, not the default
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise ConfigError(f"--name: {name!r} is not a study name (letters, digits, . _ -; at most 58)")
+    fields.sweep_name(name, "--name")  # results/<name>/: never a name gpulab keeps for its own files there
     tune_settings = {**settings.default("tune"), **tune_settings}
     k = limits.number(
         tune_settings["seeds"] if seeds is None else seeds, "--seeds", settings.declared("tune.seeds").range
