@@ -38,22 +38,26 @@ PATH_OPTIONS = {
 PATH_SETTINGS = ("inventory", "results", "artifacts", "stacks", "references", "datasets_catalogue", "demo.inventory")
 
 
-def check_paths(setting, arguments: dict) -> None:
+# the tasks whose PATH is one path (invoke collect's sweep folder): a comma there is part of a name, never a list
+ONE_PATH = frozenset({"collect"})
+
+
+def check_paths(setting, arguments: dict, one_path: bool = False) -> None:
     """ConfigError for a task's path option (``arguments``) or path setting (``setting(key)``) with a name over
-    255 bytes or a link loop, empty or blank (``--out ''``, an item of ``PATH`` 'a,,b'), and for a folder tasks
-    write into that is a system folder (lab.core.paths)."""
+    255 bytes or a link loop, empty or blank (``--out ''``, an item of ``PATH`` 'a,,b'; ``one_path``: PATH is one
+    path, commas and all), and for a folder tasks write into that is a system folder (lab.core.paths)."""
     from lab.core import paths
 
     for name, local in PATH_OPTIONS.items():
         value = arguments.get(name)
         if isinstance(value, str):
-            parts = value.split(",") if name == "path" else [value]
+            parts = value.split(",") if name == "path" and not one_path else [value]
             label = f"--{name}" if name != "path" else "PATH"
             for n, part in enumerate(parts, 1):
                 if part.strip():
                     paths.usable(part, label, local=local)
-                elif name != "path" or len(parts) > 1:  # --out '' or PATH 'a,,b': a typo, never the default or 'a,b'
-                    said = f": item {n} is empty" if name == "path" else " is not a path"
+                elif name != "path" or len(parts) > 1 or one_path:  # --out '' or PATH 'a,,b': a typo, never a default
+                    said = f": item {n} is empty" if name == "path" and not one_path else " is not a path"
                     raise ConfigError(f"{label}: {excerpt(repr(value), 60)}{said}")
     for key in PATH_SETTINGS:
         if isinstance(setting(key), str):
@@ -158,7 +162,7 @@ def task_errors(fn):
         try:
             config.conform(c.config.get("gpulab"))
             arguments = inspect.signature(fn).bind_partial(c, *args, **kwargs).arguments
-            check_paths(lambda key: setting(c, key), arguments)
+            check_paths(lambda key: setting(c, key), arguments, one_path=fn.__name__ in ONE_PATH)
             # what pasting an advised command needs again
             advice.remember(config=config_flag_file(), inventory=arguments.get("inventory"))
             result = fn(c, *args, **kwargs)
