@@ -92,8 +92,19 @@ def host_name(value, what: str = "host") -> str:
 
 
 def choice(value, options: tuple[str, ...], what: str) -> str:
-    if not isinstance(value, str) or value not in options:
+    """One of ``options`` (lowercase words), given in any case and read as the lowercase word: ``--scale TINY`` is
+    the run ``--scale tiny`` is (its run ids, folder names, runner arguments and sweep.json)."""
+    word = value.strip().lower() if isinstance(value, str) else None
+    if word not in options:
         raise ConfigError(f"{what}: {_shown(value)} is not one of {', '.join(options)}")
+    return word
+
+
+def word(value, words: tuple[str, ...]):
+    """``value`` as its lowercase word where it is one of ``words`` in any case (``ALL``, ``AUTO``), else as given
+    (a number, a list: its own check reads it)."""
+    if isinstance(value, str) and value.strip().lower() in words:
+        return value.strip().lower()
     return value
 
 

@@ -46,6 +46,8 @@ def describe(error: jsonschema.ValidationError) -> str:
     if error.validator == "required":
         return error.message.replace("is a required property", "is missing").replace("'", "")
     shown = excerpt(repr(error.instance), 60)  # a value quoted, never a whole file
+    if error.validator == "pattern" and isinstance(error.schema.get("choices"), list):  # a setting's word, any case
+        return f"{shown} is not one of {', '.join(error.schema['choices'])}"
     if error.validator in ("anyOf", "oneOf"):
         return f"{shown} is not valid here ({error.schema.get('description', 'see the schema')})"
     full = repr(error.instance)

@@ -101,8 +101,9 @@ def _leaf_schema(s: Setting) -> dict:
             "anyOf": [{"type": "boolean"}, {"enum": [0, 1]}, {"type": "string", "pattern": _FLAG_TEXT}],
             "description": "true/false, yes/no, on/off or 1/0",
         }
-    if s.kind == "choice":
-        return {"enum": list(s.words)}
+    if s.kind == "choice":  # any case, as an option takes it (lab.core.fields.choice); read as the lowercase word
+        words = "|".join(re.escape(w) for w in s.words)
+        return {"type": "string", "pattern": rf"^\s*(?i:{words})\s*$", "choices": list(s.words)}
     options = [{"type": "number"}, {"type": "string", "pattern": _NUMBER_TEXT}, *({"const": w} for w in s.words)]
     if s.null:
         options.append({"type": "null"})

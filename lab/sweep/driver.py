@@ -322,6 +322,9 @@ def run_sweep(
 
     settings = settings or Settings()
     check_name(name)
+    # words in any case, as the lowercase word from here on: the plan, its run ids and sweep.json's options
+    mode, scale = fields.choice(mode, fields.MODES, "--mode"), fields.choice(scale, fields.SCALES, "--scale")
+    gpus, seeds = fields.word(gpus, ("all",)), fields.word(seeds, ("auto", "mlperf"))
     backend = resolve_backend(backend)
     quarantine = slurm_held(hosts, quarantine) if backend == "slurm" else quarantine
     workloads = study.expand_workloads(parse_list(workloads, "workloads"))

@@ -236,10 +236,7 @@ def plan(
     ``recipes``: workload -> a recipe's settings for its runs; ``spread``: each workload x GPU count x seed
     runs on one unit only (round robin over the units: a tune trial's seeds over the fleet), not on every one;
     ``max_epochs``: every run's epoch limit."""
-    if mode not in MODES:
-        raise ConfigError(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
-    if scale not in SCALES:
-        raise ConfigError(f"--scale: {scale!r} is not one of {', '.join(SCALES)}")
+    mode, scale = fields.choice(mode, MODES, "--mode"), fields.choice(scale, SCALES, "--scale")  # any case: lowercase
     if not workloads:
         raise ConfigError("--workloads: empty list")
     workloads = study.expand_workloads(workloads)

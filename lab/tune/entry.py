@@ -67,7 +67,7 @@ def request(
 ) -> TuneRequest:
     fields.workload(workload, "WORKLOAD")
     catalogue.known([workload], "WORKLOAD")
-    fields.choice(scale, fields.SCALES, "--scale")
+    scale = fields.choice(scale, fields.SCALES, "--scale")  # any case: the lowercase word (study and sweep names)
     name = default_name(workload, scale, device) if name is None else name  # --name '': refused, not the default
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise ConfigError(f"--name: {name!r} is not a study name (letters, digits, . _ -; at most 58)")
