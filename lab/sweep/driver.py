@@ -112,6 +112,13 @@ def check_name(name: str) -> None:
     fields.sweep_name(name)
 
 
+def lowercase_words(gpus, seeds, mode, scale) -> tuple:
+    """The plan's words given in any case as the lowercase word from here on (the plan, its run ids, sweep.json's
+    options): ``--scale TINY`` is the sweep ``--scale tiny`` is."""
+    mode, scale = fields.choice(mode, fields.MODES, "--mode"), fields.choice(scale, fields.SCALES, "--scale")
+    return fields.word(gpus, ("all",)), fields.word(seeds, ("auto", "mlperf")), mode, scale
+
+
 def resolve_backend(backend: str) -> str:
     """ssh or slurm: ``auto`` is Slurm where ``sinfo`` answers on this machine; ``slurm`` needs it to answer."""
     if backend not in ("ssh", "slurm", "auto"):
@@ -322,9 +329,7 @@ def run_sweep(
 
     settings = settings or Settings()
     check_name(name)
-    # words in any case, as the lowercase word from here on: the plan, its run ids and sweep.json's options
-    mode, scale = fields.choice(mode, fields.MODES, "--mode"), fields.choice(scale, fields.SCALES, "--scale")
-    gpus, seeds = fields.word(gpus, ("all",)), fields.word(seeds, ("auto", "mlperf"))
+    gpus, seeds, mode, scale = lowercase_words(gpus, seeds, mode, scale)
     backend = resolve_backend(backend)
     quarantine = slurm_held(hosts, quarantine) if backend == "slurm" else quarantine
     workloads = study.expand_workloads(parse_list(workloads, "workloads"))
