@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.unit import checkout as checkouts
 
 # git status --ignored of the whole checkout: under --processes never beside the test lab's tests, which write
 # artifacts/ and results/ there (tests/sharing.py)
@@ -134,19 +135,12 @@ def place(tmp_path_factory):
     }
 
 
-def checkout_state() -> str:
-    return subprocess.run(
-        ["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=ROOT, capture_output=True, text=True
-    ).stdout
-
-
 @pytest.fixture(scope="module")
 def checkout():
-    before = checkout_state()
+    before = checkouts.state()
     yield
-    after = checkout_state()
-    new = sorted(set(after.splitlines()) - set(before.splitlines()))
-    assert not [n for n in new if "__pycache__" not in n], f"written into the checkout: {new}"
+    new = sorted(checkouts.state() - before)
+    assert not new, f"written into the checkout: {new}"
 
 
 @pytest.mark.parametrize("task, args", CASES, ids=[f"{t} {' '.join(a)[:60]}" for t, a in CASES])

@@ -19,18 +19,11 @@ from lab.core.errors import ConfigError
 from lab.history import query
 from lab.sweep import plan as pl
 from lab.validate import dcgm
+from tests.unit import checkout
 
 ROOT = Path(__file__).resolve().parents[2]
 # git status of the checkout: under --processes never beside the test lab's tests (tests/sharing.py)
 pytestmark = pytest.mark.checkout
-
-
-def checkout_state() -> set[str]:
-    """git status of the whole checkout, ignored files too (a refused value must write nothing there either)."""
-    out = subprocess.run(
-        ["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=ROOT, capture_output=True, text=True
-    ).stdout
-    return {line for line in out.splitlines() if "__pycache__" not in line and ".hypothesis" not in line}
 
 
 LOCAL = ROOT / "inventory" / "local.yml"
@@ -151,11 +144,11 @@ def test_on_the_command_line_one_line_exit_2_nothing_written(tmp_path, args, mes
         INVOKE_GPULAB_RESULTS=str(tmp_path / "results"),
         INVOKE_GPULAB_ARTIFACTS=str(tmp_path / "artifacts"),
     )
-    before = checkout_state()
+    before = checkout.state()
     p = subprocess.run(
         [sys.executable, "-m", "invoke", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
-    assert checkout_state() == before, "written into the checkout"
+    assert checkout.state() == before, "written into the checkout"
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith(message), p.stderr[-2000:]
     assert "Traceback" not in p.stderr + p.stdout

@@ -23,18 +23,11 @@ from lab.core import cli
 from lab.core.errors import ConfigError
 from lab.history import query
 from lab.hosts import inventory
+from tests.unit import checkout
 
 ROOT = Path(__file__).resolve().parents[2]
 # git status of the checkout: under --processes never beside the test lab's tests (tests/sharing.py)
 pytestmark = pytest.mark.checkout
-
-
-def checkout_state() -> set[str]:
-    """git status of the whole checkout, ignored files too (a refused value must write nothing there either)."""
-    out = subprocess.run(
-        ["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=ROOT, capture_output=True, text=True
-    ).stdout
-    return {line for line in out.splitlines() if "__pycache__" not in line and ".hypothesis" not in line}
 
 
 LOCAL = ROOT / "inventory" / "local.yml"
@@ -63,11 +56,11 @@ def invoke(place: Path, *args: str) -> subprocess.CompletedProcess:
         INVOKE_GPULAB_ARTIFACTS=str(place / "artifacts"),
     )
     argv = [a.replace("{P}", str(place)) for a in args]
-    before = checkout_state()
+    before = checkout.state()
     p = subprocess.run(
         [sys.executable, "-m", "invoke", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
-    assert checkout_state() == before, "written into the checkout"  # --out ' ' wrote ' /report.html' there
+    assert checkout.state() == before, "written into the checkout"  # --out ' ' wrote ' /report.html' there
     return p
 
 

@@ -13,19 +13,12 @@ import pytest
 
 from lab.commands import report as cmd
 from lab.core.errors import ConfigError
+from tests.unit import checkout
 from report_logs import v05_run, write_lines
 
 ROOT = Path(__file__).resolve().parents[3]
 # git status of the checkout: under --processes never beside the test lab's tests (tests/sharing.py)
 pytestmark = pytest.mark.checkout
-
-
-def checkout_state() -> set[str]:
-    """git status of the whole checkout, ignored files too (a refused value must write nothing there either)."""
-    out = subprocess.run(
-        ["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=ROOT, capture_output=True, text=True
-    ).stdout
-    return {line for line in out.splitlines() if "__pycache__" not in line and ".hypothesis" not in line}
 
 
 def tree(root: Path) -> list[str]:
@@ -76,7 +69,7 @@ def test_an_out_apart_and_the_default_spelled_out_are_taken(sweep, tmp_path):
 
 
 def test_on_the_command_line(sweep, tmp_path):
-    before, checkout = tree(tmp_path), checkout_state()
+    before, git_before = tree(tmp_path), checkout.state()
     env = dict(os.environ, PYTHONPATH=str(ROOT), INVOKE_GPULAB_RESULTS=str(tmp_path / "results"))
     p = subprocess.run(
         [sys.executable, "-m", "invoke", "report", str(sweep), "--out", str(sweep / "host")],
@@ -91,4 +84,4 @@ def test_on_the_command_line(sweep, tmp_path):
         f"gpulab: --out: {sweep / 'host'} lies inside the input {sweep}; give a folder apart from what is read "
         "(nothing was written)"
     ], p.stderr[-2000:]
-    assert tree(tmp_path) == before and checkout_state() == checkout
+    assert tree(tmp_path) == before and checkout.state() == git_before
