@@ -42,26 +42,12 @@ def test_a_host_is_named_once_whatever_the_error_says():
 
 
 def test_a_sweep_names_the_failed_host_once(tmp_path):
-    from lab.hosts.inventory import Host
     from lab.sweep import hostprep
+    from tests.unit.localhost import local_host
     from lab.sweep import plan as pl
     from lab.sweep import state as sweepstate
 
-    h = Host(
-        name="hostile",
-        address="127.0.0.1",
-        port=22,
-        user="root",
-        connection="local",
-        gpu_model=None,
-        gpu_count=0,
-        stack="current",
-        groups=(),
-        workdir="/var/lib/gpulab",
-        python=None,
-        ssh_key=None,
-        known_hosts="/dev/null",
-    )
+    h = local_host("/var/lib/gpulab", "hostile", user="root", gpu_model=None)
     runs = pl.plan([h], ["ncf"], None, 1)
     s = sweepstate.Sweep(root=tmp_path / "s", name="s", runs=runs)
     errors = {"hostile": stopped("hostile").message}
