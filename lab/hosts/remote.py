@@ -185,7 +185,23 @@ class SSHRemote(Remote):
             raise
         except (self._paramiko.SSHException, OSError, EOFError) as exc:
             raise HostError(f"{self._where()}: connection lost: {exc or type(exc).__name__}") from None
+        if r.exited == -1 and not self._live():  # paramiko's -1: the channel closed without an exit status
+            raise HostError(f"{self._where()}: connection lost while `{capped.program(text)}` ran")
         return Result(text, r.exited, r.stdout, r.stderr)
+
+    def _live(self) -> bool:
+        """Whether the connection still runs ``true``. A channel closed without an exit status is a connection that
+        died under its command (sshd killed; the command may have done its work: never its answer), or on a live
+        one a command ended by a signal (sshd's exit-signal, which paramiko reads as -1)."""
+        from invoke.exceptions import CommandTimedOut, ThreadException
+
+        transport = self.conn.transport  # not reopened: Fabric's run would connect anew to a host back since
+        if transport is None or not transport.is_active():
+            return False
+        try:
+            return self.conn.run("true", hide=True, warn=True, timeout=10, in_stream=False).exited == 0
+        except (self._paramiko.SSHException, OSError, EOFError, CommandTimedOut, ThreadException):
+            return False
 
     @property
     def sftp(self):
@@ -284,11 +300,8 @@ def connect(host: Host, *, timeout: float = CONNECT_TIMEOUT_S) -> Remote:
 
 @dataclass(eq=False)
 class HostResults(Mapping):
-    """What a fleet operation gave per host, in the order the hosts were given.
-
-    ``succeeded`` maps a host to the value the function returned, ``failed`` to
-    the exception it raised; as a mapping, a host gives either.
-    """
+    """What a fleet operation gave per host, in the hosts' order: ``succeeded`` maps a host to the value the
+    function returned, ``failed`` to the exception it raised; as a mapping, a host gives either."""
 
     order: list[str]
     succeeded: dict[str, Any] = field(default_factory=dict)
@@ -309,11 +322,9 @@ class HostResults(Mapping):
 
 
 def on_hosts(hosts: Iterable[Host], fn: Callable[[Host], Any], *, max_workers: int | None = None) -> HostResults:
-    """Call ``fn(host)`` for every host in parallel; each host's value or exception, reported together.
-
-    Ctrl-C (KeyboardInterrupt in the waiting thread) cancels the calls not
-    started yet and is raised at once; calls already running finish on their own.
-    """
+    """Call ``fn(host)`` for every host in parallel; each host's value or exception, reported together. Ctrl-C
+    (KeyboardInterrupt in the waiting thread) cancels the calls not started yet (those running finish on their own)
+    and is raised at once."""
     hosts = list(hosts)
     got: dict[str, tuple[bool, Any]] = {}
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers or max(1, len(hosts)))
@@ -354,9 +365,7 @@ class RunnerInstall:
 
 
 def runner_python(host: Host) -> str:
-    if host.python:
-        return host.python
-    return sys.executable if host.is_local else "python3"
+    return host.python or (sys.executable if host.is_local else "python3")
 
 
 def ensure_runner(remote: Remote) -> RunnerInstall:

@@ -134,13 +134,23 @@ def runner_args(
     return args
 
 
-def launch(run: PlannedRun, node: Node, args: list[str]) -> str:
+_STARTED = "gpulab: started before"  # what launch's shell says of a token already running
+
+
+def launch(run: PlannedRun, node: Node, args: list[str]) -> str | None:
     """Start `runner run ARGS` on the node, detached (``setsid nohup``) and tagged with the run's token; an
-    earlier attempt's folder is moved aside. The runner's pid."""
+    earlier attempt's folder is moved aside. The runner's pid; None where a process of this token already runs:
+    the connection died under an earlier try of this launch after it started the runner (Node.call tries again
+    once reconnected), which is followed by its token as an adopted run is, never started twice."""
     src, log, base = node.layout.run_dir(run), node.layout.launch_log(run), node.layout.base
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     argv = ["setsid", "nohup", "env", f"{TOKEN_VAR}={run.token}", *node.install.argv(*args)]
     command = rmt.cmd(
+        "if",
+        ["grep", "-qzxF", f"{TOKEN_VAR}={run.token}"],
+        "/proc/[0-9]*/environ 2>/dev/null; then echo",
+        [_STARTED],
+        "; exit 0; fi;",
         ["mkdir", "-p", base],
         "&&",
         "{ if",
@@ -164,6 +174,8 @@ def launch(run: PlannedRun, node: Node, args: list[str]) -> str:
     )
     out = node.call(lambda r: r.run(command, timeout=60))
     pid = out.stdout.strip()
+    if pid == _STARTED:
+        return None
     # a process id of the host (`kill -0 0` would say the run is alive whatever it did; ١٢ is no pid either)
     if fields.process_id(pid) is None:
         said = excerpt(printable(out.stderr.strip() or f"its shell printed '{pid[:40]}', not a process id"), 200)

@@ -158,7 +158,7 @@ class UnitWorker:
     def _args(self, run: PlannedRun, node: Node, rank: int) -> list[str]:
         return runner_args(run, node, rank, self.nodes, self.settings, self._limit_s(run))
 
-    def _launch(self, run: PlannedRun, node: Node, rank: int) -> str:
+    def _launch(self, run: PlannedRun, node: Node, rank: int) -> str | None:
         return launch(run, node, self._args(run, node, rank))
 
     def _poll(self, run: PlannedRun, node: Node) -> str:

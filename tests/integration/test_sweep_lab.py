@@ -88,6 +88,18 @@ def lab(testlab):
     )
 
 
+@pytest.fixture(autouse=True)
+def hosts_as_found(lab):
+    """After each test every host answers SSH and no workload is left frozen: a test that failed after killing
+    sw-03's sshd (or freezing a workload) left the host so, and each later test of the file failed on it too
+    (one failure was eight in CI, five of them waiting ten minutes each)."""
+    yield
+    for name in lab.names:
+        lab.exec(name, "pkill -CONT -f '[r]unner.worker' || true")
+        if not lab.reachable(name, 2.0):
+            lab.start_sshd(name)
+
+
 def test_sweep_survives_a_lost_host_resumes_and_collects_again(lab, tmp_path):
     results = tmp_path / "results"
     args = ["--inventory", str(lab.inventory), "--host", "sw-01,sw-02,sw-03", "--seeds", "1", "--name", "s1"]

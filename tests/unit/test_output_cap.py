@@ -10,20 +10,16 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
-import socket
-import subprocess
-import threading
 import time
 from pathlib import Path
 
-import paramiko
 import pytest
 
 from lab.core import limits
 from lab.core.errors import HostError
 from lab.hosts import capped, slurm
 from lab.hosts import remote as rmt
+from tests.unit import sshserver
 from tests.unit.localhost import local_host
 
 CAP = 64 << 10
@@ -91,100 +87,11 @@ def test_local_output_up_to_the_cap_is_as_printed_and_one_byte_more_is_refused(t
 # --------------------------------------------------------------------------- over SSH (Fabric)
 
 
-class _Sshd(paramiko.ServerInterface):
-    """Any public key may log in; each exec request runs ``/bin/sh -c COMMAND`` in a session of its own, its
-    streams sent as they come; a channel the client closed ends the command (as sshd's closed pipes do)."""
-
-    def __init__(self):
-        self.ended: list[int] = []  # the pid of each command once it ended and was reaped
-
-    def get_allowed_auths(self, username):
-        return "publickey"
-
-    def check_auth_publickey(self, username, key):
-        return paramiko.AUTH_SUCCESSFUL
-
-    def check_channel_request(self, kind, chanid):
-        return paramiko.OPEN_SUCCEEDED if kind == "session" else paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
-
-    def check_channel_exec_request(self, channel, command):
-        threading.Thread(target=self._exec, args=(channel, command.decode()), daemon=True).start()
-        return True
-
-    def _exec(self, channel, command: str) -> None:
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", command],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-
-        def pump(src, send):
-            try:
-                while chunk := os.read(src.fileno(), 1 << 16):
-                    send(chunk)
-            except (OSError, EOFError, paramiko.SSHException):  # the client closed the channel
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-
-        pumps = [
-            threading.Thread(target=pump, args=(proc.stdout, channel.sendall), daemon=True),
-            threading.Thread(target=pump, args=(proc.stderr, channel.sendall_stderr), daemon=True),
-        ]
-        for t in pumps:
-            t.start()
-        for t in pumps:
-            t.join()
-        proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
-        self.ended.append(proc.pid)
-        try:
-            channel.send_exit_status(proc.returncode if proc.returncode >= 0 else 128 - proc.returncode)
-            channel.close()
-        except (OSError, EOFError, paramiko.SSHException):
-            pass
-
-
 @pytest.fixture
 def sshd(tmp_path):
-    """A Host of the paramiko server on 127.0.0.1 (its key in a known_hosts file, a client key of its own) and
-    the server's ``_Sshd`` (which commands ended)."""
-    host_key, client_key = paramiko.ECDSAKey.generate(), paramiko.ECDSAKey.generate()
-    client_key.write_private_key_file(str(tmp_path / "id_ecdsa"))
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    (tmp_path / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_key.get_name()} {host_key.get_base64()}\n")
-    server, transports = _Sshd(), []
-
-    def serve():
-        while True:
-            try:
-                sock, _ = listener.accept()
-            except OSError:  # the listener closed: the test is over
-                return
-            t = paramiko.Transport(sock)
-            t.add_server_key(host_key)
-            transports.append(t)
-            t.start_server(server=server)
-
-    threading.Thread(target=serve, daemon=True).start()
-    host = local_host(
-        tmp_path,
-        connection="ssh",
-        address="127.0.0.1",
-        port=port,
-        user="tester",
-        ssh_key=str(tmp_path / "id_ecdsa"),
-        known_hosts=str(tmp_path / "known_hosts"),
-    )
-    yield host, server
-    listener.close()
-    for t in transports:
-        t.close()
+    """A Host of the paramiko server on 127.0.0.1 (tests/unit/sshserver.py) and the server (which commands ended)."""
+    with sshserver.serve(tmp_path) as (host, server):
+        yield host, server
 
 
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
