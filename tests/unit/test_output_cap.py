@@ -124,17 +124,21 @@ def test_ssh_output_under_the_cap_is_byte_exact_across_reads(sshd, monkeypatch):
         assert full.stdout == "x" * CAP
 
 
-def test_a_quick_large_ssh_output_does_not_hang(sshd):
-    """24 MB, under the cap, in seconds (Invoke's join of the whole buffer on every 1000-byte read: minutes)."""
+def test_a_large_ssh_output_is_read_without_joining_the_buffer_on_every_read(sshd, monkeypatch):
+    """24 MB under the cap comes back whole, and Invoke's ``respond`` (which joins everything read so far on every
+    read of 1000 bytes: quadratic, 67 s for 24 MB over SSH) never runs without a watcher. Checked by what runs,
+    not by a clock: speed is measured in benchmarks, never asserted by a timed test."""
+    import invoke.runners
+
+    joined = []
+    monkeypatch.setattr(invoke.runners.Runner, "respond", lambda self, buffer_: joined.append(len(buffer_)))
     host, _ = sshd
     size = 24_000_000
     assert size < limits.OUTPUT_BYTES
     with rmt.connect(host) as r:
-        started = time.monotonic()
-        res = r.run(f"head -c {size} /dev/zero | tr '\\0' x; echo done >&2", timeout=120)
-        took = time.monotonic() - started
+        res = r.run(f"head -c {size} /dev/zero | tr '\\0' x; echo done >&2", timeout=300)
     assert len(res.stdout) == size and res.stdout.count("x") == size and res.stderr == "done\n"
-    assert took < 30, f"{took:.1f} s"
+    assert joined == []
 
 
 # --------------------------------------------------------------------------- Slurm's client commands
