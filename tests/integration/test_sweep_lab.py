@@ -173,6 +173,55 @@ def test_sweep_survives_a_lost_host_resumes_and_collects_again(lab, tmp_path):
         assert runner_pids(lab, h) == []
 
 
+def test_sshd_killed_while_a_run_is_being_started_loses_the_host_and_the_resume_adopts_the_run(lab, tmp_path):
+    """sw-03's sshd killed while the command that starts its run is still open: the runner starts all the same,
+    the exit status never comes. That is a lost host (it was read as a failed start, "`mkdir ...` exited -1"),
+    and the resume fetches what the host ran instead of running it again. The launch is held open by an `rm` of
+    sw-03 that waits while it removes a launch log, so sshd dies at that moment every time."""
+    held, wrapper = "/tmp/gl-launch-held", "/usr/local/bin/rm"  # before /usr/bin in sshd's PATH
+    script = f'#!/bin/sh\ncase "$*" in *.launch.log) touch {held}; until [ -e {held}.go ]; do sleep 0.1; done;; esac\n'
+    lab.exec(
+        "sw-03",
+        f"/bin/rm -f {held} {held}.go && cat > {wrapper} && chmod +x {wrapper}",
+        input=script + 'exec /bin/rm "$@"\n',
+    )
+    results = tmp_path / "results"
+    args = ["--inventory", str(lab.inventory), "--host", "sw-03", "--seeds", "1", "--name", "held"]
+    rid = "ncf-ttt-tiny-cpu-s1"
+    try:
+        proc = subprocess.Popen(
+            invoke_cmd() + ["sweep", *args],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env_for(results, reconnect_s=2),
+        )
+        wait_until(
+            lambda: lab.exec("sw-03", f"test -e {held}", check=False).returncode == 0 or proc.poll() is not None,
+            "the launch on sw-03",
+        )
+        lab.kill_sshd("sw-03")
+        lab.exec("sw-03", f"touch {held}.go")
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        lab.exec("sw-03", f"/bin/rm -f {wrapper} {held} {held}.go")
+    assert proc.returncode == 1, out
+    lost = state(results, "held")[("sw-03", rid)]
+    assert lost["state"] == "failed" and lost["reason"].startswith("host lost: "), lost
+    assert "exited -1" not in out
+
+    lab.start_sshd("sw-03")
+    wait_until(lambda: not runner_pids(lab, "sw-03"), "the run on sw-03 to end")
+    assert lab.exec("sw-03", f"test -f /var/lib/gpulab/sweeps/held/{rid}/SHA256SUMS", check=False).returncode == 0
+    p = sweep(args, results, reconnect_s=2)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"[sw-03] {rid}: finished on the host before this resume; fetching it" in p.stdout
+    resumed = state(results, "held")[("sw-03", rid)]
+    assert resumed["state"] == "complete" and resumed["attempts"] == 1, resumed
+    assert checksums.verify(results / "held" / "sw-03" / rid) == []
+
+
 def test_crash_hang_and_full_disk_are_recorded_with_reasons(lab, tmp_path):
     results = tmp_path / "results"
     # sw-04's workdir is a 4 MiB file system: the runner fits, a run's free-space check does not pass
