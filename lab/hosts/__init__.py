@@ -1,5 +1,5 @@
-"""The hosts and their software: the inventory (``inventory``), remote execution over Fabric
-(``remote``: fleet operations and ``HostResults``; ``capped``: what a command prints, read with a cap),
+"""The hosts and their software: the inventory (``inventory``), remote execution over Fabric (``remote``;
+``fleet``: one function on many hosts, ``HostResults``; ``capped``: what a command prints, read with a cap),
 Ansible through ansible-runner (``ansible``, ``reach``, ``hostkeys``), stack profiles (``stacks``,
 ``osfamily``), the runner as it reaches hosts (``runnerdist``).
 

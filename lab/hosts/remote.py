@@ -9,15 +9,11 @@ RejectPolicy), as Ansible refuses them with StrictHostKeyChecking=yes. What a co
 ``limits.OUTPUT_BYTES`` a stream (lab.hosts.capped): past it the command is stopped, one line of HostError.
 
 ``connect(host)`` gives a ``Remote`` with ``run``, ``put``, ``get`` and
-``listdir``; ``on_hosts`` runs one function per host in parallel and returns
-a ``HostResults``: each host's value or error, ``.succeeded`` and ``.failed``
-(Fabric's ``GroupResult``). Ctrl-C while it waits cancels the hosts not started
-yet and raises KeyboardInterrupt at once.
+``listdir``; one function run on many hosts at once: lab.hosts.fleet.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import io
 import os
 import shlex
@@ -26,14 +22,13 @@ import stat
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Sequence
 
 from lab.hosts import capped, inventory, runnerdist
 from lab.core import paths, writes
-from lab.core.errors import HostError, RunError, excerpt, one_line, shown
+from lab.core.errors import GpulabError, HostError, RunError, excerpt, shown
 from lab.hosts.inventory import Host
 
 CONNECT_TIMEOUT_S = 10
@@ -203,6 +198,13 @@ class SSHRemote(Remote):
         except (self._paramiko.SSHException, OSError, EOFError, CommandTimedOut, ThreadException):
             return False
 
+    def _refused(self, what: str, exc: BaseException) -> GpulabError:
+        """An SFTP failure: a RunError where the host answered and refused (a full disk, permissions, a path that
+        is no folder; as a RunError it is no lost host, and no reconnect is tried); HostError where it did not."""
+        said = f"{self._where()}: {what}: {exc or type(exc).__name__}"
+        answered = isinstance(exc, OSError) and not isinstance(exc, (ConnectionError, TimeoutError))
+        return RunError(said) if answered and self.conn.is_connected else HostError(said)
+
     @property
     def sftp(self):
         if self._sftp is None:
@@ -219,7 +221,7 @@ class SSHRemote(Remote):
             else:
                 self.sftp.put(str(local), remote)
         except (self._paramiko.SSHException, OSError, EOFError) as exc:
-            raise HostError(f"{self._where()}: cannot write {remote}: {exc or type(exc).__name__}") from None
+            raise self._refused(f"cannot write {remote}", exc) from None
 
     def get(self, remote: str, local, limit: int | None = None) -> None:
         Path(local).parent.mkdir(parents=True, exist_ok=True)
@@ -229,7 +231,7 @@ class SSHRemote(Remote):
         except FileNotFoundError:
             raise RunError(f"{self.name}: {remote} does not exist") from None
         except (self._paramiko.SSHException, OSError, EOFError) as exc:
-            raise HostError(f"{self._where()}: cannot fetch {remote}: {exc or type(exc).__name__}") from None
+            raise self._refused(f"cannot fetch {remote}", exc) from None
 
     def listdir(self, remote: str) -> list[str]:
         try:
@@ -237,7 +239,7 @@ class SSHRemote(Remote):
         except FileNotFoundError:
             return []
         except (self._paramiko.SSHException, OSError, EOFError) as exc:
-            raise HostError(f"{self._where()}: cannot list {remote}: {exc or type(exc).__name__}") from None
+            raise self._refused(f"cannot list {remote}", exc) from None
 
     def close(self) -> None:
         try:
@@ -296,54 +298,6 @@ def connect(host: Host, *, timeout: float = CONNECT_TIMEOUT_S) -> Remote:
     if host.is_local:
         return LocalRemote(host)
     return SSHRemote(host, timeout=timeout)
-
-
-@dataclass(eq=False)
-class HostResults(Mapping):
-    """What a fleet operation gave per host, in the hosts' order: ``succeeded`` maps a host to the value the
-    function returned, ``failed`` to the exception it raised; as a mapping, a host gives either."""
-
-    order: list[str]
-    succeeded: dict[str, Any] = field(default_factory=dict)
-    failed: dict[str, Exception] = field(default_factory=dict)
-
-    def __getitem__(self, name: str) -> Any:
-        return self.succeeded[name] if name in self.succeeded else self.failed[name]
-
-    def __iter__(self):
-        return iter(self.order)
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-    def reasons(self) -> dict[str, str]:
-        """One line per failed host (lab.core.errors.one_line), in host order."""
-        return {n: one_line(self.failed[n]) for n in self.order if n in self.failed}
-
-
-def on_hosts(hosts: Iterable[Host], fn: Callable[[Host], Any], *, max_workers: int | None = None) -> HostResults:
-    """Call ``fn(host)`` for every host in parallel; each host's value or exception, reported together. Ctrl-C
-    (KeyboardInterrupt in the waiting thread) cancels the calls not started yet (those running finish on their own)
-    and is raised at once."""
-    hosts = list(hosts)
-    got: dict[str, tuple[bool, Any]] = {}
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers or max(1, len(hosts)))
-    try:
-        futures = {pool.submit(fn, h): h.name for h in hosts}
-        for fut in concurrent.futures.as_completed(futures):
-            try:
-                got[futures[fut]] = (True, fut.result())
-            except Exception as exc:  # recorded per host, reported together
-                got[futures[fut]] = (False, exc)
-    except KeyboardInterrupt:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-    out = HostResults([h.name for h in hosts])
-    for h in hosts:
-        ok, value = got[h.name]
-        (out.succeeded if ok else out.failed)[h.name] = value
-    return out
 
 
 # --------------------------------------------------------------------------- runner on hosts

@@ -12,6 +12,7 @@ from pathlib import Path
 from lab.core.errors import about
 from lab.core.fields import RunState
 from lab.core.settings import default as declared_default
+from lab.hosts import fleet
 from lab.hosts import remote as rmt
 from lab.hosts.inventory import Host
 from lab.results import checksums
@@ -61,7 +62,7 @@ def collect(sweep_root: Path, inventory_path: str | Path, *, retries: int | None
                     if problems:
                         result.problems.append(f"{host.name} {run.run_id}: {'; '.join(problems)}")
 
-    for host_name, msg in rmt.on_hosts(hosts.values(), fetch_host).reasons().items():
+    for host_name, msg in fleet.on_hosts(hosts.values(), fetch_host).reasons().items():
         result.problems.append(about(host_name, msg))  # a host's own error names it already
     for run in todo:
         if sweep.problems(run):

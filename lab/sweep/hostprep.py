@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lab.core.errors import about
 from lab.core.fields import RunState
+from lab.hosts import fleet
 from lab.hosts import remote as rmt
 from lab.hosts.inventory import Host
 from lab.sweep import gate
@@ -54,7 +55,7 @@ def prepare_hosts(
     with its time limit from its estimate unless the settings give one)."""
     gated = gate.needed(hosts, memory, settings.health_valid_hours, echo)
     cpu = bool(settings.cpu_without_gpus)
-    prepared = rmt.on_hosts(hosts, lambda h: prepare_host(h, h.name in gated, cpu))
+    prepared = fleet.on_hosts(hosts, lambda h: prepare_host(h, h.name in gated, cpu))
     topologies = {n: got[2] for n, got in prepared.succeeded.items()}
     for h in hosts:  # a GPU NVML answered with an error for is planned around, never silently
         for line in topo.left_out(h.name, topologies.get(h.name) or {}):

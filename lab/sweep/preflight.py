@@ -23,6 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from lab.core import advice
+from lab.hosts import fleet
 from lab.hosts import remote as rmt
 from lab.hosts.inventory import refuse_examples
 from lab.hosts.datasets import Catalogue, load_catalogue
@@ -187,7 +188,7 @@ def gather(hosts, runs, catalogue: Catalogue | str | None = None) -> dict[str, H
     if not todo:
         return {}
     refuse_examples(todo)  # the example lab: one line, nothing contacted
-    got = rmt.on_hosts(todo, lambda h: probe_host(h, need[h.name], cat))
+    got = fleet.on_hosts(todo, lambda h: probe_host(h, need[h.name], cat))
     failed = got.reasons()
     return {
         h.name: got.succeeded[h.name]

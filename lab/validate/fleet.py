@@ -214,7 +214,8 @@ def validate_fleet(
     the SSH gathering (default ``gather_one``). ``past(uuids, sources, depth)`` gives the gathered GPUs' own
     past as plain data (lab.validate.trends; the entry point reads it from the history database).
     """
-    from lab.hosts import remote as rem
+    from lab.hosts.fleet import on_hosts
+    from lab.hosts.inventory import refuse_examples
 
     if level not in LEVEL_TIMEOUT_S:
         raise ConfigError(f"--level {excerpt(repr(level), 40)}: choose quick, standard or burn-in")
@@ -231,9 +232,9 @@ def validate_fleet(
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(out_dir) / stamp
     if gather is None:  # over SSH: never to the example lab's documentation addresses
-        rem.inventory.refuse_examples(hosts, inventory)
+        refuse_examples(hosts, inventory)
     gather = gather or functools.partial(gather_one, dcgm_level=dcgm_run, limits=limits)
-    snapshots = rem.on_hosts(hosts, lambda h: gather(h, level, stamp, out))
+    snapshots = on_hosts(hosts, lambda h: gather(h, level, stamp, out))
     if baseline:
         data = build_references(snapshots, refs, hosts=[h.name for h in hosts], note=f"level {level}")
         path = out / "references-baseline.yml"

@@ -9,6 +9,7 @@ changed host keys, shell metacharacters in a host variable and a workload name.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -220,6 +221,30 @@ def test_sshd_killed_while_a_run_is_being_started_loses_the_host_and_the_resume_
     resumed = state(results, "held")[("sw-03", rid)]
     assert resumed["state"] == "complete" and resumed["attempts"] == 1, resumed
     assert checksums.verify(results / "held" / "sw-03" / rid) == []
+
+
+def test_a_host_that_refuses_a_copy_is_a_failed_command_not_a_lost_host(lab, tmp_path):
+    """SFTP refused by a host that answers (its disk full, a path that is no folder): a RunError naming the file,
+    not a HostError (the sweep took it for a lost host, reconnected for gpulab.sweep.reconnect_s and failed every
+    run left on it; validate called it "reachable"); the connection goes on."""
+    from lab.core.errors import HostError, RunError
+    from lab.hosts import inventory
+    from lab.hosts import remote as rmt
+
+    tiny = "/var/lib/gl-tiny"
+    lab.exec("sw-04", f"mkdir -p {tiny} && mount -t tmpfs -o size=1m tmpfs {tiny} && echo x > {tiny}/file")
+    try:
+        with rmt.connect(inventory.load(lab.inventory).host("sw-04")) as r:
+            with pytest.raises(RunError) as full:
+                r.put(io.BytesIO(b"x" * (4 << 20)), f"{tiny}/big")
+            assert not isinstance(full.value, HostError)
+            assert full.value.message.startswith(f"sw-04 ({r.host.address}): cannot write {tiny}/big: ")
+            with pytest.raises(RunError) as nofolder:
+                r.listdir(f"{tiny}/file")
+            assert not isinstance(nofolder.value, HostError) and f"cannot list {tiny}/file: " in nofolder.value.message
+            assert r.run(["cat", f"{tiny}/file"]).stdout == "x\n"
+    finally:
+        lab.exec("sw-04", f"umount {tiny}")
 
 
 def test_crash_hang_and_full_disk_are_recorded_with_reasons(lab, tmp_path):

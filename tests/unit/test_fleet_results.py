@@ -1,4 +1,4 @@
-"""lab.hosts.remote.on_hosts: typed per-host results (Fabric's GroupResult) and Ctrl-C while it waits."""
+"""lab.hosts.fleet.on_hosts: typed per-host results (Fabric's GroupResult) and Ctrl-C while it waits."""
 
 import _thread
 import signal
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from lab.hosts import remote
+from lab.hosts import fleet
 from lab.core.errors import HostError
 from lab.hosts.inventory import Host
 
@@ -38,7 +38,7 @@ def test_each_host_gives_its_value_or_its_error_in_host_order():
             raise ValueError("odd answer")
         return h.name.upper()
 
-    got = remote.on_hosts([host(n) for n in "abcd"], fn)
+    got = fleet.on_hosts([host(n) for n in "abcd"], fn)
     assert list(got) == ["a", "b", "c", "d"] and len(got) == 4
     assert got.succeeded == {"a": "A", "c": "C"}
     assert list(got.failed) == ["b", "d"] and isinstance(got.failed["b"], HostError)
@@ -67,7 +67,7 @@ def test_ctrl_c_while_waiting_cancels_the_hosts_not_started_and_raises_at_once(s
 
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        remote.on_hosts([host(n) for n in "abc"], fn, max_workers=1)
+        fleet.on_hosts([host(n) for n in "abc"], fn, max_workers=1)
     assert time.monotonic() - t0 < 5  # it did not wait for the running call
     release.set()
     time.sleep(0.2)
