@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import sys
 import subprocess
@@ -91,10 +92,12 @@ def lab(testlab):
 
 @pytest.fixture(autouse=True)
 def hosts_as_found(lab):
-    """After each test every host answers SSH and no workload is left frozen: a test that failed after killing
-    sw-03's sshd (or freezing a workload) left the host so, and each later test of the file failed on it too
-    (one failure was eight in CI, five of them waiting ten minutes each)."""
+    """After each test every host answers SSH, no workload is left frozen and no controller runs: a test that
+    failed after killing sw-03's sshd (or freezing a workload) left the host so, and each later test of the file
+    failed on it too (one failure was eight in CI, five of them waiting ten minutes each)."""
     yield
+    # a controller a failed test left running (a passing one waits for its own): it holds the hosts' locks
+    subprocess.run(["pkill", "-KILL", "-f", f"sweep --inventory {re.escape(str(lab.inventory))}"], check=False)
     for name in lab.names:
         lab.exec(name, "pkill -CONT -f '[r]unner.worker' || true")
         if not lab.reachable(name, 2.0):

@@ -226,14 +226,16 @@ def test_killed_sshd_makes_one_host_unreachable_and_the_others_stay(lab2, tmp_pa
     )
     time.sleep(1)
     lab2.kill_sshd("lab-01")
-    assert session.wait(timeout=15) != 0  # the open session dropped with sshd
-    assert not lab2.reachable("lab-01")
-    r, per_host = ansible(lab2, tmp_path, "ping")
-    assert outcome(per_host["lab-01"]) == "unreachable"
-    assert outcome(per_host["lab-02"]) == "ok"
-    # the host itself is still up: its detached work goes on
-    assert lab2.exec("lab-01", "kill -0 $(cat /tmp/w.pid)", check=False).returncode == 0
-    lab2.start_sshd("lab-01")
+    try:
+        assert session.wait(timeout=15) != 0  # the open session dropped with sshd
+        assert not lab2.reachable("lab-01")
+        r, per_host = ansible(lab2, tmp_path, "ping")
+        assert outcome(per_host["lab-01"]) == "unreachable"
+        assert outcome(per_host["lab-02"]) == "ok"
+        # the host itself is still up: its detached work goes on
+        assert lab2.exec("lab-01", "kill -0 $(cat /tmp/w.pid)", check=False).returncode == 0
+    finally:  # a failure here must not leave lab-01 without sshd for the file's later tests
+        lab2.start_sshd("lab-01")
     r, per_host = ansible(lab2, tmp_path, "ping")
     assert r.status == "successful"
     assert lab2.exec("lab-01", "kill -0 $(cat /tmp/w.pid)", check=False).returncode == 0
