@@ -67,6 +67,18 @@ def sweep(args, results: Path, *, timeout=900, **settings) -> subprocess.Complet
     )
 
 
+def start_sweep(args, results: Path, **settings) -> subprocess.Popen:
+    """`invoke sweep ARGS` started in the background, its output (both streams) on ``.stdout``."""
+    return subprocess.Popen(
+        invoke_cmd() + ["sweep", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env_for(results, **settings),
+    )
+
+
 def state(results: Path, name: str) -> dict:
     doc = json.loads((results / name / "sweep.json").read_text())
     return {(r["host"], r["run_id"]): r for r in doc["runs"]}
@@ -107,14 +119,7 @@ def hosts_as_found(lab):
 def test_sweep_survives_a_lost_host_resumes_and_collects_again(lab, tmp_path):
     results = tmp_path / "results"
     args = ["--inventory", str(lab.inventory), "--host", "sw-01,sw-02,sw-03", "--seeds", "1", "--name", "s1"]
-    proc = subprocess.Popen(
-        invoke_cmd() + ["sweep", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env_for(results, reconnect_s=2),
-    )
+    proc = start_sweep(args, results, reconnect_s=2)
     # kill sw-03's sshd while its run is going: the run goes on there, the controller loses the host
     wait_until(lambda: runner_pids(lab, "sw-03") or proc.poll() is not None, "a run on sw-03")
     lab.kill_sshd("sw-03")
@@ -193,14 +198,7 @@ def test_sshd_killed_while_a_run_is_being_started_loses_the_host_and_the_resume_
     args = ["--inventory", str(lab.inventory), "--host", "sw-03", "--seeds", "1", "--name", "held"]
     rid = "ncf-ttt-tiny-cpu-s1"
     try:
-        proc = subprocess.Popen(
-            invoke_cmd() + ["sweep", *args],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env_for(results, reconnect_s=2),
-        )
+        proc = start_sweep(args, results, reconnect_s=2)
         wait_until(
             lambda: lab.exec("sw-03", f"test -e {held}", check=False).returncode == 0 or proc.poll() is not None,
             "the launch on sw-03",
@@ -266,14 +264,7 @@ def test_crash_hang_and_full_disk_are_recorded_with_reasons(lab, tmp_path):
         "--timeout",
         "0.4",
     ]
-    proc = subprocess.Popen(
-        invoke_cmd() + ["sweep", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env_for(results, kill_margin_s=1, stop_grace_s=2, min_free_mb=64),
-    )
+    proc = start_sweep(args, results, kill_margin_s=1, stop_grace_s=2, min_free_mb=64)
     # sw-01: the workload process crashes; sw-02: the whole run freezes (the runner cannot stop it itself)
     wait_until(lambda: worker_pids(lab, "sw-01") or proc.poll() is not None, "a workload process on sw-01")
     lab.exec("sw-01", "pkill -SEGV -f '[r]unner.worker'")
@@ -366,14 +357,7 @@ def test_a_killed_controller_resumed_reruns_nothing_that_finished_on_the_host(la
     results = tmp_path / "results"
     rid = "ncf-ttt-tiny-cpu-s1"
     args = ["--inventory", str(lab.inventory), "--host", "sw-01,sw-03", "--seeds", "1", "--name", "k1"]
-    proc = subprocess.Popen(
-        invoke_cmd() + ["sweep", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env_for(results),
-    )
+    proc = start_sweep(args, results)
     held = set()
 
     def hold_both():  # freeze each host's workload as soon as it appears: both runs are mid-way
@@ -393,14 +377,7 @@ def test_a_killed_controller_resumed_reruns_nothing_that_finished_on_the_host(la
     wait_until(lambda: not runner_pids(lab, "sw-01"), "sw-01's run to end on its own")
     host_status = {"sw-01": json.loads(lab.exec("sw-01", f"cat {runs_dir}/{rid}/status.json").stdout)}
 
-    p = subprocess.Popen(
-        invoke_cmd() + ["sweep", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env_for(results),
-    )
+    p = start_sweep(args, results)
     # sw-03's run is still going (frozen) when the resume takes over the lock the killed controller left
     wait_until(
         lambda: (
