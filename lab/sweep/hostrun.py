@@ -6,6 +6,7 @@ process, and fetching its run directory back verified (lab.results.checksums).
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from lab.core import settings
 from lab.core import writes
 from lab.hosts import remote as rmt
 from lab.core.errors import ConfigError
-from lab.sweep.plan import PlannedRun
+from lab.sweep.plan import TOKEN_VAR, PlannedRun
 
 
 # --------------------------------------------------------------------------- on a host
@@ -83,6 +84,12 @@ elif [ -z "$4" ] && [ -n "$2" ] && grep -qzxF "GPULAB_RUN_TOKEN=$2" /proc/[0-9]*
 elif [ -d "$1" ]; then echo gone
 else echo none; fi
 """
+
+
+def tagged_running(token: str) -> str:
+    """A shell test, true while a process of the host carries the run's token in its environment (the scan of
+    _PROBE and _SIGNAL_TAGGED, for a command of its own)."""
+    return f"grep -qzxF {shlex.quote(f'{TOKEN_VAR}={token}')} /proc/[0-9]*/environ 2>/dev/null"
 
 
 def run_state(remote: rmt.Remote, src: str, token: str | None, lock_dir: str = "", pid: str | None = None) -> str:

@@ -18,7 +18,7 @@ from lab.hosts.inventory import Host
 from lab.results import checksums
 from lab.sweep import hostlock, preflight, recipe
 from lab.sweep import topology as topo
-from lab.sweep.hostrun import HostLayout, Settings, fetch_verified
+from lab.sweep.hostrun import HostLayout, Settings, fetch_verified, tagged_running
 from lab.sweep.plan import TOKEN_VAR, PlannedRun
 from lab.sweep.state import last_line
 
@@ -146,9 +146,7 @@ def launch(run: PlannedRun, node: Node, args: list[str]) -> str | None:
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     argv = ["setsid", "nohup", "env", f"{TOKEN_VAR}={run.token}", *node.install.argv(*args)]
     command = rmt.cmd(
-        "if",
-        ["grep", "-qzxF", f"{TOKEN_VAR}={run.token}"],
-        "/proc/[0-9]*/environ 2>/dev/null; then echo",
+        f"if {tagged_running(run.token)}; then echo",
         [_STARTED],
         "; exit 0; fi;",
         ["mkdir", "-p", base],
