@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import signal
 import sys
 import subprocess
@@ -26,6 +25,7 @@ pytest.importorskip("tests.testlab.fixtures", reason="the SSH test lab (tests/te
 from lab.results import checksums
 from tests.testlab import controllers
 from tests.testlab.fixtures import lab_required
+from tests.testlab.lab import pids_mentioning
 from tests.testlab.util import LabError, wait_until
 
 pytestmark = pytest.mark.lab
@@ -109,7 +109,11 @@ def hosts_as_found(lab):
     failed on it too (one failure was eight in CI, five of them waiting ten minutes each)."""
     yield
     # a controller a failed test left running (a passing one waits for its own): it holds the hosts' locks
-    subprocess.run(["pkill", "-KILL", "-f", f"sweep --inventory {re.escape(str(lab.inventory))}"], check=False)
+    for pid in pids_mentioning(f"sweep --inventory {lab.inventory}"):  # /proc read here: no procps needed
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     for name in lab.names:
         lab.exec(name, "pkill -CONT -f '[r]unner.worker' || true")
         if not lab.reachable(name, 2.0):
